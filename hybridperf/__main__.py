@@ -1,0 +1,3 @@
+from hybridperf.cli.app import main
+
+main()

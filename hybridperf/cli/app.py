@@ -1,0 +1,50 @@
+"""The `hybridperf` command line. Each command group lives in its own module under hybridperf/cli/
+and registers itself on `app`; `main()` turns every HybridperfError into one line on stderr, exit 2."""
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from hybridperf.errors import HybridperfError
+
+app = typer.Typer(
+    name="hybridperf",
+    help="Predict the latency of ML kernels, models and collectives on GPUs, including unseen ones.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# Each module defines `register(app)`; keep the list short and explicit.
+from hybridperf.cli import devices as _devices  # noqa: E402
+from hybridperf.cli import kernels as _kernels  # noqa: E402
+
+for _mod in (_kernels, _devices):
+    _mod.register(app)
+
+
+def main() -> None:
+    """Entry point: run the app, print one line and exit non-zero on user errors."""
+    try:
+        app(standalone_mode=False)
+    except HybridperfError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except (FileNotFoundError, PermissionError, IsADirectoryError) as e:
+        print(f"error: {e.strerror}: {e.filename}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as e:  # click usage errors and friends
+        import click
+
+        if isinstance(e, click.exceptions.Exit):
+            sys.exit(e.exit_code)
+        if isinstance(e, click.ClickException):
+            print(f"error: {e.format_message()}", file=sys.stderr)
+            sys.exit(e.exit_code or 2)
+        if isinstance(e, click.exceptions.Abort):
+            sys.exit(1)
+        raise

@@ -1,0 +1,132 @@
+"""The canonical kernel-record table every loader produces and every trainer consumes.
+
+One row is one kernel measured (or to be predicted) on one device:
+    op, op_class, dtype, B, M, N, K, H, flops, bytes, device, latency_ms, source
+Shape fields a given op does not use are NaN. `latency_ms` may be NaN only for rows to predict.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from hybridperf.devices import DTYPE_BYTES, dtype_key
+from hybridperf.errors import HybridperfError, InputError
+from hybridperf.ops import GEMM_OPS, OP_CLASS, canonical_op, op_work
+
+SHAPE_COLUMNS = ("B", "M", "N", "K", "H")
+COLUMNS = ("op", "op_class", "dtype", *SHAPE_COLUMNS, "flops", "bytes", "device", "latency_ms", "source")
+
+
+def _where(source: str, idx) -> str:
+    # +2: header line, and 1-based line numbers
+    return f"{source}:{int(idx) + 2}" if source else f"row {int(idx)}"
+
+
+def canonicalize(
+    raw: pd.DataFrame,
+    *,
+    device: str | None = None,
+    source: str = "",
+    require_latency: bool = False,
+    on_bad: str = "raise",
+) -> pd.DataFrame:
+    """Turn a NeuSight-style kernel table (OPName, B, M, N, K, H, [Latency], [Device], [dtype]) or an
+    already canonical one into the canonical table.
+
+    Bad rows (unknown op, missing/NaN/non-positive shape, NaN or non-positive latency) raise
+    InputError naming file and line when `on_bad="raise"`; with `on_bad="drop"` they are dropped and
+    reported through `canonicalize.last_report` (a list of "file:line: reason" strings).
+    """
+    df = raw.copy()
+    df.columns = [str(c).strip() for c in df.columns]
+    ren = {"OPName": "op", "Latency": "latency_ms", "Device": "device"}
+    df = df.rename(columns={k: v for k, v in ren.items() if k in df.columns and v not in df.columns})
+    if "op" not in df.columns:
+        raise InputError(f"{source or 'input'}: missing column 'OPName' (or 'op')")
+    if require_latency and "latency_ms" not in df.columns:
+        raise InputError(f"{source or 'input'}: missing column 'Latency' (ms)")
+    if device is not None:
+        df["device"] = device
+    elif "device" not in df.columns:
+        df["device"] = ""
+    for c in SHAPE_COLUMNS:
+        if c not in df.columns:
+            df[c] = np.nan
+        df[c] = pd.to_numeric(df[c], errors="coerce")
+    if "latency_ms" not in df.columns:
+        df["latency_ms"] = np.nan
+    df["latency_ms"] = pd.to_numeric(df["latency_ms"], errors="coerce")
+    if "dtype" not in df.columns:
+        df["dtype"] = "fp32"
+    df["dtype"] = df["dtype"].fillna("fp32")
+
+    problems: list[tuple[int, str]] = []
+    ops = []
+    for i, name in zip(df.index, df["op"]):
+        try:
+            ops.append(canonical_op(name))
+        except HybridperfError:
+            ops.append(None)
+            problems.append((i, f"unknown op {name!r}"))
+    df["op"] = ops
+    dtypes = []
+    for i, d in zip(df.index, df["dtype"]):
+        try:
+            dtypes.append(dtype_key(d))
+        except HybridperfError:
+            dtypes.append(None)
+            problems.append((i, f"unknown dtype {d!r}"))
+    df["dtype"] = dtypes
+
+    gemm = df["op"].isin(GEMM_OPS)
+    vec = df["op"].notna() & ~gemm
+    for cols, mask in ((("B", "M", "N", "K"), gemm), (("B", "H"), vec)):
+        for c in cols:
+            bad = mask & ~(df[c] > 0)
+            for i in df.index[bad]:
+                problems.append((i, f"shape {c} must be a positive number, got {raw.loc[i].get(c, 'missing')!r}"))
+    lat = df["latency_ms"]
+    if require_latency:
+        for i in df.index[~(lat > 0)]:
+            problems.append((i, f"latency must be a positive number of ms, got {lat.loc[i]!r}"))
+    else:
+        for i in df.index[lat.notna() & ~(lat > 0)]:
+            problems.append((i, f"latency must be positive, got {lat.loc[i]!r}"))
+
+    report = [f"{_where(source, i)}: {why}" for i, why in sorted(problems)]
+    canonicalize.last_report = report
+    if problems:
+        if on_bad == "raise":
+            extra = f" (and {len(report) - 1} more bad rows)" if len(report) > 1 else ""
+            raise InputError(report[0] + extra)
+        df = df.drop(index=sorted({i for i, _ in problems}))
+
+    df["op_class"] = df["op"].map(OP_CLASS)
+    flops = np.zeros(len(df))
+    nbytes = np.zeros(len(df))
+    for (op, dt), idx in df.groupby(["op", "dtype"]).indices.items():
+        sub = df.iloc[idx]
+        f, b = op_work(op, sub["B"], sub["M"], sub["N"], sub["K"], sub["H"], DTYPE_BYTES[dt])
+        flops[idx] = f
+        nbytes[idx] = b
+    df["flops"] = flops
+    df["bytes"] = nbytes
+    df["source"] = source
+    out = df.loc[:, list(COLUMNS)].reset_index(drop=True)
+    return out
+
+
+canonicalize.last_report = []
+
+
+def validate(df: pd.DataFrame, *, require_latency: bool = True) -> pd.DataFrame:
+    """Check that `df` is a canonical table (columns present, positive finite shapes/latency)."""
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:
+        raise InputError(f"kernel table lacks columns {missing}")
+    unknown = set(df["op"]) - set(OP_CLASS)
+    if unknown:
+        raise InputError(f"kernel table has unknown ops {sorted(unknown)}")
+    if require_latency and not (df["latency_ms"] > 0).all():
+        raise InputError("kernel table has NaN or non-positive latency_ms")
+    return df

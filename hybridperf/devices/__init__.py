@@ -1,0 +1,79 @@
+"""Device catalog: look up a GPU or node by its torch name, an alias, or a JSON spec file."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from hybridperf.devices.catalog import DEVICES
+from hybridperf.devices.nodes import NODES
+from hybridperf.devices.spec import (
+    DTYPE_BYTES,
+    PEAK_KEYS,
+    DeviceSpec,
+    NodeSpec,
+    dtype_key,
+    from_neusight_json,
+    load_spec_file,
+)
+from hybridperf.errors import UnknownDeviceError
+
+__all__ = [
+    "DTYPE_BYTES", "PEAK_KEYS", "DeviceSpec", "NodeSpec", "dtype_key", "from_neusight_json",
+    "load_spec_file", "get_device", "get_node", "list_devices", "list_nodes",
+]
+
+
+def _norm(name: str) -> str:
+    return "".join(ch for ch in name.lower() if ch.isalnum())
+
+
+def _index(items) -> dict:
+    idx = {}
+    for it in items:
+        for key in (it.name, *it.aliases):
+            idx[_norm(key)] = it
+    return idx
+
+
+_DEVICE_INDEX = _index(DEVICES)
+_NODE_INDEX = _index(NODES)
+
+
+def get_device(name_or_path: str | DeviceSpec) -> DeviceSpec:
+    """Resolve a device: a DeviceSpec, a catalog name/alias (case/punctuation-insensitive,
+    underscores as spaces), a node name (its GPU), or the path of a JSON spec."""
+    if isinstance(name_or_path, DeviceSpec):
+        return name_or_path
+    s = str(name_or_path)
+    hit = _DEVICE_INDEX.get(_norm(s))
+    if hit is not None:
+        return hit
+    node = _NODE_INDEX.get(_norm(s))
+    if node is not None:
+        return _DEVICE_INDEX[_norm(node.device)]
+    if s.lower().endswith(".json") or Path(s).is_file():
+        if not Path(s).is_file():
+            raise UnknownDeviceError(f"device spec file not found: {s}")
+        return load_spec_file(s)
+    raise UnknownDeviceError(
+        f"unknown device {s!r}; run `hybridperf devices` for the catalog, or pass a JSON spec path"
+    )
+
+
+def get_node(name: str | NodeSpec) -> NodeSpec:
+    """Resolve a node (e.g. `DGX-H100`) by name or alias."""
+    if isinstance(name, NodeSpec):
+        return name
+    hit = _NODE_INDEX.get(_norm(str(name)))
+    if hit is None:
+        raise UnknownDeviceError(f"unknown node {name!r}; known: {', '.join(n.name for n in NODES)}")
+    return hit
+
+
+def list_devices() -> list[DeviceSpec]:
+    """All catalog devices."""
+    return list(DEVICES)
+
+
+def list_nodes() -> list[NodeSpec]:
+    """All catalog nodes."""
+    return list(NODES)
