@@ -13,7 +13,7 @@ from hybridperf.errors import UnknownDeviceError
 
 #: The dtypes a prior can ask a peak for. `*_tc` are matrix (tensor/matrix-core) rates, the others
 #: are plain vector (CUDA-core / stream-processor) rates.
-PEAK_KEYS = ("fp32", "fp16", "bf16", "fp64", "tf32_tc", "fp16_tc", "bf16_tc", "fp8_tc", "int8_tc", "fp32_tc")
+PEAK_KEYS = ("fp32", "fp16", "bf16", "fp64", "int8", "tf32_tc", "fp16_tc", "bf16_tc", "fp8_tc", "int8_tc", "fp32_tc")
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,8 @@ class NodeSpec:
     Bandwidths are per GPU, per direction, in GB/s (what one GPU can push into the fabric);
     latencies are one-way software+hardware latencies of a small message, in microseconds.
     `intra_topology`: "nvswitch" (all-to-all at full rate), "nvlink_pairs" (GPUs bridged in pairs,
-    PCIe between pairs), "pcie" (everything through the PCIe switch / host).
+    PCIe between pairs), "pcie" (everything through the PCIe switch / host), "mesh" (every GPU linked
+    directly to every other, e.g. AMD Infinity Fabric; `pair_bw_gbs` is one link, `intra_bw_gbs` all).
     """
 
     name: str
@@ -92,7 +93,8 @@ class NodeSpec:
     inter_bw_gbs: float = 25.0  # InfiniBand HDR 200 Gb/s per GPU = 25 GB/s
     inter_latency_us: float = 5.0
     inter_name: str = "InfiniBand"
-    pair_bw_gbs: float = 0.0  # for nvlink_pairs: the bridge's per-direction bandwidth
+    pair_bw_gbs: float = 0.0  # for nvlink_pairs: the bridge's per-direction bandwidth (mesh: one link's)
+    inter_node_bw_gbs: float = 0.0  # all NICs of the node together, per direction; 0: gpus_per_node * inter_bw_gbs
     aliases: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:

@@ -1,0 +1,170 @@
+"""Device catalog: coverage, unique names, sane numbers, and JSON spec loading."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hybridperf.devices import PEAK_KEYS, DeviceSpec, get_device, list_devices
+from hybridperf.devices.catalog import DEVICES
+from hybridperf.errors import UnknownDeviceError
+
+DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
+NEUSIGHT_CONFIGS = DATASETS / "neusight" / "data" / "device_configs"
+
+REQUIRED_NAMES = [
+    "Tesla P4", "Tesla P100-PCIE-16GB", "Tesla P100-SXM2-16GB",
+    "Tesla V100-PCIE-16GB", "Tesla V100-PCIE-32GB", "Tesla V100-SXM2-16GB", "Tesla V100-SXM2-32GB",
+    "Tesla T4", "NVIDIA A10", "NVIDIA A30", "NVIDIA A40",
+    "NVIDIA A100-PCIE-40GB", "NVIDIA A100 80GB PCIe", "NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-80GB",
+    "NVIDIA L4", "NVIDIA L40S", "NVIDIA H100 PCIe", "NVIDIA H100 80GB HBM3", "NVIDIA H100 NVL",
+    "NVIDIA H200", "NVIDIA B200",
+    "AMD Instinct MI100", "AMD Instinct MI210", "AMD Instinct MI250X", "AMD Instinct MI300X",
+]
+
+ALIASES = {
+    "A100-80GB-PCIe": "NVIDIA A100 80GB PCIe",
+    "A100-SXM-80GB": "NVIDIA A100-SXM4-80GB",
+    "H100-SXM": "NVIDIA H100 80GB HBM3",
+    "h100sxm": "NVIDIA H100 80GB HBM3",
+    "H100-PCIe": "NVIDIA H100 PCIe",
+    "H100-NVL": "NVIDIA H100 NVL",
+    "L4": "NVIDIA L4",
+    "MI300X": "AMD Instinct MI300X",
+    "T4": "Tesla T4",
+    "NVIDIA_A100_80GB_PCIe": "NVIDIA A100 80GB PCIe",  # NeuSight-style folder name
+    "nvidia h100 80gb hbm3": "NVIDIA H100 80GB HBM3",
+}
+
+ARCHS = {"pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna1", "cdna2", "cdna3"}
+LINKS = {"", "NVLink1", "NVLink2", "NVLink3", "NVLink4", "NVLink5", "Infinity Fabric"}
+# `int8` (no _tc) is the DP4A rate of parts without int8 tensor cores; DeviceSpec.peak("int8") reads it.
+ALLOWED_PEAK_KEYS = set(PEAK_KEYS) | {"int8"}
+
+
+def _norm(s: str) -> str:
+    return "".join(ch for ch in s.lower() if ch.isalnum())
+
+
+def test_catalog_size():
+    assert len(DEVICES) >= 25
+    assert list_devices() == list(DEVICES)
+
+
+def test_names_and_aliases_unique_after_normalization():
+    owner: dict[str, str] = {}
+    for d in DEVICES:
+        for key in (d.name, *d.aliases):
+            k = _norm(key)
+            assert k, f"{d.name}: empty key {key!r}"
+            assert k not in owner, f"{key!r} of {d.name} collides with a key of {owner[k]}"
+            owner[k] = d.name
+
+
+@pytest.mark.parametrize("name", REQUIRED_NAMES)
+def test_required_devices_resolve(name):
+    d = get_device(name)
+    assert d.name == name
+
+
+@pytest.mark.parametrize("alias,name", sorted(ALIASES.items()))
+def test_aliases_resolve(alias, name):
+    assert get_device(alias).name == name
+
+
+def test_get_device_passes_spec_through():
+    d = DEVICES[0]
+    assert get_device(d) is d
+
+
+@pytest.mark.parametrize("d", DEVICES, ids=lambda d: d.name)
+def test_spec_fields_sane(d):
+    assert d.vendor in {"nvidia", "amd"}
+    assert d.arch in ARCHS
+    assert d.link_name in LINKS
+    assert d.form_factor in {"PCIe", "SXM", "OAM", "NVL"}
+    assert (d.link_name == "") == (d.link_bw_gbs == 0)
+    assert d.pcie_gen in (3, 4, 5) and d.pcie_bw_gbs == {3: 16, 4: 32, 5: 64}[d.pcie_gen]
+    for v in (d.num_sms, d.cores_per_sm, d.boost_clock_mhz, d.mem_gb, d.mem_bw_gbs, d.l2_mb,
+              d.smem_per_sm_kb, d.max_threads_per_sm, d.tdp_w):
+        assert v > 0
+    assert set(d.peak_tflops) <= ALLOWED_PEAK_KEYS, set(d.peak_tflops) - ALLOWED_PEAK_KEYS
+    assert all(v > 0 for v in d.peak_tflops.values())
+    fp32 = d.peak_tflops["fp32"]
+    for k in ("fp16_tc", "bf16_tc", "tf32_tc", "fp8_tc", "int8_tc", "fp32_tc"):
+        if k in d.peak_tflops:
+            assert d.peak_tflops[k] >= fp32, (k, d.peak_tflops[k], fp32)
+    # fp32 peak agrees with lanes x 2 FLOP (FMA) x clock to within 5%
+    derived = d.num_sms * d.cores_per_sm * 2 * d.boost_clock_mhz / 1e6
+    assert abs(derived - fp32) / fp32 < 0.05, (derived, fp32)
+    # matrix peaks ordered as on every spec sheet
+    p = d.peak_tflops
+    if "fp8_tc" in p:
+        assert p["fp8_tc"] >= p["fp16_tc"]
+    if "tf32_tc" in p and "fp16_tc" in p:
+        assert p["tf32_tc"] <= p["fp16_tc"]
+    assert d.peak("fp16", matrix=True) >= d.peak("fp32")
+
+
+def test_peak_lookup():
+    h100 = get_device("H100-SXM")
+    assert h100.peak("bf16", matrix=True) == pytest.approx(989.4e12)
+    assert h100.peak("float32") == pytest.approx(67e12)
+    p4 = get_device("P4")
+    assert p4.peak("fp16") == pytest.approx(p4.peak("fp32"))  # no fp16 unit: falls back to fp32
+    assert p4.peak("int8") == pytest.approx(22e12)
+
+
+def test_unknown_device_raises():
+    with pytest.raises(UnknownDeviceError):
+        get_device("NVIDIA Imaginary X9000")
+    with pytest.raises(UnknownDeviceError):
+        get_device("does/not/exist.json")
+
+
+def test_neusight_device_configs_load():
+    if not NEUSIGHT_CONFIGS.is_dir():
+        pytest.skip(f"shared datasets absent: {NEUSIGHT_CONFIGS} not found")
+    files = sorted(NEUSIGHT_CONFIGS.glob("*.json"))
+    assert files, f"no JSON files in {NEUSIGHT_CONFIGS}"
+    for f in files:
+        d = get_device(str(f))
+        raw = json.loads(f.read_text())
+        assert d.name == raw["Device"]
+        assert d.peak("fp32") > 0
+        # the same GPU is in the catalog, and the numbers roughly agree with the artifact's
+        cat = get_device(raw["Device"])
+        assert cat.mem_bw_gbs == pytest.approx(float(raw["Mem_Bw"]), rel=0.02)
+        assert cat.peak("fp32") == pytest.approx(d.peak("fp32"), rel=0.05)
+
+
+def test_project_json_round_trip(tmp_path):
+    src = get_device("NVIDIA A100 80GB PCIe")
+    p = tmp_path / "my_gpu.json"
+    p.write_text(json.dumps(src.to_dict()))
+    back = get_device(str(p))
+    assert back == src
+
+
+def test_malformed_json_raises(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(UnknownDeviceError):
+        get_device(str(bad))
+    arr = tmp_path / "arr.json"
+    arr.write_text("[1, 2]")
+    with pytest.raises(UnknownDeviceError):
+        get_device(str(arr))
+    unknown_field = tmp_path / "extra.json"
+    unknown_field.write_text(json.dumps({**DEVICES[0].to_dict(), "bogus": 1}))
+    with pytest.raises(UnknownDeviceError):
+        get_device(str(unknown_field))
+    incomplete = tmp_path / "incomplete.json"
+    incomplete.write_text(json.dumps({"name": "x", "vendor": "nvidia"}))
+    with pytest.raises(UnknownDeviceError):
+        get_device(str(incomplete))
+    neusight_missing = tmp_path / "ns.json"
+    neusight_missing.write_text(json.dumps({"Device": "X", "Mem_Bw": 100}))
+    with pytest.raises(UnknownDeviceError):
+        get_device(str(neusight_missing))
