@@ -17,10 +17,12 @@ app = typer.Typer(
 )
 
 # Each module defines `register(app)`; keep the list short and explicit.
+from hybridperf.cli import collect as _collect  # noqa: E402
+from hybridperf.cli import data as _data  # noqa: E402
 from hybridperf.cli import devices as _devices  # noqa: E402
 from hybridperf.cli import kernels as _kernels  # noqa: E402
 
-for _mod in (_kernels, _devices):
+for _mod in (_kernels, _devices, _data, _collect):
     _mod.register(app)
 
 

@@ -1,0 +1,59 @@
+"""`hybridperf predict-kernels`: per-kernel latency with a 90% interval (CONTRACT.md section 1)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from hybridperf.errors import InputError
+
+
+def _read_csv(path: Path):
+    import pandas as pd
+
+    if not path.is_file():
+        raise InputError(f"input file not found: {path}")
+    try:
+        return pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: malformed CSV ({str(e).splitlines()[0]})") from None
+
+
+def predict_kernels(
+    input_csv: Path = typer.Argument(..., help="Kernels, NeuSight test-CSV columns: OPName, B, M, N, K, H [, dtype]."),
+    device: str = typer.Option(..., "--device", help="Catalog name/alias or a JSON spec path."),
+    output: Path = typer.Option(..., "--output", help="Where to write the predictions CSV."),
+    calibration: Optional[Path] = typer.Option(
+        None, "--calibration", help="Kernels measured on the target device (with Latency, ms) for few-shot transfer."
+    ),
+    model_bundle: Optional[Path] = typer.Option(None, "--model-bundle", help="Kernel bundle directory (default: shipped)."),
+    prior_only: bool = typer.Option(False, "--prior-only", help="Use the analytical prior alone."),
+) -> None:
+    """Predict the latency of every kernel in INPUT.csv on DEVICE; adds pred_ms, pred_lo_ms, pred_hi_ms."""
+    from hybridperf.datasets.schema import canonicalize
+    from hybridperf.devices import get_device
+    from hybridperf.predictor import Predictor
+
+    dev = get_device(device)
+    raw = _read_csv(input_csv)
+    kernels = canonicalize(raw, source=str(input_csv))
+    predictor = Predictor.prior_only() if prior_only else Predictor.load(model_bundle)
+    if calibration is not None:
+        from hybridperf.transfer import adapt_predictor
+
+        measured = canonicalize(_read_csv(calibration), source=str(calibration), require_latency=True)
+        predictor = adapt_predictor(predictor, measured, dev)
+    res = predictor.predict(kernels, dev)
+    out = raw.copy()
+    out["pred_ms"] = res["pred_ms"].to_numpy()
+    out["pred_lo_ms"] = res["lo_ms"].to_numpy()
+    out["pred_hi_ms"] = res["hi_ms"].to_numpy()
+    out["ood"] = res["ood"].to_numpy()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    out.to_csv(output, index=False)
+    typer.echo(f"wrote {len(out)} predictions for {dev.name} to {output}", err=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("predict-kernels")(predict_kernels)

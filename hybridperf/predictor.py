@@ -1,0 +1,122 @@
+"""`Predictor`: kernel latency = analytical prior x exp(learned residual), with a calibrated 90% interval.
+
+Runs on numpy, pandas and onnxruntime only. Usage:
+
+    from hybridperf.predictor import Predictor
+    p = Predictor.load()                       # the shipped bundle (exported_models/kernels)
+    out = p.predict(kernels_df, "NVIDIA H100 80GB HBM3")
+    out[["pred_ms", "lo_ms", "hi_ms"]]
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from hybridperf.datasets.schema import canonicalize
+from hybridperf.devices import DeviceSpec, get_device
+from hybridperf.errors import ModelBundleError
+from hybridperf.priors.kernel_prior import kernel_prior_terms
+from hybridperf.residual_models.bundle import Bundle, load_bundle
+from hybridperf.residual_models.features import FEATURE_NAMES, kernel_features
+
+#: used only when no bundle is available: central 90% band of log(measured/prior), a wide default
+FALLBACK_INTERVAL = {"q_lo": -0.7, "q_hi": 0.7, "ood_beta": 0.0}
+OOD_CLIP = 5.0
+
+
+def shipped_models_dir() -> Path:
+    """Where the shipped ONNX bundles live: inside the installed wheel, or the repo's exported_models/."""
+    try:
+        from importlib.resources import files
+
+        p = Path(str(files("hybridperf._exported_models")))
+        if (p / "kernels").is_dir():
+            return p
+    except (ModuleNotFoundError, TypeError):
+        pass
+    return Path(__file__).resolve().parents[1] / "exported_models"
+
+
+def ood_score(X: np.ndarray, rng: dict) -> np.ndarray:
+    """How far each row lies outside the training range, in units of the training spread (0 inside)."""
+    lo, hi, scale = (np.asarray(rng[k], dtype=np.float64) for k in ("lo", "hi", "scale"))
+    below = (lo - X) / scale
+    above = (X - hi) / scale
+    return np.clip(np.max(np.maximum(np.maximum(below, above), 0.0), axis=1), 0.0, OOD_CLIP)
+
+
+class Predictor:
+    """Hybrid kernel-latency predictor backed by a verified ONNX bundle (or the prior alone)."""
+
+    def __init__(self, bundle: Bundle | None = None):
+        self.bundle = bundle
+
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> "Predictor":
+        """Load a kernel bundle directory (default: the shipped one)."""
+        root = Path(path) if path is not None else shipped_models_dir() / "kernels"
+        if not root.exists():
+            raise ModelBundleError(f"model bundle not found: {root}")
+        return cls(load_bundle(root, expect_kind="kernels", feature_names=FEATURE_NAMES))
+
+    @classmethod
+    def prior_only(cls) -> "Predictor":
+        """A predictor that uses the analytical prior alone, with a wide default interval."""
+        return cls(None)
+
+    @property
+    def manifest(self) -> dict:
+        return self.bundle.manifest if self.bundle else {}
+
+    def residual(self, op_class: str, X: np.ndarray) -> tuple[np.ndarray, dict]:
+        """Blended log-residual for rows of one op class, and that class's manifest entry."""
+        spec = self.manifest.get("op_classes", {}).get(op_class)
+        if spec is None:
+            return np.zeros(len(X)), {"interval": FALLBACK_INTERVAL}
+        r = np.zeros(len(X))
+        for member in spec["members"]:
+            out = self.bundle.run(member["file"], X)
+            r += member["weight"] * out.mean(axis=1)
+        adapt = self.manifest.get("adaptation") or {}
+        corr = adapt.get("corrections", {}).get(op_class)
+        if corr:
+            r += self.bundle.run(corr["file"], X)[:, 0]
+        return r, spec
+
+    def predict(self, kernels: pd.DataFrame, device: str | DeviceSpec) -> pd.DataFrame:
+        """Predict every row of `kernels` (canonical or NeuSight-style columns) on `device`.
+
+        Returns the canonical rows plus prior_ms, pred_ms, lo_ms, hi_ms (central 90% interval) and
+        ood (0 = inside the training range).
+        """
+        dev = get_device(device)
+        df = kernels if "op_class" in kernels.columns and "flops" in kernels.columns else canonicalize(kernels)
+        df = df.reset_index(drop=True)
+        terms = kernel_prior_terms(df, dev)
+        prior = terms["prior_ms"].to_numpy()
+        pred = prior.copy()
+        lo = np.empty(len(df))
+        hi = np.empty(len(df))
+        ood = np.zeros(len(df))
+        X = kernel_features(df, terms, dev) if self.bundle else None
+        for oc, idx in df.groupby("op_class", sort=False).indices.items():
+            if self.bundle is None:
+                r, spec = np.zeros(len(idx)), {"interval": FALLBACK_INTERVAL}
+            else:
+                r, spec = self.residual(oc, X[idx])
+            iv = spec["interval"]
+            if "feature_range" in spec:
+                ood[idx] = ood_score(X[idx], spec["feature_range"])
+            widen = 1.0 + iv.get("ood_beta", 0.0) * ood[idx]
+            pred[idx] = prior[idx] * np.exp(r)
+            lo[idx] = pred[idx] * np.exp(iv["q_lo"] * widen)
+            hi[idx] = pred[idx] * np.exp(iv["q_hi"] * widen)
+        out = df.copy()
+        out["prior_ms"] = prior
+        out["pred_ms"] = pred
+        out["lo_ms"] = lo
+        out["hi_ms"] = hi
+        out["ood"] = ood
+        return out

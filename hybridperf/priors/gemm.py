@@ -1,0 +1,96 @@
+"""GEMM tile selection and wave quantization.
+
+A GEMM C[M,K] = A[M,N] @ B[N,K] (NeuSight's naming: N is the reduction) is cut into output tiles
+(tm x tn); each thread block computes one tile, `occ` blocks fit on an SM at once, so the GPU runs
+ceil(tiles / (SMs * occ)) waves. The last wave may be partial: its SMs hold fewer blocks and finish
+early only down to one block's time. Each tile streams N with a fixed prologue/epilogue cost of
+`K_OVERHEAD` reduction steps. Larger tiles reuse operands more and reach a higher fraction of the
+SM's peak. When the output has too few tiles to fill the GPU and the reduction is long, libraries
+split the reduction over `s` blocks (split-K) and add the partial results: `s` times more tiles, each
+1/s as long, plus a pass over s partial outputs. The library picks the tiling that minimises time;
+so do we. A lone block on an SM cannot hide latency on its own: it runs at no more than half of a
+full SM unless its tile is big enough to fill the SM (occ = 1).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hybridperf.devices import DeviceSpec
+from hybridperf.priors.power import sustained_flops
+
+#: (tile_m, tile_n, blocks per SM, fraction of SM peak reached when the SM is full)
+TILES = (
+    (128, 128, 1, 0.90),
+    (128, 64, 2, 0.85),
+    (64, 128, 2, 0.85),
+    (64, 64, 4, 0.75),
+    (32, 128, 4, 0.70),
+    (128, 32, 4, 0.70),
+    (32, 32, 8, 0.55),
+)
+K_OVERHEAD = 24.0  # reduction steps' worth of per-tile fixed cost
+SPLITS = (1, 2, 4, 8, 16, 32)
+
+
+@dataclass
+class GemmTerms:
+    """Per-row terms of the chosen tiling (arrays)."""
+
+    compute_ms: np.ndarray
+    tiles: np.ndarray
+    waves: np.ndarray
+    wave_efficiency: np.ndarray  # useful tile-slots / occupied tile-slots
+    tile_m: np.ndarray
+    tile_n: np.ndarray
+    tile_efficiency: np.ndarray
+    split_k: np.ndarray
+
+
+def gemm_compute(batch, m, k_out, n_red, device: DeviceSpec, dtype: str = "fp32", matrix: bool = False) -> GemmTerms:
+    """Compute time of a (batched) GEMM under the best tile, with wave quantization."""
+    B = np.asarray(batch, dtype=np.float64)[:, None]
+    M = np.asarray(m, dtype=np.float64)[:, None]
+    K = np.asarray(k_out, dtype=np.float64)[:, None]
+    N = np.asarray(n_red, dtype=np.float64)[:, None]
+    grid = [(t, s) for t in TILES for s in SPLITS]
+    tm = np.array([g[0][0] for g in grid], dtype=np.float64)[None, :]
+    tn = np.array([g[0][1] for g in grid], dtype=np.float64)[None, :]
+    occ = np.array([g[0][2] for g in grid], dtype=np.float64)[None, :]
+    eff = np.array([g[0][3] for g in grid], dtype=np.float64)[None, :]
+    split = np.array([g[1] for g in grid], dtype=np.float64)[None, :]
+
+    sms = float(device.num_sms)
+    sm_rate = sustained_flops(device, dtype, matrix) / sms  # FLOP/s of one SM
+    out_tiles = B * np.ceil(M / tm) * np.ceil(K / tn)
+    tiles = out_tiles * split
+    n_chunk = np.ceil(N / split)
+    slots = sms * occ
+    full_waves = np.floor(tiles / slots)
+    rem = tiles - full_waves * slots
+    # the partial wave: ceil(rem / SMs) blocks on the busiest SM out of occ, and a lone block
+    # runs no faster than half a full SM unless it fills the SM by itself
+    busiest = np.ceil(rem / sms)
+    last = np.where(rem > 0, np.maximum(busiest, occ / 2.0) / occ, 0.0)
+    waves = full_waves + last
+    # one full wave: every SM runs occ tiles at `eff` of its peak
+    wave_ms = occ * 2.0 * tm * tn * (n_chunk + K_OVERHEAD) / (sm_rate * eff) * 1e3
+    # split-K epilogue: write and re-read the partial outputs at achievable bandwidth
+    reduce_ms = np.where(split > 1, 2.0 * split * B * M * K * 4.0 / (device.mem_bw_gbs * 1e9 * 0.8) * 1e3, 0.0)
+    # split-K is only worth it when the reduction is long: forbid chunks shorter than 256
+    t = np.where((split == 1) | (n_chunk >= 256), waves * wave_ms + reduce_ms, np.inf)
+    best = np.argmin(t, axis=1)
+    rows = np.arange(len(best))
+    pick = lambda a: np.broadcast_to(a, t.shape)[rows, best]  # noqa: E731
+    used = tiles / np.maximum(np.ceil(tiles / slots), 1.0) / slots
+    return GemmTerms(
+        compute_ms=t[rows, best],
+        tiles=pick(tiles),
+        waves=pick(waves),
+        wave_efficiency=pick(used),
+        tile_m=pick(tm),
+        tile_n=pick(tn),
+        tile_efficiency=pick(eff),
+        split_k=pick(split),
+    )

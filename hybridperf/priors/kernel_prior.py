@@ -1,0 +1,78 @@
+"""The best analytical prior for every op class, and the terms it is built from.
+
+    GEMMs (bmm, linear):   floor + max(tile/wave-quantized compute at the power-capped rate,
+                                       compulsory bytes at achievable bandwidth)
+    elementwise:           floor + max(bytes at achievable bandwidth with L2 residency, FLOPs at the vector rate)
+    softmax, LayerNorm:    floor + bytes at the bandwidth the rows in flight can draw, or the FLOPs
+
+The terms (compute, memory, tiles, waves, wave efficiency, L2 hit rate, ...) are also the
+device-agnostic features the residual models learn from.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from hybridperf.devices import DTYPE_BYTES, DeviceSpec
+from hybridperf.ops import GEMM_OPS
+from hybridperf.priors.gemm import gemm_compute
+from hybridperf.priors.launch import launch_floor_ms
+from hybridperf.priors.memory import l2_hit_fraction, memory_time_ms, row_parallel_fraction
+from hybridperf.priors.power import sustained_flops
+from hybridperf.priors.roofline import roofline_ms
+
+TERM_COLUMNS = (
+    "roofline_ms", "prior_ms", "compute_ms", "memory_ms", "floor_ms", "tiles", "waves",
+    "wave_efficiency", "tile_m", "tile_n", "tile_efficiency", "split_k", "l2_hit", "parallel_fraction",
+)
+
+
+def kernel_prior_terms(kernels: pd.DataFrame, device: DeviceSpec) -> pd.DataFrame:
+    """Prior latency (ms) and its terms for every row of a canonical kernel table on `device`.
+
+    Rows keep their order and index. `device` applies to all rows.
+    """
+    n = len(kernels)
+    out = {c: np.zeros(n) for c in TERM_COLUMNS}
+    out["wave_efficiency"][:] = 1.0
+    out["tile_efficiency"][:] = 1.0
+    out["split_k"][:] = 1.0
+    out["parallel_fraction"][:] = 1.0
+    for (op, dt), idx in kernels.groupby(["op", "dtype"], sort=False).indices.items():
+        g = kernels.iloc[idx]
+        matrix = op in GEMM_OPS and dt != "fp32"  # NeuSight semantics: fp32 without TF32
+        flops = g["flops"].to_numpy(np.float64)
+        nbytes = g["bytes"].to_numpy(np.float64)
+        op_class = g["op_class"].iloc[0]
+        floor = launch_floor_ms(op_class)
+        out["roofline_ms"][idx] = roofline_ms(flops, nbytes, device, dt, matrix)
+        out["floor_ms"][idx] = floor
+        out["l2_hit"][idx] = l2_hit_fraction(nbytes, device)
+        if op in GEMM_OPS:
+            terms = gemm_compute(g["B"].to_numpy(), g["M"].to_numpy(), g["K"].to_numpy(), g["N"].to_numpy(),
+                                 device, dt, matrix)
+            mem = memory_time_ms(nbytes, device)
+            compute = terms.compute_ms
+            out["tiles"][idx] = terms.tiles
+            out["waves"][idx] = terms.waves
+            out["wave_efficiency"][idx] = terms.wave_efficiency
+            out["tile_m"][idx] = terms.tile_m
+            out["tile_n"][idx] = terms.tile_n
+            out["tile_efficiency"][idx] = terms.tile_efficiency
+            out["split_k"][idx] = terms.split_k
+        else:
+            rows = g["B"].to_numpy(np.float64)
+            row_bytes = g["H"].to_numpy(np.float64) * DTYPE_BYTES[dt]
+            frac = row_parallel_fraction(rows, row_bytes, device) if op_class in ("softmax", "layernorm") else 1.0
+            mem = memory_time_ms(nbytes, device, parallel_fraction=frac)
+            compute = flops / sustained_flops(device, dt) * 1e3
+            out["parallel_fraction"][idx] = frac
+        out["compute_ms"][idx] = compute
+        out["memory_ms"][idx] = mem
+        out["prior_ms"][idx] = floor + np.maximum(compute, mem)
+    return pd.DataFrame(out, index=kernels.index)
+
+
+def prior_ms(kernels: pd.DataFrame, device: DeviceSpec) -> np.ndarray:
+    """Best-prior latency (ms) for each row of a canonical kernel table."""
+    return kernel_prior_terms(kernels, device)["prior_ms"].to_numpy()

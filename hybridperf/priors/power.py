@@ -1,0 +1,42 @@
+"""Sustained arithmetic rate under the board power limit.
+
+A GPU running dense math at full rate draws ~ (energy per FLOP) x (FLOP/s). Where the board's TDP
+cannot feed its spec-sheet peak, clocks drop until power fits: sustained = min(peak, TDP / e).
+`e` (board joules per FLOP, including memory and static power) is a property of the process node and
+of the datapath (vector FMA vs. tensor-core MMA), not of the individual GPU. The per-node values are
+engineering estimates: ~15 pJ per sustained fp32 FLOP for 12-16 nm boards (a 70 W T4 then sustains
+~4.5 of its 8.1 TFLOP/s, while a 75 W P4 and the 250 W V100/P100 stay at their peak), ~10 pJ at
+7-8 nm, ~7 pJ at 4-5 nm; tensor-core MMA is ~10x cheaper per FLOP. Only low-TDP, high-peak cards
+(T4, L4, A10-class) are capped; big-board GPUs are untouched.
+"""
+from __future__ import annotations
+
+from hybridperf.devices import DeviceSpec
+
+#: board pJ per vector FLOP, by architecture (process node in the comment)
+VECTOR_PJ_PER_FLOP = {
+    "pascal": 15.0,  # 16 nm
+    "volta": 15.0,  # 12 nm
+    "turing": 15.0,  # 12 nm
+    "ampere": 10.0,  # 7 nm (GA100) / 8 nm (GA10x)
+    "cdna1": 12.0,  # 7 nm
+    "cdna2": 10.0,  # 6 nm
+    "cdna3": 7.0,  # 5 nm
+    "ada": 7.0,  # 4 nm
+    "hopper": 7.0,  # 4 nm
+    "blackwell": 6.0,  # 4 nm, second generation
+}
+TENSOR_CORE_ENERGY_RATIO = 0.1
+_DEFAULT_PJ = 10.0
+
+
+def sustained_flops(device: DeviceSpec, dtype: str = "fp32", matrix: bool = False) -> float:
+    """FLOP/s the device can sustain for dense math in `dtype`: min(spec peak, TDP / energy per FLOP)."""
+    peak = device.peak(dtype, matrix=matrix)
+    if device.tdp_w <= 0:
+        return peak
+    pj = VECTOR_PJ_PER_FLOP.get(device.arch, _DEFAULT_PJ)
+    uses_matrix = matrix and peak > device.peak(dtype, matrix=False)
+    if uses_matrix:
+        pj *= TENSOR_CORE_ENERGY_RATIO
+    return min(peak, device.tdp_w / (pj * 1e-12))

@@ -1,0 +1,102 @@
+"""A model bundle on disk: ONNX files plus `manifest.json`, verified and run with onnxruntime alone.
+
+The manifest records the feature schema, opset, library versions, a digest of the training data and
+the sha256 of every file; `load_bundle` refuses a bundle whose files do not match (tampered, truncated,
+swapped) or whose feature schema differs from this code's. Nothing here unpickles anything.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from hybridperf.errors import ModelBundleError
+
+MANIFEST = "manifest.json"
+FORMAT = "hybridperf-bundle"
+FORMAT_VERSION = 1
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass
+class Bundle:
+    """A verified bundle: its manifest and one onnxruntime session per ONNX file."""
+
+    path: Path
+    manifest: dict
+    sessions: dict = field(default_factory=dict)
+
+    def run(self, file: str, X: np.ndarray) -> np.ndarray:
+        """Run the ONNX model `file` on float32 features X; returns a (rows, outputs) float64 array."""
+        sess = self.sessions[file]
+        out = sess.run(None, {sess.get_inputs()[0].name: np.ascontiguousarray(X, dtype=np.float32)})[0]
+        out = np.asarray(out, dtype=np.float64)
+        return out.reshape(len(X), -1)
+
+
+def read_manifest(path: str | Path) -> dict:
+    """Parse and sanity-check a bundle's manifest.json."""
+    p = Path(path)
+    mf = p / MANIFEST if p.is_dir() else p
+    if not mf.is_file():
+        raise ModelBundleError(f"no {MANIFEST} in model bundle {p}")
+    try:
+        m = json.loads(mf.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ModelBundleError(f"{mf}: malformed manifest JSON ({e})") from None
+    if not isinstance(m, dict) or m.get("format") != FORMAT:
+        raise ModelBundleError(f"{mf}: not a hybridperf bundle manifest")
+    if m.get("format_version") != FORMAT_VERSION:
+        raise ModelBundleError(f"{mf}: bundle format {m.get('format_version')} unsupported (want {FORMAT_VERSION})")
+    if not isinstance(m.get("files"), dict):
+        raise ModelBundleError(f"{mf}: manifest lists no files")
+    return m
+
+
+def load_bundle(path: str | Path, expect_kind: str | None = None, feature_names=None) -> Bundle:
+    """Load and verify a bundle directory; raises ModelBundleError on any mismatch."""
+    import onnxruntime as ort
+
+    root = Path(path)
+    m = read_manifest(root)
+    if expect_kind and m.get("kind") != expect_kind:
+        raise ModelBundleError(f"{root}: bundle kind {m.get('kind')!r}, expected {expect_kind!r}")
+    if feature_names is not None and list(m.get("feature_names", [])) != list(feature_names):
+        raise ModelBundleError(f"{root}: bundle feature schema differs from this hybridperf version; retrain or upgrade")
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    opts.log_severity_level = 3
+    sessions = {}
+    for name, digest in m["files"].items():
+        f = root / name
+        if not f.is_file():
+            raise ModelBundleError(f"{root}: file {name} listed in the manifest is missing")
+        if sha256_file(f) != digest:
+            raise ModelBundleError(f"{root}: {name} does not match its sha256 in the manifest (tampered or corrupt)")
+        if name.endswith(".onnx"):
+            try:
+                sessions[name] = ort.InferenceSession(str(f), sess_options=opts, providers=["CPUExecutionProvider"])
+            except Exception as e:  # onnxruntime raises its own exception types
+                raise ModelBundleError(f"{root}: {name} is not a loadable ONNX model ({str(e).splitlines()[0]})") from None
+    return Bundle(path=root, manifest=m, sessions=sessions)
+
+
+def write_manifest(root: Path, manifest: dict) -> None:
+    """Fill in the sha256 of every listed file and write manifest.json."""
+    manifest = dict(manifest)
+    manifest["format"] = FORMAT
+    manifest["format_version"] = FORMAT_VERSION
+    manifest["files"] = {name: sha256_file(root / name) for name in sorted(manifest["files"])}
+    (root / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
