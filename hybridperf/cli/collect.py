@@ -1,0 +1,45 @@
+"""`hybridperf collect`: measure kernel latencies on this machine (see hybridperf.datasets.collector).
+
+    hybridperf collect --shapes SHAPES.csv --out X.csv [--ops bmm,linear,...] [--device cuda|cpu]
+                       [--warmup 5] [--repeats 25] [--fastest 5] [--dtype float32]
+
+The output is valid both as `predict-kernels --calibration` input and as training data.
+torch is imported only when the command runs.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+
+def collect(
+    shapes: Path = typer.Option(..., "--shapes", help="CSV of shapes: OPName (optional with --ops), B,M,N,K for bmm/linear, B,H for the others"),
+    out: Path = typer.Option(..., "--out", help="output CSV (canonical columns + OPName, Latency, Device)"),
+    ops: Optional[str] = typer.Option(None, "--ops", help="comma-separated ops, e.g. bmm,linear,add,softmax,ln"),
+    device: Optional[str] = typer.Option(None, "--device", help="cuda or cpu (default: cuda when available)"),
+    warmup: int = typer.Option(5, "--warmup", help="untimed calls before timing"),
+    repeats: int = typer.Option(25, "--repeats", help="timed calls per kernel"),
+    fastest: int = typer.Option(5, "--fastest", help="Latency = mean of this many fastest calls"),
+    dtype: str = typer.Option("float32", "--dtype", help="float32, float16, bfloat16 or float64"),
+    quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
+) -> None:
+    """Measure kernels on this machine the way NeuSight measured its data set (mean of the fastest calls)."""
+    from hybridperf.datasets.collector import collect_kernels, collect_to_csv
+
+    op_list = [o.strip() for o in ops.split(",") if o.strip()] if ops else None
+    df = collect_to_csv(shapes, out, ops=op_list, device=device, warmup=warmup, repeats=repeats,
+                        fastest=fastest, dtype=dtype, progress=not quiet)
+    console = Console(stderr=True)
+    skipped = collect_kernels.last_report
+    if skipped:
+        console.print(f"skipped {len(skipped)} shapes: {'; '.join(skipped[:3])}", soft_wrap=True,
+                      highlight=False, markup=False)
+    console.print(f"wrote {len(df)} kernels measured on {df['Device'].iloc[0]} to {out}", highlight=False,
+                  markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("collect")(collect)

@@ -1,0 +1,119 @@
+"""The local kernel collector and `hybridperf collect`."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from hybridperf.cli import collect as collect_cli
+from hybridperf.datasets.collector import collect_kernels, fastest_mean, load_shapes
+from hybridperf.datasets.schema import COLUMNS, canonicalize, validate
+from hybridperf.errors import InputError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_load_shapes_with_opname(tmp_path):
+    f = _write(tmp_path / "s.csv", "OPName,B,M,N,K,H\nbmm,2,4,4,4,\nln,3,,,,16\nadd,3,,,,16\n")
+    s = load_shapes(f)
+    assert s["op"].tolist() == ["bmm", "ln", "add"]
+    assert load_shapes(f, ops=["ln"])["op"].tolist() == ["ln"]
+
+
+def test_load_shapes_expands_ops_without_opname(tmp_path):
+    f = _write(tmp_path / "s.csv", "B,M,N,K,H\n2,4,4,4,32\n8,,,,64\n")
+    s = load_shapes(f, ops=["linear", "softmax"])
+    assert sorted(s["op"]) == ["linear", "softmax", "softmax"]
+    lin = s[s.op == "linear"].iloc[0]
+    assert (lin.B, lin.M, lin.N, lin.K) == (2, 4, 4, 4) and np.isnan(lin.H)
+    assert s[s.op == "softmax"]["M"].isna().all()  # unused shape fields are NaN
+    with pytest.raises(InputError, match="--ops"):
+        load_shapes(f)
+
+
+def test_load_shapes_bad_row_names_line(tmp_path):
+    f = _write(tmp_path / "s.csv", "OPName,B,H\nadd,4,8\nadd,0,8\n")
+    with pytest.raises(InputError, match=r"s\.csv:3:"):
+        load_shapes(f)
+    with pytest.raises(InputError, match="no such"):
+        load_shapes(tmp_path / "missing.csv")
+
+
+def test_fastest_mean():
+    assert fastest_mean([5, 1, 3, 2, 4], 2) == 1.5
+    assert fastest_mean([2.0], 5) == 2.0
+
+
+def test_missing_torch_is_one_line_input_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
+    shapes = pd.DataFrame({"op": ["add"], "B": [2], "M": [np.nan], "N": [np.nan], "K": [np.nan], "H": [4]})
+    with pytest.raises(InputError, match=r"pip install torch==2\.13\.0") as e:
+        collect_kernels(shapes, device="cpu", progress=False)
+    assert "\n" not in str(e.value)
+
+
+def test_argument_checks():
+    shapes = pd.DataFrame({"op": ["add"], "B": [2], "M": [np.nan], "N": [np.nan], "K": [np.nan], "H": [4]})
+    with pytest.raises(InputError, match="--fastest"):
+        collect_kernels(shapes, repeats=3, fastest=5, progress=False)
+    with pytest.raises(InputError, match="--dtype"):
+        collect_kernels(shapes, dtype="int4", progress=False)
+
+
+def test_modules_do_not_import_torch():
+    code = ("import sys, hybridperf.datasets.collector, hybridperf.cli.collect, hybridperf.cli.data; "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_tiny_cpu_collection(tmp_path):
+    pytest.importorskip("torch")
+    f = _write(tmp_path / "s.csv", "OPName,B,M,N,K,H\nbmm,2,8,8,8,\nlinear,1,8,16,16,\nln,4,,,,32\n")
+    df = collect_kernels(load_shapes(f), device="cpu", warmup=1, repeats=3, fastest=2, progress=False)
+    validate(df)
+    assert list(df.columns[: len(COLUMNS)]) == list(COLUMNS)
+    assert df["op"].tolist() == ["bmm", "linear", "ln"]
+    assert (df["latency_ms"] > 0).all() and (df["Latency"] == df["latency_ms"]).all()
+    assert (df["OPName"] == df["op"]).all() and df["Device"].iloc[0] == df["device"].iloc[0] != ""
+    assert set(df["dtype"]) == {"fp32"}
+
+
+def test_collect_cli_output_is_valid_training_and_calibration_input(tmp_path):
+    pytest.importorskip("torch")
+    f = _write(tmp_path / "s.csv", "OPName,B,M,N,K,H\nbmm,2,8,8,8,\nadd,4,,,,32\n")
+    out = tmp_path / "out.csv"
+    app = typer.Typer()
+
+    @app.callback()
+    def _root():
+        pass
+
+    collect_cli.register(app)
+    res = CliRunner().invoke(app, ["collect", "--shapes", str(f), "--out", str(out), "--device", "cpu",
+                                   "--warmup", "1", "--repeats", "3", "--fastest", "2", "--quiet"])
+    assert res.exit_code == 0, res.output
+    back = pd.read_csv(out)
+    assert {"OPName", "Latency", "Device", *COLUMNS} <= set(back.columns)
+    again = canonicalize(back, source=str(out), require_latency=True)  # re-reads as a canonical table
+    assert len(again) == 2 and (again["latency_ms"] > 0).all()
+    # NeuSight-style view only (what a calibration file holds)
+    neu = back[["OPName", "B", "M", "N", "K", "H", "Latency", "Device"]]
+    assert len(canonicalize(neu, require_latency=True)) == 2
+
+
+def test_example_shapes_file_parses():
+    s = load_shapes(REPO / "examples" / "shapes_tiny.csv")
+    assert {"bmm", "linear", "add", "softmax", "ln"} <= set(s["op"])
+    assert len(s) <= 12
