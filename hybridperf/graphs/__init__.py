@@ -1,0 +1,23 @@
+"""Whole-model op graphs of Hugging Face transformers and their latency composition.
+
+    from hybridperf.graphs import predict_model, sweep
+    predict_model("gpt2_large.json", batch=4, seq=1024, mode="inf", device="NVIDIA H100 80GB HBM3")
+    # {"e2e_ms": ..., "lo_ms": ..., "hi_ms": ..., "fw_ms": ..., "bw_ms": 0.0}
+"""
+from hybridperf.graphs.compose import (
+    ModelPrediction,
+    compose,
+    predict_model,
+    predict_model_detail,
+    resolve_predictor,
+    sweep,
+)
+from hybridperf.graphs.config import SUPPORTED_MODEL_TYPES, ModelConfig, load_config
+from hybridperf.graphs.kernels import Block, ModelGraph, build_graph, layer_gemms
+from hybridperf.graphs.plot import plot_latency_vs_batch
+
+__all__ = [
+    "SUPPORTED_MODEL_TYPES", "Block", "ModelConfig", "ModelGraph", "ModelPrediction", "build_graph", "compose",
+    "layer_gemms", "load_config", "plot_latency_vs_batch", "predict_model", "predict_model_detail",
+    "resolve_predictor", "sweep",
+]

@@ -1,0 +1,204 @@
+"""Whole-model latency: predict every kernel of the graph in one batch, then compose.
+
+    e2e = exp(log_bias[mode]) * sum_k pred_k * repeats_k
+
+`pred_k` comes from the kernel `Predictor` (prior x learned residual) for vocabulary ops and from
+`hybridperf.graphs.misc` for the rest. Python-only nodes of the traced graph (size, view, permute,
+getitem, eval-mode dropout) launch no kernel and overlap with GPU work in a real run: they are left out.
+`log_bias` is a per-mode scalar fitted on held-out devices (`hybridperf.graphs.calibration`).
+
+Interval: errors of kernels inside one model are strongly correlated (the same GEMM shapes repeat
+in every layer, and a device the kernel model misjudges is misjudged for all of them), so kernel
+intervals are combined as the time-share-weighted mean of their log half-widths, never as
+independent sums. When the calibration holds model-level residual quantiles (leave-one-device-out),
+those are used instead, widened by the time-weighted out-of-range score of the kernels.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from hybridperf.devices import DeviceSpec, get_device
+from hybridperf.errors import InputError, ModelBundleError
+from hybridperf.graphs.calibration import CALIBRATION
+from hybridperf.graphs.kernels import ModelGraph, build_graph
+from hybridperf.graphs.misc import MISC_LOG_HALF_WIDTH, misc_latency_ms
+from hybridperf.predictor import Predictor, shipped_models_dir
+
+GROUPS = ("linear", "bmm", "elementwise", "softmax", "layernorm", "embedding", "memory")
+OOD_WIDEN = 0.25
+
+
+def predictor_kind(predictor: Predictor) -> str:
+    return "bundle" if predictor.bundle is not None else "prior"
+
+
+def resolve_predictor(model_bundle: str | Path | None = None, prior_only: bool = False,
+                      warn: bool = True) -> Predictor:
+    """The kernel predictor to use: `--prior-only`, an explicit bundle, else the shipped bundle when
+    `exported_models/kernels/manifest.json` exists, else the prior alone (with a warning on stderr)."""
+    if prior_only:
+        return Predictor.prior_only()
+    if model_bundle is not None:
+        p = Path(model_bundle)
+        if not (p / "manifest.json").is_file() and (p / "kernels" / "manifest.json").is_file():
+            p = p / "kernels"
+        return Predictor.load(p)
+    shipped = shipped_models_dir() / "kernels"
+    if (shipped / "manifest.json").is_file():
+        try:
+            return Predictor.load(shipped)
+        except ModelBundleError as e:
+            if warn:
+                print(f"warning: shipped kernel bundle unusable ({e}); using the analytical prior only",
+                      file=sys.stderr)
+            return Predictor.prior_only()
+    if warn:
+        print("warning: no trained kernel bundle found; using the analytical prior only", file=sys.stderr)
+    return Predictor.prior_only()
+
+
+@dataclass
+class ModelPrediction:
+    """Per-kernel predictions of one graph plus the composed totals."""
+
+    graph: ModelGraph
+    kernels: pd.DataFrame  # kernel_table() + pred_ms, lo_ms, hi_ms, ood, total_ms (= pred x count)
+    e2e_ms: float
+    lo_ms: float
+    hi_ms: float
+    fw_ms: float
+    bw_ms: float
+    log_bias: float
+    kind: str
+
+    def to_dict(self) -> dict:
+        return {"e2e_ms": self.e2e_ms, "lo_ms": self.lo_ms, "hi_ms": self.hi_ms, "fw_ms": self.fw_ms,
+                "bw_ms": self.bw_ms}
+
+    def breakdown(self) -> pd.DataFrame:
+        """Time (ms, after the composition correction) and share per op group and phase."""
+        k = self.kernels
+        scale = float(np.exp(self.log_bias))
+        t = (k.assign(ms=k["total_ms"] * scale).pivot_table(index="group", columns="phase", values="ms",
+                                                             aggfunc="sum", fill_value=0.0))
+        for ph in ("fw", "bw", "acc"):
+            if ph not in t.columns:
+                t[ph] = 0.0
+        t = t[["fw", "bw", "acc"]]
+        t["total"] = t.sum(axis=1)
+        t["share"] = t["total"] / max(t["total"].sum(), 1e-12)
+        order = [g for g in GROUPS if g in t.index] + [g for g in t.index if g not in GROUPS]
+        return t.loc[order].rename_axis("group").reset_index()
+
+
+def predict_kernels_of(graph: ModelGraph, device: DeviceSpec, predictor: Predictor) -> pd.DataFrame:
+    """The graph's kernel table with pred_ms/lo_ms/hi_ms/ood per row (one predictor call)."""
+    tab = graph.kernel_table().reset_index(drop=True)
+    is_misc = tab["op"].str.startswith("misc:").to_numpy()
+    pred = np.zeros(len(tab))
+    lo = np.zeros(len(tab))
+    hi = np.zeros(len(tab))
+    ood = np.zeros(len(tab))
+    vi = np.flatnonzero(~is_misc)
+    if len(vi):
+        q = tab.iloc[vi]
+        req = pd.DataFrame({"OPName": q["op"].to_numpy(), "B": q["B"].to_numpy(np.float64),
+                            "M": q["M"].to_numpy(np.float64), "N": q["N"].to_numpy(np.float64),
+                            "K": q["K"].to_numpy(np.float64), "H": q["H"].to_numpy(np.float64),
+                            "dtype": "fp32"})
+        gemm = q["op"].isin(("linear", "bmm")).to_numpy()
+        req.loc[gemm, "H"] = np.nan
+        req.loc[~gemm, ["M", "N", "K"]] = np.nan
+        out = predictor.predict(req, device)
+        pred[vi] = out["pred_ms"].to_numpy()
+        lo[vi] = out["lo_ms"].to_numpy()
+        hi[vi] = out["hi_ms"].to_numpy()
+        ood[vi] = out["ood"].to_numpy()
+    mi = np.flatnonzero(is_misc)
+    if len(mi):
+        kinds = [s.split(":", 1)[1] for s in tab["op"].iloc[mi]]
+        m = misc_latency_ms(kinds, tab["nbytes"].iloc[mi].to_numpy(), device)
+        pred[mi] = m
+        lo[mi] = m * np.exp(-MISC_LOG_HALF_WIDTH)
+        hi[mi] = m * np.exp(MISC_LOG_HALF_WIDTH)
+    tab["pred_ms"] = pred
+    tab["lo_ms"] = lo
+    tab["hi_ms"] = hi
+    tab["ood"] = ood
+    tab["total_ms"] = pred * tab["count"].to_numpy()
+    return tab
+
+
+def compose(graph: ModelGraph, device, predictor: Predictor, correction: bool = True,
+            calibration: dict | None = None) -> ModelPrediction:
+    """Predict and compose one graph on `device`."""
+    dev = get_device(device)
+    tab = predict_kernels_of(graph, dev, predictor)
+    kind = predictor_kind(predictor)
+    cal = (CALIBRATION if calibration is None else calibration).get(kind, {}).get(graph.mode, {})
+    log_bias = float(cal.get("log_bias", 0.0)) if correction else 0.0
+    scale = float(np.exp(log_bias))
+    total = tab["total_ms"].to_numpy()
+    fw = float(total[tab["phase"].to_numpy() == "fw"].sum()) * scale
+    bw = float(total[tab["phase"].to_numpy() != "fw"].sum()) * scale
+    e2e = fw + bw
+    w = total / max(total.sum(), 1e-300)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        l_k = np.where(tab["pred_ms"] > 0, np.log(tab["lo_ms"] / tab["pred_ms"]), 0.0)
+        u_k = np.where(tab["pred_ms"] > 0, np.log(tab["hi_ms"] / tab["pred_ms"]), 0.0)
+    ood = float(np.sum(w * tab["ood"].to_numpy()))
+    if correction and "q_lo" in cal and "q_hi" in cal:
+        widen = 1.0 + OOD_WIDEN * ood
+        q_lo, q_hi = float(cal["q_lo"]) * widen, float(cal["q_hi"]) * widen
+    else:
+        q_lo, q_hi = float(np.sum(w * l_k)), float(np.sum(w * u_k))
+    q_lo, q_hi = min(q_lo, 0.0), max(q_hi, 0.0)
+    return ModelPrediction(graph=graph, kernels=tab, e2e_ms=e2e, lo_ms=e2e * float(np.exp(q_lo)),
+                           hi_ms=e2e * float(np.exp(q_hi)), fw_ms=fw, bw_ms=bw, log_bias=log_bias, kind=kind)
+
+
+def predict_model_detail(config, batch: int, seq: int, mode: str = "inf", device="NVIDIA H100 80GB HBM3",
+                         predictor: Predictor | None = None, correction: bool = True) -> ModelPrediction:
+    """Like `predict_model`, returning the full `ModelPrediction` (kernel table, breakdown)."""
+    graph = build_graph(config, batch, seq, mode)
+    dev = get_device(device)
+    pred = predictor if predictor is not None else resolve_predictor()
+    return compose(graph, dev, pred, correction=correction)
+
+
+def predict_model(config, batch: int, seq: int, mode: str = "inf", device="NVIDIA H100 80GB HBM3",
+                  predictor: Predictor | None = None, correction: bool = True) -> dict:
+    """Whole-model latency (ms) of one forward (`inf`) or forward+backward (`train`) pass.
+
+    `config`: path to a HF config.json, a parsed dict, or a `ModelConfig`. Returns
+    {"e2e_ms", "lo_ms", "hi_ms", "fw_ms", "bw_ms"} (bw_ms = 0 for inf; [lo, hi] a 90% interval).
+    `predictor=None` uses the shipped kernel bundle when present, else the analytical prior.
+    """
+    return predict_model_detail(config, batch, seq, mode, device, predictor, correction).to_dict()
+
+
+def sweep(config, batches, seqs, mode: str = "inf", device="NVIDIA H100 80GB HBM3",
+          predictor: Predictor | None = None) -> pd.DataFrame:
+    """Predictions over the grid batches x seqs: columns batch, seq, mode, device, e2e/lo/hi/fw/bw_ms."""
+    from hybridperf.graphs.config import load_config
+
+    cfg = load_config(config)
+    dev = get_device(device)
+    pred = predictor if predictor is not None else resolve_predictor()
+    if isinstance(batches, (int, np.integer)):
+        batches = [batches]
+    if isinstance(seqs, (int, np.integer)):
+        seqs = [seqs]
+    if not len(batches) or not len(seqs):
+        raise InputError("sweep needs at least one batch size and one sequence length")
+    rows = []
+    for s in seqs:
+        for b in batches:
+            r = compose(build_graph(cfg, b, s, mode), dev, pred).to_dict()
+            rows.append({"batch": int(b), "seq": int(s), "mode": mode, "device": dev.name, **r})
+    return pd.DataFrame(rows)

@@ -1,0 +1,155 @@
+"""Hugging Face `config.json` -> `ModelConfig`, the few numbers the kernel enumerator needs.
+
+Supported `model_type`s (the architectures of NeuSight's DLmodel_configs):
+
+    gpt2                 GPT2LMHeadModel (also the artifact's "GPT-3" xl/2.7B/6.7B/13B configs: GPT-2 style,
+                         Conv1D projections = addmm, fused QKV, gelu_new as 8 eager kernels)
+    gpt_neo              GPT-Neo style (separate q/k/v Linear without bias, no attention scaling)
+    bert                 BERT with an MLM head (pooler + NSP head as NeuSight traced it)
+    opt                  OPTForCausalLM (separate q/k/v Linear, pre-LN, ReLU)
+    switch_transformers  Switch Transformer encoder-decoder with top-1 MoE every `*_sparse_step` layers
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hybridperf.errors import InputError
+
+SUPPORTED_MODEL_TYPES = ("gpt2", "gpt_neo", "bert", "opt", "switch_transformers")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Architecture numbers of one transformer, normalised across HF families."""
+
+    family: str  # one of SUPPORTED_MODEL_TYPES
+    hidden: int
+    heads: int
+    layers: int
+    ffn: int
+    vocab: int
+    head_dim: int
+    activation: str = "gelu"  # gelu | gelu_new | relu
+    max_positions: int = 0
+    # encoder-decoder / MoE (switch_transformers)
+    decoder_layers: int = 0
+    num_experts: int = 0
+    expert_capacity: int = 0
+    encoder_sparse_step: int = 0
+    decoder_sparse_step: int = 0
+    name: str = ""
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def attn_dim(self) -> int:
+        """Width of the attention projections (heads x head_dim; equals hidden except for T5-style models)."""
+        return self.heads * self.head_dim
+
+    @property
+    def total_layers(self) -> int:
+        return self.layers + self.decoder_layers
+
+
+def _get(d: dict, *keys, default=None):
+    for k in keys:
+        if k in d and d[k] is not None:
+            return d[k]
+    return default
+
+
+def _pos_int(value, key: str, source: str) -> int:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and float(value).is_integer()
+    if not ok or int(value) < 1:
+        raise InputError(f"{source}: config field {key!r} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def config_from_dict(d: dict, source: str = "config") -> ModelConfig:
+    """Build a `ModelConfig` from a parsed HF config dict; InputError on unsupported or incomplete ones."""
+    if not isinstance(d, dict):
+        raise InputError(f"{source}: expected a JSON object, got {type(d).__name__}")
+    mt = str(d.get("model_type", "")).strip().lower().replace("-", "_")
+    if not mt:
+        raise InputError(f"{source}: no 'model_type' in the config")
+    if mt not in SUPPORTED_MODEL_TYPES:
+        raise InputError(f"{source}: unsupported model_type {mt!r}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
+
+    def need(key_names, what):
+        v = _get(d, *key_names)
+        if v is None:
+            raise InputError(f"{source}: missing {what} (one of {', '.join(key_names)})")
+        return _pos_int(v, key_names[0], source)
+
+    name = Path(source).stem if source != "config" else ""
+    vocab = need(("vocab_size",), "vocab size")
+    if mt in ("gpt2", "gpt_neo"):
+        hidden = need(("n_embd", "hidden_size"), "hidden size")
+        heads = need(("n_head", "num_heads", "num_attention_heads"), "head count")
+        layers = need(("n_layer", "num_layers", "num_hidden_layers"), "layer count")
+        inner = _get(d, "n_inner", "intermediate_size")
+        ffn = _pos_int(inner, "n_inner", source) if inner else 4 * hidden
+        act = str(_get(d, "activation_function", default="gelu_new"))
+        maxpos = int(_get(d, "n_positions", "max_position_embeddings", default=0) or 0)
+    elif mt == "bert":
+        hidden = need(("hidden_size",), "hidden size")
+        heads = need(("num_attention_heads",), "head count")
+        layers = need(("num_hidden_layers",), "layer count")
+        ffn = need(("intermediate_size",), "intermediate size")
+        act = str(_get(d, "hidden_act", default="gelu"))
+        maxpos = int(_get(d, "max_position_embeddings", default=512) or 0)
+    elif mt == "opt":
+        hidden = need(("hidden_size",), "hidden size")
+        heads = need(("num_attention_heads",), "head count")
+        layers = need(("num_hidden_layers",), "layer count")
+        ffn = need(("ffn_dim",), "ffn_dim")
+        act = str(_get(d, "activation_function", default="relu"))
+        maxpos = int(_get(d, "max_position_embeddings", default=2048) or 0)
+        proj = _get(d, "word_embed_proj_dim")
+        if proj is not None and int(proj) != hidden:
+            # OPT-350m style project_in/project_out: not modelled (none of the artifact's models use it)
+            pass
+    else:  # switch_transformers
+        hidden = need(("d_model",), "d_model")
+        heads = need(("num_heads",), "num_heads")
+        layers = need(("num_layers",), "num_layers")
+        ffn = need(("d_ff",), "d_ff")
+        act = str(_get(d, "dense_act_fn", "feed_forward_proj", default="relu"))
+        maxpos = 0
+        head_dim = need(("d_kv",), "d_kv")
+        return ModelConfig(
+            family=mt, hidden=hidden, heads=heads, layers=layers, ffn=ffn, vocab=vocab, head_dim=head_dim,
+            activation=act, max_positions=maxpos,
+            decoder_layers=_pos_int(_get(d, "num_decoder_layers", default=layers), "num_decoder_layers", source),
+            num_experts=_pos_int(_get(d, "num_experts", default=8), "num_experts", source),
+            expert_capacity=_pos_int(_get(d, "expert_capacity", default=64), "expert_capacity", source),
+            encoder_sparse_step=int(_get(d, "encoder_sparse_step", default=2) or 0),
+            decoder_sparse_step=int(_get(d, "decoder_sparse_step", default=2) or 0),
+            name=name, raw=d,
+        )
+    if hidden % heads:
+        raise InputError(f"{source}: hidden size {hidden} is not divisible by {heads} heads")
+    return ModelConfig(family=mt, hidden=hidden, heads=heads, layers=layers, ffn=ffn, vocab=vocab,
+                       head_dim=hidden // heads, activation=act, max_positions=maxpos, name=name, raw=d)
+
+
+def load_config(config) -> ModelConfig:
+    """A `ModelConfig` from a path to a HF config.json, a dict, or a `ModelConfig` (returned as is)."""
+    if isinstance(config, ModelConfig):
+        return config
+    if isinstance(config, dict):
+        return config_from_dict(config)
+    if not isinstance(config, (str, Path)):
+        raise InputError(f"config must be a path, a dict or a ModelConfig, got {type(config).__name__}")
+    path = Path(config)
+    if not path.is_file():
+        raise InputError(f"config file not found: {path}")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            d = json.load(fh)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: malformed JSON ({e.msg} at line {e.lineno})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: cannot read ({e})") from None
+    return config_from_dict(d, source=str(path))

@@ -1,0 +1,408 @@
+"""Enumerate the GPU kernels one training step or forward pass of a HF transformer launches.
+
+Semantics follow NeuSight's labels: eager fp32 PyTorch, HF `transformers` eager attention, batch B of
+sequences of length S; `inf` = one forward under no_grad in eval mode (dropout launches nothing),
+`train` = forward + backward (dropout active), gradients accumulated into `.grad` (the label's
+`bwall_latency` = backward + accumulation), no optimizer step.
+
+Kernels are mapped onto hybridperf's op vocabulary (bmm, linear, elementwise, softmax, ln) whenever
+one of them streams the same tensors. The rest are `misc:<kind>` rows with an explicit byte count
+that `hybridperf.graphs.misc` turns into an analytic memory-bound estimate:
+
+    misc:gather        embedding lookup: read the selected rows + indices, write the output
+    misc:embedding_bw  embedding backward: zero the (V, h) gradient + scatter-add the token grads
+    misc:copy          .contiguous()/.reshape() of a permuted tensor: strided read + write
+    misc:reduce        a reduction (bias gradient = sum over tokens, T5 LayerNorm variance): read once
+    misc:mask          building attention masks / position ids (arange, full, cumsum, masked_fill, ...)
+    misc:route         MoE routing bookkeeping (argmax, one_hot, cumsum, capacity mask, max)
+    misc:index         boolean-mask gather/scatter of the tokens routed to one expert
+
+Mappings onto the vocabulary (each is a documented approximation):
+    causal `where(mask, x, min)`, OPT's `max(x, min)`, a broadcast mask add  -> addu on the same shape
+    (they stream x once in and once out; the broadcast mask stays in L2)
+    dropout (train)                                  -> mul (reads x, writes y and the mask)
+    backward of a unary op (relu, gelu, tanh, mulu)  -> mul (reads grad and the saved tensor)
+    backward of softmax / LayerNorm over H           -> softmax / ln over 2H (~2x the bytes)
+    backward of a GEMM                               -> two GEMMs of the same FLOPs (dX and dW)
+    gradient accumulation of a parameter             -> add over the parameter's elements
+
+A model is a list of `Block`s (embeddings, repeated layer types, head), each a forward kernel list
+with a repeat `count`; pipeline or tensor parallel variants can partition or rescale blocks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from hybridperf.errors import InputError
+from hybridperf.graphs.config import ModelConfig, load_config
+from hybridperf.ops import OP_CLASS
+
+F32 = 4
+KERNEL_COLUMNS = ("block", "name", "op", "B", "M", "N", "K", "H", "nbytes", "phase", "count", "group")
+MODES = ("inf", "train")
+
+
+def _k(name, op, B=1, M=0, N=0, K=0, H=0, nbytes=0.0, params=0, bias=False, tag=""):
+    return {"name": name, "op": op, "B": int(B), "M": int(M), "N": int(N), "K": int(K), "H": int(H),
+            "nbytes": float(nbytes), "params": int(params), "bias": bool(bias), "tag": tag}
+
+
+def linear(name, tokens, n_in, n_out, bias=True):
+    """nn.Linear / Conv1D (addmm) over `tokens` rows: NeuSight's linear (B=1, M=tokens, N=n_in, K=n_out)."""
+    return _k(name, "linear", 1, tokens, n_in, n_out, params=n_in * n_out + (n_out if bias else 0), bias=bias)
+
+
+def bmm(name, b, m, n, k):
+    return _k(name, "bmm", b, m, n, k)
+
+
+def vec(name, op, rows, h, tag=""):
+    return _k(name, op, rows, H=h, tag=tag)
+
+
+def ln(name, rows, h):
+    return _k(name, "ln", rows, H=h, params=2 * h)
+
+
+def misc(name, kind, nbytes):
+    return _k(name, f"misc:{kind}", nbytes=nbytes)
+
+
+def gather(name, tokens, h, table_rows):
+    return _k(name, "misc:gather", H=h, nbytes=(2 * tokens * h + tokens * 2) * F32, params=table_rows * h)
+
+
+@dataclass
+class Block:
+    """A run of kernels repeated `count` times (one transformer layer type, or the embeddings/head)."""
+
+    name: str
+    count: int
+    kernels: list = field(default_factory=list)
+    kind: str = "layer"  # pre | layer | post
+
+
+@dataclass
+class ModelGraph:
+    config: ModelConfig
+    batch: int
+    seq: int
+    mode: str
+    blocks: list
+
+    def kernel_table(self) -> pd.DataFrame:
+        """One row per distinct kernel of each block and phase (fw, bw, acc), with its repeat `count`."""
+        rows = []
+        for blk in self.blocks:
+            for k in blk.kernels:
+                rows.append({**k, "block": blk.name, "phase": "fw", "count": blk.count})
+            if self.mode == "train":
+                for k in blk.kernels:
+                    for r in backward_kernels(k):
+                        rows.append({**r, "block": blk.name, "phase": "bw", "count": blk.count})
+                    for r in accumulation_kernels(k):
+                        rows.append({**r, "block": blk.name, "phase": "acc", "count": blk.count})
+        df = pd.DataFrame(rows)
+        df["group"] = [kernel_group(op) for op in df["op"]]
+        return df.loc[:, list(KERNEL_COLUMNS)]
+
+    @property
+    def num_layers(self) -> int:
+        return sum(b.count for b in self.blocks if b.kind == "layer")
+
+
+def kernel_group(op: str) -> str:
+    """Breakdown class of a kernel: our op classes, or 'embedding' / 'memory' for the misc kernels."""
+    if op.startswith("misc:"):
+        return "embedding" if op in ("misc:gather", "misc:embedding_bw") else "memory"
+    return OP_CLASS[op]
+
+
+# ----------------------------------------------------------------------------------------------------
+# backward and gradient accumulation
+# ----------------------------------------------------------------------------------------------------
+
+def backward_kernels(k: dict) -> list:
+    """Kernels of the backward of forward kernel `k` (see the module docstring for the rules)."""
+    op, n, tag = k["op"], k["name"], k.get("tag", "")
+    if tag == "dropout":  # grad * mask * scale
+        return [vec(n + ".bw", "mul", k["B"], k["H"])]
+    if tag == "where":  # where(mask, grad, 0)
+        return [vec(n + ".bw", "addu", k["B"], k["H"])]
+    if tag == "nll":  # zero-filled (tokens, V) gradient with one scatter
+        return [misc(n + ".bw", "copy", k["B"] * k["H"] * F32)]
+    if op == "linear":
+        M, N, K = k["M"], k["N"], k["K"]
+        out = [_k(n + ".dX", "linear", 1, M, K, N), _k(n + ".dW", "linear", 1, K, M, N)]
+        if k["bias"]:
+            out.append(misc(n + ".db", "reduce", M * K * F32))
+        return out
+    if op == "bmm":
+        B, M, N, K = k["B"], k["M"], k["N"], k["K"]
+        return [_k(n + ".dA", "bmm", B, M, K, N), _k(n + ".dB", "bmm", B, N, M, K)]
+    if op in ("softmax", "ln"):
+        return [_k(n + ".bw", op, k["B"], H=2 * k["H"])]
+    if op in ("add", "addu"):
+        return []  # the gradient passes through
+    if op in ("mulu", "divu"):
+        return [vec(n + ".bw", "mulu", k["B"], k["H"])]
+    if op == "powu":
+        return [vec(n + ".bw", "powu", k["B"], k["H"]), vec(n + ".bw2", "mul", k["B"], k["H"])]
+    if op in ("mul", "div", "pow"):
+        return [vec(n + ".bw", "mul", k["B"], k["H"]), vec(n + ".bw2", "mul", k["B"], k["H"])]
+    if op in ("relu", "gelu", "tanh"):
+        return [vec(n + ".bw", "mul", k["B"], k["H"])]
+    if op == "misc:gather":
+        tokens_h = (k["nbytes"] / F32) / 2.0
+        return [misc(n + ".bw", "embedding_bw", k["params"] * F32 + 3 * tokens_h * F32)]
+    if op == "misc:reduce":
+        return [misc(n + ".bw", "copy", 2 * k["nbytes"])]
+    if op == "misc:index":
+        return [misc(n + ".bw", "index", k["nbytes"])]
+    return []  # copies, masks and routing: no gradient kernels (views / integer tensors)
+
+
+def accumulation_kernels(k: dict) -> list:
+    """`.grad += g` for the parameters kernel `k` owns (one add over the parameter's elements)."""
+    p = k.get("params", 0)
+    if not p:
+        return []
+    if k["op"] == "linear":
+        out = [vec(k["name"] + ".acc_w", "add", k["K"], k["N"])]
+        if k["bias"]:
+            out.append(vec(k["name"] + ".acc_b", "add", 1, k["K"]))
+        return out
+    if k["op"] == "ln":
+        return [vec(k["name"] + ".acc_g", "add", 1, k["H"]), vec(k["name"] + ".acc_b", "add", 1, k["H"])]
+    if k["op"] == "misc:gather":
+        h = max(k["H"], 1)
+        return [vec(k["name"] + ".acc", "add", max(p // h, 1), h)]
+    return [vec(k["name"] + ".acc", "add", 1, p)]
+
+
+# ----------------------------------------------------------------------------------------------------
+# families
+# ----------------------------------------------------------------------------------------------------
+
+def _attention_core(p, B, S, heads, hd, train, scale_op, mask_op, q_copy=False, kv_copies=0, S_kv=None):
+    """QK^T, scale, mask, softmax, dropout, AV, head merge: shared by every family."""
+    S_kv = S if S_kv is None else S_kv
+    bh = B * heads
+    tok = B * S
+    ks = []
+    for i in range(kv_copies):
+        ks.append(misc(f"{p}.kv_copy{i}", "copy", 2 * B * S_kv * heads * hd * F32))
+    if q_copy:
+        ks.append(misc(f"{p}.q_copy", "copy", 2 * tok * heads * hd * F32))
+    ks.append(bmm(f"{p}.qk", bh, S, hd, S_kv))
+    if scale_op:
+        ks.append(vec(f"{p}.scale", scale_op, bh * S, S_kv))
+    for i, op in enumerate(mask_op):  # (op, tag): tag 'where' has a backward kernel, a mask add none
+        op, tag = op if isinstance(op, tuple) else (op, "")
+        ks.append(vec(f"{p}.mask{i}", op, bh * S, S_kv, tag=tag))
+    ks.append(vec(f"{p}.softmax", "softmax", bh * S, S_kv))
+    if train:
+        ks.append(vec(f"{p}.attn_dropout", "mul", bh * S, S_kv, tag="dropout"))
+    ks.append(bmm(f"{p}.av", bh, S, S_kv, hd))
+    ks.append(misc(f"{p}.merge_heads", "copy", 2 * tok * heads * hd * F32))
+    return ks
+
+
+def _activation(p, act, tok, f):
+    act = act.lower()
+    if act in ("gelu_new", "gelu_pytorch_tanh_eager", "gelu_fast"):
+        # NewGELUActivation in eager: 0.5*x*(1+tanh(c*(x+0.044715*x^3))) = 8 kernels
+        return [vec(f"{p}.gelu_{i}", op, tok, f)
+                for i, op in enumerate(("mulu", "powu", "mulu", "add", "mulu", "tanh", "addu", "mul"))]
+    if act in ("relu",):
+        return [vec(f"{p}.relu", "relu", tok, f)]
+    if act in ("gelu", "gelu_python", "gelu_pytorch_tanh", "silu", "swish"):
+        return [vec(f"{p}.act", "gelu", tok, f)]
+    raise InputError(f"unsupported activation {act!r}")
+
+
+def _dropout(p, tok, h, train):
+    return [vec(p, "mul", tok, h, tag="dropout")] if train else []
+
+
+def _gpt2(cfg: ModelConfig, B, S, train) -> list:
+    h, f, V, tok = cfg.hidden, cfg.ffn, cfg.vocab, B * S
+    neo = cfg.family == "gpt_neo"
+    pre = [misc("arange", "mask", S * 8), gather("wte", tok, h, V), gather("wpe", S, h, max(cfg.max_positions, S)),
+           vec("embed_add", "add", tok, h), *_dropout("embed_dropout", tok, h, train)]
+    L = [ln("ln_1", tok, h)]
+    if neo:
+        L += [linear("q_proj", tok, h, h, bias=False), linear("k_proj", tok, h, h, bias=False),
+              linear("v_proj", tok, h, h, bias=False)]
+    else:
+        L += [linear("c_attn", tok, h, 3 * h)]
+    L += _attention_core("attn", B, S, cfg.heads, cfg.head_dim, train,
+                         scale_op=None if neo else "divu", mask_op=(("addu", "where"),))
+    L += [linear("attn_proj", tok, h, h), *_dropout("resid_dropout", tok, h, train), vec("resid_add1", "add", tok, h),
+          ln("ln_2", tok, h), linear("c_fc", tok, h, f), *_activation("mlp", cfg.activation, tok, f),
+          linear("mlp_proj", tok, f, h), *_dropout("mlp_dropout", tok, h, train), vec("resid_add2", "add", tok, h)]
+    post = [ln("ln_f", tok, h), linear("lm_head", tok, h, V, bias=False)]
+    return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
+
+
+def _bert(cfg: ModelConfig, B, S, train) -> list:
+    h, f, V, tok = cfg.hidden, cfg.ffn, cfg.vocab, B * S
+    tt = int(cfg.raw.get("type_vocab_size", 2) or 2)
+    pre = [misc("ones_mask", "mask", B * S * F32), misc("ext_mask_sub", "mask", 2 * B * S * F32),
+           misc("ext_mask_mul", "mask", 2 * B * S * F32), gather("word_embeddings", tok, h, V),
+           gather("token_type_embeddings", tok, h, tt), vec("embed_add1", "add", tok, h),
+           gather("position_embeddings", S, h, max(cfg.max_positions, S)), vec("embed_add2", "add", tok, h),
+           ln("embed_ln", tok, h), *_dropout("embed_dropout", tok, h, train)]
+    L = [linear("query", tok, h, h), linear("key", tok, h, h), linear("value", tok, h, h)]
+    L += _attention_core("attn", B, S, cfg.heads, cfg.head_dim, train, scale_op="divu", mask_op=("addu",))
+    L += [linear("attn_out", tok, h, h), *_dropout("attn_out_dropout", tok, h, train), vec("resid_add1", "add", tok, h),
+          ln("attn_ln", tok, h), linear("intermediate", tok, h, f), *_activation("mlp", cfg.activation, tok, f),
+          linear("output", tok, f, h), *_dropout("out_dropout", tok, h, train), vec("resid_add2", "add", tok, h),
+          ln("out_ln", tok, h)]
+    post = [linear("pooler", B, h, h), vec("pooler_tanh", "tanh", B, h),
+            linear("transform", tok, h, h), *_activation("transform", cfg.activation, tok, h), ln("transform_ln", tok, h),
+            linear("decoder", tok, h, V), linear("seq_relationship", B, h, 2)]
+    return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
+
+
+def _opt(cfg: ModelConfig, B, S, train) -> list:
+    h, f, V, tok = cfg.hidden, cfg.ffn, cfg.vocab, B * S
+    pre = [gather("embed_tokens", tok, h, V), misc("causal_full", "mask", S * S * F32),
+           misc("causal_fill", "mask", 2 * S * S * F32)]
+    pre += [misc(f"mask_{i}", "mask", 2 * B * S * S * F32) for i in range(5)]  # sub, to, masked_fill, bool, masked_fill
+    pre += [misc(f"positions_{i}", "mask", 2 * B * S * 8) for i in range(6)]  # ones, long, cumsum, mul, sub, add
+    pre += [gather("embed_positions", tok, h, max(cfg.max_positions, S) + 2), vec("embed_add", "add", tok, h)]
+    L = [ln("self_attn_ln", tok, h), linear("q_proj", tok, h, h), vec("q_scale", "mulu", tok, h),
+         linear("k_proj", tok, h, h), linear("v_proj", tok, h, h)]
+    # k, v and q are each made contiguous after the head transpose (_shape(...).contiguous())
+    L += _attention_core("attn", B, S, cfg.heads, cfg.head_dim, train, scale_op=None, mask_op=("add", ("addu", "where")),
+                         q_copy=True, kv_copies=2)
+    L += [linear("out_proj", tok, h, h), *_dropout("attn_dropout_out", tok, h, train), vec("resid_add1", "add", tok, h),
+          ln("final_ln", tok, h), linear("fc1", tok, h, f), *_activation("mlp", cfg.activation, tok, f),
+          linear("fc2", tok, f, h), *_dropout("mlp_dropout", tok, h, train), vec("resid_add2", "add", tok, h)]
+    post = [ln("final_layer_norm", tok, h), linear("lm_head", tok, h, V, bias=False)]
+    return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
+
+
+def _t5_norm(p, tok, h):
+    """SwitchTransformersLayerNorm (RMS, eager): pow, mean, +eps, rsqrt, x*r, w*x."""
+    return [vec(f"{p}.pow", "powu", tok, h), misc(f"{p}.mean", "reduce", tok * h * F32),
+            misc(f"{p}.eps", "mask", 2 * tok * F32), misc(f"{p}.rsqrt", "mask", 2 * tok * F32),
+            vec(f"{p}.mul", "mul", tok, h), _k(f"{p}.weight", "mul", tok, H=h, params=h)]
+
+
+def _switch_ff(p, cfg, tok, train):
+    h, f = cfg.hidden, cfg.ffn
+    return [*_t5_norm(f"{p}.norm", tok, h), linear(f"{p}.wi", tok, h, f, bias=False),
+            *_activation(p, cfg.activation, tok, f), *_dropout(f"{p}.drop_act", tok, f, train),
+            linear(f"{p}.wo", tok, f, h, bias=False), *_dropout(f"{p}.dropout", tok, h, train),
+            vec(f"{p}.resid_add", "add", tok, h)]
+
+
+def _switch_moe(p, cfg, B, S, train):
+    h, f, E, tok = cfg.hidden, cfg.ffn, cfg.num_experts, B * S
+    # top-1 routing with a per-sequence capacity: each expert takes at most `expert_capacity` tokens of
+    # every sequence (HF's cumsum over the sequence), so ~B * min(capacity, S/E) tokens per expert
+    per_expert = B * min(cfg.expert_capacity, max(1, -(-S // E)))
+    ks = [*_t5_norm(f"{p}.norm", tok, h), linear(f"{p}.router", tok, h, E, bias=False),
+          vec(f"{p}.router_softmax", "softmax", tok, E)]
+    if train:
+        ks.append(misc(f"{p}.jitter", "route", 3 * tok * h * F32))
+    ks += [misc(f"{p}.route_{i}", "route", 4 * tok * E * 8) for i in range(5)]  # argmax, one_hot, cumsum, le, mul, max
+    ks.append(misc(f"{p}.clone", "copy", 2 * tok * h * F32))
+    for e in range(E):
+        ks += [misc(f"{p}.e{e}.gather", "index", (2 * per_expert * h + tok) * F32),
+               linear(f"{p}.e{e}.wi", per_expert, h, f, bias=False), *_activation(f"{p}.e{e}", cfg.activation, per_expert, f),
+               *_dropout(f"{p}.e{e}.drop_act", per_expert, f, train),
+               linear(f"{p}.e{e}.wo", per_expert, f, h, bias=False),
+               misc(f"{p}.e{e}.scatter", "index", (2 * per_expert * h + tok) * F32)]
+    ks += [vec(f"{p}.router_scale", "mul", tok, h), *_dropout(f"{p}.dropout", tok, h, train),
+           vec(f"{p}.resid_add", "add", tok, h)]
+    return ks
+
+
+def _switch_attn(p, cfg, B, S, train, S_kv=None, kv_tok=None):
+    h, tok, ad = cfg.hidden, B * S, cfg.attn_dim
+    kv_tok = tok if kv_tok is None else kv_tok
+    ks = [*_t5_norm(f"{p}.norm", tok, h), linear(f"{p}.q", tok, h, ad, bias=False),
+          linear(f"{p}.k", kv_tok, h, ad, bias=False), linear(f"{p}.v", kv_tok, h, ad, bias=False)]
+    ks += _attention_core(p, B, S, cfg.heads, cfg.head_dim, train, scale_op=None, mask_op=("addu",), S_kv=S_kv)
+    ks += [linear(f"{p}.o", tok, ad, h, bias=False), *_dropout(f"{p}.dropout", tok, h, train),
+           vec(f"{p}.resid_add", "add", tok, h)]
+    return ks
+
+
+def _switch(cfg: ModelConfig, B, S, train) -> list:
+    """Encoder-decoder with decoder length = encoder length = S (as NeuSight ran it)."""
+    h, V, tok, n = cfg.hidden, cfg.vocab, B * S, cfg.heads
+    bias_pre = [misc(f"relpos_{i}", "mask", 2 * S * S * 8) for i in range(10)]  # bucket arithmetic on (S, S)
+    bias_pre += [gather("relpos_embedding", S * S, n, 32), misc("relpos_permute", "copy", 2 * S * S * n * F32),
+                 misc("mask_add", "copy", 3 * B * n * S * S * F32)]
+    enc_pre = [gather("embed_tokens", tok, h, V), *_dropout("enc_dropout", tok, h, train), *[
+        {**k, "name": "enc." + k["name"]} for k in bias_pre]]
+    dec_pre = [gather("dec_embed_tokens", tok, h, 0), *_dropout("dec_dropout", tok, h, train), *[
+        {**k, "name": "dec." + k["name"]} for k in bias_pre], misc("dec.causal_mask", "mask", 4 * B * S * S * F32)]
+
+    def layer_counts(n_layers, step):
+        sparse = sum(1 for i in range(n_layers) if step > 0 and (step == 1 or i % step == 1))
+        return n_layers - sparse, sparse
+
+    e_dense, e_sparse = layer_counts(cfg.layers, cfg.encoder_sparse_step)
+    d_dense, d_sparse = layer_counts(cfg.decoder_layers, cfg.decoder_sparse_step)
+    enc_attn = _switch_attn("self_attn", cfg, B, S, train)
+    dec_attn = _switch_attn("self_attn", cfg, B, S, train) + _switch_attn("cross_attn", cfg, B, S, train)
+    blocks = [Block("encoder_embeddings", 1, enc_pre, "pre")]
+    if e_dense:
+        blocks.append(Block("encoder_dense", e_dense, enc_attn + _switch_ff("ff", cfg, tok, train)))
+    if e_sparse:
+        blocks.append(Block("encoder_sparse", e_sparse, enc_attn + _switch_moe("moe", cfg, B, S, train)))
+    blocks.append(Block("encoder_final", 1, [*_t5_norm("enc_final_norm", tok, h),
+                                             *_dropout("enc_final_dropout", tok, h, train)], "post"))
+    blocks.append(Block("decoder_embeddings", 1, dec_pre, "pre"))
+    if d_dense:
+        blocks.append(Block("decoder_dense", d_dense, dec_attn + _switch_ff("ff", cfg, tok, train)))
+    if d_sparse:
+        blocks.append(Block("decoder_sparse", d_sparse, dec_attn + _switch_moe("moe", cfg, B, S, train)))
+    blocks.append(Block("head", 1, [*_t5_norm("dec_final_norm", tok, h), *_dropout("dec_final_dropout", tok, h, train),
+                                    vec("tied_scale", "mulu", tok, h), linear("lm_head", tok, h, V, bias=False)], "post"))
+    return blocks
+
+
+_FAMILIES = {"gpt2": _gpt2, "gpt_neo": _gpt2, "bert": _bert, "opt": _opt, "switch_transformers": _switch}
+
+
+def loss_kernels(cfg: ModelConfig, B, S) -> list:
+    """Cross-entropy over the vocabulary: log_softmax + nll (their backward follows the usual rules)."""
+    tok, V = B * S, cfg.vocab
+    return [vec("log_softmax", "softmax", tok, V), _k("nll", "misc:mask", tok, H=V, nbytes=tok * 16, tag="nll")]
+
+
+def build_graph(config, batch: int, seq: int, mode: str = "inf") -> ModelGraph:
+    """The kernel graph of one forward (`inf`) or forward+backward (`train`) pass."""
+    cfg = load_config(config)
+    for v, what in ((batch, "batch"), (seq, "seq")):
+        if isinstance(v, bool) or not isinstance(v, (int,)) and not (isinstance(v, float) and v.is_integer()):
+            raise InputError(f"{what} must be a positive integer, got {v!r}")
+        if int(v) < 1:
+            raise InputError(f"{what} must be >= 1, got {v}")
+    batch, seq = int(batch), int(seq)
+    if mode not in MODES:
+        raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if cfg.max_positions and seq > cfg.max_positions and cfg.family in ("bert", "gpt2", "gpt_neo", "opt"):
+        raise InputError(f"seq {seq} exceeds the model's maximum of {cfg.max_positions} positions")
+    train = mode == "train"
+    blocks = _FAMILIES[cfg.family](cfg, batch, seq, train)
+    if train:
+        blocks.append(Block("loss", 1, loss_kernels(cfg, batch, seq), "post"))
+    return ModelGraph(cfg, batch, seq, mode, blocks)
+
+
+def layer_gemms(config, batch: int, seq: int, mode: str = "inf", block: str = "layer") -> pd.DataFrame:
+    """The GEMMs (linear and bmm rows) of one repeated layer block, forward and backward."""
+    g = build_graph(config, batch, seq, mode)
+    t = g.kernel_table()
+    t = t[(t["block"] == block) & t["op"].isin(("linear", "bmm"))].copy()
+    t["flops"] = 2.0 * t["B"] * t["M"] * t["N"] * t["K"]
+    return t.reset_index(drop=True)

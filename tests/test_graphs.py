@@ -1,0 +1,203 @@
+"""Kernel enumeration and composition of whole-model latency (hybridperf.graphs)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hybridperf.errors import InputError
+from hybridperf.graphs import (build_graph, layer_gemms, load_config, plot_latency_vs_batch, predict_model,
+                               predict_model_detail, sweep)
+from hybridperf.predictor import Predictor
+
+HERE = Path(__file__).resolve().parent
+TINY = HERE / "data" / "tiny_gpt2_config.json"
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
+NEUSIGHT = DATA / "neusight"
+CONFIGS = NEUSIGHT / "data" / "DLmodel_configs"
+needs_data = pytest.mark.skipif(not NEUSIGHT.is_dir(), reason=f"shared datasets not found at {DATA}")
+PRIOR = Predictor.prior_only()
+DEV = "NVIDIA H100 80GB HBM3"
+
+
+def _cfg(**kw):
+    d = json.loads(TINY.read_text())
+    d.update(kw)
+    return d
+
+
+def test_tiny_gpt2_layer_gemms_match_hand_count():
+    B, S, h, V = 2, 128, 256, 1000
+    g = layer_gemms(TINY, B, S, "inf")
+    tok = B * S
+    expect = sorted([2 * tok * h * 3 * h, 2 * tok * h * h, 2 * tok * h * 4 * h, 2 * tok * 4 * h * h,
+                     2 * (B * 4) * S * (h // 4) * S, 2 * (B * 4) * S * S * (h // 4)])
+    assert sorted(g["flops"]) == expect
+    t = build_graph(TINY, B, S, "inf").kernel_table()
+    head = t[t["block"] == "head"]
+    assert ((head["op"] == "linear") & (head["K"] == V)).any()
+
+
+def test_train_backward_has_two_gemms_per_forward_gemm_with_same_flops():
+    t = build_graph(TINY, 2, 64, "train").kernel_table()
+    gem = t[t["op"].isin(["linear", "bmm"])].copy()
+    gem["flops"] = 2.0 * gem["B"] * gem["M"] * gem["N"] * gem["K"]
+    fw = gem[gem["phase"] == "fw"].groupby("block")["flops"].sum()
+    bw = gem[gem["phase"] == "bw"].groupby("block")["flops"].sum()
+    for blk in fw.index:
+        assert bw[blk] == pytest.approx(2 * fw[blk])
+    assert (t["phase"] == "acc").any()  # gradient accumulation
+    assert "loss" in set(t["block"])
+
+
+def test_predict_model_prior_only_contract_and_scaling():
+    r1 = predict_model(TINY, 1, 128, "inf", DEV, predictor=PRIOR)
+    assert set(r1) == {"e2e_ms", "lo_ms", "hi_ms", "fw_ms", "bw_ms"}
+    assert r1["bw_ms"] == 0 and r1["lo_ms"] <= r1["e2e_ms"] <= r1["hi_ms"]
+    assert r1["e2e_ms"] == pytest.approx(r1["fw_ms"])
+    r8 = predict_model(TINY, 8, 128, "inf", DEV, predictor=PRIOR)
+    assert r8["e2e_ms"] > r1["e2e_ms"]
+    rt = predict_model(TINY, 8, 128, "train", DEV, predictor=PRIOR)
+    assert rt["bw_ms"] > rt["fw_ms"] > 0
+    assert rt["e2e_ms"] == pytest.approx(rt["fw_ms"] + rt["bw_ms"])
+    # deterministic
+    assert predict_model(TINY, 8, 128, "train", DEV, predictor=PRIOR) == rt
+
+
+def test_more_layers_cost_more_and_breakdown_sums():
+    a = predict_model_detail(_cfg(n_layer=2), 4, 128, "inf", DEV, PRIOR)
+    b = predict_model_detail(_cfg(n_layer=4), 4, 128, "inf", DEV, PRIOR)
+    assert b.e2e_ms > a.e2e_ms
+    bd = b.breakdown()
+    assert bd["total"].sum() == pytest.approx(b.e2e_ms, rel=1e-9)
+    assert bd["share"].sum() == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("family,cfg", [
+    ("bert", {"model_type": "bert", "hidden_size": 128, "num_attention_heads": 2, "num_hidden_layers": 2,
+              "intermediate_size": 512, "vocab_size": 500, "hidden_act": "gelu", "max_position_embeddings": 512}),
+    ("opt", {"model_type": "opt", "hidden_size": 128, "num_attention_heads": 2, "num_hidden_layers": 2,
+             "ffn_dim": 512, "vocab_size": 500, "activation_function": "relu", "max_position_embeddings": 512}),
+    ("gpt_neo", {"model_type": "gpt_neo", "hidden_size": 128, "num_heads": 2, "num_layers": 2, "vocab_size": 500,
+                 "activation_function": "gelu_new", "max_position_embeddings": 512}),
+    ("switch", {"model_type": "switch_transformers", "d_model": 128, "d_ff": 512, "d_kv": 32, "num_heads": 4,
+                "num_layers": 4, "num_decoder_layers": 4, "num_experts": 4, "expert_capacity": 16,
+                "vocab_size": 500, "dense_act_fn": "relu", "encoder_sparse_step": 2, "decoder_sparse_step": 2}),
+])
+def test_families_predict(family, cfg):
+    for mode in ("inf", "train"):
+        r = predict_model(cfg, 2, 64, mode, DEV, predictor=PRIOR)
+        assert np.isfinite(r["e2e_ms"]) and r["e2e_ms"] > 0
+
+
+def test_switch_expert_tokens_capped_per_sequence():
+    cfg = {"model_type": "switch_transformers", "d_model": 128, "d_ff": 512, "d_kv": 32, "num_heads": 4,
+           "num_layers": 2, "num_decoder_layers": 2, "num_experts": 4, "expert_capacity": 16, "vocab_size": 500}
+    t = build_graph(cfg, 3, 256, "inf").kernel_table()
+    wi = t[t["name"].str.contains(r"\.e0\.wi")]
+    assert set(wi["M"]) == {3 * 16}
+
+
+@pytest.mark.parametrize("bad", [
+    {"model_type": "llama", "hidden_size": 8},
+    {"n_embd": 64},
+    {"model_type": "gpt2", "n_embd": 64, "n_head": 3, "n_layer": 1, "vocab_size": 10},
+    {"model_type": "gpt2", "n_embd": -64, "n_head": 4, "n_layer": 1, "vocab_size": 10},
+    [1, 2],
+])
+def test_bad_configs_raise_input_error(bad):
+    with pytest.raises(InputError):
+        predict_model(bad, 1, 16, "inf", DEV, predictor=PRIOR)
+
+
+@pytest.mark.parametrize("b,s,mode", [(0, 16, "inf"), (1, 0, "inf"), (1, 16, "eval"), (1, 100000, "inf")])
+def test_bad_arguments_raise_input_error(b, s, mode):
+    with pytest.raises(InputError):
+        build_graph(TINY, b, s, mode)
+
+
+def test_malformed_and_missing_config_files(tmp_path):
+    p = tmp_path / "c.json"
+    p.write_text("{not json")
+    with pytest.raises(InputError):
+        load_config(p)
+    with pytest.raises(InputError):
+        load_config(tmp_path / "missing.json")
+
+
+def test_sweep_and_plot(tmp_path):
+    df = sweep(TINY, [1, 2, 4], [64, 128], "inf", DEV, predictor=PRIOR)
+    assert len(df) == 6 and {"batch", "seq", "e2e_ms", "lo_ms", "hi_ms"} <= set(df.columns)
+    for _, g in df.groupby("seq"):
+        assert g.sort_values("batch")["e2e_ms"].is_monotonic_increasing
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "lat.png"
+    plot_latency_vs_batch(df, out)
+    assert out.stat().st_size > 0
+
+
+def test_prediction_path_imports_no_training_libs():
+    import subprocess
+    import sys
+
+    code = ("import sys; from hybridperf.graphs import predict_model; from hybridperf.predictor import Predictor; "
+            f"predict_model({str(TINY)!r}, 2, 64, 'train', 'H100', predictor=Predictor.prior_only()); "
+            "bad=[m for m in ('torch','xgboost','sklearn') if m in sys.modules]; assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ---------------------------------------------------------------------------------------------------
+# against NeuSight's traced graphs
+# ---------------------------------------------------------------------------------------------------
+
+TRACED = [("Tesla_T4", "gpt2_large-inf-1024-4"), ("Tesla_V100-PCIE-32GB", "bert_large-train-512-2"),
+          ("Tesla_V100-PCIE-32GB", "opt_13-inf-2048-2"), ("Tesla_V100-PCIE-32GB", "gpt3_xl-inf-2048-2"),
+          ("AMD_Instinct_MI210", "gpt3_27-inf-2048-8"), ("AMD_Instinct_MI210", "bert_large-inf-512-16")]
+
+
+@needs_data
+@pytest.mark.parametrize("gpu,run", TRACED)
+def test_layer_gemm_flops_match_traced_graph(gpu, run):
+    from hybridperf.graphs.trace import traced_layer_gemm_flops
+
+    path = NEUSIGHT / "label" / gpu / f"{run}.csv"
+    if not path.is_file():
+        pytest.skip(f"{path} not present")
+    model, mode, seq, batch = run.split("-")[:4]
+    traced = traced_layer_gemm_flops(pd.read_csv(path))
+    ours = sorted(layer_gemms(CONFIGS / f"{model}.json", int(batch), int(seq), "inf")["flops"])
+    assert len(traced) == len(ours)
+    np.testing.assert_allclose(traced, ours, rtol=1e-9)
+
+
+@needs_data
+def test_switch_gemms_match_opgraph():
+    """Every GEMM shape of the Switch-XL op graph (NeuSight notation) appears in our enumeration."""
+    import ast
+
+    og = pd.read_csv(NEUSIGHT / "results" / "opgraph" / "switchxl4-inf-512-2.csv")
+    traced = {}
+    for ops in og["FwOps"]:
+        for name, shape in ast.literal_eval(ops):
+            if name in ("Linear", "BMM"):
+                f = 2.0 * float(np.prod(shape))
+                traced[f] = traced.get(f, 0) + 1
+    t = build_graph(CONFIGS / "switchxl4.json", 2, 512, "inf").kernel_table()
+    gem = t[t["op"].isin(["linear", "bmm"])]
+    ours = {}
+    for r in gem.itertuples():
+        f = 2.0 * r.B * r.M * r.N * r.K
+        ours[f] = ours.get(f, 0) + r.count
+    assert sum(traced.values()) == sum(ours.values())
+    assert sum(k * v for k, v in traced.items()) == pytest.approx(sum(k * v for k, v in ours.items()), rel=1e-9)
+
+
+@needs_data
+@pytest.mark.parametrize("name", ["bert_large", "gpt2_med", "gpt2_large", "gpt2_xl", "gpt3_xl", "gpt3_27",
+                                  "gpt3_67", "gpt3_13", "opt", "opt_13", "switchxl4"])
+def test_all_artifact_configs_predict(name):
+    r = predict_model(CONFIGS / f"{name}.json", 1, 512, "train", "A100-40GB", predictor=PRIOR)
+    assert r["e2e_ms"] > 0 and r["bw_ms"] > 0

@@ -1,0 +1,91 @@
+"""`hybridperf predict-model` through typer's CliRunner."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from hybridperf.cli.app import app
+
+TINY = Path(__file__).resolve().parent / "data" / "tiny_gpt2_config.json"
+runner = CliRunner()
+
+
+def _run(*args):
+    return runner.invoke(app, ["predict-model", *map(str, args)])
+
+
+def _last_json(output: str) -> dict:
+    return json.loads(output.strip().splitlines()[-1])
+
+
+def test_json_last_line_inf():
+    r = _run("--config", TINY, "--batch", 2, "--seq", 128, "--mode", "inf", "--device", "H100-SXM", "--json",
+             "--prior-only")
+    assert r.exit_code == 0, r.output
+    out = _last_json(r.stdout)
+    assert set(out) == {"e2e_ms", "lo_ms", "hi_ms", "fw_ms", "bw_ms"}
+    assert out["bw_ms"] == 0 and out["lo_ms"] <= out["e2e_ms"] <= out["hi_ms"]
+
+
+def test_json_train_with_breakdown():
+    r = _run("--config", TINY, "--batch", 2, "--seq", 128, "--mode", "train", "--device", "NVIDIA L4", "--json",
+             "--breakdown", "--prior-only")
+    assert r.exit_code == 0, r.output
+    out = _last_json(r.stdout)
+    assert out["bw_ms"] > 0
+    assert out["e2e_ms"] == pytest.approx(out["fw_ms"] + out["bw_ms"], rel=1e-3)
+
+
+def test_device_json_spec(tmp_path):
+    spec = {"Device": "Foo GPU", "Dev_Mem": 16, "Mem_Bw": 900, "Num_Sm": 80, "Core_Per_SM": 64, "Freq": 1530,
+            "SingleFLOPs": 15700, "L2Cache": 6}
+    p = tmp_path / "foo.json"
+    p.write_text(json.dumps(spec))
+    r = _run("--config", TINY, "--batch", 1, "--seq", 64, "--device", p, "--json", "--prior-only")
+    assert r.exit_code == 0, r.output
+    assert _last_json(r.stdout)["e2e_ms"] > 0
+
+
+def test_human_output():
+    r = _run("--config", TINY, "--batch", 1, "--seq", 64, "--device", "A100-40GB", "--prior-only")
+    assert r.exit_code == 0 and "e2e" in r.stdout
+
+
+@pytest.mark.parametrize("args", [
+    ("--config", "does_not_exist.json", "--batch", 1, "--seq", 64, "--device", "H100"),
+    ("--config", TINY, "--batch", 0, "--seq", 64, "--device", "H100"),
+    ("--config", TINY, "--batch", 1, "--seq", 64, "--device", "No Such GPU"),
+    ("--config", TINY, "--batch", 1, "--seq", 64, "--mode", "eval", "--device", "H100"),
+    ("--config", TINY, "--batch", 1, "--seq", 100000, "--device", "H100"),
+])
+def test_bad_input_is_an_error(args):
+    r = _run(*args, "--json", "--prior-only")
+    assert r.exit_code != 0
+
+
+def test_malformed_and_unsupported_config(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{oops")
+    assert _run("--config", bad, "--batch", 1, "--seq", 8, "--device", "H100", "--prior-only").exit_code != 0
+    unsup = tmp_path / "llama.json"
+    unsup.write_text(json.dumps({"model_type": "llama", "hidden_size": 64}))
+    assert _run("--config", unsup, "--batch", 1, "--seq", 8, "--device", "H100", "--prior-only").exit_code != 0
+
+
+def test_one_line_error_through_main(tmp_path):
+    """The console entry point prints one line on stderr and exits 2."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "hybridperf", "predict-model", "--config", str(tmp_path / "x.json"),
+                        "--batch", "1", "--seq", "8", "--device", "H100", "--json"], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("error:")
+
+
+def test_missing_model_bundle_is_an_error(tmp_path):
+    r = _run("--config", TINY, "--batch", 1, "--seq", 8, "--device", "H100", "--model-bundle", tmp_path / "nope")
+    assert r.exit_code != 0
