@@ -40,7 +40,10 @@ def kernel_prior_terms(kernels: pd.DataFrame, device: DeviceSpec) -> pd.DataFram
     out["parallel_fraction"][:] = 1.0
     for (op, dt), idx in kernels.groupby(["op", "dtype"], sort=False).indices.items():
         g = kernels.iloc[idx]
-        matrix = op in GEMM_OPS and dt != "fp32"  # NeuSight semantics: fp32 without TF32
+        # GEMMs may use matrix units: tensor cores for fp16/bf16/fp8, AMD's fp32 MFMA for fp32.
+        # NVIDIA fp32 stays on CUDA cores (TF32 off, as NeuSight measured): its catalog entries
+        # carry no `fp32_tc` peak.
+        matrix = op in GEMM_OPS
         flops = g["flops"].to_numpy(np.float64)
         nbytes = g["bytes"].to_numpy(np.float64)
         op_class = g["op_class"].iloc[0]

@@ -11,7 +11,7 @@ engineering estimates: ~15 pJ per sustained fp32 FLOP for 12-16 nm boards (a 70 
 """
 from __future__ import annotations
 
-from hybridperf.devices import DeviceSpec
+from hybridperf.devices import DeviceSpec, dtype_key
 
 #: board pJ per vector FLOP, by architecture (process node in the comment)
 VECTOR_PJ_PER_FLOP = {
@@ -26,7 +26,8 @@ VECTOR_PJ_PER_FLOP = {
     "hopper": 7.0,  # 4 nm
     "blackwell": 6.0,  # 4 nm, second generation
 }
-TENSOR_CORE_ENERGY_RATIO = 0.1
+TENSOR_CORE_ENERGY_RATIO = {"fp32": 0.5}  # fp32 matrix units (AMD MFMA) save less
+DEFAULT_TENSOR_CORE_ENERGY_RATIO = 0.1
 _DEFAULT_PJ = 10.0
 
 
@@ -38,5 +39,5 @@ def sustained_flops(device: DeviceSpec, dtype: str = "fp32", matrix: bool = Fals
     pj = VECTOR_PJ_PER_FLOP.get(device.arch, _DEFAULT_PJ)
     uses_matrix = matrix and peak > device.peak(dtype, matrix=False)
     if uses_matrix:
-        pj *= TENSOR_CORE_ENERGY_RATIO
+        pj *= TENSOR_CORE_ENERGY_RATIO.get(dtype_key(dtype), DEFAULT_TENSOR_CORE_ENERGY_RATIO)
     return min(peak, device.tdp_w / (pj * 1e-12))
