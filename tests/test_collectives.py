@@ -1,0 +1,351 @@
+"""Collectives: node catalog, alpha-beta prior, Vidur loader, bundle integrity, predict-collective CLI."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from hybridperf.cli.app import app
+from hybridperf.datasets.vidur_network import load_vidur_network, read_profile_csv
+from hybridperf.devices import get_device, get_node
+from hybridperf.devices.nodes import NODES
+from hybridperf.errors import InputError, ModelBundleError
+from hybridperf.priors.collectives import (
+    COLLECTIVES,
+    DEFAULT_CONSTANTS,
+    FEATURE_NAMES,
+    TOPOLOGIES,
+    CollectiveModel,
+    canonical_collective,
+    check_shape,
+    collective_features,
+    collective_time_ms,
+    default_bundle_dir,
+    prior_terms,
+)
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
+NETWORK = DATA / "vidur" / "data" / "profiling" / "network"
+needs_data = pytest.mark.skipif(not NETWORK.is_dir(), reason=f"Vidur network profiles not found at {NETWORK}")
+runner = CliRunner()
+SIZES = np.unique(np.round(np.logspace(0, 10, 121)))  # 1 B .. 10 GB
+HYP = settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+
+
+# ---------------------------------------------------------------------------------------------- catalog
+
+def test_every_node_device_resolves():
+    for node in NODES:
+        dev = get_device(node.device)
+        assert dev.name == node.device, node.name
+        assert node.intra_topology in TOPOLOGIES, node.name
+        assert node.gpus_per_node >= 2 and node.intra_bw_gbs > 0 and node.inter_bw_gbs > 0, node.name
+        if node.intra_topology in ("nvlink_pairs", "mesh"):
+            assert node.pair_bw_gbs > 0, node.name
+
+
+def test_node_names_and_aliases_unique_and_required_present():
+    keys = ["".join(ch for ch in k.lower() if ch.isalnum()) for n in NODES for k in (n.name, *n.aliases)]
+    assert len(keys) == len(set(keys))
+    for name in ("DGX-A100", "DGX-H100", "HGX-H200", "a100_dgx", "a100_pairwise_nvlink", "a40_pairwise_nvlink",
+                 "8xL4-PCIe", "8xT4-PCIe", "4xA40-PCIe", "8xA100-PCIe", "8xH100-PCIe", "MI300X-8"):
+        assert get_node(name).name == name
+    assert get_node("a100_pairwise_nvlink").gpus_per_node == 4
+    assert get_node("a40_pairwise_nvlink").device == "NVIDIA A40"
+
+
+# ---------------------------------------------------------------------------------------------- prior
+
+@st.composite
+def configs(draw):
+    node = draw(st.sampled_from(NODES))
+    coll = draw(st.sampled_from(COLLECTIVES))
+    g = draw(st.integers(1, node.gpus_per_node))
+    nodes = draw(st.integers(1, 8))
+    if coll == "send_recv" and g * nodes < 2:
+        nodes = 2
+    return coll, g * nodes, g, node
+
+
+@HYP
+@given(configs(), st.lists(st.floats(1.0, 1e10), min_size=1, max_size=20))
+def test_prior_positive_finite(cfg, sizes):
+    coll, p, g, node = cfg
+    t = collective_time_ms(coll, np.array(sizes), p, g, node)
+    assert t.shape == (len(sizes),)
+    assert np.all(np.isfinite(t)) and np.all(t > 0)
+
+
+@HYP
+@given(configs())
+def test_prior_monotone_in_bytes(cfg):
+    coll, p, g, node = cfg
+    t = collective_time_ms(coll, SIZES, p, g, node)
+    assert np.all(np.diff(t) >= -1e-12 * t[1:]), (coll, p, g, node.name)
+    if p > 1:
+        assert t[-1] > 10 * t[0]  # the bandwidth term dominates at 10 GB
+
+
+def test_ring_tree_crossover_sane():
+    node = get_node("DGX-A100")
+    t = prior_terms("all_reduce", SIZES, 8, 8, node)
+    alg = list(t["algorithm"])
+    assert alg[0] == "tree" and alg[-1] == "ring"
+    first_ring = alg.index("ring")
+    assert all(a == "ring" for a in alg[first_ring:])  # one crossover, ring from there on
+    assert 16e3 <= SIZES[first_ring] <= 64e6
+    # protocols: low-latency ones at small sizes, Simple for bulk transfers
+    assert t["protocol"][0] in ("LL", "LL128") and t["protocol"][-1] == "Simple"
+
+
+@pytest.mark.parametrize("name", ["DGX-A100", "DGX-H100", "a100_pairwise_nvlink", "8xL4-PCIe", "MI300X-8"])
+def test_hierarchical_only_when_multi_node(name):
+    node = get_node(name)
+    g = node.gpus_per_node
+    for p in range(2, g + 1):
+        assert "hierarchical" not in set(prior_terms("all_reduce", SIZES, p, p, node)["algorithm"])
+    multi = set(prior_terms("all_reduce", SIZES, 4 * g, g, node)["algorithm"])
+    assert "hierarchical" in multi and "tree" not in multi
+
+
+def test_topology_aware_bandwidth():
+    big = np.array([1e9])
+    pairs = get_node("a100_pairwise_nvlink")
+    # 2 GPUs of a pair use the bridge; 4 GPUs must cross PCIe between the pairs
+    bus2 = 1e9 / collective_time_ms("all_reduce", big, 2, 2, pairs)[0]
+    bus4 = 1.5e9 / collective_time_ms("all_reduce", big, 4, 4, pairs)[0]
+    assert bus2 > 4 * bus4
+    # NVSwitch: bus bandwidth does not depend on how many GPUs join
+    dgx = get_node("DGX-A100")
+    b = [2 * (p - 1) / p * 1e9 / collective_time_ms("all_reduce", big, p, p, dgx)[0] for p in (2, 4, 8)]
+    assert max(b) / min(b) < 1.05
+    # crossing nodes costs: a little with 8x HDR per DGX, a lot on Vidur's one-port-per-node network
+    assert collective_time_ms("all_reduce", big, 16, 8, dgx)[0] > 1.1 * collective_time_ms("all_reduce", big, 8, 8, dgx)[0]
+    vd = get_node("a100_dgx")
+    assert collective_time_ms("all_reduce", big, 16, 8, vd)[0] > 5 * collective_time_ms("all_reduce", big, 8, 8, vd)[0]
+    # send/recv: intra-node NVLink beats the network
+    assert collective_time_ms("send_recv", big, 2, 1, dgx)[0] > 5 * collective_time_ms("send_recv", big, 2, 2, dgx)[0]
+    # PCIe box: a ring over both sockets is slower than one within a socket
+    l4 = get_node("8xL4-PCIe")
+    assert collective_time_ms("all_reduce", big, 8, 8, l4)[0] > 1.5 * collective_time_ms("all_reduce", big, 4, 4, l4)[0]
+
+
+def test_collective_semantics():
+    node = get_node("DGX-H100")
+    n = np.array([256e6])
+    ag = collective_time_ms("all_gather", n, 8, 8, node)[0]
+    rs = collective_time_ms("reduce_scatter", n, 8, 8, node)[0]
+    ar = collective_time_ms("all_reduce", n * 8, 8, 8, node)[0]
+    assert ag == pytest.approx(rs)
+    assert ar == pytest.approx(ag + rs, rel=0.05)  # ring all-reduce = reduce-scatter + all-gather
+    a2a = collective_time_ms("all_to_all", n, 8, 8, node)[0]
+    assert a2a < collective_time_ms("all_reduce", n, 8, 8, node)[0]
+    # a measurement floor: tiny messages cost about the same
+    t = collective_time_ms("all_reduce", np.array([8, 64, 512]), 8, 8, node)
+    assert t.max() / t.min() < 1.2 and t.min() * 1e3 >= DEFAULT_CONSTANTS.floor_us
+    # constant overrides
+    slow = collective_time_ms("all_reduce", n, 8, 8, node, eff_nvlink=DEFAULT_CONSTANTS.eff_nvlink / 2)[0]
+    assert slow == pytest.approx(2 * collective_time_ms("all_reduce", n, 8, 8, node)[0], rel=0.05)
+
+
+def test_input_validation():
+    node = get_node("DGX-A100")
+    assert canonical_collective("AllReduce") == "all_reduce" and canonical_collective("all-gather") == "all_gather"
+    with pytest.raises(InputError):
+        canonical_collective("broadcast_everything")
+    for p, g in [(4, 8), (0, 1), (6, 4), (16, 16)]:
+        with pytest.raises(InputError):
+            check_shape("all_reduce", p, g, node)
+    with pytest.raises(InputError):
+        check_shape("send_recv", 1, 1, node)
+    for bad in ([0], [-5], [np.nan], [np.inf]):
+        with pytest.raises(InputError):
+            collective_time_ms("all_reduce", bad, 8, 8, node)
+
+
+def test_features_shape():
+    node = get_node("a100_dgx")
+    X = collective_features("all_reduce", SIZES[:10], 16, 8, node)
+    assert X.shape == (10, len(FEATURE_NAMES)) and np.all(np.isfinite(X))
+
+
+# ---------------------------------------------------------------------------------------------- bundle
+
+def test_shipped_bundle_loads_and_predicts():
+    model = CollectiveModel.load()
+    assert (default_bundle_dir() / "manifest.json").is_file()
+    man = model.manifest
+    assert man["kind"] == "hybridperf-collectives" and "constants" in man and "interval" in man
+    assert {"digest_sha256", "systems"} <= set(man["training_data"])
+    out = model.predict("all_reduce", [1e6, 1e8], 16, 8, get_node("DGX-H100"))
+    assert np.all(out["lo_ms"] <= out["ms"]) and np.all(out["ms"] <= out["hi_ms"]) and np.all(out["lo_ms"] > 0)
+
+
+def _flip(path: Path, at: float = 0.5) -> None:
+    b = bytearray(path.read_bytes())
+    i = int(len(b) * at)
+    b[i] ^= 0x01
+    path.write_bytes(bytes(b))
+
+
+def test_shipped_bundle_tamper_detected(tmp_path):
+    src = default_bundle_dir()
+    for f in sorted(src.iterdir()):
+        copy = tmp_path / f.name
+        shutil.copytree(src, copy)
+        CollectiveModel.load(copy)  # intact copy loads
+        _flip(copy / f.name)
+        with pytest.raises(ModelBundleError):
+            CollectiveModel.load(copy)
+
+
+def test_bundle_with_residual_roundtrip_and_tamper(tmp_path):
+    pytest.importorskip("sklearn")
+    pytest.importorskip("skl2onnx")
+    from hybridperf.training.collectives import fit_residual, write_bundle
+
+    node = get_node("DGX-A100")
+    sizes = np.logspace(3, 9, 200)
+    X = collective_features("all_reduce", sizes, 8, 8, node)
+    y = 0.1 * np.sin(np.log(sizes))
+    est = fit_residual(X, y, kind="ridge")
+    interval = {"q_lo": -0.2, "q_hi": 0.3, "strata": {"send_recv": {"q_lo": -0.5, "q_hi": 0.5}}}
+    d = write_bundle(tmp_path / "b", DEFAULT_CONSTANTS, interval, est, data_digest="synthetic", trained_on=["x"])
+    model = CollectiveModel.load(d)
+    assert model.session is not None
+    out = model.predict("all_reduce", sizes, 8, 8, node)
+    prior = collective_time_ms("all_reduce", sizes, 8, 8, node)
+    np.testing.assert_allclose(np.log(out["ms"] / prior), est.predict(X), atol=1e-4)
+    np.testing.assert_allclose(out["hi_ms"] / out["ms"], np.exp(0.3), rtol=1e-9)
+    sr = model.predict("send_recv", sizes[:3], 2, 2, node)
+    np.testing.assert_allclose(sr["lo_ms"] / sr["ms"], np.exp(-0.5), rtol=1e-9)
+    _flip(d / "residual.onnx")
+    with pytest.raises(ModelBundleError, match="sha256"):
+        CollectiveModel.load(d)
+
+
+def test_missing_bundle_is_an_error(tmp_path):
+    with pytest.raises(ModelBundleError):
+        CollectiveModel.load(tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------- loader
+
+HEADER = ("time_stats.all_reduce.min,time_stats.all_reduce.max,time_stats.all_reduce.mean,"
+          "time_stats.all_reduce.median,time_stats.all_reduce.std,rank,num_workers,size,collective,"
+          "devices_per_node,max_devices_per_node")
+
+
+def test_loader_drops_bad_rows_with_file_and_line(tmp_path):
+    d = tmp_path / "network" / "toy"
+    d.mkdir(parents=True)
+    rows = [
+        ",".join(["0", HEADER]),
+        "0,0.01,0.02,0.015,0.014,0.001,0,2,2048,all_reduce,2,8",
+        "1,0.01,0.02,0.015,,0.001,0,2,4096,all_reduce,2,8",  # NaN median: line 3
+        "2,0.01,0.02,0.015,-1,0.001,0,2,8192,all_reduce,2,8",  # negative: line 4
+        "3,0.01,0.02,0.015,0.05,0.001,0,16,8192,all_reduce,8,8",
+    ]
+    (d / "all_reduce.csv").write_text("\n".join(rows) + "\n")
+    df = load_vidur_network(tmp_path)
+    assert len(df) == 2 and list(df.nodes) == [1, 2]
+    dropped = df.attrs["dropped"]
+    assert len(dropped) == 2 and dropped[0].endswith("all_reduce.csv:3: time_stats.all_reduce.median is NaN (need > 0)")
+    assert ":4:" in dropped[1]
+    assert set(df.columns) >= {"system", "collective", "nbytes", "gpus", "gpus_per_node", "latency_ms", "min_ms",
+                               "mean_ms", "std_ms"}
+
+
+def test_loader_missing_column(tmp_path):
+    p = tmp_path / "sys" / "send_recv.csv"
+    p.parent.mkdir()
+    p.write_text(",num_workers,size,devices_per_node\n0,2,2048,1\n")
+    with pytest.raises(InputError, match="time_stats.send_recv.median"):
+        read_profile_csv(p)
+    with pytest.raises(InputError):
+        load_vidur_network(tmp_path / "nowhere")
+
+
+@needs_data
+def test_loader_on_vidur_profiles():
+    df = load_vidur_network(DATA)
+    assert set(df.system) == {"a100_dgx", "a100_pairwise_nvlink", "a40_pairwise_nvlink"}
+    assert set(df.collective) == {"all_reduce", "send_recv"}
+    assert df.attrs["dropped"] == [] and (df.latency_ms > 0).all()
+    dgx = df[(df.system == "a100_dgx") & (df.collective == "all_reduce")]
+    assert {(p, g) for p, g in zip(dgx.gpus, dgx.gpus_per_node)} == {(2, 1), (2, 2), (4, 2), (4, 4), (8, 4), (8, 8), (16, 8)}
+
+
+@needs_data
+def test_shipped_model_reasonable_on_nvlink_all_reduce():
+    df = load_vidur_network(DATA, systems=["a100_pairwise_nvlink"], collectives=["all_reduce"])
+    model = CollectiveModel.load()
+    for (p, g), grp in df.groupby(["gpus", "gpus_per_node"]):
+        big = grp[grp.nbytes >= 1 << 20]
+        pred = model.predict("all_reduce", big.nbytes.to_numpy(), p, g, get_node("a100_pairwise_nvlink"))["ms"]
+        assert np.mean(np.abs(pred / big.latency_ms.to_numpy() - 1)) < 0.25, (p, g)
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+
+def _cli(*args):
+    return runner.invoke(app, ["predict-collective", *map(str, args)])
+
+
+def test_cli_json_last_line():
+    r = _cli("--collective", "all_reduce", "--bytes", 67108864, "--gpus", 16, "--gpus-per-node", 8,
+             "--device", "DGX-A100", "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert set(out) == {"ms", "lo_ms", "hi_ms"}
+    assert 0 < out["lo_ms"] <= out["ms"] <= out["hi_ms"]
+
+
+def test_cli_human_and_gpu_name_default_node():
+    r = _cli("--collective", "send_recv", "--bytes", "1MiB", "--gpus", 2, "--gpus-per-node", 2,
+             "--device", "a100_pairwise_nvlink")
+    assert r.exit_code == 0 and "ms" in r.stdout and "send_recv" in r.stdout
+    r = _cli("--collective", "all_gather", "--bytes", "1e6", "--gpus", 8, "--device", "NVIDIA L4", "--json")
+    assert r.exit_code == 0, r.output
+    assert "not a node" in r.stderr
+    assert json.loads(r.stdout.strip().splitlines()[-1])["ms"] > 0
+
+
+@pytest.mark.parametrize("args", [
+    ("--collective", "broadcastx", "--bytes", 1024, "--gpus", 8, "--device", "DGX-A100"),
+    ("--collective", "all_reduce", "--bytes", 0, "--gpus", 8, "--device", "DGX-A100"),
+    ("--collective", "all_reduce", "--bytes", "-3", "--gpus", 8, "--device", "DGX-A100"),
+    ("--collective", "all_reduce", "--bytes", "lots", "--gpus", 8, "--device", "DGX-A100"),
+    ("--collective", "all_reduce", "--bytes", 1024, "--gpus", 0, "--device", "DGX-A100"),
+    ("--collective", "all_reduce", "--bytes", 1024, "--gpus", 4, "--gpus-per-node", 8, "--device", "DGX-A100"),
+    ("--collective", "all_reduce", "--bytes", 1024, "--gpus", 16, "--gpus-per-node", 16, "--device", "DGX-A100"),
+    ("--collective", "all_reduce", "--bytes", 1024, "--gpus", 8, "--device", "No Such Node"),
+])
+def test_cli_bad_input_exits_nonzero(args):
+    r = _cli(*args)
+    assert r.exit_code != 0
+
+
+def test_cli_one_line_error_and_no_training_imports():
+    code = (
+        "import sys\n"
+        "from hybridperf.cli.app import main\n"
+        "sys.argv = ['hybridperf', 'predict-collective', '--collective', 'all_reduce', '--bytes', '4096',"
+        " '--gpus', '16', '--gpus-per-node', '8', '--device', 'DGX-H100', '--json']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print('LOADED', sorted(m for m in ('sklearn', 'xgboost', 'torch', 'scipy', 'skl2onnx') if m in sys.modules))\n"
+    )
+    ok = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "LOADED []" in ok.stdout, ok.stdout + ok.stderr
+    bad = subprocess.run([sys.executable, "-m", "hybridperf", "predict-collective", "--collective", "all_reduce",
+                          "--bytes", "0", "--gpus", "8", "--device", "DGX-A100", "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and bad.stderr.startswith("error:")
