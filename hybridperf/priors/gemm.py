@@ -18,11 +18,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from hybridperf.devices import DeviceSpec
+from hybridperf.priors.memory import dram_efficiency
 from hybridperf.priors.power import sustained_flops
 
 #: (tile_m, tile_n, blocks per SM, fraction of SM peak reached when the SM is full)
 TILES = (
-    (128, 128, 1, 0.90),
+    (128, 128, 1, 0.95),
     (128, 64, 2, 0.85),
     (64, 128, 2, 0.85),
     (64, 64, 4, 0.75),
@@ -30,7 +31,7 @@ TILES = (
     (128, 32, 4, 0.70),
     (32, 32, 8, 0.55),
 )
-K_OVERHEAD = 24.0  # reduction steps' worth of per-tile fixed cost
+K_OVERHEAD = 16.0  # reduction steps' worth of per-tile fixed cost
 SPLITS = (1, 2, 4, 8, 16, 32)
 
 
@@ -77,7 +78,7 @@ def gemm_compute(batch, m, k_out, n_red, device: DeviceSpec, dtype: str = "fp32"
     # one full wave: every SM runs occ tiles at `eff` of its peak
     wave_ms = occ * 2.0 * tm * tn * (n_chunk + K_OVERHEAD) / (sm_rate * eff) * 1e3
     # split-K epilogue: write and re-read the partial outputs at achievable bandwidth
-    reduce_ms = np.where(split > 1, 2.0 * split * B * M * K * 4.0 / (device.mem_bw_gbs * 1e9 * 0.8) * 1e3, 0.0)
+    reduce_ms = np.where(split > 1, 2.0 * split * B * M * K * 4.0 / (device.mem_bw_gbs * 1e9 * dram_efficiency(device)) * 1e3, 0.0)
     # split-K is only worth it when the reduction is long: forbid chunks shorter than 256
     t = np.where((split == 1) | (n_chunk >= 256), waves * wave_ms + reduce_ms, np.inf)
     best = np.argmin(t, axis=1)

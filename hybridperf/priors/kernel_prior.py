@@ -3,7 +3,12 @@
     GEMMs (bmm, linear):   floor + max(tile/wave-quantized compute at the power-capped rate,
                                        compulsory bytes at achievable bandwidth)
     elementwise:           floor + max(bytes at achievable bandwidth with L2 residency, FLOPs at the vector rate)
-    softmax, LayerNorm:    floor + bytes at the bandwidth the rows in flight can draw, or the FLOPs
+    softmax, LayerNorm:    floor + DRAM passes x bytes at the bandwidth the rows in flight can draw
+
+PyTorch's LayerNorm keeps rows of up to 1024 elements in registers (one read, one write) and reads
+longer rows twice (statistics, then normalise). Its softmax keeps a row in registers (up to 1024
+elements) or shared memory (up to 16 KiB, PyTorch >= 2.1) and streams longer rows three times (max,
+sum of exponentials, normalise) plus the write: about twice the compulsory traffic.
 
 The terms (compute, memory, tiles, waves, wave efficiency, L2 hit rate, ...) are also the
 device-agnostic features the residual models learn from.
@@ -67,13 +72,23 @@ def kernel_prior_terms(kernels: pd.DataFrame, device: DeviceSpec) -> pd.DataFram
             rows = g["B"].to_numpy(np.float64)
             row_bytes = g["H"].to_numpy(np.float64) * DTYPE_BYTES[dt]
             frac = row_parallel_fraction(rows, row_bytes, device) if op_class in ("softmax", "layernorm") else 1.0
-            mem = memory_time_ms(nbytes, device, parallel_fraction=frac)
+            mem = memory_time_ms(nbytes * _row_passes(op_class, g["H"].to_numpy(np.float64)), device,
+                                 working_set_bytes=nbytes, parallel_fraction=frac)
             compute = flops / sustained_flops(device, dt) * 1e3
             out["parallel_fraction"][idx] = frac
         out["compute_ms"][idx] = compute
         out["memory_ms"][idx] = mem
         out["prior_ms"][idx] = floor + np.maximum(compute, mem)
     return pd.DataFrame(out, index=kernels.index)
+
+
+def _row_passes(op_class: str, H: np.ndarray) -> np.ndarray | float:
+    """DRAM traffic of a row-wise kernel relative to one read + one write (see module docstring)."""
+    if op_class == "layernorm":
+        return np.where(H > 1024, 1.5, 1.0)
+    if op_class == "softmax":
+        return np.where(H * 4 > 16384, 2.0, 1.0)
+    return 1.0
 
 
 def prior_ms(kernels: pd.DataFrame, device: DeviceSpec) -> np.ndarray:

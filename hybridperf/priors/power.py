@@ -5,8 +5,8 @@ cannot feed its spec-sheet peak, clocks drop until power fits: sustained = min(p
 `e` (board joules per FLOP, including memory and static power) is a property of the process node and
 of the datapath (vector FMA vs. tensor-core MMA), not of the individual GPU. The per-node values are
 engineering estimates: ~15 pJ per sustained fp32 FLOP for 12-16 nm boards (a 70 W T4 then sustains
-~4.5 of its 8.1 TFLOP/s, while a 75 W P4 and the 250 W V100/P100 stay at their peak), ~10 pJ at
-7-8 nm, ~7 pJ at 4-5 nm; tensor-core MMA is ~10x cheaper per FLOP. Only low-TDP, high-peak cards
+~4.5 of its 8.1 TFLOP/s, while a 75 W P4 and the 250 W V100/P100 stay at their peak), ~14 pJ at
+7-8 nm (the 250 W A100 PCIe, unlike the 400 W SXM part, then sustains ~18 of 19.5), ~7 pJ at 4-5 nm; tensor-core MMA is ~10x cheaper per FLOP. Only low-TDP, high-peak cards
 (T4, L4, A10-class) are capped; big-board GPUs are untouched.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ VECTOR_PJ_PER_FLOP = {
     "pascal": 15.0,  # 16 nm
     "volta": 15.0,  # 12 nm
     "turing": 15.0,  # 12 nm
-    "ampere": 10.0,  # 7 nm (GA100) / 8 nm (GA10x)
+    "ampere": 14.0,  # 7 nm (GA100) / 8 nm (GA10x): a 250 W A100 PCIe sustains ~18 of 19.5 TFLOP/s
     "cdna1": 12.0,  # 7 nm
     "cdna2": 10.0,  # 6 nm
     "cdna3": 7.0,  # 5 nm

@@ -1,0 +1,119 @@
+"""Priors report (issue: foundation): MAPE of plain roofline vs. the project's best prior, for every
+op class and every GPU of the NeuSight artifact, on its test tables and on its training kernels.
+
+A third column, on the test tables, is Habitat's wave scaling of each kernel *measured* on the A100
+to the other GPUs (it needs that measurement; the priors do not). No learning is involved: the priors are closed-form functions of shape and spec sheet. Their few
+global constants (tile efficiencies, achievable-bandwidth fraction, L2 speed-up, per-op-class harness
+floor, energy per FLOP by process node) are shared by every GPU; none is per device.
+
+    python experiments/priors_report.py --data ../shared/datasets --out experiments/out/priors
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from hybridperf.datasets.neusight import load_collect, load_test  # noqa: E402
+from hybridperf.datasets.schema import canonicalize  # noqa: E402
+from hybridperf.devices import get_device  # noqa: E402
+from hybridperf.priors.kernel_prior import kernel_prior_terms  # noqa: E402
+from hybridperf.priors.wave_scaling import wave_scale_ms  # noqa: E402
+
+HABITAT_ORIGIN = "NVIDIA A100-PCIE-40GB"
+KEY = ["op", "B", "M", "N", "K", "H"]
+
+
+def mape_table(df: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for dev, g in df.groupby("device"):
+        t = kernel_prior_terms(g, get_device(dev))
+        for oc, idx in g.groupby("op_class").indices.items():
+            y = g["latency_ms"].to_numpy()[idx]
+            rows.append({"device": dev, "op_class": oc, "n": len(idx),
+                         "roofline": np.mean(np.abs(t["roofline_ms"].to_numpy()[idx] / y - 1)) * 100,
+                         "best_prior": np.mean(np.abs(t["prior_ms"].to_numpy()[idx] / y - 1)) * 100})
+    return pd.DataFrame(rows).round(1)
+
+
+def habitat_table(root: Path) -> pd.DataFrame:
+    """MAPE of Habitat wave scaling from kernels measured on HABITAT_ORIGIN to each other GPU (test
+    tables; the origin's launch grid gives the blocks, block size a thread-limited occupancy)."""
+    frames = []
+    for name in ("bmm", "linear", "elem", "softmax", "ln"):
+        f = root / "data" / "dataset" / "test" / f"{name}.csv"
+        raw = pd.read_csv(f)
+        canon = canonicalize(raw, source=str(f), require_latency=True)
+        canon["blocks"] = (raw["Grid x"] * raw["Grid y"] * raw["Grid z"]).to_numpy()
+        canon["threads"] = (raw["Block x"] * raw["Block y"] * raw["Block z"]).to_numpy()
+        frames.append(canon)
+    df = pd.concat(frames, ignore_index=True)
+    origin = df[df["device"] == HABITAT_ORIGIN].drop_duplicates(KEY)
+    o_spec = get_device(HABITAT_ORIGIN)
+    rows = []
+    for dev, g in df[df["device"] != HABITAT_ORIGIN].groupby("device"):
+        m = g.merge(origin[KEY + ["latency_ms", "blocks", "threads"]], on=KEY, suffixes=("", "_o"))
+        occ = np.clip(np.floor(o_spec.max_threads_per_sm / np.maximum(m["threads_o"], 32)), 1, 32)
+        pred = wave_scale_ms(m["latency_ms_o"], m["blocks_o"], occ, m["flops"], m["bytes"], o_spec, get_device(dev))
+        for oc, idx in m.groupby("op_class").indices.items():
+            rows.append({"device": dev, "op_class": oc, "habitat_from_a100": np.mean(np.abs(pred[idx] / m["latency_ms"].to_numpy()[idx] - 1)) * 100})
+    return pd.DataFrame(rows).round(1)
+
+
+def plot(tables: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(tables), figsize=(7 * len(tables), 4), sharey=True)
+    for ax, (name, tab) in zip(np.atleast_1d(axes), tables.items()):
+        piv_r = tab.pivot(index="device", columns="op_class", values="roofline")
+        piv_p = tab.pivot(index="device", columns="op_class", values="best_prior")
+        x = np.arange(len(piv_r.columns))
+        width = 0.8 / len(piv_r.index)
+        for i, dev in enumerate(piv_r.index):
+            ax.bar(x + i * width, piv_r.loc[dev], width, color="#dddddd", edgecolor="#999999", lw=0.5)
+            ax.bar(x + i * width, piv_p.loc[dev], width * 0.6, label=dev)
+        ax.axhline(25, color="red", ls="--", lw=0.8)
+        ax.set_xticks(x + 0.4 - width / 2, piv_r.columns)
+        ax.set_title(f"{name}: best prior (colour) vs roofline (grey)")
+        ax.set_ylabel("MAPE %")
+    np.atleast_1d(axes)[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default="../shared/datasets")
+    ap.add_argument("--out", default="experiments/out/priors")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    root = Path(args.data) / "neusight" if (Path(args.data) / "neusight").exists() else Path(args.data)
+    tables = {"test tables": mape_table(load_test(root)), "training kernels": mape_table(load_collect(root))}
+    tables["test tables"] = tables["test tables"].merge(habitat_table(root), on=["device", "op_class"], how="left")
+    md = ["# Priors report: MAPE (%) of plain roofline vs. best prior", ""]
+    for name, tab in tables.items():
+        tab.to_csv(out / f"priors_{name.replace(' ', '_')}.csv", index=False)
+        values = [c for c in ("roofline", "habitat_from_a100", "best_prior") if c in tab]
+        wide = tab.pivot(index="device", columns="op_class", values=values)
+        beats = (tab["best_prior"] < tab["roofline"]).all()
+        gemm = tab[tab["op_class"].isin(["bmm", "linear"])]
+        md += [f"## {name}", "", wide.to_markdown(), "",
+               f"- best prior beats roofline on every (GPU, op class): {'yes' if beats else 'NO'}",
+               f"- worst bmm/linear MAPE of the best prior: {gemm['best_prior'].max():.1f}% "
+               f"({gemm.loc[gemm['best_prior'].idxmax(), 'device']}, {gemm.loc[gemm['best_prior'].idxmax(), 'op_class']})", ""]
+    (out / "priors_report.md").write_text("\n".join(md))
+    plot(tables, out / "priors_report.png")
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()
