@@ -1,0 +1,159 @@
+"""Leave-one-GPU-out evaluation of the hybrid kernel predictor (issue: residual models).
+
+For each NVIDIA training GPU d of the NeuSight artifact: fit the residual models on the *training*
+split of the other four GPUs, choose the MLP/XGBoost blend and shrinkage and calibrate the 90%
+interval on the other folds' held-out errors (never on d), and score d's *test* table. Reports per
+op class MAPE of plain roofline, the best prior, and the hybrid, plus interval coverage.
+
+    python experiments/leave_one_gpu_out.py --data ../shared/datasets --out experiments/out/logo \
+        --save-bundles experiments/out/logo_bundles --ship exported_models/kernels
+    python experiments/leave_one_gpu_out.py --vidur --data ../shared/datasets   # a100 -> a40, fp16
+
+`--save-bundles DIR` writes one ONNX bundle per held-out GPU (DIR/<GPU>/kernels) for
+experiments/model_latency.py.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from hybridperf.datasets.neusight import load_test  # noqa: E402
+from hybridperf.training.kernel_data import load_neusight_training  # noqa: E402
+from hybridperf.training.kernels import (  # noqa: E402
+    TrainConfig, blended, choose_blend, conformal_interval, export_bundle, leave_one_gpu_out,
+)
+
+
+def score(logo: pd.DataFrame, cfg: TrainConfig, calibration: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Nested selection: for held-out d, blend and interval come from the other folds only, or from
+    `calibration` (held-out predictions that never involve d) when there is a single fold."""
+    parts = []
+    for d, g in logo.groupby("heldout"):
+        if calibration is not None:
+            choice = choose_blend(calibration)
+            iv = conformal_interval(calibration, choice, cfg)
+        else:
+            choice = choose_blend(logo, exclude_device=d)
+            iv = conformal_interval(logo, choice, cfg, exclude_device=d)
+        r = blended(g, choice)
+        pred = g["prior_ms"].to_numpy() * np.exp(r)
+        widen = 1.0 + cfg.ood_beta * g["ood"].to_numpy()
+        q_lo = g["op_class"].map(lambda c: iv[c]["q_lo"]).to_numpy()
+        q_hi = g["op_class"].map(lambda c: iv[c]["q_hi"]).to_numpy()
+        parts.append(g.assign(pred_ms=pred, lo_ms=pred * np.exp(q_lo * widen), hi_ms=pred * np.exp(q_hi * widen),
+                              choice=g["op_class"].map(lambda c: f"w{choice[c]['mlp_weight']}/s{choice[c]['shrink']}")))
+    return pd.concat(parts, ignore_index=True)
+
+
+def summarize(scored: pd.DataFrame) -> pd.DataFrame:
+    ape = lambda p: (np.abs(p / scored["latency_ms"] - 1) * 100)  # noqa: E731
+    s = scored.assign(roofline=ape(scored["roofline_ms"]), prior=ape(scored["prior_ms"]), hybrid=ape(scored["pred_ms"]),
+                      covered=((scored["latency_ms"] >= scored["lo_ms"]) & (scored["latency_ms"] <= scored["hi_ms"])) * 100)
+    tab = s.groupby(["heldout", "op_class"]).agg(n=("hybrid", "size"), roofline=("roofline", "mean"), prior=("prior", "mean"),
+                                                 hybrid=("hybrid", "mean"), coverage=("covered", "mean"),
+                                                 choice=("choice", "first"))
+    return tab.round(1)
+
+
+def plot(tab: pd.DataFrame, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    devs = tab.index.get_level_values(0).unique()
+    fig, axes = plt.subplots(1, len(devs), figsize=(4 * len(devs), 3.6), sharey=True)
+    axes = np.atleast_1d(axes)
+    for ax, d in zip(axes, devs):
+        t = tab.loc[d]
+        x = np.arange(len(t))
+        for i, (col, c) in enumerate((("roofline", "#bbbbbb"), ("prior", "#6baed6"), ("hybrid", "#08519c"))):
+            ax.bar(x + (i - 1) * 0.27, t[col], 0.27, label=col, color=c)
+        ax.axhline(12, color="red", lw=0.8, ls="--")
+        ax.set_xticks(x, t.index, rotation=30)
+        ax.set_title(f"held out: {d}", fontsize=9)
+        ax.set_yscale("log")
+    axes[0].set_ylabel("MAPE % (log scale)")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default="../shared/datasets")
+    ap.add_argument("--out", default="experiments/out/logo")
+    ap.add_argument("--max-rows", type=int, default=6000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--devices", default=None, help="comma-separated held-out devices (default: all)")
+    ap.add_argument("--vidur", action="store_true", help="train on Vidur a100 fp16 tables, predict a40")
+    ap.add_argument("--save-bundles", default=None, help="write one bundle per held-out GPU here")
+    ap.add_argument("--ship", default=None, help="also fit on every GPU and write the shipped bundle here "
+                    "(blend and interval from all folds' held-out errors)")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = TrainConfig(seed=args.seed, max_rows=args.max_rows)
+    t0 = time.time()
+    log = lambda s: print(f"[{time.time() - t0:6.0f}s] {s}", flush=True)  # noqa: E731
+    data = Path(args.data)
+    calibration = None
+    if args.vidur:
+        from hybridperf.datasets.vidur_compute import load_vidur_compute
+        from hybridperf.training.per_device import cross_validate
+
+        vid = load_vidur_compute(data / "vidur" if (data / "vidur").exists() else data)
+        train, evaluate = vid, vid
+        devices = ["NVIDIA A40"]  # fit on A100 only, predict A40
+        name = "vidur"
+        # one training GPU: blend and interval from cross-validation within it, never from the A40
+        log("3-fold cross-validation within the A100 for blend and interval")
+        calibration = cross_validate(train[train["device"] != devices[0]], cfg, progress=log)
+    else:
+        root = data / "neusight" if (data / "neusight").exists() else data
+        train = load_neusight_training(root)
+        evaluate = load_test(root)
+        devices = args.devices.split(",") if args.devices else sorted(train["device"].unique())
+        name = "neusight"
+    log(f"{len(train)} training rows, holding out {devices}")
+    logo, models = leave_one_gpu_out(train, evaluate, cfg, devices=devices, progress=log, keep_models=True)
+    scored = score(logo, cfg, calibration)
+    scored.to_csv(out / f"{name}_heldout_predictions.csv", index=False)
+    tab = summarize(scored)
+    tab.to_csv(out / f"{name}_mape.csv")
+    md = ["# Leave-one-GPU-out kernel MAPE (%)", "",
+          f"Train: training split of the other GPUs; score: the held-out GPU's {'profiled rows' if args.vidur else 'test table'}.",
+          "Blend (w = MLP weight) and shrinkage (s) chosen on the other folds' held-out errors.", "",
+          tab.reset_index().to_markdown(index=False)]
+    (out / f"{name}_mape.md").write_text("\n".join(md) + "\n")
+    plot(tab, out / f"{name}_mape.png")
+    print(tab.to_string())
+    if args.save_bundles:
+        for d, fitted in models.items():
+            if calibration is not None:
+                choice = choose_blend(calibration)
+                iv = conformal_interval(calibration, choice, cfg)
+            else:
+                choice = choose_blend(logo, exclude_device=d)
+                iv = conformal_interval(logo, choice, cfg, exclude_device=d)
+            dest = Path(args.save_bundles) / d.replace(" ", "_") / "kernels"
+            export_bundle(fitted, choice, iv, dest, train[train["device"] != d], cfg,
+                          extra={"calibration": {"method": "split-conformal on the other folds", "heldout_device": d}})
+            log(f"saved bundle without {d} -> {dest}")
+    if args.ship and not args.vidur:
+        from hybridperf.training.kernels import train_kernel_bundle
+
+        train_kernel_bundle(train, Path(args.ship), cfg, logo=logo, progress=log)
+        log(f"shipped bundle -> {args.ship}")
+    log("done")
+
+
+if __name__ == "__main__":
+    main()

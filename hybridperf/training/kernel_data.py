@@ -1,0 +1,89 @@
+"""Assemble kernel training tables with features and residual targets, one device at a time."""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from hybridperf.datasets.neusight import load_collect, load_test, neusight_root, _read
+from hybridperf.datasets.schema import canonicalize
+from hybridperf.devices import get_device
+from hybridperf.priors.kernel_prior import kernel_prior_terms
+from hybridperf.residual_models.features import kernel_features
+
+KEY = ["device", "op", "dtype", "B", "M", "N", "K", "H"]
+
+
+def load_neusight_training(root: str | Path, splits=("train",)) -> pd.DataFrame:
+    """Canonical kernels of the NeuSight artifact: `train` = raw collect files plus the processed
+    (large-shape) elem/ln/softmax tables; `test` = the test tables. Duplicates are dropped."""
+    base = neusight_root(root)
+    frames = []
+    if "train" in splits:
+        frames.append(load_collect(base))
+        for name in ("elem", "ln", "softmax"):
+            f = base / "data" / "dataset" / "train" / f"{name}.csv"
+            if f.exists():
+                frames.append(canonicalize(_read(f), source=str(f), require_latency=True, on_bad="drop"))
+    if "test" in splits:
+        frames.append(load_test(base))
+    df = pd.concat(frames, ignore_index=True)
+    return df.drop_duplicates(subset=KEY).reset_index(drop=True)
+
+
+def load_kernel_table(path: str | Path) -> pd.DataFrame:
+    """Training kernels from a NeuSight artifact folder, the shared `datasets` folder, or a CSV
+    (canonical or NeuSight-style with Device and Latency columns)."""
+    p = Path(path)
+    if p.is_file():
+        return canonicalize(_read(p), source=str(p), require_latency=True)
+    return load_neusight_training(p)
+
+
+def subsample(df: pd.DataFrame, max_rows: int, seed: int) -> pd.DataFrame:
+    """At most `max_rows` rows per (device, op_class), deterministic given `seed`."""
+    parts = []
+    for _, g in df.groupby(["device", "op_class"], sort=True):
+        parts.append(g.sample(n=min(len(g), max_rows), random_state=seed) if len(g) > max_rows else g)
+    return pd.concat(parts).sort_index()
+
+
+@dataclass
+class Featurized:
+    """Rows of a canonical table with their prior, features and residual target `y = log(measured/prior)`."""
+
+    rows: pd.DataFrame
+    X: np.ndarray
+    prior_ms: np.ndarray
+    roofline_ms: np.ndarray
+    y: np.ndarray
+
+
+def featurize(df: pd.DataFrame) -> Featurized:
+    """Prior terms and features for every row (grouped by device internally; order kept)."""
+    df = df.reset_index(drop=True)
+    X = None
+    prior = np.zeros(len(df))
+    roofline = np.zeros(len(df))
+    for dev, idx in df.groupby("device", sort=False).indices.items():
+        spec = get_device(dev)
+        sub = df.iloc[idx]
+        terms = kernel_prior_terms(sub, spec)
+        feats = kernel_features(sub, terms, spec)
+        if X is None:
+            X = np.zeros((len(df), feats.shape[1]), dtype=np.float32)
+        X[idx] = feats
+        prior[idx] = terms["prior_ms"].to_numpy()
+        roofline[idx] = terms["roofline_ms"].to_numpy()
+    y = np.log(df["latency_ms"].to_numpy(np.float64) / prior) if df["latency_ms"].notna().all() else np.full(len(df), np.nan)
+    return Featurized(rows=df, X=X, prior_ms=prior, roofline_ms=roofline, y=y)
+
+
+def data_digest(df: pd.DataFrame) -> str:
+    """sha256 of the training table's identifying columns and latencies (order-independent)."""
+    cols = [*KEY, "latency_ms"]
+    s = df[cols].sort_values(cols).to_csv(index=False).encode()
+    return hashlib.sha256(s).hexdigest()

@@ -1,0 +1,229 @@
+"""Train the kernel residual models: per op class an MLP seed-ensemble and XGBoost, blended and
+calibrated on GPUs held out from training, exported as an ONNX bundle.
+
+Pipeline (`train_kernel_bundle`):
+  1. leave-one-GPU-out over the training devices: fit on all but one, predict the one left out;
+  2. per op class, the MLP/XGBoost blend weight minimising the held-out error;
+  3. split-conformal 90% interval on the held-out log-residuals, normalised by 1 + beta * ood
+     (so rows outside the training range get wider intervals);
+  4. refit on every device and export ONNX + manifest.
+"""
+from __future__ import annotations
+
+import json
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from hybridperf import __version__
+from hybridperf.ops import OP_CLASSES
+from hybridperf.predictor import ood_score
+from hybridperf.residual_models.bundle import write_manifest
+from hybridperf.residual_models.features import FEATURE_NAMES
+from hybridperf.residual_models.mlp import MLPResidual
+from hybridperf.residual_models.xgb import XGB_OPSET, XGBResidual
+from hybridperf.training.kernel_data import data_digest, featurize, subsample
+
+BLEND_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)  # weight of the MLP; the rest goes to XGBoost
+SHRINK_GRID = (0.0, 0.5, 1.0)  # how much of the blended residual to apply (0 = prior alone)
+MLP_OPSET = 17
+
+
+@dataclass
+class TrainConfig:
+    """Hyper-parameters of kernel residual training."""
+
+    seed: int = 0
+    max_rows: int = 6000  # per (device, op class)
+    coverage: float = 0.9
+    ood_beta: float = 0.5
+    mlp: dict = field(default_factory=lambda: {"hidden": (128, 64), "n_seeds": 3, "epochs": 40})
+    xgb: dict = field(default_factory=lambda: {"n_estimators": 400, "max_depth": 6})
+
+
+def feature_range(X: np.ndarray) -> dict:
+    """Training range of each feature (min, max, spread) for the OOD score."""
+    return {"lo": X.min(axis=0).tolist(), "hi": X.max(axis=0).tolist(),
+            "scale": np.maximum(X.std(axis=0), 1e-3).tolist()}
+
+
+def fit_class(X: np.ndarray, y: np.ndarray, cfg: TrainConfig) -> dict:
+    """Fit both learners for one op class."""
+    return {
+        "mlp": MLPResidual(seed=cfg.seed, **cfg.mlp).fit(X, y),
+        "xgb": XGBResidual(seed=cfg.seed, **cfg.xgb).fit(X, y),
+    }
+
+
+def fit_all(train: pd.DataFrame, cfg: TrainConfig, progress: Callable[[str], None] | None = None) -> dict:
+    """Fit models for every op class present in `train`; returns {op_class: {"models", "range"}}."""
+    fz = featurize(subsample(train, cfg.max_rows, cfg.seed))
+    fitted = {}
+    for oc in OP_CLASSES:
+        m = (fz.rows["op_class"] == oc).to_numpy()
+        if m.sum() < 20:
+            continue
+        if progress:
+            progress(f"fit {oc} ({m.sum()} rows)")
+        fitted[oc] = {"models": fit_class(fz.X[m], fz.y[m], cfg), "range": feature_range(fz.X[m])}
+    return fitted
+
+
+def predict_heldout(fitted: dict, rows: pd.DataFrame) -> pd.DataFrame:
+    """Per-member residual predictions and OOD scores for `rows` (canonical, with latency)."""
+    fz = featurize(rows)
+    out = fz.rows[["device", "op", "op_class", "B", "M", "N", "K", "H", "latency_ms"]].copy()
+    out["prior_ms"] = fz.prior_ms
+    out["roofline_ms"] = fz.roofline_ms
+    out["y"] = fz.y
+    for col in ("r_mlp", "r_xgb", "ood"):
+        out[col] = np.nan
+    for oc, f in fitted.items():
+        m = (out["op_class"] == oc).to_numpy()
+        if not m.any():
+            continue
+        out.loc[m, "r_mlp"] = f["models"]["mlp"].predict(fz.X[m])
+        out.loc[m, "r_xgb"] = f["models"]["xgb"].predict(fz.X[m])
+        out.loc[m, "ood"] = ood_score(fz.X[m], f["range"])
+    return out
+
+
+def leave_one_gpu_out(train: pd.DataFrame, evaluate: pd.DataFrame, cfg: TrainConfig, devices=None,
+                      progress: Callable[[str], None] | None = None, keep_models: bool = False):
+    """For each device d: fit on `train` without d, predict `evaluate` rows of d.
+
+    Returns the held-out table (one row per evaluated kernel, with `heldout` = d), and with
+    `keep_models=True` also {d: fitted models of that fold}.
+    """
+    devices = devices or sorted(train["device"].unique())
+    parts, models = [], {}
+    for d in devices:
+        if progress:
+            progress(f"hold out {d}")
+        fitted = fit_all(train[train["device"] != d], cfg, progress)
+        if keep_models:
+            models[d] = fitted
+        ev = evaluate[evaluate["device"] == d]
+        if len(ev):
+            parts.append(predict_heldout(fitted, ev).assign(heldout=d))
+    logo = pd.concat(parts, ignore_index=True)
+    return (logo, models) if keep_models else logo
+
+
+def _ape(pred_log_ratio: np.ndarray) -> np.ndarray:
+    """|pred/measured - 1| from log(pred/measured)."""
+    return np.abs(np.exp(pred_log_ratio) - 1.0)
+
+
+def choose_blend(logo: pd.DataFrame, exclude_device: str | None = None) -> dict:
+    """Per op class, the (MLP weight, shrinkage) with the lowest mean held-out APE, each held-out
+    device weighing the same. Shrinkage 0 keeps the prior alone where the residual does not help."""
+    df = logo if exclude_device is None else logo[logo["heldout"] != exclude_device]
+    choice = {}
+    for oc, g in df.groupby("op_class"):
+        dev_w = 1.0 / g.groupby("heldout")["y"].transform("size").to_numpy()
+        errs = {}
+        for w in BLEND_GRID:
+            r = w * g["r_mlp"].to_numpy() + (1 - w) * g["r_xgb"].to_numpy()
+            for lam in SHRINK_GRID:
+                errs[(w, lam)] = float(np.sum(dev_w * _ape(lam * r - g["y"].to_numpy())))
+        w, lam = min(errs, key=errs.get)
+        choice[oc] = {"mlp_weight": w, "shrink": lam}
+    return choice
+
+
+def blended(logo: pd.DataFrame, choice: dict) -> np.ndarray:
+    """Blended, shrunk residual for every row of a held-out table."""
+    w = logo["op_class"].map(lambda c: choice.get(c, {}).get("mlp_weight", 0.5)).to_numpy(np.float64)
+    lam = logo["op_class"].map(lambda c: choice.get(c, {}).get("shrink", 1.0)).to_numpy(np.float64)
+    return lam * (w * logo["r_mlp"].to_numpy() + (1 - w) * logo["r_xgb"].to_numpy())
+
+
+def conformal_interval(logo: pd.DataFrame, choice: dict, cfg: TrainConfig, exclude_device: str | None = None) -> dict:
+    """Split-conformal quantiles of the normalised held-out log error, per op class.
+
+    score = (log measured - log predicted) / (1 + beta * ood); the interval of a new row is
+    pred * exp(q * (1 + beta * ood)) for q in (q_lo, q_hi). Each held-out device counts equally.
+    """
+    df = logo if exclude_device is None else logo[logo["heldout"] != exclude_device]
+    df = df.assign(r=blended(df, choice))
+    alpha = 1.0 - cfg.coverage
+    out = {}
+    for oc, g in df.groupby("op_class"):
+        s = ((g["y"] - g["r"]) / (1.0 + cfg.ood_beta * g["ood"])).to_numpy()
+        w = 1.0 / g.groupby("heldout")["y"].transform("size").to_numpy()  # each device weighs the same
+        out[oc] = {"q_lo": _weighted_quantile(s, w, alpha / 2), "q_hi": _weighted_quantile(s, w, 1 - alpha / 2),
+                   "ood_beta": cfg.ood_beta, "coverage": cfg.coverage}
+    return out
+
+
+def _weighted_quantile(x: np.ndarray, w: np.ndarray, q: float) -> float:
+    order = np.argsort(x)
+    x, w = x[order], w[order]
+    c = np.cumsum(w) / w.sum()
+    return float(np.interp(q, c - w / (2 * w.sum()), x))
+
+
+def export_bundle(fitted: dict, choice: dict, intervals: dict, out_dir: Path, train: pd.DataFrame,
+                  cfg: TrainConfig, extra: dict | None = None) -> dict:
+    """Write one ONNX file per (op class, learner) plus manifest.json; returns the manifest."""
+    import onnx
+    import onnxruntime
+    import torch
+    import xgboost
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files, classes = {}, {}
+    for oc, f in fitted.items():
+        w = choice.get(oc, {}).get("mlp_weight", 0.5)
+        lam = choice.get(oc, {}).get("shrink", 1.0)
+        members = []
+        for kind, weight in (("mlp", lam * w), ("xgb", lam * (1.0 - w))):
+            if weight <= 0:
+                continue
+            name = f"{oc}_{kind}.onnx"
+            model = f["models"][kind]
+            model.export_onnx(out_dir / name)
+            files[name] = ""
+            members.append({"file": name, "kind": kind, "weight": weight})
+        classes[oc] = {"members": members, "interval": intervals[oc], "feature_range": f["range"],
+                       "blend": choice.get(oc, {})}
+    manifest = {
+        "kind": "kernels",
+        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "hybridperf_version": __version__,
+        "feature_names": list(FEATURE_NAMES),
+        "opset": {"mlp": MLP_OPSET, "xgb": XGB_OPSET},
+        "library_versions": {"torch": torch.__version__, "xgboost": xgboost.__version__, "onnx": onnx.__version__,
+                             "onnxruntime": onnxruntime.__version__, "python": platform.python_version()},
+        "training_data": {"sha256": data_digest(train), "rows": int(len(train)),
+                          "devices": sorted(train["device"].unique().tolist())},
+        "train_config": json.loads(json.dumps(asdict(cfg))),
+        "target": "log(measured_ms / prior_ms)",
+        "files": files,
+        "op_classes": classes,
+        **(extra or {}),
+    }
+    write_manifest(out_dir, manifest)
+    return manifest
+
+
+def train_kernel_bundle(train: pd.DataFrame, out_dir: Path, cfg: TrainConfig | None = None,
+                        logo: pd.DataFrame | None = None, progress: Callable[[str], None] | None = None) -> dict:
+    """Calibrate on leave-one-GPU-out (unless `logo` is given), refit on all devices, export."""
+    cfg = cfg or TrainConfig()
+    if train["device"].nunique() < 2:
+        raise ValueError("cross-device training needs at least two devices (use per-device training)")
+    if logo is None:
+        logo = leave_one_gpu_out(train, train, cfg, progress=progress)
+    choice = choose_blend(logo)
+    intervals = conformal_interval(logo, choice, cfg)
+    fitted = fit_all(train, cfg, progress)
+    return export_bundle(fitted, choice, intervals, Path(out_dir), train, cfg,
+                         extra={"calibration": {"method": "split-conformal on leave-one-GPU-out residuals",
+                                                "heldout_devices": sorted(logo["heldout"].unique().tolist())}})
