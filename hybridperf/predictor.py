@@ -39,6 +39,16 @@ def shipped_models_dir() -> Path:
     return Path(__file__).resolve().parents[1] / "exported_models"
 
 
+class _OnnxCorrection:
+    """A transfer correction stored as an ONNX file of a bundle."""
+
+    def __init__(self, bundle: Bundle, file: str):
+        self.bundle, self.file = bundle, file
+
+    def __call__(self, X: np.ndarray) -> np.ndarray:
+        return self.bundle.run(self.file, X)[:, 0]
+
+
 def ood_score(X: np.ndarray, rng: dict) -> np.ndarray:
     """How far each row lies outside the training range, in units of the training spread (0 inside)."""
     lo, hi, scale = (np.asarray(rng[k], dtype=np.float64) for k in ("lo", "hi", "scale"))
@@ -48,10 +58,21 @@ def ood_score(X: np.ndarray, rng: dict) -> np.ndarray:
 
 
 class Predictor:
-    """Hybrid kernel-latency predictor backed by a verified ONNX bundle (or the prior alone)."""
+    """Hybrid kernel-latency predictor backed by a verified ONNX bundle (or the prior alone).
 
-    def __init__(self, bundle: Bundle | None = None):
+    `corrections` ({op_class: callable(X) -> log-correction}) and `intervals` ({op_class: interval})
+    hold a few-shot adaptation to one device (see hybridperf.transfer); an adapted bundle on disk
+    carries them as ONNX files and manifest entries.
+    """
+
+    def __init__(self, bundle: Bundle | None = None, corrections: dict | None = None, intervals: dict | None = None):
         self.bundle = bundle
+        self.corrections = dict(corrections or {})
+        self.intervals = dict(intervals or {})
+        self.adaptation = (bundle.manifest.get("adaptation") if bundle else None) or None
+        if bundle is not None and self.adaptation and not self.corrections:
+            for oc, c in self.adaptation.get("corrections", {}).items():
+                self.corrections[oc] = _OnnxCorrection(bundle, c["file"])
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> "Predictor":
@@ -79,11 +100,16 @@ class Predictor:
         for member in spec["members"]:
             out = self.bundle.run(member["file"], X)
             r += member["weight"] * out.mean(axis=1)
-        adapt = self.manifest.get("adaptation") or {}
-        corr = adapt.get("corrections", {}).get(op_class)
-        if corr:
-            r += self.bundle.run(corr["file"], X)[:, 0]
+        if op_class in self.corrections:
+            r += self.corrections[op_class](X)
+        if op_class in self.intervals:
+            spec = {**spec, "interval": self.intervals[op_class]}
         return r, spec
+
+    def features(self, kernels: pd.DataFrame, device: str | DeviceSpec) -> np.ndarray:
+        """The residual models' feature matrix for canonical `kernels` on `device`."""
+        dev = get_device(device)
+        return kernel_features(kernels, kernel_prior_terms(kernels, dev), dev)
 
     def predict(self, kernels: pd.DataFrame, device: str | DeviceSpec) -> pd.DataFrame:
         """Predict every row of `kernels` (canonical or NeuSight-style columns) on `device`.

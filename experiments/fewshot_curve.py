@@ -1,0 +1,178 @@
+"""Few-shot transfer curves (issue: calibrated uncertainty and few-shot transfer).
+
+Leave-one-GPU-out over the NeuSight training GPUs, using the per-fold bundles written by
+`leave_one_gpu_out.py --save-bundles` (each trained without the held-out GPU, its interval calibrated
+on the other folds). For k = 0, 4, 8, 16, 32, 64 kernels of the held-out GPU's test table, chosen by
+`suggest` (from a random half of the table, per draw) or at random, the predictor is adapted and
+scored on the rest of the table: MAPE per op class and empirical coverage of the 90% interval,
+averaged over 10 draws. Also a reliability diagram at k = 0 (nominal vs. empirical coverage).
+
+    python experiments/fewshot_curve.py --bundles experiments/out/logo_bundles --out experiments/out/fewshot
+    python experiments/fewshot_curve.py --vidur --bundles experiments/out/vidur_bundles   # a100 -> a40
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from hybridperf.predictor import Predictor  # noqa: E402
+from hybridperf.transfer import adapt_predictor  # noqa: E402
+from hybridperf.transfer.suggest import suggest_kernels  # noqa: E402
+
+KS = (0, 4, 8, 16, 32, 64)
+
+
+def evaluate(pred: pd.DataFrame) -> pd.DataFrame:
+    y = pred["latency_ms"]
+    return pred.assign(ape=np.abs(pred["pred_ms"] / y - 1) * 100,
+                       covered=((y >= pred["lo_ms"]) & (y <= pred["hi_ms"])) * 100.0)
+
+
+def run_device(device: str, bundle: Path, pool: pd.DataFrame, draws: int, log) -> pd.DataFrame:
+    base = Predictor.load(bundle)
+    pool = pool.reset_index(drop=True).assign(pool_idx=np.arange(len(pool)))
+    zero = evaluate(base.predict(pool, device))
+    rows = []
+    for k in KS:
+        for strategy in ("suggest", "random"):
+            for draw in range(draws):
+                rng = np.random.default_rng(1000 * draw + k)
+                if k == 0:
+                    res = zero
+                else:
+                    if strategy == "random":
+                        picked = rng.choice(len(pool), size=min(k, len(pool)), replace=False)
+                    else:
+                        half = pool.iloc[rng.choice(len(pool), size=len(pool) // 2, replace=False)]
+                        picked = suggest_kernels(base, half, device, k)["pool_idx"].to_numpy()
+                    rest = np.setdiff1d(np.arange(len(pool)), picked)
+                    adapted = adapt_predictor(base, pool.iloc[picked], device)
+                    res = evaluate(adapted.predict(pool.iloc[rest], device))
+                per = res.groupby("op_class").agg(mape=("ape", "mean"), coverage=("covered", "mean"))
+                per.loc["all"] = [res["ape"].mean(), res["covered"].mean()]
+                for oc, r in per.iterrows():
+                    rows.append({"heldout": device, "k": k, "strategy": strategy, "draw": draw, "op_class": oc,
+                                 "mape": r["mape"], "coverage": r["coverage"]})
+                if k == 0:
+                    break  # k = 0 has nothing to draw
+        log(f"{device}: k={k} done")
+    return pd.DataFrame(rows)
+
+
+def reliability(heldout_csv: Path, levels=(0.5, 0.6, 0.7, 0.8, 0.9, 0.95)) -> pd.DataFrame:
+    """Empirical vs nominal coverage at k = 0, each GPU's interval calibrated on the other folds."""
+    from hybridperf.training.kernels import TrainConfig, blended, choose_blend, conformal_interval
+
+    logo = pd.read_csv(heldout_csv)
+    rows = []
+    for level in levels:
+        cfg = TrainConfig(coverage=level)
+        for d, g in logo.groupby("heldout"):
+            choice = choose_blend(logo, exclude_device=d)
+            iv = conformal_interval(logo, choice, cfg, exclude_device=d)
+            s = (g["y"] - blended(g, choice)) / (1.0 + cfg.ood_beta * g["ood"])
+            lo = g["op_class"].map(lambda c: iv[c]["q_lo"])
+            hi = g["op_class"].map(lambda c: iv[c]["q_hi"])
+            rows.append({"nominal": level * 100, "heldout": d, "empirical": ((s >= lo) & (s <= hi)).mean() * 100})
+    return pd.DataFrame(rows)
+
+
+def plot(curves: pd.DataFrame, rel: pd.DataFrame | None, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    classes = [c for c in curves["op_class"].unique() if c != "all"] + ["all"]
+    n = len(classes) + 2
+    fig, axes = plt.subplots(1, n, figsize=(3.3 * n, 3.3))
+    mean = curves.groupby(["k", "strategy", "op_class"])[["mape", "coverage"]].mean().reset_index()
+    for ax, oc in zip(axes, classes):
+        for strat, style in (("suggest", "-o"), ("random", "--s")):
+            m = mean[(mean["op_class"] == oc) & (mean["strategy"] == strat)]
+            ax.plot(m["k"], m["mape"], style, label=strat, ms=3)
+        ax.axhline(6, color="red", lw=0.7, ls=":")
+        ax.set_title(oc)
+        ax.set_xscale("symlog", linthresh=4)
+        ax.set_xlabel("k measured kernels")
+    axes[0].set_ylabel("MAPE % (mean over held-out GPUs)")
+    axes[0].legend(fontsize=7)
+    ax = axes[len(classes)]
+    for strat, style in (("suggest", "-o"), ("random", "--s")):
+        m = mean[(mean["op_class"] == "all") & (mean["strategy"] == strat)]
+        ax.plot(m["k"], m["coverage"], style, label=strat, ms=3)
+    ax.axhspan(85, 95, color="green", alpha=0.1)
+    ax.set_ylim(50, 100)
+    ax.set_title("90% interval coverage")
+    ax.set_xscale("symlog", linthresh=4)
+    ax = axes[-1]
+    if rel is not None:
+        for d, g in rel.groupby("heldout"):
+            ax.plot(g["nominal"], g["empirical"], "-o", ms=3, label=d.replace("NVIDIA ", "").replace("Tesla ", ""))
+        ax.plot([50, 100], [50, 100], "k:", lw=0.8)
+        ax.set_title("reliability at k = 0")
+        ax.set_xlabel("nominal %")
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default="../shared/datasets")
+    ap.add_argument("--bundles", default="experiments/out/logo_bundles")
+    ap.add_argument("--heldout-csv", default="experiments/out/logo/neusight_heldout_predictions.csv")
+    ap.add_argument("--out", default="experiments/out/fewshot")
+    ap.add_argument("--draws", type=int, default=10)
+    ap.add_argument("--vidur", action="store_true")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log = lambda s: print(s, flush=True)  # noqa: E731
+    data = Path(args.data)
+    if args.vidur:
+        from hybridperf.datasets.vidur_compute import load_vidur_compute
+
+        table = load_vidur_compute(data / "vidur" if (data / "vidur").exists() else data)
+        name = "vidur"
+    else:
+        from hybridperf.datasets.neusight import load_test
+
+        table = load_test(data / "neusight" if (data / "neusight").exists() else data)
+        name = "neusight"
+    parts = []
+    for bdir in sorted(Path(args.bundles).iterdir()):
+        device = bdir.name.replace("_", " ")
+        pool = table[table["device"] == device]
+        if pool.empty or not (bdir / "kernels").exists():
+            continue
+        parts.append(run_device(device, bdir / "kernels", pool, args.draws, log))
+    curves = pd.concat(parts, ignore_index=True)
+    curves.to_csv(out / f"{name}_fewshot_draws.csv", index=False)
+    rel = reliability(Path(args.heldout_csv)) if (not args.vidur and Path(args.heldout_csv).exists()) else None
+    if rel is not None:
+        rel.to_csv(out / f"{name}_reliability.csv", index=False)
+    summary = curves.groupby(["heldout", "strategy", "k", "op_class"])[["mape", "coverage"]].mean().round(1)
+    summary.to_csv(out / f"{name}_fewshot_summary.csv")
+    wide = curves.groupby(["strategy", "k", "op_class"])["mape"].mean().unstack().round(1)
+    cov = curves[curves["op_class"] == "all"].groupby(["strategy", "k"])["coverage"].mean().round(1)
+    worst = curves.groupby(["heldout", "strategy", "k", "op_class"])["mape"].mean().unstack()
+    md = ["# Few-shot transfer: MAPE (%) per op class, mean over held-out GPUs and draws", "",
+          wide.to_markdown(), "", "## Coverage of the 90% interval (all op classes)", "", cov.to_frame().to_markdown(), "",
+          "## Worst held-out GPU per op class (suggest)", "",
+          worst.xs("suggest", level="strategy").groupby(level="k").max().round(1).to_markdown(), ""]
+    if rel is not None:
+        md += ["## Reliability at k = 0", "", rel.pivot(index="heldout", columns="nominal", values="empirical").round(1).to_markdown()]
+    (out / f"{name}_fewshot.md").write_text("\n".join(md) + "\n")
+    plot(curves, rel, out / f"{name}_fewshot.png")
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()

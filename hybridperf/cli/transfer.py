@@ -1,0 +1,63 @@
+"""`hybridperf transfer` and `hybridperf suggest`: adapt to a new GPU from a few measured kernels."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def transfer(
+    measured: Path = typer.Argument(..., help="Kernels measured on the target GPU (NeuSight columns + Latency in ms)."),
+    device: str = typer.Option(..., "--device", help="The target GPU: catalog name/alias or JSON spec."),
+    out: Path = typer.Option(..., "--out", help="Directory for the adapted bundle (ONNX + manifest)."),
+    model_bundle: Optional[Path] = typer.Option(None, "--model-bundle", help="Zero-shot bundle (default: shipped)."),
+) -> None:
+    """Adapt the zero-shot predictor to DEVICE with the measured kernels; save it as a bundle."""
+    from hybridperf.cli.kernels import _read_csv
+    from hybridperf.datasets.schema import canonicalize
+    from hybridperf.predictor import Predictor
+    from hybridperf.transfer import adapt_predictor, save_adapted
+
+    rows = canonicalize(_read_csv(measured), source=str(measured), require_latency=True)
+    adapted = adapt_predictor(Predictor.load(model_bundle), rows, device)
+    dest = save_adapted(adapted, out)
+    info = adapted.adaptation
+    typer.echo(f"adapted to {info['device']} with {info['k']} kernels "
+               f"({', '.join(f'{c}: {n}' for c, n in info['per_class_rows'].items())}); bundle in {dest}")
+    typer.echo(f"use it with: hybridperf predict-kernels IN.csv --device '{info['device']}' --model-bundle {dest} --output OUT.csv")
+
+
+def suggest(
+    device: str = typer.Option(..., "--device", help="The target GPU."),
+    k: int = typer.Option(16, "--k", help="How many kernels to measure."),
+    out: Path = typer.Option(Path("suggested_shapes.csv"), "--out", help="Shapes file for `hybridperf collect`."),
+    candidates: Optional[Path] = typer.Option(None, "--candidates", help="Candidate kernels CSV (default: a built-in transformer grid)."),
+    model_bundle: Optional[Path] = typer.Option(None, "--model-bundle"),
+) -> None:
+    """List the K kernels whose measurement on DEVICE would help transfer most; write a shapes file."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from hybridperf.cli.kernels import _read_csv
+    from hybridperf.predictor import Predictor
+    from hybridperf.transfer.suggest import default_candidates, suggest_kernels, to_shapes_csv
+
+    cand = _read_csv(candidates) if candidates else default_candidates()
+    picks = suggest_kernels(Predictor.load(model_bundle), cand, device, k)
+    t = Table(title=f"{len(picks)} kernels to measure on {device}")
+    for c in ("op", "B", "M", "N", "K", "H", "pred_ms", "90% interval"):
+        t.add_column(c)
+    fmt = lambda v: "" if v != v else f"{v:g}"  # noqa: E731
+    for r in picks.itertuples():
+        t.add_row(r.op, fmt(r.B), fmt(r.M), fmt(r.N), fmt(r.K), fmt(r.H), f"{r.pred_ms:.4g}", f"{r.lo_ms:.3g}-{r.hi_ms:.3g}")
+    Console(stderr=True).print(t)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    to_shapes_csv(picks).to_csv(out, index=False)
+    typer.echo(f"wrote {out}; next: hybridperf collect --shapes {out} --out measured.csv, "
+               f"then hybridperf transfer measured.csv --device '{device}' --out adapted/")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("transfer")(transfer)
+    app.command("suggest")(suggest)
