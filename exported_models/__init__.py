@@ -1,0 +1,1 @@
+"""The shipped model bundles (ONNX + manifest.json), installed as `hybridperf._exported_models`."""
