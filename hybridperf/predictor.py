@@ -93,9 +93,7 @@ class Predictor:
 
     def residual(self, op_class: str, X: np.ndarray) -> tuple[np.ndarray, dict]:
         """Blended log-residual for rows of one op class, and that class's manifest entry."""
-        spec = self.manifest.get("op_classes", {}).get(op_class)
-        if spec is None:
-            return np.zeros(len(X)), {"interval": FALLBACK_INTERVAL}
+        spec = self.manifest.get("op_classes", {}).get(op_class) or {"members": [], "interval": FALLBACK_INTERVAL}
         r = np.zeros(len(X))
         for member in spec["members"]:
             out = self.bundle.run(member["file"], X)

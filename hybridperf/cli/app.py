@@ -2,6 +2,7 @@
 and registers itself on `app`; `main()` turns every HybridperfError into one line on stderr, exit 2."""
 from __future__ import annotations
 
+import importlib
 import sys
 
 import typer
@@ -30,6 +31,17 @@ for _mod in (_kernels, _model, _collective, _devices, _data, _collect, _train, _
     _mod.register(app)
 
 
+def _click_exception_modules() -> list:
+    """click's exception module(s): typer >= 0.20 vendors its own click as `typer._click`."""
+    mods = []
+    for name in ("typer._click.exceptions", "click.exceptions"):
+        try:
+            mods.append(importlib.import_module(name))
+        except ImportError:
+            pass
+    return mods
+
+
 def main() -> None:
     """Entry point: run the app, print one line and exit non-zero on user errors."""
     try:
@@ -43,14 +55,17 @@ def main() -> None:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         sys.exit(130)
-    except Exception as e:  # click usage errors and friends
-        import click
-
-        if isinstance(e, click.exceptions.Exit):
+    except Exception as e:  # usage errors from (typer's) click
+        if isinstance(e, typer.Exit):
             sys.exit(e.exit_code)
-        if isinstance(e, click.ClickException):
-            print(f"error: {e.format_message()}", file=sys.stderr)
-            sys.exit(e.exit_code or 2)
-        if isinstance(e, click.exceptions.Abort):
-            sys.exit(1)
+        for mod in _click_exception_modules():
+            if isinstance(e, getattr(mod, "Exit", ())):
+                sys.exit(e.exit_code)
+            if isinstance(e, getattr(mod, "Abort", ())):
+                sys.exit(1)
+            if isinstance(e, mod.ClickException):
+                msg = " ".join(e.format_message().split())
+                if msg:  # `hybridperf` alone prints its help with an empty message
+                    print(f"error: {msg}", file=sys.stderr)
+                sys.exit(e.exit_code or 2)
         raise

@@ -49,7 +49,6 @@ def predict_kernels(
     out["pred_ms"] = res["pred_ms"].to_numpy()
     out["pred_lo_ms"] = res["lo_ms"].to_numpy()
     out["pred_hi_ms"] = res["hi_ms"].to_numpy()
-    out["ood"] = res["ood"].to_numpy()
     output.parent.mkdir(parents=True, exist_ok=True)
     out.to_csv(output, index=False)
     typer.echo(f"wrote {len(out)} predictions for {dev.name} to {output}", err=True)

@@ -1,4 +1,5 @@
-"""`hybridperf predict-model`: whole-model latency of a Hugging Face transformer on one GPU."""
+"""`hybridperf predict-model`: whole-model latency of a Hugging Face transformer on one GPU, or the step
+time on dp x tp x pp GPUs of a node with `--dp/--tp/--pp` (hybridperf.graphs.parallel)."""
 from __future__ import annotations
 
 import json
@@ -20,9 +21,19 @@ def predict_model_cmd(
     breakdown: bool = typer.Option(False, "--breakdown", help="print a table of time per op class"),
     model_bundle: Optional[Path] = typer.Option(None, "--model-bundle", help="kernel bundle directory to use"),
     prior_only: bool = typer.Option(False, "--prior-only", help="use the analytical prior alone"),
+    dp: Optional[int] = typer.Option(None, "--dp", help="data-parallel ranks (--batch is the global batch)"),
+    tp: Optional[int] = typer.Option(None, "--tp", help="tensor-parallel ranks (Megatron column/row/vocab split)"),
+    pp: Optional[int] = typer.Option(None, "--pp", help="pipeline stages (must divide the layers)"),
+    microbatches: Optional[int] = typer.Option(
+        None, "--microbatches", help="micro-batches per step (default: largest divisor of batch/dp <= pp)"),
+    overlap: Optional[bool] = typer.Option(
+        None, "--overlap/--no-overlap", help="overlap the DP gradient all-reduce with the backward (default on)"),
+    bucket_mb: Optional[float] = typer.Option(None, "--bucket-mb", help="DP gradient bucket size in MiB (default 25)"),
 ) -> None:
     """Predict the latency (ms) of one forward (inf) or forward+backward (train) pass of a transformer,
-    fp32 eager PyTorch as NeuSight measured it, with a 90% interval."""
+    fp32 eager PyTorch as NeuSight measured it, with a 90% interval. With --dp/--tp/--pp (any of them),
+    the step time on dp*tp*pp GPUs of DEVICE (a node such as DGX-H100, or a GPU in a default node),
+    reported as compute, communication and pipeline bubble."""
     from hybridperf.graphs.compose import predict_model_detail, resolve_predictor
 
     if batch < 1:
@@ -35,6 +46,10 @@ def predict_model_cmd(
         raise InputError("--model-bundle and --prior-only are mutually exclusive")
     if not config.is_file():
         raise InputError(f"config file not found: {config}")
+    if any(v is not None for v in (dp, tp, pp, microbatches, overlap, bucket_mb)):
+        _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, model_bundle, prior_only,
+                              dp, tp, pp, microbatches, overlap, bucket_mb)
+        return
     from hybridperf.devices import get_device
 
     dev = get_device(device)  # fail on an unknown device before loading a bundle
@@ -56,6 +71,67 @@ def predict_model_cmd(
     else:
         typer.echo(f"e2e {out['e2e_ms']:.3f} ms  [90%: {out['lo_ms']:.3f} .. {out['hi_ms']:.3f}]  "
                    f"fw {out['fw_ms']:.3f} ms  bw {out['bw_ms']:.3f} ms")
+
+
+def _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, model_bundle, prior_only,
+                          dp, tp, pp, microbatches, overlap, bucket_mb) -> None:
+    from hybridperf.graphs.compose import resolve_predictor
+    from hybridperf.graphs.parallel import DEFAULT_BUCKET_MB, predict_parallel_detail, resolve_parallel_device
+    from hybridperf.priors.collectives import CollectiveModel
+
+    for v, flag in ((dp, "--dp"), (tp, "--tp"), (pp, "--pp"), (microbatches, "--microbatches")):
+        if v is not None and v < 1:
+            raise InputError(f"{flag} must be >= 1, got {v}")
+    if bucket_mb is not None and not bucket_mb > 0:
+        raise InputError(f"--bucket-mb must be > 0, got {bucket_mb}")
+    node, dev, note = resolve_parallel_device(device)  # fail on an unknown device before loading bundles
+    if note:
+        typer.echo(note, err=True)
+    predictor = resolve_predictor(model_bundle, prior_only)
+    cmodel = CollectiveModel.prior_only() if prior_only else CollectiveModel.load()
+    res = predict_parallel_detail(str(config), batch, seq, mode, node if not note else dev, dp or 1, tp or 1, pp or 1,
+                                  microbatches, True if overlap is None else overlap, predictor,
+                                  collective_model=cmodel,
+                                  bucket_mb=DEFAULT_BUCKET_MB if bucket_mb is None else bucket_mb)
+    r = res.result
+    out = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}
+    if breakdown:
+        from rich.console import Console
+        from rich.table import Table
+
+        con = Console(stderr=as_json)
+        title = (f"{Path(config).stem} {mode} B={batch} S={seq} on {r['gpus']} x {dev.name} ({res.node.name}): "
+                 f"dp={dp or 1} tp={tp or 1} pp={pp or 1}, {r['microbatches']} micro-batch(es)")
+        t = Table(title=title)
+        for col in ("component", "ms", "share"):
+            t.add_column(col, justify="right" if col != "component" else "left")
+        for row in res.components().itertuples():
+            t.add_row(row.component, f"{row.ms:.3f}", f"{row.share * 100:.1f}%")
+        t.add_row("total", f"{r['e2e_ms']:.3f}", "100.0%")
+        con.print(t)
+        st = Table(title="pipeline stages (one micro-batch, per GPU)")
+        for col in ("stage", "layers", "fw ms", "bw ms", "tp fw ms", "tp bw ms", "params", "dp all-reduce ms"):
+            st.add_column(col, justify="right")
+        for row in res.stages.itertuples():
+            st.add_row(str(row.stage), str(row.layers), f"{row.fw_ms:.3f}", f"{row.bw_ms:.3f}", f"{row.tp_fw_ms:.3f}",
+                       f"{row.tp_bw_ms:.3f}", f"{row.params:,.0f}", f"{row.dp_allreduce_ms:.3f}")
+        con.print(st)
+        kt = Table(title=f"kernels per GPU, one micro-batch, all stages ({res.prediction.kind} kernels)")
+        for col in ("op class", "fw ms", "bw ms", "acc ms", "total ms", "share"):
+            kt.add_column(col, justify="right" if col != "op class" else "left")
+        for row in res.prediction.breakdown().itertuples():
+            kt.add_row(row.group, f"{row.fw:.3f}", f"{row.bw:.3f}", f"{row.acc:.3f}", f"{row.total:.3f}",
+                       f"{row.share * 100:.1f}%")
+        con.print(kt)
+    if as_json:
+        print(json.dumps(out))
+    else:
+        typer.echo(f"e2e {out['e2e_ms']:.3f} ms  [90%: {out['lo_ms']:.3f} .. {out['hi_ms']:.3f}]  "
+                   f"fw {out['fw_ms']:.3f} ms  bw {out['bw_ms']:.3f} ms  on {r['gpus']} GPU(s), {r['nodes']} node(s)\n"
+                   f"compute {out['compute_ms']:.3f} ms  comm {out['comm_ms']:.3f} ms (tp {out['tp_comm_ms']:.3f}, "
+                   f"dp exposed {out['dp_comm_ms']:.3f}, pp {out['pp_comm_ms']:.3f})  "
+                   f"bubble {out['bubble_ms']:.3f} ms  "
+                   f"({r['microbatches']} micro-batch(es))")
 
 
 def register(app: typer.Typer) -> None:

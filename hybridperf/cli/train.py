@@ -20,11 +20,6 @@ def train(
     no_track: bool = typer.Option(False, "--no-track", help="Do not log to mlflow."),
 ) -> None:
     """Train kernel residual models (MLP ensemble + XGBoost per op class), calibrate, export ONNX."""
-    try:
-        import torch  # noqa: F401
-        import xgboost  # noqa: F401
-    except ImportError:
-        raise InputError("training needs the train extra: pip install torch==2.13.0 && pip install 'hybridperf[train]'") from None
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -42,6 +37,13 @@ def train(
         if unknown:
             raise InputError(f"devices not in the data: {unknown}; have {sorted(table['device'].unique())}")
         table = table[table["device"].isin(wanted)]
+    if not per_device and table["device"].nunique() < 2:
+        raise InputError("cross-device training needs kernels of at least two devices (or use --per-device)")
+    try:
+        import torch  # noqa: F401
+        import xgboost  # noqa: F401
+    except ImportError:
+        raise InputError("training needs the train extra: pip install torch==2.13.0 && pip install 'hybridperf[train]'") from None
     cfg = TrainConfig(seed=seed, max_rows=max_rows)
     console = Console(stderr=True)
     groups = [(d, table[table["device"] == d]) for d in sorted(table["device"].unique())] if per_device else [("all", table)]

@@ -17,6 +17,13 @@ SHAPE_COLUMNS = ("B", "M", "N", "K", "H")
 COLUMNS = ("op", "op_class", "dtype", *SHAPE_COLUMNS, "flops", "bytes", "device", "latency_ms", "source")
 
 
+def _shown(v) -> str:
+    """A bad value as the user wrote it (no numpy reprs)."""
+    if v is None or (isinstance(v, float) and np.isnan(v)) or (hasattr(v, "dtype") and pd.isna(v)):
+        return "empty/NaN"
+    return repr(v.item() if hasattr(v, "item") else v)
+
+
 def _where(source: str, idx) -> str:
     # +2: header line, and 1-based line numbers
     return f"{source}:{int(idx) + 2}" if source else f"row {int(idx)}"
@@ -84,14 +91,14 @@ def canonicalize(
         for c in cols:
             bad = mask & ~(df[c] > 0)
             for i in df.index[bad]:
-                problems.append((i, f"shape {c} must be a positive number, got {raw.loc[i].get(c, 'missing')!r}"))
+                problems.append((i, f"shape {c} must be a positive number, got {_shown(raw.loc[i].get(c, 'missing'))}"))
     lat = df["latency_ms"]
     if require_latency:
         for i in df.index[~(lat > 0)]:
-            problems.append((i, f"latency must be a positive number of ms, got {lat.loc[i]!r}"))
+            problems.append((i, f"latency must be a positive number of ms, got {_shown(lat.loc[i])}"))
     else:
         for i in df.index[lat.notna() & ~(lat > 0)]:
-            problems.append((i, f"latency must be positive, got {lat.loc[i]!r}"))
+            problems.append((i, f"latency must be positive, got {_shown(lat.loc[i])}"))
 
     report = [f"{_where(source, i)}: {why}" for i, why in sorted(problems)]
     canonicalize.last_report = report

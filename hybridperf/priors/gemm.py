@@ -5,7 +5,7 @@ A GEMM C[M,K] = A[M,N] @ B[N,K] (NeuSight's naming: N is the reduction) is cut i
 ceil(tiles / (SMs * occ)) waves. The last wave may be partial: its SMs hold fewer blocks and finish
 early only down to one block's time. Each tile streams N with a fixed prologue/epilogue cost of
 `K_OVERHEAD` reduction steps. Larger tiles reuse operands more and reach a higher fraction of the
-SM's peak. When the output has too few tiles to fill the GPU and the reduction is long, libraries
+SM's peak. When the output has too few tiles to fill one wave and the reduction is long, libraries
 split the reduction over `s` blocks (split-K) and add the partial results: `s` times more tiles, each
 1/s as long, plus a pass over s partial outputs. The library picks the tiling that minimises time;
 so do we. A lone block on an SM cannot hide latency on its own: it runs at no more than half of a
@@ -79,8 +79,9 @@ def gemm_compute(batch, m, k_out, n_red, device: DeviceSpec, dtype: str = "fp32"
     wave_ms = occ * 2.0 * tm * tn * (n_chunk + K_OVERHEAD) / (sm_rate * eff) * 1e3
     # split-K epilogue: write and re-read the partial outputs at achievable bandwidth
     reduce_ms = np.where(split > 1, 2.0 * split * B * M * K * 4.0 / (device.mem_bw_gbs * 1e9 * dram_efficiency(device)) * 1e3, 0.0)
-    # split-K is only worth it when the reduction is long: forbid chunks shorter than 256
-    t = np.where((split == 1) | (n_chunk >= 256), waves * wave_ms + reduce_ms, np.inf)
+    # split-K is only used when the output tiles cannot fill one wave and the reduction is long
+    allowed = (split == 1) | ((out_tiles < slots) & (n_chunk >= 256))
+    t = np.where(allowed, waves * wave_ms + reduce_ms, np.inf)
     best = np.argmin(t, axis=1)
     rows = np.arange(len(best))
     pick = lambda a: np.broadcast_to(a, t.shape)[rows, best]  # noqa: E731

@@ -72,8 +72,11 @@ def kernel_prior_terms(kernels: pd.DataFrame, device: DeviceSpec) -> pd.DataFram
             rows = g["B"].to_numpy(np.float64)
             row_bytes = g["H"].to_numpy(np.float64) * DTYPE_BYTES[dt]
             frac = row_parallel_fraction(rows, row_bytes, device) if op_class in ("softmax", "layernorm") else 1.0
-            mem = memory_time_ms(nbytes * _row_passes(op_class, g["H"].to_numpy(np.float64)), device,
-                                 working_set_bytes=nbytes, parallel_fraction=frac)
+            # parameters (LayerNorm's gamma and beta) are read once, whatever the row parallelism
+            params = 2.0 * row_bytes if op_class == "layernorm" else 0.0
+            rows_traffic = (nbytes - params) * _row_passes(op_class, g["H"].to_numpy(np.float64))
+            mem = memory_time_ms(rows_traffic, device, working_set_bytes=nbytes, parallel_fraction=frac) \
+                + memory_time_ms(params, device)
             compute = flops / sustained_flops(device, dt) * 1e3
             out["parallel_fraction"][idx] = frac
         out["compute_ms"][idx] = compute

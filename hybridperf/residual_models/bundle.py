@@ -90,7 +90,21 @@ def load_bundle(path: str | Path, expect_kind: str | None = None, feature_names=
                 sessions[name] = ort.InferenceSession(str(f), sess_options=opts, providers=["CPUExecutionProvider"])
             except Exception as e:  # onnxruntime raises its own exception types
                 raise ModelBundleError(f"{root}: {name} is not a loadable ONNX model ({str(e).splitlines()[0]})") from None
+    _check_references(root, m, sessions, feature_names)
     return Bundle(path=root, manifest=m, sessions=sessions)
+
+
+def _check_references(root: Path, m: dict, sessions: dict, feature_names) -> None:
+    """Every model the manifest uses is a listed, loaded ONNX file taking the full feature vector."""
+    used = [mem["file"] for spec in m.get("op_classes", {}).values() for mem in spec.get("members", [])]
+    used += [c["file"] for c in (m.get("adaptation") or {}).get("corrections", {}).values()]
+    width = len(feature_names) if feature_names is not None else None
+    for name in used:
+        if name not in sessions:
+            raise ModelBundleError(f"{root}: manifest uses {name}, which is not a listed ONNX file")
+        shape = sessions[name].get_inputs()[0].shape
+        if width is not None and (len(shape) != 2 or shape[1] != width):
+            raise ModelBundleError(f"{root}: {name} takes input shape {shape}, expected [rows, {width}]")
 
 
 def write_manifest(root: Path, manifest: dict) -> None:

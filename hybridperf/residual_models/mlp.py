@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+Z_CLIP = 6.0  # standardised inputs are clipped to +-Z_CLIP standard deviations
+
 
 class MLPResidual:
     """`n_seeds` MLPs (features -> hidden -> hidden -> 1) trained with Adam on squared log error."""
@@ -40,7 +42,8 @@ class MLPResidual:
                 self.net = nn.Sequential(*layers)
 
             def forward(self, x):
-                return self.net((x - self.mean) / self.std)
+                # clipped: a new GPU may sit far outside the training range of some feature
+                return self.net(torch.clamp((x - self.mean) / self.std, -Z_CLIP, Z_CLIP))
 
         return Net(self.mean_, self.std_, self.hidden)
 
@@ -53,7 +56,9 @@ class MLPResidual:
         y = np.asarray(y, dtype=np.float32).reshape(-1, 1)
         w = np.ones(len(X), np.float32) if sample_weight is None else np.asarray(sample_weight, np.float32)
         self.mean_ = X.mean(axis=0)
-        self.std_ = np.maximum(X.std(axis=0), 1e-3)
+        std = X.std(axis=0)
+        # a feature constant in training carries no information: unit scale keeps it harmless
+        self.std_ = np.where(std < 1e-6, 1.0, np.maximum(std, 1e-3)).astype(np.float32)
         Xt, yt, wt = torch.from_numpy(X), torch.from_numpy(y), torch.from_numpy(w).reshape(-1, 1)
         members = []
         for s in range(self.n_seeds):

@@ -40,7 +40,7 @@ def load_kernel_table(path: str | Path) -> pd.DataFrame:
     p = Path(path)
     if p.is_file():
         return canonicalize(_read(p), source=str(p), require_latency=True)
-    return load_neusight_training(p)
+    return load_neusight_training(p, splits=("train", "test"))
 
 
 def subsample(df: pd.DataFrame, max_rows: int, seed: int) -> pd.DataFrame:

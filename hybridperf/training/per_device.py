@@ -11,6 +11,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from hybridperf.errors import InputError
 from hybridperf.training.kernels import (
     TrainConfig, choose_blend, conformal_interval, export_bundle, fit_all, predict_heldout,
 )
@@ -34,7 +35,7 @@ def train_single_device_bundle(rows: pd.DataFrame, out_dir: Path, cfg: TrainConf
     """Fit on one device's kernels; blend and interval from `folds`-fold cross-validation."""
     cfg = cfg or TrainConfig()
     if rows["device"].nunique() != 1:
-        raise ValueError("per-device training takes the rows of exactly one device")
+        raise InputError("per-device training takes the rows of exactly one device")
     cv = cross_validate(rows, cfg, folds, progress)
     choice = choose_blend(cv)
     intervals = conformal_interval(cv, choice, cfg)

@@ -34,11 +34,20 @@ def default_candidates() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _quotas(k: int, widths: dict) -> dict:
+def _quotas(k: int, widths: dict, available: dict) -> dict:
+    """Split k over classes, evenly, extras to the widest intervals; a class with too few candidates
+    passes its leftover share on."""
     classes = sorted(widths, key=lambda c: -widths[c])
-    q = {c: k // len(classes) for c in classes}
-    for c in classes[: k - sum(q.values())]:
-        q[c] += 1
+    q = {c: 0 for c in classes}
+    while sum(q.values()) < k:
+        open_ = [c for c in classes if q[c] < available[c]]
+        if not open_:
+            break
+        share = max(1, (k - sum(q.values())) // len(open_))
+        for c in open_:
+            if sum(q.values()) >= k:
+                break
+            q[c] = min(available[c], q[c] + share)
     return q
 
 
@@ -63,7 +72,8 @@ def suggest_kernels(predictor, candidates: pd.DataFrame, device: str | DeviceSpe
     pred["interval_width"] = width
     widths = pred.groupby("op_class")["interval_width"].mean().to_dict()
     picks = []
-    for oc, quota in _quotas(min(k, len(pred)), widths).items():
+    available = pred["op_class"].value_counts().to_dict()
+    for oc, quota in _quotas(min(k, len(pred)), widths, available).items():
         idx = np.flatnonzero(pred["op_class"].to_numpy() == oc)
         if quota == 0 or len(idx) == 0:
             continue

@@ -1,0 +1,538 @@
+"""Multi-GPU training (and inference) step time: data, tensor and pipeline parallelism (Megatron-style).
+
+    from hybridperf.graphs.parallel import predict_parallel
+    predict_parallel("gpt2_large.json", batch=16, seq=1024, mode="train", device="DGX-A100", dp=1, tp=4, pp=1)
+    # {"e2e_ms", "lo_ms", "hi_ms", "fw_ms", "bw_ms", "compute_ms", "comm_ms", "bubble_ms",
+    #  "tp_comm_ms", "dp_comm_ms", "pp_comm_ms", "gpus", "nodes", "microbatches"}
+
+The per-GPU kernel graph is the single-GPU graph (`hybridperf.graphs.kernels`) of one micro-batch,
+re-shaped for tensor parallelism, cut into pipeline stages, predicted with the same kernel predictor
+and composition (`compose`); collectives come from the collective model
+(`hybridperf.priors.collectives.CollectiveModel`) on the node's fabric.
+
+Batch and ranks
+    `batch` is the global batch B. Each of the dp data-parallel ranks takes B/dp sequences (an error if
+    not integral), split into M micro-batches of b = B/(dp*M) sequences (an error if not integral).
+    Default M: the largest divisor of B/dp that is <= pp (so M = pp when possible, 1 without pipeline).
+    GPUs = dp*tp*pp, ranks laid out as Megatron does: tp innermost, then dp, then pp; rank r sits on
+    node r // gpus_per_node. A group's collective runs on its (ranks, ranks per node) as they fall.
+
+Tensor parallelism (gpt2, gpt_neo, bert, opt)
+    Column-parallel QKV and MLP-up GEMMs (output dim / tp), row-parallel attention-out and MLP-down
+    GEMMs (reduction dim / tp); attention heads / tp, so QK^T, AV, scale, mask, softmax, dropout and the
+    head copies run on B*heads/tp; the MLP activation on ffn/tp columns. LayerNorms, residual adds and
+    dropouts on the hidden state are replicated. Vocab-parallel embedding table and LM head / MLM
+    decoder: ceil(V/tp) rows per rank (Megatron pads V; the slowest rank sets the pace), and the loss
+    (vocab-parallel cross-entropy) on ceil(V/tp) logits per token.
+    Collectives (fp32, b*S*hidden*4 bytes unless said): per layer two all-reduces in the forward
+    (after the row-parallel GEMMs) and two in the backward (input gradients of the column-parallel
+    GEMMs); the embedding's all-reduce (forward); the LM head's input-gradient all-reduce (backward);
+    vocab-parallel cross-entropy's three all-reduces of b*S*4 bytes (max, sum-exp, target logit).
+    Inference (`inf`) has the forward ones only, and gathers the vocab-split logits with an all-gather of
+    b*S*ceil(V/tp)*4 bytes per rank. TP collectives sit on the critical path (no overlap, as Megatron
+    without sequence-parallel overlap). Not modelled for switch_transformers (tp must be 1).
+    Requirements: tp divides the heads, the hidden size and the FFN width.
+
+Pipeline parallelism
+    The L layers are cut into pp contiguous stages of L/pp layers (an error if pp does not divide L, as in
+    Megatron); stage 0 also runs the embeddings, the last stage the final norm, LM head and loss.
+    With t_s = forward+backward time of stage s for one micro-batch (compute + its TP collectives),
+    GPipe / 1F1B take
+        T_pipe = sum_s t_s + (M - 1) * max_s t_s
+    (fill and drain through every stage once, then M-1 more micro-batches at the bottleneck stage);
+    for balanced stages T_pipe = (M + pp - 1) t, bubble fraction (pp-1)/(M+pp-1).
+    compute_ms = M x the bottleneck stage's compute, tp_comm_ms = M x its TP collectives, and
+    bubble_ms = T_pipe - M * max_s t_s (the bottleneck GPU's idle time).
+    Activations (b*S*hidden*4 bytes) go stage to stage by send/recv, forward and (train) backward, not
+    overlapped with compute: pp_comm_ms = sum over directions of [sum_boundaries t_p2p + (M-1) max t_p2p].
+    With tied word embeddings (GPT-2, OPT, BERT) and pp > 1 the first and last stages also all-reduce
+    the embedding gradient (ceil(V/tp)*hidden*4 bytes) after the backward, as Megatron does; this is
+    counted in pp_comm_ms. Not modelled for switch_transformers (pp must be 1).
+
+Data parallelism (train only)
+    Each rank all-reduces the gradients of the parameters it holds (its stage, TP-sharded; tied weights
+    once per stage) over its dp peers, fp32, once per step, after the last micro-batch's backward.
+    --no-overlap: one all-reduce of the whole gradient buffer after the backward (fully exposed).
+    --overlap (default, DDP/Megatron bucketing): gradients become ready in reverse layer order at a
+    uniform rate within each layer's backward (of the last micro-batch); they are cut into buckets of
+    `bucket_mb` MiB (default 25, PyTorch DDP's) and all-reduced one after the other as soon as each is
+    full; exposed = max(0, end of the last bucket's all-reduce - end of the backward). The last bucket
+    (the first layers and the embedding table) is always exposed. Link contention between DP and TP
+    traffic is ignored. Under pipelining stage s ends its backward sum_{s'<s} (b_s' + p2p) before stage 0,
+    and that slack absorbs part of its exposed all-reduce; dp_comm_ms is the largest remainder.
+
+Step time
+    e2e = compute + tp_comm + bubble + pp_comm + dp_comm(exposed);  comm_ms = tp + pp + dp.
+    fw_ms / bw_ms split every term into its forward and backward parts (exposed DP goes to bw), so
+    e2e = fw_ms + bw_ms as for one GPU. With dp = tp = pp = M = 1 every number equals `predict_model`.
+
+Interval (90%)
+    The compute part (compute + bubble) keeps the single-GPU composition's relative interval (kernel
+    errors inside a model are strongly correlated); each communication term takes its collectives'
+    intervals summed linearly (one fitted model: correlated), the exposed DP time re-simulated at the
+    all-reduce bounds. Compute and communication come from independent models, so their deviations add
+    in quadrature: lo = e2e - sqrt(dc_lo^2 + dm_lo^2), hi = e2e + sqrt(dc_hi^2 + dm_hi^2).
+    Memory capacity (whether the configuration fits) is not checked.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from hybridperf.devices import DeviceSpec, NodeSpec, get_device
+from hybridperf.errors import InputError
+from hybridperf.graphs.config import ModelConfig, load_config
+from hybridperf.graphs.kernels import F32, MODES, Block, ModelGraph, build_graph
+
+#: PyTorch DDP's default gradient bucket (bucket_cap_mb=25)
+DEFAULT_BUCKET_MB = 25.0
+TP_FAMILIES = ("gpt2", "gpt_neo", "bert", "opt")
+
+# Kernel roles under tensor parallelism, by kernel name (see hybridperf.graphs.kernels' builders).
+_COLUMN = {"c_attn", "q_proj", "k_proj", "v_proj", "c_fc", "query", "key", "value", "intermediate", "fc1"}
+_ROW = {"attn_proj", "mlp_proj", "attn_out", "output", "out_proj", "fc2"}
+_SPLIT_H = {"q_scale"}  # elementwise on the (sharded) query projection
+_ATTN_PREFIX = "attn."  # _attention_core kernels: heads / tp
+_MLP_PREFIX = "mlp."  # the MLP activation: ffn / tp columns
+_VOCAB_TABLE = {"wte", "word_embeddings", "embed_tokens"}
+_VOCAB_HEAD = {"lm_head", "decoder"}
+_VOCAB_LOSS = {"log_softmax", "nll"}
+
+
+# ----------------------------------------------------------------------------------------------------
+# validation
+# ----------------------------------------------------------------------------------------------------
+
+def _pos_int(v, what: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) and not (isinstance(v, float) and v.is_integer()):
+        raise InputError(f"{what} must be a positive integer, got {v!r}")
+    if int(v) < 1:
+        raise InputError(f"{what} must be >= 1, got {v}")
+    return int(v)
+
+
+def default_microbatches(per_rank_batch: int, pp: int) -> int:
+    """The largest divisor of the per-rank batch that is <= pp (pp when it divides; 1 without pipeline)."""
+    for m in range(min(pp, per_rank_batch), 0, -1):
+        if per_rank_batch % m == 0:
+            return m
+    return 1
+
+
+def validate(cfg: ModelConfig, batch: int, mode: str, dp: int, tp: int, pp: int, microbatches) -> int:
+    """Check the parallel configuration; returns the number of micro-batches. InputError otherwise."""
+    if mode not in MODES:
+        raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if batch % dp:
+        raise InputError(f"batch {batch} is not divisible by dp={dp} (batch is the global batch)")
+    per_rank = batch // dp
+    m = default_microbatches(per_rank, pp) if microbatches is None else _pos_int(microbatches, "microbatches")
+    if per_rank % m:
+        raise InputError(f"per-rank batch {per_rank} (= batch {batch} / dp {dp}) is not divisible by "
+                         f"{m} micro-batches")
+    if (tp > 1 or pp > 1) and cfg.family not in TP_FAMILIES:
+        raise InputError(f"tensor/pipeline parallelism is modelled for {', '.join(TP_FAMILIES)}; "
+                         f"{cfg.family} supports dp only (tp=pp=1)")
+    if tp > 1:
+        for n, what in ((cfg.heads, "attention heads"), (cfg.hidden, "hidden size"), (cfg.ffn, "FFN width")):
+            if n % tp:
+                raise InputError(f"tp={tp} does not divide the model's {what} ({n})")
+    if pp > 1 and cfg.layers % pp:
+        raise InputError(f"pp={pp} does not divide the model's {cfg.layers} layers")
+    return m
+
+
+# ----------------------------------------------------------------------------------------------------
+# tensor-parallel kernel graph
+# ----------------------------------------------------------------------------------------------------
+
+def _shard_kernel(k: dict, tp: int) -> dict:
+    k = dict(k)
+    name, op = k["name"], k["op"]
+    if op == "linear" and name in _COLUMN:
+        k["K"] //= tp
+        k["params"] = k["N"] * k["K"] + (k["K"] if k["bias"] else 0)
+    elif op == "linear" and name in _ROW:
+        k["N"] //= tp
+        k["params"] = k["N"] * k["K"] + (k["K"] if k["bias"] else 0)  # the bias is replicated
+    elif op == "linear" and name in _VOCAB_HEAD:
+        k["K"] = -(-k["K"] // tp)
+        k["params"] = k["N"] * k["K"] + (k["K"] if k["bias"] else 0)
+    elif name.startswith(_ATTN_PREFIX):
+        if op.startswith("misc:"):
+            k["nbytes"] = k["nbytes"] / tp
+        else:  # bmm batch or the rows of a vector op: batch * heads (* S)
+            k["B"] //= tp
+    elif name.startswith(_MLP_PREFIX) or name in _SPLIT_H:
+        k["H"] //= tp
+    elif op == "misc:gather" and name in _VOCAB_TABLE:
+        rows = -(-(k["params"] // max(k["H"], 1)) // tp)
+        k["params"] = rows * k["H"]
+    elif name in _VOCAB_LOSS:
+        k["H"] = -(-k["H"] // tp)
+    return k
+
+
+def shard_graph(graph: ModelGraph, tp: int) -> ModelGraph:
+    """The kernels one of `tp` tensor-parallel ranks runs (Megatron column/row/vocab parallel)."""
+    if tp == 1:
+        return graph
+    if graph.config.family not in TP_FAMILIES:
+        raise InputError(f"tensor parallelism is not modelled for {graph.config.family}")
+    blocks = [Block(b.name, b.count, [_shard_kernel(k, tp) for k in b.kernels], b.kind) for b in graph.blocks]
+    return ModelGraph(graph.config, graph.batch, graph.seq, graph.mode, blocks)
+
+
+def parallel_graph(config, micro_batch: int, seq: int, mode: str = "train", tp: int = 1) -> ModelGraph:
+    """Per-GPU kernel graph of one micro-batch under tensor parallelism `tp` (all layers; see `stages`)."""
+    cfg = load_config(config)
+    if tp > 1:
+        validate(cfg, micro_batch, mode, 1, tp, 1, 1)
+    return shard_graph(build_graph(cfg, micro_batch, seq, mode), tp)
+
+
+def _tied(cfg: ModelConfig) -> bool:
+    return cfg.family in TP_FAMILIES and bool(cfg.raw.get("tie_word_embeddings", True))
+
+
+def block_params(graph: ModelGraph, block: Block, pp: int) -> int:
+    """Parameters of one repetition of `block` on one GPU (tied LM-head weight counted on its stage
+    only when pipelining puts it on a different GPU from the embedding table)."""
+    n = 0
+    for k in block.kernels:
+        p = int(k.get("params", 0))
+        if k["op"] == "linear" and k["name"] in _VOCAB_HEAD and _tied(graph.config) and pp == 1:
+            p -= k["N"] * k["K"]
+        n += p
+    return n
+
+
+# ----------------------------------------------------------------------------------------------------
+# rank layout and collectives
+# ----------------------------------------------------------------------------------------------------
+
+def _packing(groups: list, gpn: int) -> tuple[int, int]:
+    """(ranks, ranks per node) of the worst-packed group: fewest ranks on one node, a divisor of ranks."""
+    p = len(groups[0])
+    g = p
+    for ranks in groups:
+        counts = {}
+        for r in ranks:
+            counts[r // gpn] = counts.get(r // gpn, 0) + 1
+        c = min(counts.values())
+        if len(set(counts.values())) > 1 or p % c:
+            c = math.gcd(p, c)
+        g = min(g, c)
+    return p, max(g, 1)
+
+
+def rank_layout(dp: int, tp: int, pp: int, gpn: int) -> dict:
+    """(ranks, ranks per node) of the TP and DP groups and, per pipeline boundary, whether it crosses nodes."""
+    w = dp * tp
+    rank = lambda s, d, t: s * w + d * tp + t  # noqa: E731
+    tp_groups = [[rank(s, d, t) for t in range(tp)] for s in range(pp) for d in range(dp)]
+    dp_groups = [[rank(s, d, t) for d in range(dp)] for s in range(pp) for t in range(tp)]
+    cross = [any(r // gpn != (r + w) // gpn for r in range((s - 1) * w, s * w)) for s in range(1, pp)]
+    emb_cross = pp > 1 and any(r // gpn != (r + (pp - 1) * w) // gpn for r in range(w))
+    gpus = dp * tp * pp
+    return {"tp": _packing(tp_groups, gpn), "dp": _packing(dp_groups, gpn), "pp_cross": cross,
+            "emb_cross": emb_cross, "gpus": gpus, "nodes": -(-gpus // gpn)}
+
+
+class _Comm:
+    """Vectorised collective predictions on one node type: (ms, lo_ms, hi_ms) arrays."""
+
+    def __init__(self, node: NodeSpec, model):
+        self.node = node
+        self.model = model
+
+    def __call__(self, collective: str, nbytes, gpus: int, gpn: int):
+        n = np.atleast_1d(np.asarray(nbytes, dtype=np.float64))
+        if gpus < 2 or not len(n):
+            z = np.zeros(len(n))
+            return z, z, z
+        out = self.model.predict(collective, n, gpus, gpn, self.node)
+        return out["ms"], out["lo_ms"], out["hi_ms"]
+
+
+def resolve_parallel_device(device):
+    """(node, gpu spec, note): a catalog/JSON node, or a GPU placed in the default node the collective
+    CLI builds for it (`hybridperf.cli.collective.resolve_node`)."""
+    from hybridperf.cli.collective import default_node_for_device, resolve_node
+
+    if isinstance(device, NodeSpec):
+        return device, get_device(device.device), ""
+    if isinstance(device, DeviceSpec):
+        node, kind = default_node_for_device(device)
+        return node, device, f"note: assuming {node.gpus_per_node} x {device.name} with {kind}"
+    node, note = resolve_node(str(device))
+    dev = get_device(node.device) if not note else get_device(str(device))
+    return node, dev, note
+
+
+# ----------------------------------------------------------------------------------------------------
+# data-parallel gradient all-reduce
+# ----------------------------------------------------------------------------------------------------
+
+def _buckets(units: list, bucket_bytes: float) -> tuple[np.ndarray, np.ndarray]:
+    """Ready times and sizes of the gradient buckets. `units` = [(bw_ms, grad_bytes)] in backward order;
+    a unit's gradients appear at a uniform rate over its backward time."""
+    t = np.concatenate([[0.0], np.cumsum([u[0] for u in units])])
+    c = np.concatenate([[0.0], np.cumsum([u[1] for u in units])])
+    total = float(c[-1])
+    if total <= 0:
+        return np.zeros(0), np.zeros(0)
+    n = max(1, int(math.ceil(total / bucket_bytes - 1e-9)))
+    edges = np.minimum(np.arange(1, n + 1) * bucket_bytes, total)
+    edges[-1] = total
+    sizes = np.diff(np.concatenate([[0.0], edges]))
+    j = np.clip(np.searchsorted(c, edges, side="left"), 1, len(c) - 1)  # first point with c >= edge
+    frac = (edges - c[j - 1]) / np.maximum(c[j] - c[j - 1], 1e-300)
+    ready = t[j - 1] + np.clip(frac, 0.0, 1.0) * (t[j] - t[j - 1])
+    return ready, sizes
+
+
+def _exposed(ready: np.ndarray, ar_ms: np.ndarray, window_ms: float) -> float:
+    finish = 0.0
+    for r, a in zip(ready, ar_ms):
+        finish = max(finish, r) + a
+    return max(0.0, finish - window_ms)
+
+
+# ----------------------------------------------------------------------------------------------------
+# the prediction
+# ----------------------------------------------------------------------------------------------------
+
+@dataclass
+class ParallelPrediction:
+    """The step-time prediction plus the pieces it was built from."""
+
+    result: dict
+    prediction: object  # ModelPrediction of the per-GPU micro-batch graph (all stages)
+    stages: pd.DataFrame  # per stage: layers, fw/bw compute, TP fw/bw comm, params, DP all-reduce
+    node: NodeSpec
+    device: DeviceSpec
+    layout: dict
+    notes: list = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return dict(self.result)
+
+    def components(self) -> pd.DataFrame:
+        r = self.result
+        rows = [("compute", r["compute_ms"]), ("tp all-reduce", r["tp_comm_ms"]),
+                ("pp send/recv", r["pp_comm_ms"]), ("dp all-reduce (exposed)", r["dp_comm_ms"]),
+                ("pipeline bubble", r["bubble_ms"])]
+        df = pd.DataFrame(rows, columns=["component", "ms"])
+        df["share"] = df["ms"] / max(r["e2e_ms"], 1e-12)
+        return df
+
+
+def predict_parallel_detail(config, batch: int, seq: int, mode: str = "train", device="DGX-H100", dp: int = 1,
+                            tp: int = 1, pp: int = 1, microbatches: int | None = None, overlap: bool = True,
+                            predictor=None, collective_model=None, bucket_mb: float = DEFAULT_BUCKET_MB,
+                            correction: bool = True) -> ParallelPrediction:
+    """Like `predict_parallel`, returning the stage table and the per-GPU kernel prediction too."""
+    from hybridperf.graphs.compose import compose, resolve_predictor
+
+    cfg = load_config(config)
+    batch = _pos_int(batch, "batch")
+    seq = _pos_int(seq, "seq")
+    dp, tp, pp = _pos_int(dp, "dp"), _pos_int(tp, "tp"), _pos_int(pp, "pp")
+    if not (isinstance(bucket_mb, (int, float)) and not isinstance(bucket_mb, bool) and bucket_mb > 0):
+        raise InputError(f"bucket_mb must be > 0, got {bucket_mb!r}")
+    m = validate(cfg, batch, mode, dp, tp, pp, microbatches)
+    b_mb = batch // (dp * m)
+    train = mode == "train"
+    node, dev, note = resolve_parallel_device(device)
+    layout = rank_layout(dp, tp, pp, node.gpus_per_node)
+    if tp > node.gpus_per_node and tp % node.gpus_per_node:
+        raise InputError(f"tp={tp} must fit in one {node.gpus_per_node}-GPU node or be a multiple of it")
+    if collective_model is None and (dp > 1 or tp > 1 or pp > 1):
+        from hybridperf.priors.collectives import CollectiveModel
+
+        collective_model = CollectiveModel.load()
+    comm = _Comm(node, collective_model)
+    pred = predictor if predictor is not None else resolve_predictor()
+
+    graph = shard_graph(build_graph(cfg, b_mb, seq, mode), tp)
+    res = compose(graph, dev, pred, correction=correction)
+    scale = float(np.exp(res.log_bias))
+    tab = res.kernels
+    is_fw = (tab["phase"] == "fw").to_numpy()
+    blk_fw = tab.loc[is_fw].groupby("block")["total_ms"].sum() * scale
+    blk_bw = tab.loc[~is_fw].groupby("block")["total_ms"].sum() * scale
+    blocks = {b.name: b for b in graph.blocks}
+
+    def per_rep(name, s):  # time of one repetition of block `name`
+        return float(s.get(name, 0.0)) / blocks[name].count
+
+    L = cfg.layers
+    layer_blocks = [b for b in graph.blocks if b.kind == "layer"]
+    pre_blocks = [b for b in graph.blocks if b.kind == "pre"]
+    post_blocks = [b for b in graph.blocks if b.kind == "post"]
+
+    # ---- TP collectives (per micro-batch) -----------------------------------------------------------
+    act = b_mb * seq * cfg.hidden * F32
+    p_tp, g_tp = layout["tp"]
+    if tp > 1:
+        names = ["act", "ce", "logits"]
+        sizes = [act, b_mb * seq * F32, b_mb * seq * -(-cfg.vocab // tp) * F32]
+        ar, ar_lo, ar_hi = comm("all_reduce", sizes[:2], p_tp, g_tp)
+        ag, ag_lo, ag_hi = comm("all_gather", sizes[2:], p_tp, g_tp)
+        c = {n: (float(a), float(lo), float(hi)) for n, a, lo, hi in
+             zip(names, np.r_[ar, ag], np.r_[ar_lo, ag_lo], np.r_[ar_hi, ag_hi])}
+    else:
+        c = {n: (0.0, 0.0, 0.0) for n in ("act", "ce", "logits")}
+
+    def tp_cost(first: bool, last: bool, n_layers: int, i: int):
+        """(fw, bw) TP collective time of a stage for one micro-batch; i = 0 ms, 1 lo, 2 hi."""
+        fw = 2 * n_layers * c["act"][i] + (c["act"][i] if first else 0.0)
+        bw = 2 * n_layers * c["act"][i] if train else 0.0
+        if last:
+            if train:
+                fw += 3 * c["ce"][i]
+                bw += c["act"][i]
+            else:
+                fw += c["logits"][i]
+        return fw, bw
+
+    # ---- stages --------------------------------------------------------------------------------------
+    if any(b.count % pp for b in layer_blocks):
+        raise InputError(f"pp={pp} does not divide the layers of every layer block")
+    rows = []
+    for s in range(pp):
+        first, last = s == 0, s == pp - 1
+        mine = [(b, b.count // pp) for b in layer_blocks]
+        if first:
+            mine = [(b, b.count) for b in pre_blocks] + mine
+        if last:
+            mine = mine + [(b, b.count) for b in post_blocks]
+        if pp == 1:  # exactly the composition's numbers (bit-identical to predict_model)
+            f_c, b_c = res.fw_ms, res.bw_ms
+        else:
+            f_c = sum(per_rep(b.name, blk_fw) * n for b, n in mine)
+            b_c = sum(per_rep(b.name, blk_bw) * n for b, n in mine)
+        n_layers = L // pp
+        tpf, tpb = tp_cost(first, last, n_layers, 0)
+        # backward order of gradient production: units (bw ms of one repetition incl. TP, grad bytes)
+        units = []
+        for b, n in reversed(mine):
+            per_bw = per_rep(b.name, blk_bw)
+            if b.kind == "layer" and tp > 1 and train:
+                per_bw += 2 * c["act"][0]
+            units += [(per_bw, block_params(graph, b, pp) * F32)] * n
+        params = sum(u[1] for u in units) / F32
+        rows.append({"stage": s, "layers": n_layers, "fw_ms": f_c, "bw_ms": b_c, "tp_fw_ms": tpf, "tp_bw_ms": tpb,
+                     "params": params, "_units": units, "first": first, "last": last})
+
+    t_stage = np.array([r["fw_ms"] + r["bw_ms"] + r["tp_fw_ms"] + r["tp_bw_ms"] for r in rows])
+    bot = int(np.argmax(t_stage))
+    bn = rows[bot]
+    compute_fw, compute_bw = m * bn["fw_ms"], m * bn["bw_ms"]
+    tp_fw, tp_bw = m * bn["tp_fw_ms"], m * bn["tp_bw_ms"]
+    others = [r for i, r in enumerate(rows) if i != bot]
+    bubble_fw = sum((r["fw_ms"] + r["tp_fw_ms"] for r in others), 0.0)
+    bubble_bw = sum((r["bw_ms"] + r["tp_bw_ms"] for r in others), 0.0)
+
+    # ---- PP send/recv --------------------------------------------------------------------------------
+    pp_fw = pp_bw = 0.0
+    pp_lo = pp_hi = 0.0
+    p2p = np.zeros(max(pp - 1, 0))
+    if pp > 1:
+        cross = np.array(layout["pp_cross"])
+        vals = {}
+        for crossing in (False, True):
+            if (cross == crossing).any():
+                vals[crossing] = [float(v[0]) for v in comm("send_recv", [act], 2, 1 if crossing else 2)]
+        p2p = np.array([vals[x][0] for x in cross])
+        lo_b = np.array([vals[x][1] for x in cross])
+        hi_b = np.array([vals[x][2] for x in cross])
+        dirs = 2 if train else 1
+        per_dir = lambda v: float(v.sum() + (m - 1) * v.max())  # noqa: E731
+        pp_fw = per_dir(p2p)
+        pp_bw = per_dir(p2p) if train else 0.0
+        pp_lo, pp_hi = dirs * per_dir(lo_b), dirs * per_dir(hi_b)
+        if train and _tied(cfg):
+            nb = -(-cfg.vocab // tp) * cfg.hidden * F32
+            e, elo, ehi = (float(v[0]) for v in comm("all_reduce", [nb], 2, 1 if layout["emb_cross"] else 2))
+            pp_bw += e
+            pp_lo += elo
+            pp_hi += ehi
+
+    # ---- DP gradient all-reduce ----------------------------------------------------------------------
+    dp_ms = dp_lo = dp_hi = 0.0
+    p_dp, g_dp = layout["dp"]
+    for r in rows:
+        r["dp_allreduce_ms"] = 0.0
+    if train and dp > 1:
+        bucket = bucket_mb * 2**20
+        slack = 0.0
+        ex = {0: [], 1: [], 2: []}
+        for s, r in enumerate(rows):
+            window = sum(u[0] for u in r["_units"])
+            if overlap:
+                ready, sizes = _buckets(r["_units"], bucket)
+                a = comm("all_reduce", sizes, p_dp, g_dp)
+                for i in range(3):
+                    ex[i].append(_exposed(ready, a[i], window) - slack)
+                r["dp_allreduce_ms"] = float(a[0].sum())
+            else:
+                a = comm("all_reduce", [r["params"] * F32], p_dp, g_dp)
+                for i in range(3):
+                    ex[i].append(float(a[i][0]) - slack)
+                r["dp_allreduce_ms"] = float(a[0][0])
+            slack += r["bw_ms"] + r["tp_bw_ms"] + (p2p[s] if s < len(p2p) else 0.0)
+        dp_ms, dp_lo, dp_hi = (max(0.0, max(ex[i])) for i in range(3))
+
+    # ---- totals --------------------------------------------------------------------------------------
+    fw_ms = compute_fw + tp_fw + bubble_fw + pp_fw
+    bw_ms = compute_bw + tp_bw + bubble_bw + pp_bw + dp_ms
+    e2e = fw_ms + bw_ms
+    compute = compute_fw + compute_bw
+    bubble = bubble_fw + bubble_bw
+    tp_ms = tp_fw + tp_bw
+    pp_ms = pp_fw + pp_bw
+    comm_ms = tp_ms + pp_ms + dp_ms
+
+    # interval: compute (+ bubble) at the composition's relative interval; comm summed; quadrature
+    if dp == tp == pp == m == 1:
+        lo, hi = res.lo_ms, res.hi_ms
+    else:
+        rel_lo = res.lo_ms / res.e2e_ms if res.e2e_ms > 0 else 1.0
+        rel_hi = res.hi_ms / res.e2e_ms if res.e2e_ms > 0 else 1.0
+        cpart = compute + bubble
+        dc_lo, dc_hi = cpart * (1 - rel_lo), cpart * (rel_hi - 1)
+        tpf_lo, tpb_lo = tp_cost(bn["first"], bn["last"], bn["layers"], 1)
+        tpf_hi, tpb_hi = tp_cost(bn["first"], bn["last"], bn["layers"], 2)
+        dm_lo = max(0.0, tp_ms - m * (tpf_lo + tpb_lo)) + max(0.0, pp_ms - pp_lo) + max(0.0, dp_ms - dp_lo)
+        dm_hi = max(0.0, m * (tpf_hi + tpb_hi) - tp_ms) + max(0.0, pp_hi - pp_ms) + max(0.0, dp_hi - dp_ms)
+        lo = e2e - math.sqrt(dc_lo**2 + dm_lo**2)
+        hi = e2e + math.sqrt(dc_hi**2 + dm_hi**2)
+    result = {"e2e_ms": e2e, "lo_ms": lo, "hi_ms": hi, "fw_ms": fw_ms, "bw_ms": bw_ms, "compute_ms": compute,
+              "comm_ms": comm_ms, "bubble_ms": bubble, "tp_comm_ms": tp_ms, "dp_comm_ms": dp_ms,
+              "pp_comm_ms": pp_ms}
+    result = {k: float(v) for k, v in result.items()}
+    result.update(gpus=int(layout["gpus"]), nodes=int(layout["nodes"]), microbatches=int(m))
+    st = pd.DataFrame([{k: v for k, v in r.items() if not k.startswith("_")} for r in rows])
+    notes = [note] if note else []
+    return ParallelPrediction(result=result, prediction=res, stages=st, node=node, device=dev, layout=layout,
+                              notes=notes)
+
+
+def predict_parallel(config, batch: int, seq: int, mode: str = "train", device="DGX-H100", dp: int = 1, tp: int = 1,
+                     pp: int = 1, microbatches: int | None = None, overlap: bool = True, predictor=None,
+                     **kw) -> dict:
+    """Step time (ms) of `mode` (train: forward + backward + gradient sync; inf: forward) of a HF transformer
+    on dp*tp*pp GPUs of `device` (a node such as DGX-H100, a node JSON, or a GPU placed in a default node).
+
+    `batch` is the global batch; `microbatches` defaults to the largest divisor of batch/dp that is <= pp.
+    Returns the contract's {"e2e_ms", "lo_ms", "hi_ms", "fw_ms", "bw_ms"} plus compute_ms, comm_ms,
+    bubble_ms, tp_comm_ms, dp_comm_ms, pp_comm_ms, gpus, nodes, microbatches. Keyword `kw`:
+    collective_model, bucket_mb, correction (see `predict_parallel_detail`). See the module doc.
+    """
+    return predict_parallel_detail(config, batch, seq, mode, device, dp, tp, pp, microbatches, overlap, predictor,
+                                   **kw).to_dict()

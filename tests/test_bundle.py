@@ -1,0 +1,347 @@
+"""Model bundles: ONNX-vs-native parity, tamper detection, determinism of training, intervals."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import TINY_DEVICES, random_shapes, tiny_config, train_tiny
+from hybridperf.datasets.schema import canonicalize
+from hybridperf.errors import ModelBundleError
+from hybridperf.predictor import Predictor
+from hybridperf.residual_models.bundle import MANIFEST, load_bundle, sha256_file
+from hybridperf.residual_models.features import FEATURE_NAMES
+
+
+def _manifest(root: Path) -> dict:
+    return json.loads((root / MANIFEST).read_text())
+
+
+def _write_manifest(root: Path, m: dict) -> None:
+    (root / MANIFEST).write_text(json.dumps(m, indent=1))
+
+
+def _onnx_files(root: Path) -> list[str]:
+    return sorted(n for n in _manifest(root)["files"] if n.endswith(".onnx"))
+
+
+def _eval_rows(n: int = 60, seed: int = 7) -> pd.DataFrame:
+    """Canonical rows of every op the tiny bundle knows, plus a few shapes far outside its range."""
+    raw = random_shapes(np.random.default_rng(seed), n)
+    extra = pd.DataFrame([
+        {"OPName": "linear", "B": 64, "M": 8192, "N": 16384, "K": 16384, "H": np.nan},
+        {"OPName": "bmm", "B": 1, "M": 1, "N": 1, "K": 1, "H": np.nan},
+        {"OPName": "add", "B": 1 << 20, "M": np.nan, "N": np.nan, "K": np.nan, "H": 8192},
+        {"OPName": "softmax", "B": 1, "M": np.nan, "N": np.nan, "K": np.nan, "H": 1},
+        {"OPName": "gelu", "B": 1000, "M": np.nan, "N": np.nan, "K": np.nan, "H": 1000},  # class seen, op not
+    ])
+    return canonicalize(pd.concat([raw, extra], ignore_index=True))
+
+
+# ---------------------------------------------------------------------------------------------------
+# the bundle on disk
+
+
+def test_bundle_manifest_lists_its_files(tiny_bundle):
+    m = _manifest(tiny_bundle)
+    assert m["kind"] == "kernels"
+    assert m["feature_names"] == list(FEATURE_NAMES)
+    assert m["files"], "no ONNX files"
+    for name, digest in m["files"].items():
+        assert sha256_file(tiny_bundle / name) == digest
+    assert set(m["op_classes"]) == {"bmm", "linear", "elementwise", "softmax", "layernorm"}
+    for spec in m["op_classes"].values():
+        for member in spec["members"]:
+            assert member["file"] in m["files"]
+            assert member["weight"] > 0
+    assert sorted(m["training_data"]["devices"]) == sorted(TINY_DEVICES)
+    b = load_bundle(tiny_bundle, expect_kind="kernels", feature_names=FEATURE_NAMES)
+    assert set(b.sessions) == set(_onnx_files(tiny_bundle))
+
+
+# ---------------------------------------------------------------------------------------------------
+# ONNX vs native
+
+
+@pytest.fixture(scope="module")
+def native_fit(tiny_table):
+    """fit_all on the tiny table with the tiny bundle's config: the very models the bundle exported."""
+    pytest.importorskip("torch")
+    pytest.importorskip("xgboost")
+    import torch
+
+    torch.set_num_threads(1)
+    from hybridperf.training.kernels import fit_all
+
+    return fit_all(tiny_table, tiny_config(0))
+
+
+@pytest.mark.parametrize("kind", ["mlp", "xgb"])
+def test_onnx_matches_native_per_learner(native_fit, tiny_table, tmp_path, kind):
+    import onnxruntime as ort
+
+    from hybridperf.training.kernel_data import featurize
+
+    oc = "linear"
+    model = native_fit[oc]["models"][kind]
+    X = featurize(tiny_table[tiny_table["op_class"] == oc]).X
+    path = tmp_path / f"{oc}_{kind}.onnx"
+    model.export_onnx(path)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    out = np.asarray(sess.run(None, {sess.get_inputs()[0].name: X})[0], dtype=np.float64).reshape(len(X), -1)
+    if kind == "mlp":
+        assert out.shape[1] == model.n_seeds
+        np.testing.assert_allclose(out, model.predict_members(X), rtol=1e-5, atol=1e-6)
+    else:
+        assert out.shape[1] == 1
+    onnx_r = out.mean(axis=1)
+    native_r = model.predict(X)
+    # on the latency scale: prior * exp(residual)
+    np.testing.assert_allclose(np.exp(onnx_r), np.exp(native_r), rtol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def blended_bundle(native_fit, tiny_bundle, tiny_table, tmp_path_factory):
+    """A bundle exported from `native_fit` with an MLP/XGBoost blend forced into every op class (the tiny
+    training data makes choose_blend pick XGBoost alone, which would leave the MLP ONNX path untested)."""
+    from hybridperf.training.kernels import export_bundle
+
+    intervals = {oc: spec["interval"] for oc, spec in _manifest(tiny_bundle)["op_classes"].items()}
+    choice = {oc: {"mlp_weight": 0.5, "shrink": 0.8} for oc in native_fit}
+    out = tmp_path_factory.mktemp("blended") / "kernels"
+    export_bundle(native_fit, choice, intervals, out, tiny_table, tiny_config(0))
+    return out
+
+
+def test_predictor_matches_native_blend(native_fit, blended_bundle, tiny_table):
+    """Predictor (onnxruntime) == prior x exp(sum of manifest weights x native learner predictions)."""
+    from hybridperf.training.kernel_data import featurize
+
+    m = _manifest(blended_bundle)
+    kinds = {member["kind"] for spec in m["op_classes"].values() for member in spec["members"]}
+    assert kinds == {"mlp", "xgb"}
+    p = Predictor.load(blended_bundle)
+    for dev, rows in tiny_table.groupby("device"):
+        rows = rows.reset_index(drop=True)
+        fz = featurize(rows)
+        expect_r = np.zeros(len(rows))
+        for oc, spec in m["op_classes"].items():
+            mask = (rows["op_class"] == oc).to_numpy()
+            for member in spec["members"]:
+                expect_r[mask] += member["weight"] * native_fit[oc]["models"][member["kind"]].predict(fz.X[mask])
+        out = p.predict(rows, dev)
+        np.testing.assert_allclose(out["prior_ms"], fz.prior_ms, rtol=1e-12)
+        np.testing.assert_allclose(out["pred_ms"], fz.prior_ms * np.exp(expect_r), rtol=1e-5)
+
+
+def test_refit_reproduces_the_shipped_models(native_fit, tiny_bundle, tiny_table):
+    """train_kernel_bundle's final refit is fit_all on the same data: the bundle equals the native models."""
+    from hybridperf.training.kernel_data import featurize
+
+    m = _manifest(tiny_bundle)
+    b = load_bundle(tiny_bundle)
+    fz = featurize(tiny_table)
+    for oc, spec in m["op_classes"].items():
+        mask = (fz.rows["op_class"] == oc).to_numpy()
+        for member in spec["members"]:
+            onnx_r = b.run(member["file"], fz.X[mask]).mean(axis=1)
+            native_r = native_fit[oc]["models"][member["kind"]].predict(fz.X[mask])
+            np.testing.assert_allclose(np.exp(onnx_r), np.exp(native_r), rtol=1e-5)
+
+
+def test_mlp_is_stable_on_a_feature_constant_in_training(tiny_table):
+    pytest.importorskip("torch")
+    from hybridperf.residual_models.mlp import MLPResidual
+    from hybridperf.training.kernel_data import featurize
+
+    fz = featurize(tiny_table[tiny_table["op_class"] == "linear"])
+    j = FEATURE_NAMES.index("dtype_bytes")
+    assert np.unique(fz.X[:, j]).tolist() == [4.0]
+    model = MLPResidual(hidden=(16,), n_seeds=2, epochs=30, seed=0).fit(fz.X, fz.y)
+    X16 = fz.X.copy()
+    X16[:, j] = 2.0  # the same kernels in fp16: a feature the model never saw vary
+    shift = np.abs(model.predict(X16) - model.predict(fz.X))
+    assert shift.max() < 1.0, f"log-residual moved by up to {shift.max():.1f}"
+
+
+# ---------------------------------------------------------------------------------------------------
+# tampering
+
+
+def test_flipped_byte_in_onnx_is_refused(bundle_copy):
+    f = bundle_copy / _onnx_files(bundle_copy)[0]
+    data = bytearray(f.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    f.write_bytes(bytes(data))
+    with pytest.raises(ModelBundleError, match="sha256"):
+        Predictor.load(bundle_copy)
+
+
+def test_malformed_manifest_json_is_refused(bundle_copy):
+    text = (bundle_copy / MANIFEST).read_text()
+    (bundle_copy / MANIFEST).write_text(text[: len(text) // 2])
+    with pytest.raises(ModelBundleError):
+        Predictor.load(bundle_copy)
+
+
+@pytest.mark.parametrize("content", [b"", b"\xff\xfe\x00garbage", b"[1, 2, 3]", b'{"format": "something else"}'])
+def test_unreadable_or_foreign_manifest_is_refused(bundle_copy, content):
+    (bundle_copy / MANIFEST).write_bytes(content)
+    with pytest.raises(ModelBundleError):
+        Predictor.load(bundle_copy)
+
+
+def test_missing_manifest_is_refused(bundle_copy):
+    (bundle_copy / MANIFEST).unlink()
+    with pytest.raises(ModelBundleError):
+        Predictor.load(bundle_copy)
+
+
+def test_deleted_listed_file_is_refused(bundle_copy):
+    (bundle_copy / _onnx_files(bundle_copy)[-1]).unlink()
+    with pytest.raises(ModelBundleError, match="missing"):
+        Predictor.load(bundle_copy)
+
+
+def test_random_bytes_with_matching_sha_is_refused(bundle_copy):
+    name = _onnx_files(bundle_copy)[0]
+    f = bundle_copy / name
+    f.write_bytes(np.random.default_rng(0).bytes(4096))
+    m = _manifest(bundle_copy)
+    m["files"][name] = sha256_file(f)
+    _write_manifest(bundle_copy, m)
+    with pytest.raises(ModelBundleError, match="not a loadable ONNX"):
+        Predictor.load(bundle_copy)
+
+
+def test_feature_schema_mismatch_is_refused(bundle_copy):
+    m = _manifest(bundle_copy)
+    m["feature_names"] = m["feature_names"][::-1]
+    _write_manifest(bundle_copy, m)
+    with pytest.raises(ModelBundleError, match="feature schema"):
+        Predictor.load(bundle_copy)
+    m["feature_names"] = m["feature_names"][:-1]
+    _write_manifest(bundle_copy, m)
+    with pytest.raises(ModelBundleError):
+        Predictor.load(bundle_copy)
+
+
+def test_wrong_kind_and_version_are_refused(bundle_copy):
+    m = _manifest(bundle_copy)
+    _write_manifest(bundle_copy, {**m, "kind": "collectives"})
+    with pytest.raises(ModelBundleError, match="kind"):
+        Predictor.load(bundle_copy)
+    _write_manifest(bundle_copy, {**m, "format_version": 999})
+    with pytest.raises(ModelBundleError):
+        Predictor.load(bundle_copy)
+
+
+def test_nonexistent_bundle_dir_is_refused(tmp_path):
+    with pytest.raises(ModelBundleError):
+        Predictor.load(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelBundleError):
+        Predictor.load(tmp_path / "empty")
+
+
+def test_member_file_not_listed_is_refused(bundle_copy):
+    m = _manifest(bundle_copy)
+    oc = next(iter(m["op_classes"]))
+    m["op_classes"][oc]["members"][0]["file"] = "not_listed.onnx"
+    _write_manifest(bundle_copy, m)
+    with pytest.raises(ModelBundleError):
+        p = Predictor.load(bundle_copy)
+        p.predict(_eval_rows(10), "Tesla T4")
+
+
+def _tiny_onnx(n_inputs: int) -> bytes:
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph([helper.make_node("ReduceSum", ["x"], ["y"], keepdims=1)], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, n_inputs])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 1])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8).SerializeToString()
+
+
+def test_swapped_onnx_with_wrong_input_width_is_refused(bundle_copy):
+    name = _onnx_files(bundle_copy)[0]
+    (bundle_copy / name).write_bytes(_tiny_onnx(3))
+    m = _manifest(bundle_copy)
+    m["files"][name] = sha256_file(bundle_copy / name)
+    _write_manifest(bundle_copy, m)
+    with pytest.raises(ModelBundleError):
+        p = Predictor.load(bundle_copy)
+        p.predict(_eval_rows(10), "Tesla T4")
+
+
+# ---------------------------------------------------------------------------------------------------
+# determinism
+
+
+def _predictions(bundle: Path, rows: pd.DataFrame) -> np.ndarray:
+    p = Predictor.load(bundle)
+    return np.concatenate([p.predict(rows, d)[["pred_ms", "lo_ms", "hi_ms"]].to_numpy()
+                           for d in ("Tesla T4", "NVIDIA H100 80GB HBM3")])
+
+
+def test_training_is_deterministic(tiny_bundle, tiny_table, tmp_path):
+    rows = _eval_rows()
+    again = train_tiny(tmp_path / "again", seed=0, table=tiny_table)
+    np.testing.assert_allclose(_predictions(again, rows), _predictions(tiny_bundle, rows), rtol=1e-6)
+    assert _manifest(again)["op_classes"] == _manifest(tiny_bundle)["op_classes"]  # blend, intervals, ranges
+    other = train_tiny(tmp_path / "other", seed=1, table=tiny_table)
+    assert not np.allclose(_predictions(other, rows), _predictions(tiny_bundle, rows), rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------------
+# intervals
+
+
+@pytest.mark.parametrize("device", [*TINY_DEVICES, "NVIDIA H100 80GB HBM3", "AMD Instinct MI300X"])
+def test_intervals_bracket_the_prediction(tiny_bundle, device):
+    out = Predictor.load(tiny_bundle).predict(_eval_rows(), device)
+    for c in ("prior_ms", "pred_ms", "lo_ms", "hi_ms"):
+        assert np.isfinite(out[c]).all() and (out[c] > 0).all(), c
+    assert (out["lo_ms"] <= out["pred_ms"]).all()
+    assert (out["pred_ms"] <= out["hi_ms"]).all()
+    assert (out["ood"] >= 0).all()
+
+
+def test_intervals_widen_out_of_range(tiny_bundle):
+    out = Predictor.load(tiny_bundle).predict(_eval_rows(), "Tesla T4")
+    log_width = np.log(out["hi_ms"] / out["lo_ms"])
+    huge = (out["op"] == "linear") & (out["B"] == 64) & (out["M"] == 8192)
+    assert out.loc[huge, "ood"].iloc[0] > 0
+    inside = (out["op_class"] == "linear") & (out["ood"] == 0)
+    assert inside.any()
+    assert log_width[huge].iloc[0] > log_width[inside].max()
+
+
+def test_predict_keeps_row_order_and_count(tiny_bundle):
+    rows = _eval_rows()
+    shuffled = rows.sample(frac=1.0, random_state=3).reset_index(drop=True)
+    p = Predictor.load(tiny_bundle)
+    a = p.predict(rows, "NVIDIA L4")
+    b = p.predict(shuffled, "NVIDIA L4")
+    assert len(a) == len(rows)
+    key = ["op", "B", "M", "N", "K", "H"]
+    merged = a.merge(b, on=key, suffixes=("", "_b"))
+    np.testing.assert_allclose(merged["pred_ms"], merged["pred_ms_b"], rtol=1e-6)
+    # a row predicted alone gets the same answer as in a batch
+    one = p.predict(rows.iloc[[5]], "NVIDIA L4")
+    assert one["pred_ms"].iloc[0] == pytest.approx(a["pred_ms"].iloc[5], rel=1e-6)
+
+
+def test_prior_only_is_the_prior(tiny_table):
+    out = Predictor.prior_only().predict(tiny_table[tiny_table["device"] == "Tesla T4"], "Tesla T4")
+    np.testing.assert_array_equal(out["pred_ms"], out["prior_ms"])
+    assert (out["lo_ms"] < out["pred_ms"]).all() and (out["pred_ms"] < out["hi_ms"]).all()
+
+
+def test_bundle_dir_is_not_modified_by_loading(tiny_bundle):
+    before = {p.name: sha256_file(p) for p in tiny_bundle.iterdir()}
+    Predictor.load(tiny_bundle).predict(_eval_rows(10), "Tesla T4")
+    assert {p.name: sha256_file(p) for p in tiny_bundle.iterdir()} == before

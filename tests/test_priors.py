@@ -1,0 +1,250 @@
+"""Property tests of the analytical priors (hybridperf.priors) over random valid shapes.
+
+Every op, several catalog devices: the prior and the roofline are positive and finite, the prior never
+undercuts its op class's launch floor, more work never makes a kernel faster, and the roofline / prior
+respond to the device's spec sheet the way the physics says.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from hybridperf.datasets.schema import canonicalize
+from hybridperf.devices import get_device
+from hybridperf.ops import GEMM_OPS, OP_CLASS
+from hybridperf.priors.gemm import gemm_compute
+from hybridperf.priors.kernel_prior import kernel_prior_terms, prior_ms
+from hybridperf.priors.launch import launch_floor_ms
+from hybridperf.priors.memory import memory_time_ms
+from hybridperf.priors.power import sustained_flops
+from hybridperf.priors.roofline import roofline_ms
+
+DEVICES = ("Tesla T4", "NVIDIA A100-PCIE-40GB", "NVIDIA H100 80GB HBM3", "NVIDIA L4", "AMD Instinct MI300X")
+OPS = ("bmm", "linear", "add", "addu", "mul", "relu", "gelu", "tanh", "pow", "softmax", "ln")
+VECTOR_OPS = tuple(op for op in OPS if op not in GEMM_OPS)
+MONO_TOL = 1 - 1e-9  # wave-quantization plateaus: equal is fine, faster is not
+
+SETTINGS = settings(max_examples=10, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+gemm_shape = st.fixed_dictionaries({
+    "B": st.integers(1, 64), "M": st.integers(1, 8192), "N": st.integers(1, 8192), "K": st.integers(1, 8192),
+})
+vector_shape = st.fixed_dictionaries({"B": st.integers(1, 1 << 17), "H": st.integers(1, 1 << 15)})
+
+
+def _shapes(op: str):
+    return st.lists(gemm_shape if op in GEMM_OPS else vector_shape, min_size=1, max_size=12)
+
+
+def _table(op: str, shapes: list[dict]) -> pd.DataFrame:
+    raw = pd.DataFrame(shapes)
+    raw.insert(0, "OPName", op)
+    return canonicalize(raw)
+
+
+def _doubled(op: str, shapes: list[dict], dims) -> tuple[pd.DataFrame, dict]:
+    """One table: the base shapes, then each shape with `dim` doubled for every dim; and slices."""
+    parts, slices, n = [list(shapes)], {}, len(shapes)
+    for i, d in enumerate(dims):
+        parts.append([{**s, d: s[d] * 2} for s in shapes])
+        slices[d] = slice((i + 1) * n, (i + 2) * n)
+    return _table(op, [s for p in parts for s in p]), slices
+
+
+# ---------------------------------------------------------------------------------------------------
+# positivity, finiteness, floor
+
+
+@pytest.mark.parametrize("op", OPS)
+@SETTINGS
+@given(shapes=st.data())
+def test_prior_positive_finite_and_above_floor(op, shapes):
+    rows = shapes.draw(_shapes(op))
+    table = _table(op, rows)
+    floor = launch_floor_ms(OP_CLASS[op])
+    for name in DEVICES:
+        dev = get_device(name)
+        terms = kernel_prior_terms(table, dev)
+        prior = terms["prior_ms"].to_numpy()
+        roof = roofline_ms(table["flops"], table["bytes"], dev, "fp32", op in GEMM_OPS)
+        assert np.all(np.isfinite(prior)) and np.all(prior > 0), (name, rows)
+        assert np.all(np.isfinite(roof)) and np.all(roof > 0), (name, rows)
+        np.testing.assert_allclose(terms["roofline_ms"].to_numpy(), roof, rtol=1e-12)
+        assert np.all(prior >= floor), (name, rows, prior, floor)
+        # every term the features are built from is finite
+        assert np.isfinite(terms.to_numpy()).all(), (name, rows)
+
+
+# ---------------------------------------------------------------------------------------------------
+# monotone in work
+
+
+def _assert_monotone(op: str, rows: list[dict], dims) -> None:
+    table, slices = _doubled(op, rows, dims)
+    n = len(rows)
+    for name in DEVICES:
+        p = prior_ms(table, get_device(name))
+        base = p[:n]
+        for d, sl in slices.items():
+            bigger = p[sl]
+            bad = bigger < base * MONO_TOL
+            assert not bad.any(), (
+                f"{op} on {name}: doubling {d} made it faster: "
+                f"{[(rows[i], base[i], bigger[i]) for i in np.flatnonzero(bad)]}"
+            )
+
+
+@pytest.mark.parametrize("op", GEMM_OPS)
+@SETTINGS
+@given(data=st.data())
+def test_gemm_prior_monotone_in_B_M_K(op, data):
+    """Doubling the batch, the rows M, or the output width K never makes a GEMM faster."""
+    _assert_monotone(op, data.draw(_shapes(op)), ("B", "M", "K"))
+
+
+@pytest.mark.parametrize("op", GEMM_OPS)
+@SETTINGS
+@given(data=st.data())
+def test_gemm_prior_monotone_in_reduction_N(op, data):
+    """Doubling the reduction length N (with split-K available) never makes a GEMM faster."""
+    _assert_monotone(op, data.draw(_shapes(op)), ("N",))
+
+
+@pytest.mark.parametrize("op", [o for o in VECTOR_OPS if o != "ln"])
+@SETTINGS
+@given(data=st.data())
+def test_vector_prior_monotone_in_B_and_H(op, data):
+    _assert_monotone(op, data.draw(_shapes(op)), ("B", "H"))
+
+
+@SETTINGS
+@given(data=st.data())
+def test_layernorm_prior_monotone_in_H(data):
+    _assert_monotone("ln", data.draw(_shapes("ln")), ("H",))
+
+
+@SETTINGS
+@given(rows=_shapes("ln"))
+@example(rows=[{"B": 1, "H": 25386}])
+def test_layernorm_prior_monotone_in_B(rows):
+    _assert_monotone("ln", rows, ("B",))
+
+
+# ---------------------------------------------------------------------------------------------------
+# the device's spec sheet
+
+
+def _big_add():
+    return _table("add", [{"B": 65536, "H": 8192}])
+
+
+def _big_gemms():
+    return _table("linear", [{"B": 1, "M": 8192, "N": 8192, "K": 8192}]), _table(
+        "bmm", [{"B": 8, "M": 4096, "N": 4096, "K": 4096}])
+
+
+def _double_peaks(dev):
+    return dataclasses.replace(dev, peak_tflops={k: 2 * v for k, v in dev.peak_tflops.items()})
+
+
+@pytest.mark.parametrize("name", DEVICES)
+def test_roofline_halves_with_double_bandwidth_for_memory_bound_add(name):
+    dev = get_device(name)
+    fast = dataclasses.replace(dev, mem_bw_gbs=2 * dev.mem_bw_gbs)
+    t = _big_add()
+    base = roofline_ms(t["flops"], t["bytes"], dev)
+    assert base[0] == pytest.approx(t["bytes"][0] / (dev.mem_bw_gbs * 1e9) * 1e3, rel=1e-12)  # memory-bound
+    assert roofline_ms(t["flops"], t["bytes"], fast)[0] == pytest.approx(base[0] / 2, rel=1e-12)
+    # and the roofline term of the prior table agrees
+    assert kernel_prior_terms(t, fast)["roofline_ms"].iloc[0] == pytest.approx(base[0] / 2, rel=1e-12)
+
+
+@pytest.mark.parametrize("name", DEVICES)
+def test_roofline_halves_with_double_peak_for_compute_bound_gemm(name):
+    dev = get_device(name)
+    fast = _double_peaks(dev)
+    for t in _big_gemms():
+        base = roofline_ms(t["flops"], t["bytes"], dev, "fp32", True)
+        assert base[0] == pytest.approx(t["flops"][0] / dev.peak("fp32", matrix=True) * 1e3, rel=1e-12)
+        assert roofline_ms(t["flops"], t["bytes"], fast, "fp32", True)[0] == pytest.approx(base[0] / 2, rel=1e-12)
+        # bandwidth does not matter for a compute-bound GEMM's roofline
+        more_bw = dataclasses.replace(dev, mem_bw_gbs=2 * dev.mem_bw_gbs)
+        assert roofline_ms(t["flops"], t["bytes"], more_bw, "fp32", True)[0] == pytest.approx(base[0], rel=1e-12)
+
+
+@pytest.mark.parametrize("name", DEVICES)
+@pytest.mark.parametrize("op", ["add", "gelu", "softmax", "ln"])
+def test_prior_of_memory_bound_op_faster_with_double_bandwidth(name, op):
+    dev = get_device(name)
+    fast = dataclasses.replace(dev, mem_bw_gbs=2 * dev.mem_bw_gbs)
+    t = _table(op, [{"B": 65536, "H": 8192}])
+    floor = launch_floor_ms(OP_CLASS[op])
+    slow_t = prior_ms(t, dev)[0] - floor
+    fast_t = prior_ms(t, fast)[0] - floor
+    assert 0 < fast_t < slow_t
+    assert fast_t == pytest.approx(slow_t / 2, rel=1e-9)  # memory-bound: exactly half
+    assert memory_time_ms(t["bytes"], fast)[0] == pytest.approx(memory_time_ms(t["bytes"], dev)[0] / 2, rel=1e-12)
+
+
+@pytest.mark.parametrize("name", DEVICES)
+def test_prior_of_big_gemm_faster_with_double_peak(name):
+    dev = dataclasses.replace(get_device(name), tdp_w=0)  # no power cap: sustained == peak
+    fast = _double_peaks(dev)
+    assert sustained_flops(fast, "fp32", True) == pytest.approx(2 * sustained_flops(dev, "fp32", True))
+    for t in _big_gemms():
+        floor = launch_floor_ms(t["op_class"][0])
+        slow_t = prior_ms(t, dev)[0] - floor
+        fast_t = prior_ms(t, fast)[0] - floor
+        assert 0 < fast_t < slow_t
+        assert fast_t <= slow_t * 0.6  # compute-bound: close to half (a split-K epilogue stays memory-bound)
+
+
+@pytest.mark.parametrize("name", DEVICES)
+def test_power_cap_never_raises_the_rate(name):
+    dev = get_device(name)
+    for matrix in (False, True):
+        assert 0 < sustained_flops(dev, "fp32", matrix) <= dev.peak("fp32", matrix=matrix)
+        assert sustained_flops(dataclasses.replace(dev, tdp_w=0), "fp32", matrix) == dev.peak("fp32", matrix=matrix)
+
+
+# ---------------------------------------------------------------------------------------------------
+# split-K
+
+
+def test_split_k_chosen_for_tall_reduction_gemm():
+    v100 = get_device("Tesla V100-PCIE-32GB")
+    # (B, M, K_out, N_red): the LM-head-like GEMM with a 30522-long reduction and few output tiles
+    terms = gemm_compute([1], [512], [768], [30522], v100)
+    assert terms.split_k[0] > 1
+    no_split = gemm_compute([1], [512], [768], [256], v100)
+    assert no_split.split_k[0] == 1
+    # the prior table passes N as the reduction and K as the output width
+    t = _table("linear", [{"B": 1, "M": 512, "N": 30522, "K": 768}])
+    assert kernel_prior_terms(t, v100)["split_k"].iloc[0] > 1
+
+
+@pytest.mark.parametrize("name", ["Tesla V100-PCIE-32GB", "Tesla T4", "NVIDIA H100 80GB HBM3", "NVIDIA L4"])
+def test_split_k_not_chosen_for_square_4096_gemm(name):
+    terms = gemm_compute([1], [4096], [4096], [4096], get_device(name))
+    assert terms.split_k[0] == 1
+
+
+@pytest.mark.parametrize("name", ["NVIDIA A100-PCIE-40GB", "AMD Instinct MI300X"])
+def test_split_k_not_chosen_for_square_4096_gemm_many_sms(name):
+    terms = gemm_compute([1], [4096], [4096], [4096], get_device(name))
+    assert terms.split_k[0] == 1
+
+
+def test_split_k_never_with_short_chunks():
+    rng = np.random.default_rng(0)
+    n = 400
+    B, M, K, N = rng.integers(1, 16, n), rng.integers(1, 4096, n), rng.integers(1, 4096, n), rng.integers(1, 65536, n)
+    for name in DEVICES:
+        s = gemm_compute(B, M, K, N, get_device(name)).split_k
+        assert np.all((s == 1) | (np.ceil(N / s) >= 256))

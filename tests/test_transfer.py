@@ -1,0 +1,248 @@
+"""Few-shot transfer to a new GPU: adapt_predictor, save_adapted, suggest_kernels and their CLI."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from conftest import random_shapes
+from hybridperf.cli.app import app
+from hybridperf.datasets.schema import canonicalize
+from hybridperf.errors import InputError
+from hybridperf.predictor import Predictor
+from hybridperf.residual_models.bundle import MANIFEST, sha256_file
+from hybridperf.transfer import adapt_predictor, save_adapted
+from hybridperf.transfer.suggest import default_candidates, suggest_kernels
+
+TARGET = "NVIDIA L4"  # not a training device of the tiny bundle
+FACTOR = 1.5
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def base(tiny_bundle) -> Predictor:
+    return Predictor.load(tiny_bundle)
+
+
+@pytest.fixture(scope="module")
+def measured(base) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(calibration, held-out) canonical rows on TARGET whose true latency is 1.5x the base prediction."""
+    rng = np.random.default_rng(11)
+    rows = canonicalize(random_shapes(rng, 100))
+    rows["latency_ms"] = base.predict(rows, TARGET)["pred_ms"].to_numpy() * FACTOR * np.exp(rng.normal(0, 0.05, len(rows)))
+    rows["device"] = TARGET
+    return rows.iloc[:30].reset_index(drop=True), rows.iloc[30:].reset_index(drop=True)
+
+
+def _mape(pred: pd.DataFrame, truth: pd.DataFrame) -> float:
+    return float(np.mean(np.abs(pred["pred_ms"].to_numpy() / truth["latency_ms"].to_numpy() - 1.0)))
+
+
+def test_k0_is_the_base_predictor(base, measured):
+    _, held = measured
+    adapted = adapt_predictor(base, held.iloc[:0], TARGET)
+    a, b = adapted.predict(held, TARGET), base.predict(held, TARGET)
+    for c in ("pred_ms", "lo_ms", "hi_ms"):
+        np.testing.assert_array_equal(a[c].to_numpy(), b[c].to_numpy())
+
+
+def test_adaptation_beats_zero_shot_on_held_out_rows(base, measured):
+    cal, held = measured
+    adapted = adapt_predictor(base, cal, TARGET)
+    base_mape = _mape(base.predict(held, TARGET), held)
+    adapted_mape = _mape(adapted.predict(held, TARGET), held)
+    assert base_mape == pytest.approx(1 - 1 / FACTOR, abs=0.03)  # the zero-shot model is 1.5x too fast
+    assert adapted_mape < base_mape
+    assert adapted_mape < 0.5 * base_mape  # a 1.5x offset is the easiest thing to learn
+    info = adapted.adaptation
+    assert info["device"] == TARGET and info["k"] == len(cal)
+    assert info["global_offset"] > 0  # measured slower than predicted
+    # the base predictor is untouched
+    assert not base.corrections and base.adaptation is None
+
+
+def test_adapted_intervals_bracket_predictions(base, measured):
+    cal, held = measured
+    out = adapt_predictor(base, cal, TARGET).predict(held, TARGET)
+    assert (out["lo_ms"] > 0).all()
+    assert (out["lo_ms"] <= out["pred_ms"]).all() and (out["pred_ms"] <= out["hi_ms"]).all()
+    cover = ((held["latency_ms"] >= out["lo_ms"]) & (held["latency_ms"] <= out["hi_ms"])).mean()
+    assert cover >= 0.6
+
+
+def test_save_adapted_round_trip(base, measured, tmp_path):
+    cal, held = measured
+    adapted = adapt_predictor(base, cal, TARGET)
+    dest = save_adapted(adapted, tmp_path / "adapted")
+    m = json.loads((dest / MANIFEST).read_text())
+    assert m["adaptation"]["device"] == TARGET
+    for name, digest in m["files"].items():
+        assert sha256_file(dest / name) == digest
+    loaded = Predictor.load(dest)
+    assert set(loaded.corrections) == set(adapted.corrections)
+    a, b = adapted.predict(held, TARGET), loaded.predict(held, TARGET)
+    for c in ("pred_ms", "lo_ms", "hi_ms"):
+        np.testing.assert_allclose(b[c].to_numpy(), a[c].to_numpy(), rtol=1e-6)
+
+
+def test_readapting_is_refused(base, measured, tmp_path):
+    cal, _ = measured
+    adapted = adapt_predictor(base, cal, TARGET)
+    with pytest.raises(InputError):
+        adapt_predictor(adapted, cal, TARGET)
+    loaded = Predictor.load(save_adapted(adapted, tmp_path / "adapted"))
+    with pytest.raises(InputError):
+        adapt_predictor(loaded, cal, TARGET)
+
+
+def test_transfer_input_errors(base, measured, tiny_bundle):
+    cal, _ = measured
+    with pytest.raises(InputError):
+        adapt_predictor(Predictor.prior_only(), cal, TARGET)
+    bad = cal.copy()
+    bad.loc[0, "latency_ms"] = -1.0
+    with pytest.raises(InputError):
+        adapt_predictor(base, bad, TARGET)
+    with pytest.raises(InputError):
+        save_adapted(base, tiny_bundle.parent / "never")  # not adapted
+    with pytest.raises(InputError):
+        save_adapted(adapt_predictor(base, cal, TARGET), tiny_bundle)  # over the zero-shot bundle
+
+
+def test_tampered_adapted_bundle_is_refused(base, measured, tmp_path):
+    from hybridperf.errors import ModelBundleError
+
+    dest = save_adapted(adapt_predictor(base, measured[0], TARGET), tmp_path / "adapted")
+    f = next(dest.glob("*_transfer.onnx"))
+    data = bytearray(f.read_bytes())
+    data[-5] ^= 0xFF
+    f.write_bytes(bytes(data))
+    with pytest.raises(ModelBundleError):
+        Predictor.load(dest)
+
+
+# ---------------------------------------------------------------------------------------------------
+# which kernels to measure
+
+
+@pytest.fixture(scope="module")
+def candidates() -> pd.DataFrame:
+    return random_shapes(np.random.default_rng(3), 120)  # bmm, linear, add, softmax, ln: 5 op classes
+
+
+def test_suggest_k6(base, candidates):
+    a = suggest_kernels(base, candidates, TARGET, k=6)
+    b = suggest_kernels(base, candidates, TARGET, k=6)
+    assert len(a) == 6
+    pd.testing.assert_frame_equal(a, b)
+    assert a["op_class"].nunique() >= 3
+    assert not a.duplicated(subset=["op", "B", "M", "N", "K", "H"]).any()
+    # the picks are candidate rows
+    key = ["op", "B", "M", "N", "K", "H"]
+    cand = canonicalize(candidates)[key]
+    assert len(a[key].merge(cand.drop_duplicates(), on=key)) == 6
+    assert (a["lo_ms"] <= a["pred_ms"]).all() and (a["pred_ms"] <= a["hi_ms"]).all()
+
+
+def test_suggest_default_candidates(base):
+    picks = suggest_kernels(base, default_candidates(), TARGET, k=10)
+    assert len(picks) == 10
+    assert picks["op_class"].nunique() == 5
+
+
+def test_suggest_rejects_k0(base, candidates):
+    with pytest.raises(InputError):
+        suggest_kernels(base, candidates, TARGET, k=0)
+
+
+def test_suggest_returns_k_rows_when_a_class_is_small(base):
+    cand = pd.concat([random_shapes(np.random.default_rng(1), 20, ops=("linear",)),
+                      pd.DataFrame([{"OPName": "softmax", "B": 64, "H": 1024}])], ignore_index=True)
+    assert len(suggest_kernels(base, cand, TARGET, k=6)) == 6
+
+
+# ---------------------------------------------------------------------------------------------------
+# CLI
+
+
+def _neusight(rows: pd.DataFrame) -> pd.DataFrame:
+    out = rows[["op", "B", "M", "N", "K", "H", "latency_ms"]].rename(columns={"op": "OPName", "latency_ms": "Latency"})
+    return out
+
+
+def test_cli_transfer_then_predict(tiny_bundle, measured, tmp_path):
+    cal, held = measured
+    cal_csv = tmp_path / "measured.csv"
+    _neusight(cal).to_csv(cal_csv, index=False)
+    dest = tmp_path / "adapted"
+    r = runner.invoke(app, ["transfer", str(cal_csv), "--device", TARGET, "--out", str(dest),
+                            "--model-bundle", str(tiny_bundle)])
+    assert r.exit_code == 0, r.output
+    assert (dest / MANIFEST).is_file()
+    loaded = Predictor.load(dest)
+    assert loaded.adaptation["device"] == TARGET and loaded.adaptation["k"] == len(cal)
+    # predict-kernels with the adapted bundle == predict-kernels --calibration with the zero-shot one
+    held_csv = tmp_path / "held.csv"
+    _neusight(held).drop(columns=["Latency"]).to_csv(held_csv, index=False)
+    r1 = runner.invoke(app, ["predict-kernels", str(held_csv), "--device", TARGET, "--output", str(tmp_path / "a.csv"),
+                             "--model-bundle", str(dest)])
+    r2 = runner.invoke(app, ["predict-kernels", str(held_csv), "--device", TARGET, "--output", str(tmp_path / "b.csv"),
+                             "--model-bundle", str(tiny_bundle), "--calibration", str(cal_csv)])
+    assert r1.exit_code == 0, r1.output
+    assert r2.exit_code == 0, r2.output
+    a, b = pd.read_csv(tmp_path / "a.csv"), pd.read_csv(tmp_path / "b.csv")
+    for c in ("pred_ms", "pred_lo_ms", "pred_hi_ms"):
+        np.testing.assert_allclose(a[c], b[c], rtol=1e-5)
+    assert _mape(a, held) < _mape(base_pred := Predictor.load(tiny_bundle).predict(held, TARGET), held)
+    assert len(base_pred) == len(held)
+
+
+def test_cli_suggest_writes_shapes(tiny_bundle, candidates, tmp_path):
+    cand_csv = tmp_path / "cand.csv"
+    candidates.to_csv(cand_csv, index=False)
+    out = tmp_path / "sub" / "shapes.csv"
+    args = ["suggest", "--device", TARGET, "--k", "6", "--out", str(out), "--candidates", str(cand_csv),
+            "--model-bundle", str(tiny_bundle)]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    shapes = pd.read_csv(out)
+    assert list(shapes.columns) == ["OPName", "B", "M", "N", "K", "H"]
+    assert len(shapes) == 6
+    # the shapes file is valid input for predict-kernels / collect
+    assert len(canonicalize(shapes)) == 6
+    first = out.read_bytes()
+    assert runner.invoke(app, args).exit_code == 0
+    assert out.read_bytes() == first  # deterministic
+
+
+def test_cli_suggest_default_candidates(tiny_bundle, tmp_path):
+    out = tmp_path / "shapes.csv"
+    r = runner.invoke(app, ["suggest", "--device", "H100-SXM", "--k", "5", "--out", str(out),
+                            "--model-bundle", str(tiny_bundle)])
+    assert r.exit_code == 0, r.output
+    assert len(pd.read_csv(out)) == 5
+
+
+def test_adaptation_corrects_a_class_the_bundle_lacks(tiny_table, tmp_path):
+    pytest.importorskip("torch")
+    import torch
+
+    from conftest import tiny_config
+    from hybridperf.training.kernels import export_bundle, fit_all
+
+    torch.set_num_threads(1)
+    cfg = tiny_config(0)
+    fitted = fit_all(tiny_table[tiny_table["op_class"] != "layernorm"], cfg)
+    intervals = {oc: {"q_lo": -0.2, "q_hi": 0.2, "ood_beta": 0.5} for oc in fitted}
+    export_bundle(fitted, {oc: {"mlp_weight": 0.0, "shrink": 1.0} for oc in fitted}, intervals, tmp_path / "b",
+                  tiny_table, cfg)
+    p = Predictor.load(tmp_path / "b")
+    rows = canonicalize(random_shapes(np.random.default_rng(2), 60))
+    rows["latency_ms"] = p.predict(rows, TARGET)["pred_ms"].to_numpy() * FACTOR
+    out = adapt_predictor(p, rows, TARGET).predict(rows, TARGET)
+    ratio = (out["pred_ms"] / rows["latency_ms"]).groupby(rows["op_class"]).mean()
+    assert ratio["linear"] == pytest.approx(1.0, abs=0.05)
+    assert ratio["layernorm"] == pytest.approx(1.0, abs=0.05)
