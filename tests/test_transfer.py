@@ -59,7 +59,9 @@ def test_adaptation_beats_zero_shot_on_held_out_rows(base, measured):
     assert adapted_mape < 0.5 * base_mape  # a 1.5x offset is the easiest thing to learn
     info = adapted.adaptation
     assert info["device"] == TARGET and info["k"] == len(cal)
-    assert info["global_offset"] > 0  # measured slower than predicted
+    # measured slower than predicted: the corrections raise the predictions
+    raised = adapted.predict(held, TARGET)["pred_ms"].to_numpy() > base.predict(held, TARGET)["pred_ms"].to_numpy()
+    assert raised.mean() > 0.9
     # the base predictor is untouched
     assert not base.corrections and base.adaptation is None
 
