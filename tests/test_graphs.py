@@ -76,6 +76,29 @@ def test_more_layers_cost_more_and_breakdown_sums():
     assert bd["share"].sum() == pytest.approx(1.0)
 
 
+def test_composition_drops_harness_floor_and_adds_gap():
+    from hybridperf.graphs.compose import compose, in_model_ms
+    from hybridperf.priors.launch import launch_floor_ms
+
+    g = build_graph(TINY, 2, 128, "train")
+    cal = {"prior": {"scale": 1.0, "gap_ms": 0.004, "cpu_ms": 0.0}}
+    mp = compose(g, DEV, PRIOR, calibration=cal)
+    k = mp.kernels
+    misc = k["op"].str.startswith("misc:")
+    assert (k.loc[misc, "floor_ms"] == 0).all()
+    assert (k.loc[k["op"] == "linear", "floor_ms"] == launch_floor_ms("linear")).all()
+    expect = (np.maximum(k["pred_ms"] - k["floor_ms"], 0) + 0.004) * k["count"]
+    assert np.allclose(k["total_ms"], expect)
+    assert mp.e2e_ms == pytest.approx(float(expect.sum()))
+    # correction=False: the plain NeuSight-style sum of isolated-kernel predictions
+    raw = compose(g, DEV, PRIOR, correction=False, calibration=cal)
+    assert raw.e2e_ms == pytest.approx(float((k["pred_ms"] * k["count"]).sum()))
+    assert raw.e2e_ms > mp.e2e_ms
+    # a per-kernel lower bound (eager dispatch) and a scale
+    t = in_model_ms([0.01, 1.0], [0.026, 0.056], scale=2.0, gap_ms=0.002, cpu_ms=0.015)
+    assert t == pytest.approx([0.015, 2 * 0.944 + 0.002])
+
+
 @pytest.mark.parametrize("family,cfg", [
     ("bert", {"model_type": "bert", "hidden_size": 128, "num_attention_heads": 2, "num_hidden_layers": 2,
               "intermediate_size": 512, "vocab_size": 500, "hidden_act": "gelu", "max_position_embeddings": 512}),

@@ -1,11 +1,27 @@
 """Whole-model latency: predict every kernel of the graph in one batch, then compose.
 
-    e2e = exp(log_bias[mode]) * sum_k pred_k * repeats_k
+Kernel predictions (`pred_k`, from the kernel `Predictor`: prior x learned residual) are latencies as
+NeuSight measured single kernels: CUDA events around ONE eager call. Each carries the harness's per-call
+floor (`hybridperf.priors.launch.launch_floor_ms`, 26-56 us by op class) which kernels launched back to
+back inside a model do not pay. Inside a model a kernel costs its device time plus the gap to the next
+launch, so the composition is
 
-`pred_k` comes from the kernel `Predictor` (prior x learned residual) for vocabulary ops and from
-`hybridperf.graphs.misc` for the rest. Python-only nodes of the traced graph (size, view, permute,
-getitem, eval-mode dropout) launch no kernel and overlap with GPU work in a real run: they are left out.
-`log_bias` is a per-mode scalar fitted on held-out devices (`hybridperf.graphs.calibration`).
+    t_k = max(scale * max(pred_k - floor_k, 0) + gap, cpu)       per launched kernel (ms)
+    e2e = exp(log_bias[mode]) * sum_k t_k * count_k
+
+  * `floor_k`: the harness floor of the kernel's op class (0 for the misc kernels of
+    `hybridperf.graphs.misc`, which are predicted without it);
+  * `gap`: ms per launched kernel (launch gap / eager dispatch), device-agnostic;
+  * `scale`: device-time scale (1 when not fitted); `cpu`: optional lower bound per kernel, the eager
+    dispatch cost when the GPU starves (0 when not fitted);
+  * `log_bias[mode]`: optional per-mode residual scalar (0 when not fitted).
+
+The constants live in `hybridperf.graphs.calibration`, per kernel-predictor kind ('prior', 'bundle'),
+fitted on NeuSight's whole-model labels by `experiments/model_latency.py` (which reports them
+leave-one-device-out). A kind without constants uses `DEFAULT_GAP_MS` and nothing else.
+`correction=False` gives the plain NeuSight-style sum of isolated-kernel predictions (t_k = pred_k).
+Python-only nodes of the traced graph (size, view, permute, getitem, eval-mode dropout) launch no
+kernel: they are left out (their host time is what `gap`/`cpu` absorb).
 
 Interval: errors of kernels inside one model are strongly correlated (the same GEMM shapes repeat
 in every layer, and a device the kernel model misjudges is misjudged for all of them), so kernel
@@ -27,10 +43,45 @@ from hybridperf.errors import InputError, ModelBundleError
 from hybridperf.graphs.calibration import CALIBRATION
 from hybridperf.graphs.kernels import ModelGraph, build_graph
 from hybridperf.graphs.misc import MISC_LOG_HALF_WIDTH, misc_latency_ms
+from hybridperf.ops import OP_CLASS
 from hybridperf.predictor import Predictor, shipped_models_dir
+from hybridperf.priors.launch import launch_floor_ms
 
 GROUPS = ("linear", "bmm", "elementwise", "softmax", "layernorm", "embedding", "memory")
 OOD_WIDEN = 0.25
+#: per-kernel launch gap (ms) used when the calibration has no fitted constants for a predictor kind
+DEFAULT_GAP_MS = 0.01
+
+
+def composition_params(kind: str, mode: str, calibration: dict | None = None, correction: bool = True) -> dict:
+    """Composition constants {scale, gap_ms, cpu_ms, log_bias, (q_lo, q_hi)} for a predictor kind and mode.
+
+    Calibration layout: {kind: {"scale", "gap_ms", "cpu_ms", "inf": {"log_bias", "q_lo", "q_hi"},
+    "train": {...}}}; every entry optional. `correction=False`: the plain sum of isolated predictions."""
+    if not correction:
+        return {"raw": True, "scale": 1.0, "gap_ms": 0.0, "cpu_ms": 0.0, "log_bias": 0.0}
+    ck = (CALIBRATION if calibration is None else calibration).get(kind, {})
+    cm = ck.get(mode, {})
+    out = {"raw": False, "scale": float(ck.get("scale", 1.0)), "gap_ms": float(ck.get("gap_ms", DEFAULT_GAP_MS)),
+           "cpu_ms": float(ck.get("cpu_ms", 0.0)), "log_bias": float(cm.get("log_bias", 0.0))}
+    if "q_lo" in cm and "q_hi" in cm:
+        out["q_lo"], out["q_hi"] = float(cm["q_lo"]), float(cm["q_hi"])
+    return out
+
+
+def harness_floor_ms(ops) -> np.ndarray:
+    """Per-call harness floor (ms) of each op name: the op class floor, 0 for `misc:` kernels."""
+    return np.array([0.0 if o.startswith("misc:") else launch_floor_ms(OP_CLASS[o]) for o in ops], dtype=np.float64)
+
+
+def in_model_ms(pred_ms, floor_ms, scale: float = 1.0, gap_ms: float = DEFAULT_GAP_MS, cpu_ms: float = 0.0,
+                raw: bool = False) -> np.ndarray:
+    """Per-launch time of kernels inside a model: max(scale * max(pred - floor, 0) + gap, cpu)."""
+    pred_ms = np.asarray(pred_ms, dtype=np.float64)
+    if raw:
+        return pred_ms.copy()
+    dev = np.maximum(pred_ms - np.asarray(floor_ms, dtype=np.float64), 0.0)
+    return np.maximum(scale * dev + gap_ms, cpu_ms)
 
 
 def predictor_kind(predictor: Predictor) -> str:
@@ -67,7 +118,7 @@ class ModelPrediction:
     """Per-kernel predictions of one graph plus the composed totals."""
 
     graph: ModelGraph
-    kernels: pd.DataFrame  # kernel_table() + pred_ms, lo_ms, hi_ms, ood, total_ms (= pred x count)
+    kernels: pd.DataFrame  # kernel_table() + pred_ms, lo_ms, hi_ms, ood, floor_ms, t_ms, total_ms (= t x count)
     e2e_ms: float
     lo_ms: float
     hi_ms: float
@@ -97,7 +148,8 @@ class ModelPrediction:
 
 
 def predict_kernels_of(graph: ModelGraph, device: DeviceSpec, predictor: Predictor) -> pd.DataFrame:
-    """The graph's kernel table with pred_ms/lo_ms/hi_ms/ood per row (one predictor call)."""
+    """The graph's kernel table with pred_ms/lo_ms/hi_ms/ood/floor_ms per row (one predictor call);
+    `total_ms` here is the isolated-call sum pred_ms x count (`compose` replaces it by in-model time)."""
     tab = graph.kernel_table().reset_index(drop=True)
     is_misc = tab["op"].str.startswith("misc:").to_numpy()
     pred = np.zeros(len(tab))
@@ -130,18 +182,23 @@ def predict_kernels_of(graph: ModelGraph, device: DeviceSpec, predictor: Predict
     tab["lo_ms"] = lo
     tab["hi_ms"] = hi
     tab["ood"] = ood
+    tab["floor_ms"] = harness_floor_ms(tab["op"])
     tab["total_ms"] = pred * tab["count"].to_numpy()
     return tab
 
 
 def compose(graph: ModelGraph, device, predictor: Predictor, correction: bool = True,
             calibration: dict | None = None) -> ModelPrediction:
-    """Predict and compose one graph on `device`."""
+    """Predict and compose one graph on `device` (see the module docstring for the model)."""
     dev = get_device(device)
     tab = predict_kernels_of(graph, dev, predictor)
     kind = predictor_kind(predictor)
-    cal = (CALIBRATION if calibration is None else calibration).get(kind, {}).get(graph.mode, {})
-    log_bias = float(cal.get("log_bias", 0.0)) if correction else 0.0
+    par = composition_params(kind, graph.mode, calibration, correction)
+    t = in_model_ms(tab["pred_ms"].to_numpy(), tab["floor_ms"].to_numpy(), par["scale"], par["gap_ms"],
+                    par["cpu_ms"], par["raw"])
+    tab["t_ms"] = t
+    tab["total_ms"] = t * tab["count"].to_numpy()
+    log_bias = par["log_bias"]
     scale = float(np.exp(log_bias))
     total = tab["total_ms"].to_numpy()
     fw = float(total[tab["phase"].to_numpy() == "fw"].sum()) * scale
@@ -152,9 +209,9 @@ def compose(graph: ModelGraph, device, predictor: Predictor, correction: bool = 
         l_k = np.where(tab["pred_ms"] > 0, np.log(tab["lo_ms"] / tab["pred_ms"]), 0.0)
         u_k = np.where(tab["pred_ms"] > 0, np.log(tab["hi_ms"] / tab["pred_ms"]), 0.0)
     ood = float(np.sum(w * tab["ood"].to_numpy()))
-    if correction and "q_lo" in cal and "q_hi" in cal:
+    if "q_lo" in par:
         widen = 1.0 + OOD_WIDEN * ood
-        q_lo, q_hi = float(cal["q_lo"]) * widen, float(cal["q_hi"]) * widen
+        q_lo, q_hi = par["q_lo"] * widen, par["q_hi"] * widen
     else:
         q_lo, q_hi = float(np.sum(w * l_k)), float(np.sum(w * u_k))
     q_lo, q_hi = min(q_lo, 0.0), max(q_hi, 0.0)

@@ -1,9 +1,10 @@
 """Analytic latency of the kernels outside hybridperf's op vocabulary (`misc:<kind>` rows).
 
-Every such kernel is memory-bound: time = launch floor + bytes at achievable bandwidth (with L2
-residency of small working sets, `hybridperf.priors.memory.memory_time_ms`). The floor is the
-elementwise floor of the NeuSight harness, so these rows compose exactly like predicted vocabulary
-kernels. Per-kind efficiency factors account for access patterns worse than streaming:
+Every such kernel is memory-bound: device time = bytes at achievable bandwidth (with L2 residency of
+small working sets, `hybridperf.priors.memory.memory_time_ms`). Unlike the vocabulary kernels (predicted
+as NeuSight measured them, one timed call each) these carry no harness floor: the composition
+(`hybridperf.graphs.compose`) adds the same per-launch gap to both. Per-kind efficiency factors account
+for access patterns worse than streaming:
 
     gather        1.0   row gather (contiguous rows of the table)
     embedding_bw  1.5   sort + segment-reduce of token gradients, plus the zero-fill of (V, h)
@@ -20,7 +21,6 @@ from __future__ import annotations
 import numpy as np
 
 from hybridperf.devices import DeviceSpec
-from hybridperf.priors.launch import launch_floor_ms
 from hybridperf.priors.memory import memory_time_ms
 
 KIND_FACTOR = {"gather": 1.0, "embedding_bw": 1.5, "copy": 1.25, "reduce": 1.0, "mask": 1.0, "route": 1.0,
@@ -29,7 +29,8 @@ MISC_LOG_HALF_WIDTH = np.log(1.5)
 
 
 def misc_latency_ms(kinds, nbytes, device: DeviceSpec) -> np.ndarray:
-    """Latency (ms) of misc kernels of `kinds` (without the 'misc:' prefix) moving `nbytes` bytes."""
+    """Device time (ms, no launch floor) of misc kernels of `kinds` (without the 'misc:' prefix) moving
+    `nbytes` bytes."""
     nbytes = np.asarray(nbytes, dtype=np.float64)
     factor = np.array([KIND_FACTOR.get(k, 1.0) for k in kinds], dtype=np.float64)
-    return launch_floor_ms("elementwise") + factor * memory_time_ms(nbytes, device)
+    return factor * memory_time_ms(nbytes, device)
