@@ -2,9 +2,11 @@
 
 k is split across op classes (every class gets its share, the classes with the widest zero-shot
 intervals get the remainder). Within a class the picks cover the kernel-scale space the transfer
-correction is fitted on (standardised log prior time, floor share, log FLOPs, log bytes): greedy
-farthest-point selection, each candidate's distance weighted by its zero-shot interval width, so the
-first pick is the most uncertain kernel and later ones fill the gaps.
+correction is fitted on (standardised log prior time, floor share, log FLOPs, log bytes): the first
+pick is the class's most typical kernel (the medoid: with one measurement, the class-wide correction
+should come from a representative kernel, not an extreme one), later ones by greedy farthest-point
+selection with each candidate's distance weighted by its zero-shot interval width, so they go where
+the model is least sure and nothing has been measured.
 """
 from __future__ import annotations
 
@@ -80,7 +82,7 @@ def suggest_kernels(predictor, candidates: pd.DataFrame, device: str | DeviceSpe
         Z = X[idx][:, cols].astype(np.float64)
         Z = (Z - Z.mean(axis=0)) / np.maximum(Z.std(axis=0), 1e-6)
         w = width[idx] / max(np.median(width[idx]), 1e-9)
-        chosen = [int(np.argmax(w))]
+        chosen = [int(np.argmin(np.linalg.norm(Z - np.median(Z, axis=0), axis=1)))]
         dist = np.linalg.norm(Z - Z[chosen[0]], axis=1)
         while len(chosen) < min(quota, len(idx)):
             nxt = int(np.argmax(dist * w))
