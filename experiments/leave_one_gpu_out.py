@@ -31,17 +31,21 @@ from hybridperf.training.kernels import (  # noqa: E402
 )
 
 
-def score(logo: pd.DataFrame, cfg: TrainConfig, calibration: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Nested selection: for held-out d, blend and interval come from the other folds only, or from
+def selection(logo: pd.DataFrame, d: str, cfg: TrainConfig, calibration: pd.DataFrame | None) -> tuple[dict, dict]:
+    """Blend/shrinkage and interval for held-out device d, from the other folds only, or from
     `calibration` (held-out predictions that never involve d) when there is a single fold."""
+    if calibration is not None:
+        choice = choose_blend(calibration)
+        return choice, conformal_interval(calibration, choice, cfg)
+    choice = choose_blend(logo, exclude_device=d)
+    return choice, conformal_interval(logo, choice, cfg, exclude_device=d)
+
+
+def score(logo: pd.DataFrame, cfg: TrainConfig, calibration: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Held-out predictions and intervals with nested selection (see `selection`)."""
     parts = []
     for d, g in logo.groupby("heldout"):
-        if calibration is not None:
-            choice = choose_blend(calibration)
-            iv = conformal_interval(calibration, choice, cfg)
-        else:
-            choice = choose_blend(logo, exclude_device=d)
-            iv = conformal_interval(logo, choice, cfg, exclude_device=d)
+        choice, iv = selection(logo, d, cfg, calibration)
         r = blended(g, choice)
         pred = g["prior_ms"].to_numpy() * np.exp(r)
         widen = 1.0 + cfg.ood_beta * g["ood"].to_numpy()
@@ -138,12 +142,7 @@ def main() -> None:
     print(tab.to_string())
     if args.save_bundles:
         for d, fitted in models.items():
-            if calibration is not None:
-                choice = choose_blend(calibration)
-                iv = conformal_interval(calibration, choice, cfg)
-            else:
-                choice = choose_blend(logo, exclude_device=d)
-                iv = conformal_interval(logo, choice, cfg, exclude_device=d)
+            choice, iv = selection(logo, d, cfg, calibration)
             dest = Path(args.save_bundles) / d.replace(" ", "_") / "kernels"
             export_bundle(fitted, choice, iv, dest, train[train["device"] != d], cfg,
                           extra={"calibration": {"method": "split-conformal on the other folds", "heldout_device": d}})

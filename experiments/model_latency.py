@@ -231,8 +231,8 @@ def lodo(ls: LabelSet, variant: str, nested: bool = True) -> pd.DataFrame:
 
 
 def collect(labels: pd.DataFrame, cfg_dir: Path, preds: dict, kinds: dict):
-    """Kernel predictions of every label: (records for LabelSet, per-label group totals)."""
-    recs, groups = [], []
+    """Kernel predictions of every label, one record each (for LabelSet)."""
+    recs = []
     for lab in labels.itertuples():
         cfg = cfg_dir / f"{lab.model}.json"
         if not cfg.is_file():

@@ -18,25 +18,12 @@ from hybridperf.datasets.schema import canonicalize
 from hybridperf.devices import DeviceSpec, get_device
 from hybridperf.errors import ModelBundleError
 from hybridperf.priors.kernel_prior import kernel_prior_terms
-from hybridperf.residual_models.bundle import Bundle, load_bundle
+from hybridperf.residual_models.bundle import Bundle, load_bundle, shipped_models_dir
 from hybridperf.residual_models.features import FEATURE_NAMES, kernel_features
 
 #: used only when no bundle is available: central 90% band of log(measured/prior), a wide default
 FALLBACK_INTERVAL = {"q_lo": -0.7, "q_hi": 0.7, "ood_beta": 0.0}
 OOD_CLIP = 5.0
-
-
-def shipped_models_dir() -> Path:
-    """Where the shipped ONNX bundles live: inside the installed wheel, or the repo's exported_models/."""
-    try:
-        from importlib.resources import files
-
-        p = Path(str(files("hybridperf._exported_models")))
-        if (p / "kernels").is_dir():
-            return p
-    except (ModuleNotFoundError, TypeError):
-        pass
-    return Path(__file__).resolve().parents[1] / "exported_models"
 
 
 class _OnnxCorrection:

@@ -7,6 +7,7 @@ xgboost are not installed (the bundle fixture calls `pytest.importorskip`).
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -104,3 +105,22 @@ def bundle_copy(tiny_bundle, tmp_path) -> Path:
     dst = tmp_path / "bundle"
     shutil.copytree(tiny_bundle, dst)
     return dst
+
+
+def run_cli(monkeypatch, capsys, args) -> tuple[int, str]:
+    """Run `hybridperf ARGS` in-process through the real entry point; returns (exit code, stderr)."""
+    from hybridperf.cli.app import main
+
+    monkeypatch.setattr(sys, "argv", ["hybridperf", *map(str, args)])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    return exc.value.code, capsys.readouterr().err
+
+
+def assert_one_line_error(code, err) -> None:
+    """A user error: non-zero exit, exactly one non-empty stderr line starting 'error:', no traceback."""
+    assert code not in (0, None), err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error:"), err
+    assert "Traceback" not in err

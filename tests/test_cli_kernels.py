@@ -18,6 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from hybridperf.cli.app import app, main
+from conftest import assert_one_line_error, run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -135,21 +136,6 @@ def test_model_bundle_with_calibration(good_csv, tiny_bundle, tmp_path):
 # bad input: exit != 0, exactly one line on stderr starting with "error:", no traceback
 
 
-def _main(monkeypatch, capsys, args) -> tuple[int, str]:
-    monkeypatch.setattr(sys, "argv", ["hybridperf", *map(str, args)])
-    with pytest.raises(SystemExit) as exc:
-        main()
-    return exc.value.code, capsys.readouterr().err
-
-
-def _assert_one_line_error(code, err):
-    assert code not in (0, None), err
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert len(lines) == 1, err
-    assert lines[0].startswith("error:"), err
-    assert "Traceback" not in err
-
-
 def _write(tmp_path, name, content) -> Path:
     p = tmp_path / name
     (p.write_bytes if isinstance(content, bytes) else p.write_text)(content)
@@ -174,53 +160,53 @@ BAD_INPUTS = {
 @pytest.mark.parametrize("case", sorted(BAD_INPUTS))
 def test_bad_input_one_line_error(case, tmp_path, monkeypatch, capsys):
     inp = _write(tmp_path, f"{case}.csv", BAD_INPUTS[case])
-    code, err = _main(monkeypatch, capsys, ["predict-kernels", inp, "--device", "Tesla T4", "--output",
+    code, err = run_cli(monkeypatch, capsys, ["predict-kernels", inp, "--device", "Tesla T4", "--output",
                                             tmp_path / "o.csv", "--prior-only"])
-    _assert_one_line_error(code, err)
+    assert_one_line_error(code, err)
     assert not (tmp_path / "o.csv").exists()
 
 
 def test_error_names_file_and_line(tmp_path, monkeypatch, capsys):
     inp = _write(tmp_path, "k.csv", "OPName,B,H\nadd,3,5\nadd,4,5\nfoo,1,1\n")
-    code, err = _main(monkeypatch, capsys, ["predict-kernels", inp, "--device", "T4", "--output", tmp_path / "o.csv",
+    code, err = run_cli(monkeypatch, capsys, ["predict-kernels", inp, "--device", "T4", "--output", tmp_path / "o.csv",
                                             "--prior-only"])
-    _assert_one_line_error(code, err)
+    assert_one_line_error(code, err)
     assert "k.csv:4" in err and "foo" in err
 
 
 def test_error_shows_the_value_as_written(tmp_path, monkeypatch, capsys):
     inp = _write(tmp_path, "k.csv", "OPName,B,H\nadd,-3,5\n")
-    code, err = _main(monkeypatch, capsys, ["predict-kernels", inp, "--device", "T4", "--output", tmp_path / "o.csv",
+    code, err = run_cli(monkeypatch, capsys, ["predict-kernels", inp, "--device", "T4", "--output", tmp_path / "o.csv",
                                             "--prior-only"])
-    _assert_one_line_error(code, err)
+    assert_one_line_error(code, err)
     assert "np." not in err and "-3" in err
 
 
 def test_missing_input_file(good_csv, tmp_path, monkeypatch, capsys):
-    code, err = _main(monkeypatch, capsys, ["predict-kernels", tmp_path / "nope.csv", "--device", "T4",
+    code, err = run_cli(monkeypatch, capsys, ["predict-kernels", tmp_path / "nope.csv", "--device", "T4",
                                             "--output", tmp_path / "o.csv", "--prior-only"])
-    _assert_one_line_error(code, err)
+    assert_one_line_error(code, err)
     assert "nope.csv" in err
 
 
 @pytest.mark.parametrize("device", ["No Such GPU", "does/not/exist.json"])
 def test_unknown_device(good_csv, tmp_path, monkeypatch, capsys, device):
-    code, err = _main(monkeypatch, capsys, ["predict-kernels", good_csv, "--device", device,
+    code, err = run_cli(monkeypatch, capsys, ["predict-kernels", good_csv, "--device", device,
                                             "--output", tmp_path / "o.csv", "--prior-only"])
-    _assert_one_line_error(code, err)
+    assert_one_line_error(code, err)
 
 
 def test_malformed_device_json(good_csv, tmp_path, monkeypatch, capsys):
     spec = _write(tmp_path, "dev.json", "{not json")
-    code, err = _main(monkeypatch, capsys, ["predict-kernels", good_csv, "--device", spec,
+    code, err = run_cli(monkeypatch, capsys, ["predict-kernels", good_csv, "--device", spec,
                                             "--output", tmp_path / "o.csv", "--prior-only"])
-    _assert_one_line_error(code, err)
+    assert_one_line_error(code, err)
 
 
 def test_nonexistent_model_bundle(good_csv, tmp_path, monkeypatch, capsys):
-    code, err = _main(monkeypatch, capsys, ["predict-kernels", good_csv, "--device", "T4", "--output",
+    code, err = run_cli(monkeypatch, capsys, ["predict-kernels", good_csv, "--device", "T4", "--output",
                                             tmp_path / "o.csv", "--model-bundle", tmp_path / "no_bundle"])
-    _assert_one_line_error(code, err)
+    assert_one_line_error(code, err)
 
 
 @pytest.mark.parametrize("args", [
@@ -231,8 +217,8 @@ def test_nonexistent_model_bundle(good_csv, tmp_path, monkeypatch, capsys):
 ])
 def test_usage_errors(good_csv, tmp_path, monkeypatch, capsys, args):
     args = [a.format(csv=good_csv, out=tmp_path / "o.csv") for a in args]
-    code, err = _main(monkeypatch, capsys, args)
-    _assert_one_line_error(code, err)
+    code, err = run_cli(monkeypatch, capsys, args)
+    assert_one_line_error(code, err)
 
 
 def test_help_exits_0(monkeypatch, capsys):
@@ -267,17 +253,17 @@ def _tamper(bundle_copy: Path, how: str) -> Path:
 @pytest.mark.parametrize("how", ["flipped_byte", "deleted_file", "malformed_manifest", "feature_schema"])
 def test_tampered_model_bundle(good_csv, bundle_copy, tmp_path, monkeypatch, capsys, how):
     bundle = _tamper(bundle_copy, how)
-    code, err = _main(monkeypatch, capsys, ["predict-kernels", good_csv, "--device", "T4", "--output",
+    code, err = run_cli(monkeypatch, capsys, ["predict-kernels", good_csv, "--device", "T4", "--output",
                                             tmp_path / "o.csv", "--model-bundle", bundle])
-    _assert_one_line_error(code, err)
+    assert_one_line_error(code, err)
     assert not (tmp_path / "o.csv").exists()
 
 
 def test_bad_calibration_rows(good_csv, tiny_bundle, tmp_path, monkeypatch, capsys):
     cal = _write(tmp_path, "cal.csv", "OPName,B,H,Latency\nadd,4,1024,\n")  # no latency
-    code, err = _main(monkeypatch, capsys, ["predict-kernels", good_csv, "--device", "T4", "--output",
+    code, err = run_cli(monkeypatch, capsys, ["predict-kernels", good_csv, "--device", "T4", "--output",
                                             tmp_path / "o.csv", "--model-bundle", tiny_bundle, "--calibration", cal])
-    _assert_one_line_error(code, err)
+    assert_one_line_error(code, err)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -303,11 +289,11 @@ def test_subprocess_predict_and_bad_input(good_csv, tmp_path):
     _check_output(good_csv, out)
     bad = _write(tmp_path, "bad.csv", "OPName,B,H\nadd,-1,5\n")
     r = _run("predict-kernels", bad, "--device", "Tesla T4", "--output", tmp_path / "o.csv", "--prior-only")
-    _assert_one_line_error(r.returncode, r.stderr)
+    assert_one_line_error(r.returncode, r.stderr)
 
 
 def test_subprocess_tampered_bundle(good_csv, bundle_copy, tmp_path):
     bundle = _tamper(bundle_copy, "flipped_byte")
     r = _run("predict-kernels", good_csv, "--device", "Tesla T4", "--output", tmp_path / "o.csv",
              "--model-bundle", bundle)
-    _assert_one_line_error(r.returncode, r.stderr)
+    assert_one_line_error(r.returncode, r.stderr)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hybridperf.devices import PEAK_KEYS, DeviceSpec, get_device, list_devices
+from hybridperf.devices import PEAK_KEYS, get_device, list_devices
 from hybridperf.devices.catalog import DEVICES
 from hybridperf.errors import UnknownDeviceError
 

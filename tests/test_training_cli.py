@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import functools
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +10,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from conftest import synth_neusight_frame
+from conftest import assert_one_line_error, run_cli, synth_neusight_frame
 
 runner = CliRunner()
 
@@ -72,46 +71,30 @@ def test_train_devices_filter(fast_training, train_csv, tmp_path):
     assert m["training_data"]["devices"] == ["NVIDIA A100-PCIE-40GB", "Tesla T4"]
 
 
-def _main(monkeypatch, capsys, args):
-    from hybridperf.cli.app import main
-
-    monkeypatch.setattr(sys, "argv", ["hybridperf", *map(str, args)])
-    with pytest.raises(SystemExit) as exc:
-        main()
-    return exc.value.code, capsys.readouterr().err
-
-
-def _assert_one_line_error(code, err):
-    assert code not in (0, None), err
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:"), err
-    assert "Traceback" not in err
-
-
 def test_train_unknown_device_filter(fast_training, train_csv, tmp_path, monkeypatch, capsys):
-    code, err = _main(monkeypatch, capsys, ["train", "--data", train_csv, "--out", tmp_path / "b", "--no-track",
+    code, err = run_cli(monkeypatch, capsys, ["train", "--data", train_csv, "--out", tmp_path / "b", "--no-track",
                                             "--devices", "No Such GPU"])
-    _assert_one_line_error(code, err)
+    assert_one_line_error(code, err)
 
 
 def test_train_bad_rows(fast_training, tmp_path, monkeypatch, capsys):
     p = tmp_path / "bad.csv"
     p.write_text("OPName,B,H,Latency,Device\nadd,4,1024,-1,Tesla T4\n")
-    code, err = _main(monkeypatch, capsys, ["train", "--data", p, "--out", tmp_path / "b", "--no-track"])
-    _assert_one_line_error(code, err)
+    code, err = run_cli(monkeypatch, capsys, ["train", "--data", p, "--out", tmp_path / "b", "--no-track"])
+    assert_one_line_error(code, err)
 
 
 def test_train_single_device_is_a_one_line_error(fast_training, tmp_path, monkeypatch, capsys):
     p = tmp_path / "one.csv"
     frame = synth_neusight_frame(rows_per_device=30, seed=2)
     frame[frame["Device"] == "Tesla T4"].to_csv(p, index=False)
-    code, err = _main(monkeypatch, capsys, ["train", "--data", p, "--out", tmp_path / "b", "--no-track"])
-    _assert_one_line_error(code, err)
+    code, err = run_cli(monkeypatch, capsys, ["train", "--data", p, "--out", tmp_path / "b", "--no-track"])
+    assert_one_line_error(code, err)
 
 
 def test_train_missing_data(tmp_path, monkeypatch, capsys):
-    code, err = _main(monkeypatch, capsys, ["train", "--data", tmp_path / "nope.csv", "--out", tmp_path / "b",
+    code, err = run_cli(monkeypatch, capsys, ["train", "--data", tmp_path / "nope.csv", "--out", tmp_path / "b",
                                             "--max-rows", "100", "--no-track"])
-    _assert_one_line_error(code, err)
+    assert_one_line_error(code, err)
     assert "nope.csv" in err
     assert not (tmp_path / "b").exists()

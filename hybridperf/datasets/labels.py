@@ -19,7 +19,6 @@ Run names carry optional suffixes: `-fusion` (the model run with fused kernels) 
 from __future__ import annotations
 
 import ast
-import json
 import re
 from pathlib import Path
 
@@ -28,6 +27,7 @@ import pandas as pd
 
 from hybridperf.datasets.neusight import neusight_root
 from hybridperf.errors import InputError
+from hybridperf.jsonio import read_json_object
 
 #: <model>-<inf|train>-<seq>-<batch>[-suffix...]; the model name may itself contain '_' and digits.
 _RUN_RE = re.compile(r"^(?P<model>.+?)-(?P<mode>inf|train)-(?P<seq>\d+)-(?P<batch>\d+)(?P<suffix>(?:-[A-Za-z0-9_]+)*)$")
@@ -63,16 +63,7 @@ def parse_run_name(stem: str) -> dict | None:
 
 
 def _read_json(path: Path) -> dict:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path}: malformed JSON ({e.msg} at line {e.lineno})") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: cannot read ({e})") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    return data
+    return read_json_object(path)
 
 
 def _latencies(data: dict, path: Path) -> dict:

@@ -5,11 +5,11 @@ talk to each other (and to other boxes). Peak rates are dense (no sparsity), in 
 """
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from hybridperf.errors import UnknownDeviceError
+from hybridperf.jsonio import read_json_object
 
 #: The dtypes a prior can ask a peak for. `*_tc` are matrix (tensor/matrix-core) rates, the others
 #: are plain vector (CUDA-core / stream-processor) rates.
@@ -158,12 +158,7 @@ def from_neusight_json(d: dict, source: str = "") -> DeviceSpec:
 def load_spec_file(path: str | Path) -> DeviceSpec:
     """Load a device spec JSON, in the NeuSight artifact format or the project's own format."""
     p = Path(path)
-    try:
-        d = json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise UnknownDeviceError(f"cannot read device spec {p}: {e}") from None
-    if not isinstance(d, dict):
-        raise UnknownDeviceError(f"device spec {p} is not a JSON object")
+    d = read_json_object(p, error=UnknownDeviceError)
     if "Device" in d:
         return from_neusight_json(d, str(p))
     try:

@@ -11,11 +11,11 @@ Supported `model_type`s (the architectures of NeuSight's DLmodel_configs):
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hybridperf.errors import InputError
+from hybridperf.jsonio import read_json_object
 
 SUPPORTED_MODEL_TYPES = ("gpt2", "gpt_neo", "bert", "opt", "switch_transformers")
 
@@ -145,11 +145,4 @@ def load_config(config) -> ModelConfig:
     path = Path(config)
     if not path.is_file():
         raise InputError(f"config file not found: {path}")
-    try:
-        with open(path, encoding="utf-8") as fh:
-            d = json.load(fh)
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path}: malformed JSON ({e.msg} at line {e.lineno})") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: cannot read ({e})") from None
-    return config_from_dict(d, source=str(path))
+    return config_from_dict(read_json_object(path), source=str(path))

@@ -50,6 +50,7 @@ import numpy as np
 
 from hybridperf.devices.spec import NodeSpec
 from hybridperf.errors import InputError, ModelBundleError
+from hybridperf.residual_models.bundle import sha256_file, shipped_models_dir
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 PROTOCOLS = ("LL", "LL128", "Simple")
@@ -385,29 +386,13 @@ FALLBACK_INTERVAL = {"q_lo": -0.7, "q_hi": 0.7}
 
 def default_bundle_dir() -> Path:
     """exported_models/collectives, inside the installed wheel or the repository."""
-    try:
-        from importlib.resources import files
-
-        p = Path(str(files("hybridperf._exported_models"))) / "collectives"
-        if (p / "manifest.json").is_file():
-            return p
-    except (ModuleNotFoundError, TypeError):
-        pass
-    return Path(__file__).resolve().parents[2] / "exported_models" / "collectives"
+    return shipped_models_dir() / "collectives"
 
 
 def manifest_digest(man: dict) -> str:
     """sha256 of a manifest's content (canonical JSON, without its own `content_sha256`)."""
     body = {k: v for k, v in man.items() if k != "content_sha256"}
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 class CollectiveModel:

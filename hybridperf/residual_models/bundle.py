@@ -14,10 +14,25 @@ from pathlib import Path
 import numpy as np
 
 from hybridperf.errors import ModelBundleError
+from hybridperf.jsonio import read_json_object
 
 MANIFEST = "manifest.json"
 FORMAT = "hybridperf-bundle"
 FORMAT_VERSION = 1
+
+
+def shipped_models_dir() -> Path:
+    """Where the shipped bundles live: the installed package `hybridperf._exported_models`, else the
+    repository's exported_models/."""
+    try:
+        from importlib.resources import files
+
+        p = Path(str(files("hybridperf._exported_models")))
+        if p.is_dir():
+            return p
+    except (ModuleNotFoundError, TypeError):
+        pass
+    return Path(__file__).resolve().parents[2] / "exported_models"
 
 
 def sha256_file(path: Path) -> str:
@@ -51,11 +66,8 @@ def read_manifest(path: str | Path) -> dict:
     mf = p / MANIFEST if p.is_dir() else p
     if not mf.is_file():
         raise ModelBundleError(f"no {MANIFEST} in model bundle {p}")
-    try:
-        m = json.loads(mf.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ModelBundleError(f"{mf}: malformed manifest JSON ({e})") from None
-    if not isinstance(m, dict) or m.get("format") != FORMAT:
+    m = read_json_object(mf, error=ModelBundleError)
+    if m.get("format") != FORMAT:
         raise ModelBundleError(f"{mf}: not a hybridperf bundle manifest")
     if m.get("format_version") != FORMAT_VERSION:
         raise ModelBundleError(f"{mf}: bundle format {m.get('format_version')} unsupported (want {FORMAT_VERSION})")
