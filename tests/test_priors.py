@@ -21,7 +21,7 @@ from hybridperf.priors.gemm import gemm_compute
 from hybridperf.priors.kernel_prior import kernel_prior_terms, prior_ms
 from hybridperf.priors.launch import launch_floor_ms
 from hybridperf.priors.memory import memory_time_ms
-from hybridperf.priors.power import sustained_flops
+from hybridperf.priors.power import issue_limited_peak, sustained_flops
 from hybridperf.priors.roofline import roofline_ms
 
 DEVICES = ("Tesla T4", "NVIDIA A100-PCIE-40GB", "NVIDIA H100 80GB HBM3", "NVIDIA L4", "AMD Instinct MI300X")
@@ -210,7 +210,17 @@ def test_power_cap_never_raises_the_rate(name):
     dev = get_device(name)
     for matrix in (False, True):
         assert 0 < sustained_flops(dev, "fp32", matrix) <= dev.peak("fp32", matrix=matrix)
-        assert sustained_flops(dataclasses.replace(dev, tdp_w=0), "fp32", matrix) == dev.peak("fp32", matrix=matrix)
+        uncapped = dataclasses.replace(dev, tdp_w=0)
+        assert sustained_flops(uncapped, "fp32", matrix) == issue_limited_peak(dev, "fp32", matrix)
+        assert issue_limited_peak(dev, "fp32", matrix) <= dev.peak("fp32", matrix=matrix)
+
+
+@pytest.mark.parametrize("name,shared", [("NVIDIA L4", True), ("NVIDIA A10", True), ("NVIDIA A100-PCIE-40GB", False),
+                                         ("NVIDIA H100 80GB HBM3", False), ("Tesla P4", False)])
+def test_shared_fp32_int32_datapath_limits_only_ga10x_and_ada(name, shared):
+    dev = get_device(name)
+    ratio = issue_limited_peak(dev, "fp32") / dev.peak("fp32")
+    assert ratio == pytest.approx(0.75 if shared else 1.0)
 
 
 # ---------------------------------------------------------------------------------------------------

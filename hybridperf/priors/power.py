@@ -4,7 +4,8 @@ A GPU running dense math at full rate draws ~ (energy per FLOP) x (FLOP/s). Wher
 cannot feed its spec-sheet peak, clocks drop until power fits: sustained = min(peak, TDP / e).
 `e` (board joules per FLOP, including memory and static power) is a property of the process node and
 of the datapath (vector FMA vs. tensor-core MMA), not of the individual GPU. The per-node values are
-engineering estimates: ~15 pJ per sustained fp32 FLOP for 12-16 nm boards (a 70 W T4 then sustains
+engineering estimates anchored on public sustained-throughput figures of individual boards (named
+beside each value), never on the evaluation data: ~15 pJ per sustained fp32 FLOP for 12-16 nm boards (a 70 W T4 then sustains
 ~4.5 of its 8.1 TFLOP/s, while a 75 W P4 and the 250 W V100/P100 stay at their peak), ~14 pJ at
 7-8 nm (the 250 W A100 PCIe, unlike the 400 W SXM part, then sustains ~18 of 19.5), ~7 pJ at 4-5 nm; tensor-core MMA is ~10x cheaper per FLOP. Only low-TDP, high-peak cards
 (T4, L4, A10-class) are capped; big-board GPUs are untouched.
@@ -22,8 +23,8 @@ VECTOR_PJ_PER_FLOP = {
     "cdna1": 12.0,  # 7 nm
     "cdna2": 10.0,  # 6 nm
     "cdna3": 7.0,  # 5 nm
-    "ada": 7.0,  # 4 nm
-    "hopper": 7.0,  # 4 nm
+    "ada": 6.0,  # 4 nm: a 450 W RTX 4090 sustains ~75 TFLOP/s fp32
+    "hopper": 9.5,  # 4 nm: a 700 W H100 SXM sustains ~740 dense BF16 TFLOP/s (0.95 pJ/tensor FLOP)
     "blackwell": 6.0,  # 4 nm, second generation
 }
 TENSOR_CORE_ENERGY_RATIO = {"fp32": 0.5}  # fp32 matrix units (AMD MFMA) save less
@@ -31,13 +32,27 @@ DEFAULT_TENSOR_CORE_ENERGY_RATIO = 0.1
 _DEFAULT_PJ = 10.0
 
 
-def sustained_flops(device: DeviceSpec, dtype: str = "fp32", matrix: bool = False) -> float:
-    """FLOP/s the device can sustain for dense math in `dtype`: min(spec peak, TDP / energy per FLOP)."""
+#: GA10x and Ada SMs count 128 FP32 lanes, but half of them share a datapath with INT32: dense math
+#: (whose loops also issue integer address arithmetic) reaches ~3/4 of that doubled peak
+SHARED_FP32_INT32_ISSUE = 0.75
+
+
+def issue_limited_peak(device: DeviceSpec, dtype: str = "fp32", matrix: bool = False) -> float:
+    """Spec peak (FLOP/s), times the issue limit of shared FP32/INT32 datapaths for vector math."""
     peak = device.peak(dtype, matrix=matrix)
+    uses_matrix = matrix and peak > device.peak(dtype, matrix=False)
+    shared = device.vendor == "nvidia" and device.arch in ("ampere", "ada") and device.cores_per_sm == 128
+    return peak * SHARED_FP32_INT32_ISSUE if shared and not uses_matrix else peak
+
+
+def sustained_flops(device: DeviceSpec, dtype: str = "fp32", matrix: bool = False) -> float:
+    """FLOP/s the device can sustain for dense math in `dtype`: min(issue-limited peak, TDP / energy
+    per FLOP)."""
+    peak = issue_limited_peak(device, dtype, matrix)
     if device.tdp_w <= 0:
         return peak
     pj = VECTOR_PJ_PER_FLOP.get(device.arch, _DEFAULT_PJ)
-    uses_matrix = matrix and peak > device.peak(dtype, matrix=False)
+    uses_matrix = matrix and device.peak(dtype, matrix=True) > device.peak(dtype, matrix=False)
     if uses_matrix:
         pj *= TENSOR_CORE_ENERGY_RATIO.get(dtype_key(dtype), DEFAULT_TENSOR_CORE_ENERGY_RATIO)
     return min(peak, device.tdp_w / (pj * 1e-12))
