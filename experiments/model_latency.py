@@ -37,6 +37,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from hybridperf.devices import get_device  # noqa: E402
+from hybridperf.priors.gemm import LIBRARY_EFFICIENCY, library_efficiency_table  # noqa: E402
+from hybridperf.training.library_efficiency import fit_library_efficiency, gemm_ratios, traced_gemms  # noqa: E402
 from hybridperf.graphs import build_graph, compose  # noqa: E402
 from hybridperf.graphs.compose import OOD_WIDEN, in_model_ms, predict_kernels_of  # noqa: E402
 from hybridperf.graphs.trace import traced_group_totals  # noqa: E402
@@ -230,8 +232,16 @@ def lodo(ls: LabelSet, variant: str, nested: bool = True) -> pd.DataFrame:
     return out
 
 
-def collect(labels: pd.DataFrame, cfg_dir: Path, preds: dict, kinds: dict):
-    """Kernel predictions of every label, one record each (for LabelSet)."""
+def held_out_library_efficiency(root: Path, devices) -> dict:
+    """Per label device, the vendor BLAS efficiency table fitted without that device's traces
+    (AMD: from the other AMD GPU); NVIDIA devices keep the shipped table (NVIDIA entries are 1)."""
+    ratios = gemm_ratios(traced_gemms(root))
+    return {d: {**LIBRARY_EFFICIENCY, **fit_library_efficiency(ratios, "amd", exclude_device=d)} for d in devices}
+
+
+def collect(labels: pd.DataFrame, cfg_dir: Path, preds: dict, kinds: dict, lib_eff: dict | None = None):
+    """Kernel predictions of every label, one record each (for LabelSet). `lib_eff`: per device, the
+    vendor BLAS efficiency table to predict it with (fitted without it)."""
     recs = []
     for lab in labels.itertuples():
         cfg = cfg_dir / f"{lab.model}.json"
@@ -239,7 +249,8 @@ def collect(labels: pd.DataFrame, cfg_dir: Path, preds: dict, kinds: dict):
             print(f"skip {lab.device} {lab.model}: no config", file=sys.stderr)
             continue
         dev = get_device(lab.device)
-        tab = predict_kernels_of(build_graph(cfg, int(lab.batch), int(lab.seq), lab.mode), dev, preds[lab.device])
+        with library_efficiency_table((lib_eff or {}).get(lab.device, LIBRARY_EFFICIENCY)):
+            tab = predict_kernels_of(build_graph(cfg, int(lab.batch), int(lab.seq), lab.mode), dev, preds[lab.device])
         recs.append({"device": lab.device, "model": lab.model, "mode": lab.mode, "seq": int(lab.seq),
                      "batch": int(lab.batch), "fusion": bool(lab.fusion), "kernel_model": kinds[lab.device],
                      "meas": float(lab.e2e_ms), "measured_fw_ms": float(lab.fw_ms), "measured_bw_ms": float(lab.bw_ms),
@@ -330,11 +341,13 @@ def main(argv=None) -> int:
     devices = sorted(labels["device"].unique())
 
     runs = {}
+    lib_eff = held_out_library_efficiency(root, devices)
     prior = Predictor.prior_only()
-    runs["prior"] = collect(labels, cfg_dir, {d: prior for d in devices}, {d: "prior" for d in devices})
+    runs["prior"] = collect(labels, cfg_dir, {d: prior for d in devices}, {d: "prior" for d in devices}, lib_eff)
     if bundles is not None:
         pk = {d: bundle_for(bundles, d, root) for d in devices}
-        runs["bundle"] = collect(labels, cfg_dir, {d: v[0] for d, v in pk.items()}, {d: v[1] for d, v in pk.items()})
+        runs["bundle"] = collect(labels, cfg_dir, {d: v[0] for d, v in pk.items()}, {d: v[1] for d, v in pk.items()},
+                                 lib_eff)
 
     results, cal, vtabs = {}, {}, []
     for kind, recs in runs.items():
@@ -343,7 +356,7 @@ def main(argv=None) -> int:
                              for r in df.itertuples()]
         df["neusight_ape"] = (df["neusight_ms"] / df["measured_ms"] - 1).abs()
         grp = group_table(recs, ls, consts)
-        _check_against_compose(recs, consts, df, cfg_dir, runs, kind, labels)
+        _check_against_compose(recs, consts, df, cfg_dir, runs, kind, labels, lib_eff)
         results[kind] = (df, consts, grp)
         vtabs.append(vt)
         # all-device fit for the shipped constants; interval = quantiles of all held-out residuals
@@ -402,7 +415,7 @@ def main(argv=None) -> int:
     return 0
 
 
-def _check_against_compose(recs, consts, df, cfg_dir, runs, kind, labels, n=3):
+def _check_against_compose(recs, consts, df, cfg_dir, runs, kind, labels, lib_eff, n=3):
     """The fast LabelSet composition must equal compose() with the same constants (first few labels)."""
     if kind != "prior":
         return
@@ -412,8 +425,9 @@ def _check_against_compose(recs, consts, df, cfg_dir, runs, kind, labels, n=3):
         cal = {"prior": as_calibration(p)}
         for m in ("inf", "train"):
             cal["prior"][m]["log_bias"] = p["b_" + m]
-        mp = compose(build_graph(cfg_dir / f"{r['model']}.json", r["batch"], r["seq"], r["mode"]),
-                     get_device(r["device"]), pred, calibration=cal)
+        with library_efficiency_table(lib_eff.get(r["device"], LIBRARY_EFFICIENCY)):
+            mp = compose(build_graph(cfg_dir / f"{r['model']}.json", r["batch"], r["seq"], r["mode"]),
+                         get_device(r["device"]), pred, calibration=cal)
         if p.get("raw"):
             continue
         # as_calibration rounds the constants: agree to rounding

@@ -258,3 +258,18 @@ def test_split_k_never_with_short_chunks():
     for name in DEVICES:
         s = gemm_compute(B, M, K, N, get_device(name)).split_k
         assert np.all((s == 1) | (np.ceil(N / s) >= 256))
+
+
+def test_library_efficiency_applies_to_its_vendor_only():
+    from hybridperf.priors.gemm import LIBRARY_EFFICIENCY, library_efficiency, library_efficiency_table
+
+    assert library_efficiency("nvidia", "linear") == 1.0
+    assert 0 < library_efficiency("amd", "linear") < 1 and 0 < library_efficiency("amd", "bmm") < 1
+    gemm = canonicalize(pd.DataFrame({"OPName": ["linear"], "B": [1], "M": [4096], "N": [4096], "K": [4096]}))
+    amd = get_device("AMD Instinct MI210")
+    slow = prior_ms(gemm, amd)[0]
+    with library_efficiency_table({}):
+        fast = prior_ms(gemm, amd)[0]
+        assert library_efficiency("amd", "linear") == 1.0
+    assert slow > fast * 1.2  # the vendor BLAS reaches less than the tile model's rate
+    assert LIBRARY_EFFICIENCY[("amd", "linear")] == library_efficiency("amd", "linear")  # restored

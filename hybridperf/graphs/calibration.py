@@ -17,17 +17,17 @@ from __future__ import annotations
 CALIBRATION: dict = {
     "prior": {
         "scale": 1.0,
-        "gap_ms": 0.03624,
+        "gap_ms": 0.01349,
         "cpu_ms": 0.0,
         "inf": {
             "log_bias": 0.0,
-            "q_lo": -0.1992,
-            "q_hi": 0.4485
+            "q_lo": -0.1405,
+            "q_hi": 0.3199
         },
         "train": {
             "log_bias": 0.0,
-            "q_lo": -0.1992,
-            "q_hi": 0.4485
+            "q_lo": -0.1405,
+            "q_hi": 0.3199
         },
         "variant": "gap",
         "n_labels": 67,
@@ -43,17 +43,17 @@ CALIBRATION: dict = {
     },
     "bundle": {
         "scale": 1.0,
-        "gap_ms": 0.03492,
+        "gap_ms": 0.01337,
         "cpu_ms": 0.0,
         "inf": {
             "log_bias": 0.0,
-            "q_lo": -0.2062,
-            "q_hi": 0.4508
+            "q_lo": -0.1389,
+            "q_hi": 0.3222
         },
         "train": {
             "log_bias": 0.0,
-            "q_lo": -0.2062,
-            "q_hi": 0.4508
+            "q_lo": -0.1389,
+            "q_hi": 0.3222
         },
         "variant": "gap",
         "n_labels": 67,

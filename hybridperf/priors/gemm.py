@@ -13,6 +13,7 @@ full SM unless its tile is big enough to fill the SM (occ = 1).
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,8 +32,31 @@ TILES = (
     (128, 32, 4, 0.70),
     (32, 32, 8, 0.55),
 )
-K_OVERHEAD = 16.0  # reduction steps' worth of per-tile fixed cost
+K_OVERHEAD = 16.0
+
+#: Fraction of the tile model's rate that a vendor's BLAS reaches, by (vendor, op). Fitted by
+#: `hybridperf.training.library_efficiency` on the traced GEMM nodes of NeuSight's whole-model labels
+#: (large fp32 GEMMs on MI100 and MI210; leave-one-AMD-GPU-out in the experiments): rocBLAS on fp32
+#: MFMA reaches less of its peak than cuBLAS of its own, batched GEMMs even less. NVIDIA is 1 by
+#: construction (the tile model's constants come from NVIDIA GPUs).
+LIBRARY_EFFICIENCY: dict[tuple[str, str], float] = {("amd", "linear"): 0.771, ("amd", "bmm"): 0.585}  # reduction steps' worth of per-tile fixed cost
 SPLITS = (1, 2, 4, 8, 16, 32)
+
+
+def library_efficiency(vendor: str, op: str) -> float:
+    """Fraction of the tile model's compute rate that `vendor`'s BLAS reaches for `op`."""
+    return LIBRARY_EFFICIENCY.get((vendor, op), 1.0)
+
+
+@contextlib.contextmanager
+def library_efficiency_table(table: dict):
+    """Temporarily replace LIBRARY_EFFICIENCY (used to score a GPU with values fitted without it)."""
+    global LIBRARY_EFFICIENCY
+    saved, LIBRARY_EFFICIENCY = LIBRARY_EFFICIENCY, dict(table)
+    try:
+        yield
+    finally:
+        LIBRARY_EFFICIENCY = saved
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The best analytical prior for every op class, and the terms it is built from.
 
-    GEMMs (bmm, linear):   floor + max(tile/wave-quantized compute at the power-capped rate,
-                                       compulsory bytes at achievable bandwidth)
+    GEMMs (bmm, linear):   floor + max(tile/wave-quantized compute at the power-capped rate, divided
+                                       by the vendor BLAS efficiency, compulsory bytes at achievable bandwidth)
     elementwise:           floor + max(bytes at achievable bandwidth with L2 residency, FLOPs at the vector rate)
     softmax, LayerNorm:    floor + DRAM passes x bytes at the bandwidth the rows in flight can draw
 
@@ -20,7 +20,7 @@ import pandas as pd
 
 from hybridperf.devices import DTYPE_BYTES, DeviceSpec
 from hybridperf.ops import GEMM_OPS
-from hybridperf.priors.gemm import gemm_compute
+from hybridperf.priors.gemm import gemm_compute, library_efficiency
 from hybridperf.priors.launch import launch_floor_ms
 from hybridperf.priors.memory import l2_hit_fraction, memory_time_ms, row_parallel_fraction
 from hybridperf.priors.power import sustained_flops
@@ -60,7 +60,7 @@ def kernel_prior_terms(kernels: pd.DataFrame, device: DeviceSpec) -> pd.DataFram
             terms = gemm_compute(g["B"].to_numpy(), g["M"].to_numpy(), g["K"].to_numpy(), g["N"].to_numpy(),
                                  device, dt, matrix)
             mem = memory_time_ms(nbytes, device)
-            compute = terms.compute_ms
+            compute = terms.compute_ms / library_efficiency(device.vendor, op)
             out["tiles"][idx] = terms.tiles
             out["waves"][idx] = terms.waves
             out["wave_efficiency"][idx] = terms.wave_efficiency
