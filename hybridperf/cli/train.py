@@ -16,7 +16,7 @@ def train(
     per_device: bool = typer.Option(False, "--per-device", help="One bundle per device instead of one across devices."),
     seed: int = typer.Option(0, "--seed"),
     max_rows: int = typer.Option(6000, "--max-rows", help="Rows per (device, op class) used for fitting."),
-    tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", help="mlflow tracking URI (default: ./mlruns)."),
+    tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", help="mlflow tracking URI (default: sqlite:///mlflow.db in the current directory)."),
     no_track: bool = typer.Option(False, "--no-track", help="Do not log to mlflow."),
 ) -> None:
     """Train kernel residual models (MLP ensemble + XGBoost per op class), calibrate, export ONNX."""
@@ -60,7 +60,10 @@ def train(
                     manifest = train_single_device_bundle(rows, dest, cfg, progress=lambda s: prog.update(task, description=f"{name}: {s}"))
                 else:
                     manifest = train_kernel_bundle(rows, dest, cfg, progress=lambda s: prog.update(task, description=s))
-                log_metrics({f"{oc}_q_hi": v["interval"]["q_hi"] for oc, v in manifest["op_classes"].items()})
+                held = manifest.get("calibration", {}).get("heldout_metrics", {})
+                log_metrics({f"{oc}_{k}": v for oc, m in held.items() for k, v in m.items()})
+                log_metrics({f"{oc}_interval_{q}": spec["interval"][q] for oc, spec in manifest["op_classes"].items()
+                             for q in ("q_lo", "q_hi")})
             console.print(f"bundle written to {dest}")
 
 
