@@ -168,3 +168,18 @@ def test_malformed_json_raises(tmp_path):
     neusight_missing.write_text(json.dumps({"Device": "X", "Mem_Bw": 100}))
     with pytest.raises(UnknownDeviceError):
         get_device(str(neusight_missing))
+
+
+def test_neusight_json_of_a_catalog_gpu_is_enriched_from_the_catalog(tmp_path):
+    """A NeuSight-format file carries only SMs, clock, fp32 peak, memory and L2; the catalog supplies
+    the architecture, TDP, memory type and other peaks, and the file's own numbers win."""
+    p = tmp_path / "l4.json"
+    p.write_text(json.dumps({"Device": "NVIDIA L4", "Dev_Mem": 24, "Mem_Bw": 310, "Num_Sm": 58, "Core_Per_SM": 128,
+                             "Freq": 2040, "SingleFLOPs": 30300, "L2Cache": 48}))
+    spec, cat = get_device(str(p)), get_device("NVIDIA L4")
+    assert (spec.arch, spec.tdp_w, spec.mem_type) == (cat.arch, cat.tdp_w, cat.mem_type)
+    assert spec.mem_bw_gbs == 310  # the file's number, not the catalog's
+    assert spec.peak_tflops["fp16_tc"] == cat.peak_tflops["fp16_tc"]
+    unknown = tmp_path / "x.json"
+    unknown.write_text(p.read_text().replace("NVIDIA L4", "Mystery GPU"))
+    assert get_device(str(unknown)).arch == "unknown"

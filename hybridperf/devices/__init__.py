@@ -1,6 +1,7 @@
 """Device catalog: look up a GPU or node by its torch name, an alias, or a JSON spec file."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from hybridperf.devices.catalog import DEVICES
@@ -53,10 +54,22 @@ def get_device(name_or_path: str | DeviceSpec) -> DeviceSpec:
     if s.lower().endswith(".json") or Path(s).is_file():
         if not Path(s).is_file():
             raise UnknownDeviceError(f"device spec file not found: {s}")
-        return load_spec_file(s)
+        return _enrich_from_catalog(load_spec_file(s))
     raise UnknownDeviceError(
         f"unknown device {s!r}; run `hybridperf devices` for the catalog, or pass a JSON spec path"
     )
+
+
+def _enrich_from_catalog(spec: DeviceSpec) -> DeviceSpec:
+    """A spec loaded from a NeuSight-format file carries only SMs, clock, fp32 peak, memory and L2.
+    When it names a catalog GPU, the catalog supplies the rest (architecture, TDP, memory type, other
+    dtypes' peaks, interconnect), and the file's own numbers take precedence."""
+    base = _DEVICE_INDEX.get(_norm(spec.name))
+    if base is None or spec.arch != "unknown":
+        return spec
+    return replace(base, num_sms=spec.num_sms, boost_clock_mhz=spec.boost_clock_mhz, mem_gb=spec.mem_gb,
+                   mem_bw_gbs=spec.mem_bw_gbs, l2_mb=spec.l2_mb, cores_per_sm=spec.cores_per_sm,
+                   peak_tflops={**base.peak_tflops, **spec.peak_tflops})
 
 
 def get_node(name: str | NodeSpec) -> NodeSpec:
