@@ -174,12 +174,7 @@ def plot(pred: pd.DataFrame, path: Path) -> None:
 def fmt_md(t: pd.DataFrame) -> str:
     cols = ["system", "collective", "gpus", "gpus_per_node", "rows", "mape_default_prior", "mape_prior",
             "mape_prior_residual", "mape_prior_ge_1MiB", "median_ape_prior"]
-    head = "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n"
-    lines = []
-    for _, r in t.iterrows():
-        cells = [str(r[c]) if not isinstance(r[c], float) else f"{r[c]:.1f}" for c in cols]
-        lines.append("| " + " | ".join(cells) + " |")
-    return head + "\n".join(lines) + "\n"
+    return t[cols].to_markdown(index=False, floatfmt=".1f") + "\n"
 
 
 def main(argv=None) -> int:
@@ -264,8 +259,7 @@ def main(argv=None) -> int:
     for s, q in strata.items():
         md.append(f"- {s}: x[{np.exp(q['q_lo']):.2f}, {np.exp(q['q_hi']):.2f}] of the point prediction")
     md.append("\nLeave-one-split-out coverage of that recipe:\n")
-    md.append(coverage.to_markdown(index=False) if hasattr(coverage, "to_markdown") and _has_tabulate()
-              else coverage.to_string(index=False))
+    md.append(coverage.to_markdown(index=False))
     md.append("\n\n## Shipped constants (fitted on all three systems)\n")
     md.append("```\n" + json.dumps({k: round(v, 4) for k, v in fit_all.constants.to_dict().items()}, indent=1) + "\n```\n")
     md.append("\n## Log\n```\n" + "\n".join(log_lines) + "\n```\n")
@@ -275,15 +269,6 @@ def main(argv=None) -> int:
     print(notes)
     print(f"report: {out / 'mape.md'}  plot: {out / 'pred_vs_measured.png'}")
     return 0
-
-
-def _has_tabulate() -> bool:
-    try:
-        import tabulate  # noqa: F401
-
-        return True
-    except ImportError:
-        return False
 
 
 if __name__ == "__main__":

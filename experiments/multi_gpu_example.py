@@ -153,11 +153,8 @@ def main(argv=None) -> int:
                                      "dp_comm_ms": "DP comm (exposed)",
                                      "pp_comm_ms": "PP comm", "bubble_ms": "bubble", "e2e_ms": "total",
                                      "lo_ms": "lo 90%", "hi_ms": "hi 90%"})
-    fmt = {c: "{:.1f}" for c in ("compute", "TP comm", "DP comm (exposed)", "PP comm", "bubble", "total", "lo 90%",
-                                 "hi 90%")}
-    fmt["speedup"] = "{:.2f}x"
-    md_table = table.to_markdown(index=False, floatfmt=".1f") if _has_tabulate() else _plain(table, fmt)
-    san_md = san.to_markdown(index=False, floatfmt=".3g") if _has_tabulate() else san.to_string(index=False)
+    md_table = table.to_markdown(index=False, floatfmt=".1f")
+    san_md = san.to_markdown(index=False, floatfmt=".3g")
     chk = "\n".join(f"- {m} {lab}: {v}" for (m, lab), v in checks.items())
 
     g2 = san[san["model"] == "gpt2_large"].set_index("node")
@@ -260,26 +257,6 @@ h=3072, 24 layers, 2.9B parameters (not OpenAI's 1.3B GPT-3 XL). {len(df)} predi
     print(chk)
     print(f"\nwrote {args.out / 'report.md'} and {args.out / 'table.csv'} ({elapsed:.2f} s)")
     return 0
-
-
-def _has_tabulate() -> bool:
-    try:
-        import tabulate  # noqa: F401
-
-        return True
-    except ImportError:
-        return False
-
-
-def _plain(df: pd.DataFrame, fmt: dict) -> str:
-    """A markdown table without tabulate."""
-    cols = list(df.columns)
-    out = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-    for r in df.itertuples(index=False):
-        cells = [fmt[c].format(v) if c in fmt else (f"{v:.1f}" if isinstance(v, float) else str(v))
-                 for c, v in zip(cols, r)]
-        out.append("| " + " | ".join(cells) + " |")
-    return "\n".join(out)
 
 
 if __name__ == "__main__":
