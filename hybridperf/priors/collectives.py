@@ -113,23 +113,21 @@ def canonical_collective(name: str) -> str:
     return key
 
 
+def _positive_int(value, flag: str) -> int:
+    """`value` as a positive integer, or InputError naming the command-line flag."""
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{flag} must be an integer, got {value!r}") from None
+    if n < 1 or n != value:
+        raise InputError(f"{flag} must be a positive integer, got {value}")
+    return n
+
+
 def check_shape(collective: str, gpus: int, gpus_per_node: int | None, node: NodeSpec) -> tuple[int, int]:
     """Validate (gpus, gpus_per_node) against Vidur's packing rules and the node; returns them."""
-    try:
-        p = int(gpus)
-    except (TypeError, ValueError):
-        raise InputError(f"--gpus must be an integer, got {gpus!r}") from None
-    if p < 1 or p != gpus:
-        raise InputError(f"--gpus must be a positive integer, got {gpus}")
-    if gpus_per_node is None:
-        g = min(p, node.gpus_per_node)
-    else:
-        try:
-            g = int(gpus_per_node)
-        except (TypeError, ValueError):
-            raise InputError(f"--gpus-per-node must be an integer, got {gpus_per_node!r}") from None
-        if g < 1 or g != gpus_per_node:
-            raise InputError(f"--gpus-per-node must be a positive integer, got {gpus_per_node}")
+    p = _positive_int(gpus, "--gpus")
+    g = min(p, node.gpus_per_node) if gpus_per_node is None else _positive_int(gpus_per_node, "--gpus-per-node")
     if g > p:
         raise InputError(f"--gpus-per-node ({g}) exceeds --gpus ({p})")
     if p % g:
