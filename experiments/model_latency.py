@@ -107,6 +107,21 @@ def bundle_for(bundles: Path | None, device: str, root: Path):
     return Predictor.prior_only(), "prior (bundle missing)"
 
 
+def transferred(base: tuple, device: str, root: Path, k: int) -> tuple:
+    """(predictor, kind label): `base` adapted with `k` kernels of `device`'s NeuSight test table chosen by
+    `suggest` (the few-shot workflow: suggest -> collect -> transfer); devices without a test table keep `base`."""
+    from hybridperf.datasets.neusight import load_test
+    from hybridperf.transfer import adapt_predictor
+    from hybridperf.transfer.suggest import suggest_kernels
+
+    pool = load_test(root)
+    pool = pool[pool["device"] == device].reset_index(drop=True)
+    if pool.empty or not base[1].startswith("bundle") or "shipped" in base[1]:
+        return base
+    picked = suggest_kernels(base[0], pool.assign(pool_idx=range(len(pool))), device, k)["pool_idx"].to_numpy()
+    return adapt_predictor(base[0], pool.iloc[picked], device), f"transfer (k={k} test-table kernels)"
+
+
 class LabelSet:
     """Per-kernel arrays of every label, flattened, for fast composition with any constants."""
 
@@ -323,6 +338,9 @@ def main(argv=None) -> int:
     ap.add_argument("--bundles", default=None, help="DIR/<device_with_underscores>/kernels/ per held-out device")
     ap.add_argument("--out", default=str(REPO / "experiments" / "out" / "model_latency"))
     ap.add_argument("--variant", default=DEFAULT_VARIANT, choices=sorted(VARIANTS))
+    ap.add_argument("--transfer-k", type=int, default=0,
+                    help="also adapt each held-out NVIDIA device's bundle with K kernels of its test table "
+                         "(picked by `suggest`) before predicting its labels: the few-shot workflow")
     ap.add_argument("--write-calibration", action="store_true",
                     help="write the all-device composition fit to hybridperf/graphs/calibration.py")
     args = ap.parse_args(argv)
@@ -348,6 +366,10 @@ def main(argv=None) -> int:
         pk = {d: bundle_for(bundles, d, root) for d in devices}
         runs["bundle"] = collect(labels, cfg_dir, {d: v[0] for d, v in pk.items()}, {d: v[1] for d, v in pk.items()},
                                  lib_eff)
+        if args.transfer_k > 0:
+            tk = {d: transferred(v, d, root, args.transfer_k) for d, v in pk.items()}
+            runs["transfer"] = collect(labels, cfg_dir, {d: v[0] for d, v in tk.items()},
+                                       {d: v[1] for d, v in tk.items()}, lib_eff)
 
     results, cal, vtabs = {}, {}, []
     for kind, recs in runs.items():
@@ -464,6 +486,14 @@ def write_report(out, results, per_dev, vtab, cal, main_kind, bundles, variant, 
         L.append(f"| {r.device} | {r.kernel_model} | {r.n} | {_fmt(r.ours_mape)} | {_fmt(r.ours_max)} | "
                  f"{_fmt(pr.ours_mape)} | {_fmt(pr.ours_max)} | {_fmt(r.uncorrected_mape)} | {_fmt(r.neusight_mape)} | "
                  f"{_fmt(r.neusight_max)} | {_fmt(r.ours_mape_on_ns)} ({r.n_with_neusight}) | {_fmt(r.coverage90 * 100, 0)}% |")
+    eager = per_dev[~per_dev["fusion"]]
+    kinds = list(results)
+    L += ["", "Per device and kernel model, held-out MAPE % (max %), 90% coverage:", "",
+          "| device | " + " | ".join(kinds) + " |", "|---|" + "---|" * len(kinds)]
+    for dev, g in eager.groupby("device"):
+        g = g.set_index("kind")
+        L.append(f"| {dev} | " + " | ".join(f"{_fmt(g.loc[k, 'ours_mape'])} ({_fmt(g.loc[k, 'ours_max'])}), "
+                                             f"{_fmt(g.loc[k, 'coverage90'] * 100, 0)}%" for k in kinds) + " |")
     for kind, (d, _, _) in results.items():
         e = d[~d["fusion"]]
         both = e[e["neusight_ms"].notna()]
