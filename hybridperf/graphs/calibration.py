@@ -21,13 +21,13 @@ CALIBRATION: dict = {
         "cpu_ms": 0.0,
         "inf": {
             "log_bias": 0.0,
-            "q_lo": -0.1405,
-            "q_hi": 0.3199
+            "q_lo": -0.1614,
+            "q_hi": 0.5528
         },
         "train": {
             "log_bias": 0.0,
-            "q_lo": -0.1405,
-            "q_hi": 0.3199
+            "q_lo": -0.1614,
+            "q_hi": 0.5528
         },
         "variant": "gap",
         "n_labels": 67,
@@ -47,13 +47,13 @@ CALIBRATION: dict = {
         "cpu_ms": 0.0,
         "inf": {
             "log_bias": 0.0,
-            "q_lo": -0.1389,
-            "q_hi": 0.3222
+            "q_lo": -0.1533,
+            "q_hi": 0.5404
         },
         "train": {
             "log_bias": 0.0,
-            "q_lo": -0.1389,
-            "q_hi": 0.3222
+            "q_lo": -0.1533,
+            "q_hi": 0.5404
         },
         "variant": "gap",
         "n_labels": 67,
