@@ -38,6 +38,7 @@ sys.path.insert(0, str(REPO))
 
 from hybridperf.devices import get_device  # noqa: E402
 from hybridperf.priors.gemm import LIBRARY_EFFICIENCY, library_efficiency_table  # noqa: E402
+from hybridperf.training.collectives import interval_from_residuals  # noqa: E402
 from hybridperf.training.library_efficiency import fit_library_efficiency, gemm_ratios, traced_gemms  # noqa: E402
 from hybridperf.graphs import build_graph, compose  # noqa: E402
 from hybridperf.graphs.compose import OOD_WIDEN, in_model_ms, predict_kernels_of  # noqa: E402
@@ -214,16 +215,13 @@ def as_calibration(p: dict, q: dict | None = None) -> dict:
     return c
 
 
-def device_balanced_interval(resid: np.ndarray, device: np.ndarray, coverage: float = 0.9) -> tuple[float, float]:
-    """Central `coverage` interval (log space, containing 0) of held-out residuals in which every device
-    weighs the same: the unit a new GPU is drawn from is the device, not the label, and a device's
-    labels share its error (a device with 3 labels and a 40% bias must count as much as one with 16)."""
-    w = pd.Series(1.0, index=range(len(device))).groupby(device).transform(lambda x: 1.0 / len(x)).to_numpy()
-    order = np.argsort(resid)
-    cw = np.cumsum(w[order]) / w.sum()
-    a = (1.0 - coverage) / 2.0
-    lo, hi = resid[order][np.searchsorted(cw, a)], resid[order][min(np.searchsorted(cw, 1.0 - a), len(cw) - 1)]
-    return min(float(lo), 0.0), max(float(hi), 0.0)
+def device_balanced_interval(resid: np.ndarray, device: np.ndarray) -> tuple[float, float]:
+    """Central 90% interval (log space, containing 0) of held-out residuals in which every device weighs
+    the same: a new GPU is drawn from the devices, not the labels, and a device's labels share its error
+    (a device with 3 labels and a 40% bias must count as much as one with 16)."""
+    w = 1.0 / pd.Series(device).map(pd.Series(device).value_counts()).to_numpy(np.float64)
+    q = interval_from_residuals(np.asarray(resid, dtype=np.float64), w, coverage=0.9)
+    return q["q_lo"], q["q_hi"]
 
 
 def lodo(ls: LabelSet, variant: str, nested: bool = True) -> pd.DataFrame:
