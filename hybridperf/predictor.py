@@ -18,6 +18,7 @@ from hybridperf.datasets.schema import canonicalize
 from hybridperf.devices import DeviceSpec, get_device
 from hybridperf.errors import ModelBundleError
 from hybridperf.priors.kernel_prior import kernel_prior_terms
+from hybridperf.priors.launch import check_timing
 from hybridperf.residual_models.bundle import Bundle, load_bundle, shipped_models_dir
 from hybridperf.residual_models.features import FEATURE_NAMES, kernel_features
 
@@ -91,20 +92,24 @@ class Predictor:
             spec = {**spec, "interval": self.intervals[op_class]}
         return r, spec
 
-    def features(self, kernels: pd.DataFrame, device: str | DeviceSpec) -> np.ndarray:
+    def features(self, kernels: pd.DataFrame, device: str | DeviceSpec, timing: str | None = None) -> np.ndarray:
         """The residual models' feature matrix for canonical `kernels` on `device`."""
         dev = get_device(device)
-        return kernel_features(kernels, kernel_prior_terms(kernels, dev), dev)
+        return kernel_features(kernels, kernel_prior_terms(kernels, dev, timing), dev)
 
-    def predict(self, kernels: pd.DataFrame, device: str | DeviceSpec) -> pd.DataFrame:
+    def predict(self, kernels: pd.DataFrame, device: str | DeviceSpec, timing: str | None = None) -> pd.DataFrame:
         """Predict every row of `kernels` (canonical or NeuSight-style columns) on `device`.
 
+        `timing` (`call` or `kernel`, see hybridperf.priors.launch) sets how the predicted latency is
+        measured, for every row; by default each row's `timing` column, else `call`.
         Returns the canonical rows plus prior_ms, pred_ms, lo_ms, hi_ms (central 90% interval) and
         ood (0 = inside the training range).
         """
         dev = get_device(device)
         df = kernels if "op_class" in kernels.columns and "flops" in kernels.columns else canonicalize(kernels)
         df = df.reset_index(drop=True)
+        if timing is not None:
+            df = df.assign(timing=check_timing(timing))
         terms = kernel_prior_terms(df, dev)
         prior = terms["prior_ms"].to_numpy()
         pred = prior.copy()

@@ -154,6 +154,7 @@ BAD_INPUTS = {
     "zero_H": "OPName,B,H\nadd,3,0\n",
     "text_shape": "OPName,B,H\nadd,three,5\n",
     "unknown_dtype": "OPName,B,H,dtype\nadd,3,5,float7\n",
+    "unknown_timing": "OPName,B,H,timing\nadd,3,5,wallclock\n",
 }
 
 
@@ -164,6 +165,28 @@ def test_bad_input_one_line_error(case, tmp_path, monkeypatch, capsys):
                                             tmp_path / "o.csv", "--prior-only"])
     assert_one_line_error(code, err)
     assert not (tmp_path / "o.csv").exists()
+
+
+def test_kernel_timing_drops_the_per_call_floor(good_csv, tmp_path):
+    """`--timing kernel` predicts a profiler's kernel duration: the same device work without the
+    per-call launch floor, so every row is faster and a tiny kernel takes microseconds."""
+    outs = {}
+    for timing in ("call", "kernel"):
+        out = tmp_path / f"{timing}.csv"
+        code, text = _predict([good_csv, "--device", "NVIDIA A40", "--output", out, "--prior-only", "--timing", timing])
+        assert code == 0, text
+        outs[timing] = _check_output(good_csv, out)
+    assert (outs["kernel"]["pred_ms"] < outs["call"]["pred_ms"]).all()
+    tiny = _write(tmp_path, "tiny.csv", "OPName,B,H\nadd,1,64\n")
+    _predict([tiny, "--device", "NVIDIA A40", "--output", tmp_path / "t.csv", "--prior-only", "--timing", "kernel"])
+    assert pd.read_csv(tmp_path / "t.csv")["pred_ms"].iloc[0] < 0.01
+
+
+def test_unknown_timing_option(good_csv, tmp_path, monkeypatch, capsys):
+    code, err = run_cli(monkeypatch, capsys, ["predict-kernels", good_csv, "--device", "Tesla T4", "--output",
+                                            tmp_path / "o.csv", "--prior-only", "--timing", "wall"])
+    assert_one_line_error(code, err)
+    assert "timing" in err
 
 
 def test_error_names_file_and_line(tmp_path, monkeypatch, capsys):

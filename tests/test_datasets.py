@@ -214,7 +214,7 @@ def test_vidur_mapping_synthetic(tmp_path):
     df = load_vidur_compute(tmp_path, with_meta=True)
     assert load_vidur_compute.last_skipped == {"emb": 1, "attn_rope": 1}
     assert len(df) == 8 and set(df.device) == {VIDUR_DEVICES["a100"]} and set(df.dtype) == {"fp16"}
-    assert set(df.source) == {str(f)}
+    assert set(df.source) == {str(f)} and set(df.timing) == {"kernel"}  # a profiler's kernel durations
     by = df.set_index("vidur_op")
     hd = 4096 // 32
     exp = {  # (op, B, M, N, K, H)

@@ -273,3 +273,26 @@ def test_library_efficiency_applies_to_its_vendor_only():
         assert library_efficiency("amd", "linear") == 1.0
     assert slow > fast * 1.2  # the vendor BLAS reaches less than the tile model's rate
     assert LIBRARY_EFFICIENCY[("amd", "linear")] == library_efficiency("amd", "linear")  # restored
+
+
+@pytest.mark.parametrize("op", ["bmm", "linear", "add", "softmax", "ln"])
+def test_kernel_timing_swaps_only_the_floor(op):
+    """A profiler-timed kernel has the same device work as a timed call, minus the call's floor."""
+    from hybridperf.priors.launch import KERNEL_FLOOR_MS
+
+    t = canonicalize(pd.DataFrame([{"OPName": op, "B": 8, "M": 256, "N": 512, "K": 128, "H": 1024}]))
+    dev = get_device("NVIDIA A40")
+    call, kern = kernel_prior_terms(t, dev), kernel_prior_terms(t, dev, "kernel")
+    oc = t["op_class"].iloc[0]
+    assert kern["floor_ms"].iloc[0] == KERNEL_FLOOR_MS[oc] < launch_floor_ms(oc)
+    assert kern["prior_ms"].iloc[0] - kern["floor_ms"].iloc[0] == pytest.approx(call["prior_ms"].iloc[0] - call["floor_ms"].iloc[0])
+    # the row's own timing column is used when no timing is given
+    assert kernel_prior_terms(t.assign(timing="kernel"), dev)["prior_ms"].iloc[0] == kern["prior_ms"].iloc[0]
+
+
+def test_unknown_timing_is_an_input_error():
+    from hybridperf.errors import InputError
+
+    t = canonicalize(pd.DataFrame([{"OPName": "add", "B": 8, "H": 1024}]))
+    with pytest.raises(InputError, match="unknown timing"):
+        kernel_prior_terms(t, get_device("NVIDIA A40"), "wall")

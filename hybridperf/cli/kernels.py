@@ -29,22 +29,28 @@ def predict_kernels(
     ),
     model_bundle: Optional[Path] = typer.Option(None, "--model-bundle", help="Kernel bundle directory (default: shipped)."),
     prior_only: bool = typer.Option(False, "--prior-only", help="Use the analytical prior alone."),
+    timing: str = typer.Option(
+        "call", "--timing",
+        help="How latency is measured: 'call' = CUDA events around one eager PyTorch call (NeuSight, "
+             "`hybridperf collect`); 'kernel' = a profiler's kernel duration (torch.profiler, Nsight, Vidur).",
+    ),
 ) -> None:
     """Predict the latency of every kernel in INPUT.csv on DEVICE; adds pred_ms, pred_lo_ms, pred_hi_ms."""
     from hybridperf.datasets.schema import canonicalize
     from hybridperf.devices import get_device
     from hybridperf.predictor import Predictor
+    from hybridperf.priors.launch import check_timing
 
     dev = get_device(device)
     raw = _read_csv(input_csv)
-    kernels = canonicalize(raw, source=str(input_csv))
+    kernels = canonicalize(raw, source=str(input_csv), timing=check_timing(timing))
     predictor = Predictor.prior_only() if prior_only else Predictor.load(model_bundle)
     if calibration is not None:
         from hybridperf.transfer import adapt_predictor
 
-        measured = canonicalize(_read_csv(calibration), source=str(calibration), require_latency=True)
+        measured = canonicalize(_read_csv(calibration), source=str(calibration), require_latency=True, timing=timing)
         predictor = adapt_predictor(predictor, measured, dev)
-    res = predictor.predict(kernels, dev)
+    res = predictor.predict(kernels, dev, timing=timing)
     out = raw.copy()
     out["pred_ms"] = res["pred_ms"].to_numpy()
     out["pred_lo_ms"] = res["lo_ms"].to_numpy()

@@ -1,8 +1,10 @@
 """The canonical kernel-record table every loader produces and every trainer consumes.
 
 One row is one kernel measured (or to be predicted) on one device:
-    op, op_class, dtype, B, M, N, K, H, flops, bytes, device, latency_ms, source
+    op, op_class, dtype, B, M, N, K, H, flops, bytes, device, latency_ms, timing, source
 Shape fields a given op does not use are NaN. `latency_ms` may be NaN only for rows to predict.
+`timing` says how the latency was (or is to be) measured: `call` (CUDA events around one eager call,
+NeuSight's harness) or `kernel` (a profiler's kernel duration); see hybridperf.priors.launch.
 """
 from __future__ import annotations
 
@@ -12,9 +14,10 @@ import pandas as pd
 from hybridperf.devices import DTYPE_BYTES, dtype_key
 from hybridperf.errors import HybridperfError, InputError
 from hybridperf.ops import GEMM_OPS, OP_CLASS, canonical_op, op_work
+from hybridperf.priors.launch import TIMINGS, check_timing
 
 SHAPE_COLUMNS = ("B", "M", "N", "K", "H")
-COLUMNS = ("op", "op_class", "dtype", *SHAPE_COLUMNS, "flops", "bytes", "device", "latency_ms", "source")
+COLUMNS = ("op", "op_class", "dtype", *SHAPE_COLUMNS, "flops", "bytes", "device", "latency_ms", "timing", "source")
 
 
 def _shown(v) -> str:
@@ -36,9 +39,10 @@ def canonicalize(
     source: str = "",
     require_latency: bool = False,
     on_bad: str = "raise",
+    timing: str = "call",
 ) -> pd.DataFrame:
     """Turn a NeuSight-style kernel table (OPName, B, M, N, K, H, [Latency], [Device], [dtype]) or an
-    already canonical one into the canonical table.
+    already canonical one into the canonical table. Rows without a `timing` column get `timing`.
 
     Bad rows (unknown op, missing/NaN/non-positive shape, NaN or non-positive latency) raise
     InputError naming file and line when `on_bad="raise"`; with `on_bad="drop"` they are dropped and
@@ -63,6 +67,9 @@ def canonicalize(
     if "latency_ms" not in df.columns:
         df["latency_ms"] = np.nan
     df["latency_ms"] = pd.to_numeric(df["latency_ms"], errors="coerce")
+    if "timing" not in df.columns:
+        df["timing"] = check_timing(timing)
+    df["timing"] = df["timing"].fillna(timing).astype(str)
     if "dtype" not in df.columns:
         df["dtype"] = "fp32"
     df["dtype"] = df["dtype"].fillna("fp32")
@@ -84,6 +91,8 @@ def canonicalize(
             dtypes.append(None)
             problems.append((i, f"unknown dtype {d!r}"))
     df["dtype"] = dtypes
+    for i in df.index[~df["timing"].isin(TIMINGS)]:
+        problems.append((i, f"unknown timing {df.at[i, 'timing']!r} (expected one of {', '.join(TIMINGS)})"))
 
     gemm = df["op"].isin(GEMM_OPS)
     vec = df["op"].notna() & ~gemm

@@ -20,6 +20,8 @@ head_dim = n_embd / n_head. Approximations, kept on purpose so the rows stay in 
   and B*M*K adds, a negligible share of the work).
 * Llama-family models use RMSNorm, which is mapped to `ln` (LayerNorm does one more reduction).
 * A gated MLP's activation is SiLU(gate) * up, mapped to `gelu` over the output width; Phi-2's is GELU.
+Vidur's profiler reports CUDA kernel durations (its smallest kernels take 1-6 us), so every row has
+`timing = "kernel"` (no per-call launch floor; see hybridperf.priors.launch).
 """
 from __future__ import annotations
 
@@ -135,7 +137,7 @@ def load_vidur_file(path: str | Path, device: str, *, stat: str = "median", on_b
             continue
         rows = pd.DataFrame({"OPName": op, **_shapes(raw, vop), "Latency": raw[col], "dtype": "fp16"},
                             index=raw.index)
-        can = canonicalize(rows, device=device, source=str(path), require_latency=True, on_bad=on_bad)
+        can = canonicalize(rows, device=device, source=str(path), require_latency=True, on_bad=on_bad, timing="kernel")
         reports.extend(f"{r} ({vop})" for r in canonicalize.last_report)
         if with_meta:
             bad = {_line_index(r, str(path)) for r in canonicalize.last_report}

@@ -21,7 +21,7 @@ import pandas as pd
 from hybridperf.devices import DTYPE_BYTES, DeviceSpec
 from hybridperf.ops import GEMM_OPS
 from hybridperf.priors.gemm import gemm_compute, library_efficiency
-from hybridperf.priors.launch import launch_floor_ms
+from hybridperf.priors.launch import floors_ms
 from hybridperf.priors.memory import l2_hit_fraction, memory_time_ms, row_parallel_fraction
 from hybridperf.priors.power import sustained_flops
 from hybridperf.priors.roofline import roofline_ms
@@ -32,12 +32,16 @@ TERM_COLUMNS = (
 )
 
 
-def kernel_prior_terms(kernels: pd.DataFrame, device: DeviceSpec) -> pd.DataFrame:
+def kernel_prior_terms(kernels: pd.DataFrame, device: DeviceSpec, timing: str | None = None) -> pd.DataFrame:
     """Prior latency (ms) and its terms for every row of a canonical kernel table on `device`.
 
-    Rows keep their order and index. `device` applies to all rows.
+    Rows keep their order and index. `device` applies to all rows. The floor follows each row's
+    `timing` column (`call` where absent), or `timing` for every row when given.
     """
     n = len(kernels)
+    if timing is None:
+        timing = kernels["timing"].to_numpy() if "timing" in kernels.columns else "call"
+    floors = floors_ms(kernels["op_class"].to_numpy(), np.broadcast_to(np.asarray(timing, dtype=object), (n,)))
     out = {c: np.zeros(n) for c in TERM_COLUMNS}
     out["wave_efficiency"][:] = 1.0
     out["tile_efficiency"][:] = 1.0
@@ -52,7 +56,7 @@ def kernel_prior_terms(kernels: pd.DataFrame, device: DeviceSpec) -> pd.DataFram
         flops = g["flops"].to_numpy(np.float64)
         nbytes = g["bytes"].to_numpy(np.float64)
         op_class = g["op_class"].iloc[0]
-        floor = launch_floor_ms(op_class)
+        floor = floors[idx]
         out["roofline_ms"][idx] = roofline_ms(flops, nbytes, device, dt, matrix)
         out["floor_ms"][idx] = floor
         out["l2_hit"][idx] = l2_hit_fraction(nbytes, device)
@@ -94,6 +98,6 @@ def _row_passes(op_class: str, H: np.ndarray) -> np.ndarray | float:
     return 1.0
 
 
-def prior_ms(kernels: pd.DataFrame, device: DeviceSpec) -> np.ndarray:
+def prior_ms(kernels: pd.DataFrame, device: DeviceSpec, timing: str | None = None) -> np.ndarray:
     """Best-prior latency (ms) for each row of a canonical kernel table."""
-    return kernel_prior_terms(kernels, device)["prior_ms"].to_numpy()
+    return kernel_prior_terms(kernels, device, timing)["prior_ms"].to_numpy()
