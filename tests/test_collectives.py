@@ -5,6 +5,7 @@ import json
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -25,10 +26,14 @@ from hybridperf.priors.collectives import (
     TOPOLOGIES,
     CollectiveModel,
     canonical_collective,
+    NCCL_P2P_LL_THRESHOLD,
+    _candidates,
     check_shape,
     collective_features,
     collective_time_ms,
     default_bundle_dir,
+    fabric,
+    hierarchical_all_reduce,
     prior_terms,
 )
 
@@ -87,23 +92,69 @@ def test_prior_positive_finite(cfg, sizes):
 @HYP
 @given(configs())
 def test_prior_monotone_in_bytes(cfg):
+    """Monotone while NCCL's pick stays the same; where the tuner switches (it keeps a slow protocol
+    too long, as NCCL does) the time may dip, but by less than half."""
     coll, p, g, node = cfg
-    t = collective_time_ms(coll, SIZES, p, g, node)
-    assert np.all(np.diff(t) >= -1e-12 * t[1:]), (coll, p, g, node.name)
+    terms = prior_terms(coll, SIZES, p, g, node)
+    t = terms["ms"]
+    pick = [f"{a}/{b}" for a, b in zip(terms["algorithm"], terms["protocol"])]
+    same = np.array([a == b for a, b in zip(pick[:-1], pick[1:])])
+    d = np.diff(t)
+    assert np.all(d[same] >= -1e-12 * t[1:][same]), (coll, p, g, node.name)
+    assert np.all(t[1:] >= 0.5 * t[:-1]), (coll, p, g, node.name)
     if p > 1:
         assert t[-1] > 10 * t[0]  # the bandwidth term dominates at 10 GB
 
 
-def test_ring_tree_crossover_sane():
+def test_protocol_switch_monotone_like_nccl():
+    """NCCL's tuner (its own latency tables, line rates): LL -> LL128 -> Simple as messages grow,
+    each switch once; on 8 NVSwitch A100s LL128 runs from ~1 MB to tens of MB, as NCCL does."""
     node = get_node("DGX-A100")
     t = prior_terms("all_reduce", SIZES, 8, 8, node)
-    alg = list(t["algorithm"])
-    assert alg[0] == "tree" and alg[-1] == "ring"
-    first_ring = alg.index("ring")
-    assert all(a == "ring" for a in alg[first_ring:])  # one crossover, ring from there on
-    assert 16e3 <= SIZES[first_ring] <= 64e6
-    # protocols: low-latency ones at small sizes, Simple for bulk transfers
-    assert t["protocol"][0] in ("LL", "LL128") and t["protocol"][-1] == "Simple"
+    order = [("LL", "LL128", "Simple").index(x) for x in t["protocol"]]
+    assert order == sorted(order) and order[0] == 0 and order[-1] == 2
+    first = {pr: SIZES[list(t["protocol"]).index(pr)] for pr in ("LL128", "Simple")}
+    assert 2e5 <= first["LL128"] <= 8e6 and 8e6 <= first["Simple"] <= 2e8
+    assert set(t["algorithm"]) <= {"ring", "tree"} and t["algorithm"][-1] == "ring"
+    # no LL128 across PCIe or between nodes: LL then Simple
+    for p, g, name in [(4, 4, "a100_pairwise_nvlink"), (16, 8, "DGX-A100"), (8, 8, "8xL4-PCIe")]:
+        pr = list(prior_terms("all_reduce", SIZES, p, g, get_node(name))["protocol"])
+        assert "LL128" not in pr and pr[0] == "LL" and pr[-1] == "Simple"
+        assert pr == sorted(pr, key=("LL", "Simple").index)
+
+
+def test_tuner_pick_ignores_fitted_constants():
+    """NCCL picks from line rates, so changing an efficiency changes the cost, never the pick."""
+    node = get_node("a100_dgx")
+    base = prior_terms("all_reduce", SIZES, 16, 8, node)
+    slow = prior_terms("all_reduce", SIZES, 16, 8, node, DEFAULT_CONSTANTS.updated(eff_net=0.2, eff_nvlink=0.3))
+    assert list(base["algorithm"]) == list(slow["algorithm"]) and list(base["protocol"]) == list(slow["protocol"])
+    assert slow["ms"][-1] > 2 * base["ms"][-1]
+    # a NIC NCCL believes to be fast keeps LL longer than an honest one would
+    honest = replace(node, nic_line_gbs=0.0)
+    ll_fast = sum(x == "LL" for x in prior_terms("all_reduce", SIZES, 2, 1, node)["protocol"])
+    ll_honest = sum(x == "LL" for x in prior_terms("all_reduce", SIZES, 2, 1, honest)["protocol"])
+    assert ll_fast > ll_honest
+
+
+def test_send_recv_protocol_threshold():
+    node = get_node("DGX-A100")
+    n = np.array([1024, NCCL_P2P_LL_THRESHOLD, NCCL_P2P_LL_THRESHOLD + 1, 1e8])
+    for g in (1, 2):
+        assert list(prior_terms("send_recv", n, 2, g, node)["protocol"]) == ["LL", "LL", "Simple", "Simple"]
+
+
+@pytest.mark.parametrize("name", ["DGX-A100", "a100_pairwise_nvlink", "8xL4-PCIe"])
+def test_hierarchical_reduces_to_flat_ring_on_one_node(name):
+    node = get_node(name)
+    n = np.logspace(3, 9, 13)
+    for g in (2, node.gpus_per_node):
+        f = fabric(node, g, g)
+        for pr in ("LL", "Simple"):
+            lat, bw = hierarchical_all_reduce(n, f, DEFAULT_CONSTANTS, pr)
+            ring = {(a, q): (l_us, b_us) for a, q, l_us, b_us in _candidates("all_reduce", n, f, DEFAULT_CONSTANTS)}
+            np.testing.assert_allclose(lat, ring[("ring", pr)][0])
+            np.testing.assert_allclose(bw, ring[("ring", pr)][1])
 
 
 @pytest.mark.parametrize("name", ["DGX-A100", "DGX-H100", "a100_pairwise_nvlink", "8xL4-PCIe", "MI300X-8"])
@@ -349,3 +400,20 @@ def test_cli_one_line_error_and_no_training_imports():
                           "--bytes", "0", "--gpus", "8", "--device", "DGX-A100", "--json"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and bad.stderr.startswith("error:")
+
+
+def test_fittable_constants_follow_nccl_picks():
+    """ll128_bw is fitted only where NCCL's tuner runs LL128 on the training rows."""
+    pytest.importorskip("scipy")
+    import pandas as pd
+
+    from hybridperf.training.collectives import fittable
+
+    def rows(system, p, g):
+        n = np.logspace(11, 28, 18, base=2).astype(np.int64)
+        return pd.DataFrame({"system": system, "collective": "all_reduce", "nbytes": n, "gpus": p,
+                             "gpus_per_node": g, "latency_ms": 1.0})
+
+    assert "ll128_bw" in fittable(rows("DGX-A100", 8, 8))
+    assert "ll128_bw" not in fittable(rows("a100_pairwise_nvlink", 2, 2))  # NCCL picks Simple over LL128 there
+    assert "hier_inter_eff" in fittable(rows("a100_dgx", 16, 8))

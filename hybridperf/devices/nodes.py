@@ -16,6 +16,9 @@ Reference points:
 The three Vidur profiling systems (`a100_dgx`, `a100_pairwise_nvlink`, `a40_pairwise_nvlink`) describe
 the machines as profiled. Their inter-node networks are not documented by Vidur; the values below are
 read off their two-node send/recv profiles and say so in `inter_name` (see the collectives report).
+`nic_line_gbs` is the NIC line rate NCCL's tuner sees when that differs from the achieved per-GPU rate:
+a100_dgx is a DGX-A100-class node, whose NICs are HDR 200 Gb/s (25 GB/s) ports, although Vidur's
+profiles achieve ~8 GB/s per GPU flow.
 """
 from __future__ import annotations
 
@@ -64,7 +67,7 @@ NODES: list[NodeSpec] = [
         # for a whole node (one HDR port's worth), far below a DGX's 8x HDR; hence a separate entry.
         name="a100_dgx", device="NVIDIA A100-SXM4-80GB", gpus_per_node=8, intra_topology="nvswitch",
         intra_bw_gbs=300.0, intra_latency_us=2.0,
-        inter_bw_gbs=8.0, inter_node_bw_gbs=25.0, inter_latency_us=8.0,
+        inter_bw_gbs=8.0, inter_node_bw_gbs=25.0, inter_latency_us=8.0, nic_line_gbs=25.0,
         inter_name="as profiled by Vidur: ~1x HDR 200Gb/s per node, ~8 GB/s per GPU flow",
         aliases=("vidur_a100_dgx",),
     ),

@@ -95,6 +95,7 @@ class NodeSpec:
     inter_name: str = "InfiniBand"
     pair_bw_gbs: float = 0.0  # for nvlink_pairs: the bridge's per-direction bandwidth (mesh: one link's)
     inter_node_bw_gbs: float = 0.0  # all NICs of the node together, per direction; 0: gpus_per_node * inter_bw_gbs
+    nic_line_gbs: float = 0.0  # line rate of a GPU's NIC port as NCCL's tuner sees it; 0: inter_bw_gbs
     aliases: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:

@@ -31,8 +31,14 @@ Bandwidth by topology (g GPUs used in the node):
     mesh          min(all links, (g-1) links) for collectives, one link for point-to-point
     network       the node's NICs: min(inter_node_bw, g * inter_bw) shared by the g GPUs; a ring
                   spanning nodes runs at min(B_intra, B_node) bus bandwidth
-Protocols (NCCL's tuner picks the fastest; so do we, over algorithms too): LL (half the bandwidth,
-lowest latency), LL128 (~92% bandwidth, NVLink only), Simple (full bandwidth, highest latency).
+Protocols: LL (half the bandwidth, lowest latency), LL128 (~92% bandwidth, NVLink only, one node),
+Simple (full bandwidth, highest latency).
+Choice, as NCCL makes it: the tuner ranks every (algorithm, protocol) with NCCL's own cost model
+(`_tuner_us`: the latency tables and protocol factors of NCCL's tuning.cc, on line rates: every
+efficiency 1, the NIC at `nic_line_gbs`), never with what the hardware achieves; the prior charges the
+achieved cost (above) of that pick. So where NCCL over-rates a link it keeps LL too long and the
+time may dip at the switch, as measured. send/recv (and all-to-all per peer) run LL up to
+NCCL_P2P_LL_THRESHOLD bytes, Simple above. The pick depends on no fitted constant.
 
 Measurement floor: profiles taken like Vidur's (back-to-back launches, kernel device time) never
 report less than a floor set by host launch overhead and rank skew (~50-60 us for all-reduce, ~10-20
@@ -169,12 +175,18 @@ class Fabric:
     inter_lat: float
 
 
+_EFFICIENCIES = ("eff_nvlink", "eff_nvlink_p2p", "eff_pcie", "eff_pcie_p2p", "eff_net", "eff_net_p2p")
+
+
 def _pcie_share(node: NodeSpec, g: int, c: CollectiveConstants) -> float:
     return c.pcie_cross_socket if (node.gpus_per_node >= 8 and g > node.gpus_per_node // 2) else 1.0
 
 
-def fabric(node: NodeSpec, p: int, g: int, c: CollectiveConstants = DEFAULT_CONSTANTS) -> Fabric:
-    """Achievable bandwidths of node `node` when `p` ranks run `g` to a node (see module doc)."""
+def fabric(node: NodeSpec, p: int, g: int, c: CollectiveConstants = DEFAULT_CONSTANTS, nominal: bool = False) -> Fabric:
+    """Achievable bandwidths of node `node` when `p` ranks run `g` to a node (see module doc);
+    `nominal=True`: the line rates NCCL's tuner believes in (every efficiency 1, NIC line rate)."""
+    if nominal:
+        c = replace(c, **{k: 1.0 for k in _EFFICIENCIES})
     topo = node.intra_topology
     if topo not in TOPOLOGIES:
         raise InputError(f"node {node.name}: unknown intra_topology {topo!r}; expected one of {TOPOLOGIES}")
@@ -197,8 +209,9 @@ def fabric(node: NodeSpec, p: int, g: int, c: CollectiveConstants = DEFAULT_CONS
     if g <= 1:
         bw, kind = 0.0, "none"
     cap = node.inter_node_bw_gbs if node.inter_node_bw_gbs > 0 else node.gpus_per_node * node.inter_bw_gbs
-    node_bw = min(cap, g * node.inter_bw_gbs) * c.eff_net
-    net_p2p = min(cap, node.inter_bw_gbs) * c.eff_net_p2p
+    per_gpu = node.nic_line_gbs if (nominal and node.nic_line_gbs > 0) else node.inter_bw_gbs
+    node_bw = min(cap, g * per_gpu) * c.eff_net
+    net_p2p = min(cap, per_gpu) * c.eff_net_p2p
     return Fabric(p=p, g=g, nodes=p // g, intra_bw=bw, intra_p2p_bw=p2p, intra_lat=node.intra_latency_us,
                   intra_kind=kind, p2p_kind="pcie" if topo == "pcie" else "nvlink", node_bw=node_bw, net_p2p_bw=net_p2p, inter_lat=node.inter_latency_us)
 
@@ -219,6 +232,47 @@ def _proto(c: CollectiveConstants, proto: str) -> tuple[float, float, float]:
 def _mb(gbs: float) -> float:
     """GB/s -> bytes per microsecond."""
     return gbs * 1e3
+
+
+# NCCL's own cost model (src/graph/tuning.cc, NCCL 2.18-2.21): its tuner runs the (algorithm, protocol)
+# with the lowest *modelled* time, computed from line rates and these latency tables (us), not from
+# what the hardware achieves. We pick the way it picks and charge what the choice really costs.
+_NCCL_BASE_LAT = {"ring": {"LL": 6.6, "LL128": 14.0, "Simple": 8.4}, "tree": {"LL": 6.8, "LL128": 14.0, "Simple": 8.4}}
+_NCCL_HW_LAT = {
+    "nvlink": {"ring": {"LL": 0.6, "LL128": 1.9, "Simple": 3.4}, "tree": {"LL": 0.6, "LL128": 1.25, "Simple": 4.0}},
+    "pcie": {"ring": {"LL": 1.0, "LL128": 2.5, "Simple": 5.7}, "tree": {"LL": 1.0, "LL128": 1.9, "Simple": 4.0}},
+    "net": {"ring": {"LL": 2.7, "LL128": 4.0, "Simple": 14.0}, "tree": {"LL": 5.0, "LL128": 8.5, "Simple": 14.0}},
+}
+_NCCL_LL_MAX_BW = (87.7, 22.5, 19.0)  # GB/s cap of LL bus bandwidth (Ampere), 1 / 2 / more nodes
+NCCL_P2P_LL_THRESHOLD = 16384  # send/recv (and all-to-all per peer) use LL up to this many bytes, else Simple
+
+
+def _tuner_us(coll: str, alg: str, pr: str, n: np.ndarray, f: Fabric) -> np.ndarray:
+    """NCCL's modelled time (us) of one candidate on the nominal fabric `f`; inf if NCCL never runs it."""
+    p, g, N = f.p, f.g, f.nodes
+    if alg == "local":
+        return np.zeros_like(n)
+    if alg == "direct":  # point-to-point: a size threshold, not the cost model
+        per_peer = n if coll == "send_recv" else n / p
+        use = per_peer <= NCCL_P2P_LL_THRESHOLD if pr == "LL" else per_peer > NCCL_P2P_LL_THRESHOLD
+        return np.where(use & (pr != "LL128"), 0.0, np.inf)
+    kind = "ring" if alg == "ring" else "tree"
+    intra = _NCCL_HW_LAT["nvlink" if f.intra_kind == "nvlink" else "pcie"][kind][pr]
+    net = _NCCL_HW_LAT["net"]["tree" if g == 1 else kind][pr]  # one GPU per node: latencies fully exposed
+    if N > 1:
+        intra = max(intra, 3.0 if pr == "Simple" else 1.0)  # network post overhead per step
+    bus = min(f.intra_bw, f.node_bw) if (N > 1 and g > 1) else (f.node_bw if N > 1 else f.intra_bw)
+    llmax = _NCCL_LL_MAX_BW[min(N, 3) - 1]
+    if kind == "ring":
+        steps, inter = (2 * (p - 1), 2 * (N - 1)) if coll == "all_reduce" else (p - 1, N - 1)
+        lat = _NCCL_BASE_LAT["ring"][pr] + (steps - inter) * intra + inter * net
+        bus = {"LL": min(llmax, 0.5 * bus), "LL128": 0.92 * bus, "Simple": bus}[pr]
+        vol = 2 * (p - 1) / p * n if coll == "all_reduce" else (p - 1) * n
+        return lat + vol / _mb(bus)
+    lat = _NCCL_BASE_LAT["tree"][pr] + 2 * ((g - 1) * intra + math.log2(N) * net)
+    bus = 0.92 * bus
+    bus = {"LL": min(bus / 3.8, llmax), "LL128": bus * (7 / 9 if N == 1 else 120 / 128), "Simple": bus}[pr]
+    return lat + 2 * n / _mb(bus)
 
 
 def _candidates(coll: str, n: np.ndarray, f: Fabric, c: CollectiveConstants):
@@ -254,17 +308,28 @@ def _candidates(coll: str, n: np.ndarray, f: Fabric, c: CollectiveConstants):
                 steps = 2 * math.ceil(math.log2(p))
                 yield "tree", pr, np.full_like(n, L0 + steps * a_in), 2 * n / (B * c.tree_bw_eff)
             else:
-                lat = L0 + 2 * (g - 1) * a_in + 2 * (N - 1) * a_net
-                bw_t = 2 * (N - 1) / N * n / (_mb(f.node_bw) * eff * c.hier_inter_eff)
-                if g > 1:
-                    bw_t = bw_t + 2 * (g - 1) / g * n / (_mb(f.intra_bw) * eff)
-                yield "hierarchical", pr, np.full_like(n, lat), bw_t
+                yield "hierarchical", pr, *hierarchical_all_reduce(n, f, c, pr)
         elif coll in ("all_gather", "reduce_scatter"):
             yield "ring", pr, np.full_like(n, L0 + (p - 1) * a_ring), (p - 1) * n / B
         elif coll == "all_to_all":
             t_in = (g - 1) / p * n / (_mb(f.intra_bw) * eff) if g > 1 else np.zeros_like(n)
             t_net = g * (p - g) / p * n / (_mb(f.node_bw) * eff) if multi else np.zeros_like(n)
             yield "direct", pr, np.full_like(n, L0 + (p - 1) * a_ring), np.maximum(t_in, t_net)
+
+
+def hierarchical_all_reduce(n: np.ndarray, f: Fabric, c: CollectiveConstants, proto: str = "Simple"):
+    """(latency_us, bandwidth_us) of reduce-scatter among the g local GPUs, all-reduce of n/g across
+    the N nodes, all-gather among the local GPUs (module doc). With one node it is the flat ring."""
+    eff, L0, hop = _proto(c, proto)
+    g, N = f.g, f.nodes
+    a_in, a_net = f.intra_lat + hop, f.inter_lat + hop
+    lat = L0 + 2 * (g - 1) * a_in + 2 * (N - 1) * a_net
+    bw = np.zeros_like(n)
+    if N > 1:
+        bw = 2 * (N - 1) / N * n / (_mb(f.node_bw) * eff * c.hier_inter_eff)
+    if g > 1:
+        bw = bw + 2 * (g - 1) / g * n / (_mb(f.intra_bw) * eff)
+    return np.full_like(n, lat), bw
 
 
 def prior_terms(
@@ -283,15 +348,18 @@ def prior_terms(
     p, g = check_shape(coll, gpus, gpus_per_node, node)
     n = _as_bytes(nbytes)
     f = fabric(node, p, g, c)
-    best = np.full_like(n, np.inf)
+    f_nom = fabric(node, p, g, c, nominal=True)
+    picked = np.full_like(n, np.inf)  # NCCL's modelled time of its pick
+    best = np.full_like(n, np.inf)  # what the pick really costs
     lat = np.zeros_like(n)
     bw = np.zeros_like(n)
     alg = np.empty(n.shape, dtype=object)
     pro = np.empty(n.shape, dtype=object)
     for a, pr, l_us, b_us in _candidates(coll, n, f, c):
-        t = l_us + b_us
-        win = t < best
-        best = np.where(win, t, best)
+        tuned = _tuner_us(coll, a, pr, n, f_nom)
+        win = tuned < picked
+        picked = np.where(win, tuned, picked)
+        best = np.where(win, l_us + b_us, best)
         lat = np.where(win, l_us, lat)
         bw = np.where(win, b_us, bw)
         alg[win] = a

@@ -43,6 +43,7 @@ BOUNDS = {
     "eff_net": (0.05, 1.2),
     "eff_net_p2p": (0.05, 1.2),
     "hier_inter_eff": (0.2, 1.0),
+    "ll128_bw": (0.2, 1.0),
 }
 
 
@@ -89,7 +90,7 @@ def row_weights(df: pd.DataFrame) -> np.ndarray:
 def fittable(df: pd.DataFrame, nodes: dict | None = None) -> list[str]:
     """The constants that rows of `df` actually exercise (the others keep their defaults)."""
     out = set()
-    for (system, coll, p, g), _ in df.groupby(GROUP_KEYS, sort=False):
+    for (system, coll, p, g), grp in df.groupby(GROUP_KEYS, sort=False):
         node = node_for(system, nodes)
         multi = p > g
         if coll == "send_recv":
@@ -100,9 +101,13 @@ def fittable(df: pd.DataFrame, nodes: dict | None = None) -> list[str]:
                 out.add("eff_net_p2p")
             continue
         out.update(("floor_us", "floor_sharpness"))
+        # NCCL's pick does not depend on the constants, so the protocols a group runs are known up front
+        t = prior_terms(coll, grp["nbytes"].to_numpy(), int(p), int(g), node)
+        if "LL128" in set(t["protocol"]):
+            out.add("ll128_bw")
         if multi:
             out.add("eff_net")
-            if g > 1:
+            if "hierarchical" in set(t["algorithm"]):
                 out.add("hier_inter_eff")
         if g > 1:
             pcie = node.intra_topology == "pcie" or (node.intra_topology == "nvlink_pairs" and g > 2)
