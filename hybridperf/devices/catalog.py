@@ -241,6 +241,17 @@ DEVICES: list[DeviceSpec] = [
         smem_per_sm_kb=100, max_threads_per_sm=1536, tdp_w=350, pcie_gen=4, pcie_bw_gbs=32,
         form_factor="PCIe", aliases=("L40S", "L40S-48GB"),
     ),
+    # NVIDIA RTX 6000 Ada Generation datasheet (2022): 91.1 fp32; tensor (fp32 accumulate at full rate on
+    # this professional card) FP16/BF16 364.2, TF32 182.1, FP8/INT8 728.5 dense (half the sparsity
+    # figures); 142 SMs at 2505 MHz, 48 GB GDDR6 960 GB/s, 96 MB L2, 300 W. No NVLink.
+    DeviceSpec(
+        name="NVIDIA RTX 6000 Ada Generation", vendor="nvidia", arch="ada", num_sms=142, cores_per_sm=128,
+        boost_clock_mhz=2505, mem_gb=48, mem_bw_gbs=960, l2_mb=96, mem_type="GDDR6",
+        peak_tflops={"fp32": 91.1, "fp16": 91.1, "bf16": 91.1, "fp64": 1.42, "tf32_tc": 182.1,
+                     "fp16_tc": 364.2, "bf16_tc": 364.2, "fp8_tc": 728.5, "int8_tc": 728.5},
+        smem_per_sm_kb=100, max_threads_per_sm=1536, tdp_w=300, pcie_gen=4, pcie_bw_gbs=32,
+        form_factor="PCIe", aliases=("RTX-6000-Ada",),
+    ),
     # NVIDIA Ada whitepaper (2022), RTX 4090: 82.6 fp32; tensor with fp32 accumulate: FP16/BF16 165.2,
     # FP8 330.3 (the fp16-accumulate rates are 2x); TF32 82.6; INT8 660.6 (dense); 1008 GB/s GDDR6X,
     # 72 MB L2, 450 W. No NVLink.
@@ -276,6 +287,28 @@ DEVICES: list[DeviceSpec] = [
         smem_per_sm_kb=228, max_threads_per_sm=2048, tdp_w=700, pcie_gen=5, pcie_bw_gbs=64,
         link_name="NVLink4", link_bw_gbs=450, form_factor="SXM",
         aliases=("H100-SXM", "H100", "H100-SXM5-80GB", "H100-SXM5", "H100-80GB", "H100-80G"),
+    ),
+    # NVIDIA GH200 Grace Hopper datasheet (2023), GPU side of the 96 GB HBM3 module (torch: "GH200 480GB"):
+    # compute as H100 SXM (34 / 67 / 494.7 / 989.4 / 1978.9 dense), 96 GB HBM3 4.0 TB/s, 50 MB L2; the
+    # module's power is configurable 450-1000 W incl. the Grace CPU: we take H100 SXM's 700 W for the GPU.
+    # NVLink4 900 GB/s bidirectional = 450 per direction (NVLink-C2C to the CPU not modelled).
+    DeviceSpec(
+        name="NVIDIA GH200 480GB", vendor="nvidia", arch="hopper", num_sms=132, cores_per_sm=128,
+        boost_clock_mhz=1980, mem_gb=96, mem_bw_gbs=4000, l2_mb=50, mem_type="HBM3",
+        peak_tflops={"fp32": 67.0, "fp16": 134.0, "bf16": 134.0, "fp64": 34.0, "tf32_tc": 494.7,
+                     "fp16_tc": 989.4, "bf16_tc": 989.4, "fp8_tc": 1978.9, "int8_tc": 1978.9},
+        smem_per_sm_kb=228, max_threads_per_sm=2048, tdp_w=700, pcie_gen=5, pcie_bw_gbs=64,
+        link_name="NVLink4", link_bw_gbs=450, form_factor="SXM", aliases=("GH200", "GH200-96GB"),
+    ),
+    # NVIDIA H800 SXM5 (export variant of H100 SXM): H100 SXM compute except fp64 (~1 TF), 80 GB HBM3
+    # 3.35 TB/s, 700 W; NVLink 400 GB/s bidirectional = 200 per direction.
+    DeviceSpec(
+        name="NVIDIA H800", vendor="nvidia", arch="hopper", num_sms=132, cores_per_sm=128,
+        boost_clock_mhz=1980, mem_gb=80, mem_bw_gbs=3350, l2_mb=50, mem_type="HBM3",
+        peak_tflops={"fp32": 67.0, "fp16": 134.0, "bf16": 134.0, "fp64": 1.0, "tf32_tc": 494.7,
+                     "fp16_tc": 989.4, "bf16_tc": 989.4, "fp8_tc": 1978.9, "int8_tc": 1978.9},
+        smem_per_sm_kb=228, max_threads_per_sm=2048, tdp_w=700, pcie_gen=5, pcie_bw_gbs=64,
+        link_name="NVLink4", link_bw_gbs=200, form_factor="SXM", aliases=("H800", "H800-SXM"),
     ),
     # NVIDIA H100 NVL datasheet (2023, per GPU): 30 fp64, 60 fp32; TF32 835, FP16/BF16 1671, FP8/INT8
     # 3341 (with sparsity) -> dense 417.5 / 835.5 / 1670.5; 94 GB HBM3 3.9 TB/s, 350-400 W, boost 1785 MHz;
