@@ -106,6 +106,10 @@ def test_composition_drops_harness_floor_and_adds_gap():
              "ffn_dim": 512, "vocab_size": 500, "activation_function": "relu", "max_position_embeddings": 512}),
     ("gpt_neo", {"model_type": "gpt_neo", "hidden_size": 128, "num_heads": 2, "num_layers": 2, "vocab_size": 500,
                  "activation_function": "gelu_new", "max_position_embeddings": 512}),
+    ("llama", {"model_type": "llama", "hidden_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
+               "num_hidden_layers": 2, "intermediate_size": 344, "vocab_size": 500, "hidden_act": "silu"}),
+    ("qwen2", {"model_type": "qwen2", "hidden_size": 128, "num_attention_heads": 4, "num_key_value_heads": 4,
+               "num_hidden_layers": 2, "intermediate_size": 344, "vocab_size": 500, "tie_word_embeddings": True}),
     ("switch", {"model_type": "switch_transformers", "d_model": 128, "d_ff": 512, "d_kv": 32, "num_heads": 4,
                 "num_layers": 4, "num_decoder_layers": 4, "num_experts": 4, "expert_capacity": 16,
                 "vocab_size": 500, "dense_act_fn": "relu", "encoder_sparse_step": 2, "decoder_sparse_step": 2}),
@@ -124,8 +128,41 @@ def test_switch_expert_tokens_capped_per_sequence():
     assert set(wi["M"]) == {3 * 16}
 
 
+LLAMA = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 8, "num_key_value_heads": 2,
+         "num_hidden_layers": 3, "intermediate_size": 688, "vocab_size": 1000, "hidden_act": "silu"}
+
+
+def test_llama_layer_gemms_match_hand_count():
+    """Grouped-query attention: k/v projections are kv_heads * head_dim wide; SwiGLU has three GEMMs."""
+    B, S, h, f, hd, kv = 2, 64, 256, 688, 32, 2
+    tok = B * S
+    g = layer_gemms(LLAMA, B, S, "inf")
+    expect = sorted([2 * tok * h * h, 2 * tok * h * kv * hd, 2 * tok * h * kv * hd, 2 * tok * h * h,
+                     2 * tok * h * f, 2 * tok * h * f, 2 * tok * f * h,
+                     2 * (B * 8) * S * hd * S, 2 * (B * 8) * S * S * hd])
+    assert sorted(g["flops"]) == expect
+    t = build_graph(LLAMA, B, S, "train").kernel_table()
+    assert not t["name"].str.contains("dropout").any()  # attention_dropout = 0 launches nothing
+    assert t["name"].str.contains("kv_copy").any()  # repeat_kv materialises K and V
+    mha = build_graph({**LLAMA, "num_key_value_heads": 8}, B, S, "inf").kernel_table()
+    assert not mha["name"].str.contains("kv_copy").any()
+
+
+def test_llama_tensor_parallel_shards_kv_and_checks_divisibility():
+    from hybridperf.graphs.parallel import parallel_graph
+
+    t = parallel_graph(LLAMA, 2, 64, "train", tp=2).kernel_table()
+    fw = t[t["phase"] == "fw"].set_index("name")
+    assert fw.loc["k_proj", "K"] == 2 * 32 // 2 and fw.loc["q_proj", "K"] == 256 // 2
+    assert fw.loc["o_proj", "N"] == 256 // 2 and fw.loc["down_proj", "N"] == 688 // 2
+    with pytest.raises(InputError, match="key/value heads"):
+        parallel_graph({**LLAMA, "num_key_value_heads": 1}, 2, 64, "train", tp=2)
+
+
 @pytest.mark.parametrize("bad", [
     {"model_type": "llama", "hidden_size": 8},
+    {**LLAMA, "num_key_value_heads": 3},
+    {"model_type": "mamba", "hidden_size": 64, "vocab_size": 10},
     {"n_embd": 64},
     {"model_type": "gpt2", "n_embd": 64, "n_head": 3, "n_layer": 1, "vocab_size": 10},
     {"model_type": "gpt2", "n_embd": -64, "n_head": 4, "n_layer": 1, "vocab_size": 10},

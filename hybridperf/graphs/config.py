@@ -8,6 +8,10 @@ Supported `model_type`s (the architectures of NeuSight's DLmodel_configs):
     bert                 BERT with an MLM head (pooler + NSP head as NeuSight traced it)
     opt                  OPTForCausalLM (separate q/k/v Linear, pre-LN, ReLU)
     switch_transformers  Switch Transformer encoder-decoder with top-1 MoE every `*_sparse_step` layers
+    llama, mistral,      LlamaForCausalLM-style decoders: RMSNorm, rotary embeddings, grouped-query
+    qwen2                attention (`num_key_value_heads`), gated SiLU MLP, untied LM head by default;
+                         qwen2 has biases on q/k/v. Mistral's sliding window is not modelled (it
+                         changes nothing for seq <= sliding_window under eager attention).
 """
 from __future__ import annotations
 
@@ -17,7 +21,8 @@ from pathlib import Path
 from hybridperf.errors import InputError
 from hybridperf.jsonio import read_json_object
 
-SUPPORTED_MODEL_TYPES = ("gpt2", "gpt_neo", "bert", "opt", "switch_transformers")
+SUPPORTED_MODEL_TYPES = ("gpt2", "gpt_neo", "bert", "opt", "switch_transformers", "llama", "mistral", "qwen2")
+LLAMA_LIKE = ("llama", "mistral", "qwen2")
 
 
 @dataclass(frozen=True)
@@ -39,8 +44,14 @@ class ModelConfig:
     expert_capacity: int = 0
     encoder_sparse_step: int = 0
     decoder_sparse_step: int = 0
+    kv_heads: int = 0  # grouped-query attention (llama-like); 0 = as many as `heads`
     name: str = ""
     raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def num_kv_heads(self) -> int:
+        """Key/value heads (fewer than `heads` under grouped-query attention)."""
+        return self.kv_heads or self.heads
 
     @property
     def attn_dim(self) -> int:
@@ -110,6 +121,19 @@ def config_from_dict(d: dict, source: str = "config") -> ModelConfig:
         if proj is not None and int(proj) != hidden:
             # OPT-350m style project_in/project_out: not modelled (none of the artifact's models use it)
             pass
+    elif mt in LLAMA_LIKE:
+        hidden = need(("hidden_size",), "hidden size")
+        heads = need(("num_attention_heads",), "head count")
+        layers = need(("num_hidden_layers",), "layer count")
+        ffn = need(("intermediate_size",), "intermediate size")
+        kv = _pos_int(_get(d, "num_key_value_heads", default=heads), "num_key_value_heads", source)
+        if heads % kv:
+            raise InputError(f"{source}: {heads} attention heads are not a multiple of {kv} key/value heads")
+        head_dim = _pos_int(_get(d, "head_dim", default=hidden // heads), "head_dim", source)
+        return ModelConfig(family=mt, hidden=hidden, heads=heads, layers=layers, ffn=ffn, vocab=vocab,
+                           head_dim=head_dim, activation=str(_get(d, "hidden_act", default="silu")),
+                           max_positions=int(_get(d, "max_position_embeddings", default=0) or 0),
+                           kv_heads=kv, name=name, raw=d)
     else:  # switch_transformers
         hidden = need(("d_model",), "d_model")
         heads = need(("num_heads",), "num_heads")

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from hybridperf.errors import InputError
-from hybridperf.graphs.config import ModelConfig, load_config
+from hybridperf.graphs.config import LLAMA_LIKE, ModelConfig, load_config
 from hybridperf.ops import OP_CLASS
 
 F32 = 4
@@ -186,8 +186,10 @@ def accumulation_kernels(k: dict) -> list:
 # families
 # ----------------------------------------------------------------------------------------------------
 
-def _attention_core(p, B, S, heads, hd, train, scale_op, mask_op, q_copy=False, kv_copies=0, S_kv=None):
-    """QK^T, scale, mask, softmax, dropout, AV, head merge: shared by every family."""
+def _attention_core(p, B, S, heads, hd, train, scale_op, mask_op, q_copy=False, kv_copies=0, S_kv=None,
+                    dropout=True):
+    """QK^T, scale, mask, softmax, dropout, AV, head merge: shared by every family. `kv_copies`
+    materialise K/V (.contiguous(), GQA's repeat_kv); `dropout=False` for p = 0 (no kernel)."""
     S_kv = S if S_kv is None else S_kv
     bh = B * heads
     tok = B * S
@@ -203,7 +205,7 @@ def _attention_core(p, B, S, heads, hd, train, scale_op, mask_op, q_copy=False, 
         op, tag = op if isinstance(op, tuple) else (op, "")
         ks.append(vec(f"{p}.mask{i}", op, bh * S, S_kv, tag=tag))
     ks.append(vec(f"{p}.softmax", "softmax", bh * S, S_kv))
-    if train:
+    if train and dropout:
         ks.append(vec(f"{p}.attn_dropout", "mul", bh * S, S_kv, tag="dropout"))
     ks.append(bmm(f"{p}.av", bh, S, S_kv, hd))
     ks.append(misc(f"{p}.merge_heads", "copy", 2 * tok * heads * hd * F32))
@@ -286,8 +288,9 @@ def _opt(cfg: ModelConfig, B, S, train) -> list:
     return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
 
 
-def _t5_norm(p, tok, h):
-    """SwitchTransformersLayerNorm (RMS, eager): pow, mean, +eps, rsqrt, x*r, w*x."""
+def _rms_norm(p, tok, h):
+    """RMSNorm in eager PyTorch (SwitchTransformersLayerNorm, LlamaRMSNorm): pow, mean, +eps, rsqrt,
+    x*r, w*x."""
     return [vec(f"{p}.pow", "powu", tok, h), misc(f"{p}.mean", "reduce", tok * h * F32),
             misc(f"{p}.eps", "mask", 2 * tok * F32), misc(f"{p}.rsqrt", "mask", 2 * tok * F32),
             vec(f"{p}.mul", "mul", tok, h), _k(f"{p}.weight", "mul", tok, H=h, params=h)]
@@ -295,7 +298,7 @@ def _t5_norm(p, tok, h):
 
 def _switch_ff(p, cfg, tok, train):
     h, f = cfg.hidden, cfg.ffn
-    return [*_t5_norm(f"{p}.norm", tok, h), linear(f"{p}.wi", tok, h, f, bias=False),
+    return [*_rms_norm(f"{p}.norm", tok, h), linear(f"{p}.wi", tok, h, f, bias=False),
             *_activation(p, cfg.activation, tok, f), *_dropout(f"{p}.drop_act", tok, f, train),
             linear(f"{p}.wo", tok, f, h, bias=False), *_dropout(f"{p}.dropout", tok, h, train),
             vec(f"{p}.resid_add", "add", tok, h)]
@@ -306,7 +309,7 @@ def _switch_moe(p, cfg, B, S, train):
     # top-1 routing with a per-sequence capacity: each expert takes at most `expert_capacity` tokens of
     # every sequence (HF's cumsum over the sequence), so ~B * min(capacity, S/E) tokens per expert
     per_expert = B * min(cfg.expert_capacity, max(1, -(-S // E)))
-    ks = [*_t5_norm(f"{p}.norm", tok, h), linear(f"{p}.router", tok, h, E, bias=False),
+    ks = [*_rms_norm(f"{p}.norm", tok, h), linear(f"{p}.router", tok, h, E, bias=False),
           vec(f"{p}.router_softmax", "softmax", tok, E)]
     if train:
         ks.append(misc(f"{p}.jitter", "route", 3 * tok * h * F32))
@@ -326,7 +329,7 @@ def _switch_moe(p, cfg, B, S, train):
 def _switch_attn(p, cfg, B, S, train, S_kv=None, kv_tok=None):
     h, tok, ad = cfg.hidden, B * S, cfg.attn_dim
     kv_tok = tok if kv_tok is None else kv_tok
-    ks = [*_t5_norm(f"{p}.norm", tok, h), linear(f"{p}.q", tok, h, ad, bias=False),
+    ks = [*_rms_norm(f"{p}.norm", tok, h), linear(f"{p}.q", tok, h, ad, bias=False),
           linear(f"{p}.k", kv_tok, h, ad, bias=False), linear(f"{p}.v", kv_tok, h, ad, bias=False)]
     ks += _attention_core(p, B, S, cfg.heads, cfg.head_dim, train, scale_op=None, mask_op=("addu",), S_kv=S_kv)
     ks += [linear(f"{p}.o", tok, ad, h, bias=False), *_dropout(f"{p}.dropout", tok, h, train),
@@ -358,19 +361,52 @@ def _switch(cfg: ModelConfig, B, S, train) -> list:
         blocks.append(Block("encoder_dense", e_dense, enc_attn + _switch_ff("ff", cfg, tok, train)))
     if e_sparse:
         blocks.append(Block("encoder_sparse", e_sparse, enc_attn + _switch_moe("moe", cfg, B, S, train)))
-    blocks.append(Block("encoder_final", 1, [*_t5_norm("enc_final_norm", tok, h),
+    blocks.append(Block("encoder_final", 1, [*_rms_norm("enc_final_norm", tok, h),
                                              *_dropout("enc_final_dropout", tok, h, train)], "post"))
     blocks.append(Block("decoder_embeddings", 1, dec_pre, "pre"))
     if d_dense:
         blocks.append(Block("decoder_dense", d_dense, dec_attn + _switch_ff("ff", cfg, tok, train)))
     if d_sparse:
         blocks.append(Block("decoder_sparse", d_sparse, dec_attn + _switch_moe("moe", cfg, B, S, train)))
-    blocks.append(Block("head", 1, [*_t5_norm("dec_final_norm", tok, h), *_dropout("dec_final_dropout", tok, h, train),
+    blocks.append(Block("head", 1, [*_rms_norm("dec_final_norm", tok, h), *_dropout("dec_final_dropout", tok, h, train),
                                     vec("tied_scale", "mulu", tok, h), linear("lm_head", tok, h, V, bias=False)], "post"))
     return blocks
 
 
-_FAMILIES = {"gpt2": _gpt2, "gpt_neo": _gpt2, "bert": _bert, "opt": _opt, "switch_transformers": _switch}
+def _rope(p, tok, width):
+    """apply_rotary_pos_emb on one projection: x*cos, -x2 (half), cat(-x2, x1), rot*sin, sum."""
+    return [vec(f"{p}_cos", "mul", tok, width), vec(f"{p}_neg", "mulu", tok, width // 2),
+            misc(f"{p}_cat", "copy", 2 * tok * width * F32), vec(f"{p}_sin", "mul", tok, width),
+            vec(f"{p}_add", "add", tok, width)]
+
+
+def _llama(cfg: ModelConfig, B, S, train) -> list:
+    """LlamaForCausalLM-style decoder (HF eager): RMSNorm, RoPE, grouped-query attention, SwiGLU MLP.
+    No dropout kernels (attention_dropout = 0); Qwen2 adds biases to q/k/v."""
+    h, f, V, tok = cfg.hidden, cfg.ffn, cfg.vocab, B * S
+    q_w, kv_w = cfg.heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+    qkv_bias = cfg.family == "qwen2" or bool(cfg.raw.get("attention_bias", False))
+    mlp_bias = bool(cfg.raw.get("mlp_bias", False))
+    # embeddings, the causal mask (full, triu, arange compare, mul, expand+clone) and the rotary tables
+    pre = [gather("embed_tokens", tok, h, V), *[misc(f"causal_{i}", "mask", 2 * S * S * F32) for i in range(4)],
+           misc("causal_clone", "copy", 2 * B * S * S * F32),
+           *[misc(f"rotary_{i}", "mask", 2 * tok * cfg.head_dim * F32) for i in range(4)]]  # freqs, cat, cos, sin
+    L = [*_rms_norm("input_norm", tok, h), linear("q_proj", tok, h, q_w, bias=qkv_bias),
+         linear("k_proj", tok, h, kv_w, bias=qkv_bias), linear("v_proj", tok, h, kv_w, bias=qkv_bias),
+         *_rope("q_rope", tok, q_w), *_rope("k_rope", tok, kv_w)]
+    L += _attention_core("attn", B, S, cfg.heads, cfg.head_dim, train, scale_op="mulu", mask_op=("addu",),
+                         kv_copies=2 if cfg.num_kv_heads < cfg.heads else 0, dropout=False)
+    L += [linear("o_proj", tok, q_w, h, bias=False), vec("resid_add1", "add", tok, h),
+          *_rms_norm("post_norm", tok, h), linear("gate_proj", tok, h, f, bias=mlp_bias),
+          linear("up_proj", tok, h, f, bias=mlp_bias), *_activation("mlp", cfg.activation, tok, f),
+          vec("mlp.gate_mul", "mul", tok, f), linear("down_proj", tok, f, h, bias=mlp_bias),
+          vec("resid_add2", "add", tok, h)]
+    post = [*_rms_norm("final_norm", tok, h), linear("lm_head", tok, h, V, bias=False)]
+    return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
+
+
+_FAMILIES = {"gpt2": _gpt2, "gpt_neo": _gpt2, "bert": _bert, "opt": _opt, "switch_transformers": _switch,
+             "llama": _llama, "mistral": _llama, "qwen2": _llama}
 
 
 def loss_kernels(cfg: ModelConfig, B, S) -> list:
@@ -390,7 +426,7 @@ def build_graph(config, batch: int, seq: int, mode: str = "inf") -> ModelGraph:
     batch, seq = int(batch), int(seq)
     if mode not in MODES:
         raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    if cfg.max_positions and seq > cfg.max_positions and cfg.family in ("bert", "gpt2", "gpt_neo", "opt"):
+    if cfg.max_positions and seq > cfg.max_positions and cfg.family in ("bert", "gpt2", "gpt_neo", "opt", *LLAMA_LIKE):
         raise InputError(f"seq {seq} exceeds the model's maximum of {cfg.max_positions} positions")
     train = mode == "train"
     blocks = _FAMILIES[cfg.family](cfg, batch, seq, train)

@@ -17,10 +17,11 @@ Batch and ranks
     GPUs = dp*tp*pp, ranks laid out as Megatron does: tp innermost, then dp, then pp; rank r sits on
     node r // gpus_per_node. A group's collective runs on its (ranks, ranks per node) as they fall.
 
-Tensor parallelism (gpt2, gpt_neo, bert, opt)
+Tensor parallelism (gpt2, gpt_neo, bert, opt, llama, mistral, qwen2)
     Column-parallel QKV and MLP-up GEMMs (output dim / tp), row-parallel attention-out and MLP-down
     GEMMs (reduction dim / tp); attention heads / tp, so QK^T, AV, scale, mask, softmax, dropout and the
-    head copies run on B*heads/tp; the MLP activation on ffn/tp columns. LayerNorms, residual adds and
+    head copies run on B*heads/tp; the MLP activation on ffn/tp columns; rotary embeddings on the
+    sharded q/k columns (llama-like: gate/up are column-, o/down row-parallel). LayerNorms, residual adds and
     dropouts on the hidden state are replicated. Vocab-parallel embedding table and LM head / MLM
     decoder: ceil(V/tp) rows per rank (Megatron pads V; the slowest rank sets the pace), and the loss
     (vocab-parallel cross-entropy) on ceil(V/tp) logits per token.
@@ -31,7 +32,7 @@ Tensor parallelism (gpt2, gpt_neo, bert, opt)
     Inference (`inf`) has the forward ones only, and gathers the vocab-split logits with an all-gather of
     b*S*ceil(V/tp)*4 bytes per rank. TP collectives sit on the critical path (no overlap, as Megatron
     without sequence-parallel overlap). Not modelled for switch_transformers (tp must be 1).
-    Requirements: tp divides the heads, the hidden size and the FFN width.
+    Requirements: tp divides the heads, the key/value heads, the hidden size and the FFN width.
 
 Pipeline parallelism
     The L layers are cut into pp contiguous stages of L/pp layers (an error if pp does not divide L, as in
@@ -84,17 +85,18 @@ import pandas as pd
 
 from hybridperf.devices import DeviceSpec, NodeSpec, get_device
 from hybridperf.errors import InputError
-from hybridperf.graphs.config import ModelConfig, load_config
+from hybridperf.graphs.config import LLAMA_LIKE, ModelConfig, load_config
 from hybridperf.graphs.kernels import F32, MODES, Block, ModelGraph, build_graph
 
 #: PyTorch DDP's default gradient bucket (bucket_cap_mb=25)
 DEFAULT_BUCKET_MB = 25.0
-TP_FAMILIES = ("gpt2", "gpt_neo", "bert", "opt")
+TP_FAMILIES = ("gpt2", "gpt_neo", "bert", "opt", *LLAMA_LIKE)
 
 # Kernel roles under tensor parallelism, by kernel name (see hybridperf.graphs.kernels' builders).
-_COLUMN = {"c_attn", "q_proj", "k_proj", "v_proj", "c_fc", "query", "key", "value", "intermediate", "fc1"}
-_ROW = {"attn_proj", "mlp_proj", "attn_out", "output", "out_proj", "fc2"}
-_SPLIT_H = {"q_scale"}  # elementwise on the (sharded) query projection
+_COLUMN = {"c_attn", "q_proj", "k_proj", "v_proj", "c_fc", "query", "key", "value", "intermediate", "fc1",
+           "gate_proj", "up_proj"}
+_ROW = {"attn_proj", "mlp_proj", "attn_out", "output", "out_proj", "fc2", "o_proj", "down_proj"}
+_SPLIT_H = ("q_scale", "q_rope_", "k_rope_")  # elementwise on a (sharded) projection's output
 _ATTN_PREFIX = "attn."  # _attention_core kernels: heads / tp
 _MLP_PREFIX = "mlp."  # the MLP activation: ffn / tp columns
 _VOCAB_TABLE = {"wte", "word_embeddings", "embed_tokens"}
@@ -137,7 +139,8 @@ def validate(cfg: ModelConfig, batch: int, mode: str, dp: int, tp: int, pp: int,
         raise InputError(f"tensor/pipeline parallelism is modelled for {', '.join(TP_FAMILIES)}; "
                          f"{cfg.family} supports dp only (tp=pp=1)")
     if tp > 1:
-        for n, what in ((cfg.heads, "attention heads"), (cfg.hidden, "hidden size"), (cfg.ffn, "FFN width")):
+        for n, what in ((cfg.heads, "attention heads"), (cfg.num_kv_heads, "key/value heads"),
+                        (cfg.hidden, "hidden size"), (cfg.ffn, "FFN width")):
             if n % tp:
                 raise InputError(f"tp={tp} does not divide the model's {what} ({n})")
     if pp > 1 and cfg.layers % pp:
@@ -166,8 +169,11 @@ def _shard_kernel(k: dict, tp: int) -> dict:
             k["nbytes"] = k["nbytes"] / tp
         else:  # bmm batch or the rows of a vector op: batch * heads (* S)
             k["B"] //= tp
-    elif name.startswith(_MLP_PREFIX) or name in _SPLIT_H:
-        k["H"] //= tp
+    elif name.startswith((_MLP_PREFIX, *_SPLIT_H)):
+        if op.startswith("misc:"):
+            k["nbytes"] = k["nbytes"] / tp
+        else:
+            k["H"] //= tp
     elif op == "misc:gather" and name in _VOCAB_TABLE:
         rows = -(-(k["params"] // max(k["H"], 1)) // tp)
         k["params"] = rows * k["H"]
@@ -195,7 +201,7 @@ def parallel_graph(config, micro_batch: int, seq: int, mode: str = "train", tp: 
 
 
 def _tied(cfg: ModelConfig) -> bool:
-    return cfg.family in TP_FAMILIES and bool(cfg.raw.get("tie_word_embeddings", True))
+    return cfg.family in TP_FAMILIES and bool(cfg.raw.get("tie_word_embeddings", cfg.family not in LLAMA_LIKE))
 
 
 def block_params(graph: ModelGraph, block: Block, pp: int) -> int:
