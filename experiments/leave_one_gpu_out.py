@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hybridperf.datasets.neusight import load_test  # noqa: E402
 from hybridperf.training.kernel_data import load_neusight_training  # noqa: E402
 from hybridperf.training.kernels import (  # noqa: E402
-    TrainConfig, blended, choose_blend, conformal_interval, export_bundle, leave_one_gpu_out,
+    TrainConfig, blended, choose_blend, conformal_interval, export_bundle, leave_one_gpu_out, stratum,
 )
 
 
@@ -49,10 +49,11 @@ def score(logo: pd.DataFrame, cfg: TrainConfig, calibration: pd.DataFrame | None
         r = blended(g, choice)
         pred = g["prior_ms"].to_numpy() * np.exp(r)
         widen = 1.0 + cfg.ood_beta * g["ood"].to_numpy()
-        q_lo = g["op_class"].map(lambda c: iv[c]["q_lo"]).to_numpy()
-        q_hi = g["op_class"].map(lambda c: iv[c]["q_hi"]).to_numpy()
+        key = [k if k in iv else c for k, c in zip(stratum(g), g["op_class"])]  # stratum, else its class
+        q_lo = np.array([iv[k]["q_lo"] for k in key])
+        q_hi = np.array([iv[k]["q_hi"] for k in key])
         parts.append(g.assign(pred_ms=pred, lo_ms=pred * np.exp(q_lo * widen), hi_ms=pred * np.exp(q_hi * widen),
-                              choice=g["op_class"].map(lambda c: f"w{choice[c]['mlp_weight']}/s{choice[c]['shrink']}")))
+                              choice=[f"w{choice[k]['mlp_weight']}/s{choice[k]['shrink']}" for k in key]))
     return pd.concat(parts, ignore_index=True)
 
 
@@ -98,6 +99,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--devices", default=None, help="comma-separated held-out devices (default: all)")
     ap.add_argument("--vidur", action="store_true", help="train on Vidur a100 fp16 tables, predict a40")
+    ap.add_argument("--with-vidur", action="store_true",
+                    help="add Vidur's fp16 A100 and A40 tables (kernel timing) to the NeuSight GPUs: 7 folds")
     ap.add_argument("--save-bundles", default=None, help="write one bundle per held-out GPU here")
     ap.add_argument("--ship", default=None, help="also fit on every GPU and write the shipped bundle here "
                     "(blend and interval from all folds' held-out errors)")
@@ -125,8 +128,15 @@ def main() -> None:
         # the other GPUs' test-table kernels train too; the held-out GPU's rows are never seen
         train = load_neusight_training(root, splits=("train", "test"))
         evaluate = load_test(root)
-        devices = args.devices.split(",") if args.devices else sorted(train["device"].unique())
         name = "neusight"
+        if args.with_vidur:  # Vidur's fp16, profiler-timed A100 and A40 rows: two more folds
+            from hybridperf.datasets.vidur_compute import load_vidur_compute
+
+            vid = load_vidur_compute(data / "vidur" if (data / "vidur").exists() else data)
+            train = pd.concat([train, vid], ignore_index=True)
+            evaluate = pd.concat([evaluate, vid], ignore_index=True)
+            name = "neusight_vidur"
+        devices = args.devices.split(",") if args.devices else sorted(train["device"].unique())
     log(f"{len(train)} training rows, holding out {devices}")
     logo, models = leave_one_gpu_out(train, evaluate, cfg, devices=devices, progress=log, keep_models=True)
     scored = score(logo, cfg, calibration)
@@ -147,7 +157,7 @@ def main() -> None:
             export_bundle(fitted, choice, iv, dest, train[train["device"] != d], cfg,
                           extra={"calibration": {"method": "split-conformal on the other folds", "heldout_device": d}})
             log(f"saved bundle without {d} -> {dest}")
-    if args.ship and not args.vidur:
+    if args.ship and not args.vidur:  # blend, shrinkage and interval per stratum from all folds
         from hybridperf.training.kernels import train_kernel_bundle
 
         train_kernel_bundle(train, Path(args.ship), cfg, logo=logo, progress=log)

@@ -79,9 +79,12 @@ class Predictor:
     def manifest(self) -> dict:
         return self.bundle.manifest if self.bundle else {}
 
-    def residual(self, op_class: str, X: np.ndarray) -> tuple[np.ndarray, dict]:
-        """Blended log-residual for rows of one op class, and that class's manifest entry."""
-        spec = self.manifest.get("op_classes", {}).get(op_class) or {"members": [], "interval": FALLBACK_INTERVAL}
+    def residual(self, op_class: str, X: np.ndarray, timing: str = "call") -> tuple[np.ndarray, dict]:
+        """Blended log-residual for rows of one op class and timing, and the manifest entry used: the
+        stratum `op_class@kernel` for profiler-timed rows when the bundle has one, else the class's."""
+        classes = self.manifest.get("op_classes", {})
+        spec = (classes.get(f"{op_class}@{timing}") if timing != "call" else None) or classes.get(op_class) \
+            or {"members": [], "interval": FALLBACK_INTERVAL}
         r = np.zeros(len(X))
         for member in spec["members"]:
             out = self.bundle.run(member["file"], X)
@@ -117,11 +120,12 @@ class Predictor:
         hi = np.empty(len(df))
         ood = np.zeros(len(df))
         X = kernel_features(df, terms, dev) if self.bundle else None
-        for oc, idx in df.groupby("op_class", sort=False).indices.items():
+        timings = df["timing"] if "timing" in df.columns else pd.Series("call", index=df.index)
+        for (oc, tm), idx in df.groupby([df["op_class"], timings], sort=False).indices.items():
             if self.bundle is None:
                 r, spec = np.zeros(len(idx)), {"interval": FALLBACK_INTERVAL}
             else:
-                r, spec = self.residual(oc, X[idx])
+                r, spec = self.residual(oc, X[idx], tm)
             iv = spec["interval"]
             if "feature_range" in spec:
                 ood[idx] = ood_score(X[idx], spec["feature_range"])

@@ -345,3 +345,40 @@ def test_bundle_dir_is_not_modified_by_loading(tiny_bundle):
     before = {p.name: sha256_file(p) for p in tiny_bundle.iterdir()}
     Predictor.load(tiny_bundle).predict(_eval_rows(10), "Tesla T4")
     assert {p.name: sha256_file(p) for p in tiny_bundle.iterdir()} == before
+
+
+def test_strata_choose_blend_and_interval_per_timing():
+    """Blend, shrinkage and interval are chosen per (op class, timing) stratum: a residual that only
+    helps profiler-timed rows is kept for them and shrunk away for timed calls."""
+    from hybridperf.training.kernels import TrainConfig, blended, choose_blend, conformal_interval, stratum
+
+    rng = np.random.default_rng(0)
+    n = 200
+    y = rng.normal(0, 0.3, 2 * n)
+    timing = np.repeat(["call", "kernel"], n)
+    r = np.where(timing == "kernel", y, rng.normal(0, 0.3, 2 * n))  # exact for kernel rows, noise for calls
+    logo = pd.DataFrame({"op_class": "linear", "timing": timing, "heldout": np.tile(["a", "b"], n),
+                         "y": y, "r_mlp": r, "r_xgb": r, "ood": 0.0})
+    assert set(stratum(logo)) == {"linear", "linear@kernel"}
+    choice = choose_blend(logo)
+    assert choice["linear"]["shrink"] == 0.0 and choice["linear@kernel"]["shrink"] == 1.0
+    b = blended(logo, choice)
+    np.testing.assert_allclose(b[timing == "call"], 0.0)
+    np.testing.assert_allclose(b[timing == "kernel"], y[timing == "kernel"])
+    iv = conformal_interval(logo, choice, TrainConfig())
+    assert iv["linear@kernel"]["q_hi"] - iv["linear@kernel"]["q_lo"] < 1e-9 < iv["linear"]["q_hi"] - iv["linear"]["q_lo"]
+
+
+def test_predictor_uses_the_kernel_timing_stratum(bundle_copy):
+    """A bundle with an `op_class@kernel` entry applies it to profiler-timed rows only."""
+    m = json.loads((bundle_copy / MANIFEST).read_text())
+    base = m["op_classes"]["linear"]
+    m["op_classes"]["linear@kernel"] = {**base, "members": [], "interval": {"q_lo": -0.5, "q_hi": 0.5, "ood_beta": 0.0}}
+    (bundle_copy / MANIFEST).write_text(json.dumps(m))
+    p = Predictor.load(bundle_copy)
+    rows = random_shapes(np.random.default_rng(1), 10, ops=("linear",))
+    call = p.predict(rows, "Tesla T4", timing="call")
+    kern = p.predict(rows, "Tesla T4", timing="kernel")
+    np.testing.assert_allclose(kern["pred_ms"], kern["prior_ms"])  # no members: the prior alone
+    np.testing.assert_allclose(kern["hi_ms"] / kern["pred_ms"], np.exp(0.5))
+    assert not np.allclose(call["pred_ms"], call["prior_ms"])

@@ -84,6 +84,7 @@ def predict_heldout(fitted: dict, rows: pd.DataFrame) -> pd.DataFrame:
     """Per-member residual predictions and OOD scores for `rows` (canonical, with latency)."""
     fz = featurize(rows)
     out = fz.rows[["device", "op", "op_class", "B", "M", "N", "K", "H", "latency_ms"]].copy()
+    out["timing"] = fz.rows["timing"].to_numpy() if "timing" in fz.rows.columns else "call"
     out["prior_ms"] = fz.prior_ms
     out["roofline_ms"] = fz.roofline_ms
     out["y"] = fz.y
@@ -127,11 +128,12 @@ def _ape(pred_log_ratio: np.ndarray) -> np.ndarray:
 
 
 def choose_blend(logo: pd.DataFrame, exclude_device: str | None = None) -> dict:
-    """Per op class, the (MLP weight, shrinkage) with the lowest mean held-out APE, each held-out
-    device weighing the same. Shrinkage 0 keeps the prior alone where the residual does not help."""
+    """Per stratum (op class, and `op_class@kernel` for profiler-timed rows: see `stratum`), the
+    (MLP weight, shrinkage) with the lowest mean held-out APE, each held-out device weighing the same.
+    Shrinkage 0 keeps the prior alone where the residual does not help."""
     df = logo if exclude_device is None else logo[logo["heldout"] != exclude_device]
     choice = {}
-    for oc, g in df.groupby("op_class"):
+    for key, g in df.groupby(stratum(df)):
         dev_w = 1.0 / g.groupby("heldout")["y"].transform("size").to_numpy()
         errs = {}
         for w in BLEND_GRID:
@@ -139,19 +141,35 @@ def choose_blend(logo: pd.DataFrame, exclude_device: str | None = None) -> dict:
             for lam in SHRINK_GRID:
                 errs[(w, lam)] = float(np.sum(dev_w * _ape(lam * r - g["y"].to_numpy())))
         w, lam = min(errs, key=errs.get)
-        choice[oc] = {"mlp_weight": w, "shrink": lam}
+        choice[key] = {"mlp_weight": w, "shrink": lam}
     return choice
+
+
+def stratum(rows: pd.DataFrame) -> pd.Series:
+    """Calibration stratum of each row: its op class, suffixed `@kernel` when it is profiler-timed
+    (`timing` = kernel). Blend, shrinkage and interval are chosen per stratum: how well the residual
+    transfers differs between a timed call and a kernel's duration."""
+    oc = rows["op_class"].astype(str)
+    if "timing" not in rows.columns:
+        return oc
+    return oc.where(rows["timing"].to_numpy() != "kernel", oc + "@kernel")
+
+
+def _per_row(logo: pd.DataFrame, table: dict, field: str, default: float) -> np.ndarray:
+    """`table[stratum][field]` for every row, falling back to the op class's entry, then `default`."""
+    keys, oc = stratum(logo).to_numpy(), logo["op_class"].to_numpy()
+    return np.array([table.get(k, table.get(c, {})).get(field, default) for k, c in zip(keys, oc)], dtype=np.float64)
 
 
 def blended(logo: pd.DataFrame, choice: dict) -> np.ndarray:
     """Blended, shrunk residual for every row of a held-out table."""
-    w = logo["op_class"].map(lambda c: choice.get(c, {}).get("mlp_weight", 0.5)).to_numpy(np.float64)
-    lam = logo["op_class"].map(lambda c: choice.get(c, {}).get("shrink", 1.0)).to_numpy(np.float64)
+    w = _per_row(logo, choice, "mlp_weight", 0.5)
+    lam = _per_row(logo, choice, "shrink", 1.0)
     return lam * (w * logo["r_mlp"].to_numpy() + (1 - w) * logo["r_xgb"].to_numpy())
 
 
 def conformal_interval(logo: pd.DataFrame, choice: dict, cfg: TrainConfig, exclude_device: str | None = None) -> dict:
-    """Split-conformal quantiles of the normalised held-out log error, per op class.
+    """Split-conformal quantiles of the normalised held-out log error, per stratum (see `stratum`).
 
     score = (log measured - log predicted) / (1 + beta * ood); the interval of a new row is
     pred * exp(q * (1 + beta * ood)) for q in (q_lo, q_hi). Each held-out device counts equally.
@@ -160,7 +178,7 @@ def conformal_interval(logo: pd.DataFrame, choice: dict, cfg: TrainConfig, exclu
     df = df.assign(r=blended(df, choice))
     alpha = 1.0 - cfg.coverage
     out = {}
-    for oc, g in df.groupby("op_class"):
+    for oc, g in df.groupby(stratum(df)):
         s = ((g["y"] - g["r"]) / (1.0 + cfg.ood_beta * g["ood"])).to_numpy()
         w = 1.0 / g.groupby("heldout")["y"].transform("size").to_numpy()  # each device weighs the same
         out[oc] = {"q_lo": _weighted_quantile(s, w, alpha / 2), "q_hi": _weighted_quantile(s, w, 1 - alpha / 2),
@@ -185,20 +203,23 @@ def export_bundle(fitted: dict, choice: dict, intervals: dict, out_dir: Path, tr
 
     out_dir.mkdir(parents=True, exist_ok=True)
     files, classes = {}, {}
-    for oc, f in fitted.items():
-        w = choice.get(oc, {}).get("mlp_weight", 0.5)
-        lam = choice.get(oc, {}).get("shrink", 1.0)
+    # one manifest entry per stratum (op class, `op_class@kernel`); strata of a class share its ONNX files
+    for key in sorted(set(fitted) | {k for k in intervals if k.split("@")[0] in fitted}):
+        oc = key.split("@")[0]
+        f = fitted[oc]
+        w = choice.get(key, {}).get("mlp_weight", 0.5)
+        lam = choice.get(key, {}).get("shrink", 1.0)
         members = []
         for kind, weight in (("mlp", lam * w), ("xgb", lam * (1.0 - w))):
             if weight <= 0:
                 continue
             name = f"{oc}_{kind}.onnx"
-            model = f["models"][kind]
-            model.export_onnx(out_dir / name)
-            files[name] = ""
+            if name not in files:
+                f["models"][kind].export_onnx(out_dir / name)
+                files[name] = ""
             members.append({"file": name, "kind": kind, "weight": weight})
-        classes[oc] = {"members": members, "interval": intervals[oc], "feature_range": f["range"],
-                       "blend": choice.get(oc, {})}
+        classes[key] = {"members": members, "interval": intervals.get(key, intervals.get(oc)),
+                        "feature_range": f["range"], "blend": choice.get(key, {})}
     manifest = {
         "kind": "kernels",
         "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -237,13 +258,13 @@ def train_kernel_bundle(train: pd.DataFrame, out_dir: Path, cfg: TrainConfig | N
 
 
 def heldout_metrics(logo: pd.DataFrame, choice: dict, intervals: dict, cfg: TrainConfig) -> dict:
-    """Per op class: MAPE (%) of the prior and of the blended model on the held-out rows, and the
+    """Per stratum: MAPE (%) of the prior and of the blended model on the held-out rows, and the
     coverage (%) of the interval. Blend and interval are fitted on all folds here, so these describe
     the shipped bundle's calibration data (the experiments report the strictly nested numbers)."""
     r = blended(logo, choice)
     err = logo["y"].to_numpy() - r
     out = {}
-    for oc, idx in logo.groupby("op_class").indices.items():
+    for oc, idx in logo.groupby(stratum(logo)).indices.items():
         iv = intervals[oc]
         s = err[idx] / (1.0 + cfg.ood_beta * logo["ood"].to_numpy()[idx])
         out[oc] = {"prior_mape": round(float(np.mean(np.abs(np.exp(-logo["y"].to_numpy()[idx]) - 1)) * 100), 2),
