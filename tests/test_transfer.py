@@ -335,3 +335,13 @@ def test_recalibrated_intervals_follow_the_leave_one_out_residuals():
     borrowed = recalibrate(zero, {"linear": np.linspace(-0.8, 0.8, 40), "softmax": few})
     width = lambda iv: iv["softmax"]["q_hi"] - iv["softmax"]["q_lo"]  # noqa: E731
     assert width(alone) < width(zero) < width(borrowed)
+
+
+def test_large_calibration_sets_are_thinned(base, monkeypatch):
+    import hybridperf.transfer.adapt as adapt
+
+    monkeypatch.setattr(adapt, "MAX_ROWS_PER_CLASS", 4)
+    cal = _synthetic_device(base, 40, 10, lambda X: np.full(len(X), np.log(1.2)))
+    adapted = adapt_predictor(base, cal, TARGET)
+    assert all(len(c.alpha) <= 4 for c in adapted.corrections.values())
+    assert adapted.adaptation["k"] == 40

@@ -47,6 +47,7 @@ _REF_MS, _REF_RED = np.log(0.3), np.log(1024.0)  # centre of the size and reduct
 POOL_WEIGHT = 0.3  # weight of another class's leave-one-out residual in a class's interval
 INTERVAL_PRIOR_WEIGHT = 8.0  # pseudo-samples the zero-shot interval is worth
 IRLS_STEPS = 15
+MAX_ROWS_PER_CLASS = 1000  # a class measured more often is thinned evenly (the fit is cubic in rows)
 
 
 @dataclass(frozen=True)
@@ -138,11 +139,13 @@ def fit_class(X: np.ndarray, e: np.ndarray, prior: TransferPrior) -> tuple[Corre
 
 def fit_corrections(X: np.ndarray, e: np.ndarray, op_class: np.ndarray,
                     prior: TransferPrior | None = None) -> tuple[dict, dict]:
-    """Per op class, the correction and the leave-one-out residuals of the measured kernels."""
+    """Per op class, the correction and the leave-one-out residuals of the measured kernels (at most
+    MAX_ROWS_PER_CLASS of them, evenly spaced, per class)."""
     prior = prior or TransferPrior()
     corrections, loo = {}, {}
     for oc in np.unique(op_class):
-        m = op_class == oc
+        m = np.flatnonzero(op_class == oc)
+        m = m[np.unique(np.linspace(0, len(m) - 1, min(len(m), MAX_ROWS_PER_CLASS)).astype(int))]
         corrections[oc], loo[oc] = fit_class(np.asarray(X, np.float64)[m], e[m], prior)
     return corrections, loo
 
