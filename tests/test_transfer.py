@@ -312,7 +312,7 @@ def test_correction_onnx_matches_numpy(base):
     X = rng.normal(0, 1, (60, len(FEATURE_NAMES))).astype(np.float32)
     X[:, FEATURE_NAMES.index("floor_share")] = rng.uniform(0, 1, 60)
     X[:5, FEATURE_NAMES.index("compute_over_memory")] = [0.0, -9.0, 9.0, 1e-3, -1e-3]
-    corr, loo = fit_class(X[:20].astype(np.float64), rng.normal(0.1, 0.2, 20), TransferPrior())
+    corr, loo, _ = fit_class(X[:20].astype(np.float64), rng.normal(0.1, 0.2, 20), TransferPrior())
     assert np.isfinite(loo).all()
     sess = ort.InferenceSession(correction_onnx(corr).SerializeToString(), providers=["CPUExecutionProvider"])
     out = sess.run(None, {"x": X})[0][:, 0]
@@ -345,3 +345,14 @@ def test_large_calibration_sets_are_thinned(base, monkeypatch):
     adapted = adapt_predictor(base, cal, TARGET)
     assert all(len(c.alpha) <= 4 for c in adapted.corrections.values())
     assert adapted.adaptation["k"] == 40
+
+
+def test_evidence_loosens_the_prior_for_a_far_device(base):
+    """Zero-shot 2.5x too fast (as Vidur's A40 is off by 2x): the evidence picks a wider prior."""
+    from hybridperf.transfer.adapt import TransferPrior
+
+    near = adapt_predictor(base, _synthetic_device(base, 30, 12, lambda X: np.full(len(X), np.log(1.1))), TARGET)
+    far = adapt_predictor(base, _synthetic_device(base, 30, 12, lambda X: np.full(len(X), np.log(2.5))), TARGET)
+    default = TransferPrior().offset
+    assert all(c.prior.offset <= default for c in near.corrections.values())
+    assert all(c.prior.offset > default for c in far.corrections.values())
