@@ -18,8 +18,9 @@ device-level constant. Within one GPU and class its spread is 0.1-0.4 in log (a 
 even the best one, leaves bmm at 15%, softmax at 14%, linear at 11% MAPE) and it moves with the
 reduction length, the kernel's duration and the compute/memory balance, with device-dependent signs.
 Offsets shared across classes by regime (one GEMM efficiency, one memory efficiency) were tried and
-did not beat per-class coefficients. The prior scales (`TransferPrior`) were chosen leave-one-GPU-out
-on the five NeuSight GPUs (experiments/fewshot_curve.py: every fold picks the same strength).
+did not beat per-class coefficients. The default prior scales (`TransferPrior`) were chosen
+leave-one-GPU-out on the five NeuSight GPUs (before the evidence-based strength was added, every fold
+picked them; experiments/fewshot_curve.py re-chooses the default per fold).
 
 Intervals after transfer: the closed-form leave-one-out residuals of the fit, standardised by each
 class's zero-shot half-width and pooled over classes (other classes count 0.3), plus the zero-shot
