@@ -7,6 +7,10 @@ on the other folds). For k = 0, 4, 8, 16, 32, 64 kernels of the held-out GPU's t
 scored on the rest of the table: MAPE per op class and empirical coverage of the 90% interval,
 averaged over 10 draws. Also a reliability diagram at k = 0 (nominal vs. empirical coverage).
 
+The strength of the transfer prior (a factor on TransferPrior's scales) is chosen for each held-out
+GPU by the same few-shot protocol on the *other* GPUs (random picks), never on the scored one; with a
+single GPU (Vidur) the default prior, chosen that way on the NeuSight GPUs, is used.
+
     python experiments/fewshot_curve.py --bundles experiments/out/logo_bundles --out experiments/out/fewshot
     python experiments/fewshot_curve.py --vidur --bundles experiments/out/vidur_bundles   # a100 -> a40
 """
@@ -22,10 +26,43 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hybridperf.predictor import Predictor  # noqa: E402
-from hybridperf.transfer import adapt_predictor  # noqa: E402
+from hybridperf.transfer import adapt_predictor, fit_corrections  # noqa: E402
+from hybridperf.transfer.adapt import TransferPrior  # noqa: E402
 from hybridperf.transfer.suggest import suggest_kernels  # noqa: E402
 
 KS = (0, 4, 8, 16, 32, 64)
+PRIOR_FACTORS = (0.5, 0.7, 1.0, 1.4, 2.0)  # candidate strengths of the transfer prior
+
+
+def zero_shot_errors(device: str, bundle: Path, pool: pd.DataFrame) -> dict:
+    """Features, log-errors and op classes of the zero-shot model on `pool` (for choosing the prior)."""
+    base = Predictor.load(bundle)
+    out = base.predict(pool, device)
+    return {"X": base.features(out, device), "e": np.log(pool["latency_ms"].to_numpy() / out["pred_ms"].to_numpy()),
+            "oc": out["op_class"].to_numpy()}
+
+
+def choose_prior(others: list, ks=(4, 16, 64), draws=3) -> tuple[float, TransferPrior]:
+    """The prior factor with the lowest per-class MAPE after transfer on the `others` GPUs (random picks)."""
+    scores = {}
+    for factor in PRIOR_FACTORS:
+        prior, mapes = TransferPrior().scaled(factor), []
+        for d in others:
+            n = len(d["e"])
+            for k in ks:
+                for draw in range(draws):
+                    picked = np.random.default_rng(1000 * draw + k).choice(n, size=min(k, n), replace=False)
+                    rest = np.setdiff1d(np.arange(n), picked)
+                    corr, _ = fit_corrections(d["X"][picked], d["e"][picked], d["oc"][picked], prior)
+                    c = np.zeros(len(rest))
+                    for oc, f in corr.items():
+                        m = d["oc"][rest] == oc
+                        c[m] = f(d["X"][rest][m])
+                    ape = pd.Series(np.abs(np.exp(c - d["e"][rest]) - 1)).groupby(d["oc"][rest]).mean()
+                    mapes.append(ape.mean())
+        scores[factor] = float(np.mean(mapes))
+    factor = min(scores, key=scores.get)
+    return factor, TransferPrior().scaled(factor)
 
 
 def evaluate(pred: pd.DataFrame) -> pd.DataFrame:
@@ -34,7 +71,7 @@ def evaluate(pred: pd.DataFrame) -> pd.DataFrame:
                        covered=((y >= pred["lo_ms"]) & (y <= pred["hi_ms"])) * 100.0)
 
 
-def run_device(device: str, bundle: Path, pool: pd.DataFrame, draws: int, log) -> pd.DataFrame:
+def run_device(device: str, bundle: Path, pool: pd.DataFrame, draws: int, log, prior: TransferPrior) -> pd.DataFrame:
     base = Predictor.load(bundle)
     pool = pool.reset_index(drop=True).assign(pool_idx=np.arange(len(pool)))
     zero = evaluate(base.predict(pool, device))
@@ -52,7 +89,7 @@ def run_device(device: str, bundle: Path, pool: pd.DataFrame, draws: int, log) -
                         half = pool.iloc[rng.choice(len(pool), size=len(pool) // 2, replace=False)]
                         picked = suggest_kernels(base, half, device, k)["pool_idx"].to_numpy()
                     rest = np.setdiff1d(np.arange(len(pool)), picked)
-                    adapted = adapt_predictor(base, pool.iloc[picked], device)
+                    adapted = adapt_predictor(base, pool.iloc[picked], device, prior)
                     res = evaluate(adapted.predict(pool.iloc[rest], device))
                 per = res.groupby("op_class").agg(mape=("ape", "mean"), coverage=("covered", "mean"))
                 per.loc["all"] = [res["ape"].mean(), res["covered"].mean()]
@@ -146,13 +183,20 @@ def main() -> None:
 
         table = load_test(data / "neusight" if (data / "neusight").exists() else data)
         name = "neusight"
-    parts = []
+    folds = {}
     for bdir in sorted(Path(args.bundles).iterdir()):
         device = bdir.name.replace("_", " ")
-        pool = table[table["device"] == device]
-        if pool.empty or not (bdir / "kernels").exists():
-            continue
-        parts.append(run_device(device, bdir / "kernels", pool, args.draws, log))
+        pool = table[table["device"] == device].reset_index(drop=True)
+        if not pool.empty and (bdir / "kernels").exists():
+            folds[device] = (bdir / "kernels", pool)
+    errors = {d: zero_shot_errors(d, b, p) for d, (b, p) in folds.items()} if len(folds) > 1 else {}
+    parts, chosen = [], {}
+    for device, (bundle, pool) in folds.items():
+        others = [errors[d] for d in errors if d != device]
+        factor, prior = choose_prior(others) if others else (1.0, TransferPrior())
+        chosen[device] = factor
+        log(f"{device}: transfer prior factor {factor} (chosen on {len(others)} other GPUs)")
+        parts.append(run_device(device, bundle, pool, args.draws, log, prior))
     curves = pd.concat(parts, ignore_index=True)
     curves.to_csv(out / f"{name}_fewshot_draws.csv", index=False)
     rel = reliability(Path(args.heldout_csv)) if (not args.vidur and Path(args.heldout_csv).exists()) else None
@@ -164,6 +208,8 @@ def main() -> None:
     cov = curves[curves["op_class"] == "all"].groupby(["strategy", "k"])["coverage"].mean().round(1)
     worst = curves.groupby(["heldout", "strategy", "k", "op_class"])["mape"].mean().unstack()
     md = ["# Few-shot transfer: MAPE (%) per op class, mean over held-out GPUs and draws", "",
+          "Transfer prior factor per held-out GPU (chosen on the other GPUs; 1.0 = default): "
+          + ", ".join(f"{d}: {f}" for d, f in chosen.items()), "",
           wide.to_markdown(), "", "## Coverage of the 90% interval (all op classes)", "", cov.to_frame().to_markdown(), "",
           "## Worst held-out GPU per op class (suggest)", "",
           worst.xs("suggest", level="strategy").groupby(level="k").max().round(1).to_markdown(), ""]

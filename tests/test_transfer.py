@@ -248,3 +248,111 @@ def test_adaptation_corrects_a_class_the_bundle_lacks(tiny_table, tmp_path):
     ratio = (out["pred_ms"] / rows["latency_ms"]).groupby(rows["op_class"]).mean()
     assert ratio["linear"] == pytest.approx(1.0, abs=0.05)
     assert ratio["layernorm"] == pytest.approx(1.0, abs=0.05)
+
+
+# ---------------------------------------------------------------------------------------------------
+# the adapter's mechanisms, on synthetic devices
+
+
+def _synthetic_device(base, n: int, seed: int, log_correction) -> pd.DataFrame:
+    """Rows whose latency is the base prediction times exp(log_correction(features))."""
+    rng = np.random.default_rng(seed)
+    rows = canonicalize(random_shapes(rng, n))
+    X = base.features(rows, TARGET)
+    rows["latency_ms"] = base.predict(rows, TARGET)["pred_ms"].to_numpy() * np.exp(log_correction(X))
+    rows["device"] = TARGET
+    return rows
+
+
+def test_adapter_recovers_a_device_level_efficiency(base):
+    """A device whose compute-bound kernels run 30% slower and memory-bound ones 10% faster than
+    the zero-shot model: 25 kernels pin both, on kernels never measured."""
+    from hybridperf.residual_models.features import FEATURE_NAMES
+
+    cm = FEATURE_NAMES.index("compute_over_memory")
+    truth = lambda X: np.where(X[:, cm] > 0, np.log(1.3), np.log(0.9))  # noqa: E731
+    cal = _synthetic_device(base, 25, 5, truth)
+    held = _synthetic_device(base, 200, 6, truth)
+    adapted = adapt_predictor(base, cal, TARGET)
+    pred = adapted.predict(held, TARGET)["pred_ms"].to_numpy()
+    assert np.abs(pred / held["latency_ms"].to_numpy() - 1).mean() < 0.04  # zero-shot is 10-30% off
+    gain = pd.Series(np.log(pred / base.predict(held, TARGET)["pred_ms"].to_numpy()))
+    compute_bound = base.features(held, TARGET)[:, cm] > 0
+    assert gain[compute_bound].median() == pytest.approx(np.log(1.3), abs=0.05)
+    assert gain[~compute_bound].median() == pytest.approx(np.log(0.9), abs=0.03)
+
+
+def test_adapter_shrinks_toward_zero_shot_with_little_evidence(base):
+    """One kernel per class moves the prediction only part of the way: the prior is the zero-shot model."""
+    cal = _synthetic_device(base, 5, 7, lambda X: np.full(len(X), np.log(1.5)))
+    adapted = adapt_predictor(base, cal, TARGET)
+    ratio = adapted.predict(cal, TARGET)["pred_ms"].to_numpy() / base.predict(cal, TARGET)["pred_ms"].to_numpy()
+    assert (ratio > 1.02).all() and (ratio < 1.5).all()
+
+
+def test_adapter_is_robust_to_one_outlier(base):
+    good = _synthetic_device(base, 40, 8, lambda X: np.full(len(X), np.log(1.2)))
+    bad = good.copy()
+    bad.loc[0, "latency_ms"] *= 30.0
+    held = _synthetic_device(base, 100, 9, lambda X: np.full(len(X), np.log(1.2)))
+    a = adapt_predictor(base, good, TARGET).predict(held, TARGET)["pred_ms"].to_numpy()
+    b = adapt_predictor(base, bad, TARGET).predict(held, TARGET)["pred_ms"].to_numpy()
+    assert np.abs(b / a - 1).mean() < 0.03
+
+
+def test_correction_onnx_matches_numpy(base):
+    """The exported graph computes the same correction as adapt.Correction, regimes and edges included."""
+    import onnxruntime as ort
+
+    from hybridperf.residual_models.features import FEATURE_NAMES
+    from hybridperf.transfer.adapt import TransferPrior, fit_class
+    from hybridperf.transfer.export import correction_onnx
+
+    rng = np.random.default_rng(4)
+    X = rng.normal(0, 1, (60, len(FEATURE_NAMES))).astype(np.float32)
+    X[:, FEATURE_NAMES.index("floor_share")] = rng.uniform(0, 1, 60)
+    X[:5, FEATURE_NAMES.index("compute_over_memory")] = [0.0, -9.0, 9.0, 1e-3, -1e-3]
+    corr, loo, _ = fit_class(X[:20].astype(np.float64), rng.normal(0.1, 0.2, 20), TransferPrior())
+    assert np.isfinite(loo).all()
+    sess = ort.InferenceSession(correction_onnx(corr).SerializeToString(), providers=["CPUExecutionProvider"])
+    out = sess.run(None, {"x": X})[0][:, 0]
+    np.testing.assert_allclose(out, corr(X), atol=2e-5)
+
+
+def test_recalibrated_intervals_follow_the_leave_one_out_residuals():
+    from hybridperf.transfer.adapt import recalibrate
+
+    zero = {"linear": {"q_lo": -0.2, "q_hi": 0.4, "ood_beta": 0.5}, "softmax": {"q_lo": -0.3, "q_hi": 0.3, "ood_beta": 0.5}}
+    assert recalibrate(zero, {}) == zero
+    tight = recalibrate(zero, {"linear": np.linspace(-0.02, 0.02, 40)})
+    wide = recalibrate(zero, {"linear": np.linspace(-0.8, 0.8, 40)})
+    assert tight["linear"]["q_hi"] - tight["linear"]["q_lo"] < 0.3 < 0.6 < wide["linear"]["q_hi"] - wide["linear"]["q_lo"]
+    assert tight["linear"]["ood_beta"] < 0.5
+    assert tight["softmax"] == zero["softmax"]  # nothing measured, nothing corrected: the zero-shot interval
+    # a class with few measurements borrows, at a discount, the others' standardised residuals
+    few = np.array([-0.01, 0.01])
+    alone = recalibrate(zero, {"linear": np.linspace(-0.02, 0.02, 40), "softmax": few})
+    borrowed = recalibrate(zero, {"linear": np.linspace(-0.8, 0.8, 40), "softmax": few})
+    width = lambda iv: iv["softmax"]["q_hi"] - iv["softmax"]["q_lo"]  # noqa: E731
+    assert width(alone) < width(zero) < width(borrowed)
+
+
+def test_large_calibration_sets_are_thinned(base, monkeypatch):
+    import hybridperf.transfer.adapt as adapt
+
+    monkeypatch.setattr(adapt, "MAX_ROWS_PER_CLASS", 4)
+    cal = _synthetic_device(base, 40, 10, lambda X: np.full(len(X), np.log(1.2)))
+    adapted = adapt_predictor(base, cal, TARGET)
+    assert all(len(c.alpha) <= 4 for c in adapted.corrections.values())
+    assert adapted.adaptation["k"] == 40
+
+
+def test_evidence_loosens_the_prior_for_a_far_device(base):
+    """Zero-shot 2.5x too fast (as Vidur's A40 is off by 2x): the evidence picks a wider prior."""
+    from hybridperf.transfer.adapt import TransferPrior
+
+    near = adapt_predictor(base, _synthetic_device(base, 30, 12, lambda X: np.full(len(X), np.log(1.1))), TARGET)
+    far = adapt_predictor(base, _synthetic_device(base, 30, 12, lambda X: np.full(len(X), np.log(2.5))), TARGET)
+    default = TransferPrior().offset
+    assert all(c.prior.offset <= default for c in near.corrections.values())
+    assert all(c.prior.offset > default for c in far.corrections.values())

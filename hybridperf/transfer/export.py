@@ -1,5 +1,5 @@
 """Save an adapted predictor as a bundle: the zero-shot ONNX files, one small ONNX graph per op class
-for the transfer correction (a Gaussian-process posterior mean), and a manifest with the
+for the transfer correction (physical basis + RBF, see adapt.py), and a manifest with the
 re-calibrated intervals."""
 from __future__ import annotations
 
@@ -18,38 +18,61 @@ CORRECTION_OPSET = 13
 CORRECTION_IR_VERSION = 8  # readable by every onnxruntime since 1.10
 
 
-def gp_onnx(corr):
-    """ONNX graph x (rows, F) -> GP posterior mean (rows, 1) of a `GPCorrection`."""
+def correction_onnx(corr):
+    """ONNX graph x (rows, F) -> correction (rows, 1) of an adapt.`Correction`, the same arithmetic
+    as adapt.basis and adapt.Correction.__call__."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from hybridperf.transfer.adapt import GP_FEATURES, LENGTH, OFFSET, SIGNAL, GPCorrection
+    from hybridperf.transfer.adapt import _REF_MS, _REF_RED, BASIS_INPUTS, RBF_FEATURES
 
-    f32 = lambda a: np.asarray(a, np.float32)  # noqa: E731
-    inits = [
-        numpy_helper.from_array(np.asarray(GPCorrection.columns(), np.int64), "cols"),
-        numpy_helper.from_array(f32(list(GP_FEATURES.values())), "scale"),
-        numpy_helper.from_array(f32(corr.points[None, :, :]), "points"),
-        numpy_helper.from_array(f32(corr.alpha.reshape(-1, 1)), "alpha"),
-        numpy_helper.from_array(np.asarray([2], np.int64), "axis2"),
-        numpy_helper.from_array(np.asarray([1], np.int64), "axis1"),
-        numpy_helper.from_array(f32([-0.5 / LENGTH ** 2]), "neg_half_inv_l2"),
-        numpy_helper.from_array(f32([SIGNAL ** 2]), "s2"),
-        numpy_helper.from_array(f32([OFFSET ** 2]), "c2"),
+    inits, nodes = [], []
+
+    def const(name, value, dtype=np.float32):
+        inits.append(numpy_helper.from_array(np.asarray(value, dtype), name))
+        return name
+
+    def node(op, inputs, out, **kw):
+        nodes.append(helper.make_node(op, inputs, [out], **kw))
+        return out
+
+    col = {c: node("Gather", ["x", const(f"i_{c}", [FEATURE_NAMES.index(c)], np.int64)], c, axis=1)
+           for c in BASIS_INPUTS}  # (rows, 1) each
+    f, cm = col["floor_share"], col["compute_over_memory"]
+    busy = node("Sub", [const("one", [1.0]), f], "busy")
+    is_comp = node("Cast", [node("Greater", [cm, const("zero", [0.0])], "cm_pos")], "cm_pos_f", to=TensorProto.FLOAT)
+    comp = node("Mul", [busy, is_comp], "comp")
+
+    def scaled(name, a, shift, scale):  # (a - shift) / scale
+        return node("Div", [node("Sub", [a, const(f"{name}_shift", [shift])], f"{name}_c"),
+                            const(f"{name}_scale", [scale])], f"{name}_s")
+
+    def inefficiency(name, eff):  # comp * (1 - eff) / 0.3
+        return node("Mul", [comp, scaled(name, node("Sub", [const(f"{name}_one", [1.0]), eff], f"{name}_1m"), 0.0, 0.3)],
+                    name)
+
+    terms = [
+        scaled("floor", f, 0.0, 0.5),
+        scaled("size", col["log_prior_ms"], _REF_MS, 2.0),
+        node("Mul", [comp, scaled("red", col["log_N"], _REF_RED, 2.0)], "reduction"),
+        inefficiency("waves", col["wave_efficiency"]),
+        inefficiency("tiles", col["tile_efficiency"]),
+        node("Mul", [busy, scaled("bal", node("Clip", [cm, const("lo4", -4.0), const("hi4", 4.0)], "cm_clip"), 0.0, 2.0)],
+             "balance"),
+        node("Mul", [busy, scaled("ovl", node("Exp", [node("Neg", [node("Abs", [cm], "cm_abs")], "cm_nabs")], "cm_e"),
+                                  0.0, 0.5)], "overlap"),
     ]
-    nodes = [
-        helper.make_node("Gather", ["x", "cols"], ["xs"], axis=1),
-        helper.make_node("Div", ["xs", "scale"], ["z"]),
-        helper.make_node("Unsqueeze", ["z", "axis1"], ["z3"]),
-        helper.make_node("Sub", ["z3", "points"], ["diff"]),
-        helper.make_node("Mul", ["diff", "diff"], ["sq"]),
-        helper.make_node("ReduceSum", ["sq", "axis2"], ["d2"], keepdims=0),
-        helper.make_node("Mul", ["d2", "neg_half_inv_l2"], ["arg"]),
-        helper.make_node("Exp", ["arg"], ["rbf"]),
-        helper.make_node("Mul", ["rbf", "s2"], ["k_rbf"]),
-        helper.make_node("Add", ["k_rbf", "c2"], ["k"]),
-        helper.make_node("MatMul", ["k", "alpha"], ["correction"]),
-    ]
+    b = node("Concat", terms, "basis", axis=1)  # BASIS without its leading constant term
+    linear = node("Add", [node("MatMul", [b, const("coef", corr.coef[1:].reshape(-1, 1))], "slopes"),
+                          const("offset", corr.coef[:1])], "linear")
+    cols = [FEATURE_NAMES.index(c) for c in RBF_FEATURES]
+    z = node("Div", [node("Gather", ["x", const("rbf_cols", cols, np.int64)], "zs", axis=1),
+                     const("rbf_scale", list(RBF_FEATURES.values()))], "z")
+    diff = node("Sub", [node("Unsqueeze", [z, const("axis1", [1], np.int64)], "z3"), const("points", corr.points[None])], "diff")
+    d2 = node("ReduceSum", [node("Mul", [diff, diff], "sq"), const("axis2", [2], np.int64)], "d2", keepdims=0)
+    rbf = node("Exp", [node("Mul", [d2, const("neg_half_inv_l2", [-0.5 / corr.prior.rbf_length ** 2])], "arg")], "rbf")
+    alpha = const("alpha", (corr.prior.rbf_signal ** 2 * corr.alpha).reshape(-1, 1))
+    nodes.append(helper.make_node("Add", [linear, node("MatMul", [rbf, alpha], "smooth")], ["correction"]))
     graph = helper.make_graph(
         nodes, "transfer_correction",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, len(FEATURE_NAMES)])],
@@ -77,7 +100,7 @@ def save_adapted(predictor, out_dir: str | Path) -> Path:
     corrections = {}
     for oc, corr in predictor.corrections.items():
         name = f"{oc}_transfer.onnx"
-        (out / name).write_bytes(gp_onnx(corr).SerializeToString())
+        (out / name).write_bytes(correction_onnx(corr).SerializeToString())
         manifest["files"][name] = ""
         corrections[oc] = {"file": name, **corr.to_dict()}
     for oc, iv in predictor.intervals.items():

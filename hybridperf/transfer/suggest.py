@@ -1,12 +1,11 @@
 """Which kernels to measure on a new GPU: the k whose measurement helps the transfer most.
 
-k is split across op classes (every class gets its share, the classes with the widest zero-shot
-intervals get the remainder). Within a class the picks cover the kernel-scale space the transfer
-correction is fitted on (standardised log prior time, floor share, log FLOPs, log bytes): the first
-pick is the class's most typical kernel (the medoid: with one measurement, the class-wide correction
-should come from a representative kernel, not an extreme one), later ones by greedy farthest-point
-selection with each candidate's distance weighted by its zero-shot interval width, so they go where
-the model is least sure and nothing has been measured.
+Greedy V-optimal design under the transfer's own prior (hybridperf.transfer.adapt): each pick is the
+candidate whose measurement most reduces the posterior variance of the correction, summed over the
+candidates of its op class with every class weighted equally (the targets are per class). So the
+first picks pin each class's offset at a representative kernel, later ones go where the basis terms
+(duration, reduction length, quantisation, compute/memory balance) are least pinned. Deterministic;
+no measurement is needed to choose.
 """
 from __future__ import annotations
 
@@ -18,8 +17,9 @@ import pandas as pd
 from hybridperf.devices import DeviceSpec, get_device
 from hybridperf.errors import InputError
 from hybridperf.ops import OP_CLASSES
+from hybridperf.transfer.adapt import TransferPrior, prior_kernel
 
-_SPACE = ("log_prior_ms", "floor_share", "log_flops", "log_bytes")
+MAX_PER_CLASS = 500  # candidates per class the design considers (keeps it O(k n^2) small)
 
 
 def default_candidates() -> pd.DataFrame:
@@ -36,28 +36,32 @@ def default_candidates() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _quotas(k: int, widths: dict, available: dict) -> dict:
-    """Split k over classes, evenly, extras to the widest intervals; a class with too few candidates
-    passes its leftover share on."""
-    classes = sorted(widths, key=lambda c: -widths[c])
-    q = {c: 0 for c in classes}
-    while sum(q.values()) < k:
-        open_ = [c for c in classes if q[c] < available[c]]
-        if not open_:
+def _greedy_design(kernels: list, k: int, noise: float) -> list:
+    """Indices (class, row) of k greedy V-optimal picks over per-class prior covariances `kernels`."""
+    weight = [1.0 / len(K) for K in kernels]
+    kernels = [K.copy() for K in kernels]
+    picks = []
+    for _ in range(k):
+        gains = [w * (K ** 2).sum(axis=0) / (np.diag(K) + noise ** 2) for w, K in zip(weight, kernels)]
+        for c, j in picks:
+            gains[c][j] = -1.0
+        c = int(np.argmax([g.max() for g in gains]))
+        j = int(np.argmax(gains[c]))
+        if gains[c][j] < 0:
             break
-        share = max(1, (k - sum(q.values())) // len(open_))
-        for c in open_:
-            if sum(q.values()) >= k:
-                break
-            q[c] = min(available[c], q[c] + share)
-    return q
+        K = kernels[c]
+        kj = K[:, j].copy()
+        kernels[c] = K - np.outer(kj, kj) / (kj[j] + noise ** 2)
+        picks.append((c, j))
+    return picks
 
 
 def suggest_kernels(predictor, candidates: pd.DataFrame, device: str | DeviceSpec, k: int,
-                    op_classes=OP_CLASSES, max_ms: float = 200.0) -> pd.DataFrame:
+                    op_classes=OP_CLASSES, max_ms: float = 200.0, max_per_class: int = MAX_PER_CLASS) -> pd.DataFrame:
     """The `k` rows of `candidates` (canonical or NeuSight-style) most worth measuring on `device`,
-    with their zero-shot prediction and interval width. Kernels predicted slower than `max_ms` or
-    with tensors over a quarter of device memory are skipped (measuring stays quick). Deterministic."""
+    with their zero-shot prediction and interval. Kernels predicted slower than `max_ms` or with
+    tensors over a quarter of device memory are skipped (measuring stays quick); a class with more
+    than `max_per_class` candidates is thinned evenly. Deterministic."""
     if k < 1:
         raise InputError("k must be at least 1")
     dev = get_device(device)
@@ -66,32 +70,14 @@ def suggest_kernels(predictor, candidates: pd.DataFrame, device: str | DeviceSpe
     pred = pred[keep].reset_index(drop=True)
     if pred.empty:
         raise InputError("no candidate kernels of the requested op classes")
-    from hybridperf.residual_models.features import FEATURE_NAMES
-
     X = predictor.features(pred, dev)
-    cols = [FEATURE_NAMES.index(f) for f in _SPACE]
-    width = np.log(pred["hi_ms"].to_numpy() / pred["lo_ms"].to_numpy())
-    pred["interval_width"] = width
-    widths = pred.groupby("op_class")["interval_width"].mean().to_dict()
-    picks = []
-    available = pred["op_class"].value_counts().to_dict()
-    for oc, quota in _quotas(min(k, len(pred)), widths, available).items():
+    prior = TransferPrior()
+    rows = []
+    for oc in sorted(pred["op_class"].unique()):
         idx = np.flatnonzero(pred["op_class"].to_numpy() == oc)
-        if quota == 0 or len(idx) == 0:
-            continue
-        Z = X[idx][:, cols].astype(np.float64)
-        Z = (Z - Z.mean(axis=0)) / np.maximum(Z.std(axis=0), 1e-6)
-        w = width[idx] / max(np.median(width[idx]), 1e-9)
-        chosen = [int(np.argmin(np.linalg.norm(Z - np.median(Z, axis=0), axis=1)))]
-        dist = np.linalg.norm(Z - Z[chosen[0]], axis=1)
-        while len(chosen) < min(quota, len(idx)):
-            nxt = int(np.argmax(dist * w))
-            if dist[nxt] <= 0:
-                break
-            chosen.append(nxt)
-            dist = np.minimum(dist, np.linalg.norm(Z - Z[nxt], axis=1))
-        picks.extend(idx[chosen])
-    return pred.iloc[sorted(picks)].reset_index(drop=True)
+        rows.append(idx[np.unique(np.linspace(0, len(idx) - 1, min(len(idx), max_per_class)).astype(int))])
+    picks = _greedy_design([prior_kernel(X[r], X[r], prior) for r in rows], min(k, len(pred)), prior.noise)
+    return pred.iloc[sorted(rows[c][j] for c, j in picks)].reset_index(drop=True)
 
 
 def to_shapes_csv(rows: pd.DataFrame) -> pd.DataFrame:
