@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hybridperf.datasets.neusight import load_test  # noqa: E402
 from hybridperf.training.kernel_data import load_neusight_training  # noqa: E402
 from hybridperf.training.kernels import (  # noqa: E402
-    TrainConfig, blended, choose_blend, conformal_interval, export_bundle, leave_one_gpu_out, stratum,
+    TrainConfig, blended, choose_blend, conformal_interval, export_bundle, leave_one_gpu_out, per_stratum,
 )
 
 
@@ -49,11 +49,10 @@ def score(logo: pd.DataFrame, cfg: TrainConfig, calibration: pd.DataFrame | None
         r = blended(g, choice)
         pred = g["prior_ms"].to_numpy() * np.exp(r)
         widen = 1.0 + cfg.ood_beta * g["ood"].to_numpy()
-        key = [k if k in iv else c for k, c in zip(stratum(g), g["op_class"])]  # stratum, else its class
-        q_lo = np.array([iv[k]["q_lo"] for k in key])
-        q_hi = np.array([iv[k]["q_hi"] for k in key])
+        q_lo, q_hi = per_stratum(g, iv, "q_lo", 0.0), per_stratum(g, iv, "q_hi", 0.0)
+        w, lam = per_stratum(g, choice, "mlp_weight", 0.5), per_stratum(g, choice, "shrink", 1.0)
         parts.append(g.assign(pred_ms=pred, lo_ms=pred * np.exp(q_lo * widen), hi_ms=pred * np.exp(q_hi * widen),
-                              choice=[f"w{choice[k]['mlp_weight']}/s{choice[k]['shrink']}" for k in key]))
+                              choice=[f"w{float(a)}/s{float(b)}" for a, b in zip(w, lam)]))
     return pd.concat(parts, ignore_index=True)
 
 

@@ -19,7 +19,7 @@ from hybridperf.devices import DeviceSpec, get_device
 from hybridperf.errors import ModelBundleError
 from hybridperf.priors.kernel_prior import kernel_prior_terms
 from hybridperf.priors.launch import check_timing
-from hybridperf.residual_models.bundle import Bundle, load_bundle, shipped_models_dir
+from hybridperf.residual_models.bundle import Bundle, load_bundle, shipped_models_dir, stratum_key
 from hybridperf.residual_models.features import FEATURE_NAMES, kernel_features
 
 #: used only when no bundle is available: central 90% band of log(measured/prior), a wide default
@@ -83,7 +83,7 @@ class Predictor:
         """Blended log-residual for rows of one op class and timing, and the manifest entry used: the
         stratum `op_class@kernel` for profiler-timed rows when the bundle has one, else the class's."""
         classes = self.manifest.get("op_classes", {})
-        spec = (classes.get(f"{op_class}@{timing}") if timing != "call" else None) or classes.get(op_class) \
+        spec = classes.get(stratum_key(op_class, timing)) or classes.get(op_class) \
             or {"members": [], "interval": FALLBACK_INTERVAL}
         r = np.zeros(len(X))
         for member in spec["members"]:

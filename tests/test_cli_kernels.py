@@ -320,3 +320,13 @@ def test_subprocess_tampered_bundle(good_csv, bundle_copy, tmp_path):
     r = _run("predict-kernels", good_csv, "--device", "Tesla T4", "--output", tmp_path / "o.csv",
              "--model-bundle", bundle)
     assert_one_line_error(r.returncode, r.stderr)
+
+
+def test_timing_column_wins_over_the_option_default(tmp_path):
+    """Rows that say how they were timed keep it; --timing is the default for rows that do not."""
+    inp = _write(tmp_path, "t.csv", "OPName,B,H,timing\nadd,1,64,kernel\nadd,1,64,call\n")
+    out = tmp_path / "o.csv"
+    code, text = _predict([inp, "--device", "NVIDIA A40", "--output", out, "--prior-only"])
+    assert code == 0, text
+    kern, call = pd.read_csv(out)["pred_ms"]
+    assert kern < 0.01 < call

@@ -32,7 +32,8 @@ def predict_kernels(
     timing: str = typer.Option(
         "call", "--timing",
         help="How latency is measured: 'call' = CUDA events around one eager PyTorch call (NeuSight, "
-             "`hybridperf collect`); 'kernel' = a profiler's kernel duration (torch.profiler, Nsight, Vidur).",
+             "`hybridperf collect`); 'kernel' = a profiler's kernel duration (torch.profiler, Nsight, Vidur). "
+             "Rows with their own `timing` column keep it.",
     ),
 ) -> None:
     """Predict the latency of every kernel in INPUT.csv on DEVICE; adds pred_ms, pred_lo_ms, pred_hi_ms."""
@@ -50,7 +51,7 @@ def predict_kernels(
 
         measured = canonicalize(_read_csv(calibration), source=str(calibration), require_latency=True, timing=timing)
         predictor = adapt_predictor(predictor, measured, dev)
-    res = predictor.predict(kernels, dev, timing=timing)
+    res = predictor.predict(kernels, dev)  # each row's timing: its own column, else --timing
     out = raw.copy()
     out["pred_ms"] = res["pred_ms"].to_numpy()
     out["pred_lo_ms"] = res["lo_ms"].to_numpy()

@@ -57,9 +57,6 @@ def launch_floor_ms(op_class: str, timing: str = "call") -> float:
 
 def floors_ms(op_class, timing) -> np.ndarray:
     """`launch_floor_ms` for arrays of op classes and timings (one value per row)."""
-    op_class, timing = np.asarray(op_class, dtype=object), np.asarray(timing, dtype=object)
-    for t in set(timing.tolist()):
-        check_timing(t)
-    call = np.array([FLOOR_MS.get(c, DEFAULT_FLOOR_MS) for c in op_class], dtype=np.float64)
-    kern = np.array([KERNEL_FLOOR_MS.get(c, DEFAULT_KERNEL_FLOOR_MS) for c in op_class], dtype=np.float64)
-    return np.where(timing == "kernel", kern, call)
+    pairs = list(zip(np.asarray(op_class, dtype=object).tolist(), np.asarray(timing, dtype=object).tolist()))
+    table = {pair: launch_floor_ms(*pair) for pair in set(pairs)}
+    return np.array([table[pair] for pair in pairs], dtype=np.float64)

@@ -126,3 +126,9 @@ def write_manifest(root: Path, manifest: dict) -> None:
     manifest["format_version"] = FORMAT_VERSION
     manifest["files"] = {name: sha256_file(root / name) for name in sorted(manifest["files"])}
     (root / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
+
+
+def stratum_key(op_class: str, timing: str = "call") -> str:
+    """Manifest key of a calibration stratum: the op class, suffixed `@kernel` for profiler-timed
+    rows (blend, shrinkage and interval may differ between a timed call and a kernel's duration)."""
+    return op_class if timing == "call" else f"{op_class}@{timing}"

@@ -28,7 +28,7 @@ from hybridperf import __version__
 from hybridperf.errors import InputError
 from hybridperf.ops import OP_CLASSES
 from hybridperf.predictor import ood_score
-from hybridperf.residual_models.bundle import write_manifest
+from hybridperf.residual_models.bundle import stratum_key, write_manifest
 from hybridperf.residual_models.features import FEATURE_NAMES
 from hybridperf.residual_models.mlp import MLPResidual
 from hybridperf.residual_models.xgb import XGB_OPSET, XGBResidual
@@ -149,13 +149,11 @@ def stratum(rows: pd.DataFrame) -> pd.Series:
     """Calibration stratum of each row: its op class, suffixed `@kernel` when it is profiler-timed
     (`timing` = kernel). Blend, shrinkage and interval are chosen per stratum: how well the residual
     transfers differs between a timed call and a kernel's duration."""
-    oc = rows["op_class"].astype(str)
-    if "timing" not in rows.columns:
-        return oc
-    return oc.where(rows["timing"].to_numpy() != "kernel", oc + "@kernel")
+    timing = rows["timing"] if "timing" in rows.columns else pd.Series("call", index=rows.index)
+    return pd.Series([stratum_key(o, t) for o, t in zip(rows["op_class"], timing)], index=rows.index, dtype=object)
 
 
-def _per_row(logo: pd.DataFrame, table: dict, field: str, default: float) -> np.ndarray:
+def per_stratum(logo: pd.DataFrame, table: dict, field: str, default: float) -> np.ndarray:
     """`table[stratum][field]` for every row, falling back to the op class's entry, then `default`."""
     keys, oc = stratum(logo).to_numpy(), logo["op_class"].to_numpy()
     return np.array([table.get(k, table.get(c, {})).get(field, default) for k, c in zip(keys, oc)], dtype=np.float64)
@@ -163,8 +161,8 @@ def _per_row(logo: pd.DataFrame, table: dict, field: str, default: float) -> np.
 
 def blended(logo: pd.DataFrame, choice: dict) -> np.ndarray:
     """Blended, shrunk residual for every row of a held-out table."""
-    w = _per_row(logo, choice, "mlp_weight", 0.5)
-    lam = _per_row(logo, choice, "shrink", 1.0)
+    w = per_stratum(logo, choice, "mlp_weight", 0.5)
+    lam = per_stratum(logo, choice, "shrink", 1.0)
     return lam * (w * logo["r_mlp"].to_numpy() + (1 - w) * logo["r_xgb"].to_numpy())
 
 
