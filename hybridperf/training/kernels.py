@@ -32,6 +32,7 @@ from hybridperf.residual_models.bundle import stratum_key, write_manifest
 from hybridperf.residual_models.features import FEATURE_NAMES
 from hybridperf.residual_models.mlp import MLPResidual
 from hybridperf.residual_models.xgb import XGB_OPSET, XGBResidual
+from hybridperf.stats import weighted_quantile
 from hybridperf.training.kernel_data import data_digest, featurize, subsample
 
 BLEND_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)  # weight of the MLP; the rest goes to XGBoost
@@ -179,16 +180,9 @@ def conformal_interval(logo: pd.DataFrame, choice: dict, cfg: TrainConfig, exclu
     for oc, g in df.groupby(stratum(df)):
         s = ((g["y"] - g["r"]) / (1.0 + cfg.ood_beta * g["ood"])).to_numpy()
         w = 1.0 / g.groupby("heldout")["y"].transform("size").to_numpy()  # each device weighs the same
-        out[oc] = {"q_lo": _weighted_quantile(s, w, alpha / 2), "q_hi": _weighted_quantile(s, w, 1 - alpha / 2),
+        out[oc] = {"q_lo": weighted_quantile(s, w, alpha / 2), "q_hi": weighted_quantile(s, w, 1 - alpha / 2),
                    "ood_beta": cfg.ood_beta, "coverage": cfg.coverage}
     return out
-
-
-def _weighted_quantile(x: np.ndarray, w: np.ndarray, q: float) -> float:
-    order = np.argsort(x)
-    x, w = x[order], w[order]
-    c = np.cumsum(w) / w.sum()
-    return float(np.interp(q, c - w / (2 * w.sum()), x))
 
 
 def export_bundle(fitted: dict, choice: dict, intervals: dict, out_dir: Path, train: pd.DataFrame,

@@ -37,6 +37,7 @@ import pandas as pd
 from hybridperf.devices import DeviceSpec, get_device
 from hybridperf.errors import InputError
 from hybridperf.residual_models.features import FEATURE_NAMES
+from hybridperf.stats import weighted_quantile
 
 #: physical basis of the correction, and the prior group of each term
 BASIS = ("offset", "floor", "size", "reduction", "waves", "tiles", "balance", "overlap")
@@ -170,12 +171,6 @@ def fit_corrections(X: np.ndarray, e: np.ndarray, op_class: np.ndarray,
     return {oc: c for oc, (c, _, _) in best.items()}, {oc: r for oc, (_, r, _) in best.items()}
 
 
-def _weighted_quantile(x: np.ndarray, w: np.ndarray, q: float) -> float:
-    o = np.argsort(x)
-    cw = np.cumsum(w[o])
-    return float(np.interp(q, (cw - w[o] / 2) / cw[-1], x[o]))
-
-
 def recalibrate(intervals: dict, loo: dict, coverage: float = 0.9) -> dict:
     """Adapted intervals: zero-shot ones mixed with pooled, standardised leave-one-out quantiles."""
     half = {oc: (iv["q_hi"] - iv["q_lo"]) / 2 for oc, iv in intervals.items()}
@@ -198,7 +193,7 @@ def recalibrate(intervals: dict, loo: dict, coverage: float = 0.9) -> dict:
         wx = np.concatenate([w, np.full(len(pseudo), INTERVAL_PRIOR_WEIGHT / len(pseudo))])
         mix = w.sum() / (w.sum() + INTERVAL_PRIOR_WEIGHT)
         # after transfer the device is no longer unseen: the OOD widening gives way with the evidence
-        out[oc] = {**iv, "q_lo": _weighted_quantile(x, wx, a), "q_hi": _weighted_quantile(x, wx, 1.0 - a),
+        out[oc] = {**iv, "q_lo": weighted_quantile(x, wx, a), "q_hi": weighted_quantile(x, wx, 1.0 - a),
                    "ood_beta": float((1 - mix) * iv.get("ood_beta", 0.0)), "calibration_rows": int(len(loo[oc]))}
     return out
 
