@@ -444,6 +444,7 @@ def main(argv=None) -> int:
         print(f"wrote calibration {sorted(k for k, c in cal.items() if c)} to {path}")
 
     write_report(out, results, per_dev, vtab, cal, main_kind, bundles, args.variant, time.time() - t0)
+    plot_labels(results, out / "model_latency.png")
     print((out / "report.md").read_text())
     return 0
 
@@ -474,6 +475,34 @@ def mape(a):
 
 def _fmt(x, nd=1):
     return "-" if x is None or (isinstance(x, float) and not np.isfinite(x)) else f"{x:.{nd}f}"
+
+
+def plot_labels(results, path: Path) -> None:
+    """Predicted vs measured e2e latency of every eager label (log-log), one panel per kernel model,
+    with NeuSight's own predictions where it made one, and the 90% intervals."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(results), figsize=(5.2 * len(results), 4.8), sharey=True)
+    for ax, (kind, (df, _, _)) in zip(np.atleast_1d(axes), results.items()):
+        e = df[~df["fusion"]]
+        for dev, g in e.groupby("device"):
+            ax.errorbar(g["measured_ms"], g["ours_ms"], yerr=[g["ours_ms"] - g["lo_ms"], g["hi_ms"] - g["ours_ms"]],
+                        fmt="o", ms=4, lw=0.6, capsize=0, label=dev)
+        ns = e[e["neusight_ms"].notna()]
+        ax.scatter(ns["measured_ms"], ns["neusight_ms"], marker="x", c="0.4", s=14, lw=0.8, label="NeuSight")
+        lim = [e["measured_ms"].min() * 0.7, e["measured_ms"].max() * 1.4]
+        ax.plot(lim, lim, "k-", lw=0.6)
+        for f in (0.8, 1.25):
+            ax.plot(lim, [v * f for v in lim], "k:", lw=0.5)
+        ax.set(xscale="log", yscale="log", xlim=lim, ylim=lim, xlabel="measured e2e ms",
+               title=f"{kind}: MAPE {e['ours_ape'].mean() * 100:.1f}% (held-out devices)")
+    np.atleast_1d(axes)[0].set_ylabel("predicted e2e ms (bars: 90% interval; dotted: +-25%)")
+    np.atleast_1d(axes)[0].legend(fontsize=6, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
 def write_report(out, results, per_dev, vtab, cal, main_kind, bundles, variant, secs):
