@@ -261,3 +261,27 @@ def test_switch_gemms_match_opgraph():
 def test_all_artifact_configs_predict(name):
     r = predict_model(CONFIGS / f"{name}.json", 1, 512, "train", "A100-40GB", predictor=PRIOR)
     assert r["e2e_ms"] > 0 and r["bw_ms"] > 0
+
+
+def test_half_precision_graph_halves_bytes_and_uses_tensor_cores():
+    """--dtype bf16/fp16: every float tensor in that dtype, GEMMs on tensor cores (not autocast)."""
+    f32 = build_graph(LLAMA, 2, 64, "train").kernel_table()
+    b16 = build_graph(LLAMA, 2, 64, "train", dtype="bfloat16").kernel_table()
+    assert set(f32["dtype"]) == {"fp32"} and set(b16["dtype"]) == {"bf16"}
+    misc = f32["op"].str.startswith("misc:")
+    np.testing.assert_allclose(b16.loc[misc, "nbytes"], f32.loc[misc, "nbytes"] / 2)
+    big = {"model_type": "gpt2", "n_embd": 1024, "n_head": 16, "n_layer": 4, "vocab_size": 50257, "n_positions": 1024}
+    r32 = predict_model(big, 8, 1024, "inf", DEV, predictor=PRIOR)
+    r16 = predict_model(big, 8, 1024, "inf", DEV, predictor=PRIOR, dtype="fp16")
+    assert r16["e2e_ms"] < 0.5 * r32["e2e_ms"]  # H100: ~15x the fp32 rate on tensor cores, half the bytes
+    with pytest.raises(InputError, match="model dtype"):
+        build_graph(LLAMA, 2, 64, "inf", dtype="int8")
+
+
+def test_half_precision_tensor_parallel_collectives_halve():
+    from hybridperf.graphs.parallel import predict_parallel
+
+    kw = dict(device="DGX-H100", tp=2, predictor=PRIOR)
+    c32 = predict_parallel(LLAMA, 8, 64, "train", **kw)
+    c16 = predict_parallel(LLAMA, 8, 64, "train", dtype="bf16", **kw)
+    assert c16["tp_comm_ms"] < c32["tp_comm_ms"]

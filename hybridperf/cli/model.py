@@ -29,6 +29,8 @@ def predict_model_cmd(
     overlap: Optional[bool] = typer.Option(
         None, "--overlap/--no-overlap", help="overlap the DP gradient all-reduce with the backward (default on)"),
     bucket_mb: Optional[float] = typer.Option(None, "--bucket-mb", help="DP gradient bucket size in MiB (default 25)"),
+    dtype: str = typer.Option("fp32", "--dtype", help="fp32 (NeuSight's semantics, validated on its labels), or the "
+                              "model cast to fp16/bf16 (GEMMs on tensor cores; not validated, no labels)"),
 ) -> None:
     """Predict the latency (ms) of one forward (inf) or forward+backward (train) pass of a transformer,
     fp32 eager PyTorch as NeuSight measured it, with a 90% interval. With --dp/--tp/--pp (any of them),
@@ -48,13 +50,13 @@ def predict_model_cmd(
         raise InputError(f"config file not found: {config}")
     if any(v is not None for v in (dp, tp, pp, microbatches, overlap, bucket_mb)):
         _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, model_bundle, prior_only,
-                              dp, tp, pp, microbatches, overlap, bucket_mb)
+                              dp, tp, pp, microbatches, overlap, bucket_mb, dtype)
         return
     from hybridperf.devices import get_device
 
     dev = get_device(device)  # fail on an unknown device before loading a bundle
     predictor = resolve_predictor(model_bundle, prior_only)
-    res = predict_model_detail(str(config), batch, seq, mode, dev, predictor)
+    res = predict_model_detail(str(config), batch, seq, mode, dev, predictor, dtype=dtype)
     out = {k: round(v, 4) for k, v in res.to_dict().items()}
     if breakdown:
         from rich.console import Console
@@ -74,7 +76,7 @@ def predict_model_cmd(
 
 
 def _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, model_bundle, prior_only,
-                          dp, tp, pp, microbatches, overlap, bucket_mb) -> None:
+                          dp, tp, pp, microbatches, overlap, bucket_mb, dtype) -> None:
     from hybridperf.graphs.compose import resolve_predictor
     from hybridperf.graphs.parallel import DEFAULT_BUCKET_MB, predict_parallel_detail, resolve_parallel_device
     from hybridperf.priors.collectives import CollectiveModel
@@ -92,7 +94,7 @@ def _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, 
     res = predict_parallel_detail(str(config), batch, seq, mode, node if not note else dev, dp or 1, tp or 1, pp or 1,
                                   microbatches, True if overlap is None else overlap, predictor,
                                   collective_model=cmodel,
-                                  bucket_mb=DEFAULT_BUCKET_MB if bucket_mb is None else bucket_mb)
+                                  bucket_mb=DEFAULT_BUCKET_MB if bucket_mb is None else bucket_mb, dtype=dtype)
     r = res.result
     out = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}
     if breakdown:

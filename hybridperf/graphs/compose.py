@@ -162,7 +162,7 @@ def predict_kernels_of(graph: ModelGraph, device: DeviceSpec, predictor: Predict
         req = pd.DataFrame({"OPName": q["op"].to_numpy(), "B": q["B"].to_numpy(np.float64),
                             "M": q["M"].to_numpy(np.float64), "N": q["N"].to_numpy(np.float64),
                             "K": q["K"].to_numpy(np.float64), "H": q["H"].to_numpy(np.float64),
-                            "dtype": "fp32"})
+                            "dtype": q["dtype"].to_numpy()})
         gemm = q["op"].isin(("linear", "bmm")).to_numpy()
         req.loc[gemm, "H"] = np.nan
         req.loc[~gemm, ["M", "N", "K"]] = np.nan
@@ -220,27 +220,29 @@ def compose(graph: ModelGraph, device, predictor: Predictor, correction: bool = 
 
 
 def predict_model_detail(config, batch: int, seq: int, mode: str = "inf", device="NVIDIA H100 80GB HBM3",
-                         predictor: Predictor | None = None, correction: bool = True) -> ModelPrediction:
+                         predictor: Predictor | None = None, correction: bool = True,
+                         dtype: str = "fp32") -> ModelPrediction:
     """Like `predict_model`, returning the full `ModelPrediction` (kernel table, breakdown)."""
-    graph = build_graph(config, batch, seq, mode)
+    graph = build_graph(config, batch, seq, mode, dtype)
     dev = get_device(device)
     pred = predictor if predictor is not None else resolve_predictor()
     return compose(graph, dev, pred, correction=correction)
 
 
 def predict_model(config, batch: int, seq: int, mode: str = "inf", device="NVIDIA H100 80GB HBM3",
-                  predictor: Predictor | None = None, correction: bool = True) -> dict:
+                  predictor: Predictor | None = None, correction: bool = True, dtype: str = "fp32") -> dict:
     """Whole-model latency (ms) of one forward (`inf`) or forward+backward (`train`) pass.
 
     `config`: path to a HF config.json, a parsed dict, or a `ModelConfig`. Returns
     {"e2e_ms", "lo_ms", "hi_ms", "fw_ms", "bw_ms"} (bw_ms = 0 for inf; [lo, hi] a 90% interval).
     `predictor=None` uses the shipped kernel bundle when present, else the analytical prior.
+    `dtype`: fp32 (NeuSight's semantics, validated) or the model cast to fp16/bf16 (not validated).
     """
-    return predict_model_detail(config, batch, seq, mode, device, predictor, correction).to_dict()
+    return predict_model_detail(config, batch, seq, mode, device, predictor, correction, dtype).to_dict()
 
 
 def sweep(config, batches, seqs, mode: str = "inf", device="NVIDIA H100 80GB HBM3",
-          predictor: Predictor | None = None) -> pd.DataFrame:
+          predictor: Predictor | None = None, dtype: str = "fp32") -> pd.DataFrame:
     """Predictions over the grid batches x seqs: columns batch, seq, mode, device, e2e/lo/hi/fw/bw_ms."""
     from hybridperf.graphs.config import load_config
 
@@ -256,6 +258,6 @@ def sweep(config, batches, seqs, mode: str = "inf", device="NVIDIA H100 80GB HBM
     rows = []
     for s in seqs:
         for b in batches:
-            r = compose(build_graph(cfg, b, s, mode), dev, pred).to_dict()
+            r = compose(build_graph(cfg, b, s, mode, dtype), dev, pred).to_dict()
             rows.append({"batch": int(b), "seq": int(s), "mode": mode, "device": dev.name, **r})
     return pd.DataFrame(rows)

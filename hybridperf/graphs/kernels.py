@@ -35,12 +35,14 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from hybridperf.devices import DTYPE_BYTES, dtype_key
 from hybridperf.errors import InputError
 from hybridperf.graphs.config import LLAMA_LIKE, ModelConfig, load_config
 from hybridperf.ops import OP_CLASS
 
 F32 = 4
-KERNEL_COLUMNS = ("block", "name", "op", "B", "M", "N", "K", "H", "nbytes", "phase", "count", "group")
+MODEL_DTYPES = ("fp32", "fp16", "bf16")
+KERNEL_COLUMNS = ("block", "name", "op", "B", "M", "N", "K", "H", "nbytes", "phase", "count", "group", "dtype")
 MODES = ("inf", "train")
 
 
@@ -91,6 +93,11 @@ class ModelGraph:
     seq: int
     mode: str
     blocks: list
+    dtype: str = "fp32"  # every float tensor (weights, activations, gradients) in this dtype
+
+    @property
+    def dtype_bytes(self) -> float:
+        return float(DTYPE_BYTES[self.dtype])
 
     def kernel_table(self) -> pd.DataFrame:
         """One row per distinct kernel of each block and phase (fw, bw, acc), with its repeat `count`."""
@@ -106,6 +113,9 @@ class ModelGraph:
                         rows.append({**r, "block": blk.name, "phase": "acc", "count": blk.count})
         df = pd.DataFrame(rows)
         df["group"] = [kernel_group(op) for op in df["op"]]
+        df["dtype"] = self.dtype
+        # byte counts are written for fp32 tensors: the chosen dtype scales them (index tensors are negligible)
+        df["nbytes"] = df["nbytes"] * self.dtype_bytes / F32
         return df.loc[:, list(KERNEL_COLUMNS)]
 
     @property
@@ -415,9 +425,14 @@ def loss_kernels(cfg: ModelConfig, B, S) -> list:
     return [vec("log_softmax", "softmax", tok, V), _k("nll", "misc:mask", tok, H=V, nbytes=tok * 16, tag="nll")]
 
 
-def build_graph(config, batch: int, seq: int, mode: str = "inf") -> ModelGraph:
-    """The kernel graph of one forward (`inf`) or forward+backward (`train`) pass."""
+def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str = "fp32") -> ModelGraph:
+    """The kernel graph of one forward (`inf`) or forward+backward (`train`) pass, every float tensor
+    in `dtype` (fp32 as NeuSight measured; fp16/bf16 = the model cast to that dtype, GEMMs on tensor
+    cores; not mixed-precision autocast)."""
     cfg = load_config(config)
+    dtype = dtype_key(dtype)
+    if dtype not in MODEL_DTYPES:
+        raise InputError(f"model dtype must be one of {', '.join(MODEL_DTYPES)}, got {dtype!r}")
     for v, what in ((batch, "batch"), (seq, "seq")):
         if isinstance(v, bool) or not isinstance(v, (int,)) and not (isinstance(v, float) and v.is_integer()):
             raise InputError(f"{what} must be a positive integer, got {v!r}")
@@ -432,7 +447,7 @@ def build_graph(config, batch: int, seq: int, mode: str = "inf") -> ModelGraph:
     blocks = _FAMILIES[cfg.family](cfg, batch, seq, train)
     if train:
         blocks.append(Block("loss", 1, loss_kernels(cfg, batch, seq), "post"))
-    return ModelGraph(cfg, batch, seq, mode, blocks)
+    return ModelGraph(cfg, batch, seq, mode, blocks, dtype)
 
 
 def layer_gemms(config, batch: int, seq: int, mode: str = "inf", block: str = "layer") -> pd.DataFrame:

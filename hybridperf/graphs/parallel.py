@@ -25,7 +25,7 @@ Tensor parallelism (gpt2, gpt_neo, bert, opt, llama, mistral, qwen2)
     dropouts on the hidden state are replicated. Vocab-parallel embedding table and LM head / MLM
     decoder: ceil(V/tp) rows per rank (Megatron pads V; the slowest rank sets the pace), and the loss
     (vocab-parallel cross-entropy) on ceil(V/tp) logits per token.
-    Collectives (fp32, b*S*hidden*4 bytes unless said): per layer two all-reduces in the forward
+    Collectives (in the model dtype: b*S*hidden*4 bytes in fp32 unless said): per layer two all-reduces in the forward
     (after the row-parallel GEMMs) and two in the backward (input gradients of the column-parallel
     GEMMs); the embedding's all-reduce (forward); the LM head's input-gradient all-reduce (backward);
     vocab-parallel cross-entropy's three all-reduces of b*S*4 bytes (max, sum-exp, target logit).
@@ -86,7 +86,7 @@ import pandas as pd
 from hybridperf.devices import DeviceSpec, NodeSpec, get_device
 from hybridperf.errors import InputError
 from hybridperf.graphs.config import LLAMA_LIKE, ModelConfig, load_config
-from hybridperf.graphs.kernels import F32, MODES, Block, ModelGraph, build_graph
+from hybridperf.graphs.kernels import MODES, Block, ModelGraph, build_graph
 
 #: PyTorch DDP's default gradient bucket (bucket_cap_mb=25)
 DEFAULT_BUCKET_MB = 25.0
@@ -189,15 +189,16 @@ def shard_graph(graph: ModelGraph, tp: int) -> ModelGraph:
     if graph.config.family not in TP_FAMILIES:
         raise InputError(f"tensor parallelism is not modelled for {graph.config.family}")
     blocks = [Block(b.name, b.count, [_shard_kernel(k, tp) for k in b.kernels], b.kind) for b in graph.blocks]
-    return ModelGraph(graph.config, graph.batch, graph.seq, graph.mode, blocks)
+    return ModelGraph(graph.config, graph.batch, graph.seq, graph.mode, blocks, graph.dtype)
 
 
-def parallel_graph(config, micro_batch: int, seq: int, mode: str = "train", tp: int = 1) -> ModelGraph:
+def parallel_graph(config, micro_batch: int, seq: int, mode: str = "train", tp: int = 1,
+                   dtype: str = "fp32") -> ModelGraph:
     """Per-GPU kernel graph of one micro-batch under tensor parallelism `tp` (all layers; see `stages`)."""
     cfg = load_config(config)
     if tp > 1:
         validate(cfg, micro_batch, mode, 1, tp, 1, 1)
-    return shard_graph(build_graph(cfg, micro_batch, seq, mode), tp)
+    return shard_graph(build_graph(cfg, micro_batch, seq, mode, dtype), tp)
 
 
 def _tied(cfg: ModelConfig) -> bool:
@@ -340,7 +341,7 @@ class ParallelPrediction:
 def predict_parallel_detail(config, batch: int, seq: int, mode: str = "train", device="DGX-H100", dp: int = 1,
                             tp: int = 1, pp: int = 1, microbatches: int | None = None, overlap: bool = True,
                             predictor=None, collective_model=None, bucket_mb: float = DEFAULT_BUCKET_MB,
-                            correction: bool = True) -> ParallelPrediction:
+                            correction: bool = True, dtype: str = "fp32") -> ParallelPrediction:
     """Like `predict_parallel`, returning the stage table and the per-GPU kernel prediction too."""
     from hybridperf.graphs.compose import compose, resolve_predictor
 
@@ -364,8 +365,9 @@ def predict_parallel_detail(config, batch: int, seq: int, mode: str = "train", d
     comm = _Comm(node, collective_model)
     pred = predictor if predictor is not None else resolve_predictor()
 
-    graph = shard_graph(build_graph(cfg, b_mb, seq, mode), tp)
+    graph = shard_graph(build_graph(cfg, b_mb, seq, mode, dtype), tp)
     res = compose(graph, dev, pred, correction=correction)
+    eb = graph.dtype_bytes  # bytes per element of activations, parameters and gradients
     scale = float(np.exp(res.log_bias))
     tab = res.kernels
     is_fw = (tab["phase"] == "fw").to_numpy()
@@ -382,11 +384,11 @@ def predict_parallel_detail(config, batch: int, seq: int, mode: str = "train", d
     post_blocks = [b for b in graph.blocks if b.kind == "post"]
 
     # ---- TP collectives (per micro-batch) -----------------------------------------------------------
-    act = b_mb * seq * cfg.hidden * F32
+    act = b_mb * seq * cfg.hidden * eb
     p_tp, g_tp = layout["tp"]
     if tp > 1:
         names = ["act", "ce", "logits"]
-        sizes = [act, b_mb * seq * F32, b_mb * seq * -(-cfg.vocab // tp) * F32]
+        sizes = [act, b_mb * seq * eb, b_mb * seq * -(-cfg.vocab // tp) * eb]
         ar, ar_lo, ar_hi = comm("all_reduce", sizes[:2], p_tp, g_tp)
         ag, ag_lo, ag_hi = comm("all_gather", sizes[2:], p_tp, g_tp)
         c = {n: (float(a), float(lo), float(hi)) for n, a, lo, hi in
@@ -430,8 +432,8 @@ def predict_parallel_detail(config, batch: int, seq: int, mode: str = "train", d
             per_bw = per_rep(b.name, blk_bw)
             if b.kind == "layer" and tp > 1 and train:
                 per_bw += 2 * c["act"][0]
-            units += [(per_bw, block_params(graph, b, pp) * F32)] * n
-        params = sum(u[1] for u in units) / F32
+            units += [(per_bw, block_params(graph, b, pp) * eb)] * n
+        params = sum(u[1] for u in units) / eb
         rows.append({"stage": s, "layers": n_layers, "fw_ms": f_c, "bw_ms": b_c, "tp_fw_ms": tpf, "tp_bw_ms": tpb,
                      "params": params, "_units": units, "first": first, "last": last})
 
@@ -463,7 +465,7 @@ def predict_parallel_detail(config, batch: int, seq: int, mode: str = "train", d
         pp_bw = per_dir(p2p) if train else 0.0
         pp_lo, pp_hi = dirs * per_dir(lo_b), dirs * per_dir(hi_b)
         if train and _tied(cfg):
-            nb = -(-cfg.vocab // tp) * cfg.hidden * F32
+            nb = -(-cfg.vocab // tp) * cfg.hidden * eb
             e, elo, ehi = (float(v[0]) for v in comm("all_reduce", [nb], 2, 1 if layout["emb_cross"] else 2))
             pp_bw += e
             pp_lo += elo
@@ -487,7 +489,7 @@ def predict_parallel_detail(config, batch: int, seq: int, mode: str = "train", d
                     ex[i].append(_exposed(ready, a[i], window) - slack)
                 r["dp_allreduce_ms"] = float(a[0].sum())
             else:
-                a = comm("all_reduce", [r["params"] * F32], p_dp, g_dp)
+                a = comm("all_reduce", [r["params"] * eb], p_dp, g_dp)
                 for i in range(3):
                     ex[i].append(float(a[i][0]) - slack)
                 r["dp_allreduce_ms"] = float(a[0][0])
@@ -538,7 +540,7 @@ def predict_parallel(config, batch: int, seq: int, mode: str = "train", device="
     `batch` is the global batch; `microbatches` defaults to the largest divisor of batch/dp that is <= pp.
     Returns the contract's {"e2e_ms", "lo_ms", "hi_ms", "fw_ms", "bw_ms"} plus compute_ms, comm_ms,
     bubble_ms, tp_comm_ms, dp_comm_ms, pp_comm_ms, gpus, nodes, microbatches. Keyword `kw`:
-    collective_model, bucket_mb, correction (see `predict_parallel_detail`). See the module doc.
+    collective_model, bucket_mb, correction, dtype (see `predict_parallel_detail`). See the module doc.
     """
     return predict_parallel_detail(config, batch, seq, mode, device, dp, tp, pp, microbatches, overlap, predictor,
                                    **kw).to_dict()
