@@ -108,6 +108,11 @@ def test_transfer_input_errors(base, measured, tiny_bundle):
     bad.loc[0, "latency_ms"] = -1.0
     with pytest.raises(InputError):
         adapt_predictor(base, bad, TARGET)
+    with pytest.raises(InputError, match="measured on 'AMD EPYC'"):  # e.g. a CPU collection
+        adapt_predictor(base, cal.assign(device="AMD EPYC"), TARGET)
+    with pytest.raises(InputError, match="not on NVIDIA L4"):
+        adapt_predictor(base, cal.assign(device="Tesla T4"), TARGET)
+    adapt_predictor(base, cal.assign(device="L4"), TARGET)  # an alias of the target is the target
     with pytest.raises(InputError):
         save_adapted(base, tiny_bundle.parent / "never")  # not adapted
     with pytest.raises(InputError):

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from hybridperf.devices import DeviceSpec, get_device
-from hybridperf.errors import InputError
+from hybridperf.errors import HybridperfError, InputError
 from hybridperf.residual_models.features import FEATURE_NAMES
 from hybridperf.stats import weighted_quantile
 
@@ -198,6 +198,19 @@ def recalibrate(intervals: dict, loo: dict, coverage: float = 0.9) -> dict:
     return out
 
 
+def _check_measured_on(measured: pd.DataFrame, dev: DeviceSpec) -> None:
+    """InputError when calibration rows name another device than the target (e.g. a CPU collection)."""
+    names = measured["device"].dropna().astype(str).str.strip() if "device" in measured.columns else pd.Series([], dtype=str)
+    for name in sorted(set(names) - {""}):
+        try:
+            same = get_device(name).name == dev.name
+        except HybridperfError:
+            same = False
+        if not same:
+            raise InputError(f"calibration rows were measured on {name!r}, not on {dev.name}: transfer needs "
+                             "kernels measured on the target GPU (fix --device, or the rows' Device column)")
+
+
 def adapt_predictor(predictor, measured: pd.DataFrame, device: str | DeviceSpec, prior: TransferPrior | None = None):
     """A copy of `predictor` adapted to `device` with the canonical `measured` kernels (latency_ms > 0)."""
     from hybridperf.predictor import FALLBACK_INTERVAL, Predictor
@@ -211,6 +224,7 @@ def adapt_predictor(predictor, measured: pd.DataFrame, device: str | DeviceSpec,
         return predictor
     if not (measured["latency_ms"] > 0).all():
         raise InputError("calibration rows need positive Latency (ms)")
+    _check_measured_on(measured, dev)
     base = predictor.predict(measured, dev)
     X = predictor.features(base, dev)
     e = np.log(measured["latency_ms"].to_numpy(np.float64) / base["pred_ms"].to_numpy())
