@@ -11,3 +11,10 @@ def weighted_quantile(x, w, q: float) -> float:
     x, w = x[o], w[o]
     c = np.cumsum(w)
     return float(np.interp(q, (c - w / 2) / c[-1], x))
+
+
+def widen_in_quadrature(q_lo, q_hi, extra: float):
+    """Log-space interval bounds (q_lo <= 0 <= q_hi) widened by an independent error of half-width
+    `extra`: -sqrt(q_lo^2 + extra^2), +sqrt(q_hi^2 + extra^2)."""
+    q_lo, q_hi = np.asarray(q_lo, dtype=np.float64), np.asarray(q_hi, dtype=np.float64)
+    return -np.sqrt(q_lo ** 2 + extra ** 2), np.sqrt(q_hi ** 2 + extra ** 2)

@@ -382,3 +382,22 @@ def test_predictor_uses_the_kernel_timing_stratum(bundle_copy):
     np.testing.assert_allclose(kern["pred_ms"], kern["prior_ms"])  # no members: the prior alone
     np.testing.assert_allclose(kern["hi_ms"] / kern["pred_ms"], np.exp(0.5))
     assert not np.allclose(call["pred_ms"], call["prior_ms"])
+
+
+def test_unseen_device_adds_device_shift_in_quadrature(tiny_bundle):
+    """A GPU outside the bundle's training set gets the device-level error added to its interval;
+    a training GPU does not."""
+    from hybridperf.predictor import DEVICE_SHIFT_Q90
+
+    p = Predictor.load(tiny_bundle)
+    rows = random_shapes(np.random.default_rng(2), 20)
+    m = json.loads((tiny_bundle / MANIFEST).read_text())
+    extra = DEVICE_SHIFT_Q90
+    for dev, unseen in (("Tesla T4", False), ("NVIDIA L4", True)):
+        assert (dev in p.training_devices) != unseen
+        out = p.predict(rows, dev)
+        for oc, g in out.groupby("op_class"):
+            iv = m["op_classes"][oc]["interval"]
+            widen = 1.0 + iv["ood_beta"] * g["ood"].to_numpy()
+            want = np.sqrt((iv["q_hi"] * widen) ** 2 + extra ** 2) if unseen else iv["q_hi"] * widen
+            np.testing.assert_allclose(np.log(g["hi_ms"] / g["pred_ms"]), want, rtol=1e-9)
