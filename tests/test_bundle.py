@@ -401,3 +401,14 @@ def test_unseen_device_adds_device_shift_in_quadrature(tiny_bundle):
             widen = 1.0 + iv["ood_beta"] * g["ood"].to_numpy()
             want = np.sqrt((iv["q_hi"] * widen) ** 2 + extra ** 2) if unseen else iv["q_hi"] * widen
             np.testing.assert_allclose(np.log(g["hi_ms"] / g["pred_ms"]), want, rtol=1e-9)
+
+
+def test_manifest_strata_give_every_class_a_plain_entry():
+    from hybridperf.training.kernels import manifest_strata
+
+    iv = {"linear": {}, "linear@kernel": {}, "elementwise@kernel": {}}
+    assert manifest_strata(["linear", "elementwise"], iv) == [
+        ("elementwise", "elementwise@kernel"), ("elementwise@kernel", "elementwise@kernel"),
+        ("linear", "linear"), ("linear@kernel", "linear@kernel")]
+    with pytest.raises(Exception, match="no held-out calibration rows"):
+        manifest_strata(["bmm"], iv)

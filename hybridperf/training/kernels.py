@@ -185,6 +185,19 @@ def conformal_interval(logo: pd.DataFrame, choice: dict, cfg: TrainConfig, exclu
     return out
 
 
+def manifest_strata(classes, intervals: dict) -> list[tuple[str, str]]:
+    """(manifest key, calibrated stratum it takes its blend and interval from) for every op class in
+    `classes` and every calibrated stratum of one. A class calibrated only on profiler-timed rows (a
+    single training GPU from Vidur) lends that stratum to its plain entry, which every bundle needs."""
+    out = []
+    for oc in sorted(classes):
+        own = sorted(k for k in intervals if k.split("@")[0] == oc)
+        if not own:
+            raise InputError(f"no held-out calibration rows for op class {oc!r}")
+        out += [(oc, oc if oc in own else own[0])] + [(k, k) for k in own if k != oc]
+    return out
+
+
 def export_bundle(fitted: dict, choice: dict, intervals: dict, out_dir: Path, train: pd.DataFrame,
                   cfg: TrainConfig, extra: dict | None = None) -> dict:
     """Write one ONNX file per (op class, learner) plus manifest.json; returns the manifest."""
@@ -196,11 +209,11 @@ def export_bundle(fitted: dict, choice: dict, intervals: dict, out_dir: Path, tr
     out_dir.mkdir(parents=True, exist_ok=True)
     files, classes = {}, {}
     # one manifest entry per stratum (op class, `op_class@kernel`); strata of a class share its ONNX files
-    for key in sorted(set(fitted) | {k for k in intervals if k.split("@")[0] in fitted}):
+    for key, src in manifest_strata(fitted, intervals):
         oc = key.split("@")[0]
         f = fitted[oc]
-        w = choice.get(key, {}).get("mlp_weight", 0.5)
-        lam = choice.get(key, {}).get("shrink", 1.0)
+        w = choice.get(src, {}).get("mlp_weight", 0.5)
+        lam = choice.get(src, {}).get("shrink", 1.0)
         members = []
         for kind, weight in (("mlp", lam * w), ("xgb", lam * (1.0 - w))):
             if weight <= 0:
@@ -210,8 +223,8 @@ def export_bundle(fitted: dict, choice: dict, intervals: dict, out_dir: Path, tr
                 f["models"][kind].export_onnx(out_dir / name)
                 files[name] = ""
             members.append({"file": name, "kind": kind, "weight": weight})
-        classes[key] = {"members": members, "interval": intervals.get(key, intervals.get(oc)),
-                        "feature_range": f["range"], "blend": choice.get(key, {})}
+        classes[key] = {"members": members, "interval": intervals[src], "feature_range": f["range"],
+                        "blend": choice.get(src, {})}
     manifest = {
         "kind": "kernels",
         "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
