@@ -89,3 +89,31 @@ def test_one_line_error_through_main(tmp_path):
 def test_missing_model_bundle_is_an_error(tmp_path):
     r = _run("--config", TINY, "--batch", 1, "--seq", 8, "--device", "H100", "--model-bundle", tmp_path / "nope")
     assert r.exit_code != 0
+
+
+def test_out_of_memory_run_warns_on_stderr_and_still_predicts(tmp_path):
+    big = {"model_type": "gpt2", "n_embd": 2560, "n_head": 32, "n_layer": 32, "vocab_size": 50257, "n_positions": 2048}
+    cfg = tmp_path / "big_gpt.json"
+    cfg.write_text(json.dumps(big))
+    r = _run("--config", cfg, "--batch", 8, "--seq", 2048, "--mode", "train", "--device", "NVIDIA L4", "--json",
+             "--prior-only")
+    assert r.exit_code == 0, r.output
+    assert "would not fit" in r.stderr and "24 GB" in r.stderr
+    assert _last_json(r.stdout)["e2e_ms"] > 0
+    small = _run("--config", TINY, "--batch", 2, "--seq", 128, "--mode", "train", "--device", "NVIDIA L4",
+                 "--json", "--prior-only")
+    assert "would not fit" not in small.stderr
+
+
+def test_memory_estimate_counts_parameters_once():
+    """GPT-2's tied LM head is the embedding table: weights = the model's parameters, counted once."""
+    from hybridperf.graphs import build_graph
+
+    cfg = json.loads(TINY.read_text())
+    h, L, V, P = cfg["n_embd"], cfg["n_layer"], cfg["vocab_size"], cfg["n_positions"]
+    per_layer = 12 * h * h + 13 * h  # qkv, proj, fc, proj weights and biases + 2 LayerNorms
+    params = L * per_layer + V * h + P * h + 2 * h
+    m = build_graph(TINY, 2, 128, "inf").memory_gb()
+    assert m["weights"] == pytest.approx(params * 4 / 1e9) and m["grads"] == 0
+    t = build_graph(TINY, 2, 128, "train").memory_gb()
+    assert t["grads"] == t["weights"] and t["activations"] > m["activations"]

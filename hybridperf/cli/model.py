@@ -57,6 +57,11 @@ def predict_model_cmd(
     dev = get_device(device)  # fail on an unknown device before loading a bundle
     predictor = resolve_predictor(model_bundle, prior_only)
     res = predict_model_detail(str(config), batch, seq, mode, dev, predictor, dtype=dtype)
+    need = res.graph.memory_gb()
+    if need["total"] > dev.mem_gb:
+        typer.echo(f"warning: this run needs roughly {need['total']:.0f} GB (weights {need['weights']:.1f}, "
+                   f"gradients {need['grads']:.1f}, activations {need['activations']:.1f}) and {dev.name} has "
+                   f"{dev.mem_gb:g} GB: it would not fit; the prediction assumes it does", err=True)
     out = {k: round(v, 4) for k, v in res.to_dict().items()}
     if breakdown:
         from rich.console import Console

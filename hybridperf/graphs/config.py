@@ -49,6 +49,11 @@ class ModelConfig:
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
+    def tied_embeddings(self) -> bool:
+        """Whether the LM head reuses the embedding table (HF's default: yes, except llama-likes)."""
+        return bool(self.raw.get("tie_word_embeddings", self.family not in LLAMA_LIKE))
+
+    @property
     def num_kv_heads(self) -> int:
         """Key/value heads (fewer than `heads` under grouped-query attention)."""
         return self.kv_heads or self.heads

@@ -118,6 +118,27 @@ class ModelGraph:
         df["nbytes"] = df["nbytes"] * self.dtype_bytes / F32
         return df.loc[:, list(KERNEL_COLUMNS)]
 
+    def memory_gb(self) -> dict:
+        """Rough device-memory need (GB) of the run: weights, gradients (train) and activations. Training
+        activations follow Korthikanti et al.'s per-layer count for 16-bit tensors, 34*s*b*h + 5*a*s^2*b
+        bytes, scaled to the dtype; inference keeps the two largest live tensors. No optimizer state."""
+        cfg, eb = self.config, self.dtype_bytes
+        params, largest = 0.0, 0.0
+        for blk in self.blocks:
+            for k in blk.kernels:
+                tied = k["op"] == "linear" and k["name"] == "lm_head" and cfg.tied_embeddings
+                params += (0 if tied else k.get("params", 0)) * blk.count  # a tied head is the embedding table
+                if not k["op"].startswith("misc:"):
+                    largest = max(largest, (k["B"] * k["M"] * k["K"] if k["op"] in ("linear", "bmm") else k["B"] * k["H"]) * eb)
+        weights = params * eb / 1e9
+        if self.mode == "train":
+            s, b = self.seq, self.batch
+            per_layer = 34 * s * b * cfg.hidden + 5 * cfg.heads * s * s * b
+            act, grads = cfg.total_layers * per_layer * eb / 2 / 1e9, weights
+        else:
+            act, grads = 2 * largest / 1e9, 0.0
+        return {"weights": weights, "grads": grads, "activations": act, "total": weights + grads + act}
+
     @property
     def num_layers(self) -> int:
         return sum(b.count for b in self.blocks if b.kind == "layer")

@@ -202,7 +202,7 @@ def parallel_graph(config, micro_batch: int, seq: int, mode: str = "train", tp: 
 
 
 def _tied(cfg: ModelConfig) -> bool:
-    return cfg.family in TP_FAMILIES and bool(cfg.raw.get("tie_word_embeddings", cfg.family not in LLAMA_LIKE))
+    return cfg.family in TP_FAMILIES and cfg.tied_embeddings
 
 
 def block_params(graph: ModelGraph, block: Block, pp: int) -> int:
