@@ -412,3 +412,39 @@ def test_manifest_strata_give_every_class_a_plain_entry():
         ("linear", "linear"), ("linear@kernel", "linear@kernel")]
     with pytest.raises(Exception, match="no held-out calibration rows"):
         manifest_strata(["bmm"], iv)
+
+
+def test_profiler_timed_rows_get_their_own_models_and_leave_call_models_alone(tiny_table, tmp_path):
+    """A class trained on both timings: call-timed rows are served by models fitted on call rows only
+    (identical to training without the profiler rows), profiler-timed rows by a second model set."""
+    pytest.importorskip("torch")
+    pytest.importorskip("xgboost")
+    pytest.importorskip("onnxmltools")
+    import torch
+
+    torch.set_num_threads(1)
+    from hybridperf.training.kernels import export_bundle, fit_all, models_for
+
+    cfg = tiny_config(0)
+    linear = tiny_table[tiny_table["op_class"] == "linear"]
+    kern = linear.assign(timing="kernel", latency_ms=linear["latency_ms"] * 0.5)
+    mixed = pd.concat([linear.assign(timing="call"), kern], ignore_index=True)
+    fitted = fit_all(mixed, cfg)
+    assert set(fitted) == {"linear", "linear@kernel"}
+    only_call = fit_all(linear.assign(timing="call"), cfg)
+    X = np.random.default_rng(0).normal(size=(5, len(FEATURE_NAMES)))
+    np.testing.assert_allclose(fitted["linear"]["models"]["xgb"].predict(X), only_call["linear"]["models"]["xgb"].predict(X))
+    assert models_for(fitted, "linear", "kernel") is fitted["linear@kernel"]
+    assert models_for(only_call, "linear", "kernel") is only_call["linear"]  # no kernel set: the class's
+
+    iv = {k: {"q_lo": -0.1, "q_hi": 0.1, "ood_beta": 0.5, "coverage": 0.9} for k in fitted}
+    choice = {k: {"mlp_weight": 0.5, "shrink": 1.0} for k in fitted}
+    m = export_bundle(fitted, choice, iv, tmp_path / "b", mixed, cfg)
+    files = {k: {mem["file"] for mem in spec["members"]} for k, spec in m["op_classes"].items()}
+    assert files == {"linear": {"linear_mlp.onnx", "linear_xgb.onnx"},
+                     "linear@kernel": {"linear_kernel_mlp.onnx", "linear_kernel_xgb.onnx"}}
+    p = Predictor.load(tmp_path / "b")
+    rows = canonicalize(pd.DataFrame({"OPName": ["linear"] * 3, "B": [1, 4, 8], "M": [512, 1024, 64],
+                                      "N": [256, 512, 2048], "K": [1024, 128, 512]}))
+    call, kernel = p.predict(rows, "Tesla T4", timing="call"), p.predict(rows, "Tesla T4", timing="kernel")
+    assert not np.allclose(call["pred_ms"], kernel["pred_ms"])

@@ -1,13 +1,14 @@
 """Train the kernel residual models: per op class an MLP seed-ensemble and XGBoost, blended and
-calibrated on GPUs held out from training, exported as an ONNX bundle.
+calibrated on GPUs held out from training, exported as an ONNX bundle. A class trained on both
+call-timed and profiler-timed rows gets a second model set for the profiler-timed ones (`fit_all`).
 
 Pipeline (`train_kernel_bundle`):
-  0. targets are demeaned per (device, op class): the models learn how the prior's error varies with
-     the kernel on a GPU, not each training GPU's overall bias, which no spec-sheet feature predicts
-     from a handful of GPUs (measured: it made held-out linear errors 2-3x worse); a new GPU's
-     overall bias is what few-shot transfer measures;
+  0. targets are demeaned per (device, op class, timing): the models learn how the prior's error
+     varies with the kernel on a GPU, not each training GPU's overall bias, which no spec-sheet
+     feature predicts from a handful of GPUs (measured: it made held-out linear errors 2-3x worse);
+     a new GPU's overall bias is what few-shot transfer measures;
   1. leave-one-GPU-out over the training devices: fit on all but one, predict the one left out;
-  2. per op class, the MLP/XGBoost blend weight minimising the held-out error;
+  2. per stratum (op class, timing), the MLP/XGBoost blend and shrinkage minimising the held-out error;
   3. split-conformal 90% interval on the held-out log-residuals, normalised by 1 + beta * ood
      (so rows outside the training range get wider intervals);
   4. refit on every device and export ONNX + manifest.
@@ -33,7 +34,7 @@ from hybridperf.residual_models.features import FEATURE_NAMES
 from hybridperf.residual_models.mlp import MLPResidual
 from hybridperf.residual_models.xgb import XGB_OPSET, XGBResidual
 from hybridperf.stats import weighted_quantile
-from hybridperf.training.kernel_data import data_digest, featurize, subsample
+from hybridperf.training.kernel_data import bias_groups, data_digest, featurize, subsample
 
 BLEND_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)  # weight of the MLP; the rest goes to XGBoost
 SHRINK_GRID = (0.0, 0.5, 1.0)  # how much of the blended residual to apply (0 = prior alone)
@@ -67,37 +68,58 @@ def fit_class(X: np.ndarray, y: np.ndarray, cfg: TrainConfig) -> dict:
 
 
 def fit_all(train: pd.DataFrame, cfg: TrainConfig, progress: Callable[[str], None] | None = None) -> dict:
-    """Fit models for every op class present in `train`; returns {op_class: {"models", "range"}}."""
+    """Fit models for every op class present in `train`; returns {stratum: {"models", "range"}}.
+
+    A class with rows of both timings gets two model sets: `op_class` fitted on its call-timed rows
+    only and `op_class@kernel` on all of its rows. Measured leave-one-GPU-out (experiments/RESULTS.md):
+    Vidur's profiler-timed fp16 rows cut the held-out A40's RMSNorm error from 44% to 10% when trained
+    together with NeuSight's, but the same joint model made NeuSight's call-timed LayerNorm worse
+    (T4 5.8% -> 10.1%), so call-timed rows keep models that never saw kernel durations.
+    """
     fz = featurize(subsample(train, cfg.max_rows, cfg.seed))
-    y = fz.y - pd.Series(fz.y).groupby([fz.rows["device"].to_numpy(), fz.rows["op_class"].to_numpy()]).transform("median").to_numpy()
+    keys = [fz.rows[c].to_numpy() for c in bias_groups(fz.rows)]
+    y = fz.y - pd.Series(fz.y).groupby(keys).transform("median").to_numpy()
+    timing = _timing(fz.rows).to_numpy()
     fitted = {}
     for oc in OP_CLASSES:
-        m = (fz.rows["op_class"] == oc).to_numpy()
-        if m.sum() < 20:
-            continue
-        if progress:
-            progress(f"fit {oc} ({m.sum()} rows)")
-        fitted[oc] = {"models": fit_class(fz.X[m], y[m], cfg), "range": feature_range(fz.X[m])}
+        cls = (fz.rows["op_class"] == oc).to_numpy()
+        both = (timing[cls] == "call").any() and (timing[cls] == "kernel").any()
+        sets = [(oc, cls & (timing == "call")), (stratum_key(oc, "kernel"), cls)] if both else [(oc, cls)]
+        for key, m in sets:
+            if m.sum() < 20:
+                continue
+            if progress:
+                progress(f"fit {key} ({m.sum()} rows)")
+            fitted[key] = {"models": fit_class(fz.X[m], y[m], cfg), "range": feature_range(fz.X[m])}
     return fitted
+
+
+def models_for(fitted: dict, op_class: str, timing: str) -> dict | None:
+    """The fitted models that serve rows of (op class, timing): the stratum's own, else the class's."""
+    return fitted.get(stratum_key(op_class, timing)) or fitted.get(op_class)
+
+
+def _timing(rows: pd.DataFrame) -> pd.Series:
+    return rows["timing"] if "timing" in rows.columns else pd.Series("call", index=rows.index)
 
 
 def predict_heldout(fitted: dict, rows: pd.DataFrame) -> pd.DataFrame:
     """Per-member residual predictions and OOD scores for `rows` (canonical, with latency)."""
     fz = featurize(rows)
     out = fz.rows[["device", "op", "op_class", "B", "M", "N", "K", "H", "latency_ms"]].copy()
-    out["timing"] = fz.rows["timing"].to_numpy() if "timing" in fz.rows.columns else "call"
+    out["timing"] = _timing(fz.rows).to_numpy()
     out["prior_ms"] = fz.prior_ms
     out["roofline_ms"] = fz.roofline_ms
     out["y"] = fz.y
     for col in ("r_mlp", "r_xgb", "ood"):
         out[col] = np.nan
-    for oc, f in fitted.items():
-        m = (out["op_class"] == oc).to_numpy()
-        if not m.any():
+    for (oc, t), idx in out.groupby(["op_class", "timing"]).indices.items():
+        f = models_for(fitted, oc, t)
+        if f is None:
             continue
-        out.loc[m, "r_mlp"] = f["models"]["mlp"].predict(fz.X[m])
-        out.loc[m, "r_xgb"] = f["models"]["xgb"].predict(fz.X[m])
-        out.loc[m, "ood"] = ood_score(fz.X[m], f["range"])
+        out.iloc[idx, out.columns.get_loc("r_mlp")] = f["models"]["mlp"].predict(fz.X[idx])
+        out.iloc[idx, out.columns.get_loc("r_xgb")] = f["models"]["xgb"].predict(fz.X[idx])
+        out.iloc[idx, out.columns.get_loc("ood")] = ood_score(fz.X[idx], f["range"])
     return out
 
 
@@ -150,8 +172,7 @@ def stratum(rows: pd.DataFrame) -> pd.Series:
     """Calibration stratum of each row: its op class, suffixed `@kernel` when it is profiler-timed
     (`timing` = kernel). Blend, shrinkage and interval are chosen per stratum: how well the residual
     transfers differs between a timed call and a kernel's duration."""
-    timing = rows["timing"] if "timing" in rows.columns else pd.Series("call", index=rows.index)
-    return pd.Series([stratum_key(o, t) for o, t in zip(rows["op_class"], timing)], index=rows.index, dtype=object)
+    return pd.Series([stratum_key(o, t) for o, t in zip(rows["op_class"], _timing(rows))], index=rows.index, dtype=object)
 
 
 def per_stratum(logo: pd.DataFrame, table: dict, field: str, default: float) -> np.ndarray:
@@ -200,7 +221,7 @@ def manifest_strata(classes, intervals: dict) -> list[tuple[str, str]]:
 
 def export_bundle(fitted: dict, choice: dict, intervals: dict, out_dir: Path, train: pd.DataFrame,
                   cfg: TrainConfig, extra: dict | None = None) -> dict:
-    """Write one ONNX file per (op class, learner) plus manifest.json; returns the manifest."""
+    """Write one ONNX file per (fitted stratum, learner) plus manifest.json; returns the manifest."""
     import onnx
     import onnxruntime
     import torch
@@ -208,17 +229,19 @@ def export_bundle(fitted: dict, choice: dict, intervals: dict, out_dir: Path, tr
 
     out_dir.mkdir(parents=True, exist_ok=True)
     files, classes = {}, {}
-    # one manifest entry per stratum (op class, `op_class@kernel`); strata of a class share its ONNX files
-    for key, src in manifest_strata(fitted, intervals):
+    # one manifest entry per stratum (op class, `op_class@kernel`); a stratum without models of its
+    # own (see `fit_all`) shares its class's ONNX files
+    for key, src in manifest_strata({k.split("@")[0] for k in fitted}, intervals):
         oc = key.split("@")[0]
-        f = fitted[oc]
+        own = key if key in fitted else oc if oc in fitted else next(k for k in sorted(fitted) if k.startswith(oc + "@"))
+        f = fitted[own]
         w = choice.get(src, {}).get("mlp_weight", 0.5)
         lam = choice.get(src, {}).get("shrink", 1.0)
         members = []
         for kind, weight in (("mlp", lam * w), ("xgb", lam * (1.0 - w))):
             if weight <= 0:
                 continue
-            name = f"{oc}_{kind}.onnx"
+            name = f"{own.replace('@', '_')}_{kind}.onnx"
             if name not in files:
                 f["models"][kind].export_onnx(out_dir / name)
                 files[name] = ""
@@ -236,7 +259,7 @@ def export_bundle(fitted: dict, choice: dict, intervals: dict, out_dir: Path, tr
         "training_data": {"sha256": data_digest(train), "rows": int(len(train)),
                           "devices": sorted(train["device"].unique().tolist())},
         "train_config": json.loads(json.dumps(asdict(cfg))),
-        "target": "log(measured_ms / prior_ms), demeaned per training device and op class",
+        "target": "log(measured_ms / prior_ms), demeaned per training device, op class and timing",
         "files": files,
         "op_classes": classes,
         **(extra or {}),
