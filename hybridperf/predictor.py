@@ -31,9 +31,20 @@ FALLBACK_INTERVAL = {"q_lo": -0.7, "q_hi": 0.7, "ood_beta": 0.0}
 #: there the device-level error is in-sample. On the two GPUs that had no say in them (Vidur's
 #: A100-SXM4-80GB and A40), large memory-bound kernels run at 1.07x and 0.91x the prior: RMS 0.085 in
 #: log. An unseen device's interval adds it in quadrature (1.645 sd at 90%); the bundle's training
-#: devices and a device the bundle was adapted to (few-shot transfer measured it) do not.
+#: devices do not, and a device the bundle was adapted to adds what its measured kernels left of it
+#: (`device_shift_q90`).
 DEVICE_SHIFT_SD = 0.085
-DEVICE_SHIFT_Q90 = 1.6448536269514722 * DEVICE_SHIFT_SD  # its 90% half-width (log)
+_Z90 = 1.6448536269514722
+DEVICE_SHIFT_Q90 = _Z90 * DEVICE_SHIFT_SD  # its 90% half-width (log)
+
+
+def device_shift_q90(n_rows: int, half_width: float) -> float:
+    """90% half-width (log) of the device-level error left in one op class after `n_rows` of its
+    kernels were measured on the device: the posterior sd of a class offset with prior sd
+    DEVICE_SHIFT_SD, observed through rows that scatter with the class's interval (`half_width`, log,
+    at 90%). No rows: the full DEVICE_SHIFT_Q90; many rows: nearly 0."""
+    noise_sd = max(half_width, 1e-3) / _Z90
+    return float(_Z90 / np.sqrt(1.0 / DEVICE_SHIFT_SD ** 2 + n_rows / noise_sd ** 2))
 OOD_CLIP = 5.0
 
 
@@ -148,8 +159,9 @@ class Predictor:
                 ood[idx] = ood_score(X[idx], spec["feature_range"])
             widen = 1.0 + iv.get("ood_beta", 0.0) * ood[idx]
             q_lo, q_hi = iv["q_lo"] * widen, iv["q_hi"] * widen
-            if unseen:
-                q_lo, q_hi = widen_in_quadrature(q_lo, q_hi, DEVICE_SHIFT_Q90)
+            shift = iv.get("device_shift_q90", 0.0) if adapted_here else DEVICE_SHIFT_Q90 if unseen else 0.0
+            if shift > 0:
+                q_lo, q_hi = widen_in_quadrature(q_lo, q_hi, shift)
             pred[idx] = prior[idx] * np.exp(r)
             lo[idx] = pred[idx] * np.exp(q_lo)
             hi[idx] = pred[idx] * np.exp(q_hi)

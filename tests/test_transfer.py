@@ -328,12 +328,17 @@ def test_recalibrated_intervals_follow_the_leave_one_out_residuals():
     from hybridperf.transfer.adapt import recalibrate
 
     zero = {"linear": {"q_lo": -0.2, "q_hi": 0.4, "ood_beta": 0.5}, "softmax": {"q_lo": -0.3, "q_hi": 0.3, "ood_beta": 0.5}}
-    assert recalibrate(zero, {}) == zero
+    from hybridperf.predictor import DEVICE_SHIFT_Q90
+
+    nothing = recalibrate(zero, {})
+    assert all(nothing[oc] == {**zero[oc], "device_shift_q90": DEVICE_SHIFT_Q90} for oc in zero)
     tight = recalibrate(zero, {"linear": np.linspace(-0.02, 0.02, 40)})
     wide = recalibrate(zero, {"linear": np.linspace(-0.8, 0.8, 40)})
     assert tight["linear"]["q_hi"] - tight["linear"]["q_lo"] < 0.3 < 0.6 < wide["linear"]["q_hi"] - wide["linear"]["q_lo"]
     assert tight["linear"]["ood_beta"] < 0.5
-    assert tight["softmax"] == zero["softmax"]  # nothing measured, nothing corrected: the zero-shot interval
+    # nothing measured, nothing corrected: the zero-shot interval and all of the device-level error
+    assert tight["softmax"] == {**zero["softmax"], "device_shift_q90": DEVICE_SHIFT_Q90}
+    assert tight["linear"]["device_shift_q90"] < 0.5 * DEVICE_SHIFT_Q90  # 40 kernels pinned the device down
     # a class with few measurements borrows, at a discount, the others' standardised residuals
     few = np.array([-0.01, 0.01])
     alone = recalibrate(zero, {"linear": np.linspace(-0.02, 0.02, 40), "softmax": few})
@@ -361,3 +366,13 @@ def test_evidence_loosens_the_prior_for_a_far_device(base):
     default = TransferPrior().offset
     assert all(c.prior.offset <= default for c in near.corrections.values())
     assert all(c.prior.offset > default for c in far.corrections.values())
+
+
+def test_device_level_error_shrinks_with_the_class_s_measured_kernels():
+    from hybridperf.predictor import DEVICE_SHIFT_Q90, device_shift_q90
+
+    q = [device_shift_q90(n, 0.2) for n in (0, 1, 4, 16, 64)]
+    assert q[0] == pytest.approx(DEVICE_SHIFT_Q90)
+    assert all(a > b for a, b in zip(q, q[1:])) and q[-1] < 0.2 * DEVICE_SHIFT_Q90
+    # a class that scatters little on the device is pinned down by fewer kernels
+    assert device_shift_q90(2, 0.02) < device_shift_q90(2, 0.4)

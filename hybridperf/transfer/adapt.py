@@ -24,8 +24,9 @@ picked them; experiments/fewshot_curve.py re-chooses the default per fold).
 
 Intervals after transfer: the closed-form leave-one-out residuals of the fit, standardised by each
 class's zero-shot half-width and pooled over classes (other classes count 0.3), plus the zero-shot
-interval as pseudo-residuals worth 8 kernels; the interval is the 5%/95% quantiles of that mixture.
-All numpy.
+interval as pseudo-residuals worth 8 kernels; the interval is the 5%/95% quantiles of that mixture,
+widened in quadrature by the device-level error that the class's measured kernels leave (the
+posterior sd of a class offset: all of it for a class with no measured kernel). All numpy.
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ import pandas as pd
 
 from hybridperf.devices import DeviceSpec, get_device
 from hybridperf.errors import HybridperfError, InputError
+from hybridperf.predictor import DEVICE_SHIFT_Q90, device_shift_q90
 from hybridperf.residual_models.features import FEATURE_NAMES
 from hybridperf.stats import weighted_quantile
 
@@ -172,18 +174,20 @@ def fit_corrections(X: np.ndarray, e: np.ndarray, op_class: np.ndarray,
 
 
 def recalibrate(intervals: dict, loo: dict, coverage: float = 0.9) -> dict:
-    """Adapted intervals: zero-shot ones mixed with pooled, standardised leave-one-out quantiles."""
+    """Adapted intervals: zero-shot ones mixed with pooled, standardised leave-one-out quantiles, plus
+    the device-level error the class's measured kernels leave (`device_shift_q90`; all of it for a
+    class with none: transfer with k = 4 measures some classes not at all)."""
     half = {oc: (iv["q_hi"] - iv["q_lo"]) / 2 for oc, iv in intervals.items()}
     classes = [oc for oc in loo if oc in half and len(loo[oc])]
     if not classes:
-        return {oc: dict(iv) for oc, iv in intervals.items()}
+        return {oc: {**iv, "device_shift_q90": DEVICE_SHIFT_Q90} for oc, iv in intervals.items()}
     u = np.concatenate([loo[oc] / max(half[oc], 1e-6) for oc in classes])
     owner = np.concatenate([[oc] * len(loo[oc]) for oc in classes])
     a = (1.0 - coverage) / 2.0
     out = {}
     for oc, iv in intervals.items():
-        if oc not in loo:
-            out[oc] = dict(iv)
+        if oc not in loo:  # nothing of this class measured: the device-level error is all still there
+            out[oc] = {**iv, "device_shift_q90": DEVICE_SHIFT_Q90}
             continue
         w = np.where(owner == oc, 1.0, POOL_WEIGHT)
         # the zero-shot interval as INTERVAL_PRIOR_WEIGHT pseudo-residuals (a normal with its 5%/95%
@@ -194,7 +198,8 @@ def recalibrate(intervals: dict, loo: dict, coverage: float = 0.9) -> dict:
         mix = w.sum() / (w.sum() + INTERVAL_PRIOR_WEIGHT)
         # after transfer the device is no longer unseen: the OOD widening gives way with the evidence
         out[oc] = {**iv, "q_lo": weighted_quantile(x, wx, a), "q_hi": weighted_quantile(x, wx, 1.0 - a),
-                   "ood_beta": float((1 - mix) * iv.get("ood_beta", 0.0)), "calibration_rows": int(len(loo[oc]))}
+                   "ood_beta": float((1 - mix) * iv.get("ood_beta", 0.0)), "calibration_rows": int(len(loo[oc])),
+                   "device_shift_q90": device_shift_q90(len(loo[oc]), half[oc])}
     return out
 
 
