@@ -132,7 +132,9 @@ class Predictor:
         `timing` (`call` or `kernel`, see hybridperf.priors.launch) sets how the predicted latency is
         measured, for every row; by default each row's `timing` column, else `call`.
         Returns the canonical rows plus prior_ms, pred_ms, lo_ms, hi_ms (central 90% interval) and
-        ood (0 = inside the training range).
+        ood (0 = inside the training range). On a GPU the bundle was trained on, the bias measured
+        there per op class and timing (manifest `device_bias`, kept out of the demeaned models) is
+        applied too; an unseen GPU has none to apply.
         """
         dev = get_device(device)
         df = kernels if "op_class" in kernels.columns and "flops" in kernels.columns else canonicalize(kernels)
@@ -149,6 +151,7 @@ class Predictor:
         adapted_here = bool(self.adaptation) and self.adaptation.get("device") == dev.name
         unseen = self.bundle is not None and dev.name not in self.training_devices and not adapted_here
         timings = df["timing"] if "timing" in df.columns else pd.Series("call", index=df.index)
+        known_bias = self.manifest.get("device_bias", {}).get(dev.name, {}) if self.bundle else {}
         for (oc, tm), idx in df.groupby([df["op_class"], timings], sort=False).indices.items():
             if self.bundle is None:
                 r, spec = np.zeros(len(idx)), {"interval": FALLBACK_INTERVAL}
@@ -162,7 +165,7 @@ class Predictor:
             shift = iv.get("device_shift_q90", 0.0) if adapted_here else DEVICE_SHIFT_Q90 if unseen else 0.0
             if shift > 0:
                 q_lo, q_hi = widen_in_quadrature(q_lo, q_hi, shift)
-            pred[idx] = prior[idx] * np.exp(r)
+            pred[idx] = prior[idx] * np.exp(r + known_bias.get(stratum_key(oc, tm), 0.0))
             lo[idx] = pred[idx] * np.exp(q_lo)
             hi[idx] = pred[idx] * np.exp(q_hi)
         out = df.copy()

@@ -117,7 +117,8 @@ def blended_bundle(native_fit, tiny_bundle, tiny_table, tmp_path_factory):
 
 
 def test_predictor_matches_native_blend(native_fit, blended_bundle, tiny_table):
-    """Predictor (onnxruntime) == prior x exp(sum of manifest weights x native learner predictions)."""
+    """Predictor (onnxruntime) == prior x exp(sum of manifest weights x native learner predictions
+    + the training device's bias)."""
     from hybridperf.training.kernel_data import featurize
 
     m = _manifest(blended_bundle)
@@ -132,6 +133,7 @@ def test_predictor_matches_native_blend(native_fit, blended_bundle, tiny_table):
             mask = (rows["op_class"] == oc).to_numpy()
             for member in spec["members"]:
                 expect_r[mask] += member["weight"] * native_fit[oc]["models"][member["kind"]].predict(fz.X[mask])
+        expect_r += np.array([m["device_bias"][dev][oc] for oc in rows["op_class"]])
         out = p.predict(rows, dev)
         np.testing.assert_allclose(out["prior_ms"], fz.prior_ms, rtol=1e-12)
         np.testing.assert_allclose(out["pred_ms"], fz.prior_ms * np.exp(expect_r), rtol=1e-5)
@@ -448,3 +450,24 @@ def test_profiler_timed_rows_get_their_own_models_and_leave_call_models_alone(ti
                                       "N": [256, 512, 2048], "K": [1024, 128, 512]}))
     call, kernel = p.predict(rows, "Tesla T4", timing="call"), p.predict(rows, "Tesla T4", timing="kernel")
     assert not np.allclose(call["pred_ms"], kernel["pred_ms"])
+
+
+def test_training_devices_get_their_measured_bias_back(tiny_bundle, tiny_table):
+    """Targets are demeaned per training device; the bundle keeps each device's bias and the
+    predictor adds it on that device only (the tiny data run T4 at 1.15x and V100 at 0.95x)."""
+    m = _manifest(tiny_bundle)
+    bias = m["device_bias"]
+    assert set(bias) == set(TINY_DEVICES)
+    assert bias["Tesla T4"]["linear"] > bias["Tesla V100-PCIE-32GB"]["linear"]
+    p = Predictor.load(tiny_bundle)
+    rows = tiny_table[tiny_table["device"] == "Tesla T4"].head(40)
+    on_t4 = p.predict(rows, "Tesla T4")
+    stripped = Predictor.load(tiny_bundle)
+    stripped.bundle.manifest["device_bias"] = {}
+    without = stripped.predict(rows, "Tesla T4")
+    want = np.exp([bias["Tesla T4"][oc] for oc in on_t4["op_class"]])
+    np.testing.assert_allclose(on_t4["pred_ms"] / without["pred_ms"], want, rtol=1e-9)
+    # a GPU outside the bundle's training set gets no device bias
+    unseen = p.predict(rows, "NVIDIA L4")
+    stripped_l4 = stripped.predict(rows, "NVIDIA L4")
+    np.testing.assert_allclose(unseen["pred_ms"], stripped_l4["pred_ms"])
