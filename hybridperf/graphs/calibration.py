@@ -43,16 +43,16 @@ CALIBRATION: dict = {
     },
     "bundle": {
         "scale": 1.0,
-        "gap_ms": 0.01337,
+        "gap_ms": 0.01351,
         "cpu_ms": 0.0,
         "inf": {
             "log_bias": 0.0,
-            "q_lo": -0.1533,
+            "q_lo": -0.1573,
             "q_hi": 0.5404
         },
         "train": {
             "log_bias": 0.0,
-            "q_lo": -0.1533,
+            "q_lo": -0.1573,
             "q_hi": 0.5404
         },
         "variant": "gap",
