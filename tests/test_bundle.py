@@ -196,6 +196,34 @@ def test_unreadable_or_foreign_manifest_is_refused(bundle_copy, content):
         Predictor.load(bundle_copy)
 
 
+def _set_interval_q_lo(m, v):
+    m["op_classes"]["linear"]["interval"]["q_lo"] = v
+
+
+def _set_first_weight(m, v):
+    next(spec for spec in m["op_classes"].values() if spec["members"])["members"][0]["weight"] = v
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda m: _set_interval_q_lo(m, "abc"), "interval.q_lo is 'abc'"),
+    (lambda m: _set_interval_q_lo(m, float("nan")), "interval.q_lo"),
+    (lambda m: _set_interval_q_lo(m, 9.0), "q_lo > q_hi"),
+    (lambda m: _set_first_weight(m, "x"), "weight is 'x'"),
+    (lambda m: _set_first_weight(m, -1.0), "weight"),
+    (lambda m: m["op_classes"]["linear"]["feature_range"].update(lo=[0.0]), "feature_range.lo"),
+    (lambda m: m["device_bias"]["Tesla T4"].update(linear="abc"), r"device_bias\['Tesla T4'\].linear"),
+    (lambda m: m.update(device_bias=[1, 2]), "device_bias is not"),
+])
+def test_edited_manifest_numbers_are_refused(bundle_copy, edit, match):
+    """A manifest whose numbers are not finite numbers of the right shape fails at load, in one line,
+    instead of deep inside a prediction (or silently, for a feature range that broadcasts)."""
+    m = _manifest(bundle_copy)
+    edit(m)
+    _write_manifest(bundle_copy, m)
+    with pytest.raises(ModelBundleError, match=match):
+        Predictor.load(bundle_copy)
+
+
 def test_missing_manifest_is_refused(bundle_copy):
     (bundle_copy / MANIFEST).unlink()
     with pytest.raises(ModelBundleError):

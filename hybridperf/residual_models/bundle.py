@@ -103,6 +103,7 @@ def load_bundle(path: str | Path, expect_kind: str | None = None, feature_names=
             except Exception as e:  # onnxruntime raises its own exception types
                 raise ModelBundleError(f"{root}: {name} is not a loadable ONNX model ({str(e).splitlines()[0]})") from None
     _check_references(root, m, sessions, feature_names)
+    _check_values(root, m, feature_names)
     return Bundle(path=root, manifest=m, sessions=sessions)
 
 
@@ -117,6 +118,44 @@ def _check_references(root: Path, m: dict, sessions: dict, feature_names) -> Non
         shape = sessions[name].get_inputs()[0].shape
         if width is not None and (len(shape) != 2 or shape[1] != width):
             raise ModelBundleError(f"{root}: {name} takes input shape {shape}, expected [rows, {width}]")
+
+
+def _check_values(root: Path, m: dict, feature_names) -> None:
+    """The manifest's numbers the predictor computes with are finite numbers of the right shape, so
+    an edited manifest fails here with one line instead of deep inside a prediction."""
+    def number(x, where: str, lo: float = -np.inf) -> None:
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not np.isfinite(x) or x < lo:
+            raise ModelBundleError(f"{root}: manifest {where} is {x!r}, not a finite number" + (f" >= {lo}" if lo > -np.inf else ""))
+
+    for key, spec in (m.get("op_classes") or {}).items():
+        if not isinstance(spec, dict):
+            raise ModelBundleError(f"{root}: manifest op_classes.{key} is not an object")
+        for i, member in enumerate(spec.get("members", [])):
+            number(member.get("weight"), f"op_classes.{key}.members[{i}].weight", 0.0)
+        iv = spec.get("interval")
+        if iv is not None:
+            for f in ("q_lo", "q_hi"):
+                number(iv.get(f), f"op_classes.{key}.interval.{f}")
+            if iv["q_lo"] > iv["q_hi"]:
+                raise ModelBundleError(f"{root}: manifest op_classes.{key}.interval has q_lo > q_hi")
+            for f in ("ood_beta", "device_shift_q90"):
+                if f in iv:
+                    number(iv[f], f"op_classes.{key}.interval.{f}", 0.0)
+        rng = spec.get("feature_range")
+        if rng is not None:
+            for f in ("lo", "hi", "scale"):
+                v = rng.get(f)
+                if not isinstance(v, list) or (feature_names is not None and len(v) != len(feature_names)):
+                    raise ModelBundleError(f"{root}: manifest op_classes.{key}.feature_range.{f} is not a list "
+                                           "of one number per feature")
+                for j, x in enumerate(v):
+                    number(x, f"op_classes.{key}.feature_range.{f}[{j}]")
+    bias = m.get("device_bias", {})
+    if not isinstance(bias, dict) or not all(isinstance(v, dict) for v in bias.values()):
+        raise ModelBundleError(f"{root}: manifest device_bias is not {{device: {{stratum: number}}}}")
+    for dev, strata in bias.items():
+        for key, x in strata.items():
+            number(x, f"device_bias[{dev!r}].{key}")
 
 
 def write_manifest(root: Path, manifest: dict) -> None:
