@@ -160,6 +160,22 @@ def test_suggest_default_candidates(base):
     assert picks["op_class"].nunique() == 5
 
 
+def test_suggest_spends_measurements_where_the_zero_shot_error_is_large(bundle_copy, candidates):
+    """A class the zero-shot model predicts within a few percent gets no pick while uncertain classes
+    still lack one; with equal intervals every class gets one."""
+    m = json.loads((bundle_copy / "manifest.json").read_text())
+    for oc, spec in m["op_classes"].items():
+        half = 0.01 if oc.startswith("elementwise") else 0.3
+        spec["interval"].update(q_lo=-half, q_hi=half)
+    (bundle_copy / "manifest.json").write_text(json.dumps(m))
+    picks = suggest_kernels(Predictor.load(bundle_copy), candidates, TARGET, k=4)
+    assert "elementwise" not in set(picks["op_class"]) and picks["op_class"].nunique() == 4
+    for spec in m["op_classes"].values():
+        spec["interval"].update(q_lo=-0.3, q_hi=0.3)
+    (bundle_copy / "manifest.json").write_text(json.dumps(m))
+    assert suggest_kernels(Predictor.load(bundle_copy), candidates, TARGET, k=5)["op_class"].nunique() == 5
+
+
 def test_suggest_rejects_k0(base, candidates):
     with pytest.raises(InputError):
         suggest_kernels(base, candidates, TARGET, k=0)

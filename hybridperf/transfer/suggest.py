@@ -2,10 +2,12 @@
 
 Greedy V-optimal design under the transfer's own prior (hybridperf.transfer.adapt): each pick is the
 candidate whose measurement most reduces the posterior variance of the correction, summed over the
-candidates of its op class with every class weighted equally (the targets are per class). So the
-first picks pin each class's offset at a representative kernel, later ones go where the basis terms
-(duration, reduction length, quantisation, compute/memory balance) are least pinned. Deterministic;
-no measurement is needed to choose.
+candidates of its op class. A class's share is scaled by the variance of its zero-shot error (its
+90% interval's half-width, squared): the targets are per class, and a class the zero-shot model
+already predicts within 2% (elementwise) gains little from a measurement that a GEMM class needs.
+So the first picks pin the uncertain classes' offsets at a representative kernel, later ones go where
+the basis terms (duration, reduction length, quantisation, compute/memory balance) are least pinned.
+Deterministic; no measurement is needed to choose.
 """
 from __future__ import annotations
 
@@ -36,9 +38,11 @@ def default_candidates() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _greedy_design(kernels: list, k: int, noise: float) -> list:
-    """Indices (class, row) of k greedy V-optimal picks over per-class prior covariances `kernels`."""
-    weight = [1.0 / len(K) for K in kernels]
+def _greedy_design(kernels: list, k: int, noise: float, class_weights=None) -> list:
+    """Indices (class, row) of k greedy V-optimal picks over per-class prior covariances `kernels`,
+    each class's summed variance weighted by `class_weights` (default: equal)."""
+    class_weights = np.ones(len(kernels)) if class_weights is None else np.asarray(class_weights, np.float64)
+    weight = [cw / len(K) for cw, K in zip(class_weights, kernels)]
     kernels = [K.copy() for K in kernels]
     picks = []
     for _ in range(k):
@@ -54,6 +58,15 @@ def _greedy_design(kernels: list, k: int, noise: float) -> list:
         kernels[c] = K - np.outer(kj, kj) / (kj[j] + noise ** 2)
         picks.append((c, j))
     return picks
+
+
+def zero_shot_variance(predictor, op_class: str) -> float:
+    """Variance (log^2) of the zero-shot error of `op_class`: its 90% interval's half-width / 1.645,
+    squared (the wide fallback interval without a bundle)."""
+    from hybridperf.predictor import FALLBACK_INTERVAL
+
+    iv = predictor.manifest.get("op_classes", {}).get(op_class, {}).get("interval", FALLBACK_INTERVAL)
+    return float(((iv["q_hi"] - iv["q_lo"]) / 2.0 / 1.6448536269514722) ** 2)
 
 
 def suggest_kernels(predictor, candidates: pd.DataFrame, device: str | DeviceSpec, k: int,
@@ -73,10 +86,12 @@ def suggest_kernels(predictor, candidates: pd.DataFrame, device: str | DeviceSpe
     X = predictor.features(pred, dev)
     prior = TransferPrior()
     rows = []
-    for oc in sorted(pred["op_class"].unique()):
+    for oc in sorted(pred["op_class"].unique()):  # the order of `classes` below
         idx = np.flatnonzero(pred["op_class"].to_numpy() == oc)
         rows.append(idx[np.unique(np.linspace(0, len(idx) - 1, min(len(idx), max_per_class)).astype(int))])
-    picks = _greedy_design([prior_kernel(X[r], X[r], prior) for r in rows], min(k, len(pred)), prior.noise)
+    classes = sorted(pred["op_class"].unique())
+    picks = _greedy_design([prior_kernel(X[r], X[r], prior) for r in rows], min(k, len(pred)), prior.noise,
+                           [zero_shot_variance(predictor, oc) for oc in classes])
     return pred.iloc[sorted(rows[c][j] for c, j in picks)].reset_index(drop=True)
 
 
