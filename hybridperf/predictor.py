@@ -45,6 +45,8 @@ def device_shift_q90(n_rows: int, half_width: float) -> float:
     at 90%). No rows: the full DEVICE_SHIFT_Q90; many rows: nearly 0."""
     noise_sd = max(half_width, 1e-3) / _Z90
     return float(_Z90 / np.sqrt(1.0 / DEVICE_SHIFT_SD ** 2 + n_rows / noise_sd ** 2))
+
+
 OOD_CLIP = 5.0
 
 

@@ -176,6 +176,28 @@ def test_suggest_spends_measurements_where_the_zero_shot_error_is_large(bundle_c
     assert suggest_kernels(Predictor.load(bundle_copy), candidates, TARGET, k=5)["op_class"].nunique() == 5
 
 
+def test_zero_shot_error_moment_counts_an_offset_interval_and_an_unseen_device(base):
+    """An interval that is narrow but offset (the model is expected to be off) weighs like a wide one;
+    an unseen GPU adds the device-level term."""
+    from hybridperf.devices import get_device
+    from hybridperf.predictor import DEVICE_SHIFT_SD
+    from hybridperf.transfer.suggest import zero_shot_error_moment
+
+    m = base.manifest["op_classes"]
+    saved = {oc: dict(m[oc]["interval"]) for oc in ("linear", "softmax")}
+    try:
+        m["linear"]["interval"].update(q_lo=0.22, q_hi=0.39)
+        m["softmax"]["interval"].update(q_lo=-0.03, q_hi=0.02)
+        seen, unseen = get_device("Tesla T4"), get_device("NVIDIA L4")
+        assert "Tesla T4" in base.training_devices
+        lin, sm = zero_shot_error_moment(base, "linear", seen), zero_shot_error_moment(base, "softmax", seen)
+        assert lin > 0.09 > 0.001 > sm
+        assert zero_shot_error_moment(base, "softmax", unseen) == pytest.approx(sm + DEVICE_SHIFT_SD ** 2)
+    finally:
+        for oc, iv in saved.items():
+            m[oc]["interval"] = iv
+
+
 def test_suggest_rejects_k0(base, candidates):
     with pytest.raises(InputError):
         suggest_kernels(base, candidates, TARGET, k=0)

@@ -2,9 +2,10 @@
 
 Greedy V-optimal design under the transfer's own prior (hybridperf.transfer.adapt): each pick is the
 candidate whose measurement most reduces the posterior variance of the correction, summed over the
-candidates of its op class. A class's share is scaled by the variance of its zero-shot error (its
-90% interval's half-width, squared): the targets are per class, and a class the zero-shot model
-already predicts within 2% (elementwise) gains little from a measurement that a GEMM class needs.
+candidates of its op class. A class's share is scaled by its expected squared zero-shot error on the
+device (read off its interval, plus the device-level term on an unseen GPU): the targets are per
+class, and a class the zero-shot model already predicts within 2% (elementwise) gains less from a
+measurement than a GEMM class does.
 So the first picks pin the uncertain classes' offsets at a representative kernel, later ones go where
 the basis terms (duration, reduction length, quantisation, compute/memory balance) are least pinned.
 Deterministic; no measurement is needed to choose.
@@ -60,13 +61,17 @@ def _greedy_design(kernels: list, k: int, noise: float, class_weights=None) -> l
     return picks
 
 
-def zero_shot_variance(predictor, op_class: str) -> float:
-    """Variance (log^2) of the zero-shot error of `op_class`: its 90% interval's half-width / 1.645,
-    squared (the wide fallback interval without a bundle)."""
-    from hybridperf.predictor import FALLBACK_INTERVAL
+def zero_shot_error_moment(predictor, op_class: str, device: DeviceSpec) -> float:
+    """Expected squared zero-shot log-error of `op_class` on `device`, read off its 90% interval
+    (the wide fallback interval without a bundle): the interval's centre squared (a skewed or offset
+    interval means the point prediction is expected to be off) plus its half-width / 1.645 squared,
+    plus the device-level term on a GPU the bundle was not trained on."""
+    from hybridperf.predictor import DEVICE_SHIFT_SD, FALLBACK_INTERVAL
 
     iv = predictor.manifest.get("op_classes", {}).get(op_class, {}).get("interval", FALLBACK_INTERVAL)
-    return float(((iv["q_hi"] - iv["q_lo"]) / 2.0 / 1.6448536269514722) ** 2)
+    unseen = predictor.bundle is not None and device.name not in predictor.training_devices
+    centre, half = (iv["q_hi"] + iv["q_lo"]) / 2.0, (iv["q_hi"] - iv["q_lo"]) / 2.0
+    return float(centre ** 2 + (half / 1.6448536269514722) ** 2 + (DEVICE_SHIFT_SD ** 2 if unseen else 0.0))
 
 
 def suggest_kernels(predictor, candidates: pd.DataFrame, device: str | DeviceSpec, k: int,
@@ -91,7 +96,7 @@ def suggest_kernels(predictor, candidates: pd.DataFrame, device: str | DeviceSpe
         rows.append(idx[np.unique(np.linspace(0, len(idx) - 1, min(len(idx), max_per_class)).astype(int))])
     classes = sorted(pred["op_class"].unique())
     picks = _greedy_design([prior_kernel(X[r], X[r], prior) for r in rows], min(k, len(pred)), prior.noise,
-                           [zero_shot_variance(predictor, oc) for oc in classes])
+                           [zero_shot_error_moment(predictor, oc, dev) for oc in classes])
     return pred.iloc[sorted(rows[c][j] for c, j in picks)].reset_index(drop=True)
 
 
