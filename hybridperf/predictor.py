@@ -36,15 +36,27 @@ FALLBACK_INTERVAL = {"q_lo": -0.7, "q_hi": 0.7, "ood_beta": 0.0}
 DEVICE_SHIFT_SD = 0.085
 _Z90 = 1.6448536269514722
 DEVICE_SHIFT_Q90 = _Z90 * DEVICE_SHIFT_SD  # its 90% half-width (log)
+#: the same error for a bundle trained on ONE GPU, whose interval (cross-validated inside that GPU)
+#: holds no device-to-device variation at all: the spread between GPUs of the prior's per-class bias,
+#: RMS over the op classes of NeuSight's five GPUs (sd per class: bmm 0.08, elementwise 0.08,
+#: LayerNorm 0.05, linear 0.30, softmax 0.21)
+SINGLE_GPU_DEVICE_SD = 0.174
 
 
-def device_shift_q90(n_rows: int, half_width: float) -> float:
+def device_shift_sd(n_training_devices: int) -> float:
+    """Prior sd (log) of an unseen GPU's device-level error for a bundle trained on that many GPUs."""
+    return SINGLE_GPU_DEVICE_SD if n_training_devices == 1 else DEVICE_SHIFT_SD
+
+
+def device_shift_q90(n_rows: int, half_width: float, prior_sd: float = DEVICE_SHIFT_SD) -> float:
     """90% half-width (log) of the device-level error left in one op class after `n_rows` of its
     kernels were measured on the device: the posterior sd of a class offset with prior sd
-    DEVICE_SHIFT_SD, observed through rows that scatter with the class's interval (`half_width`, log,
-    at 90%). No rows: the full DEVICE_SHIFT_Q90; many rows: nearly 0."""
+    `prior_sd`, observed through rows that scatter with the class's interval (`half_width`, log,
+    at 90%). No rows: 1.645 x prior_sd; many rows: nearly 0."""
+    if n_rows <= 0:
+        return _Z90 * prior_sd
     noise_sd = max(half_width, 1e-3) / _Z90
-    return float(_Z90 / np.sqrt(1.0 / DEVICE_SHIFT_SD ** 2 + n_rows / noise_sd ** 2))
+    return float(_Z90 / np.sqrt(1.0 / prior_sd ** 2 + n_rows / noise_sd ** 2))
 
 
 OOD_CLIP = 5.0
@@ -101,6 +113,11 @@ class Predictor:
     @property
     def manifest(self) -> dict:
         return self.bundle.manifest if self.bundle else {}
+
+    @property
+    def device_shift_sd(self) -> float:
+        """Prior sd (log) of the device-level error on a GPU this bundle was not trained on."""
+        return device_shift_sd(len(self.training_devices))
 
     @property
     def training_devices(self) -> set:
@@ -164,7 +181,7 @@ class Predictor:
                 ood[idx] = ood_score(X[idx], spec["feature_range"])
             widen = 1.0 + iv.get("ood_beta", 0.0) * ood[idx]
             q_lo, q_hi = iv["q_lo"] * widen, iv["q_hi"] * widen
-            shift = iv.get("device_shift_q90", 0.0) if adapted_here else DEVICE_SHIFT_Q90 if unseen else 0.0
+            shift = iv.get("device_shift_q90", 0.0) if adapted_here else _Z90 * self.device_shift_sd if unseen else 0.0
             if shift > 0:
                 q_lo, q_hi = widen_in_quadrature(q_lo, q_hi, shift)
             pred[idx] = prior[idx] * np.exp(r + known_bias.get(stratum_key(oc, tm), 0.0))

@@ -499,3 +499,22 @@ def test_training_devices_get_their_measured_bias_back(tiny_bundle, tiny_table):
     unseen = p.predict(rows, "NVIDIA L4")
     stripped_l4 = stripped.predict(rows, "NVIDIA L4")
     np.testing.assert_allclose(unseen["pred_ms"], stripped_l4["pred_ms"])
+
+
+def test_a_bundle_trained_on_one_gpu_adds_the_between_gpu_error_on_others(bundle_copy):
+    """Its interval was cross-validated inside one GPU, so on another GPU the whole between-GPU spread
+    of the prior's bias is added, not just the residual device term of a multi-GPU bundle."""
+    from hybridperf.predictor import DEVICE_SHIFT_SD, SINGLE_GPU_DEVICE_SD
+
+    rows = canonicalize(pd.DataFrame({"OPName": ["add", "linear"], "B": [64, 8], "M": [np.nan, 512],
+                                      "N": [np.nan, 512], "K": [np.nan, 512], "H": [4096, np.nan]}))
+    multi = Predictor.load(bundle_copy)
+    assert multi.device_shift_sd == DEVICE_SHIFT_SD
+    wide_multi = multi.predict(rows, "NVIDIA L4")
+    m = _manifest(bundle_copy)
+    m["training_data"]["devices"] = ["Tesla T4"]
+    _write_manifest(bundle_copy, m)
+    single = Predictor.load(bundle_copy)
+    assert single.device_shift_sd == SINGLE_GPU_DEVICE_SD > DEVICE_SHIFT_SD
+    wide_single = single.predict(rows, "NVIDIA L4")
+    assert (wide_single["hi_ms"] / wide_single["lo_ms"] > wide_multi["hi_ms"] / wide_multi["lo_ms"]).all()

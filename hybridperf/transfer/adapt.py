@@ -37,7 +37,7 @@ import pandas as pd
 
 from hybridperf.devices import DeviceSpec, get_device
 from hybridperf.errors import HybridperfError, InputError
-from hybridperf.predictor import DEVICE_SHIFT_Q90, device_shift_q90
+from hybridperf.predictor import DEVICE_SHIFT_SD, device_shift_q90
 from hybridperf.residual_models.features import FEATURE_NAMES
 from hybridperf.stats import weighted_quantile
 
@@ -173,21 +173,22 @@ def fit_corrections(X: np.ndarray, e: np.ndarray, op_class: np.ndarray,
     return {oc: c for oc, (c, _, _) in best.items()}, {oc: r for oc, (_, r, _) in best.items()}
 
 
-def recalibrate(intervals: dict, loo: dict, coverage: float = 0.9) -> dict:
+def recalibrate(intervals: dict, loo: dict, coverage: float = 0.9, shift_sd: float = DEVICE_SHIFT_SD) -> dict:
     """Adapted intervals: zero-shot ones mixed with pooled, standardised leave-one-out quantiles, plus
-    the device-level error the class's measured kernels leave (`device_shift_q90`; all of it for a
-    class with none: transfer with k = 4 measures some classes not at all)."""
+    the device-level error (prior sd `shift_sd`) the class's measured kernels leave
+    (`device_shift_q90`; all of it for a class with none: transfer with k = 4 measures some classes
+    not at all)."""
     half = {oc: (iv["q_hi"] - iv["q_lo"]) / 2 for oc, iv in intervals.items()}
     classes = [oc for oc in loo if oc in half and len(loo[oc])]
     if not classes:
-        return {oc: {**iv, "device_shift_q90": DEVICE_SHIFT_Q90} for oc, iv in intervals.items()}
+        return {oc: {**iv, "device_shift_q90": device_shift_q90(0, 0.0, shift_sd)} for oc, iv in intervals.items()}
     u = np.concatenate([loo[oc] / max(half[oc], 1e-6) for oc in classes])
     owner = np.concatenate([[oc] * len(loo[oc]) for oc in classes])
     a = (1.0 - coverage) / 2.0
     out = {}
     for oc, iv in intervals.items():
         if oc not in loo:  # nothing of this class measured: the device-level error is all still there
-            out[oc] = {**iv, "device_shift_q90": DEVICE_SHIFT_Q90}
+            out[oc] = {**iv, "device_shift_q90": device_shift_q90(0, 0.0, shift_sd)}
             continue
         w = np.where(owner == oc, 1.0, POOL_WEIGHT)
         # the zero-shot interval as INTERVAL_PRIOR_WEIGHT pseudo-residuals (a normal with its 5%/95%
@@ -199,7 +200,7 @@ def recalibrate(intervals: dict, loo: dict, coverage: float = 0.9) -> dict:
         # after transfer the device is no longer unseen: the OOD widening gives way with the evidence
         out[oc] = {**iv, "q_lo": weighted_quantile(x, wx, a), "q_hi": weighted_quantile(x, wx, 1.0 - a),
                    "ood_beta": float((1 - mix) * iv.get("ood_beta", 0.0)), "calibration_rows": int(len(loo[oc])),
-                   "device_shift_q90": device_shift_q90(len(loo[oc]), half[oc])}
+                   "device_shift_q90": device_shift_q90(len(loo[oc]), half[oc], shift_sd)}
     return out
 
 
@@ -236,7 +237,7 @@ def adapt_predictor(predictor, measured: pd.DataFrame, device: str | DeviceSpec,
     corrections, loo = fit_corrections(X, e, base["op_class"].to_numpy(), prior)
     zero_shot = {oc: spec["interval"] for oc, spec in predictor.manifest.get("op_classes", {}).items()}
     zero_shot.update({oc: dict(FALLBACK_INTERVAL) for oc in loo if oc not in zero_shot})
-    adapted = Predictor(predictor.bundle, corrections=corrections, intervals=recalibrate(zero_shot, loo))
+    adapted = Predictor(predictor.bundle, corrections=corrections, intervals=recalibrate(zero_shot, loo, shift_sd=predictor.device_shift_sd))
     adapted.adaptation = {"device": dev.name, "k": int(len(measured)),
                           "method": "robust Bayesian regression on the prior's regime terms + RBF",
                           "per_class_rows": {oc: int(len(r)) for oc, r in loo.items()}}

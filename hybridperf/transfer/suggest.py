@@ -66,12 +66,12 @@ def zero_shot_error_moment(predictor, op_class: str, device: DeviceSpec) -> floa
     (the wide fallback interval without a bundle): the interval's centre squared (a skewed or offset
     interval means the point prediction is expected to be off) plus its half-width / 1.645 squared,
     plus the device-level term on a GPU the bundle was not trained on."""
-    from hybridperf.predictor import DEVICE_SHIFT_SD, FALLBACK_INTERVAL
+    from hybridperf.predictor import FALLBACK_INTERVAL
 
     iv = predictor.manifest.get("op_classes", {}).get(op_class, {}).get("interval", FALLBACK_INTERVAL)
     unseen = predictor.bundle is not None and device.name not in predictor.training_devices
     centre, half = (iv["q_hi"] + iv["q_lo"]) / 2.0, (iv["q_hi"] - iv["q_lo"]) / 2.0
-    return float(centre ** 2 + (half / 1.6448536269514722) ** 2 + (DEVICE_SHIFT_SD ** 2 if unseen else 0.0))
+    return float(centre ** 2 + (half / 1.6448536269514722) ** 2 + (predictor.device_shift_sd ** 2 if unseen else 0.0))
 
 
 def suggest_kernels(predictor, candidates: pd.DataFrame, device: str | DeviceSpec, k: int,
