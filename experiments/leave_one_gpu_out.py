@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hybridperf.datasets.neusight import load_test  # noqa: E402
 from hybridperf.predictor import device_shift_sd  # noqa: E402
-from hybridperf.stats import widen_in_quadrature  # noqa: E402
+from hybridperf.stats import Z90, widen_in_quadrature  # noqa: E402
 from hybridperf.training.kernel_data import load_neusight_training  # noqa: E402
 from hybridperf.training.kernels import (  # noqa: E402
     TrainConfig, blended, choose_blend, conformal_interval, export_bundle, leave_one_gpu_out, per_stratum,
@@ -55,7 +55,7 @@ def score(logo: pd.DataFrame, cfg: TrainConfig, calibration: pd.DataFrame | None
         # d is unseen, as in Predictor: the device-level term for a bundle trained on the other folds'
         # GPUs (a `calibration` table means a single training GPU, cross-validated within itself)
         n_train = logo.loc[logo["heldout"] != d, "heldout"].nunique() if calibration is None else 1
-        q_lo, q_hi = widen_in_quadrature(q_lo, q_hi, 1.6448536269514722 * device_shift_sd(n_train))
+        q_lo, q_hi = widen_in_quadrature(q_lo, q_hi, Z90 * device_shift_sd(n_train))
         w, lam = per_stratum(g, choice, "mlp_weight", 0.5), per_stratum(g, choice, "shrink", 1.0)
         parts.append(g.assign(pred_ms=pred, lo_ms=pred * np.exp(q_lo), hi_ms=pred * np.exp(q_hi),
                               choice=[f"w{float(a)}/s{float(b)}" for a, b in zip(w, lam)]))

@@ -21,7 +21,7 @@ from hybridperf.priors.kernel_prior import kernel_prior_terms
 from hybridperf.priors.launch import check_timing
 from hybridperf.residual_models.bundle import Bundle, load_bundle, shipped_models_dir, stratum_key
 from hybridperf.residual_models.features import FEATURE_NAMES, kernel_features
-from hybridperf.stats import widen_in_quadrature
+from hybridperf.stats import Z90, widen_in_quadrature
 
 #: used only when no bundle is available: central 90% band of log(measured/prior), a wide default
 FALLBACK_INTERVAL = {"q_lo": -0.7, "q_hi": 0.7, "ood_beta": 0.0}
@@ -34,8 +34,7 @@ FALLBACK_INTERVAL = {"q_lo": -0.7, "q_hi": 0.7, "ood_beta": 0.0}
 #: devices do not, and a device the bundle was adapted to adds what its measured kernels left of it
 #: (`device_shift_q90`).
 DEVICE_SHIFT_SD = 0.085
-_Z90 = 1.6448536269514722
-DEVICE_SHIFT_Q90 = _Z90 * DEVICE_SHIFT_SD  # its 90% half-width (log)
+DEVICE_SHIFT_Q90 = Z90 * DEVICE_SHIFT_SD  # its 90% half-width (log)
 #: the same error for a bundle trained on ONE GPU, whose interval (cross-validated inside that GPU)
 #: holds no device-to-device variation at all: the spread between GPUs of the prior's per-class bias,
 #: RMS over the op classes of NeuSight's five GPUs (sd per class: bmm 0.08, elementwise 0.08,
@@ -54,9 +53,9 @@ def device_shift_q90(n_rows: int, half_width: float, prior_sd: float = DEVICE_SH
     `prior_sd`, observed through rows that scatter with the class's interval (`half_width`, log,
     at 90%). No rows: 1.645 x prior_sd; many rows: nearly 0."""
     if n_rows <= 0:
-        return _Z90 * prior_sd
-    noise_sd = max(half_width, 1e-3) / _Z90
-    return float(_Z90 / np.sqrt(1.0 / prior_sd ** 2 + n_rows / noise_sd ** 2))
+        return Z90 * prior_sd
+    noise_sd = max(half_width, 1e-3) / Z90
+    return float(Z90 / np.sqrt(1.0 / prior_sd ** 2 + n_rows / noise_sd ** 2))
 
 
 OOD_CLIP = 5.0
@@ -181,7 +180,7 @@ class Predictor:
                 ood[idx] = ood_score(X[idx], spec["feature_range"])
             widen = 1.0 + iv.get("ood_beta", 0.0) * ood[idx]
             q_lo, q_hi = iv["q_lo"] * widen, iv["q_hi"] * widen
-            shift = iv.get("device_shift_q90", 0.0) if adapted_here else _Z90 * self.device_shift_sd if unseen else 0.0
+            shift = iv.get("device_shift_q90", 0.0) if adapted_here else Z90 * self.device_shift_sd if unseen else 0.0
             if shift > 0:
                 q_lo, q_hi = widen_in_quadrature(q_lo, q_hi, shift)
             pred[idx] = prior[idx] * np.exp(r + known_bias.get(stratum_key(oc, tm), 0.0))

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
+#: standard normal 95% quantile: a central 90% interval spans +-Z90 standard deviations
+Z90 = 1.6448536269514722
+
 
 def weighted_quantile(x, w, q: float) -> float:
     """Quantile `q` of samples `x` with weights `w` (midpoint interpolation of the weighted CDF)."""

@@ -282,13 +282,8 @@ def training_device_bias(train: pd.DataFrame, cfg: TrainConfig) -> dict:
     out of the models. The predictor adds it back on these devices only (they were measured), so a
     training GPU is predicted as well as transfer would predict it; an unseen GPU gets none."""
     fz = featurize(subsample(train, cfg.max_rows, cfg.seed))
-    df = fz.rows[bias_groups(fz.rows)].assign(y=fz.y)
-    if "timing" not in df.columns:
-        df["timing"] = "call"
-    out: dict = {}
-    for (dev, oc, t), g in df.groupby(["device", "op_class", "timing"]):
-        out.setdefault(dev, {})[stratum_key(oc, t)] = round(float(g["y"].median()), 5)
-    return out
+    rows = fz.rows.assign(y=fz.y, stratum=stratum(fz.rows))
+    return {dev: g.groupby("stratum")["y"].median().round(5).to_dict() for dev, g in rows.groupby("device")}
 
 
 def train_kernel_bundle(train: pd.DataFrame, out_dir: Path, cfg: TrainConfig | None = None,

@@ -39,7 +39,7 @@ from hybridperf.devices import DeviceSpec, get_device
 from hybridperf.errors import HybridperfError, InputError
 from hybridperf.predictor import DEVICE_SHIFT_SD, device_shift_q90
 from hybridperf.residual_models.features import FEATURE_NAMES
-from hybridperf.stats import weighted_quantile
+from hybridperf.stats import Z90, weighted_quantile
 
 #: physical basis of the correction, and the prior group of each term
 BASIS = ("offset", "floor", "size", "reduction", "waves", "tiles", "balance", "overlap")
@@ -52,7 +52,6 @@ _REF_MS, _REF_RED = np.log(0.3), np.log(1024.0)  # centre of the size and reduct
 POOL_WEIGHT = 0.3  # weight of another class's leave-one-out residual in a class's interval
 INTERVAL_PRIOR_WEIGHT = 8.0  # pseudo-samples the zero-shot interval is worth
 IRLS_STEPS = 15
-_Z90 = 1.6448536269514722  # standard normal 95% quantile
 _PSEUDO_Z = np.array([-1.915, -1.383, -1.085, -0.862, -0.674, -0.508, -0.355, -0.21, -0.07,
                       0.07, 0.21, 0.355, 0.508, 0.674, 0.862, 1.085, 1.383, 1.915])  # normal at (j - 0.5) / 18
 HYPER_SD = 0.35  # chosen leave-one-GPU-out on NeuSight (0.7 did slightly worse there)
@@ -193,7 +192,7 @@ def recalibrate(intervals: dict, loo: dict, coverage: float = 0.9, shift_sd: flo
         w = np.where(owner == oc, 1.0, POOL_WEIGHT)
         # the zero-shot interval as INTERVAL_PRIOR_WEIGHT pseudo-residuals (a normal with its 5%/95%
         # at q_lo/q_hi): quantiles of the mixture stay wide while few residuals disagree with it
-        pseudo = (iv["q_lo"] + iv["q_hi"]) / 2 + half[oc] / _Z90 * _PSEUDO_Z
+        pseudo = (iv["q_lo"] + iv["q_hi"]) / 2 + half[oc] / Z90 * _PSEUDO_Z
         x = np.concatenate([u * half[oc], pseudo])
         wx = np.concatenate([w, np.full(len(pseudo), INTERVAL_PRIOR_WEIGHT / len(pseudo))])
         mix = w.sum() / (w.sum() + INTERVAL_PRIOR_WEIGHT)

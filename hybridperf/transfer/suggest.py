@@ -20,6 +20,7 @@ import pandas as pd
 from hybridperf.devices import DeviceSpec, get_device
 from hybridperf.errors import InputError
 from hybridperf.ops import OP_CLASSES
+from hybridperf.stats import Z90
 from hybridperf.transfer.adapt import TransferPrior, prior_kernel
 
 MAX_PER_CLASS = 500  # candidates per class the design considers (keeps it O(k n^2) small)
@@ -71,7 +72,7 @@ def zero_shot_error_moment(predictor, op_class: str, device: DeviceSpec) -> floa
     iv = predictor.manifest.get("op_classes", {}).get(op_class, {}).get("interval", FALLBACK_INTERVAL)
     unseen = predictor.bundle is not None and device.name not in predictor.training_devices
     centre, half = (iv["q_hi"] + iv["q_lo"]) / 2.0, (iv["q_hi"] - iv["q_lo"]) / 2.0
-    return float(centre ** 2 + (half / 1.6448536269514722) ** 2 + (predictor.device_shift_sd ** 2 if unseen else 0.0))
+    return float(centre ** 2 + (half / Z90) ** 2 + (predictor.device_shift_sd ** 2 if unseen else 0.0))
 
 
 def suggest_kernels(predictor, candidates: pd.DataFrame, device: str | DeviceSpec, k: int,
