@@ -18,7 +18,7 @@ from hybridperf.datasets.schema import canonicalize
 from hybridperf.devices import DeviceSpec, get_device
 from hybridperf.errors import ModelBundleError
 from hybridperf.priors.kernel_prior import kernel_prior_terms
-from hybridperf.priors.launch import check_timing
+from hybridperf.priors.launch import check_timing, row_timing
 from hybridperf.residual_models.bundle import Bundle, load_bundle, shipped_models_dir, stratum_key
 from hybridperf.residual_models.features import FEATURE_NAMES, kernel_features
 from hybridperf.stats import Z90, widen_in_quadrature
@@ -168,7 +168,7 @@ class Predictor:
         X = kernel_features(df, terms, dev) if self.bundle else None
         adapted_here = bool(self.adaptation) and self.adaptation.get("device") == dev.name
         unseen = self.bundle is not None and dev.name not in self.training_devices and not adapted_here
-        timings = df["timing"] if "timing" in df.columns else pd.Series("call", index=df.index)
+        timings = row_timing(df)
         known_bias = self.manifest.get("device_bias", {}).get(dev.name, {}) if self.bundle else {}
         for (oc, tm), idx in df.groupby([df["op_class"], timings], sort=False).indices.items():
             if self.bundle is None:

@@ -14,6 +14,7 @@ How a kernel was timed decides its floor, so every prediction names a timing:
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from hybridperf.errors import InputError
 
@@ -46,6 +47,11 @@ def check_timing(timing: str) -> str:
     if timing not in TIMINGS:
         raise InputError(f"unknown timing {timing!r}: expected one of {', '.join(TIMINGS)}")
     return timing
+
+
+def row_timing(rows: pd.DataFrame) -> pd.Series:
+    """Each row's timing: its `timing` column, `call` (NeuSight's semantics) where the table has none."""
+    return rows["timing"] if "timing" in rows.columns else pd.Series("call", index=rows.index, dtype=object)
 
 
 def launch_floor_ms(op_class: str, timing: str = "call") -> float:

@@ -29,6 +29,7 @@ from hybridperf import __version__
 from hybridperf.errors import InputError
 from hybridperf.ops import OP_CLASSES
 from hybridperf.predictor import ood_score
+from hybridperf.priors.launch import row_timing
 from hybridperf.residual_models.bundle import stratum_key, write_manifest
 from hybridperf.residual_models.features import FEATURE_NAMES
 from hybridperf.residual_models.mlp import MLPResidual
@@ -78,7 +79,7 @@ def fit_all(train: pd.DataFrame, cfg: TrainConfig, progress: Callable[[str], Non
     """
     fz = featurize(subsample(train, cfg.max_rows, cfg.seed))
     y = fz.y - device_bias(fz.rows, fz.y)
-    timing = _timing(fz.rows).to_numpy()
+    timing = row_timing(fz.rows).to_numpy()
     fitted = {}
     for oc in OP_CLASSES:
         cls = (fz.rows["op_class"] == oc).to_numpy()
@@ -107,15 +108,11 @@ def models_for(fitted: dict, op_class: str, timing: str) -> dict | None:
     return fitted.get(stratum_key(op_class, timing)) or fitted.get(op_class)
 
 
-def _timing(rows: pd.DataFrame) -> pd.Series:
-    return rows["timing"] if "timing" in rows.columns else pd.Series("call", index=rows.index)
-
-
 def predict_heldout(fitted: dict, rows: pd.DataFrame) -> pd.DataFrame:
     """Per-member residual predictions and OOD scores for `rows` (canonical, with latency)."""
     fz = featurize(rows)
     out = fz.rows[["device", "op", "op_class", "B", "M", "N", "K", "H", "latency_ms"]].copy()
-    out["timing"] = _timing(fz.rows).to_numpy()
+    out["timing"] = row_timing(fz.rows).to_numpy()
     out["prior_ms"] = fz.prior_ms
     out["roofline_ms"] = fz.roofline_ms
     out["y"] = fz.y
@@ -180,7 +177,7 @@ def stratum(rows: pd.DataFrame) -> pd.Series:
     """Calibration stratum of each row: its op class, suffixed `@kernel` when it is profiler-timed
     (`timing` = kernel). Blend, shrinkage and interval are chosen per stratum: how well the residual
     transfers differs between a timed call and a kernel's duration."""
-    return pd.Series([stratum_key(o, t) for o, t in zip(rows["op_class"], _timing(rows))], index=rows.index, dtype=object)
+    return pd.Series([stratum_key(o, t) for o, t in zip(rows["op_class"], row_timing(rows))], index=rows.index, dtype=object)
 
 
 def per_stratum(logo: pd.DataFrame, table: dict, field: str, default: float) -> np.ndarray:
