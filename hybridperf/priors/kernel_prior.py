@@ -21,7 +21,7 @@ import pandas as pd
 from hybridperf.devices import DTYPE_BYTES, DeviceSpec
 from hybridperf.ops import GEMM_OPS
 from hybridperf.priors.gemm import gemm_compute, library_efficiency
-from hybridperf.priors.launch import floors_ms
+from hybridperf.priors.launch import floors_ms, row_timing
 from hybridperf.priors.memory import l2_hit_fraction, memory_time_ms, row_parallel_fraction
 from hybridperf.priors.power import sustained_flops
 from hybridperf.priors.roofline import roofline_ms
@@ -40,7 +40,7 @@ def kernel_prior_terms(kernels: pd.DataFrame, device: DeviceSpec, timing: str | 
     """
     n = len(kernels)
     if timing is None:
-        timing = kernels["timing"].to_numpy() if "timing" in kernels.columns else "call"
+        timing = row_timing(kernels).to_numpy()
     floors = floors_ms(kernels["op_class"].to_numpy(), np.broadcast_to(np.asarray(timing, dtype=object), (n,)))
     out = {c: np.zeros(n) for c in TERM_COLUMNS}
     out["wave_efficiency"][:] = 1.0
