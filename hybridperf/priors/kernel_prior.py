@@ -3,12 +3,9 @@
     GEMMs (bmm, linear):   floor + max(tile/wave-quantized compute at the power-capped rate, divided
                                        by the vendor BLAS efficiency, compulsory bytes at achievable bandwidth)
     elementwise:           floor + max(bytes at achievable bandwidth with L2 residency, FLOPs at the vector rate)
-    softmax, LayerNorm:    floor + DRAM passes x bytes at the bandwidth the rows in flight can draw
-
-PyTorch's LayerNorm keeps rows of up to 1024 elements in registers (one read, one write) and reads
-longer rows twice (statistics, then normalise). Its softmax keeps a row in registers (up to 1024
-elements) or shared memory (up to 16 KiB, PyTorch >= 2.1) and streams longer rows three times (max,
-sum of exponentials, normalise) plus the write: about twice the compulsory traffic.
+    softmax, LayerNorm:    floor + (one read and write + re-reads, from L2 while the rows in flight
+                           fit in it) at the bandwidth the rows in flight can draw
+                           (`hybridperf.priors.rowwise`: PyTorch's kernel layouts)
 
 The terms (compute, memory, tiles, waves, wave efficiency, L2 hit rate, ...) are also the
 device-agnostic features the residual models learn from.
@@ -22,13 +19,15 @@ from hybridperf.devices import DTYPE_BYTES, DeviceSpec
 from hybridperf.ops import GEMM_OPS
 from hybridperf.priors.gemm import gemm_compute, library_efficiency
 from hybridperf.priors.launch import floors_ms, row_timing
-from hybridperf.priors.memory import l2_hit_fraction, memory_time_ms, row_parallel_fraction
+from hybridperf.priors.memory import l2_hit_fraction, memory_time_ms
 from hybridperf.priors.power import sustained_flops
 from hybridperf.priors.roofline import roofline_ms
+from hybridperf.priors.rowwise import reread_time_ms, row_parallel_fraction
 
 TERM_COLUMNS = (
     "roofline_ms", "prior_ms", "compute_ms", "memory_ms", "floor_ms", "tiles", "waves",
     "wave_efficiency", "tile_m", "tile_n", "tile_efficiency", "split_k", "l2_hit", "parallel_fraction",
+    "reread_hit",
 )
 
 
@@ -74,28 +73,24 @@ def kernel_prior_terms(kernels: pd.DataFrame, device: DeviceSpec, timing: str | 
             out["split_k"][idx] = terms.split_k
         else:
             rows = g["B"].to_numpy(np.float64)
-            row_bytes = g["H"].to_numpy(np.float64) * DTYPE_BYTES[dt]
-            frac = row_parallel_fraction(rows, row_bytes, device) if op_class in ("softmax", "layernorm") else 1.0
-            # parameters (LayerNorm's gamma and beta) are read once, whatever the row parallelism
-            params = 2.0 * row_bytes if op_class == "layernorm" else 0.0
-            rows_traffic = (nbytes - params) * _row_passes(op_class, g["H"].to_numpy(np.float64))
-            mem = memory_time_ms(rows_traffic, device, working_set_bytes=nbytes, parallel_fraction=frac) \
-                + memory_time_ms(params, device)
+            H = g["H"].to_numpy(np.float64)
+            row_bytes = H * DTYPE_BYTES[dt]
+            mem = memory_time_ms(nbytes, device)
+            frac = 1.0
+            if op_class in ("softmax", "layernorm"):
+                frac = row_parallel_fraction(rows, row_bytes, device)
+                # parameters (LayerNorm's gamma and beta) are read once, whatever the row parallelism
+                params = 2.0 * row_bytes if op_class == "layernorm" else 0.0
+                rereads, out["reread_hit"][idx] = reread_time_ms(
+                    op_class, H, nbytes - params, nbytes, DTYPE_BYTES[dt], device, frac)
+                mem = memory_time_ms(nbytes - params, device, working_set_bytes=nbytes, parallel_fraction=frac) \
+                    + memory_time_ms(params, device) + rereads
             compute = flops / sustained_flops(device, dt) * 1e3
             out["parallel_fraction"][idx] = frac
         out["compute_ms"][idx] = compute
         out["memory_ms"][idx] = mem
         out["prior_ms"][idx] = floor + np.maximum(compute, mem)
     return pd.DataFrame(out, index=kernels.index)
-
-
-def _row_passes(op_class: str, H: np.ndarray) -> np.ndarray | float:
-    """DRAM traffic of a row-wise kernel relative to one read + one write (see module docstring)."""
-    if op_class == "layernorm":
-        return np.where(H > 1024, 1.5, 1.0)
-    if op_class == "softmax":
-        return np.where(H * 4 > 16384, 2.0, 1.0)
-    return 1.0
 
 
 def prior_ms(kernels: pd.DataFrame, device: DeviceSpec, timing: str | None = None) -> np.ndarray:

@@ -5,8 +5,7 @@ STREAM/BabelStream results): ~75% for GDDR5/6 and the first HBM2 controllers (P1
 on Volta and later and for HBM2e/HBM3. NeuSight-style timing calls the same kernel 25
 times on the same tensors, so a working set that fits in L2 is served from L2 on the timed calls; L2
 bandwidth is taken as a fixed multiple of DRAM bandwidth (2-3x on V100/A100/H100-class parts).
-Row-wise kernels (softmax, LayerNorm) put one warp or one block on a row, so with few rows only part
-of the GPU streams: their bandwidth scales with the rows in flight.
+Row-wise kernels (softmax, LayerNorm) have their own model in `hybridperf.priors.rowwise`.
 """
 from __future__ import annotations
 
@@ -47,12 +46,3 @@ def memory_time_ms(nbytes, device: DeviceSpec, working_set_bytes=None, parallel_
     t = nbytes * (h / (bw * L2_SPEEDUP) + (1.0 - h) / bw)
     return t / np.clip(parallel_fraction, 1e-3, 1.0) * 1e3
 
-
-def row_parallel_fraction(rows, row_bytes, device: DeviceSpec) -> np.ndarray:
-    """Share of the GPU busy in a row-wise kernel: rows in flight versus rows needed to saturate
-    memory. Small rows are packed several per warp, large rows get a block each."""
-    rows = np.asarray(rows, dtype=np.float64)
-    row_bytes = np.asarray(row_bytes, dtype=np.float64)
-    # bytes in flight needed to saturate DRAM ~ 32 KiB per SM (Little's law at ~1 us latency)
-    needed_rows = device.num_sms * np.maximum(32768.0 / np.maximum(row_bytes, 1.0), 1.0)
-    return np.clip(rows / needed_rows, 1.0 / device.num_sms, 1.0)
