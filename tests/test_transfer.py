@@ -414,3 +414,16 @@ def test_device_level_error_shrinks_with_the_class_s_measured_kernels():
     assert all(a > b for a, b in zip(q, q[1:])) and q[-1] < 0.2 * DEVICE_SHIFT_Q90
     # a class that scatters little on the device is pinned down by fewer kernels
     assert device_shift_q90(2, 0.02) < device_shift_q90(2, 0.4)
+
+
+def test_prior_strength_is_chosen_per_op_class():
+    """A class far from the zero-shot model loosens its own prior, not that of a class it already fits."""
+    from hybridperf.residual_models.features import FEATURE_NAMES
+    from hybridperf.transfer.adapt import TransferPrior, fit_corrections
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(24, len(FEATURE_NAMES)))
+    oc = np.array(["far"] * 12 + ["near"] * 12)
+    e = np.concatenate([0.8 + 0.3 * rng.normal(size=12), 0.01 * rng.normal(size=12)])
+    corr, _ = fit_corrections(X, e, oc)
+    assert corr["far"].prior.offset > TransferPrior().offset > corr["near"].prior.offset

@@ -154,22 +154,25 @@ def fit_corrections(X: np.ndarray, e: np.ndarray, op_class: np.ndarray,
     """Per op class, the correction and the leave-one-out residuals of the measured kernels (at most
     MAX_ROWS_PER_CLASS of them, evenly spaced, per class).
 
-    The prior's strength is chosen by empirical Bayes: the factor in STRENGTHS with the highest
-    evidence over all classes, under a log-normal hyperprior (sd HYPER_SD) centred on `prior`, so a
-    few kernels barely move it while a device far from the zero-shot model (Vidur's A40) loosens it."""
+    The prior's strength is chosen per class by empirical Bayes: the factor in STRENGTHS with the
+    highest evidence of the class's kernels, under a log-normal hyperprior (sd HYPER_SD) centred on
+    `prior`, so a few kernels barely move it while a class far from the zero-shot model (Vidur's A40)
+    loosens it without loosening the classes the zero-shot model already gets right."""
     prior = prior or TransferPrior()
     X = np.asarray(X, np.float64)
     rows = {}
     for oc in np.unique(op_class):
         m = np.flatnonzero(op_class == oc)
         rows[oc] = m[np.unique(np.linspace(0, len(m) - 1, min(len(m), MAX_ROWS_PER_CLASS)).astype(int))]
-    best, best_score = None, -np.inf
-    for f in STRENGTHS:
-        fits = {oc: fit_class(X[m], e[m], prior.scaled(f)) for oc, m in rows.items()}
-        score = sum(ev for _, _, ev in fits.values()) - 0.5 * (np.log(f) / HYPER_SD) ** 2
-        if score > best_score:
-            best, best_score = fits, score
-    return {oc: c for oc, (c, _, _) in best.items()}, {oc: r for oc, (_, r, _) in best.items()}
+    corrections, loo = {}, {}
+    for oc, m in rows.items():
+        best_score = -np.inf
+        for f in STRENGTHS:
+            correction, residuals, evidence = fit_class(X[m], e[m], prior.scaled(f))
+            score = evidence - 0.5 * (np.log(f) / HYPER_SD) ** 2
+            if score > best_score:
+                best_score, corrections[oc], loo[oc] = score, correction, residuals
+    return corrections, loo
 
 
 def recalibrate(intervals: dict, loo: dict, coverage: float = 0.9, shift_sd: float = DEVICE_SHIFT_SD) -> dict:
