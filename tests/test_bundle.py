@@ -518,3 +518,16 @@ def test_a_bundle_trained_on_one_gpu_adds_the_between_gpu_error_on_others(bundle
     assert single.device_shift_sd == SINGLE_GPU_DEVICE_SD > DEVICE_SHIFT_SD
     wide_single = single.predict(rows, "NVIDIA L4")
     assert (wide_single["hi_ms"] / wide_single["lo_ms"] > wide_multi["hi_ms"] / wide_multi["lo_ms"]).all()
+
+
+def test_export_removes_models_an_earlier_export_left(native_fit, tiny_bundle, tiny_table, tmp_path):
+    from hybridperf.training.kernels import export_bundle
+
+    out = tmp_path / "kernels"
+    out.mkdir()
+    (out / "softmax_mlp.onnx").write_bytes(b"left by an earlier export")
+    intervals = {oc: spec["interval"] for oc, spec in _manifest(tiny_bundle)["op_classes"].items()}
+    choice = {oc: {"mlp_weight": 0.0, "shrink": 1.0} for oc in native_fit}
+    m = export_bundle(native_fit, choice, intervals, out, tiny_table, tiny_config(0))
+    assert sorted(p.name for p in out.glob("*.onnx")) == sorted(m["files"])
+    Predictor.load(out)

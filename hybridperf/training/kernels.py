@@ -271,6 +271,9 @@ def export_bundle(fitted: dict, choice: dict, intervals: dict, out_dir: Path, tr
         **(extra or {}),
     }
     write_manifest(out_dir, manifest)
+    # a bundle directory holds exactly its manifest's models: drop those an earlier export left behind
+    for stale in set(p.name for p in out_dir.glob("*.onnx")) - set(files):
+        (out_dir / stale).unlink()
     return manifest
 
 
