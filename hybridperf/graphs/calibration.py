@@ -17,17 +17,17 @@ from __future__ import annotations
 CALIBRATION: dict = {
     "prior": {
         "scale": 1.0,
-        "gap_ms": 0.01349,
+        "gap_ms": 0.01221,
         "cpu_ms": 0.0,
         "inf": {
             "log_bias": 0.0,
-            "q_lo": -0.1614,
-            "q_hi": 0.5528
+            "q_lo": -0.1515,
+            "q_hi": 0.5389
         },
         "train": {
             "log_bias": 0.0,
-            "q_lo": -0.1614,
-            "q_hi": 0.5528
+            "q_lo": -0.1515,
+            "q_hi": 0.5389
         },
         "variant": "gap",
         "n_labels": 67,
@@ -43,17 +43,17 @@ CALIBRATION: dict = {
     },
     "bundle": {
         "scale": 1.0,
-        "gap_ms": 0.01351,
+        "gap_ms": 0.01172,
         "cpu_ms": 0.0,
         "inf": {
             "log_bias": 0.0,
-            "q_lo": -0.1573,
-            "q_hi": 0.5404
+            "q_lo": -0.1536,
+            "q_hi": 0.5268
         },
         "train": {
             "log_bias": 0.0,
-            "q_lo": -0.1573,
-            "q_hi": 0.5404
+            "q_lo": -0.1536,
+            "q_hi": 0.5268
         },
         "variant": "gap",
         "n_labels": 67,
