@@ -43,17 +43,17 @@ CALIBRATION: dict = {
     },
     "bundle": {
         "scale": 1.0,
-        "gap_ms": 0.01172,
+        "gap_ms": 0.01221,
         "cpu_ms": 0.0,
         "inf": {
             "log_bias": 0.0,
-            "q_lo": -0.1536,
-            "q_hi": 0.5268
+            "q_lo": -0.1515,
+            "q_hi": 0.5389
         },
         "train": {
             "log_bias": 0.0,
-            "q_lo": -0.1536,
-            "q_hi": 0.5268
+            "q_lo": -0.1515,
+            "q_hi": 0.5389
         },
         "variant": "gap",
         "n_labels": 67,
