@@ -296,3 +296,12 @@ def test_unknown_timing_is_an_input_error():
     t = canonicalize(pd.DataFrame([{"OPName": "add", "B": 8, "H": 1024}]))
     with pytest.raises(InputError, match="unknown timing"):
         kernel_prior_terms(t, get_device("NVIDIA A40"), "wall")
+
+
+def test_bmm_tiles_are_at_least_as_wide_along_the_output_columns():
+    """torch.bmm's cuBLAS kernels keep tile_n >= tile_m (NeuSight traces): a 64-wide output pads."""
+    dev = get_device("NVIDIA A100-PCIE-40GB")
+    bmm = gemm_compute([768], [1024], [64], [1024], dev, batched=True)
+    gemm = gemm_compute([768], [1024], [64], [1024], dev)
+    assert bmm.tile_n[0] >= bmm.tile_m[0]
+    assert bmm.compute_ms[0] > gemm.compute_ms[0] and gemm.tile_n[0] < gemm.tile_m[0]

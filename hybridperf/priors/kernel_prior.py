@@ -61,7 +61,7 @@ def kernel_prior_terms(kernels: pd.DataFrame, device: DeviceSpec, timing: str | 
         out["l2_hit"][idx] = l2_hit_fraction(nbytes, device)
         if op in GEMM_OPS:
             terms = gemm_compute(g["B"].to_numpy(), g["M"].to_numpy(), g["K"].to_numpy(), g["N"].to_numpy(),
-                                 device, dt, matrix)
+                                 device, dt, matrix, batched=op == "bmm")
             mem = memory_time_ms(nbytes, device)
             compute = terms.compute_ms / library_efficiency(device.vendor, op)
             out["tiles"][idx] = terms.tiles
