@@ -13,8 +13,9 @@ as wide along the output columns as along the rows (`ampere_sgemm_128x128_nn` on
 `maxwell_sgemm_128x64_nn` with 128 along the columns on P100 and P4), so attention's 64-wide AV
 output pads half of each tile. With that restriction the prior's bmm MAPE on NeuSight's test tables
 goes A100 12.9 -> 12.2, P100 6.6 -> 6.1, P4 25.8 -> 25.4, T4 21.3 -> 21.0, V100 11.5 -> 12.1 (V100
-picks 32x128 tiles, which the restriction keeps, but loses 128x32), with no constant fitted. A lone block on an SM cannot hide latency on its own: it runs at no more than half of a
-full SM unless its tile is big enough to fill the SM (occ = 1).
+picks 32x128 tiles, which the restriction keeps, but loses 128x32), with no constant fitted.
+A lone block on an SM cannot hide latency on its own: it runs at no more than half of a full SM
+unless its tile is big enough to fill the SM (occ = 1).
 """
 from __future__ import annotations
 

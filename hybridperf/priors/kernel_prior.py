@@ -72,13 +72,13 @@ def kernel_prior_terms(kernels: pd.DataFrame, device: DeviceSpec, timing: str | 
             out["tile_efficiency"][idx] = terms.tile_efficiency
             out["split_k"][idx] = terms.split_k
         else:
-            rows = g["B"].to_numpy(np.float64)
-            H = g["H"].to_numpy(np.float64)
-            row_bytes = H * DTYPE_BYTES[dt]
-            mem = memory_time_ms(nbytes, device)
             frac = 1.0
-            if op_class in ("softmax", "layernorm"):
-                frac = row_parallel_fraction(rows, row_bytes, device)
+            if op_class not in ("softmax", "layernorm"):
+                mem = memory_time_ms(nbytes, device)
+            else:
+                H = g["H"].to_numpy(np.float64)
+                row_bytes = H * DTYPE_BYTES[dt]
+                frac = row_parallel_fraction(g["B"].to_numpy(np.float64), row_bytes, device)
                 # parameters (LayerNorm's gamma and beta) are read once, whatever the row parallelism
                 params = 2.0 * row_bytes if op_class == "layernorm" else 0.0
                 rereads, out["reread_hit"][idx] = reread_time_ms(
