@@ -167,15 +167,17 @@ def choose_blend(logo: pd.DataFrame, exclude_device: str | None = None) -> dict:
     df = logo if exclude_device is None else logo[logo["heldout"] != exclude_device]
     choice = {}
     for key, g in df.groupby(stratum(df)):
+        dev = g["heldout"].to_numpy()
         dev_w = 1.0 / g.groupby("heldout")["y"].transform("size").to_numpy()
+        per_device = lambda ape: pd.Series(ape).groupby(dev).mean()  # noqa: E731
         prior_ape = _ape(-g["y"].to_numpy())
-        prior_per_dev = pd.Series(prior_ape).groupby(g["heldout"].to_numpy()).mean()
+        prior_per_dev = per_device(prior_ape)
         errs = {}
         for w in BLEND_GRID:
             r = w * g["r_mlp"].to_numpy() + (1 - w) * g["r_xgb"].to_numpy()
             for lam in SHRINK_GRID:
                 ape = prior_ape if lam == 0 else _ape(lam * r - g["y"].to_numpy())
-                if (pd.Series(ape).groupby(g["heldout"].to_numpy()).mean() > prior_per_dev + 1e-12).any():
+                if (per_device(ape) > prior_per_dev + 1e-12).any():
                     continue
                 errs[(w, lam)] = float(np.sum(dev_w * ape))
         w, lam = min(errs, key=errs.get)

@@ -182,15 +182,16 @@ def recalibrate(intervals: dict, loo: dict, coverage: float = 0.9, shift_sd: flo
     not at all)."""
     half = {oc: (iv["q_hi"] - iv["q_lo"]) / 2 for oc, iv in intervals.items()}
     classes = [oc for oc in loo if oc in half and len(loo[oc])]
+    unmeasured = device_shift_q90(0, 0.0, shift_sd)
     if not classes:
-        return {oc: {**iv, "device_shift_q90": device_shift_q90(0, 0.0, shift_sd)} for oc, iv in intervals.items()}
+        return {oc: {**iv, "device_shift_q90": unmeasured} for oc, iv in intervals.items()}
     u = np.concatenate([loo[oc] / max(half[oc], 1e-6) for oc in classes])
     owner = np.concatenate([[oc] * len(loo[oc]) for oc in classes])
     a = (1.0 - coverage) / 2.0
     out = {}
     for oc, iv in intervals.items():
         if oc not in loo:  # nothing of this class measured: the device-level error is all still there
-            out[oc] = {**iv, "device_shift_q90": device_shift_q90(0, 0.0, shift_sd)}
+            out[oc] = {**iv, "device_shift_q90": unmeasured}
             continue
         w = np.where(owner == oc, 1.0, POOL_WEIGHT)
         # the zero-shot interval as INTERVAL_PRIOR_WEIGHT pseudo-residuals (a normal with its 5%/95%
@@ -239,7 +240,8 @@ def adapt_predictor(predictor, measured: pd.DataFrame, device: str | DeviceSpec,
     corrections, loo = fit_corrections(X, e, base["op_class"].to_numpy(), prior)
     zero_shot = {oc: spec["interval"] for oc, spec in predictor.manifest.get("op_classes", {}).items()}
     zero_shot.update({oc: dict(FALLBACK_INTERVAL) for oc in loo if oc not in zero_shot})
-    adapted = Predictor(predictor.bundle, corrections=corrections, intervals=recalibrate(zero_shot, loo, shift_sd=predictor.device_shift_sd))
+    intervals = recalibrate(zero_shot, loo, shift_sd=predictor.device_shift_sd)
+    adapted = Predictor(predictor.bundle, corrections=corrections, intervals=intervals)
     adapted.adaptation = {"device": dev.name, "k": int(len(measured)),
                           "method": "robust Bayesian regression on the prior's regime terms + RBF",
                           "per_class_rows": {oc: int(len(r)) for oc, r in loo.items()}}
