@@ -73,6 +73,22 @@ def test_aliases_resolve(alias, name):
     assert get_device(alias).name == name
 
 
+@pytest.mark.parametrize("written,name", [
+    ("NVIDIA H100", "NVIDIA H100 80GB HBM3"),
+    ("NVIDIA A100-PCIE-80GB", "NVIDIA A100 80GB PCIe"),
+    ("NVIDIA Tesla T4", "Tesla T4"),
+    ("nvidia l4", "NVIDIA L4"),
+])
+def test_brand_words_are_optional(written, name):
+    assert get_device(written).name == name
+
+
+@pytest.mark.parametrize("brand_only", ["NVIDIA", "Tesla", "AMD Instinct"])
+def test_brand_alone_is_not_a_device(brand_only):
+    with pytest.raises(UnknownDeviceError):
+        get_device(brand_only)
+
+
 def test_get_device_passes_spec_through():
     d = DEVICES[0]
     assert get_device(d) is d

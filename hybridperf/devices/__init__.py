@@ -37,15 +37,31 @@ def _index(items) -> dict:
 
 _DEVICE_INDEX = _index(DEVICES)
 _NODE_INDEX = _index(NODES)
+#: brand words a driver or a user may put before the model name ("NVIDIA H100", "Tesla V100", "AMD
+#: Instinct MI210"); a name the catalog does not hold verbatim is looked up again without them
+_BRAND_WORDS = ("nvidia", "tesla", "geforce", "quadro", "amd", "instinct", "radeon")
+
+
+def _lookup_device(name: str) -> DeviceSpec | None:
+    """The catalog GPU `name` denotes: verbatim (normalised), else with leading brand words removed."""
+    key = _norm(name)
+    hit = _DEVICE_INDEX.get(key)
+    while hit is None:
+        brand = next((b for b in _BRAND_WORDS if key.startswith(b) and len(key) > len(b)), None)
+        if brand is None:
+            return None
+        key = key[len(brand):]
+        hit = _DEVICE_INDEX.get(key)
+    return hit
 
 
 def get_device(name_or_path: str | DeviceSpec) -> DeviceSpec:
     """Resolve a device: a DeviceSpec, a catalog name/alias (case/punctuation-insensitive,
-    underscores as spaces), a node name (its GPU), or the path of a JSON spec."""
+    underscores as spaces, brand words such as "NVIDIA" or "Tesla" optional), a node name (its GPU), or the path of a JSON spec."""
     if isinstance(name_or_path, DeviceSpec):
         return name_or_path
     s = str(name_or_path)
-    hit = _DEVICE_INDEX.get(_norm(s))
+    hit = _lookup_device(s)
     if hit is not None:
         return hit
     node = _NODE_INDEX.get(_norm(s))
@@ -64,7 +80,7 @@ def _enrich_from_catalog(spec: DeviceSpec) -> DeviceSpec:
     """A spec loaded from a NeuSight-format file carries only SMs, clock, fp32 peak, memory and L2.
     When it names a catalog GPU, the catalog supplies the rest (architecture, TDP, memory type, other
     dtypes' peaks, interconnect), and the file's own numbers take precedence."""
-    base = _DEVICE_INDEX.get(_norm(spec.name))
+    base = _lookup_device(spec.name)
     if base is None or spec.arch != "unknown":
         return spec
     return replace(base, num_sms=spec.num_sms, boost_clock_mhz=spec.boost_clock_mhz, mem_gb=spec.mem_gb,
