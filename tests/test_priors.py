@@ -299,9 +299,21 @@ def test_unknown_timing_is_an_input_error():
 
 
 def test_bmm_tiles_are_at_least_as_wide_along_the_output_columns():
-    """torch.bmm's cuBLAS kernels keep tile_n >= tile_m (NeuSight traces): a 64-wide output pads."""
-    dev = get_device("NVIDIA A100-PCIE-40GB")
+    """Without a traced tile table (Volta here), torch.bmm keeps tile_n >= tile_m: a 64-wide output
+    pads, so the batched GEMM costs more than a free choice of tile."""
+    dev = get_device("Tesla V100-PCIE-32GB")
     bmm = gemm_compute([768], [1024], [64], [1024], dev, batched=True)
     gemm = gemm_compute([768], [1024], [64], [1024], dev)
     assert bmm.tile_n[0] >= bmm.tile_m[0]
     assert bmm.compute_ms[0] > gemm.compute_ms[0] and gemm.tile_n[0] < gemm.tile_m[0]
+
+
+def test_bmm_uses_the_architectures_traced_tiles():
+    """Ampere's batched SGEMM runs 128x128 tiles only (A100 traces), Pascal's 128 output columns:
+    attention's 64-wide AV output pads half of each tile. Tensor-core (fp16) bmm is not restricted."""
+    a100 = get_device("NVIDIA A100-PCIE-40GB")
+    bmm = gemm_compute([768], [1024], [64], [1024], a100, batched=True)
+    assert (bmm.tile_m[0], bmm.tile_n[0]) == (128, 128)
+    assert gemm_compute([768], [1024], [64], [1024], get_device("Tesla P100-PCIE-16GB"), batched=True).tile_n[0] == 128
+    half = gemm_compute([768], [1024], [64], [1024], a100, "fp16", matrix=True, batched=True)
+    assert half.tile_n[0] < 128

@@ -8,12 +8,12 @@ early only down to one block's time. Each tile streams N with a fixed prologue/e
 SM's peak. When the output has too few tiles to fill one wave and the reduction is long, libraries
 split the reduction over `s` blocks (split-K) and add the partial results: `s` times more tiles, each
 1/s as long, plus a pass over s partial outputs. The library picks the tiling that minimises time;
-so do we, with one exception read off NeuSight's traces: for torch.bmm, cuBLAS keeps tiles at least
-as wide along the output columns as along the rows (`ampere_sgemm_128x128_nn` on the A100,
-`maxwell_sgemm_128x64_nn` with 128 along the columns on P100 and P4), so attention's 64-wide AV
-output pads half of each tile. With that restriction the prior's bmm MAPE on NeuSight's test tables
-goes A100 12.9 -> 12.2, P100 6.6 -> 6.1, P4 25.8 -> 25.4, T4 21.3 -> 21.0, V100 11.5 -> 12.1 (V100
-picks 32x128 tiles, which the restriction keeps, but loses 128x32), with no constant fitted.
+so do we, except for torch.bmm in fp32, whose tiles cuBLAS's batched heuristic fixes per architecture
+(`BATCHED_SGEMM_TILES`, read off NeuSight's kernel traces): Pascal runs `maxwell_sgemm_128x64_nn`
+or `_128x128_nn` (64 or 128 rows x 128 output columns; P100 and P4 agree) and Ampere
+`ampere_sgemm_128x128_nn` for every one of the A100's 2,281 traced shapes, so attention's 64-wide AV
+output pads half of each tile. Other architectures keep the orientation the other traces show (tiles
+at least as wide along the output columns as along the rows).
 A lone block on an SM cannot hide latency on its own: it runs at no more than half of a full SM
 unless its tile is big enough to fill the SM (occ = 1).
 """
@@ -48,10 +48,31 @@ K_OVERHEAD = 16.0
 LIBRARY_EFFICIENCY: dict[tuple[str, str], float] = {("amd", "linear"): 0.771, ("amd", "bmm"): 0.585}  # reduction steps' worth of per-tile fixed cost
 SPLITS = (1, 2, 4, 8, 16, 32)
 
+#: (tile rows, tile output columns) cuBLAS's batched SGEMM runs, by architecture: the kernels of
+#: NeuSight's torch.bmm traces (cuBLAS 12.1). Pascal: both Pascal GPUs (P100, P4) agree. Ampere:
+#: the A100's traces alone. Ada and Hopper: assumed to keep Ampere's 128x128 SIMT tile (not traced).
+BATCHED_SGEMM_TILES: dict[str, tuple[tuple[int, int], ...]] = {
+    "pascal": ((64, 128), (128, 128)),
+    "ampere": ((128, 128),),
+    "ada": ((128, 128),),
+    "hopper": ((128, 128),),
+}
+
 
 def library_efficiency(vendor: str, op: str) -> float:
     """Fraction of the tile model's compute rate that `vendor`'s BLAS reaches for `op`."""
     return LIBRARY_EFFICIENCY.get((vendor, op), 1.0)
+
+
+@contextlib.contextmanager
+def batched_sgemm_tiles(table: dict):
+    """Temporarily replace BATCHED_SGEMM_TILES (to score a GPU with only what other GPUs' traces show)."""
+    global BATCHED_SGEMM_TILES
+    saved, BATCHED_SGEMM_TILES = BATCHED_SGEMM_TILES, dict(table)
+    try:
+        yield
+    finally:
+        BATCHED_SGEMM_TILES = saved
 
 
 @contextlib.contextmanager
@@ -82,8 +103,9 @@ class GemmTerms:
 def gemm_compute(batch, m, k_out, n_red, device: DeviceSpec, dtype: str = "fp32", matrix: bool = False,
                  batched: bool = False) -> GemmTerms:
     """Compute time of a (batched) GEMM under the best tile, with wave quantization. `batched`
-    (torch.bmm) restricts the tiles to those at least as wide along the output columns as along
-    the rows."""
+    (torch.bmm) restricts vector-math (non-tensor-core) tiles to those the architecture's batched
+    SGEMM runs (`BATCHED_SGEMM_TILES`), else to those at least as wide along the output columns as
+    along the rows."""
     B = np.asarray(batch, dtype=np.float64)[:, None]
     M = np.asarray(m, dtype=np.float64)[:, None]
     K = np.asarray(k_out, dtype=np.float64)[:, None]
@@ -115,7 +137,12 @@ def gemm_compute(batch, m, k_out, n_red, device: DeviceSpec, dtype: str = "fp32"
     # split-K is only used when the output tiles cannot fill one wave and the reduction is long
     allowed = (split == 1) | ((out_tiles < slots) & (n_chunk >= 256))
     if batched:
-        allowed = allowed & (tn >= tm)
+        vector_math = not matrix or device.peak(dtype, matrix=True) <= device.peak(dtype, matrix=False)
+        fixed = BATCHED_SGEMM_TILES.get(device.arch) if vector_math else None
+        if fixed:
+            allowed = allowed & np.any([(tm == r) & (tn == c) for r, c in fixed], axis=0)
+        else:
+            allowed = allowed & (tn >= tm)
     t = np.where(allowed, waves * wave_ms + reduce_ms, np.inf)
     best = np.argmin(t, axis=1)
     rows = np.arange(len(best))
