@@ -26,6 +26,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hybridperf.predictor import Predictor  # noqa: E402
+from hybridperf.priors.gemm import batched_sgemm_table, batched_sgemm_tiles  # noqa: E402
 from hybridperf.transfer import adapt_predictor, fit_corrections  # noqa: E402
 from hybridperf.transfer.adapt import TransferPrior  # noqa: E402
 from hybridperf.transfer.suggest import suggest_kernels  # noqa: E402
@@ -189,14 +190,15 @@ def main() -> None:
         pool = table[table["device"] == device].reset_index(drop=True)
         if not pool.empty and (bdir / "kernels").exists():
             folds[device] = (bdir / "kernels", pool)
-    errors = {d: zero_shot_errors(d, b, p) for d, (b, p) in folds.items()} if len(folds) > 1 else {}
     parts, chosen = [], {}
     for device, (bundle, pool) in folds.items():
-        others = [errors[d] for d in errors if d != device]
-        factor, prior = choose_prior(others) if others else (1.0, TransferPrior())
-        chosen[device] = factor
-        log(f"{device}: transfer prior factor {factor} (chosen on {len(others)} other GPUs)")
-        parts.append(run_device(device, bundle, pool, args.draws, log, prior))
+        # the prior's batched-SGEMM tiles come from the other GPUs' traces only, here as in training
+        with batched_sgemm_tiles(batched_sgemm_table(exclude_device=device)):
+            others = [zero_shot_errors(d, b, p) for d, (b, p) in folds.items() if d != device]
+            factor, prior = choose_prior(others) if others else (1.0, TransferPrior())
+            chosen[device] = factor
+            log(f"{device}: transfer prior factor {factor} (chosen on {len(others)} other GPUs)")
+            parts.append(run_device(device, bundle, pool, args.draws, log, prior))
     curves = pd.concat(parts, ignore_index=True)
     curves.to_csv(out / f"{name}_fewshot_draws.csv", index=False)
     rel = reliability(Path(args.heldout_csv)) if (not args.vidur and Path(args.heldout_csv).exists()) else None

@@ -102,24 +102,28 @@ def rowwise_logo(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     return pd.DataFrame(out).round(1)
 
 
-def traced_bmm_tiles(root: Path) -> pd.DataFrame:
-    """(device, arch, tile rows, tile columns) of every batched SGEMM kernel in NeuSight's bmm test
-    traces. cuBLAS names its tiles in column-major terms: `sgemm_128x64` is 128 output columns by 64
-    rows (the launch grid confirms it)."""
+def traced_bmm_tiles(root: Path) -> dict:
+    """{arch: {device: (rows, cols) tiles}} of the batched SGEMM kernels in NeuSight's bmm test traces.
+    cuBLAS names its tiles in column-major terms: `sgemm_128x64` is 128 output columns by 64 rows (the
+    launch grids confirm it)."""
     raw = pd.read_csv(root / "data" / "dataset" / "test" / "bmm.csv")
-    out = []
+    out: dict = {}
     for (dev, name), _ in raw.groupby(["Device", "Kernel Name"]):
         m = re.search(r"sgemm_(\d+)x(\d+)", name)
         if m:
-            out.append({"device": dev, "arch": get_device(dev).arch, "rows": int(m[2]), "cols": int(m[1])})
-    return pd.DataFrame(out)
+            tiles = out.setdefault(get_device(dev).arch, {}).setdefault(dev, set())
+            tiles.add((int(m[2]), int(m[1])))
+    return {a: {d: tuple(sorted(t)) for d, t in by_dev.items()} for a, by_dev in out.items()}
 
 
-def bmm_tiles_logo(test: pd.DataFrame, traced: pd.DataFrame) -> pd.DataFrame:
+def bmm_tiles_logo(test: pd.DataFrame, root: Path) -> pd.DataFrame:
     """bmm MAPE of each GPU with the batched-SGEMM tile table built from the OTHER GPUs' traces only
     (an architecture no other GPU was traced on falls back to the orientation rule), next to the
-    shipped table (`hybridperf.priors.gemm.BATCHED_SGEMM_TILES`) and no table at all."""
-    bmm = test[test["op_class"] == "bmm"]
+    shipped table and no table at all. Checks first that the library's table is what the traces say."""
+    traced = traced_bmm_tiles(root)
+    for arch, by_dev in gemm.BATCHED_SGEMM_TRACES.items():
+        if traced.get(arch) != by_dev:
+            raise SystemExit(f"BATCHED_SGEMM_TRACES[{arch!r}] = {by_dev} disagrees with the traces: {traced.get(arch)}")
 
     def mape(dev, g, table):
         with gemm.batched_sgemm_tiles(table):
@@ -127,11 +131,9 @@ def bmm_tiles_logo(test: pd.DataFrame, traced: pd.DataFrame) -> pd.DataFrame:
         return np.mean(np.abs(pred / g["latency_ms"].to_numpy() - 1)) * 100
 
     rows = []
-    for dev, g in bmm.groupby("device"):
-        others = traced[(traced["device"] != dev) & traced["arch"].isin(list(gemm.BATCHED_SGEMM_TILES))]
-        table = {a: tuple(sorted(set(zip(t["rows"], t["cols"])))) for a, t in others.groupby("arch")}
-        arch = get_device(dev).arch
-        rows.append({"held_out": dev, "tiles from other GPUs": str(table.get(arch, "orientation rule")),
+    for dev, g in test[test["op_class"] == "bmm"].groupby("device"):
+        table = gemm.batched_sgemm_table(exclude_device=dev)
+        rows.append({"held_out": dev, "tiles from other GPUs": str(table.get(get_device(dev).arch, "orientation rule")),
                      "held-out MAPE": mape(dev, g, table), "shipped table MAPE": mape(dev, g, gemm.BATCHED_SGEMM_TILES),
                      "no table MAPE": mape(dev, g, {})})
     return pd.DataFrame(rows).round(1)
@@ -188,7 +190,7 @@ def main() -> None:
     md += ["## Row-wise re-read constants, chosen leave-one-GPU-out", "",
            "Each GPU's softmax/LayerNorm test MAPE with the constants chosen on the other four GPUs.", "",
            logo.to_markdown(index=False), ""]
-    tiles = bmm_tiles_logo(data["test tables"], traced_bmm_tiles(root))
+    tiles = bmm_tiles_logo(data["test tables"], root)
     tiles.to_csv(out / "bmm_tiles_logo.csv", index=False)
     md += ["## Batched SGEMM tiles, leave-one-GPU-out", "",
            "Each GPU's bmm test MAPE with the tile table read off the other GPUs' kernel traces only.", "",

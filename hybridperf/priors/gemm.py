@@ -48,15 +48,30 @@ K_OVERHEAD = 16.0
 LIBRARY_EFFICIENCY: dict[tuple[str, str], float] = {("amd", "linear"): 0.771, ("amd", "bmm"): 0.585}  # reduction steps' worth of per-tile fixed cost
 SPLITS = (1, 2, 4, 8, 16, 32)
 
-#: (tile rows, tile output columns) cuBLAS's batched SGEMM runs, by architecture: the kernels of
-#: NeuSight's torch.bmm traces (cuBLAS 12.1). Pascal: both Pascal GPUs (P100, P4) agree. Ampere:
-#: the A100's traces alone. Ada and Hopper: assumed to keep Ampere's 128x128 SIMT tile (not traced).
-BATCHED_SGEMM_TILES: dict[str, tuple[tuple[int, int], ...]] = {
-    "pascal": ((64, 128), (128, 128)),
-    "ampere": ((128, 128),),
-    "ada": ((128, 128),),
-    "hopper": ((128, 128),),
+#: (tile rows, tile output columns) of the batched SGEMM kernels each traced GPU ran for torch.bmm
+#: (NeuSight's test-table traces, cuBLAS 12.1; `experiments/priors_report.py` re-reads them).
+BATCHED_SGEMM_TRACES: dict[str, dict[str, tuple[tuple[int, int], ...]]] = {
+    "pascal": {"Tesla P100-PCIE-16GB": ((64, 128),), "Tesla P4": ((64, 128), (128, 128))},
+    "ampere": {"NVIDIA A100-PCIE-40GB": ((128, 128),)},
 }
+#: untraced architectures assumed to run another's SIMT SGEMM kernel family (not verified)
+BATCHED_SGEMM_SAME_AS = {"ada": "ampere", "hopper": "ampere"}
+
+
+def batched_sgemm_table(exclude_device: str | None = None) -> dict[str, tuple[tuple[int, int], ...]]:
+    """Per architecture, the tiles its batched SGEMM runs, from the traces of every GPU but
+    `exclude_device` (leave-one-GPU-out: an architecture traced on that GPU alone drops out)."""
+    table = {}
+    for arch, by_device in BATCHED_SGEMM_TRACES.items():
+        tiles = sorted({t for dev, ts in by_device.items() if dev != exclude_device for t in ts})
+        if tiles:
+            table[arch] = tuple(tiles)
+    table.update({arch: table[src] for arch, src in BATCHED_SGEMM_SAME_AS.items() if src in table})
+    return table
+
+
+#: the table the prior uses; architectures without an entry keep the orientation rule
+BATCHED_SGEMM_TILES = batched_sgemm_table()
 
 
 def library_efficiency(vendor: str, op: str) -> float:
@@ -66,7 +81,8 @@ def library_efficiency(vendor: str, op: str) -> float:
 
 @contextlib.contextmanager
 def batched_sgemm_tiles(table: dict):
-    """Temporarily replace BATCHED_SGEMM_TILES (to score a GPU with only what other GPUs' traces show)."""
+    """Temporarily replace BATCHED_SGEMM_TILES (to score a GPU with only what other GPUs' traces show:
+    `batched_sgemm_tiles(batched_sgemm_table(exclude_device=gpu))`)."""
     global BATCHED_SGEMM_TILES
     saved, BATCHED_SGEMM_TILES = BATCHED_SGEMM_TILES, dict(table)
     try:

@@ -15,6 +15,8 @@ Pipeline (`train_kernel_bundle`):
 """
 from __future__ import annotations
 
+import contextlib
+
 import json
 import platform
 import time
@@ -129,23 +131,26 @@ def predict_heldout(fitted: dict, rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def leave_one_gpu_out(train: pd.DataFrame, evaluate: pd.DataFrame, cfg: TrainConfig, devices=None,
-                      progress: Callable[[str], None] | None = None, keep_models: bool = False):
+                      progress: Callable[[str], None] | None = None, keep_models: bool = False,
+                      fold_context: Callable[[str], contextlib.AbstractContextManager] | None = None):
     """For each device d: fit on `train` without d, predict `evaluate` rows of d.
 
-    Returns the held-out table (one row per evaluated kernel, with `heldout` = d), and with
-    `keep_models=True` also {d: fitted models of that fold}.
+    `fold_context(d)`, when given, is entered around each fold (e.g. prior tables rebuilt without
+    d's traces). Returns the held-out table (one row per evaluated kernel, with `heldout` = d), and
+    with `keep_models=True` also {d: fitted models of that fold}.
     """
     devices = devices or sorted(train["device"].unique())
     parts, models = [], {}
     for d in devices:
         if progress:
             progress(f"hold out {d}")
-        fitted = fit_all(train[train["device"] != d], cfg, progress)
+        with fold_context(d) if fold_context else contextlib.nullcontext():
+            fitted = fit_all(train[train["device"] != d], cfg, progress)
+            ev = evaluate[evaluate["device"] == d]
+            if len(ev):
+                parts.append(predict_heldout(fitted, ev).assign(heldout=d))
         if keep_models:
             models[d] = fitted
-        ev = evaluate[evaluate["device"] == d]
-        if len(ev):
-            parts.append(predict_heldout(fitted, ev).assign(heldout=d))
     logo = pd.concat(parts, ignore_index=True)
     return (logo, models) if keep_models else logo
 
