@@ -216,8 +216,9 @@ def test_power_cap_never_raises_the_rate(name):
 
 
 @pytest.mark.parametrize("name,shared", [("NVIDIA L4", True), ("NVIDIA A10", True), ("NVIDIA A100-PCIE-40GB", False),
-                                         ("NVIDIA H100 80GB HBM3", False), ("Tesla P4", False)])
-def test_shared_fp32_int32_datapath_limits_only_ga10x_and_ada(name, shared):
+                                         ("NVIDIA H100 80GB HBM3", True), ("Tesla P4", False),
+                                         ("Tesla V100-PCIE-32GB", False)])
+def test_issue_limit_applies_to_128_lane_single_issue_sms_only(name, shared):
     dev = get_device(name)
     ratio = issue_limited_peak(dev, "fp32") / dev.peak("fp32")
     assert ratio == pytest.approx(0.75 if shared else 1.0)

@@ -32,17 +32,21 @@ DEFAULT_TENSOR_CORE_ENERGY_RATIO = 0.1
 _DEFAULT_PJ = 10.0
 
 
-#: GA10x and Ada SMs count 128 FP32 lanes, but half of them share a datapath with INT32: dense math
-#: (whose loops also issue integer address arithmetic) reaches ~3/4 of that doubled peak
+#: SMs with 128 FP32 lanes and four single-issue schedulers (GA10x, Ada, Hopper, Blackwell) need an
+#: FFMA in every issue slot to reach the spec peak, but dense math also issues shared-memory loads and
+#: integer address arithmetic: it reaches ~3/4 of that doubled peak (RTX 3090 SGEMM ~25 of 35.6
+#: TFLOP/s; one public H100 SXM5 cuBLAS SGEMM, 4096x16384x8192, 35.5 of 66.9). GA100 and Volta (64
+#: lanes, an FFMA every other slot) and Pascal (dual issue) are not limited.
 SHARED_FP32_INT32_ISSUE = 0.75
+SINGLE_ISSUE_128_LANE_ARCHS = ("ampere", "ada", "hopper", "blackwell")
 
 
 def issue_limited_peak(device: DeviceSpec, dtype: str = "fp32", matrix: bool = False) -> float:
-    """Spec peak (FLOP/s), times the issue limit of shared FP32/INT32 datapaths for vector math."""
+    """Spec peak (FLOP/s), times the issue limit of 128-lane single-issue SMs for vector math."""
     peak = device.peak(dtype, matrix=matrix)
     uses_matrix = matrix and peak > device.peak(dtype, matrix=False)
-    shared = device.vendor == "nvidia" and device.arch in ("ampere", "ada") and device.cores_per_sm == 128
-    return peak * SHARED_FP32_INT32_ISSUE if shared and not uses_matrix else peak
+    limited = device.vendor == "nvidia" and device.arch in SINGLE_ISSUE_128_LANE_ARCHS and device.cores_per_sm == 128
+    return peak * SHARED_FP32_INT32_ISSUE if limited and not uses_matrix else peak
 
 
 def sustained_flops(device: DeviceSpec, dtype: str = "fp32", matrix: bool = False) -> float:
