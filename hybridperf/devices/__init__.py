@@ -57,7 +57,8 @@ def _lookup_device(name: str) -> DeviceSpec | None:
 
 def get_device(name_or_path: str | DeviceSpec) -> DeviceSpec:
     """Resolve a device: a DeviceSpec, a catalog name/alias (case/punctuation-insensitive,
-    underscores as spaces, brand words such as "NVIDIA" or "Tesla" optional), a node name (its GPU), or the path of a JSON spec."""
+    underscores as spaces, brand words such as "NVIDIA" or "Tesla" optional), a node name (its
+    GPU), or the path of a JSON spec."""
     if isinstance(name_or_path, DeviceSpec):
         return name_or_path
     s = str(name_or_path)
