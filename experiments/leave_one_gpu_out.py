@@ -26,17 +26,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hybridperf.datasets.neusight import load_test  # noqa: E402
 from hybridperf.predictor import device_shift_sd  # noqa: E402
-from hybridperf.priors.gemm import batched_sgemm_table, batched_sgemm_tiles  # noqa: E402
+from hybridperf.priors.gemm import tiles_without  # noqa: E402
 from hybridperf.stats import Z90, widen_in_quadrature  # noqa: E402
 from hybridperf.training.kernel_data import load_neusight_training  # noqa: E402
 from hybridperf.training.kernels import (  # noqa: E402
     TrainConfig, blended, choose_blend, conformal_interval, export_bundle, leave_one_gpu_out, per_stratum,
 )
-
-
-def held_out_tiles(d: str):
-    """Context in which the prior's batched-SGEMM tiles come from the other GPUs' traces only."""
-    return batched_sgemm_tiles(batched_sgemm_table(exclude_device=d))
 
 
 def selection(logo: pd.DataFrame, d: str, cfg: TrainConfig, calibration: pd.DataFrame | None) -> tuple[dict, dict]:
@@ -150,7 +145,7 @@ def main() -> None:
         devices = args.devices.split(",") if args.devices else sorted(train["device"].unique())
     log(f"{len(train)} training rows, holding out {devices}")
     logo, models = leave_one_gpu_out(train, evaluate, cfg, devices=devices, progress=log, keep_models=True,
-                                     fold_context=held_out_tiles)
+                                     fold_context=tiles_without)
     scored = score(logo, cfg, calibration)
     scored.to_csv(out / f"{name}_heldout_predictions.csv", index=False)
     tab = summarize(scored)
@@ -166,7 +161,7 @@ def main() -> None:
         for d, fitted in models.items():
             choice, iv = selection(logo, d, cfg, calibration)
             dest = Path(args.save_bundles) / d.replace(" ", "_") / "kernels"
-            with held_out_tiles(d):
+            with tiles_without(d):
                 export_bundle(fitted, choice, iv, dest, train[train["device"] != d], cfg,
                               extra={"calibration": {"method": "split-conformal on the other folds", "heldout_device": d}})
             log(f"saved bundle without {d} -> {dest}")

@@ -35,7 +35,7 @@ def mape_table(df: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for dev, g in df.groupby("device"):
         # bmm tiles from the other GPUs' traces only (see bmm_tiles_logo)
-        with gemm.batched_sgemm_tiles(gemm.batched_sgemm_table(exclude_device=dev)):
+        with gemm.tiles_without(dev):
             t = kernel_prior_terms(g, get_device(dev))
         for oc, idx in g.groupby("op_class").indices.items():
             y = g["latency_ms"].to_numpy()[idx]

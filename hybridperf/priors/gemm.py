@@ -80,26 +80,30 @@ def library_efficiency(vendor: str, op: str) -> float:
 
 
 @contextlib.contextmanager
+def _replaced(name: str, value):
+    """Temporarily rebind this module's global `name` to `value`."""
+    saved = globals()[name]
+    globals()[name] = value
+    try:
+        yield
+    finally:
+        globals()[name] = saved
+
+
 def batched_sgemm_tiles(table: dict):
-    """Temporarily replace BATCHED_SGEMM_TILES (to score a GPU with only what other GPUs' traces show:
-    `batched_sgemm_tiles(batched_sgemm_table(exclude_device=gpu))`)."""
-    global BATCHED_SGEMM_TILES
-    saved, BATCHED_SGEMM_TILES = BATCHED_SGEMM_TILES, dict(table)
-    try:
-        yield
-    finally:
-        BATCHED_SGEMM_TILES = saved
+    """Context in which BATCHED_SGEMM_TILES is `table`."""
+    return _replaced("BATCHED_SGEMM_TILES", dict(table))
 
 
-@contextlib.contextmanager
+def tiles_without(device: str):
+    """Context in which the batched-SGEMM tiles come from the traces of every GPU but `device`: how a
+    GPU is scored leave-one-GPU-out."""
+    return batched_sgemm_tiles(batched_sgemm_table(exclude_device=device))
+
+
 def library_efficiency_table(table: dict):
-    """Temporarily replace LIBRARY_EFFICIENCY (used to score a GPU with values fitted without it)."""
-    global LIBRARY_EFFICIENCY
-    saved, LIBRARY_EFFICIENCY = LIBRARY_EFFICIENCY, dict(table)
-    try:
-        yield
-    finally:
-        LIBRARY_EFFICIENCY = saved
+    """Context in which LIBRARY_EFFICIENCY is `table` (used to score a GPU with values fitted without it)."""
+    return _replaced("LIBRARY_EFFICIENCY", dict(table))
 
 
 @dataclass
