@@ -26,7 +26,7 @@ import numpy as np
 
 from hybridperf.devices import DeviceSpec
 from hybridperf.priors.memory import dram_efficiency
-from hybridperf.priors.power import sustained_flops
+from hybridperf.priors.power import sustained_flops, uses_matrix_units
 
 #: (tile_m, tile_n, blocks per SM, fraction of SM peak reached when the SM is full)
 TILES = (
@@ -157,8 +157,7 @@ def gemm_compute(batch, m, k_out, n_red, device: DeviceSpec, dtype: str = "fp32"
     # split-K is only used when the output tiles cannot fill one wave and the reduction is long
     allowed = (split == 1) | ((out_tiles < slots) & (n_chunk >= 256))
     if batched:
-        vector_math = not matrix or device.peak(dtype, matrix=True) <= device.peak(dtype, matrix=False)
-        fixed = BATCHED_SGEMM_TILES.get(device.arch) if vector_math else None
+        fixed = None if uses_matrix_units(device, dtype, matrix) else BATCHED_SGEMM_TILES.get(device.arch)
         if fixed:
             allowed = allowed & np.any([(tm == r) & (tn == c) for r, c in fixed], axis=0)
         else:

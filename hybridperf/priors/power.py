@@ -41,10 +41,16 @@ SHARED_FP32_INT32_ISSUE = 0.75
 SINGLE_ISSUE_128_LANE_ARCHS = ("ampere", "ada", "hopper", "blackwell")
 
 
+def uses_matrix_units(device: DeviceSpec, dtype: str = "fp32", matrix: bool = False) -> bool:
+    """Whether dense math that may use matrix units (`matrix`) really runs on them in `dtype`: the
+    device has a faster matrix peak for it (NVIDIA fp32 has none, TF32 being off)."""
+    return matrix and device.peak(dtype, matrix=True) > device.peak(dtype, matrix=False)
+
+
 def issue_limited_peak(device: DeviceSpec, dtype: str = "fp32", matrix: bool = False) -> float:
     """Spec peak (FLOP/s), times the issue limit of 128-lane single-issue SMs for vector math."""
     peak = device.peak(dtype, matrix=matrix)
-    uses_matrix = matrix and peak > device.peak(dtype, matrix=False)
+    uses_matrix = uses_matrix_units(device, dtype, matrix)
     limited = device.vendor == "nvidia" and device.arch in SINGLE_ISSUE_128_LANE_ARCHS and device.cores_per_sm == 128
     return peak * SHARED_FP32_INT32_ISSUE if limited and not uses_matrix else peak
 
@@ -56,7 +62,6 @@ def sustained_flops(device: DeviceSpec, dtype: str = "fp32", matrix: bool = Fals
     if device.tdp_w <= 0:
         return peak
     pj = VECTOR_PJ_PER_FLOP.get(device.arch, _DEFAULT_PJ)
-    uses_matrix = matrix and device.peak(dtype, matrix=True) > device.peak(dtype, matrix=False)
-    if uses_matrix:
+    if uses_matrix_units(device, dtype, matrix):
         pj *= TENSOR_CORE_ENERGY_RATIO.get(dtype_key(dtype), DEFAULT_TENSOR_CORE_ENERGY_RATIO)
     return min(peak, device.tdp_w / (pj * 1e-12))
