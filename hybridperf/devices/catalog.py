@@ -57,6 +57,15 @@ DEVICES: list[DeviceSpec] = [
         max_threads_per_sm=2048, tdp_w=300, pcie_gen=3, pcie_bw_gbs=16, link_name="NVLink1",
         link_bw_gbs=80, form_factor="SXM", aliases=("P100-SXM2", "P100-SXM", "P100-SXM2-16GB"),
     ),
+    # NVIDIA Tesla P40 datasheet (2016): 12 TFLOPS fp32 / 47 TOPS int8 (DP4A) at 1531 MHz boost,
+    # 24 GB GDDR5 346 GB/s, 250 W. GP102: 30 SMs x 128 lanes, 3 MB L2. fp16 is 1/64 rate: omitted.
+    DeviceSpec(
+        name="Tesla P40", vendor="nvidia", arch="pascal", num_sms=30, cores_per_sm=128,
+        boost_clock_mhz=1531, mem_gb=24, mem_bw_gbs=346, l2_mb=3, mem_type="GDDR5",
+        peak_tflops={"fp32": 11.8, "fp64": 0.37, "int8": 47.0}, smem_per_sm_kb=96,
+        max_threads_per_sm=2048, tdp_w=250, pcie_gen=3, pcie_bw_gbs=16, form_factor="PCIe",
+        aliases=("P40", "P40-24GB"),
+    ),
     # ------------------------------------------------------------------ Volta
     # NVIDIA V100 datasheet (2020, "V100 PCIe"): 7 fp64 / 14 fp32 / 112 tensor TFLOPS at 1380 MHz, 900 GB/s.
     # int8: DP4A only (Volta tensor cores lack int8), 4 x fp32 = ~56 TOPS (derived, not on the datasheet).
@@ -209,6 +218,15 @@ DEVICES: list[DeviceSpec] = [
         smem_per_sm_kb=164, max_threads_per_sm=2048, tdp_w=400, pcie_gen=4, pcie_bw_gbs=32,
         link_name="NVLink3", link_bw_gbs=300, form_factor="SXM",
         aliases=("A100-SXM-80GB", "A100-SXM4-80GB", "A100-80GB-SXM", "A100-SXM", "A100-SXM4"),
+    ),
+    # NVIDIA A800 SXM4 80GB: an A100-SXM4-80GB with NVLink cut to 400 GB/s bidirectional (8 links).
+    DeviceSpec(
+        name="NVIDIA A800-SXM4-80GB", vendor="nvidia", arch="ampere", num_sms=108, cores_per_sm=64,
+        boost_clock_mhz=1410, mem_gb=80, mem_bw_gbs=2039, l2_mb=40, mem_type="HBM2e",
+        peak_tflops={"fp32": 19.5, "fp16": 78.0, "bf16": 39.0, "fp64": 9.7, "tf32_tc": 156.0,
+                     "fp16_tc": 312.0, "bf16_tc": 312.0, "int8_tc": 624.0},
+        smem_per_sm_kb=164, max_threads_per_sm=2048, tdp_w=400, pcie_gen=4, pcie_bw_gbs=32,
+        link_name="NVLink3", link_bw_gbs=200, form_factor="SXM", aliases=("A800-SXM4-80GB", "A800", "A800-SXM4"),
     ),
     # ------------------------------------------------------------------ Ada Lovelace
     # NVIDIA L4 datasheet (2023): 30.3 fp32; TF32 120, FP16/BF16 242, FP8/INT8 485 (all with sparsity)
