@@ -215,6 +215,19 @@ def test_power_cap_never_raises_the_rate(name):
         assert issue_limited_peak(dev, "fp32", matrix) <= dev.peak("fp32", matrix=matrix)
 
 
+def test_matrix_unit_power_cap_follows_architecture_and_operand_width():
+    h100 = get_device("NVIDIA H100 80GB HBM3")
+    # 8-bit operands move half the bits per FLOP: a capped board sustains twice its 16-bit rate
+    assert sustained_flops(h100, "fp8", True) == pytest.approx(2 * sustained_flops(h100, "fp16", True))
+    assert sustained_flops(h100, "fp8", True) <= h100.peak("fp8", matrix=True)
+    # the public anchors of the 70-72 W boards (hybridperf.priors.power.MATRIX_ENERGY_RATIO)
+    assert sustained_flops(get_device("Tesla T4"), "fp16", True) == pytest.approx(24e12, rel=0.05)
+    assert sustained_flops(get_device("NVIDIA L4"), "fp16", True) == pytest.approx(53.5e12, rel=0.05)
+    # big boards of the same architectures stay at their peak in fp32 vector math
+    v100 = get_device("Tesla V100-SXM2-32GB")
+    assert sustained_flops(v100, "fp32") == v100.peak("fp32")
+
+
 @pytest.mark.parametrize("name,shared", [("NVIDIA L4", True), ("NVIDIA A10", True), ("NVIDIA A100-PCIE-40GB", False),
                                          ("NVIDIA H100 80GB HBM3", True), ("Tesla P4", False),
                                          ("Tesla V100-PCIE-32GB", False)])

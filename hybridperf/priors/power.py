@@ -7,8 +7,12 @@ of the datapath (vector FMA vs. tensor-core MMA), not of the individual GPU. The
 engineering estimates anchored on public sustained-throughput figures of individual boards (named
 beside each value), never on the evaluation data: ~15 pJ per sustained fp32 FLOP for 12-16 nm boards (a 70 W T4 then sustains
 ~4.5 of its 8.1 TFLOP/s, while a 75 W P4 and the 250 W V100/P100 stay at their peak), ~14 pJ at
-7-8 nm (the 250 W A100 PCIe, unlike the 400 W SXM part, then sustains ~18 of 19.5), ~7 pJ at 4-5 nm; tensor-core MMA is ~10x cheaper per FLOP. Only low-TDP, high-peak cards
-(T4, L4, A10-class) are capped; big-board GPUs are untouched.
+7-8 nm (the 250 W A100 PCIe, unlike the 400 W SXM part, then sustains ~18 of 19.5), ~6-10 pJ at 4-5 nm.
+Matrix units (tensor cores) spend 5-10x less per 16-bit FLOP (`MATRIX_ENERGY_RATIO`), and 8-bit
+operands half of that again: at full rate an 8-bit MMA moves the same bits as a 16-bit one at half
+rate. Only low-TDP, high-peak cards (T4, L4, A10-class) are capped; big-board GPUs are untouched.
+Sustained means seconds of back-to-back work: a capped board runs faster for the first tens of
+milliseconds (an L4 runs fp16 GEMMs at 69 TFLOP/s in a 7 ms burst and at 53 from 80 ms on).
 """
 from __future__ import annotations
 
@@ -27,8 +31,17 @@ VECTOR_PJ_PER_FLOP = {
     "hopper": 9.5,  # 4 nm: a 700 W H100 SXM sustains ~740 dense BF16 TFLOP/s (0.95 pJ/tensor FLOP)
     "blackwell": 6.0,  # 4 nm, second generation
 }
-TENSOR_CORE_ENERGY_RATIO = {"fp32": 0.5}  # fp32 matrix units (AMD MFMA) save less
-DEFAULT_TENSOR_CORE_ENERGY_RATIO = 0.1
+#: board energy per 16-bit matrix-unit FLOP / energy per vector FLOP, by architecture. Anchors are
+#: public measurements of power-capped boards: a 70 W T4 sustains ~24 TFLOP/s in cuBLAS fp16 GEMMs
+#: (NVIDIA developer forum, "About GPU peak performance": 4096^3 x 100, power capping), 2.9 pJ; a
+#: 72 W L4 53-54 TFLOP/s in torch.mm fp16 at 4096-10240 (zzc0721/torch-performance-test-data
+#: issue 120), 1.35 pJ. Elsewhere ~0.1 (a 700 W H100 SXM sustains ~740 dense BF16 TFLOP/s).
+#: Checked, not fitted, on V100S and L40S by `experiments/public_gemm_check.py`.
+MATRIX_ENERGY_RATIO = {"volta": 0.19, "turing": 0.19, "ada": 0.22}
+DEFAULT_MATRIX_ENERGY_RATIO = 0.1
+#: matrix-unit energy per FLOP by operand type, relative to 16-bit operands: fp32 matrix units
+#: (AMD MFMA) save less; 8-bit operands move half the bits per FLOP
+MATRIX_ENERGY_BY_DTYPE = {"fp32": 5.0, "fp8": 0.5, "int8": 0.5}
 _DEFAULT_PJ = 10.0
 
 
@@ -63,5 +76,6 @@ def sustained_flops(device: DeviceSpec, dtype: str = "fp32", matrix: bool = Fals
         return peak
     pj = VECTOR_PJ_PER_FLOP.get(device.arch, _DEFAULT_PJ)
     if uses_matrix_units(device, dtype, matrix):
-        pj *= TENSOR_CORE_ENERGY_RATIO.get(dtype_key(dtype), DEFAULT_TENSOR_CORE_ENERGY_RATIO)
+        pj *= MATRIX_ENERGY_RATIO.get(device.arch, DEFAULT_MATRIX_ENERGY_RATIO) \
+            * MATRIX_ENERGY_BY_DTYPE.get(dtype_key(dtype), 1.0)
     return min(peak, device.tdp_w / (pj * 1e-12))
