@@ -6,15 +6,18 @@ and 30 timed back-to-back calls. `max` rows are the best size, `size` rows one s
 long run of one size. For every row the script prices the same GEMMs with the project's prior (kernel
 timing: back-to-back calls hide the launch) and reports prior / public throughput.
 
-Two rows set constants (the `anchor` column): the T4 and L4 fp16 power caps
-(`hybridperf.priors.power.MATRIX_ENERGY_RATIO`). Every other row is a check. The `before` column is the
-prior with one matrix-unit energy ratio for every architecture and dtype, as it was before those anchors.
+Some rows set constants (the `anchor` column): the T4 and L4 fp16 power caps
+(`hybridperf.priors.power.MATRIX_ENERGY_RATIO`) and the bf16 rows of GPUs without bf16 units
+(`EMULATED_BF16_GEMM_RATE`). Every other row is a check. The `before` column is the prior with one
+matrix-unit energy ratio for every architecture and dtype and bf16 at the fp32 rate, as it was before
+those anchors.
 
     python experiments/public_gemm_check.py --out experiments/out/public_gemm
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
@@ -43,19 +46,22 @@ def prior_tflops(device_name: str, dtype: str, sizes) -> float:
     return float(np.max(2.0 * n.astype(float) ** 3 / (ms * 1e-3)) / 1e12)
 
 
+@contextlib.contextmanager
 def _before():
-    """Context: one matrix-unit energy ratio for every architecture and operand width (the old prior)."""
-    import contextlib
+    """Context: one matrix-unit energy ratio for every architecture and operand width, and bf16 at
+    the fp32 rate on GPUs without bf16 units (the prior before session 6)."""
+    saved = power.MATRIX_ENERGY_RATIO, power.MATRIX_ENERGY_BY_DTYPE, power.EMULATED_BF16_GEMM_RATE
+    power.MATRIX_ENERGY_RATIO, power.MATRIX_ENERGY_BY_DTYPE = {}, {"fp32": saved[1]["fp32"]}
+    power.EMULATED_BF16_GEMM_RATE = 1.0
+    try:
+        yield
+    finally:
+        power.MATRIX_ENERGY_RATIO, power.MATRIX_ENERGY_BY_DTYPE, power.EMULATED_BF16_GEMM_RATE = saved
 
-    @contextlib.contextmanager
-    def ctx():
-        saved = power.MATRIX_ENERGY_RATIO, power.MATRIX_ENERGY_BY_DTYPE
-        power.MATRIX_ENERGY_RATIO, power.MATRIX_ENERGY_BY_DTYPE = {}, {"fp32": saved[1]["fp32"]}
-        try:
-            yield
-        finally:
-            power.MATRIX_ENERGY_RATIO, power.MATRIX_ENERGY_BY_DTYPE = saved
-    return ctx()
+
+def is_anchor(row, device) -> bool:
+    """Whether a public row set a constant of the prior (not a check)."""
+    return (row.device, row.dtype, row.source) in ANCHORS or (row.dtype == "bf16" and power.emulates_bf16(device))
 
 
 def check_table(data: pd.DataFrame) -> pd.DataFrame:
@@ -70,7 +76,7 @@ def check_table(data: pd.DataFrame) -> pd.DataFrame:
         rows.append({"device": r.device, "dtype": r.dtype, "stat": r.stat if r.stat != "size" else f"n={int(r.size)}",
                      "public": r.tflops, "prior": round(now, 1), "ratio": round(now / r.tflops, 2),
                      "before": round(before / r.tflops, 2), "power_capped": bool(capped),
-                     "anchor": (r.device, r.dtype, r.source) in ANCHORS})
+                     "anchor": is_anchor(r, dev)})
     return pd.DataFrame(rows)
 
 
@@ -94,12 +100,12 @@ def plot(t: pd.DataFrame, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.5, 6))
-    for dt, color in (("fp32", "tab:blue"), ("fp16", "tab:red")):
+    for dt, color in (("fp32", "tab:blue"), ("fp16", "tab:red"), ("bf16", "tab:green")):
         for capped, marker in ((False, "o"), (True, "^")):
             g = t[(t["dtype"] == dt) & (t["power_capped"] == capped)]
             ax.scatter(g["public"], g["prior"], c=color, marker=marker, alpha=0.8,
                        label=f"{dt}{', power-capped' if capped else ''}")
-    lo, hi = 2, 3000
+    lo, hi = 1.5, 3000
     ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
     ax.plot([lo, hi], [lo * 1.25, hi * 1.25], "k:", lw=0.6)
     ax.plot([lo, hi], [lo / 1.25, hi / 1.25], "k:", lw=0.6)
@@ -121,7 +127,8 @@ def main() -> None:
     s = summary(t)
     md = ["# GEMM prior vs public square-GEMM throughput", "",
           "ratio = prior / public; before = the same with one matrix-unit energy ratio for all "
-          "architectures and dtypes. Anchor rows set constants; the summary counts the other rows only.", "",
+          "architectures and dtypes and bf16 at the fp32 rate. Anchor rows set constants; the summary "
+          "counts the other rows only.", "",
           t.to_markdown(index=False), "", "## Summary (check rows)", "", s.to_markdown(index=False), ""]
     (out / "public_gemm_check.md").write_text("\n".join(md))
     plot(t, out / "public_gemm_check.png")

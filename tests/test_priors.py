@@ -228,6 +228,16 @@ def test_matrix_unit_power_cap_follows_architecture_and_operand_width():
     assert sustained_flops(v100, "fp32") == v100.peak("fp32")
 
 
+def test_bf16_gemm_is_emulated_without_bf16_units():
+    from hybridperf.priors.power import EMULATED_BF16_GEMM_RATE
+
+    t4, a100 = get_device("Tesla T4"), get_device("NVIDIA A100-SXM4-80GB")
+    assert sustained_flops(t4, "bf16", True) == pytest.approx(EMULATED_BF16_GEMM_RATE * sustained_flops(t4, "fp32", True))
+    assert sustained_flops(a100, "bf16", True) > 10 * sustained_flops(a100, "fp32", True)  # tensor cores
+    gemm = _table("linear", [{"B": 1, "M": 4096, "N": 4096, "K": 4096}])
+    assert prior_ms(gemm.assign(dtype="bf16"), t4)[0] > 1.5 * prior_ms(gemm, t4)[0]
+
+
 @pytest.mark.parametrize("name,shared", [("NVIDIA L4", True), ("NVIDIA A10", True), ("NVIDIA A100-PCIE-40GB", False),
                                          ("NVIDIA H100 80GB HBM3", True), ("Tesla P4", False),
                                          ("Tesla V100-PCIE-32GB", False)])

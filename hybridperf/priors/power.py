@@ -68,9 +68,23 @@ def issue_limited_peak(device: DeviceSpec, dtype: str = "fp32", matrix: bool = F
     return peak * SHARED_FP32_INT32_ISSUE if limited and not uses_matrix else peak
 
 
+#: bf16 GEMMs on GPUs with neither bf16 vector nor bf16 matrix units (Pascal, Volta, Turing) are
+#: emulated: cuBLAS converts and computes in fp32. Public torch.mm bf16 / fp32 throughput on such
+#: GPUs (experiments/data/public_gemm_tflops.csv): T4 0.52-0.55, P4 0.57, P40 0.52, RTX 2080 0.56,
+#: V100S 0.73; the median of the five GPUs.
+EMULATED_BF16_GEMM_RATE = 0.56
+
+
+def emulates_bf16(device: DeviceSpec) -> bool:
+    """Whether `device` has no bf16 unit, so that bf16 math runs through fp32."""
+    return not any(device.peak_tflops.get(k, 0.0) > 0 for k in ("bf16", "bf16_tc"))
+
+
 def sustained_flops(device: DeviceSpec, dtype: str = "fp32", matrix: bool = False) -> float:
     """FLOP/s the device can sustain for dense math in `dtype`: min(issue-limited peak, TDP / energy
-    per FLOP)."""
+    per FLOP); bf16 GEMMs without bf16 units at EMULATED_BF16_GEMM_RATE of the fp32 rate."""
+    if matrix and dtype_key(dtype) == "bf16" and emulates_bf16(device):
+        return EMULATED_BF16_GEMM_RATE * sustained_flops(device, "fp32", matrix)
     peak = issue_limited_peak(device, dtype, matrix)
     if device.tdp_w <= 0:
         return peak
