@@ -15,8 +15,9 @@ import numpy as np
 import pandas as pd
 
 from hybridperf.datasets.schema import canonicalize
-from hybridperf.devices import DeviceSpec, get_device
-from hybridperf.errors import ModelBundleError
+from hybridperf.devices import DeviceSpec, dtype_key, get_device
+from hybridperf.errors import InputError, ModelBundleError
+from hybridperf.ops import GEMM_OPS
 from hybridperf.priors.kernel_prior import kernel_prior_terms
 from hybridperf.priors.launch import check_timing, row_timing
 from hybridperf.residual_models.bundle import Bundle, load_bundle, shipped_models_dir, stratum_key
@@ -77,6 +78,17 @@ def ood_score(X: np.ndarray, rng: dict) -> np.ndarray:
     below = (lo - X) / scale
     above = (X - hi) / scale
     return np.clip(np.max(np.maximum(np.maximum(below, above), 0.0), axis=1), 0.0, OOD_CLIP)
+
+
+def check_runs_on(kernels: pd.DataFrame, device: DeviceSpec) -> None:
+    """Refuse kernels `device` cannot run: fp8 GEMMs need fp8 matrix units (Ada, Hopper, Blackwell,
+    CDNA3); elsewhere PyTorch raises rather than run them, so no latency would be meaningful."""
+    if device.peak_tflops.get("fp8_tc", 0.0) > 0:
+        return
+    fp8 = kernels["op"].isin(GEMM_OPS).to_numpy() & (kernels["dtype"].map(dtype_key) == "fp8").to_numpy()
+    if fp8.any():
+        raise InputError(f"data row {int(np.argmax(fp8)) + 1}: {device.name} has no fp8 matrix units, so an fp8 "
+                         f"{kernels['op'].iloc[int(np.argmax(fp8))]} cannot run on it")
 
 
 class Predictor:
@@ -157,6 +169,7 @@ class Predictor:
         dev = get_device(device)
         df = kernels if "op_class" in kernels.columns and "flops" in kernels.columns else canonicalize(kernels)
         df = df.reset_index(drop=True)
+        check_runs_on(df, dev)
         if timing is not None:
             df = df.assign(timing=check_timing(timing))
         terms = kernel_prior_terms(df, dev)

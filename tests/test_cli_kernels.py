@@ -155,6 +155,7 @@ BAD_INPUTS = {
     "text_shape": "OPName,B,H\nadd,three,5\n",
     "unknown_dtype": "OPName,B,H,dtype\nadd,3,5,float7\n",
     "unknown_timing": "OPName,B,H,timing\nadd,3,5,wallclock\n",
+    "fp8_gemm_without_fp8_units": "OPName,B,M,N,K,dtype\nlinear,1,64,64,64,fp32\nlinear,1,64,64,64,fp8\n",
 }
 
 
@@ -165,6 +166,16 @@ def test_bad_input_one_line_error(case, tmp_path, monkeypatch, capsys):
                                             tmp_path / "o.csv", "--prior-only"])
     assert_one_line_error(code, err)
     assert not (tmp_path / "o.csv").exists()
+
+
+def test_fp8_gemm_runs_where_fp8_units_exist(tmp_path, monkeypatch, capsys):
+    inp = _write(tmp_path, "k.csv", BAD_INPUTS["fp8_gemm_without_fp8_units"])
+    code, err = run_cli(monkeypatch, capsys, ["predict-kernels", inp, "--device", "Tesla T4", "--output",
+                                            tmp_path / "o.csv", "--prior-only"])
+    assert "data row 2" in err and "fp8" in err
+    code, text = _predict([inp, "--device", "NVIDIA L4", "--output", tmp_path / "o.csv", "--prior-only"])
+    assert code == 0, text
+    assert len(pd.read_csv(tmp_path / "o.csv")) == 2
 
 
 def test_kernel_timing_drops_the_per_call_floor(good_csv, tmp_path):
