@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import sys
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pandas as pd
@@ -50,13 +51,10 @@ def prior_tflops(device_name: str, dtype: str, sizes) -> float:
 def _before():
     """Context: one matrix-unit energy ratio for every architecture and operand width, and bf16 at
     the fp32 rate on GPUs without bf16 units (the prior before session 6)."""
-    saved = power.MATRIX_ENERGY_RATIO, power.MATRIX_ENERGY_BY_DTYPE, power.EMULATED_BF16_GEMM_RATE
-    power.MATRIX_ENERGY_RATIO, power.MATRIX_ENERGY_BY_DTYPE = {}, {"fp32": saved[1]["fp32"]}
-    power.EMULATED_BF16_GEMM_RATE = 1.0
-    try:
+    with mock.patch.object(power, "MATRIX_ENERGY_RATIO", {}), \
+            mock.patch.object(power, "MATRIX_ENERGY_BY_DTYPE", {"fp32": power.MATRIX_ENERGY_BY_DTYPE["fp32"]}), \
+            mock.patch.object(power, "EMULATED_BF16_GEMM_RATE", 1.0):
         yield
-    finally:
-        power.MATRIX_ENERGY_RATIO, power.MATRIX_ENERGY_BY_DTYPE, power.EMULATED_BF16_GEMM_RATE = saved
 
 
 def is_anchor(row, device) -> bool:

@@ -87,8 +87,9 @@ def check_runs_on(kernels: pd.DataFrame, device: DeviceSpec) -> None:
         return
     fp8 = kernels["op"].isin(GEMM_OPS).to_numpy() & (kernels["dtype"].map(dtype_key) == "fp8").to_numpy()
     if fp8.any():
-        raise InputError(f"data row {int(np.argmax(fp8)) + 1}: {device.name} has no fp8 matrix units, so an fp8 "
-                         f"{kernels['op'].iloc[int(np.argmax(fp8))]} cannot run on it")
+        i = int(np.argmax(fp8))
+        raise InputError(f"data row {i + 1}: {device.name} has no fp8 matrix units, so an fp8 "
+                         f"{kernels['op'].iloc[i]} cannot run on it")
 
 
 class Predictor:
