@@ -101,14 +101,16 @@ def plot(t: pd.DataFrame, path: Path) -> None:
     for dt, color in (("fp32", "tab:blue"), ("fp16", "tab:red"), ("bf16", "tab:green")):
         for capped, marker in ((False, "o"), (True, "^")):
             g = t[(t["dtype"] == dt) & (t["power_capped"] == capped)]
-            ax.scatter(g["public"], g["prior"], c=color, marker=marker, alpha=0.8,
+            check, anchor = g[~g["anchor"]], g[g["anchor"]]
+            ax.scatter(check["public"], check["prior"], c=color, marker=marker, alpha=0.8,
                        label=f"{dt}{', power-capped' if capped else ''}")
+            ax.scatter(anchor["public"], anchor["prior"], facecolors="none", edgecolors=color, marker=marker)
     lo, hi = 1.5, 3000
     ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
     ax.plot([lo, hi], [lo * 1.25, hi * 1.25], "k:", lw=0.6)
     ax.plot([lo, hi], [lo / 1.25, hi / 1.25], "k:", lw=0.6)
     ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="public measurement (TFLOP/s)",
-           ylabel="prior (TFLOP/s)", title="Square GEMM throughput: prior vs public numbers (±25% dotted)")
+           ylabel="prior (TFLOP/s)", title="Square GEMM throughput: prior vs public numbers\n(±25% dotted; hollow: anchors that set a constant)")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
