@@ -255,6 +255,36 @@ def test_switch_gemms_match_opgraph():
     assert sum(k * v for k, v in traced.items()) == pytest.approx(sum(k * v for k, v in ours.items()), rel=1e-9)
 
 
+def _opgraph_runs():
+    """Single-GPU eager op graphs of the artifact (fused and parallel variants excluded; Switch has its
+    own test, since its layer names do not follow the one-layer-span layout)."""
+    if not NEUSIGHT.is_dir():
+        return []
+    return [f.stem for f in sorted((NEUSIGHT / "results" / "opgraph").glob("*.csv"))
+            if not any(t in f.stem for t in ("fusion", "dp4", "tp4", "pp4", "switch"))]
+
+
+@needs_data
+@pytest.mark.parametrize("run", _opgraph_runs() or ["(no data)"])
+def test_model_gemm_flops_match_traced_opgraph(run):
+    """Forward GEMM FLOPs of the whole model (layer span x layers + embeddings and head) equal the traced
+    graph's, so no head is missing or extra (BERT inference runs a classifier, not the MLM decoder)."""
+    import ast
+
+    from hybridperf.graphs.trace import layer_span
+
+    model, mode, seq, batch = run.split("-")[:4]
+    og = pd.read_csv(NEUSIGHT / "results" / "opgraph" / f"{run}.csv")
+    lo, hi = layer_span(og)
+    layers = load_config(CONFIGS / f"{model}.json").layers
+    traced = sum(2.0 * float(np.prod(shape)) * (layers if lo <= i < hi else 1)
+                 for i, ops in enumerate(og["FwOps"]) for op, shape in ast.literal_eval(ops) if op in ("Linear", "BMM"))
+    t = build_graph(CONFIGS / f"{model}.json", int(batch), int(seq), mode).kernel_table()
+    t = t[t["op"].isin(["linear", "bmm"]) & (t["phase"] == "fw")]
+    ours = float((2.0 * t["B"] * t["M"] * t["N"] * t["K"] * t["count"]).sum())
+    assert ours == pytest.approx(traced, rel=1e-9)
+
+
 @needs_data
 @pytest.mark.parametrize("name", ["bert_large", "gpt2_med", "gpt2_large", "gpt2_xl", "gpt3_xl", "gpt3_27",
                                   "gpt3_67", "gpt3_13", "opt", "opt_13", "switchxl4"])

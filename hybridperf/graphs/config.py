@@ -5,7 +5,8 @@ Supported `model_type`s (the architectures of NeuSight's DLmodel_configs):
     gpt2                 GPT2LMHeadModel (also the artifact's "GPT-3" xl/2.7B/6.7B/13B configs: GPT-2 style,
                          Conv1D projections = addmm, fused QKV, gelu_new as 8 eager kernels)
     gpt_neo              GPT-Neo style (separate q/k/v Linear without bias, no attention scaling)
-    bert                 BERT with an MLM head (pooler + NSP head as NeuSight traced it)
+    bert                 BERT as NeuSight traced it: inference = BertForSequenceClassification (pooler +
+                         classifier), training = BertForPreTraining (pooler + MLM head + NSP head)
     opt                  OPTForCausalLM (separate q/k/v Linear, pre-LN, ReLU)
     switch_transformers  Switch Transformer encoder-decoder with top-1 MoE every `*_sparse_step` layers
     llama, mistral,      LlamaForCausalLM-style decoders: RMSNorm, rotary embeddings, grouped-query

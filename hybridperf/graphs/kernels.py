@@ -280,7 +280,16 @@ def _gpt2(cfg: ModelConfig, B, S, train) -> list:
     return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
 
 
+def _num_labels(cfg: ModelConfig) -> int:
+    """Classifier width: the config's `num_labels` / `id2label`, else HF's default of 2."""
+    n = cfg.raw.get("num_labels") or len(cfg.raw.get("id2label") or {}) or 2
+    return int(n)
+
+
 def _bert(cfg: ModelConfig, B, S, train) -> list:
+    """BERT as NeuSight ran it: `inf` is BertForSequenceClassification (pooler + classifier), `train`
+    is BertForPreTraining (pooler + MLM head over the vocabulary + NSP head); both per the traced graphs
+    in NeuSight's `results/opgraph/bert_large-{inf,train}-*.csv`."""
     h, f, V, tok = cfg.hidden, cfg.ffn, cfg.vocab, B * S
     tt = int(cfg.raw.get("type_vocab_size", 2) or 2)
     pre = [misc("ones_mask", "mask", B * S * F32), misc("ext_mask_sub", "mask", 2 * B * S * F32),
@@ -294,9 +303,12 @@ def _bert(cfg: ModelConfig, B, S, train) -> list:
           ln("attn_ln", tok, h), linear("intermediate", tok, h, f), *_activation("mlp", cfg.activation, tok, f),
           linear("output", tok, f, h), *_dropout("out_dropout", tok, h, train), vec("resid_add2", "add", tok, h),
           ln("out_ln", tok, h)]
-    post = [linear("pooler", B, h, h), vec("pooler_tanh", "tanh", B, h),
-            linear("transform", tok, h, h), *_activation("transform", cfg.activation, tok, h), ln("transform_ln", tok, h),
-            linear("decoder", tok, h, V), linear("seq_relationship", B, h, 2)]
+    post = [linear("pooler", B, h, h), vec("pooler_tanh", "tanh", B, h)]
+    if train:  # BertForPreTraining: MLM transform + decoder over the vocabulary, NSP head
+        post += [linear("transform", tok, h, h), *_activation("transform", cfg.activation, tok, h),
+                 ln("transform_ln", tok, h), linear("decoder", tok, h, V), linear("seq_relationship", B, h, 2)]
+    else:  # BertForSequenceClassification: the pooled token through the classifier
+        post += [linear("classifier", B, h, _num_labels(cfg))]
     return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
 
 
