@@ -117,3 +117,21 @@ def test_example_shapes_file_parses():
     s = load_shapes(REPO / "examples" / "shapes_tiny.csv")
     assert {"bmm", "linear", "add", "softmax", "ln"} <= set(s["op"])
     assert len(s) <= 12
+
+
+def test_gpu_check_script_runs_end_to_end_on_the_cpu(tmp_path):
+    """experiments/gpu_check.py (the one-command check for a lent GPU) collects, predicts and reports;
+    here on the CPU with toy shapes, predicting for a catalog GPU, so only the plumbing is checked."""
+    pytest.importorskip("torch")
+    res = subprocess.run([sys.executable, str(REPO / "experiments" / "gpu_check.py"), "--quick", "--device", "cpu",
+                          "--as-device", "NVIDIA H100 80GB HBM3", "--no-models", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    k = pd.read_csv(tmp_path / "kernels.csv")
+    assert set(k["op_class"]) == {"bmm", "linear", "elementwise", "softmax", "layernorm"}
+    assert (k["latency_ms"] > 0).all() and (k["lo_ms"] <= k["pred_ms"]).all() and (k["pred_ms"] <= k["hi_ms"]).all()
+    g = pd.read_csv(tmp_path / "gemm.csv")
+    assert {"fp32", "bf16"} <= set(g["dtype"]) and (g["measured_tflops"] > 0).all()
+    assert pd.read_csv(tmp_path / "burst.csv")["phase"].tolist() == ["after_idle", "after_sustained_load"]
+    report = (tmp_path / "report.md").read_text()
+    assert "predicted as NVIDIA H100 80GB HBM3" in report and "| softmax |" in report

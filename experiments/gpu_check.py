@@ -1,0 +1,300 @@
+"""Check the collector and the shipped predictor against the GPU this runs on, in one command.
+
+Written for a session that is lent a GPU for a few minutes (an H100 needs about 3-4 minutes for the full
+run). It measures, with the project's own collector (`hybridperf.datasets.collector`: CUDA events,
+mean of the fastest 5 of 25 calls, TF32 off), and compares each measurement with the zero-shot
+prediction of the shipped bundle for this GPU:
+
+1. `kernels.csv`: a NeuSight-style fp32 grid of every op class (bmm as in attention, linear as in
+   transformer layers, ten elementwise ops, softmax and LayerNorm rows of 512-16k elements), at sizes
+   whose working sets exceed any L2, like NeuSight's test tables.
+2. `gemm.csv`: square torch.mm GEMMs in fp32, fp16 and bf16 (the public-GEMM check of
+   `public_gemm_check.py`, measured here instead of crowd-sourced).
+3. `burst.csv`: one compute-bound fp32 GEMM timed NeuSight's way right after the GPU idled, and again
+   after `--sustain` seconds of back-to-back calls. It shows whether this board runs short kernels
+   faster than its sustained power cap allows (RESULTS.md section 1: the L4 does, the T4 does not).
+4. `models.csv`: GPT-2-Large and BERT-Large (Hugging Face `transformers`, random weights, fp32, eager
+   attention), inference and training, timed end to end like NeuSight's labels (CUDA events around one
+   forward, or forward + cross-entropy + backward; mean of the fastest 5 of 10 after 3 warm-ups), against
+   `predict_model`. Skipped without `transformers` or without a GPU.
+5. `report.md`: per op class MAPE and 90%-interval coverage, GEMM TFLOP/s measured vs prior, the burst
+   ratio, and the model errors; `env.json`: device, driver, torch/CUDA versions, clocks.
+
+    python experiments/gpu_check.py --out experiments/out/gpu_check            # on the GPU machine
+    python experiments/gpu_check.py --quick --device cpu --as-device "NVIDIA H100 80GB HBM3" --no-models
+
+`--as-device` predicts for a named catalog GPU instead of the one measured (only to smoke-test the script
+on a CPU: the comparison is then meaningless). Save what a real GPU measured under
+`experiments/data/measured/<gpu>/` with the method above; it is data for checks and for `transfer`,
+never for tuning a prior on the GPU it is scored on.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from hybridperf.datasets.collector import collect_kernels, fastest_mean, time_calls  # noqa: E402
+from hybridperf.datasets.schema import canonicalize  # noqa: E402
+from hybridperf.predictor import Predictor  # noqa: E402
+
+ELEMENTWISE = ("add", "mul", "div", "pow", "addu", "mulu", "divu", "relu", "gelu", "tanh")
+MODELS = [  # (config, family, batch, seq, mode)
+    ("gpt2_large.json", "gpt2", 4, 1024, "inf"),
+    ("gpt2_large.json", "gpt2", 1, 1024, "train"),
+    ("bert_large.json", "bert", 8, 512, "inf"),
+    ("bert_large.json", "bert", 2, 512, "train"),
+]
+
+
+def kernel_grid(quick: bool) -> pd.DataFrame:
+    """fp32 shapes of every op class, NeuSight's columns (OPName, B, M, N, K, H)."""
+    rows = []
+    seqs = (128,) if quick else (512, 1024, 2048)
+    heads = (4,) if quick else (32, 128)
+    for s in seqs:  # attention: QK^T (M=S, N=64, K=S) and AV (M=S, N=S, K=64)
+        for b in heads:
+            rows += [("bmm", b, s, 64, s, 0), ("bmm", b, s, s, 64, 0)]
+    tokens = (64,) if quick else (512, 2048, 8192)
+    widths = ((64, 256),) if quick else ((1024, 4096), (1280, 5120), (2560, 10240))
+    for t in tokens:
+        for h, f in widths:
+            rows += [("linear", 1, t, h, h, 0), ("linear", 1, t, h, f, 0), ("linear", 1, t, f, h, 0)]
+    sizes = ((256, 1024),) if quick else ((8192, 4096), (65536, 1024), (16384, 8192))
+    for b, h in sizes:
+        rows += [(op, b, 0, 0, 0, h) for op in ELEMENTWISE]
+    row_lens = (512, 2048) if quick else (512, 1024, 2048, 4096, 8192, 16384)
+    for h in row_lens:
+        b = max(1, (64 if quick else 2 ** 28) // h)  # 1 GiB of fp32 per row-wise kernel
+        rows += [("softmax", b, 0, 0, 0, h), ("ln", b, 0, 0, 0, h)]
+    df = pd.DataFrame(rows, columns=["OPName", "B", "M", "N", "K", "H"])
+    gemm = df["OPName"].isin(["bmm", "linear"])
+    df.loc[gemm, "H"] = np.nan
+    df.loc[~gemm, ["M", "N", "K"]] = np.nan
+    return df
+
+
+def _shapes(df: pd.DataFrame) -> pd.DataFrame:
+    return canonicalize(df, source="gpu_check grid", on_bad="raise")[["op", "B", "M", "N", "K", "H"]]
+
+
+def check_kernels(pred: Predictor, target: str, device: str, quick: bool) -> pd.DataFrame:
+    """Collect the grid, predict it for `target`; one row per kernel with measured and predicted ms."""
+    meas = collect_kernels(_shapes(kernel_grid(quick)), device=device, source="gpu_check")
+    out = pred.predict(meas[["OPName", "B", "M", "N", "K", "H", "dtype"]], target)
+    meas = meas.reset_index(drop=True)
+    for c in ("prior_ms", "pred_ms", "lo_ms", "hi_ms"):
+        meas[c] = out[c].to_numpy()
+    meas["predicted_for"] = target
+    return meas
+
+
+def check_square_gemms(pred: Predictor, target: str, device: str, quick: bool) -> pd.DataFrame:
+    """torch.mm-sized GEMMs (one linear of n x n x n, no bias term) in fp32, fp16 and bf16."""
+    frames = []
+    for dtype in ("float32", "float16", "bfloat16"):
+        if device == "cpu" and dtype == "float16":
+            continue  # CPU half-precision GEMMs are slow and not what this checks
+        ns = (128, 256) if quick else (2048, 4096, 8192)
+        shapes = _shapes(pd.DataFrame({"OPName": "linear", "B": 1, "M": list(ns), "N": list(ns), "K": list(ns)}))
+        meas = collect_kernels(shapes, device=device, dtype=dtype, source="gpu_check", progress=False)
+        out = pred.predict(meas[["OPName", "B", "M", "N", "K", "dtype"]], target)
+        meas = meas.reset_index(drop=True)
+        meas["pred_ms"] = out["pred_ms"].to_numpy()
+        meas["measured_tflops"] = meas["flops"] / meas["latency_ms"] / 1e9
+        meas["predicted_tflops"] = meas["flops"] / meas["pred_ms"] / 1e9
+        frames.append(meas)
+    return pd.concat(frames, ignore_index=True)
+
+
+def _gpu_state() -> dict:
+    """SM clock (MHz), power (W) and temperature (C) from nvidia-smi, or {} where it is absent."""
+    q = "clocks.sm,power.draw,temperature.gpu"
+    try:
+        line = subprocess.run(["nvidia-smi", f"--query-gpu={q}", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=10).stdout.strip().splitlines()[0]
+        sm, pw, tc = (float(x) for x in line.split(","))
+        return {"sm_mhz": sm, "power_w": pw, "temp_c": tc}
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return {}
+
+
+def check_burst(torch, device: str, quick: bool, sustain_s: float) -> pd.DataFrame:
+    """One fp32 GEMM timed NeuSight's way (25 calls, fastest 5) after idling and after sustained load."""
+    n = 256 if quick else 8192
+    cuda = device.startswith("cuda")
+    a = torch.randn(n, n, device=device)
+    b = torch.randn(n, n, device=device)
+    fn = torch.mm
+    rows = []
+    time.sleep(0.5 if quick else 5.0)  # let the board cool down and its clocks settle
+    for phase in ("after_idle", "after_sustained_load"):
+        if phase == "after_sustained_load":
+            t_end = time.perf_counter() + sustain_s
+            while time.perf_counter() < t_end:
+                for _ in range(10):
+                    fn(a, b)
+                if cuda:
+                    torch.cuda.synchronize()
+        state = _gpu_state()
+        calls = time_calls(torch, fn, (a, b), cuda=cuda, warmup=5, repeats=25)
+        ms = fastest_mean(calls, 5)
+        rows.append({"phase": phase, "n": n, "latency_ms": ms, "tflops": 2.0 * n ** 3 / ms / 1e9,
+                     "median_call_ms": float(np.median(calls)), **state})
+    return pd.DataFrame(rows)
+
+
+def _hf_model(family: str, cfg: dict, mode: str, torch, device: str):
+    import transformers as tf
+
+    if family == "gpt2":
+        conf = tf.GPT2Config(**cfg)
+        cls = tf.GPT2LMHeadModel
+    else:
+        conf = tf.BertConfig(**cfg)
+        # NeuSight's BERT inference is a sequence classifier; its training runs pre-training heads
+        cls = tf.BertForSequenceClassification if mode == "inf" else tf.BertForPreTraining
+    conf._attn_implementation = "eager"
+    with torch.device(device):
+        model = cls(conf)
+    return model
+
+
+def time_model(torch, model, family: str, batch: int, seq: int, mode: str, device: str) -> float:
+    """Mean of the fastest 5 of 10 end-to-end passes (ms) after 3 warm-ups, CUDA events around each."""
+    vocab = model.config.vocab_size
+    ids = torch.randint(0, vocab, (batch, seq), device=device)
+    if mode == "inf":
+        model.eval()
+
+        def step():
+            with torch.no_grad():
+                model(input_ids=ids)
+    else:
+        model.train()
+        kw = {"labels": ids}
+        if family == "bert":
+            kw["next_sentence_label"] = torch.zeros(batch, dtype=torch.long, device=device)
+
+        def step():
+            model(input_ids=ids, **kw).loss.backward()
+    return fastest_mean(time_calls(torch, step, (), cuda=device.startswith("cuda"), warmup=3, repeats=10), 5)
+
+
+TINY = {"gpt2": {"n_embd": 64, "n_layer": 2, "n_head": 2, "vocab_size": 1000, "bos_token_id": 0, "eos_token_id": 0},
+        "bert": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 256,
+                 "vocab_size": 1000}}
+
+
+def check_models(torch, target: str, device: str, quick: bool) -> pd.DataFrame:
+    """Time each of MODELS end to end and predict it for `target` (`quick`: two-layer toy widths)."""
+    from hybridperf.graphs import predict_model
+
+    rows = []
+    for cfg_name, family, batch, seq, mode in MODELS:
+        cfg = json.loads((REPO / "examples" / "configs" / cfg_name).read_text())
+        if quick:
+            cfg, batch, seq = {**cfg, **TINY[family]}, 1, 64
+        model = _hf_model(family, cfg, mode, torch, device)
+        ms = time_model(torch, model, family, batch, seq, mode, device)
+        p = predict_model(cfg, batch, seq, mode, target)
+        rows.append({"model": cfg_name.removesuffix(".json"), "batch": batch, "seq": seq, "mode": mode,
+                     "measured_ms": ms, "pred_ms": p["e2e_ms"], "lo_ms": p["lo_ms"], "hi_ms": p["hi_ms"],
+                     "err_pct": (p["e2e_ms"] / ms - 1) * 100})
+        del model
+        if device.startswith("cuda"):
+            torch.cuda.empty_cache()
+    return pd.DataFrame(rows)
+
+
+def _table(df: pd.DataFrame) -> list[str]:
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in df.itertuples(index=False):
+        lines.append("| " + " | ".join(f"{v:.3g}" if isinstance(v, float) else str(v) for v in r) + " |")
+    return lines
+
+
+def write_report(out: Path, env: dict, kernels: pd.DataFrame, gemm: pd.DataFrame, burst: pd.DataFrame,
+                 models: pd.DataFrame | None) -> None:
+    k = kernels.assign(ape=(kernels["pred_ms"] / kernels["latency_ms"] - 1).abs() * 100,
+                       prior_ape=(kernels["prior_ms"] / kernels["latency_ms"] - 1).abs() * 100,
+                       covered=(kernels["lo_ms"] <= kernels["latency_ms"]) & (kernels["latency_ms"] <= kernels["hi_ms"]))
+    per = (k.groupby("op_class").agg(n=("ape", "size"), prior_mape=("prior_ape", "mean"), mape=("ape", "mean"),
+                                     coverage_pct=("covered", "mean"),
+                                     median_ratio=("ape", lambda s: float(np.median(
+                                         k.loc[s.index, "pred_ms"] / k.loc[s.index, "latency_ms"]))))
+           .reset_index())
+    per["coverage_pct"] *= 100
+    L = [f"# GPU check: {env['measured_on']} (predicted as {env['predicted_for']})", "",
+         f"torch {env['torch']}, CUDA {env['cuda']}, driver {env.get('driver', '-')}, "
+         f"{time.strftime('%Y-%m-%d')}. Zero-shot shipped bundle; method in `experiments/gpu_check.py`.", "",
+         "## Kernels (fp32, NeuSight methodology): MAPE %, 90% coverage %, median predicted/measured", ""]
+    L += _table(per.round(3)) + ["", "## Square GEMMs: TFLOP/s measured vs predicted", ""]
+    L += _table(gemm[["dtype", "M", "latency_ms", "measured_tflops", "predicted_tflops"]].round(3))
+    L += ["", "## Burst: the same fp32 GEMM after idling and after sustained load", ""] + _table(burst.round(3))
+    if models is not None and len(models):
+        L += ["", "## Whole models (fp32, eager attention)", ""] + _table(models.round(3))
+    (out / "report.md").write_text("\n".join(L) + "\n")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=str(REPO / "experiments" / "out" / "gpu_check"))
+    ap.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    ap.add_argument("--as-device", default=None, help="catalog GPU to predict for (default: the measured one)")
+    ap.add_argument("--quick", action="store_true", help="tiny shapes (a smoke test of the script)")
+    ap.add_argument("--no-models", action="store_true", help="skip the whole-model timing")
+    ap.add_argument("--sustain", type=float, default=15.0, help="seconds of load before the second burst timing")
+    a = ap.parse_args(argv)
+
+    import torch
+
+    device = (a.device or ("cuda" if torch.cuda.is_available() else "cpu")).lower()
+    measured_on = torch.cuda.get_device_name() if device.startswith("cuda") else "cpu"
+    target = a.as_device or measured_on
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    pred = Predictor.load()
+    env = {"measured_on": measured_on, "predicted_for": target, "torch": torch.__version__,
+           "cuda": torch.version.cuda or "-", "gpu_state_at_start": _gpu_state()}
+    try:
+        env["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                       capture_output=True, text=True, timeout=10).stdout.strip() or "-"
+    except (OSError, subprocess.SubprocessError):
+        env["driver"] = "-"
+
+    t0 = time.perf_counter()
+    kernels = check_kernels(pred, target, device, a.quick)
+    kernels.to_csv(out / "kernels.csv", index=False)
+    gemm = check_square_gemms(pred, target, device, a.quick)
+    gemm.to_csv(out / "gemm.csv", index=False)
+    burst = check_burst(torch, device, a.quick, 0.5 if a.quick else a.sustain)
+    burst.to_csv(out / "burst.csv", index=False)
+    models = None
+    if not a.no_models:
+        try:
+            import transformers  # noqa: F401
+        except ImportError:
+            print("transformers is not installed: whole-model timing skipped", file=sys.stderr)
+        else:
+            models = check_models(torch, target, device, a.quick)
+            models.to_csv(out / "models.csv", index=False)
+    env["seconds"] = round(time.perf_counter() - t0, 1)
+    (out / "env.json").write_text(json.dumps(env, indent=2) + "\n")
+    write_report(out, env, kernels, gemm, burst, models)
+    print((out / "report.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
