@@ -116,16 +116,24 @@ def check_square_gemms(pred: Predictor, target: str, device: str, quick: bool) -
     return pd.concat(frames, ignore_index=True)
 
 
+def _nvidia_smi(fields: str) -> list[str]:
+    """Values of `fields` (nvidia-smi --query-gpu names) for the first GPU, or [] without nvidia-smi."""
+    try:
+        res = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    lines = res.stdout.strip().splitlines()
+    return [v.strip() for v in lines[0].split(",")] if lines else []
+
+
 def _gpu_state() -> dict:
     """SM clock (MHz), power (W) and temperature (C) from nvidia-smi, or {} where it is absent."""
-    q = "clocks.sm,power.draw,temperature.gpu"
     try:
-        line = subprocess.run(["nvidia-smi", f"--query-gpu={q}", "--format=csv,noheader,nounits"],
-                              capture_output=True, text=True, timeout=10).stdout.strip().splitlines()[0]
-        sm, pw, tc = (float(x) for x in line.split(","))
-        return {"sm_mhz": sm, "power_w": pw, "temp_c": tc}
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        sm, pw, tc = (float(v) for v in _nvidia_smi("clocks.sm,power.draw,temperature.gpu"))
+    except ValueError:
         return {}
+    return {"sm_mhz": sm, "power_w": pw, "temp_c": tc}
 
 
 def check_burst(torch, device: str, quick: bool, sustain_s: float) -> pd.DataFrame:
@@ -216,34 +224,26 @@ def check_models(torch, target: str, device: str, quick: bool) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _table(df: pd.DataFrame) -> list[str]:
-    cols = list(df.columns)
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r in df.itertuples(index=False):
-        lines.append("| " + " | ".join(f"{v:.3g}" if isinstance(v, float) else str(v) for v in r) + " |")
-    return lines
-
-
 def write_report(out: Path, env: dict, kernels: pd.DataFrame, gemm: pd.DataFrame, burst: pd.DataFrame,
                  models: pd.DataFrame | None) -> None:
-    k = kernels.assign(ape=(kernels["pred_ms"] / kernels["latency_ms"] - 1).abs() * 100,
+    k = kernels.assign(ratio=kernels["pred_ms"] / kernels["latency_ms"],
                        prior_ape=(kernels["prior_ms"] / kernels["latency_ms"] - 1).abs() * 100,
                        covered=(kernels["lo_ms"] <= kernels["latency_ms"]) & (kernels["latency_ms"] <= kernels["hi_ms"]))
+    k["ape"] = (k["ratio"] - 1).abs() * 100
     per = (k.groupby("op_class").agg(n=("ape", "size"), prior_mape=("prior_ape", "mean"), mape=("ape", "mean"),
-                                     coverage_pct=("covered", "mean"),
-                                     median_ratio=("ape", lambda s: float(np.median(
-                                         k.loc[s.index, "pred_ms"] / k.loc[s.index, "latency_ms"]))))
+                                     coverage_pct=("covered", "mean"), median_ratio=("ratio", "median"))
            .reset_index())
     per["coverage_pct"] *= 100
     L = [f"# GPU check: {env['measured_on']} (predicted as {env['predicted_for']})", "",
-         f"torch {env['torch']}, CUDA {env['cuda']}, driver {env.get('driver', '-')}, "
-         f"{time.strftime('%Y-%m-%d')}. Zero-shot shipped bundle; method in `experiments/gpu_check.py`.", "",
+         (f"torch {env['torch']}, CUDA {env['cuda']}, driver {env.get('driver', '-')}, "
+          f"{time.strftime('%Y-%m-%d')}. Zero-shot shipped bundle; method in `experiments/gpu_check.py`."), "",
          "## Kernels (fp32, NeuSight methodology): MAPE %, 90% coverage %, median predicted/measured", ""]
-    L += _table(per.round(3)) + ["", "## Square GEMMs: TFLOP/s measured vs predicted", ""]
-    L += _table(gemm[["dtype", "M", "latency_ms", "measured_tflops", "predicted_tflops"]].round(3))
-    L += ["", "## Burst: the same fp32 GEMM after idling and after sustained load", ""] + _table(burst.round(3))
+    L += [per.to_markdown(index=False, floatfmt=".3g"), "", "## Square GEMMs: TFLOP/s measured vs predicted", ""]
+    L += [gemm[["dtype", "M", "latency_ms", "measured_tflops", "predicted_tflops"]].to_markdown(index=False, floatfmt=".3g")]
+    L += ["", "## Burst: the same fp32 GEMM after idling and after sustained load", "",
+          burst.to_markdown(index=False, floatfmt=".3g")]
     if models is not None and len(models):
-        L += ["", "## Whole models (fp32, eager attention)", ""] + _table(models.round(3))
+        L += ["", "## Whole models (fp32, eager attention)", "", models.to_markdown(index=False, floatfmt=".3g")]
     (out / "report.md").write_text("\n".join(L) + "\n")
 
 
@@ -267,11 +267,7 @@ def main(argv=None) -> int:
     pred = Predictor.load()
     env = {"measured_on": measured_on, "predicted_for": target, "torch": torch.__version__,
            "cuda": torch.version.cuda or "-", "gpu_state_at_start": _gpu_state()}
-    try:
-        env["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                       capture_output=True, text=True, timeout=10).stdout.strip() or "-"
-    except (OSError, subprocess.SubprocessError):
-        env["driver"] = "-"
+    env["driver"] = (_nvidia_smi("driver_version") or ["-"])[0]
 
     t0 = time.perf_counter()
     kernels = check_kernels(pred, target, device, a.quick)

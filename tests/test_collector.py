@@ -134,4 +134,4 @@ def test_gpu_check_script_runs_end_to_end_on_the_cpu(tmp_path):
     assert {"fp32", "bf16"} <= set(g["dtype"]) and (g["measured_tflops"] > 0).all()
     assert pd.read_csv(tmp_path / "burst.csv")["phase"].tolist() == ["after_idle", "after_sustained_load"]
     report = (tmp_path / "report.md").read_text()
-    assert "predicted as NVIDIA H100 80GB HBM3" in report and "| softmax |" in report
+    assert "predicted as NVIDIA H100 80GB HBM3" in report and "| softmax " in report
