@@ -87,15 +87,20 @@ def _shapes(df: pd.DataFrame) -> pd.DataFrame:
     return canonicalize(df, source="gpu_check grid", on_bad="raise")[["op", "B", "M", "N", "K", "H"]]
 
 
-def check_kernels(pred: Predictor, target: str, device: str, quick: bool) -> pd.DataFrame:
-    """Collect the grid, predict it for `target`; one row per kernel with measured and predicted ms."""
-    meas = collect_kernels(_shapes(kernel_grid(quick)), device=device, source="gpu_check")
+def _measured_vs_predicted(pred: Predictor, target: str, shapes: pd.DataFrame, device: str, **collect_kw) -> pd.DataFrame:
+    """Collect `shapes` on `device` and predict them for `target`: measured rows plus prior_ms, pred_ms,
+    lo_ms, hi_ms and predicted_for."""
+    meas = collect_kernels(shapes, device=device, source="gpu_check", **collect_kw).reset_index(drop=True)
     out = pred.predict(meas[["OPName", "B", "M", "N", "K", "H", "dtype"]], target)
-    meas = meas.reset_index(drop=True)
     for c in ("prior_ms", "pred_ms", "lo_ms", "hi_ms"):
         meas[c] = out[c].to_numpy()
     meas["predicted_for"] = target
     return meas
+
+
+def check_kernels(pred: Predictor, target: str, device: str, quick: bool) -> pd.DataFrame:
+    """Collect the grid, predict it for `target`; one row per kernel with measured and predicted ms."""
+    return _measured_vs_predicted(pred, target, _shapes(kernel_grid(quick)), device)
 
 
 def check_square_gemms(pred: Predictor, target: str, device: str, quick: bool) -> pd.DataFrame:
@@ -106,10 +111,7 @@ def check_square_gemms(pred: Predictor, target: str, device: str, quick: bool) -
             continue  # CPU half-precision GEMMs are slow and not what this checks
         ns = (128, 256) if quick else (2048, 4096, 8192)
         shapes = _shapes(pd.DataFrame({"OPName": "linear", "B": 1, "M": list(ns), "N": list(ns), "K": list(ns)}))
-        meas = collect_kernels(shapes, device=device, dtype=dtype, source="gpu_check", progress=False)
-        out = pred.predict(meas[["OPName", "B", "M", "N", "K", "dtype"]], target)
-        meas = meas.reset_index(drop=True)
-        meas["pred_ms"] = out["pred_ms"].to_numpy()
+        meas = _measured_vs_predicted(pred, target, shapes, device, dtype=dtype, progress=False)
         meas["measured_tflops"] = meas["flops"] / meas["latency_ms"] / 1e9
         meas["predicted_tflops"] = meas["flops"] / meas["pred_ms"] / 1e9
         frames.append(meas)
