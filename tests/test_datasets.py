@@ -59,6 +59,9 @@ def test_canonicalize_missing_opname_names_file(tmp_path):
         ("add,4,8,0.1\nadd,4,8,0.1\nadd,4,8,-0.5\n", 4, "latency"),  # negative latency on line 4
         ("frobnicate,4,8,0.1\n", 2, "unknown op"),  # unknown op on line 2
         ("add,4,-8,0.1\n", 2, "shape H"),
+        ("add,4,8,0.1\nadd,4,1e400,0.1\n", 3, "shape H must be a whole number"),  # overflows to inf
+        ("add,2.5,8,0.1\n", 2, "shape B must be a whole number"),
+        ("add,4,8,inf\n", 2, "latency"),
     ],
 )
 def test_canonicalize_bad_rows_name_file_and_line(tmp_path, body, line, needle):

@@ -44,9 +44,10 @@ def canonicalize(
     """Turn a NeuSight-style kernel table (OPName, B, M, N, K, H, [Latency], [Device], [dtype]) or an
     already canonical one into the canonical table. Rows without a `timing` column get `timing`.
 
-    Bad rows (unknown op, missing/NaN/non-positive shape, NaN or non-positive latency) raise
-    InputError naming file and line when `on_bad="raise"`; with `on_bad="drop"` they are dropped and
-    reported through `canonicalize.last_report` (a list of "file:line: reason" strings).
+    Bad rows (unknown op; missing, NaN, non-positive, infinite or fractional shape; NaN, infinite or
+    non-positive latency) raise InputError naming file and line when `on_bad="raise"`; with
+    `on_bad="drop"` they are dropped and reported through `canonicalize.last_report` (a list of
+    "file:line: reason" strings).
     """
     df = raw.copy()
     df.columns = [str(c).strip() for c in df.columns]
@@ -98,16 +99,21 @@ def canonicalize(
     vec = df["op"].notna() & ~gemm
     for cols, mask in ((("B", "M", "N", "K"), gemm), (("B", "H"), vec)):
         for c in cols:
-            bad = mask & ~(df[c] > 0)
+            x = df[c]
+            bad = mask & ~(x > 0)
             for i in df.index[bad]:
                 problems.append((i, f"shape {c} must be a positive number, got {_shown(raw.loc[i].get(c, 'missing'))}"))
+            # a tensor dimension is a whole, finite number of elements
+            for i in df.index[mask & (x > 0) & ~(np.isfinite(x) & (x == np.floor(x)))]:
+                problems.append((i, f"shape {c} must be a whole number of elements, got {_shown(raw.loc[i].get(c))}"))
     lat = df["latency_ms"]
+    finite = lat.notna() & np.isfinite(lat)
     if require_latency:
-        for i in df.index[~(lat > 0)]:
-            problems.append((i, f"latency must be a positive number of ms, got {_shown(lat.loc[i])}"))
+        for i in df.index[~((lat > 0) & finite)]:
+            problems.append((i, f"latency must be a positive, finite number of ms, got {_shown(lat.loc[i])}"))
     else:
-        for i in df.index[lat.notna() & ~(lat > 0)]:
-            problems.append((i, f"latency must be positive, got {_shown(lat.loc[i])}"))
+        for i in df.index[lat.notna() & ~((lat > 0) & finite)]:
+            problems.append((i, f"latency must be positive and finite, got {_shown(lat.loc[i])}"))
 
     report = [f"{_where(source, i)}: {why}" for i, why in sorted(problems)]
     canonicalize.last_report = report
