@@ -285,6 +285,78 @@ def test_model_gemm_flops_match_traced_opgraph(run):
     assert ours == pytest.approx(traced, rel=1e-9)
 
 
+def _fused_runs():
+    if not NEUSIGHT.is_dir():
+        return []
+    return [f.stem for f in sorted((NEUSIGHT / "results" / "opgraph").glob("*-fusion.csv"))]
+
+
+def _traced_layer_kernels(og: pd.DataFrame) -> dict:
+    """Kernel-launching nodes of layer 0 of a traced fused graph, counted per op group."""
+    import ast
+
+    names = og["Name"].astype(str)
+    first = names.str.contains(r"(?:^|_)(?:h|layer)_0_").to_numpy().nonzero()[0][0]
+    end = names.str.contains(r"(?:^|_)(?:h|layer)_1_").to_numpy().nonzero()[0][0]
+    counts: dict = {}
+    for op_name, ops in zip(og["OpName"][first:end], og["FwOps"][first:end]):
+        kinds = [k for k, _ in ast.literal_eval(ops)]
+        if not kinds or op_name == "getitem":  # getitem: a Python-side index, no kernel
+            continue
+        if "Linear" in kinds or "BMM" in kinds:
+            group = "gemm"
+        elif "VECsoftmax" in kinds:
+            group = "softmax"
+        elif "VECln" in kinds:
+            group = "layernorm"
+        elif op_name == "contiguous":
+            group = "memory"
+        else:
+            group = "elementwise"
+        counts[group] = counts.get(group, 0) + 1
+    return counts
+
+
+@needs_data
+@pytest.mark.parametrize("run", _fused_runs() or ["(no data)"])
+def test_fused_layer_matches_traced_fusion_graph(run):
+    """`fused=True` launches per layer the kernels NeuSight's traced fused graphs record: BERT folds scale
+    + mask into softmax and each residual add into its LayerNorm; GPT-2 fuses its eight-kernel GELU and
+    keeps `where` and the pre-LN residual adds apart."""
+    model, mode, seq, batch = run.split("-")[:4]
+    traced = _traced_layer_kernels(pd.read_csv(NEUSIGHT / "results" / "opgraph" / f"{run}.csv"))
+    t = build_graph(CONFIGS / f"{model}.json", int(batch), int(seq), mode, fused=True).kernel_table()
+    t = t[t["block"] == "layer"]
+    ours = t["group"].replace({"linear": "gemm", "bmm": "gemm"}).value_counts().to_dict()
+    assert ours == traced
+    eager = build_graph(CONFIGS / f"{model}.json", int(batch), int(seq), mode).kernel_table()
+    gemm = lambda x: x[x["op"].isin(["linear", "bmm"])][["name", "B", "M", "N", "K", "count"]].reset_index(drop=True)  # noqa: E731
+    pd.testing.assert_frame_equal(gemm(t), gemm(eager[eager["block"] == "layer"]))
+
+
+def test_fuse_pointwise_rules():
+    """Unit rules of the fusion pass on a hand-built block."""
+    from hybridperf.graphs.kernels import fuse_pointwise, ln, linear, vec
+
+    ks = [linear("fc", 8, 4, 16), vec("g0", "mulu", 8, 16), vec("g1", "add", 8, 16, tag="internal"),
+          vec("g2", "tanh", 8, 16), linear("proj", 8, 16, 4), vec("res", "add", 8, 4, tag="residual"),
+          ln("ln", 8, 4), vec("s", "divu", 8, 4), vec("w", "addu", 8, 4, tag="where"), vec("sm", "softmax", 8, 4),
+          vec("a", "add", 8, 4), ln("ln2", 8, 4)]
+    out = fuse_pointwise(ks)
+    assert [k["name"] for k in out] == ["fc", "g0+g1+g2", "proj", "res", "ln", "s", "w", "sm", "a+ln2"]
+    gelu, add_ln = out[1], out[-1]
+    assert gelu["op"] == "mulu" and gelu["extra_nbytes"] == 0  # one input: reads x, writes y
+    assert add_ln["op"] == "ln" and add_ln["extra_nbytes"] == 8 * 4 * 4 and add_ln["params"] == 8  # + residual read
+
+
+def test_fused_inference_is_faster_and_training_refused():
+    eager = predict_model(TINY, 4, 128, "inf", DEV, predictor=PRIOR)
+    fused = predict_model(TINY, 4, 128, "inf", DEV, predictor=PRIOR, fused=True)
+    assert 0 < fused["e2e_ms"] < eager["e2e_ms"]
+    with pytest.raises(InputError, match="inference only"):
+        build_graph(TINY, 4, 128, "train", fused=True)
+
+
 @needs_data
 @pytest.mark.parametrize("name", ["bert_large", "gpt2_med", "gpt2_large", "gpt2_xl", "gpt3_xl", "gpt3_27",
                                   "gpt3_67", "gpt3_13", "opt", "opt_13", "switchxl4"])

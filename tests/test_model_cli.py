@@ -60,10 +60,19 @@ def test_human_output():
     ("--config", TINY, "--batch", 1, "--seq", 64, "--device", "No Such GPU"),
     ("--config", TINY, "--batch", 1, "--seq", 64, "--mode", "eval", "--device", "H100"),
     ("--config", TINY, "--batch", 1, "--seq", 100000, "--device", "H100"),
+    ("--config", TINY, "--batch", 1, "--seq", 64, "--mode", "train", "--device", "H100", "--fused"),
+    ("--config", TINY, "--batch", 4, "--seq", 64, "--mode", "train", "--device", "DGX-H100", "--dp", 2, "--fused"),
 ])
 def test_bad_input_is_an_error(args):
     r = _run(*args, "--json", "--prior-only")
     assert r.exit_code != 0
+
+
+def test_fused_inference_json():
+    base = ("--config", TINY, "--batch", 4, "--seq", 128, "--device", "H100-SXM", "--json", "--prior-only")
+    eager, fused = _run(*base), _run(*base, "--fused")
+    assert eager.exit_code == 0 and fused.exit_code == 0, fused.output
+    assert _last_json(fused.stdout)["e2e_ms"] < _last_json(eager.stdout)["e2e_ms"]
 
 
 def test_malformed_and_unsupported_config(tmp_path):

@@ -31,6 +31,9 @@ def predict_model_cmd(
     bucket_mb: Optional[float] = typer.Option(None, "--bucket-mb", help="DP gradient bucket size in MiB (default 25)"),
     dtype: str = typer.Option("fp32", "--dtype", help="fp32 (NeuSight's semantics, validated on its labels), or the "
                               "model cast to fp16/bf16 (GEMMs on tensor cores; not validated, no labels)"),
+    fused: bool = typer.Option(False, "--fused", help="inference as torch.compile runs it: chains of element-wise "
+                               "ops fused into one kernel, also into a following softmax/LayerNorm (NeuSight's "
+                               "-fusion runs)"),
 ) -> None:
     """Predict the latency (ms) of one forward (inf) or forward+backward (train) pass of a transformer,
     fp32 eager PyTorch as NeuSight measured it, with a 90% interval. With --dp/--tp/--pp (any of them),
@@ -48,7 +51,11 @@ def predict_model_cmd(
         raise InputError("--model-bundle and --prior-only are mutually exclusive")
     if not config.is_file():
         raise InputError(f"config file not found: {config}")
+    if fused and mode != "inf":
+        raise InputError("--fused models inference only (--mode inf); training runs eager")
     if any(v is not None for v in (dp, tp, pp, microbatches, overlap, bucket_mb)):
+        if fused:
+            raise InputError("--fused is not modelled with --dp/--tp/--pp (training runs eager)")
         _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, model_bundle, prior_only,
                               dp, tp, pp, microbatches, overlap, bucket_mb, dtype)
         return
@@ -56,7 +63,7 @@ def predict_model_cmd(
 
     dev = get_device(device)  # fail on an unknown device before loading a bundle
     predictor = resolve_predictor(model_bundle, prior_only)
-    res = predict_model_detail(str(config), batch, seq, mode, dev, predictor, dtype=dtype)
+    res = predict_model_detail(str(config), batch, seq, mode, dev, predictor, dtype=dtype, fused=fused)
     need = res.graph.memory_gb()
     if need["total"] > dev.mem_gb:
         typer.echo(f"warning: this run needs roughly {need['total']:.0f} GB (weights {need['weights']:.1f}, "

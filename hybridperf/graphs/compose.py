@@ -46,6 +46,7 @@ from hybridperf.graphs.misc import MISC_LOG_HALF_WIDTH, misc_latency_ms
 from hybridperf.ops import OP_CLASS
 from hybridperf.predictor import Predictor, shipped_models_dir
 from hybridperf.priors.launch import launch_floor_ms
+from hybridperf.priors.memory import memory_time_ms
 
 GROUPS = ("linear", "bmm", "elementwise", "softmax", "layernorm", "embedding", "memory")
 OOD_WIDEN = 0.25
@@ -171,6 +172,9 @@ def predict_kernels_of(graph: ModelGraph, device: DeviceSpec, predictor: Predict
         lo[vi] = out["lo_ms"].to_numpy()
         hi[vi] = out["hi_ms"].to_numpy()
         ood[vi] = out["ood"].to_numpy()
+    # a fused kernel's further full-size inputs (`extra_nbytes`): streamed once more at achievable bandwidth
+    extra = memory_time_ms(tab["extra_nbytes"].to_numpy(np.float64), device) * (tab["extra_nbytes"].to_numpy() > 0)
+    pred, lo, hi = pred + extra, lo + extra, hi + extra
     mi = np.flatnonzero(is_misc)
     if len(mi):
         kinds = [s.split(":", 1)[1] for s in tab["op"].iloc[mi]]
@@ -221,29 +225,32 @@ def compose(graph: ModelGraph, device, predictor: Predictor, correction: bool = 
 
 def predict_model_detail(config, batch: int, seq: int, mode: str = "inf", device="NVIDIA H100 80GB HBM3",
                          predictor: Predictor | None = None, correction: bool = True,
-                         dtype: str = "fp32") -> ModelPrediction:
+                         dtype: str = "fp32", fused: bool = False) -> ModelPrediction:
     """Like `predict_model`, returning the full `ModelPrediction` (kernel table, breakdown)."""
-    graph = build_graph(config, batch, seq, mode, dtype)
+    graph = build_graph(config, batch, seq, mode, dtype, fused=fused)
     dev = get_device(device)
     pred = predictor if predictor is not None else resolve_predictor()
     return compose(graph, dev, pred, correction=correction)
 
 
 def predict_model(config, batch: int, seq: int, mode: str = "inf", device="NVIDIA H100 80GB HBM3",
-                  predictor: Predictor | None = None, correction: bool = True, dtype: str = "fp32") -> dict:
+                  predictor: Predictor | None = None, correction: bool = True, dtype: str = "fp32",
+                  fused: bool = False) -> dict:
     """Whole-model latency (ms) of one forward (`inf`) or forward+backward (`train`) pass.
 
     `config`: path to a HF config.json, a parsed dict, or a `ModelConfig`. Returns
     {"e2e_ms", "lo_ms", "hi_ms", "fw_ms", "bw_ms"} (bw_ms = 0 for inf; [lo, hi] a 90% interval).
     `predictor=None` uses the shipped kernel bundle when present, else the analytical prior.
     `dtype`: fp32 (NeuSight's semantics, validated) or the model cast to fp16/bf16 (not validated).
+    `fused`: inference with pointwise chains fused as torch.compile does (`kernels.fuse_pointwise`).
     """
-    return predict_model_detail(config, batch, seq, mode, device, predictor, correction, dtype).to_dict()
+    return predict_model_detail(config, batch, seq, mode, device, predictor, correction, dtype, fused).to_dict()
 
 
 def sweep(config, batches, seqs, mode: str = "inf", device="NVIDIA H100 80GB HBM3",
-          predictor: Predictor | None = None, dtype: str = "fp32") -> pd.DataFrame:
-    """Predictions over the grid batches x seqs: columns batch, seq, mode, device, e2e/lo/hi/fw/bw_ms."""
+          predictor: Predictor | None = None, dtype: str = "fp32", fused: bool = False) -> pd.DataFrame:
+    """Predictions over the grid batches x seqs: columns batch, seq, mode, device, e2e/lo/hi/fw/bw_ms
+    (`fused`: as in `predict_model`)."""
     from hybridperf.graphs.config import load_config
 
     cfg = load_config(config)
@@ -258,6 +265,6 @@ def sweep(config, batches, seqs, mode: str = "inf", device="NVIDIA H100 80GB HBM
     rows = []
     for s in seqs:
         for b in batches:
-            r = compose(build_graph(cfg, b, s, mode, dtype), dev, pred).to_dict()
+            r = compose(build_graph(cfg, b, s, mode, dtype, fused=fused), dev, pred).to_dict()
             rows.append({"batch": int(b), "seq": int(s), "mode": mode, "device": dev.name, **r})
     return pd.DataFrame(rows)

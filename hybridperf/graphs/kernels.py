@@ -28,6 +28,8 @@ Mappings onto the vocabulary (each is a documented approximation):
 
 A model is a list of `Block`s (embeddings, repeated layer types, head), each a forward kernel list
 with a repeat `count`; pipeline or tensor parallel variants can partition or rescale blocks.
+`build_graph(..., fused=True)` runs each block through `fuse_pointwise` (inference as a fusing compiler
+runs it, NeuSight's `-fusion` runs).
 """
 from __future__ import annotations
 
@@ -42,13 +44,15 @@ from hybridperf.ops import OP_CLASS
 
 F32 = 4
 MODEL_DTYPES = ("fp32", "fp16", "bf16")
-KERNEL_COLUMNS = ("block", "name", "op", "B", "M", "N", "K", "H", "nbytes", "phase", "count", "group", "dtype")
+KERNEL_COLUMNS = ("block", "name", "op", "B", "M", "N", "K", "H", "nbytes", "extra_nbytes", "phase", "count", "group",
+                  "dtype")
 MODES = ("inf", "train")
 
 
-def _k(name, op, B=1, M=0, N=0, K=0, H=0, nbytes=0.0, params=0, bias=False, tag=""):
+def _k(name, op, B=1, M=0, N=0, K=0, H=0, nbytes=0.0, params=0, bias=False, tag="", extra_nbytes=0.0):
     return {"name": name, "op": op, "B": int(B), "M": int(M), "N": int(N), "K": int(K), "H": int(H),
-            "nbytes": float(nbytes), "params": int(params), "bias": bool(bias), "tag": tag}
+            "nbytes": float(nbytes), "params": int(params), "bias": bool(bias), "tag": tag,
+            "extra_nbytes": float(extra_nbytes)}
 
 
 def linear(name, tokens, n_in, n_out, bias=True):
@@ -94,6 +98,7 @@ class ModelGraph:
     mode: str
     blocks: list
     dtype: str = "fp32"  # every float tensor (weights, activations, gradients) in this dtype
+    fused: bool = False  # pointwise chains fused into one kernel each (`fuse_pointwise`)
 
     @property
     def dtype_bytes(self) -> float:
@@ -115,7 +120,9 @@ class ModelGraph:
         df["group"] = [kernel_group(op) for op in df["op"]]
         df["dtype"] = self.dtype
         # byte counts are written for fp32 tensors: the chosen dtype scales them (index tensors are negligible)
+        df["extra_nbytes"] = df["extra_nbytes"].fillna(0.0) if "extra_nbytes" in df else 0.0
         df["nbytes"] = df["nbytes"] * self.dtype_bytes / F32
+        df["extra_nbytes"] = df["extra_nbytes"] * self.dtype_bytes / F32
         return df.loc[:, list(KERNEL_COLUMNS)]
 
     def memory_gb(self) -> dict:
@@ -214,6 +221,81 @@ def accumulation_kernels(k: dict) -> list:
 
 
 # ----------------------------------------------------------------------------------------------------
+# kernel fusion (inference)
+# ----------------------------------------------------------------------------------------------------
+
+#: element-wise ops a fusing compiler merges into one kernel; `where` (tag) stays apart, as in the traced
+#: fused graphs
+POINTWISE = ("add", "addu", "mul", "mulu", "div", "divu", "pow", "powu", "relu", "gelu", "tanh")
+#: pointwise ops with a second full-size operand
+BINARY_POINTWISE = ("add", "mul", "div", "pow")
+
+
+def _fusible(k: dict) -> bool:
+    return k["op"] in POINTWISE and k.get("tag", "") != "where"
+
+
+def _external_inputs(chain: list) -> int:
+    """Full-size tensors a fused chain reads besides its first input: the second operands of its binary
+    ops, except those computed inside the chain (tag `internal`, e.g. GELU's x + 0.044715 x^3) and
+    broadcast ones (tag `broadcast`, e.g. RMSNorm's per-row scale and per-column weight)."""
+    return sum(1 for k in chain if k["op"] in BINARY_POINTWISE and k.get("tag", "") not in ("internal", "broadcast"))
+
+
+def _fused_kernel(chain: list, anchor: dict | None = None) -> dict:
+    """One kernel for `chain` (pointwise ops on one tensor shape), ending in the row-wise `anchor`
+    (softmax or LayerNorm) when given. Intermediate tensors stay in registers, so the kernel streams its
+    inputs once and writes one output: the anchor's kernel (or a unary / binary element-wise op) plus
+    `extra_nbytes` for every further full-size input."""
+    extra = _external_inputs(chain)
+    rows, h = chain[0]["B"], chain[0]["H"]
+    name = "+".join(k["name"] for k in chain + ([anchor] if anchor else []))
+    if anchor is not None:
+        base, more = anchor, extra
+    else:
+        base, more = vec(name, "add" if extra else "mulu", rows, h), max(extra - 1, 0)
+    return {**base, "name": name, "tag": "fused", "extra_nbytes": more * rows * h * F32,
+            "params": sum(k.get("params", 0) for k in chain) + (anchor or {}).get("params", 0)}
+
+
+def fuse_pointwise(kernels: list) -> list:
+    """A block's forward kernels after vertical fusion, as a fusing compiler (torch.compile) runs them
+    and as NeuSight's fused graphs record them (`results/opgraph/*-fusion.csv`):
+
+      * a run of consecutive pointwise ops on one tensor shape becomes one kernel (GPT-2's eight-kernel
+        GELU, BERT's scale + mask add);
+      * such a run also folds into a following softmax or LayerNorm over the same rows (BERT's
+        scale + mask + softmax, residual add + LayerNorm), unless its output has another consumer
+        (tag `residual`: a pre-LN model's residual stream, read again by the next residual add);
+      * GEMMs, copies, `where` and the misc kernels are left as they are and end a run.
+    """
+    out, chain = [], []
+
+    def flush():
+        if len(chain) == 1:
+            out.append(chain[0])
+        elif chain:
+            out.append(_fused_kernel(chain))
+        chain.clear()
+
+    for k in kernels:
+        same = bool(chain) and (k["B"], k["H"]) == (chain[-1]["B"], chain[-1]["H"])
+        open_end = bool(chain) and chain[-1].get("tag", "") != "residual"
+        if _fusible(k):
+            if chain and not (same and open_end):
+                flush()
+            chain.append(k)
+        elif k["op"] in ("softmax", "ln") and same and open_end:
+            out.append(_fused_kernel(chain, k))
+            chain.clear()
+        else:
+            flush()
+            out.append(k)
+    flush()
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------
 # families
 # ----------------------------------------------------------------------------------------------------
 
@@ -247,7 +329,7 @@ def _activation(p, act, tok, f):
     act = act.lower()
     if act in ("gelu_new", "gelu_pytorch_tanh_eager", "gelu_fast"):
         # NewGELUActivation in eager: 0.5*x*(1+tanh(c*(x+0.044715*x^3))) = 8 kernels
-        return [vec(f"{p}.gelu_{i}", op, tok, f)
+        return [vec(f"{p}.gelu_{i}", op, tok, f, tag="internal" if op in BINARY_POINTWISE else "")
                 for i, op in enumerate(("mulu", "powu", "mulu", "add", "mulu", "tanh", "addu", "mul"))]
     if act in ("relu",):
         return [vec(f"{p}.relu", "relu", tok, f)]
@@ -264,7 +346,7 @@ def _gpt2(cfg: ModelConfig, B, S, train) -> list:
     h, f, V, tok = cfg.hidden, cfg.ffn, cfg.vocab, B * S
     neo = cfg.family == "gpt_neo"
     pre = [misc("arange", "mask", S * 8), gather("wte", tok, h, V), gather("wpe", S, h, max(cfg.max_positions, S)),
-           vec("embed_add", "add", tok, h), *_dropout("embed_dropout", tok, h, train)]
+           vec("embed_add", "add", tok, h, tag="residual"), *_dropout("embed_dropout", tok, h, train)]
     L = [ln("ln_1", tok, h)]
     if neo:
         L += [linear("q_proj", tok, h, h, bias=False), linear("k_proj", tok, h, h, bias=False),
@@ -273,9 +355,10 @@ def _gpt2(cfg: ModelConfig, B, S, train) -> list:
         L += [linear("c_attn", tok, h, 3 * h)]
     L += _attention_core("attn", B, S, cfg.heads, cfg.head_dim, train,
                          scale_op=None if neo else "divu", mask_op=(("addu", "where"),))
-    L += [linear("attn_proj", tok, h, h), *_dropout("resid_dropout", tok, h, train), vec("resid_add1", "add", tok, h),
-          ln("ln_2", tok, h), linear("c_fc", tok, h, f), *_activation("mlp", cfg.activation, tok, f),
-          linear("mlp_proj", tok, f, h), *_dropout("mlp_dropout", tok, h, train), vec("resid_add2", "add", tok, h)]
+    L += [linear("attn_proj", tok, h, h), *_dropout("resid_dropout", tok, h, train),
+          vec("resid_add1", "add", tok, h, tag="residual"), ln("ln_2", tok, h), linear("c_fc", tok, h, f),
+          *_activation("mlp", cfg.activation, tok, f), linear("mlp_proj", tok, f, h),
+          *_dropout("mlp_dropout", tok, h, train), vec("resid_add2", "add", tok, h, tag="residual")]
     post = [ln("ln_f", tok, h), linear("lm_head", tok, h, V, bias=False)]
     return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
 
@@ -318,15 +401,17 @@ def _opt(cfg: ModelConfig, B, S, train) -> list:
            misc("causal_fill", "mask", 2 * S * S * F32)]
     pre += [misc(f"mask_{i}", "mask", 2 * B * S * S * F32) for i in range(5)]  # sub, to, masked_fill, bool, masked_fill
     pre += [misc(f"positions_{i}", "mask", 2 * B * S * 8) for i in range(6)]  # ones, long, cumsum, mul, sub, add
-    pre += [gather("embed_positions", tok, h, max(cfg.max_positions, S) + 2), vec("embed_add", "add", tok, h)]
+    pre += [gather("embed_positions", tok, h, max(cfg.max_positions, S) + 2),
+            vec("embed_add", "add", tok, h, tag="residual")]
     L = [ln("self_attn_ln", tok, h), linear("q_proj", tok, h, h), vec("q_scale", "mulu", tok, h),
          linear("k_proj", tok, h, h), linear("v_proj", tok, h, h)]
     # k, v and q are each made contiguous after the head transpose (_shape(...).contiguous())
     L += _attention_core("attn", B, S, cfg.heads, cfg.head_dim, train, scale_op=None, mask_op=("add", ("addu", "where")),
                          q_copy=True, kv_copies=2)
-    L += [linear("out_proj", tok, h, h), *_dropout("attn_dropout_out", tok, h, train), vec("resid_add1", "add", tok, h),
-          ln("final_ln", tok, h), linear("fc1", tok, h, f), *_activation("mlp", cfg.activation, tok, f),
-          linear("fc2", tok, f, h), *_dropout("mlp_dropout", tok, h, train), vec("resid_add2", "add", tok, h)]
+    L += [linear("out_proj", tok, h, h), *_dropout("attn_dropout_out", tok, h, train),
+          vec("resid_add1", "add", tok, h, tag="residual"), ln("final_ln", tok, h), linear("fc1", tok, h, f),
+          *_activation("mlp", cfg.activation, tok, f), linear("fc2", tok, f, h),
+          *_dropout("mlp_dropout", tok, h, train), vec("resid_add2", "add", tok, h, tag="residual")]
     post = [ln("final_layer_norm", tok, h), linear("lm_head", tok, h, V, bias=False)]
     return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
 
@@ -336,7 +421,7 @@ def _rms_norm(p, tok, h):
     x*r, w*x."""
     return [vec(f"{p}.pow", "powu", tok, h), misc(f"{p}.mean", "reduce", tok * h * F32),
             misc(f"{p}.eps", "mask", 2 * tok * F32), misc(f"{p}.rsqrt", "mask", 2 * tok * F32),
-            vec(f"{p}.mul", "mul", tok, h), _k(f"{p}.weight", "mul", tok, H=h, params=h)]
+            vec(f"{p}.mul", "mul", tok, h, tag="broadcast"), _k(f"{p}.weight", "mul", tok, H=h, params=h, tag="broadcast")]
 
 
 def _switch_ff(p, cfg, tok, train):
@@ -344,7 +429,7 @@ def _switch_ff(p, cfg, tok, train):
     return [*_rms_norm(f"{p}.norm", tok, h), linear(f"{p}.wi", tok, h, f, bias=False),
             *_activation(p, cfg.activation, tok, f), *_dropout(f"{p}.drop_act", tok, f, train),
             linear(f"{p}.wo", tok, f, h, bias=False), *_dropout(f"{p}.dropout", tok, h, train),
-            vec(f"{p}.resid_add", "add", tok, h)]
+            vec(f"{p}.resid_add", "add", tok, h, tag="residual")]
 
 
 def _switch_moe(p, cfg, B, S, train):
@@ -365,7 +450,7 @@ def _switch_moe(p, cfg, B, S, train):
                linear(f"{p}.e{e}.wo", per_expert, f, h, bias=False),
                misc(f"{p}.e{e}.scatter", "index", (2 * per_expert * h + tok) * F32)]
     ks += [vec(f"{p}.router_scale", "mul", tok, h), *_dropout(f"{p}.dropout", tok, h, train),
-           vec(f"{p}.resid_add", "add", tok, h)]
+           vec(f"{p}.resid_add", "add", tok, h, tag="residual")]
     return ks
 
 
@@ -376,7 +461,7 @@ def _switch_attn(p, cfg, B, S, train, S_kv=None, kv_tok=None):
           linear(f"{p}.k", kv_tok, h, ad, bias=False), linear(f"{p}.v", kv_tok, h, ad, bias=False)]
     ks += _attention_core(p, B, S, cfg.heads, cfg.head_dim, train, scale_op=None, mask_op=("addu",), S_kv=S_kv)
     ks += [linear(f"{p}.o", tok, ad, h, bias=False), *_dropout(f"{p}.dropout", tok, h, train),
-           vec(f"{p}.resid_add", "add", tok, h)]
+           vec(f"{p}.resid_add", "add", tok, h, tag="residual")]
     return ks
 
 
@@ -439,11 +524,11 @@ def _llama(cfg: ModelConfig, B, S, train) -> list:
          *_rope("q_rope", tok, q_w), *_rope("k_rope", tok, kv_w)]
     L += _attention_core("attn", B, S, cfg.heads, cfg.head_dim, train, scale_op="mulu", mask_op=("addu",),
                          kv_copies=2 if cfg.num_kv_heads < cfg.heads else 0, dropout=False)
-    L += [linear("o_proj", tok, q_w, h, bias=False), vec("resid_add1", "add", tok, h),
+    L += [linear("o_proj", tok, q_w, h, bias=False), vec("resid_add1", "add", tok, h, tag="residual"),
           *_rms_norm("post_norm", tok, h), linear("gate_proj", tok, h, f, bias=mlp_bias),
           linear("up_proj", tok, h, f, bias=mlp_bias), *_activation("mlp", cfg.activation, tok, f),
           vec("mlp.gate_mul", "mul", tok, f), linear("down_proj", tok, f, h, bias=mlp_bias),
-          vec("resid_add2", "add", tok, h)]
+          vec("resid_add2", "add", tok, h, tag="residual")]
     post = [*_rms_norm("final_norm", tok, h), linear("lm_head", tok, h, V, bias=False)]
     return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
 
@@ -458,10 +543,11 @@ def loss_kernels(cfg: ModelConfig, B, S) -> list:
     return [vec("log_softmax", "softmax", tok, V), _k("nll", "misc:mask", tok, H=V, nbytes=tok * 16, tag="nll")]
 
 
-def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str = "fp32") -> ModelGraph:
+def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str = "fp32", fused: bool = False) -> ModelGraph:
     """The kernel graph of one forward (`inf`) or forward+backward (`train`) pass, every float tensor
     in `dtype` (fp32 as NeuSight measured; fp16/bf16 = the model cast to that dtype, GEMMs on tensor
-    cores; not mixed-precision autocast)."""
+    cores; not mixed-precision autocast). `fused`: pointwise chains fused as a compiler does
+    (`fuse_pointwise`, NeuSight's `-fusion` runs); inference only."""
     cfg = load_config(config)
     dtype = dtype_key(dtype)
     if dtype not in MODEL_DTYPES:
@@ -477,10 +563,14 @@ def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str = "f
     if cfg.max_positions and seq > cfg.max_positions and cfg.family in ("bert", "gpt2", "gpt_neo", "opt", *LLAMA_LIKE):
         raise InputError(f"seq {seq} exceeds the model's maximum of {cfg.max_positions} positions")
     train = mode == "train"
+    if fused and train:
+        raise InputError("fused kernels are modelled for inference only (--mode inf); training runs eager")
     blocks = _FAMILIES[cfg.family](cfg, batch, seq, train)
     if train:
         blocks.append(Block("loss", 1, loss_kernels(cfg, batch, seq), "post"))
-    return ModelGraph(cfg, batch, seq, mode, blocks, dtype)
+    if fused:
+        blocks = [Block(b.name, b.count, fuse_pointwise(b.kernels), b.kind) for b in blocks]
+    return ModelGraph(cfg, batch, seq, mode, blocks, dtype, fused=bool(fused))
 
 
 def layer_gemms(config, batch: int, seq: int, mode: str = "inf", block: str = "layer") -> pd.DataFrame:
