@@ -173,7 +173,7 @@ def predict_kernels_of(graph: ModelGraph, device: DeviceSpec, predictor: Predict
         hi[vi] = out["hi_ms"].to_numpy()
         ood[vi] = out["ood"].to_numpy()
     # a fused kernel's further full-size inputs (`extra_nbytes`): streamed once more at achievable bandwidth
-    extra = memory_time_ms(tab["extra_nbytes"].to_numpy(np.float64), device) * (tab["extra_nbytes"].to_numpy() > 0)
+    extra = memory_time_ms(tab["extra_nbytes"].to_numpy(np.float64), device)
     pred, lo, hi = pred + extra, lo + extra, hi + extra
     mi = np.flatnonzero(is_misc)
     if len(mi):

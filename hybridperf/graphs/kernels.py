@@ -49,10 +49,10 @@ KERNEL_COLUMNS = ("block", "name", "op", "B", "M", "N", "K", "H", "nbytes", "ext
 MODES = ("inf", "train")
 
 
-def _k(name, op, B=1, M=0, N=0, K=0, H=0, nbytes=0.0, params=0, bias=False, tag="", extra_nbytes=0.0):
+def _k(name, op, B=1, M=0, N=0, K=0, H=0, nbytes=0.0, params=0, bias=False, tag=""):
+    # extra_nbytes: further full-size inputs of a fused kernel (`_fused_kernel`)
     return {"name": name, "op": op, "B": int(B), "M": int(M), "N": int(N), "K": int(K), "H": int(H),
-            "nbytes": float(nbytes), "params": int(params), "bias": bool(bias), "tag": tag,
-            "extra_nbytes": float(extra_nbytes)}
+            "nbytes": float(nbytes), "params": int(params), "bias": bool(bias), "tag": tag, "extra_nbytes": 0.0}
 
 
 def linear(name, tokens, n_in, n_out, bias=True):
@@ -120,7 +120,6 @@ class ModelGraph:
         df["group"] = [kernel_group(op) for op in df["op"]]
         df["dtype"] = self.dtype
         # byte counts are written for fp32 tensors: the chosen dtype scales them (index tensors are negligible)
-        df["extra_nbytes"] = df["extra_nbytes"].fillna(0.0) if "extra_nbytes" in df else 0.0
         df["nbytes"] = df["nbytes"] * self.dtype_bytes / F32
         df["extra_nbytes"] = df["extra_nbytes"] * self.dtype_bytes / F32
         return df.loc[:, list(KERNEL_COLUMNS)]
