@@ -51,8 +51,6 @@ def predict_model_cmd(
         raise InputError("--model-bundle and --prior-only are mutually exclusive")
     if not config.is_file():
         raise InputError(f"config file not found: {config}")
-    if fused and mode != "inf":
-        raise InputError("--fused models inference only (--mode inf); training runs eager")
     if any(v is not None for v in (dp, tp, pp, microbatches, overlap, bucket_mb)):
         if fused:
             raise InputError("--fused is not modelled with --dp/--tp/--pp (training runs eager)")
