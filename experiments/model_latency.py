@@ -44,6 +44,7 @@ from hybridperf.training.library_efficiency import fit_library_efficiency, gemm_
 from hybridperf.graphs import build_graph, compose  # noqa: E402
 from hybridperf.graphs.compose import OOD_WIDEN, in_model_ms, predict_kernels_of  # noqa: E402
 from hybridperf.graphs.trace import traced_group_totals  # noqa: E402
+from hybridperf.graphs.memory import PRESSURE_FRACTION  # noqa: E402
 from hybridperf.predictor import Predictor  # noqa: E402
 
 GROUP_MAP = {"linear": "linear", "bmm": "bmm", "elementwise": "elementwise", "softmax": "softmax",
@@ -288,7 +289,8 @@ def collect(labels: pd.DataFrame, cfg_dir: Path, preds: dict, kinds: dict, lib_e
                      "pred": tab["pred_ms"].to_numpy(), "floor": tab["floor_ms"].to_numpy(),
                      "count": tab["count"].to_numpy(np.float64), "ood": tab["ood"].to_numpy(),
                      "fw": (tab["phase"] == "fw").to_numpy(), "group": tab["group"].to_numpy(),
-                     "graph_path": getattr(lab, "graph_path", None), "num_layer": int(lab.num_layer)})
+                     "graph_path": getattr(lab, "graph_path", None), "num_layer": int(lab.num_layer),
+                     "mem_frac": graph.memory().fraction_of(dev.mem_gb)})
     return recs
 
 
@@ -325,7 +327,7 @@ def evaluate(recs, variant: str, tag: str):
     ls = LabelSet(recs)
     res = lodo(ls, variant)
     df = pd.DataFrame([{k: r[k] for k in ("device", "model", "mode", "seq", "batch", "fusion", "kernel_model",
-                                          "measured_fw_ms", "measured_bw_ms")} for r in recs])
+                                          "measured_fw_ms", "measured_bw_ms", "mem_frac")} for r in recs])
     df["measured_ms"] = ls.meas
     df["raw_ms"] = ls.R
     df = pd.concat([df, res], axis=1)
@@ -592,14 +594,33 @@ def write_report(out, results, per_dev, vtab, cal, main_kind, bundles, variant, 
             L.append(f"| {g} | {len(s_)} | {_fmt(s_['ape'].mean() * 100)} | "
                      f"{_fmt(float(np.median(s_['ours_ms'] / s_['traced_ms'])), 2)} | {_fmt(s_['iso_ape'].mean() * 100)} | "
                      f"{_fmt(float(np.median(s_['isolated_ms'] / s_['traced_ms'])), 2)} |")
+    hot = df[df["mem_frac"] >= PRESSURE_FRACTION]
+    L += ["", "## Memory pressure", "",
+          f"Estimated device memory of each run (`hybridperf.graphs.memory`: weights, gradients and the tensors eager "
+          f"autograd saves, counted on the CPU). {len(hot)} of {len(df)} labels need {PRESSURE_FRACTION:.0%} or more "
+          f"of their device; the other labels need at most {df.loc[df['mem_frac'] < PRESSURE_FRACTION, 'mem_frac'].max():.0%}."]
+    traced = (grp.groupby(["device", "model", "mode", "seq", "batch"])["traced_ms"].sum()
+              if len(grp) else pd.Series(dtype=float))
+    ratio = [traced.get((r.device, r.model, r.mode, r.seq, r.batch), np.nan) / r.measured_ms for r in df.itertuples()]
+    df = df.assign(traced_ratio=ratio)
+    cool = df[(df["mem_frac"] < PRESSURE_FRACTION) & df["traced_ratio"].notna()]
+    if len(cool):
+        L.append(f"The label CSV's per-node times (each node timed alone) sum to {cool['traced_ratio'].min():.2f}-"
+                 f"{cool['traced_ratio'].max():.2f} of the measured end-to-end time on the other labels with a "
+                 f"traced graph: below 1 only where time passes outside the kernels.")
+    for r in df[df["mem_frac"] >= PRESSURE_FRACTION].itertuples():
+        L.append(f"- {r.device} {r.model}-{r.mode}-{r.seq}-{r.batch}: {r.mem_frac:.0%} of memory, "
+                 f"ours {(r.ours_ms / r.measured_ms - 1) * 100:+.1f}%, plain kernel sum "
+                 f"{(r.raw_ms / r.measured_ms - 1) * 100:+.1f}%, per-node sum / measured {_fmt(r.traced_ratio, 2)}")
     L += ["", f"## Per label ({main_kind})", "", "| device | run | measured ms | ours ms | ours err % | 90% interval | "
-          "NeuSight ms | NeuSight err % | plain sum err % |", "|---|---|---|---|---|---|---|---|---|"]
+          "NeuSight ms | NeuSight err % | plain sum err % | memory % |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in df.sort_values(["fusion", "device", "model", "mode", "seq", "batch"]).itertuples():
         run = f"{r.model}-{r.mode}-{r.seq}-{r.batch}" + ("-fusion" if r.fusion else "")
         ns_err = (r.neusight_ms / r.measured_ms - 1) * 100 if np.isfinite(r.neusight_ms) else np.nan
         L.append(f"| {r.device} | {run} | {r.measured_ms:.1f} | {r.ours_ms:.1f} | {(r.ours_ms / r.measured_ms - 1) * 100:+.1f} | "
                  f"{r.lo_ms:.0f}..{r.hi_ms:.0f}{'' if r.covered else ' (miss)'} | {_fmt(r.neusight_ms)} | "
-                 f"{'-' if not np.isfinite(ns_err) else f'{ns_err:+.1f}'} | {(r.raw_ms / r.measured_ms - 1) * 100:+.1f} |")
+                 f"{'-' if not np.isfinite(ns_err) else f'{ns_err:+.1f}'} | {(r.raw_ms / r.measured_ms - 1) * 100:+.1f} | "
+                 f"{r.mem_frac * 100:.0f} |")
     (out / "report.md").write_text("\n".join(L) + "\n")
 
 

@@ -387,3 +387,28 @@ def test_half_precision_tensor_parallel_collectives_halve():
     c32 = predict_parallel(LLAMA, 8, 64, "train", **kw)
     c16 = predict_parallel(LLAMA, 8, 64, "train", dtype="bf16", **kw)
     assert c16["tp_comm_ms"] < c32["tp_comm_ms"]
+
+
+def test_saved_activations_match_the_cpu_autograd_counts():
+    """The per-family formula reproduces the saved-tensor bytes counted with autograd hooks on the CPU
+    (experiments/activation_memory.py, shipped as experiments/data/activation_memory.csv)."""
+    from hybridperf.graphs.memory import saved_activation_bytes
+
+    counts = pd.read_csv(Path(__file__).resolve().parents[1] / "experiments" / "data" / "activation_memory.csv")
+    assert set(counts["family"]) == {"bert", "gpt2", "llama", "opt"}
+    for r in counts.itertuples():
+        for layers, measured in ((2, r.saved_2_layers), (4, r.saved_4_layers)):
+            est = saved_activation_bytes(r.family, r.hidden, r.ffn, r.heads, r.vocab, layers, r.batch, r.seq)
+            assert est == pytest.approx(measured, rel=0.08), (r.family, layers)
+
+
+def test_training_memory_grows_with_batch_and_quadratically_with_seq():
+    from hybridperf.graphs.memory import saved_activation_bytes
+
+    a = saved_activation_bytes("gpt2", 1024, 4096, 16, 50257, 24, 1, 1024)
+    assert saved_activation_bytes("gpt2", 1024, 4096, 16, 50257, 24, 2, 1024) == pytest.approx(2 * a)
+    assert saved_activation_bytes("gpt2", 1024, 4096, 16, 50257, 24, 1, 2048) > 2 * a
+    assert saved_activation_bytes("gpt2", 1024, 4096, 16, 50257, 24, 1, 1024, dtype_bytes=2) == pytest.approx(a / 2)
+    # families outside the count borrow the closest counted block
+    assert saved_activation_bytes("mistral", 1024, 4096, 16, 32000, 24, 1, 1024) == \
+        saved_activation_bytes("llama", 1024, 4096, 16, 32000, 24, 1, 1024)

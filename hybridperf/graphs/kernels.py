@@ -40,6 +40,7 @@ import pandas as pd
 from hybridperf.devices import DTYPE_BYTES, dtype_key
 from hybridperf.errors import InputError
 from hybridperf.graphs.config import LLAMA_LIKE, ModelConfig, load_config
+from hybridperf.graphs.memory import MemoryEstimate, saved_activation_bytes
 from hybridperf.ops import OP_CLASS
 
 F32 = 4
@@ -124,10 +125,10 @@ class ModelGraph:
         df["extra_nbytes"] = df["extra_nbytes"] * self.dtype_bytes / F32
         return df.loc[:, list(KERNEL_COLUMNS)]
 
-    def memory_gb(self) -> dict:
-        """Rough device-memory need (GB) of the run: weights, gradients (train) and activations. Training
-        activations follow Korthikanti et al.'s per-layer count for 16-bit tensors, 34*s*b*h + 5*a*s^2*b
-        bytes, scaled to the dtype; inference keeps the two largest live tensors. No optimizer state."""
+    def memory(self) -> MemoryEstimate:
+        """Device memory the run needs (GB): weights, gradients (train) and activations, the saved set of
+        eager autograd for training (`hybridperf.graphs.memory`), the two largest live tensors for
+        inference. No optimizer state, no allocator rounding."""
         cfg, eb = self.config, self.dtype_bytes
         params, largest = 0.0, 0.0
         for blk in self.blocks:
@@ -138,12 +139,10 @@ class ModelGraph:
                     largest = max(largest, (k["B"] * k["M"] * k["K"] if k["op"] in ("linear", "bmm") else k["B"] * k["H"]) * eb)
         weights = params * eb / 1e9
         if self.mode == "train":
-            s, b = self.seq, self.batch
-            per_layer = 34 * s * b * cfg.hidden + 5 * cfg.heads * s * s * b
-            act, grads = cfg.total_layers * per_layer * eb / 2 / 1e9, weights
-        else:
-            act, grads = 2 * largest / 1e9, 0.0
-        return {"weights": weights, "grads": grads, "activations": act, "total": weights + grads + act}
+            act = saved_activation_bytes(cfg.family, cfg.hidden, cfg.ffn, cfg.heads, cfg.vocab, cfg.total_layers,
+                                         self.batch, self.seq, eb) / 1e9
+            return MemoryEstimate(weights, weights, act)
+        return MemoryEstimate(weights, 0.0, 2 * largest / 1e9)
 
     @property
     def num_layers(self) -> int:

@@ -1,0 +1,140 @@
+"""Measure what eager PyTorch autograd keeps for backward in Hugging Face transformers, on the CPU.
+
+A training step's device memory is weights + gradients + the activations autograd saves for backward,
+and the saved set of an *eager* HF model (fp32, dropout active) is much larger than the Megatron-style
+count (Korthikanti et al., 34*s*b*h + 5*a*s^2*b bytes at 16 bit): GPT-2's gelu_new alone keeps five
+ffn-sized tensors. This script counts the saved tensors exactly (`torch.autograd.graph.saved_tensors_hooks`,
+each storage once, parameters excluded) for small random-weight models of each family, then fits, per
+family, the per-layer bytes
+
+    saved = tokens * (c_h * h + c_f * ffn) + c_a * batch * heads * seq * seq        (tokens = batch * seq)
+
+on the difference between an L+1 and an L layer model, and the rest of the model (embeddings, head and
+loss) as tokens * (d_h * h + d_v * vocab). Memory saved does not depend on the GPU, so a CPU count is
+the device count (the caching allocator's rounding and fragmentation come on top).
+
+    python experiments/activation_memory.py      # needs torch and transformers; ~1 min on 2 cores
+
+writes experiments/data/activation_memory.csv (the raw counts) and prints the coefficients that
+`hybridperf/graphs/memory.py` uses (ACTIVATION_COEFFS). GPT-Neo is left out: its layers also save a
+slice of their causal-mask buffer, whose size follows `max_position_embeddings`, not the batch.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parent
+
+
+def _imports():
+    try:
+        import torch
+        import transformers
+    except ImportError as e:  # pragma: no cover - a developer tool
+        sys.exit(f"error: this experiment needs torch and transformers ({e.name} is missing)")
+    return torch, transformers
+
+
+#: HF config keys of each family: hidden, heads, layers, ffn, vocab
+FAMILIES = {
+    "gpt2": dict(model_type="gpt2", keys=("n_embd", "n_head", "n_layer", "n_inner", "vocab_size"), extra={"n_positions": 512}),
+    "bert": dict(model_type="bert", keys=("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
+                                          "vocab_size"), extra={"max_position_embeddings": 512}),
+    "opt": dict(model_type="opt", keys=("hidden_size", "num_attention_heads", "num_hidden_layers", "ffn_dim", "vocab_size"),
+                extra={"max_position_embeddings": 512}),
+    "llama": dict(model_type="llama", keys=("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
+                                            "vocab_size"), extra={"max_position_embeddings": 512}),
+}
+
+
+def saved_bytes(torch, model, inputs) -> int:
+    """Bytes of the distinct non-parameter storages autograd saves during forward + loss."""
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        st = t.untyped_storage()
+        seen[st.data_ptr()] = max(seen.get(st.data_ptr(), 0), st.nbytes())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(**inputs).loss
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    return sum(v for k, v in seen.items() if k not in params)
+
+
+def measure(torch, transformers, family: str, h, a, layers, f, vocab, batch, seq) -> int:
+    spec = FAMILIES[family]
+    kw = dict(zip(spec["keys"], (h, a, layers, f, vocab)), **spec["extra"])
+    if family == "opt":
+        kw["word_embed_proj_dim"] = h
+    cfg = transformers.AutoConfig.for_model(spec["model_type"], **kw)
+    torch.manual_seed(0)
+    if family == "bert":
+        model = transformers.AutoModelForPreTraining.from_config(cfg, attn_implementation="eager")
+    else:
+        model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
+    model.train()
+    ids = torch.randint(0, vocab, (batch, seq))
+    inputs = {"input_ids": ids, "labels": ids}
+    if family == "bert":
+        inputs["next_sentence_label"] = torch.zeros(batch, dtype=torch.long)
+    return saved_bytes(torch, model, inputs)
+
+
+def run(out_csv: Path) -> pd.DataFrame:
+    torch, transformers = _imports()
+    torch.set_num_threads(2)
+    rows = []
+    grid = list(itertools.product((128, 192), (2, 4), (2, 4), (64, 128), (1, 2)))  # h, heads, ffn/h, seq, batch
+    for family in FAMILIES:
+        for h, a, fr, s, b in grid:
+            f, vocab = fr * h, 500
+            one = measure(torch, transformers, family, h, a, 2, f, vocab, b, s)
+            two = measure(torch, transformers, family, h, a, 4, f, vocab, b, s)
+            rows.append({"family": family, "hidden": h, "heads": a, "ffn": f, "vocab": vocab, "seq": s, "batch": b,
+                         "saved_2_layers": one, "saved_4_layers": two, "torch": torch.__version__,
+                         "transformers": transformers.__version__})
+        print(f"{family}: {len(grid)} configurations", flush=True)
+    df = pd.DataFrame(rows)
+    out_csv.parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out_csv, index=False)
+    return df
+
+
+def fit(df: pd.DataFrame) -> dict:
+    """Per family: (c_h, c_f, c_a) bytes per layer and (d_h, d_v) bytes outside the layers."""
+    coeffs = {}
+    for family, g in df.groupby("family"):
+        tok = g["batch"] * g["seq"]
+        per_layer = (g["saved_4_layers"] - g["saved_2_layers"]) / 2.0
+        X = np.column_stack([tok * g["hidden"], tok * g["ffn"], g["batch"] * g["heads"] * g["seq"] ** 2])
+        c, *_ = np.linalg.lstsq(X, per_layer, rcond=None)
+        rest = g["saved_2_layers"] - 2 * X @ c
+        Xr = np.column_stack([tok * g["hidden"], tok * g["vocab"]])
+        d, *_ = np.linalg.lstsq(Xr, rest, rcond=None)
+        fit_all = 4 * X @ c + Xr @ d
+        err = float(np.max(np.abs(fit_all / g["saved_4_layers"] - 1)))
+        coeffs[family] = {"c_h": round(float(c[0]), 2), "c_f": round(float(c[1]), 2), "c_a": round(float(c[2]), 2),
+                          "d_h": round(float(d[0]), 2), "d_v": round(float(d[1]), 2), "max_rel_err": round(err, 4)}
+    return coeffs
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "data" / "activation_memory.csv")
+    ap.add_argument("--refit", action="store_true", help="fit the stored CSV only (no torch needed)")
+    args = ap.parse_args(argv)
+    df = pd.read_csv(args.out) if args.refit else run(args.out)
+    for family, c in fit(df).items():
+        print(f"{family:8s} {c}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
