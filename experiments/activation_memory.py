@@ -63,7 +63,7 @@ def saved_bytes(torch, model, inputs) -> int:
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        model(**inputs).loss
+        model(**inputs)  # with labels, forward also computes the loss
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     return sum(v for k, v in seen.items() if k not in params)
 
