@@ -16,6 +16,7 @@ from hybridperf.cli.app import app
 from hybridperf.devices import get_node
 from hybridperf.errors import InputError
 from hybridperf.graphs import build_graph, predict_model
+from hybridperf.graphs.memory import layer_saved_bytes, outside_saved_bytes
 from hybridperf.graphs.parallel import (block_params, default_microbatches, parallel_graph, predict_parallel,
                                         predict_parallel_detail, rank_layout)
 from hybridperf.predictor import Predictor
@@ -67,6 +68,34 @@ def test_cli_dp_tp_pp_1_identical_to_plain():
     assert set(a) == set(CONTRACT)  # the plain path keeps the contract's exact keys
     assert set(CONTRACT) | set(EXTRA) <= set(b)
     assert all(a[k] == b[k] for k in CONTRACT)
+
+
+def test_per_gpu_memory_shrinks_with_sharding_and_stage_0_holds_most_micro_batches():
+    def mem(**kw):
+        return predict_parallel_detail(TINY, 8, 128, "train", "DGX-H100", predictor=PRIOR, collective_model=CPRIOR,
+                                       **kw)
+
+    one = mem().memory
+    assert one == build_graph(TINY, 8, 128, "train").memory()
+    assert mem(dp=2).memory == build_graph(TINY, 4, 128, "train").memory()  # half the sequences per GPU
+    tp2 = mem(tp=2).memory
+    assert tp2.weights < one.weights and tp2.activations < one.activations
+    pp2 = mem(pp=2, microbatches=4)
+    assert pp2.memory.total == pytest.approx(pp2.stages["mem_gb"].max()) and pp2.memory.total < one.total
+    # 1F1B: stage 0 keeps two micro-batches of its one layer in flight, stage 1 one, plus the logits
+    layer = layer_saved_bytes("gpt2", 256, 1024, 4, 2, 128) / 1e9
+    acts = pp2.stages["mem_gb"] - pp2.stages["params"] * 2 * 4 / 1e9
+    assert acts[0] == pytest.approx(2 * layer)
+    assert acts[1] == pytest.approx(layer + outside_saved_bytes("gpt2", 256, 1000, 2, 128) / 1e9)
+
+
+def test_cli_parallel_run_that_does_not_fit_warns():
+    big = ["predict-model", "--config", str(TINY), "--batch", "4096", "--seq", "512", "--mode", "train",
+           "--device", "DGX-A100", "--dp", "2", "--json", "--prior-only"]
+    r = CliRunner().invoke(app, big)
+    assert r.exit_code == 0, r.output
+    assert "fullest GPU" in r.stderr and "would not fit" in r.stderr
+    assert json.loads(r.stdout.strip().splitlines()[-1])["mem_gb_per_gpu"] > 80
 
 
 # ---------------------------------------------------------------------------------------------------

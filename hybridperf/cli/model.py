@@ -82,17 +82,19 @@ def predict_model_cmd(
                    f"fw {out['fw_ms']:.3f} ms  bw {out['bw_ms']:.3f} ms  memory ~{need.total:.1f} GB")
 
 
-def _warn_memory(need, dev) -> None:
-    """Warn (stderr) when the run would not fit on `dev`, or fills it enough for allocator thrashing."""
+def _warn_memory(need, dev, per_gpu: bool = False) -> None:
+    """Warn (stderr) when the run would not fit on `dev`, or fills it enough for allocator thrashing
+    (`per_gpu`: `need` is the fullest GPU's share of a multi-GPU run)."""
     from hybridperf.graphs.memory import OVERFLOW_FRACTION, PRESSURE_FRACTION
 
     frac = need.fraction_of(dev.mem_gb)
     parts = f"weights {need.weights:.1f}, gradients {need.grads:.1f}, activations {need.activations:.1f}"
+    who = "the fullest GPU of this run" if per_gpu else "this run"
     if frac > OVERFLOW_FRACTION:
-        typer.echo(f"warning: this run needs roughly {need.total:.0f} GB ({parts}) and {dev.name} has "
+        typer.echo(f"warning: {who} needs roughly {need.total:.0f} GB ({parts}) and {dev.name} has "
                    f"{dev.mem_gb:g} GB: it would not fit; the prediction assumes it does", err=True)
     elif frac >= PRESSURE_FRACTION:
-        typer.echo(f"warning: this run needs roughly {need.total:.0f} GB ({parts}), {frac:.0%} of {dev.name}'s "
+        typer.echo(f"warning: {who} needs roughly {need.total:.0f} GB ({parts}), {frac:.0%} of {dev.name}'s "
                    f"{dev.mem_gb:g} GB: near capacity the caching allocator frees and re-allocates memory, which "
                    f"kernels alone do not show (such runs measured 1.4-1.7x their prediction); read e2e_ms as a "
                    f"lower bound", err=True)
@@ -119,7 +121,9 @@ def _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, 
                                   collective_model=cmodel,
                                   bucket_mb=DEFAULT_BUCKET_MB if bucket_mb is None else bucket_mb, dtype=dtype)
     r = res.result
+    _warn_memory(res.memory, dev, per_gpu=True)
     out = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}
+    out["mem_gb_per_gpu"] = round(res.memory.total, 2)
     if breakdown:
         from rich.console import Console
         from rich.table import Table
@@ -135,11 +139,12 @@ def _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, 
         t.add_row("total", f"{r['e2e_ms']:.3f}", "100.0%")
         con.print(t)
         st = Table(title="pipeline stages (one micro-batch, per GPU)")
-        for col in ("stage", "layers", "fw ms", "bw ms", "tp fw ms", "tp bw ms", "params", "dp all-reduce ms"):
+        for col in ("stage", "layers", "fw ms", "bw ms", "tp fw ms", "tp bw ms", "params", "dp all-reduce ms",
+                    "memory GB"):
             st.add_column(col, justify="right")
         for row in res.stages.itertuples():
             st.add_row(str(row.stage), str(row.layers), f"{row.fw_ms:.3f}", f"{row.bw_ms:.3f}", f"{row.tp_fw_ms:.3f}",
-                       f"{row.tp_bw_ms:.3f}", f"{row.params:,.0f}", f"{row.dp_allreduce_ms:.3f}")
+                       f"{row.tp_bw_ms:.3f}", f"{row.params:,.0f}", f"{row.dp_allreduce_ms:.3f}", f"{row.mem_gb:.1f}")
         con.print(st)
         kt = Table(title=f"kernels per GPU, one micro-batch, all stages ({res.prediction.kind} kernels)")
         for col in ("op class", "fw ms", "bw ms", "acc ms", "total ms", "share"):

@@ -62,11 +62,23 @@ class MemoryEstimate:
         return {"weights": self.weights, "grads": self.grads, "activations": self.activations, "total": self.total}
 
 
+def layer_saved_bytes(family: str, hidden: int, ffn: int, heads: int, batch: int, seq: int,
+                      dtype_bytes: float = 4.0) -> float:
+    """Bytes autograd keeps for backward per transformer layer (`dtype_bytes` scales the fp32 count).
+    Under tensor parallelism pass the rank's share of `ffn` and `heads`."""
+    c = ACTIVATION_COEFFS[SIMILAR_FAMILY.get(family, family)]
+    tok = float(batch) * seq
+    return (tok * (c["c_h"] * hidden + c["c_f"] * ffn) + c["c_a"] * float(batch) * heads * seq * seq) * dtype_bytes / 4.0
+
+
+def outside_saved_bytes(family: str, hidden: int, vocab: int, batch: int, seq: int, dtype_bytes: float = 4.0) -> float:
+    """Bytes autograd keeps outside the layers: embeddings, head and loss (the logits dominate)."""
+    c = ACTIVATION_COEFFS[SIMILAR_FAMILY.get(family, family)]
+    return float(batch) * seq * (c["d_h"] * hidden + c["d_v"] * vocab) * dtype_bytes / 4.0
+
+
 def saved_activation_bytes(family: str, hidden: int, ffn: int, heads: int, vocab: int, layers: int, batch: int,
                            seq: int, dtype_bytes: float = 4.0) -> float:
     """Bytes autograd keeps for backward in one eager training step (`dtype_bytes` scales the fp32 count)."""
-    c = ACTIVATION_COEFFS[SIMILAR_FAMILY.get(family, family)]
-    tok = float(batch) * seq
-    per_layer = tok * (c["c_h"] * hidden + c["c_f"] * ffn) + c["c_a"] * float(batch) * heads * seq * seq
-    rest = tok * (c["d_h"] * hidden + c["d_v"] * vocab)
-    return (layers * per_layer + rest) * dtype_bytes / 4.0
+    return (layers * layer_saved_bytes(family, hidden, ffn, heads, batch, seq, dtype_bytes)
+            + outside_saved_bytes(family, hidden, vocab, batch, seq, dtype_bytes))

@@ -73,7 +73,13 @@ Interval (90%)
     intervals summed linearly (one fitted model: correlated), the exposed DP time re-simulated at the
     all-reduce bounds. Compute and communication come from independent models, so their deviations add
     in quadrature: lo = e2e - sqrt(dc_lo^2 + dm_lo^2), hi = e2e + sqrt(dc_hi^2 + dm_hi^2).
-    Memory capacity (whether the configuration fits) is not checked.
+
+Memory (per GPU, `ParallelPrediction.memory`: the fullest stage)
+    Weights and gradients of the stage's TP-sharded parameters; for training, the activations eager
+    autograd saves (`hybridperf.graphs.memory`) for the stage's layers with ffn and heads / tp (the
+    hidden-sized tensors counted whole, as without sequence parallelism), plus the head's and loss's on
+    the last stage, times the micro-batches a stage holds under 1F1B: min(M, pp - s) on stage s.
+    Inference: the weights plus the two largest live tensors. No optimizer state.
 """
 from __future__ import annotations
 
@@ -87,6 +93,7 @@ from hybridperf.devices import DeviceSpec, NodeSpec, get_device
 from hybridperf.errors import InputError
 from hybridperf.graphs.config import LLAMA_LIKE, ModelConfig, load_config
 from hybridperf.graphs.kernels import MODES, Block, ModelGraph, build_graph
+from hybridperf.graphs.memory import MemoryEstimate, layer_saved_bytes, outside_saved_bytes
 
 #: PyTorch DDP's default gradient bucket (bucket_cap_mb=25)
 DEFAULT_BUCKET_MB = 25.0
@@ -323,6 +330,7 @@ class ParallelPrediction:
     node: NodeSpec
     device: DeviceSpec
     layout: dict
+    memory: MemoryEstimate | None = None  # the fullest GPU's
     notes: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -525,10 +533,28 @@ def predict_parallel_detail(config, batch: int, seq: int, mode: str = "train", d
               "pp_comm_ms": pp_ms}
     result = {k: float(v) for k, v in result.items()}
     result.update(gpus=int(layout["gpus"]), nodes=int(layout["nodes"]), microbatches=int(m))
+    for r in rows:
+        r["mem_gb"] = _stage_memory(graph, r, tp, pp, m, train).total
     st = pd.DataFrame([{k: v for k, v in r.items() if not k.startswith("_")} for r in rows])
     notes = [note] if note else []
+    memory = max((_stage_memory(graph, r, tp, pp, m, train) for r in rows), key=lambda e: e.total)
     return ParallelPrediction(result=result, prediction=res, stages=st, node=node, device=dev, layout=layout,
-                              notes=notes)
+                              memory=memory, notes=notes)
+
+
+def _stage_memory(graph: ModelGraph, row: dict, tp: int, pp: int, m: int, train: bool) -> MemoryEstimate:
+    """Device memory of one GPU of pipeline stage `row` (see the module docstring)."""
+    if tp == pp == 1:  # one GPU's graph, as `predict-model` counts it
+        return graph.memory()
+    cfg, eb = graph.config, graph.dtype_bytes
+    weights = row["params"] * eb / 1e9
+    if not train:
+        return MemoryEstimate(weights, 0.0, graph.memory().activations)
+    per_mb = row["layers"] * layer_saved_bytes(cfg.family, cfg.hidden, cfg.ffn // tp, cfg.heads // tp, graph.batch,
+                                               graph.seq, eb)
+    if row["last"]:  # the logits, their loss and the head's own layers
+        per_mb += outside_saved_bytes(cfg.family, cfg.hidden, -(-cfg.vocab // tp), graph.batch, graph.seq, eb)
+    return MemoryEstimate(weights, weights, per_mb * min(m, pp - row["stage"]) / 1e9)
 
 
 def predict_parallel(config, batch: int, seq: int, mode: str = "train", device="DGX-H100", dp: int = 1, tp: int = 1,
