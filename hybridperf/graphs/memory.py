@@ -58,9 +58,6 @@ class MemoryEstimate:
         """Share of a device with `mem_gb` (spec-sheet) GB of memory that the run needs."""
         return self.total * 1e9 / (float(mem_gb) * DEVICE_GB_BYTES)
 
-    def to_dict(self) -> dict:
-        return {"weights": self.weights, "grads": self.grads, "activations": self.activations, "total": self.total}
-
 
 def layer_saved_bytes(family: str, hidden: int, ffn: int, heads: int, batch: int, seq: int,
                       dtype_bytes: float = 4.0) -> float:

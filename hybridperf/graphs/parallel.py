@@ -533,11 +533,12 @@ def predict_parallel_detail(config, batch: int, seq: int, mode: str = "train", d
               "pp_comm_ms": pp_ms}
     result = {k: float(v) for k, v in result.items()}
     result.update(gpus=int(layout["gpus"]), nodes=int(layout["nodes"]), microbatches=int(m))
-    for r in rows:
-        r["mem_gb"] = _stage_memory(graph, r, tp, pp, m, train).total
+    mems = [_stage_memory(graph, r, tp, pp, m, train) for r in rows]
+    for r, mem in zip(rows, mems):
+        r["mem_gb"] = mem.total
     st = pd.DataFrame([{k: v for k, v in r.items() if not k.startswith("_")} for r in rows])
     notes = [note] if note else []
-    memory = max((_stage_memory(graph, r, tp, pp, m, train) for r in rows), key=lambda e: e.total)
+    memory = max(mems, key=lambda e: e.total)
     return ParallelPrediction(result=result, prediction=res, stages=st, node=node, device=dev, layout=layout,
                               memory=memory, notes=notes)
 
