@@ -43,8 +43,8 @@ from hybridperf.training.collectives import interval_from_residuals  # noqa: E40
 from hybridperf.training.library_efficiency import fit_library_efficiency, gemm_ratios, traced_gemms  # noqa: E402
 from hybridperf.graphs import build_graph, compose  # noqa: E402
 from hybridperf.graphs.compose import OOD_WIDEN, in_model_ms, predict_kernels_of  # noqa: E402
-from hybridperf.graphs.trace import traced_group_totals  # noqa: E402
 from hybridperf.graphs.memory import PRESSURE_FRACTION  # noqa: E402
+from hybridperf.graphs.trace import traced_group_totals  # noqa: E402
 from hybridperf.predictor import Predictor  # noqa: E402
 
 GROUP_MAP = {"linear": "linear", "bmm": "bmm", "elementwise": "elementwise", "softmax": "softmax",
@@ -594,21 +594,21 @@ def write_report(out, results, per_dev, vtab, cal, main_kind, bundles, variant, 
             L.append(f"| {g} | {len(s_)} | {_fmt(s_['ape'].mean() * 100)} | "
                      f"{_fmt(float(np.median(s_['ours_ms'] / s_['traced_ms'])), 2)} | {_fmt(s_['iso_ape'].mean() * 100)} | "
                      f"{_fmt(float(np.median(s_['isolated_ms'] / s_['traced_ms'])), 2)} |")
+    traced = (grp.groupby(["device", "model", "mode", "seq", "batch"])["traced_ms"].sum()
+              if len(grp) else pd.Series(dtype=float))
+    ratio = [traced.get((r.device, r.model, r.mode, r.seq, r.batch), np.nan) / r.measured_ms for r in df.itertuples()]
+    df = df.assign(traced_ratio=ratio)
     hot = df[df["mem_frac"] >= PRESSURE_FRACTION]
     L += ["", "## Memory pressure", "",
           f"Estimated device memory of each run (`hybridperf.graphs.memory`: weights, gradients and the tensors eager "
           f"autograd saves, counted on the CPU). {len(hot)} of {len(df)} labels need {PRESSURE_FRACTION:.0%} or more "
           f"of their device; the other labels need at most {df.loc[df['mem_frac'] < PRESSURE_FRACTION, 'mem_frac'].max():.0%}."]
-    traced = (grp.groupby(["device", "model", "mode", "seq", "batch"])["traced_ms"].sum()
-              if len(grp) else pd.Series(dtype=float))
-    ratio = [traced.get((r.device, r.model, r.mode, r.seq, r.batch), np.nan) / r.measured_ms for r in df.itertuples()]
-    df = df.assign(traced_ratio=ratio)
     cool = df[(df["mem_frac"] < PRESSURE_FRACTION) & df["traced_ratio"].notna()]
     if len(cool):
         L.append(f"The label CSV's per-node times (each node timed alone) sum to {cool['traced_ratio'].min():.2f}-"
                  f"{cool['traced_ratio'].max():.2f} of the measured end-to-end time on the other labels with a "
                  f"traced graph: below 1 only where time passes outside the kernels.")
-    for r in df[df["mem_frac"] >= PRESSURE_FRACTION].itertuples():
+    for r in hot.itertuples():
         L.append(f"- {r.device} {r.model}-{r.mode}-{r.seq}-{r.batch}: {r.mem_frac:.0%} of memory, "
                  f"ours {(r.ours_ms / r.measured_ms - 1) * 100:+.1f}%, plain kernel sum "
                  f"{(r.raw_ms / r.measured_ms - 1) * 100:+.1f}%, per-node sum / measured {_fmt(r.traced_ratio, 2)}")
