@@ -34,6 +34,9 @@ def predict_model_cmd(
     fused: bool = typer.Option(False, "--fused", help="inference as torch.compile runs it: chains of element-wise "
                                "ops fused into one kernel, also into a following softmax/LayerNorm (NeuSight's "
                                "-fusion runs)"),
+    optimizer: Optional[str] = typer.Option(
+        None, "--optimizer", help="train: add one optimizer step to e2e_ms, reported as opt_ms: sgd, sgd-momentum, "
+        "adam, adamw (torch.optim's CUDA default, foreach) or adam-fused; its state counts in the memory check"),
 ) -> None:
     """Predict the latency (ms) of one forward (inf) or forward+backward (train) pass of a transformer,
     fp32 eager PyTorch as NeuSight measured it, with a 90% interval. With --dp/--tp/--pp (any of them),
@@ -47,6 +50,8 @@ def predict_model_cmd(
         raise InputError(f"--seq must be >= 1, got {seq}")
     if mode not in ("inf", "train"):
         raise InputError(f"--mode must be inf or train, got {mode!r}")
+    if optimizer is not None and mode != "train":
+        raise InputError("--optimizer needs --mode train (an optimizer step follows a backward)")
     if model_bundle is not None and prior_only:
         raise InputError("--model-bundle and --prior-only are mutually exclusive")
     if not config.is_file():
@@ -55,13 +60,14 @@ def predict_model_cmd(
         if fused:
             raise InputError("--fused is not modelled with --dp/--tp/--pp (training runs eager)")
         _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, model_bundle, prior_only,
-                              dp, tp, pp, microbatches, overlap, bucket_mb, dtype)
+                              dp, tp, pp, microbatches, overlap, bucket_mb, dtype, optimizer)
         return
     from hybridperf.devices import get_device
 
     dev = get_device(device)  # fail on an unknown device before loading a bundle
     predictor = resolve_predictor(model_bundle, prior_only)
-    res = predict_model_detail(str(config), batch, seq, mode, dev, predictor, dtype=dtype, fused=fused)
+    res = predict_model_detail(str(config), batch, seq, mode, dev, predictor, dtype=dtype, fused=fused,
+                               optimizer=optimizer)
     need = res.graph.memory()
     _warn_memory(need, dev)
     out = {k: round(v, 4) for k, v in res.to_dict().items()}
@@ -70,16 +76,23 @@ def predict_model_cmd(
         from rich.table import Table
 
         t = Table(title=f"{Path(config).stem} {mode} B={batch} S={seq} on {dev.name} ({res.kind} kernels)")
-        for col in ("op class", "fw ms", "bw ms", "acc ms", "total ms", "share"):
-            t.add_column(col, justify="right" if col != "op class" else "left")
-        for r in res.breakdown().itertuples():
-            t.add_row(r.group, f"{r.fw:.3f}", f"{r.bw:.3f}", f"{r.acc:.3f}", f"{r.total:.3f}", f"{r.share * 100:.1f}%")
+        _fill_breakdown(t, res.breakdown())
         Console(stderr=as_json).print(t)
     if as_json:
         print(json.dumps(out))
     else:
+        opt = f"  opt {out['opt_ms']:.3f} ms" if "opt_ms" in out else ""
         typer.echo(f"e2e {out['e2e_ms']:.3f} ms  [90%: {out['lo_ms']:.3f} .. {out['hi_ms']:.3f}]  "
-                   f"fw {out['fw_ms']:.3f} ms  bw {out['bw_ms']:.3f} ms  memory ~{need.total:.1f} GB")
+                   f"fw {out['fw_ms']:.3f} ms  bw {out['bw_ms']:.3f} ms{opt}  memory ~{need.total:.1f} GB")
+
+
+def _fill_breakdown(table, bd) -> None:
+    """Columns and rows of a per-op-class breakdown (`ModelPrediction.breakdown`) in a rich table."""
+    phases = [c for c in ("fw", "bw", "acc", "opt") if c in bd.columns]
+    for col in ("op class", *(f"{p} ms" for p in phases), "total ms", "share"):
+        table.add_column(col, justify="right" if col != "op class" else "left")
+    for r in bd.itertuples():
+        table.add_row(r.group, *(f"{getattr(r, p):.3f}" for p in phases), f"{r.total:.3f}", f"{r.share * 100:.1f}%")
 
 
 def _warn_memory(need, dev, per_gpu: bool = False) -> None:
@@ -89,6 +102,8 @@ def _warn_memory(need, dev, per_gpu: bool = False) -> None:
 
     frac = need.fraction_of(dev.mem_gb)
     parts = f"weights {need.weights:.1f}, gradients {need.grads:.1f}, activations {need.activations:.1f}"
+    if need.optimizer:
+        parts += f", optimizer state {need.optimizer:.1f}"
     who = "the fullest GPU of this run" if per_gpu else "this run"
     if frac > OVERFLOW_FRACTION:
         typer.echo(f"warning: {who} needs roughly {need.total:.0f} GB ({parts}) and {dev.name} has "
@@ -101,7 +116,7 @@ def _warn_memory(need, dev, per_gpu: bool = False) -> None:
 
 
 def _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, model_bundle, prior_only,
-                          dp, tp, pp, microbatches, overlap, bucket_mb, dtype) -> None:
+                          dp, tp, pp, microbatches, overlap, bucket_mb, dtype, optimizer=None) -> None:
     from hybridperf.graphs.compose import resolve_predictor
     from hybridperf.graphs.parallel import DEFAULT_BUCKET_MB, predict_parallel_detail, resolve_parallel_device
     from hybridperf.priors.collectives import CollectiveModel
@@ -119,7 +134,8 @@ def _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, 
     res = predict_parallel_detail(str(config), batch, seq, mode, node if not note else dev, dp or 1, tp or 1, pp or 1,
                                   microbatches, True if overlap is None else overlap, predictor,
                                   collective_model=cmodel,
-                                  bucket_mb=DEFAULT_BUCKET_MB if bucket_mb is None else bucket_mb, dtype=dtype)
+                                  bucket_mb=DEFAULT_BUCKET_MB if bucket_mb is None else bucket_mb, dtype=dtype,
+                                  optimizer=optimizer)
     r = res.result
     _warn_memory(res.memory, dev, per_gpu=True)
     out = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}
@@ -147,11 +163,7 @@ def _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, 
                        f"{row.tp_bw_ms:.3f}", f"{row.params:,.0f}", f"{row.dp_allreduce_ms:.3f}", f"{row.mem_gb:.1f}")
         con.print(st)
         kt = Table(title=f"kernels per GPU, one micro-batch, all stages ({res.prediction.kind} kernels)")
-        for col in ("op class", "fw ms", "bw ms", "acc ms", "total ms", "share"):
-            kt.add_column(col, justify="right" if col != "op class" else "left")
-        for row in res.prediction.breakdown().itertuples():
-            kt.add_row(row.group, f"{row.fw:.3f}", f"{row.bw:.3f}", f"{row.acc:.3f}", f"{row.total:.3f}",
-                       f"{row.share * 100:.1f}%")
+        _fill_breakdown(kt, res.prediction.breakdown())
         con.print(kt)
     if as_json:
         print(json.dumps(out))
@@ -161,7 +173,8 @@ def _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, 
                    f"compute {out['compute_ms']:.3f} ms  comm {out['comm_ms']:.3f} ms (tp {out['tp_comm_ms']:.3f}, "
                    f"dp exposed {out['dp_comm_ms']:.3f}, pp {out['pp_comm_ms']:.3f})  "
                    f"bubble {out['bubble_ms']:.3f} ms  "
-                   f"({r['microbatches']} micro-batch(es))")
+                   + (f"opt {out['opt_ms']:.3f} ms  " if "opt_ms" in out else "")
+                   + f"({r['microbatches']} micro-batch(es))")
 
 
 def register(app: typer.Typer) -> None:

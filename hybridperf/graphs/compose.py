@@ -43,6 +43,7 @@ from hybridperf.errors import InputError, ModelBundleError
 from hybridperf.graphs.calibration import CALIBRATION
 from hybridperf.graphs.kernels import ModelGraph, build_graph
 from hybridperf.graphs.misc import MISC_LOG_HALF_WIDTH, misc_latency_ms
+from hybridperf.graphs.optimizer import optimizer_table, param_numels
 from hybridperf.ops import OP_CLASS
 from hybridperf.predictor import Predictor, shipped_models_dir
 from hybridperf.priors.launch import launch_floor_ms
@@ -127,10 +128,15 @@ class ModelPrediction:
     bw_ms: float
     log_bias: float
     kind: str
+    opt_ms: float = 0.0  # the optimizer step (graphs with an optimizer only)
 
     def to_dict(self) -> dict:
-        return {"e2e_ms": self.e2e_ms, "lo_ms": self.lo_ms, "hi_ms": self.hi_ms, "fw_ms": self.fw_ms,
-                "bw_ms": self.bw_ms}
+        """The contract's {"e2e_ms", "lo_ms", "hi_ms", "fw_ms", "bw_ms"}, plus "opt_ms" with an optimizer."""
+        out = {"e2e_ms": self.e2e_ms, "lo_ms": self.lo_ms, "hi_ms": self.hi_ms, "fw_ms": self.fw_ms,
+               "bw_ms": self.bw_ms}
+        if self.graph.optimizer:
+            out["opt_ms"] = self.opt_ms
+        return out
 
     def breakdown(self) -> pd.DataFrame:
         """Time (ms, after the composition correction) and share per op group and phase."""
@@ -138,10 +144,11 @@ class ModelPrediction:
         scale = float(np.exp(self.log_bias))
         t = (k.assign(ms=k["total_ms"] * scale).pivot_table(index="group", columns="phase", values="ms",
                                                              aggfunc="sum", fill_value=0.0))
-        for ph in ("fw", "bw", "acc"):
+        phases = ("fw", "bw", "acc", "opt") if self.graph.optimizer else ("fw", "bw", "acc")
+        for ph in phases:
             if ph not in t.columns:
                 t[ph] = 0.0
-        t = t[["fw", "bw", "acc"]]
+        t = t[list(phases)]
         t["total"] = t.sum(axis=1)
         t["share"] = t["total"] / max(t["total"].sum(), 1e-12)
         order = [g for g in GROUPS if g in t.index] + [g for g in t.index if g not in GROUPS]
@@ -149,9 +156,19 @@ class ModelPrediction:
 
 
 def predict_kernels_of(graph: ModelGraph, device: DeviceSpec, predictor: Predictor) -> pd.DataFrame:
-    """The graph's kernel table with pred_ms/lo_ms/hi_ms/ood/floor_ms per row (one predictor call);
-    `total_ms` here is the isolated-call sum pred_ms x count (`compose` replaces it by in-model time)."""
-    tab = graph.kernel_table().reset_index(drop=True)
+    """The graph's kernel table (plus its optimizer step's kernels, phase 'opt', when it has one) with
+    pred_ms/lo_ms/hi_ms/ood/floor_ms per row (one predictor call); `total_ms` here is the isolated-call
+    sum pred_ms x count (`compose` replaces it by in-model time)."""
+    tab = graph.kernel_table()
+    if graph.optimizer:
+        opt = optimizer_table(param_numels(graph), graph.optimizer, device, graph.dtype)
+        tab = pd.concat([tab, opt], ignore_index=True)
+    return predict_table(tab, device, predictor)
+
+
+def predict_table(tab: pd.DataFrame, device: DeviceSpec, predictor: Predictor) -> pd.DataFrame:
+    """`predict_kernels_of` for any table with `ModelGraph.kernel_table`'s columns."""
+    tab = tab.reset_index(drop=True)
     is_misc = tab["op"].str.startswith("misc:").to_numpy()
     pred = np.zeros(len(tab))
     lo = np.zeros(len(tab))
@@ -205,9 +222,11 @@ def compose(graph: ModelGraph, device, predictor: Predictor, correction: bool = 
     log_bias = par["log_bias"]
     scale = float(np.exp(log_bias))
     total = tab["total_ms"].to_numpy()
-    fw = float(total[tab["phase"].to_numpy() == "fw"].sum()) * scale
-    bw = float(total[tab["phase"].to_numpy() != "fw"].sum()) * scale
-    e2e = fw + bw
+    phase = tab["phase"].to_numpy()
+    fw = float(total[phase == "fw"].sum()) * scale
+    bw = float(total[np.isin(phase, ("bw", "acc"))].sum()) * scale
+    opt = float(total[phase == "opt"].sum()) * scale
+    e2e = fw + bw + opt
     w = total / max(total.sum(), 1e-300)
     with np.errstate(divide="ignore", invalid="ignore"):
         l_k = np.where(tab["pred_ms"] > 0, np.log(tab["lo_ms"] / tab["pred_ms"]), 0.0)
@@ -220,14 +239,15 @@ def compose(graph: ModelGraph, device, predictor: Predictor, correction: bool = 
         q_lo, q_hi = float(np.sum(w * l_k)), float(np.sum(w * u_k))
     q_lo, q_hi = min(q_lo, 0.0), max(q_hi, 0.0)
     return ModelPrediction(graph=graph, kernels=tab, e2e_ms=e2e, lo_ms=e2e * float(np.exp(q_lo)),
-                           hi_ms=e2e * float(np.exp(q_hi)), fw_ms=fw, bw_ms=bw, log_bias=log_bias, kind=kind)
+                           hi_ms=e2e * float(np.exp(q_hi)), fw_ms=fw, bw_ms=bw, log_bias=log_bias, kind=kind,
+                           opt_ms=opt)
 
 
 def predict_model_detail(config, batch: int, seq: int, mode: str = "inf", device="NVIDIA H100 80GB HBM3",
                          predictor: Predictor | None = None, correction: bool = True,
-                         dtype: str = "fp32", fused: bool = False) -> ModelPrediction:
+                         dtype: str = "fp32", fused: bool = False, optimizer: str | None = None) -> ModelPrediction:
     """Like `predict_model`, returning the full `ModelPrediction` (kernel table, breakdown)."""
-    graph = build_graph(config, batch, seq, mode, dtype, fused=fused)
+    graph = build_graph(config, batch, seq, mode, dtype, fused=fused, optimizer=optimizer)
     dev = get_device(device)
     pred = predictor if predictor is not None else resolve_predictor()
     return compose(graph, dev, pred, correction=correction)
@@ -235,7 +255,7 @@ def predict_model_detail(config, batch: int, seq: int, mode: str = "inf", device
 
 def predict_model(config, batch: int, seq: int, mode: str = "inf", device="NVIDIA H100 80GB HBM3",
                   predictor: Predictor | None = None, correction: bool = True, dtype: str = "fp32",
-                  fused: bool = False) -> dict:
+                  fused: bool = False, optimizer: str | None = None) -> dict:
     """Whole-model latency (ms) of one forward (`inf`) or forward+backward (`train`) pass.
 
     `config`: path to a HF config.json, a parsed dict, or a `ModelConfig`. Returns
@@ -243,14 +263,18 @@ def predict_model(config, batch: int, seq: int, mode: str = "inf", device="NVIDI
     `predictor=None` uses the shipped kernel bundle when present, else the analytical prior.
     `dtype`: fp32 (NeuSight's semantics, validated) or the model cast to fp16/bf16 (not validated).
     `fused`: inference with pointwise chains fused as torch.compile does (`kernels.fuse_pointwise`).
+    `optimizer` (train): add one optimizer step (sgd, sgd-momentum, adam, adamw, adam-fused;
+    `hybridperf.graphs.optimizer`) to e2e_ms and report it as "opt_ms".
     """
-    return predict_model_detail(config, batch, seq, mode, device, predictor, correction, dtype, fused).to_dict()
+    return predict_model_detail(config, batch, seq, mode, device, predictor, correction, dtype, fused,
+                                optimizer).to_dict()
 
 
 def sweep(config, batches, seqs, mode: str = "inf", device="NVIDIA H100 80GB HBM3",
-          predictor: Predictor | None = None, dtype: str = "fp32", fused: bool = False) -> pd.DataFrame:
+          predictor: Predictor | None = None, dtype: str = "fp32", fused: bool = False,
+          optimizer: str | None = None) -> pd.DataFrame:
     """Predictions over the grid batches x seqs: columns batch, seq, mode, device, e2e/lo/hi/fw/bw_ms
-    (`fused`: as in `predict_model`)."""
+    (and opt_ms with an `optimizer`; `fused`, `optimizer`: as in `predict_model`)."""
     from hybridperf.graphs.config import load_config
 
     cfg = load_config(config)
@@ -265,6 +289,6 @@ def sweep(config, batches, seqs, mode: str = "inf", device="NVIDIA H100 80GB HBM
     rows = []
     for s in seqs:
         for b in batches:
-            r = compose(build_graph(cfg, b, s, mode, dtype, fused=fused), dev, pred).to_dict()
+            r = compose(build_graph(cfg, b, s, mode, dtype, fused=fused, optimizer=optimizer), dev, pred).to_dict()
             rows.append({"batch": int(b), "seq": int(s), "mode": mode, "device": dev.name, **r})
     return pd.DataFrame(rows)

@@ -3,7 +3,8 @@
 Semantics follow NeuSight's labels: eager fp32 PyTorch, HF `transformers` eager attention, batch B of
 sequences of length S; `inf` = one forward under no_grad in eval mode (dropout launches nothing),
 `train` = forward + backward (dropout active), gradients accumulated into `.grad` (the label's
-`bwall_latency` = backward + accumulation), no optimizer step.
+`bwall_latency` = backward + accumulation), no optimizer step (`build_graph(..., optimizer=...)` adds
+one, `hybridperf.graphs.optimizer`).
 
 Kernels are mapped onto hybridperf's op vocabulary (bmm, linear, elementwise, softmax, ln) whenever
 one of them streams the same tensors. The rest are `misc:<kind>` rows with an explicit byte count
@@ -100,6 +101,7 @@ class ModelGraph:
     blocks: list
     dtype: str = "fp32"  # every float tensor (weights, activations, gradients) in this dtype
     fused: bool = False  # pointwise chains fused into one kernel each (`fuse_pointwise`)
+    optimizer: str | None = None  # train: the optimizer step that follows the backward (`graphs.optimizer`)
 
     @property
     def dtype_bytes(self) -> float:
@@ -128,19 +130,23 @@ class ModelGraph:
     def memory(self) -> MemoryEstimate:
         """Device memory the run needs (GB): weights, gradients (train) and activations, the saved set of
         eager autograd for training (`hybridperf.graphs.memory`), the two largest live tensors for
-        inference. No optimizer state, no allocator rounding."""
+        inference; with an optimizer its state and its step's temporaries. No allocator rounding."""
+        # imported here: hybridperf.graphs.optimizer builds its kernels with this module's helpers
+        from hybridperf.graphs.optimizer import optimizer_state_bytes, param_numels
+
         cfg, eb = self.config, self.dtype_bytes
-        params, largest = 0.0, 0.0
+        params, largest = float(sum(param_numels(self))), 0.0  # a tied head is the embedding table
         for blk in self.blocks:
             for k in blk.kernels:
-                tied = k["op"] == "linear" and k["name"] == "lm_head" and cfg.tied_embeddings
-                params += (0 if tied else k.get("params", 0)) * blk.count  # a tied head is the embedding table
                 if not k["op"].startswith("misc:"):
                     largest = max(largest, (k["B"] * k["M"] * k["K"] if k["op"] in ("linear", "bmm") else k["B"] * k["H"]) * eb)
         weights = params * eb / 1e9
         if self.mode == "train":
             act = saved_activation_bytes(cfg.family, cfg.hidden, cfg.ffn, cfg.heads, cfg.vocab, cfg.total_layers,
                                          self.batch, self.seq, eb) / 1e9
+            if self.optimizer:
+                state, temp = optimizer_state_bytes(params, self.optimizer, eb)
+                return MemoryEstimate(weights, weights, act, state / 1e9, temp / 1e9)
             return MemoryEstimate(weights, weights, act)
         return MemoryEstimate(weights, 0.0, 2 * largest / 1e9)
 
@@ -541,11 +547,14 @@ def loss_kernels(cfg: ModelConfig, B, S) -> list:
     return [vec("log_softmax", "softmax", tok, V), _k("nll", "misc:mask", tok, H=V, nbytes=tok * 16, tag="nll")]
 
 
-def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str = "fp32", fused: bool = False) -> ModelGraph:
+def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str = "fp32", fused: bool = False,
+                optimizer: str | None = None) -> ModelGraph:
     """The kernel graph of one forward (`inf`) or forward+backward (`train`) pass, every float tensor
     in `dtype` (fp32 as NeuSight measured; fp16/bf16 = the model cast to that dtype, GEMMs on tensor
     cores; not mixed-precision autocast). `fused`: pointwise chains fused as a compiler does
-    (`fuse_pointwise`, NeuSight's `-fusion` runs); inference only."""
+    (`fuse_pointwise`, NeuSight's `-fusion` runs); inference only. `optimizer` (train only): add the
+    optimizer step (`hybridperf.graphs.optimizer`; its kernels depend on the device, so the composition
+    adds them)."""
     cfg = load_config(config)
     dtype = dtype_key(dtype)
     if dtype not in MODEL_DTYPES:
@@ -563,12 +572,19 @@ def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str = "f
     train = mode == "train"
     if fused and train:
         raise InputError("fused kernels are modelled for inference only (--mode inf); training runs eager")
+    if optimizer is not None:
+        if not train:
+            raise InputError("an optimizer step belongs to training (--mode train)")
+        from hybridperf.graphs.optimizer import optimizer_spec
+
+        optimizer_spec(optimizer)  # InputError for an unknown name
+        optimizer = str(optimizer).strip().lower()
     blocks = _FAMILIES[cfg.family](cfg, batch, seq, train)
     if train:
         blocks.append(Block("loss", 1, loss_kernels(cfg, batch, seq), "post"))
     if fused:
         blocks = [Block(b.name, b.count, fuse_pointwise(b.kernels), b.kind) for b in blocks]
-    return ModelGraph(cfg, batch, seq, mode, blocks, dtype, fused=bool(fused))
+    return ModelGraph(cfg, batch, seq, mode, blocks, dtype, fused=bool(fused), optimizer=optimizer)
 
 
 def layer_gemms(config, batch: int, seq: int, mode: str = "inf", block: str = "layer") -> pd.DataFrame:

@@ -49,10 +49,12 @@ class MemoryEstimate:
     weights: float
     grads: float
     activations: float
+    optimizer: float = 0.0  # optimizer state kept between steps
+    step_temp: float = 0.0  # temporaries of the optimizer step, live once the activations are freed
 
     @property
     def total(self) -> float:
-        return self.weights + self.grads + self.activations
+        return self.weights + self.grads + self.optimizer + max(self.activations, self.step_temp)
 
     def fraction_of(self, mem_gb: float) -> float:
         """Share of a device with `mem_gb` (spec-sheet) GB of memory that the run needs."""

@@ -63,9 +63,12 @@ Data parallelism (train only)
     and that slack absorbs part of its exposed all-reduce; dp_comm_ms is the largest remainder.
 
 Step time
-    e2e = compute + tp_comm + bubble + pp_comm + dp_comm(exposed);  comm_ms = tp + pp + dp.
+    e2e = compute + tp_comm + bubble + pp_comm + dp_comm(exposed) [+ opt];  comm_ms = tp + pp + dp.
     fw_ms / bw_ms split every term into its forward and backward parts (exposed DP goes to bw), so
     e2e = fw_ms + bw_ms as for one GPU. With dp = tp = pp = M = 1 every number equals `predict_model`.
+    `optimizer` (as in `predict_model`): every GPU then steps the parameters it holds (its stage,
+    TP-sharded; no ZeRO sharding over dp), after the gradient all-reduce; opt_ms is the slowest stage's
+    step, added to e2e (e2e = fw_ms + bw_ms + opt_ms).
 
 Interval (90%)
     The compute part (compute + bubble) keeps the single-GPU composition's relative interval (kernel
@@ -79,7 +82,8 @@ Memory (per GPU, `ParallelPrediction.memory`: the fullest stage)
     autograd saves (`hybridperf.graphs.memory`) for the stage's layers with ffn and heads / tp (the
     hidden-sized tensors counted whole, as without sequence parallelism), plus the head's and loss's on
     the last stage, times the micro-batches a stage holds under 1F1B: min(M, pp - s) on stage s.
-    Inference: the weights plus the two largest live tensors. No optimizer state.
+    With an optimizer, its state for the stage's parameters. Inference: the weights plus the two
+    largest live tensors.
 """
 from __future__ import annotations
 
@@ -94,6 +98,7 @@ from hybridperf.errors import InputError
 from hybridperf.graphs.config import LLAMA_LIKE, ModelConfig, load_config
 from hybridperf.graphs.kernels import MODES, Block, ModelGraph, build_graph
 from hybridperf.graphs.memory import MemoryEstimate, layer_saved_bytes, outside_saved_bytes
+from hybridperf.graphs.optimizer import optimizer_state_bytes, optimizer_table, tensor_numels
 
 #: PyTorch DDP's default gradient bucket (bucket_cap_mb=25)
 DEFAULT_BUCKET_MB = 25.0
@@ -196,7 +201,7 @@ def shard_graph(graph: ModelGraph, tp: int) -> ModelGraph:
     if graph.config.family not in TP_FAMILIES:
         raise InputError(f"tensor parallelism is not modelled for {graph.config.family}")
     blocks = [Block(b.name, b.count, [_shard_kernel(k, tp) for k in b.kernels], b.kind) for b in graph.blocks]
-    return ModelGraph(graph.config, graph.batch, graph.seq, graph.mode, blocks, graph.dtype)
+    return ModelGraph(graph.config, graph.batch, graph.seq, graph.mode, blocks, graph.dtype, optimizer=graph.optimizer)
 
 
 def parallel_graph(config, micro_batch: int, seq: int, mode: str = "train", tp: int = 1,
@@ -341,6 +346,8 @@ class ParallelPrediction:
         rows = [("compute", r["compute_ms"]), ("tp all-reduce", r["tp_comm_ms"]),
                 ("pp send/recv", r["pp_comm_ms"]), ("dp all-reduce (exposed)", r["dp_comm_ms"]),
                 ("pipeline bubble", r["bubble_ms"])]
+        if "opt_ms" in r:
+            rows.append(("optimizer step", r["opt_ms"]))
         df = pd.DataFrame(rows, columns=["component", "ms"])
         df["share"] = df["ms"] / max(r["e2e_ms"], 1e-12)
         return df
@@ -349,7 +356,8 @@ class ParallelPrediction:
 def predict_parallel_detail(config, batch: int, seq: int, mode: str = "train", device="DGX-H100", dp: int = 1,
                             tp: int = 1, pp: int = 1, microbatches: int | None = None, overlap: bool = True,
                             predictor=None, collective_model=None, bucket_mb: float = DEFAULT_BUCKET_MB,
-                            correction: bool = True, dtype: str = "fp32") -> ParallelPrediction:
+                            correction: bool = True, dtype: str = "fp32",
+                            optimizer: str | None = None) -> ParallelPrediction:
     """Like `predict_parallel`, returning the stage table and the per-GPU kernel prediction too."""
     from hybridperf.graphs.compose import compose, resolve_predictor
 
@@ -373,14 +381,14 @@ def predict_parallel_detail(config, batch: int, seq: int, mode: str = "train", d
     comm = _Comm(node, collective_model)
     pred = predictor if predictor is not None else resolve_predictor()
 
-    graph = shard_graph(build_graph(cfg, b_mb, seq, mode, dtype), tp)
+    graph = shard_graph(build_graph(cfg, b_mb, seq, mode, dtype, optimizer=optimizer), tp)
     res = compose(graph, dev, pred, correction=correction)
     eb = graph.dtype_bytes  # bytes per element of activations, parameters and gradients
     scale = float(np.exp(res.log_bias))
     tab = res.kernels
     is_fw = (tab["phase"] == "fw").to_numpy()
     blk_fw = tab.loc[is_fw].groupby("block")["total_ms"].sum() * scale
-    blk_bw = tab.loc[~is_fw].groupby("block")["total_ms"].sum() * scale
+    blk_bw = tab.loc[tab["phase"].isin(("bw", "acc")).to_numpy()].groupby("block")["total_ms"].sum() * scale
     blocks = {b.name: b for b in graph.blocks}
 
     def per_rep(name, s):  # time of one repetition of block `name`
@@ -442,8 +450,15 @@ def predict_parallel_detail(config, batch: int, seq: int, mode: str = "train", d
                 per_bw += 2 * c["act"][0]
             units += [(per_bw, block_params(graph, b, pp) * eb)] * n
         params = sum(u[1] for u in units) / eb
+        if not graph.optimizer:
+            opt_c = 0.0
+        elif pp == 1:
+            opt_c = res.opt_ms
+        else:  # the stage's own parameters (a tied head keeps its copy of the table on the last stage)
+            numels = [n for b, reps in mine for _ in range(reps) for n in tensor_numels(b.kernels, tied_head=False)]
+            opt_c = _optimizer_ms(numels, graph, dev, pred, correction) * scale
         rows.append({"stage": s, "layers": n_layers, "fw_ms": f_c, "bw_ms": b_c, "tp_fw_ms": tpf, "tp_bw_ms": tpb,
-                     "params": params, "_units": units, "first": first, "last": last})
+                     "params": params, "opt_ms": opt_c, "_units": units, "first": first, "last": last})
 
     t_stage = np.array([r["fw_ms"] + r["bw_ms"] + r["tp_fw_ms"] + r["tp_bw_ms"] for r in rows])
     bot = int(np.argmax(t_stage))
@@ -507,7 +522,8 @@ def predict_parallel_detail(config, batch: int, seq: int, mode: str = "train", d
     # ---- totals --------------------------------------------------------------------------------------
     fw_ms = compute_fw + tp_fw + bubble_fw + pp_fw
     bw_ms = compute_bw + tp_bw + bubble_bw + pp_bw + dp_ms
-    e2e = fw_ms + bw_ms
+    opt_ms = max(r["opt_ms"] for r in rows)  # every GPU steps its own parameters once the gradients are in
+    e2e = fw_ms + bw_ms + opt_ms
     compute = compute_fw + compute_bw
     bubble = bubble_fw + bubble_bw
     tp_ms = tp_fw + tp_bw
@@ -520,7 +536,7 @@ def predict_parallel_detail(config, batch: int, seq: int, mode: str = "train", d
     else:
         rel_lo = res.lo_ms / res.e2e_ms if res.e2e_ms > 0 else 1.0
         rel_hi = res.hi_ms / res.e2e_ms if res.e2e_ms > 0 else 1.0
-        cpart = compute + bubble
+        cpart = compute + bubble + opt_ms
         dc_lo, dc_hi = cpart * (1 - rel_lo), cpart * (rel_hi - 1)
         tpf_lo, tpb_lo = tp_cost(bn["first"], bn["last"], bn["layers"], 1)
         tpf_hi, tpb_hi = tp_cost(bn["first"], bn["last"], bn["layers"], 2)
@@ -531,6 +547,8 @@ def predict_parallel_detail(config, batch: int, seq: int, mode: str = "train", d
     result = {"e2e_ms": e2e, "lo_ms": lo, "hi_ms": hi, "fw_ms": fw_ms, "bw_ms": bw_ms, "compute_ms": compute,
               "comm_ms": comm_ms, "bubble_ms": bubble, "tp_comm_ms": tp_ms, "dp_comm_ms": dp_ms,
               "pp_comm_ms": pp_ms}
+    if graph.optimizer:
+        result["opt_ms"] = opt_ms
     result = {k: float(v) for k, v in result.items()}
     result.update(gpus=int(layout["gpus"]), nodes=int(layout["nodes"]), microbatches=int(m))
     mems = [_stage_memory(graph, r, tp, pp, m, train) for r in rows]
@@ -555,7 +573,19 @@ def _stage_memory(graph: ModelGraph, row: dict, tp: int, pp: int, m: int, train:
                                                graph.seq, eb)
     if row["last"]:  # the logits, their loss and the head's own layers
         per_mb += outside_saved_bytes(cfg.family, cfg.hidden, -(-cfg.vocab // tp), graph.batch, graph.seq, eb)
-    return MemoryEstimate(weights, weights, per_mb * min(m, pp - row["stage"]) / 1e9)
+    state, temp = optimizer_state_bytes(row["params"], graph.optimizer, eb) if graph.optimizer else (0.0, 0.0)
+    return MemoryEstimate(weights, weights, per_mb * min(m, pp - row["stage"]) / 1e9, state / 1e9, temp / 1e9)
+
+
+def _optimizer_ms(numels: list, graph: ModelGraph, device: DeviceSpec, predictor, correction: bool) -> float:
+    """In-model time (ms, before the mode's log-bias) of one optimizer step over tensors `numels`."""
+    from hybridperf.graphs.compose import composition_params, in_model_ms, predict_table, predictor_kind
+
+    t = predict_table(optimizer_table(numels, graph.optimizer, device, graph.dtype), device, predictor)
+    par = composition_params(predictor_kind(predictor), graph.mode, correction=correction)
+    per_launch = in_model_ms(t["pred_ms"].to_numpy(), t["floor_ms"].to_numpy(), par["scale"], par["gap_ms"],
+                             par["cpu_ms"], par["raw"])
+    return float((per_launch * t["count"].to_numpy()).sum())
 
 
 def predict_parallel(config, batch: int, seq: int, mode: str = "train", device="DGX-H100", dp: int = 1, tp: int = 1,
@@ -566,8 +596,9 @@ def predict_parallel(config, batch: int, seq: int, mode: str = "train", device="
 
     `batch` is the global batch; `microbatches` defaults to the largest divisor of batch/dp that is <= pp.
     Returns the contract's {"e2e_ms", "lo_ms", "hi_ms", "fw_ms", "bw_ms"} plus compute_ms, comm_ms,
-    bubble_ms, tp_comm_ms, dp_comm_ms, pp_comm_ms, gpus, nodes, microbatches. Keyword `kw`:
-    collective_model, bucket_mb, correction, dtype (see `predict_parallel_detail`). See the module doc.
+    bubble_ms, tp_comm_ms, dp_comm_ms, pp_comm_ms, gpus, nodes, microbatches (and opt_ms with an
+    optimizer). Keyword `kw`: collective_model, bucket_mb, correction, dtype, optimizer (see
+    `predict_parallel_detail`). See the module doc.
     """
     return predict_parallel_detail(config, batch, seq, mode, device, dp, tp, pp, microbatches, overlap, predictor,
                                    **kw).to_dict()

@@ -1,0 +1,184 @@
+"""The optimizer step of a training iteration: PyTorch's multi-tensor (foreach) optimizers as kernels.
+
+`torch.optim` on CUDA defaults to its foreach implementation: each update line is one `torch._foreach_*`
+op over the list of every parameter (or state) tensor, and `multi_tensor_apply` launches it as a few
+kernels, each covering up to `max_blocks` chunks of 65,536 elements from up to `max_tensors` tensors
+(both depend on the number of tensor lists the op touches, its "depth"; CUDA >= 12.1 on Volta and
+newer passes 32 KB of kernel arguments and so 7x as many, ROCm and Pascal keep the 4 KB limits;
+ATen's `MultiTensorApply.cuh`). The ops of one step, as `TorchDispatchMode` records them for
+torch 2.13 (step >= 2, default hyper-parameters, no weight decay for Adam; `tests/test_optimizer.py`
+re-records them when torch is installed):
+
+    sgd            add_(p, g)                                      p -= lr g
+    sgd-momentum   mul_(buf), add_(buf, g), add_(p, buf)
+    adam           lerp_(m, g), mul_(v), addcmul_(v, g, g), t = sqrt(v), div_(t, .), add_(t, eps),
+                   addcdiv_(p, m, t)
+    adamw          adam, after mul_(p) (decoupled weight decay)
+    adam-fused     add_(step), then one fused kernel over (p, g, m, v)   (`Adam(..., fused=True)`)
+
+Every kernel is memory-bound and streams its tensors once: it is mapped onto the element-wise op with
+the same number of full-size streams (2: `mulu`, 3: `add`, more: `add` plus `extra_nbytes` for each
+further stream, as fused kernels are), so the kernel predictor and the composition price it like any
+other element-wise kernel. The step counters live on the host (capturable=False; fused Adam keeps
+them on the device and adds to them in a kernel of its own) and `zero_grad` sets gradients to None:
+neither launches a kernel.
+
+Memory: Adam keeps two states per parameter (m, v), SGD with momentum one; Adam's step also allocates
+one parameter-sized temporary (sqrt(v)), live while the activations are already freed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from hybridperf.devices import DTYPE_BYTES, DeviceSpec, dtype_key
+from hybridperf.errors import InputError
+from hybridperf.graphs.kernels import F32, KERNEL_COLUMNS, ModelGraph, accumulation_kernels, kernel_group, vec
+
+CHUNK = 65536  # elements per block (kChunkSize)
+#: (max tensors, max blocks) per launch by depth 1-5, and max tensors of ops with a scalar list
+SMALL_ARGS = {"tensors": (110, 64, 48, 36, 30), "scalarlist": (96, 64, 48, 36, 30), "blocks": 320}
+LARGE_ARGS = {"tensors": (770, 448, 336, 252, 210), "scalarlist": (672, 448, 336, 252, 210), "blocks": 2240}
+#: architectures (or vendors) that keep the 4 KB kernel-argument limit
+SMALL_ARG_ARCHS = ("maxwell", "pascal")
+
+
+@dataclass(frozen=True)
+class ForeachOp:
+    """One multi-tensor op of the step: the ATen op, its tensor lists (depth) and full-size streams."""
+
+    name: str
+    aten: str
+    depth: int
+    streams: int  # tensors read + written, each once, of the parameter's size
+    scalarlist: bool = False
+    steps: bool = False  # runs over the one-element step counters (kept on the device by fused Adam)
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    ops: tuple
+    states: int  # parameter-sized state tensors kept between steps
+    step_temps: int  # parameter-sized temporaries allocated inside the step
+
+
+_ADAM = (ForeachOp("lerp_m", "_foreach_lerp_", 2, 3), ForeachOp("mul_v", "_foreach_mul_", 1, 2),
+         ForeachOp("addcmul_v", "_foreach_addcmul_", 3, 3), ForeachOp("sqrt_v", "_foreach_sqrt", 2, 2),
+         ForeachOp("div_bias", "_foreach_div_", 1, 2, scalarlist=True), ForeachOp("add_eps", "_foreach_add_", 1, 2),
+         ForeachOp("addcdiv_p", "_foreach_addcdiv_", 3, 4, scalarlist=True))
+OPTIMIZERS = {
+    "sgd": OptimizerSpec((ForeachOp("add_p", "_foreach_add_", 2, 3),), states=0, step_temps=0),
+    "sgd-momentum": OptimizerSpec((ForeachOp("mul_buf", "_foreach_mul_", 1, 2),
+                                   ForeachOp("add_buf", "_foreach_add_", 2, 3),
+                                   ForeachOp("add_p", "_foreach_add_", 2, 3)), states=1, step_temps=0),
+    "adam": OptimizerSpec(_ADAM, states=2, step_temps=1),
+    "adamw": OptimizerSpec((ForeachOp("mul_decay", "_foreach_mul_", 1, 2), *_ADAM), states=2, step_temps=1),
+    "adam-fused": OptimizerSpec((ForeachOp("add_step", "_foreach_add_", 1, 2, steps=True),
+                                 ForeachOp("fused_adam", "_fused_adam_", 4, 7)), states=2, step_temps=0),
+}
+
+
+def optimizer_spec(name: str) -> OptimizerSpec:
+    """The spec of optimizer `name`, or InputError naming the known ones."""
+    key = str(name).strip().lower()
+    if key not in OPTIMIZERS:
+        raise InputError(f"unknown optimizer {name!r}; supported: {', '.join(OPTIMIZERS)}")
+    return OPTIMIZERS[key]
+
+
+def uses_large_kernel_args(vendor: str, arch: str) -> bool:
+    """Whether multi_tensor_apply runs with the 32 KB argument limits (CUDA on Volta or newer)."""
+    return vendor == "nvidia" and arch not in SMALL_ARG_ARCHS
+
+
+def launch_sizes(numels, depth: int, scalarlist: bool = False, large_args: bool = True) -> list[int]:
+    """Elements each kernel launch of one foreach op covers, as `multi_tensor_apply` cuts the tensor
+    list `numels`: a launch closes when its blocks (chunks) or its tensors are full."""
+    limits = LARGE_ARGS if large_args else SMALL_ARGS
+    max_tensors = limits["scalarlist" if scalarlist else "tensors"][depth - 1]
+    max_blocks = limits["blocks"]
+    out, blocks, tensors, elems = [], 0, 0, 0
+    for n in numels:
+        n = int(n)
+        if n <= 0:
+            continue
+        tensors += 1
+        chunks = -(-n // CHUNK)
+        for c in range(chunks):
+            blocks += 1
+            elems += min(CHUNK, n - c * CHUNK)
+            if (tensors == max_tensors and c == chunks - 1) or blocks == max_blocks:
+                out.append(elems)
+                blocks, elems = 0, 0
+                tensors = 0 if c == chunks - 1 else 1
+    if blocks:
+        out.append(elems)
+    return out
+
+
+#: LM heads whose weight is the embedding table when the config ties them (HF ties both)
+TIED_HEADS = ("lm_head", "decoder")
+
+
+def tensor_numels(kernels, tied_head: bool) -> list[int]:
+    """Element counts of the parameter tensors `kernels` own, in `model.parameters()` order; with
+    `tied_head` an LM head's weight is the embedding table's and is skipped (its bias is not)."""
+    out = []
+    for k in kernels:
+        acc = accumulation_kernels(k)
+        if tied_head and k["op"] == "linear" and k["name"] in TIED_HEADS:
+            acc = acc[1:]
+        out += [int(a["B"]) * int(a["H"]) for a in acc]
+    return out
+
+
+def param_numels(graph: ModelGraph) -> list[int]:
+    """Element counts of every parameter tensor of the graph's model, in `model.parameters()` order."""
+    tied = bool(graph.config.tied_embeddings)
+    return [n for blk in graph.blocks for _ in range(blk.count) for n in tensor_numels(blk.kernels, tied)]
+
+
+def _as_kernel(name: str, streams: int, n: int) -> dict:
+    """An element-wise kernel streaming `streams` tensors of n elements (see the module docstring)."""
+    h = min(n, 4096)
+    rows = -(-n // h)
+    if streams <= 2:
+        return vec(name, "mulu", rows, h, tag="optimizer")
+    k = vec(name, "add", rows, h, tag="optimizer")
+    k["extra_nbytes"] = float(max(streams - 3, 0) * rows * h * F32)
+    return k
+
+
+def optimizer_kernels(numels, optimizer: str, vendor: str = "nvidia", arch: str = "hopper") -> list[dict]:
+    """The kernels of one optimizer step over parameter tensors `numels`, each with a repeat `count`."""
+    spec = optimizer_spec(optimizer)
+    large = uses_large_kernel_args(vendor, arch)
+    out = []
+    for op in spec.ops:
+        counts: dict[int, int] = {}
+        for n in launch_sizes([1] * len(numels) if op.steps else numels, op.depth, op.scalarlist, large):
+            counts[n] = counts.get(n, 0) + 1
+        for n, c in sorted(counts.items()):
+            out.append({**_as_kernel(f"opt.{op.name}", op.streams, n), "count": c})
+    return out
+
+
+def optimizer_table(numels, optimizer: str, device: DeviceSpec, dtype: str = "fp32") -> pd.DataFrame:
+    """`ModelGraph.kernel_table` rows (block 'optimizer', phase 'opt') of one optimizer step over the
+    parameter tensors `numels` on `device`."""
+    rows = [{**k, "block": "optimizer", "phase": "opt"} for k in optimizer_kernels(numels, optimizer, device.vendor,
+                                                                                    device.arch)]
+    if not rows:
+        return pd.DataFrame(columns=list(KERNEL_COLUMNS))
+    df = pd.DataFrame(rows)
+    df["group"] = [kernel_group(op) for op in df["op"]]
+    df["dtype"] = dtype
+    df["extra_nbytes"] = df["extra_nbytes"] * DTYPE_BYTES[dtype_key(dtype)] / F32
+    return df.loc[:, list(KERNEL_COLUMNS)]
+
+
+def optimizer_state_bytes(n_params: float, optimizer: str, dtype_bytes: float = 4.0) -> tuple[float, float]:
+    """(state bytes kept between steps, temporary bytes inside the step) for `n_params` parameters."""
+    spec = optimizer_spec(optimizer)
+    return spec.states * n_params * dtype_bytes, spec.step_temps * n_params * dtype_bytes
