@@ -17,8 +17,11 @@ prediction of the shipped bundle for this GPU:
    attention), inference and training, timed end to end like NeuSight's labels (CUDA events around one
    forward, or forward + cross-entropy + backward; mean of the fastest 5 of 10 after 3 warm-ups), against
    `predict_model`. Skipped without `transformers` or without a GPU.
-5. `report.md`: per op class MAPE and 90%-interval coverage, GEMM TFLOP/s measured vs prior, the burst
-   ratio, and the model errors; `env.json`: device, driver, torch/CUDA versions, clocks.
+5. `optimizer.csv`: one `torch.optim` step (SGD, SGD with momentum, Adam, AdamW, fused Adam) over
+   tensors with GPT-2-Large's parameter sizes (fp32, gradients set), mean of the fastest 5 of 10
+   steps after 2 warm-ups, against `predict_model(..., optimizer=...)["opt_ms"]`. Needs no `transformers`.
+6. `report.md`: per op class MAPE and 90%-interval coverage, GEMM TFLOP/s measured vs prior, the burst
+   ratio, the optimizer steps and the model errors; `env.json`: device, driver, torch/CUDA versions, clocks.
 
     python experiments/gpu_check.py --out experiments/out/gpu_check            # on the GPU machine
     python experiments/gpu_check.py --quick --device cpu --as-device "NVIDIA H100 80GB HBM3" --no-models
@@ -226,8 +229,48 @@ def check_models(torch, target: str, device: str, quick: bool) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+OPTIMIZERS = {  # our name -> torch.optim constructor keywords (foreach is torch's CUDA default)
+    "sgd": ("SGD", {"lr": 0.01, "foreach": True}),
+    "sgd-momentum": ("SGD", {"lr": 0.01, "momentum": 0.9, "foreach": True}),
+    "adam": ("Adam", {"foreach": True}),
+    "adamw": ("AdamW", {"foreach": True}),
+    "adam-fused": ("Adam", {"fused": True}),
+}
+
+
+def check_optimizer(torch, target: str, device: str, quick: bool) -> pd.DataFrame:
+    """Time one optimizer step over GPT-2-Large's parameter tensors and predict it for `target`."""
+    from hybridperf.graphs import build_graph, predict_model_detail
+    from hybridperf.graphs.optimizer import optimizer_spec, param_numels
+
+    def streams(name):  # parameter-sized tensors one step reads and writes
+        return sum(op.streams for op in optimizer_spec(name).ops if not op.steps)
+
+    cfg = json.loads((REPO / "examples" / "configs" / "gpt2_large.json").read_text())
+    if quick:
+        cfg = {**cfg, **TINY["gpt2"]}
+    numels = param_numels(build_graph(cfg, 1, 64, "train"))
+    rows = []
+    for name, (cls, kw) in OPTIMIZERS.items():
+        if kw.get("fused") and not device.startswith("cuda"):
+            continue  # fused Adam runs on accelerators only
+        params = [torch.zeros(n, device=device, requires_grad=True) for n in numels]
+        for p in params:
+            p.grad = torch.randn_like(p) * 1e-3
+        opt = getattr(torch.optim, cls)(params, **kw)
+        ms = fastest_mean(time_calls(torch, opt.step, (), cuda=device.startswith("cuda"), warmup=2, repeats=10), 5)
+        p = predict_model_detail(cfg, 1, 64, "train", target, optimizer=name)
+        rows.append({"optimizer": name, "params": int(sum(numels)), "tensors": len(numels), "measured_ms": ms,
+                     "pred_ms": p.opt_ms, "err_pct": (p.opt_ms / ms - 1) * 100,
+                     "measured_gbs": 4.0 * streams(name) * sum(numels) / ms / 1e6})
+        del opt, params
+        if device.startswith("cuda"):
+            torch.cuda.empty_cache()
+    return pd.DataFrame(rows)
+
+
 def write_report(out: Path, env: dict, kernels: pd.DataFrame, gemm: pd.DataFrame, burst: pd.DataFrame,
-                 models: pd.DataFrame | None) -> None:
+                 models: pd.DataFrame | None, optimizer: pd.DataFrame | None = None) -> None:
     k = kernels.assign(ratio=kernels["pred_ms"] / kernels["latency_ms"],
                        prior_ape=(kernels["prior_ms"] / kernels["latency_ms"] - 1).abs() * 100,
                        covered=(kernels["lo_ms"] <= kernels["latency_ms"]) & (kernels["latency_ms"] <= kernels["hi_ms"]))
@@ -244,6 +287,9 @@ def write_report(out: Path, env: dict, kernels: pd.DataFrame, gemm: pd.DataFrame
     L += [gemm[["dtype", "M", "latency_ms", "measured_tflops", "predicted_tflops"]].to_markdown(index=False, floatfmt=".3g")]
     L += ["", "## Burst: the same fp32 GEMM after idling and after sustained load", "",
           burst.to_markdown(index=False, floatfmt=".3g")]
+    if optimizer is not None and len(optimizer):
+        L += ["", "## Optimizer step (GPT-2-Large's parameter tensors, fp32)", "",
+              optimizer.to_markdown(index=False, floatfmt=".3g")]
     if models is not None and len(models):
         L += ["", "## Whole models (fp32, eager attention)", "", models.to_markdown(index=False, floatfmt=".3g")]
     (out / "report.md").write_text("\n".join(L) + "\n")
@@ -278,6 +324,8 @@ def main(argv=None) -> int:
     gemm.to_csv(out / "gemm.csv", index=False)
     burst = check_burst(torch, device, a.quick, 0.5 if a.quick else a.sustain)
     burst.to_csv(out / "burst.csv", index=False)
+    optimizer = check_optimizer(torch, target, device, a.quick)
+    optimizer.to_csv(out / "optimizer.csv", index=False)
     models = None
     if not a.no_models:
         try:
@@ -289,7 +337,7 @@ def main(argv=None) -> int:
             models.to_csv(out / "models.csv", index=False)
     env["seconds"] = round(time.perf_counter() - t0, 1)
     (out / "env.json").write_text(json.dumps(env, indent=2) + "\n")
-    write_report(out, env, kernels, gemm, burst, models)
+    write_report(out, env, kernels, gemm, burst, models, optimizer)
     print((out / "report.md").read_text())
     return 0
 
