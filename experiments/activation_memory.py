@@ -8,6 +8,7 @@ each storage once, parameters excluded) for small random-weight models of each f
 family, the per-layer bytes
 
     saved = tokens * (c_h * h + c_f * ffn) + c_a * batch * heads * seq * seq        (tokens = batch * seq)
+            [+ c_m * max_positions^2 for GPT-Neo, whose every layer keeps its own causal-mask buffer]
 
 on the difference between an L+1 and an L layer model, and the rest of the model (embeddings, head and
 loss) as tokens * (d_h * h + d_v * vocab). Memory saved does not depend on the GPU, so a CPU count is
@@ -16,8 +17,11 @@ the device count (the caching allocator's rounding and fragmentation come on top
     python experiments/activation_memory.py      # needs torch and transformers; ~1 min on 2 cores
 
 writes experiments/data/activation_memory.csv (the raw counts) and prints the coefficients that
-`hybridperf/graphs/memory.py` uses (ACTIVATION_COEFFS). GPT-Neo is left out: its layers also save a
-slice of their causal-mask buffer, whose size follows `max_position_embeddings`, not the batch.
+`hybridperf/graphs/memory.py` uses (ACTIVATION_COEFFS). GPT-Neo's models alternate global and local
+attention layers, as its released configs do, so its per-layer fit is the mean of the two kinds; each
+of its layers also saves a slice of a (max_positions, max_positions) bool buffer, i.e. the whole buffer.
+Switch Transformers are not counted: what their expert layers keep depends on how many tokens the
+router sends under the expert capacity, which random weights do not reproduce.
 """
 from __future__ import annotations
 
@@ -41,15 +45,20 @@ def _imports():
     return torch, transformers
 
 
+#: families whose layers each save a (max_positions x max_positions) mask buffer
+MASK_BUFFER_FAMILIES = ("gpt_neo",)
+MAX_POSITIONS = 512
 #: HF config keys of each family: hidden, heads, layers, ffn, vocab
 FAMILIES = {
-    "gpt2": dict(model_type="gpt2", keys=("n_embd", "n_head", "n_layer", "n_inner", "vocab_size"), extra={"n_positions": 512}),
+    "gpt2": dict(model_type="gpt2", keys=("n_embd", "n_head", "n_layer", "n_inner", "vocab_size"), extra={"n_positions": MAX_POSITIONS}),
     "bert": dict(model_type="bert", keys=("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
-                                          "vocab_size"), extra={"max_position_embeddings": 512}),
+                                          "vocab_size"), extra={"max_position_embeddings": MAX_POSITIONS}),
     "opt": dict(model_type="opt", keys=("hidden_size", "num_attention_heads", "num_hidden_layers", "ffn_dim", "vocab_size"),
-                extra={"max_position_embeddings": 512}),
+                extra={"max_position_embeddings": MAX_POSITIONS}),
     "llama": dict(model_type="llama", keys=("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
-                                            "vocab_size"), extra={"max_position_embeddings": 512}),
+                                            "vocab_size"), extra={"max_position_embeddings": MAX_POSITIONS}),
+    "gpt_neo": dict(model_type="gpt_neo", keys=("hidden_size", "num_heads", "num_layers", "intermediate_size",
+                                                "vocab_size"), extra={"max_position_embeddings": MAX_POSITIONS}),
 }
 
 
@@ -73,6 +82,8 @@ def measure(torch, transformers, family: str, h, a, layers, f, vocab, batch, seq
     kw = dict(zip(spec["keys"], (h, a, layers, f, vocab)), **spec["extra"])
     if family == "opt":
         kw["word_embed_proj_dim"] = h
+    if family == "gpt_neo":  # global and local attention layers alternate (the layer counts are even)
+        kw["attention_types"] = [[["global", "local"], layers // 2]]
     cfg = transformers.AutoConfig.for_model(spec["model_type"], **kw)
     torch.manual_seed(0)
     if family == "bert":
@@ -98,6 +109,7 @@ def run(out_csv: Path) -> pd.DataFrame:
             one = measure(torch, transformers, family, h, a, 2, f, vocab, b, s)
             two = measure(torch, transformers, family, h, a, 4, f, vocab, b, s)
             rows.append({"family": family, "hidden": h, "heads": a, "ffn": f, "vocab": vocab, "seq": s, "batch": b,
+                         "max_positions": MAX_POSITIONS,
                          "saved_2_layers": one, "saved_4_layers": two, "torch": torch.__version__,
                          "transformers": transformers.__version__})
         print(f"{family}: {len(grid)} configurations", flush=True)
@@ -108,12 +120,15 @@ def run(out_csv: Path) -> pd.DataFrame:
 
 
 def fit(df: pd.DataFrame) -> dict:
-    """Per family: (c_h, c_f, c_a) bytes per layer and (d_h, d_v) bytes outside the layers."""
+    """Per family: (c_h, c_f, c_a[, c_m]) bytes per layer and (d_h, d_v) bytes outside the layers."""
     coeffs = {}
     for family, g in df.groupby("family"):
         tok = g["batch"] * g["seq"]
         per_layer = (g["saved_4_layers"] - g["saved_2_layers"]) / 2.0
-        X = np.column_stack([tok * g["hidden"], tok * g["ffn"], g["batch"] * g["heads"] * g["seq"] ** 2])
+        cols = [tok * g["hidden"], tok * g["ffn"], g["batch"] * g["heads"] * g["seq"] ** 2]
+        if family in MASK_BUFFER_FAMILIES:
+            cols.append(g["max_positions"].astype(float) ** 2)
+        X = np.column_stack(cols)
         c, *_ = np.linalg.lstsq(X, per_layer, rcond=None)
         rest = g["saved_2_layers"] - 2 * X @ c
         Xr = np.column_stack([tok * g["hidden"], tok * g["vocab"]])
@@ -121,6 +136,7 @@ def fit(df: pd.DataFrame) -> dict:
         fit_all = 4 * X @ c + Xr @ d
         err = float(np.max(np.abs(fit_all / g["saved_4_layers"] - 1)))
         coeffs[family] = {"c_h": round(float(c[0]), 2), "c_f": round(float(c[1]), 2), "c_a": round(float(c[2]), 2),
+                          **({"c_m": round(float(c[3]), 2)} if len(c) > 3 else {}),
                           "d_h": round(float(d[0]), 2), "d_v": round(float(d[1]), 2), "max_rel_err": round(err, 4)}
     return coeffs
 

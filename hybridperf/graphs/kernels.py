@@ -143,7 +143,7 @@ class ModelGraph:
         weights = params * eb / 1e9
         if self.mode == "train":
             act = saved_activation_bytes(cfg.family, cfg.hidden, cfg.ffn, cfg.heads, cfg.vocab, cfg.total_layers,
-                                         self.batch, self.seq, eb) / 1e9
+                                         self.batch, self.seq, eb, cfg.max_positions) / 1e9
             if self.optimizer:
                 state, temp = optimizer_state_bytes(params, self.optimizer, eb)
                 return MemoryEstimate(weights, weights, act, state / 1e9, temp / 1e9)

@@ -5,10 +5,12 @@ counted exactly on the CPU by `experiments/activation_memory.py` (saved-tensor h
 once; torch 2.13, transformers 5.23, the families' default dropout, which NeuSight's configs keep) and
 fitted, per family, as bytes per layer
 
-    tokens * (c_h * hidden + c_f * ffn) + c_a * batch * heads * seq * seq
+    tokens * (c_h * hidden + c_f * ffn) + c_a * batch * heads * seq * seq  [+ c_m * max_positions^2]
 
-plus tokens * (d_h * hidden + d_v * vocab) for the embeddings, head and loss. The fit is within 0.2%
-of the count for BERT, OPT and Llama and 6% for GPT-2. In eager HF every layer keeps ~10 hidden-sized
+plus tokens * (d_h * hidden + d_v * vocab) for the embeddings, head and loss. The last per-layer term
+is GPT-Neo's: each of its layers saves a slice of its own (max_positions, max_positions) bool
+causal-mask buffer, which keeps the whole buffer alive. The fit is within 0.2% of the count for BERT,
+OPT, Llama and GPT-Neo (alternating global and local layers, as released) and 6% for GPT-2. In eager HF every layer keeps ~10 hidden-sized
 fp32 tensors per token (c_h ~ 40 bytes), GPT-2's eight-kernel gelu_new five ffn-sized ones, and
 attention with dropout three score-sized ones: more than twice the Megatron count (34*s*b*h +
 5*a*s^2*b bytes at 16 bit, Korthikanti et al.) for these models. Inference keeps nothing: its peak is
@@ -24,11 +26,12 @@ ACTIVATION_COEFFS = {
     "gpt2": {"c_h": 41.68, "c_f": 20.0, "c_a": 12.01, "d_h": 11.84, "d_v": 4.11},
     "llama": {"c_h": 40.04, "c_f": 16.0, "c_a": 4.0, "d_h": 13.72, "d_v": 4.07},
     "opt": {"c_h": 40.08, "c_f": 4.0, "c_a": 4.01, "d_h": 7.84, "d_v": 4.12},
+    "gpt_neo": {"c_h": 32.06, "c_f": 20.0, "c_a": 4.01, "c_m": 1.0, "d_h": 7.88, "d_v": 4.10},
 }
-#: families not counted, and the counted family whose layer they resemble most (not measured): GPT-Neo
-#: is GPT-2's block (gelu_new, attention dropout); Switch's T5 blocks have ReLU MLPs and attention
-#: dropout, BERT's saved set being the closest; Mistral and Qwen2 are Llama's block
-SIMILAR_FAMILY = {"gpt_neo": "gpt2", "switch_transformers": "bert", "mistral": "llama", "qwen2": "llama"}
+#: families not counted, and the counted family whose layer they resemble most (not measured): Switch's
+#: T5 blocks have ReLU MLPs and attention dropout, BERT's saved set being the closest (what its expert
+#: layers keep depends on the tokens routed under the expert capacity); Mistral and Qwen2 are Llama's block
+SIMILAR_FAMILY = {"switch_transformers": "bert", "mistral": "llama", "qwen2": "llama"}
 
 #: fraction of device memory above which eager PyTorch's caching allocator starts freeing and
 #: re-allocating blocks (cudaFree/cudaMalloc synchronise the device); measured runs in that band take
@@ -62,12 +65,14 @@ class MemoryEstimate:
 
 
 def layer_saved_bytes(family: str, hidden: int, ffn: int, heads: int, batch: int, seq: int,
-                      dtype_bytes: float = 4.0) -> float:
-    """Bytes autograd keeps for backward per transformer layer (`dtype_bytes` scales the fp32 count).
-    Under tensor parallelism pass the rank's share of `ffn` and `heads`."""
+                      dtype_bytes: float = 4.0, max_positions: int = 0) -> float:
+    """Bytes autograd keeps for backward per transformer layer (`dtype_bytes` scales the fp32 count; a
+    bool mask buffer of `max_positions`^2 bytes where the family keeps one). Under tensor parallelism
+    pass the rank's share of `ffn` and `heads`."""
     c = ACTIVATION_COEFFS[SIMILAR_FAMILY.get(family, family)]
     tok = float(batch) * seq
-    return (tok * (c["c_h"] * hidden + c["c_f"] * ffn) + c["c_a"] * float(batch) * heads * seq * seq) * dtype_bytes / 4.0
+    act = (tok * (c["c_h"] * hidden + c["c_f"] * ffn) + c["c_a"] * float(batch) * heads * seq * seq) * dtype_bytes / 4.0
+    return act + c.get("c_m", 0.0) * float(max_positions) ** 2
 
 
 def outside_saved_bytes(family: str, hidden: int, vocab: int, batch: int, seq: int, dtype_bytes: float = 4.0) -> float:
@@ -77,7 +82,7 @@ def outside_saved_bytes(family: str, hidden: int, vocab: int, batch: int, seq: i
 
 
 def saved_activation_bytes(family: str, hidden: int, ffn: int, heads: int, vocab: int, layers: int, batch: int,
-                           seq: int, dtype_bytes: float = 4.0) -> float:
+                           seq: int, dtype_bytes: float = 4.0, max_positions: int = 0) -> float:
     """Bytes autograd keeps for backward in one eager training step (`dtype_bytes` scales the fp32 count)."""
-    return (layers * layer_saved_bytes(family, hidden, ffn, heads, batch, seq, dtype_bytes)
+    return (layers * layer_saved_bytes(family, hidden, ffn, heads, batch, seq, dtype_bytes, max_positions)
             + outside_saved_bytes(family, hidden, vocab, batch, seq, dtype_bytes))

@@ -570,7 +570,7 @@ def _stage_memory(graph: ModelGraph, row: dict, tp: int, pp: int, m: int, train:
     if not train:
         return MemoryEstimate(weights, 0.0, graph.memory().activations)
     per_mb = row["layers"] * layer_saved_bytes(cfg.family, cfg.hidden, cfg.ffn // tp, cfg.heads // tp, graph.batch,
-                                               graph.seq, eb)
+                                               graph.seq, eb, cfg.max_positions)
     if row["last"]:  # the logits, their loss and the head's own layers
         per_mb += outside_saved_bytes(cfg.family, cfg.hidden, -(-cfg.vocab // tp), graph.batch, graph.seq, eb)
     state, temp = optimizer_state_bytes(row["params"], graph.optimizer, eb) if graph.optimizer else (0.0, 0.0)
