@@ -50,8 +50,6 @@ def predict_model_cmd(
         raise InputError(f"--seq must be >= 1, got {seq}")
     if mode not in ("inf", "train"):
         raise InputError(f"--mode must be inf or train, got {mode!r}")
-    if optimizer is not None and mode != "train":
-        raise InputError("--optimizer needs --mode train (an optimizer step follows a backward)")
     if model_bundle is not None and prior_only:
         raise InputError("--model-bundle and --prior-only are mutually exclusive")
     if not config.is_file():

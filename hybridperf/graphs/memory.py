@@ -10,10 +10,10 @@ fitted, per family, as bytes per layer
 plus tokens * (d_h * hidden + d_v * vocab) for the embeddings, head and loss. The last per-layer term
 is GPT-Neo's: each of its layers saves a slice of its own (max_positions, max_positions) bool
 causal-mask buffer, which keeps the whole buffer alive. The fit is within 0.2% of the count for BERT,
-OPT, Llama and GPT-Neo (alternating global and local layers, as released) and 6% for GPT-2. In eager HF every layer keeps ~10 hidden-sized
-fp32 tensors per token (c_h ~ 40 bytes), GPT-2's eight-kernel gelu_new five ffn-sized ones, and
-attention with dropout three score-sized ones: more than twice the Megatron count (34*s*b*h +
-5*a*s^2*b bytes at 16 bit, Korthikanti et al.) for these models. Inference keeps nothing: its peak is
+OPT, Llama and GPT-Neo (alternating global and local layers, as released) and 6% for GPT-2. In eager
+HF every layer keeps ~10 hidden-sized fp32 tensors per token (c_h ~ 40 bytes), GPT-2's eight-kernel
+gelu_new five ffn-sized ones, and attention with dropout three score-sized ones: more than twice the
+Megatron count (34*s*b*h + 5*a*s^2*b bytes at 16 bit, Korthikanti et al.) for these models. Inference keeps nothing: its peak is
 the weights plus the two largest live tensors.
 """
 from __future__ import annotations
