@@ -37,6 +37,9 @@ def predict_model_cmd(
     optimizer: Optional[str] = typer.Option(
         None, "--optimizer", help="train: add one optimizer step to e2e_ms, reported as opt_ms: sgd, sgd-momentum, "
         "adam, adamw (torch.optim's CUDA default, foreach) or adam-fused; its state counts in the memory check"),
+    recompute: bool = typer.Option(
+        False, "--recompute", help="train: activation checkpointing of every layer (HF gradient checkpointing): "
+        "each layer keeps only its input, and its forward runs again inside the backward"),
 ) -> None:
     """Predict the latency (ms) of one forward (inf) or forward+backward (train) pass of a transformer,
     fp32 eager PyTorch as NeuSight measured it, with a 90% interval. With --dp/--tp/--pp (any of them),
@@ -58,14 +61,14 @@ def predict_model_cmd(
         if fused:
             raise InputError("--fused is not modelled with --dp/--tp/--pp (training runs eager)")
         _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, model_bundle, prior_only,
-                              dp, tp, pp, microbatches, overlap, bucket_mb, dtype, optimizer)
+                              dp, tp, pp, microbatches, overlap, bucket_mb, dtype, optimizer, recompute)
         return
     from hybridperf.devices import get_device
 
     dev = get_device(device)  # fail on an unknown device before loading a bundle
     predictor = resolve_predictor(model_bundle, prior_only)
     res = predict_model_detail(str(config), batch, seq, mode, dev, predictor, dtype=dtype, fused=fused,
-                               optimizer=optimizer)
+                               optimizer=optimizer, recompute=recompute)
     need = res.graph.memory()
     _warn_memory(need, dev)
     out = {k: round(v, 4) for k, v in res.to_dict().items()}
@@ -86,7 +89,7 @@ def predict_model_cmd(
 
 def _fill_breakdown(table, bd) -> None:
     """Columns and rows of a per-op-class breakdown (`ModelPrediction.breakdown`) in a rich table."""
-    phases = [c for c in ("fw", "bw", "acc", "opt") if c in bd.columns]
+    phases = [c for c in ("fw", "rc", "bw", "acc", "opt") if c in bd.columns]
     for col in ("op class", *(f"{p} ms" for p in phases), "total ms", "share"):
         table.add_column(col, justify="right" if col != "op class" else "left")
     for r in bd.itertuples():
@@ -114,7 +117,8 @@ def _warn_memory(need, dev, per_gpu: bool = False) -> None:
 
 
 def _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, model_bundle, prior_only,
-                          dp, tp, pp, microbatches, overlap, bucket_mb, dtype, optimizer=None) -> None:
+                          dp, tp, pp, microbatches, overlap, bucket_mb, dtype, optimizer=None,
+                          recompute=False) -> None:
     from hybridperf.graphs.compose import resolve_predictor
     from hybridperf.graphs.parallel import DEFAULT_BUCKET_MB, predict_parallel_detail, resolve_parallel_device
     from hybridperf.priors.collectives import CollectiveModel
@@ -133,7 +137,7 @@ def _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, 
                                   microbatches, True if overlap is None else overlap, predictor,
                                   collective_model=cmodel,
                                   bucket_mb=DEFAULT_BUCKET_MB if bucket_mb is None else bucket_mb, dtype=dtype,
-                                  optimizer=optimizer)
+                                  optimizer=optimizer, recompute=recompute)
     r = res.result
     _warn_memory(res.memory, dev, per_gpu=True)
     out = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}

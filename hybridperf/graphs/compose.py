@@ -50,6 +50,9 @@ from hybridperf.priors.launch import launch_floor_ms
 from hybridperf.priors.memory import memory_time_ms
 
 GROUPS = ("linear", "bmm", "elementwise", "softmax", "layernorm", "embedding", "memory")
+#: kernel-table phases that make up bw_ms: the backward, gradient accumulation, and the forward of
+#: checkpointed layers re-run inside the backward
+BACKWARD_PHASES = ("bw", "acc", "rc")
 OOD_WIDEN = 0.25
 #: per-kernel launch gap (ms) used when the calibration has no fitted constants for a predictor kind
 DEFAULT_GAP_MS = 0.01
@@ -144,7 +147,8 @@ class ModelPrediction:
         scale = float(np.exp(self.log_bias))
         t = (k.assign(ms=k["total_ms"] * scale).pivot_table(index="group", columns="phase", values="ms",
                                                              aggfunc="sum", fill_value=0.0))
-        phases = ("fw", "bw", "acc", "opt") if self.graph.optimizer else ("fw", "bw", "acc")
+        phases = ("fw", *(("rc",) if self.graph.recompute else ()), "bw", "acc",
+                  *(("opt",) if self.graph.optimizer else ()))
         for ph in phases:
             if ph not in t.columns:
                 t[ph] = 0.0
@@ -224,7 +228,7 @@ def compose(graph: ModelGraph, device, predictor: Predictor, correction: bool = 
     total = tab["total_ms"].to_numpy()
     phase = tab["phase"].to_numpy()
     fw = float(total[phase == "fw"].sum()) * scale
-    bw = float(total[np.isin(phase, ("bw", "acc"))].sum()) * scale
+    bw = float(total[np.isin(phase, BACKWARD_PHASES)].sum()) * scale
     opt = float(total[phase == "opt"].sum()) * scale
     e2e = fw + bw + opt
     w = total / max(total.sum(), 1e-300)
@@ -245,9 +249,10 @@ def compose(graph: ModelGraph, device, predictor: Predictor, correction: bool = 
 
 def predict_model_detail(config, batch: int, seq: int, mode: str = "inf", device="NVIDIA H100 80GB HBM3",
                          predictor: Predictor | None = None, correction: bool = True,
-                         dtype: str = "fp32", fused: bool = False, optimizer: str | None = None) -> ModelPrediction:
+                         dtype: str = "fp32", fused: bool = False, optimizer: str | None = None,
+                         recompute: bool = False) -> ModelPrediction:
     """Like `predict_model`, returning the full `ModelPrediction` (kernel table, breakdown)."""
-    graph = build_graph(config, batch, seq, mode, dtype, fused=fused, optimizer=optimizer)
+    graph = build_graph(config, batch, seq, mode, dtype, fused=fused, optimizer=optimizer, recompute=recompute)
     dev = get_device(device)
     pred = predictor if predictor is not None else resolve_predictor()
     return compose(graph, dev, pred, correction=correction)
@@ -255,7 +260,7 @@ def predict_model_detail(config, batch: int, seq: int, mode: str = "inf", device
 
 def predict_model(config, batch: int, seq: int, mode: str = "inf", device="NVIDIA H100 80GB HBM3",
                   predictor: Predictor | None = None, correction: bool = True, dtype: str = "fp32",
-                  fused: bool = False, optimizer: str | None = None) -> dict:
+                  fused: bool = False, optimizer: str | None = None, recompute: bool = False) -> dict:
     """Whole-model latency (ms) of one forward (`inf`) or forward+backward (`train`) pass.
 
     `config`: path to a HF config.json, a parsed dict, or a `ModelConfig`. Returns
@@ -265,16 +270,17 @@ def predict_model(config, batch: int, seq: int, mode: str = "inf", device="NVIDI
     `fused`: inference with pointwise chains fused as torch.compile does (`kernels.fuse_pointwise`).
     `optimizer` (train): add one optimizer step (sgd, sgd-momentum, adam, adamw, adam-fused;
     `hybridperf.graphs.optimizer`) to e2e_ms and report it as "opt_ms".
+    `recompute` (train): activation checkpointing of every layer; its forward re-runs inside bw_ms.
     """
     return predict_model_detail(config, batch, seq, mode, device, predictor, correction, dtype, fused,
-                                optimizer).to_dict()
+                                optimizer, recompute).to_dict()
 
 
 def sweep(config, batches, seqs, mode: str = "inf", device="NVIDIA H100 80GB HBM3",
           predictor: Predictor | None = None, dtype: str = "fp32", fused: bool = False,
-          optimizer: str | None = None) -> pd.DataFrame:
+          optimizer: str | None = None, recompute: bool = False) -> pd.DataFrame:
     """Predictions over the grid batches x seqs: columns batch, seq, mode, device, e2e/lo/hi/fw/bw_ms
-    (and opt_ms with an `optimizer`; `fused`, `optimizer`: as in `predict_model`)."""
+    (and opt_ms with an `optimizer`; `fused`, `optimizer`, `recompute`: as in `predict_model`)."""
     from hybridperf.graphs.config import load_config
 
     cfg = load_config(config)
@@ -289,6 +295,7 @@ def sweep(config, batches, seqs, mode: str = "inf", device="NVIDIA H100 80GB HBM
     rows = []
     for s in seqs:
         for b in batches:
-            r = compose(build_graph(cfg, b, s, mode, dtype, fused=fused, optimizer=optimizer), dev, pred).to_dict()
+            graph = build_graph(cfg, b, s, mode, dtype, fused=fused, optimizer=optimizer, recompute=recompute)
+            r = compose(graph, dev, pred).to_dict()
             rows.append({"batch": int(b), "seq": int(s), "mode": mode, "device": dev.name, **r})
     return pd.DataFrame(rows)

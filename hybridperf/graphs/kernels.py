@@ -4,7 +4,9 @@ Semantics follow NeuSight's labels: eager fp32 PyTorch, HF `transformers` eager 
 sequences of length S; `inf` = one forward under no_grad in eval mode (dropout launches nothing),
 `train` = forward + backward (dropout active), gradients accumulated into `.grad` (the label's
 `bwall_latency` = backward + accumulation), no optimizer step (`build_graph(..., optimizer=...)` adds
-one, `hybridperf.graphs.optimizer`).
+one, `hybridperf.graphs.optimizer`). `build_graph(..., recompute=True)` checkpoints every transformer
+layer as HF's `gradient_checkpointing_enable()` does: the backward re-runs each layer's forward (phase
+`rc`, dropout included: the checkpoint replays its RNG state) and autograd keeps only each layer's input.
 
 Kernels are mapped onto hybridperf's op vocabulary (bmm, linear, elementwise, softmax, ln) whenever
 one of them streams the same tensors. The rest are `misc:<kind>` rows with an explicit byte count
@@ -102,17 +104,22 @@ class ModelGraph:
     dtype: str = "fp32"  # every float tensor (weights, activations, gradients) in this dtype
     fused: bool = False  # pointwise chains fused into one kernel each (`fuse_pointwise`)
     optimizer: str | None = None  # train: the optimizer step that follows the backward (`graphs.optimizer`)
+    recompute: bool = False  # train: every layer checkpointed, its forward re-run in the backward (phase rc)
 
     @property
     def dtype_bytes(self) -> float:
         return float(DTYPE_BYTES[self.dtype])
 
     def kernel_table(self) -> pd.DataFrame:
-        """One row per distinct kernel of each block and phase (fw, bw, acc), with its repeat `count`."""
+        """One row per distinct kernel of each block and phase (fw, bw, acc; rc: a checkpointed layer's
+        forward, re-run in the backward), with its repeat `count`."""
         rows = []
         for blk in self.blocks:
             for k in blk.kernels:
                 rows.append({**k, "block": blk.name, "phase": "fw", "count": blk.count})
+            if self.mode == "train" and self.recompute and blk.kind == "layer":
+                for k in blk.kernels:
+                    rows.append({**k, "block": blk.name, "phase": "rc", "count": blk.count})
             if self.mode == "train":
                 for k in blk.kernels:
                     for r in backward_kernels(k):
@@ -129,8 +136,9 @@ class ModelGraph:
 
     def memory(self) -> MemoryEstimate:
         """Device memory the run needs (GB): weights, gradients (train) and activations, the saved set of
-        eager autograd for training (`hybridperf.graphs.memory`), the two largest live tensors for
-        inference; with an optimizer its state and its step's temporaries. No allocator rounding."""
+        eager autograd for training (`hybridperf.graphs.memory`; with `recompute`, each layer's input and
+        one layer's saved set), the two largest live tensors for inference; with an optimizer its state
+        and its step's temporaries. No allocator rounding."""
         # imported here: hybridperf.graphs.optimizer builds its kernels with this module's helpers
         from hybridperf.graphs.optimizer import optimizer_state_bytes, param_numels
 
@@ -143,7 +151,7 @@ class ModelGraph:
         weights = params * eb / 1e9
         if self.mode == "train":
             act = saved_activation_bytes(cfg.family, cfg.hidden, cfg.ffn, cfg.heads, cfg.vocab, cfg.total_layers,
-                                         self.batch, self.seq, eb, cfg.max_positions) / 1e9
+                                         self.batch, self.seq, eb, cfg.max_positions, self.recompute) / 1e9
             if self.optimizer:
                 state, temp = optimizer_state_bytes(params, self.optimizer, eb)
                 return MemoryEstimate(weights, weights, act, state / 1e9, temp / 1e9)
@@ -548,13 +556,13 @@ def loss_kernels(cfg: ModelConfig, B, S) -> list:
 
 
 def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str = "fp32", fused: bool = False,
-                optimizer: str | None = None) -> ModelGraph:
+                optimizer: str | None = None, recompute: bool = False) -> ModelGraph:
     """The kernel graph of one forward (`inf`) or forward+backward (`train`) pass, every float tensor
     in `dtype` (fp32 as NeuSight measured; fp16/bf16 = the model cast to that dtype, GEMMs on tensor
     cores; not mixed-precision autocast). `fused`: pointwise chains fused as a compiler does
     (`fuse_pointwise`, NeuSight's `-fusion` runs); inference only. `optimizer` (train only): add the
     optimizer step (`hybridperf.graphs.optimizer`; its kernels depend on the device, so the composition
-    adds them)."""
+    adds them). `recompute` (train only): activation checkpointing of every transformer layer."""
     cfg = load_config(config)
     dtype = dtype_key(dtype)
     if dtype not in MODEL_DTYPES:
@@ -579,12 +587,15 @@ def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str = "f
 
         optimizer_spec(optimizer)  # InputError for an unknown name
         optimizer = str(optimizer).strip().lower()
+    if recompute and not train:
+        raise InputError("activation recomputation belongs to training (--mode train)")
     blocks = _FAMILIES[cfg.family](cfg, batch, seq, train)
     if train:
         blocks.append(Block("loss", 1, loss_kernels(cfg, batch, seq), "post"))
     if fused:
         blocks = [Block(b.name, b.count, fuse_pointwise(b.kernels), b.kind) for b in blocks]
-    return ModelGraph(cfg, batch, seq, mode, blocks, dtype, fused=bool(fused), optimizer=optimizer)
+    return ModelGraph(cfg, batch, seq, mode, blocks, dtype, fused=bool(fused), optimizer=optimizer,
+                      recompute=bool(recompute))
 
 
 def layer_gemms(config, batch: int, seq: int, mode: str = "inf", block: str = "layer") -> pd.DataFrame:

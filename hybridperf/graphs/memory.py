@@ -81,8 +81,22 @@ def outside_saved_bytes(family: str, hidden: int, vocab: int, batch: int, seq: i
     return float(batch) * seq * (c["d_h"] * hidden + c["d_v"] * vocab) * dtype_bytes / 4.0
 
 
+def checkpoint_bytes(hidden: int, batch: int, seq: int, dtype_bytes: float = 4.0) -> float:
+    """Bytes a checkpointed layer keeps until backward: its input hidden states."""
+    return float(batch) * seq * hidden * dtype_bytes
+
+
 def saved_activation_bytes(family: str, hidden: int, ffn: int, heads: int, vocab: int, layers: int, batch: int,
-                           seq: int, dtype_bytes: float = 4.0, max_positions: int = 0) -> float:
-    """Bytes autograd keeps for backward in one eager training step (`dtype_bytes` scales the fp32 count)."""
-    return (layers * layer_saved_bytes(family, hidden, ffn, heads, batch, seq, dtype_bytes, max_positions)
-            + outside_saved_bytes(family, hidden, vocab, batch, seq, dtype_bytes))
+                           seq: int, dtype_bytes: float = 4.0, max_positions: int = 0,
+                           recompute: bool = False) -> float:
+    """Bytes autograd keeps for backward in one eager training step (`dtype_bytes` scales the fp32 count).
+    With `recompute` (every layer checkpointed) the layers keep only their inputs, and the one layer
+    being back-propagated holds its full saved set again; a family's mask buffers stay alive in every layer
+    (they are the modules' own buffers)."""
+    layer = layer_saved_bytes(family, hidden, ffn, heads, batch, seq, dtype_bytes, max_positions)
+    if not recompute:
+        kept = layers * layer
+    else:
+        mask = ACTIVATION_COEFFS[SIMILAR_FAMILY.get(family, family)].get("c_m", 0.0) * float(max_positions) ** 2
+        kept = layers * (checkpoint_bytes(hidden, batch, seq, dtype_bytes) + mask) + layer - mask
+    return kept + outside_saved_bytes(family, hidden, vocab, batch, seq, dtype_bytes)

@@ -82,8 +82,10 @@ Memory (per GPU, `ParallelPrediction.memory`: the fullest stage)
     autograd saves (`hybridperf.graphs.memory`) for the stage's layers with ffn and heads / tp (the
     hidden-sized tensors counted whole, as without sequence parallelism), plus the head's and loss's on
     the last stage, times the micro-batches a stage holds under 1F1B: min(M, pp - s) on stage s.
-    With an optimizer, its state for the stage's parameters. Inference: the weights plus the two
-    largest live tensors.
+    With an optimizer, its state for the stage's parameters. With `recompute` (every layer
+    checkpointed) a micro-batch in flight keeps only its layers' inputs (b*S*hidden each), plus one
+    layer's saved set while it is re-run; the re-run forward is part of the backward time. Inference:
+    the weights plus the two largest live tensors.
 """
 from __future__ import annotations
 
@@ -97,7 +99,7 @@ from hybridperf.devices import DeviceSpec, NodeSpec, get_device
 from hybridperf.errors import InputError
 from hybridperf.graphs.config import LLAMA_LIKE, ModelConfig, load_config
 from hybridperf.graphs.kernels import MODES, Block, ModelGraph, build_graph
-from hybridperf.graphs.memory import MemoryEstimate, layer_saved_bytes, outside_saved_bytes
+from hybridperf.graphs.memory import MemoryEstimate, checkpoint_bytes, layer_saved_bytes, outside_saved_bytes
 from hybridperf.graphs.optimizer import optimizer_state_bytes, optimizer_table, tensor_numels
 
 #: PyTorch DDP's default gradient bucket (bucket_cap_mb=25)
@@ -201,7 +203,8 @@ def shard_graph(graph: ModelGraph, tp: int) -> ModelGraph:
     if graph.config.family not in TP_FAMILIES:
         raise InputError(f"tensor parallelism is not modelled for {graph.config.family}")
     blocks = [Block(b.name, b.count, [_shard_kernel(k, tp) for k in b.kernels], b.kind) for b in graph.blocks]
-    return ModelGraph(graph.config, graph.batch, graph.seq, graph.mode, blocks, graph.dtype, optimizer=graph.optimizer)
+    return ModelGraph(graph.config, graph.batch, graph.seq, graph.mode, blocks, graph.dtype, optimizer=graph.optimizer,
+                      recompute=graph.recompute)
 
 
 def parallel_graph(config, micro_batch: int, seq: int, mode: str = "train", tp: int = 1,
@@ -357,9 +360,9 @@ def predict_parallel_detail(config, batch: int, seq: int, mode: str = "train", d
                             tp: int = 1, pp: int = 1, microbatches: int | None = None, overlap: bool = True,
                             predictor=None, collective_model=None, bucket_mb: float = DEFAULT_BUCKET_MB,
                             correction: bool = True, dtype: str = "fp32",
-                            optimizer: str | None = None) -> ParallelPrediction:
+                            optimizer: str | None = None, recompute: bool = False) -> ParallelPrediction:
     """Like `predict_parallel`, returning the stage table and the per-GPU kernel prediction too."""
-    from hybridperf.graphs.compose import compose, resolve_predictor
+    from hybridperf.graphs.compose import BACKWARD_PHASES, compose, resolve_predictor
 
     cfg = load_config(config)
     batch = _pos_int(batch, "batch")
@@ -381,14 +384,14 @@ def predict_parallel_detail(config, batch: int, seq: int, mode: str = "train", d
     comm = _Comm(node, collective_model)
     pred = predictor if predictor is not None else resolve_predictor()
 
-    graph = shard_graph(build_graph(cfg, b_mb, seq, mode, dtype, optimizer=optimizer), tp)
+    graph = shard_graph(build_graph(cfg, b_mb, seq, mode, dtype, optimizer=optimizer, recompute=recompute), tp)
     res = compose(graph, dev, pred, correction=correction)
     eb = graph.dtype_bytes  # bytes per element of activations, parameters and gradients
     scale = float(np.exp(res.log_bias))
     tab = res.kernels
     is_fw = (tab["phase"] == "fw").to_numpy()
     blk_fw = tab.loc[is_fw].groupby("block")["total_ms"].sum() * scale
-    blk_bw = tab.loc[tab["phase"].isin(("bw", "acc")).to_numpy()].groupby("block")["total_ms"].sum() * scale
+    blk_bw = tab.loc[tab["phase"].isin(BACKWARD_PHASES).to_numpy()].groupby("block")["total_ms"].sum() * scale
     blocks = {b.name: b for b in graph.blocks}
 
     def per_rep(name, s):  # time of one repetition of block `name`
@@ -569,12 +572,19 @@ def _stage_memory(graph: ModelGraph, row: dict, tp: int, pp: int, m: int, train:
     weights = row["params"] * eb / 1e9
     if not train:
         return MemoryEstimate(weights, 0.0, graph.memory().activations)
-    per_mb = row["layers"] * layer_saved_bytes(cfg.family, cfg.hidden, cfg.ffn // tp, cfg.heads // tp, graph.batch,
-                                               graph.seq, eb, cfg.max_positions)
+    layer = layer_saved_bytes(cfg.family, cfg.hidden, cfg.ffn // tp, cfg.heads // tp, graph.batch, graph.seq, eb,
+                              cfg.max_positions)
+    if graph.recompute:  # each micro-batch in flight keeps the layers' inputs; one layer is re-run at a time
+        once = layer
+        layer = checkpoint_bytes(cfg.hidden, graph.batch, graph.seq, eb)
+    else:
+        once = 0.0
+    per_mb = row["layers"] * layer
     if row["last"]:  # the logits, their loss and the head's own layers
         per_mb += outside_saved_bytes(cfg.family, cfg.hidden, -(-cfg.vocab // tp), graph.batch, graph.seq, eb)
     state, temp = optimizer_state_bytes(row["params"], graph.optimizer, eb) if graph.optimizer else (0.0, 0.0)
-    return MemoryEstimate(weights, weights, per_mb * min(m, pp - row["stage"]) / 1e9, state / 1e9, temp / 1e9)
+    act = per_mb * min(m, pp - row["stage"]) + once
+    return MemoryEstimate(weights, weights, act / 1e9, state / 1e9, temp / 1e9)
 
 
 def _optimizer_ms(numels: list, graph: ModelGraph, device: DeviceSpec, predictor, correction: bool) -> float:
@@ -597,7 +607,7 @@ def predict_parallel(config, batch: int, seq: int, mode: str = "train", device="
     `batch` is the global batch; `microbatches` defaults to the largest divisor of batch/dp that is <= pp.
     Returns the contract's {"e2e_ms", "lo_ms", "hi_ms", "fw_ms", "bw_ms"} plus compute_ms, comm_ms,
     bubble_ms, tp_comm_ms, dp_comm_ms, pp_comm_ms, gpus, nodes, microbatches (and opt_ms with an
-    optimizer). Keyword `kw`: collective_model, bucket_mb, correction, dtype, optimizer (see
+    optimizer). Keyword `kw`: collective_model, bucket_mb, correction, dtype, optimizer, recompute (see
     `predict_parallel_detail`). See the module doc.
     """
     return predict_parallel_detail(config, batch, seq, mode, device, dp, tp, pp, microbatches, overlap, predictor,

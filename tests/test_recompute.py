@@ -1,0 +1,78 @@
+"""Activation recomputation (`recompute=True`, `--recompute`): kernels, time and memory."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import assert_one_line_error, run_cli
+
+from hybridperf.devices import get_device
+from hybridperf.errors import InputError
+from hybridperf.graphs import build_graph, predict_model_detail
+from hybridperf.graphs.memory import checkpoint_bytes, layer_saved_bytes, outside_saved_bytes
+from hybridperf.graphs.parallel import predict_parallel_detail
+from hybridperf.predictor import Predictor
+
+GPT2 = {"model_type": "gpt2", "n_embd": 256, "n_head": 4, "n_layer": 4, "vocab_size": 1000, "n_positions": 512,
+        "activation_function": "gelu_new"}
+DEV = "NVIDIA A100-SXM4-80GB"
+
+
+def test_recompute_reruns_each_layers_forward_and_nothing_else():
+    plain = build_graph(GPT2, 2, 128, "train").kernel_table()
+    rc = build_graph(GPT2, 2, 128, "train", recompute=True).kernel_table()
+    again = rc[rc["phase"] == "rc"].drop(columns="phase").reset_index(drop=True)
+    layer_fw = plain[(plain["phase"] == "fw") & (plain["block"] == "layer")].drop(columns="phase")
+    assert len(again) > 0
+    assert again.equals(layer_fw.reset_index(drop=True))
+    # every other phase is unchanged
+    assert rc[rc["phase"] != "rc"].reset_index(drop=True).equals(plain)
+
+
+def test_recompute_adds_the_layers_forward_time_to_the_backward():
+    pred = Predictor.prior_only()
+    a = predict_model_detail(GPT2, 2, 128, "train", DEV, pred)
+    b = predict_model_detail(GPT2, 2, 128, "train", DEV, pred, recompute=True)
+    k = a.kernels
+    layer_fw = float(k.loc[(k["phase"] == "fw") & (k["block"] == "layer"), "total_ms"].sum()) * np.exp(a.log_bias)
+    assert b.fw_ms == pytest.approx(a.fw_ms)
+    assert b.bw_ms == pytest.approx(a.bw_ms + layer_fw, rel=1e-9)
+    assert "rc" in b.breakdown().columns and "rc" not in a.breakdown().columns
+
+
+def test_recompute_keeps_only_each_layers_input():
+    g = build_graph(GPT2, 2, 128, "train", recompute=True)
+    full = build_graph(GPT2, 2, 128, "train").memory()
+    h, ffn, heads, v, layers = 256, 1024, 4, 1000, 4
+    want = (layers * checkpoint_bytes(h, 2, 128) + layer_saved_bytes("gpt2", h, ffn, heads, 2, 128)
+            + outside_saved_bytes("gpt2", h, v, 2, 128)) / 1e9
+    mem = g.memory()
+    assert mem.activations == pytest.approx(want)
+    assert mem.activations < full.activations
+    assert mem.weights == full.weights and mem.grads == full.grads
+
+
+def test_recompute_is_for_training_only(monkeypatch, capsys, tmp_path):
+    with pytest.raises(InputError, match="training"):
+        build_graph(GPT2, 1, 64, "inf", recompute=True)
+    cfg = tmp_path / "gpt2.json"
+    cfg.write_text(json.dumps(GPT2))
+    code, err = run_cli(monkeypatch, capsys, ["predict-model", "--config", cfg, "--batch", 1, "--seq", 64,
+                                              "--device", DEV, "--recompute", "--prior-only"])
+    assert_one_line_error(code, err)
+
+
+def test_parallel_recompute_matches_one_gpu_and_shrinks_stage_memory():
+    pred = Predictor.prior_only()
+    one = predict_model_detail(GPT2, 4, 128, "train", DEV, pred, recompute=True).to_dict()
+    par = predict_parallel_detail(GPT2, 4, 128, "train", DEV, predictor=pred, recompute=True).result
+    for key in ("e2e_ms", "fw_ms", "bw_ms"):
+        assert par[key] == pytest.approx(one[key])
+    plain = predict_parallel_detail(GPT2, 4, 128, "train", "DGX-A100", pp=2, predictor=pred)
+    rc = predict_parallel_detail(GPT2, 4, 128, "train", "DGX-A100", pp=2, predictor=pred, recompute=True)
+    assert rc.memory.activations < plain.memory.activations
+    assert rc.result["bw_ms"] > plain.result["bw_ms"]
+    assert rc.result["fw_ms"] == pytest.approx(plain.result["fw_ms"])
+    assert get_device(DEV).mem_gb > rc.memory.total
