@@ -40,6 +40,9 @@ def predict_model_cmd(
     recompute: bool = typer.Option(
         False, "--recompute", help="train: activation checkpointing of every layer (HF gradient checkpointing): "
         "each layer keeps only its input, and its forward runs again inside the backward"),
+    zero: Optional[int] = typer.Option(
+        None, "--zero", help="with --dp and --optimizer: ZeRO stage 1 (optimizer state sharded over dp), 2 (and "
+        "gradients: reduce-scatter), 3 (and parameters: gathered layer by layer, FSDP full shard); default 0"),
 ) -> None:
     """Predict the latency (ms) of one forward (inf) or forward+backward (train) pass of a transformer,
     fp32 eager PyTorch as NeuSight measured it, with a 90% interval. With --dp/--tp/--pp (any of them),
@@ -57,11 +60,11 @@ def predict_model_cmd(
         raise InputError("--model-bundle and --prior-only are mutually exclusive")
     if not config.is_file():
         raise InputError(f"config file not found: {config}")
-    if any(v is not None for v in (dp, tp, pp, microbatches, overlap, bucket_mb)):
+    if any(v is not None for v in (dp, tp, pp, microbatches, overlap, bucket_mb, zero)):
         if fused:
             raise InputError("--fused is not modelled with --dp/--tp/--pp (training runs eager)")
         _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, model_bundle, prior_only,
-                              dp, tp, pp, microbatches, overlap, bucket_mb, dtype, optimizer, recompute)
+                              dp, tp, pp, microbatches, overlap, bucket_mb, dtype, optimizer, recompute, zero or 0)
         return
     from hybridperf.devices import get_device
 
@@ -118,7 +121,7 @@ def _warn_memory(need, dev, per_gpu: bool = False) -> None:
 
 def _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, model_bundle, prior_only,
                           dp, tp, pp, microbatches, overlap, bucket_mb, dtype, optimizer=None,
-                          recompute=False) -> None:
+                          recompute=False, zero=0) -> None:
     from hybridperf.graphs.compose import resolve_predictor
     from hybridperf.graphs.parallel import DEFAULT_BUCKET_MB, predict_parallel_detail, resolve_parallel_device
     from hybridperf.priors.collectives import CollectiveModel
@@ -137,7 +140,7 @@ def _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, 
                                   microbatches, True if overlap is None else overlap, predictor,
                                   collective_model=cmodel,
                                   bucket_mb=DEFAULT_BUCKET_MB if bucket_mb is None else bucket_mb, dtype=dtype,
-                                  optimizer=optimizer, recompute=recompute)
+                                  optimizer=optimizer, recompute=recompute, zero=zero)
     r = res.result
     _warn_memory(res.memory, dev, per_gpu=True)
     out = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}
@@ -176,6 +179,7 @@ def _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, 
                    f"dp exposed {out['dp_comm_ms']:.3f}, pp {out['pp_comm_ms']:.3f})  "
                    f"bubble {out['bubble_ms']:.3f} ms  "
                    + (f"opt {out['opt_ms']:.3f} ms  " if "opt_ms" in out else "")
+                   + (f"(zero-{zero} gathers {out['zero_gather_ms']:.3f} ms)  " if "zero_gather_ms" in out else "")
                    + f"({r['microbatches']} micro-batch(es))")
 
 

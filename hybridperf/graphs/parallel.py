@@ -67,8 +67,22 @@ Step time
     fw_ms / bw_ms split every term into its forward and backward parts (exposed DP goes to bw), so
     e2e = fw_ms + bw_ms as for one GPU. With dp = tp = pp = M = 1 every number equals `predict_model`.
     `optimizer` (as in `predict_model`): every GPU then steps the parameters it holds (its stage,
-    TP-sharded; no ZeRO sharding over dp), after the gradient all-reduce; opt_ms is the slowest stage's
-    step, added to e2e (e2e = fw_ms + bw_ms + opt_ms).
+    TP-sharded), after the gradient all-reduce; opt_ms is the slowest stage's step, added to e2e
+    (e2e = fw_ms + bw_ms + opt_ms).
+
+ZeRO (`zero`, train with dp >= 2 and an optimizer; DeepSpeed's stages, stage 3 = FSDP full shard)
+    1: each rank keeps and steps 1/dp of the optimizer state (the step runs on a 1/dp slice of the
+       flat parameter buffer). The gradient buckets are reduce-scattered (each rank gets 1/dp of each
+       bucket) with the same overlap as the all-reduce, and after the step every rank all-gathers the
+       others' updated slices (exposed; counted in opt_ms and reported as zero_gather_ms).
+    2: as 1, and each rank keeps only its 1/dp of the gradients (memory).
+    3: as 2, and each rank keeps only 1/dp of the parameters. Each unit (a layer, the embeddings, the
+       head) all-gathers its parameters before it runs, in the forward and again in the backward,
+       prefetched one unit ahead on one communication stream that also carries the backward's
+       reduce-scatters (`_prefetched`); every micro-batch gathers again. The forward's exposed part is
+       zero_gather_ms (in fw_ms), the backward's dp_comm_ms. Memory adds two gathered units (the one
+       running and the one prefetched). Stages 2 and 3 need pp = 1, as in DeepSpeed.
+    comm_ms then includes zero_gather_ms. Not validated against measurements.
 
 Interval (90%)
     The compute part (compute + bubble) keeps the single-GPU composition's relative interval (kernel
@@ -90,7 +104,7 @@ Memory (per GPU, `ParallelPrediction.memory`: the fullest stage)
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -160,6 +174,25 @@ def validate(cfg: ModelConfig, batch: int, mode: str, dp: int, tp: int, pp: int,
     if pp > 1 and cfg.layers % pp:
         raise InputError(f"pp={pp} does not divide the model's {cfg.layers} layers")
     return m
+
+
+ZERO_STAGES = (0, 1, 2, 3)
+
+
+def validate_zero(zero, mode: str, dp: int, pp: int, optimizer) -> int:
+    """Check a ZeRO stage against the run; returns it as an int. InputError otherwise."""
+    if isinstance(zero, bool) or zero not in ZERO_STAGES:
+        raise InputError(f"zero must be one of 0, 1, 2, 3, got {zero!r}")
+    zero = int(zero)
+    if not zero:
+        return 0
+    if mode != "train" or dp < 2:
+        raise InputError(f"ZeRO-{zero} shards training state over data-parallel ranks: it needs --mode train and --dp >= 2")
+    if not optimizer:
+        raise InputError(f"ZeRO-{zero} shards the optimizer's state: name one with --optimizer")
+    if zero >= 2 and pp > 1:
+        raise InputError(f"ZeRO-{zero} does not run with pipeline parallelism (as in DeepSpeed): use --zero 1 or --pp 1")
+    return zero
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -273,11 +306,13 @@ class _Comm:
 
     def __call__(self, collective: str, nbytes, gpus: int, gpn: int):
         n = np.atleast_1d(np.asarray(nbytes, dtype=np.float64))
-        if gpus < 2 or not len(n):
-            z = np.zeros(len(n))
-            return z, z, z
-        out = self.model.predict(collective, n, gpus, gpn, self.node)
-        return out["ms"], out["lo_ms"], out["hi_ms"]
+        ms, lo, hi = np.zeros(len(n)), np.zeros(len(n)), np.zeros(len(n))
+        some = n > 0  # nothing to send (a block without parameters) costs nothing
+        if gpus < 2 or not some.any():
+            return ms, lo, hi
+        out = self.model.predict(collective, n[some], gpus, gpn, self.node)
+        ms[some], lo[some], hi[some] = out["ms"], out["lo_ms"], out["hi_ms"]
+        return ms, lo, hi
 
 
 def resolve_parallel_device(device):
@@ -324,6 +359,27 @@ def _exposed(ready: np.ndarray, ar_ms: np.ndarray, window_ms: float) -> float:
     return max(0.0, finish - window_ms)
 
 
+def _prefetched(compute_ms, gather_ms, scatter_ms=None) -> float:
+    """Exposed communication of ZeRO-3 over units run in order: unit i needs its parameters gathered
+    (`gather_ms[i]`), prefetched one unit ahead on a single communication stream, and (backward)
+    reduce-scatters its gradients after it ran (`scatter_ms[i]`) on that stream. Returns the time
+    beyond the compute."""
+    n = len(compute_ms)
+    if not n:
+        return 0.0
+    ready = np.zeros(n)  # when unit i's parameters are in
+    comm_free = ready[0] = gather_ms[0]
+    done = 0.0
+    for i in range(n):
+        start = max(done, ready[i])
+        if i + 1 < n:  # the next unit's gather is issued as this one starts
+            comm_free = ready[i + 1] = max(comm_free, start) + gather_ms[i + 1]
+        done = start + compute_ms[i]
+        if scatter_ms is not None:
+            comm_free = max(comm_free, done) + scatter_ms[i]
+    return max(0.0, max(done, comm_free) - float(np.sum(compute_ms)))
+
+
 # ----------------------------------------------------------------------------------------------------
 # the prediction
 # ----------------------------------------------------------------------------------------------------
@@ -340,6 +396,7 @@ class ParallelPrediction:
     layout: dict
     memory: MemoryEstimate | None = None  # the fullest GPU's
     notes: list = field(default_factory=list)
+    zero: int = 0  # ZeRO stage
 
     def to_dict(self) -> dict:
         return dict(self.result)
@@ -349,8 +406,12 @@ class ParallelPrediction:
         rows = [("compute", r["compute_ms"]), ("tp all-reduce", r["tp_comm_ms"]),
                 ("pp send/recv", r["pp_comm_ms"]), ("dp all-reduce (exposed)", r["dp_comm_ms"]),
                 ("pipeline bubble", r["bubble_ms"])]
+        zero = r.get("zero_gather_ms")
+        if zero is not None:
+            rows.append(("zero param all-gather (exposed)", zero))
         if "opt_ms" in r:
-            rows.append(("optimizer step", r["opt_ms"]))
+            # ZeRO-1/2 count their post-step gather in opt_ms; the row above shows it
+            rows.append(("optimizer step", r["opt_ms"] - (zero if self.zero in (1, 2) else 0.0)))
         df = pd.DataFrame(rows, columns=["component", "ms"])
         df["share"] = df["ms"] / max(r["e2e_ms"], 1e-12)
         return df
@@ -360,7 +421,8 @@ def predict_parallel_detail(config, batch: int, seq: int, mode: str = "train", d
                             tp: int = 1, pp: int = 1, microbatches: int | None = None, overlap: bool = True,
                             predictor=None, collective_model=None, bucket_mb: float = DEFAULT_BUCKET_MB,
                             correction: bool = True, dtype: str = "fp32",
-                            optimizer: str | None = None, recompute: bool = False) -> ParallelPrediction:
+                            optimizer: str | None = None, recompute: bool = False,
+                            zero: int = 0) -> ParallelPrediction:
     """Like `predict_parallel`, returning the stage table and the per-GPU kernel prediction too."""
     from hybridperf.graphs.compose import BACKWARD_PHASES, compose, resolve_predictor
 
@@ -373,6 +435,7 @@ def predict_parallel_detail(config, batch: int, seq: int, mode: str = "train", d
     m = validate(cfg, batch, mode, dp, tp, pp, microbatches)
     b_mb = batch // (dp * m)
     train = mode == "train"
+    zero = validate_zero(zero, mode, dp, pp, optimizer)
     node, dev, note = resolve_parallel_device(device)
     layout = rank_layout(dp, tp, pp, node.gpus_per_node)
     if tp > node.gpus_per_node and tp % node.gpus_per_node:
@@ -455,13 +518,17 @@ def predict_parallel_detail(config, batch: int, seq: int, mode: str = "train", d
         params = sum(u[1] for u in units) / eb
         if not graph.optimizer:
             opt_c = 0.0
-        elif pp == 1:
+        elif pp == 1 and not zero:
             opt_c = res.opt_ms
         else:  # the stage's own parameters (a tied head keeps its copy of the table on the last stage)
-            numels = [n for b, reps in mine for _ in range(reps) for n in tensor_numels(b.kernels, tied_head=False)]
+            numels = [n for b, reps in mine for _ in range(reps)
+                      for n in tensor_numels(b.kernels, tied_head=pp == 1 and bool(cfg.tied_embeddings))]
+            if zero:  # each rank steps its 1/dp slice of the flat parameter buffer
+                numels = [-(-sum(numels) // dp)]
             opt_c = _optimizer_ms(numels, graph, dev, pred, correction) * scale
         rows.append({"stage": s, "layers": n_layers, "fw_ms": f_c, "bw_ms": b_c, "tp_fw_ms": tpf, "tp_bw_ms": tpb,
-                     "params": params, "opt_ms": opt_c, "_units": units, "first": first, "last": last})
+                     "params": params, "opt_ms": opt_c, "_units": units, "_mine": mine, "first": first,
+                     "last": last})
 
     t_stage = np.array([r["fw_ms"] + r["bw_ms"] + r["tp_fw_ms"] + r["tp_bw_ms"] for r in rows])
     bot = int(np.argmax(t_stage))
@@ -497,41 +564,70 @@ def predict_parallel_detail(config, batch: int, seq: int, mode: str = "train", d
             pp_lo += elo
             pp_hi += ehi
 
-    # ---- DP gradient all-reduce ----------------------------------------------------------------------
+    # ---- DP gradient sync (all-reduce, or ZeRO's reduce-scatter) and ZeRO's parameter all-gathers ----
     dp_ms = dp_lo = dp_hi = 0.0
+    gather = [0.0, 0.0, 0.0]  # ZeRO: exposed parameter all-gathers outside the backward (ms, lo, hi)
     p_dp, g_dp = layout["dp"]
     for r in rows:
         r["dp_allreduce_ms"] = 0.0
-    if train and dp > 1:
+    if train and dp > 1 and zero == 3:  # pp == 1: one stage
+        r = rows[0]
+        fw_units = [(per_rep(b.name, blk_fw), block_params(graph, b, pp) * eb) for b, n in r["_mine"]
+                    for _ in range(n)]
+        bw_units = r["_units"]
+        ag_fw = comm("all_gather", [u[1] / dp for u in fw_units], p_dp, g_dp)
+        ag_bw = comm("all_gather", [u[1] / dp for u in bw_units], p_dp, g_dp)
+        rs_bw = comm("reduce_scatter", [u[1] / dp for u in bw_units], p_dp, g_dp)
+        fw_t, bw_t = [u[0] for u in fw_units], [u[0] for u in bw_units]
+        no_rs = np.zeros(len(bw_units))
+        ex_fw = [m * _prefetched(fw_t, ag_fw[i]) for i in range(3)]
+        # every micro-batch gathers the parameters again; gradients are reduce-scattered after the last
+        ex_bw = [(m - 1) * _prefetched(bw_t, ag_bw[i], no_rs) + _prefetched(bw_t, ag_bw[i], rs_bw[i])
+                 for i in range(3)]
+        gather = ex_fw
+        dp_ms, dp_lo, dp_hi = ex_bw
+        r["dp_allreduce_ms"] = float(rs_bw[0].sum())
+    elif train and dp > 1:
         bucket = bucket_mb * 2**20
+        sync, shard = ("reduce_scatter", dp) if zero else ("all_reduce", 1)  # reduce-scatter: a 1/dp output
         slack = 0.0
         ex = {0: [], 1: [], 2: []}
+        post = {0: [], 1: [], 2: []}
         for s, r in enumerate(rows):
             window = sum(u[0] for u in r["_units"])
             if overlap:
                 ready, sizes = _buckets(r["_units"], bucket)
-                a = comm("all_reduce", sizes, p_dp, g_dp)
+                a = comm(sync, sizes / shard, p_dp, g_dp)
                 for i in range(3):
                     ex[i].append(_exposed(ready, a[i], window) - slack)
                 r["dp_allreduce_ms"] = float(a[0].sum())
             else:
-                a = comm("all_reduce", [r["params"] * eb], p_dp, g_dp)
+                a = comm(sync, [r["params"] * eb / shard], p_dp, g_dp)
                 for i in range(3):
                     ex[i].append(float(a[i][0]) - slack)
                 r["dp_allreduce_ms"] = float(a[0][0])
+            if zero:  # after its step each rank gathers the others' updated slices
+                g = comm("all_gather", [r["params"] * eb / dp], p_dp, g_dp)
+                for i in range(3):
+                    post[i].append(float(g[i][0]))
             slack += r["bw_ms"] + r["tp_bw_ms"] + (p2p[s] if s < len(p2p) else 0.0)
         dp_ms, dp_lo, dp_hi = (max(0.0, max(ex[i])) for i in range(3))
+        if zero:
+            gather = [max(post[i]) for i in range(3)]
 
     # ---- totals --------------------------------------------------------------------------------------
-    fw_ms = compute_fw + tp_fw + bubble_fw + pp_fw
+    fw_gather = gather[0] if zero == 3 else 0.0
+    step_gather = gather[0] if zero in (1, 2) else 0.0
+    fw_ms = compute_fw + tp_fw + bubble_fw + pp_fw + fw_gather
     bw_ms = compute_bw + tp_bw + bubble_bw + pp_bw + dp_ms
-    opt_ms = max(r["opt_ms"] for r in rows)  # every GPU steps its own parameters once the gradients are in
+    # every GPU steps its own parameters once the gradients are in (ZeRO-1/2: then gathers the others')
+    opt_ms = max(r["opt_ms"] for r in rows) + step_gather
     e2e = fw_ms + bw_ms + opt_ms
     compute = compute_fw + compute_bw
     bubble = bubble_fw + bubble_bw
     tp_ms = tp_fw + tp_bw
     pp_ms = pp_fw + pp_bw
-    comm_ms = tp_ms + pp_ms + dp_ms
+    comm_ms = tp_ms + pp_ms + dp_ms + gather[0]
 
     # interval: compute (+ bubble) at the composition's relative interval; comm summed; quadrature
     if dp == tp == pp == m == 1:
@@ -539,12 +635,14 @@ def predict_parallel_detail(config, batch: int, seq: int, mode: str = "train", d
     else:
         rel_lo = res.lo_ms / res.e2e_ms if res.e2e_ms > 0 else 1.0
         rel_hi = res.hi_ms / res.e2e_ms if res.e2e_ms > 0 else 1.0
-        cpart = compute + bubble + opt_ms
+        cpart = compute + bubble + opt_ms - step_gather
         dc_lo, dc_hi = cpart * (1 - rel_lo), cpart * (rel_hi - 1)
         tpf_lo, tpb_lo = tp_cost(bn["first"], bn["last"], bn["layers"], 1)
         tpf_hi, tpb_hi = tp_cost(bn["first"], bn["last"], bn["layers"], 2)
-        dm_lo = max(0.0, tp_ms - m * (tpf_lo + tpb_lo)) + max(0.0, pp_ms - pp_lo) + max(0.0, dp_ms - dp_lo)
-        dm_hi = max(0.0, m * (tpf_hi + tpb_hi) - tp_ms) + max(0.0, pp_hi - pp_ms) + max(0.0, dp_hi - dp_ms)
+        dm_lo = (max(0.0, tp_ms - m * (tpf_lo + tpb_lo)) + max(0.0, pp_ms - pp_lo) + max(0.0, dp_ms - dp_lo)
+                 + max(0.0, gather[0] - gather[1]))
+        dm_hi = (max(0.0, m * (tpf_hi + tpb_hi) - tp_ms) + max(0.0, pp_hi - pp_ms) + max(0.0, dp_hi - dp_ms)
+                 + max(0.0, gather[2] - gather[0]))
         lo = e2e - math.sqrt(dc_lo**2 + dm_lo**2)
         hi = e2e + math.sqrt(dc_hi**2 + dm_hi**2)
     result = {"e2e_ms": e2e, "lo_ms": lo, "hi_ms": hi, "fw_ms": fw_ms, "bw_ms": bw_ms, "compute_ms": compute,
@@ -552,20 +650,34 @@ def predict_parallel_detail(config, batch: int, seq: int, mode: str = "train", d
               "pp_comm_ms": pp_ms}
     if graph.optimizer:
         result["opt_ms"] = opt_ms
+    if zero:
+        result["zero_gather_ms"] = gather[0]
     result = {k: float(v) for k, v in result.items()}
     result.update(gpus=int(layout["gpus"]), nodes=int(layout["nodes"]), microbatches=int(m))
-    mems = [_stage_memory(graph, r, tp, pp, m, train) for r in rows]
+    mems = [_stage_memory(graph, r, tp, pp, m, train, dp, zero) for r in rows]
     for r, mem in zip(rows, mems):
         r["mem_gb"] = mem.total
     st = pd.DataFrame([{k: v for k, v in r.items() if not k.startswith("_")} for r in rows])
     notes = [note] if note else []
     memory = max(mems, key=lambda e: e.total)
     return ParallelPrediction(result=result, prediction=res, stages=st, node=node, device=dev, layout=layout,
-                              memory=memory, notes=notes)
+                              memory=memory, notes=notes, zero=zero)
 
 
-def _stage_memory(graph: ModelGraph, row: dict, tp: int, pp: int, m: int, train: bool) -> MemoryEstimate:
+def _stage_memory(graph: ModelGraph, row: dict, tp: int, pp: int, m: int, train: bool, dp: int = 1,
+                  zero: int = 0) -> MemoryEstimate:
     """Device memory of one GPU of pipeline stage `row` (see the module docstring)."""
+    mem = _unsharded_stage_memory(graph, row, tp, pp, m, train)
+    if not zero:
+        return mem
+    units = [block_params(graph, b, pp) * graph.dtype_bytes / 1e9 for b, n in row["_mine"]]
+    return replace(mem, optimizer=mem.optimizer / dp, step_temp=mem.step_temp / dp,
+                   grads=mem.grads / dp if zero >= 2 else mem.grads,
+                   # ZeRO-3: a slice of every parameter, plus the gathered unit in use and the one prefetched
+                   weights=mem.weights / dp + 2 * max(units) if zero == 3 else mem.weights)
+
+
+def _unsharded_stage_memory(graph: ModelGraph, row: dict, tp: int, pp: int, m: int, train: bool) -> MemoryEstimate:
     if tp == pp == 1:  # one GPU's graph, as `predict-model` counts it
         return graph.memory()
     cfg, eb = graph.config, graph.dtype_bytes
@@ -607,7 +719,8 @@ def predict_parallel(config, batch: int, seq: int, mode: str = "train", device="
     `batch` is the global batch; `microbatches` defaults to the largest divisor of batch/dp that is <= pp.
     Returns the contract's {"e2e_ms", "lo_ms", "hi_ms", "fw_ms", "bw_ms"} plus compute_ms, comm_ms,
     bubble_ms, tp_comm_ms, dp_comm_ms, pp_comm_ms, gpus, nodes, microbatches (and opt_ms with an
-    optimizer). Keyword `kw`: collective_model, bucket_mb, correction, dtype, optimizer, recompute (see
+    optimizer, zero_gather_ms with ZeRO). Keyword `kw`: collective_model, bucket_mb, correction, dtype, optimizer,
+    recompute, zero (see
     `predict_parallel_detail`). See the module doc.
     """
     return predict_parallel_detail(config, batch, seq, mode, device, dp, tp, pp, microbatches, overlap, predictor,
