@@ -719,9 +719,8 @@ def predict_parallel(config, batch: int, seq: int, mode: str = "train", device="
     `batch` is the global batch; `microbatches` defaults to the largest divisor of batch/dp that is <= pp.
     Returns the contract's {"e2e_ms", "lo_ms", "hi_ms", "fw_ms", "bw_ms"} plus compute_ms, comm_ms,
     bubble_ms, tp_comm_ms, dp_comm_ms, pp_comm_ms, gpus, nodes, microbatches (and opt_ms with an
-    optimizer, zero_gather_ms with ZeRO). Keyword `kw`: collective_model, bucket_mb, correction, dtype, optimizer,
-    recompute, zero (see
-    `predict_parallel_detail`). See the module doc.
+    optimizer, zero_gather_ms with ZeRO). Keyword `kw`: collective_model, bucket_mb, correction, dtype,
+    optimizer, recompute, zero (see `predict_parallel_detail`). See the module doc.
     """
     return predict_parallel_detail(config, batch, seq, mode, device, dp, tp, pp, microbatches, overlap, predictor,
                                    **kw).to_dict()
