@@ -86,17 +86,24 @@ def checkpoint_bytes(hidden: int, batch: int, seq: int, dtype_bytes: float = 4.0
     return float(batch) * seq * hidden * dtype_bytes
 
 
+def layer_stack_bytes(family: str, hidden: int, ffn: int, heads: int, layers: int, batch: int, seq: int,
+                      dtype_bytes: float = 4.0, max_positions: int = 0, recompute: bool = False) -> tuple[float, float]:
+    """(bytes kept per micro-batch in flight, bytes kept once) by `layers` layers until their backward.
+    With `recompute` (every layer checkpointed) the layers keep only their inputs, and the one layer
+    being back-propagated holds its full saved set again; a family's mask buffers stay alive in every
+    layer (they are the modules' own buffers)."""
+    layer = layer_saved_bytes(family, hidden, ffn, heads, batch, seq, dtype_bytes, max_positions)
+    if not recompute:
+        return layers * layer, 0.0
+    mask = ACTIVATION_COEFFS[SIMILAR_FAMILY.get(family, family)].get("c_m", 0.0) * float(max_positions) ** 2
+    return layers * checkpoint_bytes(hidden, batch, seq, dtype_bytes), layer + (layers - 1) * mask
+
+
 def saved_activation_bytes(family: str, hidden: int, ffn: int, heads: int, vocab: int, layers: int, batch: int,
                            seq: int, dtype_bytes: float = 4.0, max_positions: int = 0,
                            recompute: bool = False) -> float:
-    """Bytes autograd keeps for backward in one eager training step (`dtype_bytes` scales the fp32 count).
-    With `recompute` (every layer checkpointed) the layers keep only their inputs, and the one layer
-    being back-propagated holds its full saved set again; a family's mask buffers stay alive in every layer
-    (they are the modules' own buffers)."""
-    layer = layer_saved_bytes(family, hidden, ffn, heads, batch, seq, dtype_bytes, max_positions)
-    if not recompute:
-        kept = layers * layer
-    else:
-        mask = ACTIVATION_COEFFS[SIMILAR_FAMILY.get(family, family)].get("c_m", 0.0) * float(max_positions) ** 2
-        kept = layers * (checkpoint_bytes(hidden, batch, seq, dtype_bytes) + mask) + layer - mask
-    return kept + outside_saved_bytes(family, hidden, vocab, batch, seq, dtype_bytes)
+    """Bytes autograd keeps for backward in one eager training step (`dtype_bytes` scales the fp32 count;
+    `recompute`: see `layer_stack_bytes`)."""
+    per_run, once = layer_stack_bytes(family, hidden, ffn, heads, layers, batch, seq, dtype_bytes, max_positions,
+                                      recompute)
+    return per_run + once + outside_saved_bytes(family, hidden, vocab, batch, seq, dtype_bytes)

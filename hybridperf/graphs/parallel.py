@@ -113,7 +113,7 @@ from hybridperf.devices import DeviceSpec, NodeSpec, get_device
 from hybridperf.errors import InputError
 from hybridperf.graphs.config import LLAMA_LIKE, ModelConfig, load_config
 from hybridperf.graphs.kernels import MODES, Block, ModelGraph, build_graph
-from hybridperf.graphs.memory import MemoryEstimate, checkpoint_bytes, layer_saved_bytes, outside_saved_bytes
+from hybridperf.graphs.memory import MemoryEstimate, layer_stack_bytes, outside_saved_bytes
 from hybridperf.graphs.optimizer import optimizer_state_bytes, optimizer_table, tensor_numels
 
 #: PyTorch DDP's default gradient bucket (bucket_cap_mb=25)
@@ -579,11 +579,9 @@ def predict_parallel_detail(config, batch: int, seq: int, mode: str = "train", d
         ag_bw = comm("all_gather", [u[1] / dp for u in bw_units], p_dp, g_dp)
         rs_bw = comm("reduce_scatter", [u[1] / dp for u in bw_units], p_dp, g_dp)
         fw_t, bw_t = [u[0] for u in fw_units], [u[0] for u in bw_units]
-        no_rs = np.zeros(len(bw_units))
         ex_fw = [m * _prefetched(fw_t, ag_fw[i]) for i in range(3)]
         # every micro-batch gathers the parameters again; gradients are reduce-scattered after the last
-        ex_bw = [(m - 1) * _prefetched(bw_t, ag_bw[i], no_rs) + _prefetched(bw_t, ag_bw[i], rs_bw[i])
-                 for i in range(3)]
+        ex_bw = [(m - 1) * _prefetched(bw_t, ag_bw[i]) + _prefetched(bw_t, ag_bw[i], rs_bw[i]) for i in range(3)]
         gather = ex_fw
         dp_ms, dp_lo, dp_hi = ex_bw
         r["dp_allreduce_ms"] = float(rs_bw[0].sum())
@@ -684,14 +682,8 @@ def _unsharded_stage_memory(graph: ModelGraph, row: dict, tp: int, pp: int, m: i
     weights = row["params"] * eb / 1e9
     if not train:
         return MemoryEstimate(weights, 0.0, graph.memory().activations)
-    layer = layer_saved_bytes(cfg.family, cfg.hidden, cfg.ffn // tp, cfg.heads // tp, graph.batch, graph.seq, eb,
-                              cfg.max_positions)
-    if graph.recompute:  # each micro-batch in flight keeps the layers' inputs; one layer is re-run at a time
-        once = layer
-        layer = checkpoint_bytes(cfg.hidden, graph.batch, graph.seq, eb)
-    else:
-        once = 0.0
-    per_mb = row["layers"] * layer
+    per_mb, once = layer_stack_bytes(cfg.family, cfg.hidden, cfg.ffn // tp, cfg.heads // tp, row["layers"],
+                                     graph.batch, graph.seq, eb, cfg.max_positions, graph.recompute)
     if row["last"]:  # the logits, their loss and the head's own layers
         per_mb += outside_saved_bytes(cfg.family, cfg.hidden, -(-cfg.vocab // tp), graph.batch, graph.seq, eb)
     state, temp = optimizer_state_bytes(row["params"], graph.optimizer, eb) if graph.optimizer else (0.0, 0.0)
