@@ -92,7 +92,7 @@ def predict_model_cmd(
 
 def _fill_breakdown(table, bd) -> None:
     """Columns and rows of a per-op-class breakdown (`ModelPrediction.breakdown`) in a rich table."""
-    phases = [c for c in ("fw", "rc", "bw", "acc", "opt") if c in bd.columns]
+    phases = [c for c in bd.columns if c not in ("group", "total", "share")]  # in the breakdown's order
     for col in ("op class", *(f"{p} ms" for p in phases), "total ms", "share"):
         table.add_column(col, justify="right" if col != "op class" else "left")
     for r in bd.itertuples():
