@@ -136,6 +136,17 @@ class Predictor:
         """Names of the GPUs the bundle's residual models were trained on."""
         return set(self.manifest.get("training_data", {}).get("devices", []))
 
+    def measured_on(self, device: str, op_class: str, timing: str = "call") -> bool:
+        """Whether the bundle was trained on `device`'s kernels of this op class and timing. A GPU in
+        the training set for one stratum only (Vidur's profiler-timed A100-SXM4-80GB) is still unseen
+        for the others: its call-timed fp32 kernels get no measured bias and the device-level error."""
+        if self.bundle is None:
+            return False
+        bias = self.manifest.get("device_bias")
+        if bias is None:  # a bundle from before per-stratum biases: its whole training set counts
+            return device in self.training_devices
+        return stratum_key(op_class, timing) in bias.get(device, {})
+
     def residual(self, op_class: str, X: np.ndarray, timing: str = "call") -> tuple[np.ndarray, dict]:
         """Blended log-residual for rows of one op class and timing, and the manifest entry used: the
         stratum `op_class@kernel` for profiler-timed rows when the bundle has one, else the class's."""
@@ -181,7 +192,6 @@ class Predictor:
         ood = np.zeros(len(df))
         X = kernel_features(df, terms, dev) if self.bundle else None
         adapted_here = bool(self.adaptation) and self.adaptation.get("device") == dev.name
-        unseen = self.bundle is not None and dev.name not in self.training_devices and not adapted_here
         timings = row_timing(df)
         known_bias = self.manifest.get("device_bias", {}).get(dev.name, {}) if self.bundle else {}
         for (oc, tm), idx in df.groupby([df["op_class"], timings], sort=False).indices.items():
@@ -194,6 +204,7 @@ class Predictor:
                 ood[idx] = ood_score(X[idx], spec["feature_range"])
             widen = 1.0 + iv.get("ood_beta", 0.0) * ood[idx]
             q_lo, q_hi = iv["q_lo"] * widen, iv["q_hi"] * widen
+            unseen = self.bundle is not None and not adapted_here and not self.measured_on(dev.name, oc, tm)
             shift = iv.get("device_shift_q90", 0.0) if adapted_here else Z90 * self.device_shift_sd if unseen else 0.0
             if shift > 0:
                 q_lo, q_hi = widen_in_quadrature(q_lo, q_hi, shift)

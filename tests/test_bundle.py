@@ -410,7 +410,10 @@ def test_predictor_uses_the_kernel_timing_stratum(bundle_copy):
     call = p.predict(rows, "Tesla T4", timing="call")
     kern = p.predict(rows, "Tesla T4", timing="kernel")
     np.testing.assert_allclose(kern["pred_ms"], kern["prior_ms"])  # no members: the prior alone
-    np.testing.assert_allclose(kern["hi_ms"] / kern["pred_ms"], np.exp(0.5))
+    # the T4 was trained on with call timing only: for profiler-timed rows it is an unseen GPU
+    from hybridperf.stats import Z90
+
+    np.testing.assert_allclose(kern["hi_ms"] / kern["pred_ms"], np.exp(np.hypot(0.5, Z90 * p.device_shift_sd)))
     assert not np.allclose(call["pred_ms"], call["prior_ms"])
 
 
@@ -431,6 +434,24 @@ def test_unseen_device_adds_device_shift_in_quadrature(tiny_bundle):
             widen = 1.0 + iv["ood_beta"] * g["ood"].to_numpy()
             want = np.sqrt((iv["q_hi"] * widen) ** 2 + extra ** 2) if unseen else iv["q_hi"] * widen
             np.testing.assert_allclose(np.log(g["hi_ms"] / g["pred_ms"]), want, rtol=1e-9)
+
+
+def test_a_gpu_trained_on_one_timing_only_is_unseen_for_the_other(tiny_bundle):
+    """Vidur's A100-SXM4-80GB is in the shipped training set with profiler-timed kernels only: its
+    call-timed rows must get the unseen-GPU interval (device-level error added), not a training GPU's."""
+    p = Predictor.load(tiny_bundle)
+    rows = random_shapes(np.random.default_rng(3), 20)
+    dev = "NVIDIA A100-SXM4-80GB"
+    before = p.predict(rows, dev)
+    p.bundle.manifest["training_data"]["devices"].append(dev)
+    p.bundle.manifest["device_bias"][dev] = {"linear@kernel": 0.3}
+    assert dev in p.training_devices
+    assert not p.measured_on(dev, "linear", "call") and p.measured_on(dev, "linear", "kernel")
+    after = p.predict(rows, dev)
+    np.testing.assert_allclose(after[["pred_ms", "lo_ms", "hi_ms"]], before[["pred_ms", "lo_ms", "hi_ms"]])
+    # a training GPU measured in that stratum keeps its narrower interval
+    seen = p.predict(rows, "Tesla T4")
+    assert (np.log(seen["hi_ms"] / seen["pred_ms"]) < np.log(after["hi_ms"] / after["pred_ms"]) + 1e-12).all()
 
 
 def test_manifest_strata_give_every_class_a_plain_entry():

@@ -70,7 +70,7 @@ def zero_shot_error_moment(predictor, op_class: str, device: DeviceSpec) -> floa
     from hybridperf.predictor import FALLBACK_INTERVAL
 
     iv = predictor.manifest.get("op_classes", {}).get(op_class, {}).get("interval", FALLBACK_INTERVAL)
-    unseen = predictor.bundle is not None and device.name not in predictor.training_devices
+    unseen = predictor.bundle is not None and not predictor.measured_on(device.name, op_class)
     centre, half = (iv["q_hi"] + iv["q_lo"]) / 2.0, (iv["q_hi"] - iv["q_lo"]) / 2.0
     return float(centre ** 2 + (half / Z90) ** 2 + (predictor.device_shift_sd ** 2 if unseen else 0.0))
 
