@@ -288,10 +288,17 @@ def collect(labels: pd.DataFrame, cfg_dir: Path, preds: dict, kinds: dict, lib_e
                      "meas": float(lab.e2e_ms), "measured_fw_ms": float(lab.fw_ms), "measured_bw_ms": float(lab.bw_ms),
                      "pred": tab["pred_ms"].to_numpy(), "floor": tab["floor_ms"].to_numpy(),
                      "count": tab["count"].to_numpy(np.float64), "ood": tab["ood"].to_numpy(),
-                     "fw": (tab["phase"] == "fw").to_numpy(), "group": tab["group"].to_numpy(),
+                     "fw": (tab["phase"] == "fw").to_numpy(), "group": traced_group(tab),
                      "graph_path": getattr(lab, "graph_path", None), "num_layer": int(lab.num_layer),
                      "mem_frac": graph.memory().fraction_of(dev.mem_gb)})
     return recs
+
+
+def traced_group(tab: pd.DataFrame) -> np.ndarray:
+    """Each kernel's op group as the traced graphs count it: a traced matmul node also holds the copies
+    of its operands (`graphs.kernels._attention_core`), so those count as bmm here."""
+    operand_copy = tab["name"].str.contains(r"\.[qkv]_copy$").to_numpy()
+    return np.where(operand_copy, "bmm", tab["group"].to_numpy())
 
 
 def group_table(recs, ls: LabelSet, consts: dict) -> pd.DataFrame:

@@ -76,8 +76,8 @@ def ln(name, rows, h):
     return _k(name, "ln", rows, H=h, params=2 * h)
 
 
-def misc(name, kind, nbytes):
-    return _k(name, f"misc:{kind}", nbytes=nbytes)
+def misc(name, kind, nbytes, tag=""):
+    return _k(name, f"misc:{kind}", nbytes=nbytes, tag=tag)
 
 
 def gather(name, tokens, h, table_rows):
@@ -181,6 +181,8 @@ def backward_kernels(k: dict) -> list:
         return [vec(n + ".bw", "mul", k["B"], k["H"])]
     if tag == "where":  # where(mask, grad, 0)
         return [vec(n + ".bw", "addu", k["B"], k["H"])]
+    if tag == "layout":  # the gradient is copied back into the layout the forward copied out of
+        return [misc(n + ".bw", "copy", k["nbytes"])]
     if tag == "nll":  # zero-filled (tokens, V) gradient with one scatter
         return [misc(n + ".bw", "copy", k["B"] * k["H"] * F32)]
     if op == "linear":
@@ -311,19 +313,22 @@ def fuse_pointwise(kernels: list) -> list:
 # families
 # ----------------------------------------------------------------------------------------------------
 
-def _attention_core(p, B, S, heads, hd, train, scale_op, mask_op, q_copy=False, kv_copies=0, S_kv=None,
-                    dropout=True):
-    """QK^T, scale, mask, softmax, dropout, AV, head merge: shared by every family. `kv_copies`
-    materialise K/V (.contiguous(), GQA's repeat_kv); `dropout=False` for p = 0 (no kernel)."""
+def _attention_core(p, B, S, heads, hd, train, scale_op, mask_op, S_kv=None, dropout=True):
+    """QK^T, scale, mask, softmax, dropout, AV, head merge: shared by every family.
+
+    Every family hands bmm head-split views, (B, heads, S, hd) permuted out of (B, S, h): torch.matmul
+    copies each of Q, K and V into a (B*heads, S, hd) batch before its bmm (OPT's `.contiguous()`
+    and Llama's repeat_kv make the same copies explicitly), and the merged heads are copied back.
+    These four `layout` copies each cost one more copy in the backward (the gradient is laid out
+    back). Checked per layer with TorchDispatchMode on HF eager BERT, GPT-2, GPT-Neo, OPT and Llama
+    (transformers 5.23): four clones in the forward, four in the backward (GPT-2 concatenates two
+    of them). `dropout=False` for p = 0 (no kernel)."""
     S_kv = S if S_kv is None else S_kv
     bh = B * heads
     tok = B * S
-    ks = []
-    for i in range(kv_copies):
-        ks.append(misc(f"{p}.kv_copy{i}", "copy", 2 * B * S_kv * heads * hd * F32))
-    if q_copy:
-        ks.append(misc(f"{p}.q_copy", "copy", 2 * tok * heads * hd * F32))
-    ks.append(bmm(f"{p}.qk", bh, S, hd, S_kv))
+    ks = [misc(f"{p}.q_copy", "copy", 2 * tok * heads * hd * F32, tag="layout"),
+          misc(f"{p}.k_copy", "copy", 2 * B * S_kv * heads * hd * F32, tag="layout"),
+          bmm(f"{p}.qk", bh, S, hd, S_kv)]
     if scale_op:
         ks.append(vec(f"{p}.scale", scale_op, bh * S, S_kv))
     for i, op in enumerate(mask_op):  # (op, tag): tag 'where' has a backward kernel, a mask add none
@@ -332,8 +337,9 @@ def _attention_core(p, B, S, heads, hd, train, scale_op, mask_op, q_copy=False, 
     ks.append(vec(f"{p}.softmax", "softmax", bh * S, S_kv))
     if train and dropout:
         ks.append(vec(f"{p}.attn_dropout", "mul", bh * S, S_kv, tag="dropout"))
+    ks.append(misc(f"{p}.v_copy", "copy", 2 * B * S_kv * heads * hd * F32, tag="layout"))
     ks.append(bmm(f"{p}.av", bh, S, S_kv, hd))
-    ks.append(misc(f"{p}.merge_heads", "copy", 2 * tok * heads * hd * F32))
+    ks.append(misc(f"{p}.merge_heads", "copy", 2 * tok * heads * hd * F32, tag="layout"))
     return ks
 
 
@@ -417,9 +423,7 @@ def _opt(cfg: ModelConfig, B, S, train) -> list:
             vec("embed_add", "add", tok, h, tag="residual")]
     L = [ln("self_attn_ln", tok, h), linear("q_proj", tok, h, h), vec("q_scale", "mulu", tok, h),
          linear("k_proj", tok, h, h), linear("v_proj", tok, h, h)]
-    # k, v and q are each made contiguous after the head transpose (_shape(...).contiguous())
-    L += _attention_core("attn", B, S, cfg.heads, cfg.head_dim, train, scale_op=None, mask_op=("add", ("addu", "where")),
-                         q_copy=True, kv_copies=2)
+    L += _attention_core("attn", B, S, cfg.heads, cfg.head_dim, train, scale_op=None, mask_op=("add", ("addu", "where")))
     L += [linear("out_proj", tok, h, h), *_dropout("attn_dropout_out", tok, h, train),
           vec("resid_add1", "add", tok, h, tag="residual"), ln("final_ln", tok, h), linear("fc1", tok, h, f),
           *_activation("mlp", cfg.activation, tok, f), linear("fc2", tok, f, h),
@@ -535,7 +539,7 @@ def _llama(cfg: ModelConfig, B, S, train) -> list:
          linear("k_proj", tok, h, kv_w, bias=qkv_bias), linear("v_proj", tok, h, kv_w, bias=qkv_bias),
          *_rope("q_rope", tok, q_w), *_rope("k_rope", tok, kv_w)]
     L += _attention_core("attn", B, S, cfg.heads, cfg.head_dim, train, scale_op="mulu", mask_op=("addu",),
-                         kv_copies=2 if cfg.num_kv_heads < cfg.heads else 0, dropout=False)
+                         dropout=False)
     L += [linear("o_proj", tok, q_w, h, bias=False), vec("resid_add1", "add", tok, h, tag="residual"),
           *_rms_norm("post_norm", tok, h), linear("gate_proj", tok, h, f, bias=mlp_bias),
           linear("up_proj", tok, h, f, bias=mlp_bias), *_activation("mlp", cfg.activation, tok, f),
