@@ -296,9 +296,9 @@ reduce-scatters and all-gathers that brings). Analytic, not validated against me
   from NCCL kernels, and no NVLink contention between TP and DP traffic.
 - DP overlap assumes that gradients become ready uniformly within each layer's backward and that NCCL runs one
   bucket at a time. Megatron's contiguous-buffer bucketing (40M parameters) differs in detail.
-- Pipeline send/recv is treated as blocking (not overlapped). Interleaved schedules, sequence parallelism,
-  activation recomputation and ZeRO sharding of the optimizer state are not modelled. The main table has no
-  optimizer step (as NeuSight's labels); the Adam table adds one, unvalidated.
+- Pipeline send/recv is treated as blocking (not overlapped). Interleaved schedules, sequence parallelism and
+  selective recomputation are not modelled. The main table has no optimizer step (as NeuSight's labels); the
+  Adam table adds one, and the last table full recomputation and ZeRO: all unvalidated.
 - The 3-12 GB gradient all-reduces are far larger than any size in the collectives' training data (max ~0.5 GB),
   so their intervals are widened as out of range.
 """
