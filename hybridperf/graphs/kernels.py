@@ -28,6 +28,9 @@ Mappings onto the vocabulary (each is a documented approximation):
     backward of softmax / LayerNorm over H           -> softmax / ln over 2H (~2x the bytes)
     backward of a GEMM                               -> two GEMMs of the same FLOPs (dX and dW)
     gradient accumulation of a parameter             -> add over the parameter's elements
+    a tensor read by n ops of the forward            -> n - 1 adds of its gradient in the backward
+    (autograd sums the gradients of every reader: `grad_sums`, e.g. a BERT layer's input feeds q, k,
+    v and the residual add; counted per family with TorchDispatchMode on HF eager layers)
 
 A model is a list of `Block`s (embeddings, repeated layer types, head), each a forward kernel list
 with a repeat `count`; pipeline or tensor parallel variants can partition or rescale blocks.
@@ -115,10 +118,11 @@ class ModelGraph:
         forward, re-run in the backward), with its repeat `count`."""
         rows = []
         for blk in self.blocks:
-            for k in blk.kernels:
+            forward = [k for k in blk.kernels if k["tag"] != "grad_sum"]
+            for k in forward:
                 rows.append({**k, "block": blk.name, "phase": "fw", "count": blk.count})
             if self.mode == "train" and self.recompute and blk.kind == "layer":
-                for k in blk.kernels:
+                for k in forward:
                     rows.append({**k, "block": blk.name, "phase": "rc", "count": blk.count})
             if self.mode == "train":
                 for k in blk.kernels:
@@ -181,6 +185,8 @@ def backward_kernels(k: dict) -> list:
         return [vec(n + ".bw", "mul", k["B"], k["H"])]
     if tag == "where":  # where(mask, grad, 0)
         return [vec(n + ".bw", "addu", k["B"], k["H"])]
+    if tag == "grad_sum":  # a backward-only add (`grad_sums`)
+        return [vec(n, "add", k["B"], k["H"])]
     if tag == "layout":  # the gradient is copied back into the layout the forward copied out of
         return [misc(n + ".bw", "copy", k["nbytes"])]
     if tag == "nll":  # zero-filled (tokens, V) gradient with one scatter
@@ -343,12 +349,13 @@ def _attention_core(p, B, S, heads, hd, train, scale_op, mask_op, S_kv=None, dro
     return ks
 
 
-def _activation(p, act, tok, f):
+def _activation(p, act, tok, f, train=False):
     act = act.lower()
     if act in ("gelu_new", "gelu_pytorch_tanh_eager", "gelu_fast"):
         # NewGELUActivation in eager: 0.5*x*(1+tanh(c*(x+0.044715*x^3))) = 8 kernels
         return [vec(f"{p}.gelu_{i}", op, tok, f, tag="internal" if op in BINARY_POINTWISE else "")
-                for i, op in enumerate(("mulu", "powu", "mulu", "add", "mulu", "tanh", "addu", "mul"))]
+                for i, op in enumerate(("mulu", "powu", "mulu", "add", "mulu", "tanh", "addu", "mul"))] \
+            + grad_sums(f"{p}.gelu_x", tok, f, 3, train)  # x: 0.5 * x, x ** 3 and x + 0.044715 * x ** 3
     if act in ("relu",):
         return [vec(f"{p}.relu", "relu", tok, f)]
     if act in ("gelu", "gelu_python", "gelu_pytorch_tanh", "silu", "swish"):
@@ -360,22 +367,29 @@ def _dropout(p, tok, h, train):
     return [vec(p, "mul", tok, h, tag="dropout")] if train else []
 
 
+def grad_sums(p, rows, h, readers, train):
+    """The backward's sums of the gradients of a (rows, h) tensor that `readers` forward ops read:
+    `readers - 1` adds, launched in the backward only (no forward kernel)."""
+    return [_k(f"{p}.grad_sum{i}", "add", rows, H=h, tag="grad_sum") for i in range(readers - 1)] if train else []
+
+
 def _gpt2(cfg: ModelConfig, B, S, train) -> list:
     h, f, V, tok = cfg.hidden, cfg.ffn, cfg.vocab, B * S
     neo = cfg.family == "gpt_neo"
     pre = [misc("arange", "mask", S * 8), gather("wte", tok, h, V), gather("wpe", S, h, max(cfg.max_positions, S)),
            vec("embed_add", "add", tok, h, tag="residual"), *_dropout("embed_dropout", tok, h, train)]
-    L = [ln("ln_1", tok, h)]
+    L = [*grad_sums("resid_in", tok, h, 2, train), ln("ln_1", tok, h)]
     if neo:
-        L += [linear("q_proj", tok, h, h, bias=False), linear("k_proj", tok, h, h, bias=False),
-              linear("v_proj", tok, h, h, bias=False)]
+        L += [*grad_sums("ln_1_out", tok, h, 3, train), linear("q_proj", tok, h, h, bias=False),
+              linear("k_proj", tok, h, h, bias=False), linear("v_proj", tok, h, h, bias=False)]
     else:
         L += [linear("c_attn", tok, h, 3 * h)]
     L += _attention_core("attn", B, S, cfg.heads, cfg.head_dim, train,
                          scale_op=None if neo else "divu", mask_op=(("addu", "where"),))
     L += [linear("attn_proj", tok, h, h), *_dropout("resid_dropout", tok, h, train),
-          vec("resid_add1", "add", tok, h, tag="residual"), ln("ln_2", tok, h), linear("c_fc", tok, h, f),
-          *_activation("mlp", cfg.activation, tok, f), linear("mlp_proj", tok, f, h),
+          vec("resid_add1", "add", tok, h, tag="residual"), *grad_sums("resid_mid", tok, h, 2, train),
+          ln("ln_2", tok, h), linear("c_fc", tok, h, f),
+          *_activation("mlp", cfg.activation, tok, f, train), linear("mlp_proj", tok, f, h),
           *_dropout("mlp_dropout", tok, h, train), vec("resid_add2", "add", tok, h, tag="residual")]
     post = [ln("ln_f", tok, h), linear("lm_head", tok, h, V, bias=False)]
     return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
@@ -398,15 +412,17 @@ def _bert(cfg: ModelConfig, B, S, train) -> list:
            gather("token_type_embeddings", tok, h, tt), vec("embed_add1", "add", tok, h),
            gather("position_embeddings", S, h, max(cfg.max_positions, S)), vec("embed_add2", "add", tok, h),
            ln("embed_ln", tok, h), *_dropout("embed_dropout", tok, h, train)]
-    L = [linear("query", tok, h, h), linear("key", tok, h, h), linear("value", tok, h, h)]
+    L = [*grad_sums("layer_in", tok, h, 4, train), linear("query", tok, h, h), linear("key", tok, h, h),
+         linear("value", tok, h, h)]
     L += _attention_core("attn", B, S, cfg.heads, cfg.head_dim, train, scale_op="divu", mask_op=("addu",))
     L += [linear("attn_out", tok, h, h), *_dropout("attn_out_dropout", tok, h, train), vec("resid_add1", "add", tok, h),
-          ln("attn_ln", tok, h), linear("intermediate", tok, h, f), *_activation("mlp", cfg.activation, tok, f),
+          ln("attn_ln", tok, h), *grad_sums("attn_ln_out", tok, h, 2, train), linear("intermediate", tok, h, f),
+          *_activation("mlp", cfg.activation, tok, f, train),
           linear("output", tok, f, h), *_dropout("out_dropout", tok, h, train), vec("resid_add2", "add", tok, h),
           ln("out_ln", tok, h)]
     post = [linear("pooler", B, h, h), vec("pooler_tanh", "tanh", B, h)]
     if train:  # BertForPreTraining: MLM transform + decoder over the vocabulary, NSP head
-        post += [linear("transform", tok, h, h), *_activation("transform", cfg.activation, tok, h),
+        post += [linear("transform", tok, h, h), *_activation("transform", cfg.activation, tok, h, train),
                  ln("transform_ln", tok, h), linear("decoder", tok, h, V), linear("seq_relationship", B, h, 2)]
     else:  # BertForSequenceClassification: the pooled token through the classifier
         post += [linear("classifier", B, h, _num_labels(cfg))]
@@ -421,29 +437,32 @@ def _opt(cfg: ModelConfig, B, S, train) -> list:
     pre += [misc(f"positions_{i}", "mask", 2 * B * S * 8) for i in range(6)]  # ones, long, cumsum, mul, sub, add
     pre += [gather("embed_positions", tok, h, max(cfg.max_positions, S) + 2),
             vec("embed_add", "add", tok, h, tag="residual")]
-    L = [ln("self_attn_ln", tok, h), linear("q_proj", tok, h, h), vec("q_scale", "mulu", tok, h),
+    L = [*grad_sums("resid_in", tok, h, 2, train), ln("self_attn_ln", tok, h),
+         *grad_sums("self_attn_ln_out", tok, h, 3, train), linear("q_proj", tok, h, h), vec("q_scale", "mulu", tok, h),
          linear("k_proj", tok, h, h), linear("v_proj", tok, h, h)]
     L += _attention_core("attn", B, S, cfg.heads, cfg.head_dim, train, scale_op=None, mask_op=("add", ("addu", "where")))
     L += [linear("out_proj", tok, h, h), *_dropout("attn_dropout_out", tok, h, train),
-          vec("resid_add1", "add", tok, h, tag="residual"), ln("final_ln", tok, h), linear("fc1", tok, h, f),
-          *_activation("mlp", cfg.activation, tok, f), linear("fc2", tok, f, h),
+          vec("resid_add1", "add", tok, h, tag="residual"), *grad_sums("resid_mid", tok, h, 2, train),
+          ln("final_ln", tok, h), linear("fc1", tok, h, f),
+          *_activation("mlp", cfg.activation, tok, f, train), linear("fc2", tok, f, h),
           *_dropout("mlp_dropout", tok, h, train), vec("resid_add2", "add", tok, h, tag="residual")]
     post = [ln("final_layer_norm", tok, h), linear("lm_head", tok, h, V, bias=False)]
     return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
 
 
-def _rms_norm(p, tok, h):
+def _rms_norm(p, tok, h, train=False):
     """RMSNorm in eager PyTorch (SwitchTransformersLayerNorm, LlamaRMSNorm): pow, mean, +eps, rsqrt,
-    x*r, w*x."""
-    return [vec(f"{p}.pow", "powu", tok, h), misc(f"{p}.mean", "reduce", tok * h * F32),
+    x*r, w*x (x is read twice)."""
+    return [*grad_sums(f"{p}.x", tok, h, 2, train), vec(f"{p}.pow", "powu", tok, h), misc(f"{p}.mean", "reduce", tok * h * F32),
             misc(f"{p}.eps", "mask", 2 * tok * F32), misc(f"{p}.rsqrt", "mask", 2 * tok * F32),
             vec(f"{p}.mul", "mul", tok, h, tag="broadcast"), _k(f"{p}.weight", "mul", tok, H=h, params=h, tag="broadcast")]
 
 
 def _switch_ff(p, cfg, tok, train):
     h, f = cfg.hidden, cfg.ffn
-    return [*_rms_norm(f"{p}.norm", tok, h), linear(f"{p}.wi", tok, h, f, bias=False),
-            *_activation(p, cfg.activation, tok, f), *_dropout(f"{p}.drop_act", tok, f, train),
+    return [*grad_sums(f"{p}.resid_in", tok, h, 2, train), *_rms_norm(f"{p}.norm", tok, h, train),
+            linear(f"{p}.wi", tok, h, f, bias=False),
+            *_activation(p, cfg.activation, tok, f, train), *_dropout(f"{p}.drop_act", tok, f, train),
             linear(f"{p}.wo", tok, f, h, bias=False), *_dropout(f"{p}.dropout", tok, h, train),
             vec(f"{p}.resid_add", "add", tok, h, tag="residual")]
 
@@ -453,7 +472,9 @@ def _switch_moe(p, cfg, B, S, train):
     # top-1 routing with a per-sequence capacity: each expert takes at most `expert_capacity` tokens of
     # every sequence (HF's cumsum over the sequence), so ~B * min(capacity, S/E) tokens per expert
     per_expert = B * min(cfg.expert_capacity, max(1, -(-S // E)))
-    ks = [*_rms_norm(f"{p}.norm", tok, h), linear(f"{p}.router", tok, h, E, bias=False),
+    # the normed tokens are read by the router and by every expert's gather
+    ks = [*grad_sums(f"{p}.resid_in", tok, h, 2, train), *_rms_norm(f"{p}.norm", tok, h, train),
+          *grad_sums(f"{p}.norm_out", tok, h, E + 1, train), linear(f"{p}.router", tok, h, E, bias=False),
           vec(f"{p}.router_softmax", "softmax", tok, E)]
     if train:
         ks.append(misc(f"{p}.jitter", "route", 3 * tok * h * F32))
@@ -461,7 +482,7 @@ def _switch_moe(p, cfg, B, S, train):
     ks.append(misc(f"{p}.clone", "copy", 2 * tok * h * F32))
     for e in range(E):
         ks += [misc(f"{p}.e{e}.gather", "index", (2 * per_expert * h + tok) * F32),
-               linear(f"{p}.e{e}.wi", per_expert, h, f, bias=False), *_activation(f"{p}.e{e}", cfg.activation, per_expert, f),
+               linear(f"{p}.e{e}.wi", per_expert, h, f, bias=False), *_activation(f"{p}.e{e}", cfg.activation, per_expert, f, train),
                *_dropout(f"{p}.e{e}.drop_act", per_expert, f, train),
                linear(f"{p}.e{e}.wo", per_expert, f, h, bias=False),
                misc(f"{p}.e{e}.scatter", "index", (2 * per_expert * h + tok) * F32)]
@@ -473,7 +494,11 @@ def _switch_moe(p, cfg, B, S, train):
 def _switch_attn(p, cfg, B, S, train, S_kv=None, kv_tok=None):
     h, tok, ad = cfg.hidden, B * S, cfg.attn_dim
     kv_tok = tok if kv_tok is None else kv_tok
-    ks = [*_rms_norm(f"{p}.norm", tok, h), linear(f"{p}.q", tok, h, ad, bias=False),
+    # self-attention reads the normed tokens three times; cross-attention reads the encoder output
+    # twice (k, v) in every decoder layer
+    readers = (f"{p}.enc_out", kv_tok, 3) if p == "cross_attn" else (f"{p}.norm_out", tok, 3)
+    ks = [*grad_sums(f"{p}.resid_in", tok, h, 2, train), *_rms_norm(f"{p}.norm", tok, h, train),
+          *grad_sums(readers[0], readers[1], h, readers[2], train), linear(f"{p}.q", tok, h, ad, bias=False),
           linear(f"{p}.k", kv_tok, h, ad, bias=False), linear(f"{p}.v", kv_tok, h, ad, bias=False)]
     ks += _attention_core(p, B, S, cfg.heads, cfg.head_dim, train, scale_op=None, mask_op=("addu",), S_kv=S_kv)
     ks += [linear(f"{p}.o", tok, ad, h, bias=False), *_dropout(f"{p}.dropout", tok, h, train),
@@ -505,14 +530,14 @@ def _switch(cfg: ModelConfig, B, S, train) -> list:
         blocks.append(Block("encoder_dense", e_dense, enc_attn + _switch_ff("ff", cfg, tok, train)))
     if e_sparse:
         blocks.append(Block("encoder_sparse", e_sparse, enc_attn + _switch_moe("moe", cfg, B, S, train)))
-    blocks.append(Block("encoder_final", 1, [*_rms_norm("enc_final_norm", tok, h),
+    blocks.append(Block("encoder_final", 1, [*_rms_norm("enc_final_norm", tok, h, train),
                                              *_dropout("enc_final_dropout", tok, h, train)], "post"))
     blocks.append(Block("decoder_embeddings", 1, dec_pre, "pre"))
     if d_dense:
         blocks.append(Block("decoder_dense", d_dense, dec_attn + _switch_ff("ff", cfg, tok, train)))
     if d_sparse:
         blocks.append(Block("decoder_sparse", d_sparse, dec_attn + _switch_moe("moe", cfg, B, S, train)))
-    blocks.append(Block("head", 1, [*_rms_norm("dec_final_norm", tok, h), *_dropout("dec_final_dropout", tok, h, train),
+    blocks.append(Block("head", 1, [*_rms_norm("dec_final_norm", tok, h, train), *_dropout("dec_final_dropout", tok, h, train),
                                     vec("tied_scale", "mulu", tok, h), linear("lm_head", tok, h, V, bias=False)], "post"))
     return blocks
 
@@ -535,17 +560,21 @@ def _llama(cfg: ModelConfig, B, S, train) -> list:
     pre = [gather("embed_tokens", tok, h, V), *[misc(f"causal_{i}", "mask", 2 * S * S * F32) for i in range(4)],
            misc("causal_clone", "copy", 2 * B * S * S * F32),
            *[misc(f"rotary_{i}", "mask", 2 * tok * cfg.head_dim * F32) for i in range(4)]]  # freqs, cat, cos, sin
-    L = [*_rms_norm("input_norm", tok, h), linear("q_proj", tok, h, q_w, bias=qkv_bias),
+    L = [*grad_sums("resid_in", tok, h, 2, train), *_rms_norm("input_norm", tok, h, train),
+         *grad_sums("input_norm_out", tok, h, 3, train), linear("q_proj", tok, h, q_w, bias=qkv_bias),
          linear("k_proj", tok, h, kv_w, bias=qkv_bias), linear("v_proj", tok, h, kv_w, bias=qkv_bias),
-         *_rope("q_rope", tok, q_w), *_rope("k_rope", tok, kv_w)]
+         # RoPE reads x three times: x * cos, and its two halves in rotate_half
+         *_rope("q_rope", tok, q_w), *grad_sums("q_rope_x", tok, q_w, 3, train),
+         *_rope("k_rope", tok, kv_w), *grad_sums("k_rope_x", tok, kv_w, 3, train)]
     L += _attention_core("attn", B, S, cfg.heads, cfg.head_dim, train, scale_op="mulu", mask_op=("addu",),
                          dropout=False)
     L += [linear("o_proj", tok, q_w, h, bias=False), vec("resid_add1", "add", tok, h, tag="residual"),
-          *_rms_norm("post_norm", tok, h), linear("gate_proj", tok, h, f, bias=mlp_bias),
-          linear("up_proj", tok, h, f, bias=mlp_bias), *_activation("mlp", cfg.activation, tok, f),
+          *grad_sums("resid_mid", tok, h, 2, train), *_rms_norm("post_norm", tok, h, train),
+          *grad_sums("post_norm_out", tok, h, 2, train), linear("gate_proj", tok, h, f, bias=mlp_bias),
+          linear("up_proj", tok, h, f, bias=mlp_bias), *_activation("mlp", cfg.activation, tok, f, train),
           vec("mlp.gate_mul", "mul", tok, f), linear("down_proj", tok, f, h, bias=mlp_bias),
           vec("resid_add2", "add", tok, h, tag="residual")]
-    post = [*_rms_norm("final_norm", tok, h), linear("lm_head", tok, h, V, bias=False)]
+    post = [*_rms_norm("final_norm", tok, h, train), linear("lm_head", tok, h, V, bias=False)]
     return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
 
 
