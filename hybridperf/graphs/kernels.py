@@ -438,8 +438,8 @@ def _opt(cfg: ModelConfig, B, S, train) -> list:
     pre += [gather("embed_positions", tok, h, max(cfg.max_positions, S) + 2),
             vec("embed_add", "add", tok, h, tag="residual")]
     L = [*grad_sums("resid_in", tok, h, 2, train), ln("self_attn_ln", tok, h),
-         *grad_sums("self_attn_ln_out", tok, h, 3, train), linear("q_proj", tok, h, h), vec("q_scale", "mulu", tok, h),
-         linear("k_proj", tok, h, h), linear("v_proj", tok, h, h)]
+         *grad_sums("self_attn_ln_out", tok, h, 3, train), linear("q_proj", tok, h, h),
+         vec("q_scale", "mulu", tok, h), linear("k_proj", tok, h, h), linear("v_proj", tok, h, h)]
     L += _attention_core("attn", B, S, cfg.heads, cfg.head_dim, train, scale_op=None, mask_op=("add", ("addu", "where")))
     L += [linear("out_proj", tok, h, h), *_dropout("attn_dropout_out", tok, h, train),
           vec("resid_add1", "add", tok, h, tag="residual"), *grad_sums("resid_mid", tok, h, 2, train),
@@ -453,7 +453,8 @@ def _opt(cfg: ModelConfig, B, S, train) -> list:
 def _rms_norm(p, tok, h, train=False):
     """RMSNorm in eager PyTorch (SwitchTransformersLayerNorm, LlamaRMSNorm): pow, mean, +eps, rsqrt,
     x*r, w*x (x is read twice)."""
-    return [*grad_sums(f"{p}.x", tok, h, 2, train), vec(f"{p}.pow", "powu", tok, h), misc(f"{p}.mean", "reduce", tok * h * F32),
+    return [*grad_sums(f"{p}.x", tok, h, 2, train), vec(f"{p}.pow", "powu", tok, h),
+            misc(f"{p}.mean", "reduce", tok * h * F32),
             misc(f"{p}.eps", "mask", 2 * tok * F32), misc(f"{p}.rsqrt", "mask", 2 * tok * F32),
             vec(f"{p}.mul", "mul", tok, h, tag="broadcast"), _k(f"{p}.weight", "mul", tok, H=h, params=h, tag="broadcast")]
 
@@ -496,9 +497,10 @@ def _switch_attn(p, cfg, B, S, train, S_kv=None, kv_tok=None):
     kv_tok = tok if kv_tok is None else kv_tok
     # self-attention reads the normed tokens three times; cross-attention reads the encoder output
     # twice (k, v) in every decoder layer
-    readers = (f"{p}.enc_out", kv_tok, 3) if p == "cross_attn" else (f"{p}.norm_out", tok, 3)
-    ks = [*grad_sums(f"{p}.resid_in", tok, h, 2, train), *_rms_norm(f"{p}.norm", tok, h, train),
-          *grad_sums(readers[0], readers[1], h, readers[2], train), linear(f"{p}.q", tok, h, ad, bias=False),
+    reads = grad_sums(f"{p}.enc_out", kv_tok, h, 3, train) if p == "cross_attn" \
+        else grad_sums(f"{p}.norm_out", tok, h, 3, train)
+    ks = [*grad_sums(f"{p}.resid_in", tok, h, 2, train), *_rms_norm(f"{p}.norm", tok, h, train), *reads,
+          linear(f"{p}.q", tok, h, ad, bias=False),
           linear(f"{p}.k", kv_tok, h, ad, bias=False), linear(f"{p}.v", kv_tok, h, ad, bias=False)]
     ks += _attention_core(p, B, S, cfg.heads, cfg.head_dim, train, scale_op=None, mask_op=("addu",), S_kv=S_kv)
     ks += [linear(f"{p}.o", tok, ad, h, bias=False), *_dropout(f"{p}.dropout", tok, h, train),
