@@ -5,7 +5,7 @@ run). It measures, with the project's own collector (`hybridperf.datasets.collec
 mean of the fastest 5 of 25 calls, TF32 off), and compares each measurement with the zero-shot
 prediction of the shipped bundle for this GPU:
 
-1. `kernels.csv`: a NeuSight-style fp32 grid of every op class (bmm as in attention, linear as in
+1. `kernels.csv`: a NeuSight-style fp32 grid, and the same grid in fp16, of every op class (bmm as in attention, linear as in
    transformer layers, ten elementwise ops, softmax and LayerNorm rows of 512-16k elements), at sizes
    whose working sets exceed any L2, like NeuSight's test tables.
 2. `gemm.csv`: square torch.mm GEMMs in fp32, fp16 and bf16 (the public-GEMM check of
@@ -13,10 +13,12 @@ prediction of the shipped bundle for this GPU:
 3. `burst.csv`: one compute-bound fp32 GEMM timed NeuSight's way right after the GPU idled, and again
    after `--sustain` seconds of back-to-back calls. It shows whether this board runs short kernels
    faster than its sustained power cap allows (RESULTS.md section 1: the L4 does, the T4 does not).
-4. `models.csv`: GPT-2-Large and BERT-Large (Hugging Face `transformers`, random weights, fp32, eager
-   attention), inference and training, timed end to end like NeuSight's labels (CUDA events around one
-   forward, or forward + cross-entropy + backward; mean of the fastest 5 of 10 after 3 warm-ups), against
-   `predict_model`. Skipped without `transformers` or without a GPU.
+4. `models.csv`: GPT-2-Large and BERT-Large (Hugging Face `transformers`, random weights, eager
+   attention), inference and training in fp32 at several batches, timed end to end like NeuSight's labels
+   (CUDA events around one forward, or forward + cross-entropy + backward; mean of the fastest 5 of 10
+   after 3 warm-ups), against `predict_model`; then what no label covers: activation checkpointing,
+   bf16/fp16 models and a 4-layer Llama-3-8B. Each row also has the peak allocated memory against
+   `ModelGraph.memory()`. Skipped without `transformers`.
 5. `optimizer.csv`: one `torch.optim` step (SGD, SGD with momentum, Adam, AdamW, fused Adam) over
    tensors with GPT-2-Large's parameter sizes (fp32, gradients set), mean of the fastest 5 of 10
    steps after 2 warm-ups, against `predict_model(..., optimizer=...)["opt_ms"]`. Needs no `transformers`.
@@ -51,11 +53,24 @@ from hybridperf.datasets.schema import canonicalize  # noqa: E402
 from hybridperf.predictor import Predictor  # noqa: E402
 
 ELEMENTWISE = ("add", "mul", "div", "pow", "addu", "mulu", "divu", "relu", "gelu", "tanh")
-MODELS = [  # (config, family, batch, seq, mode)
-    ("gpt2_large.json", "gpt2", 4, 1024, "inf"),
-    ("gpt2_large.json", "gpt2", 1, 1024, "train"),
-    ("bert_large.json", "bert", 8, 512, "inf"),
-    ("bert_large.json", "bert", 2, 512, "train"),
+MODELS = [  # (config, family, batch, seq, mode, dtype, recompute, layers: None = the config's)
+    ("gpt2_large.json", "gpt2", 4, 1024, "inf", "fp32", False, None),
+    ("gpt2_large.json", "gpt2", 1, 1024, "train", "fp32", False, None),
+    ("bert_large.json", "bert", 8, 512, "inf", "fp32", False, None),
+    ("bert_large.json", "bert", 2, 512, "train", "fp32", False, None),
+    # a batch sweep on one model: is the error flat in batch, as the labels' is?
+    ("gpt2_large.json", "gpt2", 1, 1024, "inf", "fp32", False, None),
+    ("gpt2_large.json", "gpt2", 16, 1024, "inf", "fp32", False, None),
+    ("bert_large.json", "bert", 32, 512, "inf", "fp32", False, None),
+    ("bert_large.json", "bert", 8, 512, "train", "fp32", False, None),
+    # not in NeuSight's labels, so never checked before: activation checkpointing, half precision, Llama
+    ("gpt2_large.json", "gpt2", 4, 1024, "train", "fp32", True, None),
+    ("bert_large.json", "bert", 8, 512, "train", "fp32", True, None),
+    ("gpt2_large.json", "gpt2", 4, 1024, "inf", "bf16", False, None),
+    ("gpt2_large.json", "gpt2", 4, 1024, "train", "bf16", False, None),
+    ("bert_large.json", "bert", 8, 512, "inf", "fp16", False, None),
+    ("llama3_8b.json", "llama", 4, 2048, "inf", "bf16", False, 4),
+    ("llama3_8b.json", "llama", 1, 2048, "train", "bf16", False, 4),
 ]
 
 
@@ -102,8 +117,11 @@ def _measured_vs_predicted(pred: Predictor, target: str, shapes: pd.DataFrame, d
 
 
 def check_kernels(pred: Predictor, target: str, device: str, quick: bool) -> pd.DataFrame:
-    """Collect the grid, predict it for `target`; one row per kernel with measured and predicted ms."""
-    return _measured_vs_predicted(pred, target, _shapes(kernel_grid(quick)), device)
+    """Collect the grid in fp32 (NeuSight's tables) and fp16 (Vidur's dtype; on a GPU only), predict it for
+    `target`; one row per kernel with measured and predicted ms."""
+    dtypes = ("float32", "float16") if device.startswith("cuda") else ("float32",)
+    return pd.concat([_measured_vs_predicted(pred, target, _shapes(kernel_grid(quick)), device, dtype=d)
+                      for d in dtypes], ignore_index=True)
 
 
 def check_square_gemms(pred: Predictor, target: str, device: str, quick: bool) -> pd.DataFrame:
@@ -166,19 +184,25 @@ def check_burst(torch, device: str, quick: bool, sustain_s: float) -> pd.DataFra
     return pd.DataFrame(rows)
 
 
-def _hf_model(family: str, cfg: dict, mode: str, torch, device: str):
+TORCH_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+
+
+def _hf_model(family: str, cfg: dict, mode: str, dtype: str, recompute: bool, torch, device: str):
     import transformers as tf
 
     if family == "gpt2":
-        conf = tf.GPT2Config(**cfg)
-        cls = tf.GPT2LMHeadModel
+        conf, cls = tf.GPT2Config(**cfg), tf.GPT2LMHeadModel
+    elif family == "llama":
+        conf, cls = tf.LlamaConfig(**cfg), tf.LlamaForCausalLM
     else:
         conf = tf.BertConfig(**cfg)
         # NeuSight's BERT inference is a sequence classifier; its training runs pre-training heads
         cls = tf.BertForSequenceClassification if mode == "inf" else tf.BertForPreTraining
     conf._attn_implementation = "eager"
     with torch.device(device):
-        model = cls(conf)
+        model = cls(conf).to(getattr(torch, TORCH_DTYPES[dtype]))
+    if recompute:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return model
 
 
@@ -205,26 +229,43 @@ def time_model(torch, model, family: str, batch: int, seq: int, mode: str, devic
 
 TINY = {"gpt2": {"n_embd": 64, "n_layer": 2, "n_head": 2, "vocab_size": 1000, "bos_token_id": 0, "eos_token_id": 0},
         "bert": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 256,
-                 "vocab_size": 1000}}
+                 "vocab_size": 1000},
+        "llama": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                  "intermediate_size": 128, "vocab_size": 1000}}
+LAYER_KEY = {"gpt2": "n_layer", "bert": "num_hidden_layers", "llama": "num_hidden_layers"}
 
 
-def check_models(torch, target: str, device: str, quick: bool) -> pd.DataFrame:
-    """Time each of MODELS end to end and predict it for `target` (`quick`: two-layer toy widths)."""
-    from hybridperf.graphs import predict_model
+def check_models(torch, target: str, device: str, quick: bool, partial: Path | None = None) -> pd.DataFrame:
+    """Time each of MODELS end to end and predict it for `target` (`quick`: two-layer toy widths, fp32
+    only on a CPU). Also the peak memory the run allocated against `ModelGraph.memory()`. `partial`: a
+    CSV rewritten after every model, so that a run cut short keeps what it measured."""
+    from hybridperf.graphs import predict_model_detail
 
+    cuda = device.startswith("cuda")
     rows = []
-    for cfg_name, family, batch, seq, mode in MODELS:
+    for cfg_name, family, batch, seq, mode, dtype, recompute, layers in MODELS:
         cfg = json.loads((REPO / "examples" / "configs" / cfg_name).read_text())
+        if layers is not None:
+            cfg[LAYER_KEY[family]] = layers
         if quick:
             cfg, batch, seq = {**cfg, **TINY[family]}, 1, 64
-        model = _hf_model(family, cfg, mode, torch, device)
+            if not cuda and dtype != "fp32":
+                continue
+        model = _hf_model(family, cfg, mode, dtype, recompute, torch, device)
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
         ms = time_model(torch, model, family, batch, seq, mode, device)
-        p = predict_model(cfg, batch, seq, mode, target)
-        rows.append({"model": cfg_name.removesuffix(".json"), "batch": batch, "seq": seq, "mode": mode,
-                     "measured_ms": ms, "pred_ms": p["e2e_ms"], "lo_ms": p["lo_ms"], "hi_ms": p["hi_ms"],
-                     "err_pct": (p["e2e_ms"] / ms - 1) * 100})
+        peak_gb = torch.cuda.max_memory_allocated() / 1e9 if cuda else float("nan")
+        p = predict_model_detail(cfg, batch, seq, mode, target, dtype=dtype, recompute=recompute)
+        rows.append({"model": cfg_name.removesuffix(".json"), "layers": cfg[LAYER_KEY[family]], "batch": batch,
+                     "seq": seq, "mode": mode, "dtype": dtype, "recompute": recompute, "measured_ms": ms,
+                     "pred_ms": p.e2e_ms, "lo_ms": p.lo_ms, "hi_ms": p.hi_ms, "err_pct": (p.e2e_ms / ms - 1) * 100,
+                     "peak_gb": peak_gb, "pred_gb": p.graph.memory().total})
+        if partial is not None:
+            pd.DataFrame(rows).to_csv(partial, index=False)
         del model
-        if device.startswith("cuda"):
+        if cuda:
             torch.cuda.empty_cache()
     return pd.DataFrame(rows)
 
@@ -275,14 +316,14 @@ def write_report(out: Path, env: dict, kernels: pd.DataFrame, gemm: pd.DataFrame
                        prior_ape=(kernels["prior_ms"] / kernels["latency_ms"] - 1).abs() * 100,
                        covered=(kernels["lo_ms"] <= kernels["latency_ms"]) & (kernels["latency_ms"] <= kernels["hi_ms"]))
     k["ape"] = (k["ratio"] - 1).abs() * 100
-    per = (k.groupby("op_class").agg(n=("ape", "size"), prior_mape=("prior_ape", "mean"), mape=("ape", "mean"),
+    per = (k.groupby(["op_class", "dtype"]).agg(n=("ape", "size"), prior_mape=("prior_ape", "mean"), mape=("ape", "mean"),
                                      coverage_pct=("covered", "mean"), median_ratio=("ratio", "median"))
            .reset_index())
     per["coverage_pct"] *= 100
     L = [f"# GPU check: {env['measured_on']} (predicted as {env['predicted_for']})", "",
          (f"torch {env['torch']}, CUDA {env['cuda']}, driver {env.get('driver', '-')}, "
           f"{time.strftime('%Y-%m-%d')}. Zero-shot shipped bundle; method in `experiments/gpu_check.py`."), "",
-         "## Kernels (fp32, NeuSight methodology): MAPE %, 90% coverage %, median predicted/measured", ""]
+         "## Kernels (NeuSight methodology): MAPE %, 90% coverage %, median predicted/measured", ""]
     L += [per.to_markdown(index=False, floatfmt=".3g"), "", "## Square GEMMs: TFLOP/s measured vs predicted", ""]
     L += [gemm[["dtype", "M", "latency_ms", "measured_tflops", "predicted_tflops"]].to_markdown(index=False, floatfmt=".3g")]
     L += ["", "## Burst: the same fp32 GEMM after idling and after sustained load", "",
@@ -291,7 +332,7 @@ def write_report(out: Path, env: dict, kernels: pd.DataFrame, gemm: pd.DataFrame
         L += ["", "## Optimizer step (GPT-2-Large's parameter tensors, fp32)", "",
               optimizer.to_markdown(index=False, floatfmt=".3g")]
     if models is not None and len(models):
-        L += ["", "## Whole models (fp32, eager attention)", "", models.to_markdown(index=False, floatfmt=".3g")]
+        L += ["", "## Whole models (eager attention)", "", models.to_markdown(index=False, floatfmt=".3g")]
     (out / "report.md").write_text("\n".join(L) + "\n")
 
 
@@ -329,12 +370,12 @@ def main(argv=None) -> int:
     models = None
     if not a.no_models:
         try:
-            import transformers  # noqa: F401
+            import transformers
         except ImportError:
             print("transformers is not installed: whole-model timing skipped", file=sys.stderr)
         else:
-            models = check_models(torch, target, device, a.quick)
-            models.to_csv(out / "models.csv", index=False)
+            env["transformers"] = transformers.__version__
+            models = check_models(torch, target, device, a.quick, partial=out / "models.csv")
     env["seconds"] = round(time.perf_counter() - t0, 1)
     (out / "env.json").write_text(json.dumps(env, indent=2) + "\n")
     write_report(out, env, kernels, gemm, burst, models, optimizer)
