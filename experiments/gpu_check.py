@@ -27,6 +27,7 @@ prediction of the shipped bundle for this GPU:
 
     python experiments/gpu_check.py --out experiments/out/gpu_check            # on the GPU machine
     python experiments/gpu_check.py --quick --device cpu --as-device "NVIDIA H100 80GB HBM3" --no-models
+    python experiments/gpu_check.py --from experiments/data/measured/h100 --out experiments/out/gpu_check_h100
 
 `--as-device` predicts for a named catalog GPU instead of the one measured (only to smoke-test the script
 on a CPU: the comparison is then meaningless). Save what a real GPU measured under
@@ -51,6 +52,7 @@ sys.path.insert(0, str(REPO))
 from hybridperf.datasets.collector import collect_kernels, fastest_mean, time_calls  # noqa: E402
 from hybridperf.datasets.schema import canonicalize  # noqa: E402
 from hybridperf.predictor import Predictor  # noqa: E402
+from hybridperf.priors.gemm import tiles_without  # noqa: E402
 
 ELEMENTWISE = ("add", "mul", "div", "pow", "addu", "mulu", "divu", "relu", "gelu", "tanh")
 MODELS = [  # (config, family, batch, seq, mode, dtype, recompute, layers: None = the config's)
@@ -109,10 +111,19 @@ def _measured_vs_predicted(pred: Predictor, target: str, shapes: pd.DataFrame, d
     """Collect `shapes` on `device` and predict them for `target`: measured rows plus prior_ms, pred_ms,
     lo_ms, hi_ms and predicted_for."""
     meas = collect_kernels(shapes, device=device, source="gpu_check", **collect_kw).reset_index(drop=True)
+    return _predict_into(pred, target, meas)
+
+
+def _predict_into(pred: Predictor, target: str, meas: pd.DataFrame) -> pd.DataFrame:
+    """`meas` with prior_ms, pred_ms, lo_ms, hi_ms and predicted_for of `pred` on `target` (replaced if
+    present); square-GEMM tables also get predicted_tflops."""
     out = pred.predict(meas[["OPName", "B", "M", "N", "K", "H", "dtype"]], target)
+    meas = meas.copy()
     for c in ("prior_ms", "pred_ms", "lo_ms", "hi_ms"):
         meas[c] = out[c].to_numpy()
     meas["predicted_for"] = target
+    if "measured_tflops" in meas.columns:
+        meas["predicted_tflops"] = meas["flops"] / meas["pred_ms"] / 1e9
     return meas
 
 
@@ -235,11 +246,21 @@ TINY = {"gpt2": {"n_embd": 64, "n_layer": 2, "n_head": 2, "vocab_size": 1000, "b
 LAYER_KEY = {"gpt2": "n_layer", "bert": "num_hidden_layers", "llama": "num_hidden_layers"}
 
 
+def _model_prediction(row: dict, cfg: dict, target: str) -> dict:
+    """`row` (a models.csv row) with predict_model's e2e and interval on `target`, and the memory estimate."""
+    from hybridperf.graphs import predict_model_detail
+
+    p = predict_model_detail(cfg, int(row["batch"]), int(row["seq"]), row["mode"], target, dtype=row["dtype"],
+                             recompute=bool(row["recompute"]))
+    ms = row["measured_ms"]
+    return {**row, "pred_ms": p.e2e_ms, "lo_ms": p.lo_ms, "hi_ms": p.hi_ms, "err_pct": (p.e2e_ms / ms - 1) * 100,
+            "pred_gb": p.graph.memory().total}
+
+
 def check_models(torch, target: str, device: str, quick: bool, partial: Path | None = None) -> pd.DataFrame:
     """Time each of MODELS end to end and predict it for `target` (`quick`: two-layer toy widths, fp32
     only on a CPU). Also the peak memory the run allocated against `ModelGraph.memory()`. `partial`: a
     CSV rewritten after every model, so that a run cut short keeps what it measured."""
-    from hybridperf.graphs import predict_model_detail
 
     cuda = device.startswith("cuda")
     rows = []
@@ -257,11 +278,10 @@ def check_models(torch, target: str, device: str, quick: bool, partial: Path | N
             torch.cuda.reset_peak_memory_stats()
         ms = time_model(torch, model, family, batch, seq, mode, device)
         peak_gb = torch.cuda.max_memory_allocated() / 1e9 if cuda else float("nan")
-        p = predict_model_detail(cfg, batch, seq, mode, target, dtype=dtype, recompute=recompute)
-        rows.append({"model": cfg_name.removesuffix(".json"), "layers": cfg[LAYER_KEY[family]], "batch": batch,
-                     "seq": seq, "mode": mode, "dtype": dtype, "recompute": recompute, "measured_ms": ms,
-                     "pred_ms": p.e2e_ms, "lo_ms": p.lo_ms, "hi_ms": p.hi_ms, "err_pct": (p.e2e_ms / ms - 1) * 100,
-                     "peak_gb": peak_gb, "pred_gb": p.graph.memory().total})
+        row = {"model": cfg_name.removesuffix(".json"), "layers": cfg[LAYER_KEY[family]], "batch": batch,
+               "seq": seq, "mode": mode, "dtype": dtype, "recompute": recompute, "measured_ms": ms,
+               "peak_gb": peak_gb}
+        rows.append(_model_prediction(row, cfg, target))
         if partial is not None:
             pd.DataFrame(rows).to_csv(partial, index=False)
         del model
@@ -322,7 +342,9 @@ def write_report(out: Path, env: dict, kernels: pd.DataFrame, gemm: pd.DataFrame
     per["coverage_pct"] *= 100
     L = [f"# GPU check: {env['measured_on']} (predicted as {env['predicted_for']})", "",
          (f"torch {env['torch']}, CUDA {env['cuda']}, driver {env.get('driver', '-')}, "
-          f"{time.strftime('%Y-%m-%d')}. Zero-shot shipped bundle; method in `experiments/gpu_check.py`."), "",
+          f"{time.strftime('%Y-%m-%d')}. Zero-shot shipped bundle; method in `experiments/gpu_check.py`."
+          + (f" Predictions re-run on the measurements of `{env['repredicted_from']}`." if "repredicted_from" in env else "")),
+         "",
          "## Kernels (NeuSight methodology): MAPE %, 90% coverage %, median predicted/measured", ""]
     L += [per.to_markdown(index=False, floatfmt=".3g"), "", "## Square GEMMs: TFLOP/s measured vs predicted", ""]
     L += [gemm[["dtype", "M", "latency_ms", "measured_tflops", "predicted_tflops"]].to_markdown(index=False, floatfmt=".3g")]
@@ -336,6 +358,43 @@ def write_report(out: Path, env: dict, kernels: pd.DataFrame, gemm: pd.DataFrame
     (out / "report.md").write_text("\n".join(L) + "\n")
 
 
+def repredict(src: Path, out: Path, target: str | None = None) -> dict:
+    """Re-run the predictions of a saved gpu_check directory `src` with the current code and bundle
+    (for `target`, default: the GPU it was measured on) and write the tables and report to `out`. The
+    measurements are kept as they are; only predicted columns change."""
+    from hybridperf.graphs import predict_model_detail
+
+    env = json.loads((src / "env.json").read_text())
+    target = target or env["measured_on"]
+    env = {**env, "predicted_for": target, "repredicted_from": str(src)}
+    pred = Predictor.load()
+    tables = {n: pd.read_csv(src / f"{n}.csv") for n in ("kernels", "gemm", "burst", "optimizer", "models")
+              if (src / f"{n}.csv").is_file()}
+    with tiles_without(target):  # a GPU is never scored with tiles read off its own trace
+        for n in ("kernels", "gemm"):
+            tables[n] = _predict_into(pred, target, tables[n])
+    family = {c.removesuffix(".json"): f for c, f, *_ in MODELS}
+    if "models" in tables:
+        rows = []
+        for r in tables["models"].to_dict("records"):
+            cfg = json.loads((REPO / "examples" / "configs" / f"{r['model']}.json").read_text())
+            cfg[LAYER_KEY[family[r["model"]]]] = int(r["layers"])
+            rows.append(_model_prediction(r, cfg, target))
+        tables["models"] = pd.DataFrame(rows)
+    if "optimizer" in tables:  # GPT-2-Large's full parameter set, as measured
+        cfg = json.loads((REPO / "examples" / "configs" / "gpt2_large.json").read_text())
+        opt = tables["optimizer"]
+        opt["pred_ms"] = [predict_model_detail(cfg, 1, 64, "train", target, optimizer=n).opt_ms for n in opt["optimizer"]]
+        opt["err_pct"] = (opt["pred_ms"] / opt["measured_ms"] - 1) * 100
+    out.mkdir(parents=True, exist_ok=True)
+    for n, t in tables.items():
+        t.to_csv(out / f"{n}.csv", index=False)
+    (out / "env.json").write_text(json.dumps(env, indent=2) + "\n")
+    write_report(out, env, tables["kernels"], tables["gemm"], tables["burst"], tables.get("models"),
+                 tables.get("optimizer"))
+    return tables
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=str(REPO / "experiments" / "out" / "gpu_check"))
@@ -344,7 +403,13 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="tiny shapes (a smoke test of the script)")
     ap.add_argument("--no-models", action="store_true", help="skip the whole-model timing")
     ap.add_argument("--sustain", type=float, default=15.0, help="seconds of load before the second burst timing")
+    ap.add_argument("--from", dest="src", default=None,
+                    help="a saved gpu_check directory: measure nothing, re-predict its tables with the current code")
     a = ap.parse_args(argv)
+    if a.src:
+        repredict(Path(a.src), Path(a.out), a.as_device)
+        print((Path(a.out) / "report.md").read_text())
+        return 0
 
     import torch
 

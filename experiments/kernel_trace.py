@@ -3,8 +3,9 @@
 The GEMM prior picks tiles by minimising time, except for fp32 torch.bmm, whose tiles cuBLAS's batched
 heuristic fixes per architecture (`hybridperf.priors.gemm.BATCHED_SGEMM_TRACES`, read off NeuSight's
 kernel traces for Pascal and Ampere). This script gives the same facts for the GPU it runs on: one row
-per (shape, kernel) with the kernel's name, grid, block and profiler duration. Run it on a GPU that is
-not scored with what it finds (the table is used leave-one-GPU-out).
+per (shape, kernel) with the kernel's name, grid, block and profiler duration. The table is used
+leave-one-GPU-out: a GPU is never scored with tiles read off its own trace. `traced_tiles` reads the
+tiles back (`experiments/priors_report.py` checks the library's table against them).
 
     python experiments/kernel_trace.py --out experiments/out/kernel_trace.csv     # on a GPU machine
 """
@@ -34,7 +35,25 @@ def shapes() -> list[tuple]:
     return rows
 
 
-def trace(torch, op: str, b: int, m: int, n: int, k: int, dtype, repeats: int = 3) -> list[dict]:
+def traced_tiles(trace_csv: Path) -> dict:
+    """{arch: {device: (rows, cols) tiles}} of the fp32 torch.bmm kernels in a trace this script wrote,
+    kept to the tile sizes of `hybridperf.priors.gemm.TILES`, in both orientations (the xmma names are
+    rows x columns, the cutlass SIMT names' orientation is not established, and Hopper ran both)."""
+    from hybridperf.devices import get_device
+    from hybridperf.priors.gemm import TILES
+
+    df = pd.read_csv(trace_csv)
+    df = df[(df["op"] == "bmm") & (df["dtype"] == "float32")]
+    ours = {(t[0], t[1]) for t in TILES}
+    out: dict = {}
+    for dev, g in df.groupby("device"):
+        sizes = g["kernel"].str.extract(r"(?:tilesize|sgemm_)(\d+)x(\d+)").dropna().astype(int)
+        tiles = {t for a, b in sizes.itertuples(index=False) for t in ((a, b), (b, a))} & ours
+        out.setdefault(get_device(dev).arch, {})[dev] = tuple(sorted(tiles))
+    return out
+
+
+def trace( op: str, b: int, m: int, n: int, k: int, dtype, repeats: int = 3) -> list[dict]:
     """Kernels one call launches (the last of `repeats` profiled calls), with grid, block and duration."""
     dev = "cuda"
     if op == "bmm":

@@ -38,9 +38,17 @@ def test_each_fold_fits_and_predicts_inside_its_context(monkeypatch):
 
 def test_held_out_tile_table_drops_an_architecture_traced_on_that_gpu_alone():
     a100 = gemm.batched_sgemm_table(exclude_device="NVIDIA A100-PCIE-40GB")
-    assert "ampere" not in a100 and "hopper" not in a100 and "pascal" in a100
+    assert "ampere" not in a100 and "ada" not in a100 and "pascal" in a100
+    assert a100["hopper"] == gemm.BATCHED_SGEMM_TRACES["hopper"]["NVIDIA H200"]
     p4 = gemm.batched_sgemm_table(exclude_device="Tesla P4")
     assert p4["pascal"] == ((64, 128),)  # what the P100 alone ran
     with gemm.batched_sgemm_tiles(a100):
         assert gemm.BATCHED_SGEMM_TILES == a100
     assert gemm.BATCHED_SGEMM_TILES == gemm.batched_sgemm_table()
+
+
+def test_a_traced_architecture_keeps_its_own_tiles_and_falls_back_without_them():
+    shipped = gemm.batched_sgemm_table()
+    assert shipped["hopper"] != shipped["ampere"]  # the H200's trace, not Ampere's assumed family
+    h200 = gemm.batched_sgemm_table(exclude_device="NVIDIA H200")
+    assert h200["hopper"] == shipped["ampere"]  # scored without its own trace: the untraced assumption

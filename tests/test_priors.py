@@ -242,9 +242,13 @@ def test_bf16_gemm_is_emulated_without_bf16_units():
                                          ("NVIDIA H100 80GB HBM3", True), ("Tesla P4", False),
                                          ("Tesla V100-PCIE-32GB", False)])
 def test_issue_limit_applies_to_128_lane_single_issue_sms_only(name, shared):
+    from hybridperf.priors.power import ISSUE_FRACTION_BY_ARCH, SHARED_FP32_INT32_ISSUE
+
     dev = get_device(name)
     ratio = issue_limited_peak(dev, "fp32") / dev.peak("fp32")
-    assert ratio == pytest.approx(0.75 if shared else 1.0)
+    limit = ISSUE_FRACTION_BY_ARCH.get(dev.arch, SHARED_FP32_INT32_ISSUE)
+    assert ratio == pytest.approx(limit if shared else 1.0)
+    assert issue_limited_peak(dev, "fp16", matrix=True) == dev.peak("fp16", matrix=True)  # tensor cores: no limit
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -12,8 +12,10 @@ so do we, except for torch.bmm in fp32, whose tiles cuBLAS's batched heuristic f
 (`BATCHED_SGEMM_TILES`, read off NeuSight's kernel traces): Pascal runs `maxwell_sgemm_128x64_nn`
 or `_128x128_nn` (64 or 128 rows x 128 output columns; P100 and P4 agree) and Ampere
 `ampere_sgemm_128x128_nn` for every one of the A100's 2,281 traced shapes, so attention's 64-wide AV
-output pads half of each tile. Other architectures keep the orientation the other traces show (tiles
-at least as wide along the output columns as along the rows).
+output pads half of each tile. Hopper (an H200 traced with cuBLAS 13.0) picks per shape among 32x32 to
+256x128 tiles of both orientations, attention's AV output in 64-wide ones: every tile of ours it ran is
+allowed there, so its bmm chooses freely like a linear. Other architectures keep the orientation the
+other traces show (tiles at least as wide along the output columns as along the rows).
 A lone block on an SM cannot hide latency on its own: it runs at no more than half of a full SM
 unless its tile is big enough to fill the SM (occ = 1).
 """
@@ -53,8 +55,12 @@ SPLITS = (1, 2, 4, 8, 16, 32)
 BATCHED_SGEMM_TRACES: dict[str, dict[str, tuple[tuple[int, int], ...]]] = {
     "pascal": {"Tesla P100-PCIE-16GB": ((64, 128),), "Tesla P4": ((64, 128), (128, 128))},
     "ampere": {"NVIDIA A100-PCIE-40GB": ((128, 128),)},
+    # experiments/data/measured/h200/kernel_trace.csv (torch 2.11, cuBLAS 13.0): sm80_xmma tiles 32x32,
+    # 64x64, 128x64, 64x128, 128x128 (and 256x64, 64x256, 256x128, 128x256, which TILES lacks)
+    "hopper": {"NVIDIA H200": ((32, 32), (64, 64), (64, 128), (128, 64), (128, 128))},
 }
-#: untraced architectures assumed to run another's SIMT SGEMM kernel family (not verified)
+#: architectures without a trace (of any GPU but the one scored) assumed to run another's SIMT SGEMM
+#: kernel family (not verified)
 BATCHED_SGEMM_SAME_AS = {"ada": "ampere", "hopper": "ampere"}
 
 
@@ -66,7 +72,7 @@ def batched_sgemm_table(exclude_device: str | None = None) -> dict[str, tuple[tu
         tiles = sorted({t for dev, ts in by_device.items() if dev != exclude_device for t in ts})
         if tiles:
             table[arch] = tuple(tiles)
-    table.update({arch: table[src] for arch, src in BATCHED_SGEMM_SAME_AS.items() if src in table})
+    table.update({arch: table[src] for arch, src in BATCHED_SGEMM_SAME_AS.items() if src in table and arch not in table})
     return table
 
 
