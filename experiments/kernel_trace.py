@@ -53,7 +53,7 @@ def traced_tiles(trace_csv: Path) -> dict:
     return out
 
 
-def trace( op: str, b: int, m: int, n: int, k: int, dtype, repeats: int = 3) -> list[dict]:
+def trace(torch, op: str, b: int, m: int, n: int, k: int, dtype, repeats: int = 3) -> list[dict]:
     """Kernels one call launches (the last of `repeats` profiled calls), with grid, block and duration."""
     dev = "cuda"
     if op == "bmm":
