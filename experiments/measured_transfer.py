@@ -1,0 +1,76 @@
+"""Few-shot transfer on a GPU we measured ourselves: zero-shot vs `--calibration` with the kernels
+`hybridperf suggest` picked, scored on the disjoint fp32 grid of `gpu_check`.
+
+For each saved GPU directory of `experiments/data/measured/` (see its README for the method): the
+calibration set is `suggested_measured.csv` (32 kernels picked by `suggest` before anything was
+measured), the test set is `kernels.csv`'s fp32 rows (81 kernels, none in the calibration set). The
+zero-shot predictor is scored with the batched-SGEMM tiles of the other GPUs' traces only.
+
+    python experiments/measured_transfer.py            # about 10 s; writes experiments/out/measured_transfer.md
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from hybridperf.datasets.schema import canonicalize  # noqa: E402
+from hybridperf.devices import get_device  # noqa: E402
+from hybridperf.predictor import Predictor  # noqa: E402
+from hybridperf.priors.gemm import tiles_without  # noqa: E402
+from hybridperf.transfer import adapt_predictor  # noqa: E402
+
+MEASURED = REPO / "experiments" / "data" / "measured"
+COLUMNS = ["OPName", "B", "M", "N", "K", "H", "Latency"]
+
+
+def score(gpu_dir: Path) -> pd.DataFrame:
+    """Per op class: test MAPE and 90%-interval coverage, zero-shot and after transfer."""
+    grid = pd.read_csv(gpu_dir / "kernels.csv")
+    grid = grid[grid["dtype"] == "fp32"]
+    dev = get_device(str(grid["Device"].iloc[0]))
+    test = canonicalize(grid[COLUMNS], source=str(gpu_dir / "kernels.csv"), require_latency=True)
+    calib = canonicalize(pd.read_csv(gpu_dir / "suggested_measured.csv"), source="suggested", require_latency=True)
+    rows = []
+    with tiles_without(dev.name):
+        zero = Predictor.load()
+        for name, pred in (("zero-shot", zero), (f"transfer, k={len(calib)}", adapt_predictor(zero, calib, dev))):
+            res = pred.predict(test, dev)
+            y = test["latency_ms"].to_numpy()
+            ape = np.abs(res["pred_ms"].to_numpy() / y - 1) * 100
+            cov = (res["lo_ms"].to_numpy() <= y) & (y <= res["hi_ms"].to_numpy())
+            for cls in sorted(test["op_class"].unique()):
+                m = (test["op_class"] == cls).to_numpy()
+                rows.append({"device": dev.name, "predictor": name, "op_class": cls, "n": int(m.sum()),
+                             "mape": ape[m].mean(), "coverage_pct": cov[m].mean() * 100})
+            rows.append({"device": dev.name, "predictor": name, "op_class": "all", "n": len(y),
+                         "mape": ape.mean(), "coverage_pct": cov.mean() * 100})
+    return pd.DataFrame(rows)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=str(REPO / "experiments" / "out" / "measured_transfer.md"))
+    a = ap.parse_args(argv)
+    dirs = sorted(d for d in MEASURED.iterdir() if (d / "suggested_measured.csv").is_file())
+    table = pd.concat([score(d) for d in dirs], ignore_index=True)
+    wide = table.pivot_table(index=["device", "op_class", "n"], columns="predictor",
+                             values=["mape", "coverage_pct"]).round(1)
+    order = [(v, p) for v in ("mape", "coverage_pct") for p in ("zero-shot", next(c for c in table["predictor"].unique() if c != "zero-shot"))]
+    wide = wide[order]
+    wide.columns = [f"{p} {v}" for v, p in wide.columns]
+    md = "# Transfer on our own measurements (fp32 grid, MAPE % and 90% coverage %)\n\n" + wide.reset_index().to_markdown(index=False) + "\n"
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
