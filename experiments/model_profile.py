@@ -32,14 +32,16 @@ sys.path.insert(0, str(REPO))
 from gpu_check import LAYER_KEY, MODELS, _hf_model, time_model  # noqa: E402
 
 
-#: aten op (without `aten::`) -> hybridperf op group; everything else that ran a kernel is elementwise
+#: aten op (without `aten::`) -> hybridperf op group, as `graphs.kernels` files the same work: the loss's
+#: log-softmax with softmax, bias-gradient sums (`misc:reduce`), copies and masks with memory;
+#: everything else that ran a kernel is elementwise
 ATEN_GROUP = {
     "mm": "linear", "addmm": "linear", "bmm": "bmm",
     "_softmax": "softmax", "_softmax_backward_data": "softmax",
+    "_log_softmax": "softmax", "_log_softmax_backward_data": "softmax",
     "native_layer_norm": "layernorm", "native_layer_norm_backward": "layernorm",
-    "_log_softmax": "loss", "_log_softmax_backward_data": "loss", "nll_loss_forward": "loss",
-    "nll_loss_backward": "loss",
     "copy_": "memory", "cat": "memory", "clone": "memory", "fill_": "memory", "zero_": "memory",
+    "sum": "memory", "masked_fill": "memory", "where": "memory",
     "embedding": "embedding", "embedding_dense_backward": "embedding", "index_select": "embedding",
     "gather": "embedding",
 }
