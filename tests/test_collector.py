@@ -135,3 +135,33 @@ def test_gpu_check_script_runs_end_to_end_on_the_cpu(tmp_path):
     assert pd.read_csv(tmp_path / "burst.csv")["phase"].tolist() == ["after_idle", "after_sustained_load"]
     report = (tmp_path / "report.md").read_text()
     assert "predicted as NVIDIA H100 80GB HBM3" in report and "| softmax " in report
+
+
+def test_gpu_check_repredicts_saved_measurements_without_a_gpu(tmp_path):
+    """`gpu_check.py --from DIR` keeps the measured columns of a saved run and re-runs only the predictions
+    (here the H100 run shipped in experiments/data/measured), so a code change is checked on real data."""
+    src = REPO / "experiments" / "data" / "measured" / "h100"
+    res = subprocess.run([sys.executable, str(REPO / "experiments" / "gpu_check.py"), "--from", str(src),
+                          "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    for name, measured in (("kernels", "latency_ms"), ("models", "measured_ms"), ("optimizer", "measured_ms")):
+        old, new = pd.read_csv(src / f"{name}.csv"), pd.read_csv(tmp_path / f"{name}.csv")
+        assert len(new) == len(old) and (new[measured] == old[measured]).all()
+        assert (new["pred_ms"] > 0).all()
+    k = pd.read_csv(tmp_path / "kernels.csv")
+    assert (k["predicted_for"] == "NVIDIA H100 80GB HBM3").all()
+    assert "Predictions re-run on the measurements" in (tmp_path / "report.md").read_text()
+
+
+def test_traced_tiles_reads_both_orientations_of_our_tile_sizes(tmp_path):
+    sys.path.insert(0, str(REPO / "experiments"))
+    from kernel_trace import traced_tiles
+
+    trace = pd.DataFrame({"device": "NVIDIA H200", "op": ["bmm", "bmm", "bmm", "linear"],
+                          "dtype": "float32", "kernel": ["sm80_xmma_gemm_f32f32_nn_n_tilesize128x64x8_stage3",
+                                                         "cutlass_80_simt_sgemm_256x128_8x4_nn_align1",
+                                                         "sm80_xmma_gemm_f32f32_nn_n_tilesize32x32x8_stage3",
+                                                         "sm80_xmma_gemm_f32f32_tn_n_tilesize64x64x8_stage3"]})
+    trace.to_csv(tmp_path / "t.csv", index=False)
+    # 256x128 is no tile of ours; the linear's 64x64 is not a bmm kernel
+    assert traced_tiles(tmp_path / "t.csv") == {"hopper": {"NVIDIA H200": ((32, 32), (64, 128), (128, 64))}}
