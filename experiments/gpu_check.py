@@ -217,24 +217,29 @@ def _hf_model(family: str, cfg: dict, mode: str, dtype: str, recompute: bool, to
     return model
 
 
-def time_model(torch, model, family: str, batch: int, seq: int, mode: str, device: str) -> float:
-    """Mean of the fastest 5 of 10 end-to-end passes (ms) after 3 warm-ups, CUDA events around each."""
-    vocab = model.config.vocab_size
-    ids = torch.randint(0, vocab, (batch, seq), device=device)
+def model_step(torch, model, family: str, batch: int, seq: int, mode: str, device: str):
+    """One pass as NeuSight timed it: a forward under no_grad (`inf`), or forward + cross-entropy + backward."""
+    ids = torch.randint(0, model.config.vocab_size, (batch, seq), device=device)
     if mode == "inf":
         model.eval()
 
         def step():
             with torch.no_grad():
                 model(input_ids=ids)
-    else:
-        model.train()
-        kw = {"labels": ids}
-        if family == "bert":
-            kw["next_sentence_label"] = torch.zeros(batch, dtype=torch.long, device=device)
+        return step
+    model.train()
+    kw = {"labels": ids}
+    if family == "bert":
+        kw["next_sentence_label"] = torch.zeros(batch, dtype=torch.long, device=device)
 
-        def step():
-            model(input_ids=ids, **kw).loss.backward()
+    def step():
+        model(input_ids=ids, **kw).loss.backward()
+    return step
+
+
+def time_model(torch, model, family: str, batch: int, seq: int, mode: str, device: str) -> float:
+    """Mean of the fastest 5 of 10 end-to-end passes (ms) after 3 warm-ups, CUDA events around each."""
+    step = model_step(torch, model, family, batch, seq, mode, device)
     return fastest_mean(time_calls(torch, step, (), cuda=device.startswith("cuda"), warmup=3, repeats=10), 5)
 
 

@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "experiments"))
 sys.path.insert(0, str(REPO))
 
-from gpu_check import LAYER_KEY, MODELS, _hf_model, time_model  # noqa: E402
+from gpu_check import LAYER_KEY, MODELS, _hf_model, model_step, time_model  # noqa: E402
 
 
 #: aten op (without `aten::`) -> hybridperf op group, as `graphs.kernels` files the same work: the loss's
@@ -72,25 +72,6 @@ def report(src: Path) -> pd.DataFrame:
     out = pd.DataFrame(rows)
     out["ratio"] = out["ours_ms"] / out["measured_ms"]
     return out
-
-
-def _step(torch, model, family: str, batch: int, seq: int, mode: str):
-    ids = torch.randint(0, model.config.vocab_size, (batch, seq), device="cuda")
-    if mode == "inf":
-        model.eval()
-
-        def step():
-            with torch.no_grad():
-                model(input_ids=ids)
-        return step
-    model.train()
-    kw = {"labels": ids}
-    if family == "bert":
-        kw["next_sentence_label"] = torch.zeros(batch, dtype=torch.long, device="cuda")
-
-    def step():
-        model(input_ids=ids, **kw).loss.backward()
-    return step
 
 
 def profile_step(torch, step, steps: int = 3) -> pd.DataFrame:
@@ -145,7 +126,7 @@ def main(argv=None) -> int:
         cfg = json.loads((REPO / "examples" / "configs" / cfg_name).read_text())
         model = _hf_model(family, cfg, mode, dtype, recompute, torch, "cuda")
         e2e = time_model(torch, model, family, batch, seq, mode, "cuda")
-        prof = profile_step(torch, _step(torch, model, family, batch, seq, mode))
+        prof = profile_step(torch, model_step(torch, model, family, batch, seq, mode, "cuda"))
         tag = {"model": cfg_name.removesuffix(".json"), "layers": cfg[LAYER_KEY[family]], "batch": batch,
                "seq": seq, "mode": mode}
         ops.append(prof.assign(**tag))
