@@ -76,6 +76,11 @@ MODELS = [  # (config, family, batch, seq, mode, dtype, recompute, layers: None 
 ]
 
 
+def _config(name: str) -> dict:
+    """A Hugging Face config of `examples/configs`, parsed."""
+    return json.loads((REPO / "examples" / "configs" / name).read_text())
+
+
 def kernel_grid(quick: bool) -> pd.DataFrame:
     """fp32 shapes of every op class, NeuSight's columns (OPName, B, M, N, K, H)."""
     rows = []
@@ -270,7 +275,7 @@ def check_models(torch, target: str, device: str, quick: bool, partial: Path | N
     cuda = device.startswith("cuda")
     rows = []
     for cfg_name, family, batch, seq, mode, dtype, recompute, layers in MODELS:
-        cfg = json.loads((REPO / "examples" / "configs" / cfg_name).read_text())
+        cfg = _config(cfg_name)
         if layers is not None:
             cfg[LAYER_KEY[family]] = layers
         if quick:
@@ -312,7 +317,7 @@ def check_optimizer(torch, target: str, device: str, quick: bool) -> pd.DataFram
     def streams(name):  # parameter-sized tensors one step reads and writes
         return sum(op.streams for op in optimizer_spec(name).ops if not op.steps)
 
-    cfg = json.loads((REPO / "examples" / "configs" / "gpt2_large.json").read_text())
+    cfg = _config("gpt2_large.json")
     if quick:
         cfg = {**cfg, **TINY["gpt2"]}
     numels = param_numels(build_graph(cfg, 1, 64, "train"))
@@ -375,22 +380,22 @@ def repredict(src: Path, out: Path, target: str | None = None) -> dict:
     pred = Predictor.load()
     tables = {n: pd.read_csv(src / f"{n}.csv") for n in ("kernels", "gemm", "burst", "optimizer", "models")
               if (src / f"{n}.csv").is_file()}
+    family = {c.removesuffix(".json"): f for c, f, *_ in MODELS}
     with tiles_without(target):  # a GPU is never scored with tiles read off its own trace
         for n in ("kernels", "gemm"):
             tables[n] = _predict_into(pred, target, tables[n])
-    family = {c.removesuffix(".json"): f for c, f, *_ in MODELS}
-    if "models" in tables:
-        rows = []
-        for r in tables["models"].to_dict("records"):
-            cfg = json.loads((REPO / "examples" / "configs" / f"{r['model']}.json").read_text())
-            cfg[LAYER_KEY[family[r["model"]]]] = int(r["layers"])
-            rows.append(_model_prediction(r, cfg, target))
-        tables["models"] = pd.DataFrame(rows)
-    if "optimizer" in tables:  # GPT-2-Large's full parameter set, as measured
-        cfg = json.loads((REPO / "examples" / "configs" / "gpt2_large.json").read_text())
-        opt = tables["optimizer"]
-        opt["pred_ms"] = [predict_model_detail(cfg, 1, 64, "train", target, optimizer=n).opt_ms for n in opt["optimizer"]]
-        opt["err_pct"] = (opt["pred_ms"] / opt["measured_ms"] - 1) * 100
+        if "models" in tables:
+            rows = []
+            for r in tables["models"].to_dict("records"):
+                cfg = _config(f"{r['model']}.json")
+                cfg[LAYER_KEY[family[r["model"]]]] = int(r["layers"])
+                rows.append(_model_prediction(r, cfg, target))
+            tables["models"] = pd.DataFrame(rows)
+        if "optimizer" in tables:  # GPT-2-Large's full parameter set, as measured
+            cfg, opt = _config("gpt2_large.json"), tables["optimizer"]
+            opt["pred_ms"] = [predict_model_detail(cfg, 1, 64, "train", target, optimizer=n).opt_ms
+                              for n in opt["optimizer"]]
+            opt["err_pct"] = (opt["pred_ms"] / opt["measured_ms"] - 1) * 100
     out.mkdir(parents=True, exist_ok=True)
     for n, t in tables.items():
         t.to_csv(out / f"{n}.csv", index=False)
@@ -429,23 +434,24 @@ def main(argv=None) -> int:
     env["driver"] = (_nvidia_smi("driver_version") or ["-"])[0]
 
     t0 = time.perf_counter()
-    kernels = check_kernels(pred, target, device, a.quick)
-    kernels.to_csv(out / "kernels.csv", index=False)
-    gemm = check_square_gemms(pred, target, device, a.quick)
-    gemm.to_csv(out / "gemm.csv", index=False)
-    burst = check_burst(torch, device, a.quick, 0.5 if a.quick else a.sustain)
-    burst.to_csv(out / "burst.csv", index=False)
-    optimizer = check_optimizer(torch, target, device, a.quick)
-    optimizer.to_csv(out / "optimizer.csv", index=False)
-    models = None
-    if not a.no_models:
-        try:
-            import transformers
-        except ImportError:
-            print("transformers is not installed: whole-model timing skipped", file=sys.stderr)
-        else:
-            env["transformers"] = transformers.__version__
-            models = check_models(torch, target, device, a.quick, partial=out / "models.csv")
+    with tiles_without(target):  # as in repredict: never the tiles of the GPU's own trace
+        kernels = check_kernels(pred, target, device, a.quick)
+        kernels.to_csv(out / "kernels.csv", index=False)
+        gemm = check_square_gemms(pred, target, device, a.quick)
+        gemm.to_csv(out / "gemm.csv", index=False)
+        burst = check_burst(torch, device, a.quick, 0.5 if a.quick else a.sustain)
+        burst.to_csv(out / "burst.csv", index=False)
+        optimizer = check_optimizer(torch, target, device, a.quick)
+        optimizer.to_csv(out / "optimizer.csv", index=False)
+        models = None
+        if not a.no_models:
+            try:
+                import transformers
+            except ImportError:
+                print("transformers is not installed: whole-model timing skipped", file=sys.stderr)
+            else:
+                env["transformers"] = transformers.__version__
+                models = check_models(torch, target, device, a.quick, partial=out / "models.csv")
     env["seconds"] = round(time.perf_counter() - t0, 1)
     (out / "env.json").write_text(json.dumps(env, indent=2) + "\n")
     write_report(out, env, kernels, gemm, burst, models, optimizer)

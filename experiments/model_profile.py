@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "experiments"))
 sys.path.insert(0, str(REPO))
 
-from gpu_check import LAYER_KEY, MODELS, _hf_model, model_step, time_model  # noqa: E402
+from gpu_check import LAYER_KEY, MODELS, _config, _hf_model, model_step, time_model  # noqa: E402
 
 
 #: aten op (without `aten::`) -> hybridperf op group, as `graphs.kernels` files the same work: the loss's
@@ -58,7 +58,7 @@ def report(src: Path) -> pd.DataFrame:
     device = json.loads((src / "env.json").read_text())["device"]
     rows = []
     for s in pd.read_csv(src / "steps.csv").to_dict("records"):
-        cfg = json.loads((REPO / "examples" / "configs" / f"{s['model']}.json").read_text())
+        cfg = _config(f"{s['model']}.json")
         with tiles_without(device):
             p = predict_model_detail(cfg, int(s["batch"]), int(s["seq"]), s["mode"], device)
         ours = p.kernels.groupby("group")["total_ms"].sum()
@@ -123,7 +123,7 @@ def main(argv=None) -> int:
         if dtype != "fp32" or recompute or layers is not None or key in seen:
             continue
         seen.add(key)
-        cfg = json.loads((REPO / "examples" / "configs" / cfg_name).read_text())
+        cfg = _config(cfg_name)
         model = _hf_model(family, cfg, mode, dtype, recompute, torch, "cuda")
         e2e = time_model(torch, model, family, batch, seq, mode, "cuda")
         prof = profile_step(torch, model_step(torch, model, family, batch, seq, mode, "cuda"))
