@@ -12,9 +12,9 @@ inference rows under `torch.compile` (default mode) against `predict_model(..., 
     python experiments/model_profile.py --report experiments/data/measured/h100/model_profile    # anywhere
 
 `--report` maps a saved profile's aten ops to hybridperf's op groups (`ATEN_GROUP`; unlisted ops are
-elementwise) and compares each group's kernel time with the predicted breakdown for that GPU (the
-batched-SGEMM tiles of the other GPUs' traces only). Our groups are isolated-call predictions composed
-in the model, so the kernel time of the profile is their closest measured counterpart.
+elementwise) and compares each group's kernel time with the device time of the predicted breakdown for
+that GPU (the batched-SGEMM tiles of the other GPUs' traces only), and the time outside the kernels
+with the composition's per-kernel gap (`report`).
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,8 +49,14 @@ ATEN_GROUP = {
 
 
 def report(src: Path) -> pd.DataFrame:
-    """Per model and op group: measured kernel time (ms per step) and our predicted in-model time."""
+    """Per model and op group: measured kernel time (ms per step) against our predicted device time.
+
+    The profiler's kernel time holds no launch gaps, so each group is compared with the device part of
+    our in-model time, scale * max(pred - harness floor, 0) per kernel (`graphs.compose.in_model_ms`),
+    without the per-kernel gap. Two more rows: `gaps and host` (the step's end-to-end time no kernel
+    covers, against our gap x kernels launched) and `end to end`."""
     from hybridperf.graphs import predict_model_detail
+    from hybridperf.graphs.compose import composition_params
     from hybridperf.priors.gemm import tiles_without
 
     ops = pd.read_csv(src / "ops.csv")
@@ -61,14 +68,18 @@ def report(src: Path) -> pd.DataFrame:
         cfg = _config(f"{s['model']}.json")
         with tiles_without(device):
             p = predict_model_detail(cfg, int(s["batch"]), int(s["seq"]), s["mode"], device)
-        ours = p.kernels.groupby("group")["total_ms"].sum()
+        par = composition_params(p.kind, s["mode"])
+        k, bias = p.kernels, float(np.exp(p.log_bias))
+        body = par["scale"] * np.maximum(k["pred_ms"] - k["floor_ms"], 0.0) * k["count"] * bias
+        ours = body.groupby(k["group"]).sum()
         mine = (ops["model"] == s["model"]) & (ops["batch"] == s["batch"]) & (ops["mode"] == s["mode"])
         meas = ops[mine].groupby("group")["kernel_ms"].sum()
+        tag = {"model": s["model"], "batch": s["batch"], "mode": s["mode"]}
         for g in sorted(set(ours.index) | set(meas.index)):
-            rows.append({"model": s["model"], "batch": s["batch"], "mode": s["mode"], "group": g,
-                         "measured_ms": float(meas.get(g, 0.0)), "ours_ms": float(ours.get(g, 0.0))})
-        rows.append({"model": s["model"], "batch": s["batch"], "mode": s["mode"], "group": "end to end",
-                     "measured_ms": s["e2e_ms"], "ours_ms": p.e2e_ms})
+            rows.append({**tag, "group": g, "measured_ms": float(meas.get(g, 0.0)), "ours_ms": float(ours.get(g, 0.0))})
+        rows.append({**tag, "group": "gaps and host", "measured_ms": s["e2e_ms"] - float(meas.sum()),
+                     "ours_ms": p.e2e_ms - float(ours.sum())})
+        rows.append({**tag, "group": "end to end", "measured_ms": s["e2e_ms"], "ours_ms": p.e2e_ms})
     out = pd.DataFrame(rows)
     out["ratio"] = out["ours_ms"] / out["measured_ms"]
     return out
@@ -102,9 +113,13 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.report:
         tab = report(Path(a.report))
-        wide = tab.pivot_table(index="group", columns=["model", "batch", "mode"], values="ratio").round(2)
+        wide = tab[tab["group"] != "gaps and host"].pivot_table(index="group", columns=["model", "batch", "mode"],
+                                                                  values="ratio").round(2)
+        gaps = tab[tab["group"] == "gaps and host"].set_index(["model", "batch", "mode"])[["measured_ms", "ours_ms"]]
         print(f"predicted / measured per op group, {a.report}\n")
         print(wide.to_markdown())
+        print("\ngaps and host, ms per step (end to end minus the kernels' time)\n")
+        print(gaps.round(1).to_markdown())
         return 0
     import torch
 

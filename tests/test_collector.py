@@ -165,3 +165,19 @@ def test_traced_tiles_reads_both_orientations_of_our_tile_sizes(tmp_path):
     trace.to_csv(tmp_path / "t.csv", index=False)
     # 256x128 is no tile of ours; the linear's 64x64 is not a bmm kernel
     assert traced_tiles(tmp_path / "t.csv") == {"hopper": {"NVIDIA H200": ((32, 32), (64, 128), (128, 64))}}
+
+
+def test_model_profile_report_splits_kernel_time_from_gaps():
+    """`model_profile.py --report` compares device time with device time: per run, the groups' times and
+    the `gaps and host` row add up to the end-to-end time, measured and predicted alike."""
+    sys.path.insert(0, str(REPO / "experiments"))
+    from model_profile import report
+
+    tab = report(REPO / "experiments" / "data" / "measured" / "h100" / "model_profile")
+    assert {"linear", "bmm", "softmax", "layernorm", "gaps and host", "end to end"} <= set(tab["group"])
+    for _, run in tab.groupby(["model", "batch", "mode"]):
+        e2e = run[run["group"] == "end to end"].iloc[0]
+        parts = run[run["group"] != "end to end"]
+        assert parts["measured_ms"].sum() == pytest.approx(e2e["measured_ms"])
+        assert parts["ours_ms"].sum() == pytest.approx(e2e["ours_ms"])
+        assert (parts.loc[parts["group"] != "gaps and host", "ours_ms"] >= 0).all()
