@@ -227,7 +227,7 @@ h=3072, 24 layers, 2.9B parameters (not OpenAI's 1.3B GPT-3 XL). {len(df)} predi
 
 The same runs with one `torch.optim.Adam` step (foreach, fp32) after the backward: its time, its share of
 the step, and the fullest GPU's memory with Adam's two states per parameter
-(`hybridperf.graphs.optimizer`; the step's time is not validated against measurements).
+(`hybridperf.graphs.optimizer`; the step's rate read off a lent H200, checked on an H100 only: `experiments/RESULTS.md` section 7).
 
 {adam_md}
 
@@ -298,7 +298,8 @@ reduce-scatters and all-gathers that brings). Analytic, not validated against me
   bucket at a time. Megatron's contiguous-buffer bucketing (40M parameters) differs in detail.
 - Pipeline send/recv is treated as blocking (not overlapped). Interleaved schedules, sequence parallelism and
   selective recomputation are not modelled. The main table has no optimizer step (as NeuSight's labels); the
-  Adam table adds one, and the last table full recomputation and ZeRO: all unvalidated.
+  Adam table adds one (its rate checked on Hopper only), and the last table full recomputation and ZeRO
+  (unvalidated).
 - The 3-12 GB gradient all-reduces are far larger than any size in the collectives' training data (max ~0.5 GB),
   so their intervals are widened as out of range.
 """

@@ -11,8 +11,9 @@ from conftest import assert_one_line_error, run_cli
 from hybridperf.devices import get_device
 from hybridperf.errors import InputError
 from hybridperf.graphs import build_graph, predict_model_detail
-from hybridperf.graphs.optimizer import (CHUNK, LARGE_ARGS, OPTIMIZERS, SMALL_ARGS, launch_sizes, optimizer_kernels,
-                                         optimizer_spec, param_numels, uses_large_kernel_args)
+from hybridperf.graphs.optimizer import (CHUNK, LARGE_ARGS, MTA_STREAM_EFFICIENCY, OPTIMIZERS, SMALL_ARGS,
+                                         launch_sizes, optimizer_kernels, optimizer_spec, param_numels,
+                                         uses_large_kernel_args)
 from hybridperf.graphs.parallel import predict_parallel_detail
 from hybridperf.ops import op_work
 from hybridperf.predictor import Predictor
@@ -59,8 +60,9 @@ def test_kernels_stream_what_the_spec_says(name):
         streamed += (float(nbytes) + k["extra_nbytes"]) * k["count"]
     params = sum(numels)
     want = sum(op.streams * (len(numels) if op.steps else params) for op in spec.ops) * 4.0
+    want /= MTA_STREAM_EFFICIENCY  # the slower multi-tensor kernel is charged as more bytes
     # launches are rounded up to whole rows of 4096 elements
-    assert want <= streamed <= want * 1.01 + 64 * 4096 * 4 * len(spec.ops)
+    assert want <= streamed <= want * 1.01 + 64 * 4096 * 4 * len(spec.ops) / MTA_STREAM_EFFICIENCY
 
 
 def test_unknown_optimizer_and_inference_are_refused():
@@ -107,13 +109,14 @@ def test_step_time_adds_to_e2e_and_scales_with_the_streams():
 
 
 def test_large_model_step_is_bandwidth_bound():
-    """Adam on 2.7B parameters streams 72 bytes each: within 25% of that at the spec bandwidth."""
+    """Adam on 2.7B parameters streams 72 bytes each: within 25% of that at the multi-tensor kernel's
+    share of the spec bandwidth."""
     cfg = {"model_type": "gpt2", "n_embd": 2560, "n_head": 32, "n_layer": 32, "vocab_size": 50257,
            "n_positions": 2048, "activation_function": "gelu_new"}
     dev = get_device("NVIDIA H100 80GB HBM3")
     r = predict_model_detail(cfg, 1, 128, "train", dev, Predictor.prior_only(), optimizer="adam")
     params = sum(param_numels(r.graph))
-    ideal_ms = 72.0 * params / (dev.mem_bw_gbs * 1e9) * 1e3
+    ideal_ms = 72.0 * params / (MTA_STREAM_EFFICIENCY * dev.mem_bw_gbs * 1e9) * 1e3
     assert ideal_ms < r.opt_ms < 1.25 * ideal_ms / 0.8
 
 
