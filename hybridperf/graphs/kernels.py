@@ -54,6 +54,8 @@ MODEL_DTYPES = ("fp32", "fp16", "bf16")
 KERNEL_COLUMNS = ("block", "name", "op", "B", "M", "N", "K", "H", "nbytes", "extra_nbytes", "phase", "count", "group",
                   "dtype")
 MODES = ("inf", "train")
+#: families whose inference forward returns a key/value cache (decoder-only causal LMs)
+CAUSAL_LM = ("gpt2", "gpt_neo", "opt") + LLAMA_LIKE
 
 
 def _k(name, op, B=1, M=0, N=0, K=0, H=0, nbytes=0.0, params=0, bias=False, tag=""):
@@ -141,17 +143,13 @@ class ModelGraph:
     def memory(self) -> MemoryEstimate:
         """Device memory the run needs (GB): weights, gradients (train) and activations, the saved set of
         eager autograd for training (`hybridperf.graphs.memory`; with `recompute`, each layer's input and
-        one layer's saved set), the two largest live tensors for inference; with an optimizer its state
-        and its step's temporaries. No allocator rounding."""
+        one layer's saved set); for inference a causal LM's key/value cache and the largest op's inputs
+        and output; with an optimizer its state and its step's temporaries. No allocator rounding."""
         # imported here: hybridperf.graphs.optimizer builds its kernels with this module's helpers
         from hybridperf.graphs.optimizer import optimizer_state_bytes, param_numels
 
         cfg, eb = self.config, self.dtype_bytes
-        params, largest = float(sum(param_numels(self))), 0.0  # a tied head is the embedding table
-        for blk in self.blocks:
-            for k in blk.kernels:
-                if not k["op"].startswith("misc:"):
-                    largest = max(largest, (k["B"] * k["M"] * k["K"] if k["op"] in ("linear", "bmm") else k["B"] * k["H"]) * eb)
+        params = float(sum(param_numels(self)))  # a tied head is the embedding table
         weights = params * eb / 1e9
         if self.mode == "train":
             act = saved_activation_bytes(cfg.family, cfg.hidden, cfg.ffn, cfg.heads, cfg.vocab, cfg.total_layers,
@@ -160,7 +158,37 @@ class ModelGraph:
                 state, temp = optimizer_state_bytes(params, self.optimizer, eb)
                 return MemoryEstimate(weights, weights, act, state / 1e9, temp / 1e9)
             return MemoryEstimate(weights, weights, act)
-        return MemoryEstimate(weights, 0.0, 2 * largest / 1e9)
+        return MemoryEstimate(weights, 0.0, (self._kv_cache_bytes() + self._largest_op_bytes()) / 1e9)
+
+    def _kv_cache_bytes(self) -> float:
+        """Bytes of the keys and values a causal LM returns from an inference forward (HF's `use_cache`,
+        on unless the config turns it off): two (batch, seq, kv heads x head_dim) tensors per layer."""
+        cfg = self.config
+        if cfg.family not in CAUSAL_LM or not cfg.raw.get("use_cache", True):
+            return 0.0
+        return 2.0 * cfg.total_layers * self.batch * self.seq * cfg.num_kv_heads * cfg.head_dim * self.dtype_bytes
+
+    def _largest_op_bytes(self) -> float:
+        """Inputs plus output of the forward's largest op: what is live at once under no_grad. A llama-like
+        model's eager attention takes its softmax in fp32 and casts back, so there three score-sized
+        tensors are live (input, fp32 output, cast)."""
+        eb, upcast = self.dtype_bytes, self.config.family in LLAMA_LIKE
+        largest = 0.0
+        for blk in self.blocks:
+            for k in blk.kernels:
+                op, B, M, N, K, H = k["op"], k["B"], k["M"], k["N"], k["K"], k["H"]
+                if op.startswith("misc:"):
+                    continue
+                if op == "linear":
+                    n = (M * N + M * K) * eb
+                elif op == "bmm":
+                    n = B * (M * N + N * K + M * K) * eb
+                elif op == "softmax" and upcast:
+                    n = B * H * (2 * eb + F32)
+                else:
+                    n = 2 * B * H * eb
+                largest = max(largest, float(n))
+        return largest
 
     @property
     def num_layers(self) -> int:

@@ -13,8 +13,9 @@ causal-mask buffer, which keeps the whole buffer alive. The fit is within 0.2% o
 OPT, Llama and GPT-Neo (alternating global and local layers, as released) and 6% for GPT-2. In eager
 HF every layer keeps ~10 hidden-sized fp32 tensors per token (c_h ~ 40 bytes), GPT-2's eight-kernel
 gelu_new five ffn-sized ones, and attention with dropout three score-sized ones: more than twice the
-Megatron count (34*s*b*h + 5*a*s^2*b bytes at 16 bit, Korthikanti et al.) for these models. Inference keeps nothing: its peak is
-the weights plus the two largest live tensors.
+Megatron count (34*s*b*h + 5*a*s^2*b bytes at 16 bit, Korthikanti et al.) for these models. Inference
+saves nothing for a backward: its peak is the weights, a causal LM's key/value cache (HF's `use_cache`)
+and the largest op's inputs and output (`ModelGraph.memory`).
 """
 from __future__ import annotations
 

@@ -99,7 +99,8 @@ Memory (per GPU, `ParallelPrediction.memory`: the fullest stage)
     With an optimizer, its state for the stage's parameters. With `recompute` (every layer
     checkpointed) a micro-batch in flight keeps only its layers' inputs (b*S*hidden each), plus one
     layer's saved set while it is re-run; the re-run forward is part of the backward time. Inference:
-    the weights plus the two largest live tensors.
+    the stage's weights plus one GPU's inference activations (the whole key/value cache and the largest
+    op, neither sharded: an upper bound).
 """
 from __future__ import annotations
 
