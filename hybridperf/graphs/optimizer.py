@@ -150,10 +150,10 @@ def _as_kernel(name: str, streams: int, n: int) -> dict:
     plain element-wise kernel's rate (see the module docstring)."""
     h = min(n, 4096)
     rows = -(-n // h)
-    k = vec(name, "mulu" if streams <= 2 else "add", rows, h, tag="optimizer")
-    base = min(streams, 3) if streams > 2 else 2
-    slow = streams * (1.0 / MTA_STREAM_EFFICIENCY - 1.0)
-    k["extra_nbytes"] = float((streams - base + slow) * rows * h * F32)
+    op, own = ("mulu", 2) if streams <= 2 else ("add", 3)  # the op and the streams it prices itself
+    k = vec(name, op, rows, h, tag="optimizer")
+    # the further streams, and the slower multi-tensor kernel charged as more bytes
+    k["extra_nbytes"] = float(max(streams / MTA_STREAM_EFFICIENCY - own, 0.0) * rows * h * F32)
     return k
 
 
