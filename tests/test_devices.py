@@ -199,3 +199,29 @@ def test_neusight_json_of_a_catalog_gpu_is_enriched_from_the_catalog(tmp_path):
     unknown = tmp_path / "x.json"
     unknown.write_text(p.read_text().replace("NVIDIA L4", "Mystery GPU"))
     assert get_device(str(unknown)).arch == "unknown"
+
+
+def test_a_spec_printed_by_devices_loads_back_as_the_same_gpu(tmp_path):
+    """`hybridperf devices --spec NAME` prints the project's JSON format: edited and passed back as
+    --device, it is the catalog GPU, while a NeuSight file for an unknown GPU carries a note saying what
+    the priors must assume."""
+    from typer.testing import CliRunner
+
+    from hybridperf.cli.app import app
+    from hybridperf.devices import generic_spec_note
+
+    r = CliRunner().invoke(app, ["devices", "--spec", "L4"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    d["name"], d["aliases"] = "My L4", []
+    p = tmp_path / "mine.json"
+    p.write_text(json.dumps(d))
+    mine, cat = get_device(str(p)), get_device("NVIDIA L4")
+    assert mine.to_dict() == {**cat.to_dict(), "name": "My L4", "aliases": []}
+    assert generic_spec_note(mine) is None and generic_spec_note(cat) is None
+    ns = tmp_path / "ns.json"
+    ns.write_text(json.dumps({"Device": "Mystery GPU", "Dev_Mem": 24, "Mem_Bw": 300, "Num_Sm": 58,
+                              "Core_Per_SM": 128, "Freq": 2040, "SingleFLOPs": 30300, "L2Cache": 48}))
+    note = generic_spec_note(get_device(str(ns)))
+    assert note and "Mystery GPU" in note and "\n" not in note
+    assert CliRunner().invoke(app, ["devices", "--spec", "no such gpu"]).exit_code != 0

@@ -1,15 +1,26 @@
 """`hybridperf devices`: list the device and node catalog."""
 from __future__ import annotations
 
+import json
+from typing import Optional
+
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from hybridperf.devices import list_devices, list_nodes
+from hybridperf.devices import get_device, list_devices, list_nodes
 
 
-def devices() -> None:
+def devices(
+    spec: Optional[str] = typer.Option(
+        None, "--spec", metavar="DEVICE",
+        help="print DEVICE's full spec as JSON instead: the project's format, which --device accepts as a file "
+             "(a template for a GPU the catalog lacks)"),
+) -> None:
     """List the built-in accelerators and nodes with their key spec-sheet numbers."""
+    if spec is not None:
+        print(json.dumps(get_device(spec).to_dict(), indent=2))
+        return
     t = Table(title="hybridperf device catalog")
     for col in ("name", "aliases", "SMs/CUs", "fp32 TF", "fp16 TC TF", "mem GB", "BW GB/s", "L2 MB"):
         t.add_column(col)

@@ -19,7 +19,7 @@ from hybridperf.errors import UnknownDeviceError
 
 __all__ = [
     "DTYPE_BYTES", "PEAK_KEYS", "DeviceSpec", "NodeSpec", "dtype_key", "from_neusight_json",
-    "load_spec_file", "get_device", "get_node", "list_devices", "list_nodes",
+    "load_spec_file", "get_device", "get_node", "list_devices", "list_nodes", "generic_spec_note",
 ]
 
 
@@ -87,6 +87,16 @@ def _enrich_from_catalog(spec: DeviceSpec) -> DeviceSpec:
     return replace(base, num_sms=spec.num_sms, boost_clock_mhz=spec.boost_clock_mhz, mem_gb=spec.mem_gb,
                    mem_bw_gbs=spec.mem_bw_gbs, l2_mb=spec.l2_mb, cores_per_sm=spec.cores_per_sm,
                    peak_tflops={**base.peak_tflops, **spec.peak_tflops})
+
+
+def generic_spec_note(spec: DeviceSpec) -> str | None:
+    """A one-line note when `spec` lacks what the priors read beyond the NeuSight fields (a NeuSight-format
+    file naming a GPU the catalog does not hold), else None."""
+    if spec.arch != "unknown":
+        return None
+    return (f"{spec.name} is not in the catalog and its spec gives no architecture, TDP or memory type: "
+            f"no power cap, issue limit or traced GEMM tiles apply and DRAM is taken as HBM "
+            f"(`hybridperf devices --spec NAME` prints a catalog GPU's full spec to edit instead)")
 
 
 def get_node(name: str | NodeSpec) -> NodeSpec:
