@@ -253,7 +253,3 @@ def load_layer_graph(csv_path: str | Path) -> pd.DataFrame:
     df.attrs["source"] = str(path)
     return df.reset_index(drop=True)
 
-
-def opgraph_files(root: str | Path) -> list[Path]:
-    """The device-independent op graphs in `results/opgraph/*.csv`."""
-    return sorted((neusight_root(root) / "results" / "opgraph").glob("*.csv"))

@@ -190,10 +190,6 @@ class ModelGraph:
                 largest = max(largest, float(n))
         return largest
 
-    @property
-    def num_layers(self) -> int:
-        return sum(b.count for b in self.blocks if b.kind == "layer")
-
 
 def kernel_group(op: str) -> str:
     """Breakdown class of a kernel: our op classes, or 'embedding' / 'memory' for the misc kernels."""

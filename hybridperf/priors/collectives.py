@@ -59,8 +59,6 @@ from hybridperf.errors import InputError, ModelBundleError
 from hybridperf.residual_models.bundle import sha256_file, shipped_models_dir
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
-PROTOCOLS = ("LL", "LL128", "Simple")
-ALGORITHMS = ("ring", "tree", "hierarchical", "direct", "local")
 TOPOLOGIES = ("nvswitch", "nvlink_pairs", "pcie", "mesh")
 _ALIASES = {
     "allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",

@@ -68,18 +68,6 @@ def _prior_ms(groups: list, n_rows: int, constants: CollectiveConstants) -> np.n
     return out
 
 
-def prior_frame(df: pd.DataFrame, constants: CollectiveConstants, nodes: dict | None = None) -> pd.DataFrame:
-    """Prior terms for every row of a tidy collective table (same index)."""
-    parts = []
-    for (system, coll, p, g), grp in df.groupby(GROUP_KEYS, sort=False):
-        t = prior_terms(coll, grp["nbytes"].to_numpy(), int(p), int(g), node_for(system, nodes), constants)
-        parts.append(pd.DataFrame({
-            "prior_ms": t["ms"], "alg_us": t["alg_us"], "lat_us": t["lat_us"], "bw_us": t["bw_us"],
-            "algorithm": t["algorithm"], "protocol": t["protocol"],
-        }, index=grp.index))
-    return pd.concat(parts).loc[df.index]
-
-
 def row_weights(df: pd.DataFrame) -> np.ndarray:
     """Every (system, collective, gpus, gpus_per_node) group gets the same total weight."""
     size = df.groupby(GROUP_KEYS, sort=False)["nbytes"].transform("size").to_numpy()
