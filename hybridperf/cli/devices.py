@@ -8,7 +8,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from hybridperf.devices import get_device, list_devices, list_nodes
+from hybridperf.devices import DeviceSpec, generic_spec_note, get_device, list_devices, list_nodes
+
+
+def note_generic_spec(dev: DeviceSpec) -> None:
+    """Say on stderr what the priors assume for a device spec without architecture, TDP or memory type."""
+    if note := generic_spec_note(dev):
+        typer.echo(f"note: {note}", err=True)
 
 
 def devices(

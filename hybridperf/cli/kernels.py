@@ -38,13 +38,13 @@ def predict_kernels(
 ) -> None:
     """Predict the latency of every kernel in INPUT.csv on DEVICE; adds pred_ms, pred_lo_ms, pred_hi_ms."""
     from hybridperf.datasets.schema import canonicalize
-    from hybridperf.devices import generic_spec_note, get_device
+    from hybridperf.cli.devices import note_generic_spec
+    from hybridperf.devices import get_device
     from hybridperf.predictor import Predictor
     from hybridperf.priors.launch import check_timing
 
     dev = get_device(device)
-    if note := generic_spec_note(dev):
-        typer.echo(f"note: {note}", err=True)
+    note_generic_spec(dev)
     raw = _read_csv(input_csv)
     kernels = canonicalize(raw, source=str(input_csv), timing=check_timing(timing))
     predictor = Predictor.prior_only() if prior_only else Predictor.load(model_bundle)

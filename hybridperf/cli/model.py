@@ -66,11 +66,11 @@ def predict_model_cmd(
         _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, model_bundle, prior_only,
                               dp, tp, pp, microbatches, overlap, bucket_mb, dtype, optimizer, recompute, zero or 0)
         return
-    from hybridperf.devices import generic_spec_note, get_device
+    from hybridperf.cli.devices import note_generic_spec
+    from hybridperf.devices import get_device
 
     dev = get_device(device)  # fail on an unknown device before loading a bundle
-    if note := generic_spec_note(dev):
-        typer.echo(f"note: {note}", err=True)
+    note_generic_spec(dev)
     predictor = resolve_predictor(model_bundle, prior_only)
     res = predict_model_detail(str(config), batch, seq, mode, dev, predictor, dtype=dtype, fused=fused,
                                optimizer=optimizer, recompute=recompute)
@@ -133,13 +133,12 @@ def _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, 
             raise InputError(f"{flag} must be >= 1, got {v}")
     if bucket_mb is not None and not bucket_mb > 0:
         raise InputError(f"--bucket-mb must be > 0, got {bucket_mb}")
-    from hybridperf.devices import generic_spec_note
+    from hybridperf.cli.devices import note_generic_spec
 
     node, dev, note = resolve_parallel_device(device)  # fail on an unknown device before loading bundles
     if note:
         typer.echo(note, err=True)
-    if generic := generic_spec_note(dev):
-        typer.echo(f"note: {generic}", err=True)
+    note_generic_spec(dev)
     predictor = resolve_predictor(model_bundle, prior_only)
     cmodel = CollectiveModel.prior_only() if prior_only else CollectiveModel.load()
     res = predict_parallel_detail(str(config), batch, seq, mode, node if not note else dev, dp or 1, tp or 1, pp or 1,
