@@ -36,7 +36,7 @@ def test_load_shapes_expands_ops_without_opname(tmp_path):
     s = load_shapes(f, ops=["linear", "softmax"])
     assert sorted(s["op"]) == ["linear", "softmax", "softmax"]
     lin = s[s.op == "linear"].iloc[0]
-    assert (lin.B, lin.M, lin.N, lin.K) == (2, 4, 4, 4) and np.isnan(lin.H)
+    assert (lin.B, lin.M, lin.N, lin.K) == (1, 8, 4, 4) and np.isnan(lin.H)  # B folded into the GEMM's rows
     assert s[s.op == "softmax"]["M"].isna().all()  # unused shape fields are NaN
     with pytest.raises(InputError, match="--ops"):
         load_shapes(f)

@@ -320,3 +320,14 @@ def test_data_summary_main_exit_code(tmp_path, monkeypatch, capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and "nope" in err and "\n" not in err
+
+
+def test_linear_batch_is_folded_into_rows():
+    """Linear(N, K) over a (B, M, N) input is one GEMM of B*M rows: same work, same tiles and the same
+    feature values (so no spurious out-of-range score) as the B = 1 row NeuSight's tables use."""
+    from hybridperf.datasets.schema import canonicalize
+
+    c = canonicalize(pd.DataFrame({"OPName": ["linear", "linear", "bmm"], "B": [8, 1, 8], "M": [100, 800, 100],
+                                   "N": [1024, 1024, 64], "K": [4096, 4096, 64]}))
+    assert list(c["B"]) == [1, 1, 8] and list(c["M"]) == [800, 800, 100]
+    assert c.loc[0, "flops"] == c.loc[1, "flops"] and c.loc[0, "bytes"] == c.loc[1, "bytes"]

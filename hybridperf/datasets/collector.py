@@ -57,6 +57,7 @@ def load_shapes(path: str | Path, ops=None) -> pd.DataFrame:
 
     With an `OPName` column each row keeps its op (and `ops`, when given, filters rows). Without one,
     every row is expanded to each op of `ops` its columns fit: B,M,N,K for bmm/linear, B,H otherwise.
+    A linear row's B is folded into M (the one GEMM PyTorch runs over the flattened input).
     """
     path = Path(path)
     if not path.is_file():

@@ -123,6 +123,10 @@ def canonicalize(
             raise InputError(report[0] + extra)
         df = df.drop(index=sorted({i for i, _ in problems}))
 
+    # nn.Linear flattens the leading dims: (B, M, N) through Linear(N, K) is one GEMM of B*M rows
+    lin = df["op"] == "linear"
+    df.loc[lin, "M"] = df.loc[lin, "M"] * df.loc[lin, "B"]
+    df.loc[lin, "B"] = 1
     df["op_class"] = df["op"].map(OP_CLASS)
     flops = np.zeros(len(df))
     nbytes = np.zeros(len(df))
