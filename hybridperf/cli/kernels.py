@@ -8,6 +8,9 @@ import typer
 
 from hybridperf.errors import InputError
 
+#: rows whose out-of-distribution score (`Predictor.predict`'s `ood`) reaches this get a note
+OOD_NOTE = 1.0
+
 
 def _read_csv(path: Path):
     import pandas as pd
@@ -61,6 +64,12 @@ def predict_kernels(
     output.parent.mkdir(parents=True, exist_ok=True)
     out.to_csv(output, index=False)
     typer.echo(f"wrote {len(out)} predictions for {dev.name} to {output}", err=True)
+    far = res[res["ood"] >= OOD_NOTE]
+    if len(far) and not prior_only:
+        kinds = ", ".join(sorted({f"{d} {c}" for d, c in zip(far["dtype"], far["op_class"])}))
+        typer.echo(f"note: {len(far)} rows ({kinds}) lie outside what the kernel models were trained on; their "
+                   f"intervals are widened, not calibrated (measured rows through --calibration calibrate them)",
+                   err=True)
 
 
 def register(app: typer.Typer) -> None:
