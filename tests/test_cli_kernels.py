@@ -352,7 +352,7 @@ def test_rows_outside_the_training_range_get_a_note(tmp_path):
                             "--output", str(tmp_path / "o.csv")])
     assert r.exit_code == 0, r.output
     notes = [ln for ln in r.stderr.splitlines() if ln.startswith("note:")]
-    assert len(notes) == 1 and "1 rows (fp16 linear)" in notes[0]
+    assert len(notes) == 1 and "1 row (fp16 linear) lies" in notes[0]
     fp32 = _write(tmp_path, "fp32.csv", "OPName,B,M,N,K,H\nlinear,8,512,1024,4096,\nsoftmax,4096,,,,1024\n")
     r = runner.invoke(app, ["predict-kernels", str(fp32), "--device", "NVIDIA H100 80GB HBM3",
                             "--output", str(tmp_path / "o.csv")])

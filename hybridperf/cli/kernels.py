@@ -67,7 +67,8 @@ def predict_kernels(
     far = res[res["ood"] >= OOD_NOTE]
     if len(far) and not prior_only:
         kinds = ", ".join(sorted({f"{d} {c}" for d, c in zip(far["dtype"], far["op_class"])}))
-        typer.echo(f"note: {len(far)} rows ({kinds}) lie outside what the kernel models were trained on; their "
+        rows = f"{len(far)} rows ({kinds}) lie" if len(far) > 1 else f"1 row ({kinds}) lies"
+        typer.echo(f"note: {rows} outside what the kernel models were trained on; their "
                    f"intervals are widened, not calibrated (measured rows through --calibration calibrate them)",
                    err=True)
 
