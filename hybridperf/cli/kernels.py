@@ -65,7 +65,7 @@ def predict_kernels(
     out.to_csv(output, index=False)
     typer.echo(f"wrote {len(out)} predictions for {dev.name} to {output}", err=True)
     far = res[res["ood"] >= OOD_NOTE]
-    if len(far):
+    if len(far) and calibration is None:
         kinds = ", ".join(sorted({f"{d} {c}" for d, c in zip(far["dtype"], far["op_class"])}))
         rows = f"{len(far)} rows ({kinds}) lie" if len(far) > 1 else f"1 row ({kinds}) lies"
         typer.echo(f"note: {rows} outside what the kernel models were trained on; their "
