@@ -131,6 +131,20 @@ def test_switch_expert_tokens_capped_per_sequence():
     assert set(wi["M"]) == {3 * 16}
 
 
+def test_switch_position_bias_gradient_is_summed_over_each_stack():
+    """Every layer of a stack adds the same (B, n, S, S) position bias to its scores; autograd sums its
+    gradient over the layers (layers - 1 adds per stack), in the backward only."""
+    cfg = {"model_type": "switch_transformers", "d_model": 128, "d_ff": 512, "d_kv": 32, "num_heads": 4,
+           "num_layers": 3, "num_decoder_layers": 5, "num_experts": 4, "expert_capacity": 16, "vocab_size": 500}
+    B, S, n = 2, 64, 4
+    for mode, enc, dec in (("inf", 0, 0), ("train", 2, 4)):
+        t = build_graph(cfg, B, S, mode).kernel_table()
+        sums = t[t["name"].str.contains("position_bias.grad_sum")]
+        assert (sums["block"] == "encoder_embeddings").sum() == enc
+        assert (sums["block"] == "decoder_embeddings").sum() == dec
+        assert set(zip(sums["B"], sums["H"])) <= {(B * n * S, S)}
+
+
 LLAMA = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 8, "num_key_value_heads": 2,
          "num_hidden_layers": 3, "intermediate_size": 688, "vocab_size": 1000, "hidden_act": "silu"}
 
@@ -290,6 +304,21 @@ def test_switch_gemms_match_opgraph():
         ours[f] = ours.get(f, 0) + r.count
     assert sum(traced.values()) == sum(ours.values())
     assert sum(k * v for k, v in traced.items()) == pytest.approx(sum(k * v for k, v in ours.items()), rel=1e-9)
+
+
+@needs_data
+def test_switch_score_bias_add_reads_two_score_tensors():
+    """T5 attention's `scores += position_bias` adds two full (B, n, S, S) tensors (the bias holds the
+    relative buckets plus the mask): NeuSight's trace has it as VECadd, once per attention."""
+    import ast
+
+    og = pd.read_csv(NEUSIGHT / "results" / "opgraph" / "switchxl4-inf-512-2.csv")
+    scores = (2, 32, 512, 512)
+    traced = sum(1 for ops, ins in zip(og["FwOps"], og["InputShapes"])
+                 if [o[0] for o in ast.literal_eval(ops)] == ["VECadd"] and ast.literal_eval(ins) == [scores, scores])
+    t = build_graph(CONFIGS / "switchxl4.json", 2, 512, "inf").kernel_table()
+    ours = t[(t["op"] == "add") & (t["B"] == 2 * 32 * 512) & (t["H"] == 512)]["count"].sum()
+    assert traced == ours == 72
 
 
 def _opgraph_runs():

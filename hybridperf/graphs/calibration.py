@@ -17,17 +17,17 @@ from __future__ import annotations
 CALIBRATION: dict = {
     "prior": {
         "scale": 1.0,
-        "gap_ms": 0.00936,
+        "gap_ms": 0.00901,
         "cpu_ms": 0.0,
         "inf": {
             "log_bias": 0.0,
-            "q_lo": -0.137,
-            "q_hi": 0.5128
+            "q_lo": -0.1368,
+            "q_hi": 0.5142
         },
         "train": {
             "log_bias": 0.0,
-            "q_lo": -0.137,
-            "q_hi": 0.5128
+            "q_lo": -0.1368,
+            "q_hi": 0.5142
         },
         "variant": "gap",
         "n_labels": 67,
@@ -43,17 +43,17 @@ CALIBRATION: dict = {
     },
     "bundle": {
         "scale": 1.0,
-        "gap_ms": 0.00936,
+        "gap_ms": 0.00901,
         "cpu_ms": 0.0,
         "inf": {
             "log_bias": 0.0,
-            "q_lo": -0.137,
-            "q_hi": 0.5128
+            "q_lo": -0.1368,
+            "q_hi": 0.5142
         },
         "train": {
             "log_bias": 0.0,
-            "q_lo": -0.137,
-            "q_hi": 0.5128
+            "q_lo": -0.1368,
+            "q_hi": 0.5142
         },
         "variant": "gap",
         "n_labels": 67,

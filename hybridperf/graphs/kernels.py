@@ -526,7 +526,9 @@ def _switch_attn(p, cfg, B, S, train, S_kv=None, kv_tok=None):
     ks = [*grad_sums(f"{p}.resid_in", tok, h, 2, train), *_rms_norm(f"{p}.norm", tok, h, train), *reads,
           linear(f"{p}.q", tok, h, ad, bias=False),
           linear(f"{p}.k", kv_tok, h, ad, bias=False), linear(f"{p}.v", kv_tok, h, ad, bias=False)]
-    ks += _attention_core(p, B, S, cfg.heads, cfg.head_dim, train, scale_op=None, mask_op=("addu",), S_kv=S_kv)
+    # T5's position bias (relative buckets or zeros, plus the padding mask) is a full (B, heads, S, S_kv)
+    # tensor: `scores += position_bias` reads two score-sized tensors (NeuSight's trace: VECadd)
+    ks += _attention_core(p, B, S, cfg.heads, cfg.head_dim, train, scale_op=None, mask_op=("add",), S_kv=S_kv)
     ks += [linear(f"{p}.o", tok, ad, h, bias=False), *_dropout(f"{p}.dropout", tok, h, train),
            vec(f"{p}.resid_add", "add", tok, h, tag="residual")]
     return ks
@@ -538,10 +540,17 @@ def _switch(cfg: ModelConfig, B, S, train) -> list:
     bias_pre = [misc(f"relpos_{i}", "mask", 2 * S * S * 8) for i in range(10)]  # bucket arithmetic on (S, S)
     bias_pre += [gather("relpos_embedding", S * S, n, 32), misc("relpos_permute", "copy", 2 * S * S * n * F32),
                  misc("mask_add", "copy", 3 * B * n * S * S * F32)]
+    # every layer of a stack adds the same (B, n, S, S) position bias to its scores, so autograd sums
+    # its gradient over the stack's layers (it reaches the relative-attention embedding)
     enc_pre = [gather("embed_tokens", tok, h, V), *_dropout("enc_dropout", tok, h, train), *[
-        {**k, "name": "enc." + k["name"]} for k in bias_pre]]
+        {**k, "name": "enc." + k["name"]} for k in bias_pre],
+        *grad_sums("enc.position_bias", B * n * S, S, cfg.layers, train)]
+    # cross-attention's bias: zeros((1, n, S, S)) plus the encoder mask, built once (no gradient)
     dec_pre = [gather("dec_embed_tokens", tok, h, 0), *_dropout("dec_dropout", tok, h, train), *[
-        {**k, "name": "dec." + k["name"]} for k in bias_pre], misc("dec.causal_mask", "mask", 4 * B * S * S * F32)]
+        {**k, "name": "dec." + k["name"]} for k in bias_pre], misc("dec.causal_mask", "mask", 4 * B * S * S * F32),
+        *grad_sums("dec.position_bias", B * n * S, S, cfg.decoder_layers, train),
+        misc("dec.cross_zeros", "mask", n * S * S * F32),
+        misc("dec.cross_bias", "copy", (n * S * S + B * n * S * S) * F32)]
 
     def layer_counts(n_layers, step):
         sparse = sum(1 for i in range(n_layers) if step > 0 and (step == 1 or i % step == 1))
