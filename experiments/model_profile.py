@@ -1,13 +1,15 @@
 """Where a whole model's time goes on the GPU this runs on: per aten op, the kernel time torch.profiler
 attributes to it, against the step's end-to-end time; and torch.compile'd inference end to end.
 
-For each model of `gpu_check.MODELS` (fp32 rows only, NeuSight's semantics) it writes one row per
+For each model of `gpu_check.MODELS` in one dtype (`--dtype`, fp32 by default: NeuSight's semantics;
+bf16 or fp16 profile the half-precision rows, Llama's 4-layer cut included) it writes one row per
 (model, aten op) with the op's call count and its kernels' device time in one step, plus the step's
 end-to-end time (CUDA events, as `gpu_check.time_model`), so that the share of the step that no kernel
 covers (launch gaps, host work) can be read off. `--compile` also times the first two
 inference rows under `torch.compile` (default mode) against `predict_model(..., fused=True)`.
 
     python experiments/model_profile.py --out experiments/out/model_profile      # on a GPU machine
+    python experiments/model_profile.py --dtype bf16 --out experiments/out/model_profile_bf16
 
     python experiments/model_profile.py --report experiments/data/measured/h100/model_profile    # anywhere
 
@@ -66,13 +68,19 @@ def report(src: Path) -> pd.DataFrame:
     rows = []
     for s in pd.read_csv(src / "steps.csv").to_dict("records"):
         cfg = _config(f"{s['model']}.json")
+        family = cfg.get("model_type", "gpt2")
+        if family in LAYER_KEY and "layers" in s:
+            cfg[LAYER_KEY[family]] = int(s["layers"])  # a profiled cut of the model (Llama's 4 layers)
         with tiles_without(device):
-            p = predict_model_detail(cfg, int(s["batch"]), int(s["seq"]), s["mode"], device)
+            p = predict_model_detail(cfg, int(s["batch"]), int(s["seq"]), s["mode"], device,
+                                     dtype=str(s.get("dtype", "fp32")))
         par = composition_params(p.kind, s["mode"])
         k, bias = p.kernels, float(np.exp(p.log_bias))
         body = par["scale"] * np.maximum(k["pred_ms"] - k["floor_ms"], 0.0) * k["count"] * bias
         ours = body.groupby(k["group"]).sum()
         mine = (ops["model"] == s["model"]) & (ops["batch"] == s["batch"]) & (ops["mode"] == s["mode"])
+        if "dtype" in ops.columns:
+            mine &= ops["dtype"] == s.get("dtype", "fp32")
         meas = ops[mine].groupby("group")["kernel_ms"].sum()
         tag = {"model": s["model"], "batch": s["batch"], "mode": s["mode"]}
         for g in sorted(set(ours.index) | set(meas.index)):
@@ -110,6 +118,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(REPO / "experiments" / "out" / "model_profile"))
     ap.add_argument("--compile", action="store_true", help="also time torch.compile'd inference")
     ap.add_argument("--report", default=None, help="a saved profile directory: compare it with the predictions")
+    ap.add_argument("--dtype", default="fp32", choices=("fp32", "bf16", "fp16"),
+                    help="profile the gpu_check.MODELS rows of this dtype (default: fp32, NeuSight's)")
     a = ap.parse_args(argv)
     if a.report:
         tab = report(Path(a.report))
@@ -135,15 +145,17 @@ def main(argv=None) -> int:
     seen = set()
     for cfg_name, family, batch, seq, mode, dtype, recompute, layers in MODELS:
         key = (cfg_name, batch, seq, mode)
-        if dtype != "fp32" or recompute or layers is not None or key in seen:
+        if dtype != a.dtype or recompute or key in seen:
             continue
         seen.add(key)
         cfg = _config(cfg_name)
+        if layers is not None:
+            cfg[LAYER_KEY[family]] = layers
         model = _hf_model(family, cfg, mode, dtype, recompute, torch, "cuda")
         e2e = time_model(torch, model, family, batch, seq, mode, "cuda")
         prof = profile_step(torch, model_step(torch, model, family, batch, seq, mode, "cuda"))
         tag = {"model": cfg_name.removesuffix(".json"), "layers": cfg[LAYER_KEY[family]], "batch": batch,
-               "seq": seq, "mode": mode}
+               "seq": seq, "mode": mode, "dtype": dtype}
         ops.append(prof.assign(**tag))
         steps.append({**tag, "e2e_ms": e2e, "kernel_sum_ms": prof["kernel_ms"].sum()})
         print(steps[-1], flush=True)
@@ -153,7 +165,7 @@ def main(argv=None) -> int:
             except Exception as e:  # noqa: BLE001 - a compiler missing on the machine must not lose the profiles
                 print(f"torch.compile failed: {type(e).__name__}: {e}"[:300], file=sys.stderr)
             else:
-                p = predict_model(cfg, batch, seq, mode, target, fused=True)
+                p = predict_model(cfg, batch, seq, mode, target, fused=True, dtype=dtype)
                 compiled.append({**tag, "measured_ms": ms, "eager_ms": e2e, "pred_fused_ms": p["e2e_ms"],
                                  "err_pct": (p["e2e_ms"] / ms - 1) * 100})
                 print(compiled[-1], flush=True)
