@@ -201,6 +201,22 @@ def test_neusight_json_of_a_catalog_gpu_is_enriched_from_the_catalog(tmp_path):
     assert get_device(str(unknown)).arch == "unknown"
 
 
+def test_neusight_json_is_enriched_from_the_board_its_numbers_describe(tmp_path):
+    """A file naming "NVIDIA H100" (the SXM board in the catalog) with 114 SMs and 2 TB/s is the PCIe
+    board, whose 350 W TDP caps its arithmetic; NeuSight's own P4 file, which counts 40 SMs of 64 cores,
+    stays the P4 (2560 cores), not the 30-SM P40."""
+    def neusight(name, sms, cores, bw, mem):
+        p = tmp_path / f"{name}-{sms}-{bw}.json"
+        p.write_text(json.dumps({"Device": name, "Dev_Mem": mem, "Mem_Bw": bw, "Num_Sm": sms, "Core_Per_SM": cores,
+                                 "Freq": 1755, "SingleFLOPs": 51200, "L2Cache": 50}))
+        return get_device(str(p))
+
+    assert neusight("NVIDIA H100", 114, 128, 2000, 80).tdp_w == get_device("NVIDIA H100 PCIe").tdp_w == 350
+    assert neusight("NVIDIA H100", 132, 128, 3350, 80).tdp_w == get_device("NVIDIA H100 80GB HBM3").tdp_w
+    assert neusight("NVIDIA A100", 108, 64, 1935, 80).tdp_w == get_device("NVIDIA A100 80GB PCIe").tdp_w
+    assert neusight("Tesla P4", 40, 64, 192, 8).tdp_w == get_device("Tesla P4").tdp_w == 75
+
+
 def test_a_spec_printed_by_devices_loads_back_as_the_same_gpu(tmp_path):
     """`hybridperf devices --spec NAME` prints the project's JSON format: edited and passed back as
     --device, it is the catalog GPU, while a NeuSight file for an unknown GPU carries a note saying what

@@ -1,6 +1,7 @@
 """Device catalog: look up a GPU or node by its torch name, an alias, or a JSON spec file."""
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -77,13 +78,31 @@ def get_device(name_or_path: str | DeviceSpec) -> DeviceSpec:
     )
 
 
+def _closest_variant(base: DeviceSpec, spec: DeviceSpec) -> DeviceSpec:
+    """The catalog board of `base`'s vendor and architecture whose core count (SMs x cores per SM:
+    NeuSight's files count a Pascal SM as two of 64 cores), DRAM bandwidth and memory size are closest
+    to `spec`'s (in that order), `base` itself on a tie: a name such as "NVIDIA H100" denotes the SXM
+    board in the catalog, while a file giving 114 SMs and 2 TB/s describes the PCIe one, whose TDP
+    (350 W, not 700) caps its arithmetic."""
+    def distance(d: DeviceSpec):
+        bw = abs(math.log(max(d.mem_bw_gbs, 1e-9) / max(spec.mem_bw_gbs, 1e-9)))
+        cores = d.num_sms * d.cores_per_sm - spec.num_sms * spec.cores_per_sm
+        return abs(cores), round(bw, 2), abs(d.mem_gb - spec.mem_gb)
+
+    siblings = [d for d in DEVICES if d.vendor == base.vendor and d.arch == base.arch]
+    best = min(siblings, key=distance)
+    return base if distance(base) <= distance(best) else best
+
+
 def _enrich_from_catalog(spec: DeviceSpec) -> DeviceSpec:
     """A spec loaded from a NeuSight-format file carries only SMs, clock, fp32 peak, memory and L2.
     When it names a catalog GPU, the catalog supplies the rest (architecture, TDP, memory type, other
-    dtypes' peaks, interconnect), and the file's own numbers take precedence."""
+    dtypes' peaks, interconnect) from the board of that GPU the file's numbers describe
+    (`_closest_variant`), and the file's own numbers take precedence."""
     base = _lookup_device(spec.name)
     if base is None or spec.arch != "unknown":
         return spec
+    base = _closest_variant(base, spec)
     return replace(base, num_sms=spec.num_sms, boost_clock_mhz=spec.boost_clock_mhz, mem_gb=spec.mem_gb,
                    mem_bw_gbs=spec.mem_bw_gbs, l2_mb=spec.l2_mb, cores_per_sm=spec.cores_per_sm,
                    peak_tflops={**base.peak_tflops, **spec.peak_tflops})
