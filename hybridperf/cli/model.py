@@ -43,6 +43,10 @@ def predict_model_cmd(
     zero: Optional[int] = typer.Option(
         None, "--zero", help="with --dp and --optimizer: ZeRO stage 1 (optimizer state sharded over dp), 2 (and "
         "gradients: reduce-scatter), 3 (and parameters: gathered layer by layer, FSDP full shard); default 0"),
+    measured_runs: Optional[Path] = typer.Option(
+        None, "--measured-runs", help="CSV of whole-model runs measured on DEVICE and this host (config, batch, seq, "
+        "mode, latency_ms [, dtype, fused, recompute, optimizer, layers]): refit the device-time scale and the "
+        "per-launch gap to them before predicting (single GPU only)"),
 ) -> None:
     """Predict the latency (ms) of one forward (inf) or forward+backward (train) pass of a transformer,
     fp32 eager PyTorch as NeuSight measured it, with a 90% interval. With --dp/--tp/--pp (any of them),
@@ -61,6 +65,8 @@ def predict_model_cmd(
     if not config.is_file():
         raise InputError(f"config file not found: {config}")
     if any(v is not None for v in (dp, tp, pp, microbatches, overlap, bucket_mb, zero)):
+        if measured_runs is not None:
+            raise InputError("--measured-runs calibrates single-GPU predictions; it is not combined with --dp/--tp/--pp")
         if fused:
             raise InputError("--fused is not modelled with --dp/--tp/--pp (training runs eager)")
         _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, model_bundle, prior_only,
@@ -72,8 +78,16 @@ def predict_model_cmd(
     dev = get_device(device)  # fail on an unknown device before loading a bundle
     note_generic_spec(dev)
     predictor = resolve_predictor(model_bundle, prior_only)
+    calibration = None
+    if measured_runs is not None:
+        from hybridperf.graphs.measured_runs import calibrate_from_runs
+
+        calibration = calibrate_from_runs(measured_runs, dev, predictor)
+        c = calibration[next(iter(calibration))]
+        typer.echo(f"calibrated to {c['n_runs']} measured run(s): device-time scale {c['scale']:.3f}, "
+                   f"gap {c['gap_ms'] * 1000:.1f} us per launch", err=True)
     res = predict_model_detail(str(config), batch, seq, mode, dev, predictor, dtype=dtype, fused=fused,
-                               optimizer=optimizer, recompute=recompute)
+                               optimizer=optimizer, recompute=recompute, calibration=calibration)
     need = res.graph.memory()
     _warn_memory(need, dev)
     out = {k: round(v, 4) for k, v in res.to_dict().items()}

@@ -23,6 +23,9 @@ leave-one-device-out). A kind without constants uses `DEFAULT_GAP_MS` and nothin
 Python-only nodes of the traced graph (size, view, permute, getitem, eval-mode dropout) launch no
 kernel: they are left out (their host time is what `gap`/`cpu` absorb).
 
+`calibration` may instead hold constants refitted to runs measured on the target GPU and host
+(`hybridperf.graphs.measured_runs`); their interval comes from the fit's posterior.
+
 Interval: errors of kernels inside one model are strongly correlated (the same GEMM shapes repeat
 in every layer, and a device the kernel model misjudges is misjudged for all of them), so kernel
 intervals are combined as the time-share-weighted mean of their log half-widths, never as
@@ -54,6 +57,7 @@ GROUPS = ("linear", "bmm", "elementwise", "softmax", "layernorm", "embedding", "
 #: checkpointed layers re-run inside the backward
 BACKWARD_PHASES = ("bw", "acc", "rc")
 OOD_WIDEN = 0.25
+Z90 = 1.6449  # standard normal 95% quantile: half-width of a central 90% interval in sd
 #: per-kernel launch gap (ms) used when the calibration has no fitted constants for a predictor kind
 DEFAULT_GAP_MS = 0.01
 
@@ -71,7 +75,20 @@ def composition_params(kind: str, mode: str, calibration: dict | None = None, co
            "cpu_ms": float(ck.get("cpu_ms", 0.0)), "log_bias": float(cm.get("log_bias", 0.0))}
     if "q_lo" in cm and "q_hi" in cm:
         out["q_lo"], out["q_hi"] = float(cm["q_lo"]), float(cm["q_hi"])
+    if "posterior" in ck:
+        out["posterior"] = ck["posterior"]
     return out
+
+
+def posterior_interval(device_ms: float, launches: float, scale: float, gap_ms: float,
+                       posterior: dict) -> tuple[float, float]:
+    """(q_lo, q_hi), log space: the central 90% interval of a prediction with kernel device time
+    `device_ms` and `launches` under constants (`scale`, `gap_ms`) fitted to measured runs
+    (`hybridperf.graphs.measured_runs`), whose Laplace covariance and per-run sd are `posterior`."""
+    a, b = scale * device_ms, gap_ms * launches
+    j = np.array([a, b]) / max(a + b, 1e-300)
+    sd = float(np.sqrt(posterior["sigma_run"] ** 2 + j @ np.asarray(posterior["cov"], dtype=np.float64) @ j))
+    return -Z90 * sd, Z90 * sd
 
 
 def harness_floor_ms(ops) -> np.ndarray:
@@ -216,8 +233,14 @@ def compose(graph: ModelGraph, device, predictor: Predictor, correction: bool = 
             calibration: dict | None = None) -> ModelPrediction:
     """Predict and compose one graph on `device` (see the module docstring for the model)."""
     dev = get_device(device)
-    tab = predict_kernels_of(graph, dev, predictor)
     kind = predictor_kind(predictor)
+    if calibration is not None and correction and kind not in calibration:
+        raise InputError(f"the composition calibration holds constants for {', '.join(sorted(calibration)) or 'no'}"
+                         f" kernel model(s), not for the {kind!r} one used here: calibrate with the same predictor")
+    fitted_on = (calibration or {}).get(kind, {}).get("device") if correction else None
+    if fitted_on is not None and fitted_on != dev.name:
+        raise InputError(f"the composition calibration was fitted to runs on {fitted_on}, not {dev.name}")
+    tab = predict_kernels_of(graph, dev, predictor)
     par = composition_params(kind, graph.mode, calibration, correction)
     t = in_model_ms(tab["pred_ms"].to_numpy(), tab["floor_ms"].to_numpy(), par["scale"], par["gap_ms"],
                     par["cpu_ms"], par["raw"])
@@ -236,7 +259,13 @@ def compose(graph: ModelGraph, device, predictor: Predictor, correction: bool = 
         l_k = np.where(tab["pred_ms"] > 0, np.log(tab["lo_ms"] / tab["pred_ms"]), 0.0)
         u_k = np.where(tab["pred_ms"] > 0, np.log(tab["hi_ms"] / tab["pred_ms"]), 0.0)
     ood = float(np.sum(w * tab["ood"].to_numpy()))
-    if "q_lo" in par:
+    if "posterior" in par:
+        count = tab["count"].to_numpy()
+        dev_ms = float(np.sum(np.maximum(tab["pred_ms"] - tab["floor_ms"], 0.0).to_numpy() * count))
+        q_lo, q_hi = posterior_interval(dev_ms, float(count.sum()), par["scale"], par["gap_ms"], par["posterior"])
+        widen = 1.0 + OOD_WIDEN * ood
+        q_lo, q_hi = q_lo * widen, q_hi * widen
+    elif "q_lo" in par:
         widen = 1.0 + OOD_WIDEN * ood
         q_lo, q_hi = par["q_lo"] * widen, par["q_hi"] * widen
     else:
@@ -250,17 +279,18 @@ def compose(graph: ModelGraph, device, predictor: Predictor, correction: bool = 
 def predict_model_detail(config, batch: int, seq: int, mode: str = "inf", device="NVIDIA H100 80GB HBM3",
                          predictor: Predictor | None = None, correction: bool = True,
                          dtype: str = "fp32", fused: bool = False, optimizer: str | None = None,
-                         recompute: bool = False) -> ModelPrediction:
+                         recompute: bool = False, calibration: dict | None = None) -> ModelPrediction:
     """Like `predict_model`, returning the full `ModelPrediction` (kernel table, breakdown)."""
     graph = build_graph(config, batch, seq, mode, dtype, fused=fused, optimizer=optimizer, recompute=recompute)
     dev = get_device(device)
     pred = predictor if predictor is not None else resolve_predictor()
-    return compose(graph, dev, pred, correction=correction)
+    return compose(graph, dev, pred, correction=correction, calibration=calibration)
 
 
 def predict_model(config, batch: int, seq: int, mode: str = "inf", device="NVIDIA H100 80GB HBM3",
                   predictor: Predictor | None = None, correction: bool = True, dtype: str = "fp32",
-                  fused: bool = False, optimizer: str | None = None, recompute: bool = False) -> dict:
+                  fused: bool = False, optimizer: str | None = None, recompute: bool = False,
+                  calibration: dict | None = None) -> dict:
     """Whole-model latency (ms) of one forward (`inf`) or forward+backward (`train`) pass.
 
     `config`: path to a HF config.json, a parsed dict, or a `ModelConfig`. Returns
@@ -271,16 +301,18 @@ def predict_model(config, batch: int, seq: int, mode: str = "inf", device="NVIDI
     `optimizer` (train): add one optimizer step (sgd, sgd-momentum, adam, adamw, adam-fused;
     `hybridperf.graphs.optimizer`) to e2e_ms and report it as "opt_ms".
     `recompute` (train): activation checkpointing of every layer; its forward re-runs inside bw_ms.
+    `calibration`: composition constants fitted to runs measured on `device`
+    (`hybridperf.graphs.measured_runs.calibrate_from_runs`, with the same `predictor`); default: shipped.
     """
     return predict_model_detail(config, batch, seq, mode, device, predictor, correction, dtype, fused,
-                                optimizer, recompute).to_dict()
+                                optimizer, recompute, calibration).to_dict()
 
 
 def sweep(config, batches, seqs, mode: str = "inf", device="NVIDIA H100 80GB HBM3",
           predictor: Predictor | None = None, dtype: str = "fp32", fused: bool = False,
-          optimizer: str | None = None, recompute: bool = False) -> pd.DataFrame:
+          optimizer: str | None = None, recompute: bool = False, calibration: dict | None = None) -> pd.DataFrame:
     """Predictions over the grid batches x seqs: columns batch, seq, mode, device, e2e/lo/hi/fw/bw_ms
-    (and opt_ms with an `optimizer`; `fused`, `optimizer`, `recompute`: as in `predict_model`)."""
+    (and opt_ms with an `optimizer`; `fused`, `optimizer`, `recompute`, `calibration`: as in `predict_model`)."""
     from hybridperf.graphs.config import load_config
 
     cfg = load_config(config)
@@ -296,6 +328,6 @@ def sweep(config, batches, seqs, mode: str = "inf", device="NVIDIA H100 80GB HBM
     for s in seqs:
         for b in batches:
             graph = build_graph(cfg, b, s, mode, dtype, fused=fused, optimizer=optimizer, recompute=recompute)
-            r = compose(graph, dev, pred).to_dict()
+            r = compose(graph, dev, pred, calibration=calibration).to_dict()
             rows.append({"batch": int(b), "seq": int(s), "mode": mode, "device": dev.name, **r})
     return pd.DataFrame(rows)
