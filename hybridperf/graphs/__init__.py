@@ -14,10 +14,11 @@ from hybridperf.graphs.compose import (
 )
 from hybridperf.graphs.config import SUPPORTED_MODEL_TYPES, ModelConfig, load_config
 from hybridperf.graphs.kernels import Block, ModelGraph, build_graph, layer_gemms
+from hybridperf.graphs.measured_runs import calibrate_from_runs, read_runs
 from hybridperf.graphs.plot import plot_latency_vs_batch
 
 __all__ = [
-    "SUPPORTED_MODEL_TYPES", "Block", "ModelConfig", "ModelGraph", "ModelPrediction", "build_graph", "compose",
-    "layer_gemms", "load_config", "plot_latency_vs_batch", "predict_model", "predict_model_detail",
-    "resolve_predictor", "sweep",
+    "SUPPORTED_MODEL_TYPES", "Block", "ModelConfig", "ModelGraph", "ModelPrediction", "build_graph",
+    "calibrate_from_runs", "compose", "layer_gemms", "load_config", "plot_latency_vs_batch", "predict_model",
+    "predict_model_detail", "read_runs", "resolve_predictor", "sweep",
 ]
