@@ -46,7 +46,7 @@ def predict_model_cmd(
     measured_runs: Optional[Path] = typer.Option(
         None, "--measured-runs", help="CSV of whole-model runs measured on DEVICE and this host (config, batch, seq, "
         "mode, latency_ms [, dtype, fused, recompute, optimizer, layers]): refit the device-time scale and the "
-        "per-launch gap to them before predicting (single GPU only)"),
+        "per-launch gap to them before predicting (with --dp/--tp/--pp: single-GPU runs on the node's GPU)"),
 ) -> None:
     """Predict the latency (ms) of one forward (inf) or forward+backward (train) pass of a transformer,
     fp32 eager PyTorch as NeuSight measured it, with a 90% interval. With --dp/--tp/--pp (any of them),
@@ -65,12 +65,11 @@ def predict_model_cmd(
     if not config.is_file():
         raise InputError(f"config file not found: {config}")
     if any(v is not None for v in (dp, tp, pp, microbatches, overlap, bucket_mb, zero)):
-        if measured_runs is not None:
-            raise InputError("--measured-runs calibrates single-GPU predictions; it is not combined with --dp/--tp/--pp")
         if fused:
             raise InputError("--fused is not modelled with --dp/--tp/--pp (training runs eager)")
         _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, model_bundle, prior_only,
-                              dp, tp, pp, microbatches, overlap, bucket_mb, dtype, optimizer, recompute, zero or 0)
+                              dp, tp, pp, microbatches, overlap, bucket_mb, dtype, optimizer, recompute, zero or 0,
+                              measured_runs)
         return
     from hybridperf.cli.devices import note_generic_spec
     from hybridperf.devices import get_device
@@ -78,14 +77,7 @@ def predict_model_cmd(
     dev = get_device(device)  # fail on an unknown device before loading a bundle
     note_generic_spec(dev)
     predictor = resolve_predictor(model_bundle, prior_only)
-    calibration = None
-    if measured_runs is not None:
-        from hybridperf.graphs.measured_runs import calibrate_from_runs
-
-        calibration = calibrate_from_runs(measured_runs, dev, predictor)
-        c = calibration[next(iter(calibration))]
-        typer.echo(f"calibrated to {c['n_runs']} measured run(s): device-time scale {c['scale']:.3f}, "
-                   f"gap {c['gap_ms'] * 1000:.1f} us per launch", err=True)
+    calibration = _calibrate(measured_runs, dev, predictor)
     res = predict_model_detail(str(config), batch, seq, mode, dev, predictor, dtype=dtype, fused=fused,
                                optimizer=optimizer, recompute=recompute, calibration=calibration)
     need = res.graph.memory()
@@ -104,6 +96,19 @@ def predict_model_cmd(
         opt = f"  opt {out['opt_ms']:.3f} ms" if "opt_ms" in out else ""
         typer.echo(f"e2e {out['e2e_ms']:.3f} ms  [90%: {out['lo_ms']:.3f} .. {out['hi_ms']:.3f}]  "
                    f"fw {out['fw_ms']:.3f} ms  bw {out['bw_ms']:.3f} ms{opt}  memory ~{need.total:.1f} GB")
+
+
+def _calibrate(measured_runs, dev, predictor) -> dict | None:
+    """Composition constants fitted to `--measured-runs` on GPU `dev` (None without the option)."""
+    if measured_runs is None:
+        return None
+    from hybridperf.graphs.measured_runs import calibrate_from_runs
+
+    calibration = calibrate_from_runs(measured_runs, dev, predictor)
+    c = calibration[next(iter(calibration))]
+    typer.echo(f"calibrated to {c['n_runs']} measured run(s) on {dev.name}: device-time scale {c['scale']:.3f}, "
+               f"gap {c['gap_ms'] * 1000:.1f} us per launch", err=True)
+    return calibration
 
 
 def _fill_breakdown(table, bd) -> None:
@@ -137,7 +142,7 @@ def _warn_memory(need, dev, per_gpu: bool = False) -> None:
 
 def _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, model_bundle, prior_only,
                           dp, tp, pp, microbatches, overlap, bucket_mb, dtype, optimizer=None,
-                          recompute=False, zero=0) -> None:
+                          recompute=False, zero=0, measured_runs=None) -> None:
     from hybridperf.graphs.compose import resolve_predictor
     from hybridperf.graphs.parallel import DEFAULT_BUCKET_MB, predict_parallel_detail, resolve_parallel_device
     from hybridperf.priors.collectives import CollectiveModel
@@ -155,11 +160,12 @@ def _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, 
     note_generic_spec(dev)
     predictor = resolve_predictor(model_bundle, prior_only)
     cmodel = CollectiveModel.prior_only() if prior_only else CollectiveModel.load()
+    calibration = _calibrate(measured_runs, dev, predictor)
     res = predict_parallel_detail(str(config), batch, seq, mode, node if not note else dev, dp or 1, tp or 1, pp or 1,
                                   microbatches, True if overlap is None else overlap, predictor,
                                   collective_model=cmodel,
                                   bucket_mb=DEFAULT_BUCKET_MB if bucket_mb is None else bucket_mb, dtype=dtype,
-                                  optimizer=optimizer, recompute=recompute, zero=zero)
+                                  optimizer=optimizer, recompute=recompute, zero=zero, calibration=calibration)
     r = res.result
     _warn_memory(res.memory, dev, per_gpu=True)
     out = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}

@@ -423,8 +423,10 @@ def predict_parallel_detail(config, batch: int, seq: int, mode: str = "train", d
                             predictor=None, collective_model=None, bucket_mb: float = DEFAULT_BUCKET_MB,
                             correction: bool = True, dtype: str = "fp32",
                             optimizer: str | None = None, recompute: bool = False,
-                            zero: int = 0) -> ParallelPrediction:
-    """Like `predict_parallel`, returning the stage table and the per-GPU kernel prediction too."""
+                            zero: int = 0, calibration: dict | None = None) -> ParallelPrediction:
+    """Like `predict_parallel`, returning the stage table and the per-GPU kernel prediction too.
+    `calibration`: composition constants fitted to single-GPU runs on the node's GPU
+    (`hybridperf.graphs.measured_runs.calibrate_from_runs`); default: the shipped ones."""
     from hybridperf.graphs.compose import BACKWARD_PHASES, compose, resolve_predictor
 
     cfg = load_config(config)
@@ -449,7 +451,7 @@ def predict_parallel_detail(config, batch: int, seq: int, mode: str = "train", d
     pred = predictor if predictor is not None else resolve_predictor()
 
     graph = shard_graph(build_graph(cfg, b_mb, seq, mode, dtype, optimizer=optimizer, recompute=recompute), tp)
-    res = compose(graph, dev, pred, correction=correction)
+    res = compose(graph, dev, pred, correction=correction, calibration=calibration)
     eb = graph.dtype_bytes  # bytes per element of activations, parameters and gradients
     scale = float(np.exp(res.log_bias))
     tab = res.kernels
@@ -526,7 +528,7 @@ def predict_parallel_detail(config, batch: int, seq: int, mode: str = "train", d
                       for n in tensor_numels(b.kernels, tied_head=pp == 1 and bool(cfg.tied_embeddings))]
             if zero:  # each rank steps its 1/dp slice of the flat parameter buffer
                 numels = [-(-sum(numels) // dp)]
-            opt_c = _optimizer_ms(numels, graph, dev, pred, correction) * scale
+            opt_c = _optimizer_ms(numels, graph, dev, pred, correction, calibration) * scale
         rows.append({"stage": s, "layers": n_layers, "fw_ms": f_c, "bw_ms": b_c, "tp_fw_ms": tpf, "tp_bw_ms": tpb,
                      "params": params, "opt_ms": opt_c, "_units": units, "_mine": mine, "first": first,
                      "last": last})
@@ -692,12 +694,13 @@ def _unsharded_stage_memory(graph: ModelGraph, row: dict, tp: int, pp: int, m: i
     return MemoryEstimate(weights, weights, act / 1e9, state / 1e9, temp / 1e9)
 
 
-def _optimizer_ms(numels: list, graph: ModelGraph, device: DeviceSpec, predictor, correction: bool) -> float:
+def _optimizer_ms(numels: list, graph: ModelGraph, device: DeviceSpec, predictor, correction: bool,
+                  calibration: dict | None = None) -> float:
     """In-model time (ms, before the mode's log-bias) of one optimizer step over tensors `numels`."""
     from hybridperf.graphs.compose import composition_params, in_model_ms, predict_table, predictor_kind
 
     t = predict_table(optimizer_table(numels, graph.optimizer, device, graph.dtype), device, predictor)
-    par = composition_params(predictor_kind(predictor), graph.mode, correction=correction)
+    par = composition_params(predictor_kind(predictor), graph.mode, calibration, correction=correction)
     per_launch = in_model_ms(t["pred_ms"].to_numpy(), t["floor_ms"].to_numpy(), par["scale"], par["gap_ms"],
                              par["cpu_ms"], par["raw"])
     return float((per_launch * t["count"].to_numpy()).sum())
@@ -713,7 +716,7 @@ def predict_parallel(config, batch: int, seq: int, mode: str = "train", device="
     Returns the contract's {"e2e_ms", "lo_ms", "hi_ms", "fw_ms", "bw_ms"} plus compute_ms, comm_ms,
     bubble_ms, tp_comm_ms, dp_comm_ms, pp_comm_ms, gpus, nodes, microbatches (and opt_ms with an
     optimizer, zero_gather_ms with ZeRO). Keyword `kw`: collective_model, bucket_mb, correction, dtype,
-    optimizer, recompute, zero (see `predict_parallel_detail`). See the module doc.
+    optimizer, recompute, zero, calibration (see `predict_parallel_detail`). See the module doc.
     """
     return predict_parallel_detail(config, batch, seq, mode, device, dp, tp, pp, microbatches, overlap, predictor,
                                    **kw).to_dict()
