@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from hybridperf.csvio import read_csv
 from hybridperf.errors import InputError
 from hybridperf.ops import OP_CLASS, OP_CLASSES
 
@@ -29,13 +30,6 @@ class Part:
     table: pd.DataFrame
     reports: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-
-
-def _read_csv(path: Path) -> pd.DataFrame:
-    try:
-        return pd.read_csv(path)
-    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: cannot parse CSV ({str(e).splitlines()[0]})") from None
 
 
 def _canon(raw: pd.DataFrame, reports: list[str], **kw) -> pd.DataFrame:
@@ -60,7 +54,7 @@ def _neusight_parts(root: Path) -> list[Part]:
             if op_dir.name not in OP_CLASS:
                 continue  # conv is not modelled
             for f in sorted(op_dir.glob("*/*.csv")):
-                frames.append(_canon(_read_csv(f), reports, device=f.stem, source=str(f), require_latency=True))
+                frames.append(_canon(read_csv(f), reports, device=f.stem, source=str(f), require_latency=True))
     if frames:
         parts.append(Part("NeuSight training kernels (data/dataset/train/collect)",
                           pd.concat(frames, ignore_index=True), reports))
@@ -68,7 +62,7 @@ def _neusight_parts(root: Path) -> list[Part]:
     for name in TEST_TABLES:
         f = base / "test" / f"{name}.csv"
         if f.is_file():
-            frames.append(_canon(_read_csv(f), reports, source=str(f), require_latency=True))
+            frames.append(_canon(read_csv(f), reports, source=str(f), require_latency=True))
     if frames:
         parts.append(Part("NeuSight test kernels (data/dataset/test)", pd.concat(frames, ignore_index=True), reports))
     if (root / "label").is_dir():
@@ -96,7 +90,7 @@ def _vidur_part(root: Path) -> Part:
 
 
 def _file_part(path: Path) -> Part:
-    raw = _read_csv(path)
+    raw = read_csv(path)
     cols = [str(c) for c in raw.columns]
     if any(c.startswith("time_stats.") for c in cols) and "num_tokens" in cols:
         from hybridperf.datasets.vidur_compute import VIDUR_DEVICES, load_vidur_file

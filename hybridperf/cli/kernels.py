@@ -6,21 +6,10 @@ from typing import Optional
 
 import typer
 
-from hybridperf.errors import InputError
+from hybridperf.csvio import read_csv
 
 #: rows whose out-of-distribution score (`Predictor.predict`'s `ood`) reaches this get a note
 OOD_NOTE = 1.0
-
-
-def _read_csv(path: Path):
-    import pandas as pd
-
-    if not path.is_file():
-        raise InputError(f"input file not found: {path}")
-    try:
-        return pd.read_csv(path)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: malformed CSV ({str(e).splitlines()[0]})") from None
 
 
 def predict_kernels(
@@ -48,13 +37,13 @@ def predict_kernels(
 
     dev = get_device(device)
     note_generic_spec(dev)
-    raw = _read_csv(input_csv)
+    raw = read_csv(input_csv)
     kernels = canonicalize(raw, source=str(input_csv), timing=check_timing(timing))
     predictor = Predictor.prior_only() if prior_only else Predictor.load(model_bundle)
     if calibration is not None:
         from hybridperf.transfer import adapt_predictor
 
-        measured = canonicalize(_read_csv(calibration), source=str(calibration), require_latency=True, timing=timing)
+        measured = canonicalize(read_csv(calibration), source=str(calibration), require_latency=True, timing=timing)
         predictor = adapt_predictor(predictor, measured, dev)
     res = predictor.predict(kernels, dev)  # each row's timing: its own column, else --timing
     out = raw.copy()

@@ -14,12 +14,12 @@ def transfer(
     model_bundle: Optional[Path] = typer.Option(None, "--model-bundle", help="Zero-shot bundle (default: shipped)."),
 ) -> None:
     """Adapt the zero-shot predictor to DEVICE with the measured kernels; save it as a bundle."""
-    from hybridperf.cli.kernels import _read_csv
+    from hybridperf.csvio import read_csv
     from hybridperf.datasets.schema import canonicalize
     from hybridperf.predictor import Predictor
     from hybridperf.transfer import adapt_predictor, save_adapted
 
-    rows = canonicalize(_read_csv(measured), source=str(measured), require_latency=True)
+    rows = canonicalize(read_csv(measured), source=str(measured), require_latency=True)
     adapted = adapt_predictor(Predictor.load(model_bundle), rows, device)
     dest = save_adapted(adapted, out)
     info = adapted.adaptation
@@ -39,11 +39,11 @@ def suggest(
     from rich.console import Console
     from rich.table import Table
 
-    from hybridperf.cli.kernels import _read_csv
+    from hybridperf.csvio import read_csv
     from hybridperf.predictor import Predictor
     from hybridperf.transfer.suggest import default_candidates, suggest_kernels, to_shapes_csv
 
-    cand = _read_csv(candidates) if candidates else default_candidates()
+    cand = read_csv(candidates) if candidates else default_candidates()
     picks = suggest_kernels(Predictor.load(model_bundle), cand, device, k)
     t = Table(title=f"{len(picks)} kernels to measure on {device}")
     for c in ("op", "B", "M", "N", "K", "H", "pred_ms", "90% interval"):

@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from hybridperf.datasets.schema import canonicalize
+from hybridperf.csvio import read_csv
 from hybridperf.errors import InputError
 from hybridperf.ops import OP_CLASS
 
@@ -27,13 +28,6 @@ def neusight_root(path: str | Path) -> Path:
     raise InputError(f"{path}: not a NeuSight artifact folder (no data/dataset inside)")
 
 
-def _read(path: Path) -> pd.DataFrame:
-    try:
-        return pd.read_csv(path)
-    except (OSError, pd.errors.ParserError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: cannot parse CSV ({str(e).splitlines()[0]})") from None
-
-
 def load_collect(root: str | Path, ops=None, devices=None, on_bad: str = "drop") -> pd.DataFrame:
     """Training kernels from `data/dataset/train/collect/<op>/*/<GPU>.csv` as one canonical table."""
     base = neusight_root(root) / "data" / "dataset" / "train" / "collect"
@@ -44,7 +38,7 @@ def load_collect(root: str | Path, ops=None, devices=None, on_bad: str = "drop")
         for f in sorted(op_dir.glob("*/*.csv")):
             if devices and f.stem not in devices:
                 continue
-            frames.append(canonicalize(_read(f), device=f.stem, source=str(f), require_latency=True, on_bad=on_bad))
+            frames.append(canonicalize(read_csv(f), device=f.stem, source=str(f), require_latency=True, on_bad=on_bad))
     if not frames:
         raise InputError(f"{base}: no kernel CSVs found")
     return pd.concat(frames, ignore_index=True)
@@ -58,7 +52,7 @@ def load_test(root: str | Path, devices=None, on_bad: str = "drop") -> pd.DataFr
         f = base / f"{name}.csv"
         if not f.exists():
             continue
-        raw = _read(f)
+        raw = read_csv(f)
         df = canonicalize(raw, source=str(f), require_latency=True, on_bad=on_bad)
         frames.append(df)
     if not frames:

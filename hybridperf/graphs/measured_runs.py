@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from hybridperf.csvio import read_csv
 from hybridperf.errors import InputError
 from hybridperf.graphs.compose import composition_params, predict_kernels_of, predictor_kind
 from hybridperf.graphs.config import load_config
@@ -55,12 +56,7 @@ def read_runs(path: str | Path) -> pd.DataFrame:
     """The validated runs table of a CSV (columns in the module docstring); `config` paths are resolved
     against the CSV's folder. Any bad row raises InputError naming the file and line."""
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"measured-runs file not found: {path}")
-    try:
-        df = pd.read_csv(path, dtype={"config": str, "mode": str, "dtype": str, "optimizer": str})
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: malformed CSV ({str(e).splitlines()[0]})") from None
+    df = read_csv(path, "measured-runs file", dtype={"config": str, "mode": str, "dtype": str, "optimizer": str})
     missing = [c for c in REQUIRED if c not in df.columns]
     if missing:
         raise InputError(f"{path}: missing column(s) {', '.join(missing)} (need {', '.join(REQUIRED)})")

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hybridperf.datasets.neusight import load_collect, load_test, neusight_root, _read
+from hybridperf.csvio import read_csv
+from hybridperf.datasets.neusight import load_collect, load_test, neusight_root
 from hybridperf.datasets.schema import canonicalize
 from hybridperf.devices import get_device
 from hybridperf.priors.kernel_prior import kernel_prior_terms
@@ -27,7 +28,7 @@ def load_neusight_training(root: str | Path, splits=("train",)) -> pd.DataFrame:
         for name in ("elem", "ln", "softmax"):
             f = base / "data" / "dataset" / "train" / f"{name}.csv"
             if f.exists():
-                frames.append(canonicalize(_read(f), source=str(f), require_latency=True, on_bad="drop"))
+                frames.append(canonicalize(read_csv(f), source=str(f), require_latency=True, on_bad="drop"))
     if "test" in splits:
         frames.append(load_test(base))
     df = pd.concat(frames, ignore_index=True)
@@ -39,7 +40,7 @@ def load_kernel_table(path: str | Path) -> pd.DataFrame:
     (canonical or NeuSight-style with Device and Latency columns)."""
     p = Path(path)
     if p.is_file():
-        return canonicalize(_read(p), source=str(p), require_latency=True)
+        return canonicalize(read_csv(p), source=str(p), require_latency=True)
     return load_neusight_training(p, splits=("train", "test"))
 
 

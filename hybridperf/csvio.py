@@ -1,0 +1,20 @@
+"""Reading user-supplied CSV tables (kernels, measurements, runs, data files) with one-line errors."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from hybridperf.errors import InputError
+
+
+def read_csv(path: str | Path, what: str = "input file", **kwargs) -> pd.DataFrame:
+    """`pd.read_csv(path, **kwargs)`; a missing, unreadable or malformed file raises InputError naming it
+    (`what` says what the file is, for the not-found message)."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{what} not found: {p}")
+    try:
+        return pd.read_csv(p, **kwargs)
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise InputError(f"{p}: malformed CSV ({str(e).splitlines()[0]})") from None
