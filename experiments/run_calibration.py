@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "experiments"))
 
 import model_latency as ml  # noqa: E402
-from hybridperf.graphs.compose import OOD_WIDEN, posterior_interval  # noqa: E402
+from hybridperf.graphs.compose import OOD_WIDEN, device_time_and_launches, posterior_interval  # noqa: E402
 from hybridperf.graphs.measured_runs import SIGMA_GAP, SIGMA_RUN, SIGMA_SCALE, fit_posterior  # noqa: E402
 from hybridperf.predictor import Predictor  # noqa: E402
 
@@ -92,11 +92,11 @@ def neusight_rows(root: Path, rng) -> tuple[pd.DataFrame, pd.DataFrame]:
                       {d: "prior" for d in devices}, ml.held_out_library_efficiency(root, devices))
     ls = ml.LabelSet(recs)
     zero = ml.lodo(ls, ml.DEFAULT_VARIANT)
-    t = ls.kernel_t({"scale": 1.0, "gap_ms": 0.0, "cpu_ms": 0.0}) * ls.count  # device time per kernel
-    w_ood = np.bincount(ls.idx, t * ls.ood, ls.n) / np.maximum(np.bincount(ls.idx, t, ls.n), 1e-300)
     rows, eb = [], []
     for d in np.unique(ls.device):
         p = zero.attrs["consts"][d]
+        t = ls.kernel_t(p) * ls.count  # in-model time per kernel: the label's ood score is weighted by it
+        w_ood = np.bincount(ls.idx, t * ls.ood, ls.n) / np.maximum(np.bincount(ls.idx, t, ls.n), 1e-300)
         others = ls.eager & (ls.device != d)
         r_other = np.log(ls.meas[others] / ls.total(p)[others])
         s_scale, s_run = empirical_bayes(r_other, ls.device[others])
@@ -133,10 +133,10 @@ def measured_rows(rng) -> pd.DataFrame:
                 p = predict_model_detail(cfg, int(r["batch"]), int(r["seq"]), r["mode"], target, pred,
                                          dtype=r["dtype"], recompute=bool(r["recompute"]))
                 k = p.kernels
-                cnt = k["count"].to_numpy()
-                t = np.maximum(k["pred_ms"] - k["floor_ms"], 0).to_numpy() * cnt
-                terms.append({"D": t.sum(), "N": cnt.sum(), "ood": float(np.sum(t * k["ood"]) / max(t.sum(), 1e-300)),
-                              "lo": p.lo_ms, "hi": p.hi_ms, "half": r["dtype"] != "fp32"})
+                dev_ms, launches = device_time_and_launches(k)
+                ood = float(np.sum(k["total_ms"] * k["ood"]) / k["total_ms"].sum())  # weighted as compose() does
+                terms.append({"D": dev_ms, "N": launches, "ood": ood, "lo": p.lo_ms, "hi": p.hi_ms,
+                              "half": r["dtype"] != "fp32"})
         tt = pd.DataFrame(terms)
         par = {m: composition_params("bundle", m) for m in ("inf", "train")}
         for half, g in tt.groupby("half"):

@@ -80,6 +80,14 @@ def composition_params(kind: str, mode: str, calibration: dict | None = None, co
     return out
 
 
+def device_time_and_launches(tab: pd.DataFrame) -> tuple[float, float]:
+    """(kernel device time in ms, launched kernels) of a predicted kernel table (`predict_table`'s
+    columns): the sum of max(pred - harness floor, 0) x count, and the sum of counts."""
+    count = tab["count"].to_numpy(np.float64)
+    dev = np.maximum(tab["pred_ms"].to_numpy() - tab["floor_ms"].to_numpy(), 0.0)
+    return float(np.sum(dev * count)), float(count.sum())
+
+
 def posterior_interval(device_ms: float, launches: float, scale: float, gap_ms: float,
                        posterior: dict) -> tuple[float, float]:
     """(q_lo, q_hi), log space: the central 90% interval of a prediction with kernel device time
@@ -260,9 +268,7 @@ def compose(graph: ModelGraph, device, predictor: Predictor, correction: bool = 
         u_k = np.where(tab["pred_ms"] > 0, np.log(tab["hi_ms"] / tab["pred_ms"]), 0.0)
     ood = float(np.sum(w * tab["ood"].to_numpy()))
     if "posterior" in par:
-        count = tab["count"].to_numpy()
-        dev_ms = float(np.sum(np.maximum(tab["pred_ms"] - tab["floor_ms"], 0.0).to_numpy() * count))
-        q_lo, q_hi = posterior_interval(dev_ms, float(count.sum()), par["scale"], par["gap_ms"], par["posterior"])
+        q_lo, q_hi = posterior_interval(*device_time_and_launches(tab), par["scale"], par["gap_ms"], par["posterior"])
         widen = 1.0 + OOD_WIDEN * ood
         q_lo, q_hi = q_lo * widen, q_hi * widen
     elif "q_lo" in par:

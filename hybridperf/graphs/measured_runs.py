@@ -37,7 +37,12 @@ import pandas as pd
 
 from hybridperf.csvio import read_csv
 from hybridperf.errors import InputError
-from hybridperf.graphs.compose import composition_params, predict_kernels_of, predictor_kind
+from hybridperf.graphs.compose import (
+    composition_params,
+    device_time_and_launches,
+    predict_kernels_of,
+    predictor_kind,
+)
 from hybridperf.graphs.config import load_config
 from hybridperf.graphs.kernels import build_graph
 
@@ -109,10 +114,8 @@ def run_terms(runs: pd.DataFrame, device, predictor) -> pd.DataFrame:
                                 optimizer=r.get("optimizer"), recompute=r.get("recompute", False))
         except InputError as e:
             raise InputError(f"run on line {r.get('line', '?')}: {e}") from None
-        tab = predict_kernels_of(graph, device, predictor)
-        count = tab["count"].to_numpy(np.float64)
-        dev = np.maximum(tab["pred_ms"].to_numpy() - tab["floor_ms"].to_numpy(), 0.0)
-        out.append({"device_ms": float(np.sum(dev * count)), "launches": float(count.sum())})
+        dev_ms, launches = device_time_and_launches(predict_kernels_of(graph, device, predictor))
+        out.append({"device_ms": dev_ms, "launches": launches})
     return pd.DataFrame(out, index=runs.index)
 
 
