@@ -136,3 +136,15 @@ def test_multi_gpu_step_uses_the_single_gpu_calibration(tmp_path):
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["compute_ms"] > 1.4 * zero["compute_ms"]
     assert out["comm_ms"] == pytest.approx(zero["comm_ms"])  # collectives are not what the runs measured
+
+
+def test_runs_may_override_the_layer_count_on_some_rows_only(tmp_path):
+    p = Predictor.prior_only()
+    runs = read_runs(_runs_csv(tmp_path, [
+        {"config": str(TINY), "batch": 2, "seq": 64, "latency_ms": 1.0, "layers": None},
+        {"config": str(TINY), "batch": 2, "seq": 64, "latency_ms": 1.0, "layers": 8}]))
+    from hybridperf.graphs.measured_runs import run_terms
+
+    terms = run_terms(runs, DEVICE, p)
+    assert terms["device_ms"].iloc[1] > terms["device_ms"].iloc[0]  # more layers, more kernels
+    assert terms["launches"].iloc[1] > terms["launches"].iloc[0]

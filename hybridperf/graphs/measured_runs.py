@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from hybridperf.csvio import read_csv
+from hybridperf.devices import get_device
 from hybridperf.errors import InputError
 from hybridperf.graphs.compose import (
     composition_params,
@@ -104,10 +105,11 @@ def read_runs(path: str | Path) -> pd.DataFrame:
 def run_terms(runs: pd.DataFrame, device, predictor) -> pd.DataFrame:
     """Per run: its kernels' device time `device_ms` (sum of max(pred - harness floor, 0) x count) and
     launched kernels `launches`, predicted on `device` with `predictor` (runs as `read_runs` returns)."""
+    device = get_device(device)
     out = []
     for r in runs.to_dict("records"):
         cfg = load_config(r["config"])
-        if r.get("layers"):
+        if pd.notna(r.get("layers")):
             cfg = dataclasses.replace(cfg, layers=int(r["layers"]))
         try:
             graph = build_graph(cfg, r["batch"], r["seq"], r["mode"], r.get("dtype", "fp32"), fused=r.get("fused", False),
@@ -147,8 +149,6 @@ def calibrate_from_runs(runs, device, predictor, calibration: dict | None = None
     """Composition constants for `predictor`'s kind refitted to runs measured on `device` (a runs table,
     or a path to a runs CSV), in the layout `compose(..., calibration=...)` takes. `calibration`: the
     constants to start from (default: the shipped ones)."""
-    from hybridperf.devices import get_device
-
     if not isinstance(runs, pd.DataFrame):
         runs = read_runs(runs)
     dev = get_device(device)
