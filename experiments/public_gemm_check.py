@@ -6,8 +6,9 @@ and 30 timed back-to-back calls. `max` rows are the best size, `size` rows one s
 long run of one size. For every row the script prices the same GEMMs with the project's prior (kernel
 timing: back-to-back calls hide the launch) and reports prior / public throughput.
 
-Some rows set constants (the `anchor` column): the T4 and L4 fp16 power caps
-(`hybridperf.priors.power.MATRIX_ENERGY_RATIO`) and the bf16 rows of GPUs without bf16 units
+Some rows set constants (the `anchor` column): the T4, L4 and H200 half-precision power caps
+(`hybridperf.priors.power.MATRIX_ENERGY_RATIO`; the H200's is set by its kernel trace, and its public rows
+agree with it) and the bf16 rows of GPUs without bf16 units
 (`EMULATED_BF16_GEMM_RATE`). Every other row is a check. The `before` column is the prior with one
 matrix-unit energy ratio for every architecture and dtype and bf16 at the fp32 rate, as it was before
 those anchors.
@@ -36,7 +37,8 @@ from hybridperf.priors.power import issue_limited_peak, sustained_flops  # noqa:
 DATA = Path(__file__).resolve().parent / "data" / "public_gemm_tflops.csv"
 SIZES = (1024, 2048, 4096, 8192, 10240)
 #: rows whose numbers set a constant of the prior (not checks): (device, dtype, source)
-ANCHORS = {("Tesla T4", "fp16", "nvidia-forum-264462"), ("NVIDIA L4", "fp16", "torch-performance-test-data-issue-120")}
+ANCHORS = {("Tesla T4", "fp16", "nvidia-forum-264462"), ("NVIDIA L4", "fp16", "torch-performance-test-data-issue-120"),
+           ("NVIDIA H200", "fp16", "torch-performance-test-data"), ("NVIDIA H200", "bf16", "torch-performance-test-data")}
 
 
 def prior_tflops(device_name: str, dtype: str, sizes) -> float:

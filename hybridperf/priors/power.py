@@ -28,16 +28,20 @@ VECTOR_PJ_PER_FLOP = {
     "cdna2": 10.0,  # 6 nm
     "cdna3": 7.0,  # 5 nm
     "ada": 6.0,  # 4 nm: a 450 W RTX 4090 sustains ~75 TFLOP/s fp32
-    "hopper": 9.5,  # 4 nm: a 700 W H100 SXM sustains ~740 dense BF16 TFLOP/s (0.95 pJ/tensor FLOP)
+    "hopper": 9.5,  # 4 nm (its matrix units: MATRIX_ENERGY_RATIO)
     "blackwell": 6.0,  # 4 nm, second generation
 }
 #: board energy per 16-bit matrix-unit FLOP / energy per vector FLOP, by architecture. Anchors are
 #: public measurements of power-capped boards: a 70 W T4 sustains ~24 TFLOP/s in cuBLAS fp16 GEMMs
 #: (NVIDIA developer forum, "About GPU peak performance": 4096^3 x 100, power capping), 2.9 pJ; a
 #: 72 W L4 53-54 TFLOP/s in torch.mm fp16 at 4096-10240 (zzc0721/torch-performance-test-data
-#: issue 120), 1.35 pJ. Elsewhere ~0.1 (a 700 W H100 SXM sustains ~740 dense BF16 TFLOP/s).
-#: Checked, not fitted, on V100S and L40S by `experiments/public_gemm_check.py`.
-MATRIX_ENERGY_RATIO = {"volta": 0.19, "turing": 0.19, "ada": 0.22}
+#: issue 120), 1.35 pJ; a 700 W H200 runs fp16 linears of 2048-8192 rows at a median 711-800 TFLOP/s of
+#: kernel time (`experiments/data/measured/h200/kernel_trace.csv`, compute-bound rows over 30 us; public
+#: torch.mm 759 fp16 and 790 bf16), 0.81 pJ: 0.085 of Hopper's vector energy, which puts those rows at
+#: 1.06x their kernel time. Elsewhere ~0.1. The H100 (same chip, held out of the anchor: public 736-798
+#: TFLOP/s at 4096-8192, its PCIe card 437-496) and V100S and L40S are checked, not fitted, by
+#: `experiments/public_gemm_check.py`.
+MATRIX_ENERGY_RATIO = {"volta": 0.19, "turing": 0.19, "ada": 0.22, "hopper": 0.085}
 DEFAULT_MATRIX_ENERGY_RATIO = 0.1
 #: matrix-unit energy per FLOP by operand type, relative to 16-bit operands: fp32 matrix units
 #: (AMD MFMA) save less; 8-bit operands move half the bits per FLOP
