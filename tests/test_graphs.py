@@ -435,17 +435,42 @@ def test_all_artifact_configs_predict(name):
 
 def test_half_precision_graph_halves_bytes_and_uses_tensor_cores():
     """--dtype bf16/fp16: every float tensor in that dtype, GEMMs on tensor cores (not autocast)."""
-    f32 = build_graph(LLAMA, 2, 64, "train").kernel_table()
-    b16 = build_graph(LLAMA, 2, 64, "train", dtype="bfloat16").kernel_table()
-    assert set(f32["dtype"]) == {"fp32"} and set(b16["dtype"]) == {"bf16"}
+    big = {"model_type": "gpt2", "n_embd": 1024, "n_head": 16, "n_layer": 4, "vocab_size": 50257, "n_positions": 1024}
+    f32 = build_graph(big, 2, 64, "inf").kernel_table()
+    b16 = build_graph(big, 2, 64, "inf", dtype="bfloat16").kernel_table()
+    assert set(f32["dtype"]) == {"fp32"} and set(b16["dtype"]) == {"bf16"}  # GPT-2 upcasts nothing
     misc = f32["op"].str.startswith("misc:")
     np.testing.assert_allclose(b16.loc[misc, "nbytes"], f32.loc[misc, "nbytes"] / 2)
-    big = {"model_type": "gpt2", "n_embd": 1024, "n_head": 16, "n_layer": 4, "vocab_size": 50257, "n_positions": 1024}
     r32 = predict_model(big, 8, 1024, "inf", DEV, predictor=PRIOR)
     r16 = predict_model(big, 8, 1024, "inf", DEV, predictor=PRIOR, dtype="fp16")
     assert r16["e2e_ms"] < 0.5 * r32["e2e_ms"]  # H100: ~15x the fp32 rate on tensor cores, half the bytes
     with pytest.raises(InputError, match="model dtype"):
         build_graph(LLAMA, 2, 64, "inf", dtype="int8")
+
+
+def _layer_fw(dtype, mode="inf"):
+    t = build_graph(LLAMA, 2, 64, mode, dtype=dtype).kernel_table()
+    return t[(t["block"] == "layer") & (t["phase"] == "fw")]
+
+
+def test_half_precision_llama_runs_norms_and_softmax_in_fp32():
+    """HF's eager Llama upcasts: LlamaRMSNorm casts x to fp32, computes pow/mean/mul there and casts
+    back; attention takes softmax(dtype=float32) and casts back. TorchDispatchMode on a bf16
+    LlamaForCausalLM layer (transformers 5.23) records six `_to_copy` casts per layer: two per RMSNorm,
+    one before (bf16; fp16 is read by the softmax itself on CUDA) and one after the softmax."""
+    casts = {d: int((_layer_fw(d)["op"] == "misc:cast").sum()) for d in ("fp32", "fp16", "bf16")}
+    assert casts == {"fp32": 0, "fp16": 5, "bf16": 6}
+    b16 = _layer_fw("bf16")
+    upcast = b16[b16["dtype"] == "fp32"]
+    assert set(upcast["name"]) >= {"input_norm.pow", "input_norm.mul", "post_norm.pow", "attn.softmax"}
+    assert "input_norm.weight" not in set(upcast["name"])  # the weight multiply is back in bf16
+    cast = b16[b16["name"] == "input_norm.to_fp32"].iloc[0]
+    assert cast["nbytes"] == 2 * 64 * LLAMA["hidden_size"] * (2 + 4)  # reads bf16, writes fp32
+    # the causal LM loss upcasts the logits (HF ForCausalLMLoss); its backward casts the gradient back
+    t = build_graph(LLAMA, 2, 64, "train", dtype="bf16").kernel_table()
+    loss = t[t["block"] == "loss"]
+    assert set(loss.loc[loss["op"] == "softmax", "dtype"]) == {"fp32"}
+    assert set(loss.loc[loss["op"] == "misc:cast", "phase"]) == {"fw", "bw"}
 
 
 def test_half_precision_tensor_parallel_collectives_halve():

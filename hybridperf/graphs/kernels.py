@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from hybridperf.devices import DTYPE_BYTES, dtype_key
@@ -51,6 +52,7 @@ from hybridperf.ops import OP_CLASS
 
 F32 = 4
 MODEL_DTYPES = ("fp32", "fp16", "bf16")
+HALF_DTYPES = ("fp16", "bf16")
 KERNEL_COLUMNS = ("block", "name", "op", "B", "M", "N", "K", "H", "nbytes", "extra_nbytes", "phase", "count", "group",
                   "dtype")
 MODES = ("inf", "train")
@@ -58,10 +60,12 @@ MODES = ("inf", "train")
 CAUSAL_LM = ("gpt2", "gpt_neo", "opt") + LLAMA_LIKE
 
 
-def _k(name, op, B=1, M=0, N=0, K=0, H=0, nbytes=0.0, params=0, bias=False, tag=""):
-    # extra_nbytes: further full-size inputs of a fused kernel (`_fused_kernel`)
+def _k(name, op, B=1, M=0, N=0, K=0, H=0, nbytes=0.0, params=0, bias=False, tag="", fp32=False, dtypes=None):
+    # extra_nbytes: further full-size inputs of a fused kernel (`_fused_kernel`); fp32: the kernel runs in
+    # fp32 whatever the model's dtype (HF upcasts); dtypes: the model dtypes it is launched in (None: all)
     return {"name": name, "op": op, "B": int(B), "M": int(M), "N": int(N), "K": int(K), "H": int(H),
-            "nbytes": float(nbytes), "params": int(params), "bias": bool(bias), "tag": tag, "extra_nbytes": 0.0}
+            "nbytes": float(nbytes), "params": int(params), "bias": bool(bias), "tag": tag, "extra_nbytes": 0.0,
+            "fp32": bool(fp32), "dtypes": tuple(dtypes) if dtypes else None}
 
 
 def linear(name, tokens, n_in, n_out, bias=True):
@@ -73,16 +77,22 @@ def bmm(name, b, m, n, k):
     return _k(name, "bmm", b, m, n, k)
 
 
-def vec(name, op, rows, h, tag=""):
-    return _k(name, op, rows, H=h, tag=tag)
+def vec(name, op, rows, h, tag="", fp32=False):
+    return _k(name, op, rows, H=h, tag=tag, fp32=fp32)
 
 
 def ln(name, rows, h):
     return _k(name, "ln", rows, H=h, params=2 * h)
 
 
-def misc(name, kind, nbytes, tag=""):
-    return _k(name, f"misc:{kind}", nbytes=nbytes, tag=tag)
+def misc(name, kind, nbytes, tag="", fp32=False):
+    return _k(name, f"misc:{kind}", nbytes=nbytes, tag=tag, fp32=fp32)
+
+
+def cast(name, elems, dtypes=HALF_DTYPES):
+    """`.to()` between the model's half dtype and fp32 over `elems` elements: a kernel only when the
+    model runs in one of `dtypes` (a no-op in fp32); it reads one width and writes the other."""
+    return _k(name, "misc:cast", nbytes=2 * elems * F32, dtypes=dtypes)
 
 
 def gather(name, tokens, h, table_rows):
@@ -128,16 +138,22 @@ class ModelGraph:
                     rows.append({**k, "block": blk.name, "phase": "rc", "count": blk.count})
             if self.mode == "train":
                 for k in blk.kernels:
-                    for r in backward_kernels(k):
-                        rows.append({**r, "block": blk.name, "phase": "bw", "count": blk.count})
+                    for r in backward_kernels(k):  # the backward of an fp32 op runs in fp32 too
+                        rows.append({**r, "fp32": r["fp32"] or k["fp32"], "block": blk.name, "phase": "bw",
+                                     "count": blk.count})
                     for r in accumulation_kernels(k):
                         rows.append({**r, "block": blk.name, "phase": "acc", "count": blk.count})
+        rows = [r for r in rows if r["dtypes"] is None or self.dtype in r["dtypes"]]
         df = pd.DataFrame(rows)
         df["group"] = [kernel_group(op) for op in df["op"]]
-        df["dtype"] = self.dtype
-        # byte counts are written for fp32 tensors: the chosen dtype scales them (index tensors are negligible)
-        df["nbytes"] = df["nbytes"] * self.dtype_bytes / F32
-        df["extra_nbytes"] = df["extra_nbytes"] * self.dtype_bytes / F32
+        upcast = df["fp32"].to_numpy(bool)
+        df["dtype"] = np.where(upcast, "fp32", self.dtype)
+        # byte counts are written for fp32 tensors: the chosen dtype scales them (index tensors are
+        # negligible), except in kernels HF runs in fp32; a cast reads one width and writes the other
+        scale = np.where(upcast, 1.0, self.dtype_bytes / F32)
+        scale = np.where(df["op"].to_numpy() == "misc:cast", (self.dtype_bytes + F32) / (2 * F32), scale)
+        df["nbytes"] = df["nbytes"] * scale
+        df["extra_nbytes"] = df["extra_nbytes"] * scale
         return df.loc[:, list(KERNEL_COLUMNS)]
 
     def memory(self) -> MemoryEstimate:
@@ -241,6 +257,8 @@ def backward_kernels(k: dict) -> list:
         return [misc(n + ".bw", "embedding_bw", k["params"] * F32 + 3 * tokens_h * F32)]
     if op == "misc:reduce":
         return [misc(n + ".bw", "copy", 2 * k["nbytes"])]
+    if op == "misc:cast":  # the gradient is cast back
+        return [{**k, "name": n + ".bw"}]
     if op == "misc:index":
         return [misc(n + ".bw", "index", k["nbytes"])]
     return []  # copies, masks and routing: no gradient kernels (views / integer tensors)
@@ -343,7 +361,7 @@ def fuse_pointwise(kernels: list) -> list:
 # families
 # ----------------------------------------------------------------------------------------------------
 
-def _attention_core(p, B, S, heads, hd, train, scale_op, mask_op, S_kv=None, dropout=True):
+def _attention_core(p, B, S, heads, hd, train, scale_op, mask_op, S_kv=None, dropout=True, softmax_fp32=False):
     """QK^T, scale, mask, softmax, dropout, AV, head merge: shared by every family.
 
     Every family hands bmm head-split views, (B, heads, S, hd) permuted out of (B, S, h): torch.matmul
@@ -352,7 +370,10 @@ def _attention_core(p, B, S, heads, hd, train, scale_op, mask_op, S_kv=None, dro
     These four `layout` copies each cost one more copy in the backward (the gradient is laid out
     back). Checked per layer with TorchDispatchMode on HF eager BERT, GPT-2, GPT-Neo, OPT and Llama
     (transformers 5.23): four clones in the forward, four in the backward (GPT-2 concatenates two
-    of them). `dropout=False` for p = 0 (no kernel)."""
+    of them). `dropout=False` for p = 0 (no kernel). `softmax_fp32`: softmax(x, dtype=float32).to(x.dtype)
+    (Llama-style eager attention): in a half-precision model the softmax runs in fp32 between two casts;
+    for fp16 input PyTorch's CUDA softmax reads the half scores itself (`half_to_float`), bf16 is cast
+    first (ATen `softmax`)."""
     S_kv = S if S_kv is None else S_kv
     bh = B * heads
     tok = B * S
@@ -364,7 +385,11 @@ def _attention_core(p, B, S, heads, hd, train, scale_op, mask_op, S_kv=None, dro
     for i, op in enumerate(mask_op):  # (op, tag): tag 'where' has a backward kernel, a mask add none
         op, tag = op if isinstance(op, tuple) else (op, "")
         ks.append(vec(f"{p}.mask{i}", op, bh * S, S_kv, tag=tag))
-    ks.append(vec(f"{p}.softmax", "softmax", bh * S, S_kv))
+    if softmax_fp32:
+        ks += [cast(f"{p}.softmax_in", bh * S * S_kv, dtypes=("bf16",)),
+               vec(f"{p}.softmax", "softmax", bh * S, S_kv, fp32=True), cast(f"{p}.softmax_out", bh * S * S_kv)]
+    else:
+        ks.append(vec(f"{p}.softmax", "softmax", bh * S, S_kv))
     if train and dropout:
         ks.append(vec(f"{p}.attn_dropout", "mul", bh * S, S_kv, tag="dropout"))
     ks.append(misc(f"{p}.v_copy", "copy", 2 * B * S_kv * heads * hd * F32, tag="layout"))
@@ -476,11 +501,13 @@ def _opt(cfg: ModelConfig, B, S, train) -> list:
 
 def _rms_norm(p, tok, h, train=False):
     """RMSNorm in eager PyTorch (SwitchTransformersLayerNorm, LlamaRMSNorm): pow, mean, +eps, rsqrt,
-    x*r, w*x (x is read twice)."""
-    return [*grad_sums(f"{p}.x", tok, h, 2, train), vec(f"{p}.pow", "powu", tok, h),
-            misc(f"{p}.mean", "reduce", tok * h * F32),
-            misc(f"{p}.eps", "mask", 2 * tok * F32), misc(f"{p}.rsqrt", "mask", 2 * tok * F32),
-            vec(f"{p}.mul", "mul", tok, h, tag="broadcast"), _k(f"{p}.weight", "mul", tok, H=h, params=h, tag="broadcast")]
+    x*r, w*x (x is read twice). Both compute in fp32: a half-precision model casts x up first and the
+    normalised x back down before the weight multiply (TorchDispatchMode on HF's bf16 LlamaRMSNorm)."""
+    return [*grad_sums(f"{p}.x", tok, h, 2, train), cast(f"{p}.to_fp32", tok * h),
+            vec(f"{p}.pow", "powu", tok, h, fp32=True), misc(f"{p}.mean", "reduce", tok * h * F32, fp32=True),
+            misc(f"{p}.eps", "mask", 2 * tok * F32, fp32=True), misc(f"{p}.rsqrt", "mask", 2 * tok * F32, fp32=True),
+            vec(f"{p}.mul", "mul", tok, h, tag="broadcast", fp32=True), cast(f"{p}.to_half", tok * h),
+            _k(f"{p}.weight", "mul", tok, H=h, params=h, tag="broadcast")]
 
 
 def _switch_ff(p, cfg, tok, train):
@@ -602,7 +629,7 @@ def _llama(cfg: ModelConfig, B, S, train) -> list:
          *_rope("q_rope", tok, q_w), *grad_sums("q_rope_x", tok, q_w, 3, train),
          *_rope("k_rope", tok, kv_w), *grad_sums("k_rope_x", tok, kv_w, 3, train)]
     L += _attention_core("attn", B, S, cfg.heads, cfg.head_dim, train, scale_op="mulu", mask_op=("addu",),
-                         dropout=False)
+                         dropout=False, softmax_fp32=True)
     L += [linear("o_proj", tok, q_w, h, bias=False), vec("resid_add1", "add", tok, h, tag="residual"),
           *grad_sums("resid_mid", tok, h, 2, train), *_rms_norm("post_norm", tok, h, train),
           *grad_sums("post_norm_out", tok, h, 2, train), linear("gate_proj", tok, h, f, bias=mlp_bias),
@@ -618,9 +645,13 @@ _FAMILIES = {"gpt2": _gpt2, "gpt_neo": _gpt2, "bert": _bert, "opt": _opt, "switc
 
 
 def loss_kernels(cfg: ModelConfig, B, S) -> list:
-    """Cross-entropy over the vocabulary: log_softmax + nll (their backward follows the usual rules)."""
+    """Cross-entropy over the vocabulary: log_softmax + nll (their backward follows the usual rules).
+    A causal LM's loss (HF's ForCausalLMLoss) first casts the logits to fp32, so in a half-precision
+    model the loss runs in fp32; BERT's and Switch's CrossEntropyLoss takes the logits as they are."""
     tok, V = B * S, cfg.vocab
-    return [vec("log_softmax", "softmax", tok, V), _k("nll", "misc:mask", tok, H=V, nbytes=tok * 16, tag="nll")]
+    upcast = cfg.family in CAUSAL_LM
+    return [*([cast("logits_to_fp32", tok * V)] if upcast else []), vec("log_softmax", "softmax", tok, V, fp32=upcast),
+            _k("nll", "misc:mask", tok, H=V, nbytes=tok * 16, tag="nll", fp32=upcast)]
 
 
 def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str = "fp32", fused: bool = False,

@@ -13,6 +13,7 @@ for access patterns worse than streaming:
     mask          1.0   tiny mask/position kernels: effectively the floor
     route         1.0
     index         2.0   boolean-mask indexing (nonzero + gather/scatter)
+    cast          1.0   .to() between a half dtype and fp32 (streams both widths)
 
 The interval of a misc kernel is a fixed +-50% band in log space (no learned model).
 """
@@ -24,7 +25,7 @@ from hybridperf.devices import DeviceSpec
 from hybridperf.priors.memory import memory_time_ms
 
 KIND_FACTOR = {"gather": 1.0, "embedding_bw": 1.5, "copy": 1.25, "reduce": 1.0, "mask": 1.0, "route": 1.0,
-               "index": 2.0}
+               "index": 2.0, "cast": 1.0}
 MISC_LOG_HALF_WIDTH = np.log(1.5)
 
 
