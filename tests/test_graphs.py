@@ -471,6 +471,10 @@ def test_half_precision_llama_runs_norms_and_softmax_in_fp32():
     loss = t[t["block"] == "loss"]
     assert set(loss.loc[loss["op"] == "softmax", "dtype"]) == {"fp32"}
     assert set(loss.loc[loss["op"] == "misc:cast", "phase"]) == {"fw", "bw"}
+    # compiled: the casts fold into the fused kernels, whose tensors are bf16
+    fused = build_graph(LLAMA, 2, 64, "inf", dtype="bf16", fused=True).kernel_table()
+    assert not (fused["op"] == "misc:cast").any()
+    assert set(fused.loc[fused["name"].str.contains("softmax"), "dtype"]) == {"bf16"}
 
 
 def test_half_precision_tensor_parallel_collectives_halve():

@@ -116,7 +116,7 @@ class ModelGraph:
     seq: int
     mode: str
     blocks: list
-    dtype: str = "fp32"  # every float tensor (weights, activations, gradients) in this dtype
+    dtype: str = "fp32"  # float tensors (weights, activations, gradients) in this dtype, but `fp32` kernels
     fused: bool = False  # pointwise chains fused into one kernel each (`fuse_pointwise`)
     optimizer: str | None = None  # train: the optimizer step that follows the backward (`graphs.optimizer`)
     recompute: bool = False  # train: every layer checkpointed, its forward re-run in the backward (phase rc)
@@ -316,7 +316,7 @@ def _fused_kernel(chain: list, anchor: dict | None = None) -> dict:
         base, more = anchor, extra
     else:
         base, more = vec(name, "add" if extra else "mulu", rows, h), max(extra - 1, 0)
-    return {**base, "name": name, "tag": "fused", "extra_nbytes": more * rows * h * F32,
+    return {**base, "name": name, "tag": "fused", "extra_nbytes": more * rows * h * F32, "fp32": False,
             "params": sum(k.get("params", 0) for k in chain) + (anchor or {}).get("params", 0)}
 
 
@@ -329,7 +329,9 @@ def fuse_pointwise(kernels: list) -> list:
       * such a run also folds into a following softmax or LayerNorm over the same rows (BERT's
         scale + mask + softmax, residual add + LayerNorm), unless its output has another consumer
         (tag `residual`: a pre-LN model's residual stream, read again by the next residual add);
-      * GEMMs, copies, `where` and the misc kernels are left as they are and end a run.
+      * GEMMs, copies, `where` and the misc kernels are left as they are and end a run;
+      * dtype casts (`cast`) disappear: the compiler converts in registers, so a fused kernel reads
+        and writes the model's dtype even where eager code upcasts.
     """
     out, chain = [], []
 
@@ -341,6 +343,8 @@ def fuse_pointwise(kernels: list) -> list:
         chain.clear()
 
     for k in kernels:
+        if k["op"] == "misc:cast":
+            continue
         same = bool(chain) and (k["B"], k["H"]) == (chain[-1]["B"], chain[-1]["H"])
         open_end = bool(chain) and chain[-1].get("tag", "") != "residual"
         if _fusible(k):
@@ -658,7 +662,8 @@ def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str = "f
                 optimizer: str | None = None, recompute: bool = False) -> ModelGraph:
     """The kernel graph of one forward (`inf`) or forward+backward (`train`) pass, every float tensor
     in `dtype` (fp32 as NeuSight measured; fp16/bf16 = the model cast to that dtype, GEMMs on tensor
-    cores; not mixed-precision autocast). `fused`: pointwise chains fused as a compiler does
+    cores, and fp32 where HF's eager code upcasts: RMSNorm, Llama's softmax, a causal LM's loss; not
+    mixed-precision autocast). `fused`: pointwise chains fused as a compiler does
     (`fuse_pointwise`, NeuSight's `-fusion` runs); inference only. `optimizer` (train only): add the
     optimizer step (`hybridperf.graphs.optimizer`; its kernels depend on the device, so the composition
     adds them). `recompute` (train only): activation checkpointing of every transformer layer."""
