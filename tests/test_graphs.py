@@ -470,6 +470,8 @@ def test_half_precision_llama_runs_norms_and_softmax_in_fp32():
     t = build_graph(LLAMA, 2, 64, "train", dtype="bf16").kernel_table()
     loss = t[t["block"] == "loss"]
     assert set(loss.loc[loss["op"] == "softmax", "dtype"]) == {"fp32"}
+    # pow and mul read the fp32 copy of x: the sum of their gradients is fp32 as well
+    assert set(t.loc[t["name"].str.startswith("input_norm.x.grad_sum"), "dtype"]) == {"fp32"}
     assert set(loss.loc[loss["op"] == "misc:cast", "phase"]) == {"fw", "bw"}
     # compiled: the casts fold into the fused kernels, whose tensors are bf16
     fused = build_graph(LLAMA, 2, 64, "inf", dtype="bf16", fused=True).kernel_table()

@@ -420,10 +420,12 @@ def _dropout(p, tok, h, train):
     return [vec(p, "mul", tok, h, tag="dropout")] if train else []
 
 
-def grad_sums(p, rows, h, readers, train):
+def grad_sums(p, rows, h, readers, train, fp32=False):
     """The backward's sums of the gradients of a (rows, h) tensor that `readers` forward ops read:
-    `readers - 1` adds, launched in the backward only (no forward kernel)."""
-    return [_k(f"{p}.grad_sum{i}", "add", rows, H=h, tag="grad_sum") for i in range(readers - 1)] if train else []
+    `readers - 1` adds, launched in the backward only (no forward kernel); `fp32`: the tensor is an
+    upcast copy, so are its gradients."""
+    return [_k(f"{p}.grad_sum{i}", "add", rows, H=h, tag="grad_sum", fp32=fp32)
+            for i in range(readers - 1)] if train else []
 
 
 def _gpt2(cfg: ModelConfig, B, S, train) -> list:
@@ -507,7 +509,7 @@ def _rms_norm(p, tok, h, train=False):
     """RMSNorm in eager PyTorch (SwitchTransformersLayerNorm, LlamaRMSNorm): pow, mean, +eps, rsqrt,
     x*r, w*x (x is read twice). Both compute in fp32: a half-precision model casts x up first and the
     normalised x back down before the weight multiply (TorchDispatchMode on HF's bf16 LlamaRMSNorm)."""
-    return [*grad_sums(f"{p}.x", tok, h, 2, train), cast(f"{p}.to_fp32", tok * h),
+    return [*grad_sums(f"{p}.x", tok, h, 2, train, fp32=True), cast(f"{p}.to_fp32", tok * h),
             vec(f"{p}.pow", "powu", tok, h, fp32=True), misc(f"{p}.mean", "reduce", tok * h * F32, fp32=True),
             misc(f"{p}.eps", "mask", 2 * tok * F32, fp32=True), misc(f"{p}.rsqrt", "mask", 2 * tok * F32, fp32=True),
             vec(f"{p}.mul", "mul", tok, h, tag="broadcast", fp32=True), cast(f"{p}.to_half", tok * h),
