@@ -58,6 +58,8 @@ KERNEL_COLUMNS = ("block", "name", "op", "B", "M", "N", "K", "H", "nbytes", "ext
 MODES = ("inf", "train")
 #: families whose inference forward returns a key/value cache (decoder-only causal LMs)
 CAUSAL_LM = ("gpt2", "gpt_neo", "opt") + LLAMA_LIKE
+#: families whose eager attention takes its softmax in fp32 in a half-precision model
+SOFTMAX_FP32 = ("gpt_neo", "opt") + LLAMA_LIKE
 
 
 def _k(name, op, B=1, M=0, N=0, K=0, H=0, nbytes=0.0, params=0, bias=False, tag="", fp32=False, dtypes=None):
@@ -185,10 +187,11 @@ class ModelGraph:
         return 2.0 * cfg.total_layers * self.batch * self.seq * cfg.num_kv_heads * cfg.head_dim * self.dtype_bytes
 
     def _largest_op_bytes(self) -> float:
-        """Inputs plus output of the forward's largest op: what is live at once under no_grad. A llama-like
-        model's eager attention takes its softmax in fp32 and casts back, so there three score-sized
-        tensors are live (input, fp32 output, cast)."""
-        eb, upcast = self.dtype_bytes, self.config.family in LLAMA_LIKE
+        """Inputs plus output of the forward's largest op: what is live at once under no_grad. In a
+        half-precision model, eager attention of the `SOFTMAX_FP32` families takes its softmax in fp32
+        and casts back, so there three score-sized tensors are live (input, fp32 output, cast)."""
+        eb = self.dtype_bytes
+        upcast = self.config.family in SOFTMAX_FP32 and self.dtype in HALF_DTYPES
         largest = 0.0
         for blk in self.blocks:
             for k in blk.kernels:
@@ -365,7 +368,8 @@ def fuse_pointwise(kernels: list) -> list:
 # families
 # ----------------------------------------------------------------------------------------------------
 
-def _attention_core(p, B, S, heads, hd, train, scale_op, mask_op, S_kv=None, dropout=True, softmax_fp32=False):
+def _attention_core(p, B, S, heads, hd, train, scale_op, mask_op, S_kv=None, dropout=True, softmax_fp32=False,
+                    qk_fp32=False):
     """QK^T, scale, mask, softmax, dropout, AV, head merge: shared by every family.
 
     Every family hands bmm head-split views, (B, heads, S, hd) permuted out of (B, S, h): torch.matmul
@@ -377,19 +381,23 @@ def _attention_core(p, B, S, heads, hd, train, scale_op, mask_op, S_kv=None, dro
     of them). `dropout=False` for p = 0 (no kernel). `softmax_fp32`: softmax(x, dtype=float32).to(x.dtype)
     (Llama-style eager attention): in a half-precision model the softmax runs in fp32 between two casts;
     for fp16 input PyTorch's CUDA softmax reads the half scores itself (`half_to_float`), bf16 is cast
-    first (ATen `softmax`)."""
+    first (ATen `softmax`). `qk_fp32` (GPT-Neo): q and k are cast to fp32 before QK^T, so their layout
+    copies, the QK^T bmm, the mask and the softmax run in fp32, and the probabilities are cast back."""
     S_kv = S if S_kv is None else S_kv
     bh = B * heads
     tok = B * S
-    ks = [misc(f"{p}.q_copy", "copy", 2 * tok * heads * hd * F32, tag="layout"),
-          misc(f"{p}.k_copy", "copy", 2 * B * S_kv * heads * hd * F32, tag="layout"),
-          bmm(f"{p}.qk", bh, S, hd, S_kv)]
+    ks = [cast(f"{p}.q_to_fp32", tok * heads * hd), cast(f"{p}.k_to_fp32", B * S_kv * heads * hd)] if qk_fp32 else []
+    ks += [misc(f"{p}.q_copy", "copy", 2 * tok * heads * hd * F32, tag="layout", fp32=qk_fp32),
+           misc(f"{p}.k_copy", "copy", 2 * B * S_kv * heads * hd * F32, tag="layout", fp32=qk_fp32),
+           {**bmm(f"{p}.qk", bh, S, hd, S_kv), "fp32": qk_fp32}]
     if scale_op:
-        ks.append(vec(f"{p}.scale", scale_op, bh * S, S_kv))
+        ks.append(vec(f"{p}.scale", scale_op, bh * S, S_kv, fp32=qk_fp32))
     for i, op in enumerate(mask_op):  # (op, tag): tag 'where' has a backward kernel, a mask add none
         op, tag = op if isinstance(op, tuple) else (op, "")
-        ks.append(vec(f"{p}.mask{i}", op, bh * S, S_kv, tag=tag))
-    if softmax_fp32:
+        ks.append(vec(f"{p}.mask{i}", op, bh * S, S_kv, tag=tag, fp32=qk_fp32))
+    if qk_fp32:
+        ks += [vec(f"{p}.softmax", "softmax", bh * S, S_kv, fp32=True), cast(f"{p}.softmax_out", bh * S * S_kv)]
+    elif softmax_fp32:
         ks += [cast(f"{p}.softmax_in", bh * S * S_kv, dtypes=("bf16",)),
                vec(f"{p}.softmax", "softmax", bh * S, S_kv, fp32=True), cast(f"{p}.softmax_out", bh * S * S_kv)]
     else:
@@ -439,8 +447,9 @@ def _gpt2(cfg: ModelConfig, B, S, train) -> list:
               linear("k_proj", tok, h, h, bias=False), linear("v_proj", tok, h, h, bias=False)]
     else:
         L += [linear("c_attn", tok, h, 3 * h)]
+    # GPT-Neo's eager attention casts q and k to fp32 (`_attn`): QK^T, mask and softmax run in fp32
     L += _attention_core("attn", B, S, cfg.heads, cfg.head_dim, train,
-                         scale_op=None if neo else "divu", mask_op=(("addu", "where"),))
+                         scale_op=None if neo else "divu", mask_op=(("addu", "where"),), qk_fp32=neo)
     L += [linear("attn_proj", tok, h, h), *_dropout("resid_dropout", tok, h, train),
           vec("resid_add1", "add", tok, h, tag="residual"), *grad_sums("resid_mid", tok, h, 2, train),
           ln("ln_2", tok, h), linear("c_fc", tok, h, f),
@@ -495,7 +504,8 @@ def _opt(cfg: ModelConfig, B, S, train) -> list:
     L = [*grad_sums("resid_in", tok, h, 2, train), ln("self_attn_ln", tok, h),
          *grad_sums("self_attn_ln_out", tok, h, 3, train), linear("q_proj", tok, h, h),
          vec("q_scale", "mulu", tok, h), linear("k_proj", tok, h, h), linear("v_proj", tok, h, h)]
-    L += _attention_core("attn", B, S, cfg.heads, cfg.head_dim, train, scale_op=None, mask_op=("add", ("addu", "where")))
+    L += _attention_core("attn", B, S, cfg.heads, cfg.head_dim, train, scale_op=None, mask_op=("add", ("addu", "where")),
+                         softmax_fp32=True)  # OPT's softmax(dtype=float32).to(dtype), as Llama's
     L += [linear("out_proj", tok, h, h), *_dropout("attn_dropout_out", tok, h, train),
           vec("resid_add1", "add", tok, h, tag="residual"), *grad_sums("resid_mid", tok, h, 2, train),
           ln("final_ln", tok, h), linear("fc1", tok, h, f),
@@ -664,8 +674,8 @@ def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str = "f
                 optimizer: str | None = None, recompute: bool = False) -> ModelGraph:
     """The kernel graph of one forward (`inf`) or forward+backward (`train`) pass, every float tensor
     in `dtype` (fp32 as NeuSight measured; fp16/bf16 = the model cast to that dtype, GEMMs on tensor
-    cores, and fp32 where HF's eager code upcasts: RMSNorm, Llama's softmax, a causal LM's loss; not
-    mixed-precision autocast). `fused`: pointwise chains fused as a compiler does
+    cores, and fp32 where HF's eager code upcasts: RMSNorm, Llama's and OPT's softmax, GPT-Neo's QK^T and
+    softmax, a causal LM's loss; not mixed-precision autocast). `fused`: pointwise chains fused as a compiler does
     (`fuse_pointwise`, NeuSight's `-fusion` runs); inference only. `optimizer` (train only): add the
     optimizer step (`hybridperf.graphs.optimizer`; its kernels depend on the device, so the composition
     adds them). `recompute` (train only): activation checkpointing of every transformer layer."""
