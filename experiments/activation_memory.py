@@ -62,6 +62,11 @@ FAMILIES = {
 }
 
 
+#: model dtypes counted: fp32, and bf16 for both 16-bit dtypes (fp16 saves the same tensors: HF's upcasts
+#: are explicit `.to(float32)` / `softmax(dtype=float32)` calls, whatever the half type)
+TORCH_DTYPES = {"fp32": lambda torch: torch.float32, "bf16": lambda torch: torch.bfloat16}
+
+
 def saved_bytes(torch, model, inputs) -> int:
     """Bytes of the distinct non-parameter storages autograd saves during forward + loss."""
     seen: dict[int, int] = {}
@@ -77,7 +82,7 @@ def saved_bytes(torch, model, inputs) -> int:
     return sum(v for k, v in seen.items() if k not in params)
 
 
-def measure(torch, transformers, family: str, h, a, layers, f, vocab, batch, seq) -> int:
+def measure(torch, transformers, family: str, h, a, layers, f, vocab, batch, seq, dtype: str = "fp32") -> int:
     spec = FAMILIES[family]
     kw = dict(zip(spec["keys"], (h, a, layers, f, vocab)), **spec["extra"])
     if family == "opt":
@@ -90,7 +95,7 @@ def measure(torch, transformers, family: str, h, a, layers, f, vocab, batch, seq
         model = transformers.AutoModelForPreTraining.from_config(cfg, attn_implementation="eager")
     else:
         model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
-    model.train()
+    model.to(TORCH_DTYPES[dtype](torch)).train()
     ids = torch.randint(0, vocab, (batch, seq))
     inputs = {"input_ids": ids, "labels": ids}
     if family == "bert":
@@ -103,16 +108,16 @@ def run(out_csv: Path) -> pd.DataFrame:
     torch.set_num_threads(2)
     rows = []
     grid = list(itertools.product((128, 192), (2, 4), (2, 4), (64, 128), (1, 2)))  # h, heads, ffn/h, seq, batch
-    for family in FAMILIES:
+    for dtype, family in itertools.product(TORCH_DTYPES, FAMILIES):
         for h, a, fr, s, b in grid:
             f, vocab = fr * h, 500
-            one = measure(torch, transformers, family, h, a, 2, f, vocab, b, s)
-            two = measure(torch, transformers, family, h, a, 4, f, vocab, b, s)
-            rows.append({"family": family, "hidden": h, "heads": a, "ffn": f, "vocab": vocab, "seq": s, "batch": b,
-                         "max_positions": MAX_POSITIONS,
+            one = measure(torch, transformers, family, h, a, 2, f, vocab, b, s, dtype)
+            two = measure(torch, transformers, family, h, a, 4, f, vocab, b, s, dtype)
+            rows.append({"family": family, "dtype": dtype, "hidden": h, "heads": a, "ffn": f, "vocab": vocab, "seq": s,
+                         "batch": b, "max_positions": MAX_POSITIONS,
                          "saved_2_layers": one, "saved_4_layers": two, "torch": torch.__version__,
                          "transformers": transformers.__version__})
-        print(f"{family}: {len(grid)} configurations", flush=True)
+        print(f"{family} ({dtype}): {len(grid)} configurations", flush=True)
     df = pd.DataFrame(rows)
     out_csv.parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(out_csv, index=False)
@@ -120,9 +125,9 @@ def run(out_csv: Path) -> pd.DataFrame:
 
 
 def fit(df: pd.DataFrame) -> dict:
-    """Per family: (c_h, c_f, c_a[, c_m]) bytes per layer and (d_h, d_v) bytes outside the layers."""
+    """Per (dtype, family): (c_h, c_f, c_a[, c_m]) bytes per layer and (d_h, d_v) bytes outside the layers."""
     coeffs = {}
-    for family, g in df.groupby("family"):
+    for (dtype, family), g in df.groupby(["dtype", "family"]):
         tok = g["batch"] * g["seq"]
         per_layer = (g["saved_4_layers"] - g["saved_2_layers"]) / 2.0
         cols = [tok * g["hidden"], tok * g["ffn"], g["batch"] * g["heads"] * g["seq"] ** 2]
@@ -135,7 +140,7 @@ def fit(df: pd.DataFrame) -> dict:
         d, *_ = np.linalg.lstsq(Xr, rest, rcond=None)
         fit_all = 4 * X @ c + Xr @ d
         err = float(np.max(np.abs(fit_all / g["saved_4_layers"] - 1)))
-        coeffs[family] = {"c_h": round(float(c[0]), 2), "c_f": round(float(c[1]), 2), "c_a": round(float(c[2]), 2),
+        coeffs[(dtype, family)] = {"c_h": round(float(c[0]), 2), "c_f": round(float(c[1]), 2), "c_a": round(float(c[2]), 2),
                           **({"c_m": round(float(c[3]), 2)} if len(c) > 3 else {}),
                           "d_h": round(float(d[0]), 2), "d_v": round(float(d[1]), 2), "max_rel_err": round(err, 4)}
     return coeffs
@@ -147,8 +152,8 @@ def main(argv=None) -> int:
     ap.add_argument("--refit", action="store_true", help="fit the stored CSV only (no torch needed)")
     args = ap.parse_args(argv)
     df = pd.read_csv(args.out) if args.refit else run(args.out)
-    for family, c in fit(df).items():
-        print(f"{family:8s} {c}")
+    for (dtype, family), c in fit(df).items():
+        print(f"{dtype:5s} {family:8s} {c}")
     return 0
 
 

@@ -13,7 +13,12 @@ causal-mask buffer, which keeps the whole buffer alive. The fit is within 0.2% o
 OPT, Llama and GPT-Neo (alternating global and local layers, as released) and 6% for GPT-2. In eager
 HF every layer keeps ~10 hidden-sized fp32 tensors per token (c_h ~ 40 bytes), GPT-2's eight-kernel
 gelu_new five ffn-sized ones, and attention with dropout three score-sized ones: more than twice the
-Megatron count (34*s*b*h + 5*a*s^2*b bytes at 16 bit, Korthikanti et al.) for these models. Inference
+Megatron count (34*s*b*h + 5*a*s^2*b bytes at 16 bit, Korthikanti et al.) for these models.
+
+A model cast to fp16/bf16 is counted on its own (bf16 on the CPU), not as half the fp32 count: HF's
+upcasts save fp32 tensors. Llama's, OPT's and GPT-Neo's attention keeps the fp32 softmax output beside
+its 16-bit copy (c_a 6 bytes where half of fp32 would be 2), GPT-Neo its fp32 q and k, Llama's RMSNorm
+its fp32 input, and a causal LM's loss the fp32 log-probabilities (d_v 4, not 2). Inference
 saves nothing for a backward: its peak is the weights, a causal LM's key/value cache (HF's `use_cache`)
 and the largest op's inputs and output (`ModelGraph.memory`).
 """
@@ -21,13 +26,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: bytes saved per layer and outside the layers, fp32 (see the module docstring), by family
+#: bytes saved per layer and outside the layers of an fp32 model (see the module docstring), by family
 ACTIVATION_COEFFS = {
     "bert": {"c_h": 40.08, "c_f": 8.0, "c_a": 12.01, "d_h": 23.88, "d_v": 4.16},
     "gpt2": {"c_h": 41.68, "c_f": 20.0, "c_a": 12.01, "d_h": 11.84, "d_v": 4.11},
     "llama": {"c_h": 40.04, "c_f": 16.0, "c_a": 4.0, "d_h": 13.72, "d_v": 4.07},
     "opt": {"c_h": 40.08, "c_f": 4.0, "c_a": 4.01, "d_h": 7.84, "d_v": 4.12},
     "gpt_neo": {"c_h": 32.06, "c_f": 20.0, "c_a": 4.01, "c_m": 1.0, "d_h": 7.88, "d_v": 4.10},
+}
+#: the same for a model cast to a 16-bit dtype (counted in bf16; fp16 saves the same tensors)
+HALF_ACTIVATION_COEFFS = {
+    "bert": {"c_h": 20.04, "c_f": 4.0, "c_a": 6.0, "d_h": 11.94, "d_v": 2.11},
+    "gpt2": {"c_h": 20.84, "c_f": 10.0, "c_a": 6.0, "d_h": 5.92, "d_v": 4.08},
+    "llama": {"c_h": 24.04, "c_f": 8.0, "c_a": 6.0, "d_h": 8.82, "d_v": 4.07},
+    "opt": {"c_h": 20.04, "c_f": 2.0, "c_a": 6.0, "d_h": 3.92, "d_v": 4.08},
+    "gpt_neo": {"c_h": 20.03, "c_f": 10.0, "c_a": 6.01, "c_m": 1.0, "d_h": 3.94, "d_v": 4.07},
 }
 #: families not counted, and the counted family whose layer they resemble most (not measured): Switch's
 #: T5 blocks have ReLU MLPs and attention dropout, BERT's saved set being the closest (what its expert
@@ -65,21 +78,29 @@ class MemoryEstimate:
         return self.total * 1e9 / (float(mem_gb) * DEVICE_GB_BYTES)
 
 
+def _coeffs(family: str, dtype_bytes: float) -> dict:
+    """Counted coefficients of `family` (or its closest counted family) for a model with `dtype_bytes`
+    bytes per float (4: fp32, 2: fp16/bf16)."""
+    if dtype_bytes not in (2, 4):
+        raise ValueError(f"saved activations are counted for 2- and 4-byte models, not {dtype_bytes}-byte ones")
+    return (HALF_ACTIVATION_COEFFS if dtype_bytes == 2 else ACTIVATION_COEFFS)[SIMILAR_FAMILY.get(family, family)]
+
+
 def layer_saved_bytes(family: str, hidden: int, ffn: int, heads: int, batch: int, seq: int,
                       dtype_bytes: float = 4.0, max_positions: int = 0) -> float:
-    """Bytes autograd keeps for backward per transformer layer (`dtype_bytes` scales the fp32 count; a
-    bool mask buffer of `max_positions`^2 bytes where the family keeps one). Under tensor parallelism
-    pass the rank's share of `ffn` and `heads`."""
-    c = ACTIVATION_COEFFS[SIMILAR_FAMILY.get(family, family)]
+    """Bytes autograd keeps for backward per transformer layer of a model with `dtype_bytes` bytes per
+    float (plus a bool mask buffer of `max_positions`^2 bytes where the family keeps one). Under tensor
+    parallelism pass the rank's share of `ffn` and `heads`."""
+    c = _coeffs(family, dtype_bytes)
     tok = float(batch) * seq
-    act = (tok * (c["c_h"] * hidden + c["c_f"] * ffn) + c["c_a"] * float(batch) * heads * seq * seq) * dtype_bytes / 4.0
+    act = tok * (c["c_h"] * hidden + c["c_f"] * ffn) + c["c_a"] * float(batch) * heads * seq * seq
     return act + c.get("c_m", 0.0) * float(max_positions) ** 2
 
 
 def outside_saved_bytes(family: str, hidden: int, vocab: int, batch: int, seq: int, dtype_bytes: float = 4.0) -> float:
     """Bytes autograd keeps outside the layers: embeddings, head and loss (the logits dominate)."""
-    c = ACTIVATION_COEFFS[SIMILAR_FAMILY.get(family, family)]
-    return float(batch) * seq * (c["d_h"] * hidden + c["d_v"] * vocab) * dtype_bytes / 4.0
+    c = _coeffs(family, dtype_bytes)
+    return float(batch) * seq * (c["d_h"] * hidden + c["d_v"] * vocab)
 
 
 def checkpoint_bytes(hidden: int, batch: int, seq: int, dtype_bytes: float = 4.0) -> float:
@@ -96,15 +117,15 @@ def layer_stack_bytes(family: str, hidden: int, ffn: int, heads: int, layers: in
     layer = layer_saved_bytes(family, hidden, ffn, heads, batch, seq, dtype_bytes, max_positions)
     if not recompute:
         return layers * layer, 0.0
-    mask = ACTIVATION_COEFFS[SIMILAR_FAMILY.get(family, family)].get("c_m", 0.0) * float(max_positions) ** 2
+    mask = _coeffs(family, dtype_bytes).get("c_m", 0.0) * float(max_positions) ** 2
     return layers * checkpoint_bytes(hidden, batch, seq, dtype_bytes), layer + (layers - 1) * mask
 
 
 def saved_activation_bytes(family: str, hidden: int, ffn: int, heads: int, vocab: int, layers: int, batch: int,
                            seq: int, dtype_bytes: float = 4.0, max_positions: int = 0,
                            recompute: bool = False) -> float:
-    """Bytes autograd keeps for backward in one eager training step (`dtype_bytes` scales the fp32 count;
-    `recompute`: see `layer_stack_bytes`)."""
+    """Bytes autograd keeps for backward in one eager training step of a model with `dtype_bytes` bytes
+    per float (`recompute`: see `layer_stack_bytes`)."""
     per_run, once = layer_stack_bytes(family, hidden, ffn, heads, layers, batch, seq, dtype_bytes, max_positions,
                                       recompute)
     return per_run + once + outside_saved_bytes(family, hidden, vocab, batch, seq, dtype_bytes)
