@@ -9,13 +9,17 @@ from typing import Optional
 import typer
 
 from hybridperf.errors import InputError
+from hybridperf.graphs.kernels import MODES
 
 
 def predict_model_cmd(
     config: Path = typer.Option(..., "--config", help="Hugging Face config.json of the model"),
     batch: int = typer.Option(..., "--batch", help="batch size (sequences)"),
-    seq: int = typer.Option(..., "--seq", help="sequence length (tokens)"),
-    mode: str = typer.Option("inf", "--mode", help="inf (one forward, no_grad) or train (forward + backward)"),
+    seq: int = typer.Option(..., "--seq", help="sequence length (tokens); with --mode decode, the tokens already "
+                            "in the key/value cache"),
+    mode: str = typer.Option("inf", "--mode", help="inf (one forward, no_grad), train (forward + backward) or "
+                             "decode (one generated token per sequence against a key/value cache of --seq tokens, "
+                             "HF eager generation; not validated)"),
     device: str = typer.Option(..., "--device", help="catalog device name/alias or a JSON spec path"),
     as_json: bool = typer.Option(False, "--json", help="print the result as one JSON object (last line)"),
     breakdown: bool = typer.Option(False, "--breakdown", help="print a table of time per op class"),
@@ -49,7 +53,7 @@ def predict_model_cmd(
         "per-launch gap to them before predicting (with --dp/--tp/--pp: single-GPU runs on the node's GPU)"),
 ) -> None:
     """Predict the latency (ms) of one forward (inf) or forward+backward (train) pass of a transformer,
-    fp32 eager PyTorch as NeuSight measured it, with a 90% interval. With --dp/--tp/--pp (any of them),
+    fp32 eager PyTorch as NeuSight measured it, or of one decode step (decode), with a 90% interval. With --dp/--tp/--pp (any of them),
     the step time on dp*tp*pp GPUs of DEVICE (a node such as DGX-H100, or a GPU in a default node),
     reported as compute, communication and pipeline bubble."""
     from hybridperf.graphs.compose import predict_model_detail, resolve_predictor
@@ -58,8 +62,8 @@ def predict_model_cmd(
         raise InputError(f"--batch must be >= 1, got {batch}")
     if seq < 1:
         raise InputError(f"--seq must be >= 1, got {seq}")
-    if mode not in ("inf", "train"):
-        raise InputError(f"--mode must be inf or train, got {mode!r}")
+    if mode not in MODES:
+        raise InputError(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
     if model_bundle is not None and prior_only:
         raise InputError("--model-bundle and --prior-only are mutually exclusive")
     if not config.is_file():
@@ -94,8 +98,9 @@ def predict_model_cmd(
         print(json.dumps(out))
     else:
         opt = f"  opt {out['opt_ms']:.3f} ms" if "opt_ms" in out else ""
+        rate = f"  ({batch * 1000.0 / out['e2e_ms']:.1f} tokens/s)" if mode == "decode" else ""
         typer.echo(f"e2e {out['e2e_ms']:.3f} ms  [90%: {out['lo_ms']:.3f} .. {out['hi_ms']:.3f}]  "
-                   f"fw {out['fw_ms']:.3f} ms  bw {out['bw_ms']:.3f} ms{opt}  memory ~{need.total:.1f} GB")
+                   f"fw {out['fw_ms']:.3f} ms  bw {out['bw_ms']:.3f} ms{opt}{rate}  memory ~{need.total:.1f} GB")
 
 
 def _calibrate(measured_runs, dev, predictor) -> dict | None:

@@ -60,6 +60,9 @@ OOD_WIDEN = 0.25
 Z90 = 1.6449  # standard normal 95% quantile: half-width of a central 90% interval in sd
 #: per-kernel launch gap (ms) used when the calibration has no fitted constants for a predictor kind
 DEFAULT_GAP_MS = 0.01
+#: graph modes composed with another mode's constants: a decode step is an eager no_grad forward, as
+#: inference is (no decode step has been measured to fit its own)
+COMPOSITION_MODE = {"decode": "inf"}
 
 
 def composition_params(kind: str, mode: str, calibration: dict | None = None, correction: bool = True) -> dict:
@@ -249,7 +252,7 @@ def compose(graph: ModelGraph, device, predictor: Predictor, correction: bool = 
     if fitted_on is not None and fitted_on != dev.name:
         raise InputError(f"the composition calibration was fitted to runs on {fitted_on}, not {dev.name}")
     tab = predict_kernels_of(graph, dev, predictor)
-    par = composition_params(kind, graph.mode, calibration, correction)
+    par = composition_params(kind, COMPOSITION_MODE.get(graph.mode, graph.mode), calibration, correction)
     t = in_model_ms(tab["pred_ms"].to_numpy(), tab["floor_ms"].to_numpy(), par["scale"], par["gap_ms"],
                     par["cpu_ms"], par["raw"])
     tab["t_ms"] = t

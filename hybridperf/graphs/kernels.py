@@ -55,7 +55,9 @@ MODEL_DTYPES = ("fp32", "fp16", "bf16")
 HALF_DTYPES = ("fp16", "bf16")
 KERNEL_COLUMNS = ("block", "name", "op", "B", "M", "N", "K", "H", "nbytes", "extra_nbytes", "phase", "count", "group",
                   "dtype")
-MODES = ("inf", "train")
+#: inf: one forward of batch x seq tokens; train: forward + backward; decode: one generated token per
+#: sequence against a key/value cache of seq tokens (`hybridperf.graphs.decode`)
+MODES = ("inf", "train", "decode")
 #: families whose inference forward returns a key/value cache (decoder-only causal LMs)
 CAUSAL_LM = ("gpt2", "gpt_neo", "opt") + LLAMA_LIKE
 #: families whose eager attention takes its softmax in fp32 in a half-precision model
@@ -180,11 +182,18 @@ class ModelGraph:
 
     def _kv_cache_bytes(self) -> float:
         """Bytes of the keys and values a causal LM returns from an inference forward (HF's `use_cache`,
-        on unless the config turns it off): two (batch, seq, kv heads x head_dim) tensors per layer."""
+        on unless the config turns it off) or holds after a decode step: two (batch, tokens, kv heads x
+        head_dim) tensors per layer."""
         cfg = self.config
-        if cfg.family not in CAUSAL_LM or not cfg.raw.get("use_cache", True):
+        if self.mode == "decode":
+            from hybridperf.graphs.decode import kv_length
+
+            tokens = kv_length(cfg, self.seq)
+        elif cfg.family not in CAUSAL_LM or not cfg.raw.get("use_cache", True):
             return 0.0
-        return 2.0 * cfg.total_layers * self.batch * self.seq * cfg.num_kv_heads * cfg.head_dim * self.dtype_bytes
+        else:
+            tokens = self.seq
+        return 2.0 * cfg.total_layers * self.batch * tokens * cfg.num_kv_heads * cfg.head_dim * self.dtype_bytes
 
     def _largest_op_bytes(self) -> float:
         """Inputs plus output of the forward's largest op: what is live at once under no_grad. In a
@@ -672,11 +681,12 @@ def loss_kernels(cfg: ModelConfig, B, S) -> list:
 
 def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str = "fp32", fused: bool = False,
                 optimizer: str | None = None, recompute: bool = False) -> ModelGraph:
-    """The kernel graph of one forward (`inf`) or forward+backward (`train`) pass, every float tensor
+    """The kernel graph of one forward (`inf`) or forward+backward (`train`) pass, or of one decode step
+    (`decode`: `batch` sequences, one new token each, `seq` tokens in the cache), every float tensor
     in `dtype` (fp32 as NeuSight measured; fp16/bf16 = the model cast to that dtype, GEMMs on tensor
     cores, and fp32 where HF's eager code upcasts: RMSNorm, Llama's and OPT's softmax, GPT-Neo's QK^T and
-    softmax, a causal LM's loss; not mixed-precision autocast). `fused`: pointwise chains fused as a compiler does
-    (`fuse_pointwise`, NeuSight's `-fusion` runs); inference only. `optimizer` (train only): add the
+    softmax, a causal LM's loss; not mixed-precision autocast). `fused`: pointwise chains fused as a
+    compiler does (`fuse_pointwise`, NeuSight's `-fusion` runs); inference only. `optimizer` (train only): add the
     optimizer step (`hybridperf.graphs.optimizer`; its kernels depend on the device, so the composition
     adds them). `recompute` (train only): activation checkpointing of every transformer layer."""
     cfg = load_config(config)
@@ -691,11 +701,13 @@ def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str = "f
     batch, seq = int(batch), int(seq)
     if mode not in MODES:
         raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    if cfg.max_positions and seq > cfg.max_positions and cfg.family in ("bert", "gpt2", "gpt_neo", "opt", *LLAMA_LIKE):
-        raise InputError(f"seq {seq} exceeds the model's maximum of {cfg.max_positions} positions")
+    positions = seq + 1 if mode == "decode" else seq  # a decode step's new token takes position seq
+    if cfg.max_positions and positions > cfg.max_positions and cfg.family in ("bert", "gpt2", "gpt_neo", "opt", *LLAMA_LIKE):
+        raise InputError(f"{'seq + 1' if mode == 'decode' else 'seq'} = {positions} exceeds the model's maximum of "
+                         f"{cfg.max_positions} positions")
     train = mode == "train"
-    if fused and train:
-        raise InputError("fused kernels are modelled for inference only (--mode inf); training runs eager")
+    if fused and mode != "inf":
+        raise InputError("fused kernels are modelled for inference only (--mode inf); training and decode run eager")
     if optimizer is not None:
         if not train:
             raise InputError("an optimizer step belongs to training (--mode train)")
@@ -705,7 +717,12 @@ def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str = "f
         optimizer = str(optimizer).strip().lower()
     if recompute and not train:
         raise InputError("activation recomputation belongs to training (--mode train)")
-    blocks = _FAMILIES[cfg.family](cfg, batch, seq, train)
+    if mode == "decode":
+        from hybridperf.graphs.decode import decode_blocks
+
+        blocks = decode_blocks(cfg, batch, seq)
+    else:
+        blocks = _FAMILIES[cfg.family](cfg, batch, seq, train)
     if train:
         blocks.append(Block("loss", 1, loss_kernels(cfg, batch, seq), "post"))
     if fused:

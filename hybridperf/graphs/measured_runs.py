@@ -24,7 +24,7 @@ SIGMA_GAP is an assumption (hosts differ by up to ~5x per launch). `experiments/
 re-estimates them and scores the method with each device's own labels held out.
 
 Runs CSV (`read_runs`): `config` (a HF config.json, relative to the CSV's folder or absolute), `batch`,
-`seq`, `latency_ms` (measured end-to-end ms); optional `mode` (inf|train, default inf), `dtype`
+`seq`, `latency_ms` (measured end-to-end ms); optional `mode` (inf|train|decode, default inf), `dtype`
 (fp32|fp16|bf16), `fused`, `recompute`, `optimizer`, `layers` (override the config's layer count).
 """
 from __future__ import annotations
@@ -45,7 +45,7 @@ from hybridperf.graphs.compose import (
     predictor_kind,
 )
 from hybridperf.graphs.config import load_config
-from hybridperf.graphs.kernels import build_graph
+from hybridperf.graphs.kernels import MODES, build_graph
 
 #: prior sd of the log device-time factor: between-device spread of NeuSight's labels (7 GPUs)
 SIGMA_SCALE = 0.18
@@ -85,8 +85,8 @@ def read_runs(path: str | Path) -> pd.DataFrame:
         if not np.isfinite(lat) or lat <= 0:
             raise InputError(f"{where}: latency_ms must be a positive number, got {r['latency_ms']!r}")
         mode = str(r.get("mode", "inf") if pd.notna(r.get("mode", "inf")) else "inf").strip()
-        if mode not in ("inf", "train"):
-            raise InputError(f"{where}: mode must be inf or train, got {mode!r}")
+        if mode not in MODES:
+            raise InputError(f"{where}: mode must be one of {', '.join(MODES)}, got {mode!r}")
         flags = {}
         for c in ("fused", "recompute"):
             s = str(r.get(c, "")).strip().lower()

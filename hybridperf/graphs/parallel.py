@@ -157,6 +157,8 @@ def validate(cfg: ModelConfig, batch: int, mode: str, dp: int, tp: int, pp: int,
     """Check the parallel configuration; returns the number of micro-batches. InputError otherwise."""
     if mode not in MODES:
         raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if mode == "decode":
+        raise InputError("a decode step is modelled on one GPU; --dp/--tp/--pp are not supported with --mode decode")
     if batch % dp:
         raise InputError(f"batch {batch} is not divisible by dp={dp} (batch is the global batch)")
     per_rank = batch // dp

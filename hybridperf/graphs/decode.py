@@ -1,0 +1,141 @@
+"""One decode step of a causal LM with a key/value cache, as Hugging Face eager generation runs it.
+
+`build_graph(config, batch, seq, mode="decode")`: each of `batch` sequences feeds one new token and
+attends to its `seq` cached tokens plus the new one (`kv_length`), as `model(next_ids,
+past_key_values=cache)` does inside `generate()`. The step is the model's forward only: no sampling
+or logits processing.
+
+The kernels are those HF eager code launches, counted with TorchDispatchMode on GPT-2, GPT-Neo, OPT and
+Llama decode steps with a `DynamicCache` (transformers 5.23; `experiments/decode_trace.py` re-counts
+them and compares with this module):
+
+  * every projection, norm, activation and residual kernel of the prefill layer, over `batch` rows;
+  * the cache update: `torch.cat` of the cached keys (values) and the new ones, i.e. a copy of the whole
+    cache, twice per layer and step;
+  * grouped-query attention (fewer key/value heads than heads): `repeat_kv` copies keys and values out
+    to every head;
+  * QK^T and AV as batched matrix-vector products (batch x heads, 1, head_dim, kv_length), the scale,
+    the mask and the softmax over kv_length. The query and the merged heads of one token are views
+    (GPT-2 copies its query, a strided slice of the fused QKV output), so the prefill's layout copies
+    are gone;
+  * before the layers, position ids, the causal mask and (Llama) the rotary table: 12-19 tiny kernels.
+
+HF's half-precision upcasts (RMSNorm, Llama's and OPT's softmax, GPT-Neo's QK^T) are the prefill's.
+Mistral's sliding-window cache keeps the last `sliding_window` tokens at most; the other families keep
+them all (GPT-Neo's local layers included: their window is in the mask, not the cache).
+"""
+from __future__ import annotations
+
+from hybridperf.errors import InputError
+from hybridperf.graphs.config import LLAMA_LIKE, ModelConfig
+from hybridperf.graphs.kernels import F32, Block, _activation, _rms_norm, _rope, bmm, cast, gather, linear, ln, misc, vec
+
+#: families with a decode step (decoder-only causal LMs)
+DECODE_FAMILIES = ("gpt2", "gpt_neo", "opt") + LLAMA_LIKE
+#: kernels that build position ids, the causal mask (arange, add, le, where, ...) and, for Llama, the
+#: rotary cos/sin before the first layer (counted; all tiny); OPT adds its cumsum position ids
+SETUP_KERNELS = {"gpt2": 12, "gpt_neo": 12, "opt": 16, "llama": 19}
+#: of those, Llama's casts in a half-precision model (the rotary cos and sin and the mask to the model dtype)
+LLAMA_SETUP_CASTS = 3
+
+
+def kv_length(cfg: ModelConfig, seq: int) -> int:
+    """Keys each new token attends to after `seq` cached tokens: seq + 1, or Mistral's sliding window."""
+    window = cfg.raw.get("sliding_window") if cfg.family == "mistral" else None
+    return min(seq + 1, int(window)) if window else seq + 1
+
+
+def _setup(cfg: ModelConfig, B: int, kv: int) -> list:
+    n = SETUP_KERNELS["llama" if cfg.family in LLAMA_LIKE else cfg.family]
+    ks = [misc(f"setup_{i}", "mask", 2 * B * kv * 8) for i in range(n)]
+    if cfg.family in LLAMA_LIKE:
+        ks += [cast(f"setup_cast_{i}", B * kv) for i in range(LLAMA_SETUP_CASTS)]
+    return ks
+
+
+def _attention(p: str, cfg: ModelConfig, B: int, kv: int, scale_op, mask_ops, q_copy=False, softmax_fp32=False,
+               qk_fp32=False) -> list:
+    """Cache update, (repeat_kv), QK^T, scale, mask, softmax and AV of one new token per sequence."""
+    heads, hd, kvh = cfg.heads, cfg.head_dim, cfg.num_kv_heads
+    bh = B * heads
+    cache = 2 * B * kvh * hd * kv * F32  # torch.cat reads the cache and the new token, writes them together
+    ks = [misc(f"{p}.cache_k", "copy", cache), misc(f"{p}.cache_v", "copy", cache)]
+    if kvh < heads:  # repeat_kv: expand + reshape materialises the keys and values of every head
+        rep = B * (kvh + heads) * hd * kv * F32
+        ks += [misc(f"{p}.repeat_k", "copy", rep), misc(f"{p}.repeat_v", "copy", rep)]
+    if q_copy:
+        ks.append(misc(f"{p}.q_copy", "copy", 2 * bh * hd * F32))
+    if qk_fp32:  # GPT-Neo: q.to(float32), k.to(float32) -- the whole cache, every step
+        ks += [cast(f"{p}.q_to_fp32", bh * hd), cast(f"{p}.k_to_fp32", bh * kv * hd)]
+    ks.append({**bmm(f"{p}.qk", bh, 1, hd, kv), "fp32": qk_fp32})
+    if scale_op:
+        ks.append(vec(f"{p}.scale", scale_op, bh, kv, fp32=qk_fp32))
+    ks += [vec(f"{p}.mask{i}", op, bh, kv, fp32=qk_fp32) for i, op in enumerate(mask_ops)]
+    if qk_fp32:
+        ks += [vec(f"{p}.softmax", "softmax", bh, kv, fp32=True), cast(f"{p}.softmax_out", bh * kv)]
+    elif softmax_fp32:
+        ks += [cast(f"{p}.softmax_in", bh * kv, dtypes=("bf16",)), vec(f"{p}.softmax", "softmax", bh, kv, fp32=True),
+               cast(f"{p}.softmax_out", bh * kv)]
+    else:
+        ks.append(vec(f"{p}.softmax", "softmax", bh, kv))
+    ks.append(bmm(f"{p}.av", bh, 1, kv, hd))
+    return ks
+
+
+def _gpt2(cfg: ModelConfig, B: int, kv: int) -> list:
+    h, f, V = cfg.hidden, cfg.ffn, cfg.vocab
+    neo = cfg.family == "gpt_neo"
+    pre = [gather("wte", B, h, V), gather("wpe", 1, h, cfg.max_positions), vec("embed_add", "add", B, h),
+           *_setup(cfg, B, kv)]
+    L = [ln("ln_1", B, h)]
+    if neo:  # no scaling; the causal window's where, then the padding mask's add; q and k cast to fp32
+        L += [linear("q_proj", B, h, h, bias=False), linear("k_proj", B, h, h, bias=False),
+              linear("v_proj", B, h, h, bias=False),
+              *_attention("attn", cfg, B, kv, None, ("addu", "addu"), qk_fp32=True)]
+    else:
+        L += [linear("c_attn", B, h, 3 * h), *_attention("attn", cfg, B, kv, "mulu", ("addu",), q_copy=True)]
+    L += [linear("attn_proj", B, h, h), vec("resid_add1", "add", B, h), ln("ln_2", B, h), linear("c_fc", B, h, f),
+          *_activation("mlp", cfg.activation, B, f), linear("mlp_proj", B, f, h), vec("resid_add2", "add", B, h)]
+    post = [ln("ln_f", B, h), linear("lm_head", B, h, V, bias=False)]
+    return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
+
+
+def _opt(cfg: ModelConfig, B: int, kv: int) -> list:
+    h, f, V = cfg.hidden, cfg.ffn, cfg.vocab
+    pre = [gather("embed_tokens", B, h, V), gather("embed_positions", B, h, cfg.max_positions + 2),
+           vec("embed_add", "add", B, h), *_setup(cfg, B, kv)]
+    L = [ln("self_attn_ln", B, h), linear("q_proj", B, h, h), vec("q_scale", "mulu", B, h), linear("k_proj", B, h, h),
+         linear("v_proj", B, h, h), *_attention("attn", cfg, B, kv, "mulu", ("addu",), softmax_fp32=True),
+         linear("out_proj", B, h, h), vec("resid_add1", "add", B, h), ln("final_ln", B, h), linear("fc1", B, h, f),
+         *_activation("mlp", cfg.activation, B, f), linear("fc2", B, f, h), vec("resid_add2", "add", B, h)]
+    post = [ln("final_layer_norm", B, h), linear("lm_head", B, h, V, bias=False)]
+    return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
+
+
+def _llama(cfg: ModelConfig, B: int, kv: int) -> list:
+    h, f, V = cfg.hidden, cfg.ffn, cfg.vocab
+    q_w, kv_w = cfg.heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+    qkv_bias = cfg.family == "qwen2" or bool(cfg.raw.get("attention_bias", False))
+    mlp_bias = bool(cfg.raw.get("mlp_bias", False))
+    pre = [gather("embed_tokens", B, h, V), *_setup(cfg, B, kv)]
+    L = [*_rms_norm("input_norm", B, h), linear("q_proj", B, h, q_w, bias=qkv_bias),
+         linear("k_proj", B, h, kv_w, bias=qkv_bias), linear("v_proj", B, h, kv_w, bias=qkv_bias),
+         *_rope("q_rope", B, q_w), *_rope("k_rope", B, kv_w),
+         *_attention("attn", cfg, B, kv, "mulu", ("addu",), softmax_fp32=True),
+         linear("o_proj", B, q_w, h, bias=False), vec("resid_add1", "add", B, h), *_rms_norm("post_norm", B, h),
+         linear("gate_proj", B, h, f, bias=mlp_bias), linear("up_proj", B, h, f, bias=mlp_bias),
+         *_activation("mlp", cfg.activation, B, f), vec("mlp.gate_mul", "mul", B, f),
+         linear("down_proj", B, f, h, bias=mlp_bias), vec("resid_add2", "add", B, h)]
+    post = [*_rms_norm("final_norm", B, h), linear("lm_head", B, h, V, bias=False)]
+    return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
+
+
+_BUILDERS = {"gpt2": _gpt2, "gpt_neo": _gpt2, "opt": _opt, "llama": _llama, "mistral": _llama, "qwen2": _llama}
+
+
+def decode_blocks(cfg: ModelConfig, batch: int, seq: int) -> list:
+    """The blocks of one decode step: `batch` new tokens against `seq` cached tokens each."""
+    if cfg.family not in DECODE_FAMILIES:
+        raise InputError(f"a decode step needs a decoder-only causal LM ({', '.join(DECODE_FAMILIES)}); "
+                         f"{cfg.family} has none")
+    return _BUILDERS[cfg.family](cfg, batch, kv_length(cfg, seq))
