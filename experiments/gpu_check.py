@@ -17,7 +17,8 @@ prediction of the shipped bundle for this GPU:
    attention), inference and training in fp32 at several batches, timed end to end like NeuSight's labels
    (CUDA events around one forward, or forward + cross-entropy + backward; mean of the fastest 5 of 10
    after 3 warm-ups), against `predict_model`; then what no label covers: activation checkpointing,
-   bf16/fp16 models and a 4-layer Llama-3-8B. Each row also has the peak allocated memory against
+   bf16/fp16 models, a 4-layer Llama-3-8B, and decode steps against a key/value cache (`--mode decode`:
+   the cache prefilled once, untimed). Each row also has the peak allocated memory against
    `ModelGraph.memory()`. Skipped without `transformers`.
 5. `optimizer.csv`: one `torch.optim` step (SGD, SGD with momentum, Adam, AdamW, fused Adam) over
    tensors with GPT-2-Large's parameter sizes (fp32, gradients set), mean of the fastest 5 of 10
@@ -73,6 +74,11 @@ MODELS = [  # (config, family, batch, seq, mode, dtype, recompute, layers: None 
     ("bert_large.json", "bert", 8, 512, "inf", "fp16", False, None),
     ("llama3_8b.json", "llama", 4, 2048, "inf", "bf16", False, 4),
     ("llama3_8b.json", "llama", 1, 2048, "train", "bf16", False, 4),
+    # decode steps (--mode decode): seq = tokens already in the key/value cache
+    ("gpt2_large.json", "gpt2", 1, 1023, "decode", "fp32", False, None),
+    ("gpt2_large.json", "gpt2", 16, 1023, "decode", "fp32", False, None),
+    ("llama3_8b.json", "llama", 1, 2048, "decode", "bf16", False, 4),
+    ("llama3_8b.json", "llama", 16, 2048, "decode", "bf16", False, 4),
 ]
 
 
@@ -223,8 +229,21 @@ def _hf_model(family: str, cfg: dict, mode: str, dtype: str, recompute: bool, to
 
 
 def model_step(torch, model, family: str, batch: int, seq: int, mode: str, device: str):
-    """One pass as NeuSight timed it: a forward under no_grad (`inf`), or forward + cross-entropy + backward."""
+    """One pass as NeuSight timed it: a forward under no_grad (`inf`), or forward + cross-entropy + backward;
+    `decode`: one new token per sequence against a cache of `seq` tokens (prefilled once, not timed; the
+    cache is cropped back to `seq` after each step, which launches no kernel)."""
     ids = torch.randint(0, model.config.vocab_size, (batch, seq), device=device)
+    if mode == "decode":
+        model.eval()
+        with torch.no_grad():
+            cache = model(input_ids=ids, use_cache=True).past_key_values
+        nxt = ids[:, :1].contiguous()
+
+        def step():
+            with torch.no_grad():
+                model(input_ids=nxt, past_key_values=cache, use_cache=True)
+            cache.crop(seq - cache.get_seq_length())  # negative: drop the new token (every transformers 4.4x-5.x)
+        return step
     if mode == "inf":
         model.eval()
 
