@@ -106,6 +106,7 @@ def run_device(device: str, bundle: Path, pool: pd.DataFrame, draws: int, log, p
 def reliability(heldout_csv: Path, levels=(0.5, 0.6, 0.7, 0.8, 0.9, 0.95)) -> pd.DataFrame:
     """Empirical vs nominal coverage at k = 0, each GPU's interval calibrated on the other folds."""
     from hybridperf.training.kernels import TrainConfig, blended, choose_blend, conformal_interval
+    from hybridperf.stats import widen_about
 
     logo = pd.read_csv(heldout_csv)
     rows = []
@@ -114,10 +115,10 @@ def reliability(heldout_csv: Path, levels=(0.5, 0.6, 0.7, 0.8, 0.9, 0.95)) -> pd
         for d, g in logo.groupby("heldout"):
             choice = choose_blend(logo, exclude_device=d)
             iv = conformal_interval(logo, choice, cfg, exclude_device=d)
-            s = (g["y"] - blended(g, choice)) / (1.0 + cfg.ood_beta * g["ood"])
-            lo = g["op_class"].map(lambda c: iv[c]["q_lo"])
-            hi = g["op_class"].map(lambda c: iv[c]["q_hi"])
-            rows.append({"nominal": level * 100, "heldout": d, "empirical": ((s >= lo) & (s <= hi)).mean() * 100})
+            e = (g["y"] - blended(g, choice)).to_numpy()
+            lo, hi = widen_about(*(g["op_class"].map(lambda c, f=f: iv[c][f]).to_numpy() for f in ("q_lo", "q_hi", "q_center")),
+                                 1.0 + cfg.ood_beta * g["ood"].to_numpy())
+            rows.append({"nominal": level * 100, "heldout": d, "empirical": ((e >= lo) & (e <= hi)).mean() * 100})
     return pd.DataFrame(rows)
 
 

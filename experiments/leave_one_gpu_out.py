@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hybridperf.datasets.neusight import load_test  # noqa: E402
 from hybridperf.predictor import device_shift_sd  # noqa: E402
 from hybridperf.priors.gemm import tiles_without  # noqa: E402
-from hybridperf.stats import Z90, widen_in_quadrature  # noqa: E402
+from hybridperf.stats import Z90, widen_about, widen_in_quadrature  # noqa: E402
 from hybridperf.training.kernel_data import load_neusight_training  # noqa: E402
 from hybridperf.training.kernels import (  # noqa: E402
     TrainConfig, blended, choose_blend, conformal_interval, export_bundle, leave_one_gpu_out, per_stratum,
@@ -51,8 +51,8 @@ def score(logo: pd.DataFrame, cfg: TrainConfig, calibration: pd.DataFrame | None
         choice, iv = selection(logo, d, cfg, calibration)
         r = blended(g, choice)
         pred = g["prior_ms"].to_numpy() * np.exp(r)
-        widen = 1.0 + cfg.ood_beta * g["ood"].to_numpy()
-        q_lo, q_hi = per_stratum(g, iv, "q_lo", 0.0) * widen, per_stratum(g, iv, "q_hi", 0.0) * widen
+        q_lo, q_hi = widen_about(per_stratum(g, iv, "q_lo", 0.0), per_stratum(g, iv, "q_hi", 0.0),
+                                 per_stratum(g, iv, "q_center", 0.0), 1.0 + cfg.ood_beta * g["ood"].to_numpy())
         # d is unseen, as in Predictor: the device-level term for a bundle trained on the other folds'
         # GPUs (a `calibration` table means a single training GPU, cross-validated within itself)
         n_train = logo.loc[logo["heldout"] != d, "heldout"].nunique() if calibration is None else 1

@@ -22,7 +22,7 @@ from hybridperf.priors.kernel_prior import kernel_prior_terms
 from hybridperf.priors.launch import check_timing, row_timing
 from hybridperf.residual_models.bundle import Bundle, load_bundle, shipped_models_dir, stratum_key
 from hybridperf.residual_models.features import FEATURE_NAMES, kernel_features
-from hybridperf.stats import Z90, widen_in_quadrature
+from hybridperf.stats import Z90, widen_about, widen_in_quadrature
 
 #: used only when no bundle is available: central 90% band of log(measured/prior), a wide default
 FALLBACK_INTERVAL = {"q_lo": -0.7, "q_hi": 0.7, "ood_beta": 0.0}
@@ -202,12 +202,14 @@ class Predictor:
             iv = spec["interval"]
             if "feature_range" in spec:
                 ood[idx] = ood_score(X[idx], spec["feature_range"])
-            widen = 1.0 + iv.get("ood_beta", 0.0) * ood[idx]
-            q_lo, q_hi = iv["q_lo"] * widen, iv["q_hi"] * widen
+            # about the interval's centre (bundles from before it was stored widen about 0)
+            q_lo, q_hi = widen_about(iv["q_lo"], iv["q_hi"], iv.get("q_center", 0.0),
+                                     1.0 + iv.get("ood_beta", 0.0) * ood[idx])
             unseen = self.bundle is not None and not adapted_here and not self.measured_on(dev.name, oc, tm)
             shift = iv.get("device_shift_q90", 0.0) if adapted_here else Z90 * self.device_shift_sd if unseen else 0.0
             if shift > 0:
                 q_lo, q_hi = widen_in_quadrature(q_lo, q_hi, shift)
+            q_lo, q_hi = np.minimum(q_lo, 0.0), np.maximum(q_hi, 0.0)  # the interval holds its prediction
             pred[idx] = prior[idx] * np.exp(r + known_bias.get(stratum_key(oc, tm), 0.0))
             lo[idx] = pred[idx] * np.exp(q_lo)
             hi[idx] = pred[idx] * np.exp(q_hi)

@@ -431,8 +431,9 @@ def test_unseen_device_adds_device_shift_in_quadrature(tiny_bundle):
         out = p.predict(rows, dev)
         for oc, g in out.groupby("op_class"):
             iv = m["op_classes"][oc]["interval"]
-            widen = 1.0 + iv["ood_beta"] * g["ood"].to_numpy()
-            want = np.sqrt((iv["q_hi"] * widen) ** 2 + extra ** 2) if unseen else iv["q_hi"] * widen
+            c = iv["q_center"]  # out of range the interval widens about its centre
+            hi = c + (iv["q_hi"] - c) * (1.0 + iv["ood_beta"] * g["ood"].to_numpy())
+            want = np.sqrt(hi ** 2 + extra ** 2) if unseen else np.maximum(hi, 0.0)
             np.testing.assert_allclose(np.log(g["hi_ms"] / g["pred_ms"]), want, rtol=1e-9)
 
 
@@ -552,3 +553,22 @@ def test_export_removes_models_an_earlier_export_left(native_fit, tiny_bundle, t
     m = export_bundle(native_fit, choice, intervals, out, tiny_table, tiny_config(0))
     assert sorted(p.name for p in out.glob("*.onnx")) == sorted(m["files"])
     Predictor.load(out)
+
+
+def test_out_of_range_intervals_widen_about_their_centre():
+    """A skewed interval (the call floor makes a class's held-out errors lopsided) grows on both sides
+    out of range: its offset stays an offset, its spread scales with 1 + beta * ood."""
+    from hybridperf.stats import weighted_quantile, widen_about
+    from hybridperf.training.kernels import TrainConfig, conformal_interval
+
+    lo, hi = widen_about(-0.1, 0.8, 0.35, 3.0)
+    assert (lo, hi) == pytest.approx((0.35 - 1.35, 0.35 + 1.35))
+    rng = np.random.default_rng(0)
+    e = np.concatenate([rng.exponential(0.3, 400) - 0.1, rng.exponential(0.3, 400) - 0.05])  # skewed up
+    logo = pd.DataFrame({"y": e, "r_mlp": 0.0, "r_xgb": 0.0, "ood": 0.0, "op_class": "linear", "timing": "call",
+                         "heldout": ["a"] * 400 + ["b"] * 400})
+    iv = conformal_interval(logo, {}, TrainConfig())["linear"]
+    w = np.ones(len(e))
+    assert iv["q_lo"] == pytest.approx(weighted_quantile(e, w, 0.05)) and iv["q_hi"] == pytest.approx(
+        weighted_quantile(e, w, 0.95))  # in range: the plain held-out quantiles
+    assert iv["q_center"] == pytest.approx((iv["q_lo"] + iv["q_hi"]) / 2) and iv["q_center"] > 0

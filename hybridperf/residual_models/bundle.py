@@ -141,6 +141,8 @@ def _check_values(root: Path, m: dict, feature_names) -> None:
             for f in ("ood_beta", "device_shift_q90"):
                 if f in iv:
                     number(iv[f], f"op_classes.{key}.interval.{f}", 0.0)
+            if "q_center" in iv:
+                number(iv["q_center"], f"op_classes.{key}.interval.q_center")
         rng = spec.get("feature_range")
         if rng is not None:
             for f in ("lo", "hi", "scale"):

@@ -36,7 +36,7 @@ from hybridperf.residual_models.bundle import stratum_key, write_manifest
 from hybridperf.residual_models.features import FEATURE_NAMES
 from hybridperf.residual_models.mlp import MLPResidual
 from hybridperf.residual_models.xgb import XGB_OPSET, XGBResidual
-from hybridperf.stats import weighted_quantile
+from hybridperf.stats import weighted_quantile, widen_about
 from hybridperf.training.kernel_data import bias_groups, data_digest, featurize, subsample
 
 BLEND_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)  # weight of the MLP; the rest goes to XGBoost
@@ -213,18 +213,23 @@ def blended(logo: pd.DataFrame, choice: dict) -> np.ndarray:
 def conformal_interval(logo: pd.DataFrame, choice: dict, cfg: TrainConfig, exclude_device: str | None = None) -> dict:
     """Split-conformal quantiles of the normalised held-out log error, per stratum (see `stratum`).
 
-    score = (log measured - log predicted) / (1 + beta * ood); the interval of a new row is
-    pred * exp(q * (1 + beta * ood)) for q in (q_lo, q_hi). Each held-out device counts equally.
+    With e = log measured - log predicted and c the centre of the stratum's central interval of e (the
+    midpoint of its alpha/2 and 1 - alpha/2 quantiles), score = (e - c) / (1 + beta * ood); q_lo, q_hi =
+    c + the score's quantiles. The interval of a new row is pred * exp(q), q widened by 1 + beta * ood
+    about c (`stats.widen_about`), so out of range it grows on both sides instead of multiplying a skewed
+    interval's long side. Each held-out device counts equally.
     """
     df = logo if exclude_device is None else logo[logo["heldout"] != exclude_device]
     df = df.assign(r=blended(df, choice))
     alpha = 1.0 - cfg.coverage
     out = {}
     for oc, g in df.groupby(stratum(df)):
-        s = ((g["y"] - g["r"]) / (1.0 + cfg.ood_beta * g["ood"])).to_numpy()
+        e = (g["y"] - g["r"]).to_numpy()
         w = 1.0 / g.groupby("heldout")["y"].transform("size").to_numpy()  # each device weighs the same
-        out[oc] = {"q_lo": weighted_quantile(s, w, alpha / 2), "q_hi": weighted_quantile(s, w, 1 - alpha / 2),
-                   "ood_beta": cfg.ood_beta, "coverage": cfg.coverage}
+        c = (weighted_quantile(e, w, alpha / 2) + weighted_quantile(e, w, 1 - alpha / 2)) / 2
+        s = (e - c) / (1.0 + cfg.ood_beta * g["ood"].to_numpy())
+        out[oc] = {"q_lo": c + weighted_quantile(s, w, alpha / 2), "q_hi": c + weighted_quantile(s, w, 1 - alpha / 2),
+                   "q_center": c, "ood_beta": cfg.ood_beta, "coverage": cfg.coverage}
     return out
 
 
@@ -329,8 +334,8 @@ def heldout_metrics(logo: pd.DataFrame, choice: dict, intervals: dict, cfg: Trai
     out = {}
     for oc, idx in logo.groupby(stratum(logo)).indices.items():
         iv = intervals[oc]
-        s = err[idx] / (1.0 + cfg.ood_beta * logo["ood"].to_numpy()[idx])
+        lo, hi = widen_about(iv["q_lo"], iv["q_hi"], iv["q_center"], 1.0 + cfg.ood_beta * logo["ood"].to_numpy()[idx])
         out[oc] = {"prior_mape": round(float(np.mean(np.abs(np.exp(-logo["y"].to_numpy()[idx]) - 1)) * 100), 2),
                    "model_mape": round(float(np.mean(np.abs(np.exp(-err[idx]) - 1)) * 100), 2),
-                   "coverage": round(float(np.mean((s >= iv["q_lo"]) & (s <= iv["q_hi"])) * 100), 1)}
+                   "coverage": round(float(np.mean((err[idx] >= lo) & (err[idx] <= hi)) * 100), 1)}
     return out

@@ -201,7 +201,8 @@ def recalibrate(intervals: dict, loo: dict, coverage: float = 0.9, shift_sd: flo
         wx = np.concatenate([w, np.full(len(pseudo), INTERVAL_PRIOR_WEIGHT / len(pseudo))])
         mix = w.sum() / (w.sum() + INTERVAL_PRIOR_WEIGHT)
         # after transfer the device is no longer unseen: the OOD widening gives way with the evidence
-        out[oc] = {**iv, "q_lo": weighted_quantile(x, wx, a), "q_hi": weighted_quantile(x, wx, 1.0 - a),
+        q_lo, q_hi = weighted_quantile(x, wx, a), weighted_quantile(x, wx, 1.0 - a)
+        out[oc] = {**iv, "q_lo": q_lo, "q_hi": q_hi, "q_center": (q_lo + q_hi) / 2,
                    "ood_beta": float((1 - mix) * iv.get("ood_beta", 0.0)), "calibration_rows": int(len(loo[oc])),
                    "device_shift_q90": device_shift_q90(len(loo[oc]), half[oc], shift_sd)}
     return out
