@@ -28,7 +28,8 @@ from __future__ import annotations
 
 from hybridperf.errors import InputError
 from hybridperf.graphs.config import LLAMA_LIKE, ModelConfig
-from hybridperf.graphs.kernels import F32, Block, _activation, _rms_norm, _rope, bmm, cast, gather, linear, ln, misc, vec
+from hybridperf.graphs.kernels import (F32, Block, _activation, _rms_norm, _rope, attention_scores, bmm, cast, gather,
+                                       linear, ln, misc, vec)
 
 #: families with a decode step (decoder-only causal LMs)
 DECODE_FAMILIES = ("gpt2", "gpt_neo", "opt") + LLAMA_LIKE
@@ -68,16 +69,7 @@ def _attention(p: str, cfg: ModelConfig, B: int, kv: int, scale_op, mask_ops, q_
     if qk_fp32:  # GPT-Neo: q.to(float32), k.to(float32) -- the whole cache, every step
         ks += [cast(f"{p}.q_to_fp32", bh * hd), cast(f"{p}.k_to_fp32", bh * kv * hd)]
     ks.append({**bmm(f"{p}.qk", bh, 1, hd, kv), "fp32": qk_fp32})
-    if scale_op:
-        ks.append(vec(f"{p}.scale", scale_op, bh, kv, fp32=qk_fp32))
-    ks += [vec(f"{p}.mask{i}", op, bh, kv, fp32=qk_fp32) for i, op in enumerate(mask_ops)]
-    if qk_fp32:
-        ks += [vec(f"{p}.softmax", "softmax", bh, kv, fp32=True), cast(f"{p}.softmax_out", bh * kv)]
-    elif softmax_fp32:
-        ks += [cast(f"{p}.softmax_in", bh * kv, dtypes=("bf16",)), vec(f"{p}.softmax", "softmax", bh, kv, fp32=True),
-               cast(f"{p}.softmax_out", bh * kv)]
-    else:
-        ks.append(vec(f"{p}.softmax", "softmax", bh, kv))
+    ks += attention_scores(p, bh, kv, scale_op, mask_ops, softmax_fp32, qk_fp32)
     ks.append(bmm(f"{p}.av", bh, 1, kv, hd))
     return ks
 

@@ -399,24 +399,29 @@ def _attention_core(p, B, S, heads, hd, train, scale_op, mask_op, S_kv=None, dro
     ks += [misc(f"{p}.q_copy", "copy", 2 * tok * heads * hd * F32, tag="layout", fp32=qk_fp32),
            misc(f"{p}.k_copy", "copy", 2 * B * S_kv * heads * hd * F32, tag="layout", fp32=qk_fp32),
            {**bmm(f"{p}.qk", bh, S, hd, S_kv), "fp32": qk_fp32}]
-    if scale_op:
-        ks.append(vec(f"{p}.scale", scale_op, bh * S, S_kv, fp32=qk_fp32))
-    for i, op in enumerate(mask_op):  # (op, tag): tag 'where' has a backward kernel, a mask add none
-        op, tag = op if isinstance(op, tuple) else (op, "")
-        ks.append(vec(f"{p}.mask{i}", op, bh * S, S_kv, tag=tag, fp32=qk_fp32))
-    if qk_fp32:
-        ks += [vec(f"{p}.softmax", "softmax", bh * S, S_kv, fp32=True), cast(f"{p}.softmax_out", bh * S * S_kv)]
-    elif softmax_fp32:
-        ks += [cast(f"{p}.softmax_in", bh * S * S_kv, dtypes=("bf16",)),
-               vec(f"{p}.softmax", "softmax", bh * S, S_kv, fp32=True), cast(f"{p}.softmax_out", bh * S * S_kv)]
-    else:
-        ks.append(vec(f"{p}.softmax", "softmax", bh * S, S_kv))
+    ks += attention_scores(p, bh * S, S_kv, scale_op, mask_op, softmax_fp32, qk_fp32)
     if train and dropout:
         ks.append(vec(f"{p}.attn_dropout", "mul", bh * S, S_kv, tag="dropout"))
     ks.append(misc(f"{p}.v_copy", "copy", 2 * B * S_kv * heads * hd * F32, tag="layout"))
     ks.append(bmm(f"{p}.av", bh, S, S_kv, hd))
     ks.append(misc(f"{p}.merge_heads", "copy", 2 * tok * heads * hd * F32, tag="layout"))
     return ks
+
+
+def attention_scores(p, rows, width, scale_op, mask_op, softmax_fp32=False, qk_fp32=False) -> list:
+    """Scale, mask and softmax of (rows, width) attention scores, with `_attention_core`'s upcasts
+    (`qk_fp32`: the scores are fp32 already; `softmax_fp32`: softmax(dtype=float32) between casts).
+    `mask_op`: ops, or (op, tag) pairs; tag 'where' has a backward kernel, a mask add none."""
+    ks = [vec(f"{p}.scale", scale_op, rows, width, fp32=qk_fp32)] if scale_op else []
+    for i, op in enumerate(mask_op):
+        op, tag = op if isinstance(op, tuple) else (op, "")
+        ks.append(vec(f"{p}.mask{i}", op, rows, width, tag=tag, fp32=qk_fp32))
+    if qk_fp32:
+        return ks + [vec(f"{p}.softmax", "softmax", rows, width, fp32=True), cast(f"{p}.softmax_out", rows * width)]
+    if softmax_fp32:
+        return ks + [cast(f"{p}.softmax_in", rows * width, dtypes=("bf16",)),
+                     vec(f"{p}.softmax", "softmax", rows, width, fp32=True), cast(f"{p}.softmax_out", rows * width)]
+    return ks + [vec(f"{p}.softmax", "softmax", rows, width)]
 
 
 def _activation(p, act, tok, f, train=False):
