@@ -53,9 +53,9 @@ def predict_model_cmd(
         "per-launch gap to them before predicting (with --dp/--tp/--pp: single-GPU runs on the node's GPU)"),
 ) -> None:
     """Predict the latency (ms) of one forward (inf) or forward+backward (train) pass of a transformer,
-    fp32 eager PyTorch as NeuSight measured it, or of one decode step (decode), with a 90% interval. With --dp/--tp/--pp (any of them),
-    the step time on dp*tp*pp GPUs of DEVICE (a node such as DGX-H100, or a GPU in a default node),
-    reported as compute, communication and pipeline bubble."""
+    fp32 eager PyTorch as NeuSight measured it, or of one decode step (decode), with a 90% interval.
+    With --dp/--tp/--pp (any of them), the step time on dp*tp*pp GPUs of DEVICE (a node such as
+    DGX-H100, or a GPU in a default node), reported as compute, communication and pipeline bubble."""
     from hybridperf.graphs.compose import predict_model_detail, resolve_predictor
 
     if batch < 1:

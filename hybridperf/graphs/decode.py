@@ -28,11 +28,11 @@ from __future__ import annotations
 
 from hybridperf.errors import InputError
 from hybridperf.graphs.config import LLAMA_LIKE, ModelConfig
-from hybridperf.graphs.kernels import (F32, Block, _activation, _rms_norm, _rope, attention_scores, bmm, cast, gather,
-                                       linear, ln, misc, vec)
+from hybridperf.graphs.kernels import (CAUSAL_LM, F32, Block, _activation, _rms_norm, _rope, attention_scores, bmm, cast,
+                                       gather, linear, ln, misc, vec)
 
-#: families with a decode step (decoder-only causal LMs)
-DECODE_FAMILIES = ("gpt2", "gpt_neo", "opt") + LLAMA_LIKE
+#: families with a decode step: the decoder-only causal LMs, whose forward returns a key/value cache
+DECODE_FAMILIES = CAUSAL_LM
 #: kernels that build position ids, the causal mask (arange, add, le, where, ...) and, for Llama, the
 #: rotary cos/sin before the first layer (counted; all tiny); OPT adds its cumsum position ids
 SETUP_KERNELS = {"gpt2": 12, "gpt_neo": 12, "opt": 16, "llama": 19}
