@@ -4,6 +4,7 @@
     predict_model("gpt2_large.json", batch=4, seq=1024, mode="inf", device="NVIDIA H100 80GB HBM3")
     # {"e2e_ms": ..., "lo_ms": ..., "hi_ms": ..., "fw_ms": ..., "bw_ms": 0.0}
 """
+from hybridperf.graphs.compare import compare_devices
 from hybridperf.graphs.compose import (
     ModelPrediction,
     compose,
@@ -15,10 +16,10 @@ from hybridperf.graphs.compose import (
 from hybridperf.graphs.config import SUPPORTED_MODEL_TYPES, ModelConfig, load_config
 from hybridperf.graphs.kernels import Block, ModelGraph, build_graph, layer_gemms
 from hybridperf.graphs.measured_runs import calibrate_from_runs, read_runs
-from hybridperf.graphs.plot import plot_latency_vs_batch
+from hybridperf.graphs.plot import plot_device_comparison, plot_latency_vs_batch
 
 __all__ = [
     "SUPPORTED_MODEL_TYPES", "Block", "ModelConfig", "ModelGraph", "ModelPrediction", "build_graph",
-    "calibrate_from_runs", "compose", "layer_gemms", "load_config", "plot_latency_vs_batch", "predict_model",
-    "predict_model_detail", "read_runs", "resolve_predictor", "sweep",
+    "calibrate_from_runs", "compare_devices", "compose", "layer_gemms", "load_config", "plot_device_comparison",
+    "plot_latency_vs_batch", "predict_model", "predict_model_detail", "read_runs", "resolve_predictor", "sweep",
 ]

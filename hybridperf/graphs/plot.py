@@ -6,20 +6,26 @@ from pathlib import Path
 import pandas as pd
 
 
+def _pyplot(headless: bool):
+    """matplotlib.pyplot, on the Agg backend when the figure only goes to a file."""
+    try:
+        import matplotlib
+
+        if headless:
+            matplotlib.use("Agg", force=False)
+        import matplotlib.pyplot as plt
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError("plotting needs matplotlib: pip install matplotlib") from e
+    return plt
+
+
 def plot_latency_vs_batch(df: pd.DataFrame, path: str | Path | None = None, title: str = ""):
     """Line plot of e2e latency (with the 90% band) against batch size, one line per (device, seq).
 
     `df` is a `sweep()` result (several sweeps may be concatenated). Saves to `path` when given;
     returns the matplotlib Figure.
     """
-    try:
-        import matplotlib
-
-        if path is not None:
-            matplotlib.use("Agg", force=False)
-        import matplotlib.pyplot as plt
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError("plotting needs matplotlib: pip install matplotlib") from e
+    plt = _pyplot(path is not None)
     fig, ax = plt.subplots(figsize=(6, 4))
     for (dev, seq), g in df.groupby(["device", "seq"], sort=False):
         g = g.sort_values("batch")
@@ -33,6 +39,31 @@ def plot_latency_vs_batch(df: pd.DataFrame, path: str | Path | None = None, titl
     ax.legend(fontsize=8)
     if title:
         ax.set_title(title)
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=120)
+    return fig
+
+
+def plot_device_comparison(df: pd.DataFrame, path: str | Path | None = None, title: str = ""):
+    """Horizontal bars of e2e latency per device with the 90% interval as error bars, fastest on top;
+    devices the step does not fit on are hatched. `df` is a `compare_devices()` result. Saves to `path`
+    when given; returns the matplotlib Figure."""
+    plt = _pyplot(path is not None)
+    fig, ax = plt.subplots(figsize=(7, 0.8 + 0.32 * len(df)))
+    y = range(len(df))[::-1]
+    err = [df["e2e_ms"] - df["lo_ms"], df["hi_ms"] - df["e2e_ms"]]
+    bars = ax.barh(list(y), df["e2e_ms"], xerr=err, color="tab:blue", alpha=0.8, capsize=3)
+    for bar, fits in zip(bars, df["fits"]):
+        if not fits:
+            bar.set_hatch("//")
+            bar.set_alpha(0.35)
+    ax.set_yticks(list(y), df["device"], fontsize=8)
+    ax.set_xscale("log")
+    ax.set_xlabel("predicted latency (ms), 90% interval; hatched: does not fit in memory")
+    ax.grid(True, axis="x", which="both", alpha=0.3)
+    if title:
+        ax.set_title(title, fontsize=10)
     fig.tight_layout()
     if path is not None:
         fig.savefig(path, dpi=120)

@@ -1,0 +1,90 @@
+"""`hybridperf compare`: one model step predicted on several GPUs, ranked (hybridperf.graphs.compare)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from hybridperf.errors import InputError
+from hybridperf.graphs.kernels import MODES
+
+
+def compare_cmd(
+    config: Path = typer.Option(..., "--config", help="Hugging Face config.json of the model"),
+    batch: int = typer.Option(..., "--batch", help="batch size (sequences)"),
+    seq: int = typer.Option(..., "--seq", help="sequence length (tokens); with --mode decode, the cached tokens"),
+    mode: str = typer.Option("inf", "--mode", help="inf, train or decode, as in predict-model"),
+    devices: str = typer.Option(
+        "all", "--devices", help="comma-separated catalog names, aliases or JSON spec paths, or 'all' (every "
+        "catalog GPU)"),
+    dtype: str = typer.Option("fp32", "--dtype", help="fp32, fp16 or bf16, as in predict-model"),
+    fused: bool = typer.Option(False, "--fused", help="inference as torch.compile runs it, as in predict-model"),
+    optimizer: Optional[str] = typer.Option(None, "--optimizer", help="train: add one optimizer step"),
+    recompute: bool = typer.Option(False, "--recompute", help="train: activation checkpointing of every layer"),
+    model_bundle: Optional[Path] = typer.Option(None, "--model-bundle", help="kernel bundle directory to use"),
+    prior_only: bool = typer.Option(False, "--prior-only", help="use the analytical prior alone"),
+    as_json: bool = typer.Option(False, "--json", help="print the ranking as one JSON list (last line)"),
+    output: Optional[Path] = typer.Option(None, "--output", help="also write the ranking as CSV"),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="also draw the ranking (PNG; needs matplotlib)"),
+) -> None:
+    """Rank GPUs for one model step: latency with its 90% interval, tokens/s and whether it fits in memory,
+    fastest first. Single-GPU runs; use predict-model --dp/--tp/--pp for several GPUs."""
+    from hybridperf.graphs.compare import compare_devices, fit_note, resolve_devices
+    from hybridperf.graphs.compose import resolve_predictor
+
+    if batch < 1 or seq < 1:
+        raise InputError(f"--batch and --seq must be >= 1, got {batch} and {seq}")
+    if mode not in MODES:
+        raise InputError(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if model_bundle is not None and prior_only:
+        raise InputError("--model-bundle and --prior-only are mutually exclusive")
+    if not config.is_file():
+        raise InputError(f"config file not found: {config}")
+    resolve_devices(devices)  # fail on an unknown device before loading a bundle
+    predictor = resolve_predictor(model_bundle, prior_only)
+    df = compare_devices(str(config), batch, seq, devices, mode, predictor, dtype=dtype, fused=fused,
+                         optimizer=optimizer, recompute=recompute)
+    if output is not None:
+        df.to_csv(output, index=False)
+    title = f"{config.stem} {mode} B={batch} S={seq} {dtype}"
+    if plot is not None:
+        from hybridperf.graphs.plot import plot_device_comparison
+
+        plot_device_comparison(df, plot, title=title)
+    if as_json:
+        print(json.dumps([{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}
+                          for r in df.to_dict("records")]))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    unit = "tokens/s" if mode != "decode" else "new tokens/s"
+    t = Table(title=f"{title}: {need_gb(df):.1f} GB needed")
+    for col in ("device", "e2e ms", "90% interval", unit, "vs fastest", "memory", "fits"):
+        t.add_column(col, justify="left" if col == "device" else "right", no_wrap=True)
+    for r in df.to_dict("records"):
+        t.add_row(r["device"], f"{r['e2e_ms']:.2f}", f"{r['lo_ms']:.2f} .. {r['hi_ms']:.2f}",
+                  f"{r['tokens_per_s']:,.0f}", f"{r['vs_fastest']:.2f}x",
+                  f"{r['mem_fraction']:.0%} of {r['device_mem_gb']:g} GB", fit_note(r))
+    console = Console()
+    console.width = max(console.width, 120)  # rich falls back to 80 columns when stdout is not a terminal
+    console.print(t)
+    if dtype == "bf16":
+        from hybridperf.devices import get_device
+        from hybridperf.priors.power import EMULATED_BF16_GEMM_RATE, emulates_bf16
+
+        slow = [d for d in df["device"] if emulates_bf16(get_device(d))]
+        if slow:
+            typer.echo(f"note: {len(slow)} device(s) have no bf16 units ({', '.join(slow)}); their bf16 GEMMs "
+                       f"run through fp32 at ~{EMULATED_BF16_GEMM_RATE:g}x the fp32 rate", err=True)
+
+
+def need_gb(df) -> float:
+    """Memory the step needs (GB; the same on every device)."""
+    return float(df["mem_gb"].iloc[0])
+
+
+def register(app: typer.Typer) -> None:
+    app.command("compare")(compare_cmd)
