@@ -46,21 +46,18 @@ def plot_latency_vs_batch(df: pd.DataFrame, path: str | Path | None = None, titl
 
 
 def plot_device_comparison(df: pd.DataFrame, path: str | Path | None = None, title: str = ""):
-    """Horizontal bars of e2e latency per device with the 90% interval as error bars, fastest on top;
-    devices the step does not fit on are hatched. `df` is a `compare_devices()` result. Saves to `path`
-    when given; returns the matplotlib Figure."""
+    """Dot plot of e2e latency per device with the 90% interval as error bars (log scale), fastest on
+    top; devices the step does not fit on are drawn hollow. `df` is a `compare_devices()` result. Saves
+    to `path` when given; returns the matplotlib Figure."""
     plt = _pyplot(path is not None)
     fig, ax = plt.subplots(figsize=(7, 0.8 + 0.32 * len(df)))
-    y = range(len(df))[::-1]
-    err = [df["e2e_ms"] - df["lo_ms"], df["hi_ms"] - df["e2e_ms"]]
-    bars = ax.barh(list(y), df["e2e_ms"], xerr=err, color="tab:blue", alpha=0.8, capsize=3)
-    for bar, fits in zip(bars, df["fits"]):
-        if not fits:
-            bar.set_hatch("//")
-            bar.set_alpha(0.35)
-    ax.set_yticks(list(y), df["device"], fontsize=8)
+    y = list(range(len(df)))[::-1]
+    for yi, r in zip(y, df.to_dict("records")):
+        ax.errorbar(r["e2e_ms"], yi, xerr=[[r["e2e_ms"] - r["lo_ms"]], [r["hi_ms"] - r["e2e_ms"]]], fmt="o",
+                    color="tab:blue", mfc="tab:blue" if r["fits"] else "white", capsize=3)
+    ax.set_yticks(y, df["device"], fontsize=8)
     ax.set_xscale("log")
-    ax.set_xlabel("predicted latency (ms), 90% interval; hatched: does not fit in memory")
+    ax.set_xlabel("predicted latency (ms), 90% interval; hollow: does not fit in memory")
     ax.grid(True, axis="x", which="both", alpha=0.3)
     if title:
         ax.set_title(title, fontsize=10)
