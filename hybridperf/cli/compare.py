@@ -7,8 +7,6 @@ from typing import Optional
 
 import typer
 
-from hybridperf.errors import InputError
-from hybridperf.graphs.kernels import MODES
 
 
 def compare_cmd(
@@ -31,17 +29,11 @@ def compare_cmd(
 ) -> None:
     """Rank GPUs for one model step: latency with its 90% interval, tokens/s and whether it fits in memory,
     fastest first. Single-GPU runs; use predict-model --dp/--tp/--pp for several GPUs."""
+    from hybridperf.cli.model import check_model_args
     from hybridperf.graphs.compare import compare_devices, fit_note, resolve_devices
     from hybridperf.graphs.compose import resolve_predictor
 
-    if batch < 1 or seq < 1:
-        raise InputError(f"--batch and --seq must be >= 1, got {batch} and {seq}")
-    if mode not in MODES:
-        raise InputError(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
-    if model_bundle is not None and prior_only:
-        raise InputError("--model-bundle and --prior-only are mutually exclusive")
-    if not config.is_file():
-        raise InputError(f"config file not found: {config}")
+    check_model_args(config, batch, seq, mode, model_bundle, prior_only)
     resolve_devices(devices)  # fail on an unknown device before loading a bundle
     predictor = resolve_predictor(model_bundle, prior_only)
     df = compare_devices(str(config), batch, seq, devices, mode, predictor, dtype=dtype, fused=fused,

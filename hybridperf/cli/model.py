@@ -58,16 +58,7 @@ def predict_model_cmd(
     DGX-H100, or a GPU in a default node), reported as compute, communication and pipeline bubble."""
     from hybridperf.graphs.compose import predict_model_detail, resolve_predictor
 
-    if batch < 1:
-        raise InputError(f"--batch must be >= 1, got {batch}")
-    if seq < 1:
-        raise InputError(f"--seq must be >= 1, got {seq}")
-    if mode not in MODES:
-        raise InputError(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
-    if model_bundle is not None and prior_only:
-        raise InputError("--model-bundle and --prior-only are mutually exclusive")
-    if not config.is_file():
-        raise InputError(f"config file not found: {config}")
+    check_model_args(config, batch, seq, mode, model_bundle, prior_only)
     if any(v is not None for v in (dp, tp, pp, microbatches, overlap, bucket_mb, zero)):
         if fused:
             raise InputError("--fused is not modelled with --dp/--tp/--pp (training runs eager)")
@@ -101,6 +92,20 @@ def predict_model_cmd(
         rate = f"  ({batch * 1000.0 / out['e2e_ms']:.1f} tokens/s)" if mode == "decode" else ""
         typer.echo(f"e2e {out['e2e_ms']:.3f} ms  [90%: {out['lo_ms']:.3f} .. {out['hi_ms']:.3f}]  "
                    f"fw {out['fw_ms']:.3f} ms  bw {out['bw_ms']:.3f} ms{opt}{rate}  memory ~{need.total:.1f} GB")
+
+
+def check_model_args(config: Path, batch: int, seq: int, mode: str, model_bundle, prior_only: bool) -> None:
+    """One-line errors for the options every model command shares."""
+    if batch < 1:
+        raise InputError(f"--batch must be >= 1, got {batch}")
+    if seq < 1:
+        raise InputError(f"--seq must be >= 1, got {seq}")
+    if mode not in MODES:
+        raise InputError(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if model_bundle is not None and prior_only:
+        raise InputError("--model-bundle and --prior-only are mutually exclusive")
+    if not config.is_file():
+        raise InputError(f"config file not found: {config}")
 
 
 def _calibrate(measured_runs, dev, predictor) -> dict | None:
