@@ -8,7 +8,6 @@ from typing import Optional
 import typer
 
 
-
 def compare_cmd(
     config: Path = typer.Option(..., "--config", help="Hugging Face config.json of the model"),
     batch: int = typer.Option(..., "--batch", help="batch size (sequences)"),
@@ -34,9 +33,9 @@ def compare_cmd(
     from hybridperf.graphs.compose import resolve_predictor
 
     check_model_args(config, batch, seq, mode, model_bundle, prior_only)
-    resolve_devices(devices)  # fail on an unknown device before loading a bundle
+    specs = resolve_devices(devices)  # fail on an unknown device before loading a bundle
     predictor = resolve_predictor(model_bundle, prior_only)
-    df = compare_devices(str(config), batch, seq, devices, mode, predictor, dtype=dtype, fused=fused,
+    df = compare_devices(str(config), batch, seq, specs, mode, predictor, dtype=dtype, fused=fused,
                          optimizer=optimizer, recompute=recompute)
     if output is not None:
         df.to_csv(output, index=False)
@@ -53,7 +52,7 @@ def compare_cmd(
     from rich.table import Table
 
     unit = "tokens/s" if mode != "decode" else "new tokens/s"
-    t = Table(title=f"{title}: {need_gb(df):.1f} GB needed")
+    t = Table(title=f"{title}: {df['mem_gb'].iloc[0]:.1f} GB needed")
     for col in ("device", "e2e ms", "90% interval", unit, "vs fastest", "memory", "fits"):
         t.add_column(col, justify="left" if col == "device" else "right", no_wrap=True)
     for r in df.to_dict("records"):
@@ -64,18 +63,12 @@ def compare_cmd(
     console.width = max(console.width, 120)  # rich falls back to 80 columns when stdout is not a terminal
     console.print(t)
     if dtype == "bf16":
-        from hybridperf.devices import get_device
         from hybridperf.priors.power import EMULATED_BF16_GEMM_RATE, emulates_bf16
 
-        slow = [d for d in df["device"] if emulates_bf16(get_device(d))]
+        slow = [d.name for d in specs if emulates_bf16(d)]
         if slow:
             typer.echo(f"note: {len(slow)} device(s) have no bf16 units ({', '.join(slow)}); their bf16 GEMMs "
                        f"run through fp32 at ~{EMULATED_BF16_GEMM_RATE:g}x the fp32 rate", err=True)
-
-
-def need_gb(df) -> float:
-    """Memory the step needs (GB; the same on every device)."""
-    return float(df["mem_gb"].iloc[0])
 
 
 def register(app: typer.Typer) -> None:
