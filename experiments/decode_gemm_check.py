@@ -38,9 +38,10 @@ def check(root: Path, bundles: Path | None) -> pd.DataFrame:
     data = load_vidur_compute(root)
     lin = data[data["op_class"] == "linear"]
     prior = Predictor.prior_only()
+    shipped = None if bundles else Predictor.load()
     rows = []
     for dev, g in lin.groupby("device"):
-        bundle = Predictor.load(bundles / dev.replace(" ", "_") / "kernels") if bundles else Predictor.load()
+        bundle = shipped or Predictor.load(bundles / dev.replace(" ", "_") / "kernels")
         b, p = bundle.predict(g, dev), prior.predict(g, dev)
         g = g.assign(bundle=b["pred_ms"].to_numpy(), lo=b["lo_ms"].to_numpy(), hi=b["hi_ms"].to_numpy(),
                      prior=p["pred_ms"].to_numpy(), tokens=pd.cut(g["M"], BINS, labels=LABELS))
