@@ -241,3 +241,12 @@ def test_a_spec_printed_by_devices_loads_back_as_the_same_gpu(tmp_path):
     note = generic_spec_note(get_device(str(ns)))
     assert note and "Mystery GPU" in note and "\n" not in note
     assert CliRunner().invoke(app, ["devices", "--spec", "no such gpu"]).exit_code != 0
+
+
+def test_a10g_is_its_own_device_not_the_a10():
+    """AWS's A10G prints as `NVIDIA A10G`; it must not resolve to the A10, whose tensor rate is ~1.8x."""
+    a10g, a10 = get_device("NVIDIA A10G"), get_device("NVIDIA A10")
+    assert a10g.name == "NVIDIA A10G" and get_device("A10G") is a10g
+    assert a10g.num_sms == 80 and a10.num_sms == 72
+    assert a10g.peak("fp16", matrix=True) < a10.peak("fp16", matrix=True)
+    assert a10g.peak("fp32") > a10.peak("fp32")

@@ -66,6 +66,16 @@ DEVICES: list[DeviceSpec] = [
         max_threads_per_sm=2048, tdp_w=250, pcie_gen=3, pcie_bw_gbs=16, form_factor="PCIe",
         aliases=("P40", "P40-24GB"),
     ),
+    # NVIDIA Quadro P4000 datasheet (2017): 5.3 TFLOPS fp32 at 1480 MHz boost, 8 GB GDDR5 243 GB/s, 105 W.
+    # GP104: 14 SMs x 128 lanes, 2 MB L2; fp16 1/64 rate (omitted); int8 DP4A 4x fp32 (derived).
+    # One of Habitat's (USENIX ATC '21) evaluation GPUs.
+    DeviceSpec(
+        name="Quadro P4000", vendor="nvidia", arch="pascal", num_sms=14, cores_per_sm=128,
+        boost_clock_mhz=1480, mem_gb=8, mem_bw_gbs=243, l2_mb=2, mem_type="GDDR5",
+        peak_tflops={"fp32": 5.3, "fp64": 0.17, "int8": 21.2}, smem_per_sm_kb=96,
+        max_threads_per_sm=2048, tdp_w=105, pcie_gen=3, pcie_bw_gbs=16, form_factor="PCIe",
+        aliases=("P4000",),
+    ),
     # ------------------------------------------------------------------ Volta
     # NVIDIA V100 datasheet (2020, "V100 PCIe"): 7 fp64 / 14 fp32 / 112 tensor TFLOPS at 1380 MHz, 900 GB/s.
     # int8: DP4A only (Volta tensor cores lack int8), 4 x fp32 = ~56 TOPS (derived, not on the datasheet).
@@ -111,6 +121,15 @@ DEVICES: list[DeviceSpec] = [
         smem_per_sm_kb=96, max_threads_per_sm=2048, tdp_w=250, pcie_gen=3, pcie_bw_gbs=16,
         form_factor="PCIe", aliases=("V100S", "V100S-PCIe"),
     ),
+    # NVIDIA TITAN V (2017): 14.9 fp32, 110 tensor TFLOPS at 1455 MHz boost, 12 GB HBM2 652.8 GB/s,
+    # 4.5 MB L2, 250 W. GV100 with 80 SMs, as the V100.
+    DeviceSpec(
+        name="NVIDIA TITAN V", vendor="nvidia", arch="volta", num_sms=80, cores_per_sm=64,
+        boost_clock_mhz=1455, mem_gb=12, mem_bw_gbs=652.8, l2_mb=4.5, mem_type="HBM2",
+        peak_tflops={"fp32": 14.9, "fp16": 29.8, "fp64": 7.45, "fp16_tc": 110.0, "int8": 59.6},
+        smem_per_sm_kb=96, max_threads_per_sm=2048, tdp_w=250, pcie_gen=3, pcie_bw_gbs=16,
+        form_factor="PCIe", aliases=("TITAN-V",),
+    ),
     # ------------------------------------------------------------------ Turing
     # NVIDIA T4 datasheet (2019): 8.1 fp32 / 65 fp16 tensor / 130 int8 TOPS at 1590 MHz, 320 GB/s, 70 W.
     # Turing: 64 KB max shared memory and 1024 threads per SM; fp64 1/32 rate; no bf16.
@@ -120,6 +139,36 @@ DEVICES: list[DeviceSpec] = [
         peak_tflops={"fp32": 8.1, "fp16": 16.2, "fp64": 0.25, "fp16_tc": 65.0, "int8_tc": 130.0},
         smem_per_sm_kb=64, max_threads_per_sm=1024, tdp_w=70, pcie_gen=3, pcie_bw_gbs=16,
         form_factor="PCIe", aliases=("T4",),
+    ),
+    # NVIDIA Turing whitepaper (2018), GeForce RTX 2070 at the reference 1620 MHz boost: 7.5 fp32,
+    # tensor fp16 with fp32 accumulate 29.9 (59.7 with fp16 accumulate; GeForce runs fp32-accumulate
+    # at half rate), INT8 119.4; TU106: 36 SMs, 4 MB L2, 8 GB GDDR6 448 GB/s, 175 W. A Habitat GPU.
+    DeviceSpec(
+        name="NVIDIA GeForce RTX 2070", vendor="nvidia", arch="turing", num_sms=36, cores_per_sm=64,
+        boost_clock_mhz=1620, mem_gb=8, mem_bw_gbs=448, l2_mb=4, mem_type="GDDR6",
+        peak_tflops={"fp32": 7.5, "fp16": 14.9, "fp64": 0.23, "fp16_tc": 29.9, "int8_tc": 119.4},
+        smem_per_sm_kb=64, max_threads_per_sm=1024, tdp_w=175, pcie_gen=3, pcie_bw_gbs=16,
+        form_factor="PCIe", aliases=("RTX-2070", "2070"),
+    ),
+    # NVIDIA Turing whitepaper (2018), GeForce RTX 2080 Ti at the reference 1545 MHz boost: 13.4 fp32,
+    # tensor fp16 with fp32 accumulate 53.8 (107.6 with fp16 accumulate), INT8 215.2; TU102 with 68 SMs,
+    # 5.5 MB L2, 11 GB GDDR6 616 GB/s, 250 W; NVLink bridge 100 GB/s bidirectional = 50 per direction.
+    # A Habitat GPU.
+    DeviceSpec(
+        name="NVIDIA GeForce RTX 2080 Ti", vendor="nvidia", arch="turing", num_sms=68, cores_per_sm=64,
+        boost_clock_mhz=1545, mem_gb=11, mem_bw_gbs=616, l2_mb=5.5, mem_type="GDDR6",
+        peak_tflops={"fp32": 13.4, "fp16": 26.9, "fp64": 0.42, "fp16_tc": 53.8, "int8_tc": 215.2},
+        smem_per_sm_kb=64, max_threads_per_sm=1024, tdp_w=250, pcie_gen=3, pcie_bw_gbs=16,
+        link_name="NVLink2", link_bw_gbs=50, form_factor="PCIe", aliases=("RTX-2080-Ti", "2080Ti"),
+    ),
+    # NVIDIA TITAN RTX (2018): TU102 with 72 SMs at 1770 MHz boost: 16.3 fp32, 130 tensor TFLOPS (full
+    # rate with fp32 accumulate, unlike GeForce), 6 MB L2, 24 GB GDDR6 672 GB/s, 280 W; NVLink 50/dir.
+    DeviceSpec(
+        name="NVIDIA TITAN RTX", vendor="nvidia", arch="turing", num_sms=72, cores_per_sm=64,
+        boost_clock_mhz=1770, mem_gb=24, mem_bw_gbs=672, l2_mb=6, mem_type="GDDR6",
+        peak_tflops={"fp32": 16.3, "fp16": 32.6, "fp64": 0.51, "fp16_tc": 130.5, "int8_tc": 261.0},
+        smem_per_sm_kb=64, max_threads_per_sm=1024, tdp_w=280, pcie_gen=3, pcie_bw_gbs=16,
+        link_name="NVLink2", link_bw_gbs=50, form_factor="PCIe", aliases=("TITAN-RTX",),
     ),
     # ------------------------------------------------------------------ Ampere (GA10x)
     # NVIDIA A10 datasheet (2021): 31.2 fp32, TF32 62.5, FP16/BF16 125, INT8 250 (dense) at 1695 MHz,
@@ -131,6 +180,38 @@ DEVICES: list[DeviceSpec] = [
                      "fp16_tc": 125.0, "bf16_tc": 125.0, "int8_tc": 250.0},
         smem_per_sm_kb=100, max_threads_per_sm=1536, tdp_w=150, pcie_gen=4, pcie_bw_gbs=32,
         form_factor="PCIe", aliases=("A10", "A10-24GB"),
+    ),
+    # NVIDIA A10G (AWS G5 instances; no public NVIDIA datasheet): GA102 with 80 SMs (10,240 lanes) at
+    # 1710 MHz: 35.0 fp32; its tensor rates are GeForce-like, half the A10's: TF32 35, FP16/BF16 70 with
+    # fp32 accumulate, INT8 140 (Baseten's A10 vs A10G comparison); 24 GB GDDR6 600 GB/s, 6 MB L2.
+    # Power limit 300 W (nvidia-smi on g5 instances).
+    DeviceSpec(
+        name="NVIDIA A10G", vendor="nvidia", arch="ampere", num_sms=80, cores_per_sm=128,
+        boost_clock_mhz=1710, mem_gb=24, mem_bw_gbs=600, l2_mb=6, mem_type="GDDR6",
+        peak_tflops={"fp32": 35.0, "fp16": 35.0, "bf16": 35.0, "fp64": 0.55, "tf32_tc": 35.0,
+                     "fp16_tc": 70.0, "bf16_tc": 70.0, "int8_tc": 140.0},
+        smem_per_sm_kb=100, max_threads_per_sm=1536, tdp_w=300, pcie_gen=4, pcie_bw_gbs=32,
+        form_factor="PCIe", aliases=("A10G", "A10G-24GB"),
+    ),
+    # NVIDIA RTX A5000 datasheet (2021): 27.8 fp32, 222.2 tensor TFLOPS sparse -> 111.1 dense, at 1695
+    # MHz; GA102 with 64 SMs, 24 GB GDDR6 768 GB/s, 230 W; NVLink bridge 112.5 GB/s bidirectional.
+    DeviceSpec(
+        name="NVIDIA RTX A5000", vendor="nvidia", arch="ampere", num_sms=64, cores_per_sm=128,
+        boost_clock_mhz=1695, mem_gb=24, mem_bw_gbs=768, l2_mb=6, mem_type="GDDR6",
+        peak_tflops={"fp32": 27.8, "fp16": 27.8, "bf16": 27.8, "fp64": 0.43, "tf32_tc": 55.6,
+                     "fp16_tc": 111.1, "bf16_tc": 111.1, "int8_tc": 222.2},
+        smem_per_sm_kb=100, max_threads_per_sm=1536, tdp_w=230, pcie_gen=4, pcie_bw_gbs=32,
+        link_name="NVLink3", link_bw_gbs=56.25, form_factor="PCIe", aliases=("RTX-A5000", "A5000"),
+    ),
+    # NVIDIA RTX A4000 datasheet (2021): 19.2 fp32, 153.4 tensor TFLOPS sparse -> 76.7 dense, at 1560
+    # MHz; GA104 with 48 SMs, 4 MB L2, 16 GB GDDR6 448 GB/s, 140 W, single slot, no NVLink.
+    DeviceSpec(
+        name="NVIDIA RTX A4000", vendor="nvidia", arch="ampere", num_sms=48, cores_per_sm=128,
+        boost_clock_mhz=1560, mem_gb=16, mem_bw_gbs=448, l2_mb=4, mem_type="GDDR6",
+        peak_tflops={"fp32": 19.2, "fp16": 19.2, "bf16": 19.2, "fp64": 0.3, "tf32_tc": 38.4,
+                     "fp16_tc": 76.7, "bf16_tc": 76.7, "int8_tc": 153.4},
+        smem_per_sm_kb=100, max_threads_per_sm=1536, tdp_w=140, pcie_gen=4, pcie_bw_gbs=32,
+        form_factor="PCIe", aliases=("RTX-A4000", "A4000"),
     ),
     # NVIDIA A40 datasheet (2021): 37.4 fp32, TF32 74.8, FP16/BF16 149.7, INT8 299.3 (dense) at 1740 MHz,
     # 48 GB GDDR6 696 GB/s, 300 W; NVLink bridge (2 GPUs) 112.5 GB/s bidirectional = 56.25 per direction.
