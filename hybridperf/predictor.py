@@ -22,6 +22,7 @@ from hybridperf.priors.kernel_prior import kernel_prior_terms
 from hybridperf.priors.launch import check_timing, row_timing
 from hybridperf.residual_models.bundle import Bundle, load_bundle, shipped_models_dir, stratum_key
 from hybridperf.residual_models.features import FEATURE_NAMES, kernel_features
+from hybridperf.residual_models.intervals import interval_quantiles
 from hybridperf.stats import Z90, widen_about, widen_in_quadrature
 
 #: used only when no bundle is available: central 90% band of log(measured/prior), a wide default
@@ -173,8 +174,9 @@ class Predictor:
 
         `timing` (`call` or `kernel`, see hybridperf.priors.launch) sets how the predicted latency is
         measured, for every row; by default each row's `timing` column, else `call`.
-        Returns the canonical rows plus prior_ms, pred_ms, lo_ms, hi_ms (central 90% interval) and
-        ood (0 = inside the training range). On a GPU the bundle was trained on, the bias measured
+        Returns the canonical rows plus prior_ms, pred_ms, lo_ms, hi_ms (central 90% interval, by the
+        share of the launch floor in the prior: `residual_models.intervals`) and ood (0 = inside the
+        training range). On a GPU the bundle was trained on, the bias measured
         there per op class and timing (manifest `device_bias`, kept out of the demeaned models) is
         applied too; an unseen GPU has none to apply.
         """
@@ -186,6 +188,7 @@ class Predictor:
             df = df.assign(timing=check_timing(timing))
         terms = kernel_prior_terms(df, dev)
         prior = terms["prior_ms"].to_numpy()
+        floor_share = terms["floor_ms"].to_numpy() / prior
         pred = prior.copy()
         lo = np.empty(len(df))
         hi = np.empty(len(df))
@@ -202,9 +205,9 @@ class Predictor:
             iv = spec["interval"]
             if "feature_range" in spec:
                 ood[idx] = ood_score(X[idx], spec["feature_range"])
-            # about the interval's centre (bundles from before it was stored widen about 0)
-            q_lo, q_hi = widen_about(iv["q_lo"], iv["q_hi"], iv.get("q_center", 0.0),
-                                     1.0 + iv.get("ood_beta", 0.0) * ood[idx])
+            # the row's floor-share regime, widened about its centre
+            q_lo, q_hi, q_c = interval_quantiles(iv, floor_share[idx])
+            q_lo, q_hi = widen_about(q_lo, q_hi, q_c, 1.0 + iv.get("ood_beta", 0.0) * ood[idx])
             unseen = self.bundle is not None and not adapted_here and not self.measured_on(dev.name, oc, tm)
             shift = iv.get("device_shift_q90", 0.0) if adapted_here else Z90 * self.device_shift_sd if unseen else 0.0
             if shift > 0:

@@ -213,6 +213,15 @@ def _set_first_weight(m, v):
     (lambda m: m["op_classes"]["linear"]["feature_range"].update(lo=[0.0]), "feature_range.lo"),
     (lambda m: m["device_bias"]["Tesla T4"].update(linear="abc"), r"device_bias\['Tesla T4'\].linear"),
     (lambda m: m.update(device_bias=[1, 2]), "device_bias is not"),
+    (lambda m: m["op_classes"]["linear"]["interval"].update(
+        by_floor_share={"edges": [0.5], "q_lo": [-0.1], "q_hi": [0.1, 0.2], "q_center": [0.0, 0.0]}),
+     r"by_floor_share.q_lo is not a list of 2"),
+    (lambda m: m["op_classes"]["linear"]["interval"].update(
+        by_floor_share={"edges": [0.5], "q_lo": [-0.1, 0.3], "q_hi": [0.1, 0.2], "q_center": [0.0, 0.0]}),
+     "a bin with q_lo > q_hi"),
+    (lambda m: m["op_classes"]["linear"]["interval"].update(
+        by_floor_share={"edges": [0.5, 0.2], "q_lo": [0, 0, 0], "q_hi": [0, 0, 0], "q_center": [0, 0, 0]}),
+     "edges are not increasing"),
 ])
 def test_edited_manifest_numbers_are_refused(bundle_copy, edit, match):
     """A manifest whose numbers are not finite numbers of the right shape fails at load, in one line,
@@ -572,3 +581,73 @@ def test_out_of_range_intervals_widen_about_their_centre():
     assert iv["q_lo"] == pytest.approx(weighted_quantile(e, w, 0.05)) and iv["q_hi"] == pytest.approx(
         weighted_quantile(e, w, 0.95))  # in range: the plain held-out quantiles
     assert iv["q_center"] == pytest.approx((iv["q_lo"] + iv["q_hi"]) / 2) and iv["q_center"] > 0
+
+
+def _two_regime_logo(n: int = 300) -> pd.DataFrame:
+    """Held-out errors of three GPUs: tight (sd 0.02) for large kernels, wide and skewed up for
+    floor-bound ones, as NeuSight's collect files show."""
+    rng = np.random.default_rng(1)
+    parts = []
+    for d in ("a", "b", "c"):
+        parts.append(pd.DataFrame({"y": rng.normal(0, 0.02, n), "floor_share": rng.uniform(0.0, 0.09, n), "heldout": d}))
+        parts.append(pd.DataFrame({"y": rng.exponential(0.3, n), "floor_share": rng.uniform(0.92, 0.99, n), "heldout": d}))
+    return pd.concat(parts, ignore_index=True).assign(r_mlp=0.0, r_xgb=0.0, ood=0.0, op_class="elementwise", timing="call")
+
+
+def test_intervals_are_calibrated_per_floor_regime():
+    """Floor-bound kernels get the wide interval their held-out errors need, large ones keep a tight
+    one; a bin without enough rows keeps the class's overall quantiles."""
+    from hybridperf.residual_models.intervals import FLOOR_SHARE_EDGES, interval_quantiles
+    from hybridperf.training.kernels import TrainConfig, conformal_interval
+
+    iv = conformal_interval(_two_regime_logo(), {}, TrainConfig())["elementwise"]
+    bins = iv["by_floor_share"]
+    assert bins["edges"] == list(FLOOR_SHARE_EDGES) and len(bins["q_lo"]) == len(FLOOR_SHARE_EDGES) + 1
+    width = np.subtract(bins["q_hi"], bins["q_lo"])
+    assert width[0] < 0.1 < 0.5 < width[-1]
+    assert bins["rows"][0] == bins["rows"][-1] == 900 and bins["rows"][2] == 0
+    assert (bins["q_lo"][2], bins["q_hi"][2]) == (iv["q_lo"], iv["q_hi"])  # empty bin: the overall interval
+    q_lo, q_hi, q_c = interval_quantiles(iv, [0.05, 0.4, 0.95])
+    assert q_hi[0] - q_lo[0] == pytest.approx(width[0]) and q_hi[2] - q_lo[2] == pytest.approx(width[-1])
+    # an interval without bins (older bundles) applies to every row
+    plain = {"q_lo": -0.1, "q_hi": 0.2}
+    assert [q.tolist() for q in interval_quantiles(plain, [0.0, 1.0])] == [[-0.1, -0.1], [0.2, 0.2], [0.0, 0.0]]
+
+
+def test_predictor_widens_floor_bound_kernels_only(bundle_copy):
+    """The shipped-format interval picks each row's bin from the prior's floor share."""
+    m = _manifest(bundle_copy)
+    iv = m["op_classes"]["elementwise"]["interval"]
+    iv["by_floor_share"] = {"edges": [0.5], "q_lo": [-0.01, -0.5], "q_hi": [0.01, 0.5], "q_center": [0.0, 0.0]}
+    iv["ood_beta"] = 0.0
+    _write_manifest(bundle_copy, m)
+    rows = canonicalize(pd.DataFrame([{"OPName": "add", "B": 1, "H": 16},             # all floor
+                                      {"OPName": "add", "B": 1 << 16, "H": 4096}]))  # all bytes
+    out = Predictor.load(bundle_copy).predict(rows, "Tesla T4")  # a training GPU: no device term
+    ratio = (out["hi_ms"] / out["lo_ms"]).to_numpy()
+    assert ratio[0] == pytest.approx(np.exp(1.0), rel=1e-6) and ratio[1] == pytest.approx(np.exp(0.02), rel=1e-6)
+
+
+def test_transfer_moves_the_floor_bins_with_their_class():
+    from hybridperf.residual_models.intervals import map_regimes
+
+    old = {"q_lo": -0.2, "q_hi": 0.2, "q_center": 0.0,
+           "by_floor_share": {"edges": [0.5], "q_lo": [-0.1, -0.4], "q_hi": [0.1, 0.6], "q_center": [0.0, 0.1], "rows": [9, 9]}}
+    new = map_regimes(old, {"q_lo": 0.0, "q_hi": 0.2, "q_center": 0.1})
+    b = new["by_floor_share"]
+    assert b["q_lo"] == pytest.approx([0.05, -0.1]) and b["q_hi"] == pytest.approx([0.15, 0.4])
+    assert b["q_center"] == pytest.approx([0.1, 0.15]) and b["rows"] == [9, 9]
+    assert map_regimes({"q_lo": -0.2, "q_hi": 0.2}, {"q_lo": 0.0, "q_hi": 0.1}) == {"q_lo": 0.0, "q_hi": 0.1}
+
+
+def test_calibration_only_rows_shape_the_bins_not_the_class_interval():
+    """Collect-file kernels (`calibration_only`) calibrate the floor-share bins they fall in; the class's
+    overall interval, which `suggest` and `transfer` read, stays that of the scored kernels."""
+    from hybridperf.training.kernels import TrainConfig, conformal_interval
+
+    logo = _two_regime_logo()
+    logo["calibration_only"] = logo["floor_share"] > 0.5
+    both = conformal_interval(logo, {}, TrainConfig())["elementwise"]
+    scored = conformal_interval(logo[~logo["calibration_only"]], {}, TrainConfig())["elementwise"]
+    assert (both["q_lo"], both["q_hi"]) == pytest.approx((scored["q_lo"], scored["q_hi"]))
+    assert both["by_floor_share"]["q_hi"][-1] > 0.5 > scored["by_floor_share"]["q_hi"][-1]

@@ -143,6 +143,8 @@ def _check_values(root: Path, m: dict, feature_names) -> None:
                     number(iv[f], f"op_classes.{key}.interval.{f}", 0.0)
             if "q_center" in iv:
                 number(iv["q_center"], f"op_classes.{key}.interval.q_center")
+            if "by_floor_share" in iv:
+                _check_regimes(root, iv["by_floor_share"], f"op_classes.{key}.interval.by_floor_share", number)
         rng = spec.get("feature_range")
         if rng is not None:
             for f in ("lo", "hi", "scale"):
@@ -158,6 +160,26 @@ def _check_values(root: Path, m: dict, feature_names) -> None:
     for dev, strata in bias.items():
         for key, x in strata.items():
             number(x, f"device_bias[{dev!r}].{key}")
+
+
+def _check_regimes(root: Path, regimes, where: str, number) -> None:
+    """Floor-share bins: increasing edges in (0, 1) and, per bin (one more than edges), finite
+    quantiles with q_lo <= q_hi (`hybridperf.residual_models.intervals`)."""
+    if not isinstance(regimes, dict) or not isinstance(regimes.get("edges"), list):
+        raise ModelBundleError(f"{root}: manifest {where} is not {{edges: [...], q_lo: [...], q_hi: [...], q_center: [...]}}")
+    edges = regimes["edges"]
+    for j, x in enumerate(edges):
+        number(x, f"{where}.edges[{j}]", 0.0)
+    if any(b <= a for a, b in zip(edges, edges[1:])):
+        raise ModelBundleError(f"{root}: manifest {where}.edges are not increasing")
+    for k in ("q_lo", "q_hi", "q_center"):
+        v = regimes.get(k)
+        if not isinstance(v, list) or len(v) != len(edges) + 1:
+            raise ModelBundleError(f"{root}: manifest {where}.{k} is not a list of {len(edges) + 1} numbers")
+        for j, x in enumerate(v):
+            number(x, f"{where}.{k}[{j}]")
+    if any(lo > hi for lo, hi in zip(regimes["q_lo"], regimes["q_hi"])):
+        raise ModelBundleError(f"{root}: manifest {where} has a bin with q_lo > q_hi")
 
 
 def write_manifest(root: Path, manifest: dict) -> None:

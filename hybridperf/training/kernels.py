@@ -31,9 +31,10 @@ from hybridperf import __version__
 from hybridperf.errors import InputError
 from hybridperf.ops import OP_CLASSES
 from hybridperf.predictor import ood_score
-from hybridperf.priors.launch import row_timing
+from hybridperf.priors.launch import floors_ms, row_timing
 from hybridperf.residual_models.bundle import stratum_key, write_manifest
 from hybridperf.residual_models.features import FEATURE_NAMES
+from hybridperf.residual_models.intervals import FLOOR_SHARE_EDGES, MIN_REGIME_ROWS, floor_share_bin, rows_quantiles
 from hybridperf.residual_models.mlp import MLPResidual
 from hybridperf.residual_models.xgb import XGB_OPSET, XGBResidual
 from hybridperf.stats import weighted_quantile, widen_about
@@ -116,6 +117,9 @@ def predict_heldout(fitted: dict, rows: pd.DataFrame) -> pd.DataFrame:
     out = fz.rows[["device", "op", "op_class", "B", "M", "N", "K", "H", "latency_ms"]].copy()
     out["timing"] = row_timing(fz.rows).to_numpy()
     out["prior_ms"] = fz.prior_ms
+    out["floor_share"] = floors_ms(out["op_class"].to_numpy(), out["timing"].to_numpy()) / fz.prior_ms
+    if "calibration_only" in fz.rows.columns:  # held-out rows that calibrate intervals only (choose_blend)
+        out["calibration_only"] = fz.rows["calibration_only"].to_numpy(bool)
     out["roofline_ms"] = fz.roofline_ms
     out["y"] = fz.y
     for col in ("r_mlp", "r_xgb", "ood"):
@@ -168,8 +172,13 @@ def choose_blend(logo: pd.DataFrame, exclude_device: str | None = None) -> dict:
     Do no harm: shrinkage 0 (the prior alone) is always eligible. Choosing on the mean alone picked
     residuals whose gain on some GPUs was selection noise: nested leave-one-GPU-out on NeuSight, the
     chosen bmm residual averaged 16.9% on the GPU it had not seen against 15.6% for the prior alone
-    (A100 12.9 -> 18.8), LayerNorm 5.0% against 4.7%."""
+    (A100 12.9 -> 18.8), LayerNorm 5.0% against 4.7%.
+
+    Rows marked `calibration_only` (held-out kernels that calibrate intervals, see
+    `conformal_interval`) take no part in the choice."""
     df = logo if exclude_device is None else logo[logo["heldout"] != exclude_device]
+    if "calibration_only" in df.columns:
+        df = df[~df["calibration_only"].to_numpy(bool)]
     choice = {}
     for key, g in df.groupby(stratum(df)):
         dev = g["heldout"].to_numpy()
@@ -211,26 +220,62 @@ def blended(logo: pd.DataFrame, choice: dict) -> np.ndarray:
 
 
 def conformal_interval(logo: pd.DataFrame, choice: dict, cfg: TrainConfig, exclude_device: str | None = None) -> dict:
-    """Split-conformal quantiles of the normalised held-out log error, per stratum (see `stratum`).
+    """Split-conformal quantiles of the normalised held-out log error, per stratum (see `stratum`) and
+    per floor-share bin (`hybridperf.residual_models.intervals`).
 
-    With e = log measured - log predicted and c the centre of the stratum's central interval of e (the
-    midpoint of its alpha/2 and 1 - alpha/2 quantiles), score = (e - c) / (1 + beta * ood); q_lo, q_hi =
-    c + the score's quantiles. The interval of a new row is pred * exp(q), q widened by 1 + beta * ood
-    about c (`stats.widen_about`), so out of range it grows on both sides instead of multiplying a skewed
-    interval's long side. Each held-out device counts equally.
+    With e = log measured - log predicted and c the centre of the central interval of e (the midpoint
+    of its alpha/2 and 1 - alpha/2 quantiles), score = (e - c) / (1 + beta * ood); q_lo, q_hi = c + the
+    score's quantiles. The interval of a new row is pred * exp(q), q widened by 1 + beta * ood about c
+    (`stats.widen_about`), so out of range it grows on both sides instead of multiplying a skewed
+    interval's long side. Each held-out device counts equally (`_device_weights`).
+
+    The stratum's overall quantiles (what `suggest` and `transfer` read, and what an uncalibrated bin
+    falls back to) come from the scored rows; each floor-share bin's from all held-out rows in it,
+    `calibration_only` ones included. A bin with fewer than MIN_REGIME_ROWS rows, or fewer devices
+    than the stratum (at most 3), keeps the overall quantiles.
     """
     df = logo if exclude_device is None else logo[logo["heldout"] != exclude_device]
     df = df.assign(r=blended(df, choice))
-    alpha = 1.0 - cfg.coverage
     out = {}
     for oc, g in df.groupby(stratum(df)):
-        e = (g["y"] - g["r"]).to_numpy()
-        w = 1.0 / g.groupby("heldout")["y"].transform("size").to_numpy()  # each device weighs the same
-        c = (weighted_quantile(e, w, alpha / 2) + weighted_quantile(e, w, 1 - alpha / 2)) / 2
-        s = (e - c) / (1.0 + cfg.ood_beta * g["ood"].to_numpy())
-        out[oc] = {"q_lo": c + weighted_quantile(s, w, alpha / 2), "q_hi": c + weighted_quantile(s, w, 1 - alpha / 2),
-                   "q_center": c, "ood_beta": cfg.ood_beta, "coverage": cfg.coverage}
+        scored = g[~g["calibration_only"].to_numpy(bool)] if "calibration_only" in g.columns else g
+        overall = _conformal_quantiles(scored if len(scored) else g, cfg)
+        iv = {**overall, "ood_beta": cfg.ood_beta, "coverage": cfg.coverage}
+        if "floor_share" in g.columns:
+            bins = floor_share_bin(g["floor_share"].to_numpy())
+            need_devices = min(3, g["heldout"].nunique())
+            regimes = {k: [] for k in overall} | {"rows": []}
+            for b in range(len(FLOOR_SHARE_EDGES) + 1):
+                gb = g[bins == b]
+                own = len(gb) >= MIN_REGIME_ROWS and gb["heldout"].nunique() >= need_devices
+                q = _conformal_quantiles(gb, cfg) if own else overall
+                for k in overall:
+                    regimes[k].append(q[k])
+                regimes["rows"].append(int(len(gb)) if own else 0)
+            iv["by_floor_share"] = {"edges": list(FLOOR_SHARE_EDGES), **regimes}
+        out[oc] = iv
     return out
+
+
+def _device_weights(g: pd.DataFrame) -> np.ndarray:
+    """Row weights under which each held-out device weighs the same and, within a device, its scored
+    kernels and its `calibration_only` sample weigh the same (neither shape mix outvotes the other)."""
+    source = g["calibration_only"].to_numpy(bool) if "calibration_only" in g.columns else np.zeros(len(g), bool)
+    keys = pd.DataFrame({"d": g["heldout"].to_numpy(), "s": source})
+    per_source = keys.groupby(["d", "s"])["s"].transform("size").to_numpy()
+    sources = keys.groupby("d")["s"].transform("nunique").to_numpy()
+    return 1.0 / (per_source * sources)
+
+
+def _conformal_quantiles(g: pd.DataFrame, cfg: TrainConfig) -> dict:
+    """{q_lo, q_hi, q_center} of held-out rows `g` (columns y, r, ood, heldout); see conformal_interval."""
+    alpha = 1.0 - cfg.coverage
+    e = (g["y"] - g["r"]).to_numpy()
+    w = _device_weights(g)
+    c = (weighted_quantile(e, w, alpha / 2) + weighted_quantile(e, w, 1 - alpha / 2)) / 2
+    s = (e - c) / (1.0 + cfg.ood_beta * g["ood"].to_numpy())
+    return {"q_lo": c + weighted_quantile(s, w, alpha / 2), "q_hi": c + weighted_quantile(s, w, 1 - alpha / 2),
+            "q_center": c}
 
 
 def manifest_strata(classes, intervals: dict) -> list[tuple[str, str]]:
@@ -331,10 +376,12 @@ def heldout_metrics(logo: pd.DataFrame, choice: dict, intervals: dict, cfg: Trai
     the shipped bundle's calibration data (the experiments report the strictly nested numbers)."""
     r = blended(logo, choice)
     err = logo["y"].to_numpy() - r
+    keys = stratum(logo)
+    q_lo, q_hi, q_c = rows_quantiles(intervals, keys, logo["op_class"], logo.get("floor_share", pd.Series(0.0, index=logo.index)))
+    lo_all, hi_all = widen_about(q_lo, q_hi, q_c, 1.0 + cfg.ood_beta * logo["ood"].to_numpy())
     out = {}
-    for oc, idx in logo.groupby(stratum(logo)).indices.items():
-        iv = intervals[oc]
-        lo, hi = widen_about(iv["q_lo"], iv["q_hi"], iv["q_center"], 1.0 + cfg.ood_beta * logo["ood"].to_numpy()[idx])
+    for oc, idx in logo.groupby(keys).indices.items():
+        lo, hi = lo_all[idx], hi_all[idx]
         out[oc] = {"prior_mape": round(float(np.mean(np.abs(np.exp(-logo["y"].to_numpy()[idx]) - 1)) * 100), 2),
                    "model_mape": round(float(np.mean(np.abs(np.exp(-err[idx]) - 1)) * 100), 2),
                    "coverage": round(float(np.mean((err[idx] >= lo) & (err[idx] <= hi)) * 100), 1)}

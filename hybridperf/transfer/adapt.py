@@ -39,6 +39,7 @@ from hybridperf.devices import DeviceSpec, get_device
 from hybridperf.errors import HybridperfError, InputError
 from hybridperf.predictor import DEVICE_SHIFT_SD, device_shift_q90
 from hybridperf.residual_models.features import FEATURE_NAMES
+from hybridperf.residual_models.intervals import map_regimes
 from hybridperf.stats import Z90, weighted_quantile
 
 #: physical basis of the correction, and the prior group of each term
@@ -179,7 +180,7 @@ def recalibrate(intervals: dict, loo: dict, coverage: float = 0.9, shift_sd: flo
     """Adapted intervals: zero-shot ones mixed with pooled, standardised leave-one-out quantiles, plus
     the device-level error (prior sd `shift_sd`) the class's measured kernels leave
     (`device_shift_q90`; all of it for a class with none: transfer with k = 4 measures some classes
-    not at all)."""
+    not at all). Floor-share bins move with their class's interval (`intervals.map_regimes`)."""
     half = {oc: (iv["q_hi"] - iv["q_lo"]) / 2 for oc, iv in intervals.items()}
     classes = [oc for oc in loo if oc in half and len(loo[oc])]
     unmeasured = device_shift_q90(0, 0.0, shift_sd)
@@ -202,9 +203,10 @@ def recalibrate(intervals: dict, loo: dict, coverage: float = 0.9, shift_sd: flo
         mix = w.sum() / (w.sum() + INTERVAL_PRIOR_WEIGHT)
         # after transfer the device is no longer unseen: the OOD widening gives way with the evidence
         q_lo, q_hi = weighted_quantile(x, wx, a), weighted_quantile(x, wx, 1.0 - a)
-        out[oc] = {**iv, "q_lo": q_lo, "q_hi": q_hi, "q_center": (q_lo + q_hi) / 2,
-                   "ood_beta": float((1 - mix) * iv.get("ood_beta", 0.0)), "calibration_rows": int(len(loo[oc])),
-                   "device_shift_q90": device_shift_q90(len(loo[oc]), half[oc], shift_sd)}
+        out[oc] = map_regimes(iv, {**iv, "q_lo": q_lo, "q_hi": q_hi, "q_center": (q_lo + q_hi) / 2,
+                                   "ood_beta": float((1 - mix) * iv.get("ood_beta", 0.0)),
+                                   "calibration_rows": int(len(loo[oc])),
+                                   "device_shift_q90": device_shift_q90(len(loo[oc]), half[oc], shift_sd)})
     return out
 
 
