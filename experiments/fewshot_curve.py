@@ -104,11 +104,15 @@ def run_device(device: str, bundle: Path, pool: pd.DataFrame, draws: int, log, p
 
 
 def reliability(heldout_csv: Path, levels=(0.5, 0.6, 0.7, 0.8, 0.9, 0.95)) -> pd.DataFrame:
-    """Empirical vs nominal coverage at k = 0, each GPU's interval calibrated on the other folds."""
-    from hybridperf.training.kernels import TrainConfig, blended, choose_blend, conformal_interval
+    """Empirical vs nominal coverage at k = 0, each GPU's interval calibrated on the other folds; the
+    test table's kernels and the collect-file sample (`calibration_only`, small kernels too) apart."""
+    from hybridperf.residual_models.intervals import rows_quantiles
     from hybridperf.stats import widen_about
+    from hybridperf.training.kernels import TrainConfig, blended, choose_blend, conformal_interval, stratum
 
     logo = pd.read_csv(heldout_csv)
+    if "calibration_only" not in logo.columns:
+        logo["calibration_only"] = False
     rows = []
     for level in levels:
         cfg = TrainConfig(coverage=level)
@@ -116,9 +120,12 @@ def reliability(heldout_csv: Path, levels=(0.5, 0.6, 0.7, 0.8, 0.9, 0.95)) -> pd
             choice = choose_blend(logo, exclude_device=d)
             iv = conformal_interval(logo, choice, cfg, exclude_device=d)
             e = (g["y"] - blended(g, choice)).to_numpy()
-            lo, hi = widen_about(*(g["op_class"].map(lambda c, f=f: iv[c][f]).to_numpy() for f in ("q_lo", "q_hi", "q_center")),
-                                 1.0 + cfg.ood_beta * g["ood"].to_numpy())
-            rows.append({"nominal": level * 100, "heldout": d, "empirical": ((e >= lo) & (e <= hi)).mean() * 100})
+            q_lo, q_hi, q_c = rows_quantiles(iv, stratum(g), g["op_class"], g["floor_share"])
+            lo, hi = widen_about(q_lo, q_hi, q_c, 1.0 + cfg.ood_beta * g["ood"].to_numpy())
+            for table, m in (("test", ~g["calibration_only"].to_numpy(bool)), ("collect", g["calibration_only"].to_numpy(bool))):
+                if m.any():
+                    rows.append({"nominal": level * 100, "heldout": d, "table": table,
+                                 "empirical": ((e[m] >= lo[m]) & (e[m] <= hi[m])).mean() * 100})
     return pd.DataFrame(rows)
 
 
@@ -152,10 +159,12 @@ def plot(curves: pd.DataFrame, rel: pd.DataFrame | None, path: Path) -> None:
     ax.set_xscale("symlog", linthresh=4)
     ax = axes[-1]
     if rel is not None:
-        for d, g in rel.groupby("heldout"):
-            ax.plot(g["nominal"], g["empirical"], "-o", ms=3, label=d.replace("NVIDIA ", "").replace("Tesla ", ""))
+        colors = {d: f"C{i}" for i, d in enumerate(sorted(rel["heldout"].unique()))}
+        for (d, table), g in rel.groupby(["heldout", "table"]):  # one colour per GPU; dotted: collect sample
+            ax.plot(g["nominal"], g["empirical"], "-o" if table == "test" else ":x", ms=3, color=colors[d],
+                    label=d.replace("NVIDIA ", "").replace("Tesla ", "") if table == "test" else None)
         ax.plot([50, 100], [50, 100], "k:", lw=0.8)
-        ax.set_title("reliability at k = 0")
+        ax.set_title("reliability at k = 0 (dotted: collect files)")
         ax.set_xlabel("nominal %")
         ax.legend(fontsize=6)
     fig.tight_layout()
@@ -217,7 +226,7 @@ def main() -> None:
           "## Worst held-out GPU per op class (suggest)", "",
           worst.xs("suggest", level="strategy").groupby(level="k").max().round(1).to_markdown(), ""]
     if rel is not None:
-        md += ["## Reliability at k = 0", "", rel.pivot(index="heldout", columns="nominal", values="empirical").round(1).to_markdown()]
+        md += ["## Reliability at k = 0", "", rel.pivot(index=["table", "heldout"], columns="nominal", values="empirical").round(1).to_markdown()]
     (out / f"{name}_fewshot.md").write_text("\n".join(md) + "\n")
     plot(curves, rel, out / f"{name}_fewshot.png")
     print("\n".join(md))
