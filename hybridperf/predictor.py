@@ -207,8 +207,13 @@ class Predictor:
                 ood[idx] = ood_score(X[idx], spec["feature_range"])
             # the row's floor-share regime, widened about its centre
             q_lo, q_hi, q_c = interval_quantiles(iv, floor_share[idx])
-            q_lo, q_hi = widen_about(q_lo, q_hi, q_c, 1.0 + iv.get("ood_beta", 0.0) * ood[idx])
             unseen = self.bundle is not None and not adapted_here and not self.measured_on(dev.name, oc, tm)
+            if self.bundle is not None and not adapted_here and not unseen:
+                # a training GPU's own offset is applied (`device_bias`): drop the unseen GPUs' typical
+                # offset, the class's overall centre, and keep each regime's offset from it
+                offset = iv.get("q_center", 0.0)
+                q_lo, q_hi, q_c = q_lo - offset, q_hi - offset, q_c - offset
+            q_lo, q_hi = widen_about(q_lo, q_hi, q_c, 1.0 + iv.get("ood_beta", 0.0) * ood[idx])
             shift = iv.get("device_shift_q90", 0.0) if adapted_here else Z90 * self.device_shift_sd if unseen else 0.0
             if shift > 0:
                 q_lo, q_hi = widen_in_quadrature(q_lo, q_hi, shift)
