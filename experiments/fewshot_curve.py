@@ -164,7 +164,7 @@ def plot(curves: pd.DataFrame, rel: pd.DataFrame | None, path: Path) -> None:
             ax.plot(g["nominal"], g["empirical"], "-o" if table == "test" else ":x", ms=3, color=colors[d],
                     label=d.replace("NVIDIA ", "").replace("Tesla ", "") if table == "test" else None)
         ax.plot([50, 100], [50, 100], "k:", lw=0.8)
-        ax.set_title("reliability at k = 0 (dotted: collect files)")
+        ax.set_title("reliability, k = 0 (dotted: collect)", fontsize=9)
         ax.set_xlabel("nominal %")
         ax.legend(fontsize=6)
     fig.tight_layout()
