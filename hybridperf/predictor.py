@@ -207,8 +207,10 @@ class Predictor:
                 ood[idx] = ood_score(X[idx], spec["feature_range"])
             # the row's floor-share regime, widened about its centre
             q_lo, q_hi, q_c = interval_quantiles(iv, floor_share[idx])
-            unseen = self.bundle is not None and not adapted_here and not self.measured_on(dev.name, oc, tm)
-            if self.bundle is not None and not adapted_here and not unseen:
+            zero_shot = self.bundle is not None and not adapted_here
+            trained_here = zero_shot and self.measured_on(dev.name, oc, tm)
+            unseen = zero_shot and not trained_here
+            if trained_here:
                 # a training GPU's own offset is applied (`device_bias`): drop the unseen GPUs' typical
                 # offset, the class's overall centre, and keep each regime's offset from it
                 offset = iv.get("q_center", 0.0)
