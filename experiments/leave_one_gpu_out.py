@@ -33,7 +33,7 @@ from hybridperf.datasets.neusight import load_test  # noqa: E402
 from hybridperf.predictor import device_shift_sd  # noqa: E402
 from hybridperf.priors.gemm import tiles_without  # noqa: E402
 from hybridperf.stats import Z90, widen_about, widen_in_quadrature  # noqa: E402
-from hybridperf.residual_models.intervals import rows_quantiles  # noqa: E402
+from hybridperf.residual_models.intervals import FLOOR_SHARE_EDGES, rows_quantiles  # noqa: E402
 from hybridperf.training.kernel_data import KEY, load_neusight_training, subsample  # noqa: E402
 from hybridperf.training.kernels import (  # noqa: E402
     TrainConfig, blended, choose_blend, conformal_interval, export_bundle, leave_one_gpu_out, per_stratum, stratum,
@@ -60,10 +60,10 @@ def score(logo: pd.DataFrame, cfg: TrainConfig, calibration: pd.DataFrame | None
         # d is unseen, as in Predictor: the device-level term for a bundle trained on the other folds'
         # GPUs (a `calibration` table means a single training GPU, cross-validated within itself)
         n_train = logo.loc[logo["heldout"] != d, "heldout"].nunique() if calibration is None else 1
-        bounds = {}
+        bounds, keys = {}, stratum(g)
         # the interval by floor share, and for comparison one interval per stratum (before session 21)
         for name, ivs in (("", iv), ("_flat", {k: {**v, "by_floor_share": None} for k, v in iv.items()})):
-            q_lo, q_hi, q_c = rows_quantiles(ivs, stratum(g), g["op_class"], g["floor_share"])
+            q_lo, q_hi, q_c = rows_quantiles(ivs, keys, g["op_class"], g["floor_share"])
             q_lo, q_hi = widen_about(q_lo, q_hi, q_c, 1.0 + cfg.ood_beta * g["ood"].to_numpy())
             q_lo, q_hi = widen_in_quadrature(q_lo, q_hi, Z90 * device_shift_sd(n_train))
             bounds |= {f"lo{name}_ms": pred * np.exp(q_lo), f"hi{name}_ms": pred * np.exp(q_hi)}
@@ -87,7 +87,7 @@ def coverage_by_regime(scored: pd.DataFrame) -> pd.DataFrame:
     inside = lambda lo, hi: ((scored["latency_ms"] >= scored[lo]) & (scored["latency_ms"] <= scored[hi])) * 100  # noqa: E731
     s = scored.assign(by_floor_share=inside("lo_ms", "hi_ms"), flat=inside("lo_flat_ms", "hi_flat_ms"),
                       table=np.where(scored.get("calibration_only", False), "collect", "test"),
-                      floor_share=pd.cut(scored["floor_share"], [0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0]))
+                      floor_share=pd.cut(scored["floor_share"], [0.0, *FLOOR_SHARE_EDGES, 1.0]))
     tab = s.pivot_table(index=["op_class", "floor_share"], columns="table", values=["flat", "by_floor_share"],
                         aggfunc="mean", observed=True).round(1)
     n = s.pivot_table(index=["op_class", "floor_share"], columns="table", values="flat", aggfunc="size", observed=True)
@@ -187,16 +187,15 @@ def main() -> None:
           f"Train: every kernel of the other GPUs; score: the held-out GPU's {'profiled rows' if args.vidur else 'test table'}.",
           "Blend (w = MLP weight) and shrinkage (s) chosen on the other folds' held-out errors.", "",
           tab.reset_index().to_markdown(index=False)]
-    (out / f"{name}_mape.md").write_text("\n".join(md) + "\n")
-    plot(tab, out / f"{name}_mape.png")
     print(tab.to_string())
     if "calibration_only" in scored.columns:
         cov = coverage_by_regime(scored)
         cov.to_csv(out / f"{name}_coverage_by_floor_share.csv")
         md += ["", "## 90% interval coverage (%) by floor share, held-out GPUs (nested)", "",
                cov.reset_index().to_markdown(index=False)]
-        (out / f"{name}_mape.md").write_text("\n".join(md) + "\n")
         print(cov.to_string())
+    (out / f"{name}_mape.md").write_text("\n".join(md) + "\n")
+    plot(tab, out / f"{name}_mape.png")
     if args.save_bundles:
         for d, fitted in models.items():
             choice, iv = selection(logo, d, cfg, calibration)
