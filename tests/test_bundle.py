@@ -652,3 +652,18 @@ def test_calibration_only_rows_shape_the_bins_not_the_class_interval():
     scored = conformal_interval(logo[~logo["calibration_only"]], {}, TrainConfig())["elementwise"]
     assert (both["q_lo"], both["q_hi"]) == pytest.approx((scored["q_lo"], scored["q_hi"]))
     assert both["by_floor_share"]["q_hi"][-1] > 0.5 > scored["by_floor_share"]["q_hi"][-1]
+
+
+def test_scored_rows_alone_calibrate_the_bins_they_fill():
+    """Where the scored kernels are enough for a bin, collect-file kernels timed in another regime (here
+    0.4 slower in log) do not move it; they still calibrate the bins the scored kernels leave empty."""
+    from hybridperf.training.kernels import TrainConfig, conformal_interval
+
+    logo = _two_regime_logo()
+    logo["calibration_only"] = logo["floor_share"] > 0.5
+    slow_large = logo[~logo["calibration_only"]].assign(y=lambda d: d["y"] + 0.4, calibration_only=True)
+    plain = conformal_interval(logo, {}, TrainConfig())["elementwise"]["by_floor_share"]
+    mixed = conformal_interval(pd.concat([logo, slow_large], ignore_index=True), {}, TrainConfig())["elementwise"]
+    bins = mixed["by_floor_share"]
+    assert (bins["q_lo"][0], bins["q_hi"][0]) == pytest.approx((plain["q_lo"][0], plain["q_hi"][0]))
+    assert bins["rows"][0] == 900 and bins["q_hi"][-1] == pytest.approx(plain["q_hi"][-1])

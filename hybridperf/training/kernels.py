@@ -230,9 +230,12 @@ def conformal_interval(logo: pd.DataFrame, choice: dict, cfg: TrainConfig, exclu
     interval's long side. Each held-out device counts equally (`_device_weights`).
 
     The stratum's overall quantiles (what `suggest` and `transfer` read, and what an uncalibrated bin
-    falls back to) come from the scored rows; each floor-share bin's from all held-out rows in it,
-    `calibration_only` ones included. A bin with fewer than MIN_REGIME_ROWS rows, or fewer devices
-    than the stratum (at most 3), keeps the overall quantiles.
+    falls back to) come from the scored rows. A floor-share bin is calibrated on its scored rows where
+    they are enough (at least MIN_REGIME_ROWS rows from as many devices as the stratum has, at most 3),
+    else on all its held-out rows, `calibration_only` ones included, else keeps the overall quantiles.
+    The `calibration_only` rows (NeuSight's collect files) supply the small-kernel regimes the scored
+    tables lack; where the scored tables do reach, they decide, because the collect files' long GEMMs
+    were timed in another regime (back-to-back on passively cooled cards: section 1 of RESULTS.md).
     """
     df = logo if exclude_device is None else logo[logo["heldout"] != exclude_device]
     df = df.assign(r=blended(df, choice))
@@ -244,14 +247,15 @@ def conformal_interval(logo: pd.DataFrame, choice: dict, cfg: TrainConfig, exclu
         if "floor_share" in g.columns:
             bins = floor_share_bin(g["floor_share"].to_numpy())
             need_devices = min(3, g["heldout"].nunique())
+            enough = lambda rows: len(rows) >= MIN_REGIME_ROWS and rows["heldout"].nunique() >= need_devices  # noqa: E731
             regimes = {k: [] for k in overall} | {"rows": []}
             for b in range(len(FLOOR_SHARE_EDGES) + 1):
                 gb = g[bins == b]
-                own = len(gb) >= MIN_REGIME_ROWS and gb["heldout"].nunique() >= need_devices
-                q = _conformal_quantiles(gb, cfg) if own else overall
+                own = next((rows for rows in (gb[gb.index.isin(scored.index)], gb) if enough(rows)), None)
+                q = overall if own is None else _conformal_quantiles(own, cfg)
                 for k in overall:
                     regimes[k].append(q[k])
-                regimes["rows"].append(int(len(gb)) if own else 0)
+                regimes["rows"].append(0 if own is None else int(len(own)))
             iv["by_floor_share"] = {"edges": list(FLOOR_SHARE_EDGES), **regimes}
         out[oc] = iv
     return out
