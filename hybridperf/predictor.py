@@ -19,7 +19,7 @@ from hybridperf.devices import DeviceSpec, dtype_key, get_device
 from hybridperf.errors import InputError, ModelBundleError
 from hybridperf.ops import GEMM_OPS
 from hybridperf.priors.kernel_prior import kernel_prior_terms
-from hybridperf.priors.launch import check_timing, row_timing
+from hybridperf.priors.launch import check_host, check_timing, row_timing
 from hybridperf.residual_models.bundle import Bundle, load_bundle, shipped_models_dir, stratum_key
 from hybridperf.residual_models.features import FEATURE_NAMES, kernel_features
 from hybridperf.residual_models.intervals import interval_quantiles
@@ -169,11 +169,14 @@ class Predictor:
         dev = get_device(device)
         return kernel_features(kernels, kernel_prior_terms(kernels, dev, timing), dev)
 
-    def predict(self, kernels: pd.DataFrame, device: str | DeviceSpec, timing: str | None = None) -> pd.DataFrame:
+    def predict(self, kernels: pd.DataFrame, device: str | DeviceSpec, timing: str | None = None,
+                host: str | None = None) -> pd.DataFrame:
         """Predict every row of `kernels` (canonical or NeuSight-style columns) on `device`.
 
         `timing` (`call` or `kernel`, see hybridperf.priors.launch) sets how the predicted latency is
-        measured, for every row; by default each row's `timing` column, else `call`.
+        measured, for every row; by default each row's `timing` column, else `call`. `host`
+        (`current` or `neusight`) whose per-call overhead a timed call carries; by default each row's
+        `host` column, else `current`.
         Returns the canonical rows plus prior_ms, pred_ms, lo_ms, hi_ms (central 90% interval, by the
         share of the launch floor in the prior: `residual_models.intervals`) and ood (0 = inside the
         training range). On a GPU the bundle was trained on, the bias measured
@@ -186,6 +189,8 @@ class Predictor:
         check_runs_on(df, dev)
         if timing is not None:
             df = df.assign(timing=check_timing(timing))
+        if host is not None:
+            df = df.assign(host=check_host(host))
         terms = kernel_prior_terms(df, dev)
         prior = terms["prior_ms"].to_numpy()
         floor_share = terms["floor_ms"].to_numpy() / prior

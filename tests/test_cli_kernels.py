@@ -155,6 +155,7 @@ BAD_INPUTS = {
     "text_shape": "OPName,B,H\nadd,three,5\n",
     "unknown_dtype": "OPName,B,H,dtype\nadd,3,5,float7\n",
     "unknown_timing": "OPName,B,H,timing\nadd,3,5,wallclock\n",
+    "unknown_host": "OPName,B,H,host\nadd,3,5,laptop\n",
     "fp8_gemm_without_fp8_units": "OPName,B,M,N,K,dtype\nlinear,1,64,64,64,fp32\nlinear,1,64,64,64,fp8\n",
 }
 
@@ -357,3 +358,28 @@ def test_rows_outside_the_training_range_get_a_note(tmp_path):
     r = runner.invoke(app, ["predict-kernels", str(fp32), "--device", "NVIDIA H100 80GB HBM3",
                             "--output", str(tmp_path / "o.csv")])
     assert r.exit_code == 0 and "note:" not in r.stderr, r.output
+
+
+def test_host_sets_the_call_floor(tmp_path):
+    """A call timed on NeuSight's hosts (`--host neusight`) carries their larger per-call overhead:
+    a tiny kernel costs their floor; the default, a current host, its 0.42 share of it."""
+    from hybridperf.priors.launch import CURRENT_HOST_FLOOR_SCALE, FLOOR_MS
+
+    tiny = _write(tmp_path, "tiny.csv", "OPName,B,H\nadd,1,64\n")
+    preds = {}
+    for host in ("neusight", "current"):
+        code, text = _predict([tiny, "--device", "NVIDIA A40", "--output", tmp_path / f"{host}.csv", "--prior-only",
+                               "--host", host])
+        assert code == 0, text
+        preds[host] = pd.read_csv(tmp_path / f"{host}.csv")["pred_ms"].iloc[0]
+    assert preds["neusight"] == pytest.approx(FLOOR_MS["elementwise"], rel=0.02)
+    assert preds["current"] == pytest.approx(FLOOR_MS["elementwise"] * CURRENT_HOST_FLOOR_SCALE, rel=0.05)
+    code, text = _predict([tiny, "--device", "NVIDIA A40", "--output", tmp_path / "d.csv", "--prior-only"])
+    assert pd.read_csv(tmp_path / "d.csv")["pred_ms"].iloc[0] == preds["current"]
+
+
+def test_unknown_host_option(good_csv, tmp_path, monkeypatch, capsys):
+    code, err = run_cli(monkeypatch, capsys, ["predict-kernels", good_csv, "--device", "Tesla T4", "--output",
+                                            tmp_path / "o.csv", "--prior-only", "--host", "laptop"])
+    assert_one_line_error(code, err)
+    assert "host" in err

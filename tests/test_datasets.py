@@ -331,3 +331,19 @@ def test_linear_batch_is_folded_into_rows():
                                    "N": [1024, 1024, 64], "K": [4096, 4096, 64]}))
     assert list(c["B"]) == [1, 1, 8] and list(c["M"]) == [800, 800, 100]
     assert c.loc[0, "flops"] == c.loc[1, "flops"] and c.loc[0, "bytes"] == c.loc[1, "bytes"]
+
+
+def test_neusight_kernels_carry_their_harness_host(tmp_path):
+    """NeuSight's kernels were timed on its own hosts (PyTorch 2.1), whose per-call floor is not a
+    current host's: the loaders say so, and a table without `host` means a current one."""
+    from hybridperf.datasets.neusight import load_collect, load_test
+
+    root = _fake_neusight(tmp_path)
+    _write(root / "data" / "dataset" / "train" / "collect" / "add" / "p2.1.0" / "Tesla T4.csv",
+           "OPName,B,H,Latency\nadd,4,1024,0.03\n")
+    _write(root / "data" / "dataset" / "test" / "elem.csv", "OPName,B,H,Latency,Device\nadd,4,1024,0.03,Tesla T4\n")
+    assert set(load_collect(root)["host"]) == set(load_test(root)["host"]) == {"neusight"}
+    assert canonicalize(pd.DataFrame({"OPName": ["add"], "B": [4], "H": [8]}))["host"].tolist() == ["current"]
+    with pytest.raises(InputError, match=r"k\.csv:3: unknown host 'laptop'"):
+        canonicalize(pd.DataFrame({"OPName": ["add", "add"], "B": [4, 4], "H": [8, 8], "host": ["current", "laptop"]}),
+                     source="k.csv")

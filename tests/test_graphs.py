@@ -78,7 +78,7 @@ def test_more_layers_cost_more_and_breakdown_sums():
 
 
 def test_composition_drops_harness_floor_and_adds_gap():
-    from hybridperf.graphs.compose import compose, in_model_ms
+    from hybridperf.graphs.compose import HARNESS_HOST, compose, in_model_ms
     from hybridperf.priors.launch import launch_floor_ms
 
     g = build_graph(TINY, 2, 128, "train")
@@ -87,7 +87,7 @@ def test_composition_drops_harness_floor_and_adds_gap():
     k = mp.kernels
     misc = k["op"].str.startswith("misc:")
     assert (k.loc[misc, "floor_ms"] == 0).all()
-    assert (k.loc[k["op"] == "linear", "floor_ms"] == launch_floor_ms("linear")).all()
+    assert (k.loc[k["op"] == "linear", "floor_ms"] == launch_floor_ms("linear", "call", HARNESS_HOST)).all()
     expect = (np.maximum(k["pred_ms"] - k["floor_ms"], 0) + 0.004) * k["count"]
     assert np.allclose(k["total_ms"], expect)
     assert mp.e2e_ms == pytest.approx(float(expect.sum()))

@@ -27,23 +27,30 @@ def predict_kernels(
              "`hybridperf collect`); 'kernel' = a profiler's kernel duration (torch.profiler, Nsight, Vidur). "
              "Rows with their own `timing` column keep it.",
     ),
+    host: str = typer.Option(
+        "current", "--host",
+        help="Whose per-call overhead a timed call carries: 'current' = a current server and PyTorch; "
+             "'neusight' = the hosts of NeuSight's artifact (PyTorch 2.1), whose calls cost ~2.4x more. "
+             "Rows with their own `host` column keep it.",
+    ),
 ) -> None:
     """Predict the latency of every kernel in INPUT.csv on DEVICE; adds pred_ms, pred_lo_ms, pred_hi_ms."""
     from hybridperf.datasets.schema import canonicalize
     from hybridperf.cli.devices import note_generic_spec
     from hybridperf.devices import get_device
     from hybridperf.predictor import Predictor
-    from hybridperf.priors.launch import check_timing
+    from hybridperf.priors.launch import check_host, check_timing
 
     dev = get_device(device)
     note_generic_spec(dev)
     raw = read_csv(input_csv)
-    kernels = canonicalize(raw, source=str(input_csv), timing=check_timing(timing))
+    kernels = canonicalize(raw, source=str(input_csv), timing=check_timing(timing), host=check_host(host))
     predictor = Predictor.prior_only() if prior_only else Predictor.load(model_bundle)
     if calibration is not None:
         from hybridperf.transfer import adapt_predictor
 
-        measured = canonicalize(read_csv(calibration), source=str(calibration), require_latency=True, timing=timing)
+        measured = canonicalize(read_csv(calibration), source=str(calibration), require_latency=True, timing=timing,
+                                host=host)
         predictor = adapt_predictor(predictor, measured, dev)
     res = predictor.predict(kernels, dev)  # each row's timing: its own column, else --timing
     out = raw.copy()

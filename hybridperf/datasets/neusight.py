@@ -38,7 +38,8 @@ def load_collect(root: str | Path, ops=None, devices=None, on_bad: str = "drop")
         for f in sorted(op_dir.glob("*/*.csv")):
             if devices and f.stem not in devices:
                 continue
-            frames.append(canonicalize(read_csv(f), device=f.stem, source=str(f), require_latency=True, on_bad=on_bad))
+            frames.append(canonicalize(read_csv(f), device=f.stem, source=str(f), require_latency=True, on_bad=on_bad,
+                                       host="neusight"))
     if not frames:
         raise InputError(f"{base}: no kernel CSVs found")
     return pd.concat(frames, ignore_index=True)
@@ -53,7 +54,7 @@ def load_test(root: str | Path, devices=None, on_bad: str = "drop") -> pd.DataFr
         if not f.exists():
             continue
         raw = read_csv(f)
-        df = canonicalize(raw, source=str(f), require_latency=True, on_bad=on_bad)
+        df = canonicalize(raw, source=str(f), require_latency=True, on_bad=on_bad, host="neusight")
         frames.append(df)
     if not frames:
         raise InputError(f"{base}: no test tables found")

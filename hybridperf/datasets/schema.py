@@ -1,10 +1,11 @@
 """The canonical kernel-record table every loader produces and every trainer consumes.
 
 One row is one kernel measured (or to be predicted) on one device:
-    op, op_class, dtype, B, M, N, K, H, flops, bytes, device, latency_ms, timing, source
+    op, op_class, dtype, B, M, N, K, H, flops, bytes, device, latency_ms, timing, host, source
 Shape fields a given op does not use are NaN. `latency_ms` may be NaN only for rows to predict.
 `timing` says how the latency was (or is to be) measured: `call` (CUDA events around one eager call,
-NeuSight's harness) or `kernel` (a profiler's kernel duration); see hybridperf.priors.launch.
+NeuSight's harness) or `kernel` (a profiler's kernel duration); `host` whose call overhead a timed
+call carries: `neusight` (the artifact's hosts) or `current`; see hybridperf.priors.launch.
 """
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ import pandas as pd
 from hybridperf.devices import DTYPE_BYTES, dtype_key
 from hybridperf.errors import HybridperfError, InputError
 from hybridperf.ops import GEMM_OPS, OP_CLASS, canonical_op, op_work
-from hybridperf.priors.launch import TIMINGS, check_timing
+from hybridperf.priors.launch import DEFAULT_HOST, HOSTS, TIMINGS, check_host, check_timing
 
 SHAPE_COLUMNS = ("B", "M", "N", "K", "H")
-COLUMNS = ("op", "op_class", "dtype", *SHAPE_COLUMNS, "flops", "bytes", "device", "latency_ms", "timing", "source")
+COLUMNS = ("op", "op_class", "dtype", *SHAPE_COLUMNS, "flops", "bytes", "device", "latency_ms", "timing", "host",
+           "source")
 
 
 def _shown(v) -> str:
@@ -40,9 +42,11 @@ def canonicalize(
     require_latency: bool = False,
     on_bad: str = "raise",
     timing: str = "call",
+    host: str = DEFAULT_HOST,
 ) -> pd.DataFrame:
     """Turn a NeuSight-style kernel table (OPName, B, M, N, K, H, [Latency], [Device], [dtype]) or an
-    already canonical one into the canonical table. Rows without a `timing` column get `timing`.
+    already canonical one into the canonical table. Rows without a `timing` (`host`) column get
+    `timing` (`host`).
 
     Bad rows (unknown op; missing, NaN, non-positive, infinite or fractional shape; NaN, infinite or
     non-positive latency) raise InputError naming file and line when `on_bad="raise"`; with
@@ -71,6 +75,9 @@ def canonicalize(
     if "timing" not in df.columns:
         df["timing"] = check_timing(timing)
     df["timing"] = df["timing"].fillna(timing).astype(str)
+    if "host" not in df.columns:
+        df["host"] = check_host(host)
+    df["host"] = df["host"].fillna(host).astype(str)
     if "dtype" not in df.columns:
         df["dtype"] = "fp32"
     df["dtype"] = df["dtype"].fillna("fp32")
@@ -94,6 +101,8 @@ def canonicalize(
     df["dtype"] = dtypes
     for i in df.index[~df["timing"].isin(TIMINGS)]:
         problems.append((i, f"unknown timing {df.at[i, 'timing']!r} (expected one of {', '.join(TIMINGS)})"))
+    for i in df.index[~df["host"].isin(HOSTS)]:
+        problems.append((i, f"unknown host {df.at[i, 'host']!r} (expected one of {', '.join(HOSTS)})"))
 
     gemm = df["op"].isin(GEMM_OPS)
     vec = df["op"].notna() & ~gemm

@@ -9,7 +9,7 @@ launch, so the composition is
     t_k = max(scale * max(pred_k - floor_k, 0) + gap, cpu)       per launched kernel (ms)
     e2e = exp(log_bias[mode]) * sum_k t_k * count_k
 
-  * `floor_k`: the harness floor of the kernel's op class (0 for the misc kernels of
+  * `floor_k`: the harness floor of the kernel's op class on HARNESS_HOST (0 for the misc kernels of
     `hybridperf.graphs.misc`, which are predicted without it);
   * `gap`: ms per launched kernel (launch gap / eager dispatch), device-agnostic;
   * `scale`: device-time scale (1 when not fitted); `cpu`: optional lower bound per kernel, the eager
@@ -63,6 +63,10 @@ DEFAULT_GAP_MS = 0.01
 #: graph modes composed with another mode's constants: a decode step is an eager no_grad forward, as
 #: inference is (no decode step has been measured to fit its own)
 COMPOSITION_MODE = {"decode": "inf"}
+#: whose call floor a model's kernels are predicted with and have taken off again (`floor_k`): the
+#: composition constants were fitted on NeuSight's labels with that host's floors, and a kernel's
+#: device time inside a model does not depend on which host's floor was added and removed
+HARNESS_HOST = "neusight"
 
 
 def composition_params(kind: str, mode: str, calibration: dict | None = None, correction: bool = True) -> dict:
@@ -104,7 +108,8 @@ def posterior_interval(device_ms: float, launches: float, scale: float, gap_ms: 
 
 def harness_floor_ms(ops) -> np.ndarray:
     """Per-call harness floor (ms) of each op name: the op class floor, 0 for `misc:` kernels."""
-    return np.array([0.0 if o.startswith("misc:") else launch_floor_ms(OP_CLASS[o]) for o in ops], dtype=np.float64)
+    return np.array([0.0 if o.startswith("misc:") else launch_floor_ms(OP_CLASS[o], "call", HARNESS_HOST) for o in ops],
+                    dtype=np.float64)
 
 
 def in_model_ms(pred_ms, floor_ms, scale: float = 1.0, gap_ms: float = DEFAULT_GAP_MS, cpu_ms: float = 0.0,
@@ -212,7 +217,7 @@ def predict_table(tab: pd.DataFrame, device: DeviceSpec, predictor: Predictor) -
         req = pd.DataFrame({"OPName": q["op"].to_numpy(), "B": q["B"].to_numpy(np.float64),
                             "M": q["M"].to_numpy(np.float64), "N": q["N"].to_numpy(np.float64),
                             "K": q["K"].to_numpy(np.float64), "H": q["H"].to_numpy(np.float64),
-                            "dtype": q["dtype"].to_numpy()})
+                            "dtype": q["dtype"].to_numpy(), "host": HARNESS_HOST})
         gemm = q["op"].isin(("linear", "bmm")).to_numpy()
         req.loc[gemm, "H"] = np.nan
         req.loc[~gemm, ["M", "N", "K"]] = np.nan

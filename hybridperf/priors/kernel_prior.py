@@ -18,7 +18,7 @@ import pandas as pd
 from hybridperf.devices import DTYPE_BYTES, DeviceSpec
 from hybridperf.ops import GEMM_OPS
 from hybridperf.priors.gemm import gemm_compute, library_efficiency
-from hybridperf.priors.launch import floors_ms, row_timing
+from hybridperf.priors.launch import floors_ms, row_host, row_timing
 from hybridperf.priors.memory import l2_hit_fraction, memory_time_ms
 from hybridperf.priors.power import sustained_flops
 from hybridperf.priors.roofline import roofline_ms
@@ -35,12 +35,14 @@ def kernel_prior_terms(kernels: pd.DataFrame, device: DeviceSpec, timing: str | 
     """Prior latency (ms) and its terms for every row of a canonical kernel table on `device`.
 
     Rows keep their order and index. `device` applies to all rows. The floor follows each row's
-    `timing` column (`call` where absent), or `timing` for every row when given.
+    `timing` column (`call` where absent), or `timing` for every row when given, and its `host`
+    column (hybridperf.priors.launch.DEFAULT_HOST where absent).
     """
     n = len(kernels)
     if timing is None:
         timing = row_timing(kernels).to_numpy()
-    floors = floors_ms(kernels["op_class"].to_numpy(), np.broadcast_to(np.asarray(timing, dtype=object), (n,)))
+    floors = floors_ms(kernels["op_class"].to_numpy(), np.broadcast_to(np.asarray(timing, dtype=object), (n,)),
+                       row_host(kernels).to_numpy())
     out = {c: np.zeros(n) for c in TERM_COLUMNS}
     out["wave_efficiency"][:] = 1.0
     out["tile_efficiency"][:] = 1.0

@@ -10,6 +10,14 @@ How a kernel was timed decides its floor, so every prediction names a timing:
   * `call`:   CUDA events around one eager PyTorch call (NeuSight's harness, `hybridperf collect`);
   * `kernel`: the kernel's own duration as a profiler reports it (CUPTI: torch.profiler, Nsight
               Systems, Vidur's profiles), with no launch or framework time: a few microseconds.
+
+A timed call's floor is what the host spends between the two events: PyTorch's dispatch of the op on
+the CPU, the launch, the event pair. That belongs to the host and its software, not the GPU, so a
+call-timed row also names its `host`:
+  * `neusight`: the hosts of NeuSight's artifact (PyTorch 2.1), where FLOOR_MS was read;
+  * `current`:  a current server and PyTorch (the default: what a user measuring today runs). Read
+                off the host of our lent H200 (PyTorch 2.11, CUDA 13.0), it dispatches a call in
+                0.42 of NeuSight's time (CURRENT_HOST_FLOOR_SCALE; experiments/RESULTS.md section 8).
 """
 from __future__ import annotations
 
@@ -41,6 +49,14 @@ KERNEL_FLOOR_MS = {
 DEFAULT_KERNEL_FLOOR_MS = 0.005
 TIMINGS = ("call", "kernel")
 
+#: a current host's call floor over NeuSight's: the median, over the H200 grid's floor-bound kernels
+#: (floor share >= 0.25 on NeuSight's floor, `experiments/gpu_check.py --from`), of (measured - the
+#: prior's body) / FLOOR_MS. Our H100's host, a check, gives 0.53.
+CURRENT_HOST_FLOOR_SCALE = 0.42
+HOST_FLOOR_SCALE = {"neusight": 1.0, "current": CURRENT_HOST_FLOOR_SCALE}
+HOSTS = tuple(HOST_FLOOR_SCALE)
+DEFAULT_HOST = "current"
+
 
 def check_timing(timing: str) -> str:
     """`timing` if it is one of TIMINGS, else a one-line InputError."""
@@ -49,20 +65,35 @@ def check_timing(timing: str) -> str:
     return timing
 
 
+def check_host(host: str) -> str:
+    """`host` if it is one of HOSTS, else a one-line InputError."""
+    if host not in HOSTS:
+        raise InputError(f"unknown host {host!r}: expected one of {', '.join(HOSTS)}")
+    return host
+
+
 def row_timing(rows: pd.DataFrame) -> pd.Series:
     """Each row's timing: its `timing` column, `call` (NeuSight's semantics) where the table has none."""
     return rows["timing"] if "timing" in rows.columns else pd.Series("call", index=rows.index, dtype=object)
 
 
-def launch_floor_ms(op_class: str, timing: str = "call") -> float:
-    """Latency floor (ms) of one op of `op_class` as `timing` measures it (see module docstring)."""
+def row_host(rows: pd.DataFrame) -> pd.Series:
+    """Each row's host: its `host` column, DEFAULT_HOST where the table has none."""
+    return rows["host"] if "host" in rows.columns else pd.Series(DEFAULT_HOST, index=rows.index, dtype=object)
+
+
+def launch_floor_ms(op_class: str, timing: str = "call", host: str = DEFAULT_HOST) -> float:
+    """Latency floor (ms) of one op of `op_class` as `timing` measures it on `host` (module docstring)."""
     if check_timing(timing) == "kernel":
         return KERNEL_FLOOR_MS.get(op_class, DEFAULT_KERNEL_FLOOR_MS)
-    return FLOOR_MS.get(op_class, DEFAULT_FLOOR_MS)
+    return FLOOR_MS.get(op_class, DEFAULT_FLOOR_MS) * HOST_FLOOR_SCALE[check_host(host)]
 
 
-def floors_ms(op_class, timing) -> np.ndarray:
-    """`launch_floor_ms` for arrays of op classes and timings (one value per row)."""
-    pairs = list(zip(np.asarray(op_class, dtype=object).tolist(), np.asarray(timing, dtype=object).tolist()))
-    table = {pair: launch_floor_ms(*pair) for pair in set(pairs)}
-    return np.array([table[pair] for pair in pairs], dtype=np.float64)
+def floors_ms(op_class, timing, host=DEFAULT_HOST) -> np.ndarray:
+    """`launch_floor_ms` for arrays of op classes, timings and hosts (one value per row; a single
+    host applies to every row)."""
+    n = len(np.asarray(op_class, dtype=object))
+    hosts = np.broadcast_to(np.asarray(host, dtype=object), (n,))
+    rows = list(zip(np.asarray(op_class, dtype=object).tolist(), np.asarray(timing, dtype=object).tolist(), hosts.tolist()))
+    table = {row: launch_floor_ms(*row) for row in set(rows)}
+    return np.array([table[row] for row in rows], dtype=np.float64)

@@ -28,7 +28,8 @@ def load_neusight_training(root: str | Path, splits=("train",)) -> pd.DataFrame:
         for name in ("elem", "ln", "softmax"):
             f = base / "data" / "dataset" / "train" / f"{name}.csv"
             if f.exists():
-                frames.append(canonicalize(read_csv(f), source=str(f), require_latency=True, on_bad="drop"))
+                frames.append(canonicalize(read_csv(f), source=str(f), require_latency=True, on_bad="drop",
+                                           host="neusight"))
     if "test" in splits:
         frames.append(load_test(base))
     df = pd.concat(frames, ignore_index=True)

@@ -47,7 +47,7 @@ def gemm_ratios(gemms: pd.DataFrame) -> pd.DataFrame:
     with library_efficiency_table({}):
         for dev, g in gemms.groupby("device"):
             c = canonicalize(g.assign(Latency=g["latency_ms"]).drop(columns=["latency_ms", "device"]),
-                             device=dev, require_latency=True)
+                             device=dev, require_latency=True, host="neusight")
             terms = kernel_prior_terms(c, get_device(dev))
             parts.append(c.assign(vendor=get_device(dev).vendor, ratio=c["latency_ms"] / terms["prior_ms"],
                                   prior_ms=terms["prior_ms"]))
