@@ -427,3 +427,24 @@ def test_prior_strength_is_chosen_per_op_class():
     e = np.concatenate([0.8 + 0.3 * rng.normal(size=12), 0.01 * rng.normal(size=12)])
     corr, _ = fit_corrections(X, e, oc)
     assert corr["far"].prior.offset > TransferPrior().offset > corr["near"].prior.offset
+
+
+def test_cli_transfer_host_matches_predict_kernels_host(tiny_bundle, measured, tmp_path):
+    """Calls measured on NeuSight's hosts: `transfer --host neusight` and `predict-kernels --host
+    neusight --calibration` adapt alike; an unknown host is refused."""
+    cal, held = measured
+    cal_csv, held_csv, dest = tmp_path / "measured.csv", tmp_path / "held.csv", tmp_path / "adapted"
+    _neusight(cal).to_csv(cal_csv, index=False)
+    _neusight(held).drop(columns=["Latency"]).to_csv(held_csv, index=False)
+    r = runner.invoke(app, ["transfer", str(cal_csv), "--device", TARGET, "--out", str(dest), "--model-bundle",
+                            str(tiny_bundle), "--host", "neusight"])
+    assert r.exit_code == 0, r.output
+    for name, extra in (("a", ["--model-bundle", str(dest)]),
+                        ("b", ["--model-bundle", str(tiny_bundle), "--calibration", str(cal_csv)])):
+        r = runner.invoke(app, ["predict-kernels", str(held_csv), "--device", TARGET, "--output",
+                                str(tmp_path / f"{name}.csv"), "--host", "neusight", *extra])
+        assert r.exit_code == 0, r.output
+    np.testing.assert_allclose(pd.read_csv(tmp_path / "a.csv")["pred_ms"], pd.read_csv(tmp_path / "b.csv")["pred_ms"],
+                               rtol=1e-5)
+    r = runner.invoke(app, ["transfer", str(cal_csv), "--device", TARGET, "--out", str(dest), "--host", "laptop"])
+    assert r.exit_code != 0 and "unknown host" in f"{r.output}{r.exception}"

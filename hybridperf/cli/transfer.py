@@ -12,14 +12,20 @@ def transfer(
     device: str = typer.Option(..., "--device", help="The target GPU: catalog name/alias or JSON spec."),
     out: Path = typer.Option(..., "--out", help="Directory for the adapted bundle (ONNX + manifest)."),
     model_bundle: Optional[Path] = typer.Option(None, "--model-bundle", help="Zero-shot bundle (default: shipped)."),
+    host: str = typer.Option(
+        "current", "--host",
+        help="Whose per-call overhead the measured calls carry: 'current' or 'neusight' (PyTorch 2.1 hosts); "
+             "rows with a `host` column keep theirs. Predict with the same --host.",
+    ),
 ) -> None:
     """Adapt the zero-shot predictor to DEVICE with the measured kernels; save it as a bundle."""
     from hybridperf.csvio import read_csv
     from hybridperf.datasets.schema import canonicalize
     from hybridperf.predictor import Predictor
+    from hybridperf.priors.launch import check_host
     from hybridperf.transfer import adapt_predictor, save_adapted
 
-    rows = canonicalize(read_csv(measured), source=str(measured), require_latency=True)
+    rows = canonicalize(read_csv(measured), source=str(measured), require_latency=True, host=check_host(host))
     adapted = adapt_predictor(Predictor.load(model_bundle), rows, device)
     dest = save_adapted(adapted, out)
     info = adapted.adaptation
