@@ -66,6 +66,7 @@ class Featurized:
     rows: pd.DataFrame
     X: np.ndarray
     prior_ms: np.ndarray
+    floor_ms: np.ndarray
     roofline_ms: np.ndarray
     y: np.ndarray
 
@@ -75,6 +76,7 @@ def featurize(df: pd.DataFrame) -> Featurized:
     df = df.reset_index(drop=True)
     X = None
     prior = np.zeros(len(df))
+    floor = np.zeros(len(df))
     roofline = np.zeros(len(df))
     for dev, idx in df.groupby("device", sort=False).indices.items():
         spec = get_device(dev)
@@ -85,9 +87,10 @@ def featurize(df: pd.DataFrame) -> Featurized:
             X = np.zeros((len(df), feats.shape[1]), dtype=np.float32)
         X[idx] = feats
         prior[idx] = terms["prior_ms"].to_numpy()
+        floor[idx] = terms["floor_ms"].to_numpy()
         roofline[idx] = terms["roofline_ms"].to_numpy()
     y = np.log(df["latency_ms"].to_numpy(np.float64) / prior) if df["latency_ms"].notna().all() else np.full(len(df), np.nan)
-    return Featurized(rows=df, X=X, prior_ms=prior, roofline_ms=roofline, y=y)
+    return Featurized(rows=df, X=X, prior_ms=prior, floor_ms=floor, roofline_ms=roofline, y=y)
 
 
 def data_digest(df: pd.DataFrame) -> str:

@@ -31,7 +31,7 @@ from hybridperf import __version__
 from hybridperf.errors import InputError
 from hybridperf.ops import OP_CLASSES
 from hybridperf.predictor import ood_score
-from hybridperf.priors.launch import floors_ms, row_host, row_timing
+from hybridperf.priors.launch import row_timing
 from hybridperf.residual_models.bundle import stratum_key, write_manifest
 from hybridperf.residual_models.features import FEATURE_NAMES
 from hybridperf.residual_models.intervals import FLOOR_SHARE_EDGES, MIN_REGIME_ROWS, floor_share_bin, rows_quantiles
@@ -117,8 +117,7 @@ def predict_heldout(fitted: dict, rows: pd.DataFrame) -> pd.DataFrame:
     out = fz.rows[["device", "op", "op_class", "B", "M", "N", "K", "H", "latency_ms"]].copy()
     out["timing"] = row_timing(fz.rows).to_numpy()
     out["prior_ms"] = fz.prior_ms
-    out["floor_share"] = floors_ms(out["op_class"].to_numpy(), out["timing"].to_numpy(),
-                                   row_host(fz.rows).to_numpy()) / fz.prior_ms
+    out["floor_share"] = fz.floor_ms / fz.prior_ms
     if "calibration_only" in fz.rows.columns:  # held-out rows that calibrate intervals only (choose_blend)
         out["calibration_only"] = fz.rows["calibration_only"].to_numpy(bool)
     out["roofline_ms"] = fz.roofline_ms
