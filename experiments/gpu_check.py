@@ -24,7 +24,7 @@ prediction of the shipped bundle for this GPU:
    tensors with GPT-2-Large's parameter sizes (fp32, gradients set), mean of the fastest 5 of 10
    steps after 2 warm-ups, against `predict_model(..., optimizer=...)["opt_ms"]`. Needs no `transformers`.
 6. `report.md`: per op class MAPE and 90%-interval coverage, this host's per-call floor (as a share of
-   NeuSight's: `host_floor_scale`), GEMM TFLOP/s measured vs prior, the burst
+   NeuSight's: `hybridperf.priors.kernel_prior.host_floor_scale`), GEMM TFLOP/s measured vs prior, the burst
    ratio, the optimizer steps and the model errors; `env.json`: device, driver, torch/CUDA versions, clocks.
 
     python experiments/gpu_check.py --out experiments/out/gpu_check            # on the GPU machine
@@ -53,8 +53,10 @@ sys.path.insert(0, str(REPO))
 
 from hybridperf.datasets.collector import collect_kernels, fastest_mean, time_calls  # noqa: E402
 from hybridperf.datasets.schema import canonicalize  # noqa: E402
+from hybridperf.devices import get_device  # noqa: E402
 from hybridperf.predictor import Predictor  # noqa: E402
 from hybridperf.priors.gemm import tiles_without  # noqa: E402
+from hybridperf.priors.kernel_prior import host_floor_scale  # noqa: E402
 from hybridperf.priors.launch import CURRENT_HOST_FLOOR_SCALE  # noqa: E402
 
 ELEMENTWISE = ("add", "mul", "div", "pow", "addu", "mulu", "divu", "relu", "gelu", "tanh")
@@ -361,23 +363,6 @@ def check_optimizer(torch, target: str, device: str, quick: bool) -> pd.DataFram
     return pd.DataFrame(rows)
 
 
-def host_floor_scale(kernels: pd.DataFrame, device: str, min_floor_share: float = 0.25) -> tuple[float, int]:
-    """This host's per-call floor as a share of NeuSight's, and the number of kernels it was read on:
-    the median, over the measured kernels whose NeuSight floor is at least `min_floor_share` of their
-    prior, of (measured - the prior's body) / NeuSight's floor. `CURRENT_HOST_FLOOR_SCALE` in
-    hybridperf/priors/launch.py is this number on our H200's host."""
-    from hybridperf.devices import get_device
-    from hybridperf.priors.kernel_prior import kernel_prior_terms
-
-    rows = canonicalize(kernels[["OPName", "B", "M", "N", "K", "H", "dtype", "Latency"]], require_latency=True,
-                        host="neusight")
-    terms = kernel_prior_terms(rows, get_device(device))
-    floor, prior = terms["floor_ms"].to_numpy(), terms["prior_ms"].to_numpy()
-    m = floor >= min_floor_share * prior
-    implied = (rows["latency_ms"].to_numpy()[m] - (prior - floor)[m]) / floor[m]
-    return (float(np.median(implied)) if m.any() else float("nan")), int(m.sum())
-
-
 def write_report(out: Path, env: dict, kernels: pd.DataFrame, gemm: pd.DataFrame, burst: pd.DataFrame,
                  models: pd.DataFrame | None, optimizer: pd.DataFrame | None = None) -> None:
     k = kernels.assign(ratio=kernels["pred_ms"] / kernels["latency_ms"],
@@ -395,7 +380,7 @@ def write_report(out: Path, env: dict, kernels: pd.DataFrame, gemm: pd.DataFrame
          "",
          "## Kernels (NeuSight methodology): MAPE %, 90% coverage %, median predicted/measured", ""]
     with tiles_without(env["predicted_for"]):
-        scale, n = host_floor_scale(kernels, env["predicted_for"])
+        scale, n = host_floor_scale(kernels, get_device(env["predicted_for"]))
     L += [per.to_markdown(index=False, floatfmt=".3g"), "",
           f"Per-call floor of this host: {scale:.2f} of NeuSight's, read on {n} floor-bound kernels "
           f"(`host_floor_scale`; the predictions above assume {CURRENT_HOST_FLOOR_SCALE}, a `current` host).", "",

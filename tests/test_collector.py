@@ -181,3 +181,24 @@ def test_model_profile_report_splits_kernel_time_from_gaps():
         assert parts["measured_ms"].sum() == pytest.approx(e2e["measured_ms"])
         assert parts["ours_ms"].sum() == pytest.approx(e2e["ours_ms"])
         assert (parts.loc[parts["group"] != "gaps and host", "ours_ms"] >= 0).all()
+
+
+def test_host_floor_scale_reads_the_hosts_share_of_the_call_floor():
+    """Kernels whose measured time is the prior's body plus s x NeuSight's floor give back s, read on
+    the floor-bound ones only; `collect` reports it for a catalog GPU and stays quiet on the CPU."""
+    from hybridperf.cli.collect import host_floor_line
+    from hybridperf.devices import get_device
+    from hybridperf.priors.kernel_prior import host_floor_scale, kernel_prior_terms
+
+    rows = canonicalize(pd.DataFrame({"OPName": ["add", "relu", "linear", "softmax", "add"],
+                                      "B": [1, 4, 1, 8, 1 << 16], "M": [None, None, 64, None, None],
+                                      "N": [None, None, 64, None, None], "K": [None, None, 64, None, None],
+                                      "H": [64, 256, None, 128, 8192]}), device="Tesla T4")
+    dev = get_device("Tesla T4")
+    terms = kernel_prior_terms(rows.assign(host="neusight"), dev)
+    body, floor = terms["prior_ms"] - terms["floor_ms"], terms["floor_ms"]
+    measured = rows.assign(latency_ms=(body + 0.5 * floor).to_numpy())
+    scale, n = host_floor_scale(measured, dev)
+    assert scale == pytest.approx(0.5) and n == 4  # the large add is not floor-bound
+    assert "0.50 of NeuSight's (4 floor-bound kernels)" in host_floor_line(measured)
+    assert host_floor_line(measured.assign(device="cpu")) is None

@@ -39,6 +39,28 @@ def collect(
                       highlight=False, markup=False)
     console.print(f"wrote {len(df)} kernels measured on {df['Device'].iloc[0]} to {out}", highlight=False,
                   markup=False)
+    line = host_floor_line(df)
+    if line:
+        console.print(line, highlight=False, markup=False)
+
+
+def host_floor_line(measured) -> str | None:
+    """One line on the measuring host's per-call floor against the one predictions assume, when the
+    kernels were measured on a catalog GPU and at least 3 of them are floor-bound."""
+    from hybridperf.devices import get_device
+    from hybridperf.errors import HybridperfError
+    from hybridperf.priors.kernel_prior import host_floor_scale
+    from hybridperf.priors.launch import CURRENT_HOST_FLOOR_SCALE
+
+    try:
+        dev = get_device(str(measured["device"].iloc[0]))
+    except HybridperfError:  # the CPU, or a GPU the catalog lacks
+        return None
+    scale, n = host_floor_scale(measured, dev)
+    if n < 3:
+        return None
+    return (f"per-call floor of this host: {scale:.2f} of NeuSight's ({n} floor-bound kernels); predictions "
+            f"assume {CURRENT_HOST_FLOOR_SCALE} (`--host current`), and `--calibration` with these rows learns the rest")
 
 
 def register(app: typer.Typer) -> None:
