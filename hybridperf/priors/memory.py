@@ -30,7 +30,8 @@ def dram_efficiency(device: DeviceSpec) -> float:
 
 
 def l2_hit_fraction(working_set_bytes, device: DeviceSpec) -> np.ndarray:
-    """Fraction of traffic served from L2 on repeated calls: 1 when the working set fits, falling as 1/size."""
+    """Fraction of traffic served from L2 on repeated calls: 1 when the working set fits in the usable
+    part of L2, then (usable / size)^2."""
     usable = device.l2_mb * 1e6 * L2_USABLE
     ws = np.maximum(np.asarray(working_set_bytes, dtype=np.float64), 1.0)
     return np.clip(usable / ws, 0.0, 1.0) ** 2
