@@ -57,7 +57,7 @@ from hybridperf.devices import get_device  # noqa: E402
 from hybridperf.predictor import Predictor  # noqa: E402
 from hybridperf.priors.gemm import tiles_without  # noqa: E402
 from hybridperf.priors.kernel_prior import host_floor_scale  # noqa: E402
-from hybridperf.priors.launch import CURRENT_HOST_FLOOR_SCALE  # noqa: E402
+from hybridperf.priors.launch import HOST_FLOOR_SCALE, describe_floor_shares  # noqa: E402
 
 ELEMENTWISE = ("add", "mul", "div", "pow", "addu", "mulu", "divu", "relu", "gelu", "tanh")
 MODELS = [  # (config, family, batch, seq, mode, dtype, recompute, layers: None = the config's)
@@ -380,10 +380,11 @@ def write_report(out: Path, env: dict, kernels: pd.DataFrame, gemm: pd.DataFrame
          "",
          "## Kernels (NeuSight methodology): MAPE %, 90% coverage %, median predicted/measured", ""]
     with tiles_without(env["predicted_for"]):
-        scale, n = host_floor_scale(kernels, get_device(env["predicted_for"]))
+        shares, n = host_floor_scale(kernels, get_device(env["predicted_for"]))
     L += [per.to_markdown(index=False, floatfmt=".3g"), "",
-          f"Per-call floor of this host: {scale:.2f} of NeuSight's, read on {n} floor-bound kernels "
-          f"(`host_floor_scale`; the predictions above assume {CURRENT_HOST_FLOOR_SCALE}, a `current` host).", "",
+          (f"Per-call floor of this host: {describe_floor_shares(shares)} of NeuSight's, read on {n} floor-bound "
+           f"kernels (`host_floor_scale`; the predictions above assume {describe_floor_shares(HOST_FLOOR_SCALE['current'])}, "
+           "a `current` host)." if n else "No floor-bound kernel to read this host's per-call floor on."), "",
           "## Square GEMMs: TFLOP/s measured vs predicted", ""]
     L += [gemm[["dtype", "M", "latency_ms", "measured_tflops", "predicted_tflops"]].to_markdown(index=False, floatfmt=".3g")]
     L += ["", "## Burst: the same fp32 GEMM after idling and after sustained load", "",

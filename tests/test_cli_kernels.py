@@ -362,8 +362,8 @@ def test_rows_outside_the_training_range_get_a_note(tmp_path):
 
 def test_host_sets_the_call_floor(tmp_path):
     """A call timed on NeuSight's hosts (`--host neusight`) carries their larger per-call overhead:
-    a tiny kernel costs their floor; the default, a current host, its 0.42 share of it."""
-    from hybridperf.priors.launch import CURRENT_HOST_FLOOR_SCALE, FLOOR_MS
+    a tiny kernel costs their floor; the default, a current host, its share of it."""
+    from hybridperf.priors.launch import FLOOR_MS, HOST_FLOOR_SCALE
 
     tiny = _write(tmp_path, "tiny.csv", "OPName,B,H\nadd,1,64\n")
     preds = {}
@@ -373,7 +373,7 @@ def test_host_sets_the_call_floor(tmp_path):
         assert code == 0, text
         preds[host] = pd.read_csv(tmp_path / f"{host}.csv")["pred_ms"].iloc[0]
     assert preds["neusight"] == pytest.approx(FLOOR_MS["elementwise"], rel=0.02)
-    assert preds["current"] == pytest.approx(FLOOR_MS["elementwise"] * CURRENT_HOST_FLOOR_SCALE, rel=0.05)
+    assert preds["current"] == pytest.approx(FLOOR_MS["elementwise"] * HOST_FLOOR_SCALE["current"]["elementwise"], rel=0.05)
     code, text = _predict([tiny, "--device", "NVIDIA A40", "--output", tmp_path / "d.csv", "--prior-only"])
     assert pd.read_csv(tmp_path / "d.csv")["pred_ms"].iloc[0] == preds["current"]
 

@@ -198,7 +198,8 @@ def test_host_floor_scale_reads_the_hosts_share_of_the_call_floor():
     terms = kernel_prior_terms(rows.assign(host="neusight"), dev)
     body, floor = terms["prior_ms"] - terms["floor_ms"], terms["floor_ms"]
     measured = rows.assign(latency_ms=(body + 0.5 * floor).to_numpy())
-    scale, n = host_floor_scale(measured, dev)
-    assert scale == pytest.approx(0.5) and n == 4  # the large add is not floor-bound
+    shares, n = host_floor_scale(measured, dev, min_class_rows=2)
+    assert n == 4  # the large add is not floor-bound
+    assert shares == pytest.approx({"all": 0.5, "elementwise": 0.5})  # one linear, one softmax: no share of their own
     assert "0.50 of NeuSight's (4 floor-bound kernels)" in host_floor_line(measured)
     assert host_floor_line(measured.assign(device="cpu")) is None

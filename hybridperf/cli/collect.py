@@ -50,17 +50,18 @@ def host_floor_line(measured) -> str | None:
     from hybridperf.devices import get_device
     from hybridperf.errors import HybridperfError
     from hybridperf.priors.kernel_prior import host_floor_scale
-    from hybridperf.priors.launch import CURRENT_HOST_FLOOR_SCALE
+    from hybridperf.priors.launch import HOST_FLOOR_SCALE, describe_floor_shares
 
     try:
         dev = get_device(str(measured["device"].iloc[0]))
     except HybridperfError:  # the CPU, or a GPU the catalog lacks
         return None
-    scale, n = host_floor_scale(measured, dev)
+    shares, n = host_floor_scale(measured, dev)
     if n < 3:
         return None
-    return (f"per-call floor of this host: {scale:.2f} of NeuSight's ({n} floor-bound kernels); predictions "
-            f"assume {CURRENT_HOST_FLOOR_SCALE} (`--host current`), and `--calibration` with these rows learns the rest")
+    return (f"per-call floor of this host: {describe_floor_shares(shares)} of NeuSight's ({n} floor-bound kernels); "
+            f"predictions assume {describe_floor_shares(HOST_FLOOR_SCALE['current'])} (`--host current`), and "
+            "`--calibration` with these rows learns the rest")
 
 
 def register(app: typer.Typer) -> None:

@@ -30,7 +30,7 @@ def predict_kernels(
     host: str = typer.Option(
         "current", "--host",
         help="Whose per-call overhead a timed call carries: 'current' = a current server and PyTorch; "
-             "'neusight' = the hosts of NeuSight's artifact (PyTorch 2.1), whose calls cost ~2.4x more. "
+             "'neusight' = the hosts of NeuSight's artifact (PyTorch 2.1), whose calls cost 1.7-2.6x more. "
              "Rows with their own `host` column keep it.",
     ),
 ) -> None:

@@ -100,14 +100,20 @@ def prior_ms(kernels: pd.DataFrame, device: DeviceSpec, timing: str | None = Non
     return kernel_prior_terms(kernels, device, timing)["prior_ms"].to_numpy()
 
 
-def host_floor_scale(measured: pd.DataFrame, device: DeviceSpec, min_floor_share: float = 0.25) -> tuple[float, int]:
-    """The measuring host's per-call floor as a share of NeuSight's (`launch.HOST_FLOOR_SCALE`), and the
-    number of kernels it was read on: the median, over the call-timed rows of a canonical table of
-    measured kernels whose NeuSight floor is at least `min_floor_share` of their prior, of
-    (measured - the prior's body) / NeuSight's floor. NaN when no row is floor-bound."""
+def host_floor_scale(measured: pd.DataFrame, device: DeviceSpec, min_floor_share: float = 0.25,
+                     min_class_rows: int = 5) -> tuple[dict, int]:
+    """The measuring host's per-call floor as a share of NeuSight's, in `launch.HOST_FLOOR_SCALE`'s
+    form ({"all": share, op class: share...}), and the number of kernels it was read on: the median, over
+    the call-timed rows of a canonical table of measured kernels whose NeuSight floor is at least
+    `min_floor_share` of their prior, of (measured - the prior's body) / NeuSight's floor; per op class
+    where `min_class_rows` of them are. {} when no row is floor-bound."""
     rows = measured.assign(host="neusight")
     terms = kernel_prior_terms(rows, device)
     floor, prior = terms["floor_ms"].to_numpy(), terms["prior_ms"].to_numpy()
     m = (row_timing(rows).to_numpy() == "call") & (floor >= min_floor_share * prior)
-    implied = (rows["latency_ms"].to_numpy(np.float64)[m] - (prior - floor)[m]) / floor[m]
-    return (float(np.median(implied)) if m.any() else float("nan")), int(m.sum())
+    implied = pd.Series((rows["latency_ms"].to_numpy(np.float64)[m] - (prior - floor)[m]) / floor[m])
+    if implied.empty:
+        return {}, 0
+    by_class = implied.groupby(rows["op_class"].to_numpy()[m])
+    shares = {oc: float(v) for oc, v in by_class.median().items() if by_class.size()[oc] >= min_class_rows}
+    return {"all": float(implied.median()), **shares}, int(m.sum())

@@ -17,7 +17,7 @@ call-timed row also names its `host`:
   * `neusight`: the hosts of NeuSight's artifact (PyTorch 2.1), where FLOOR_MS was read;
   * `current`:  a current server and PyTorch (the default: what a user measuring today runs). Read
                 off the host of our lent H200 (PyTorch 2.11, CUDA 13.0), it dispatches a call in
-                0.42 of NeuSight's time (CURRENT_HOST_FLOOR_SCALE; experiments/RESULTS.md section 8).
+                0.38-0.59 of NeuSight's time by op class (HOST_FLOOR_SCALE; RESULTS.md section 8).
 """
 from __future__ import annotations
 
@@ -49,11 +49,16 @@ KERNEL_FLOOR_MS = {
 DEFAULT_KERNEL_FLOOR_MS = 0.005
 TIMINGS = ("call", "kernel")
 
-#: a current host's call floor over NeuSight's: the median, over the H200 grid's floor-bound kernels
-#: (floor share >= 0.25 on NeuSight's floor, `experiments/gpu_check.py --from`), of (measured - the
-#: prior's body) / FLOOR_MS. Our H100's host, a check, gives 0.54.
-CURRENT_HOST_FLOOR_SCALE = 0.42
-HOST_FLOOR_SCALE = {"neusight": 1.0, "current": CURRENT_HOST_FLOOR_SCALE}
+#: each host's call floor as a share of FLOOR_MS: per op class where it was measured, else the host's
+#: share over all classes (`all`). `current` is the H200 grid's (`kernel_prior.host_floor_scale`: the
+#: median, over kernels whose NeuSight floor is at least 0.25 of their prior, of (measured - the prior's
+#: body) / FLOOR_MS): all 0.42 (66 kernels), bmm 0.59, elementwise 0.40, linear 0.38. Our H100's host,
+#: a check: all 0.54, bmm 0.73, elementwise 0.50, linear 0.49. Neither grid has a floor-bound softmax
+#: or LayerNorm.
+HOST_FLOOR_SCALE = {
+    "neusight": {"all": 1.0},
+    "current": {"all": 0.42, "bmm": 0.59, "elementwise": 0.40, "linear": 0.38},
+}
 HOSTS = tuple(HOST_FLOOR_SCALE)
 DEFAULT_HOST = "current"
 
@@ -72,6 +77,18 @@ def check_host(host: str) -> str:
     return host
 
 
+def host_floor_share(op_class: str, host: str) -> float:
+    """`host`'s call floor for `op_class` as a share of NeuSight's (HOST_FLOOR_SCALE)."""
+    shares = HOST_FLOOR_SCALE[check_host(host)]
+    return shares.get(op_class, shares["all"])
+
+
+def describe_floor_shares(shares: dict) -> str:
+    """'0.42 (bmm 0.59, linear 0.38)': a host's shares as HOST_FLOOR_SCALE holds them."""
+    classes = ", ".join(f"{oc} {v:.2f}" for oc, v in sorted(shares.items()) if oc != "all")
+    return f"{shares['all']:.2f}" + (f" ({classes})" if classes else "")
+
+
 def row_timing(rows: pd.DataFrame) -> pd.Series:
     """Each row's timing: its `timing` column, `call` (NeuSight's semantics) where the table has none."""
     return rows["timing"] if "timing" in rows.columns else pd.Series("call", index=rows.index, dtype=object)
@@ -86,7 +103,7 @@ def launch_floor_ms(op_class: str, timing: str = "call", host: str = DEFAULT_HOS
     """Latency floor (ms) of one op of `op_class` as `timing` measures it on `host` (module docstring)."""
     if check_timing(timing) == "kernel":
         return KERNEL_FLOOR_MS.get(op_class, DEFAULT_KERNEL_FLOOR_MS)
-    return FLOOR_MS.get(op_class, DEFAULT_FLOOR_MS) * HOST_FLOOR_SCALE[check_host(host)]
+    return FLOOR_MS.get(op_class, DEFAULT_FLOOR_MS) * host_floor_share(op_class, host)
 
 
 def floors_ms(op_class, timing, host=DEFAULT_HOST) -> np.ndarray:
