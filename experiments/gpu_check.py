@@ -24,7 +24,7 @@ prediction of the shipped bundle for this GPU:
    tensors with GPT-2-Large's parameter sizes (fp32, gradients set), mean of the fastest 5 of 10
    steps after 2 warm-ups, against `predict_model(..., optimizer=...)["opt_ms"]`. Needs no `transformers`.
 6. `report.md`: per op class MAPE and 90%-interval coverage, this host's per-call floor (as a share of
-   NeuSight's: `hybridperf.priors.kernel_prior.host_floor_scale`), GEMM TFLOP/s measured vs prior, the burst
+   NeuSight's: `hybridperf.priors.kernel_prior.host_floor_note`), GEMM TFLOP/s measured vs prior, the burst
    ratio, the optimizer steps and the model errors; `env.json`: device, driver, torch/CUDA versions, clocks.
 
     python experiments/gpu_check.py --out experiments/out/gpu_check            # on the GPU machine
@@ -56,8 +56,7 @@ from hybridperf.datasets.schema import canonicalize  # noqa: E402
 from hybridperf.devices import get_device  # noqa: E402
 from hybridperf.predictor import Predictor  # noqa: E402
 from hybridperf.priors.gemm import tiles_without  # noqa: E402
-from hybridperf.priors.kernel_prior import host_floor_scale  # noqa: E402
-from hybridperf.priors.launch import HOST_FLOOR_SCALE, describe_floor_shares  # noqa: E402
+from hybridperf.priors.kernel_prior import host_floor_note  # noqa: E402
 
 ELEMENTWISE = ("add", "mul", "div", "pow", "addu", "mulu", "divu", "relu", "gelu", "tanh")
 MODELS = [  # (config, family, batch, seq, mode, dtype, recompute, layers: None = the config's)
@@ -380,11 +379,9 @@ def write_report(out: Path, env: dict, kernels: pd.DataFrame, gemm: pd.DataFrame
          "",
          "## Kernels (NeuSight methodology): MAPE %, 90% coverage %, median predicted/measured", ""]
     with tiles_without(env["predicted_for"]):
-        shares, n = host_floor_scale(kernels, get_device(env["predicted_for"]))
+        note = host_floor_note(kernels, get_device(env["predicted_for"]))
     L += [per.to_markdown(index=False, floatfmt=".3g"), "",
-          (f"Per-call floor of this host: {describe_floor_shares(shares)} of NeuSight's, read on {n} floor-bound "
-           f"kernels (`host_floor_scale`; the predictions above assume {describe_floor_shares(HOST_FLOOR_SCALE['current'])}, "
-           "a `current` host)." if n else "No floor-bound kernel to read this host's per-call floor on."), "",
+          f"{note}." if note else "No floor-bound kernel to read this host's per-call floor on.", "",
           "## Square GEMMs: TFLOP/s measured vs predicted", ""]
     L += [gemm[["dtype", "M", "latency_ms", "measured_tflops", "predicted_tflops"]].to_markdown(index=False, floatfmt=".3g")]
     L += ["", "## Burst: the same fp32 GEMM after idling and after sustained load", "",

@@ -49,19 +49,14 @@ def host_floor_line(measured) -> str | None:
     kernels were measured on a catalog GPU and at least 3 of them are floor-bound."""
     from hybridperf.devices import get_device
     from hybridperf.errors import HybridperfError
-    from hybridperf.priors.kernel_prior import host_floor_scale
-    from hybridperf.priors.launch import HOST_FLOOR_SCALE, describe_floor_shares
+    from hybridperf.priors.kernel_prior import host_floor_note
 
     try:
         dev = get_device(str(measured["device"].iloc[0]))
     except HybridperfError:  # the CPU, or a GPU the catalog lacks
         return None
-    shares, n = host_floor_scale(measured, dev)
-    if n < 3:
-        return None
-    return (f"per-call floor of this host: {describe_floor_shares(shares)} of NeuSight's ({n} floor-bound kernels); "
-            f"predictions assume {describe_floor_shares(HOST_FLOOR_SCALE['current'])} (`--host current`), and "
-            "`--calibration` with these rows learns the rest")
+    note = host_floor_note(measured, dev, min_kernels=3)
+    return f"{note}, and `--calibration` with these rows learns the rest" if note else None
 
 
 def register(app: typer.Typer) -> None:

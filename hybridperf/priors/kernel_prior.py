@@ -18,7 +18,7 @@ import pandas as pd
 from hybridperf.devices import DTYPE_BYTES, DeviceSpec
 from hybridperf.ops import GEMM_OPS
 from hybridperf.priors.gemm import gemm_compute, library_efficiency
-from hybridperf.priors.launch import floors_ms, row_host, row_timing
+from hybridperf.priors.launch import HOST_FLOOR_SCALE, describe_floor_shares, floors_ms, row_host, row_timing
 from hybridperf.priors.memory import l2_hit_fraction, memory_time_ms
 from hybridperf.priors.power import sustained_flops
 from hybridperf.priors.roofline import roofline_ms
@@ -117,3 +117,13 @@ def host_floor_scale(measured: pd.DataFrame, device: DeviceSpec, min_floor_share
     by_class = implied.groupby(rows["op_class"].to_numpy()[m])
     shares = {oc: float(v) for oc, v in by_class.median().items() if by_class.size()[oc] >= min_class_rows}
     return {"all": float(implied.median()), **shares}, int(m.sum())
+
+
+def host_floor_note(measured: pd.DataFrame, device: DeviceSpec, min_kernels: int = 1) -> str | None:
+    """The measuring host's floor shares (`host_floor_scale`) against the ones predictions assume, in one
+    line; None when fewer than `min_kernels` of the measured kernels are floor-bound."""
+    shares, n = host_floor_scale(measured, device)
+    if n < max(min_kernels, 1):
+        return None
+    return (f"per-call floor of this host: {describe_floor_shares(shares)} of NeuSight's ({n} floor-bound kernels); "
+            f"predictions assume {describe_floor_shares(HOST_FLOOR_SCALE['current'])} (`--host current`)")
