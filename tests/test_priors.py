@@ -23,6 +23,7 @@ from hybridperf.priors.launch import launch_floor_ms
 from hybridperf.priors.memory import memory_time_ms
 from hybridperf.priors.power import issue_limited_peak, sustained_flops
 from hybridperf.priors.roofline import roofline_ms
+from hybridperf.priors.rowwise import REGISTER_SOFTMAX_MAX_ELEMS, row_issue_ms
 
 DEVICES = ("Tesla T4", "NVIDIA A100-PCIE-40GB", "NVIDIA H100 80GB HBM3", "NVIDIA L4", "AMD Instinct MI300X")
 OPS = ("bmm", "linear", "add", "addu", "mul", "relu", "gelu", "tanh", "pow", "softmax", "ln")
@@ -85,6 +86,16 @@ def test_prior_positive_finite_and_above_floor(op, shapes):
 # monotone in work
 
 
+def _kernel_switch(op: str, rows: list[dict], d: str) -> np.ndarray:
+    """Rows whose doubled `d` moves current PyTorch's softmax out of its register kernel: rows just
+    past it run the shared-memory kernel, which on the H200 took less time per row at 16k elements than
+    the register kernel at 8k (RESULTS.md section 8, session 23)."""
+    if op != "softmax" or d != "H":
+        return np.zeros(len(rows), dtype=bool)
+    H = np.array([r["H"] for r in rows])
+    return (H <= REGISTER_SOFTMAX_MAX_ELEMS) & (2 * H > REGISTER_SOFTMAX_MAX_ELEMS)
+
+
 def _assert_monotone(op: str, rows: list[dict], dims) -> None:
     table, slices = _doubled(op, rows, dims)
     n = len(rows)
@@ -93,7 +104,7 @@ def _assert_monotone(op: str, rows: list[dict], dims) -> None:
         base = p[:n]
         for d, sl in slices.items():
             bigger = p[sl]
-            bad = bigger < base * MONO_TOL
+            bad = (bigger < base * MONO_TOL) & ~_kernel_switch(op, rows, d)
             assert not bad.any(), (
                 f"{op} on {name}: doubling {d} made it faster: "
                 f"{[(rows[i], base[i], bigger[i]) for i in np.flatnonzero(bad)]}"
@@ -183,12 +194,14 @@ def test_roofline_halves_with_double_peak_for_compute_bound_gemm(name):
 def test_prior_of_memory_bound_op_faster_with_double_bandwidth(name, op):
     dev = get_device(name)
     fast = dataclasses.replace(dev, mem_bw_gbs=2 * dev.mem_bw_gbs)
-    t = _table(op, [{"B": 65536, "H": 8192}])
+    t = _table(op, [{"B": 32768, "H": 16384}])
     floor = launch_floor_ms(OP_CLASS[op])
     slow_t = prior_ms(t, dev)[0] - floor
     fast_t = prior_ms(t, fast)[0] - floor
     assert 0 < fast_t < slow_t
-    assert fast_t == pytest.approx(slow_t / 2, rel=1e-9)  # memory-bound: exactly half
+    # memory-bound: exactly half, unless the SMs cannot stream the rows that fast (row-wise kernels)
+    sm = row_issue_ms(OP_CLASS[op], 32768, 16384, 4, dev, current=True)[()] if OP_CLASS[op] in ("softmax", "layernorm") else 0.0
+    assert fast_t == pytest.approx(max(slow_t / 2, sm), rel=1e-9)
     assert memory_time_ms(t["bytes"], fast)[0] == pytest.approx(memory_time_ms(t["bytes"], dev)[0] / 2, rel=1e-12)
 
 

@@ -1,5 +1,6 @@
 """The row-wise kernel model (hybridperf.priors.rowwise): PyTorch's layouts as NeuSight's traces show
-them, and re-reads that are cheap while the rows in flight fit in L2 and full DRAM reads after."""
+them and as current PyTorch runs them, re-reads that are cheap while the rows in flight fit in L2 and
+full DRAM reads after, and the SM-side cost that binds where memory is fast."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,7 +12,7 @@ from hybridperf.datasets.schema import canonicalize
 from hybridperf.devices import get_device
 from hybridperf.priors.kernel_prior import kernel_prior_terms
 from hybridperf.priors.rowwise import (
-    REREAD_FITS_L2, REREAD_SPILLS_L2, reread_hit_fraction, reread_time_ms, row_kernel_layout,
+    REREAD_FITS_L2, REREAD_SPILLS_L2, reread_hit_fraction, reread_time_ms, row_issue_ms, row_kernel_layout,
 )
 
 
@@ -36,8 +37,8 @@ def test_reread_hit_fraction_falls_from_one_to_zero_as_rows_outgrow_l2():
     assert np.all(np.diff(hit) <= 0) and 0.0 < hit[2] < 1.0
 
 
-def _softmax(B: int, H: int) -> pd.DataFrame:
-    return canonicalize(pd.DataFrame({"OPName": ["softmax"], "B": [B], "H": [H]}))
+def _softmax(B: int, H: int, host: str = "neusight") -> pd.DataFrame:
+    return canonicalize(pd.DataFrame({"OPName": ["softmax"], "B": [B], "H": [H]}), host=host)
 
 
 def test_long_softmax_rows_cost_more_per_byte_when_l2_is_small():
@@ -55,3 +56,28 @@ def test_warp_softmax_has_no_reread_cost():
     H = np.array([1024.0, 1280.0])
     t, _ = reread_time_ms("softmax", H, 2 * 65536 * H * 4, 2 * 65536 * H * 4, 4, dev, 1.0)
     assert t[0] == 0.0 and t[1] > 0.0
+
+
+def test_current_pytorch_softmax_stages_rows_it_can_hold():
+    # rows over 1024 elements get a 1024-thread block; up to 9 x 1024 elements sit in registers, longer
+    # ones in 48 KiB of shared memory if they fit; only the rest stream three times
+    H = np.array([1024, 2048, 9216, 16384])
+    threads, rereads = row_kernel_layout("softmax", H, 4, current=True)
+    assert threads.tolist() == [32, 1024, 1024, 1024] and rereads.tolist() == [0, 0, 0, 2]
+    _, rereads_half = row_kernel_layout("softmax", H, 2, current=True)
+    assert rereads_half.tolist() == [0, 0, 0, 0]
+
+
+def test_sm_side_cost_binds_where_memory_is_fast_for_the_sms():
+    # LayerNorm over short rows: SM-bound on the H200 (its grid ran 2.2x the memory time), memory-bound on a T4
+    rows = canonicalize(pd.DataFrame({"OPName": ["ln"], "B": [524288], "H": [512]}))
+    for name, binds in (("NVIDIA H200", True), ("Tesla T4", False)):
+        dev = get_device(name)
+        sm = row_issue_ms("layernorm", 524288, 512, 4, dev)[()]
+        assert (kernel_prior_terms(rows, dev).iloc[0]["memory_ms"] == sm) == binds
+    # softmax in current PyTorch's register kernel costs more SM cycles per element the longer the row
+    dev = get_device("NVIDIA H200")
+    H = np.array([512.0, 2048.0, 8192.0])
+    per_elem = row_issue_ms("softmax", 1.0, H, 2, dev, current=True) / H
+    assert per_elem[0] < per_elem[1] < per_elem[2]
+    assert np.allclose(row_issue_ms("softmax", 1.0, H, 2, dev, current=False) / H, per_elem[0])

@@ -29,9 +29,9 @@ def predict_kernels(
     ),
     host: str = typer.Option(
         "current", "--host",
-        help="Whose per-call overhead a timed call carries: 'current' = a current server and PyTorch; "
-             "'neusight' = the hosts of NeuSight's artifact (PyTorch 2.1), whose calls cost 1.7-2.6x more. "
-             "Rows with their own `host` column keep it.",
+        help="Whose per-call overhead a timed call carries, and whose PyTorch picks the softmax kernel: "
+             "'current' = a current server and PyTorch; 'neusight' = the hosts of NeuSight's artifact "
+             "(PyTorch 2.1), whose calls cost 1.7-2.6x more. Rows with their own `host` column keep it.",
     ),
 ) -> None:
     """Predict the latency of every kernel in INPUT.csv on DEVICE; adds pred_ms, pred_lo_ms, pred_hi_ms."""

@@ -3,9 +3,9 @@
     GEMMs (bmm, linear):   floor + max(tile/wave-quantized compute at the power-capped rate, divided
                                        by the vendor BLAS efficiency, compulsory bytes at achievable bandwidth)
     elementwise:           floor + max(bytes at achievable bandwidth with L2 residency, FLOPs at the vector rate)
-    softmax, LayerNorm:    floor + (one read and write + re-reads, from L2 while the rows in flight
-                           fit in it) at the bandwidth the rows in flight can draw
-                           (`hybridperf.priors.rowwise`: PyTorch's kernel layouts)
+    softmax, LayerNorm:    floor + max(one read and write + re-reads, from L2 while the rows in flight
+                           fit in it, at the bandwidth the rows in flight can draw; the SM cycles the
+                           rows take)  (`hybridperf.priors.rowwise`: PyTorch's kernel layouts)
 
 The terms (compute, memory, tiles, waves, wave efficiency, L2 hit rate, ...) are also the
 device-agnostic features the residual models learn from.
@@ -22,7 +22,7 @@ from hybridperf.priors.launch import HOST_FLOOR_SCALE, describe_floor_shares, fl
 from hybridperf.priors.memory import l2_hit_fraction, memory_time_ms
 from hybridperf.priors.power import sustained_flops
 from hybridperf.priors.roofline import roofline_ms
-from hybridperf.priors.rowwise import reread_time_ms, row_parallel_fraction
+from hybridperf.priors.rowwise import reread_time_ms, row_issue_ms, row_parallel_fraction
 
 TERM_COLUMNS = (
     "roofline_ms", "prior_ms", "compute_ms", "memory_ms", "floor_ms", "tiles", "waves",
@@ -41,8 +41,8 @@ def kernel_prior_terms(kernels: pd.DataFrame, device: DeviceSpec, timing: str | 
     n = len(kernels)
     if timing is None:
         timing = row_timing(kernels).to_numpy()
-    floors = floors_ms(kernels["op_class"].to_numpy(), np.broadcast_to(np.asarray(timing, dtype=object), (n,)),
-                       row_host(kernels).to_numpy())
+    hosts = row_host(kernels).to_numpy()
+    floors = floors_ms(kernels["op_class"].to_numpy(), np.broadcast_to(np.asarray(timing, dtype=object), (n,)), hosts)
     out = {c: np.zeros(n) for c in TERM_COLUMNS}
     out["wave_efficiency"][:] = 1.0
     out["tile_efficiency"][:] = 1.0
@@ -83,10 +83,15 @@ def kernel_prior_terms(kernels: pd.DataFrame, device: DeviceSpec, timing: str | 
                 frac = row_parallel_fraction(g["B"].to_numpy(np.float64), row_bytes, device)
                 # parameters (LayerNorm's gamma and beta) are read once, whatever the row parallelism
                 params = 2.0 * row_bytes if op_class == "layernorm" else 0.0
+                current = hosts[idx] == "current"
                 rereads, out["reread_hit"][idx] = reread_time_ms(
-                    op_class, H, nbytes - params, nbytes, DTYPE_BYTES[dt], device, frac)
+                    op_class, H, nbytes - params, nbytes, DTYPE_BYTES[dt], device, frac, current)
                 mem = memory_time_ms(nbytes - params, device, working_set_bytes=nbytes, parallel_fraction=frac) \
                     + memory_time_ms(params, device) + rereads
+                # the rows stream no faster than the SMs can take them (a term of the memory time, so that
+                # compute_ms stays the FLOP term the residual models read on every GPU alike)
+                mem = np.maximum(mem, row_issue_ms(op_class, g["B"].to_numpy(np.float64), H, DTYPE_BYTES[dt],
+                                                   device, current))
             compute = flops / sustained_flops(device, dt) * 1e3
             out["parallel_fraction"][idx] = frac
         out["compute_ms"][idx] = compute

@@ -18,6 +18,7 @@ call-timed row also names its `host`:
   * `current`:  a current server and PyTorch (the default: what a user measuring today runs). Read
                 off the host of our lent H200 (PyTorch 2.11, CUDA 13.0), it dispatches a call in
                 0.38-0.59 of NeuSight's time by op class (HOST_FLOOR_SCALE; RESULTS.md section 8).
+The host's PyTorch also decides which softmax kernel runs (`hybridperf.priors.rowwise`).
 """
 from __future__ import annotations
 

@@ -17,6 +17,10 @@ chose fits 0.3-0.4, spills 1.15-1.45, cost 0.1; `experiments/priors_report.py`).
 DRAM pass was assumed up to 16 KiB rows (a shared-memory softmax PyTorch 2.1 does not run) and two
 beyond: held-out softmax MAPE was 10-25% per GPU, with rows of 1-4k elements 1.3-1.7x slower and
 rows of 5-10k up to 1.8x faster than that.
+
+LayerNorm also has a cost on the SM side, per row: a fixed part (the block's start and its two
+Welford/block reductions) and a part per byte of the row it streams. Where memory is fast for the
+SMs feeding it (Hopper) or rows are short, that cost, not DRAM, sets the time (`row_issue_ms`).
 """
 from __future__ import annotations
 
@@ -35,10 +39,28 @@ REREAD_L2_COST = 0.1
 MAX_BLOCKS_PER_SM = 16
 #: PyTorch's warp-per-row softmax covers rows of up to this many elements
 WARP_SOFTMAX_MAX_ELEMS = 1024
+#: LayerNorm's SM-side cost per row: SM cycles for each row ...
+LAYERNORM_ROW_CYCLES = 359.0
+#: ... plus SM cycles per byte of the row. Both read off our H200's fp32 and fp16 grid, rows of
+#: 512-2048 elements (`experiments/data/measured/h200/kernels.csv`), and checked on the H100 and on
+#: NeuSight's five GPUs (experiments/RESULTS.md, section 1, session 23)
+LAYERNORM_ROW_CYCLES_PER_BYTE = 0.113
+#: softmax's SM-side cost, SM cycles per element (the H200's fp16 rows of 512-1024 elements, which
+#: take 0.74x their fp32 time, not half of it)
+SOFTMAX_CYCLES_PER_ELEM = 0.38
+#: current PyTorch (2.3 on; our hosts ran 2.11) gives rows over 1024 elements a 1024-thread block and
+#: keeps rows of up to 9 x 1024 elements in registers (`cunn_SoftMaxForwardReg`: one read). There the
+#: H200's cycles per element grow as the square root of the row (0.53 / 0.80 / 1.03 at 2k / 4k / 8k
+#: elements, fp32 and fp16 alike). Longer rows that fit in 48 KiB of shared memory are staged there
+#: (one read); the others stream three times, as in PyTorch 2.1.
+REGISTER_SOFTMAX_MAX_ELEMS = 9 * 1024
+SOFTMAX_SMEM_BYTES = 48 * 1024
 
 
-def row_kernel_layout(op_class: str, H: np.ndarray, dtype_bytes: int) -> tuple[np.ndarray, np.ndarray]:
-    """(threads per row, re-reads of each row) of PyTorch's softmax or LayerNorm kernel."""
+def row_kernel_layout(op_class: str, H: np.ndarray, dtype_bytes: int,
+                      current=False) -> tuple[np.ndarray, np.ndarray]:
+    """(threads per row, re-reads of each row) of PyTorch's softmax or LayerNorm kernel: PyTorch
+    2.1's (NeuSight's hosts), or current PyTorch's where `current` (a bool per row, or one for all)."""
     H = np.asarray(H, dtype=np.float64)
     if op_class == "layernorm":
         return np.full_like(H, 128.0), np.ones_like(H)
@@ -46,7 +68,26 @@ def row_kernel_layout(op_class: str, H: np.ndarray, dtype_bytes: int) -> tuple[n
     half = np.maximum(np.minimum(H / ilp, 1024.0) / 2.0, 1.0)
     block = np.maximum(32.0, 2.0 ** np.ceil(np.log2(half)))
     warp = H <= WARP_SOFTMAX_MAX_ELEMS
-    return np.where(warp, 32.0, block), np.where(warp, 0.0, 2.0)
+    current = np.broadcast_to(np.asarray(current, dtype=bool), H.shape)
+    staged = (H <= REGISTER_SOFTMAX_MAX_ELEMS) | (H * dtype_bytes < SOFTMAX_SMEM_BYTES)
+    threads = np.where(warp, 32.0, np.where(current, 1024.0, block))
+    rereads = np.where(warp | (current & staged), 0.0, 2.0)
+    return threads, rereads
+
+
+def row_issue_ms(op_class: str, rows, H, dtype_bytes: int, device: DeviceSpec, current=False) -> np.ndarray:
+    """SM-side time (ms) of a row-wise kernel, its cycles spread over every SM at boost clock:
+    LayerNorm's per row and per byte, softmax's per element (more per element for the rows current
+    PyTorch keeps in registers, the longer they are)."""
+    rows = np.asarray(rows, dtype=np.float64)
+    H = np.asarray(H, dtype=np.float64)
+    if op_class == "layernorm":
+        cycles = LAYERNORM_ROW_CYCLES + LAYERNORM_ROW_CYCLES_PER_BYTE * H * dtype_bytes
+    else:
+        register = np.asarray(current, dtype=bool) & (H > WARP_SOFTMAX_MAX_ELEMS) & (H <= REGISTER_SOFTMAX_MAX_ELEMS)
+        per_elem = SOFTMAX_CYCLES_PER_ELEM * np.where(register, np.sqrt(H / WARP_SOFTMAX_MAX_ELEMS), 1.0)
+        cycles = per_elem * H
+    return rows * cycles / (device.num_sms * device.boost_clock_mhz * 1e6) * 1e3
 
 
 def reread_hit_fraction(inflight_bytes, device: DeviceSpec) -> np.ndarray:
@@ -66,12 +107,12 @@ def row_parallel_fraction(rows, row_bytes, device: DeviceSpec) -> np.ndarray:
 
 
 def reread_time_ms(op_class: str, H, rows_bytes, working_set_bytes, dtype_bytes: int,
-                   device: DeviceSpec, parallel_fraction) -> tuple[np.ndarray, np.ndarray]:
+                   device: DeviceSpec, parallel_fraction, current=False) -> tuple[np.ndarray, np.ndarray]:
     """(time of the re-reads in ms, their L2 hit fraction) for rows totalling `rows_bytes` (input
     plus output); `working_set_bytes` is the whole call's, which repeated timed calls keep in L2
-    when it fits."""
+    when it fits. `current` picks current PyTorch's layouts (`row_kernel_layout`)."""
     H = np.asarray(H, dtype=np.float64)
-    threads, rereads = row_kernel_layout(op_class, H, dtype_bytes)
+    threads, rereads = row_kernel_layout(op_class, H, dtype_bytes, current)
     blocks_per_sm = np.minimum(np.floor(device.max_threads_per_sm / threads), MAX_BLOCKS_PER_SM)
     inflight = device.num_sms * np.maximum(blocks_per_sm, 1.0) * H * dtype_bytes
     hit = np.maximum(reread_hit_fraction(inflight, device), l2_hit_fraction(working_set_bytes, device))
