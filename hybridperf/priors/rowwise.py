@@ -18,9 +18,13 @@ DRAM pass was assumed up to 16 KiB rows (a shared-memory softmax PyTorch 2.1 doe
 beyond: held-out softmax MAPE was 10-25% per GPU, with rows of 1-4k elements 1.3-1.7x slower and
 rows of 5-10k up to 1.8x faster than that.
 
-LayerNorm also has a cost on the SM side, per row: a fixed part (the block's start and its two
-Welford/block reductions) and a part per byte of the row it streams. Where memory is fast for the
-SMs feeding it (Hopper) or rows are short, that cost, not DRAM, sets the time (`row_issue_ms`).
+Both kernels also cost SM cycles (`row_issue_ms`): LayerNorm a fixed part per row (the block's start
+and its Welford/block reductions) and a part per byte of the row, softmax a part per element. Where
+memory is fast for the SMs feeding it (Hopper) or rows are short, that cost, not DRAM, sets the time.
+
+Current PyTorch (the `current` host) runs other softmax kernels than 2.1 for rows over 1024 elements:
+a 1024-thread block that holds the row in registers or shared memory when it can, and reads it once
+(`row_kernel_layout(..., current=True)`; constants below).
 """
 from __future__ import annotations
 
