@@ -243,6 +243,37 @@ DEVICES: list[DeviceSpec] = [
         smem_per_sm_kb=100, max_threads_per_sm=1536, tdp_w=350, pcie_gen=4, pcie_bw_gbs=32,
         link_name="NVLink3", link_bw_gbs=56.25, form_factor="PCIe", aliases=("RTX-3090", "3090"),
     ),
+    # NVIDIA Ampere GA102 whitepaper (2020), GeForce RTX 3080 (10 GB): 29.8 fp32 (68 SMs at 1710 MHz);
+    # tensor with fp32 accumulate: FP16/BF16 59.5, TF32 29.8 (the fp16-accumulate rate is 2x); INT8 238
+    # (dense); 760 GB/s GDDR6X, 5 MB L2, 320 W. No NVLink.
+    DeviceSpec(
+        name="NVIDIA GeForce RTX 3080", vendor="nvidia", arch="ampere", num_sms=68, cores_per_sm=128,
+        boost_clock_mhz=1710, mem_gb=10, mem_bw_gbs=760, l2_mb=5, mem_type="GDDR6X",
+        peak_tflops={"fp32": 29.8, "fp16": 29.8, "bf16": 29.8, "fp64": 0.47, "tf32_tc": 29.8,
+                     "fp16_tc": 59.5, "bf16_tc": 59.5, "int8_tc": 238.0},
+        smem_per_sm_kb=100, max_threads_per_sm=1536, tdp_w=320, pcie_gen=4, pcie_bw_gbs=32,
+        form_factor="PCIe", aliases=("RTX-3080", "3080"),
+    ),
+    # GeForce RTX 3070 (GA104, same whitepaper's rates per SM): 20.3 fp32 (46 SMs at 1725 MHz); FP16/BF16
+    # tensor with fp32 accumulate 40.6, TF32 20.3, INT8 162.6 (dense); 8 GB GDDR6 448 GB/s, 4 MB L2, 220 W.
+    DeviceSpec(
+        name="NVIDIA GeForce RTX 3070", vendor="nvidia", arch="ampere", num_sms=46, cores_per_sm=128,
+        boost_clock_mhz=1725, mem_gb=8, mem_bw_gbs=448, l2_mb=4, mem_type="GDDR6",
+        peak_tflops={"fp32": 20.3, "fp16": 20.3, "bf16": 20.3, "fp64": 0.32, "tf32_tc": 20.3,
+                     "fp16_tc": 40.6, "bf16_tc": 40.6, "int8_tc": 162.6},
+        smem_per_sm_kb=100, max_threads_per_sm=1536, tdp_w=220, pcie_gen=4, pcie_bw_gbs=32,
+        form_factor="PCIe", aliases=("RTX-3070", "3070"),
+    ),
+    # GeForce RTX 3060 (GA106, 12 GB): 12.7 fp32 (28 SMs at 1777 MHz); FP16/BF16 tensor with fp32
+    # accumulate 25.5, TF32 12.7, INT8 101.9 (dense); GDDR6 360 GB/s, 3 MB L2, 170 W.
+    DeviceSpec(
+        name="NVIDIA GeForce RTX 3060", vendor="nvidia", arch="ampere", num_sms=28, cores_per_sm=128,
+        boost_clock_mhz=1777, mem_gb=12, mem_bw_gbs=360, l2_mb=3, mem_type="GDDR6",
+        peak_tflops={"fp32": 12.7, "fp16": 12.7, "bf16": 12.7, "fp64": 0.2, "tf32_tc": 12.7,
+                     "fp16_tc": 25.5, "bf16_tc": 25.5, "int8_tc": 101.9},
+        smem_per_sm_kb=100, max_threads_per_sm=1536, tdp_w=170, pcie_gen=4, pcie_bw_gbs=32,
+        form_factor="PCIe", aliases=("RTX-3060", "3060"),
+    ),
     # ------------------------------------------------------------------ Ampere (GA100)
     # NVIDIA A30 datasheet (2021): 5.2 fp64, 10.3 fp32, TF32 82, FP16/BF16 165, INT8 330 (dense) at
     # 1440 MHz, 24 GB HBM2 933 GB/s, 24 MB L2, 165 W; NVLink bridge 200 GB/s bidirectional = 100/dir.
@@ -309,6 +340,15 @@ DEVICES: list[DeviceSpec] = [
         smem_per_sm_kb=164, max_threads_per_sm=2048, tdp_w=400, pcie_gen=4, pcie_bw_gbs=32,
         link_name="NVLink3", link_bw_gbs=200, form_factor="SXM", aliases=("A800-SXM4-80GB", "A800", "A800-SXM4"),
     ),
+    # NVIDIA A800 80GB PCIe: an A100 80GB PCIe with its NVLink bridge cut to 400 GB/s bidirectional.
+    DeviceSpec(
+        name="NVIDIA A800 80GB PCIe", vendor="nvidia", arch="ampere", num_sms=108, cores_per_sm=64,
+        boost_clock_mhz=1410, mem_gb=80, mem_bw_gbs=1935, l2_mb=40, mem_type="HBM2e",
+        peak_tflops={"fp32": 19.5, "fp16": 78.0, "bf16": 39.0, "fp64": 9.7, "tf32_tc": 156.0,
+                     "fp16_tc": 312.0, "bf16_tc": 312.0, "int8_tc": 624.0},
+        smem_per_sm_kb=164, max_threads_per_sm=2048, tdp_w=300, pcie_gen=4, pcie_bw_gbs=32,
+        link_name="NVLink3", link_bw_gbs=200, form_factor="PCIe", aliases=("A800-PCIe", "A800-80GB-PCIe"),
+    ),
     # ------------------------------------------------------------------ Ada Lovelace
     # NVIDIA L4 datasheet (2023): 30.3 fp32; TF32 120, FP16/BF16 242, FP8/INT8 485 (all with sparsity)
     # -> dense 60 / 121 / 242.5; 24 GB GDDR6 300 GB/s, 48 MB L2, 72 W. Boost 2040 MHz (58 SMs x 128 x 2).
@@ -361,6 +401,49 @@ DEVICES: list[DeviceSpec] = [
                      "fp16_tc": 165.2, "bf16_tc": 165.2, "fp8_tc": 330.3, "int8_tc": 660.6},
         smem_per_sm_kb=100, max_threads_per_sm=1536, tdp_w=450, pcie_gen=4, pcie_bw_gbs=32,
         form_factor="PCIe", aliases=("RTX-4090", "4090"),
+    ),
+    # Ada whitepaper (2022), GeForce RTX 4080 (AD103): 48.7 fp32 (76 SMs at 2505 MHz); tensor with fp32
+    # accumulate: FP16/BF16 97.5, FP8 194.9, TF32 48.7; INT8 389.9 (dense); 16 GB GDDR6X 716.8 GB/s,
+    # 64 MB L2, 320 W.
+    DeviceSpec(
+        name="NVIDIA GeForce RTX 4080", vendor="nvidia", arch="ada", num_sms=76, cores_per_sm=128,
+        boost_clock_mhz=2505, mem_gb=16, mem_bw_gbs=716.8, l2_mb=64, mem_type="GDDR6X",
+        peak_tflops={"fp32": 48.7, "fp16": 48.7, "bf16": 48.7, "fp64": 0.76, "tf32_tc": 48.7,
+                     "fp16_tc": 97.5, "bf16_tc": 97.5, "fp8_tc": 194.9, "int8_tc": 389.9},
+        smem_per_sm_kb=100, max_threads_per_sm=1536, tdp_w=320, pcie_gen=4, pcie_bw_gbs=32,
+        form_factor="PCIe", aliases=("RTX-4080", "4080"),
+    ),
+    # GeForce RTX 4070 (AD104, the whitepaper's per-SM rates): 29.1 fp32 (46 SMs at 2475 MHz); FP16/BF16
+    # tensor with fp32 accumulate 58.3, FP8 116.6, TF32 29.1, INT8 233.2 (dense); 12 GB GDDR6X 504 GB/s,
+    # 36 MB L2, 200 W.
+    DeviceSpec(
+        name="NVIDIA GeForce RTX 4070", vendor="nvidia", arch="ada", num_sms=46, cores_per_sm=128,
+        boost_clock_mhz=2475, mem_gb=12, mem_bw_gbs=504, l2_mb=36, mem_type="GDDR6X",
+        peak_tflops={"fp32": 29.1, "fp16": 29.1, "bf16": 29.1, "fp64": 0.45, "tf32_tc": 29.1,
+                     "fp16_tc": 58.3, "bf16_tc": 58.3, "fp8_tc": 116.6, "int8_tc": 233.2},
+        smem_per_sm_kb=100, max_threads_per_sm=1536, tdp_w=200, pcie_gen=4, pcie_bw_gbs=32,
+        form_factor="PCIe", aliases=("RTX-4070", "4070"),
+    ),
+    # NVIDIA RTX 5000 Ada Generation datasheet (2023): 65.3 fp32 (100 SMs at 2550 MHz); tensor (fp32
+    # accumulate at full rate, as on the RTX 6000 Ada) FP16/BF16 261.1, TF32 130.6, FP8/INT8 522.2
+    # (dense); 32 GB GDDR6 576 GB/s, 64 MB L2, 250 W.
+    DeviceSpec(
+        name="NVIDIA RTX 5000 Ada Generation", vendor="nvidia", arch="ada", num_sms=100, cores_per_sm=128,
+        boost_clock_mhz=2550, mem_gb=32, mem_bw_gbs=576, l2_mb=64, mem_type="GDDR6",
+        peak_tflops={"fp32": 65.3, "fp16": 65.3, "bf16": 65.3, "fp64": 1.02, "tf32_tc": 130.6,
+                     "fp16_tc": 261.1, "bf16_tc": 261.1, "fp8_tc": 522.2, "int8_tc": 522.2},
+        smem_per_sm_kb=100, max_threads_per_sm=1536, tdp_w=250, pcie_gen=4, pcie_bw_gbs=32,
+        form_factor="PCIe", aliases=("RTX-5000-Ada",),
+    ),
+    # NVIDIA RTX 4000 Ada Generation datasheet (2023): 26.7 fp32 (48 SMs at 2175 MHz); tensor FP16/BF16
+    # 106.9, TF32 53.5, FP8/INT8 213.8 (dense); 20 GB GDDR6 360 GB/s, 48 MB L2, 130 W, single slot.
+    DeviceSpec(
+        name="NVIDIA RTX 4000 Ada Generation", vendor="nvidia", arch="ada", num_sms=48, cores_per_sm=128,
+        boost_clock_mhz=2175, mem_gb=20, mem_bw_gbs=360, l2_mb=48, mem_type="GDDR6",
+        peak_tflops={"fp32": 26.7, "fp16": 26.7, "bf16": 26.7, "fp64": 0.42, "tf32_tc": 53.5,
+                     "fp16_tc": 106.9, "bf16_tc": 106.9, "fp8_tc": 213.8, "int8_tc": 213.8},
+        smem_per_sm_kb=100, max_threads_per_sm=1536, tdp_w=130, pcie_gen=4, pcie_bw_gbs=32,
+        form_factor="PCIe", aliases=("RTX-4000-Ada",),
     ),
     # ------------------------------------------------------------------ Hopper
     # NVIDIA H100 PCIe datasheet (2022/2023): 26 fp64, 51 fp32; TF32 756, FP16/BF16 1513, FP8/INT8 3026
@@ -456,6 +539,17 @@ DEVICES: list[DeviceSpec] = [
         smem_per_sm_kb=228, max_threads_per_sm=2048, tdp_w=1000, pcie_gen=5, pcie_bw_gbs=64,
         link_name="NVLink5", link_bw_gbs=900, form_factor="SXM",
         aliases=("B200", "B200-SXM", "B200-180GB"),
+    ),
+    # NVIDIA RTX Blackwell whitepaper (2025), GeForce RTX 5090 (GB202): 104.8 fp32 (170 SMs at 2407 MHz);
+    # tensor with fp32 accumulate: FP16/BF16 209.5, FP8 419, TF32 104.8; INT8 838 (dense); 32 GB GDDR7
+    # 1792 GB/s, 96 MB L2, 575 W, PCIe 5. No NVLink.
+    DeviceSpec(
+        name="NVIDIA GeForce RTX 5090", vendor="nvidia", arch="blackwell", num_sms=170, cores_per_sm=128,
+        boost_clock_mhz=2407, mem_gb=32, mem_bw_gbs=1792, l2_mb=96, mem_type="GDDR7",
+        peak_tflops={"fp32": 104.8, "fp16": 104.8, "bf16": 104.8, "fp64": 1.64, "tf32_tc": 104.8,
+                     "fp16_tc": 209.5, "bf16_tc": 209.5, "fp8_tc": 419.0, "int8_tc": 838.0},
+        smem_per_sm_kb=100, max_threads_per_sm=1536, tdp_w=575, pcie_gen=5, pcie_bw_gbs=64,
+        form_factor="PCIe", aliases=("RTX-5090", "5090"),
     ),
     # ------------------------------------------------------------------ AMD CDNA
     # AMD Instinct MI100 datasheet (2020): 11.5 fp64, 23.1 fp32, 46.1 fp32 matrix, 184.6 fp16 matrix,
