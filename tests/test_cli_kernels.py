@@ -383,3 +383,17 @@ def test_unknown_host_option(good_csv, tmp_path, monkeypatch, capsys):
                                             tmp_path / "o.csv", "--prior-only", "--host", "laptop"])
     assert_one_line_error(code, err)
     assert "host" in err
+
+
+def test_rows_with_a_latency_are_scored(good_csv, tmp_path):
+    """Rows that carry a measured Latency get a MAPE and coverage line on stderr; rows without none."""
+    from hybridperf.cli.kernels import accuracy_note
+
+    out = tmp_path / "o.csv"
+    r = runner.invoke(app, ["predict-kernels", str(good_csv), "--device", "H100", "--output", str(out), "--prior-only"])
+    assert r.exit_code == 0, r.output
+    assert "scored 7 rows with a measured Latency" in r.output  # the `ln` row has none
+    res = pd.DataFrame({"pred_ms": [1.0, 2.0], "lo_ms": [0.5, 1.9], "hi_ms": [2.0, 2.1], "op_class": ["bmm", "linear"]})
+    note = accuracy_note([2.0, np.nan], res)
+    assert "scored 1 rows" in note and "MAPE 50.0% (bmm 50.0)" in note and "covers 100.0%" in note
+    assert accuracy_note([np.nan, 0.0], res) == ""

@@ -60,6 +60,9 @@ def predict_kernels(
     output.parent.mkdir(parents=True, exist_ok=True)
     out.to_csv(output, index=False)
     typer.echo(f"wrote {len(out)} predictions for {dev.name} to {output}", err=True)
+    note = accuracy_note(kernels["latency_ms"].to_numpy(), res)
+    if note:
+        typer.echo(note, err=True)
     far = res[res["ood"] >= OOD_NOTE]
     if len(far) and calibration is None:
         kinds = ", ".join(sorted({f"{d} {c}" for d, c in zip(far["dtype"], far["op_class"])}))
@@ -67,6 +70,23 @@ def predict_kernels(
         typer.echo(f"note: {rows} outside what the kernel models were trained on; their "
                    f"intervals are widened, not calibrated (measured rows through --calibration calibrate them)",
                    err=True)
+
+
+def accuracy_note(measured, res) -> str:
+    """'scored N rows with a measured Latency: MAPE x% (per op class), 90% interval covers y%', or ''
+    when no row carries a Latency: a user checking the predictor on their own GPU reads it at once."""
+    import numpy as np
+
+    y = np.asarray(measured, dtype=np.float64)
+    m = np.isfinite(y) & (y > 0)
+    if not m.any():
+        return ""
+    ape = np.abs(res["pred_ms"].to_numpy()[m] / y[m] - 1.0) * 100.0
+    covered = (y[m] >= res["lo_ms"].to_numpy()[m]) & (y[m] <= res["hi_ms"].to_numpy()[m])
+    classes = res["op_class"].to_numpy()[m]
+    per = ", ".join(f"{oc} {ape[classes == oc].mean():.1f}" for oc in sorted(set(classes)))
+    return (f"scored {int(m.sum())} rows with a measured Latency: MAPE {ape.mean():.1f}% ({per}); "
+            f"the 90% interval covers {covered.mean() * 100:.1f}% of them")
 
 
 def register(app: typer.Typer) -> None:
