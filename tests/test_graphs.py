@@ -480,6 +480,29 @@ def test_half_precision_llama_runs_norms_and_softmax_in_fp32():
     assert set(fused.loc[fused["name"].str.contains("softmax"), "dtype"]) == {"bf16"}
 
 
+def test_opt_350m_projects_its_narrow_embeddings_and_normalises_after_the_adds():
+    """OPT-350m embeds in 512 (`word_embed_proj_dim`) and projects in and out of its 1024-wide layers, and
+    is post-LN (`do_layer_norm_before=False`, no final LayerNorm). TorchDispatchMode on HF eager OPT
+    (transformers 5.23), OPT-350m's layout against the default one: +2 mm and -1 LayerNorm in a forward
+    (inference and decode), +6 mm and -1 LayerNorm forward and backward in training; the parameters
+    match `OPTForCausalLM.parameters()` (106,368 and 107,136 for these configs)."""
+    from hybridperf.graphs.optimizer import param_numels
+
+    base = {"model_type": "opt", "hidden_size": 64, "ffn_dim": 128, "num_attention_heads": 4, "vocab_size": 100,
+            "max_position_embeddings": 512, "num_hidden_layers": 2}
+    small = {**base, "word_embed_proj_dim": 32, "do_layer_norm_before": False}
+    for mode, extra in (("inf", 1), ("train", 4), ("decode", 1)):
+        assert len(build_graph(small, 2, 8, mode).kernel_table()) - len(build_graph(base, 2, 8, mode).kernel_table()) \
+            == extra, mode
+    t = build_graph(small, 2, 8, "inf").kernel_table().set_index("name")
+    assert (t.loc["project_in", ["N", "K"]].tolist(), t.loc["project_out", ["N", "K"]].tolist()) == ([32, 64], [64, 32])
+    assert t.loc["lm_head", "N"] == 32 and "final_layer_norm" not in t.index
+    layer = list(t[t["block"] == "layer"].index)
+    assert layer.index("self_attn_ln") > layer.index("resid_add1") and layer[-1] == "final_ln"
+    assert sum(param_numels(build_graph(base, 2, 8, "train"))) == 106_368
+    assert sum(param_numels(build_graph(small, 2, 8, "train"))) == 107_136
+
+
 def test_half_precision_opt_and_gpt_neo_upcast_their_attention():
     """TorchDispatchMode on bf16 OPT and GPT-Neo layers (transformers 5.23): OPT takes
     softmax(dtype=float32) and casts back, as Llama does; GPT-Neo casts q and k to fp32 before QK^T, so

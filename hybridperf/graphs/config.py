@@ -7,7 +7,8 @@ Supported `model_type`s (the architectures of NeuSight's DLmodel_configs):
     gpt_neo              GPT-Neo style (separate q/k/v Linear without bias, no attention scaling)
     bert                 BERT as NeuSight traced it: inference = BertForSequenceClassification (pooler +
                          classifier), training = BertForPreTraining (pooler + MLM head + NSP head)
-    opt                  OPTForCausalLM (separate q/k/v Linear, pre-LN, ReLU)
+    opt                  OPTForCausalLM (separate q/k/v Linear, pre-LN, ReLU; OPT-350m's narrow embeddings
+                         with project_in/out and post-LN layers too)
     switch_transformers  Switch Transformer encoder-decoder with top-1 MoE every `*_sparse_step` layers
     llama, mistral,      LlamaForCausalLM-style decoders: RMSNorm, rotary embeddings, grouped-query
     qwen2                attention (`num_key_value_heads`), gated SiLU MLP, untied LM head by default;
@@ -123,10 +124,8 @@ def config_from_dict(d: dict, source: str = "config") -> ModelConfig:
         ffn = need(("ffn_dim",), "ffn_dim")
         act = str(_get(d, "activation_function", default="relu"))
         maxpos = int(_get(d, "max_position_embeddings", default=2048) or 0)
-        proj = _get(d, "word_embed_proj_dim")
-        if proj is not None and int(proj) != hidden:
-            # OPT-350m style project_in/project_out: not modelled (none of the artifact's models use it)
-            pass
+        if _get(d, "word_embed_proj_dim") is not None:  # OPT-350m embeds narrower (graphs.kernels.opt_layout)
+            _pos_int(d["word_embed_proj_dim"], "word_embed_proj_dim", source)
     elif mt in LLAMA_LIKE:
         hidden = need(("hidden_size",), "hidden size")
         heads = need(("num_attention_heads",), "head count")
