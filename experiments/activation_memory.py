@@ -59,7 +59,13 @@ FAMILIES = {
                                             "vocab_size"), extra={"max_position_embeddings": MAX_POSITIONS}),
     "gpt_neo": dict(model_type="gpt_neo", keys=("hidden_size", "num_heads", "num_layers", "intermediate_size",
                                                 "vocab_size"), extra={"max_position_embeddings": MAX_POSITIONS}),
+    "qwen3": dict(model_type="qwen3", keys=("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
+                                            "vocab_size"), extra={"max_position_embeddings": MAX_POSITIONS}),
+    "gemma": dict(model_type="gemma", keys=("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
+                                            "vocab_size"), extra={"max_position_embeddings": MAX_POSITIONS}),
 }
+#: families whose config sets head_dim on its own (Qwen3 128, Gemma 256 by default): counted at hidden / heads
+OWN_HEAD_DIM = ("qwen3", "gemma")
 
 
 #: model dtypes counted: fp32, and bf16 for both 16-bit dtypes (fp16 saves the same tensors: HF's upcasts
@@ -87,6 +93,8 @@ def measure(torch, transformers, family: str, h, a, layers, f, vocab, batch, seq
     kw = dict(zip(spec["keys"], (h, a, layers, f, vocab)), **spec["extra"])
     if family == "opt":
         kw["word_embed_proj_dim"] = h
+    if family in OWN_HEAD_DIM:
+        kw.update(head_dim=h // a, num_key_value_heads=a)
     if family == "gpt_neo":  # global and local attention layers alternate (the layer counts are even)
         kw["attention_types"] = [[["global", "local"], layers // 2]]
     cfg = transformers.AutoConfig.for_model(spec["model_type"], **kw)

@@ -1,7 +1,7 @@
 """Count the kernels of one Hugging Face eager decode step and compare them with `--mode decode`'s graph.
 
-For small random-weight GPT-2, GPT-Neo, OPT and Llama models (Llama with grouped-query and with
-multi-head attention), in fp32 and bf16: prefill 8 tokens with `use_cache=True`, then run one decode
+For small random-weight GPT-2, GPT-Neo, OPT (and OPT-350m's layout), Llama (with grouped-query and with
+multi-head attention), Qwen3 and Gemma models, in fp32 and bf16: prefill 8 tokens with `use_cache=True`, then run one decode
 step `model(next_ids, past_key_values=cache)` under TorchDispatchMode and record every ATen op that
 launches a kernel (views, transposes, expands and slices launch none). A 4-layer minus a 2-layer model
 gives the kernels per layer, the rest are outside the layers. `build_graph(..., mode="decode")` must
@@ -31,6 +31,12 @@ CONFIGS = {
                   "num_key_value_heads": 2, "vocab_size": 100, "max_position_embeddings": 512},
     "llama_mha": {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
                   "num_key_value_heads": 4, "vocab_size": 100, "max_position_embeddings": 512},
+    "qwen3": {"model_type": "qwen3", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 100, "max_position_embeddings": 512},
+    "gemma": {"model_type": "gemma", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 100, "max_position_embeddings": 512},
+    "opt_350m": {"model_type": "opt", "hidden_size": 64, "ffn_dim": 128, "num_attention_heads": 4, "vocab_size": 100,
+                 "max_position_embeddings": 512, "word_embed_proj_dim": 32, "do_layer_norm_before": False},
 }
 LAYER_KEY = {"gpt2": "n_layer", "gpt_neo": "num_layers"}
 

@@ -503,6 +503,96 @@ def test_opt_350m_projects_its_narrow_embeddings_and_normalises_after_the_adds()
     assert sum(param_numels(build_graph(small, 2, 8, "train"))) == 107_136
 
 
+#: a small llama-shaped config in each llama-like family's keys
+LLAMA_SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
+               "head_dim": 16, "vocab_size": 100, "max_position_embeddings": 512, "num_hidden_layers": 2}
+
+
+def _per_layer_and_outside(cfg, mode, dtype="fp32", layers_key="num_hidden_layers"):
+    n = [int(build_graph({**cfg, layers_key: k}, 2, 8, mode, dtype=dtype).kernel_table()["count"].sum()) for k in (2, 3)]
+    return n[1] - n[0], n[0] - 2 * (n[1] - n[0])
+
+
+@pytest.mark.parametrize("family,fp32,bf16", [("llama", 42, 48), ("qwen3", 54, 64), ("gemma", 44, 52)])
+def test_llama_like_layers_launch_what_hf_eager_launches(family, fp32, bf16):
+    """Kernels per layer of one forward, as TorchDispatchMode counts them on HF eager models (transformers
+    5.23, `use_cache=False`): Qwen3 adds an RMSNorm over each head of q and k (6 kernels each, 5 more
+    in bf16: two casts, as Llama's), Gemma a (1 + weight) add per norm (and in bf16 a cast of the weight,
+    the multiply running in fp32). Training, the graph launches 5 kernels fewer per layer than the trace
+    for Llama and Gemma (the RMSNorm backward's tiny per-row kernels, against the gradient accumulation
+    the graph adds), and 15 fewer for Qwen3, whose two extra norms miss the same tiny kernels."""
+    cfg = {"model_type": family, **LLAMA_SMALL}
+    assert _per_layer_and_outside(cfg, "inf")[0] == fp32
+    assert _per_layer_and_outside(cfg, "inf", "bf16")[0] == bf16
+    traced_train = {"llama": 118, "qwen3": 158, "gemma": 120}[family]
+    assert traced_train - _per_layer_and_outside(cfg, "train")[0] == {"llama": 5, "qwen3": 15, "gemma": 5}[family]
+
+
+def test_qwen3_norms_each_head_and_gemma_ties_and_scales():
+    t = build_graph({"model_type": "qwen3", **LLAMA_SMALL}, 2, 8, "inf").kernel_table().set_index("name")
+    assert (t.loc["q_norm.pow", ["B", "H"]].tolist(), t.loc["k_norm.pow", ["B", "H"]].tolist()) == ([64, 16], [32, 16])
+    g = load_config({"model_type": "gemma", **LLAMA_SMALL})
+    assert g.tied_embeddings and not load_config({"model_type": "llama", **LLAMA_SMALL}).tied_embeddings
+    t = build_graph(g, 2, 8, "inf", dtype="bf16").kernel_table().set_index("name")
+    assert t.loc["embed_scale", "op"] == "mulu" and t.loc["input_norm.weight", "dtype"] == "fp32"
+    # under tensor parallelism Qwen3's per-head norms split with the heads
+    from hybridperf.graphs.parallel import parallel_graph
+
+    fw = parallel_graph({"model_type": "qwen3", **LLAMA_SMALL}, 2, 8, "train", tp=2).kernel_table().set_index("name")
+    assert fw.loc["q_norm.pow", "B"] == 32
+
+
+T5_SMALL = {"model_type": "t5", "d_model": 64, "d_kv": 16, "d_ff": 128, "num_heads": 4, "vocab_size": 100,
+            "num_layers": 2}
+
+
+def test_t5_is_switch_without_experts_and_gates_its_ffn():
+    """TorchDispatchMode on HF eager T5ForConditionalGeneration (transformers 5.23): T5 v1.0 (ReLU) runs
+    Switch's dense blocks. v1.1's gated-gelu adds 18 kernels per encoder + decoder layer pair in
+    inference (wi_1, gelu_new's eight kernels for ReLU's one and the gate multiply, twice) and 48 in
+    training; its untied LM head drops the d_model ** -0.5 scale (one kernel, two in training). Traced
+    totals with 2 + 2 layers, gated minus ReLU: 35 (inference) and 94 (training). The graph adds the same."""
+    dense_switch = {**T5_SMALL, "model_type": "switch_transformers", "num_experts": 4, "encoder_sparse_step": 0,
+                    "decoder_sparse_step": 0}
+    gated = {**T5_SMALL, "feed_forward_proj": "gated-gelu", "tie_word_embeddings": False}
+
+    def n(cfg, layers, mode):
+        g = build_graph({**cfg, "num_layers": layers, "num_decoder_layers": layers}, 2, 8, mode)
+        return int(g.kernel_table()["count"].sum())
+
+    for mode, per_pair, total in (("inf", 18, 35), ("train", 48, 94)):
+        assert n(T5_SMALL, 2, mode) == n(dense_switch, 2, mode)
+        assert n(gated, 3, mode) - n(gated, 2, mode) - (n(T5_SMALL, 3, mode) - n(T5_SMALL, 2, mode)) == per_pair
+        assert n(gated, 2, mode) - n(T5_SMALL, 2, mode) == total, mode
+    cfg = load_config(gated)
+    assert cfg.gated_ffn and cfg.activation == "gelu_new" and not cfg.tied_embeddings
+    assert "tied_scale" not in set(build_graph({**gated, "num_layers": 2}, 2, 8, "inf").kernel_table()["name"])
+
+
+ROBERTA = {"model_type": "roberta", "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128,
+           "vocab_size": 100, "num_hidden_layers": 2, "max_position_embeddings": 514, "pad_token_id": 1}
+
+
+def test_roberta_runs_berts_layers_with_its_own_positions_and_heads():
+    """TorchDispatchMode (transformers 5.23): RoBERTa's layers launch BERT's kernels (19 per layer in
+    inference, 69 in training); its position ids add 8 tiny kernels; RobertaForMaskedLM trains without
+    BERT's pooler and NSP head; 514 position rows hold 512 tokens."""
+    bert = {**ROBERTA, "model_type": "bert", "max_position_embeddings": 512}
+    for mode in ("inf", "train"):
+        layer = lambda c: (build_graph({**c, "num_hidden_layers": 3}, 2, 8, mode).kernel_table()["count"].sum()  # noqa: E731
+                           - build_graph(c, 2, 8, mode).kernel_table()["count"].sum())
+        assert layer(ROBERTA) == layer(bert)
+    inf = build_graph(ROBERTA, 2, 8, "inf").kernel_table()
+    assert len(inf) - len(build_graph(bert, 2, 8, "inf").kernel_table()) == 8
+    train = set(build_graph(ROBERTA, 2, 8, "train").kernel_table()["name"])
+    assert "decoder" in train and not {"pooler", "seq_relationship"} & train
+    assert load_config(ROBERTA).max_positions == 512
+    build_graph(ROBERTA, 1, 512, "inf")
+    with pytest.raises(InputError, match="maximum of 512"):
+        build_graph(ROBERTA, 1, 513, "inf")
+    assert load_config({**ROBERTA, "model_type": "xlm-roberta"}).family == "xlm_roberta"
+
+
 def test_half_precision_opt_and_gpt_neo_upcast_their_attention():
     """TorchDispatchMode on bf16 OPT and GPT-Neo layers (transformers 5.23): OPT takes
     softmax(dtype=float32) and casts back, as Llama does; GPT-Neo casts q and k to fp32 before QK^T, so
@@ -543,7 +633,7 @@ def test_saved_activations_match_the_cpu_autograd_counts():
     from hybridperf.graphs.memory import saved_activation_bytes
 
     counts = pd.read_csv(Path(__file__).resolve().parents[1] / "experiments" / "data" / "activation_memory.csv")
-    assert set(counts["family"]) == {"bert", "gpt2", "gpt_neo", "llama", "opt"}
+    assert set(counts["family"]) == {"bert", "gpt2", "gpt_neo", "llama", "opt", "qwen3", "gemma"}
     assert set(counts["dtype"]) == {"fp32", "bf16"}
     for r in counts.itertuples():
         for layers, measured in ((2, r.saved_2_layers), (4, r.saved_4_layers)):

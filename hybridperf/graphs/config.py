@@ -7,13 +7,20 @@ Supported `model_type`s (the architectures of NeuSight's DLmodel_configs):
     gpt_neo              GPT-Neo style (separate q/k/v Linear without bias, no attention scaling)
     bert                 BERT as NeuSight traced it: inference = BertForSequenceClassification (pooler +
                          classifier), training = BertForPreTraining (pooler + MLM head + NSP head)
+    roberta, xlm_roberta BERT's layers; position ids counted from the input ids (cumsum), at most
+                         max_position_embeddings - 2 tokens; inference = *ForSequenceClassification,
+                         training = *ForMaskedLM (MLM head, no pooler or NSP head)
     opt                  OPTForCausalLM (separate q/k/v Linear, pre-LN, ReLU; OPT-350m's narrow embeddings
                          with project_in/out and post-LN layers too)
     switch_transformers  Switch Transformer encoder-decoder with top-1 MoE every `*_sparse_step` layers
+    t5                   T5ForConditionalGeneration: Switch's dense blocks only; `feed_forward_proj`
+                         "relu" (T5 v1.0) or "gated-gelu" (v1.1, Flan-T5: wi_0, wi_1 and a gate multiply)
     llama, mistral,      LlamaForCausalLM-style decoders: RMSNorm, rotary embeddings, grouped-query
-    qwen2                attention (`num_key_value_heads`), gated SiLU MLP, untied LM head by default;
-                         qwen2 has biases on q/k/v. Mistral's sliding window is not modelled (it
-                         changes nothing for seq <= sliding_window under eager attention).
+    qwen2, qwen3,        attention (`num_key_value_heads`), gated SiLU MLP, untied LM head by default;
+    gemma                qwen2 has biases on q/k/v, qwen3 an RMSNorm over each head of q and k; gemma
+                         scales its embeddings by sqrt(hidden), multiplies its norms by (1 + weight) in
+                         fp32, gates with GELU and ties its LM head. Mistral's sliding window is not
+                         modelled (it changes nothing for seq <= sliding_window under eager attention).
 """
 from __future__ import annotations
 
@@ -23,8 +30,14 @@ from pathlib import Path
 from hybridperf.errors import InputError
 from hybridperf.jsonio import read_json_object
 
-SUPPORTED_MODEL_TYPES = ("gpt2", "gpt_neo", "bert", "opt", "switch_transformers", "llama", "mistral", "qwen2")
-LLAMA_LIKE = ("llama", "mistral", "qwen2")
+LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "gemma")
+#: T5-style encoder-decoders (T5 is Switch without the expert layers)
+ENCODER_DECODER = ("switch_transformers", "t5")
+#: BERT's encoder with RoBERTa's position ids and heads
+ROBERTA_LIKE = ("roberta", "xlm_roberta")
+SUPPORTED_MODEL_TYPES = ("gpt2", "gpt_neo", "bert", *ROBERTA_LIKE, "opt", *ENCODER_DECODER, *LLAMA_LIKE)
+#: llama-likes whose LM head reuses the embedding table unless the config says otherwise
+TIED_BY_DEFAULT = ("gemma",)
 
 
 @dataclass(frozen=True)
@@ -47,13 +60,14 @@ class ModelConfig:
     encoder_sparse_step: int = 0
     decoder_sparse_step: int = 0
     kv_heads: int = 0  # grouped-query attention (llama-like); 0 = as many as `heads`
+    gated_ffn: bool = False  # T5's "gated-*" feed-forward: act(wi_0 x) * wi_1 x
     name: str = ""
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def tied_embeddings(self) -> bool:
         """Whether the LM head reuses the embedding table (HF's default: yes, except llama-likes)."""
-        return bool(self.raw.get("tie_word_embeddings", self.family not in LLAMA_LIKE))
+        return bool(self.raw.get("tie_word_embeddings", self.family not in LLAMA_LIKE or self.family in TIED_BY_DEFAULT))
 
     @property
     def num_kv_heads(self) -> int:
@@ -110,13 +124,15 @@ def config_from_dict(d: dict, source: str = "config") -> ModelConfig:
         ffn = _pos_int(inner, "n_inner", source) if inner else 4 * hidden
         act = str(_get(d, "activation_function", default="gelu_new"))
         maxpos = int(_get(d, "n_positions", "max_position_embeddings", default=0) or 0)
-    elif mt == "bert":
+    elif mt in ("bert", *ROBERTA_LIKE):
         hidden = need(("hidden_size",), "hidden size")
         heads = need(("num_attention_heads",), "head count")
         layers = need(("num_hidden_layers",), "layer count")
         ffn = need(("intermediate_size",), "intermediate size")
         act = str(_get(d, "hidden_act", default="gelu"))
         maxpos = int(_get(d, "max_position_embeddings", default=512) or 0)
+        if mt in ROBERTA_LIKE and maxpos:  # positions start after the padding index (514 rows hold 512 tokens)
+            maxpos -= int(_get(d, "pad_token_id", default=1) or 0) + 1
     elif mt == "opt":
         hidden = need(("hidden_size",), "hidden size")
         heads = need(("num_attention_heads",), "head count")
@@ -139,18 +155,22 @@ def config_from_dict(d: dict, source: str = "config") -> ModelConfig:
                            head_dim=head_dim, activation=str(_get(d, "hidden_act", default="silu")),
                            max_positions=int(_get(d, "max_position_embeddings", default=0) or 0),
                            kv_heads=kv, name=name, raw=d)
-    else:  # switch_transformers
+    else:  # switch_transformers, t5
         hidden = need(("d_model",), "d_model")
         heads = need(("num_heads",), "num_heads")
         layers = need(("num_layers",), "num_layers")
         ffn = need(("d_ff",), "d_ff")
-        act = str(_get(d, "dense_act_fn", "feed_forward_proj", default="relu"))
-        maxpos = 0
         head_dim = need(("d_kv",), "d_kv")
+        decoder_layers = _pos_int(_get(d, "num_decoder_layers", default=layers), "num_decoder_layers", source)
+        if mt == "t5":  # HF T5Config: "gated-gelu" runs gelu_new (tanh approximation); no expert layers
+            proj = str(_get(d, "feed_forward_proj", default="relu")).lower()
+            act = proj.split("-")[-1]
+            return ModelConfig(family=mt, hidden=hidden, heads=heads, layers=layers, ffn=ffn, vocab=vocab,
+                               head_dim=head_dim, activation="gelu_new" if act == "gelu" else act,
+                               decoder_layers=decoder_layers, gated_ffn=proj.startswith("gated-"), name=name, raw=d)
         return ModelConfig(
             family=mt, hidden=hidden, heads=heads, layers=layers, ffn=ffn, vocab=vocab, head_dim=head_dim,
-            activation=act, max_positions=maxpos,
-            decoder_layers=_pos_int(_get(d, "num_decoder_layers", default=layers), "num_decoder_layers", source),
+            activation=str(_get(d, "dense_act_fn", "feed_forward_proj", default="relu")), decoder_layers=decoder_layers,
             num_experts=_pos_int(_get(d, "num_experts", default=8), "num_experts", source),
             expert_capacity=_pos_int(_get(d, "expert_capacity", default=64), "expert_capacity", source),
             encoder_sparse_step=int(_get(d, "encoder_sparse_step", default=2) or 0),

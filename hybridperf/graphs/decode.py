@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from hybridperf.errors import InputError
 from hybridperf.graphs.config import LLAMA_LIKE, ModelConfig
-from hybridperf.graphs.kernels import (CAUSAL_LM, F32, Block, _activation, _rms_norm, _rope, attention_scores, bmm, cast,
-                                       gather, linear, ln, misc, opt_layout, vec)
+from hybridperf.graphs.kernels import (CAUSAL_LM, F32, Block, _activation, _rms_norm, attention_scores, bmm, cast, gather,
+                                       linear, llama_mlp, llama_qkv, llama_variant, ln, misc, opt_layout, vec)
 
 #: families with a decode step: the decoder-only causal LMs, whose forward returns a key/value cache
 DECODE_FAMILIES = CAUSAL_LM
@@ -112,24 +112,18 @@ def _opt(cfg: ModelConfig, B: int, kv: int) -> list:
 
 
 def _llama(cfg: ModelConfig, B: int, kv: int) -> list:
-    h, f, V = cfg.hidden, cfg.ffn, cfg.vocab
-    q_w, kv_w = cfg.heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
-    qkv_bias = cfg.family == "qwen2" or bool(cfg.raw.get("attention_bias", False))
-    mlp_bias = bool(cfg.raw.get("mlp_bias", False))
-    pre = [gather("embed_tokens", B, h, V), *_setup(cfg, B, kv)]
-    L = [*_rms_norm("input_norm", B, h), linear("q_proj", B, h, q_w, bias=qkv_bias),
-         linear("k_proj", B, h, kv_w, bias=qkv_bias), linear("v_proj", B, h, kv_w, bias=qkv_bias),
-         *_rope("q_rope", B, q_w), *_rope("k_rope", B, kv_w),
+    h, V = cfg.hidden, cfg.vocab
+    gemma = llama_variant(cfg)["gemma"]
+    pre = [gather("embed_tokens", B, h, V), *([vec("embed_scale", "mulu", B, h)] if gemma else []), *_setup(cfg, B, kv)]
+    L = [*_rms_norm("input_norm", B, h, unit_offset=gemma), *llama_qkv(cfg, B),
          *_attention("attn", cfg, B, kv, "mulu", ("addu",), softmax_fp32=True),
-         linear("o_proj", B, q_w, h, bias=False), vec("resid_add1", "add", B, h), *_rms_norm("post_norm", B, h),
-         linear("gate_proj", B, h, f, bias=mlp_bias), linear("up_proj", B, h, f, bias=mlp_bias),
-         *_activation("mlp", cfg.activation, B, f), vec("mlp.gate_mul", "mul", B, f),
-         linear("down_proj", B, f, h, bias=mlp_bias), vec("resid_add2", "add", B, h)]
-    post = [*_rms_norm("final_norm", B, h), linear("lm_head", B, h, V, bias=False)]
+         linear("o_proj", B, cfg.heads * cfg.head_dim, h, bias=False), vec("resid_add1", "add", B, h),
+         *_rms_norm("post_norm", B, h, unit_offset=gemma), *llama_mlp(cfg, B), vec("resid_add2", "add", B, h)]
+    post = [*_rms_norm("final_norm", B, h, unit_offset=gemma), linear("lm_head", B, h, V, bias=False)]
     return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
 
 
-_BUILDERS = {"gpt2": _gpt2, "gpt_neo": _gpt2, "opt": _opt, "llama": _llama, "mistral": _llama, "qwen2": _llama}
+_BUILDERS = {"gpt2": _gpt2, "gpt_neo": _gpt2, "opt": _opt, **{f: _llama for f in LLAMA_LIKE}}
 
 
 def decode_blocks(cfg: ModelConfig, batch: int, seq: int) -> list:

@@ -46,7 +46,7 @@ import pandas as pd
 
 from hybridperf.devices import DTYPE_BYTES, dtype_key
 from hybridperf.errors import InputError
-from hybridperf.graphs.config import LLAMA_LIKE, ModelConfig, load_config
+from hybridperf.graphs.config import LLAMA_LIKE, ROBERTA_LIKE, ModelConfig, load_config
 from hybridperf.graphs.memory import MemoryEstimate, saved_activation_bytes
 from hybridperf.ops import OP_CLASS
 
@@ -482,14 +482,20 @@ def _num_labels(cfg: ModelConfig) -> int:
 def _bert(cfg: ModelConfig, B, S, train) -> list:
     """BERT as NeuSight ran it: `inf` is BertForSequenceClassification (pooler + classifier), `train`
     is BertForPreTraining (pooler + MLM head over the vocabulary + NSP head); both per the traced graphs
-    in NeuSight's `results/opgraph/bert_large-{inf,train}-*.csv`."""
+    in NeuSight's `results/opgraph/bert_large-{inf,train}-*.csv`. RoBERTa's layers are BERT's
+    (TorchDispatchMode, transformers 5.23); it counts position ids from the input ids, and trains as
+    RobertaForMaskedLM (MLM head only)."""
     h, f, V, tok = cfg.hidden, cfg.ffn, cfg.vocab, B * S
-    tt = int(cfg.raw.get("type_vocab_size", 2) or 2)
+    roberta = cfg.family in ROBERTA_LIKE
+    tt = int(cfg.raw.get("type_vocab_size", 1 if roberta else 2) or 1)
     pre = [misc("ones_mask", "mask", B * S * F32), misc("ext_mask_sub", "mask", 2 * B * S * F32),
-           misc("ext_mask_mul", "mask", 2 * B * S * F32), gather("word_embeddings", tok, h, V),
-           gather("token_type_embeddings", tok, h, tt), vec("embed_add1", "add", tok, h),
-           gather("position_embeddings", S, h, max(cfg.max_positions, S)), vec("embed_add2", "add", tok, h),
-           ln("embed_ln", tok, h), *_dropout("embed_dropout", tok, h, train)]
+           misc("ext_mask_mul", "mask", 2 * B * S * F32)]
+    if roberta:  # position ids from the input ids: ne(pad), casts, cumsum, mul, add (8 tiny kernels)
+        pre += [misc(f"positions_{i}", "mask", 2 * B * S * 8) for i in range(8)]
+    pre += [gather("word_embeddings", tok, h, V), gather("token_type_embeddings", tok, h, tt),
+            vec("embed_add1", "add", tok, h),
+            gather("position_embeddings", tok if roberta else S, h, max(cfg.max_positions, S) + (2 if roberta else 0)),
+            vec("embed_add2", "add", tok, h), ln("embed_ln", tok, h), *_dropout("embed_dropout", tok, h, train)]
     L = [*grad_sums("layer_in", tok, h, 4, train), linear("query", tok, h, h), linear("key", tok, h, h),
          linear("value", tok, h, h)]
     L += _attention_core("attn", B, S, cfg.heads, cfg.head_dim, train, scale_op="divu", mask_op=("addu",))
@@ -498,12 +504,14 @@ def _bert(cfg: ModelConfig, B, S, train) -> list:
           *_activation("mlp", cfg.activation, tok, f, train),
           linear("output", tok, f, h), *_dropout("out_dropout", tok, h, train), vec("resid_add2", "add", tok, h),
           ln("out_ln", tok, h)]
-    post = [linear("pooler", B, h, h), vec("pooler_tanh", "tanh", B, h)]
-    if train:  # BertForPreTraining: MLM transform + decoder over the vocabulary, NSP head
-        post += [linear("transform", tok, h, h), *_activation("transform", cfg.activation, tok, h, train),
-                 ln("transform_ln", tok, h), linear("decoder", tok, h, V), linear("seq_relationship", B, h, 2)]
-    else:  # BertForSequenceClassification: the pooled token through the classifier
-        post += [linear("classifier", B, h, _num_labels(cfg))]
+    mlm = [linear("transform", tok, h, h), *_activation("transform", cfg.activation, tok, h, train),
+           ln("transform_ln", tok, h), linear("decoder", tok, h, V)]
+    if train and roberta:  # RobertaForMaskedLM: the MLM head alone
+        post = mlm
+    elif train:  # BertForPreTraining: pooler, MLM transform + decoder over the vocabulary, NSP head
+        post = [linear("pooler", B, h, h), vec("pooler_tanh", "tanh", B, h), *mlm, linear("seq_relationship", B, h, 2)]
+    else:  # *ForSequenceClassification: the first token through dense + tanh (BERT's pooler), then the classifier
+        post = [linear("pooler", B, h, h), vec("pooler_tanh", "tanh", B, h), linear("classifier", B, h, _num_labels(cfg))]
     return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
 
 
@@ -549,24 +557,36 @@ def _opt(cfg: ModelConfig, B, S, train) -> list:
     return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
 
 
-def _rms_norm(p, tok, h, train=False):
+def _rms_norm(p, tok, h, train=False, unit_offset=False):
     """RMSNorm in eager PyTorch (SwitchTransformersLayerNorm, LlamaRMSNorm): pow, mean, +eps, rsqrt,
     x*r, w*x (x is read twice). Both compute in fp32: a half-precision model casts x up first and the
-    normalised x back down before the weight multiply (TorchDispatchMode on HF's bf16 LlamaRMSNorm)."""
-    return [*grad_sums(f"{p}.x", tok, h, 2, train, fp32=True), cast(f"{p}.to_fp32", tok * h),
-            vec(f"{p}.pow", "powu", tok, h, fp32=True), misc(f"{p}.mean", "reduce", tok * h * F32, fp32=True),
-            misc(f"{p}.eps", "mask", 2 * tok * F32, fp32=True), misc(f"{p}.rsqrt", "mask", 2 * tok * F32, fp32=True),
-            vec(f"{p}.mul", "mul", tok, h, tag="broadcast", fp32=True), cast(f"{p}.to_half", tok * h),
-            _k(f"{p}.weight", "mul", tok, H=h, params=h, tag="broadcast")]
+    normalised x back down before the weight multiply (TorchDispatchMode on HF's bf16 LlamaRMSNorm).
+    `unit_offset` (GemmaRMSNorm): the weight enters as (1 + weight), a tiny add, and multiplies in fp32,
+    before the cast back (its fp32 copy of the weight is a tiny cast in a half-precision model)."""
+    ks = [*grad_sums(f"{p}.x", tok, h, 2, train, fp32=True), cast(f"{p}.to_fp32", tok * h),
+          vec(f"{p}.pow", "powu", tok, h, fp32=True), misc(f"{p}.mean", "reduce", tok * h * F32, fp32=True),
+          misc(f"{p}.eps", "mask", 2 * tok * F32, fp32=True), misc(f"{p}.rsqrt", "mask", 2 * tok * F32, fp32=True),
+          vec(f"{p}.mul", "mul", tok, h, tag="broadcast", fp32=True)]
+    if unit_offset:
+        return ks + [cast(f"{p}.weight_to_fp32", h), misc(f"{p}.one_plus_weight", "mask", 2 * h * F32, fp32=True),
+                     _k(f"{p}.weight", "mul", tok, H=h, params=h, tag="broadcast", fp32=True),
+                     cast(f"{p}.to_half", tok * h)]
+    return ks + [cast(f"{p}.to_half", tok * h), _k(f"{p}.weight", "mul", tok, H=h, params=h, tag="broadcast")]
 
 
 def _switch_ff(p, cfg, tok, train):
+    """T5's dense feed-forward (Switch's non-expert layers): wi, act, dropout, wo; gated (T5 v1.1):
+    act(wi_0 x) * wi_1 x, the normed x read by both."""
     h, f = cfg.hidden, cfg.ffn
-    return [*grad_sums(f"{p}.resid_in", tok, h, 2, train), *_rms_norm(f"{p}.norm", tok, h, train),
-            linear(f"{p}.wi", tok, h, f, bias=False),
-            *_activation(p, cfg.activation, tok, f, train), *_dropout(f"{p}.drop_act", tok, f, train),
-            linear(f"{p}.wo", tok, f, h, bias=False), *_dropout(f"{p}.dropout", tok, h, train),
-            vec(f"{p}.resid_add", "add", tok, h, tag="residual")]
+    ks = [*grad_sums(f"{p}.resid_in", tok, h, 2, train), *_rms_norm(f"{p}.norm", tok, h, train)]
+    if cfg.gated_ffn:
+        ks += [*grad_sums(f"{p}.norm_out", tok, h, 2, train), linear(f"{p}.wi_0", tok, h, f, bias=False),
+               *_activation(p, cfg.activation, tok, f, train), linear(f"{p}.wi_1", tok, h, f, bias=False),
+               vec(f"{p}.gate_mul", "mul", tok, f)]
+    else:
+        ks += [linear(f"{p}.wi", tok, h, f, bias=False), *_activation(p, cfg.activation, tok, f, train)]
+    return ks + [*_dropout(f"{p}.drop_act", tok, f, train), linear(f"{p}.wo", tok, f, h, bias=False),
+                 *_dropout(f"{p}.dropout", tok, h, train), vec(f"{p}.resid_add", "add", tok, h, tag="residual")]
 
 
 def _switch_moe(p, cfg, B, S, train):
@@ -649,8 +669,10 @@ def _switch(cfg: ModelConfig, B, S, train) -> list:
         blocks.append(Block("decoder_dense", d_dense, dec_attn + _switch_ff("ff", cfg, tok, train)))
     if d_sparse:
         blocks.append(Block("decoder_sparse", d_sparse, dec_attn + _switch_moe("moe", cfg, B, S, train)))
+    # a tied LM head first scales the decoder output by d_model ** -0.5 (T5 v1.0, Switch; not T5 v1.1)
     blocks.append(Block("head", 1, [*_rms_norm("dec_final_norm", tok, h, train), *_dropout("dec_final_dropout", tok, h, train),
-                                    vec("tied_scale", "mulu", tok, h), linear("lm_head", tok, h, V, bias=False)], "post"))
+                                    *([vec("tied_scale", "mulu", tok, h)] if cfg.tied_embeddings else []),
+                                    linear("lm_head", tok, h, V, bias=False)], "post"))
     return blocks
 
 
@@ -661,37 +683,62 @@ def _rope(p, tok, width):
             vec(f"{p}_add", "add", tok, width)]
 
 
+def llama_variant(cfg: ModelConfig) -> dict:
+    """What a llama-like family changes in Llama's layer (the prefill, training and decode graphs share it):
+    biases on q/k/v (qwen2, or `attention_bias`) and on the MLP (`mlp_bias`), an RMSNorm over each head
+    of q and k before RoPE (qwen3), and Gemma's (1 + weight) norms and sqrt(hidden)-scaled embeddings."""
+    return {"qkv_bias": cfg.family == "qwen2" or bool(cfg.raw.get("attention_bias", False)),
+            "mlp_bias": bool(cfg.raw.get("mlp_bias", False)), "qk_norm": cfg.family == "qwen3",
+            "gemma": cfg.family == "gemma"}
+
+
+def llama_qkv(cfg: ModelConfig, tok: int, train: bool = False) -> list:
+    """q/k/v projections, qwen3's per-head q/k norms, and RoPE on q and k over `tok` tokens."""
+    v = llama_variant(cfg)
+    h, hd = cfg.hidden, cfg.head_dim
+    q_w, kv_w = cfg.heads * hd, cfg.num_kv_heads * hd
+    ks = [linear("q_proj", tok, h, q_w, bias=v["qkv_bias"]), linear("k_proj", tok, h, kv_w, bias=v["qkv_bias"]),
+          linear("v_proj", tok, h, kv_w, bias=v["qkv_bias"])]
+    if v["qk_norm"]:  # Qwen3RMSNorm over head_dim, one row per token and head
+        ks += [*_rms_norm("q_norm", tok * cfg.heads, hd, train), *_rms_norm("k_norm", tok * cfg.num_kv_heads, hd, train)]
+    # RoPE reads x three times: x * cos, and its two halves in rotate_half
+    return ks + [*_rope("q_rope", tok, q_w), *grad_sums("q_rope_x", tok, q_w, 3, train),
+                 *_rope("k_rope", tok, kv_w), *grad_sums("k_rope_x", tok, kv_w, 3, train)]
+
+
+def llama_mlp(cfg: ModelConfig, tok: int, train: bool = False) -> list:
+    """Gated MLP: gate and up projections, the activation times up, the down projection."""
+    h, f, bias = cfg.hidden, cfg.ffn, llama_variant(cfg)["mlp_bias"]
+    return [linear("gate_proj", tok, h, f, bias=bias), linear("up_proj", tok, h, f, bias=bias),
+            *_activation("mlp", cfg.activation, tok, f, train), vec("mlp.gate_mul", "mul", tok, f),
+            linear("down_proj", tok, f, h, bias=bias)]
+
+
 def _llama(cfg: ModelConfig, B, S, train) -> list:
-    """LlamaForCausalLM-style decoder (HF eager): RMSNorm, RoPE, grouped-query attention, SwiGLU MLP.
-    No dropout kernels (attention_dropout = 0); Qwen2 adds biases to q/k/v."""
-    h, f, V, tok = cfg.hidden, cfg.ffn, cfg.vocab, B * S
-    q_w, kv_w = cfg.heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
-    qkv_bias = cfg.family == "qwen2" or bool(cfg.raw.get("attention_bias", False))
-    mlp_bias = bool(cfg.raw.get("mlp_bias", False))
+    """LlamaForCausalLM-style decoder (HF eager): RMSNorm, RoPE, grouped-query attention, gated MLP.
+    No dropout kernels (attention_dropout = 0); the families' changes are `llama_variant`'s."""
+    h, V, tok = cfg.hidden, cfg.vocab, B * S
+    gemma = llama_variant(cfg)["gemma"]
     # embeddings, the causal mask (full, triu, arange compare, mul, expand+clone) and the rotary tables
-    pre = [gather("embed_tokens", tok, h, V), *[misc(f"causal_{i}", "mask", 2 * S * S * F32) for i in range(4)],
+    pre = [gather("embed_tokens", tok, h, V), *([vec("embed_scale", "mulu", tok, h)] if gemma else []),
+           *[misc(f"causal_{i}", "mask", 2 * S * S * F32) for i in range(4)],
            misc("causal_clone", "copy", 2 * B * S * S * F32),
            *[misc(f"rotary_{i}", "mask", 2 * tok * cfg.head_dim * F32) for i in range(4)]]  # freqs, cat, cos, sin
-    L = [*grad_sums("resid_in", tok, h, 2, train), *_rms_norm("input_norm", tok, h, train),
-         *grad_sums("input_norm_out", tok, h, 3, train), linear("q_proj", tok, h, q_w, bias=qkv_bias),
-         linear("k_proj", tok, h, kv_w, bias=qkv_bias), linear("v_proj", tok, h, kv_w, bias=qkv_bias),
-         # RoPE reads x three times: x * cos, and its two halves in rotate_half
-         *_rope("q_rope", tok, q_w), *grad_sums("q_rope_x", tok, q_w, 3, train),
-         *_rope("k_rope", tok, kv_w), *grad_sums("k_rope_x", tok, kv_w, 3, train)]
+    L = [*grad_sums("resid_in", tok, h, 2, train), *_rms_norm("input_norm", tok, h, train, gemma),
+         *grad_sums("input_norm_out", tok, h, 3, train), *llama_qkv(cfg, tok, train)]
     L += _attention_core("attn", B, S, cfg.heads, cfg.head_dim, train, scale_op="mulu", mask_op=("addu",),
                          dropout=False, softmax_fp32=True)
-    L += [linear("o_proj", tok, q_w, h, bias=False), vec("resid_add1", "add", tok, h, tag="residual"),
-          *grad_sums("resid_mid", tok, h, 2, train), *_rms_norm("post_norm", tok, h, train),
-          *grad_sums("post_norm_out", tok, h, 2, train), linear("gate_proj", tok, h, f, bias=mlp_bias),
-          linear("up_proj", tok, h, f, bias=mlp_bias), *_activation("mlp", cfg.activation, tok, f, train),
-          vec("mlp.gate_mul", "mul", tok, f), linear("down_proj", tok, f, h, bias=mlp_bias),
+    L += [linear("o_proj", tok, cfg.heads * cfg.head_dim, h, bias=False), vec("resid_add1", "add", tok, h, tag="residual"),
+          *grad_sums("resid_mid", tok, h, 2, train), *_rms_norm("post_norm", tok, h, train, gemma),
+          *grad_sums("post_norm_out", tok, h, 2, train), *llama_mlp(cfg, tok, train),
           vec("resid_add2", "add", tok, h, tag="residual")]
-    post = [*_rms_norm("final_norm", tok, h, train), linear("lm_head", tok, h, V, bias=False)]
+    post = [*_rms_norm("final_norm", tok, h, train, gemma), linear("lm_head", tok, h, V, bias=False)]
     return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
 
 
-_FAMILIES = {"gpt2": _gpt2, "gpt_neo": _gpt2, "bert": _bert, "opt": _opt, "switch_transformers": _switch,
-             "llama": _llama, "mistral": _llama, "qwen2": _llama}
+_FAMILIES = {"gpt2": _gpt2, "gpt_neo": _gpt2, "bert": _bert, **{f: _bert for f in ROBERTA_LIKE}, "opt": _opt,
+             "switch_transformers": _switch, "t5": _switch,
+             **{f: _llama for f in LLAMA_LIKE}}
 
 
 def loss_kernels(cfg: ModelConfig, B, S) -> list:
@@ -727,7 +774,7 @@ def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str = "f
     if mode not in MODES:
         raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     positions = seq + 1 if mode == "decode" else seq  # a decode step's new token takes position seq
-    if cfg.max_positions and positions > cfg.max_positions and cfg.family in ("bert", "gpt2", "gpt_neo", "opt", *LLAMA_LIKE):
+    if cfg.max_positions and positions > cfg.max_positions and cfg.family in ("bert", *ROBERTA_LIKE, "gpt2", "gpt_neo", "opt", *LLAMA_LIKE):
         raise InputError(f"{'seq + 1' if mode == 'decode' else 'seq'} = {positions} exceeds the model's maximum of "
                          f"{cfg.max_positions} positions")
     train = mode == "train"

@@ -17,11 +17,12 @@ Batch and ranks
     GPUs = dp*tp*pp, ranks laid out as Megatron does: tp innermost, then dp, then pp; rank r sits on
     node r // gpus_per_node. A group's collective runs on its (ranks, ranks per node) as they fall.
 
-Tensor parallelism (gpt2, gpt_neo, bert, opt, llama, mistral, qwen2)
+Tensor parallelism (gpt2, gpt_neo, bert, roberta, xlm_roberta, opt, llama, mistral, qwen2, qwen3, gemma)
     Column-parallel QKV and MLP-up GEMMs (output dim / tp), row-parallel attention-out and MLP-down
     GEMMs (reduction dim / tp); attention heads / tp, so QK^T, AV, scale, mask, softmax, dropout and the
     head copies run on B*heads/tp; the MLP activation on ffn/tp columns; rotary embeddings on the
-    sharded q/k columns (llama-like: gate/up are column-, o/down row-parallel). LayerNorms, residual adds and
+    sharded q/k columns and Qwen3's per-head q/k norms on their heads / tp (llama-like: gate/up are
+    column-, o/down row-parallel). LayerNorms, residual adds and
     dropouts on the hidden state are replicated. Vocab-parallel embedding table and LM head / MLM
     decoder: ceil(V/tp) rows per rank (Megatron pads V; the slowest rank sets the pace), and the loss
     (vocab-parallel cross-entropy) on ceil(V/tp) logits per token.
@@ -112,21 +113,21 @@ import pandas as pd
 
 from hybridperf.devices import DeviceSpec, NodeSpec, get_device
 from hybridperf.errors import InputError
-from hybridperf.graphs.config import LLAMA_LIKE, ModelConfig, load_config
+from hybridperf.graphs.config import LLAMA_LIKE, ROBERTA_LIKE, ModelConfig, load_config
 from hybridperf.graphs.kernels import MODES, Block, ModelGraph, build_graph
 from hybridperf.graphs.memory import MemoryEstimate, layer_stack_bytes, outside_saved_bytes
 from hybridperf.graphs.optimizer import optimizer_state_bytes, optimizer_table, tensor_numels
 
 #: PyTorch DDP's default gradient bucket (bucket_cap_mb=25)
 DEFAULT_BUCKET_MB = 25.0
-TP_FAMILIES = ("gpt2", "gpt_neo", "bert", "opt", *LLAMA_LIKE)
+TP_FAMILIES = ("gpt2", "gpt_neo", "bert", *ROBERTA_LIKE, "opt", *LLAMA_LIKE)
 
 # Kernel roles under tensor parallelism, by kernel name (see hybridperf.graphs.kernels' builders).
 _COLUMN = {"c_attn", "q_proj", "k_proj", "v_proj", "c_fc", "query", "key", "value", "intermediate", "fc1",
            "gate_proj", "up_proj"}
 _ROW = {"attn_proj", "mlp_proj", "attn_out", "output", "out_proj", "fc2", "o_proj", "down_proj"}
 _SPLIT_H = ("q_scale", "q_rope_", "k_rope_")  # elementwise on a (sharded) projection's output
-_ATTN_PREFIX = "attn."  # _attention_core kernels: heads / tp
+_ATTN_PREFIX = ("attn.", "q_norm.", "k_norm.")  # _attention_core and per-head norm kernels: heads / tp
 _MLP_PREFIX = "mlp."  # the MLP activation: ffn / tp columns
 _VOCAB_TABLE = {"wte", "word_embeddings", "embed_tokens"}
 _VOCAB_HEAD = {"lm_head", "decoder"}
