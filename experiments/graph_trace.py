@@ -15,7 +15,7 @@ The graph is not meant to equal this trace everywhere, and the script says where
     NeuSight's timed steps; a first backward steals the gradient instead) and leaves out the RMSNorm
     backward's tiny per-row kernels (rsqrt, mean): per layer they nearly cancel in Llama and Gemma (1
     kernel fewer than the trace), and Qwen3's per-head q/k norms leave 11 fewer.
-  * Families added after NeuSight's (Qwen3, Gemma, T5, RoBERTa, OPT-350m's layout) were built from
+  * Families added after NeuSight's (Qwen3, Gemma, Phi-3, T5, RoBERTa, OPT-350m's layout) were built from
     this trace: their forward layers match it exactly, and `tests/test_graphs.py` pins the counts.
 
     python experiments/graph_trace.py            # needs torch and transformers; ~1 min on the CPU
@@ -55,6 +55,8 @@ MODELS = {
     "llama": ({"model_type": "llama", **_LLAMA}, ("num_hidden_layers",), "LlamaForCausalLM", "LlamaForCausalLM"),
     "qwen3": ({"model_type": "qwen3", **_LLAMA}, ("num_hidden_layers",), "Qwen3ForCausalLM", "Qwen3ForCausalLM"),
     "gemma": ({"model_type": "gemma", **_LLAMA}, ("num_hidden_layers",), "GemmaForCausalLM", "GemmaForCausalLM"),
+    "phi3": ({"model_type": "phi3", **_LLAMA, "pad_token_id": 0, "partial_rotary_factor": 0.5}, ("num_hidden_layers",),
+             "Phi3ForCausalLM", "Phi3ForCausalLM"),
     "switch": ({"model_type": "switch_transformers", **_T5, "num_experts": 4, "encoder_sparse_step": 0,
                 "decoder_sparse_step": 0}, ("num_layers", "num_decoder_layers"),
                "SwitchTransformersForConditionalGeneration", "SwitchTransformersForConditionalGeneration"),

@@ -509,11 +509,13 @@ LLAMA_SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads
 
 
 def _per_layer_and_outside(cfg, mode, dtype="fp32", layers_key="num_hidden_layers"):
-    n = [int(build_graph({**cfg, layers_key: k}, 2, 8, mode, dtype=dtype).kernel_table()["count"].sum()) for k in (2, 3)]
+    n = [int(build_graph({**cfg, layers_key: k}, 2, 8, mode, dtype=dtype).kernel_table()["count"].sum())
+         for k in (2, 3)]
     return n[1] - n[0], n[0] - 2 * (n[1] - n[0])
 
 
-@pytest.mark.parametrize("family,fp32,bf16", [("llama", 42, 48), ("qwen3", 54, 64), ("gemma", 44, 52)])
+@pytest.mark.parametrize("family,fp32,bf16", [("llama", 42, 48), ("qwen3", 54, 64), ("gemma", 44, 52),
+                                               ("phi3", 40, 46)])
 def test_llama_like_layers_launch_what_hf_eager_launches(family, fp32, bf16):
     """Kernels per layer of one forward, as TorchDispatchMode counts them on HF eager models (transformers
     5.23, `use_cache=False`; `experiments/graph_trace.py`): Qwen3 adds an RMSNorm over each head of q and
@@ -521,12 +523,15 @@ def test_llama_like_layers_launch_what_hf_eager_launches(family, fp32, bf16):
     bf16 a cast of the weight, the multiply running in fp32). In training the graph adds a gradient
     accumulation per parameter, which a first backward does not launch, and leaves out the RMSNorm
     backward's tiny per-row kernels: per layer 1 kernel fewer than the trace for Llama and Gemma, and 11
-    fewer for Qwen3, whose per-head norms miss the same tiny kernels."""
+    fewer for Qwen3, whose per-head norms miss the same tiny kernels. Phi-3 fuses q/k/v and gate/up
+    (two GEMMs fewer, and three fewer gradient accumulations: 4 fewer than the trace in training), adds a
+    torch.cat per RoPE'd projection, and needs no layout copy of q (nor of k without grouped-query)."""
     cfg = {"model_type": family, **LLAMA_SMALL}
     assert _per_layer_and_outside(cfg, "inf")[0] == fp32
     assert _per_layer_and_outside(cfg, "inf", "bf16")[0] == bf16
-    traced_train = {"llama": 114, "qwen3": 154, "gemma": 116}[family]
-    assert traced_train - _per_layer_and_outside(cfg, "train")[0] == {"llama": 1, "qwen3": 11, "gemma": 1}[family]
+    traced_train = {"llama": 114, "qwen3": 154, "gemma": 116, "phi3": 108}[family]
+    assert traced_train - _per_layer_and_outside(cfg, "train")[0] == {"llama": 1, "qwen3": 11, "gemma": 1,
+                                                                       "phi3": 4}[family]
 
 
 def test_qwen3_norms_each_head_and_gemma_ties_and_scales():
@@ -541,6 +546,25 @@ def test_qwen3_norms_each_head_and_gemma_ties_and_scales():
 
     fw = parallel_graph({"model_type": "qwen3", **LLAMA_SMALL}, 2, 8, "train", tp=2).kernel_table().set_index("name")
     assert fw.loc["q_norm.pow", "B"] == 32
+
+
+def test_phi3_fuses_its_projections_and_rotates_part_of_each_head():
+    mha = {"model_type": "phi3", **LLAMA_SMALL, "num_key_value_heads": 4, "partial_rotary_factor": 0.5}
+    t = build_graph(mha, 2, 8, "train").kernel_table()
+    fw = t[t["phase"] == "fw"].set_index("name")
+    assert fw.loc["qkv_proj", "K"] == 3 * 64 and fw.loc["gate_up_proj", "K"] == 2 * 128
+    assert fw.loc["q_rope_cos", "H"] == 4 * 8  # the first half of each 16-wide head
+    copies = set(fw.index[fw["op"] == "misc:copy"])
+    assert {"attn.v_copy", "attn.merge_heads"} <= copies and not {"attn.q_copy", "attn.k_copy"} & copies
+    # the fused outputs' gradients: q, k and v's summed (two adds), gate and up's concatenated (one copy)
+    bw = set(t.loc[t["phase"] == "bw", "name"])
+    assert {"qkv_out.grad_sum0", "qkv_out.grad_sum1", "gate_up_out.grad_cat"} <= bw
+    # forward 39 kernels per layer with multi-head attention (TorchDispatchMode), decode checked in decode_trace
+    assert _per_layer_and_outside(mha, "inf")[0] == 39
+    from hybridperf.graphs.parallel import parallel_graph
+
+    sharded = parallel_graph(mha, 2, 8, "train", tp=2).kernel_table().set_index("name")
+    assert sharded.loc["qkv_proj", "K"] == 3 * 64 // 2
 
 
 T5_SMALL = {"model_type": "t5", "d_model": 64, "d_kv": 16, "d_ff": 128, "num_heads": 4, "vocab_size": 100,

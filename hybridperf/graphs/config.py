@@ -17,10 +17,12 @@ Supported `model_type`s (the architectures of NeuSight's DLmodel_configs):
                          "relu" (T5 v1.0) or "gated-gelu" (v1.1, Flan-T5: wi_0, wi_1 and a gate multiply)
     llama, mistral,      LlamaForCausalLM-style decoders: RMSNorm, rotary embeddings, grouped-query
     qwen2, qwen3,        attention (`num_key_value_heads`), gated SiLU MLP, untied LM head by default;
-    gemma                qwen2 has biases on q/k/v, qwen3 an RMSNorm over each head of q and k; gemma
+    gemma, phi3          qwen2 has biases on q/k/v, qwen3 an RMSNorm over each head of q and k; gemma
                          scales its embeddings by sqrt(hidden), multiplies its norms by (1 + weight) in
-                         fp32, gates with GELU and ties its LM head. Mistral's sliding window is not
-                         modelled (it changes nothing for seq <= sliding_window under eager attention).
+                         fp32, gates with GELU and ties its LM head; phi3 fuses q/k/v into one GEMM and
+                         gate/up into another, and may rotate only part of each head
+                         (`partial_rotary_factor`). Mistral's sliding window is not modelled (it
+                         changes nothing for seq <= sliding_window under eager attention).
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from pathlib import Path
 from hybridperf.errors import InputError
 from hybridperf.jsonio import read_json_object
 
-LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "gemma")
+LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "gemma", "phi3")
 #: T5-style encoder-decoders (T5 is Switch without the expert layers)
 ENCODER_DECODER = ("switch_transformers", "t5")
 #: BERT's encoder with RoBERTa's position ids and heads
@@ -67,7 +69,8 @@ class ModelConfig:
     @property
     def tied_embeddings(self) -> bool:
         """Whether the LM head reuses the embedding table (HF's default: yes, except llama-likes)."""
-        return bool(self.raw.get("tie_word_embeddings", self.family not in LLAMA_LIKE or self.family in TIED_BY_DEFAULT))
+        default = self.family not in LLAMA_LIKE or self.family in TIED_BY_DEFAULT
+        return bool(self.raw.get("tie_word_embeddings", default))
 
     @property
     def num_kv_heads(self) -> int:

@@ -62,6 +62,10 @@ MODES = ("inf", "train", "decode")
 CAUSAL_LM = ("gpt2", "gpt_neo", "opt") + LLAMA_LIKE
 #: families whose eager attention takes its softmax in fp32 in a half-precision model
 SOFTMAX_FP32 = ("gpt_neo", "opt") + LLAMA_LIKE
+#: families whose learned or rotary position tables cap the sequence at `max_positions`
+POSITION_LIMITED = ("bert", *ROBERTA_LIKE, "gpt2", "gpt_neo", "opt", *LLAMA_LIKE)
+#: tags of kernels that only the backward launches (`grad_sums`, `grad_cat`)
+BACKWARD_ONLY = ("grad_sum", "grad_cat")
 
 
 def _k(name, op, B=1, M=0, N=0, K=0, H=0, nbytes=0.0, params=0, bias=False, tag="", fp32=False, dtypes=None):
@@ -134,7 +138,7 @@ class ModelGraph:
         forward, re-run in the backward), with its repeat `count`."""
         rows = []
         for blk in self.blocks:
-            forward = [k for k in blk.kernels if k["tag"] != "grad_sum"]
+            forward = [k for k in blk.kernels if k["tag"] not in BACKWARD_ONLY]
             for k in forward:
                 rows.append({**k, "block": blk.name, "phase": "fw", "count": blk.count})
             if self.mode == "train" and self.recompute and blk.kind == "layer":
@@ -239,6 +243,8 @@ def backward_kernels(k: dict) -> list:
         return [vec(n + ".bw", "addu", k["B"], k["H"])]
     if tag == "grad_sum":  # a backward-only add (`grad_sums`)
         return [vec(n, "add", k["B"], k["H"])]
+    if tag == "grad_cat":  # a backward-only copy (`grad_cat`)
+        return [misc(n, "copy", k["nbytes"])]
     if tag == "layout":  # the gradient is copied back into the layout the forward copied out of
         return [misc(n + ".bw", "copy", k["nbytes"])]
     if tag == "nll":  # zero-filled (tokens, V) gradient with one scatter
@@ -378,7 +384,7 @@ def fuse_pointwise(kernels: list) -> list:
 # ----------------------------------------------------------------------------------------------------
 
 def _attention_core(p, B, S, heads, hd, train, scale_op, mask_op, S_kv=None, dropout=True, softmax_fp32=False,
-                    qk_fp32=False):
+                    qk_fp32=False, layout=("q", "k", "v")):
     """QK^T, scale, mask, softmax, dropout, AV, head merge: shared by every family.
 
     Every family hands bmm head-split views, (B, heads, S, hd) permuted out of (B, S, h): torch.matmul
@@ -391,18 +397,22 @@ def _attention_core(p, B, S, heads, hd, train, scale_op, mask_op, S_kv=None, dro
     (Llama-style eager attention): in a half-precision model the softmax runs in fp32 between two casts;
     for fp16 input PyTorch's CUDA softmax reads the half scores itself (`half_to_float`), bf16 is cast
     first (ATen `softmax`). `qk_fp32` (GPT-Neo): q and k are cast to fp32 before QK^T, so their layout
-    copies, the QK^T bmm, the mask and the softmax run in fp32, and the probabilities are cast back."""
+    copies, the QK^T bmm, the mask and the softmax run in fp32, and the probabilities are cast back.
+    `layout`: which of q, k, v arrive as views that need the copy (all but in Phi-3, `llama_layout_copies`)."""
     S_kv = S if S_kv is None else S_kv
     bh = B * heads
     tok = B * S
     ks = [cast(f"{p}.q_to_fp32", tok * heads * hd), cast(f"{p}.k_to_fp32", B * S_kv * heads * hd)] if qk_fp32 else []
-    ks += [misc(f"{p}.q_copy", "copy", 2 * tok * heads * hd * F32, tag="layout", fp32=qk_fp32),
-           misc(f"{p}.k_copy", "copy", 2 * B * S_kv * heads * hd * F32, tag="layout", fp32=qk_fp32),
-           {**bmm(f"{p}.qk", bh, S, hd, S_kv), "fp32": qk_fp32}]
+    if "q" in layout:
+        ks.append(misc(f"{p}.q_copy", "copy", 2 * tok * heads * hd * F32, tag="layout", fp32=qk_fp32))
+    if "k" in layout:
+        ks.append(misc(f"{p}.k_copy", "copy", 2 * B * S_kv * heads * hd * F32, tag="layout", fp32=qk_fp32))
+    ks.append({**bmm(f"{p}.qk", bh, S, hd, S_kv), "fp32": qk_fp32})
     ks += attention_scores(p, bh * S, S_kv, scale_op, mask_op, softmax_fp32, qk_fp32)
     if train and dropout:
         ks.append(vec(f"{p}.attn_dropout", "mul", bh * S, S_kv, tag="dropout"))
-    ks.append(misc(f"{p}.v_copy", "copy", 2 * B * S_kv * heads * hd * F32, tag="layout"))
+    if "v" in layout:
+        ks.append(misc(f"{p}.v_copy", "copy", 2 * B * S_kv * heads * hd * F32, tag="layout"))
     ks.append(bmm(f"{p}.av", bh, S, S_kv, hd))
     ks.append(misc(f"{p}.merge_heads", "copy", 2 * tok * heads * hd * F32, tag="layout"))
     return ks
@@ -440,6 +450,12 @@ def _activation(p, act, tok, f, train=False):
 
 def _dropout(p, tok, h, train):
     return [vec(p, "mul", tok, h, tag="dropout")] if train else []
+
+
+def grad_cat(p, elems, train):
+    """The backward's torch.cat of the gradients of a chunked tensor (chunk's backward) of `elems`
+    elements: one copy, launched in the backward only."""
+    return [_k(f"{p}.grad_cat", "misc:copy", nbytes=2 * elems * F32, tag="grad_cat")] if train else []
 
 
 def grad_sums(p, rows, h, readers, train, fp32=False):
@@ -511,7 +527,8 @@ def _bert(cfg: ModelConfig, B, S, train) -> list:
     elif train:  # BertForPreTraining: pooler, MLM transform + decoder over the vocabulary, NSP head
         post = [linear("pooler", B, h, h), vec("pooler_tanh", "tanh", B, h), *mlm, linear("seq_relationship", B, h, 2)]
     else:  # *ForSequenceClassification: the first token through dense + tanh (BERT's pooler), then the classifier
-        post = [linear("pooler", B, h, h), vec("pooler_tanh", "tanh", B, h), linear("classifier", B, h, _num_labels(cfg))]
+        post = [linear("pooler", B, h, h), vec("pooler_tanh", "tanh", B, h),
+                linear("classifier", B, h, _num_labels(cfg))]
     return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
 
 
@@ -540,8 +557,8 @@ def _opt(cfg: ModelConfig, B, S, train) -> list:
          *grad_sums("self_attn_ln_out", tok, h, 3, train)] if pre_ln else [*grad_sums("resid_in", tok, h, 4, train)]
     L += [linear("q_proj", tok, h, h), vec("q_scale", "mulu", tok, h), linear("k_proj", tok, h, h),
           linear("v_proj", tok, h, h)]
-    L += _attention_core("attn", B, S, cfg.heads, cfg.head_dim, train, scale_op=None, mask_op=("add", ("addu", "where")),
-                         softmax_fp32=True)  # OPT's softmax(dtype=float32).to(dtype), as Llama's
+    L += _attention_core("attn", B, S, cfg.heads, cfg.head_dim, train, scale_op=None,
+                         mask_op=("add", ("addu", "where")), softmax_fp32=True)  # OPT's softmax(dtype=float32)
     L += [linear("out_proj", tok, h, h), *_dropout("attn_dropout_out", tok, h, train),
           vec("resid_add1", "add", tok, h, tag="residual")]
     L += [*grad_sums("resid_mid", tok, h, 2, train), ln("final_ln", tok, h)] if pre_ln \
@@ -670,9 +687,10 @@ def _switch(cfg: ModelConfig, B, S, train) -> list:
     if d_sparse:
         blocks.append(Block("decoder_sparse", d_sparse, dec_attn + _switch_moe("moe", cfg, B, S, train)))
     # a tied LM head first scales the decoder output by d_model ** -0.5 (T5 v1.0, Switch; not T5 v1.1)
-    blocks.append(Block("head", 1, [*_rms_norm("dec_final_norm", tok, h, train), *_dropout("dec_final_dropout", tok, h, train),
-                                    *([vec("tied_scale", "mulu", tok, h)] if cfg.tied_embeddings else []),
-                                    linear("lm_head", tok, h, V, bias=False)], "post"))
+    head = [*_rms_norm("dec_final_norm", tok, h, train), *_dropout("dec_final_dropout", tok, h, train),
+            *([vec("tied_scale", "mulu", tok, h)] if cfg.tied_embeddings else []),
+            linear("lm_head", tok, h, V, bias=False)]
+    blocks.append(Block("head", 1, head, "post"))
     return blocks
 
 
@@ -686,10 +704,23 @@ def _rope(p, tok, width):
 def llama_variant(cfg: ModelConfig) -> dict:
     """What a llama-like family changes in Llama's layer (the prefill, training and decode graphs share it):
     biases on q/k/v (qwen2, or `attention_bias`) and on the MLP (`mlp_bias`), an RMSNorm over each head
-    of q and k before RoPE (qwen3), and Gemma's (1 + weight) norms and sqrt(hidden)-scaled embeddings."""
+    of q and k before RoPE (qwen3), Gemma's (1 + weight) norms and sqrt(hidden)-scaled embeddings, and
+    Phi-3's fused q/k/v and gate/up GEMMs with RoPE on the first `partial_rotary_factor` of each head."""
+    rope = cfg.raw.get("rope_parameters") or cfg.raw.get("rope_scaling") or {}
+    partial = float(cfg.raw.get("partial_rotary_factor") or rope.get("partial_rotary_factor") or 1.0)
     return {"qkv_bias": cfg.family == "qwen2" or bool(cfg.raw.get("attention_bias", False)),
             "mlp_bias": bool(cfg.raw.get("mlp_bias", False)), "qk_norm": cfg.family == "qwen3",
-            "gemma": cfg.family == "gemma"}
+            "gemma": cfg.family == "gemma", "fused": cfg.family == "phi3",
+            "rotary_dim": int(cfg.head_dim * partial) if cfg.family == "phi3" else cfg.head_dim}
+
+
+def llama_layout_copies(cfg: ModelConfig) -> tuple:
+    """Which of q, k, v eager attention copies into a contiguous batch (`_attention_core`'s `layout`).
+    Phi-3's RoPE ends in a torch.cat, which leaves q and k contiguous: only repeat_kv's k (grouped-query)
+    and the strided v slice of the fused output are copied (TorchDispatchMode, transformers 5.23)."""
+    if not llama_variant(cfg)["fused"]:
+        return ("q", "k", "v")
+    return ("k", "v") if cfg.num_kv_heads < cfg.heads else ("v",)
 
 
 def llama_qkv(cfg: ModelConfig, tok: int, train: bool = False) -> list:
@@ -697,20 +728,35 @@ def llama_qkv(cfg: ModelConfig, tok: int, train: bool = False) -> list:
     v = llama_variant(cfg)
     h, hd = cfg.hidden, cfg.head_dim
     q_w, kv_w = cfg.heads * hd, cfg.num_kv_heads * hd
-    ks = [linear("q_proj", tok, h, q_w, bias=v["qkv_bias"]), linear("k_proj", tok, h, kv_w, bias=v["qkv_bias"]),
-          linear("v_proj", tok, h, kv_w, bias=v["qkv_bias"])]
+    if v["fused"]:  # Phi-3: one GEMM, q, k and v are slices of its output (the backward adds their gradients)
+        ks = [linear("qkv_proj", tok, h, q_w + 2 * kv_w, bias=v["qkv_bias"]),
+              *grad_sums("qkv_out", tok, q_w + 2 * kv_w, 3, train)]
+    else:
+        ks = [linear("q_proj", tok, h, q_w, bias=v["qkv_bias"]), linear("k_proj", tok, h, kv_w, bias=v["qkv_bias"]),
+              linear("v_proj", tok, h, kv_w, bias=v["qkv_bias"])]
     if v["qk_norm"]:  # Qwen3RMSNorm over head_dim, one row per token and head
-        ks += [*_rms_norm("q_norm", tok * cfg.heads, hd, train), *_rms_norm("k_norm", tok * cfg.num_kv_heads, hd, train)]
-    # RoPE reads x three times: x * cos, and its two halves in rotate_half
-    return ks + [*_rope("q_rope", tok, q_w), *grad_sums("q_rope_x", tok, q_w, 3, train),
-                 *_rope("k_rope", tok, kv_w), *grad_sums("k_rope_x", tok, kv_w, 3, train)]
+        ks += [*_rms_norm("q_norm", tok * cfg.heads, hd, train),
+               *_rms_norm("k_norm", tok * cfg.num_kv_heads, hd, train)]
+    # RoPE reads x three times: x * cos, and its two halves in rotate_half; Phi-3 rotates the first
+    # rotary_dim of each head and concatenates the rest back (one more copy, also at a factor of 1)
+    rq, rk = cfg.heads * v["rotary_dim"], cfg.num_kv_heads * v["rotary_dim"]
+    ks += [*_rope("q_rope", tok, rq), *grad_sums("q_rope_x", tok, rq, 3, train)]
+    ks += [misc("q_rope_pass", "copy", 2 * tok * q_w * F32)] if v["fused"] else []
+    ks += [*_rope("k_rope", tok, rk), *grad_sums("k_rope_x", tok, rk, 3, train)]
+    return ks + ([misc("k_rope_pass", "copy", 2 * tok * kv_w * F32)] if v["fused"] else [])
 
 
 def llama_mlp(cfg: ModelConfig, tok: int, train: bool = False) -> list:
-    """Gated MLP: gate and up projections, the activation times up, the down projection."""
-    h, f, bias = cfg.hidden, cfg.ffn, llama_variant(cfg)["mlp_bias"]
-    return [linear("gate_proj", tok, h, f, bias=bias), linear("up_proj", tok, h, f, bias=bias),
-            *_activation("mlp", cfg.activation, tok, f, train), vec("mlp.gate_mul", "mul", tok, f),
+    """Gated MLP: gate and up projections (Phi-3: one GEMM, chunked), the activation times up, the down
+    projection."""
+    h, f = cfg.hidden, cfg.ffn
+    v = llama_variant(cfg)
+    bias = v["mlp_bias"]
+    if v["fused"]:
+        up = [linear("gate_up_proj", tok, h, 2 * f, bias=bias), *grad_cat("gate_up_out", tok * 2 * f, train)]
+    else:
+        up = [linear("gate_proj", tok, h, f, bias=bias), linear("up_proj", tok, h, f, bias=bias)]
+    return [*up, *_activation("mlp", cfg.activation, tok, f, train), vec("mlp.gate_mul", "mul", tok, f),
             linear("down_proj", tok, f, h, bias=bias)]
 
 
@@ -727,8 +773,9 @@ def _llama(cfg: ModelConfig, B, S, train) -> list:
     L = [*grad_sums("resid_in", tok, h, 2, train), *_rms_norm("input_norm", tok, h, train, gemma),
          *grad_sums("input_norm_out", tok, h, 3, train), *llama_qkv(cfg, tok, train)]
     L += _attention_core("attn", B, S, cfg.heads, cfg.head_dim, train, scale_op="mulu", mask_op=("addu",),
-                         dropout=False, softmax_fp32=True)
-    L += [linear("o_proj", tok, cfg.heads * cfg.head_dim, h, bias=False), vec("resid_add1", "add", tok, h, tag="residual"),
+                         dropout=False, softmax_fp32=True, layout=llama_layout_copies(cfg))
+    L += [linear("o_proj", tok, cfg.heads * cfg.head_dim, h, bias=False),
+          vec("resid_add1", "add", tok, h, tag="residual"),
           *grad_sums("resid_mid", tok, h, 2, train), *_rms_norm("post_norm", tok, h, train, gemma),
           *grad_sums("post_norm_out", tok, h, 2, train), *llama_mlp(cfg, tok, train),
           vec("resid_add2", "add", tok, h, tag="residual")]
@@ -774,7 +821,7 @@ def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str = "f
     if mode not in MODES:
         raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     positions = seq + 1 if mode == "decode" else seq  # a decode step's new token takes position seq
-    if cfg.max_positions and positions > cfg.max_positions and cfg.family in ("bert", *ROBERTA_LIKE, "gpt2", "gpt_neo", "opt", *LLAMA_LIKE):
+    if cfg.max_positions and positions > cfg.max_positions and cfg.family in POSITION_LIMITED:
         raise InputError(f"{'seq + 1' if mode == 'decode' else 'seq'} = {positions} exceeds the model's maximum of "
                          f"{cfg.max_positions} positions")
     train = mode == "train"

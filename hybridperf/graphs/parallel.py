@@ -17,7 +17,7 @@ Batch and ranks
     GPUs = dp*tp*pp, ranks laid out as Megatron does: tp innermost, then dp, then pp; rank r sits on
     node r // gpus_per_node. A group's collective runs on its (ranks, ranks per node) as they fall.
 
-Tensor parallelism (gpt2, gpt_neo, bert, roberta, xlm_roberta, opt, llama, mistral, qwen2, qwen3, gemma)
+Tensor parallelism (gpt2, gpt_neo, bert, roberta, xlm_roberta, opt, llama, mistral, qwen2, qwen3, gemma, phi3)
     Column-parallel QKV and MLP-up GEMMs (output dim / tp), row-parallel attention-out and MLP-down
     GEMMs (reduction dim / tp); attention heads / tp, so QK^T, AV, scale, mask, softmax, dropout and the
     head copies run on B*heads/tp; the MLP activation on ffn/tp columns; rotary embeddings on the
@@ -124,7 +124,7 @@ TP_FAMILIES = ("gpt2", "gpt_neo", "bert", *ROBERTA_LIKE, "opt", *LLAMA_LIKE)
 
 # Kernel roles under tensor parallelism, by kernel name (see hybridperf.graphs.kernels' builders).
 _COLUMN = {"c_attn", "q_proj", "k_proj", "v_proj", "c_fc", "query", "key", "value", "intermediate", "fc1",
-           "gate_proj", "up_proj"}
+           "gate_proj", "up_proj", "qkv_proj", "gate_up_proj"}
 _ROW = {"attn_proj", "mlp_proj", "attn_out", "output", "out_proj", "fc2", "o_proj", "down_proj"}
 _SPLIT_H = ("q_scale", "q_rope_", "k_rope_")  # elementwise on a (sharded) projection's output
 _ATTN_PREFIX = ("attn.", "q_norm.", "k_norm.")  # _attention_core and per-head norm kernels: heads / tp
