@@ -59,10 +59,15 @@ FAMILIES = {
                                             "vocab_size"), extra={"max_position_embeddings": MAX_POSITIONS}),
     "gpt_neo": dict(model_type="gpt_neo", keys=("hidden_size", "num_heads", "num_layers", "intermediate_size",
                                                 "vocab_size"), extra={"max_position_embeddings": MAX_POSITIONS}),
-    "qwen3": dict(model_type="qwen3", keys=("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
-                                            "vocab_size"), extra={"max_position_embeddings": MAX_POSITIONS}),
-    "gemma": dict(model_type="gemma", keys=("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
-                                            "vocab_size"), extra={"max_position_embeddings": MAX_POSITIONS}),
+    "gpt_neox": dict(model_type="gpt_neox", keys=("hidden_size", "num_attention_heads", "num_hidden_layers",
+                                                  "intermediate_size", "vocab_size"),
+                     extra={"max_position_embeddings": MAX_POSITIONS}),
+    "qwen3": dict(model_type="qwen3", keys=("hidden_size", "num_attention_heads", "num_hidden_layers",
+                                            "intermediate_size", "vocab_size"),
+                  extra={"max_position_embeddings": MAX_POSITIONS}),
+    "gemma": dict(model_type="gemma", keys=("hidden_size", "num_attention_heads", "num_hidden_layers",
+                                            "intermediate_size", "vocab_size"),
+                  extra={"max_position_embeddings": MAX_POSITIONS}),
 }
 #: families whose config sets head_dim on its own (Qwen3 128, Gemma 256 by default): counted at hidden / heads
 OWN_HEAD_DIM = ("qwen3", "gemma")

@@ -1,6 +1,6 @@
 """Count the kernels of one Hugging Face eager decode step and compare them with `--mode decode`'s graph.
 
-For small random-weight GPT-2, GPT-Neo, OPT (and OPT-350m's layout), Llama (with grouped-query and with
+For small random-weight GPT-2, GPT-Neo, GPT-NeoX, OPT (and OPT-350m's layout), Llama (with grouped-query and with
 multi-head attention), Qwen3, Gemma and Phi-3 models, in fp32 and bf16: prefill 8 tokens with
 `use_cache=True`, then run one decode step `model(next_ids, past_key_values=cache)` under
 TorchDispatchMode and record every ATen op that
@@ -36,6 +36,8 @@ CONFIGS = {
               "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 100, "max_position_embeddings": 512},
     "gemma": {"model_type": "gemma", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
               "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 100, "max_position_embeddings": 512},
+    "gpt_neox": {"model_type": "gpt_neox", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+                 "vocab_size": 100, "max_position_embeddings": 512},
     "phi3": {"model_type": "phi3", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
              "num_key_value_heads": 2, "vocab_size": 100, "max_position_embeddings": 512, "pad_token_id": 0,
              "partial_rotary_factor": 0.5},

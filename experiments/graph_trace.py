@@ -15,7 +15,7 @@ The graph is not meant to equal this trace everywhere, and the script says where
     NeuSight's timed steps; a first backward steals the gradient instead) and leaves out the RMSNorm
     backward's tiny per-row kernels (rsqrt, mean): per layer they nearly cancel in Llama and Gemma (1
     kernel fewer than the trace), and Qwen3's per-head q/k norms leave 11 fewer.
-  * Families added after NeuSight's (Qwen3, Gemma, Phi-3, T5, RoBERTa, OPT-350m's layout) were built from
+  * Families added after NeuSight's (GPT-NeoX, Qwen3, Gemma, Phi-3, T5, RoBERTa, OPT-350m's layout) were built from
     this trace: their forward layers match it exactly, and `tests/test_graphs.py` pins the counts.
 
     python experiments/graph_trace.py            # needs torch and transformers; ~1 min on the CPU
@@ -46,6 +46,9 @@ MODELS = {
                 "RobertaForSequenceClassification", "RobertaForMaskedLM"),
     "gpt2": ({"model_type": "gpt2", "n_embd": 64, "n_head": 4, "vocab_size": 100, "n_positions": 512}, ("n_layer",),
              "GPT2LMHeadModel", "GPT2LMHeadModel"),
+    "gpt_neox": ({"model_type": "gpt_neox", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+                  "vocab_size": 100, "max_position_embeddings": 512}, ("num_hidden_layers",), "GPTNeoXForCausalLM",
+                 "GPTNeoXForCausalLM"),
     "opt": ({"model_type": "opt", "hidden_size": 64, "ffn_dim": 128, "num_attention_heads": 4, "vocab_size": 100,
              "max_position_embeddings": 512, "word_embed_proj_dim": 64}, ("num_hidden_layers",), "OPTForCausalLM",
             "OPTForCausalLM"),

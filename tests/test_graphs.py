@@ -524,14 +524,14 @@ def test_llama_like_layers_launch_what_hf_eager_launches(family, fp32, bf16):
     accumulation per parameter, which a first backward does not launch, and leaves out the RMSNorm
     backward's tiny per-row kernels: per layer 1 kernel fewer than the trace for Llama and Gemma, and 11
     fewer for Qwen3, whose per-head norms miss the same tiny kernels. Phi-3 fuses q/k/v and gate/up
-    (two GEMMs fewer, and three fewer gradient accumulations: 4 fewer than the trace in training), adds a
+    (two GEMMs fewer, and three fewer gradient accumulations: 2 fewer than the trace in training), adds a
     torch.cat per RoPE'd projection, and needs no layout copy of q (nor of k without grouped-query)."""
     cfg = {"model_type": family, **LLAMA_SMALL}
     assert _per_layer_and_outside(cfg, "inf")[0] == fp32
     assert _per_layer_and_outside(cfg, "inf", "bf16")[0] == bf16
     traced_train = {"llama": 114, "qwen3": 154, "gemma": 116, "phi3": 108}[family]
     assert traced_train - _per_layer_and_outside(cfg, "train")[0] == {"llama": 1, "qwen3": 11, "gemma": 1,
-                                                                       "phi3": 4}[family]
+                                                                       "phi3": 2}[family]
 
 
 def test_qwen3_norms_each_head_and_gemma_ties_and_scales():
@@ -565,6 +565,29 @@ def test_phi3_fuses_its_projections_and_rotates_part_of_each_head():
 
     sharded = parallel_graph(mha, 2, 8, "train", tp=2).kernel_table().set_index("name")
     assert sharded.loc["qkv_proj", "K"] == 3 * 64 // 2
+    assert sharded.loc["qkv_out.grad_sum0", "H"] == 3 * 64 // 2
+    assert sharded.loc["gate_up_out.grad_cat", "nbytes"] == t.set_index("name").loc["gate_up_out.grad_cat", "nbytes"] / 2
+
+
+NEOX = {"model_type": "gpt_neox", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+        "vocab_size": 100, "max_position_embeddings": 512, "num_hidden_layers": 2}
+
+
+def test_gpt_neox_runs_attention_and_mlp_in_parallel_with_partial_rope():
+    """TorchDispatchMode on HF eager GPTNeoXForCausalLM (transformers 5.23): 28 kernels per layer in a forward
+    (30 in bf16: the softmax's casts), with or without the parallel residual and at any rotary_pct; 66 in
+    training, where the graph has 82 (12 gradient accumulations, and RoPE's backward priced as Llama's)."""
+    for extra in ({}, {"use_parallel_residual": False}, {"rotary_pct": 1.0}):
+        assert _per_layer_and_outside({**NEOX, **extra}, "inf")[0] == 28
+    assert _per_layer_and_outside(NEOX, "inf", "bf16")[0] == 30
+    assert _per_layer_and_outside(NEOX, "train")[0] == 82
+    fw = build_graph(NEOX, 2, 8, "inf").kernel_table().set_index("name")
+    assert fw.loc["q_rope_cos", "H"] == 4 * 4  # rotary_pct 0.25 of each 16-wide head
+    assert fw.loc["query_key_value", "K"] == 3 * 64 and fw.loc["embed_out", "K"] == 100
+    assert not load_config(NEOX).tied_embeddings
+    from hybridperf.graphs.optimizer import param_numels
+
+    assert sum(param_numels(build_graph(NEOX, 2, 8, "train"))) == 79_872  # GPTNeoXForCausalLM.parameters()
 
 
 T5_SMALL = {"model_type": "t5", "d_model": 64, "d_kv": 16, "d_ff": 128, "num_heads": 4, "vocab_size": 100,
@@ -658,7 +681,7 @@ def test_saved_activations_match_the_cpu_autograd_counts():
     from hybridperf.graphs.memory import saved_activation_bytes
 
     counts = pd.read_csv(Path(__file__).resolve().parents[1] / "experiments" / "data" / "activation_memory.csv")
-    assert set(counts["family"]) == {"bert", "gpt2", "gpt_neo", "llama", "opt", "qwen3", "gemma"}
+    assert set(counts["family"]) == {"bert", "gpt2", "gpt_neo", "gpt_neox", "llama", "opt", "qwen3", "gemma"}
     assert set(counts["dtype"]) == {"fp32", "bf16"}
     for r in counts.itertuples():
         for layers, measured in ((2, r.saved_2_layers), (4, r.saved_4_layers)):

@@ -5,6 +5,8 @@ Supported `model_type`s (the architectures of NeuSight's DLmodel_configs):
     gpt2                 GPT2LMHeadModel (also the artifact's "GPT-3" xl/2.7B/6.7B/13B configs: GPT-2 style,
                          Conv1D projections = addmm, fused QKV, gelu_new as 8 eager kernels)
     gpt_neo              GPT-Neo style (separate q/k/v Linear without bias, no attention scaling)
+    gpt_neox             GPT-NeoX / Pythia: fused QKV GEMM, RoPE on `rotary_pct` of each head, attention
+                         and MLP in parallel from the same input (`use_parallel_residual`), untied head
     bert                 BERT as NeuSight traced it: inference = BertForSequenceClassification (pooler +
                          classifier), training = BertForPreTraining (pooler + MLM head + NSP head)
     roberta, xlm_roberta BERT's layers; position ids counted from the input ids (cumsum), at most
@@ -37,7 +39,7 @@ LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "gemma", "phi3")
 ENCODER_DECODER = ("switch_transformers", "t5")
 #: BERT's encoder with RoBERTa's position ids and heads
 ROBERTA_LIKE = ("roberta", "xlm_roberta")
-SUPPORTED_MODEL_TYPES = ("gpt2", "gpt_neo", "bert", *ROBERTA_LIKE, "opt", *ENCODER_DECODER, *LLAMA_LIKE)
+SUPPORTED_MODEL_TYPES = ("gpt2", "gpt_neo", "gpt_neox", "bert", *ROBERTA_LIKE, "opt", *ENCODER_DECODER, *LLAMA_LIKE)
 #: llama-likes whose LM head reuses the embedding table unless the config says otherwise
 TIED_BY_DEFAULT = ("gemma",)
 
@@ -69,7 +71,7 @@ class ModelConfig:
     @property
     def tied_embeddings(self) -> bool:
         """Whether the LM head reuses the embedding table (HF's default: yes, except llama-likes)."""
-        default = self.family not in LLAMA_LIKE or self.family in TIED_BY_DEFAULT
+        default = self.family not in (*LLAMA_LIKE, "gpt_neox") or self.family in TIED_BY_DEFAULT
         return bool(self.raw.get("tie_word_embeddings", default))
 
     @property
@@ -127,6 +129,13 @@ def config_from_dict(d: dict, source: str = "config") -> ModelConfig:
         ffn = _pos_int(inner, "n_inner", source) if inner else 4 * hidden
         act = str(_get(d, "activation_function", default="gelu_new"))
         maxpos = int(_get(d, "n_positions", "max_position_embeddings", default=0) or 0)
+    elif mt == "gpt_neox":
+        hidden = need(("hidden_size",), "hidden size")
+        heads = need(("num_attention_heads",), "head count")
+        layers = need(("num_hidden_layers",), "layer count")
+        ffn = need(("intermediate_size",), "intermediate size")
+        act = str(_get(d, "hidden_act", default="gelu"))
+        maxpos = int(_get(d, "max_position_embeddings", default=2048) or 0)
     elif mt in ("bert", *ROBERTA_LIKE):
         hidden = need(("hidden_size",), "hidden size")
         heads = need(("num_attention_heads",), "head count")

@@ -28,15 +28,16 @@ from __future__ import annotations
 
 from hybridperf.errors import InputError
 from hybridperf.graphs.config import LLAMA_LIKE, ModelConfig
-from hybridperf.graphs.kernels import (CAUSAL_LM, F32, Block, _activation, _rms_norm, attention_scores, bmm, cast, gather,
-                                       linear, llama_mlp, llama_qkv, llama_variant, ln, misc, opt_layout, vec)
+from hybridperf.graphs.kernels import (CAUSAL_LM, F32, Block, _activation, _rms_norm, attention_scores, bmm, cast,
+                                       gather, linear, llama_mlp, llama_qkv, llama_variant, ln, misc, neox_layout,
+                                       neox_rope, opt_layout, vec)
 
 #: families with a decode step: the decoder-only causal LMs, whose forward returns a key/value cache
 DECODE_FAMILIES = CAUSAL_LM
 #: kernels that build position ids, the causal mask (arange, add, le, where, ...) and, for Llama, the
 #: rotary cos/sin before the first layer (counted; all tiny); OPT adds its cumsum position ids
-SETUP_KERNELS = {"gpt2": 12, "gpt_neo": 12, "opt": 16, "llama": 19}
-#: of those, Llama's casts in a half-precision model (the rotary cos and sin and the mask to the model dtype)
+SETUP_KERNELS = {"gpt2": 12, "gpt_neo": 12, "opt": 16, "llama": 19, "gpt_neox": 19}
+#: of those, the rotary models' casts in a half-precision model (cos and sin and the mask to the model dtype)
 LLAMA_SETUP_CASTS = 3
 
 
@@ -49,7 +50,7 @@ def kv_length(cfg: ModelConfig, seq: int) -> int:
 def _setup(cfg: ModelConfig, B: int, kv: int) -> list:
     n = SETUP_KERNELS["llama" if cfg.family in LLAMA_LIKE else cfg.family]
     ks = [misc(f"setup_{i}", "mask", 2 * B * kv * 8) for i in range(n)]
-    if cfg.family in LLAMA_LIKE:
+    if cfg.family in (*LLAMA_LIKE, "gpt_neox"):  # rotary tables: cast like Llama's
         ks += [cast(f"setup_cast_{i}", B * kv) for i in range(LLAMA_SETUP_CASTS)]
     return ks
 
@@ -111,6 +112,21 @@ def _opt(cfg: ModelConfig, B: int, kv: int) -> list:
     return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
 
 
+def _gpt_neox(cfg: ModelConfig, B: int, kv: int) -> list:
+    h, f, V = cfg.hidden, cfg.ffn, cfg.vocab
+    o = neox_layout(cfg)
+    pre = [gather("embed_in", B, h, V), *_setup(cfg, B, kv)]
+    attn = [ln("input_layernorm", B, h), linear("query_key_value", B, h, 3 * h, bias=o["bias"]),
+            *neox_rope(B, cfg.heads, cfg.head_dim, o["rotary_dim"], False),
+            *_attention("attn", cfg, B, kv, "mulu", ("addu",), softmax_fp32=True),
+            linear("dense", B, h, h, bias=o["bias"])]
+    mlp = [ln("post_attention_layernorm", B, h), linear("dense_h_to_4h", B, h, f),
+           *_activation("mlp", cfg.activation, B, f), linear("dense_4h_to_h", B, f, h)]
+    L = attn + mlp + [vec("resid_add1", "add", B, h), vec("resid_add2", "add", B, h)]
+    post = [ln("final_layer_norm", B, h), linear("embed_out", B, h, V, bias=False)]
+    return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
+
+
 def _llama(cfg: ModelConfig, B: int, kv: int) -> list:
     h, V = cfg.hidden, cfg.vocab
     gemma = llama_variant(cfg)["gemma"]
@@ -123,7 +139,7 @@ def _llama(cfg: ModelConfig, B: int, kv: int) -> list:
     return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
 
 
-_BUILDERS = {"gpt2": _gpt2, "gpt_neo": _gpt2, "opt": _opt, **{f: _llama for f in LLAMA_LIKE}}
+_BUILDERS = {"gpt2": _gpt2, "gpt_neo": _gpt2, "gpt_neox": _gpt_neox, "opt": _opt, **{f: _llama for f in LLAMA_LIKE}}
 
 
 def decode_blocks(cfg: ModelConfig, batch: int, seq: int) -> list:

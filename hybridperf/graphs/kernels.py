@@ -59,11 +59,11 @@ KERNEL_COLUMNS = ("block", "name", "op", "B", "M", "N", "K", "H", "nbytes", "ext
 #: sequence against a key/value cache of seq tokens (`hybridperf.graphs.decode`)
 MODES = ("inf", "train", "decode")
 #: families whose inference forward returns a key/value cache (decoder-only causal LMs)
-CAUSAL_LM = ("gpt2", "gpt_neo", "opt") + LLAMA_LIKE
+CAUSAL_LM = ("gpt2", "gpt_neo", "gpt_neox", "opt") + LLAMA_LIKE
 #: families whose eager attention takes its softmax in fp32 in a half-precision model
-SOFTMAX_FP32 = ("gpt_neo", "opt") + LLAMA_LIKE
+SOFTMAX_FP32 = ("gpt_neo", "gpt_neox", "opt") + LLAMA_LIKE
 #: families whose learned or rotary position tables cap the sequence at `max_positions`
-POSITION_LIMITED = ("bert", *ROBERTA_LIKE, "gpt2", "gpt_neo", "opt", *LLAMA_LIKE)
+POSITION_LIMITED = ("bert", *ROBERTA_LIKE, "gpt2", "gpt_neo", "gpt_neox", "opt", *LLAMA_LIKE)
 #: tags of kernels that only the backward launches (`grad_sums`, `grad_cat`)
 BACKWARD_ONLY = ("grad_sum", "grad_cat")
 
@@ -489,6 +489,63 @@ def _gpt2(cfg: ModelConfig, B, S, train) -> list:
     return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
 
 
+def neox_layout(cfg: ModelConfig) -> dict:
+    """GPT-NeoX's options: rotated width per head (`rotary_pct`, 0.25 in Pythia), parallel residual,
+    biases, and whether training launches dropout kernels (Pythia's dropouts are 0)."""
+    rope = cfg.raw.get("rope_parameters") or {}
+    pct = float(cfg.raw.get("rotary_pct") or rope.get("partial_rotary_factor") or 0.25)
+    return {"rotary_dim": int(cfg.head_dim * pct), "parallel": bool(cfg.raw.get("use_parallel_residual", True)),
+            "bias": bool(cfg.raw.get("attention_bias", True)),
+            "attn_dropout": float(cfg.raw.get("attention_dropout") or 0) > 0,
+            "hidden_dropout": float(cfg.raw.get("hidden_dropout") or 0) > 0}
+
+
+def neox_rope(tok: int, heads: int, hd: int, rot: int, train: bool) -> list:
+    """RoPE on the first `rot` of each head of q and k, each then concatenated with its pass-through part."""
+    ks = []
+    for p in ("q", "k"):
+        ks += [*_rope(f"{p}_rope", tok, heads * rot), *grad_sums(f"{p}_rope_x", tok, heads * rot, 3, train),
+               misc(f"{p}_rope_pass", "copy", 2 * tok * heads * hd * F32), *rope_part_sums(p, tok, heads * hd, train)]
+    return ks
+
+
+def rope_part_sums(p: str, tok: int, width: int, train: bool) -> list:
+    """RoPE that slices q (k) into a rotated and a passed-through part and concatenates them (Phi-3,
+    GPT-NeoX; also when the passed part is empty): each slice sends a gradient back, and autograd adds
+    the two into the projection's (one full-width add in the backward)."""
+    return grad_sums(f"{p}_rope_parts", tok, width, 2, train)
+
+
+def _gpt_neox(cfg: ModelConfig, B, S, train) -> list:
+    """GPTNeoXForCausalLM (HF eager, TorchDispatchMode-counted): LayerNorm, a fused QKV GEMM whose output
+    is chunked (its gradient is one concatenation), partial RoPE ending in a torch.cat (q and k come out
+    contiguous: only v needs a layout copy), softmax in fp32, and with the parallel residual
+    x + attn(ln1(x)) + mlp(ln2(x)) (two adds; x read by both norms and the sum)."""
+    h, f, V, tok = cfg.hidden, cfg.ffn, cfg.vocab, B * S
+    o = neox_layout(cfg)
+    pre = [gather("embed_in", tok, h, V), *_dropout("emb_dropout", tok, h, train and o["hidden_dropout"]),
+           *[misc(f"causal_{i}", "mask", 2 * S * S * F32) for i in range(4)],
+           misc("causal_clone", "copy", 2 * B * S * S * F32),
+           *[misc(f"rotary_{i}", "mask", 2 * tok * o["rotary_dim"] * F32) for i in range(4)]]
+    L = [*grad_sums("resid_in", tok, h, 3 if o["parallel"] else 2, train), ln("input_layernorm", tok, h),
+         linear("query_key_value", tok, h, 3 * h, bias=o["bias"]), *grad_cat("qkv_out", tok * 3 * h, train),
+         *neox_rope(tok, cfg.heads, cfg.head_dim, o["rotary_dim"], train)]
+    L += _attention_core("attn", B, S, cfg.heads, cfg.head_dim, train, scale_op="mulu", mask_op=("addu",),
+                         dropout=o["attn_dropout"], softmax_fp32=True, layout=("v",))
+    L += [linear("dense", tok, h, h, bias=o["bias"]),
+          *_dropout("attn_dropout_out", tok, h, train and o["hidden_dropout"])]
+    mlp = [linear("dense_h_to_4h", tok, h, f), *_activation("mlp", cfg.activation, tok, f, train),
+           linear("dense_4h_to_h", tok, f, h), *_dropout("mlp_dropout", tok, h, train and o["hidden_dropout"])]
+    if o["parallel"]:
+        L += [ln("post_attention_layernorm", tok, h), *mlp, vec("resid_add1", "add", tok, h, tag="residual"),
+              vec("resid_add2", "add", tok, h, tag="residual")]
+    else:
+        L += [vec("resid_add1", "add", tok, h, tag="residual"), *grad_sums("resid_mid", tok, h, 2, train),
+              ln("post_attention_layernorm", tok, h), *mlp, vec("resid_add2", "add", tok, h, tag="residual")]
+    post = [ln("final_layer_norm", tok, h), linear("embed_out", tok, h, V, bias=False)]
+    return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
+
+
 def _num_labels(cfg: ModelConfig) -> int:
     """Classifier width: the config's `num_labels` / `id2label`, else HF's default of 2."""
     n = cfg.raw.get("num_labels") or len(cfg.raw.get("id2label") or {}) or 2
@@ -741,9 +798,11 @@ def llama_qkv(cfg: ModelConfig, tok: int, train: bool = False) -> list:
     # rotary_dim of each head and concatenates the rest back (one more copy, also at a factor of 1)
     rq, rk = cfg.heads * v["rotary_dim"], cfg.num_kv_heads * v["rotary_dim"]
     ks += [*_rope("q_rope", tok, rq), *grad_sums("q_rope_x", tok, rq, 3, train)]
-    ks += [misc("q_rope_pass", "copy", 2 * tok * q_w * F32)] if v["fused"] else []
+    ks += [misc("q_rope_pass", "copy", 2 * tok * q_w * F32), *rope_part_sums("q", tok, q_w, train)] \
+        if v["fused"] else []
     ks += [*_rope("k_rope", tok, rk), *grad_sums("k_rope_x", tok, rk, 3, train)]
-    return ks + ([misc("k_rope_pass", "copy", 2 * tok * kv_w * F32)] if v["fused"] else [])
+    return ks + ([misc("k_rope_pass", "copy", 2 * tok * kv_w * F32), *rope_part_sums("k", tok, kv_w, train)]
+                 if v["fused"] else [])
 
 
 def llama_mlp(cfg: ModelConfig, tok: int, train: bool = False) -> list:
@@ -783,7 +842,8 @@ def _llama(cfg: ModelConfig, B, S, train) -> list:
     return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
 
 
-_FAMILIES = {"gpt2": _gpt2, "gpt_neo": _gpt2, "bert": _bert, **{f: _bert for f in ROBERTA_LIKE}, "opt": _opt,
+_FAMILIES = {"gpt2": _gpt2, "gpt_neo": _gpt2, "gpt_neox": _gpt_neox, "bert": _bert, **{f: _bert for f in ROBERTA_LIKE},
+             "opt": _opt,
              "switch_transformers": _switch, "t5": _switch,
              **{f: _llama for f in LLAMA_LIKE}}
 

@@ -9,8 +9,8 @@ fitted, per family, as bytes per layer
 
 plus tokens * (d_h * hidden + d_v * vocab) for the embeddings, head and loss. The last per-layer term
 is GPT-Neo's: each of its layers saves a slice of its own (max_positions, max_positions) bool
-causal-mask buffer, which keeps the whole buffer alive. The fit is within 0.2% of the count for BERT,
-OPT and GPT-Neo (alternating global and local layers, as released), 0.8% for Llama, Qwen3 and Gemma
+causal-mask buffer, which keeps the whole buffer alive. The fit is within 0.3% of the count for BERT,
+OPT, GPT-NeoX and GPT-Neo (alternating global and local layers, as released), 0.8% for Llama, Qwen3 and Gemma
 (counted with head_dim = hidden / heads; their released configs set their own) and 6% for GPT-2. In eager
 HF every layer keeps ~10 hidden-sized fp32 tensors per token (c_h ~ 40 bytes), GPT-2's eight-kernel
 gelu_new five ffn-sized ones, and attention with dropout three score-sized ones: more than twice the
@@ -34,6 +34,7 @@ ACTIVATION_COEFFS = {
     "llama": {"c_h": 40.04, "c_f": 16.0, "c_a": 4.0, "d_h": 13.72, "d_v": 4.07},
     "opt": {"c_h": 40.08, "c_f": 4.0, "c_a": 4.01, "d_h": 7.84, "d_v": 4.12},
     "gpt_neo": {"c_h": 32.06, "c_f": 20.0, "c_a": 4.01, "c_m": 1.0, "d_h": 7.88, "d_v": 4.10},
+    "gpt_neox": {"c_h": 28.08, "c_f": 8.0, "c_a": 4.01, "d_h": 8.29, "d_v": 4.10},
     "qwen3": {"c_h": 56.08, "c_f": 16.0, "c_a": 4.06, "d_h": 13.64, "d_v": 4.09},
     "gemma": {"c_h": 40.1, "c_f": 16.0, "c_a": 4.0, "d_h": 13.71, "d_v": 4.08},
 }
@@ -44,6 +45,7 @@ HALF_ACTIVATION_COEFFS = {
     "llama": {"c_h": 24.04, "c_f": 8.0, "c_a": 6.0, "d_h": 8.82, "d_v": 4.07},
     "opt": {"c_h": 20.04, "c_f": 2.0, "c_a": 6.0, "d_h": 3.92, "d_v": 4.08},
     "gpt_neo": {"c_h": 20.03, "c_f": 10.0, "c_a": 6.01, "c_m": 1.0, "d_h": 3.94, "d_v": 4.07},
+    "gpt_neox": {"c_h": 14.04, "c_f": 4.0, "c_a": 6.0, "d_h": 4.15, "d_v": 4.07},
     "qwen3": {"c_h": 36.08, "c_f": 8.0, "c_a": 6.06, "d_h": 8.74, "d_v": 4.09},
     "gemma": {"c_h": 28.1, "c_f": 8.0, "c_a": 6.0, "d_h": 10.81, "d_v": 4.08},
 }

@@ -17,7 +17,7 @@ Batch and ranks
     GPUs = dp*tp*pp, ranks laid out as Megatron does: tp innermost, then dp, then pp; rank r sits on
     node r // gpus_per_node. A group's collective runs on its (ranks, ranks per node) as they fall.
 
-Tensor parallelism (gpt2, gpt_neo, bert, roberta, xlm_roberta, opt, llama, mistral, qwen2, qwen3, gemma, phi3)
+Tensor parallelism (gpt2, gpt_neo, gpt_neox, bert, roberta, xlm_roberta, opt, llama, mistral, qwen2, qwen3, gemma, phi3)
     Column-parallel QKV and MLP-up GEMMs (output dim / tp), row-parallel attention-out and MLP-down
     GEMMs (reduction dim / tp); attention heads / tp, so QK^T, AV, scale, mask, softmax, dropout and the
     head copies run on B*heads/tp; the MLP activation on ffn/tp columns; rotary embeddings on the
@@ -120,17 +120,20 @@ from hybridperf.graphs.optimizer import optimizer_state_bytes, optimizer_table, 
 
 #: PyTorch DDP's default gradient bucket (bucket_cap_mb=25)
 DEFAULT_BUCKET_MB = 25.0
-TP_FAMILIES = ("gpt2", "gpt_neo", "bert", *ROBERTA_LIKE, "opt", *LLAMA_LIKE)
+TP_FAMILIES = ("gpt2", "gpt_neo", "gpt_neox", "bert", *ROBERTA_LIKE, "opt", *LLAMA_LIKE)
 
 # Kernel roles under tensor parallelism, by kernel name (see hybridperf.graphs.kernels' builders).
 _COLUMN = {"c_attn", "q_proj", "k_proj", "v_proj", "c_fc", "query", "key", "value", "intermediate", "fc1",
-           "gate_proj", "up_proj", "qkv_proj", "gate_up_proj"}
-_ROW = {"attn_proj", "mlp_proj", "attn_out", "output", "out_proj", "fc2", "o_proj", "down_proj"}
-_SPLIT_H = ("q_scale", "q_rope_", "k_rope_")  # elementwise on a (sharded) projection's output
+           "gate_proj", "up_proj", "qkv_proj", "gate_up_proj", "query_key_value", "dense_h_to_4h"}
+_ROW = {"attn_proj", "mlp_proj", "attn_out", "output", "out_proj", "fc2", "o_proj", "down_proj", "dense",
+        "dense_4h_to_h"}
+#: elementwise on a (sharded) projection's output: RoPE (with GPT-NeoX's and Phi-3's pass-through cats) and
+#: the backward's sum or concatenation of a fused projection's output gradients
+_SPLIT_H = ("q_scale", "q_rope_", "k_rope_", "qkv_out.", "gate_up_out.")
 _ATTN_PREFIX = ("attn.", "q_norm.", "k_norm.")  # _attention_core and per-head norm kernels: heads / tp
 _MLP_PREFIX = "mlp."  # the MLP activation: ffn / tp columns
-_VOCAB_TABLE = {"wte", "word_embeddings", "embed_tokens"}
-_VOCAB_HEAD = {"lm_head", "decoder"}
+_VOCAB_TABLE = {"wte", "word_embeddings", "embed_tokens", "embed_in"}
+_VOCAB_HEAD = {"lm_head", "decoder", "embed_out"}
 _VOCAB_LOSS = {"log_softmax", "nll"}
 
 
