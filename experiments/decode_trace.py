@@ -54,15 +54,9 @@ def with_layers(cfg: dict, layers: int) -> dict:
     return out
 
 
-def traced_kernels(torch, transformers, cfg: dict, dtype: str, batch: int = 2, past: int = 8) -> int:
-    """Kernel-launching ATen ops of one decode step after `past` cached tokens."""
+def kernel_recorder(ops: list):
+    """A TorchDispatchMode that appends the name of every kernel-launching ATen op it sees to `ops`."""
     from torch.utils._python_dispatch import TorchDispatchMode
-
-    hf = transformers.AutoConfig.for_model(**cfg)
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(hf, attn_implementation="eager").eval()
-    model.to({"fp32": torch.float32, "bf16": torch.bfloat16}[dtype])
-    ops = []
 
     class Record(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -70,10 +64,20 @@ def traced_kernels(torch, transformers, cfg: dict, dtype: str, batch: int = 2, p
                 ops.append(str(func))
             return func(*args, **(kwargs or {}))
 
+    return Record()
+
+
+def traced_kernels(torch, transformers, cfg: dict, dtype: str, batch: int = 2, past: int = 8) -> int:
+    """Kernel-launching ATen ops of one decode step after `past` cached tokens."""
+    hf = transformers.AutoConfig.for_model(**cfg)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(hf, attn_implementation="eager").eval()
+    model.to({"fp32": torch.float32, "bf16": torch.bfloat16}[dtype])
+    ops = []
     with torch.no_grad():
         cache = model(torch.randint(0, 100, (batch, past)), use_cache=True).past_key_values
         ids = torch.randint(0, 100, (batch, 1))
-        with Record():
+        with kernel_recorder(ops):
             model(ids, past_key_values=cache, use_cache=True)
     return len(ops)
 

@@ -31,7 +31,7 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from decode_trace import VIEW_OPS  # noqa: E402
+from decode_trace import kernel_recorder  # noqa: E402
 
 _LLAMA = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
           "head_dim": 16, "vocab_size": 100, "max_position_embeddings": 512}
@@ -73,20 +73,11 @@ BATCH, SEQ = 2, 8
 
 def traced_kernels(torch, transformers, cfg: dict, cls: str, mode: str) -> int:
     """Kernel-launching ATen ops of one forward (`inf`) or forward + loss + backward (`train`)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     torch.manual_seed(0)
     model = getattr(transformers, cls)._from_config(transformers.AutoConfig.for_model(**cfg),
                                                     attn_implementation="eager")
     model.train(mode == "train")
     ops = []
-
-    class Record(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if not any(v in str(func) for v in VIEW_OPS):
-                ops.append(str(func))
-            return func(*args, **(kwargs or {}))
-
     ids = torch.randint(2, 100, (BATCH, SEQ))
     kw = {"input_ids": ids}
     if "ConditionalGeneration" in cls:
@@ -94,13 +85,13 @@ def traced_kernels(torch, transformers, cfg: dict, cls: str, mode: str) -> int:
     elif "CausalLM" in cls or "LMHead" in cls:
         kw["use_cache"] = False
     if mode == "inf":
-        with torch.no_grad(), Record():
+        with torch.no_grad(), kernel_recorder(ops):
             model(**kw)
     else:
         kw["labels"] = ids
         if cls == "BertForPreTraining":
             kw["next_sentence_label"] = torch.zeros(BATCH, dtype=torch.long)
-        with Record():
+        with kernel_recorder(ops):
             model(**kw).loss.backward()
     return len(ops)
 

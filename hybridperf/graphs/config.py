@@ -129,20 +129,13 @@ def config_from_dict(d: dict, source: str = "config") -> ModelConfig:
         ffn = _pos_int(inner, "n_inner", source) if inner else 4 * hidden
         act = str(_get(d, "activation_function", default="gelu_new"))
         maxpos = int(_get(d, "n_positions", "max_position_embeddings", default=0) or 0)
-    elif mt == "gpt_neox":
+    elif mt in ("gpt_neox", "bert", *ROBERTA_LIKE):
         hidden = need(("hidden_size",), "hidden size")
         heads = need(("num_attention_heads",), "head count")
         layers = need(("num_hidden_layers",), "layer count")
         ffn = need(("intermediate_size",), "intermediate size")
         act = str(_get(d, "hidden_act", default="gelu"))
-        maxpos = int(_get(d, "max_position_embeddings", default=2048) or 0)
-    elif mt in ("bert", *ROBERTA_LIKE):
-        hidden = need(("hidden_size",), "hidden size")
-        heads = need(("num_attention_heads",), "head count")
-        layers = need(("num_hidden_layers",), "layer count")
-        ffn = need(("intermediate_size",), "intermediate size")
-        act = str(_get(d, "hidden_act", default="gelu"))
-        maxpos = int(_get(d, "max_position_embeddings", default=512) or 0)
+        maxpos = int(_get(d, "max_position_embeddings", default=2048 if mt == "gpt_neox" else 512) or 0)
         if mt in ROBERTA_LIKE and maxpos:  # positions start after the padding index (514 rows hold 512 tokens)
             maxpos -= int(_get(d, "pad_token_id", default=1) or 0) + 1
     elif mt == "opt":
