@@ -500,20 +500,18 @@ def neox_layout(cfg: ModelConfig) -> dict:
             "hidden_dropout": float(cfg.raw.get("hidden_dropout") or 0) > 0}
 
 
+def cat_rope(p: str, tok: int, heads: int, hd: int, rot: int, train: bool) -> list:
+    """RoPE on the first `rot` of each of `heads` heads of projection `p` (q or k), then concatenated with
+    the passed-through rest (Phi-3, GPT-NeoX; a copy even when the rest is empty). Each slice sends a
+    gradient back, and autograd adds the two into the projection's (one full-width add)."""
+    return [*_rope(f"{p}_rope", tok, heads * rot), *grad_sums(f"{p}_rope_x", tok, heads * rot, 3, train),
+            misc(f"{p}_rope_pass", "copy", 2 * tok * heads * hd * F32),
+            *grad_sums(f"{p}_rope_parts", tok, heads * hd, 2, train)]
+
+
 def neox_rope(tok: int, heads: int, hd: int, rot: int, train: bool) -> list:
-    """RoPE on the first `rot` of each head of q and k, each then concatenated with its pass-through part."""
-    ks = []
-    for p in ("q", "k"):
-        ks += [*_rope(f"{p}_rope", tok, heads * rot), *grad_sums(f"{p}_rope_x", tok, heads * rot, 3, train),
-               misc(f"{p}_rope_pass", "copy", 2 * tok * heads * hd * F32), *rope_part_sums(p, tok, heads * hd, train)]
-    return ks
-
-
-def rope_part_sums(p: str, tok: int, width: int, train: bool) -> list:
-    """RoPE that slices q (k) into a rotated and a passed-through part and concatenates them (Phi-3,
-    GPT-NeoX; also when the passed part is empty): each slice sends a gradient back, and autograd adds
-    the two into the projection's (one full-width add in the backward)."""
-    return grad_sums(f"{p}_rope_parts", tok, width, 2, train)
+    """GPT-NeoX's RoPE on q and k (`cat_rope`)."""
+    return cat_rope("q", tok, heads, hd, rot, train) + cat_rope("k", tok, heads, hd, rot, train)
 
 
 def _gpt_neox(cfg: ModelConfig, B, S, train) -> list:
@@ -794,15 +792,12 @@ def llama_qkv(cfg: ModelConfig, tok: int, train: bool = False) -> list:
     if v["qk_norm"]:  # Qwen3RMSNorm over head_dim, one row per token and head
         ks += [*_rms_norm("q_norm", tok * cfg.heads, hd, train),
                *_rms_norm("k_norm", tok * cfg.num_kv_heads, hd, train)]
-    # RoPE reads x three times: x * cos, and its two halves in rotate_half; Phi-3 rotates the first
-    # rotary_dim of each head and concatenates the rest back (one more copy, also at a factor of 1)
-    rq, rk = cfg.heads * v["rotary_dim"], cfg.num_kv_heads * v["rotary_dim"]
-    ks += [*_rope("q_rope", tok, rq), *grad_sums("q_rope_x", tok, rq, 3, train)]
-    ks += [misc("q_rope_pass", "copy", 2 * tok * q_w * F32), *rope_part_sums("q", tok, q_w, train)] \
-        if v["fused"] else []
-    ks += [*_rope("k_rope", tok, rk), *grad_sums("k_rope_x", tok, rk, 3, train)]
-    return ks + ([misc("k_rope_pass", "copy", 2 * tok * kv_w * F32), *rope_part_sums("k", tok, kv_w, train)]
-                 if v["fused"] else [])
+    if v["fused"]:  # Phi-3 rotates the first rotary_dim of each head and concatenates the rest back
+        return ks + cat_rope("q", tok, cfg.heads, hd, v["rotary_dim"], train) \
+            + cat_rope("k", tok, cfg.num_kv_heads, hd, v["rotary_dim"], train)
+    # RoPE reads x three times: x * cos, and its two halves in rotate_half
+    return ks + [*_rope("q_rope", tok, q_w), *grad_sums("q_rope_x", tok, q_w, 3, train),
+                 *_rope("k_rope", tok, kv_w), *grad_sums("k_rope_x", tok, kv_w, 3, train)]
 
 
 def llama_mlp(cfg: ModelConfig, tok: int, train: bool = False) -> list:
