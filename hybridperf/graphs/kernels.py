@@ -489,12 +489,18 @@ def _gpt2(cfg: ModelConfig, B, S, train) -> list:
     return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
 
 
+def rotary_dim(cfg: ModelConfig, default_fraction: float) -> int:
+    """Width of each head that RoPE rotates: head_dim times the config's `rotary_pct` (GPT-NeoX) or
+    `partial_rotary_factor` (top level, or in `rope_parameters` / `rope_scaling`), else `default_fraction`."""
+    rope = cfg.raw.get("rope_parameters") or cfg.raw.get("rope_scaling") or {}
+    fraction = cfg.raw.get("rotary_pct") or cfg.raw.get("partial_rotary_factor") or rope.get("partial_rotary_factor")
+    return int(cfg.head_dim * float(fraction or default_fraction))
+
+
 def neox_layout(cfg: ModelConfig) -> dict:
     """GPT-NeoX's options: rotated width per head (`rotary_pct`, 0.25 in Pythia), parallel residual,
     biases, and whether training launches dropout kernels (Pythia's dropouts are 0)."""
-    rope = cfg.raw.get("rope_parameters") or {}
-    pct = float(cfg.raw.get("rotary_pct") or rope.get("partial_rotary_factor") or 0.25)
-    return {"rotary_dim": int(cfg.head_dim * pct), "parallel": bool(cfg.raw.get("use_parallel_residual", True)),
+    return {"rotary_dim": rotary_dim(cfg, 0.25), "parallel": bool(cfg.raw.get("use_parallel_residual", True)),
             "bias": bool(cfg.raw.get("attention_bias", True)),
             "attn_dropout": float(cfg.raw.get("attention_dropout") or 0) > 0,
             "hidden_dropout": float(cfg.raw.get("hidden_dropout") or 0) > 0}
@@ -761,12 +767,10 @@ def llama_variant(cfg: ModelConfig) -> dict:
     biases on q/k/v (qwen2, or `attention_bias`) and on the MLP (`mlp_bias`), an RMSNorm over each head
     of q and k before RoPE (qwen3), Gemma's (1 + weight) norms and sqrt(hidden)-scaled embeddings, and
     Phi-3's fused q/k/v and gate/up GEMMs with RoPE on the first `partial_rotary_factor` of each head."""
-    rope = cfg.raw.get("rope_parameters") or cfg.raw.get("rope_scaling") or {}
-    partial = float(cfg.raw.get("partial_rotary_factor") or rope.get("partial_rotary_factor") or 1.0)
     return {"qkv_bias": cfg.family == "qwen2" or bool(cfg.raw.get("attention_bias", False)),
             "mlp_bias": bool(cfg.raw.get("mlp_bias", False)), "qk_norm": cfg.family == "qwen3",
             "gemma": cfg.family == "gemma", "fused": cfg.family == "phi3",
-            "rotary_dim": int(cfg.head_dim * partial) if cfg.family == "phi3" else cfg.head_dim}
+            "rotary_dim": rotary_dim(cfg, 1.0) if cfg.family == "phi3" else cfg.head_dim}
 
 
 def llama_layout_copies(cfg: ModelConfig) -> tuple:
