@@ -95,18 +95,20 @@ def _gpt2(cfg: ModelConfig, B: int, kv: int) -> list:
 
 def _opt(cfg: ModelConfig, B: int, kv: int) -> list:
     h, f, V = cfg.hidden, cfg.ffn, cfg.vocab
-    proj, pre_ln = opt_layout(cfg)
+    proj, pre_ln, final_ln = opt_layout(cfg)
     pre = [gather("embed_tokens", B, proj, V), *([linear("project_in", B, proj, h, bias=False)] if proj != h else []),
            gather("embed_positions", B, h, cfg.max_positions + 2), vec("embed_add", "add", B, h), *_setup(cfg, B, kv)]
-    L = [ln("self_attn_ln", B, h)] if pre_ln else []
-    L += [linear("q_proj", B, h, h), vec("q_scale", "mulu", B, h), linear("k_proj", B, h, h),
-          linear("v_proj", B, h, h), *_attention("attn", cfg, B, kv, "mulu", ("addu",), softmax_fp32=True),
-          linear("out_proj", B, h, h), vec("resid_add1", "add", B, h),
-          ln("self_attn_ln" if not pre_ln else "final_ln", B, h), linear("fc1", B, h, f),
-          *_activation("mlp", cfg.activation, B, f), linear("fc2", B, f, h), vec("resid_add2", "add", B, h)]
-    if not pre_ln:
-        L.append(ln("final_ln", B, h))
-    post = [ln("final_layer_norm", B, h)] if pre_ln and not cfg.raw.get("_remove_final_layer_norm") else []
+    attn = [linear("q_proj", B, h, h), vec("q_scale", "mulu", B, h), linear("k_proj", B, h, h),
+            linear("v_proj", B, h, h), *_attention("attn", cfg, B, kv, "mulu", ("addu",), softmax_fp32=True),
+            linear("out_proj", B, h, h), vec("resid_add1", "add", B, h)]
+    mlp = [linear("fc1", B, h, f), *_activation("mlp", cfg.activation, B, f), linear("fc2", B, f, h),
+           vec("resid_add2", "add", B, h)]
+    # pre-LN normalises before attention and the MLP, post-LN (OPT-350m) after their residual adds
+    if pre_ln:
+        L = [ln("self_attn_ln", B, h), *attn, ln("final_ln", B, h), *mlp]
+    else:
+        L = [*attn, ln("self_attn_ln", B, h), *mlp, ln("final_ln", B, h)]
+    post = [ln("final_layer_norm", B, h)] if final_ln else []
     post += [*([linear("project_out", B, h, proj, bias=False)] if proj != h else []),
              linear("lm_head", B, proj, V, bias=False)]
     return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]

@@ -593,17 +593,19 @@ def _bert(cfg: ModelConfig, B, S, train) -> list:
     return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
 
 
-def opt_layout(cfg: ModelConfig) -> tuple[int, bool]:
-    """(embedding width, pre-LN) of an OPT config: OPT-350m embeds in `word_embed_proj_dim` (512) and
-    projects in and out of the 1024-wide layers (`project_in`/`project_out`), and normalises after
-    each residual add (`do_layer_norm_before=False`, no final LayerNorm); the other sizes are pre-LN."""
+def opt_layout(cfg: ModelConfig) -> tuple[int, bool, bool]:
+    """(embedding width, pre-LN, final LayerNorm) of an OPT config: OPT-350m embeds in
+    `word_embed_proj_dim` (512) and projects in and out of the 1024-wide layers (`project_in`/
+    `project_out`), and normalises after each residual add (`do_layer_norm_before=False`, no final
+    LayerNorm); the other sizes are pre-LN with a final LayerNorm (unless `_remove_final_layer_norm`)."""
     proj = int(cfg.raw.get("word_embed_proj_dim") or cfg.hidden)
-    return proj, bool(cfg.raw.get("do_layer_norm_before", True))
+    pre_ln = bool(cfg.raw.get("do_layer_norm_before", True))
+    return proj, pre_ln, pre_ln and not cfg.raw.get("_remove_final_layer_norm")
 
 
 def _opt(cfg: ModelConfig, B, S, train) -> list:
     h, f, V, tok = cfg.hidden, cfg.ffn, cfg.vocab, B * S
-    proj, pre_ln = opt_layout(cfg)
+    proj, pre_ln, final_ln = opt_layout(cfg)
     pre = [gather("embed_tokens", tok, proj, V), misc("causal_full", "mask", S * S * F32),
            misc("causal_fill", "mask", 2 * S * S * F32)]
     pre += [misc(f"mask_{i}", "mask", 2 * B * S * S * F32) for i in range(5)]  # sub, to, masked_fill, bool, masked_fill
@@ -628,7 +630,7 @@ def _opt(cfg: ModelConfig, B, S, train) -> list:
           *_dropout("mlp_dropout", tok, h, train), vec("resid_add2", "add", tok, h, tag="residual")]
     if not pre_ln:
         L.append(ln("final_ln", tok, h))
-    post = [ln("final_layer_norm", tok, h)] if pre_ln and not cfg.raw.get("_remove_final_layer_norm") else []
+    post = [ln("final_layer_norm", tok, h)] if final_ln else []
     if proj != h:
         post.append(linear("project_out", tok, h, proj, bias=False))
     post.append(linear("lm_head", tok, proj, V, bias=False))
