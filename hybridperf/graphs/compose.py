@@ -44,6 +44,7 @@ import pandas as pd
 from hybridperf.devices import DeviceSpec, get_device
 from hybridperf.errors import InputError, ModelBundleError
 from hybridperf.graphs.calibration import CALIBRATION
+from hybridperf.graphs.grouped import launch_grouped_gemms
 from hybridperf.graphs.kernels import ModelGraph, build_graph
 from hybridperf.graphs.misc import MISC_LOG_HALF_WIDTH, misc_latency_ms
 from hybridperf.graphs.optimizer import optimizer_table, param_numels
@@ -204,8 +205,9 @@ def predict_kernels_of(graph: ModelGraph, device: DeviceSpec, predictor: Predict
 
 
 def predict_table(tab: pd.DataFrame, device: DeviceSpec, predictor: Predictor) -> pd.DataFrame:
-    """`predict_kernels_of` for any table with `ModelGraph.kernel_table`'s columns."""
-    tab = tab.reset_index(drop=True)
+    """`predict_kernels_of` for any table with `ModelGraph.kernel_table`'s columns (grouped expert GEMMs
+    launched as the device runs them, `hybridperf.graphs.grouped`)."""
+    tab = launch_grouped_gemms(tab, device).reset_index(drop=True)
     is_misc = tab["op"].str.startswith("misc:").to_numpy()
     pred = np.zeros(len(tab))
     lo = np.zeros(len(tab))

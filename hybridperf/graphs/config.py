@@ -25,6 +25,13 @@ Supported `model_type`s (the architectures of NeuSight's DLmodel_configs):
                          gate/up into another, and may rotate only part of each head
                          (`partial_rotary_factor`). Mistral's sliding window is not modelled (it
                          changes nothing for seq <= sliding_window under eager attention).
+    mixtral, qwen2_moe,  Llama's attention (qwen2_moe: Qwen2's q/k/v biases, qwen3_moe: Qwen3's q/k norms)
+    qwen3_moe            with a top-k mixture of experts in place of the MLP: a softmax router over
+                         `num_local_experts` / `num_experts` experts, `num_experts_per_tok` experts per
+                         token, each a gated MLP of `intermediate_size` (mixtral) or `moe_intermediate_size`
+                         (qwen); qwen2_moe adds a sigmoid-gated shared expert of
+                         `shared_expert_intermediate_size`. Layers in `mlp_only_layers`, or off the
+                         `decoder_sparse_step`, keep a dense MLP of `intermediate_size`.
 """
 from __future__ import annotations
 
@@ -34,7 +41,9 @@ from pathlib import Path
 from hybridperf.errors import InputError
 from hybridperf.jsonio import read_json_object
 
-LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "gemma", "phi3")
+#: llama-likes whose MLP is a top-k mixture of experts (HF's grouped experts, `graphs.kernels.moe_block`)
+MOE_LLAMA = ("mixtral", "qwen2_moe", "qwen3_moe")
+LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "gemma", "phi3", *MOE_LLAMA)
 #: T5-style encoder-decoders (T5 is Switch without the expert layers)
 ENCODER_DECODER = ("switch_transformers", "t5")
 #: BERT's encoder with RoBERTa's position ids and heads
@@ -65,6 +74,10 @@ class ModelConfig:
     decoder_sparse_step: int = 0
     kv_heads: int = 0  # grouped-query attention (llama-like); 0 = as many as `heads`
     gated_ffn: bool = False  # T5's "gated-*" feed-forward: act(wi_0 x) * wi_1 x
+    # top-k mixture of experts (MOE_LLAMA): experts per token, each expert's and the shared expert's width
+    experts_per_token: int = 0
+    expert_ffn: int = 0
+    shared_ffn: int = 0
     name: str = ""
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -88,6 +101,27 @@ class ModelConfig:
     def total_layers(self) -> int:
         return self.layers + self.decoder_layers
 
+    @property
+    def sparse_layers(self) -> int:
+        """Decoder layers of a top-k MoE (MOE_LLAMA) whose MLP is the expert block; the rest are dense:
+        HF's rule, layer i is sparse unless in `mlp_only_layers` or (i + 1) % `decoder_sparse_step` != 0."""
+        if self.family not in MOE_LLAMA:
+            return 0
+        step = int(self.raw.get("decoder_sparse_step") or 1)
+        dense = set(self.raw.get("mlp_only_layers") or [])
+        return sum(1 for i in range(self.layers) if i not in dense and (i + 1) % step == 0)
+
+    @property
+    def token_ffn(self) -> float:
+        """MLP width one token passes through, averaged over the layers: `ffn`, or in a top-k MoE its
+        `experts_per_token` experts plus the shared expert in the sparse layers (what it saves for the backward
+        grows with it; `ModelGraph.memory`)."""
+        if self.family not in MOE_LLAMA:
+            return float(self.ffn)
+        sparse = self.sparse_layers
+        moe = self.experts_per_token * self.expert_ffn + self.shared_ffn
+        return (sparse * moe + (self.layers - sparse) * self.ffn) / self.layers
+
 
 def _get(d: dict, *keys, default=None):
     for k in keys:
@@ -101,6 +135,34 @@ def _pos_int(value, key: str, source: str) -> int:
     if not ok or int(value) < 1:
         raise InputError(f"{source}: config field {key!r} must be a positive integer, got {value!r}")
     return int(value)
+
+
+#: HF's defaults of the MoE families (MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig in transformers 5.23)
+_MOE_DEFAULTS = {"mixtral": (8, 2), "qwen2_moe": (60, 4), "qwen3_moe": (128, 8)}
+
+
+def _moe_fields(d: dict, mt: str, ffn: int, source: str) -> dict:
+    """num_experts, experts_per_token, expert_ffn and shared_ffn of a MOE_LLAMA config."""
+    n_default, k_default = _MOE_DEFAULTS[mt]
+    experts = _pos_int(_get(d, "num_local_experts", "num_experts", default=n_default), "num_experts", source)
+    k = _pos_int(_get(d, "num_experts_per_tok", default=k_default), "num_experts_per_tok", source)
+    if k > experts:
+        raise InputError(f"{source}: num_experts_per_tok = {k} exceeds the {experts} experts")
+    if mt == "mixtral":
+        return {"num_experts": experts, "experts_per_token": k, "expert_ffn": ffn}
+    expert_ffn = _pos_int(_get(d, "moe_intermediate_size", default=1408 if mt == "qwen2_moe" else 768),
+                          "moe_intermediate_size", source)
+    shared = 0
+    if mt == "qwen2_moe":
+        shared = _pos_int(_get(d, "shared_expert_intermediate_size", default=5632), "shared_expert_intermediate_size",
+                          source)
+    step = d.get("decoder_sparse_step", 1)
+    if step is not None:
+        _pos_int(step, "decoder_sparse_step", source)
+    dense = d.get("mlp_only_layers") or []
+    if not isinstance(dense, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in dense):
+        raise InputError(f"{source}: config field 'mlp_only_layers' must be a list of layer indices, got {dense!r}")
+    return {"num_experts": experts, "experts_per_token": k, "expert_ffn": expert_ffn, "shared_ffn": shared}
 
 
 def config_from_dict(d: dict, source: str = "config") -> ModelConfig:
@@ -156,10 +218,11 @@ def config_from_dict(d: dict, source: str = "config") -> ModelConfig:
         if heads % kv:
             raise InputError(f"{source}: {heads} attention heads are not a multiple of {kv} key/value heads")
         head_dim = _pos_int(_get(d, "head_dim", default=hidden // heads), "head_dim", source)
+        moe = _moe_fields(d, mt, ffn, source) if mt in MOE_LLAMA else {}
         return ModelConfig(family=mt, hidden=hidden, heads=heads, layers=layers, ffn=ffn, vocab=vocab,
                            head_dim=head_dim, activation=str(_get(d, "hidden_act", default="silu")),
                            max_positions=int(_get(d, "max_position_embeddings", default=0) or 0),
-                           kv_heads=kv, name=name, raw=d)
+                           kv_heads=kv, name=name, raw=d, **moe)
     else:  # switch_transformers, t5
         hidden = need(("d_model",), "d_model")
         heads = need(("num_heads",), "num_heads")

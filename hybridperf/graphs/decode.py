@@ -29,14 +29,15 @@ from __future__ import annotations
 from hybridperf.errors import InputError
 from hybridperf.graphs.config import LLAMA_LIKE, ModelConfig
 from hybridperf.graphs.kernels import (CAUSAL_LM, F32, Block, _activation, _rms_norm, attention_scores, bmm, cast,
-                                       gather, linear, llama_mlp, llama_qkv, llama_variant, ln, misc, neox_layout,
-                                       neox_rope, opt_layout, vec)
+                                       gather, linear, llama_mlp, llama_qkv, llama_variant, ln, misc, moe_block,
+                                       neox_layout, neox_rope, opt_layout, vec)
 
 #: families with a decode step: the decoder-only causal LMs, whose forward returns a key/value cache
 DECODE_FAMILIES = CAUSAL_LM
 #: kernels that build position ids, the causal mask (arange, add, le, where, ...) and, for Llama, the
 #: rotary cos/sin before the first layer (counted; all tiny); OPT adds its cumsum position ids
-SETUP_KERNELS = {"gpt2": 12, "gpt_neo": 12, "opt": 16, "llama": 19, "gpt_neox": 19}
+SETUP_KERNELS = {"gpt2": 12, "gpt_neo": 12, "opt": 16, "llama": 19, "gpt_neox": 19,
+                 "qwen2_moe": 34}  # Qwen2-MoE builds an unused sliding-window mask too
 #: of those, the rotary models' casts in a half-precision model (cos and sin and the mask to the model dtype)
 LLAMA_SETUP_CASTS = 3
 
@@ -48,7 +49,7 @@ def kv_length(cfg: ModelConfig, seq: int) -> int:
 
 
 def _setup(cfg: ModelConfig, B: int, kv: int) -> list:
-    n = SETUP_KERNELS["llama" if cfg.family in LLAMA_LIKE else cfg.family]
+    n = SETUP_KERNELS.get(cfg.family) or SETUP_KERNELS["llama"]
     ks = [misc(f"setup_{i}", "mask", 2 * B * kv * 8) for i in range(n)]
     if cfg.family in (*LLAMA_LIKE, "gpt_neox"):  # rotary tables: cast like Llama's
         ks += [cast(f"setup_cast_{i}", B * kv) for i in range(LLAMA_SETUP_CASTS)]
@@ -133,12 +134,18 @@ def _llama(cfg: ModelConfig, B: int, kv: int) -> list:
     h, V = cfg.hidden, cfg.vocab
     gemma = llama_variant(cfg)["gemma"]
     pre = [gather("embed_tokens", B, h, V), *([vec("embed_scale", "mulu", B, h)] if gemma else []), *_setup(cfg, B, kv)]
-    L = [*_rms_norm("input_norm", B, h, unit_offset=gemma), *llama_qkv(cfg, B),
-         *_attention("attn", cfg, B, kv, "mulu", ("addu",), softmax_fp32=True),
-         linear("o_proj", B, cfg.heads * cfg.head_dim, h, bias=False), vec("resid_add1", "add", B, h),
-         *_rms_norm("post_norm", B, h, unit_offset=gemma), *llama_mlp(cfg, B), vec("resid_add2", "add", B, h)]
+    attn = [*_rms_norm("input_norm", B, h, unit_offset=gemma), *llama_qkv(cfg, B),
+            *_attention("attn", cfg, B, kv, "mulu", ("addu",), softmax_fp32=True),
+            linear("o_proj", B, cfg.heads * cfg.head_dim, h, bias=False), vec("resid_add1", "add", B, h),
+            *_rms_norm("post_norm", B, h, unit_offset=gemma)]
+    end = [vec("resid_add2", "add", B, h)]
     post = [*_rms_norm("final_norm", B, h, unit_offset=gemma), linear("lm_head", B, h, V, bias=False)]
-    return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
+    sparse = cfg.sparse_layers  # a top-k MoE's expert layers route the B new tokens (`moe_block`)
+    dense = attn + llama_mlp(cfg, B) + end
+    layers = [Block("layer", sparse, attn + moe_block(cfg, B) + end, "layer"),
+              Block("dense_layer", cfg.layers - sparse, dense, "layer")] if sparse else [Block("layer", cfg.layers,
+                                                                                               dense, "layer")]
+    return [Block("embeddings", 1, pre, "pre"), *[b for b in layers if b.count], Block("head", 1, post, "post")]
 
 
 _BUILDERS = {"gpt2": _gpt2, "gpt_neo": _gpt2, "gpt_neox": _gpt_neox, "opt": _opt, **{f: _llama for f in LLAMA_LIKE}}

@@ -47,14 +47,15 @@ import pandas as pd
 from hybridperf.devices import DTYPE_BYTES, dtype_key
 from hybridperf.errors import InputError
 from hybridperf.graphs.config import LLAMA_LIKE, ROBERTA_LIKE, ModelConfig, load_config
-from hybridperf.graphs.memory import MemoryEstimate, saved_activation_bytes
+from hybridperf.graphs.memory import MemoryEstimate, moe_layer_extra_bytes, saved_activation_bytes
 from hybridperf.ops import OP_CLASS
 
 F32 = 4
 MODEL_DTYPES = ("fp32", "fp16", "bf16")
 HALF_DTYPES = ("fp16", "bf16")
+#: `grouped`: a top-k MoE's grouped expert GEMM (`grouped_gemm`), one launch or one per expert by device
 KERNEL_COLUMNS = ("block", "name", "op", "B", "M", "N", "K", "H", "nbytes", "extra_nbytes", "phase", "count", "group",
-                  "dtype")
+                  "dtype", "grouped")
 #: inf: one forward of batch x seq tokens; train: forward + backward; decode: one generated token per
 #: sequence against a key/value cache of seq tokens (`hybridperf.graphs.decode`)
 MODES = ("inf", "train", "decode")
@@ -64,6 +65,9 @@ CAUSAL_LM = ("gpt2", "gpt_neo", "gpt_neox", "opt") + LLAMA_LIKE
 SOFTMAX_FP32 = ("gpt_neo", "gpt_neox", "opt") + LLAMA_LIKE
 #: families whose learned or rotary position tables cap the sequence at `max_positions`
 POSITION_LIMITED = ("bert", *ROBERTA_LIKE, "gpt2", "gpt_neo", "gpt_neox", "opt", *LLAMA_LIKE)
+#: families that build a sliding-window causal mask beside the causal one even when no layer uses it
+#: (Qwen2MoeModel), and its kernels in a prefill forward (TorchDispatchMode, transformers 5.23)
+SLIDING_MASK_KERNELS = {"qwen2_moe": 23}
 #: tags of kernels that only the backward launches (`grad_sums`, `grad_cat`)
 BACKWARD_ONLY = ("grad_sum", "grad_cat")
 
@@ -83,6 +87,24 @@ def linear(name, tokens, n_in, n_out, bias=True):
 
 def bmm(name, b, m, n, k):
     return _k(name, "bmm", b, m, n, k)
+
+
+def grouped_gemm(name, groups, rows, n_in, n_out, experts):
+    """One projection of a top-k MoE's experts (HF's grouped_mm): `groups` experts that received
+    tokens, `rows` tokens each (`expert_groups`), weights (`experts`, n_in, n_out). Written as a bmm
+    of `groups` GEMMs, one kernel, which is how CUDA runs it in bf16 on Hopper and Blackwell; on other
+    devices and dtypes PyTorch launches one GEMM per group (`graphs.grouped`, at prediction time)."""
+    return _k(name, "bmm", groups, rows, n_in, n_out, params=experts * n_in * n_out, tag="grouped")
+
+
+def expert_groups(experts: int, top_k: int, tokens: int) -> tuple[int, int]:
+    """(experts that receive tokens, tokens each) when `tokens` tokens each pick `top_k` of `experts`
+    experts uniformly (balanced routing, what a router of random weights gives): an expert is missed by
+    all tokens with probability (1 - top_k / experts)^tokens."""
+    pairs = tokens * top_k
+    active = experts * (1.0 - (1.0 - top_k / experts) ** tokens)
+    groups = max(min(int(round(active)), experts, pairs), 1)
+    return groups, -(-pairs // groups)
 
 
 def vec(name, op, rows, h, tag="", fp32=False):
@@ -154,6 +176,7 @@ class ModelGraph:
         rows = [r for r in rows if r["dtypes"] is None or self.dtype in r["dtypes"]]
         df = pd.DataFrame(rows)
         df["group"] = [kernel_group(op) for op in df["op"]]
+        df["grouped"] = df["tag"] == "grouped"
         upcast = df["fp32"].to_numpy(bool)
         df["dtype"] = np.where(upcast, "fp32", self.dtype)
         # byte counts are written for fp32 tensors: the chosen dtype scales them (index tensors are
@@ -176,8 +199,13 @@ class ModelGraph:
         params = float(sum(param_numels(self)))  # a tied head is the embedding table
         weights = params * eb / 1e9
         if self.mode == "train":
-            act = saved_activation_bytes(cfg.family, cfg.hidden, cfg.ffn, cfg.heads, cfg.vocab, cfg.total_layers,
-                                         self.batch, self.seq, eb, cfg.max_positions, self.recompute) / 1e9
+            act = saved_activation_bytes(cfg.family, cfg.hidden, cfg.token_ffn, cfg.heads, cfg.vocab,
+                                         cfg.total_layers, self.batch, self.seq, eb, cfg.max_positions, self.recompute)
+            if cfg.sparse_layers:  # with recompute only the layer being back-propagated holds its saved set
+                moe = moe_layer_extra_bytes(self.batch * self.seq, cfg.experts_per_token, cfg.hidden, eb,
+                                            bool(cfg.shared_ffn))
+                act += moe * (1 if self.recompute else cfg.sparse_layers)
+            act /= 1e9
             if self.optimizer:
                 state, temp = optimizer_state_bytes(params, self.optimizer, eb)
                 return MemoryEstimate(weights, weights, act, state / 1e9, temp / 1e9)
@@ -255,9 +283,9 @@ def backward_kernels(k: dict) -> list:
         if k["bias"]:
             out.append(misc(n + ".db", "reduce", M * K * F32))
         return out
-    if op == "bmm":
-        B, M, N, K = k["B"], k["M"], k["N"], k["K"]
-        return [_k(n + ".dA", "bmm", B, M, K, N), _k(n + ".dB", "bmm", B, N, M, K)]
+    if op == "bmm":  # a grouped GEMM's two gradients are grouped GEMMs too (dX, and dW per expert)
+        B, M, N, K, g = k["B"], k["M"], k["N"], k["K"], "grouped" if tag == "grouped" else ""
+        return [_k(n + ".dA", "bmm", B, M, K, N, tag=g), _k(n + ".dB", "bmm", B, N, M, K, tag=g)]
     if op in ("softmax", "ln"):
         return [_k(n + ".bw", op, k["B"], H=2 * k["H"])]
     if op in ("add", "addu"):
@@ -277,6 +305,8 @@ def backward_kernels(k: dict) -> list:
         return [misc(n + ".bw", "copy", 2 * k["nbytes"])]
     if op == "misc:cast":  # the gradient is cast back
         return [{**k, "name": n + ".bw"}]
+    if tag == "gather":  # indexing that carries a gradient: a zero-filled gradient, then a scatter into it
+        return [misc(n + ".bw_zeros", "mask", k["nbytes"] / 2), misc(n + ".bw", op.split(":", 1)[1], k["nbytes"])]
     if op == "misc:index":
         return [misc(n + ".bw", "index", k["nbytes"])]
     return []  # copies, masks and routing: no gradient kernels (views / integer tensors)
@@ -766,11 +796,15 @@ def _rope(p, tok, width):
 
 def llama_variant(cfg: ModelConfig) -> dict:
     """What a llama-like family changes in Llama's layer (the prefill, training and decode graphs share it):
-    biases on q/k/v (qwen2, or `attention_bias`) and on the MLP (`mlp_bias`), an RMSNorm over each head
-    of q and k before RoPE (qwen3), Gemma's (1 + weight) norms and sqrt(hidden)-scaled embeddings, and
-    Phi-3's fused q/k/v and gate/up GEMMs with RoPE on the first `partial_rotary_factor` of each head."""
-    return {"qkv_bias": cfg.family == "qwen2" or bool(cfg.raw.get("attention_bias", False)),
-            "mlp_bias": bool(cfg.raw.get("mlp_bias", False)), "qk_norm": cfg.family == "qwen3",
+    biases on q/k/v (qwen2 and qwen2_moe, or `attention_bias`) and on the MLP (`mlp_bias`), an RMSNorm over
+    each head of q and k before RoPE (qwen3 and qwen3_moe), Gemma's (1 + weight) norms and sqrt(hidden)-scaled
+    embeddings, and Phi-3's fused q/k/v and gate/up GEMMs with RoPE on the first `partial_rotary_factor` of each
+    head."""
+    qkv_bias = cfg.family == "qwen2" or bool(cfg.raw.get("attention_bias", False))
+    if cfg.family == "qwen2_moe":  # Qwen2MoeConfig's own key, on by default
+        qkv_bias = bool(cfg.raw.get("qkv_bias", True))
+    return {"qkv_bias": qkv_bias,
+            "mlp_bias": bool(cfg.raw.get("mlp_bias", False)), "qk_norm": cfg.family in ("qwen3", "qwen3_moe"),
             "gemma": cfg.family == "gemma", "fused": cfg.family == "phi3",
             "rotary_dim": rotary_dim(cfg, 1.0) if cfg.family == "phi3" else cfg.head_dim}
 
@@ -820,8 +854,65 @@ def llama_mlp(cfg: ModelConfig, tok: int, train: bool = False) -> list:
             linear("down_proj", tok, f, h, bias=bias)]
 
 
+def moe_block(cfg: ModelConfig, tok: int, train: bool = False) -> list:
+    """A top-k MoE in place of the MLP (MOE_LLAMA families; HF eager, `experts_implementation="grouped_mm"`,
+    transformers 5.23's default), over `tok` normed tokens.
+
+    Router: a GEMM to one logit per expert, softmax in fp32, top-k, and (Mixtral always, Qwen with
+    `norm_topk_prob`) the k weights divided by their sum. Mixtral keeps the weights in fp32, so in a
+    half-precision model its weighted expert outputs and their sum over k are fp32 and cast back;
+    Qwen casts the k weights to the model dtype. Experts: sort the (token, expert) pairs by expert,
+    gather their tokens, count them per expert (histc, cumsum), the gate/up grouped GEMM, act(gate) * up,
+    the down grouped GEMM, times the routing weight, un-permute (arange, index_put, gather) and sum over
+    the k experts of each token. Qwen2-MoE adds a gated MLP every token passes through (the shared
+    expert), scaled by sigmoid(x w) and added. Counted with TorchDispatchMode (`experiments/graph_trace.py`);
+    the tiny integer bookkeeping kernels are `misc:route`. In the backward each gather (tag `gather`)
+    zero-fills its gradient and scatters into it."""
+    h, E, k, f, tok = cfg.hidden, cfg.num_experts, cfg.experts_per_token, cfg.expert_ffn, int(tok)
+    mixtral = cfg.family == "mixtral"
+    pairs = tok * k
+    groups, rows = expert_groups(E, k, tok)
+    fs = cfg.shared_ffn
+    def route(name, nbytes, tag=""):
+        return misc(f"moe.{name}", "route", nbytes, tag=tag)
+
+    ks = [*grad_sums("moe.x", tok, h, 5 if fs else 2, train)]  # router and gather (+ the shared expert's three)
+    if fs:
+        ks += [linear("shared.gate_proj", tok, h, fs, bias=False), linear("shared.up_proj", tok, h, fs, bias=False),
+               *_activation("shared", cfg.activation, tok, fs, train), vec("shared.gate_mul", "mul", tok, fs),
+               linear("shared.down_proj", tok, fs, h, bias=False)]
+    ks += [linear("moe.router", tok, h, E, bias=False),
+           cast("moe.router_to_fp32", tok * E, dtypes=HALF_DTYPES if mixtral else ("bf16",)),
+           vec("moe.router_softmax", "softmax", tok, E, fp32=True),
+           route("topk", tok * E * F32 + pairs * (F32 + 8), tag="gather")]
+    if mixtral or cfg.raw.get("norm_topk_prob", False):
+        ks += [misc("moe.topk_sum", "reduce", pairs * F32, fp32=True),
+               _k("moe.topk_norm", "div", tok, H=k, tag="broadcast", fp32=True)]
+    if not mixtral:
+        ks.append(cast("moe.weights_to_half", pairs))
+    ks += [route("sort", 3 * pairs * 8), route("token_of_pair", 2 * pairs * 8),
+           misc("moe.gather_tokens", "index", 2 * pairs * h * F32 + pairs * 8, tag="gather"),
+           route("weights_of_pair", pairs * (2 * F32 + 8), tag="gather"), route("ids_to_int", pairs * 12),
+           route("histc", pairs * 4 + E * 4), route("offsets", 2 * E * 4),
+           grouped_gemm("experts.gate_up", groups, rows, h, 2 * f, E), *grad_cat("experts.gate_up_out", pairs * 2 * f,
+                                                                                 train),
+           *_activation("experts", cfg.activation, pairs, f, train), vec("experts.gate_mul", "mul", pairs, f),
+           grouped_gemm("experts.down", groups, rows, f, h, E),
+           vec("moe.weight_mul", "mul", pairs, h, tag="broadcast", fp32=mixtral),
+           misc("moe.arange", "mask", pairs * 8), route("inverse_perm", 3 * pairs * 8),
+           misc("moe.unpermute", "index", 2 * pairs * h * F32 + pairs * 8, tag="gather", fp32=mixtral),
+           misc("moe.sum_k", "reduce", pairs * h * F32, fp32=mixtral)]
+    if mixtral:
+        ks.append(cast("moe.to_half", tok * h))
+    if fs:
+        ks += [linear("shared.expert_gate", tok, h, 1, bias=False), vec("shared.sigmoid", "tanh", tok, 1),
+               vec("shared.scale", "mul", tok, h, tag="broadcast"), vec("moe.add_shared", "add", tok, h)]
+    return ks
+
+
 def _llama(cfg: ModelConfig, B, S, train) -> list:
-    """LlamaForCausalLM-style decoder (HF eager): RMSNorm, RoPE, grouped-query attention, gated MLP.
+    """LlamaForCausalLM-style decoder (HF eager): RMSNorm, RoPE, grouped-query attention, gated MLP (a
+    top-k MoE in the sparse layers of MOE_LLAMA families: block `layer`, their dense layers `dense_layer`).
     No dropout kernels (attention_dropout = 0); the families' changes are `llama_variant`'s."""
     h, V, tok = cfg.hidden, cfg.vocab, B * S
     gemma = llama_variant(cfg)["gemma"]
@@ -829,18 +920,24 @@ def _llama(cfg: ModelConfig, B, S, train) -> list:
     pre = [gather("embed_tokens", tok, h, V), *([vec("embed_scale", "mulu", tok, h)] if gemma else []),
            *[misc(f"causal_{i}", "mask", 2 * S * S * F32) for i in range(4)],
            misc("causal_clone", "copy", 2 * B * S * S * F32),
-           *[misc(f"rotary_{i}", "mask", 2 * tok * cfg.head_dim * F32) for i in range(4)]]  # freqs, cat, cos, sin
-    L = [*grad_sums("resid_in", tok, h, 2, train), *_rms_norm("input_norm", tok, h, train, gemma),
-         *grad_sums("input_norm_out", tok, h, 3, train), *llama_qkv(cfg, tok, train)]
-    L += _attention_core("attn", B, S, cfg.heads, cfg.head_dim, train, scale_op="mulu", mask_op=("addu",),
-                         dropout=False, softmax_fp32=True, layout=llama_layout_copies(cfg))
-    L += [linear("o_proj", tok, cfg.heads * cfg.head_dim, h, bias=False),
-          vec("resid_add1", "add", tok, h, tag="residual"),
-          *grad_sums("resid_mid", tok, h, 2, train), *_rms_norm("post_norm", tok, h, train, gemma),
-          *grad_sums("post_norm_out", tok, h, 2, train), *llama_mlp(cfg, tok, train),
-          vec("resid_add2", "add", tok, h, tag="residual")]
+           *[misc(f"rotary_{i}", "mask", 2 * tok * cfg.head_dim * F32) for i in range(4)],  # freqs, cat, cos, sin
+           *[misc(f"sliding_mask_{i}", "mask", 2 * S * S * F32)
+             for i in range(SLIDING_MASK_KERNELS.get(cfg.family, 0))]]
+    attn = [*grad_sums("resid_in", tok, h, 2, train), *_rms_norm("input_norm", tok, h, train, gemma),
+            *grad_sums("input_norm_out", tok, h, 3, train), *llama_qkv(cfg, tok, train)]
+    attn += _attention_core("attn", B, S, cfg.heads, cfg.head_dim, train, scale_op="mulu", mask_op=("addu",),
+                            dropout=False, softmax_fp32=True, layout=llama_layout_copies(cfg))
+    attn += [linear("o_proj", tok, cfg.heads * cfg.head_dim, h, bias=False),
+             vec("resid_add1", "add", tok, h, tag="residual"),
+             *grad_sums("resid_mid", tok, h, 2, train), *_rms_norm("post_norm", tok, h, train, gemma)]
+    end = [vec("resid_add2", "add", tok, h, tag="residual")]
+    dense = [*grad_sums("post_norm_out", tok, h, 2, train), *llama_mlp(cfg, tok, train)]
     post = [*_rms_norm("final_norm", tok, h, train, gemma), linear("lm_head", tok, h, V, bias=False)]
-    return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
+    sparse = cfg.sparse_layers
+    layers = [Block("layer", sparse, attn + moe_block(cfg, tok, train) + end, "layer"),
+              Block("dense_layer", cfg.layers - sparse, attn + dense + end, "layer")] if sparse else \
+        [Block("layer", cfg.layers, attn + dense + end, "layer")]
+    return [Block("embeddings", 1, pre, "pre"), *[b for b in layers if b.count], Block("head", 1, post, "post")]
 
 
 _FAMILIES = {"gpt2": _gpt2, "gpt_neo": _gpt2, "gpt_neox": _gpt_neox, "bert": _bert, **{f: _bert for f in ROBERTA_LIKE},

@@ -53,7 +53,8 @@ HALF_ACTIVATION_COEFFS = {
 #: (and T5's) blocks have ReLU MLPs and attention dropout, BERT's saved set being the closest (what its expert
 #: layers keep depends on the tokens routed under the expert capacity); Mistral and Qwen2 are Llama's block
 SIMILAR_FAMILY = {"switch_transformers": "bert", "t5": "bert", "roberta": "bert", "xlm_roberta": "bert",
-                  "mistral": "llama", "qwen2": "llama", "phi3": "llama"}
+                  "mistral": "llama", "qwen2": "llama", "phi3": "llama",
+                  "mixtral": "llama", "qwen2_moe": "llama", "qwen3_moe": "qwen3"}
 
 #: fraction of device memory above which eager PyTorch's caching allocator starts freeing and
 #: re-allocating blocks (cudaFree/cudaMalloc synchronise the device); measured runs in that band take
@@ -109,6 +110,23 @@ def outside_saved_bytes(family: str, hidden: int, vocab: int, batch: int, seq: i
     """Bytes autograd keeps outside the layers: embeddings, head and loss (the logits dominate)."""
     c = _coeffs(family, dtype_bytes)
     return float(batch) * seq * (c["d_h"] * hidden + c["d_v"] * vocab)
+
+
+#: bytes per (token, expert) pair that a top-k MoE layer saves beyond a Llama layer of the token's expert width
+#: (`ModelConfig.token_ffn`), besides two hidden-sized tensors per pair (the gathered tokens and the expert
+#: outputs): int64 indices and the router's state. Counted with saved-tensor hooks on small Mixtral and
+#: Qwen3-MoE models (fp32 and bf16, transformers 5.23): 59.6-60.7
+MOE_PAIR_BYTES = 60.0
+
+
+def moe_layer_extra_bytes(tokens: int, top_k: int, hidden: int, dtype_bytes: float = 4.0,
+                          shared: bool = False) -> float:
+    """Bytes a top-k MoE layer (`graphs.kernels.moe_block`) saves for backward beyond Llama's layer with its
+    experts' width: per (token, expert) pair two hidden-sized tensors and `MOE_PAIR_BYTES`, and with a
+    shared expert (Qwen2-MoE) its sigmoid-scaled output, one hidden-sized tensor per token."""
+    pairs = float(tokens) * top_k
+    shared_scale = float(tokens) * dtype_bytes * hidden if shared else 0.0
+    return pairs * (2 * dtype_bytes * hidden + MOE_PAIR_BYTES) + shared_scale
 
 
 def checkpoint_bytes(hidden: int, batch: int, seq: int, dtype_bytes: float = 4.0) -> float:

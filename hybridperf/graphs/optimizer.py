@@ -181,6 +181,7 @@ def optimizer_table(numels, optimizer: str, device: DeviceSpec, dtype: str = "fp
     df = pd.DataFrame(rows)
     df["group"] = [kernel_group(op) for op in df["op"]]
     df["dtype"] = dtype
+    df["grouped"] = False
     df["extra_nbytes"] = df["extra_nbytes"] * DTYPE_BYTES[dtype_key(dtype)] / F32
     return df.loc[:, list(KERNEL_COLUMNS)]
 

@@ -113,14 +113,16 @@ import pandas as pd
 
 from hybridperf.devices import DeviceSpec, NodeSpec, get_device
 from hybridperf.errors import InputError
-from hybridperf.graphs.config import LLAMA_LIKE, ROBERTA_LIKE, ModelConfig, load_config
+from hybridperf.graphs.config import LLAMA_LIKE, MOE_LLAMA, ROBERTA_LIKE, ModelConfig, load_config
 from hybridperf.graphs.kernels import MODES, Block, ModelGraph, build_graph
 from hybridperf.graphs.memory import MemoryEstimate, layer_stack_bytes, outside_saved_bytes
 from hybridperf.graphs.optimizer import optimizer_state_bytes, optimizer_table, tensor_numels
 
 #: PyTorch DDP's default gradient bucket (bucket_cap_mb=25)
 DEFAULT_BUCKET_MB = 25.0
-TP_FAMILIES = ("gpt2", "gpt_neo", "gpt_neox", "bert", *ROBERTA_LIKE, "opt", *LLAMA_LIKE)
+#: families with a tensor/pipeline-parallel model (a top-k MoE's experts are not sharded: data parallel only)
+TP_FAMILIES = ("gpt2", "gpt_neo", "gpt_neox", "bert", *ROBERTA_LIKE, "opt",
+               *(f for f in LLAMA_LIKE if f not in MOE_LLAMA))
 
 # Kernel roles under tensor parallelism, by kernel name (see hybridperf.graphs.kernels' builders).
 _COLUMN = {"c_attn", "q_proj", "k_proj", "v_proj", "c_fc", "query", "key", "value", "intermediate", "fc1",

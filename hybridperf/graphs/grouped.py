@@ -1,0 +1,47 @@
+"""How a top-k MoE's grouped expert GEMMs launch on a given device: one kernel, or one GEMM per expert.
+
+HF's expert layers (transformers 5.x, `experts_implementation="grouped_mm"`, the default) call
+PyTorch's grouped_mm once per projection, and the graph writes each call as one batched GEMM over the
+experts that received tokens (`graphs.kernels.grouped_gemm`). What launches depends on the device:
+
+  * NVIDIA sm90 / sm100 (Hopper, Blackwell) with bf16 operands: one CUTLASS grouped-GEMM kernel
+    (`_grouped_mm_cuda`'s fast path), priced as the bmm it is written as;
+  * AMD CDNA3 (gfx942, MI300) with bf16: one Composable Kernel grouped GEMM in ROCm builds with
+    `USE_ROCM_CK_GEMM` (the same source), priced the same way;
+  * everything else (fp32 or fp16 anywhere, Ampere, Ada, older AMD): PyTorch's fallback copies the
+    offsets to the host and runs one mm per expert with tokens, and before sm80 transformers runs the
+    same loop itself. Each group becomes its own `linear` launch of the group's shape.
+
+The host sync of the fallback (one per call) is not priced: eager composition already runs the
+kernels back to back.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from hybridperf.devices import DeviceSpec
+
+#: (vendor, arch) pairs whose grouped_mm is one kernel for bf16 operands
+ONE_KERNEL_ARCHS = {("nvidia", "hopper"), ("nvidia", "blackwell"), ("amd", "cdna3")}
+
+
+def one_grouped_kernel(device: DeviceSpec, dtype: str) -> bool:
+    """Whether grouped_mm runs as one kernel on `device` for operands of `dtype`."""
+    return dtype == "bf16" and (device.vendor, device.arch) in ONE_KERNEL_ARCHS
+
+
+def launch_grouped_gemms(tab: pd.DataFrame, device: DeviceSpec) -> pd.DataFrame:
+    """`tab` (kernel-table columns) with each grouped GEMM the device runs as a loop rewritten as one
+    `linear` GEMM of the group's shape, launched once per group (count x groups); the rest unchanged."""
+    if "grouped" not in tab.columns or not tab["grouped"].any():
+        return tab
+    loop = tab["grouped"].to_numpy(bool) & ~np.array([one_grouped_kernel(device, d) for d in tab["dtype"]])
+    if not loop.any():
+        return tab
+    tab = tab.copy()
+    tab.loc[loop, "count"] = tab.loc[loop, "count"] * tab.loc[loop, "B"]
+    tab.loc[loop, "B"] = 1
+    tab.loc[loop, "op"] = "linear"
+    tab.loc[loop, "group"] = "linear"
+    return tab

@@ -1,0 +1,129 @@
+"""Top-k mixture-of-experts decoders (Mixtral, Qwen2-MoE, Qwen3-MoE): graph, launches per device, memory."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hybridperf.devices import get_device
+from hybridperf.errors import InputError
+from hybridperf.graphs import build_graph, load_config, predict_model
+from hybridperf.graphs.compose import predict_table
+from hybridperf.graphs.grouped import launch_grouped_gemms, one_grouped_kernel
+from hybridperf.graphs.kernels import expert_groups
+from hybridperf.predictor import Predictor
+
+SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
+         "head_dim": 16, "vocab_size": 100, "max_position_embeddings": 512, "num_hidden_layers": 2}
+MOE = {"mixtral": {"model_type": "mixtral", **SMALL, "num_local_experts": 4, "num_experts_per_tok": 2},
+       "qwen2_moe": {"model_type": "qwen2_moe", **SMALL, "num_experts": 4, "num_experts_per_tok": 2,
+                     "moe_intermediate_size": 32, "shared_expert_intermediate_size": 96},
+       "qwen3_moe": {"model_type": "qwen3_moe", **SMALL, "num_experts": 4, "num_experts_per_tok": 2,
+                     "moe_intermediate_size": 32, "norm_topk_prob": True}}
+H100, A100 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"
+
+
+def _per_layer(cfg, mode, dtype="fp32", batch=2, seq=8):
+    n = [int(build_graph({**cfg, "num_hidden_layers": k}, batch, seq, mode, dtype=dtype).kernel_table()["count"].sum())
+         for k in (2, 3)]
+    return n[1] - n[0]
+
+
+@pytest.mark.parametrize("family,inf,decode_fp32,decode_bf16", [("mixtral", 58, 58, 66), ("qwen2_moe", 65, 65, 73),
+                                                                ("qwen3_moe", 70, 70, 82)])
+def test_moe_layers_launch_what_hf_eager_launches(family, inf, decode_fp32, decode_bf16):
+    """Kernels per layer as TorchDispatchMode counts them on HF eager models (transformers 5.23, grouped_mm
+    experts; `experiments/graph_trace.py` and `experiments/decode_trace.py`): a forward of 2 x 8 tokens,
+    and one decode step of 2 new tokens in fp32 and bf16 (Mixtral casts the router logits up and the
+    fp32-weighted expert sum back down; Qwen casts the k weights down)."""
+    cfg = MOE[family]
+    assert _per_layer(cfg, "inf") == inf
+    assert _per_layer(cfg, "decode") == decode_fp32
+    assert _per_layer(cfg, "decode", "bf16") == decode_bf16
+
+
+def test_moe_config_fields_and_sparse_layers():
+    c = load_config(MOE["qwen2_moe"])
+    assert (c.num_experts, c.experts_per_token, c.expert_ffn, c.shared_ffn) == (4, 2, 32, 96)
+    assert c.sparse_layers == 2 and c.token_ffn == 2 * 32 + 96
+    m = load_config(MOE["mixtral"])
+    assert (m.num_experts, m.experts_per_token, m.expert_ffn, m.shared_ffn) == (4, 2, 128, 0)
+    # HF's rule: layer i is sparse unless listed in mlp_only_layers or (i + 1) % decoder_sparse_step != 0
+    mixed = load_config({**MOE["qwen3_moe"], "num_hidden_layers": 6, "decoder_sparse_step": 2, "mlp_only_layers": [3]})
+    assert mixed.sparse_layers == 2  # layers 1 and 5
+    g = build_graph(mixed, 2, 8, "inf")
+    assert [(b.name, b.count) for b in g.blocks if b.kind == "layer"] == [("layer", 2), ("dense_layer", 4)]
+    for bad in ({"num_experts_per_tok": 8}, {"mlp_only_layers": "all"}, {"num_experts": 0}):
+        with pytest.raises(InputError):
+            load_config({**MOE["qwen3_moe"], **bad})
+
+
+def test_expert_groups_under_balanced_routing():
+    assert expert_groups(8, 2, 1) == (2, 1)  # a decode step of one token: its two experts, one row each
+    assert expert_groups(128, 8, 1) == (8, 1)
+    groups, rows = expert_groups(8, 2, 4096)
+    assert groups == 8 and rows == 1024
+    groups, rows = expert_groups(128, 8, 4)  # 32 pairs, some experts picked twice
+    assert 28 <= groups < 32 and groups * rows >= 32
+
+
+def test_grouped_gemm_is_one_kernel_only_for_bf16_on_hopper_class_devices():
+    assert one_grouped_kernel(get_device(H100), "bf16")
+    assert not one_grouped_kernel(get_device(H100), "fp16") and not one_grouped_kernel(get_device(A100), "bf16")
+    tab = build_graph({**MOE["mixtral"], "hidden_size": 256, "intermediate_size": 512}, 4, 256, "train",
+                      dtype="bf16").kernel_table()
+    grouped = tab[tab["grouped"]]
+    assert len(grouped) == 2 * 3  # gate/up and down, each with its two gradients
+    assert (grouped["op"] == "bmm").all()
+    same = launch_grouped_gemms(tab, get_device(H100))
+    assert same.equals(tab)
+    loop = launch_grouped_gemms(tab, get_device(A100))
+    looped = loop[tab["grouped"].to_numpy()]
+    assert (looped["op"] == "linear").all() and (looped["B"] == 1).all()
+    assert (looped["count"].to_numpy() == grouped["count"].to_numpy() * grouped["B"].to_numpy()).all()
+    def flops(t):
+        return float((t["B"] * t["M"] * t["N"] * t["K"] * t["count"]).sum())
+
+    assert flops(looped) == flops(grouped)  # the same GEMMs, launched per expert
+    # the predicted table launches what the device runs
+    prior = Predictor.prior_only()
+    assert (predict_table(tab, get_device(A100), prior).loc[tab["grouped"].to_numpy(), "op"] == "linear").all()
+
+
+def test_moe_predicts_and_experts_cost_what_their_tokens_do():
+    prior = Predictor.prior_only()
+    cfg = {**MOE["mixtral"], "hidden_size": 1024, "intermediate_size": 4096, "num_local_experts": 8}
+    for mode in ("inf", "train", "decode"):
+        r = predict_model(cfg, 2, 256, mode, H100, predictor=prior, dtype="bf16")
+        assert np.isfinite(r["e2e_ms"]) and r["lo_ms"] < r["e2e_ms"] < r["hi_ms"]
+    # top-2 of 8 experts: more expert GEMM work than a dense MLP of the expert's width, far less than 8 of them
+    dense = {**cfg, "model_type": "mistral"}
+    moe_ms = predict_model(cfg, 8, 512, "inf", H100, predictor=prior, dtype="bf16")["e2e_ms"]
+    dense_ms = predict_model(dense, 8, 512, "inf", H100, predictor=prior, dtype="bf16")["e2e_ms"]
+    wide_ms = predict_model({**dense, "intermediate_size": 8 * 4096}, 8, 512, "inf", H100, predictor=prior,
+                            dtype="bf16")["e2e_ms"]
+    assert dense_ms < moe_ms < wide_ms
+    with pytest.raises(InputError, match="dp only"):
+        from hybridperf.graphs.parallel import predict_parallel
+
+        predict_parallel(cfg, 4, 64, "train", "DGX-H100", tp=2)
+
+
+@pytest.mark.parametrize("family,extra,hidden,ffn,batch,seq,dtype_bytes,counted", [
+    ("mixtral", {"num_local_experts": 8, "num_experts_per_tok": 2}, 128, 256, 2, 64, 4, 2113056),
+    ("mixtral", {"num_local_experts": 32, "num_experts_per_tok": 4}, 256, 512, 4, 32, 2, 3544704),
+    ("qwen3_moe", {"num_experts": 16, "num_experts_per_tok": 4, "moe_intermediate_size": 64}, 192, 384, 1, 128, 4,
+     2983488),
+    ("qwen2_moe", {"num_experts": 16, "num_experts_per_tok": 4, "moe_intermediate_size": 64,
+                   "shared_expert_intermediate_size": 256}, 256, 512, 4, 32, 2, 2025792),
+])
+def test_moe_saved_activations_match_the_cpu_autograd_counts(family, extra, hidden, ffn, batch, seq, dtype_bytes,
+                                                             counted):
+    """Bytes one MoE layer saves for backward against the saved-tensor-hook count of the same layer on the
+    CPU (`python experiments/activation_memory.py --moe`; a 3-layer minus a 2-layer model)."""
+    cfg = {"model_type": family, "hidden_size": hidden, "intermediate_size": ffn, "num_attention_heads": 4,
+           "num_key_value_heads": 4, "head_dim": hidden // 4, "vocab_size": 1000, "max_position_embeddings": 512,
+           **extra}
+    dtype = "fp32" if dtype_bytes == 4 else "bf16"
+    per_layer = [build_graph({**cfg, "num_hidden_layers": n}, batch, seq, "train", dtype).memory().activations
+                 for n in (2, 3)]
+    assert (per_layer[1] - per_layer[0]) * 1e9 == pytest.approx(counted, rel=0.01)
