@@ -15,6 +15,7 @@ loss) as tokens * (d_h * h + d_v * vocab). Memory saved does not depend on the G
 the device count (the caching allocator's rounding and fragmentation come on top).
 
     python experiments/activation_memory.py      # needs torch and transformers; ~1 min on 2 cores
+    python experiments/activation_memory.py --moe   # MoE layers (Mixtral, Qwen-MoE) against the graph; ~10 s
 
 writes experiments/data/activation_memory.csv (the raw counts) and prints the coefficients that
 `hybridperf/graphs/memory.py` uses (ACTIVATION_COEFFS). GPT-Neo's models alternate global and local
@@ -159,11 +160,54 @@ def fit(df: pd.DataFrame) -> dict:
     return coeffs
 
 
+#: top-k MoE layers checked with --moe: family, HF keys of the experts, hidden, ffn, batch, seq
+MOE_CHECKS = [
+    ("mixtral", {"num_local_experts": 8, "num_experts_per_tok": 2}, 128, 256, 2, 64),
+    ("mixtral", {"num_local_experts": 32, "num_experts_per_tok": 4}, 256, 512, 4, 32),
+    ("qwen3_moe", {"num_experts": 16, "num_experts_per_tok": 4, "moe_intermediate_size": 64, "norm_topk_prob": True},
+     192, 384, 1, 128),
+    ("qwen2_moe", {"num_experts": 16, "num_experts_per_tok": 4, "moe_intermediate_size": 64,
+                   "shared_expert_intermediate_size": 256}, 256, 512, 4, 32),
+]
+
+
+def moe_check() -> pd.DataFrame:
+    """Bytes one MoE layer saves (a 3-layer minus a 2-layer model, fp32 and bf16) against `ModelGraph.memory`:
+    Llama's (Qwen3's) layer at the token's expert width plus `graphs.memory.moe_layer_extra_bytes`."""
+    from hybridperf.graphs import build_graph
+
+    torch, transformers = _imports()
+    rows = []
+    for family, experts, h, f, b, s in MOE_CHECKS:
+        cfg = {"model_type": family, "hidden_size": h, "intermediate_size": f, "num_attention_heads": 4,
+               "num_key_value_heads": 4, "head_dim": h // 4, "vocab_size": 1000, "max_position_embeddings": 512,
+               **experts}
+        for dtype in TORCH_DTYPES:
+            counted, est = [], []
+            for n in (2, 3):
+                hf = transformers.AutoConfig.for_model(**{**cfg, "num_hidden_layers": n})
+                torch.manual_seed(0)
+                model = transformers.AutoModelForCausalLM.from_config(hf, attn_implementation="eager")
+                model.to(TORCH_DTYPES[dtype](torch)).train()
+                ids = torch.randint(0, 1000, (b, s))
+                counted.append(saved_bytes(torch, model, {"input_ids": ids, "labels": ids, "use_cache": False}))
+                graph = build_graph({**cfg, "num_hidden_layers": n}, b, s, "train", dtype)
+                est.append(graph.memory().activations * 1e9)
+            rows.append({"family": family, "dtype": dtype, "hidden": h, "batch": b, "seq": s,
+                         "counted_per_layer": counted[1] - counted[0], "graph_per_layer": round(est[1] - est[0]),
+                         "ratio": round((est[1] - est[0]) / (counted[1] - counted[0]), 4)})
+    return pd.DataFrame(rows)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=ROOT / "data" / "activation_memory.csv")
     ap.add_argument("--refit", action="store_true", help="fit the stored CSV only (no torch needed)")
+    ap.add_argument("--moe", action="store_true", help="check the MoE layers' saved bytes against the graph")
     args = ap.parse_args(argv)
+    if args.moe:
+        print(moe_check().to_string(index=False))
+        return 0
     df = pd.read_csv(args.out) if args.refit else run(args.out)
     for (dtype, family), c in fit(df).items():
         print(f"{dtype:5s} {family:8s} {c}")

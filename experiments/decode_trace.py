@@ -18,9 +18,9 @@ import sys
 
 import pandas as pd
 
-#: ATen ops that return views (no kernel)
+#: ATen ops that return views or only allocate (no kernel)
 VIEW_OPS = ("view", "unsqueeze", "squeeze", "aten.t.", "_unsafe_view", "transpose", "expand", "slice", "alias",
-            "split", "select", "detach", "permute", "lift_fresh", "as_strided", "_reshape_alias")
+            "split", "select", "detach", "permute", "lift_fresh", "as_strided", "_reshape_alias", "aten.empty")
 #: small configurations of each family, in HF's config keys
 CONFIGS = {
     "gpt2": {"model_type": "gpt2", "n_embd": 64, "n_head": 4, "vocab_size": 100, "n_positions": 512},
@@ -41,6 +41,15 @@ CONFIGS = {
     "phi3": {"model_type": "phi3", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
              "num_key_value_heads": 2, "vocab_size": 100, "max_position_embeddings": 512, "pad_token_id": 0,
              "partial_rotary_factor": 0.5},
+    "mixtral": {"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+                "num_key_value_heads": 2, "vocab_size": 100, "max_position_embeddings": 512, "num_local_experts": 4,
+                "num_experts_per_tok": 2},
+    "qwen2_moe": {"model_type": "qwen2_moe", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+                  "num_key_value_heads": 2, "vocab_size": 100, "max_position_embeddings": 512, "num_experts": 4,
+                  "num_experts_per_tok": 2, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 96},
+    "qwen3_moe": {"model_type": "qwen3_moe", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+                  "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 100, "max_position_embeddings": 512,
+                  "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "norm_topk_prob": True},
     "opt_350m": {"model_type": "opt", "hidden_size": 64, "ffn_dim": 128, "num_attention_heads": 4, "vocab_size": 100,
                  "max_position_embeddings": 512, "word_embed_proj_dim": 32, "do_layer_norm_before": False},
 }

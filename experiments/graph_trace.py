@@ -15,8 +15,12 @@ The graph is not meant to equal this trace everywhere, and the script says where
     NeuSight's timed steps; a first backward steals the gradient instead) and leaves out the RMSNorm
     backward's tiny per-row kernels (rsqrt, mean): per layer they nearly cancel in Llama and Gemma (1
     kernel fewer than the trace), and Qwen3's per-head q/k norms leave 11 fewer.
-  * Families added after NeuSight's (GPT-NeoX, Qwen3, Gemma, Phi-3, T5, RoBERTa, OPT-350m's layout) were built from
-    this trace: their forward layers match it exactly, and `tests/test_graphs.py` pins the counts.
+  * Families added after NeuSight's (GPT-NeoX, Qwen3, Gemma, Phi-3, T5, RoBERTa, OPT-350m's layout, and the MoE
+    decoders Mixtral, Qwen2-MoE, Qwen3-MoE) were built from this trace: their forward layers match it exactly,
+    and `tests/test_graphs.py` / `tests/test_moe.py` pin the counts. In training the MoE block is within 6
+    kernels of the trace: beyond their dense base Mixtral and Qwen3-MoE are 6 under (the broadcast
+    gradients of the routing weights' division and product are not written), Qwen2-MoE 4 over.
+  * Ops that only allocate (`aten.empty*`) launch no kernel and are not counted.
 
     python experiments/graph_trace.py            # needs torch and transformers; ~1 min on the CPU
 
@@ -37,6 +41,8 @@ _LLAMA = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
           "head_dim": 16, "vocab_size": 100, "max_position_embeddings": 512}
 _T5 = {"d_model": 64, "d_kv": 16, "d_ff": 128, "num_heads": 4, "vocab_size": 100, "decoder_start_token_id": 0,
        "pad_token_id": 0}
+#: 4 experts, 2 per token: with 16 tokens every expert receives some
+_MOE = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
 _BERT = {"hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100, "pad_token_id": 1}
 #: name: (HF config, layer-count keys, HF class for inf, HF class for train)
 MODELS = {
@@ -60,6 +66,12 @@ MODELS = {
     "gemma": ({"model_type": "gemma", **_LLAMA}, ("num_hidden_layers",), "GemmaForCausalLM", "GemmaForCausalLM"),
     "phi3": ({"model_type": "phi3", **_LLAMA, "pad_token_id": 0, "partial_rotary_factor": 0.5}, ("num_hidden_layers",),
              "Phi3ForCausalLM", "Phi3ForCausalLM"),
+    "mixtral": ({"model_type": "mixtral", **_LLAMA, "num_local_experts": 4, "num_experts_per_tok": 2},
+                ("num_hidden_layers",), "MixtralForCausalLM", "MixtralForCausalLM"),
+    "qwen2_moe": ({"model_type": "qwen2_moe", **_LLAMA, **_MOE, "shared_expert_intermediate_size": 96},
+                  ("num_hidden_layers",), "Qwen2MoeForCausalLM", "Qwen2MoeForCausalLM"),
+    "qwen3_moe": ({"model_type": "qwen3_moe", **_LLAMA, **_MOE, "norm_topk_prob": True}, ("num_hidden_layers",),
+                  "Qwen3MoeForCausalLM", "Qwen3MoeForCausalLM"),
     "switch": ({"model_type": "switch_transformers", **_T5, "num_experts": 4, "encoder_sparse_step": 0,
                 "decoder_sparse_step": 0}, ("num_layers", "num_decoder_layers"),
                "SwitchTransformersForConditionalGeneration", "SwitchTransformersForConditionalGeneration"),

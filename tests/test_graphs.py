@@ -623,7 +623,7 @@ ROBERTA = {"model_type": "roberta", "hidden_size": 64, "num_attention_heads": 4,
 
 def test_roberta_runs_berts_layers_with_its_own_positions_and_heads():
     """TorchDispatchMode (transformers 5.23): RoBERTa's layers launch BERT's kernels (19 per layer in
-    inference, 69 in training); its position ids add 8 tiny kernels; RobertaForMaskedLM trains without
+    inference, 66 in training); its position ids add 8 tiny kernels; RobertaForMaskedLM trains without
     BERT's pooler and NSP head; 514 position rows hold 512 tokens."""
     bert = {**ROBERTA, "model_type": "bert", "max_position_embeddings": 512}
     for mode in ("inf", "train"):
