@@ -1,6 +1,8 @@
 """Top-k mixture-of-experts decoders (Mixtral, Qwen2-MoE, Qwen3-MoE): graph, launches per device, memory."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -106,6 +108,14 @@ def test_moe_predicts_and_experts_cost_what_their_tokens_do():
         from hybridperf.graphs.parallel import predict_parallel
 
         predict_parallel(cfg, 4, 64, "train", "DGX-H100", tp=2)
+
+
+def test_inference_memory_counts_expert_weights_once():
+    """The experts' weights are weights: the largest op's live tensors are the grouped GEMM's tokens only."""
+    cfg = Path(__file__).resolve().parents[1] / "examples" / "configs" / "mixtral_8x7b.json"
+    mem = build_graph(cfg, 1, 16, "inf", dtype="bf16").memory()
+    assert mem.weights == pytest.approx(46.70e9 * 2 / 1e9, rel=0.01)  # Mixtral-8x7B's 46.7B parameters
+    assert mem.activations < 0.1  # GB: a 16-token forward's cache and largest op, not 8 experts' 1.9 GB
 
 
 @pytest.mark.parametrize("family,extra,hidden,ffn,batch,seq,dtype_bytes,counted", [

@@ -241,6 +241,8 @@ class ModelGraph:
                     continue
                 if op == "linear":
                     n = (M * N + M * K) * eb
+                elif op == "bmm" and k["tag"] == "grouped":  # the experts' weights are counted as weights
+                    n = B * (M * N + M * K) * eb
                 elif op == "bmm":
                     n = B * (M * N + N * K + M * K) * eb
                 elif op == "softmax" and upcast:
