@@ -29,7 +29,7 @@ from __future__ import annotations
 from hybridperf.errors import InputError
 from hybridperf.graphs.config import LLAMA_LIKE, ModelConfig
 from hybridperf.graphs.kernels import (CAUSAL_LM, F32, Block, _activation, _rms_norm, attention_scores, bmm, cast,
-                                       gather, linear, llama_mlp, llama_qkv, llama_variant, ln, misc, moe_block,
+                                       gather, linear, llama_layer_blocks, llama_qkv, llama_variant, ln, misc,
                                        neox_layout, neox_rope, opt_layout, vec)
 
 #: families with a decode step: the decoder-only causal LMs, whose forward returns a key/value cache
@@ -138,14 +138,9 @@ def _llama(cfg: ModelConfig, B: int, kv: int) -> list:
             *_attention("attn", cfg, B, kv, "mulu", ("addu",), softmax_fp32=True),
             linear("o_proj", B, cfg.heads * cfg.head_dim, h, bias=False), vec("resid_add1", "add", B, h),
             *_rms_norm("post_norm", B, h, unit_offset=gemma)]
-    end = [vec("resid_add2", "add", B, h)]
     post = [*_rms_norm("final_norm", B, h, unit_offset=gemma), linear("lm_head", B, h, V, bias=False)]
-    sparse = cfg.sparse_layers  # a top-k MoE's expert layers route the B new tokens (`moe_block`)
-    dense = attn + llama_mlp(cfg, B) + end
-    layers = [Block("layer", sparse, attn + moe_block(cfg, B) + end, "layer"),
-              Block("dense_layer", cfg.layers - sparse, dense, "layer")] if sparse else [Block("layer", cfg.layers,
-                                                                                               dense, "layer")]
-    return [Block("embeddings", 1, pre, "pre"), *[b for b in layers if b.count], Block("head", 1, post, "post")]
+    # the B new tokens pass the MLP (a top-k MoE's sparse layers route them)
+    return [Block("embeddings", 1, pre, "pre"), *llama_layer_blocks(cfg, attn, B), Block("head", 1, post, "post")]
 
 
 _BUILDERS = {"gpt2": _gpt2, "gpt_neo": _gpt2, "gpt_neox": _gpt_neox, "opt": _opt, **{f: _llama for f in LLAMA_LIKE}}

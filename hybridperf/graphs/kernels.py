@@ -912,6 +912,22 @@ def moe_block(cfg: ModelConfig, tok: int, train: bool = False) -> list:
     return ks
 
 
+def llama_layer_blocks(cfg: ModelConfig, attn: list, tok: int, train: bool = False) -> list:
+    """The repeated layers of a llama-like decoder (the prefill, training and decode graphs share them):
+    `attn` (the layer up to its post-attention norm), then the MLP over `tok` tokens and the residual add.
+    A MOE_LLAMA family's sparse layers (block `layer`) run `moe_block`, its dense ones (`dense_layer`)
+    the gated MLP."""
+    h = cfg.hidden
+    end = [vec("resid_add2", "add", tok, h, tag="residual")]
+    dense = [*grad_sums("post_norm_out", tok, h, 2, train), *llama_mlp(cfg, tok, train)]
+    sparse = cfg.sparse_layers
+    if not sparse:
+        return [Block("layer", cfg.layers, attn + dense + end, "layer")]
+    layers = [Block("layer", sparse, attn + moe_block(cfg, tok, train) + end, "layer"),
+              Block("dense_layer", cfg.layers - sparse, attn + dense + end, "layer")]
+    return [b for b in layers if b.count]
+
+
 def _llama(cfg: ModelConfig, B, S, train) -> list:
     """LlamaForCausalLM-style decoder (HF eager): RMSNorm, RoPE, grouped-query attention, gated MLP (a
     top-k MoE in the sparse layers of MOE_LLAMA families: block `layer`, their dense layers `dense_layer`).
@@ -932,14 +948,9 @@ def _llama(cfg: ModelConfig, B, S, train) -> list:
     attn += [linear("o_proj", tok, cfg.heads * cfg.head_dim, h, bias=False),
              vec("resid_add1", "add", tok, h, tag="residual"),
              *grad_sums("resid_mid", tok, h, 2, train), *_rms_norm("post_norm", tok, h, train, gemma)]
-    end = [vec("resid_add2", "add", tok, h, tag="residual")]
-    dense = [*grad_sums("post_norm_out", tok, h, 2, train), *llama_mlp(cfg, tok, train)]
     post = [*_rms_norm("final_norm", tok, h, train, gemma), linear("lm_head", tok, h, V, bias=False)]
-    sparse = cfg.sparse_layers
-    layers = [Block("layer", sparse, attn + moe_block(cfg, tok, train) + end, "layer"),
-              Block("dense_layer", cfg.layers - sparse, attn + dense + end, "layer")] if sparse else \
-        [Block("layer", cfg.layers, attn + dense + end, "layer")]
-    return [Block("embeddings", 1, pre, "pre"), *[b for b in layers if b.count], Block("head", 1, post, "post")]
+    return [Block("embeddings", 1, pre, "pre"), *llama_layer_blocks(cfg, attn, tok, train),
+            Block("head", 1, post, "post")]
 
 
 _FAMILIES = {"gpt2": _gpt2, "gpt_neo": _gpt2, "gpt_neox": _gpt_neox, "bert": _bert, **{f: _bert for f in ROBERTA_LIKE},
