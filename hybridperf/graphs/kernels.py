@@ -875,6 +875,7 @@ def moe_block(cfg: ModelConfig, tok: int, train: bool = False) -> list:
     pairs = tok * k
     groups, rows = expert_groups(E, k, tok)
     fs = cfg.shared_ffn
+
     def route(name, nbytes, tag=""):
         return misc(f"moe.{name}", "route", nbytes, tag=tag)
 
@@ -896,8 +897,8 @@ def moe_block(cfg: ModelConfig, tok: int, train: bool = False) -> list:
            misc("moe.gather_tokens", "index", 2 * pairs * h * F32 + pairs * 8, tag="gather"),
            route("weights_of_pair", pairs * (2 * F32 + 8), tag="gather"), route("ids_to_int", pairs * 12),
            route("histc", pairs * 4 + E * 4), route("offsets", 2 * E * 4),
-           grouped_gemm("experts.gate_up", groups, rows, h, 2 * f, E), *grad_cat("experts.gate_up_out", pairs * 2 * f,
-                                                                                 train),
+           grouped_gemm("experts.gate_up", groups, rows, h, 2 * f, E),
+           *grad_cat("experts.gate_up_out", pairs * 2 * f, train),
            *_activation("experts", cfg.activation, pairs, f, train), vec("experts.gate_mul", "mul", pairs, f),
            grouped_gemm("experts.down", groups, rows, f, h, E),
            vec("moe.weight_mul", "mul", pairs, h, tag="broadcast", fp32=mixtral),
