@@ -49,7 +49,7 @@ def kv_length(cfg: ModelConfig, seq: int) -> int:
 
 
 def _setup(cfg: ModelConfig, B: int, kv: int) -> list:
-    n = SETUP_KERNELS.get(cfg.family) or SETUP_KERNELS["llama"]
+    n = SETUP_KERNELS[cfg.family if cfg.family in SETUP_KERNELS or cfg.family not in LLAMA_LIKE else "llama"]
     ks = [misc(f"setup_{i}", "mask", 2 * B * kv * 8) for i in range(n)]
     if cfg.family in (*LLAMA_LIKE, "gpt_neox"):  # rotary tables: cast like Llama's
         ks += [cast(f"setup_cast_{i}", B * kv) for i in range(LLAMA_SETUP_CASTS)]
