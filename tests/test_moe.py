@@ -54,6 +54,8 @@ def test_moe_config_fields_and_sparse_layers():
     assert mixed.sparse_layers == 2  # layers 1 and 5
     g = build_graph(mixed, 2, 8, "inf")
     assert [(b.name, b.count) for b in g.blocks if b.kind == "layer"] == [("layer", 2), ("dense_layer", 4)]
+    # MixtralConfig has no such keys: HF makes every Mixtral layer sparse whatever a config says
+    assert load_config({**MOE["mixtral"], "decoder_sparse_step": 2, "mlp_only_layers": [0]}).sparse_layers == 2
     for bad in ({"num_experts_per_tok": 8}, {"mlp_only_layers": "all"}, {"num_experts": 0}):
         with pytest.raises(InputError):
             load_config({**MOE["qwen3_moe"], **bad})

@@ -104,9 +104,12 @@ class ModelConfig:
     @property
     def sparse_layers(self) -> int:
         """Decoder layers of a top-k MoE (MOE_LLAMA) whose MLP is the expert block; the rest are dense:
-        HF's rule, layer i is sparse unless in `mlp_only_layers` or (i + 1) % `decoder_sparse_step` != 0."""
+        HF's Qwen-MoE rule, layer i is sparse unless in `mlp_only_layers` or (i + 1) % `decoder_sparse_step` != 0;
+        every Mixtral layer is sparse (MixtralConfig has neither key)."""
         if self.family not in MOE_LLAMA:
             return 0
+        if self.family == "mixtral":
+            return self.layers
         step = int(self.raw.get("decoder_sparse_step") or 1)
         dense = set(self.raw.get("mlp_only_layers") or [])
         return sum(1 for i in range(self.layers) if i not in dense and (i + 1) % step == 0)
