@@ -69,9 +69,16 @@ FAMILIES = {
     "gemma": dict(model_type="gemma", keys=("hidden_size", "num_attention_heads", "num_hidden_layers",
                                             "intermediate_size", "vocab_size"),
                   extra={"max_position_embeddings": MAX_POSITIONS}),
+    # Gemma 2 (soft-capped scores, sliding and full layers alternating) and Gemma 3 (q/k norms)
+    "gemma2": dict(model_type="gemma2", keys=("hidden_size", "num_attention_heads", "num_hidden_layers",
+                                              "intermediate_size", "vocab_size"),
+                   extra={"max_position_embeddings": MAX_POSITIONS}),
+    "gemma3_text": dict(model_type="gemma3_text", keys=("hidden_size", "num_attention_heads", "num_hidden_layers",
+                                                        "intermediate_size", "vocab_size"),
+                        extra={"max_position_embeddings": MAX_POSITIONS}),
 }
 #: families whose config sets head_dim on its own (Qwen3 128, Gemma 256 by default): counted at hidden / heads
-OWN_HEAD_DIM = ("qwen3", "gemma")
+OWN_HEAD_DIM = ("qwen3", "gemma", "gemma2", "gemma3_text")
 
 
 #: model dtypes counted: fp32, and bf16 for both 16-bit dtypes (fp16 saves the same tensors: HF's upcasts
@@ -117,12 +124,13 @@ def measure(torch, transformers, family: str, h, a, layers, f, vocab, batch, seq
     return saved_bytes(torch, model, inputs)
 
 
-def run(out_csv: Path) -> pd.DataFrame:
+def run(out_csv: Path, families=tuple(FAMILIES)) -> pd.DataFrame:
+    """Count `families` (all by default) and write the CSV; other families' rows already there are kept."""
     torch, transformers = _imports()
     torch.set_num_threads(2)
     rows = []
     grid = list(itertools.product((128, 192), (2, 4), (2, 4), (64, 128), (1, 2)))  # h, heads, ffn/h, seq, batch
-    for dtype, family in itertools.product(TORCH_DTYPES, FAMILIES):
+    for dtype, family in itertools.product(TORCH_DTYPES, families):
         for h, a, fr, s, b in grid:
             f, vocab = fr * h, 500
             one = measure(torch, transformers, family, h, a, 2, f, vocab, b, s, dtype)
@@ -133,6 +141,9 @@ def run(out_csv: Path) -> pd.DataFrame:
                          "transformers": transformers.__version__})
         print(f"{family} ({dtype}): {len(grid)} configurations", flush=True)
     df = pd.DataFrame(rows)
+    if out_csv.is_file():
+        kept = pd.read_csv(out_csv)
+        df = pd.concat([kept[~kept["family"].isin(families)], df], ignore_index=True)
     out_csv.parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(out_csv, index=False)
     return df
@@ -204,11 +215,13 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "data" / "activation_memory.csv")
     ap.add_argument("--refit", action="store_true", help="fit the stored CSV only (no torch needed)")
     ap.add_argument("--moe", action="store_true", help="check the MoE layers' saved bytes against the graph")
+    ap.add_argument("--families", nargs="+", choices=tuple(FAMILIES), default=tuple(FAMILIES),
+                    help="count only these families (the CSV keeps the others' rows)")
     args = ap.parse_args(argv)
     if args.moe:
         print(moe_check().to_string(index=False))
         return 0
-    df = pd.read_csv(args.out) if args.refit else run(args.out)
+    df = pd.read_csv(args.out) if args.refit else run(args.out, tuple(args.families))
     for (dtype, family), c in fit(df).items():
         print(f"{dtype:5s} {family:8s} {c}")
     return 0

@@ -514,24 +514,79 @@ def _per_layer_and_outside(cfg, mode, dtype="fp32", layers_key="num_hidden_layer
     return n[1] - n[0], n[0] - 2 * (n[1] - n[0])
 
 
-@pytest.mark.parametrize("family,fp32,bf16", [("llama", 42, 48), ("qwen3", 54, 64), ("gemma", 44, 52),
-                                               ("phi3", 40, 46)])
-def test_llama_like_layers_launch_what_hf_eager_launches(family, fp32, bf16):
-    """Kernels per layer of one forward, as TorchDispatchMode counts them on HF eager models (transformers
+@pytest.mark.parametrize("family,fp32,bf16,train", [("llama", 42, 48, 123), ("qwen3", 54, 64, 165),
+                                                     ("gemma", 44, 52, 125), ("gemma2", 61, 75, 175),
+                                                     ("gemma3_text", 72, 92, 213), ("phi3", 40, 46, 114)])
+def test_llama_like_layers_launch_what_hf_eager_launches(family, fp32, bf16, train):
+    """Kernels per layer of one forward, and of a training step whose backward accumulates into an existing
+    `.grad` (NeuSight's timed steps), as TorchDispatchMode counts them on HF eager models (transformers
     5.23, `use_cache=False`; `experiments/graph_trace.py`): Qwen3 adds an RMSNorm over each head of q and
     k (6 kernels each, 5 more in bf16: two casts, as Llama's), Gemma a (1 + weight) add per norm (and in
-    bf16 a cast of the weight, the multiply running in fp32). In training the graph adds a gradient
-    accumulation per parameter, which a first backward does not launch, and leaves out the RMSNorm
-    backward's tiny per-row kernels: per layer 1 kernel fewer than the trace for Llama and Gemma, and 11
-    fewer for Qwen3, whose per-head norms miss the same tiny kernels. Phi-3 fuses q/k/v and gate/up
-    (two GEMMs fewer, and three fewer gradient accumulations: 2 fewer than the trace in training), adds a
-    torch.cat per RoPE'd projection, and needs no layout copy of q (nor of k without grouped-query)."""
+    bf16 a cast of the weight, the multiply running in fp32), Gemma 2 two more norms per layer (on the
+    attention's and the MLP's outputs) and the scores' soft-cap (x / c, tanh, * c), Gemma 3 the two norms
+    and Qwen3's per-head q/k norms. Each RMSNorm's backward launches 14 kernels (its two broadcast products
+    sum their broadcast operand's gradient, rsqrt's backward is three per-row kernels). Phi-3 fuses q/k/v
+    and gate/up (two GEMMs fewer, three fewer gradient accumulations), adds a torch.cat per RoPE'd
+    projection, and needs no layout copy of q (nor of k without grouped-query); in training it is 2
+    kernels over the trace (one is likely the layout copy priced for its repeat_kv'd k's gradient)."""
     cfg = {"model_type": family, **LLAMA_SMALL}
     assert _per_layer_and_outside(cfg, "inf")[0] == fp32
     assert _per_layer_and_outside(cfg, "inf", "bf16")[0] == bf16
-    traced_train = {"llama": 114, "qwen3": 154, "gemma": 116, "phi3": 108}[family]
-    assert traced_train - _per_layer_and_outside(cfg, "train")[0] == {"llama": 1, "qwen3": 11, "gemma": 1,
-                                                                       "phi3": 2}[family]
+    assert _per_layer_and_outside(cfg, "train")[0] - train == (2 if family == "phi3" else 0)
+
+
+def test_gemma2_and_gemma3_add_sandwich_norms_soft_caps_and_sliding_layers():
+    """Gemma 2 soft-caps its scores and logits, Gemma 3 normalises q and k per head (with Gemma's (1 + w));
+    both build a sliding-window mask (23 kernels in a forward, 15 more in a decode step), and Gemma 3 a
+    second rotary table once both layer types are present. A decode step's sliding layers attend to their
+    window; the key/value cache of those layers holds it only."""
+    g2 = {"model_type": "gemma2", **LLAMA_SMALL}
+    t = build_graph(g2, 2, 8, "inf").kernel_table().set_index("name")
+    assert t.loc["attn.softcap_tanh", ["B", "H"]].tolist() == [2 * 4 * 8, 8]
+    assert t.loc["logit_softcap_tanh", ["B", "H"]].tolist() == [16, 100]
+    assert {"post_attn_norm.weight", "post_ffw_norm.weight"} <= set(t.index)
+    assert _per_layer_and_outside(g2, "inf")[1] - _per_layer_and_outside({**g2, "model_type": "gemma"}, "inf")[1] \
+        == 23 + 3
+    # null soft-caps (Gemma 3's defaults) launch nothing
+    off = build_graph({**g2, "attn_logit_softcapping": None, "final_logit_softcapping": None}, 2, 8, "inf")
+    assert t["count"].sum() - off.kernel_table()["count"].sum() == 2 * 3 + 3
+    g3 = {"model_type": "gemma3_text", **LLAMA_SMALL}
+    t3 = build_graph(g3, 2, 8, "inf").kernel_table().set_index("name")
+    assert t3.loc["q_norm.one_plus_weight", "op"] == "misc:mask" and "attn.softcap_tanh" not in t3.index
+    assert load_config(g3).layer_types == ("sliding_attention",) * 2
+    both = {**g3, "num_hidden_layers": 6}
+    assert load_config(both).layer_types[-1] == "full_attention"
+    kernels = [build_graph(c, 2, 8, "inf").kernel_table()["count"].sum() for c in (both, g3)]
+    assert kernels[0] - kernels[1] == 4 * 72 + 7  # four more layers and the second (local) rotary table
+    # a decode step past the window: the sliding layers' keys stop at the window, the full layers' do not
+    mixed = {**g3, "layer_types": ["sliding_attention", "full_attention"], "sliding_window": 4}
+    d = build_graph(mixed, 2, 8, "decode").kernel_table()
+    qk = d[d["name"] == "attn.qk"].set_index("block")
+    assert (qk.loc["sliding_layer", "K"], qk.loc["layer", "K"]) == (4, 9)
+    full = {**mixed, "layer_types": ["full_attention"] * 2}
+    cache, cache_full = (build_graph(c, 2, 8, "decode").memory().activations for c in (mixed, full))
+    assert cache < cache_full
+    # the multimodal wrapper reads as its language model, with Gemma3TextConfig's defaults
+    mm = load_config({"model_type": "gemma3", "text_config": {"hidden_size": 2560, "num_hidden_layers": 34,
+                                                              "intermediate_size": 10240, "sliding_window": 1024}})
+    assert (mm.family, mm.vocab, mm.heads, mm.head_dim, mm.layer_types.count("full_attention")) == \
+        ("gemma3_text", 262_208, 8, 256, 5)
+    assert mm.tied_embeddings
+    # tensor parallel: the scores' soft-cap splits with the heads, the logits' with the vocabulary
+    from hybridperf.graphs.parallel import parallel_graph
+
+    tp = parallel_graph(g2, 2, 8, "train", tp=2).kernel_table().set_index("name")
+    assert (tp.loc["attn.softcap_tanh", "B"], tp.loc["logit_softcap_tanh", "H"]) == (4 * 8, 50)
+
+
+@pytest.mark.parametrize("bad,needle", [({"layer_types": ["sliding_attention"]}, "layer_types"),
+                                        ({"layer_types": ["local", "global"]}, "layer_types"),
+                                        ({"sliding_window": 0}, "sliding_window"),
+                                        ({"attn_logit_softcapping": -1.0}, "attn_logit_softcapping"),
+                                        ({"model_type": "gemma3"}, "text_config")])
+def test_gemma2_and_gemma3_configs_are_checked(bad, needle):
+    with pytest.raises(InputError, match=needle):
+        load_config({"model_type": "gemma2", **LLAMA_SMALL, **bad})
 
 
 def test_qwen3_norms_each_head_and_gemma_ties_and_scales():
@@ -575,12 +630,12 @@ NEOX = {"model_type": "gpt_neox", "hidden_size": 64, "intermediate_size": 128, "
 
 def test_gpt_neox_runs_attention_and_mlp_in_parallel_with_partial_rope():
     """TorchDispatchMode on HF eager GPTNeoXForCausalLM (transformers 5.23): 28 kernels per layer in a forward
-    (30 in bf16: the softmax's casts), with or without the parallel residual and at any rotary_pct; 66 in
-    training, where the graph has 82 (12 gradient accumulations, and RoPE's backward priced as Llama's)."""
+    (30 in bf16: the softmax's casts), with or without the parallel residual and at any rotary_pct; 78 in a
+    training step that accumulates into `.grad` (66 plus 12 gradient accumulations), as the graph."""
     for extra in ({}, {"use_parallel_residual": False}, {"rotary_pct": 1.0}):
         assert _per_layer_and_outside({**NEOX, **extra}, "inf")[0] == 28
     assert _per_layer_and_outside(NEOX, "inf", "bf16")[0] == 30
-    assert _per_layer_and_outside(NEOX, "train")[0] == 82
+    assert _per_layer_and_outside(NEOX, "train")[0] == 78
     fw = build_graph(NEOX, 2, 8, "inf").kernel_table().set_index("name")
     assert fw.loc["q_rope_cos", "H"] == 4 * 4  # rotary_pct 0.25 of each 16-wide head
     assert fw.loc["query_key_value", "K"] == 3 * 64 and fw.loc["embed_out", "K"] == 100
@@ -597,9 +652,10 @@ T5_SMALL = {"model_type": "t5", "d_model": 64, "d_kv": 16, "d_ff": 128, "num_hea
 def test_t5_is_switch_without_experts_and_gates_its_ffn():
     """TorchDispatchMode on HF eager T5ForConditionalGeneration (transformers 5.23): T5 v1.0 (ReLU) runs
     Switch's dense blocks. v1.1's gated-gelu adds 18 kernels per encoder + decoder layer pair in
-    inference (wi_1, gelu_new's eight kernels for ReLU's one and the gate multiply, twice) and 48 in
-    training; its untied LM head drops the d_model ** -0.5 scale (one kernel, two in training). Traced
-    totals with 2 + 2 layers, gated minus ReLU: 35 (inference) and 94 (training). The graph adds the same."""
+    inference (wi_1, gelu_new's eight kernels for ReLU's one and the gate multiply, twice) and 50 in a
+    training step that accumulates into `.grad`; its untied LM head drops the d_model ** -0.5 scale (one
+    kernel, two in training). Traced totals with 2 + 2 layers, gated minus ReLU: 35 (inference) and 98
+    (training). The graph adds the same."""
     dense_switch = {**T5_SMALL, "model_type": "switch_transformers", "num_experts": 4, "encoder_sparse_step": 0,
                     "decoder_sparse_step": 0}
     gated = {**T5_SMALL, "feed_forward_proj": "gated-gelu", "tie_word_embeddings": False}
@@ -608,7 +664,7 @@ def test_t5_is_switch_without_experts_and_gates_its_ffn():
         g = build_graph({**cfg, "num_layers": layers, "num_decoder_layers": layers}, 2, 8, mode)
         return int(g.kernel_table()["count"].sum())
 
-    for mode, per_pair, total in (("inf", 18, 35), ("train", 48, 94)):
+    for mode, per_pair, total in (("inf", 18, 35), ("train", 50, 98)):
         assert n(T5_SMALL, 2, mode) == n(dense_switch, 2, mode)
         assert n(gated, 3, mode) - n(gated, 2, mode) - (n(T5_SMALL, 3, mode) - n(T5_SMALL, 2, mode)) == per_pair
         assert n(gated, 2, mode) - n(T5_SMALL, 2, mode) == total, mode
@@ -681,7 +737,8 @@ def test_saved_activations_match_the_cpu_autograd_counts():
     from hybridperf.graphs.memory import saved_activation_bytes
 
     counts = pd.read_csv(Path(__file__).resolve().parents[1] / "experiments" / "data" / "activation_memory.csv")
-    assert set(counts["family"]) == {"bert", "gpt2", "gpt_neo", "gpt_neox", "llama", "opt", "qwen3", "gemma"}
+    assert set(counts["family"]) == {"bert", "gpt2", "gpt_neo", "gpt_neox", "llama", "opt", "qwen3", "gemma", "gemma2",
+                                     "gemma3_text"}
     assert set(counts["dtype"]) == {"fp32", "bf16"}
     for r in counts.itertuples():
         for layers, measured in ((2, r.saved_2_layers), (4, r.saved_4_layers)):

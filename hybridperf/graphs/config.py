@@ -25,6 +25,15 @@ Supported `model_type`s (the architectures of NeuSight's DLmodel_configs):
                          gate/up into another, and may rotate only part of each head
                          (`partial_rotary_factor`). Mistral's sliding window is not modelled (it
                          changes nothing for seq <= sliding_window under eager attention).
+    gemma2, gemma3_text  Gemma's layer with "sandwich" norms (a further RMSNorm on the attention output and
+                         on the MLP output, before each residual add) and sliding-window layers
+                         (`layer_types`; by default every other layer in gemma2, five of every six in
+                         gemma3): eager attention still computes every score, but a decode step's sliding
+                         layers attend to their window only. gemma2 soft-caps the attention scores and the
+                         logits (`attn_logit_softcapping`, `final_logit_softcapping`: x / c, tanh, * c);
+                         gemma3 normalises each head of q and k and builds a rotary table per layer type.
+                         A multimodal `gemma3` config is read as its language model (`text_config`, with
+                         Gemma3TextConfig's defaults); the vision tower is not modelled.
     mixtral, qwen2_moe,  Llama's attention (qwen2_moe: Qwen2's q/k/v biases, qwen3_moe: Qwen3's q/k norms)
     qwen3_moe            with a top-k mixture of experts in place of the MLP: a softmax router over
                          `num_local_experts` / `num_experts` experts, `num_experts_per_tok` experts per
@@ -43,14 +52,25 @@ from hybridperf.jsonio import read_json_object
 
 #: llama-likes whose MLP is a top-k mixture of experts (HF's grouped experts, `graphs.kernels.moe_block`)
 MOE_LLAMA = ("mixtral", "qwen2_moe", "qwen3_moe")
-LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "gemma", "phi3", *MOE_LLAMA)
+#: Gemma's llama-likes: (1 + weight) RMSNorms in fp32, sqrt(hidden)-scaled embeddings, a tied LM head
+GEMMA = ("gemma", "gemma2", "gemma3_text")
+#: Gemma 2 and 3: sandwich norms and sliding-window layers (`ModelConfig.layer_types`)
+SLIDING_GEMMA = ("gemma2", "gemma3_text")
+LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", *GEMMA, "phi3", *MOE_LLAMA)
 #: T5-style encoder-decoders (T5 is Switch without the expert layers)
 ENCODER_DECODER = ("switch_transformers", "t5")
 #: BERT's encoder with RoBERTa's position ids and heads
 ROBERTA_LIKE = ("roberta", "xlm_roberta")
 SUPPORTED_MODEL_TYPES = ("gpt2", "gpt_neo", "gpt_neox", "bert", *ROBERTA_LIKE, "opt", *ENCODER_DECODER, *LLAMA_LIKE)
 #: llama-likes whose LM head reuses the embedding table unless the config says otherwise
-TIED_BY_DEFAULT = ("gemma",)
+TIED_BY_DEFAULT = GEMMA
+#: HF's Gemma3TextConfig defaults (transformers 5.23), which a multimodal gemma3 config's `text_config` leans on
+GEMMA3_TEXT_DEFAULTS = {"vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+                        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                        "hidden_activation": "gelu_pytorch_tanh", "max_position_embeddings": 131_072,
+                        "sliding_window": 4096, "query_pre_attn_scalar": 256}
+#: HF's attention-layer types (`layer_types`)
+LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
 @dataclass(frozen=True)
@@ -115,6 +135,29 @@ class ModelConfig:
         return sum(1 for i in range(self.layers) if i not in dense and (i + 1) % step == 0)
 
     @property
+    def sliding_window(self) -> int:
+        """Keys a sliding-window layer attends to (0: none): Mistral's `sliding_window` (every layer), or Gemma 2
+        and 3's (their sliding layers; HF's default 4096 when the key is absent, none when it is null)."""
+        if self.family == "mistral":
+            return int(self.raw.get("sliding_window") or 0)
+        if self.family in SLIDING_GEMMA:
+            return int(self.raw.get("sliding_window", 4096) or 0)
+        return 0
+
+    @property
+    def layer_types(self) -> tuple:
+        """Each decoder layer's attention, "full_attention" or "sliding_attention" (SLIDING_GEMMA; every other
+        family: all full): the config's `layer_types`, or HF's default, gemma2 sliding on even layers and
+        gemma3 on all but every `sliding_window_pattern`-th (6). No sliding layer without a `sliding_window`."""
+        if self.family not in SLIDING_GEMMA or not self.sliding_window:
+            return ("full_attention",) * self.layers
+        given = self.raw.get("layer_types")
+        if given:
+            return tuple(given)
+        step = 2 if self.family == "gemma2" else int(self.raw.get("sliding_window_pattern") or 6)
+        return tuple("sliding_attention" if (i + 1) % step else "full_attention" for i in range(self.layers))
+
+    @property
     def token_ffn(self) -> float:
         """MLP width one token passes through, averaged over the layers: `ffn`, or in a top-k MoE its
         `experts_per_token` experts plus the shared expert in the sparse layers (what it saves for the backward
@@ -168,6 +211,22 @@ def _moe_fields(d: dict, mt: str, ffn: int, source: str) -> dict:
     return {"num_experts": experts, "experts_per_token": k, "expert_ffn": expert_ffn, "shared_ffn": shared}
 
 
+def _gemma_fields(d: dict, layers: int, source: str) -> None:
+    """Check what Gemma 2 and 3 add: `layer_types` (one per layer), a positive `sliding_window` and soft-caps."""
+    given = d.get("layer_types")
+    if given is not None:
+        if not isinstance(given, list) or len(given) != layers or any(t not in LAYER_TYPES for t in given):
+            raise InputError(f"{source}: config field 'layer_types' must list {layers} entries, each one of "
+                             f"{', '.join(LAYER_TYPES)}")
+    for key in ("sliding_window", "sliding_window_pattern"):
+        if d.get(key) is not None:
+            _pos_int(d[key], key, source)
+    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+        v = d.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0):
+            raise InputError(f"{source}: config field {key!r} must be a positive number or null, got {v!r}")
+
+
 def config_from_dict(d: dict, source: str = "config") -> ModelConfig:
     """Build a `ModelConfig` from a parsed HF config dict; InputError on unsupported or incomplete ones."""
     if not isinstance(d, dict):
@@ -175,6 +234,12 @@ def config_from_dict(d: dict, source: str = "config") -> ModelConfig:
     mt = str(d.get("model_type", "")).strip().lower().replace("-", "_")
     if not mt:
         raise InputError(f"{source}: no 'model_type' in the config")
+    if mt == "gemma3":  # the multimodal wrapper: its language model is a gemma3_text config
+        text = d.get("text_config")
+        if not isinstance(text, dict):
+            raise InputError(f"{source}: a gemma3 config needs a 'text_config' object (its language model)")
+        d = {**GEMMA3_TEXT_DEFAULTS, **{k: v for k, v in text.items() if v is not None}, "model_type": "gemma3_text"}
+        mt = "gemma3_text"
     if mt not in SUPPORTED_MODEL_TYPES:
         raise InputError(f"{source}: unsupported model_type {mt!r}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
 
@@ -222,8 +287,11 @@ def config_from_dict(d: dict, source: str = "config") -> ModelConfig:
             raise InputError(f"{source}: {heads} attention heads are not a multiple of {kv} key/value heads")
         head_dim = _pos_int(_get(d, "head_dim", default=hidden // heads), "head_dim", source)
         moe = _moe_fields(d, mt, ffn, source) if mt in MOE_LLAMA else {}
+        if mt in SLIDING_GEMMA:
+            _gemma_fields(d, layers, source)
+        act = _get(d, "hidden_activation", "hidden_act") if mt in SLIDING_GEMMA else _get(d, "hidden_act")
         return ModelConfig(family=mt, hidden=hidden, heads=heads, layers=layers, ffn=ffn, vocab=vocab,
-                           head_dim=head_dim, activation=str(_get(d, "hidden_act", default="silu")),
+                           head_dim=head_dim, activation=str(act or ("gelu_pytorch_tanh" if mt in GEMMA else "silu")),
                            max_positions=int(_get(d, "max_position_embeddings", default=0) or 0),
                            kv_heads=kv, name=name, raw=d, **moe)
     else:  # switch_transformers, t5

@@ -30,22 +30,24 @@ from hybridperf.errors import InputError
 from hybridperf.graphs.config import LLAMA_LIKE, ModelConfig
 from hybridperf.graphs.kernels import (CAUSAL_LM, F32, Block, _activation, _rms_norm, attention_scores, bmm, cast,
                                        gather, linear, llama_layer_blocks, llama_qkv, llama_variant, ln, misc,
-                                       neox_layout, neox_rope, opt_layout, vec)
+                                       neox_layout, neox_rope, opt_layout, second_rotary_table, soft_cap, vec)
 
 #: families with a decode step: the decoder-only causal LMs, whose forward returns a key/value cache
 DECODE_FAMILIES = CAUSAL_LM
 #: kernels that build position ids, the causal mask (arange, add, le, where, ...) and, for Llama, the
 #: rotary cos/sin before the first layer (counted; all tiny); OPT adds its cumsum position ids
 SETUP_KERNELS = {"gpt2": 12, "gpt_neo": 12, "opt": 16, "llama": 19, "gpt_neox": 19,
-                 "qwen2_moe": 34}  # Qwen2-MoE builds an unused sliding-window mask too
+                 # a sliding-window mask too (unused in Qwen2-MoE)
+                 "qwen2_moe": 34, "gemma2": 34, "gemma3_text": 34}
 #: of those, the rotary models' casts in a half-precision model (cos and sin and the mask to the model dtype)
 LLAMA_SETUP_CASTS = 3
 
 
-def kv_length(cfg: ModelConfig, seq: int) -> int:
-    """Keys each new token attends to after `seq` cached tokens: seq + 1, or Mistral's sliding window."""
-    window = cfg.raw.get("sliding_window") if cfg.family == "mistral" else None
-    return min(seq + 1, int(window)) if window else seq + 1
+def kv_length(cfg: ModelConfig, seq: int, sliding: bool = False) -> int:
+    """Keys each new token attends to after `seq` cached tokens: seq + 1, or at most the sliding window in
+    Mistral's layers and in Gemma 2 and 3's `sliding` layers (HF's sliding cache keeps window - 1 tokens)."""
+    window = cfg.sliding_window if cfg.family == "mistral" or sliding else 0
+    return min(seq + 1, window) if window else seq + 1
 
 
 def _setup(cfg: ModelConfig, B: int, kv: int) -> list:
@@ -53,12 +55,12 @@ def _setup(cfg: ModelConfig, B: int, kv: int) -> list:
     ks = [misc(f"setup_{i}", "mask", 2 * B * kv * 8) for i in range(n)]
     if cfg.family in (*LLAMA_LIKE, "gpt_neox"):  # rotary tables: cast like Llama's
         ks += [cast(f"setup_cast_{i}", B * kv) for i in range(LLAMA_SETUP_CASTS)]
-    return ks
+    return ks + (second_rotary_table(cfg, B) if cfg.family in LLAMA_LIKE else [])
 
 
 def _attention(p: str, cfg: ModelConfig, B: int, kv: int, scale_op, mask_ops, q_copy=False, softmax_fp32=False,
-               qk_fp32=False) -> list:
-    """Cache update, (repeat_kv), QK^T, scale, mask, softmax and AV of one new token per sequence."""
+               qk_fp32=False, softcap=False) -> list:
+    """Cache update, (repeat_kv), QK^T, scale, (soft-cap), mask, softmax and AV of one new token per sequence."""
     heads, hd, kvh = cfg.heads, cfg.head_dim, cfg.num_kv_heads
     bh = B * heads
     cache = 2 * B * kvh * hd * kv * F32  # torch.cat reads the cache and the new token, writes them together
@@ -71,13 +73,14 @@ def _attention(p: str, cfg: ModelConfig, B: int, kv: int, scale_op, mask_ops, q_
     if qk_fp32:  # GPT-Neo: q.to(float32), k.to(float32) -- the whole cache, every step
         ks += [cast(f"{p}.q_to_fp32", bh * hd), cast(f"{p}.k_to_fp32", bh * kv * hd)]
     ks.append({**bmm(f"{p}.qk", bh, 1, hd, kv), "fp32": qk_fp32})
-    ks += attention_scores(p, bh, kv, scale_op, mask_ops, softmax_fp32, qk_fp32)
+    ks += attention_scores(p, bh, kv, scale_op, mask_ops, softmax_fp32, qk_fp32, softcap)
     ks.append(bmm(f"{p}.av", bh, 1, kv, hd))
     return ks
 
 
-def _gpt2(cfg: ModelConfig, B: int, kv: int) -> list:
+def _gpt2(cfg: ModelConfig, B: int, seq: int) -> list:
     h, f, V = cfg.hidden, cfg.ffn, cfg.vocab
+    kv = kv_length(cfg, seq)
     neo = cfg.family == "gpt_neo"
     pre = [gather("wte", B, h, V), gather("wpe", 1, h, cfg.max_positions), vec("embed_add", "add", B, h),
            *_setup(cfg, B, kv)]
@@ -94,8 +97,9 @@ def _gpt2(cfg: ModelConfig, B: int, kv: int) -> list:
     return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
 
 
-def _opt(cfg: ModelConfig, B: int, kv: int) -> list:
+def _opt(cfg: ModelConfig, B: int, seq: int) -> list:
     h, f, V = cfg.hidden, cfg.ffn, cfg.vocab
+    kv = kv_length(cfg, seq)
     proj, pre_ln, final_ln = opt_layout(cfg)
     pre = [gather("embed_tokens", B, proj, V), *([linear("project_in", B, proj, h, bias=False)] if proj != h else []),
            gather("embed_positions", B, h, cfg.max_positions + 2), vec("embed_add", "add", B, h), *_setup(cfg, B, kv)]
@@ -115,8 +119,9 @@ def _opt(cfg: ModelConfig, B: int, kv: int) -> list:
     return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
 
 
-def _gpt_neox(cfg: ModelConfig, B: int, kv: int) -> list:
+def _gpt_neox(cfg: ModelConfig, B: int, seq: int) -> list:
     h, f, V = cfg.hidden, cfg.ffn, cfg.vocab
+    kv = kv_length(cfg, seq)
     o = neox_layout(cfg)
     pre = [gather("embed_in", B, h, V), *_setup(cfg, B, kv)]
     attn = [ln("input_layernorm", B, h), linear("query_key_value", B, h, 3 * h, bias=o["bias"]),
@@ -130,17 +135,27 @@ def _gpt_neox(cfg: ModelConfig, B: int, kv: int) -> list:
     return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
 
 
-def _llama(cfg: ModelConfig, B: int, kv: int) -> list:
+def _llama(cfg: ModelConfig, B: int, seq: int) -> list:
     h, V = cfg.hidden, cfg.vocab
-    gemma = llama_variant(cfg)["gemma"]
+    v = llama_variant(cfg)
+    gemma = v["gemma"]
+    kv, kv_sliding = kv_length(cfg, seq), kv_length(cfg, seq, sliding=True)
     pre = [gather("embed_tokens", B, h, V), *([vec("embed_scale", "mulu", B, h)] if gemma else []), *_setup(cfg, B, kv)]
-    attn = [*_rms_norm("input_norm", B, h, unit_offset=gemma), *llama_qkv(cfg, B),
-            *_attention("attn", cfg, B, kv, "mulu", ("addu",), softmax_fp32=True),
-            linear("o_proj", B, cfg.heads * cfg.head_dim, h, bias=False), vec("resid_add1", "add", B, h),
-            *_rms_norm("post_norm", B, h, unit_offset=gemma)]
-    post = [*_rms_norm("final_norm", B, h, unit_offset=gemma), linear("lm_head", B, h, V, bias=False)]
-    # the B new tokens pass the MLP (a top-k MoE's sparse layers route them)
-    return [Block("embeddings", 1, pre, "pre"), *llama_layer_blocks(cfg, attn, B), Block("head", 1, post, "post")]
+
+    def attn(keys):
+        return [*_rms_norm("input_norm", B, h, unit_offset=gemma), *llama_qkv(cfg, B),
+                *_attention("attn", cfg, B, keys, "mulu", ("addu",), softmax_fp32=True, softcap=v["softcap"]),
+                linear("o_proj", B, cfg.heads * cfg.head_dim, h, bias=False),
+                *(_rms_norm("post_attn_norm", B, h, unit_offset=True) if v["sandwich"] else []),
+                vec("resid_add1", "add", B, h), *_rms_norm("post_norm", B, h, unit_offset=gemma)]
+
+    post = [*_rms_norm("final_norm", B, h, unit_offset=gemma), linear("lm_head", B, h, V, bias=False),
+            *(soft_cap("logit_softcap", B, V) if v["final_softcap"] else [])]
+    # the B new tokens pass the MLP (a top-k MoE's sparse layers route them); Gemma 2 and 3's sliding
+    # layers attend to their window only, once the cache is longer (block `sliding_layer`)
+    sliding = attn(kv_sliding) if kv_sliding != kv else None
+    return [Block("embeddings", 1, pre, "pre"), *llama_layer_blocks(cfg, attn(kv), B, sliding_attn=sliding),
+            Block("head", 1, post, "post")]
 
 
 _BUILDERS = {"gpt2": _gpt2, "gpt_neo": _gpt2, "gpt_neox": _gpt_neox, "opt": _opt, **{f: _llama for f in LLAMA_LIKE}}
@@ -151,4 +166,4 @@ def decode_blocks(cfg: ModelConfig, batch: int, seq: int) -> list:
     if cfg.family not in DECODE_FAMILIES:
         raise InputError(f"a decode step needs a decoder-only causal LM ({', '.join(DECODE_FAMILIES)}); "
                          f"{cfg.family} has none")
-    return _BUILDERS[cfg.family](cfg, batch, kv_length(cfg, seq))
+    return _BUILDERS[cfg.family](cfg, batch, seq)

@@ -25,8 +25,16 @@ Mappings onto the vocabulary (each is a documented approximation):
     (they stream x once in and once out; the broadcast mask stays in L2)
     dropout (train)                                  -> mul (reads x, writes y and the mask)
     backward of a unary op (relu, gelu, tanh, mulu)  -> mul (reads grad and the saved tensor)
+    backward of a product with a constant (RoPE)     -> one mul
+    backward of repeat_kv's copy (grouped-query)     -> the layout copy, and a sum over each group
+    backward of x ** e (powu)                        -> pow, mul by e, mul by the gradient
     backward of softmax / LayerNorm over H           -> softmax / ln over 2H (~2x the bytes)
     backward of a GEMM                               -> two GEMMs of the same FLOPs (dX and dW)
+    backward of a broadcast product (tag broadcast)  -> both products, then the broadcast operand's
+    (RMSNorm's x * rsqrt and weight * x, MoE weights)   gradient summed over the broadcast dimension
+                                                        (reduce); a quotient's five kernels (div, div,
+                                                        neg, mul, div), then the sum
+    backward of RMSNorm's rsqrt (tag rsqrt)          -> three per-row kernels (pow, two muls)
     gradient accumulation of a parameter             -> add over the parameter's elements
     a tensor read by n ops of the forward            -> n - 1 adds of its gradient in the backward
     (autograd sums the gradients of every reader: `grad_sums`, e.g. a BERT layer's input feeds q, k,
@@ -46,7 +54,7 @@ import pandas as pd
 
 from hybridperf.devices import DTYPE_BYTES, dtype_key
 from hybridperf.errors import InputError
-from hybridperf.graphs.config import LLAMA_LIKE, ROBERTA_LIKE, ModelConfig, load_config
+from hybridperf.graphs.config import GEMMA, LLAMA_LIKE, ROBERTA_LIKE, SLIDING_GEMMA, ModelConfig, load_config
 from hybridperf.graphs.memory import MemoryEstimate, moe_layer_extra_bytes, saved_activation_bytes
 from hybridperf.ops import OP_CLASS
 
@@ -65,9 +73,10 @@ CAUSAL_LM = ("gpt2", "gpt_neo", "gpt_neox", "opt") + LLAMA_LIKE
 SOFTMAX_FP32 = ("gpt_neo", "gpt_neox", "opt") + LLAMA_LIKE
 #: families whose learned or rotary position tables cap the sequence at `max_positions`
 POSITION_LIMITED = ("bert", *ROBERTA_LIKE, "gpt2", "gpt_neo", "gpt_neox", "opt", *LLAMA_LIKE)
-#: families that build a sliding-window causal mask beside the causal one even when no layer uses it
-#: (Qwen2MoeModel), and its kernels in a prefill forward (TorchDispatchMode, transformers 5.23)
-SLIDING_MASK_KERNELS = {"qwen2_moe": 23}
+#: families that build a sliding-window causal mask beside the causal one (Qwen2MoeModel even when no layer
+#: uses it; Gemma 2 and 3 for their sliding layers), and its kernels in a prefill forward (TorchDispatchMode,
+#: transformers 5.23)
+SLIDING_MASK_KERNELS = {"qwen2_moe": 23, "gemma2": 23, "gemma3_text": 23}
 #: tags of kernels that only the backward launches (`grad_sums`, `grad_cat`)
 BACKWARD_ONLY = ("grad_sum", "grad_cat")
 
@@ -215,17 +224,20 @@ class ModelGraph:
     def _kv_cache_bytes(self) -> float:
         """Bytes of the keys and values a causal LM returns from an inference forward (HF's `use_cache`,
         on unless the config turns it off) or holds after a decode step: two (batch, tokens, kv heads x
-        head_dim) tensors per layer."""
+        head_dim) tensors per layer. Gemma 2 and 3's sliding layers keep their window's last tokens only."""
         cfg = self.config
+        sliding = cfg.layer_types.count("sliding_attention")
         if self.mode == "decode":
             from hybridperf.graphs.decode import kv_length
 
-            tokens = kv_length(cfg, self.seq)
+            tokens, sliding_tokens = kv_length(cfg, self.seq), kv_length(cfg, self.seq, sliding=True)
         elif cfg.family not in CAUSAL_LM or not cfg.raw.get("use_cache", True):
             return 0.0
-        else:
+        else:  # HF's sliding cache keeps window - 1 tokens
             tokens = self.seq
-        return 2.0 * cfg.total_layers * self.batch * tokens * cfg.num_kv_heads * cfg.head_dim * self.dtype_bytes
+            sliding_tokens = min(self.seq, cfg.sliding_window - 1) if sliding else self.seq
+        layer_tokens = (cfg.total_layers - sliding) * tokens + sliding * sliding_tokens
+        return 2.0 * self.batch * layer_tokens * cfg.num_kv_heads * cfg.head_dim * self.dtype_bytes
 
     def _largest_op_bytes(self) -> float:
         """Inputs plus output of the forward's largest op: what is live at once under no_grad. In a
@@ -277,6 +289,10 @@ def backward_kernels(k: dict) -> list:
         return [misc(n, "copy", k["nbytes"])]
     if tag == "layout":  # the gradient is copied back into the layout the forward copied out of
         return [misc(n + ".bw", "copy", k["nbytes"])]
+    if tag == "repeat":  # repeat_kv's copy: laid back, then summed over each key/value head's query heads
+        return [misc(n + ".bw", "copy", k["nbytes"]), misc(n + ".bw_sum", "reduce", k["nbytes"] / 2)]
+    if tag == "constant":  # a product with a tensor that takes no gradient (RoPE's cos and sin): one mul
+        return [vec(n + ".bw", "mul", k["B"], k["H"])]
     if tag == "nll":  # zero-filled (tokens, V) gradient with one scatter
         return [misc(n + ".bw", "copy", k["B"] * k["H"] * F32)]
     if op == "linear":
@@ -292,10 +308,17 @@ def backward_kernels(k: dict) -> list:
         return [_k(n + ".bw", op, k["B"], H=2 * k["H"])]
     if op in ("add", "addu"):
         return []  # the gradient passes through
+    if tag == "broadcast":  # the broadcast operand's gradient is a full-size product summed down to its shape
+        prods = ["mul"] * 2 if op == "mul" else ["div", "div", "mulu", "mul", "div"]
+        return [*(vec(f"{n}.bw{i}", o, k["B"], k["H"]) for i, o in enumerate(prods)),
+                misc(n + ".bw_sum", "reduce", k["B"] * k["H"] * F32)]
+    if tag == "rsqrt":  # d rsqrt(v) = -0.5 v^-1.5: pow, mul by -0.5, mul by the gradient, one value per row
+        return [misc(f"{n}.bw{i}", "mask", k["nbytes"]) for i in range(3)]
     if op in ("mulu", "divu"):
         return [vec(n + ".bw", "mulu", k["B"], k["H"])]
-    if op == "powu":
-        return [vec(n + ".bw", "powu", k["B"], k["H"]), vec(n + ".bw2", "mul", k["B"], k["H"])]
+    if op == "powu":  # grad * (e * x^(e-1)): pow, mul by e, mul by the gradient
+        return [vec(n + ".bw", "powu", k["B"], k["H"]), vec(n + ".bw1", "mulu", k["B"], k["H"]),
+                vec(n + ".bw2", "mul", k["B"], k["H"])]
     if op in ("mul", "div", "pow"):
         return [vec(n + ".bw", "mul", k["B"], k["H"]), vec(n + ".bw2", "mul", k["B"], k["H"])]
     if op in ("relu", "gelu", "tanh"):
@@ -416,7 +439,7 @@ def fuse_pointwise(kernels: list) -> list:
 # ----------------------------------------------------------------------------------------------------
 
 def _attention_core(p, B, S, heads, hd, train, scale_op, mask_op, S_kv=None, dropout=True, softmax_fp32=False,
-                    qk_fp32=False, layout=("q", "k", "v")):
+                    qk_fp32=False, layout=("q", "k", "v"), softcap=False, kv_groups=1):
     """QK^T, scale, mask, softmax, dropout, AV, head merge: shared by every family.
 
     Every family hands bmm head-split views, (B, heads, S, hd) permuted out of (B, S, h): torch.matmul
@@ -430,31 +453,37 @@ def _attention_core(p, B, S, heads, hd, train, scale_op, mask_op, S_kv=None, dro
     for fp16 input PyTorch's CUDA softmax reads the half scores itself (`half_to_float`), bf16 is cast
     first (ATen `softmax`). `qk_fp32` (GPT-Neo): q and k are cast to fp32 before QK^T, so their layout
     copies, the QK^T bmm, the mask and the softmax run in fp32, and the probabilities are cast back.
-    `layout`: which of q, k, v arrive as views that need the copy (all but in Phi-3, `llama_layout_copies`)."""
+    `layout`: which of q, k, v arrive as views that need the copy (all but in Phi-3, `llama_layout_copies`).
+    `softcap` (Gemma 2): the scaled scores are soft-capped, c * tanh(x / c), before the mask. `kv_groups`
+    (grouped-query attention, heads per key/value head): the k and v copies are repeat_kv's, whose gradient
+    is summed over each group (tag `repeat`)."""
     S_kv = S if S_kv is None else S_kv
     bh = B * heads
     tok = B * S
     ks = [cast(f"{p}.q_to_fp32", tok * heads * hd), cast(f"{p}.k_to_fp32", B * S_kv * heads * hd)] if qk_fp32 else []
     if "q" in layout:
         ks.append(misc(f"{p}.q_copy", "copy", 2 * tok * heads * hd * F32, tag="layout", fp32=qk_fp32))
+    kv_tag = "repeat" if kv_groups > 1 else "layout"
     if "k" in layout:
-        ks.append(misc(f"{p}.k_copy", "copy", 2 * B * S_kv * heads * hd * F32, tag="layout", fp32=qk_fp32))
+        ks.append(misc(f"{p}.k_copy", "copy", 2 * B * S_kv * heads * hd * F32, tag=kv_tag, fp32=qk_fp32))
     ks.append({**bmm(f"{p}.qk", bh, S, hd, S_kv), "fp32": qk_fp32})
-    ks += attention_scores(p, bh * S, S_kv, scale_op, mask_op, softmax_fp32, qk_fp32)
+    ks += attention_scores(p, bh * S, S_kv, scale_op, mask_op, softmax_fp32, qk_fp32, softcap)
     if train and dropout:
         ks.append(vec(f"{p}.attn_dropout", "mul", bh * S, S_kv, tag="dropout"))
     if "v" in layout:
-        ks.append(misc(f"{p}.v_copy", "copy", 2 * B * S_kv * heads * hd * F32, tag="layout"))
+        ks.append(misc(f"{p}.v_copy", "copy", 2 * B * S_kv * heads * hd * F32, tag=kv_tag))
     ks.append(bmm(f"{p}.av", bh, S, S_kv, hd))
     ks.append(misc(f"{p}.merge_heads", "copy", 2 * tok * heads * hd * F32, tag="layout"))
     return ks
 
 
-def attention_scores(p, rows, width, scale_op, mask_op, softmax_fp32=False, qk_fp32=False) -> list:
-    """Scale, mask and softmax of (rows, width) attention scores, with `_attention_core`'s upcasts
+def attention_scores(p, rows, width, scale_op, mask_op, softmax_fp32=False, qk_fp32=False, softcap=False) -> list:
+    """Scale, soft-cap, mask and softmax of (rows, width) attention scores, with `_attention_core`'s upcasts
     (`qk_fp32`: the scores are fp32 already; `softmax_fp32`: softmax(dtype=float32) between casts).
     `mask_op`: ops, or (op, tag) pairs; tag 'where' has a backward kernel, a mask add none."""
     ks = [vec(f"{p}.scale", scale_op, rows, width, fp32=qk_fp32)] if scale_op else []
+    if softcap:
+        ks += soft_cap(f"{p}.softcap", rows, width)
     for i, op in enumerate(mask_op):
         op, tag = op if isinstance(op, tuple) else (op, "")
         ks.append(vec(f"{p}.mask{i}", op, rows, width, tag=tag, fp32=qk_fp32))
@@ -464,6 +493,12 @@ def attention_scores(p, rows, width, scale_op, mask_op, softmax_fp32=False, qk_f
         return ks + [cast(f"{p}.softmax_in", rows * width, dtypes=("bf16",)),
                      vec(f"{p}.softmax", "softmax", rows, width, fp32=True), cast(f"{p}.softmax_out", rows * width)]
     return ks + [vec(f"{p}.softmax", "softmax", rows, width)]
+
+
+def soft_cap(p, rows, width) -> list:
+    """Gemma 2's soft-cap of (rows, width) scores or logits in eager HF: x / c, tanh, * c."""
+    return [vec(f"{p}_div", "divu", rows, width), vec(f"{p}_tanh", "tanh", rows, width),
+            vec(f"{p}_mul", "mulu", rows, width)]
 
 
 def _activation(p, act, tok, f, train=False):
@@ -677,7 +712,7 @@ def _rms_norm(p, tok, h, train=False, unit_offset=False):
     before the cast back (its fp32 copy of the weight is a tiny cast in a half-precision model)."""
     ks = [*grad_sums(f"{p}.x", tok, h, 2, train, fp32=True), cast(f"{p}.to_fp32", tok * h),
           vec(f"{p}.pow", "powu", tok, h, fp32=True), misc(f"{p}.mean", "reduce", tok * h * F32, fp32=True),
-          misc(f"{p}.eps", "mask", 2 * tok * F32, fp32=True), misc(f"{p}.rsqrt", "mask", 2 * tok * F32, fp32=True),
+          misc(f"{p}.eps", "mask", 2 * tok * F32, fp32=True), misc(f"{p}.rsqrt", "mask", 2 * tok * F32, "rsqrt", True),
           vec(f"{p}.mul", "mul", tok, h, tag="broadcast", fp32=True)]
     if unit_offset:
         return ks + [cast(f"{p}.weight_to_fp32", h), misc(f"{p}.one_plus_weight", "mask", 2 * h * F32, fp32=True),
@@ -791,24 +826,42 @@ def _switch(cfg: ModelConfig, B, S, train) -> list:
 
 def _rope(p, tok, width):
     """apply_rotary_pos_emb on one projection: x*cos, -x2 (half), cat(-x2, x1), rot*sin, sum."""
-    return [vec(f"{p}_cos", "mul", tok, width), vec(f"{p}_neg", "mulu", tok, width // 2),
-            misc(f"{p}_cat", "copy", 2 * tok * width * F32), vec(f"{p}_sin", "mul", tok, width),
+    return [vec(f"{p}_cos", "mul", tok, width, tag="constant"), vec(f"{p}_neg", "mulu", tok, width // 2),
+            misc(f"{p}_cat", "copy", 2 * tok * width * F32), vec(f"{p}_sin", "mul", tok, width, tag="constant"),
             vec(f"{p}_add", "add", tok, width)]
 
 
 def llama_variant(cfg: ModelConfig) -> dict:
     """What a llama-like family changes in Llama's layer (the prefill, training and decode graphs share it):
     biases on q/k/v (qwen2 and qwen2_moe, or `attention_bias`) and on the MLP (`mlp_bias`), an RMSNorm over
-    each head of q and k before RoPE (qwen3 and qwen3_moe), Gemma's (1 + weight) norms and sqrt(hidden)-scaled
-    embeddings, and Phi-3's fused q/k/v and gate/up GEMMs with RoPE on the first `partial_rotary_factor` of each
-    head."""
+    each head of q and k before RoPE (qwen3, qwen3_moe and gemma3), Gemma's (1 + weight) norms and
+    sqrt(hidden)-scaled embeddings, Gemma 2 and 3's sandwich norms (`sandwich`), Gemma 2's soft-capped scores
+    and logits (`softcap`, `final_softcap`; HF's defaults when the keys are absent), a rotary table per layer
+    type (gemma3), and Phi-3's fused q/k/v and gate/up GEMMs with RoPE on the first `partial_rotary_factor`
+    of each head."""
     qkv_bias = cfg.family == "qwen2" or bool(cfg.raw.get("attention_bias", False))
     if cfg.family == "qwen2_moe":  # Qwen2MoeConfig's own key, on by default
         qkv_bias = bool(cfg.raw.get("qkv_bias", True))
+    gemma2 = cfg.family == "gemma2"
     return {"qkv_bias": qkv_bias,
-            "mlp_bias": bool(cfg.raw.get("mlp_bias", False)), "qk_norm": cfg.family in ("qwen3", "qwen3_moe"),
-            "gemma": cfg.family == "gemma", "fused": cfg.family == "phi3",
+            "mlp_bias": bool(cfg.raw.get("mlp_bias", False)),
+            "qk_norm": cfg.family in ("qwen3", "qwen3_moe", "gemma3_text"),
+            "gemma": cfg.family in GEMMA, "sandwich": cfg.family in SLIDING_GEMMA,
+            "softcap": bool(cfg.raw.get("attn_logit_softcapping", 50.0 if gemma2 else None)),
+            "final_softcap": bool(cfg.raw.get("final_logit_softcapping", 30.0 if gemma2 else None)),
+            "rotary_tables": len(set(cfg.layer_types)) if cfg.family == "gemma3_text" else 1,
+            "fused": cfg.family == "phi3",
             "rotary_dim": rotary_dim(cfg, 1.0) if cfg.family == "phi3" else cfg.head_dim}
+
+
+def second_rotary_table(cfg: ModelConfig, rows: int) -> list:
+    """Gemma 3 with both layer types builds a rotary table per type (local and global theta): the second
+    one's position cast, freqs, cat, cos, sin and two scalings, and in a half-precision model three casts
+    (TorchDispatchMode, transformers 5.23; prefill and decode alike, over `rows` tokens)."""
+    if llama_variant(cfg)["rotary_tables"] < 2:
+        return []
+    return [*(misc(f"rotary_local_{i}", "mask", 2 * rows * cfg.head_dim * F32) for i in range(7)),
+            *(cast(f"rotary_local_cast_{i}", rows * cfg.head_dim) for i in range(3))]
 
 
 def llama_layout_copies(cfg: ModelConfig) -> tuple:
@@ -831,9 +884,9 @@ def llama_qkv(cfg: ModelConfig, tok: int, train: bool = False) -> list:
     else:
         ks = [linear("q_proj", tok, h, q_w, bias=v["qkv_bias"]), linear("k_proj", tok, h, kv_w, bias=v["qkv_bias"]),
               linear("v_proj", tok, h, kv_w, bias=v["qkv_bias"])]
-    if v["qk_norm"]:  # Qwen3RMSNorm over head_dim, one row per token and head
-        ks += [*_rms_norm("q_norm", tok * cfg.heads, hd, train),
-               *_rms_norm("k_norm", tok * cfg.num_kv_heads, hd, train)]
+    if v["qk_norm"]:  # Qwen3RMSNorm (Gemma3RMSNorm) over head_dim, one row per token and head
+        ks += [*_rms_norm("q_norm", tok * cfg.heads, hd, train, v["gemma"]),
+               *_rms_norm("k_norm", tok * cfg.num_kv_heads, hd, train, v["gemma"])]
     if v["fused"]:  # Phi-3 rotates the first rotary_dim of each head and concatenates the rest back
         return ks + cat_rope("q", tok, cfg.heads, hd, v["rotary_dim"], train) \
             + cat_rope("k", tok, cfg.num_kv_heads, hd, v["rotary_dim"], train)
@@ -888,8 +941,9 @@ def moe_block(cfg: ModelConfig, tok: int, train: bool = False) -> list:
            cast("moe.router_to_fp32", tok * E, dtypes=HALF_DTYPES if mixtral else ("bf16",)),
            vec("moe.router_softmax", "softmax", tok, E, fp32=True),
            route("topk", tok * E * F32 + pairs * (F32 + 8), tag="gather")]
-    if mixtral or cfg.raw.get("norm_topk_prob", False):
-        ks += [misc("moe.topk_sum", "reduce", pairs * F32, fp32=True),
+    if mixtral or cfg.raw.get("norm_topk_prob", False):  # the k weights are read by their sum and the division
+        ks += [*grad_sums("moe.topk_w", tok, k, 2, train, fp32=True),
+               misc("moe.topk_sum", "reduce", pairs * F32, fp32=True),
                _k("moe.topk_norm", "div", tok, H=k, tag="broadcast", fp32=True)]
     if not mixtral:
         ks.append(cast("moe.weights_to_half", pairs))
@@ -913,15 +967,24 @@ def moe_block(cfg: ModelConfig, tok: int, train: bool = False) -> list:
     return ks
 
 
-def llama_layer_blocks(cfg: ModelConfig, attn: list, tok: int, train: bool = False) -> list:
+def llama_layer_blocks(cfg: ModelConfig, attn: list, tok: int, train: bool = False,
+                       sliding_attn: list | None = None) -> list:
     """The repeated layers of a llama-like decoder (the prefill, training and decode graphs share them):
-    `attn` (the layer up to its post-attention norm), then the MLP over `tok` tokens and the residual add.
-    A MOE_LLAMA family's sparse layers (block `layer`) run `moe_block`, its dense ones (`dense_layer`)
-    the gated MLP."""
+    `attn` (the layer up to its post-attention norm), then the MLP over `tok` tokens (Gemma 2 and 3: and its
+    norm) and the residual add. A MOE_LLAMA family's sparse layers (block `layer`) run `moe_block`, its dense
+    ones (`dense_layer`) the gated MLP. `sliding_attn`: the attention of the sliding-window layers where it
+    differs from the full layers' (a decode step's shorter cache; block `sliding_layer`)."""
     h = cfg.hidden
-    end = [vec("resid_add2", "add", tok, h, tag="residual")]
+    v = llama_variant(cfg)
+    end = [*(_rms_norm("post_ffw_norm", tok, h, train, True) if v["sandwich"] else []),
+           vec("resid_add2", "add", tok, h, tag="residual")]
     dense = [*grad_sums("post_norm_out", tok, h, 2, train), *llama_mlp(cfg, tok, train)]
     sparse = cfg.sparse_layers
+    if sliding_attn is not None:
+        n = cfg.layer_types.count("sliding_attention")
+        layers = [Block("layer", cfg.layers - n, attn + dense + end, "layer"),
+                  Block("sliding_layer", n, sliding_attn + dense + end, "layer")]
+        return [b for b in layers if b.count]
     if not sparse:
         return [Block("layer", cfg.layers, attn + dense + end, "layer")]
     layers = [Block("layer", sparse, attn + moe_block(cfg, tok, train) + end, "layer"),
@@ -934,22 +997,27 @@ def _llama(cfg: ModelConfig, B, S, train) -> list:
     top-k MoE in the sparse layers of MOE_LLAMA families: block `layer`, their dense layers `dense_layer`).
     No dropout kernels (attention_dropout = 0); the families' changes are `llama_variant`'s."""
     h, V, tok = cfg.hidden, cfg.vocab, B * S
-    gemma = llama_variant(cfg)["gemma"]
+    v = llama_variant(cfg)
+    gemma = v["gemma"]
     # embeddings, the causal mask (full, triu, arange compare, mul, expand+clone) and the rotary tables
     pre = [gather("embed_tokens", tok, h, V), *([vec("embed_scale", "mulu", tok, h)] if gemma else []),
            *[misc(f"causal_{i}", "mask", 2 * S * S * F32) for i in range(4)],
            misc("causal_clone", "copy", 2 * B * S * S * F32),
            *[misc(f"rotary_{i}", "mask", 2 * tok * cfg.head_dim * F32) for i in range(4)],  # freqs, cat, cos, sin
            *[misc(f"sliding_mask_{i}", "mask", 2 * S * S * F32)
-             for i in range(SLIDING_MASK_KERNELS.get(cfg.family, 0))]]
+             for i in range(SLIDING_MASK_KERNELS.get(cfg.family, 0))],
+           *second_rotary_table(cfg, tok)]
     attn = [*grad_sums("resid_in", tok, h, 2, train), *_rms_norm("input_norm", tok, h, train, gemma),
             *grad_sums("input_norm_out", tok, h, 3, train), *llama_qkv(cfg, tok, train)]
     attn += _attention_core("attn", B, S, cfg.heads, cfg.head_dim, train, scale_op="mulu", mask_op=("addu",),
-                            dropout=False, softmax_fp32=True, layout=llama_layout_copies(cfg))
+                            dropout=False, softmax_fp32=True, layout=llama_layout_copies(cfg), softcap=v["softcap"],
+                            kv_groups=cfg.heads // cfg.num_kv_heads)
     attn += [linear("o_proj", tok, cfg.heads * cfg.head_dim, h, bias=False),
+             *(_rms_norm("post_attn_norm", tok, h, train, True) if v["sandwich"] else []),
              vec("resid_add1", "add", tok, h, tag="residual"),
              *grad_sums("resid_mid", tok, h, 2, train), *_rms_norm("post_norm", tok, h, train, gemma)]
-    post = [*_rms_norm("final_norm", tok, h, train, gemma), linear("lm_head", tok, h, V, bias=False)]
+    post = [*_rms_norm("final_norm", tok, h, train, gemma), linear("lm_head", tok, h, V, bias=False),
+            *(soft_cap("logit_softcap", tok, V) if v["final_softcap"] else [])]
     return [Block("embeddings", 1, pre, "pre"), *llama_layer_blocks(cfg, attn, tok, train),
             Block("head", 1, post, "post")]
 

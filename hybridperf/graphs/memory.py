@@ -10,7 +10,7 @@ fitted, per family, as bytes per layer
 plus tokens * (d_h * hidden + d_v * vocab) for the embeddings, head and loss. The last per-layer term
 is GPT-Neo's: each of its layers saves a slice of its own (max_positions, max_positions) bool
 causal-mask buffer, which keeps the whole buffer alive. The fit is within 0.3% of the count for BERT,
-OPT, GPT-NeoX and GPT-Neo (alternating global and local layers, as released), 0.8% for Llama, Qwen3 and Gemma
+OPT, GPT-NeoX and GPT-Neo (alternating global and local layers, as released), 0.8% for Llama, Qwen3 and Gemma 1-3
 (counted with head_dim = hidden / heads; their released configs set their own) and 6% for GPT-2. In eager
 HF every layer keeps ~10 hidden-sized fp32 tensors per token (c_h ~ 40 bytes), GPT-2's eight-kernel
 gelu_new five ffn-sized ones, and attention with dropout three score-sized ones: more than twice the
@@ -37,6 +37,8 @@ ACTIVATION_COEFFS = {
     "gpt_neox": {"c_h": 28.08, "c_f": 8.0, "c_a": 4.01, "d_h": 8.29, "d_v": 4.10},
     "qwen3": {"c_h": 56.08, "c_f": 16.0, "c_a": 4.06, "d_h": 13.64, "d_v": 4.09},
     "gemma": {"c_h": 40.1, "c_f": 16.0, "c_a": 4.0, "d_h": 13.71, "d_v": 4.08},
+    "gemma2": {"c_h": 56.2, "c_f": 16.0, "c_a": 7.99, "d_h": 13.6, "d_v": 8.11},
+    "gemma3_text": {"c_h": 72.27, "c_f": 16.0, "c_a": 4.04, "d_h": 13.5, "d_v": 4.15},
 }
 #: the same for a model cast to a 16-bit dtype (counted in bf16; fp16 saves the same tensors)
 HALF_ACTIVATION_COEFFS = {
@@ -48,6 +50,8 @@ HALF_ACTIVATION_COEFFS = {
     "gpt_neox": {"c_h": 14.04, "c_f": 4.0, "c_a": 6.0, "d_h": 4.15, "d_v": 4.07},
     "qwen3": {"c_h": 36.08, "c_f": 8.0, "c_a": 6.06, "d_h": 8.74, "d_v": 4.09},
     "gemma": {"c_h": 28.1, "c_f": 8.0, "c_a": 6.0, "d_h": 10.81, "d_v": 4.08},
+    "gemma2": {"c_h": 44.2, "c_f": 8.0, "c_a": 7.99, "d_h": 10.7, "d_v": 6.11},
+    "gemma3_text": {"c_h": 60.27, "c_f": 8.0, "c_a": 6.04, "d_h": 10.6, "d_v": 4.15},
 }
 #: families not counted, and the counted family whose layer they resemble most (not measured): Switch's
 #: (and T5's) blocks have ReLU MLPs and attention dropout, BERT's saved set being the closest (what its expert

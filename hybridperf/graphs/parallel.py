@@ -17,7 +17,8 @@ Batch and ranks
     GPUs = dp*tp*pp, ranks laid out as Megatron does: tp innermost, then dp, then pp; rank r sits on
     node r // gpus_per_node. A group's collective runs on its (ranks, ranks per node) as they fall.
 
-Tensor parallelism (gpt2, gpt_neo, gpt_neox, bert, roberta, xlm_roberta, opt, llama, mistral, qwen2, qwen3, gemma, phi3)
+Tensor parallelism (gpt2, gpt_neo, gpt_neox, bert, roberta, xlm_roberta, opt, llama, mistral, qwen2, qwen3, gemma,
+gemma2, gemma3_text, phi3)
     Column-parallel QKV and MLP-up GEMMs (output dim / tp), row-parallel attention-out and MLP-down
     GEMMs (reduction dim / tp); attention heads / tp, so QK^T, AV, scale, mask, softmax, dropout and the
     head copies run on B*heads/tp; the MLP activation on ffn/tp columns; rotary embeddings on the
@@ -137,6 +138,7 @@ _MLP_PREFIX = "mlp."  # the MLP activation: ffn / tp columns
 _VOCAB_TABLE = {"wte", "word_embeddings", "embed_tokens", "embed_in"}
 _VOCAB_HEAD = {"lm_head", "decoder", "embed_out"}
 _VOCAB_LOSS = {"log_softmax", "nll"}
+_VOCAB_LOGITS = ("logit_softcap_",)  # Gemma 2's soft-cap of the logits, on each rank's vocabulary slice
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -233,7 +235,7 @@ def _shard_kernel(k: dict, tp: int) -> dict:
     elif op == "misc:gather" and name in _VOCAB_TABLE:
         rows = -(-(k["params"] // max(k["H"], 1)) // tp)
         k["params"] = rows * k["H"]
-    elif name in _VOCAB_LOSS:
+    elif name in _VOCAB_LOSS or name.startswith(_VOCAB_LOGITS):
         k["H"] = -(-k["H"] // tp)
     return k
 
