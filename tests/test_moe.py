@@ -139,3 +139,63 @@ def test_moe_saved_activations_match_the_cpu_autograd_counts(family, extra, hidd
     per_layer = [build_graph({**cfg, "num_hidden_layers": n}, batch, seq, "train", dtype).memory().activations
                  for n in (2, 3)]
     assert (per_layer[1] - per_layer[0]) * 1e9 == pytest.approx(counted, rel=0.01)
+
+
+#: a small DeepSeek-V3 (multi-head latent attention, group-limited sigmoid routing, a shared expert)
+DEEPSEEK = {"model_type": "deepseek_v3", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+            "num_key_value_heads": 4, "vocab_size": 100, "max_position_embeddings": 512, "q_lora_rank": 32,
+            "kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 16, "v_head_dim": 16,
+            "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1,
+            "moe_intermediate_size": 32, "first_k_dense_replace": 1, "num_hidden_layers": 2}
+
+
+@pytest.mark.parametrize("family,train_fp32,train_bf16", [("mixtral", 169, 186), ("qwen2_moe", 196, 212),
+                                                          ("qwen3_moe", 211, 235)])
+def test_moe_training_layers_launch_what_hf_eager_launches(family, train_fp32, train_bf16):
+    """A training step that accumulates into `.grad` (TorchDispatchMode, `experiments/graph_trace.py`): the
+    broadcast division and product of the routing weights sum their gradients, and Mixtral's fp32 expert
+    outputs hand their bf16 inputs an fp32 gradient (one cast)."""
+    assert _per_layer(MOE[family], "train") == train_fp32
+    assert _per_layer(MOE[family], "train", "bf16") == train_bf16
+
+
+@pytest.mark.parametrize("extra,inf,train,decode", [({}, 95, 266, 96), ({"rope_interleave": False}, 91, 256, None),
+                                                    ({"q_lora_rank": None}, 88, 241, None)])
+def test_deepseek_v3_layers_launch_what_hf_eager_launches(extra, inf, train, decode):
+    """Kernels per MoE layer of HF eager DeepseekV3ForCausalLM (transformers 5.23; `experiments/graph_trace.py`,
+    `decode_trace.py`, fp32): latent attention with interleaved RoPE (or rotate_half), with or without the
+    low-rank query, the router's 17 kernels, grouped experts and the shared expert. bf16 adds the norms',
+    softmax's and router's casts (108, 293, 109 with the defaults)."""
+    cfg = {**DEEPSEEK, **extra}
+    assert _per_layer(cfg, "inf") == inf and _per_layer(cfg, "train") == train
+    if decode:
+        assert _per_layer(cfg, "decode") == decode
+        assert (_per_layer(cfg, "inf", "bf16"), _per_layer(cfg, "train", "bf16"), _per_layer(cfg, "decode", "bf16")) \
+            == (108, 293, 109)
+    # the first `first_k_dense_replace` layers keep a dense MLP (Llama's)
+    g = build_graph({**cfg, "num_hidden_layers": 4}, 2, 8, "inf")
+    assert [(b.name, b.count) for b in g.blocks if b.kind == "layer"] == [("layer", 3), ("dense_layer", 1)]
+
+
+def test_deepseek_v3_latent_attention_shapes_cache_and_config():
+    c = load_config(DEEPSEEK)
+    assert (c.head_dim, c.num_experts, c.expert_ffn, c.shared_ffn, c.sparse_layers) == (24, 8, 32, 32, 1)
+    t = build_graph(DEEPSEEK, 2, 8, "inf").kernel_table().query("block == 'layer'").set_index("name")
+    assert t.loc["kv_b_proj", ["M", "N", "K"]].tolist() == [16, 16, 4 * 32]  # latent -> every head's k_nope and v
+    assert t.loc["attn.qk", ["B", "N"]].tolist() == [8, 24] and t.loc["attn.av", "K"] == 16
+    # a decode step re-expands the whole latent cache; the cache is the latent and the rotary key per token
+    d = build_graph(DEEPSEEK, 2, 100, "decode").kernel_table().query("block == 'layer'").set_index("name")
+    assert d.loc["kv_b_proj", "M"] == 2 * 101
+    g = build_graph(DEEPSEEK, 2, 100, "decode")
+    assert g._kv_cache_bytes() == 2 * 2 * 101 * (16 + 8) * 4  # batch x layers x tokens x (latent + rotary key)
+    defaults = load_config({"model_type": "deepseek_v3", "hidden_size": 7168, "intermediate_size": 18432,
+                            "num_attention_heads": 128, "num_hidden_layers": 61, "vocab_size": 129280})
+    assert (defaults.num_experts, defaults.experts_per_token, defaults.sparse_layers, defaults.head_dim) == \
+        (256, 8, 58, 192)
+    for bad in ({"n_group": 3}, {"topk_group": 4}, {"kv_lora_rank": 0}, {"num_experts_per_tok": 5}):
+        with pytest.raises(InputError):
+            load_config({**DEEPSEEK, **bad})
+    with pytest.raises(InputError, match="dp only"):
+        from hybridperf.graphs.parallel import predict_parallel
+
+        predict_parallel(DEEPSEEK, 4, 64, "train", "DGX-H100", tp=2)

@@ -41,6 +41,12 @@ Supported `model_type`s (the architectures of NeuSight's DLmodel_configs):
                          (qwen); qwen2_moe adds a sigmoid-gated shared expert of
                          `shared_expert_intermediate_size`. Layers in `mlp_only_layers`, or off the
                          `decoder_sparse_step`, keep a dense MLP of `intermediate_size`.
+    deepseek_v3          DeepSeek-V3 (and Kimi-K2, Moonlight): multi-head latent attention (low-rank q through
+                         `q_lora_rank`, keys and values expanded from a `kv_lora_rank` latent, RoPE on
+                         `qk_rope_head_dim` of each head, interleaved by default) and a top-k MoE of
+                         `n_routed_experts` chosen by a sigmoid router limited to `topk_group` of `n_group`
+                         expert groups, plus `n_shared_experts` shared experts; the first `first_k_dense_replace`
+                         layers keep a dense MLP. A decode step caches the latent and re-expands it every step.
 """
 from __future__ import annotations
 
@@ -51,7 +57,7 @@ from hybridperf.errors import InputError
 from hybridperf.jsonio import read_json_object
 
 #: llama-likes whose MLP is a top-k mixture of experts (HF's grouped experts, `graphs.kernels.moe_block`)
-MOE_LLAMA = ("mixtral", "qwen2_moe", "qwen3_moe")
+MOE_LLAMA = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3")
 #: Gemma's llama-likes: (1 + weight) RMSNorms in fp32, sqrt(hidden)-scaled embeddings, a tied LM head
 GEMMA = ("gemma", "gemma2", "gemma3_text")
 #: Gemma 2 and 3: sandwich norms and sliding-window layers (`ModelConfig.layer_types`)
@@ -130,6 +136,8 @@ class ModelConfig:
             return 0
         if self.family == "mixtral":
             return self.layers
+        if self.family == "deepseek_v3":  # the first `first_k_dense_replace` layers are dense
+            return max(self.layers - int(self.raw.get("first_k_dense_replace", 3) or 0), 0)
         step = int(self.raw.get("decoder_sparse_step") or 1)
         dense = set(self.raw.get("mlp_only_layers") or [])
         return sum(1 for i in range(self.layers) if i not in dense and (i + 1) % step == 0)
@@ -184,18 +192,25 @@ def _pos_int(value, key: str, source: str) -> int:
 
 
 #: HF's defaults of the MoE families (MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig in transformers 5.23)
-_MOE_DEFAULTS = {"mixtral": (8, 2), "qwen2_moe": (60, 4), "qwen3_moe": (128, 8)}
+_MOE_DEFAULTS = {"mixtral": (8, 2), "qwen2_moe": (60, 4), "qwen3_moe": (128, 8), "deepseek_v3": (256, 8)}
+#: DeepseekV3Config's attention (multi-head latent attention) and routing defaults (transformers 5.23)
+DEEPSEEK_DEFAULTS = {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
+                     "v_head_dim": 128, "n_group": 8, "topk_group": 4, "n_shared_experts": 1,
+                     "first_k_dense_replace": 3, "moe_intermediate_size": 2048}
 
 
 def _moe_fields(d: dict, mt: str, ffn: int, source: str) -> dict:
     """num_experts, experts_per_token, expert_ffn and shared_ffn of a MOE_LLAMA config."""
     n_default, k_default = _MOE_DEFAULTS[mt]
-    experts = _pos_int(_get(d, "num_local_experts", "num_experts", default=n_default), "num_experts", source)
+    experts = _pos_int(_get(d, "num_local_experts", "num_experts", "n_routed_experts", default=n_default),
+                       "num_experts", source)
     k = _pos_int(_get(d, "num_experts_per_tok", default=k_default), "num_experts_per_tok", source)
     if k > experts:
         raise InputError(f"{source}: num_experts_per_tok = {k} exceeds the {experts} experts")
     if mt == "mixtral":
         return {"num_experts": experts, "experts_per_token": k, "expert_ffn": ffn}
+    if mt == "deepseek_v3":
+        return _deepseek_fields(d, experts, k, source)
     expert_ffn = _pos_int(_get(d, "moe_intermediate_size", default=1408 if mt == "qwen2_moe" else 768),
                           "moe_intermediate_size", source)
     shared = 0
@@ -209,6 +224,22 @@ def _moe_fields(d: dict, mt: str, ffn: int, source: str) -> dict:
     if not isinstance(dense, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in dense):
         raise InputError(f"{source}: config field 'mlp_only_layers' must be a list of layer indices, got {dense!r}")
     return {"num_experts": experts, "experts_per_token": k, "expert_ffn": expert_ffn, "shared_ffn": shared}
+
+
+def _deepseek_fields(d: dict, experts: int, k: int, source: str) -> dict:
+    """Check DeepSeek-V3's latent-attention and routing fields; its MoE fields (`_moe_fields`)."""
+    v = {key: d.get(key, default) for key, default in DEEPSEEK_DEFAULTS.items()}
+    for key, val in v.items():
+        if key == "q_lora_rank" and val is None:  # no low-rank query (DeepSeek-V2-Lite): one q_proj
+            continue
+        if key in ("first_k_dense_replace",) and val == 0:
+            continue
+        _pos_int(val, key, source)
+    if experts % v["n_group"] or v["topk_group"] > v["n_group"] or k > experts // v["n_group"] * v["topk_group"]:
+        raise InputError(f"{source}: {experts} experts in n_group = {v['n_group']} groups, topk_group = "
+                         f"{v['topk_group']}, cannot route {k} experts per token")
+    return {"num_experts": experts, "experts_per_token": k, "expert_ffn": int(v["moe_intermediate_size"]),
+            "shared_ffn": int(v["n_shared_experts"]) * int(v["moe_intermediate_size"])}
 
 
 def _gemma_fields(d: dict, layers: int, source: str) -> None:
@@ -286,6 +317,9 @@ def config_from_dict(d: dict, source: str = "config") -> ModelConfig:
         if heads % kv:
             raise InputError(f"{source}: {heads} attention heads are not a multiple of {kv} key/value heads")
         head_dim = _pos_int(_get(d, "head_dim", default=hidden // heads), "head_dim", source)
+        if mt == "deepseek_v3":  # a query/key head: its un-rotated and rotated parts
+            head_dim = sum(_pos_int(d.get(key, DEEPSEEK_DEFAULTS[key]), key, source)
+                           for key in ("qk_nope_head_dim", "qk_rope_head_dim"))
         moe = _moe_fields(d, mt, ffn, source) if mt in MOE_LLAMA else {}
         if mt in SLIDING_GEMMA:
             _gemma_fields(d, layers, source)

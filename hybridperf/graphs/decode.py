@@ -21,16 +21,18 @@ them and compares with this module):
   * before the layers, position ids, the causal mask and (Llama) the rotary table: 12-19 tiny kernels.
 
 HF's half-precision upcasts (RMSNorm, Llama's and OPT's softmax, GPT-Neo's QK^T) are the prefill's.
-Mistral's sliding-window cache keeps the last `sliding_window` tokens at most; the other families keep
-them all (GPT-Neo's local layers included: their window is in the mask, not the cache).
+Mistral's sliding-window cache keeps the last `sliding_window` tokens at most, and so do Gemma 2 and 3's
+sliding layers; the other families keep them all (GPT-Neo's local layers included: their window is in the
+mask, not the cache). DeepSeek-V3 caches its key/value latent and re-expands it every step (`_mla`).
 """
 from __future__ import annotations
 
 from hybridperf.errors import InputError
 from hybridperf.graphs.config import LLAMA_LIKE, ModelConfig
-from hybridperf.graphs.kernels import (CAUSAL_LM, F32, Block, _activation, _rms_norm, attention_scores, bmm, cast,
-                                       gather, linear, llama_layer_blocks, llama_qkv, llama_variant, ln, misc,
-                                       neox_layout, neox_rope, opt_layout, second_rotary_table, soft_cap, vec)
+from hybridperf.graphs.kernels import (CAUSAL_LM, F32, Block, _activation, _rms_norm, _rope, attention_scores, bmm,
+                                       cast, gather, interleaved_rope, linear, llama_layer_blocks, llama_qkv,
+                                       llama_variant, ln, misc, mla_dims, neox_layout, neox_rope, opt_layout,
+                                       second_rotary_table, soft_cap, vec)
 
 #: families with a decode step: the decoder-only causal LMs, whose forward returns a key/value cache
 DECODE_FAMILIES = CAUSAL_LM
@@ -158,7 +160,47 @@ def _llama(cfg: ModelConfig, B: int, seq: int) -> list:
             Block("head", 1, post, "post")]
 
 
-_BUILDERS = {"gpt2": _gpt2, "gpt_neo": _gpt2, "gpt_neox": _gpt_neox, "opt": _opt, **{f: _llama for f in LLAMA_LIKE}}
+def _mla(cfg: ModelConfig, B: int, kv: int) -> list:
+    """DeepSeek-V3's latent attention for B new tokens (`kernels.mla_attention`): the cache holds the normed
+    key/value latent and the rotated shared key (two torch.cat per layer and step), and every step expands
+    the whole cache again: `kv_b_proj` over kv tokens, the keys assembled for every head, the values copied."""
+    d = mla_dims(cfg)
+    h, H = cfg.hidden, cfg.heads
+    nope, rope, v, r = d["qk_nope"], d["qk_rope"], d["v"], d["kv_lora"]
+    qk = nope + rope
+    bias = bool(cfg.raw.get("attention_bias", False))
+    ks = [*_rms_norm("input_norm", B, h)]
+    if d["q_lora"]:
+        ks += [linear("q_a_proj", B, h, d["q_lora"], bias=bias), *_rms_norm("q_a_norm", B, d["q_lora"]),
+               linear("q_b_proj", B, d["q_lora"], H * qk, bias=False)]
+    else:
+        ks.append(linear("q_proj", B, h, H * qk, bias=False))
+    rot = interleaved_rope if d["interleave"] else (lambda p, rows, w: _rope(p, rows, w))
+    ks += [linear("kv_a_proj", B, h, r + rope, bias=bias), *_rms_norm("kv_a_norm", B, r),
+           *rot("q_rope", B, H * rope), *rot("k_rope", B, rope),
+           misc("attn.cache_latent", "copy", 2 * B * kv * r * F32),
+           misc("attn.cache_rope", "copy", 2 * B * kv * rope * F32),
+           misc("q_cat", "copy", 2 * B * H * qk * F32),
+           linear("kv_b_proj", B * kv, r, H * (nope + v), bias=False),
+           misc("k_nope_copy", "copy", 2 * B * kv * H * nope * F32),
+           misc("k_rope_copy", "copy", 2 * B * kv * H * rope * F32),
+           bmm("attn.qk", B * H, 1, qk, kv), *attention_scores("attn", B * H, kv, "mulu", ("addu",), True),
+           misc("attn.v_copy", "copy", 2 * B * kv * H * v * F32), bmm("attn.av", B * H, 1, kv, v),
+           linear("o_proj", B, H * v, h, bias=bias), vec("resid_add1", "add", B, h), *_rms_norm("post_norm", B, h)]
+    return ks
+
+
+def _deepseek(cfg: ModelConfig, B: int, seq: int) -> list:
+    h, V = cfg.hidden, cfg.vocab
+    kv = kv_length(cfg, seq)
+    pre = [gather("embed_tokens", B, h, V), *_setup(cfg, B, kv)]
+    post = [*_rms_norm("final_norm", B, h), linear("lm_head", B, h, V, bias=False)]
+    return [Block("embeddings", 1, pre, "pre"), *llama_layer_blocks(cfg, _mla(cfg, B, kv), B),
+            Block("head", 1, post, "post")]
+
+
+_BUILDERS = {"gpt2": _gpt2, "gpt_neo": _gpt2, "gpt_neox": _gpt_neox, "opt": _opt, **{f: _llama for f in LLAMA_LIKE},
+             "deepseek_v3": _deepseek}
 
 
 def decode_blocks(cfg: ModelConfig, batch: int, seq: int) -> list:

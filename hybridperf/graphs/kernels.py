@@ -78,7 +78,7 @@ POSITION_LIMITED = ("bert", *ROBERTA_LIKE, "gpt2", "gpt_neo", "gpt_neox", "opt",
 #: transformers 5.23)
 SLIDING_MASK_KERNELS = {"qwen2_moe": 23, "gemma2": 23, "gemma3_text": 23}
 #: tags of kernels that only the backward launches (`grad_sums`, `grad_cat`)
-BACKWARD_ONLY = ("grad_sum", "grad_cat")
+BACKWARD_ONLY = ("grad_sum", "grad_cat", "grad_zeros", "grad_cast")
 
 
 def _k(name, op, B=1, M=0, N=0, K=0, H=0, nbytes=0.0, params=0, bias=False, tag="", fp32=False, dtypes=None):
@@ -237,6 +237,9 @@ class ModelGraph:
             tokens = self.seq
             sliding_tokens = min(self.seq, cfg.sliding_window - 1) if sliding else self.seq
         layer_tokens = (cfg.total_layers - sliding) * tokens + sliding * sliding_tokens
+        if cfg.family == "deepseek_v3":  # the latent and the shared rotary key, once per token
+            d = mla_dims(cfg)
+            return self.batch * layer_tokens * (d["kv_lora"] + d["qk_rope"]) * self.dtype_bytes
         return 2.0 * self.batch * layer_tokens * cfg.num_kv_heads * cfg.head_dim * self.dtype_bytes
 
     def _largest_op_bytes(self) -> float:
@@ -285,14 +288,22 @@ def backward_kernels(k: dict) -> list:
         return [vec(n + ".bw", "addu", k["B"], k["H"])]
     if tag == "grad_sum":  # a backward-only add (`grad_sums`)
         return [vec(n, "add", k["B"], k["H"])]
-    if tag == "grad_cat":  # a backward-only copy (`grad_cat`)
+    if tag == "grad_cat":  # a backward-only copy (`grad_cat`, `slice_grads`)
         return [misc(n, "copy", k["nbytes"])]
+    if tag == "grad_zeros":  # a backward-only zero-filled gradient (`slice_grads`)
+        return [misc(n, "mask", k["nbytes"])]
+    if tag == "grad_cast":  # a backward-only cast (`grad_cast`)
+        return [{**k, "tag": ""}]
     if tag == "layout":  # the gradient is copied back into the layout the forward copied out of
         return [misc(n + ".bw", "copy", k["nbytes"])]
     if tag == "repeat":  # repeat_kv's copy: laid back, then summed over each key/value head's query heads
         return [misc(n + ".bw", "copy", k["nbytes"]), misc(n + ".bw_sum", "reduce", k["nbytes"] / 2)]
     if tag == "constant":  # a product with a tensor that takes no gradient (RoPE's cos and sin): one mul
         return [vec(n + ".bw", "mul", k["B"], k["H"])]
+    if tag == "sub":  # a - b: b's gradient is negated
+        return [vec(n + ".bw", "mulu", k["B"], k["H"])]
+    if tag == "broadcast_copy":  # a copy of a tensor broadcast over heads: its gradient summed back
+        return [misc(n + ".bw", "reduce", k["nbytes"] / 2)]
     if tag == "nll":  # zero-filled (tokens, V) gradient with one scatter
         return [misc(n + ".bw", "copy", k["B"] * k["H"] * F32)]
     if op == "linear":
@@ -439,7 +450,7 @@ def fuse_pointwise(kernels: list) -> list:
 # ----------------------------------------------------------------------------------------------------
 
 def _attention_core(p, B, S, heads, hd, train, scale_op, mask_op, S_kv=None, dropout=True, softmax_fp32=False,
-                    qk_fp32=False, layout=("q", "k", "v"), softcap=False, kv_groups=1):
+                    qk_fp32=False, layout=("q", "k", "v"), softcap=False, kv_groups=1, v_dim=None):
     """QK^T, scale, mask, softmax, dropout, AV, head merge: shared by every family.
 
     Every family hands bmm head-split views, (B, heads, S, hd) permuted out of (B, S, h): torch.matmul
@@ -456,8 +467,10 @@ def _attention_core(p, B, S, heads, hd, train, scale_op, mask_op, S_kv=None, dro
     `layout`: which of q, k, v arrive as views that need the copy (all but in Phi-3, `llama_layout_copies`).
     `softcap` (Gemma 2): the scaled scores are soft-capped, c * tanh(x / c), before the mask. `kv_groups`
     (grouped-query attention, heads per key/value head): the k and v copies are repeat_kv's, whose gradient
-    is summed over each group (tag `repeat`)."""
+    is summed over each group (tag `repeat`). `v_dim`: the values' head width when it is not the keys'
+    (DeepSeek's latent attention)."""
     S_kv = S if S_kv is None else S_kv
+    vd = v_dim or hd
     bh = B * heads
     tok = B * S
     ks = [cast(f"{p}.q_to_fp32", tok * heads * hd), cast(f"{p}.k_to_fp32", B * S_kv * heads * hd)] if qk_fp32 else []
@@ -471,9 +484,9 @@ def _attention_core(p, B, S, heads, hd, train, scale_op, mask_op, S_kv=None, dro
     if train and dropout:
         ks.append(vec(f"{p}.attn_dropout", "mul", bh * S, S_kv, tag="dropout"))
     if "v" in layout:
-        ks.append(misc(f"{p}.v_copy", "copy", 2 * B * S_kv * heads * hd * F32, tag=kv_tag))
-    ks.append(bmm(f"{p}.av", bh, S, S_kv, hd))
-    ks.append(misc(f"{p}.merge_heads", "copy", 2 * tok * heads * hd * F32, tag="layout"))
+        ks.append(misc(f"{p}.v_copy", "copy", 2 * B * S_kv * heads * vd * F32, tag=kv_tag))
+    ks.append(bmm(f"{p}.av", bh, S, S_kv, vd))
+    ks.append(misc(f"{p}.merge_heads", "copy", 2 * tok * heads * vd * F32, tag="layout"))
     return ks
 
 
@@ -523,6 +536,24 @@ def grad_cat(p, elems, train):
     """The backward's torch.cat of the gradients of a chunked tensor (chunk's backward) of `elems`
     elements: one copy, launched in the backward only."""
     return [_k(f"{p}.grad_cat", "misc:copy", nbytes=2 * elems * F32, tag="grad_cat")] if train else []
+
+
+def slice_grads(p, rows, width, parts, train):
+    """The backward of `parts` equal slices of a (rows, width) tensor (ATen's slice_backward, e.g. RoPE's
+    halves): each slice's gradient is copied into a zero-filled gradient of the whole tensor, two kernels
+    launched in the backward only (autograd then adds the parts' gradients: `grad_sums`)."""
+    if not train:
+        return []
+    return [k for i in range(parts) for k in (
+        _k(f"{p}.slice{i}_zeros", "misc:mask", nbytes=rows * width * F32, tag="grad_zeros"),
+        _k(f"{p}.slice{i}_copy", "misc:copy", nbytes=2 * rows * width // parts * F32, tag="grad_cat"))]
+
+
+def grad_cast(p, elems, train):
+    """A gradient cast to the model's half dtype in the backward only, over `elems` elements: an fp32 op
+    that read a half-precision tensor (type promotion, no forward cast) hands it an fp32 gradient."""
+    return [_k(f"{p}.grad_cast", "misc:cast", nbytes=2 * elems * F32, tag="grad_cast", dtypes=HALF_DTYPES)] \
+        if train else []
 
 
 def grad_sums(p, rows, h, readers, train, fp32=False):
@@ -576,10 +607,13 @@ def neox_layout(cfg: ModelConfig) -> dict:
 def cat_rope(p: str, tok: int, heads: int, hd: int, rot: int, train: bool) -> list:
     """RoPE on the first `rot` of each of `heads` heads of projection `p` (q or k), then concatenated with
     the passed-through rest (Phi-3, GPT-NeoX; a copy even when the rest is empty). Each slice sends a
-    gradient back, and autograd adds the two into the projection's (one full-width add)."""
+    gradient back (`slice_grads`: the rotated and passed parts of each head, and rotate_half's halves), and
+    autograd adds the two parts into the projection's (one full-width add)."""
     return [*_rope(f"{p}_rope", tok, heads * rot), *grad_sums(f"{p}_rope_x", tok, heads * rot, 3, train),
+            *slice_grads(f"{p}_rope_x", tok, heads * rot, 2, train),
             misc(f"{p}_rope_pass", "copy", 2 * tok * heads * hd * F32),
-            *grad_sums(f"{p}_rope_parts", tok, heads * hd, 2, train)]
+            *grad_sums(f"{p}_rope_parts", tok, heads * hd, 2, train),
+            *slice_grads(f"{p}_rope_parts", tok, heads * hd, 2 if rot < hd else 1, train)]  # no rest: one slice
 
 
 def neox_rope(tok: int, heads: int, hd: int, rot: int, train: bool) -> list:
@@ -880,7 +914,8 @@ def llama_qkv(cfg: ModelConfig, tok: int, train: bool = False) -> list:
     q_w, kv_w = cfg.heads * hd, cfg.num_kv_heads * hd
     if v["fused"]:  # Phi-3: one GEMM, q, k and v are slices of its output (the backward adds their gradients)
         ks = [linear("qkv_proj", tok, h, q_w + 2 * kv_w, bias=v["qkv_bias"]),
-              *grad_sums("qkv_out", tok, q_w + 2 * kv_w, 3, train)]
+              *grad_sums("qkv_out", tok, q_w + 2 * kv_w, 3, train),
+              *slice_grads("qkv_out", tok, q_w + 2 * kv_w, 3, train)]
     else:
         ks = [linear("q_proj", tok, h, q_w, bias=v["qkv_bias"]), linear("k_proj", tok, h, kv_w, bias=v["qkv_bias"]),
               linear("v_proj", tok, h, kv_w, bias=v["qkv_bias"])]
@@ -892,7 +927,9 @@ def llama_qkv(cfg: ModelConfig, tok: int, train: bool = False) -> list:
             + cat_rope("k", tok, cfg.num_kv_heads, hd, v["rotary_dim"], train)
     # RoPE reads x three times: x * cos, and its two halves in rotate_half
     return ks + [*_rope("q_rope", tok, q_w), *grad_sums("q_rope_x", tok, q_w, 3, train),
-                 *_rope("k_rope", tok, kv_w), *grad_sums("k_rope_x", tok, kv_w, 3, train)]
+                 *slice_grads("q_rope_x", tok, q_w, 2, train),
+                 *_rope("k_rope", tok, kv_w), *grad_sums("k_rope_x", tok, kv_w, 3, train),
+                 *slice_grads("k_rope_x", tok, kv_w, 2, train)]
 
 
 def llama_mlp(cfg: ModelConfig, tok: int, train: bool = False) -> list:
@@ -932,20 +969,29 @@ def moe_block(cfg: ModelConfig, tok: int, train: bool = False) -> list:
     def route(name, nbytes, tag=""):
         return misc(f"moe.{name}", "route", nbytes, tag=tag)
 
-    ks = [*grad_sums("moe.x", tok, h, 5 if fs else 2, train)]  # router and gather (+ the shared expert's three)
+    deepseek = cfg.family == "deepseek_v3"
+    fp32_weights = mixtral or deepseek  # the k routing weights stay fp32, and so do the weighted outputs
+    # router and gather, and the shared expert's gate and up projections (Qwen2-MoE: and its sigmoid gate)
+    ks = [*grad_sums("moe.x", tok, h, 2 + (2 if deepseek else 3 if fs else 0), train)]
     if fs:
         ks += [linear("shared.gate_proj", tok, h, fs, bias=False), linear("shared.up_proj", tok, h, fs, bias=False),
                *_activation("shared", cfg.activation, tok, fs, train), vec("shared.gate_mul", "mul", tok, fs),
                linear("shared.down_proj", tok, fs, h, bias=False)]
-    ks += [linear("moe.router", tok, h, E, bias=False),
-           cast("moe.router_to_fp32", tok * E, dtypes=HALF_DTYPES if mixtral else ("bf16",)),
-           vec("moe.router_softmax", "softmax", tok, E, fp32=True),
-           route("topk", tok * E * F32 + pairs * (F32 + 8), tag="gather")]
-    if mixtral or cfg.raw.get("norm_topk_prob", False):  # the k weights are read by their sum and the division
+    if deepseek:
+        ks += deepseek_router(cfg, tok, train)
+    else:
+        ks += [linear("moe.router", tok, h, E, bias=False),
+               cast("moe.router_to_fp32", tok * E, dtypes=HALF_DTYPES if mixtral else ("bf16",)),
+               vec("moe.router_softmax", "softmax", tok, E, fp32=True),
+               route("topk", tok * E * F32 + pairs * (F32 + 8), tag="gather")]
+    if mixtral or cfg.raw.get("norm_topk_prob", deepseek):  # the k weights are read by their sum and the division
         ks += [*grad_sums("moe.topk_w", tok, k, 2, train, fp32=True),
                misc("moe.topk_sum", "reduce", pairs * F32, fp32=True),
+               *([misc("moe.topk_eps", "mask", 2 * tok * F32, fp32=True)] if deepseek else []),
                _k("moe.topk_norm", "div", tok, H=k, tag="broadcast", fp32=True)]
-    if not mixtral:
+    if deepseek:  # DeepSeek scales the k weights by `routed_scaling_factor` and keeps them in fp32
+        ks.append(vec("moe.routed_scale", "mulu", tok, k, fp32=True))
+    elif not mixtral:
         ks.append(cast("moe.weights_to_half", pairs))
     ks += [route("sort", 3 * pairs * 8), route("token_of_pair", 2 * pairs * 8),
            misc("moe.gather_tokens", "index", 2 * pairs * h * F32 + pairs * 8, tag="gather"),
@@ -955,16 +1001,129 @@ def moe_block(cfg: ModelConfig, tok: int, train: bool = False) -> list:
            *grad_cat("experts.gate_up_out", pairs * 2 * f, train),
            *_activation("experts", cfg.activation, pairs, f, train), vec("experts.gate_mul", "mul", pairs, f),
            grouped_gemm("experts.down", groups, rows, f, h, E),
-           vec("moe.weight_mul", "mul", pairs, h, tag="broadcast", fp32=mixtral),
+           vec("moe.weight_mul", "mul", pairs, h, tag="broadcast", fp32=fp32_weights),
+           *(grad_cast("moe.weight_mul", pairs * h, train) if fp32_weights else []),
            misc("moe.arange", "mask", pairs * 8), route("inverse_perm", 3 * pairs * 8),
-           misc("moe.unpermute", "index", 2 * pairs * h * F32 + pairs * 8, tag="gather", fp32=mixtral),
-           misc("moe.sum_k", "reduce", pairs * h * F32, fp32=mixtral)]
-    if mixtral:
+           misc("moe.unpermute", "index", 2 * pairs * h * F32 + pairs * 8, tag="gather", fp32=fp32_weights),
+           misc("moe.sum_k", "reduce", pairs * h * F32, fp32=fp32_weights)]
+    if fp32_weights:
         ks.append(cast("moe.to_half", tok * h))
-    if fs:
+    if deepseek:
+        ks.append(vec("moe.add_shared", "add", tok, h))
+    elif fs:
         ks += [linear("shared.expert_gate", tok, h, 1, bias=False), vec("shared.sigmoid", "tanh", tok, 1),
                vec("shared.scale", "mul", tok, h, tag="broadcast"), vec("moe.add_shared", "add", tok, h)]
     return ks
+
+
+def deepseek_router(cfg: ModelConfig, tok: int, train: bool = False) -> list:
+    """DeepSeek-V3's router over `tok` tokens (DeepseekV3TopkRouter, transformers 5.23): the logits in fp32
+    (x and the weight cast up in a half-precision model), a sigmoid, the score-correction bias, the best
+    two scores of each of `n_group` groups summed, the `topk_group` best groups kept (a mask: zeros,
+    scatter, expand, cast, not, masked_fill), top-k of the rest, and the chosen scores gathered, which is
+    where the gradient flows (tag `gather`). Counted with TorchDispatchMode (`experiments/graph_trace.py`)."""
+    h, E, k = cfg.hidden, cfg.num_experts, cfg.experts_per_token
+    G = int(cfg.raw.get("n_group", 8))
+
+    def route(name, nbytes, tag=""):
+        return misc(f"moe.{name}", "route", nbytes, tag=tag)
+
+    return [cast("moe.router_x_to_fp32", tok * h), cast("moe.router_w_to_fp32", E * h),
+            {**linear("moe.router", tok, h, E, bias=False), "fp32": True},
+            vec("moe.router_sigmoid", "tanh", tok, E, fp32=True), route("score_bias", 3 * tok * E * F32),
+            route("group_top2", tok * E * F32 + tok * G * 2 * 12), route("group_sum", tok * G * 3 * F32),
+            route("group_topk", tok * G * (F32 + 8)), route("group_zeros", tok * G * F32),
+            route("group_scatter", tok * G * (F32 + 8)), route("group_expand", 2 * tok * E * F32),
+            route("mask_to_bool", tok * E * 5), route("mask_not", 2 * tok * E),
+            route("mask_fill", tok * E * (2 * F32 + 1)),
+            route("topk", tok * E * F32 + tok * k * (F32 + 8)),
+            misc("moe.gather_weights", "index", tok * E * F32 + tok * k * (F32 + 8), tag="gather", fp32=True)]
+
+
+def mla_dims(cfg: ModelConfig) -> dict:
+    """DeepSeek-V3's latent-attention widths: q_lora (0: one q_proj), kv_lora, nope, rope, v; interleaved RoPE."""
+    from hybridperf.graphs.config import DEEPSEEK_DEFAULTS
+
+    raw = cfg.raw
+    q_lora = raw.get("q_lora_rank", DEEPSEEK_DEFAULTS["q_lora_rank"])
+    return {"q_lora": int(q_lora or 0), "interleave": bool(raw.get("rope_interleave", True)),
+            **{k: int(raw.get(f"{k}_head_dim" if k != "kv_lora" else "kv_lora_rank",
+                              DEEPSEEK_DEFAULTS[f"{k}_head_dim" if k != "kv_lora" else "kv_lora_rank"]))
+               for k in ("kv_lora", "qk_nope", "qk_rope", "v")}}
+
+
+def interleaved_rope(p: str, rows: int, width: int, train: bool = False) -> list:
+    """DeepSeek's interleaved RoPE on (rows, width) (transformers 5.23): the even and odd halves x1, x2
+    times cos and sin (four products with constants), x1 cos - x2 sin and x2 cos + x1 sin, and a torch.cat.
+    x1 and x2 are read twice each; the backward of the subtraction negates its gradient, and each strided
+    half's gradient is scattered into a zero-filled full-width one (slice_backward) before the two are added."""
+    half = width // 2
+    return [*(vec(f"{p}_{n}", "mul", rows, half, tag="constant") for n in ("x1cos", "x2sin", "x2cos", "x1sin")),
+            vec(f"{p}_sub", "add", rows, half, tag="sub"), vec(f"{p}_add", "add", rows, half),
+            misc(f"{p}_cat", "copy", 2 * rows * width * F32), *grad_sums(f"{p}_x1", rows, half, 2, train),
+            *grad_sums(f"{p}_x2", rows, half, 2, train), *slice_grads(f"{p}_x", rows, width, 2, train),
+            *grad_sums(f"{p}_halves", rows, width, 2, train)]
+
+
+def mla_attention(cfg: ModelConfig, B: int, S: int, train: bool = False) -> list:
+    """DeepSeek-V3's multi-head latent attention in HF eager code (DeepseekV3Attention, transformers 5.23),
+    from the input norm to the post-attention norm: q through a low-rank `q_a_proj`, RMSNorm, `q_b_proj` (or
+    one q_proj), the key/value latent and the shared rotary key from `kv_a_proj_with_mqa`, RMSNorm over the
+    latent, RoPE on the rotated part of q and k, q re-assembled (torch.cat), the latent expanded to every
+    head's key and value (`kv_b_proj`), the keys assembled into a new tensor (two copies: the shared rotary
+    key broadcast to every head, whose gradient is summed over the heads), then eager attention with
+    (nope + rope)-wide keys and v_head_dim-wide values."""
+    d = mla_dims(cfg)
+    h, H, tok = cfg.hidden, cfg.heads, B * S
+    nope, rope, v, r = d["qk_nope"], d["qk_rope"], d["v"], d["kv_lora"]
+    qk = nope + rope
+    bias = bool(cfg.raw.get("attention_bias", False))
+    ks = [*grad_sums("resid_in", tok, h, 2, train), *_rms_norm("input_norm", tok, h, train),
+          *grad_sums("input_norm_out", tok, h, 2, train)]
+    if d["q_lora"]:
+        ks += [linear("q_a_proj", tok, h, d["q_lora"], bias=bias), *_rms_norm("q_a_norm", tok, d["q_lora"], train),
+               linear("q_b_proj", tok, d["q_lora"], H * qk, bias=False)]
+    else:
+        ks.append(linear("q_proj", tok, h, H * qk, bias=False))
+    def rot(p, rows, w, train):
+        if d["interleave"]:
+            return interleaved_rope(p, rows, w, train)
+        return [*_rope(p, rows, w), *grad_sums(f"{p}_x", rows, w, 3, train), *slice_grads(f"{p}_x", rows, w, 2, train)]
+
+    # the backward of each split is a torch.cat of the parts' gradients, of each head-split view a layout copy
+    ks += [*grad_cat("q_split", tok * H * qk, train), *grad_cat("q_layout", tok * H * qk, train),
+           linear("kv_a_proj", tok, h, r + rope, bias=bias), *grad_cat("kv_a_split", tok * (r + rope), train),
+           *_rms_norm("kv_a_norm", tok, r, train),
+           *rot("q_rope", tok, H * rope, train), *rot("k_rope", tok, rope, train),
+           misc("q_cat", "copy", 2 * tok * H * qk * F32),
+           linear("kv_b_proj", tok, r, H * (nope + v), bias=False),
+           *grad_cat("kv_b_layout", tok * H * (nope + v), train), *grad_cat("kv_b_split", tok * H * (nope + v), train),
+           misc("k_nope_copy", "copy", 2 * tok * H * nope * F32),
+           misc("k_rope_copy", "copy", 2 * tok * H * rope * F32, tag="broadcast_copy"),
+           # autograd's copies for the two slot copies into the new key tensor (CopySlices): the key gradient
+           # twice, each slot's part, and the zeroed rotary slot
+           *(k for n, w in (("key_a", qk), ("rope", rope), ("rope_zero", rope), ("rope_in", rope), ("key_b", qk),
+                            ("nope", nope)) for k in grad_cat(f"k_slots.{n}", tok * H * w, train))]
+    core = _attention_core("attn", B, S, H, qk, train, scale_op="mulu", mask_op=("addu",), dropout=False,
+                           softmax_fp32=True, layout=("v",), v_dim=v)
+    # v is a slice of kv_b_proj's output: its gradient reaches the split's torch.cat, no layout copy of its own
+    ks += [{**k, "tag": ""} if k["name"] == "attn.v_copy" else k for k in core]
+    return ks + [linear("o_proj", tok, H * v, h, bias=bias), vec("resid_add1", "add", tok, h, tag="residual"),
+                 *grad_sums("resid_mid", tok, h, 2, train), *_rms_norm("post_norm", tok, h, train)]
+
+
+def _deepseek(cfg: ModelConfig, B, S, train) -> list:
+    """DeepseekV3ForCausalLM (HF eager): Llama's embeddings, mask, rotary table and head around layers of
+    multi-head latent attention (`mla_attention`) and a dense MLP (the first `first_k_dense_replace`,
+    block `dense_layer`) or the top-k MoE with its shared experts (`moe_block`, block `layer`)."""
+    h, V, tok = cfg.hidden, cfg.vocab, B * S
+    rope = mla_dims(cfg)["qk_rope"]
+    pre = [gather("embed_tokens", tok, h, V), *[misc(f"causal_{i}", "mask", 2 * S * S * F32) for i in range(4)],
+           misc("causal_clone", "copy", 2 * B * S * S * F32),
+           *[misc(f"rotary_{i}", "mask", 2 * tok * rope * F32) for i in range(4)]]
+    post = [*_rms_norm("final_norm", tok, h, train), linear("lm_head", tok, h, V, bias=False)]
+    return [Block("embeddings", 1, pre, "pre"), *llama_layer_blocks(cfg, mla_attention(cfg, B, S, train), tok, train),
+            Block("head", 1, post, "post")]
 
 
 def llama_layer_blocks(cfg: ModelConfig, attn: list, tok: int, train: bool = False,
@@ -1025,7 +1184,7 @@ def _llama(cfg: ModelConfig, B, S, train) -> list:
 _FAMILIES = {"gpt2": _gpt2, "gpt_neo": _gpt2, "gpt_neox": _gpt_neox, "bert": _bert, **{f: _bert for f in ROBERTA_LIKE},
              "opt": _opt,
              "switch_transformers": _switch, "t5": _switch,
-             **{f: _llama for f in LLAMA_LIKE}}
+             **{f: _llama for f in LLAMA_LIKE}, "deepseek_v3": _deepseek}
 
 
 def loss_kernels(cfg: ModelConfig, B, S) -> list:

@@ -58,7 +58,7 @@ HALF_ACTIVATION_COEFFS = {
 #: layers keep depends on the tokens routed under the expert capacity); Mistral and Qwen2 are Llama's block
 SIMILAR_FAMILY = {"switch_transformers": "bert", "t5": "bert", "roberta": "bert", "xlm_roberta": "bert",
                   "mistral": "llama", "qwen2": "llama", "phi3": "llama",
-                  "mixtral": "llama", "qwen2_moe": "llama", "qwen3_moe": "qwen3"}
+                  "mixtral": "llama", "qwen2_moe": "llama", "qwen3_moe": "qwen3", "deepseek_v3": "llama"}
 
 #: fraction of device memory above which eager PyTorch's caching allocator starts freeing and
 #: re-allocating blocks (cudaFree/cudaMalloc synchronise the device); measured runs in that band take
