@@ -179,6 +179,9 @@ MOE_CHECKS = [
      192, 384, 1, 128),
     ("qwen2_moe", {"num_experts": 16, "num_experts_per_tok": 4, "moe_intermediate_size": 64,
                    "shared_expert_intermediate_size": 256}, 256, 512, 4, 32),
+    ("deepseek_v3", {"n_routed_experts": 16, "num_experts_per_tok": 4, "n_group": 4, "topk_group": 2,
+                     "moe_intermediate_size": 64, "q_lora_rank": 96, "kv_lora_rank": 64, "qk_rope_head_dim": 16,
+                     "qk_nope_head_dim": 32, "v_head_dim": 32, "first_k_dense_replace": 1}, 192, 384, 2, 64),
 ]
 
 
@@ -193,6 +196,8 @@ def moe_check() -> pd.DataFrame:
         cfg = {"model_type": family, "hidden_size": h, "intermediate_size": f, "num_attention_heads": 4,
                "num_key_value_heads": 4, "head_dim": h // 4, "vocab_size": 1000, "max_position_embeddings": 512,
                **experts}
+        if family == "deepseek_v3":  # HF sets DeepSeek's head_dim to its rotary width itself
+            cfg.pop("head_dim")
         for dtype in TORCH_DTYPES:
             counted, est = [], []
             for n in (2, 3):

@@ -20,7 +20,8 @@ import pandas as pd
 
 #: ATen ops that return views or only allocate (no kernel)
 VIEW_OPS = ("view", "unsqueeze", "squeeze", "aten.t.", "_unsafe_view", "transpose", "expand", "slice", "alias",
-            "split", "select", "detach", "permute", "lift_fresh", "as_strided", "_reshape_alias", "aten.empty")
+            "split", "select", "detach", "permute", "lift_fresh", "as_strided", "_reshape_alias", "aten.empty",
+            "aten.new_empty")
 #: small configurations of each family, in HF's config keys
 CONFIGS = {
     "gpt2": {"model_type": "gpt2", "n_embd": 64, "n_head": 4, "vocab_size": 100, "n_positions": 512},
@@ -54,6 +55,11 @@ CONFIGS = {
     "qwen3_moe": {"model_type": "qwen3_moe", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
                   "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 100, "max_position_embeddings": 512,
                   "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "norm_topk_prob": True},
+    "deepseek_v3": {"model_type": "deepseek_v3", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+                    "num_key_value_heads": 4, "vocab_size": 100, "max_position_embeddings": 512, "q_lora_rank": 32,
+                    "kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 16, "v_head_dim": 16,
+                    "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1,
+                    "moe_intermediate_size": 32, "first_k_dense_replace": 0},
     "opt_350m": {"model_type": "opt", "hidden_size": 64, "ffn_dim": 128, "num_attention_heads": 4, "vocab_size": 100,
                  "max_position_embeddings": 512, "word_embed_proj_dim": 32, "do_layer_norm_before": False},
 }
@@ -67,14 +73,23 @@ def with_layers(cfg: dict, layers: int) -> dict:
     return out
 
 
+#: backward ops of views that launch kernels: a zero-filled gradient of the whole input and a copy of the
+#: view's gradient into it (ATen's slice_backward / select_backward), two kernels each
+SCATTER_BACKWARD = ("slice_backward", "select_backward")
+
+
 def kernel_recorder(ops: list):
-    """A TorchDispatchMode that appends the name of every kernel-launching ATen op it sees to `ops`."""
+    """A TorchDispatchMode that appends the name of every kernel-launching ATen op it sees to `ops`
+    (twice for the two kernels of a SCATTER_BACKWARD op)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Record(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if not any(v in str(func) for v in VIEW_OPS):
-                ops.append(str(func))
+            name = str(func)
+            if any(v in name for v in SCATTER_BACKWARD):
+                ops.extend((name, name))
+            elif not any(v in name for v in VIEW_OPS):
+                ops.append(name)
             return func(*args, **(kwargs or {}))
 
     return Record()

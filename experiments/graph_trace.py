@@ -13,11 +13,13 @@ The graph is not meant to equal this trace everywhere, and the script says where
     5.23 launches more tiny kernels outside the layers (mask and position-id bookkeeping), and its
     attention differs in a kernel or two per layer (e.g. OPT's scale of 1.0).
   * Families added after NeuSight's (GPT-NeoX, Qwen3, Gemma 1-3, Phi-3, T5, RoBERTa, OPT-350m's layout, and the
-    MoE decoders Mixtral, Qwen2-MoE, Qwen3-MoE) were built from this trace: their forward layers match it
-    exactly, and `tests/test_graphs.py` / `tests/test_moe.py` pin the counts. Their training layers match it
-    too (Llama, Qwen3, Gemma 1-3, Qwen2-MoE and Qwen3-MoE exactly; Mixtral in fp32, one cast fewer in bf16;
-    Phi-3 one kernel over, not located, and one more with grouped-query attention, likely the layout copy
-    priced for the gradient of its repeat_kv'd k, which its torch.cat leaves contiguous).
+    MoE decoders Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3) were built from this trace: their forward layers
+    match it exactly, and `tests/test_graphs.py` / `tests/test_moe.py` pin the counts. So do their training
+    layers (GPT-NeoX, the llama-likes and the MoE decoders exactly, in fp32 and bf16), except Phi-3: one
+    kernel over, not located, and one more with grouped-query attention, likely the layout copy priced for
+    the gradient of its repeat_kv'd k, which its torch.cat leaves contiguous.
+  * A view's backward that scatters into a zero-filled gradient (ATen's slice_backward, select_backward:
+    RoPE's halves, Phi-3's fused q/k/v) is two kernels, a fill and a copy, and is counted as two.
   * Ops that only allocate (`aten.empty*`) launch no kernel and are not counted.
 
     python experiments/graph_trace.py            # needs torch and transformers; ~1 min on the CPU
@@ -73,6 +75,13 @@ MODELS = {
                   ("num_hidden_layers",), "Qwen2MoeForCausalLM", "Qwen2MoeForCausalLM"),
     "qwen3_moe": ({"model_type": "qwen3_moe", **_LLAMA, **_MOE, "norm_topk_prob": True}, ("num_hidden_layers",),
                   "Qwen3MoeForCausalLM", "Qwen3MoeForCausalLM"),
+    # no head_dim: HF sets DeepSeek's to its rotary width
+    "deepseek_v3": ({"model_type": "deepseek_v3", **{k: v for k, v in _LLAMA.items() if k != "head_dim"},
+                     "num_key_value_heads": 4, "q_lora_rank": 32, "kv_lora_rank": 16,
+                     "qk_rope_head_dim": 8, "qk_nope_head_dim": 16, "v_head_dim": 16, "n_routed_experts": 8,
+                     "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1, "moe_intermediate_size": 32,
+                     "first_k_dense_replace": 1}, ("num_hidden_layers",), "DeepseekV3ForCausalLM",
+                    "DeepseekV3ForCausalLM"),
     "switch": ({"model_type": "switch_transformers", **_T5, "num_experts": 4, "encoder_sparse_step": 0,
                 "decoder_sparse_step": 0}, ("num_layers", "num_decoder_layers"),
                "SwitchTransformersForConditionalGeneration", "SwitchTransformersForConditionalGeneration"),
