@@ -35,6 +35,8 @@ Mappings onto the vocabulary (each is a documented approximation):
                                                         (reduce); a quotient's five kernels (div, div,
                                                         neg, mul, div), then the sum
     backward of RMSNorm's rsqrt (tag rsqrt)          -> three per-row kernels (pow, two muls)
+    backward of a slice (RoPE's halves; slice_grads) -> a zero-filled gradient of the whole tensor and a copy
+    an fp32 op reading a half tensor (`grad_cast`)   -> a cast of its gradient (backward only)
     gradient accumulation of a parameter             -> add over the parameter's elements
     a tensor read by n ops of the forward            -> n - 1 adds of its gradient in the backward
     (autograd sums the gradients of every reader: `grad_sums`, e.g. a BERT layer's input feeds q, k,
