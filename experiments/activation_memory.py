@@ -15,7 +15,7 @@ loss) as tokens * (d_h * h + d_v * vocab). Memory saved does not depend on the G
 the device count (the caching allocator's rounding and fragmentation come on top).
 
     python experiments/activation_memory.py      # needs torch and transformers; ~1 min on 2 cores
-    python experiments/activation_memory.py --moe   # MoE layers (Mixtral, Qwen-MoE) against the graph; ~10 s
+    python experiments/activation_memory.py --moe   # MoE layers (Mixtral, Qwen-MoE, DeepSeek-V3) against the graph
 
 writes experiments/data/activation_memory.csv (the raw counts) and prints the coefficients that
 `hybridperf/graphs/memory.py` uses (ACTIVATION_COEFFS). GPT-Neo's models alternate global and local
