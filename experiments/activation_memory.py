@@ -50,32 +50,26 @@ def _imports():
 MASK_BUFFER_FAMILIES = ("gpt_neo",)
 MAX_POSITIONS = 512
 #: HF config keys of each family: hidden, heads, layers, ffn, vocab
+HF_KEYS = ("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size", "vocab_size")
+
+
+def _family(model_type: str, keys=HF_KEYS) -> dict:
+    return dict(model_type=model_type, keys=keys, extra={"max_position_embeddings": MAX_POSITIONS})
+
+
 FAMILIES = {
-    "gpt2": dict(model_type="gpt2", keys=("n_embd", "n_head", "n_layer", "n_inner", "vocab_size"), extra={"n_positions": MAX_POSITIONS}),
-    "bert": dict(model_type="bert", keys=("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
-                                          "vocab_size"), extra={"max_position_embeddings": MAX_POSITIONS}),
-    "opt": dict(model_type="opt", keys=("hidden_size", "num_attention_heads", "num_hidden_layers", "ffn_dim", "vocab_size"),
-                extra={"max_position_embeddings": MAX_POSITIONS}),
-    "llama": dict(model_type="llama", keys=("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
-                                            "vocab_size"), extra={"max_position_embeddings": MAX_POSITIONS}),
-    "gpt_neo": dict(model_type="gpt_neo", keys=("hidden_size", "num_heads", "num_layers", "intermediate_size",
-                                                "vocab_size"), extra={"max_position_embeddings": MAX_POSITIONS}),
-    "gpt_neox": dict(model_type="gpt_neox", keys=("hidden_size", "num_attention_heads", "num_hidden_layers",
-                                                  "intermediate_size", "vocab_size"),
-                     extra={"max_position_embeddings": MAX_POSITIONS}),
-    "qwen3": dict(model_type="qwen3", keys=("hidden_size", "num_attention_heads", "num_hidden_layers",
-                                            "intermediate_size", "vocab_size"),
-                  extra={"max_position_embeddings": MAX_POSITIONS}),
-    "gemma": dict(model_type="gemma", keys=("hidden_size", "num_attention_heads", "num_hidden_layers",
-                                            "intermediate_size", "vocab_size"),
-                  extra={"max_position_embeddings": MAX_POSITIONS}),
+    "gpt2": dict(model_type="gpt2", keys=("n_embd", "n_head", "n_layer", "n_inner", "vocab_size"),
+                 extra={"n_positions": MAX_POSITIONS}),
+    "bert": _family("bert"),
+    "opt": _family("opt", ("hidden_size", "num_attention_heads", "num_hidden_layers", "ffn_dim", "vocab_size")),
+    "llama": _family("llama"),
+    "gpt_neo": _family("gpt_neo", ("hidden_size", "num_heads", "num_layers", "intermediate_size", "vocab_size")),
+    "gpt_neox": _family("gpt_neox"),
+    "qwen3": _family("qwen3"),
+    "gemma": _family("gemma"),
     # Gemma 2 (soft-capped scores, sliding and full layers alternating) and Gemma 3 (q/k norms)
-    "gemma2": dict(model_type="gemma2", keys=("hidden_size", "num_attention_heads", "num_hidden_layers",
-                                              "intermediate_size", "vocab_size"),
-                   extra={"max_position_embeddings": MAX_POSITIONS}),
-    "gemma3_text": dict(model_type="gemma3_text", keys=("hidden_size", "num_attention_heads", "num_hidden_layers",
-                                                        "intermediate_size", "vocab_size"),
-                        extra={"max_position_embeddings": MAX_POSITIONS}),
+    "gemma2": _family("gemma2"),
+    "gemma3_text": _family("gemma3_text"),
 }
 #: families whose config sets head_dim on its own (Qwen3 128, Gemma 256 by default): counted at hidden / heads
 OWN_HEAD_DIM = ("qwen3", "gemma", "gemma2", "gemma3_text")
