@@ -29,9 +29,9 @@ from __future__ import annotations
 
 from hybridperf.errors import InputError
 from hybridperf.graphs.config import LLAMA_LIKE, ModelConfig
-from hybridperf.graphs.kernels import (CAUSAL_LM, F32, Block, _activation, _rms_norm, _rope, attention_scores, bmm,
-                                       cast, gather, interleaved_rope, linear, llama_layer_blocks, llama_qkv,
-                                       llama_variant, ln, misc, mla_dims, neox_layout, neox_rope, opt_layout,
+from hybridperf.graphs.kernels import (CAUSAL_LM, F32, Block, _activation, _rms_norm, attention_scores, bmm, cast,
+                                       gather, linear, llama_layer_blocks, llama_qkv, llama_variant, ln, misc,
+                                       mla_dims, mla_query_and_latent, neox_layout, neox_rope, opt_layout,
                                        second_rotary_table, soft_cap, vec)
 
 #: families with a decode step: the decoder-only causal LMs, whose forward returns a key/value cache
@@ -168,26 +168,16 @@ def _mla(cfg: ModelConfig, B: int, kv: int) -> list:
     h, H = cfg.hidden, cfg.heads
     nope, rope, v, r = d["qk_nope"], d["qk_rope"], d["v"], d["kv_lora"]
     qk = nope + rope
-    bias = bool(cfg.raw.get("attention_bias", False))
-    ks = [*_rms_norm("input_norm", B, h)]
-    if d["q_lora"]:
-        ks += [linear("q_a_proj", B, h, d["q_lora"], bias=bias), *_rms_norm("q_a_norm", B, d["q_lora"]),
-               linear("q_b_proj", B, d["q_lora"], H * qk, bias=False)]
-    else:
-        ks.append(linear("q_proj", B, h, H * qk, bias=False))
-    rot = interleaved_rope if d["interleave"] else (lambda p, rows, w: _rope(p, rows, w))
-    ks += [linear("kv_a_proj", B, h, r + rope, bias=bias), *_rms_norm("kv_a_norm", B, r),
-           *rot("q_rope", B, H * rope), *rot("k_rope", B, rope),
-           misc("attn.cache_latent", "copy", 2 * B * kv * r * F32),
-           misc("attn.cache_rope", "copy", 2 * B * kv * rope * F32),
-           misc("q_cat", "copy", 2 * B * H * qk * F32),
-           linear("kv_b_proj", B * kv, r, H * (nope + v), bias=False),
-           misc("k_nope_copy", "copy", 2 * B * kv * H * nope * F32),
-           misc("k_rope_copy", "copy", 2 * B * kv * H * rope * F32),
-           bmm("attn.qk", B * H, 1, qk, kv), *attention_scores("attn", B * H, kv, "mulu", ("addu",), True),
-           misc("attn.v_copy", "copy", 2 * B * kv * H * v * F32), bmm("attn.av", B * H, 1, kv, v),
-           linear("o_proj", B, H * v, h, bias=bias), vec("resid_add1", "add", B, h), *_rms_norm("post_norm", B, h)]
-    return ks
+    return [*mla_query_and_latent(cfg, B),
+            misc("attn.cache_latent", "copy", 2 * B * kv * r * F32),
+            misc("attn.cache_rope", "copy", 2 * B * kv * rope * F32),
+            linear("kv_b_proj", B * kv, r, H * (nope + v), bias=False),
+            misc("k_nope_copy", "copy", 2 * B * kv * H * nope * F32),
+            misc("k_rope_copy", "copy", 2 * B * kv * H * rope * F32),
+            bmm("attn.qk", B * H, 1, qk, kv), *attention_scores("attn", B * H, kv, "mulu", ("addu",), True),
+            misc("attn.v_copy", "copy", 2 * B * kv * H * v * F32), bmm("attn.av", B * H, 1, kv, v),
+            linear("o_proj", B, H * v, h, bias=bool(cfg.raw.get("attention_bias", False))),
+            vec("resid_add1", "add", B, h), *_rms_norm("post_norm", B, h)]
 
 
 def _deepseek(cfg: ModelConfig, B: int, seq: int) -> list:

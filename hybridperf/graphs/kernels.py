@@ -606,6 +606,15 @@ def neox_layout(cfg: ModelConfig) -> dict:
             "hidden_dropout": float(cfg.raw.get("hidden_dropout") or 0) > 0}
 
 
+def causal_and_rotary_setup(B: int, S: int, rotary_width: int) -> list:
+    """What a rotary causal LM builds before its layers (as NeuSight's traced graphs count it): the causal
+    mask (full, triu, arange compare, mul, expand + clone) and the rotary table (freqs, cat, cos, sin) over
+    B * S positions, `rotary_width` wide."""
+    return [*(misc(f"causal_{i}", "mask", 2 * S * S * F32) for i in range(4)),
+            misc("causal_clone", "copy", 2 * B * S * S * F32),
+            *(misc(f"rotary_{i}", "mask", 2 * B * S * rotary_width * F32) for i in range(4))]
+
+
 def cat_rope(p: str, tok: int, heads: int, hd: int, rot: int, train: bool) -> list:
     """RoPE on the first `rot` of each of `heads` heads of projection `p` (q or k), then concatenated with
     the passed-through rest (Phi-3, GPT-NeoX; a copy even when the rest is empty). Each slice sends a
@@ -631,9 +640,7 @@ def _gpt_neox(cfg: ModelConfig, B, S, train) -> list:
     h, f, V, tok = cfg.hidden, cfg.ffn, cfg.vocab, B * S
     o = neox_layout(cfg)
     pre = [gather("embed_in", tok, h, V), *_dropout("emb_dropout", tok, h, train and o["hidden_dropout"]),
-           *[misc(f"causal_{i}", "mask", 2 * S * S * F32) for i in range(4)],
-           misc("causal_clone", "copy", 2 * B * S * S * F32),
-           *[misc(f"rotary_{i}", "mask", 2 * tok * o["rotary_dim"] * F32) for i in range(4)]]
+           *causal_and_rotary_setup(B, S, o["rotary_dim"])]
     L = [*grad_sums("resid_in", tok, h, 3 if o["parallel"] else 2, train), ln("input_layernorm", tok, h),
          linear("query_key_value", tok, h, 3 * h, bias=o["bias"]), *grad_cat("qkv_out", tok * 3 * h, train),
          *neox_rope(tok, cfg.heads, cfg.head_dim, o["rotary_dim"], train)]
@@ -1067,18 +1074,15 @@ def interleaved_rope(p: str, rows: int, width: int, train: bool = False) -> list
             *grad_sums(f"{p}_halves", rows, width, 2, train)]
 
 
-def mla_attention(cfg: ModelConfig, B: int, S: int, train: bool = False) -> list:
-    """DeepSeek-V3's multi-head latent attention in HF eager code (DeepseekV3Attention, transformers 5.23),
-    from the input norm to the post-attention norm: q through a low-rank `q_a_proj`, RMSNorm, `q_b_proj` (or
-    one q_proj), the key/value latent and the shared rotary key from `kv_a_proj_with_mqa`, RMSNorm over the
-    latent, RoPE on the rotated part of q and k, q re-assembled (torch.cat), the latent expanded to every
-    head's key and value (`kv_b_proj`), the keys assembled into a new tensor (two copies: the shared rotary
-    key broadcast to every head, whose gradient is summed over the heads), then eager attention with
-    (nope + rope)-wide keys and v_head_dim-wide values."""
+def mla_query_and_latent(cfg: ModelConfig, tok: int, train: bool = False) -> list:
+    """The first half of DeepSeek-V3's latent attention over `tok` tokens (the prefill, training and decode
+    graphs share it): the input norm, q through a low-rank `q_a_proj`, RMSNorm and `q_b_proj` (or one
+    q_proj), the key/value latent and the shared rotary key from `kv_a_proj_with_mqa`, RMSNorm over the
+    latent, RoPE on the rotated part of q and k, and q re-assembled (torch.cat). In the backward each split
+    is a torch.cat of its parts' gradients and each head-split view a layout copy."""
     d = mla_dims(cfg)
-    h, H, tok = cfg.hidden, cfg.heads, B * S
-    nope, rope, v, r = d["qk_nope"], d["qk_rope"], d["v"], d["kv_lora"]
-    qk = nope + rope
+    h, H = cfg.hidden, cfg.heads
+    rope, r, qk = d["qk_rope"], d["kv_lora"], d["qk_nope"] + d["qk_rope"]
     bias = bool(cfg.raw.get("attention_bias", False))
     ks = [*grad_sums("resid_in", tok, h, 2, train), *_rms_norm("input_norm", tok, h, train),
           *grad_sums("input_norm_out", tok, h, 2, train)]
@@ -1087,25 +1091,38 @@ def mla_attention(cfg: ModelConfig, B: int, S: int, train: bool = False) -> list
                linear("q_b_proj", tok, d["q_lora"], H * qk, bias=False)]
     else:
         ks.append(linear("q_proj", tok, h, H * qk, bias=False))
-    def rot(p, rows, w, train):
+
+    def rot(p, rows, w):
         if d["interleave"]:
             return interleaved_rope(p, rows, w, train)
         return [*_rope(p, rows, w), *grad_sums(f"{p}_x", rows, w, 3, train), *slice_grads(f"{p}_x", rows, w, 2, train)]
 
-    # the backward of each split is a torch.cat of the parts' gradients, of each head-split view a layout copy
-    ks += [*grad_cat("q_split", tok * H * qk, train), *grad_cat("q_layout", tok * H * qk, train),
-           linear("kv_a_proj", tok, h, r + rope, bias=bias), *grad_cat("kv_a_split", tok * (r + rope), train),
-           *_rms_norm("kv_a_norm", tok, r, train),
-           *rot("q_rope", tok, H * rope, train), *rot("k_rope", tok, rope, train),
-           misc("q_cat", "copy", 2 * tok * H * qk * F32),
-           linear("kv_b_proj", tok, r, H * (nope + v), bias=False),
-           *grad_cat("kv_b_layout", tok * H * (nope + v), train), *grad_cat("kv_b_split", tok * H * (nope + v), train),
-           misc("k_nope_copy", "copy", 2 * tok * H * nope * F32),
-           misc("k_rope_copy", "copy", 2 * tok * H * rope * F32, tag="broadcast_copy"),
-           # autograd's copies for the two slot copies into the new key tensor (CopySlices): the key gradient
-           # twice, each slot's part, and the zeroed rotary slot
-           *(k for n, w in (("key_a", qk), ("rope", rope), ("rope_zero", rope), ("rope_in", rope), ("key_b", qk),
-                            ("nope", nope)) for k in grad_cat(f"k_slots.{n}", tok * H * w, train))]
+    return ks + [*grad_cat("q_split", tok * H * qk, train), *grad_cat("q_layout", tok * H * qk, train),
+                 linear("kv_a_proj", tok, h, r + rope, bias=bias), *grad_cat("kv_a_split", tok * (r + rope), train),
+                 *_rms_norm("kv_a_norm", tok, r, train), *rot("q_rope", tok, H * rope), *rot("k_rope", tok, rope),
+                 misc("q_cat", "copy", 2 * tok * H * qk * F32)]
+
+
+def mla_attention(cfg: ModelConfig, B: int, S: int, train: bool = False) -> list:
+    """DeepSeek-V3's multi-head latent attention in HF eager code (DeepseekV3Attention, transformers 5.23),
+    from the input norm to the post-attention norm: `mla_query_and_latent`, the latent expanded to every
+    head's key and value (`kv_b_proj`), the keys assembled into a new tensor (two copies: the shared rotary
+    key broadcast to every head, whose gradient is summed over the heads), then eager attention with
+    (nope + rope)-wide keys and v_head_dim-wide values."""
+    d = mla_dims(cfg)
+    h, H, tok = cfg.hidden, cfg.heads, B * S
+    nope, rope, v, r = d["qk_nope"], d["qk_rope"], d["v"], d["kv_lora"]
+    qk = nope + rope
+    bias = bool(cfg.raw.get("attention_bias", False))
+    ks = [*mla_query_and_latent(cfg, tok, train),
+          linear("kv_b_proj", tok, r, H * (nope + v), bias=False),
+          *grad_cat("kv_b_layout", tok * H * (nope + v), train), *grad_cat("kv_b_split", tok * H * (nope + v), train),
+          misc("k_nope_copy", "copy", 2 * tok * H * nope * F32),
+          misc("k_rope_copy", "copy", 2 * tok * H * rope * F32, tag="broadcast_copy"),
+          # autograd's copies for the two slot copies into the new key tensor (CopySlices): the key gradient
+          # twice, each slot's part, and the zeroed rotary slot
+          *(k for n, w in (("key_a", qk), ("rope", rope), ("rope_zero", rope), ("rope_in", rope), ("key_b", qk),
+                           ("nope", nope)) for k in grad_cat(f"k_slots.{n}", tok * H * w, train))]
     core = _attention_core("attn", B, S, H, qk, train, scale_op="mulu", mask_op=("addu",), dropout=False,
                            softmax_fp32=True, layout=("v",), v_dim=v)
     # v is a slice of kv_b_proj's output: its gradient reaches the split's torch.cat, no layout copy of its own
@@ -1119,10 +1136,7 @@ def _deepseek(cfg: ModelConfig, B, S, train) -> list:
     multi-head latent attention (`mla_attention`) and a dense MLP (the first `first_k_dense_replace`,
     block `dense_layer`) or the top-k MoE with its shared experts (`moe_block`, block `layer`)."""
     h, V, tok = cfg.hidden, cfg.vocab, B * S
-    rope = mla_dims(cfg)["qk_rope"]
-    pre = [gather("embed_tokens", tok, h, V), *[misc(f"causal_{i}", "mask", 2 * S * S * F32) for i in range(4)],
-           misc("causal_clone", "copy", 2 * B * S * S * F32),
-           *[misc(f"rotary_{i}", "mask", 2 * tok * rope * F32) for i in range(4)]]
+    pre = [gather("embed_tokens", tok, h, V), *causal_and_rotary_setup(B, S, mla_dims(cfg)["qk_rope"])]
     post = [*_rms_norm("final_norm", tok, h, train), linear("lm_head", tok, h, V, bias=False)]
     return [Block("embeddings", 1, pre, "pre"), *llama_layer_blocks(cfg, mla_attention(cfg, B, S, train), tok, train),
             Block("head", 1, post, "post")]
@@ -1162,9 +1176,7 @@ def _llama(cfg: ModelConfig, B, S, train) -> list:
     gemma = v["gemma"]
     # embeddings, the causal mask (full, triu, arange compare, mul, expand+clone) and the rotary tables
     pre = [gather("embed_tokens", tok, h, V), *([vec("embed_scale", "mulu", tok, h)] if gemma else []),
-           *[misc(f"causal_{i}", "mask", 2 * S * S * F32) for i in range(4)],
-           misc("causal_clone", "copy", 2 * B * S * S * F32),
-           *[misc(f"rotary_{i}", "mask", 2 * tok * cfg.head_dim * F32) for i in range(4)],  # freqs, cat, cos, sin
+           *causal_and_rotary_setup(B, S, cfg.head_dim),
            *[misc(f"sliding_mask_{i}", "mask", 2 * S * S * F32)
              for i in range(SLIDING_MASK_KERNELS.get(cfg.family, 0))],
            *second_rotary_table(cfg, tok)]
