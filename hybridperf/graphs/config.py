@@ -137,7 +137,8 @@ class ModelConfig:
         if self.family == "mixtral":
             return self.layers
         if self.family == "deepseek_v3":  # the first `first_k_dense_replace` layers are dense
-            return max(self.layers - int(self.raw.get("first_k_dense_replace", 3) or 0), 0)
+            dense = self.raw.get("first_k_dense_replace", DEEPSEEK_DEFAULTS["first_k_dense_replace"])
+            return max(self.layers - int(dense), 0)
         step = int(self.raw.get("decoder_sparse_step") or 1)
         dense = set(self.raw.get("mlp_only_layers") or [])
         return sum(1 for i in range(self.layers) if i not in dense and (i + 1) % step == 0)
@@ -230,11 +231,9 @@ def _deepseek_fields(d: dict, experts: int, k: int, source: str) -> dict:
     """Check DeepSeek-V3's latent-attention and routing fields; its MoE fields (`_moe_fields`)."""
     v = {key: d.get(key, default) for key, default in DEEPSEEK_DEFAULTS.items()}
     for key, val in v.items():
-        if key == "q_lora_rank" and val is None:  # no low-rank query (DeepSeek-V2-Lite): one q_proj
-            continue
-        if key in ("first_k_dense_replace",) and val == 0:
-            continue
-        _pos_int(val, key, source)
+        # no low-rank query (one q_proj, as in Moonlight), or no dense layer
+        if (key, val) not in (("q_lora_rank", None), ("first_k_dense_replace", 0)):
+            _pos_int(val, key, source)
     if experts % v["n_group"] or v["topk_group"] > v["n_group"] or k > experts // v["n_group"] * v["topk_group"]:
         raise InputError(f"{source}: {experts} experts in n_group = {v['n_group']} groups, topk_group = "
                          f"{v['topk_group']}, cannot route {k} experts per token")
@@ -269,7 +268,7 @@ def config_from_dict(d: dict, source: str = "config") -> ModelConfig:
         text = d.get("text_config")
         if not isinstance(text, dict):
             raise InputError(f"{source}: a gemma3 config needs a 'text_config' object (its language model)")
-        d = {**GEMMA3_TEXT_DEFAULTS, **{k: v for k, v in text.items() if v is not None}, "model_type": "gemma3_text"}
+        d = {**GEMMA3_TEXT_DEFAULTS, **text, "model_type": "gemma3_text"}
         mt = "gemma3_text"
     if mt not in SUPPORTED_MODEL_TYPES:
         raise InputError(f"{source}: unsupported model_type {mt!r}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}")

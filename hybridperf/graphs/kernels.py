@@ -56,7 +56,8 @@ import pandas as pd
 
 from hybridperf.devices import DTYPE_BYTES, dtype_key
 from hybridperf.errors import InputError
-from hybridperf.graphs.config import GEMMA, LLAMA_LIKE, ROBERTA_LIKE, SLIDING_GEMMA, ModelConfig, load_config
+from hybridperf.graphs.config import (DEEPSEEK_DEFAULTS, GEMMA, LLAMA_LIKE, ROBERTA_LIKE, SLIDING_GEMMA, ModelConfig,
+                                      load_config)
 from hybridperf.graphs.memory import MemoryEstimate, moe_layer_extra_bytes, saved_activation_bytes
 from hybridperf.ops import OP_CLASS
 
@@ -1051,14 +1052,11 @@ def deepseek_router(cfg: ModelConfig, tok: int, train: bool = False) -> list:
 
 def mla_dims(cfg: ModelConfig) -> dict:
     """DeepSeek-V3's latent-attention widths: q_lora (0: one q_proj), kv_lora, nope, rope, v; interleaved RoPE."""
-    from hybridperf.graphs.config import DEEPSEEK_DEFAULTS
-
     raw = cfg.raw
-    q_lora = raw.get("q_lora_rank", DEEPSEEK_DEFAULTS["q_lora_rank"])
-    return {"q_lora": int(q_lora or 0), "interleave": bool(raw.get("rope_interleave", True)),
-            **{k: int(raw.get(f"{k}_head_dim" if k != "kv_lora" else "kv_lora_rank",
-                              DEEPSEEK_DEFAULTS[f"{k}_head_dim" if k != "kv_lora" else "kv_lora_rank"]))
-               for k in ("kv_lora", "qk_nope", "qk_rope", "v")}}
+    keys = {"kv_lora": "kv_lora_rank", "qk_nope": "qk_nope_head_dim", "qk_rope": "qk_rope_head_dim", "v": "v_head_dim"}
+    return {"q_lora": int(raw.get("q_lora_rank", DEEPSEEK_DEFAULTS["q_lora_rank"]) or 0),
+            "interleave": bool(raw.get("rope_interleave", True)),
+            **{k: int(raw.get(key, DEEPSEEK_DEFAULTS[key])) for k, key in keys.items()}}
 
 
 def interleaved_rope(p: str, rows: int, width: int, train: bool = False) -> list:
