@@ -20,7 +20,8 @@ MOE = {"mixtral": {"model_type": "mixtral", **SMALL, "num_local_experts": 4, "nu
        "qwen2_moe": {"model_type": "qwen2_moe", **SMALL, "num_experts": 4, "num_experts_per_tok": 2,
                      "moe_intermediate_size": 32, "shared_expert_intermediate_size": 96},
        "qwen3_moe": {"model_type": "qwen3_moe", **SMALL, "num_experts": 4, "num_experts_per_tok": 2,
-                     "moe_intermediate_size": 32, "norm_topk_prob": True}}
+                     "moe_intermediate_size": 32, "norm_topk_prob": True},
+       "gpt_oss": {"model_type": "gpt_oss", **SMALL, "num_local_experts": 4, "num_experts_per_tok": 2}}
 H100, A100 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"
 
 
@@ -31,7 +32,7 @@ def _per_layer(cfg, mode, dtype="fp32", batch=2, seq=8):
 
 
 @pytest.mark.parametrize("family,inf,decode_fp32,decode_bf16", [("mixtral", 58, 58, 66), ("qwen2_moe", 65, 65, 73),
-                                                                ("qwen3_moe", 70, 70, 82)])
+                                                                ("qwen3_moe", 70, 70, 82), ("gpt_oss", 71, 72, 76)])
 def test_moe_layers_launch_what_hf_eager_launches(family, inf, decode_fp32, decode_bf16):
     """Kernels per layer as TorchDispatchMode counts them on HF eager models (transformers 5.23, grouped_mm
     experts; `experiments/graph_trace.py` and `experiments/decode_trace.py`): a forward of 2 x 8 tokens,
@@ -127,6 +128,8 @@ def test_inference_memory_counts_expert_weights_once():
      2983488),
     ("qwen2_moe", {"num_experts": 16, "num_experts_per_tok": 4, "moe_intermediate_size": 64,
                    "shared_expert_intermediate_size": 256}, 256, 512, 4, 32, 2, 2025792),
+    ("gpt_oss", {"num_local_experts": 16, "num_experts_per_tok": 4, "sliding_window": 32}, 192, 192, 2, 64, 4, 4684864),
+    ("gpt_oss", {"num_local_experts": 8, "num_experts_per_tok": 2, "sliding_window": 16}, 256, 128, 4, 32, 4, 2837536),
 ])
 def test_moe_saved_activations_match_the_cpu_autograd_counts(family, extra, hidden, ffn, batch, seq, dtype_bytes,
                                                              counted):
@@ -150,7 +153,7 @@ DEEPSEEK = {"model_type": "deepseek_v3", "hidden_size": 64, "intermediate_size":
 
 
 @pytest.mark.parametrize("family,train_fp32,train_bf16", [("mixtral", 169, 186), ("qwen2_moe", 196, 212),
-                                                          ("qwen3_moe", 211, 235)])
+                                                          ("qwen3_moe", 211, 235), ("gpt_oss", 213, 223)])
 def test_moe_training_layers_launch_what_hf_eager_launches(family, train_fp32, train_bf16):
     """A training step that accumulates into `.grad` (TorchDispatchMode, `experiments/graph_trace.py`): the
     broadcast division and product of the routing weights sum their gradients, and Mixtral's fp32 expert
@@ -199,3 +202,22 @@ def test_deepseek_v3_latent_attention_shapes_cache_and_config():
         from hybridperf.graphs.parallel import predict_parallel
 
         predict_parallel(DEEPSEEK, 4, 64, "train", "DGX-H100", tp=2)
+
+
+def test_gpt_oss_sinks_biases_and_sliding_layers():
+    """GPT-OSS: attention with a sink logit per head (softmax over kv + 1, in the model dtype), biased
+    projections and experts, a clamped SwiGLU on the experts' even and odd columns, and sliding layers (128
+    keys) alternating with full ones, whose decode step attends to its window only."""
+    cfg = load_config(MOE["gpt_oss"])
+    assert (cfg.sparse_layers, cfg.sliding_window, cfg.layer_types) == (2, 128, ("sliding_attention", "full_attention"))
+    t = build_graph(MOE["gpt_oss"], 2, 8, "inf", dtype="bf16").kernel_table().set_index("name")
+    assert t.loc["attn.softmax", ["H", "dtype"]].tolist() == [9, "bf16"]  # 8 keys and the sink
+    assert t.loc["o_proj", "op"] == "linear" and "attn.softmax_in" not in t.index
+    assert {"experts.gate_up_bias_add", "experts.up_clamp", "experts.down_bias_add"} <= set(t.index)
+    d = build_graph(MOE["gpt_oss"], 2, 400, "decode").kernel_table()
+    qk = d[d["name"] == "attn.qk"].set_index("block")
+    assert (qk.loc["sliding_layer", "K"], qk.loc["layer", "K"]) == (128, 401)
+    with pytest.raises(InputError, match="dp only"):
+        from hybridperf.graphs.parallel import predict_parallel
+
+        predict_parallel(MOE["gpt_oss"], 4, 64, "train", "DGX-H100", tp=2)

@@ -41,6 +41,11 @@ Supported `model_type`s (the architectures of NeuSight's DLmodel_configs):
                          (qwen); qwen2_moe adds a sigmoid-gated shared expert of
                          `shared_expert_intermediate_size`. Layers in `mlp_only_layers`, or off the
                          `decoder_sparse_step`, keep a dense MLP of `intermediate_size`.
+    gpt_oss              GPT-OSS: Mixtral-style top-k experts (`num_local_experts`, `intermediate_size` wide)
+                         with biases and a clamped SwiGLU, a router with a bias and a softmax over the k
+                         chosen logits, attention with biases and a learned sink logit per head, RoPE on
+                         contiguous halves, and sliding-window (`sliding_window`, 128) and full layers
+                         alternating.
     deepseek_v3          DeepSeek-V3 (and Kimi-K2, Moonlight): multi-head latent attention (low-rank q through
                          `q_lora_rank`, keys and values expanded from a `kv_lora_rank` latent, RoPE on
                          `qk_rope_head_dim` of each head, interleaved by default) and a top-k MoE of
@@ -57,11 +62,15 @@ from hybridperf.errors import InputError
 from hybridperf.jsonio import read_json_object
 
 #: llama-likes whose MLP is a top-k mixture of experts (HF's grouped experts, `graphs.kernels.moe_block`)
-MOE_LLAMA = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3")
+MOE_LLAMA = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss")
 #: Gemma's llama-likes: (1 + weight) RMSNorms in fp32, sqrt(hidden)-scaled embeddings, a tied LM head
 GEMMA = ("gemma", "gemma2", "gemma3_text")
 #: Gemma 2 and 3: sandwich norms and sliding-window layers (`ModelConfig.layer_types`)
 SLIDING_GEMMA = ("gemma2", "gemma3_text")
+#: families whose `layer_types` mix sliding-window and full attention
+SLIDING_LAYERS = (*SLIDING_GEMMA, "gpt_oss")
+#: HF's `sliding_window` default of each SLIDING_LAYERS family
+SLIDING_WINDOW_DEFAULT = {"gemma2": 4096, "gemma3_text": 4096, "gpt_oss": 128}
 LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", *GEMMA, "phi3", *MOE_LLAMA)
 #: T5-style encoder-decoders (T5 is Switch without the expert layers)
 ENCODER_DECODER = ("switch_transformers", "t5")
@@ -134,7 +143,7 @@ class ModelConfig:
         every Mixtral layer is sparse (MixtralConfig has neither key)."""
         if self.family not in MOE_LLAMA:
             return 0
-        if self.family == "mixtral":
+        if self.family in ("mixtral", "gpt_oss"):
             return self.layers
         if self.family == "deepseek_v3":  # the first `first_k_dense_replace` layers are dense
             dense = self.raw.get("first_k_dense_replace", DEEPSEEK_DEFAULTS["first_k_dense_replace"])
@@ -149,21 +158,21 @@ class ModelConfig:
         and 3's (their sliding layers; HF's default 4096 when the key is absent, none when it is null)."""
         if self.family == "mistral":
             return int(self.raw.get("sliding_window") or 0)
-        if self.family in SLIDING_GEMMA:
-            return int(self.raw.get("sliding_window", 4096) or 0)
+        if self.family in SLIDING_LAYERS:
+            return int(self.raw.get("sliding_window", SLIDING_WINDOW_DEFAULT[self.family]) or 0)
         return 0
 
     @property
     def layer_types(self) -> tuple:
-        """Each decoder layer's attention, "full_attention" or "sliding_attention" (SLIDING_GEMMA; every other
-        family: all full): the config's `layer_types`, or HF's default, gemma2 sliding on even layers and
-        gemma3 on all but every `sliding_window_pattern`-th (6). No sliding layer without a `sliding_window`."""
-        if self.family not in SLIDING_GEMMA or not self.sliding_window:
+        """Each decoder layer's attention, "full_attention" or "sliding_attention" (SLIDING_LAYERS; every other
+        family: all full): the config's `layer_types`, or HF's default, gemma2 and gpt_oss sliding on even layers
+        and gemma3 on all but every `sliding_window_pattern`-th (6). No sliding layer without a `sliding_window`."""
+        if self.family not in SLIDING_LAYERS or not self.sliding_window:
             return ("full_attention",) * self.layers
         given = self.raw.get("layer_types")
         if given:
             return tuple(given)
-        step = 2 if self.family == "gemma2" else int(self.raw.get("sliding_window_pattern") or 6)
+        step = int(self.raw.get("sliding_window_pattern") or 6) if self.family == "gemma3_text" else 2
         return tuple("sliding_attention" if (i + 1) % step else "full_attention" for i in range(self.layers))
 
     @property
@@ -193,7 +202,8 @@ def _pos_int(value, key: str, source: str) -> int:
 
 
 #: HF's defaults of the MoE families (MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig in transformers 5.23)
-_MOE_DEFAULTS = {"mixtral": (8, 2), "qwen2_moe": (60, 4), "qwen3_moe": (128, 8), "deepseek_v3": (256, 8)}
+_MOE_DEFAULTS = {"mixtral": (8, 2), "qwen2_moe": (60, 4), "qwen3_moe": (128, 8), "deepseek_v3": (256, 8),
+                 "gpt_oss": (128, 4)}
 #: DeepseekV3Config's attention (multi-head latent attention) and routing defaults (transformers 5.23)
 DEEPSEEK_DEFAULTS = {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
                      "v_head_dim": 128, "n_group": 8, "topk_group": 4, "n_shared_experts": 1,
@@ -208,7 +218,7 @@ def _moe_fields(d: dict, mt: str, ffn: int, source: str) -> dict:
     k = _pos_int(_get(d, "num_experts_per_tok", default=k_default), "num_experts_per_tok", source)
     if k > experts:
         raise InputError(f"{source}: num_experts_per_tok = {k} exceeds the {experts} experts")
-    if mt == "mixtral":
+    if mt in ("mixtral", "gpt_oss"):
         return {"num_experts": experts, "experts_per_token": k, "expert_ffn": ffn}
     if mt == "deepseek_v3":
         return _deepseek_fields(d, experts, k, source)
@@ -241,8 +251,9 @@ def _deepseek_fields(d: dict, experts: int, k: int, source: str) -> dict:
             "shared_ffn": int(v["n_shared_experts"]) * int(v["moe_intermediate_size"])}
 
 
-def _gemma_fields(d: dict, layers: int, source: str) -> None:
-    """Check what Gemma 2 and 3 add: `layer_types` (one per layer), a positive `sliding_window` and soft-caps."""
+def _sliding_fields(d: dict, layers: int, source: str) -> None:
+    """Check what Gemma 2 and 3 and GPT-OSS add: `layer_types` (one per layer), a positive `sliding_window` and
+    (Gemma 2) soft-caps."""
     given = d.get("layer_types")
     if given is not None:
         if not isinstance(given, list) or len(given) != layers or any(t not in LAYER_TYPES for t in given):
@@ -320,8 +331,8 @@ def config_from_dict(d: dict, source: str = "config") -> ModelConfig:
             head_dim = sum(_pos_int(d.get(key, DEEPSEEK_DEFAULTS[key]), key, source)
                            for key in ("qk_nope_head_dim", "qk_rope_head_dim"))
         moe = _moe_fields(d, mt, ffn, source) if mt in MOE_LLAMA else {}
-        if mt in SLIDING_GEMMA:
-            _gemma_fields(d, layers, source)
+        if mt in SLIDING_LAYERS:
+            _sliding_fields(d, layers, source)
         act = _get(d, "hidden_activation", "hidden_act") if mt in SLIDING_GEMMA else _get(d, "hidden_act")
         return ModelConfig(family=mt, hidden=hidden, heads=heads, layers=layers, ffn=ffn, vocab=vocab,
                            head_dim=head_dim, activation=str(act or ("gelu_pytorch_tanh" if mt in GEMMA else "silu")),

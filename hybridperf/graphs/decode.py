@@ -40,7 +40,7 @@ DECODE_FAMILIES = CAUSAL_LM
 #: rotary cos/sin before the first layer (counted; all tiny); OPT adds its cumsum position ids
 SETUP_KERNELS = {"gpt2": 12, "gpt_neo": 12, "opt": 16, "llama": 19, "gpt_neox": 19,
                  # a sliding-window mask too (unused in Qwen2-MoE)
-                 "qwen2_moe": 34, "gemma2": 34, "gemma3_text": 34}
+                 "qwen2_moe": 34, "gemma2": 34, "gemma3_text": 34, "gpt_oss": 33}
 #: of those, the rotary models' casts in a half-precision model (cos and sin and the mask to the model dtype)
 LLAMA_SETUP_CASTS = 3
 
@@ -61,7 +61,7 @@ def _setup(cfg: ModelConfig, B: int, kv: int) -> list:
 
 
 def _attention(p: str, cfg: ModelConfig, B: int, kv: int, scale_op, mask_ops, q_copy=False, softmax_fp32=False,
-               qk_fp32=False, softcap=False) -> list:
+               qk_fp32=False, softcap=False, sinks=False) -> list:
     """Cache update, (repeat_kv), QK^T, scale, (soft-cap), mask, softmax and AV of one new token per sequence."""
     heads, hd, kvh = cfg.heads, cfg.head_dim, cfg.num_kv_heads
     bh = B * heads
@@ -75,7 +75,7 @@ def _attention(p: str, cfg: ModelConfig, B: int, kv: int, scale_op, mask_ops, q_
     if qk_fp32:  # GPT-Neo: q.to(float32), k.to(float32) -- the whole cache, every step
         ks += [cast(f"{p}.q_to_fp32", bh * hd), cast(f"{p}.k_to_fp32", bh * kv * hd)]
     ks.append({**bmm(f"{p}.qk", bh, 1, hd, kv), "fp32": qk_fp32})
-    ks += attention_scores(p, bh, kv, scale_op, mask_ops, softmax_fp32, qk_fp32, softcap)
+    ks += attention_scores(p, bh, kv, scale_op, mask_ops, softmax_fp32, qk_fp32, softcap, sinks and cfg.heads)
     ks.append(bmm(f"{p}.av", bh, 1, kv, hd))
     return ks
 
@@ -145,13 +145,15 @@ def _llama(cfg: ModelConfig, B: int, seq: int) -> list:
     pre = [gather("embed_tokens", B, h, V), *([vec("embed_scale", "mulu", B, h)] if gemma else []), *_setup(cfg, B, kv)]
 
     def attn(keys):
-        return [*_rms_norm("input_norm", B, h, unit_offset=gemma), *llama_qkv(cfg, B),
-                *_attention("attn", cfg, B, keys, "mulu", ("addu",), softmax_fp32=True, softcap=v["softcap"]),
-                linear("o_proj", B, cfg.heads * cfg.head_dim, h, bias=False),
+        return [*_rms_norm("input_norm", B, h, unit_offset=gemma, fp32_weight=v["oss"]), *llama_qkv(cfg, B),
+                *_attention("attn", cfg, B, keys, "mulu", ("addu",), softmax_fp32=not v["oss"], softcap=v["softcap"],
+                            sinks=v["oss"]),
+                linear("o_proj", B, cfg.heads * cfg.head_dim, h, bias=v["o_bias"]),
                 *(_rms_norm("post_attn_norm", B, h, unit_offset=True) if v["sandwich"] else []),
-                vec("resid_add1", "add", B, h), *_rms_norm("post_norm", B, h, unit_offset=gemma)]
+                vec("resid_add1", "add", B, h), *_rms_norm("post_norm", B, h, unit_offset=gemma, fp32_weight=v["oss"])]
 
-    post = [*_rms_norm("final_norm", B, h, unit_offset=gemma), linear("lm_head", B, h, V, bias=False),
+    post = [*_rms_norm("final_norm", B, h, unit_offset=gemma, fp32_weight=v["oss"]),
+            linear("lm_head", B, h, V, bias=False),
             *(soft_cap("logit_softcap", B, V) if v["final_softcap"] else [])]
     # the B new tokens pass the MLP (a top-k MoE's sparse layers route them); Gemma 2 and 3's sliding
     # layers attend to their window only, once the cache is longer (block `sliding_layer`)

@@ -73,13 +73,14 @@ MODES = ("inf", "train", "decode")
 #: families whose inference forward returns a key/value cache (decoder-only causal LMs)
 CAUSAL_LM = ("gpt2", "gpt_neo", "gpt_neox", "opt") + LLAMA_LIKE
 #: families whose eager attention takes its softmax in fp32 in a half-precision model
-SOFTMAX_FP32 = ("gpt_neo", "gpt_neox", "opt") + LLAMA_LIKE
+SOFTMAX_FP32 = ("gpt_neo", "gpt_neox", "opt") + tuple(f for f in LLAMA_LIKE if f != "gpt_oss")
 #: families whose learned or rotary position tables cap the sequence at `max_positions`
 POSITION_LIMITED = ("bert", *ROBERTA_LIKE, "gpt2", "gpt_neo", "gpt_neox", "opt", *LLAMA_LIKE)
 #: families that build a sliding-window causal mask beside the causal one (Qwen2MoeModel even when no layer
 #: uses it; Gemma 2 and 3 for their sliding layers), and its kernels in a prefill forward (TorchDispatchMode,
 #: transformers 5.23)
-SLIDING_MASK_KERNELS = {"qwen2_moe": 23, "gemma2": 23, "gemma3_text": 23}
+SLIDING_MASK_KERNELS = {"qwen2_moe": 23, "gemma2": 23, "gemma3_text": 23,
+                        "gpt_oss": 6}  # 14 for the mask, net of 8 position and padding checks Llama's path has
 #: tags of kernels that only the backward launches (`grad_sums`, `grad_cat`)
 BACKWARD_ONLY = ("grad_sum", "grad_cat", "grad_zeros", "grad_cast")
 
@@ -215,7 +216,8 @@ class ModelGraph:
                                          cfg.total_layers, self.batch, self.seq, eb, cfg.max_positions, self.recompute)
             if cfg.sparse_layers:  # with recompute only the layer being back-propagated holds its saved set
                 moe = moe_layer_extra_bytes(self.batch * self.seq, cfg.experts_per_token, cfg.hidden, eb,
-                                            bool(cfg.shared_ffn))
+                                            bool(cfg.shared_ffn) and cfg.family == "qwen2_moe",
+                                            cfg.expert_ffn if cfg.family == "gpt_oss" else 0)
                 act += moe * (1 if self.recompute else cfg.sparse_layers)
             act /= 1e9
             if self.optimizer:
@@ -307,6 +309,19 @@ def backward_kernels(k: dict) -> list:
         return [vec(n + ".bw", "mulu", k["B"], k["H"])]
     if tag == "broadcast_copy":  # a copy of a tensor broadcast over heads: its gradient summed back
         return [misc(n + ".bw", "reduce", k["nbytes"] / 2)]
+    if tag == "sub_broadcast":  # x - m with m broadcast over the row: m's gradient is -grad summed over the row
+        return [vec(n + ".bw", "mulu", k["B"], k["H"]), misc(n + ".bw_sum", "reduce", k["B"] * k["H"] * F32)]
+    if tag == "row_max":  # max(dim) keeps its indices: the gradient is scattered into zeros
+        return [misc(n + ".bw_zeros", "mask", k["nbytes"]), misc(n + ".bw", "index", k["nbytes"])]
+    if tag == "sink_cat":  # the broadcast sink column's gradient summed over batch and rows
+        return [misc(n + ".bw", "reduce", k["nbytes"] / 2)]
+    if tag in ("clamp", "clamp_max"):  # where(lo <= x <= hi, grad, 0): a scalar, the compares, their and, where
+        elems = k["B"] * k["H"]
+        compares = 2 if tag == "clamp" else 1
+        return [misc(n + ".bw_scalar", "mask", 8), *(misc(f"{n}.bw_cmp{i}", "mask", elems * (F32 + 1))
+                                                      for i in range(compares)),
+                *([misc(n + ".bw_and", "mask", 3 * elems)] if tag == "clamp" else []),
+                vec(n + ".bw", "mul", k["B"], k["H"])]
     if tag == "nll":  # zero-filled (tokens, V) gradient with one scatter
         return [misc(n + ".bw", "copy", k["B"] * k["H"] * F32)]
     if op == "linear":
@@ -453,7 +468,7 @@ def fuse_pointwise(kernels: list) -> list:
 # ----------------------------------------------------------------------------------------------------
 
 def _attention_core(p, B, S, heads, hd, train, scale_op, mask_op, S_kv=None, dropout=True, softmax_fp32=False,
-                    qk_fp32=False, layout=("q", "k", "v"), softcap=False, kv_groups=1, v_dim=None):
+                    qk_fp32=False, layout=("q", "k", "v"), softcap=False, kv_groups=1, v_dim=None, sinks=False):
     """QK^T, scale, mask, softmax, dropout, AV, head merge: shared by every family.
 
     Every family hands bmm head-split views, (B, heads, S, hd) permuted out of (B, S, h): torch.matmul
@@ -471,7 +486,8 @@ def _attention_core(p, B, S, heads, hd, train, scale_op, mask_op, S_kv=None, dro
     `softcap` (Gemma 2): the scaled scores are soft-capped, c * tanh(x / c), before the mask. `kv_groups`
     (grouped-query attention, heads per key/value head): the k and v copies are repeat_kv's, whose gradient
     is summed over each group (tag `repeat`). `v_dim`: the values' head width when it is not the keys'
-    (DeepSeek's latent attention)."""
+    (DeepSeek's latent attention). `sinks` (GPT-OSS): a learned logit per head joins each row of scores
+    before the softmax (`attention_scores`)."""
     S_kv = S if S_kv is None else S_kv
     vd = v_dim or hd
     bh = B * heads
@@ -483,7 +499,7 @@ def _attention_core(p, B, S, heads, hd, train, scale_op, mask_op, S_kv=None, dro
     if "k" in layout:
         ks.append(misc(f"{p}.k_copy", "copy", 2 * B * S_kv * heads * hd * F32, tag=kv_tag, fp32=qk_fp32))
     ks.append({**bmm(f"{p}.qk", bh, S, hd, S_kv), "fp32": qk_fp32})
-    ks += attention_scores(p, bh * S, S_kv, scale_op, mask_op, softmax_fp32, qk_fp32, softcap)
+    ks += attention_scores(p, bh * S, S_kv, scale_op, mask_op, softmax_fp32, qk_fp32, softcap, sinks and heads, train)
     if train and dropout:
         ks.append(vec(f"{p}.attn_dropout", "mul", bh * S, S_kv, tag="dropout"))
     if "v" in layout:
@@ -493,16 +509,27 @@ def _attention_core(p, B, S, heads, hd, train, scale_op, mask_op, S_kv=None, dro
     return ks
 
 
-def attention_scores(p, rows, width, scale_op, mask_op, softmax_fp32=False, qk_fp32=False, softcap=False) -> list:
+def attention_scores(p, rows, width, scale_op, mask_op, softmax_fp32=False, qk_fp32=False, softcap=False,
+                     sinks=0, train=False) -> list:
     """Scale, soft-cap, mask and softmax of (rows, width) attention scores, with `_attention_core`'s upcasts
     (`qk_fp32`: the scores are fp32 already; `softmax_fp32`: softmax(dtype=float32) between casts).
-    `mask_op`: ops, or (op, tag) pairs; tag 'where' has a backward kernel, a mask add none."""
+    `mask_op`: ops, or (op, tag) pairs; tag 'where' has a backward kernel, a mask add none. `sinks`
+    (GPT-OSS, the number of heads): each row gains its head's sink logit (torch.cat), its maximum is
+    subtracted, and the softmax runs over width + 1 (the sink's probability is dropped, a slice)."""
     ks = [vec(f"{p}.scale", scale_op, rows, width, fp32=qk_fp32)] if scale_op else []
     if softcap:
         ks += soft_cap(f"{p}.softcap", rows, width)
     for i, op in enumerate(mask_op):
         op, tag = op if isinstance(op, tuple) else (op, "")
         ks.append(vec(f"{p}.mask{i}", op, rows, width, tag=tag, fp32=qk_fp32))
+    if sinks:  # the sink column is a parameter (one logit per head) broadcast to every row
+        return ks + [_k(f"{p}.sink_cat", "misc:copy", nbytes=2 * rows * (width + 1) * F32, params=sinks,
+                        tag="sink_cat"),
+                     *grad_sums(f"{p}.sink_logits", rows, width + 1, 2, train),
+                     misc(f"{p}.sink_max", "reduce", rows * (width + 1) * F32, tag="row_max"),
+                     vec(f"{p}.sink_sub", "add", rows, width + 1, tag="sub_broadcast"),
+                     vec(f"{p}.softmax", "softmax", rows, width + 1),
+                     *slice_grads(f"{p}.sink_drop", rows, width + 1, 1, train)]
     if qk_fp32:
         return ks + [vec(f"{p}.softmax", "softmax", rows, width, fp32=True), cast(f"{p}.softmax_out", rows * width)]
     if softmax_fp32:
@@ -748,12 +775,14 @@ def _opt(cfg: ModelConfig, B, S, train) -> list:
     return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
 
 
-def _rms_norm(p, tok, h, train=False, unit_offset=False):
+def _rms_norm(p, tok, h, train=False, unit_offset=False, fp32_weight=False):
     """RMSNorm in eager PyTorch (SwitchTransformersLayerNorm, LlamaRMSNorm): pow, mean, +eps, rsqrt,
     x*r, w*x (x is read twice). Both compute in fp32: a half-precision model casts x up first and the
     normalised x back down before the weight multiply (TorchDispatchMode on HF's bf16 LlamaRMSNorm).
     `unit_offset` (GemmaRMSNorm): the weight enters as (1 + weight), a tiny add, and multiplies in fp32,
-    before the cast back (its fp32 copy of the weight is a tiny cast in a half-precision model)."""
+    before the cast back (its fp32 copy of the weight is a tiny cast in a half-precision model).
+    `fp32_weight` (GptOssRMSNorm): the half weight multiplies the fp32 x (type promotion) before the cast back,
+    so the weight's gradient is cast back in the backward."""
     ks = [*grad_sums(f"{p}.x", tok, h, 2, train, fp32=True), cast(f"{p}.to_fp32", tok * h),
           vec(f"{p}.pow", "powu", tok, h, fp32=True), misc(f"{p}.mean", "reduce", tok * h * F32, fp32=True),
           misc(f"{p}.eps", "mask", 2 * tok * F32, fp32=True), misc(f"{p}.rsqrt", "mask", 2 * tok * F32, "rsqrt", True),
@@ -762,6 +791,9 @@ def _rms_norm(p, tok, h, train=False, unit_offset=False):
         return ks + [cast(f"{p}.weight_to_fp32", h), misc(f"{p}.one_plus_weight", "mask", 2 * h * F32, fp32=True),
                      _k(f"{p}.weight", "mul", tok, H=h, params=h, tag="broadcast", fp32=True),
                      cast(f"{p}.to_half", tok * h)]
+    if fp32_weight:
+        return ks + [_k(f"{p}.weight", "mul", tok, H=h, params=h, tag="broadcast", fp32=True),
+                     cast(f"{p}.to_half", tok * h), *grad_cast(f"{p}.weight", h, train)]
     return ks + [cast(f"{p}.to_half", tok * h), _k(f"{p}.weight", "mul", tok, H=h, params=h, tag="broadcast")]
 
 
@@ -883,7 +915,8 @@ def llama_variant(cfg: ModelConfig) -> dict:
     and logits (`softcap`, `final_softcap`; HF's defaults when the keys are absent), a rotary table per layer
     type (gemma3), and Phi-3's fused q/k/v and gate/up GEMMs with RoPE on the first `partial_rotary_factor`
     of each head."""
-    qkv_bias = cfg.family == "qwen2" or bool(cfg.raw.get("attention_bias", False))
+    oss = cfg.family == "gpt_oss"
+    qkv_bias = cfg.family == "qwen2" or bool(cfg.raw.get("attention_bias", oss))  # GptOssConfig: on by default
     if cfg.family == "qwen2_moe":  # Qwen2MoeConfig's own key, on by default
         qkv_bias = bool(cfg.raw.get("qkv_bias", True))
     gemma2 = cfg.family == "gemma2"
@@ -894,7 +927,7 @@ def llama_variant(cfg: ModelConfig) -> dict:
             "softcap": bool(cfg.raw.get("attn_logit_softcapping", 50.0 if gemma2 else None)),
             "final_softcap": bool(cfg.raw.get("final_logit_softcapping", 30.0 if gemma2 else None)),
             "rotary_tables": len(set(cfg.layer_types)) if cfg.family == "gemma3_text" else 1,
-            "fused": cfg.family == "phi3",
+            "fused": cfg.family == "phi3", "oss": oss, "o_bias": oss and qkv_bias,
             "rotary_dim": rotary_dim(cfg, 1.0) if cfg.family == "phi3" else cfg.head_dim}
 
 
@@ -912,7 +945,8 @@ def llama_layout_copies(cfg: ModelConfig) -> tuple:
     """Which of q, k, v eager attention copies into a contiguous batch (`_attention_core`'s `layout`).
     Phi-3's RoPE ends in a torch.cat, which leaves q and k contiguous: only repeat_kv's k (grouped-query)
     and the strided v slice of the fused output are copied (TorchDispatchMode, transformers 5.23)."""
-    if not llama_variant(cfg)["fused"]:
+    v = llama_variant(cfg)
+    if not (v["fused"] or v["oss"]):  # GPT-OSS's RoPE also ends in a torch.cat
         return ("q", "k", "v")
     return ("k", "v") if cfg.num_kv_heads < cfg.heads else ("v",)
 
@@ -935,6 +969,9 @@ def llama_qkv(cfg: ModelConfig, tok: int, train: bool = False) -> list:
     if v["fused"]:  # Phi-3 rotates the first rotary_dim of each head and concatenates the rest back
         return ks + cat_rope("q", tok, cfg.heads, hd, v["rotary_dim"], train) \
             + cat_rope("k", tok, cfg.num_kv_heads, hd, v["rotary_dim"], train)
+    if v["oss"]:  # GPT-OSS: RoPE on the two chunks of each head
+        return ks + [*halves_rope("q_rope", tok, q_w, train, strided=False),
+                     *halves_rope("k_rope", tok, kv_w, train, strided=False)]
     # RoPE reads x three times: x * cos, and its two halves in rotate_half
     return ks + [*_rope("q_rope", tok, q_w), *grad_sums("q_rope_x", tok, q_w, 3, train),
                  *slice_grads("q_rope_x", tok, q_w, 2, train),
@@ -967,7 +1004,9 @@ def moe_block(cfg: ModelConfig, tok: int, train: bool = False) -> list:
     gather their tokens, count them per expert (histc, cumsum), the gate/up grouped GEMM, act(gate) * up,
     the down grouped GEMM, times the routing weight, un-permute (arange, index_put, gather) and sum over
     the k experts of each token. Qwen2-MoE adds a gated MLP every token passes through (the shared
-    expert), scaled by sigmoid(x w) and added. Counted with TorchDispatchMode (`experiments/graph_trace.py`);
+    expert), scaled by sigmoid(x w) and added; DeepSeek-V3 routes with `deepseek_router` and adds its shared
+    experts unscaled; GPT-OSS routes with a biased GEMM and a softmax over the k chosen logits, and its experts
+    are `oss_experts`. Counted with TorchDispatchMode (`experiments/graph_trace.py`);
     the tiny integer bookkeeping kernels are `misc:route`. In the backward each gather (tag `gather`)
     zero-fills its gradient and scatters into it."""
     h, E, k, f, tok = cfg.hidden, cfg.num_experts, cfg.experts_per_token, cfg.expert_ffn, int(tok)
@@ -987,8 +1026,13 @@ def moe_block(cfg: ModelConfig, tok: int, train: bool = False) -> list:
         ks += [linear("shared.gate_proj", tok, h, fs, bias=False), linear("shared.up_proj", tok, h, fs, bias=False),
                *_activation("shared", cfg.activation, tok, fs, train), vec("shared.gate_mul", "mul", tok, fs),
                linear("shared.down_proj", tok, fs, h, bias=False)]
+    oss = cfg.family == "gpt_oss"
     if deepseek:
         ks += deepseek_router(cfg, tok, train)
+    elif oss:  # GPT-OSS: logits with a bias, top-k of them, a softmax over the k (all in the model dtype)
+        ks += [linear("moe.router", tok, h, E, bias=True),
+               route("topk", tok * E * F32 + pairs * (F32 + 8), tag="gather"),
+               vec("moe.router_softmax", "softmax", tok, k)]
     else:
         ks += [linear("moe.router", tok, h, E, bias=False),
                cast("moe.router_to_fp32", tok * E, dtypes=HALF_DTYPES if mixtral else ("bf16",)),
@@ -1001,16 +1045,17 @@ def moe_block(cfg: ModelConfig, tok: int, train: bool = False) -> list:
                _k("moe.topk_norm", "div", tok, H=k, tag="broadcast", fp32=True)]
     if deepseek:  # DeepSeek scales the k weights by `routed_scaling_factor` and keeps them in fp32
         ks.append(vec("moe.routed_scale", "mulu", tok, k, fp32=True))
-    elif not mixtral:
+    elif not (mixtral or oss):
         ks.append(cast("moe.weights_to_half", pairs))
     ks += [route("sort", 3 * pairs * 8), route("token_of_pair", 2 * pairs * 8),
            misc("moe.gather_tokens", "index", 2 * pairs * h * F32 + pairs * 8, tag="gather"),
            route("weights_of_pair", pairs * (2 * F32 + 8), tag="gather"), route("ids_to_int", pairs * 12),
            route("histc", pairs * 4 + E * 4), route("offsets", 2 * E * 4),
-           grouped_gemm("experts.gate_up", groups, rows, h, 2 * f, E),
-           *grad_cat("experts.gate_up_out", pairs * 2 * f, train),
-           *_activation("experts", cfg.activation, pairs, f, train), vec("experts.gate_mul", "mul", pairs, f),
-           grouped_gemm("experts.down", groups, rows, f, h, E),
+           *(oss_experts(cfg, pairs, groups, rows, train) if oss else [
+               grouped_gemm("experts.gate_up", groups, rows, h, 2 * f, E),
+               *grad_cat("experts.gate_up_out", pairs * 2 * f, train),
+               *_activation("experts", cfg.activation, pairs, f, train), vec("experts.gate_mul", "mul", pairs, f),
+               grouped_gemm("experts.down", groups, rows, f, h, E)]),
            vec("moe.weight_mul", "mul", pairs, h, tag="broadcast", fp32=fp32_weights),
            *(grad_cast("moe.weight_mul", pairs * h, train) if fp32_weights else []),
            misc("moe.arange", "mask", pairs * 8), route("inverse_perm", 3 * pairs * 8),
@@ -1024,6 +1069,28 @@ def moe_block(cfg: ModelConfig, tok: int, train: bool = False) -> list:
         ks += [linear("shared.expert_gate", tok, h, 1, bias=False), vec("shared.sigmoid", "tanh", tok, 1),
                vec("shared.scale", "mul", tok, h, tag="broadcast"), vec("moe.add_shared", "add", tok, h)]
     return ks
+
+
+def oss_experts(cfg: ModelConfig, pairs: int, groups: int, rows: int, train: bool = False) -> list:
+    """GPT-OSS's experts over `pairs` routed (token, expert) rows (GptOssExperts, grouped_mm with biases,
+    transformers 5.23): each grouped GEMM's bias rows gathered per pair and added, and the clamped SwiGLU on
+    the even (gate) and odd (up) columns: clamp both, gate * sigmoid(alpha gate), (up + 1) * that. The
+    strided columns' gradients are scattered back (slice_backward) and added."""
+    h, E, f = cfg.hidden, cfg.num_experts, cfg.expert_ffn
+
+    def bias(name, width):  # gathered from the (experts, width) bias, whose gradient is scattered back
+        return [_k(f"experts.{name}_bias", "misc:index", nbytes=2 * pairs * width * F32, params=E * width,
+                   tag="gather"), vec(f"experts.{name}_bias_add", "add", pairs, width)]
+
+    return [grouped_gemm("experts.gate_up", groups, rows, h, 2 * f, E), *bias("gate_up", 2 * f),
+            vec("experts.gate_clamp", "relu", pairs, f, tag="clamp_max"),
+            vec("experts.up_clamp", "relu", pairs, f, tag="clamp"),
+            *grad_sums("experts.gate", pairs, f, 2, train), vec("experts.gate_alpha", "mulu", pairs, f),
+            vec("experts.gate_sigmoid", "tanh", pairs, f), vec("experts.glu", "mul", pairs, f),
+            vec("experts.up_plus_one", "addu", pairs, f), vec("experts.gate_mul", "mul", pairs, f),
+            *slice_grads("experts.gate_up_out", pairs, 2 * f, 2, train),
+            *grad_sums("experts.gate_up_halves", pairs, 2 * f, 2, train),
+            grouped_gemm("experts.down", groups, rows, f, h, E), *bias("down", h)]
 
 
 def deepseek_router(cfg: ModelConfig, tok: int, train: bool = False) -> list:
@@ -1059,17 +1126,20 @@ def mla_dims(cfg: ModelConfig) -> dict:
             **{k: int(raw.get(key, DEEPSEEK_DEFAULTS[key])) for k, key in keys.items()}}
 
 
-def interleaved_rope(p: str, rows: int, width: int, train: bool = False) -> list:
-    """DeepSeek's interleaved RoPE on (rows, width) (transformers 5.23): the even and odd halves x1, x2
-    times cos and sin (four products with constants), x1 cos - x2 sin and x2 cos + x1 sin, and a torch.cat.
-    x1 and x2 are read twice each; the backward of the subtraction negates its gradient, and each strided
-    half's gradient is scattered into a zero-filled full-width one (slice_backward) before the two are added."""
+def halves_rope(p: str, rows: int, width: int, train: bool = False, strided: bool = True) -> list:
+    """RoPE written on two halves x1, x2 of (rows, width) (transformers 5.23): DeepSeek's interleaved even and
+    odd elements (`strided`), GPT-OSS's torch.chunk. x1 and x2 times cos and sin (four products with
+    constants), x1 cos - x2 sin and x2 cos + x1 sin, and a torch.cat. x1 and x2 are read twice each; the
+    backward of the subtraction negates its gradient. The halves' gradients are joined by a torch.cat
+    (chunk), or each scattered into a zero-filled full-width one (slice_backward) and added."""
     half = width // 2
-    return [*(vec(f"{p}_{n}", "mul", rows, half, tag="constant") for n in ("x1cos", "x2sin", "x2cos", "x1sin")),
-            vec(f"{p}_sub", "add", rows, half, tag="sub"), vec(f"{p}_add", "add", rows, half),
-            misc(f"{p}_cat", "copy", 2 * rows * width * F32), *grad_sums(f"{p}_x1", rows, half, 2, train),
-            *grad_sums(f"{p}_x2", rows, half, 2, train), *slice_grads(f"{p}_x", rows, width, 2, train),
-            *grad_sums(f"{p}_halves", rows, width, 2, train)]
+    ks = [*(vec(f"{p}_{n}", "mul", rows, half, tag="constant") for n in ("x1cos", "x2sin", "x2cos", "x1sin")),
+          vec(f"{p}_sub", "add", rows, half, tag="sub"), vec(f"{p}_add", "add", rows, half),
+          misc(f"{p}_cat", "copy", 2 * rows * width * F32), *grad_sums(f"{p}_x1", rows, half, 2, train),
+          *grad_sums(f"{p}_x2", rows, half, 2, train)]
+    if strided:
+        return ks + [*slice_grads(f"{p}_x", rows, width, 2, train), *grad_sums(f"{p}_halves", rows, width, 2, train)]
+    return ks + grad_cat(f"{p}_halves", rows * width, train)
 
 
 def mla_query_and_latent(cfg: ModelConfig, tok: int, train: bool = False) -> list:
@@ -1092,7 +1162,7 @@ def mla_query_and_latent(cfg: ModelConfig, tok: int, train: bool = False) -> lis
 
     def rot(p, rows, w):
         if d["interleave"]:
-            return interleaved_rope(p, rows, w, train)
+            return halves_rope(p, rows, w, train)
         return [*_rope(p, rows, w), *grad_sums(f"{p}_x", rows, w, 3, train), *slice_grads(f"{p}_x", rows, w, 2, train)]
 
     return ks + [*grad_cat("q_split", tok * H * qk, train), *grad_cat("q_layout", tok * H * qk, train),
@@ -1153,10 +1223,11 @@ def llama_layer_blocks(cfg: ModelConfig, attn: list, tok: int, train: bool = Fal
            vec("resid_add2", "add", tok, h, tag="residual")]
     dense = [*grad_sums("post_norm_out", tok, h, 2, train), *llama_mlp(cfg, tok, train)]
     sparse = cfg.sparse_layers
-    if sliding_attn is not None:
+    if sliding_attn is not None:  # Gemma 2 and 3 (dense) and GPT-OSS (every layer sparse)
         n = cfg.layer_types.count("sliding_attention")
-        layers = [Block("layer", cfg.layers - n, attn + dense + end, "layer"),
-                  Block("sliding_layer", n, sliding_attn + dense + end, "layer")]
+        mlp = moe_block(cfg, tok, train) if sparse else dense
+        layers = [Block("layer", cfg.layers - n, attn + mlp + end, "layer"),
+                  Block("sliding_layer", n, sliding_attn + mlp + end, "layer")]
         return [b for b in layers if b.count]
     if not sparse:
         return [Block("layer", cfg.layers, attn + dense + end, "layer")]
@@ -1178,16 +1249,21 @@ def _llama(cfg: ModelConfig, B, S, train) -> list:
            *[misc(f"sliding_mask_{i}", "mask", 2 * S * S * F32)
              for i in range(SLIDING_MASK_KERNELS.get(cfg.family, 0))],
            *second_rotary_table(cfg, tok)]
-    attn = [*grad_sums("resid_in", tok, h, 2, train), *_rms_norm("input_norm", tok, h, train, gemma),
+    oss = v["oss"]
+    attn = [*grad_sums("resid_in", tok, h, 2, train), *_rms_norm("input_norm", tok, h, train, gemma, oss),
             *grad_sums("input_norm_out", tok, h, 3, train), *llama_qkv(cfg, tok, train)]
     attn += _attention_core("attn", B, S, cfg.heads, cfg.head_dim, train, scale_op="mulu", mask_op=("addu",),
-                            dropout=False, softmax_fp32=True, layout=llama_layout_copies(cfg), softcap=v["softcap"],
-                            kv_groups=cfg.heads // cfg.num_kv_heads)
-    attn += [linear("o_proj", tok, cfg.heads * cfg.head_dim, h, bias=False),
+                            dropout=False, softmax_fp32=not v["oss"], layout=llama_layout_copies(cfg),
+                            softcap=v["softcap"], kv_groups=cfg.heads // cfg.num_kv_heads, sinks=v["oss"])
+    if v["oss"]:  # q's (and without grouped-query, k's) gradient laid back out of the head-split view
+        attn += grad_cat("q_layout", tok * cfg.heads * cfg.head_dim, train)
+        if cfg.num_kv_heads == cfg.heads:
+            attn += grad_cat("k_layout", tok * cfg.heads * cfg.head_dim, train)
+    attn += [linear("o_proj", tok, cfg.heads * cfg.head_dim, h, bias=v["o_bias"]),
              *(_rms_norm("post_attn_norm", tok, h, train, True) if v["sandwich"] else []),
              vec("resid_add1", "add", tok, h, tag="residual"),
-             *grad_sums("resid_mid", tok, h, 2, train), *_rms_norm("post_norm", tok, h, train, gemma)]
-    post = [*_rms_norm("final_norm", tok, h, train, gemma), linear("lm_head", tok, h, V, bias=False),
+             *grad_sums("resid_mid", tok, h, 2, train), *_rms_norm("post_norm", tok, h, train, gemma, oss)]
+    post = [*_rms_norm("final_norm", tok, h, train, gemma, oss), linear("lm_head", tok, h, V, bias=False),
             *(soft_cap("logit_softcap", tok, V) if v["final_softcap"] else [])]
     return [Block("embeddings", 1, pre, "pre"), *llama_layer_blocks(cfg, attn, tok, train),
             Block("head", 1, post, "post")]

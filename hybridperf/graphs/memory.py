@@ -58,7 +58,8 @@ HALF_ACTIVATION_COEFFS = {
 #: layers keep depends on the tokens routed under the expert capacity); Mistral and Qwen2 are Llama's block
 SIMILAR_FAMILY = {"switch_transformers": "bert", "t5": "bert", "roberta": "bert", "xlm_roberta": "bert",
                   "mistral": "llama", "qwen2": "llama", "phi3": "llama",
-                  "mixtral": "llama", "qwen2_moe": "llama", "qwen3_moe": "qwen3", "deepseek_v3": "llama"}
+                  "mixtral": "llama", "qwen2_moe": "llama", "qwen3_moe": "qwen3", "deepseek_v3": "llama",
+                  "gpt_oss": "llama"}
 
 #: fraction of device memory above which eager PyTorch's caching allocator starts freeing and
 #: re-allocating blocks (cudaFree/cudaMalloc synchronise the device); measured runs in that band take
@@ -124,13 +125,16 @@ MOE_PAIR_BYTES = 60.0
 
 
 def moe_layer_extra_bytes(tokens: int, top_k: int, hidden: int, dtype_bytes: float = 4.0,
-                          shared: bool = False) -> float:
+                          shared: bool = False, clamped_ffn: int = 0) -> float:
     """Bytes a top-k MoE layer (`graphs.kernels.moe_block`) saves for backward beyond Llama's layer with its
-    experts' width: per (token, expert) pair two hidden-sized tensors and `MOE_PAIR_BYTES`, and with a
-    shared expert (Qwen2-MoE) its sigmoid-scaled output, one hidden-sized tensor per token."""
+    experts' width: per (token, expert) pair two hidden-sized tensors and `MOE_PAIR_BYTES`, with a
+    sigmoid-gated shared expert (Qwen2-MoE) its scaled output, one hidden-sized tensor per token, and with
+    GPT-OSS's clamped SwiGLU (`clamped_ffn`, the experts' width) three more expert-wide tensors per pair
+    (the hook count's residual: 12.0 and 12.1 fp32 bytes per pair and width on two configurations)."""
     pairs = float(tokens) * top_k
     shared_scale = float(tokens) * dtype_bytes * hidden if shared else 0.0
-    return pairs * (2 * dtype_bytes * hidden + MOE_PAIR_BYTES) + shared_scale
+    clamped = 3 * dtype_bytes * clamped_ffn
+    return pairs * (2 * dtype_bytes * hidden + MOE_PAIR_BYTES + clamped) + shared_scale
 
 
 def checkpoint_bytes(hidden: int, batch: int, seq: int, dtype_bytes: float = 4.0) -> float:
