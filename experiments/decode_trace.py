@@ -60,6 +60,9 @@ CONFIGS = {
                     "kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 16, "v_head_dim": 16,
                     "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1,
                     "moe_intermediate_size": 32, "first_k_dense_replace": 0},
+    "gpt_oss": {"model_type": "gpt_oss", "hidden_size": 64, "intermediate_size": 32, "num_attention_heads": 4,
+                "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 100, "max_position_embeddings": 512,
+                "num_local_experts": 4, "num_experts_per_tok": 2},
     "opt_350m": {"model_type": "opt", "hidden_size": 64, "ffn_dim": 128, "num_attention_heads": 4, "vocab_size": 100,
                  "max_position_embeddings": 512, "word_embed_proj_dim": 32, "do_layer_norm_before": False},
 }

@@ -13,8 +13,8 @@ The graph is not meant to equal this trace everywhere, and the script says where
     5.23 launches more tiny kernels outside the layers (mask and position-id bookkeeping), and its
     attention differs in a kernel or two per layer (e.g. OPT's scale of 1.0).
   * Families added after NeuSight's (GPT-NeoX, Qwen3, Gemma 1-3, Phi-3, T5, RoBERTa, OPT-350m's layout, and the
-    MoE decoders Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3) were built from this trace: their forward layers
-    match it exactly, and `tests/test_graphs.py` / `tests/test_moe.py` pin the counts. So do their training
+    MoE decoders Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3, GPT-OSS) were built from this trace: their forward
+    layers match it exactly, and `tests/test_graphs.py` / `tests/test_moe.py` pin the counts. So do their training
     layers (GPT-NeoX, the llama-likes and the MoE decoders exactly, in fp32 and bf16), except Phi-3: one
     kernel over, not located, and one more with grouped-query attention, likely the layout copy priced for
     the gradient of its repeat_kv'd k, which its torch.cat leaves contiguous.
@@ -75,6 +75,8 @@ MODELS = {
                   ("num_hidden_layers",), "Qwen2MoeForCausalLM", "Qwen2MoeForCausalLM"),
     "qwen3_moe": ({"model_type": "qwen3_moe", **_LLAMA, **_MOE, "norm_topk_prob": True}, ("num_hidden_layers",),
                   "Qwen3MoeForCausalLM", "Qwen3MoeForCausalLM"),
+    "gpt_oss": ({"model_type": "gpt_oss", **_LLAMA, "intermediate_size": 32, "num_local_experts": 4,
+                 "num_experts_per_tok": 2}, ("num_hidden_layers",), "GptOssForCausalLM", "GptOssForCausalLM"),
     # no head_dim: HF sets DeepSeek's to its rotary width
     "deepseek_v3": ({"model_type": "deepseek_v3", **{k: v for k, v in _LLAMA.items() if k != "head_dim"},
                      "num_key_value_heads": 4, "q_lora_rank": 32, "kv_lora_rank": 16,
