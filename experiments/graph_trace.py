@@ -15,9 +15,7 @@ The graph is not meant to equal this trace everywhere, and the script says where
   * Families added after NeuSight's (GPT-NeoX, Qwen3, Gemma 1-3, Phi-3, T5, RoBERTa, OPT-350m's layout, and the
     MoE decoders Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3, GPT-OSS) were built from this trace: their forward
     layers match it exactly, and `tests/test_graphs.py` / `tests/test_moe.py` pin the counts. So do their training
-    layers (GPT-NeoX, the llama-likes and the MoE decoders exactly, in fp32 and bf16), except Phi-3: one
-    kernel over, not located, and one more with grouped-query attention, likely the layout copy priced for
-    the gradient of its repeat_kv'd k, which its torch.cat leaves contiguous.
+    layers (GPT-NeoX, the llama-likes and the MoE decoders), in fp32 and bf16.
   * A view's backward that scatters into a zero-filled gradient (ATen's slice_backward, select_backward:
     RoPE's halves, Phi-3's fused q/k/v) is two kernels, a fill and a copy, and is counted as two.
   * Ops that only allocate (`aten.empty*`) launch no kernel and are not counted.

@@ -1221,7 +1221,8 @@ def llama_layer_blocks(cfg: ModelConfig, attn: list, tok: int, train: bool = Fal
     v = llama_variant(cfg)
     end = [*(_rms_norm("post_ffw_norm", tok, h, train, True) if v["sandwich"] else []),
            vec("resid_add2", "add", tok, h, tag="residual")]
-    dense = [*grad_sums("post_norm_out", tok, h, 2, train), *llama_mlp(cfg, tok, train)]
+    # the normed x feeds gate and up (Phi-3: one fused GEMM)
+    dense = [*grad_sums("post_norm_out", tok, h, 1 if v["fused"] else 2, train), *llama_mlp(cfg, tok, train)]
     sparse = cfg.sparse_layers
     if sliding_attn is not None:  # Gemma 2 and 3 (dense) and GPT-OSS (every layer sparse)
         n = cfg.layer_types.count("sliding_attention")
@@ -1251,11 +1252,12 @@ def _llama(cfg: ModelConfig, B, S, train) -> list:
            *second_rotary_table(cfg, tok)]
     oss = v["oss"]
     attn = [*grad_sums("resid_in", tok, h, 2, train), *_rms_norm("input_norm", tok, h, train, gemma, oss),
-            *grad_sums("input_norm_out", tok, h, 3, train), *llama_qkv(cfg, tok, train)]
+            *grad_sums("input_norm_out", tok, h, 1 if v["fused"] else 3, train), *llama_qkv(cfg, tok, train)]
     attn += _attention_core("attn", B, S, cfg.heads, cfg.head_dim, train, scale_op="mulu", mask_op=("addu",),
                             dropout=False, softmax_fp32=not v["oss"], layout=llama_layout_copies(cfg),
                             softcap=v["softcap"], kv_groups=cfg.heads // cfg.num_kv_heads, sinks=v["oss"])
-    if v["oss"]:  # q's (and without grouped-query, k's) gradient laid back out of the head-split view
+    if v["oss"] or v["fused"]:  # RoPE ends in a torch.cat: q's (and without grouped-query, k's) gradient is
+        # laid back out of the head-split view by a copy of its own
         attn += grad_cat("q_layout", tok * cfg.heads * cfg.head_dim, train)
         if cfg.num_kv_heads == cfg.heads:
             attn += grad_cat("k_layout", tok * cfg.heads * cfg.head_dim, train)
