@@ -16,6 +16,7 @@ the device count (the caching allocator's rounding and fragmentation come on top
 
     python experiments/activation_memory.py      # needs torch and transformers; ~1 min on 2 cores
     python experiments/activation_memory.py --moe   # MoE layers (Mixtral, Qwen-MoE, DeepSeek-V3) against the graph
+    python experiments/activation_memory.py --mla   # fit DeepSeek-V3's latent-attention term
 
 writes experiments/data/activation_memory.csv (the raw counts) and prints the coefficients that
 `hybridperf/graphs/memory.py` uses (ACTIVATION_COEFFS). GPT-Neo's models alternate global and local
@@ -211,16 +212,79 @@ def moe_check() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+#: DeepSeek-V3 latent-attention shapes counted with --mla: hidden, heads, q_lora (0: none), kv_lora, rope, nope, v
+MLA_GRID = [(192, 4, 96, 64, 16, 32, 32), (128, 4, 0, 32, 8, 16, 16), (256, 8, 128, 64, 16, 32, 48),
+            (192, 6, 64, 48, 16, 48, 32), (128, 2, 32, 64, 8, 24, 24), (256, 4, 0, 96, 32, 32, 64),
+            (160, 8, 48, 32, 8, 16, 40), (224, 4, 112, 80, 16, 40, 24)]
+
+
+def mla_fit(out_csv: Path) -> pd.DataFrame:
+    """What DeepSeek-V3's latent attention saves beyond Llama's layer: the hook count of one MoE layer minus
+    the graph's estimate without the MLA term, per token, fitted on the widths of `graphs.memory.MLA_EXTRA_COEFFS`
+    and scored leaving one configuration out. Writes the counts to `out_csv`."""
+    from hybridperf.graphs import build_graph
+    from hybridperf.graphs import memory
+
+    torch, transformers = _imports()
+    torch.set_num_threads(2)
+    rows = []
+    saved = dict(memory.MLA_EXTRA_COEFFS)
+    memory.MLA_EXTRA_COEFFS.update({4: (0,) * 5, 2: (0,) * 5})  # the graph without the term
+    try:
+        for (h, heads, ql, r, rope, nope, v), dtype in itertools.product(MLA_GRID, TORCH_DTYPES):
+            cfg = {"model_type": "deepseek_v3", "hidden_size": h, "intermediate_size": 2 * h,
+                   "num_attention_heads": heads, "num_key_value_heads": heads, "vocab_size": 1000,
+                   "max_position_embeddings": 512, "q_lora_rank": ql or None, "kv_lora_rank": r,
+                   "qk_rope_head_dim": rope, "qk_nope_head_dim": nope,
+                   "v_head_dim": v, "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1,
+                   "moe_intermediate_size": 64, "first_k_dense_replace": 1}
+            b, s, counted, est = 2, 32, [], []
+            for n in (2, 3):
+                hf = transformers.AutoConfig.for_model(**{**cfg, "num_hidden_layers": n})
+                torch.manual_seed(0)
+                model = transformers.AutoModelForCausalLM.from_config(hf, attn_implementation="eager")
+                model.to(TORCH_DTYPES[dtype](torch)).train()
+                ids = torch.randint(0, 1000, (b, s))
+                counted.append(saved_bytes(torch, model, {"input_ids": ids, "labels": ids, "use_cache": False}))
+                graph = build_graph({**cfg, "num_hidden_layers": n}, b, s, "train", dtype)
+                est.append(graph.memory().activations * 1e9)
+            rows.append({"dtype": dtype, "hidden": h, "heads": heads, "q_lora": ql, "kv_lora": r, "rope": rope,
+                         "nope": nope, "v": v, "tokens": b * s, "counted_per_layer": counted[1] - counted[0],
+                         "llama_estimate_per_layer": round(est[1] - est[0])})
+    finally:
+        memory.MLA_EXTRA_COEFFS.update(saved)
+    df = pd.DataFrame(rows)
+    out_csv.parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out_csv, index=False)
+    for dtype, g in df.groupby("dtype"):
+        X = np.column_stack([g["q_lora"], g["kv_lora"] + g["rope"], g["heads"] * (g["nope"] + g["rope"]),
+                             g["heads"] * (g["nope"] + g["v"]), g["hidden"]]).astype(float)
+        y = ((g["counted_per_layer"] - g["llama_estimate_per_layer"]) / g["tokens"]).to_numpy()
+        coef, *_ = np.linalg.lstsq(X, y, rcond=None)
+        loo = []
+        for i in range(len(g)):
+            keep = np.arange(len(g)) != i
+            c, *_ = np.linalg.lstsq(X[keep], y[keep], rcond=None)
+            loo.append(abs(y[i] - X[i] @ c) * g["tokens"].iloc[i] / g["counted_per_layer"].iloc[i])
+        print(f"{dtype}: coefficients {np.round(coef, 2).tolist()}, leave-one-out max error {100 * max(loo):.1f}%, "
+              f"without the term max {100 * np.max(np.abs(y) * g['tokens'] / g['counted_per_layer']):.1f}%")
+    return df
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=ROOT / "data" / "activation_memory.csv")
     ap.add_argument("--refit", action="store_true", help="fit the stored CSV only (no torch needed)")
     ap.add_argument("--moe", action="store_true", help="check the MoE layers' saved bytes against the graph")
+    ap.add_argument("--mla", action="store_true", help="fit DeepSeek-V3's latent-attention term (data/mla_memory.csv)")
     ap.add_argument("--families", nargs="+", choices=tuple(FAMILIES), default=tuple(FAMILIES),
                     help="count only these families (the CSV keeps the others' rows)")
     args = ap.parse_args(argv)
     if args.moe:
         print(moe_check().to_string(index=False))
+        return 0
+    if args.mla:
+        mla_fit(ROOT / "data" / "mla_memory.csv")
         return 0
     df = pd.read_csv(args.out) if args.refit else run(args.out, tuple(args.families))
     for (dtype, family), c in fit(df).items():

@@ -129,6 +129,10 @@ def test_inference_memory_counts_expert_weights_once():
     ("qwen2_moe", {"num_experts": 16, "num_experts_per_tok": 4, "moe_intermediate_size": 64,
                    "shared_expert_intermediate_size": 256}, 256, 512, 4, 32, 2, 2025792),
     ("gpt_oss", {"num_local_experts": 16, "num_experts_per_tok": 4, "sliding_window": 32}, 192, 192, 2, 64, 4, 4684864),
+    ("deepseek_v3", {"n_routed_experts": 16, "num_experts_per_tok": 4, "n_group": 4, "topk_group": 2,
+                     "moe_intermediate_size": 64, "q_lora_rank": 96, "kv_lora_rank": 64, "qk_rope_head_dim": 16,
+                     "qk_nope_head_dim": 32, "v_head_dim": 32, "first_k_dense_replace": 1},
+     192, 384, 2, 64, 2, 1792576),
     ("gpt_oss", {"num_local_experts": 8, "num_experts_per_tok": 2, "sliding_window": 16}, 256, 128, 4, 32, 4, 2837536),
 ])
 def test_moe_saved_activations_match_the_cpu_autograd_counts(family, extra, hidden, ffn, batch, seq, dtype_bytes,

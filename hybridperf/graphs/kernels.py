@@ -58,7 +58,8 @@ from hybridperf.devices import DTYPE_BYTES, dtype_key
 from hybridperf.errors import InputError
 from hybridperf.graphs.config import (DEEPSEEK_DEFAULTS, GEMMA, LLAMA_LIKE, ROBERTA_LIKE, SLIDING_GEMMA, ModelConfig,
                                       load_config)
-from hybridperf.graphs.memory import MemoryEstimate, moe_layer_extra_bytes, saved_activation_bytes
+from hybridperf.graphs.memory import (MemoryEstimate, mla_layer_extra_bytes, moe_layer_extra_bytes,
+                                      saved_activation_bytes)
 from hybridperf.ops import OP_CLASS
 
 F32 = 4
@@ -219,6 +220,11 @@ class ModelGraph:
                                             bool(cfg.shared_ffn) and cfg.family == "qwen2_moe",
                                             cfg.expert_ffn if cfg.family == "gpt_oss" else 0)
                 act += moe * (1 if self.recompute else cfg.sparse_layers)
+            if cfg.family == "deepseek_v3":  # every layer's latent attention
+                d = mla_dims(cfg)
+                widths = (d["q_lora"], d["kv_lora"] + d["qk_rope"], cfg.heads * (d["qk_nope"] + d["qk_rope"]),
+                          cfg.heads * (d["qk_nope"] + d["v"]), cfg.hidden)
+                act += mla_layer_extra_bytes(self.batch * self.seq, widths, eb) * (1 if self.recompute else cfg.layers)
             act /= 1e9
             if self.optimizer:
                 state, temp = optimizer_state_bytes(params, self.optimizer, eb)
