@@ -182,11 +182,26 @@ MOE_CHECKS = [
 ]
 
 
+def _one_layer_bytes(torch, transformers, cfg: dict, dtype: str, batch: int, seq: int) -> tuple[int, float]:
+    """(hook-counted, `ModelGraph.memory`-estimated) bytes one layer saves for backward: a 3-layer minus a
+    2-layer model of the causal-LM config `cfg`, `batch` x `seq` random tokens of a 1000-token vocabulary."""
+    from hybridperf.graphs import build_graph
+
+    counted, est = [], []
+    for n in (2, 3):
+        hf = transformers.AutoConfig.for_model(**{**cfg, "num_hidden_layers": n})
+        torch.manual_seed(0)
+        model = transformers.AutoModelForCausalLM.from_config(hf, attn_implementation="eager")
+        model.to(TORCH_DTYPES[dtype](torch)).train()
+        ids = torch.randint(0, 1000, (batch, seq))
+        counted.append(saved_bytes(torch, model, {"input_ids": ids, "labels": ids, "use_cache": False}))
+        est.append(build_graph({**cfg, "num_hidden_layers": n}, batch, seq, "train", dtype).memory().activations * 1e9)
+    return counted[1] - counted[0], est[1] - est[0]
+
+
 def moe_check() -> pd.DataFrame:
     """Bytes one MoE layer saves (a 3-layer minus a 2-layer model, fp32 and bf16) against `ModelGraph.memory`:
     Llama's (Qwen3's) layer at the token's expert width plus `graphs.memory.moe_layer_extra_bytes`."""
-    from hybridperf.graphs import build_graph
-
     torch, transformers = _imports()
     rows = []
     for family, experts, h, f, b, s in MOE_CHECKS:
@@ -196,19 +211,9 @@ def moe_check() -> pd.DataFrame:
         if family == "deepseek_v3":  # HF sets DeepSeek's head_dim to its rotary width itself
             cfg.pop("head_dim")
         for dtype in TORCH_DTYPES:
-            counted, est = [], []
-            for n in (2, 3):
-                hf = transformers.AutoConfig.for_model(**{**cfg, "num_hidden_layers": n})
-                torch.manual_seed(0)
-                model = transformers.AutoModelForCausalLM.from_config(hf, attn_implementation="eager")
-                model.to(TORCH_DTYPES[dtype](torch)).train()
-                ids = torch.randint(0, 1000, (b, s))
-                counted.append(saved_bytes(torch, model, {"input_ids": ids, "labels": ids, "use_cache": False}))
-                graph = build_graph({**cfg, "num_hidden_layers": n}, b, s, "train", dtype)
-                est.append(graph.memory().activations * 1e9)
+            counted, est = _one_layer_bytes(torch, transformers, cfg, dtype, b, s)
             rows.append({"family": family, "dtype": dtype, "hidden": h, "batch": b, "seq": s,
-                         "counted_per_layer": counted[1] - counted[0], "graph_per_layer": round(est[1] - est[0]),
-                         "ratio": round((est[1] - est[0]) / (counted[1] - counted[0]), 4)})
+                         "counted_per_layer": counted, "graph_per_layer": round(est), "ratio": round(est / counted, 4)})
     return pd.DataFrame(rows)
 
 
@@ -222,7 +227,6 @@ def mla_fit(out_csv: Path) -> pd.DataFrame:
     """What DeepSeek-V3's latent attention saves beyond Llama's layer: the hook count of one MoE layer minus
     the graph's estimate without the MLA term, per token, fitted on the widths of `graphs.memory.MLA_EXTRA_COEFFS`
     and scored leaving one configuration out. Writes the counts to `out_csv`."""
-    from hybridperf.graphs import build_graph
     from hybridperf.graphs import memory
 
     torch, transformers = _imports()
@@ -238,19 +242,11 @@ def mla_fit(out_csv: Path) -> pd.DataFrame:
                    "qk_rope_head_dim": rope, "qk_nope_head_dim": nope,
                    "v_head_dim": v, "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1,
                    "moe_intermediate_size": 64, "first_k_dense_replace": 1}
-            b, s, counted, est = 2, 32, [], []
-            for n in (2, 3):
-                hf = transformers.AutoConfig.for_model(**{**cfg, "num_hidden_layers": n})
-                torch.manual_seed(0)
-                model = transformers.AutoModelForCausalLM.from_config(hf, attn_implementation="eager")
-                model.to(TORCH_DTYPES[dtype](torch)).train()
-                ids = torch.randint(0, 1000, (b, s))
-                counted.append(saved_bytes(torch, model, {"input_ids": ids, "labels": ids, "use_cache": False}))
-                graph = build_graph({**cfg, "num_hidden_layers": n}, b, s, "train", dtype)
-                est.append(graph.memory().activations * 1e9)
+            b, s = 2, 32
+            counted, est = _one_layer_bytes(torch, transformers, cfg, dtype, b, s)
             rows.append({"dtype": dtype, "hidden": h, "heads": heads, "q_lora": ql, "kv_lora": r, "rope": rope,
-                         "nope": nope, "v": v, "tokens": b * s, "counted_per_layer": counted[1] - counted[0],
-                         "llama_estimate_per_layer": round(est[1] - est[0])})
+                         "nope": nope, "v": v, "tokens": b * s, "counted_per_layer": counted,
+                         "llama_estimate_per_layer": round(est)})
     finally:
         memory.MLA_EXTRA_COEFFS.update(saved)
     df = pd.DataFrame(rows)
