@@ -140,8 +140,9 @@ def moe_layer_extra_bytes(tokens: int, top_k: int, hidden: int, dtype_bytes: flo
 #: bytes per token that DeepSeek-V3's latent attention saves beyond Llama's attention, per unit of each width:
 #: q_lora_rank, kv_lora_rank + qk_rope_head_dim, heads * (nope + rope), heads * (nope + v), hidden. Fitted on
 #: the saved-tensor-hook residuals of 8 small configurations (`experiments/activation_memory.py --mla`,
-#: `data/mla_memory.csv`); leave one configuration out, the layer's saved bytes are within 2.3% (fp32) and
-#: 1.1% (bf16) of the count, against up to 19% and 25% with Llama's layer alone.
+#: `data/mla_memory.csv`); leave one configuration out, the layer's saved bytes are within 2.4% (fp32) and
+#: 2.1% (bf16) of the count over three refits (random routing moves the counts), against up to 19% and 25%
+#: with Llama's layer alone.
 MLA_EXTRA_COEFFS = {4: (11.06, 14.63, 0.67, 9.03, -16.57), 2: (7.81, 7.69, 0.33, 4.35, -3.15)}
 
 
