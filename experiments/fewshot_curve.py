@@ -26,7 +26,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hybridperf.predictor import Predictor  # noqa: E402
-from hybridperf.priors.gemm import tiles_without  # noqa: E402
+from hybridperf.priors.gemm import fitted_without  # noqa: E402
 from hybridperf.transfer import adapt_predictor, fit_corrections  # noqa: E402
 from hybridperf.transfer.adapt import TransferPrior  # noqa: E402
 from hybridperf.transfer.suggest import suggest_kernels  # noqa: E402
@@ -203,7 +203,7 @@ def main() -> None:
     parts, chosen = [], {}
     for device, (bundle, pool) in folds.items():
         # the prior's batched-SGEMM tiles come from the other GPUs' traces only, here as in training
-        with tiles_without(device):
+        with fitted_without(device):
             others = [zero_shot_errors(d, b, p) for d, (b, p) in folds.items() if d != device]
             factor, prior = choose_prior(others) if others else (1.0, TransferPrior())
             chosen[device] = factor

@@ -55,7 +55,7 @@ from hybridperf.datasets.collector import collect_kernels, fastest_mean, time_ca
 from hybridperf.datasets.schema import canonicalize  # noqa: E402
 from hybridperf.devices import get_device  # noqa: E402
 from hybridperf.predictor import Predictor  # noqa: E402
-from hybridperf.priors.gemm import tiles_without  # noqa: E402
+from hybridperf.priors.gemm import fitted_without  # noqa: E402
 from hybridperf.priors.kernel_prior import host_floor_note  # noqa: E402
 
 ELEMENTWISE = ("add", "mul", "div", "pow", "addu", "mulu", "divu", "relu", "gelu", "tanh")
@@ -378,7 +378,7 @@ def write_report(out: Path, env: dict, kernels: pd.DataFrame, gemm: pd.DataFrame
           + (f" Predictions re-run on the measurements of `{env['repredicted_from']}`." if "repredicted_from" in env else "")),
          "",
          "## Kernels (NeuSight methodology): MAPE %, 90% coverage %, median predicted/measured", ""]
-    with tiles_without(env["predicted_for"]):
+    with fitted_without(env["predicted_for"]):
         note = host_floor_note(kernels, get_device(env["predicted_for"]))
     L += [per.to_markdown(index=False, floatfmt=".3g"), "",
           f"{note}." if note else "No floor-bound kernel to read this host's per-call floor on.", "",
@@ -407,7 +407,7 @@ def repredict(src: Path, out: Path, target: str | None = None) -> dict:
     tables = {n: pd.read_csv(src / f"{n}.csv") for n in ("kernels", "gemm", "burst", "optimizer", "models")
               if (src / f"{n}.csv").is_file()}
     family = {c.removesuffix(".json"): f for c, f, *_ in MODELS}
-    with tiles_without(target):  # a GPU is never scored with tiles read off its own trace
+    with fitted_without(target):  # a GPU is never scored with GEMM constants read off its own data
         for n in ("kernels", "gemm"):
             tables[n] = _predict_into(pred, target, tables[n])
         if "models" in tables:
@@ -460,7 +460,7 @@ def main(argv=None) -> int:
     env["driver"] = (_nvidia_smi("driver_version") or ["-"])[0]
 
     t0 = time.perf_counter()
-    with tiles_without(target):  # as in repredict: never the tiles of the GPU's own trace
+    with fitted_without(target):  # as in repredict: never the GEMM constants of the GPU's own data
         kernels = check_kernels(pred, target, device, a.quick)
         kernels.to_csv(out / "kernels.csv", index=False)
         gemm = check_square_gemms(pred, target, device, a.quick)

@@ -23,7 +23,7 @@ sys.path.insert(0, str(REPO))
 from hybridperf.datasets.schema import canonicalize  # noqa: E402
 from hybridperf.devices import get_device  # noqa: E402
 from hybridperf.predictor import Predictor  # noqa: E402
-from hybridperf.priors.gemm import tiles_without  # noqa: E402
+from hybridperf.priors.gemm import fitted_without  # noqa: E402
 from hybridperf.transfer import adapt_predictor  # noqa: E402
 
 MEASURED = REPO / "experiments" / "data" / "measured"
@@ -38,7 +38,7 @@ def score(gpu_dir: Path) -> pd.DataFrame:
     test = canonicalize(grid[COLUMNS], source=str(gpu_dir / "kernels.csv"), require_latency=True)
     calib = canonicalize(pd.read_csv(gpu_dir / "suggested_measured.csv"), source="suggested", require_latency=True)
     rows = []
-    with tiles_without(dev.name):
+    with fitted_without(dev.name):
         zero = Predictor.load()
         for name, pred in (("zero-shot", zero), (f"transfer, k={len(calib)}", adapt_predictor(zero, calib, dev))):
             res = pred.predict(test, dev)

@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from hybridperf.devices import get_device  # noqa: E402
-from hybridperf.priors.gemm import LIBRARY_EFFICIENCY, library_efficiency_table, tiles_without  # noqa: E402
+from hybridperf.priors.gemm import LIBRARY_EFFICIENCY, fitted_without, library_efficiency_table  # noqa: E402
 from hybridperf.training.collectives import interval_from_residuals  # noqa: E402
 from hybridperf.training.library_efficiency import fit_library_efficiency, gemm_ratios, traced_gemms  # noqa: E402
 from hybridperf.graphs import build_graph, compose  # noqa: E402
@@ -121,7 +121,7 @@ def transferred(base: tuple, device: str, root: Path, k: int) -> tuple:
     pool = pool[pool["device"] == device].reset_index(drop=True)
     if pool.empty or not base[1].startswith("bundle") or "shipped" in base[1]:
         return base
-    with tiles_without(device):
+    with fitted_without(device):
         picked = suggest_kernels(base[0], pool.assign(pool_idx=range(len(pool))), device, k)["pool_idx"].to_numpy()
         return adapt_predictor(base[0], pool.iloc[picked], device), f"transfer (k={k} test-table kernels)"
 
@@ -280,7 +280,7 @@ def collect(labels: pd.DataFrame, cfg_dir: Path, preds: dict, kinds: dict, lib_e
             continue
         dev = get_device(lab.device)
         with library_efficiency_table((lib_eff or {}).get(lab.device, LIBRARY_EFFICIENCY)), \
-                tiles_without(lab.device):
+                fitted_without(lab.device):
             graph = build_graph(cfg, int(lab.batch), int(lab.seq), lab.mode, fused=bool(lab.fusion))
             tab = predict_kernels_of(graph, dev, preds[lab.device])
         recs.append({"device": lab.device, "model": lab.model, "mode": lab.mode, "seq": int(lab.seq),
@@ -474,7 +474,7 @@ def _check_against_compose(recs, consts, df, cfg_dir, runs, kind, labels, lib_ef
         for m in ("inf", "train"):
             cal["prior"][m]["log_bias"] = p["b_" + m]
         with library_efficiency_table(lib_eff.get(r["device"], LIBRARY_EFFICIENCY)), \
-                tiles_without(r["device"]):
+                fitted_without(r["device"]):
             mp = compose(build_graph(cfg_dir / f"{r['model']}.json", r["batch"], r["seq"], r["mode"], fused=r["fusion"]),
                          get_device(r["device"]), pred, calibration=cal)
         if p.get("raw"):

@@ -39,7 +39,7 @@ def mape_table(df: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for dev, g in df.groupby("device"):
         # bmm tiles from the other GPUs' traces only (see bmm_tiles_logo)
-        with gemm.tiles_without(dev):
+        with gemm.fitted_without(dev):
             t = kernel_prior_terms(g, get_device(dev))
         for oc, idx in g.groupby("op_class").indices.items():
             y = g["latency_ms"].to_numpy()[idx]
@@ -106,6 +106,45 @@ def rowwise_logo(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
                         "held-out MAPE": g.loc[g["point"] == chosen, "mape"].iloc[0],
                         "shipped constants MAPE": g.loc[g["point"] == shipped, "mape"].iloc[0]})
     return pd.DataFrame(out).round(1)
+
+
+#: the grid the translation limit is fitted on: (page budget, FLOP per clock)
+TRANSLATION_GRID = [(b, r) for b in np.arange(0.5, 20.01, 0.5) for r in np.arange(500.0, 4000.01, 25.0)]
+
+
+def translation_fits(test: pd.DataFrame) -> pd.DataFrame:
+    """Fit the translation limit (`gemm.TRANSLATION_FITS`) on each GPU's own Linear test table, the
+    grid point with the lowest mean |log error|, and score every GPU of an architecture with the limit
+    from its other GPUs (`gemm.fitted_without`). Stops if the library's fits are not what this finds."""
+    rows, found = [], {}
+    lin = test[test["op_class"] == "linear"]
+    for dev, g in lin.groupby("device"):
+        spec = get_device(dev)
+        if spec.arch not in gemm.TRANSLATION_FITS:
+            continue
+        y = g["latency_ms"].to_numpy()
+        with gemm.fitted_without(dev), gemm.translation_limit({}):
+            t = kernel_prior_terms(g, spec)
+        before = np.mean(np.abs(t["prior_ms"].to_numpy() / y - 1)) * 100
+        shape = [g[c].to_numpy(np.float64) for c in ("B", "M", "K", "N")]
+        args = shape + [t["tile_m"], t["tile_n"], spec, "fp32"]
+
+        def prior(point):
+            with gemm.translation_limit({spec.arch: point}):
+                compute = gemm.translation_limited_ms(t["compute_ms"].to_numpy(), *args)
+            return t["floor_ms"].to_numpy() + np.maximum(compute, t["memory_ms"].to_numpy())
+
+        fit = min(TRANSLATION_GRID, key=lambda p: np.mean(np.abs(np.log(prior(p) / y))))
+        found.setdefault(spec.arch, {})[dev] = (float(fit[0]), float(fit[1]))
+        with gemm.fitted_without(dev):
+            held = kernel_prior_terms(g, spec)["prior_ms"].to_numpy()
+        rows.append({"device": dev, "fitted (page budget, FLOP/clock)": str(found[spec.arch][dev]),
+                     "linear MAPE without the limit": before,
+                     "with the other GPUs' fit (held out)": np.mean(np.abs(held / y - 1)) * 100,
+                     "with its own fit": np.mean(np.abs(prior(fit) / y - 1)) * 100})
+    if found != gemm.TRANSLATION_FITS:
+        raise SystemExit(f"TRANSLATION_FITS = {gemm.TRANSLATION_FITS} disagrees with the fits: {found}")
+    return pd.DataFrame(rows).round(1)
 
 
 def traced_bmm_tiles(root: Path) -> dict:
@@ -205,6 +244,12 @@ def main() -> None:
     md += ["## Batched SGEMM tiles, leave-one-GPU-out", "",
            "Each GPU's bmm test MAPE with the tile table read off the other GPUs' kernel traces only.", "",
            tiles.to_markdown(index=False), ""]
+    translation = translation_fits(data["test tables"])
+    translation.to_csv(out / "translation_fits.csv", index=False)
+    md += ["## Pascal's translation limit, fitted per GPU", "",
+           "Each Pascal GPU's Linear test MAPE without the limit, with the limit fitted on its other",
+           "Pascal GPU (the held-out number the tables above use), and with its own fit (in-sample).", "",
+           translation.to_markdown(index=False), ""]
     (out / "priors_report.md").write_text("\n".join(md))
     plot(tables, out / "priors_report.png")
     print("\n".join(md))

@@ -118,7 +118,7 @@ def measured_rows(rng) -> pd.DataFrame:
 
     from hybridperf.graphs import predict_model_detail
     from hybridperf.graphs.compose import composition_params
-    from hybridperf.priors.gemm import tiles_without
+    from hybridperf.priors.gemm import fitted_without
 
     pred = Predictor.load()
     fam = {c.removesuffix(".json"): f for c, f, *_ in gc.MODELS}
@@ -126,7 +126,7 @@ def measured_rows(rng) -> pd.DataFrame:
     for target, folder in MEASURED.items():
         runs = pd.read_csv(REPO / "experiments" / "data" / "measured" / folder / "models.csv")
         terms = []
-        with tiles_without(target):  # no GPU is predicted with tiles read off its own trace
+        with fitted_without(target):  # no GPU is predicted with GEMM constants read off its own data
             for r in runs.to_dict("records"):
                 cfg = gc._config(f"{r['model']}.json")
                 cfg[gc.LAYER_KEY[fam[r["model"]]]] = int(r["layers"])

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from hybridperf.datasets.schema import canonicalize
 from hybridperf.devices import get_device
 from hybridperf.ops import GEMM_OPS, OP_CLASS
+from hybridperf.priors import gemm
 from hybridperf.priors.gemm import gemm_compute
 from hybridperf.priors.kernel_prior import kernel_prior_terms, prior_ms
 from hybridperf.priors.launch import launch_floor_ms
@@ -344,9 +345,9 @@ def test_bmm_tiles_are_at_least_as_wide_along_the_output_columns():
     pads, so the batched GEMM costs more than a free choice of tile."""
     dev = get_device("Tesla V100-PCIE-32GB")
     bmm = gemm_compute([768], [1024], [64], [1024], dev, batched=True)
-    gemm = gemm_compute([768], [1024], [64], [1024], dev)
+    free = gemm_compute([768], [1024], [64], [1024], dev)
     assert bmm.tile_n[0] >= bmm.tile_m[0]
-    assert bmm.compute_ms[0] > gemm.compute_ms[0] and gemm.tile_n[0] < gemm.tile_m[0]
+    assert bmm.compute_ms[0] > free.compute_ms[0] and free.tile_n[0] < free.tile_m[0]
 
 
 def test_bmm_uses_the_architectures_traced_tiles():
@@ -358,3 +359,32 @@ def test_bmm_uses_the_architectures_traced_tiles():
     assert gemm_compute([768], [1024], [64], [1024], get_device("Tesla P100-PCIE-16GB"), batched=True).tile_n[0] == 128
     half = gemm_compute([768], [1024], [64], [1024], a100, "fp16", matrix=True, batched=True)
     assert half.tile_n[0] < 128
+
+
+@pytest.mark.parametrize("name", ["Tesla P100-PCIE-16GB", "Tesla P4"])
+def test_translation_limit_slows_long_pascal_reductions_only(name):
+    """A Linear of 64k input features on Pascal runs near the translation-limited rate; one of 1k
+    features, and the same shapes on Volta, keep the tile model's time."""
+    shape = ([1], [4096], [4096])
+    for dev, slowed in ((get_device(name), True), (get_device("Tesla V100-PCIE-32GB"), False)):
+        for n, long in ((1024, False), (65536, True)):
+            with_limit = gemm_compute(*shape, [n], dev).compute_ms[0]
+            with gemm.translation_limit({}):
+                without = gemm_compute(*shape, [n], dev).compute_ms[0]
+            if slowed and long:
+                budget, rate = gemm.TRANSLATION_LIMIT["pascal"]
+                limited = 2.0 * 4096 * 4096 * n / (rate * dev.boost_clock_mhz * 1e6) * 1e3
+                assert without < with_limit <= max(limited, without)
+            else:
+                assert with_limit == without
+
+
+def test_translation_limit_of_a_scored_gpu_comes_from_the_other_pascal_gpus():
+    fits = gemm.TRANSLATION_FITS["pascal"]
+    with gemm.fitted_without("Tesla P100-PCIE-16GB"):
+        assert gemm.TRANSLATION_LIMIT["pascal"] == pytest.approx(fits["Tesla P4"])
+    with gemm.fitted_without("Tesla P4"):
+        assert gemm.TRANSLATION_LIMIT["pascal"] == pytest.approx(fits["Tesla P100-PCIE-16GB"])
+    with gemm.fitted_without("Tesla T4"):
+        assert gemm.TRANSLATION_LIMIT == gemm.translation_table()
+    assert gemm.translation_table(exclude_device="Tesla P4")["pascal"] != gemm.translation_table()["pascal"]

@@ -18,6 +18,14 @@ allowed there, so its bmm chooses freely like a linear. Other architectures keep
 other traces show (tiles at least as wide along the output columns as along the rows).
 A lone block on an SM cannot hide latency on its own: it runs at no more than half of a full SM
 unless its tile is big enough to fill the SM (occ = 1).
+
+Pascal GEMMs with long reductions run at a fraction of their tile rate (`translation_limited_ms`):
+NeuSight's P100 ran Linear layers of 32-64k input features at 2.1-2.5 TFLOP/s where shorter ones
+reached 7, and the P4 at 2.0-2.9 where it reached 4.5. Both fall to about the same rate whatever their
+SM count and bandwidth, and the fall follows how many 2 MiB pages a tile's operand rows span (a row is
+N elements long), not the data size. That is what an address-translation limit looks like: once a
+tile's rows span more pages than the SM's translation cache holds, its loads miss it and are served
+at a GPU-wide rate. No other architecture here shows it beyond a few percent, so only Pascal has it.
 """
 from __future__ import annotations
 
@@ -26,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hybridperf.devices import DeviceSpec
+from hybridperf.devices import DTYPE_BYTES, DeviceSpec
 from hybridperf.priors.memory import dram_efficiency
 from hybridperf.priors.power import sustained_flops, uses_matrix_units
 
@@ -80,6 +88,49 @@ def batched_sgemm_table(exclude_device: str | None = None) -> dict[str, tuple[tu
 BATCHED_SGEMM_TILES = batched_sgemm_table()
 
 
+#: bytes of the large pages cudaMalloc maps on Pascal and later
+PAGE_BYTES = 2 * 2**20
+#: Per GPU: (pages a tile's operand rows may span before its loads miss the translation cache, GEMM
+#: FLOP per GPU clock once every load misses), each fitted on that GPU's Linear test table alone by
+#: `experiments/priors_report.py` (`translation_fits`), which scores each GPU with the others' values.
+TRANSLATION_FITS: dict[str, dict[str, tuple[float, float]]] = {
+    "pascal": {"Tesla P100-PCIE-16GB": (3.5, 1900.0), "Tesla P4": (2.5, 2450.0)},
+}
+
+
+def translation_table(exclude_device: str | None = None) -> dict[str, tuple[float, float]]:
+    """Per architecture, the translation limit fitted on every GPU but `exclude_device`: the mean page
+    budget and the geometric-mean rate of their fits (an architecture fitted on that GPU alone drops out)."""
+    table = {}
+    for arch, by_device in TRANSLATION_FITS.items():
+        fits = np.array([f for dev, f in by_device.items() if dev != exclude_device])
+        if len(fits):
+            table[arch] = (float(fits[:, 0].mean()), float(np.exp(np.log(fits[:, 1]).mean())))
+    return table
+
+
+#: the limit the prior uses; architectures without an entry have none
+TRANSLATION_LIMIT = translation_table()
+
+
+def translation_limited_ms(compute_ms, batch, m, k_out, n_red, tile_m, tile_n, device: DeviceSpec,
+                           dtype: str = "fp32") -> np.ndarray:
+    """`compute_ms` slowed by address translation on architectures with a `TRANSLATION_LIMIT`: the
+    share 1 - budget / pages of a tile's loads miss, where pages is what its tile_m + tile_n operand
+    rows of n_red elements span, and those run at the limit's FLOP per clock."""
+    compute_ms = np.asarray(compute_ms, dtype=np.float64)
+    limit = TRANSLATION_LIMIT.get(device.arch)
+    if limit is None:
+        return compute_ms
+    budget, flop_per_clock = limit
+    row = np.asarray(n_red, dtype=np.float64) * DTYPE_BYTES[dtype]
+    pages = sum(np.minimum(t, np.ceil(t * row / PAGE_BYTES)) for t in (np.asarray(tile_m), np.asarray(tile_n)))
+    missed = np.clip(1.0 - budget / pages, 0.0, 1.0)
+    flops = 2.0 * np.asarray(batch, dtype=np.float64) * m * k_out * n_red
+    limited = flops / (flop_per_clock * device.boost_clock_mhz * 1e6) * 1e3
+    return compute_ms + missed * np.maximum(limited - compute_ms, 0.0)
+
+
 def library_efficiency(vendor: str, op: str) -> float:
     """Fraction of the tile model's compute rate that `vendor`'s BLAS reaches for `op`."""
     return LIBRARY_EFFICIENCY.get((vendor, op), 1.0)
@@ -101,10 +152,18 @@ def batched_sgemm_tiles(table: dict):
     return _replaced("BATCHED_SGEMM_TILES", dict(table))
 
 
-def tiles_without(device: str):
-    """Context in which the batched-SGEMM tiles come from the traces of every GPU but `device`: how a
-    GPU is scored leave-one-GPU-out."""
-    return batched_sgemm_tiles(batched_sgemm_table(exclude_device=device))
+def translation_limit(table: dict):
+    """Context in which TRANSLATION_LIMIT is `table`."""
+    return _replaced("TRANSLATION_LIMIT", dict(table))
+
+
+@contextlib.contextmanager
+def fitted_without(device: str):
+    """Context in which the GEMM constants read off GPU data (the batched-SGEMM tiles, the translation
+    limit) come from every GPU but `device`: how a GPU is scored leave-one-GPU-out."""
+    with batched_sgemm_tiles(batched_sgemm_table(exclude_device=device)), \
+            translation_limit(translation_table(exclude_device=device)):
+        yield
 
 
 def library_efficiency_table(table: dict):
@@ -173,8 +232,10 @@ def gemm_compute(batch, m, k_out, n_red, device: DeviceSpec, dtype: str = "fp32"
     rows = np.arange(len(best))
     pick = lambda a: np.broadcast_to(a, t.shape)[rows, best]  # noqa: E731
     used = tiles / np.maximum(np.ceil(tiles / slots), 1.0) / slots
+    compute_ms = translation_limited_ms(t[rows, best], B[:, 0], M[:, 0], K[:, 0], N[:, 0], pick(tm), pick(tn),
+                                        device, dtype)
     return GemmTerms(
-        compute_ms=t[rows, best],
+        compute_ms=compute_ms,
         tiles=pick(tiles),
         waves=pick(waves),
         wave_efficiency=pick(used),
