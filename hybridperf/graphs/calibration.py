@@ -17,17 +17,17 @@ from __future__ import annotations
 CALIBRATION: dict = {
     "prior": {
         "scale": 1.0,
-        "gap_ms": 0.0089,
+        "gap_ms": 0.00841,
         "cpu_ms": 0.0,
         "inf": {
             "log_bias": 0.0,
-            "q_lo": -0.1368,
-            "q_hi": 0.5105
+            "q_lo": -0.1364,
+            "q_hi": 0.5124
         },
         "train": {
             "log_bias": 0.0,
-            "q_lo": -0.1368,
-            "q_hi": 0.5105
+            "q_lo": -0.1364,
+            "q_hi": 0.5124
         },
         "variant": "gap",
         "n_labels": 67,
@@ -43,17 +43,17 @@ CALIBRATION: dict = {
     },
     "bundle": {
         "scale": 1.0,
-        "gap_ms": 0.0089,
+        "gap_ms": 0.00841,
         "cpu_ms": 0.0,
         "inf": {
             "log_bias": 0.0,
-            "q_lo": -0.1368,
-            "q_hi": 0.5105
+            "q_lo": -0.1364,
+            "q_hi": 0.5124
         },
         "train": {
             "log_bias": 0.0,
-            "q_lo": -0.1368,
-            "q_hi": 0.5105
+            "q_lo": -0.1364,
+            "q_hi": 0.5124
         },
         "variant": "gap",
         "n_labels": 67,
