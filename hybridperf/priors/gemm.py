@@ -23,9 +23,10 @@ Pascal GEMMs with long reductions run at a fraction of their tile rate (`transla
 NeuSight's P100 ran Linear layers of 32-64k input features at 2.1-2.5 TFLOP/s where shorter ones
 reached 7, and the P4 at 2.0-2.9 where it reached 4.5. Both fall to about the same rate whatever their
 SM count and bandwidth, and the fall follows how many 2 MiB pages a tile's operand rows span (a row is
-N elements long), not the data size. That is what an address-translation limit looks like: once a
-tile's rows span more pages than the SM's translation cache holds, its loads miss it and are served
-at a GPU-wide rate. No other architecture here shows it beyond a few percent, so only Pascal has it.
+N elements long), not the data size. We read it as an address-translation limit (no TLB was measured):
+once a tile's rows span more pages than the SM's translation cache holds, its loads miss it and are
+served at a GPU-wide rate. The V100 and A100 slow by 0.1-0.2 in log at 64k features, but no second GPU
+of either architecture can check a fit, so only Pascal has the rule.
 """
 from __future__ import annotations
 
