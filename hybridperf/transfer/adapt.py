@@ -9,8 +9,11 @@ model, so k = 0 changes nothing and every coefficient is shrunk toward it):
 b(x) is a physical basis built from the prior's terms (see `basis`): an offset (the device's achieved
 efficiency for the class), the floor share (per-call overhead), and, in the compute-bound regime, the
 kernel's duration, reduction length, wave and tile quantisation, plus the compute/memory balance and
-their overlap. g is a small smooth correction over the kernel's scale that takes over when the device
-departs from the basis (large k). Measurements are weighted as in a least-absolute-error fit (IRLS)
+their overlap. g is a small smooth correction over the kernel's scale and reduction length that takes
+over when the device departs from the basis (large k). The reduction length is in g, not only in the
+basis, because an error can be a bump in it: scored with the P4's page budget (priors/gemm.py,
+translation limit), the P100's 8-16k-feature Linears are priced too slow and both shorter and longer
+ones are not, so a slope in log N moves every linear the wrong way. Measurements are weighted as in a least-absolute-error fit (IRLS)
 with the weights |pred/y - 1| implies, so one outlier or a skewed class does not drag the fit.
 
 Diagnosis behind it (leave-one-GPU-out, NeuSight test tables): the held-out error is mostly not a
@@ -48,7 +51,8 @@ _GROUP = {"offset": "offset", "floor": "offset"}
 #: inputs of the basis (feature columns)
 BASIS_INPUTS = ("floor_share", "compute_over_memory", "log_prior_ms", "log_N", "wave_efficiency", "tile_efficiency")
 #: features of the smooth part and their fixed scales (natural-log units)
-RBF_FEATURES = {"log_prior_ms": 1.5, "floor_share": 0.3, "log_flops": 2.0, "log_bytes": 1.5, "compute_over_memory": 1.5}
+RBF_FEATURES = {"log_prior_ms": 1.5, "floor_share": 0.3, "log_flops": 2.0, "log_bytes": 1.5, "compute_over_memory": 1.5,
+                "log_N": 1.0}
 _REF_MS, _REF_RED = np.log(0.3), np.log(1024.0)  # centre of the size and reduction terms
 POOL_WEIGHT = 0.3  # weight of another class's leave-one-out residual in a class's interval
 INTERVAL_PRIOR_WEIGHT = 8.0  # pseudo-samples the zero-shot interval is worth
