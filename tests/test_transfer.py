@@ -448,3 +448,25 @@ def test_cli_transfer_host_matches_predict_kernels_host(tiny_bundle, measured, t
                                rtol=1e-5)
     r = runner.invoke(app, ["transfer", str(cal_csv), "--device", TARGET, "--out", str(dest), "--host", "laptop"])
     assert r.exit_code != 0 and "unknown host" in f"{r.output}{r.exception}"
+
+
+def test_a_bump_in_the_reduction_length_is_corrected_near_it(monkeypatch):
+    """Linears of equal work whose error is a bump over N (8-16k features 0.3 too slow, shorter and longer
+    ones right: the P100 scored with the P4's page budget): the RBF over log N keeps the correction
+    nearer the bump than an RBF over the kernel's scale alone."""
+    import hybridperf.transfer.adapt as adapt
+
+    ns = np.array([512, 1024, 2048, 8192, 12288, 16384, 65536])
+    rows = canonicalize(pd.DataFrame({"OPName": "linear", "B": 1, "M": 2 ** 26 // ns, "N": ns, "K": 4096}))
+    p = Predictor.prior_only()
+    X = p.features(p.predict(rows, "Tesla P100-PCIE-16GB"), "Tesla P100-PCIE-16GB")
+    e = np.where((ns >= 8192) & (ns <= 16384), -0.3, 0.0)
+    picked = [1, 3, 5, 6]  # N = 1k, 8k, 16k, 64k
+    spread = {}
+    for name, rbf in (("with log_N", dict(adapt.RBF_FEATURES)),
+                      ("without", {k: v for k, v in adapt.RBF_FEATURES.items() if k != "log_N"})):
+        monkeypatch.setattr(adapt, "RBF_FEATURES", rbf)
+        corr, _ = adapt.fit_corrections(X[picked], e[picked], np.array(["linear"] * len(picked)))
+        c = corr["linear"](X)
+        spread[name] = c[4] - c[0]  # in the bump (12k, not measured) minus far below it (512)
+    assert spread["with log_N"] < spread["without"] - 0.03

@@ -13,8 +13,9 @@ their overlap. g is a small smooth correction over the kernel's scale and reduct
 over when the device departs from the basis (large k). The reduction length is in g, not only in the
 basis, because an error can be a bump in it: scored with the P4's page budget (priors/gemm.py,
 translation limit), the P100's 8-16k-feature Linears are priced too slow and both shorter and longer
-ones are not, so a slope in log N moves every linear the wrong way. Measurements are weighted as in a least-absolute-error fit (IRLS)
-with the weights |pred/y - 1| implies, so one outlier or a skewed class does not drag the fit.
+ones are not, so a slope in log N moves every linear the wrong way. Measurements are weighted as in a
+least-absolute-error fit (IRLS) with the weights |pred/y - 1| implies, so one outlier or a skewed class
+does not drag the fit.
 
 Diagnosis behind it (leave-one-GPU-out, NeuSight test tables): the held-out error is mostly not a
 device-level constant. Within one GPU and class its spread is 0.1-0.4 in log (a per-class offset,
