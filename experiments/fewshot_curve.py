@@ -8,8 +8,9 @@ scored on the rest of the table: MAPE per op class and empirical coverage of the
 averaged over 10 draws. Also a reliability diagram at k = 0 (nominal vs. empirical coverage).
 
 The strength of the transfer prior (a factor on TransferPrior's scales) is chosen for each held-out
-GPU by the same few-shot protocol on the *other* GPUs (random picks), never on the scored one; with a
-single GPU (Vidur) the default prior, chosen that way on the NeuSight GPUs, is used.
+GPU by the same few-shot protocol on the *other* GPUs (random picks), never on the scored one; then,
+on the same GPUs, a factor per op class on top of it (`choose_class_scale`, 1-16 kernels of the class).
+With a single GPU (Vidur) the defaults, chosen that way on the NeuSight GPUs, are used.
 
     python experiments/fewshot_curve.py --bundles experiments/out/logo_bundles --out experiments/out/fewshot
     python experiments/fewshot_curve.py --vidur --bundles experiments/out/vidur_bundles   # a100 -> a40
@@ -33,6 +34,7 @@ from hybridperf.transfer.suggest import suggest_kernels  # noqa: E402
 
 KS = (0, 4, 8, 16, 32, 64)
 PRIOR_FACTORS = (0.5, 0.7, 1.0, 1.4, 2.0)  # candidate strengths of the transfer prior
+CLASS_FACTORS = (0.1, 0.2, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0)  # candidate per-class factors on it
 
 
 def zero_shot_errors(device: str, bundle: Path, pool: pd.DataFrame) -> dict:
@@ -54,7 +56,7 @@ def choose_prior(others: list, ks=(4, 16, 64), draws=3) -> tuple[float, Transfer
                 for draw in range(draws):
                     picked = np.random.default_rng(1000 * draw + k).choice(n, size=min(k, n), replace=False)
                     rest = np.setdiff1d(np.arange(n), picked)
-                    corr, _ = fit_corrections(d["X"][picked], d["e"][picked], d["oc"][picked], prior)
+                    corr, _ = fit_corrections(d["X"][picked], d["e"][picked], d["oc"][picked], prior, {})
                     c = np.zeros(len(rest))
                     for oc, f in corr.items():
                         m = d["oc"][rest] == oc
@@ -66,13 +68,43 @@ def choose_prior(others: list, ks=(4, 16, 64), draws=3) -> tuple[float, Transfer
     return factor, TransferPrior().scaled(factor)
 
 
+def choose_class_scale(others: list, prior: TransferPrior, class_ks=(1, 2, 4, 8, 16), draws=8) -> dict:
+    """Per op class, the factor on `prior` (CLASS_FACTORS) with the lowest MAPE of the class after
+    transfer from 1-16 of its own kernels (random), averaged over the `others` GPUs; a class departs
+    from 1.0 only where its factor is no worse than 1.0 on every one of them."""
+    scores = {}  # (class, factor) -> per-GPU MAPE
+    for d in others:
+        for oc in np.unique(d["oc"]):
+            idx = np.flatnonzero(d["oc"] == oc)
+            X, e = d["X"][idx], d["e"][idx]
+            for f in CLASS_FACTORS:
+                mapes = []
+                for kc in class_ks:
+                    for draw in range(draws):
+                        rng = np.random.default_rng(100 * draw + kc)
+                        picked = rng.choice(len(idx), min(kc, len(idx)), replace=False)
+                        rest = np.setdiff1d(np.arange(len(idx)), picked)
+                        corr, _ = fit_corrections(X[picked], e[picked], np.array([oc] * len(picked)), prior, {oc: f})
+                        mapes.append(np.mean(np.abs(np.exp(corr[oc](X[rest]) - e[rest]) - 1)))
+                scores.setdefault((oc, f), []).append(float(np.mean(mapes)))
+    chosen = {}
+    for oc in sorted({oc for oc, _ in scores}):
+        ok = [f for f in CLASS_FACTORS if len(scores[(oc, f)]) == len(scores[(oc, 1.0)])
+              and all(a <= b for a, b in zip(scores[(oc, f)], scores[(oc, 1.0)]))]
+        best = min(ok, key=lambda f: np.mean(scores[(oc, f)]))
+        if best != 1.0:
+            chosen[oc] = best
+    return chosen
+
+
 def evaluate(pred: pd.DataFrame) -> pd.DataFrame:
     y = pred["latency_ms"]
     return pred.assign(ape=np.abs(pred["pred_ms"] / y - 1) * 100,
                        covered=((y >= pred["lo_ms"]) & (y <= pred["hi_ms"])) * 100.0)
 
 
-def run_device(device: str, bundle: Path, pool: pd.DataFrame, draws: int, log, prior: TransferPrior) -> pd.DataFrame:
+def run_device(device: str, bundle: Path, pool: pd.DataFrame, draws: int, log, prior: TransferPrior,
+               class_scale: dict) -> pd.DataFrame:
     base = Predictor.load(bundle)
     pool = pool.reset_index(drop=True).assign(pool_idx=np.arange(len(pool)))
     zero = evaluate(base.predict(pool, device))
@@ -88,9 +120,9 @@ def run_device(device: str, bundle: Path, pool: pd.DataFrame, draws: int, log, p
                         picked = rng.choice(len(pool), size=min(k, len(pool)), replace=False)
                     else:
                         half = pool.iloc[rng.choice(len(pool), size=len(pool) // 2, replace=False)]
-                        picked = suggest_kernels(base, half, device, k)["pool_idx"].to_numpy()
+                        picked = suggest_kernels(base, half, device, k, class_scale=class_scale)["pool_idx"].to_numpy()
                     rest = np.setdiff1d(np.arange(len(pool)), picked)
-                    adapted = adapt_predictor(base, pool.iloc[picked], device, prior)
+                    adapted = adapt_predictor(base, pool.iloc[picked], device, prior, class_scale)
                     res = evaluate(adapted.predict(pool.iloc[rest], device))
                 per = res.groupby("op_class").agg(mape=("ape", "mean"), coverage=("covered", "mean"))
                 per.loc["all"] = [res["ape"].mean(), res["covered"].mean()]
@@ -200,15 +232,17 @@ def main() -> None:
         pool = table[table["device"] == device].reset_index(drop=True)
         if not pool.empty and (bdir / "kernels").exists():
             folds[device] = (bdir / "kernels", pool)
-    parts, chosen = [], {}
+    parts, chosen, class_chosen = [], {}, {}
     for device, (bundle, pool) in folds.items():
         # the prior's batched-SGEMM tiles come from the other GPUs' traces only, here as in training
         with fitted_without(device):
             others = [zero_shot_errors(d, b, p) for d, (b, p) in folds.items() if d != device]
             factor, prior = choose_prior(others) if others else (1.0, TransferPrior())
-            chosen[device] = factor
-            log(f"{device}: transfer prior factor {factor} (chosen on {len(others)} other GPUs)")
-            parts.append(run_device(device, bundle, pool, args.draws, log, prior))
+            class_scale = choose_class_scale(others, prior) if others else None
+            chosen[device], class_chosen[device] = factor, class_scale
+            log(f"{device}: transfer prior factor {factor}, per class {class_scale} "
+                f"(chosen on {len(others)} other GPUs)")
+            parts.append(run_device(device, bundle, pool, args.draws, log, prior, class_scale))
     curves = pd.concat(parts, ignore_index=True)
     curves.to_csv(out / f"{name}_fewshot_draws.csv", index=False)
     rel = reliability(Path(args.heldout_csv)) if (not args.vidur and Path(args.heldout_csv).exists()) else None
@@ -222,6 +256,8 @@ def main() -> None:
     md = ["# Few-shot transfer: MAPE (%) per op class, mean over held-out GPUs and draws", "",
           "Transfer prior factor per held-out GPU (chosen on the other GPUs; 1.0 = default): "
           + ", ".join(f"{d}: {f}" for d, f in chosen.items()), "",
+          "Per-class factors on it (chosen on the other GPUs, the default CLASS_PRIOR_SCALE with one GPU): "
+          + ", ".join(f"{d}: {s}" for d, s in class_chosen.items()), "",
           wide.to_markdown(), "", "## Coverage of the 90% interval (all op classes)", "", cov.to_frame().to_markdown(), "",
           "## Worst held-out GPU per op class (suggest)", "",
           worst.xs("suggest", level="strategy").groupby(level="k").max().round(1).to_markdown(), ""]

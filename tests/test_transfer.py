@@ -155,9 +155,19 @@ def test_suggest_k6(base, candidates):
 
 
 def test_suggest_default_candidates(base):
-    picks = suggest_kernels(base, default_candidates(), TARGET, k=10)
+    picks = suggest_kernels(base, default_candidates(), TARGET, k=10, class_scale={})
     assert len(picks) == 10
     assert picks["op_class"].nunique() == 5
+
+
+def test_suggest_spends_less_on_a_class_whose_error_transfers_little(base):
+    """The design runs under the transfer's per-class prior: a class whose prior is shrunk (softmax by
+    default) is worth fewer measurements."""
+    def n_softmax(class_scale):
+        picks = suggest_kernels(base, default_candidates(), TARGET, k=16, class_scale=class_scale)
+        return int((picks["op_class"] == "softmax").sum())
+
+    assert n_softmax({"softmax": 0.2}) < n_softmax({}) and n_softmax(None) == n_softmax({"softmax": 0.2})
 
 
 def test_suggest_spends_measurements_where_the_zero_shot_error_is_large(bundle_copy, candidates):
@@ -168,12 +178,13 @@ def test_suggest_spends_measurements_where_the_zero_shot_error_is_large(bundle_c
         half = 0.01 if oc.startswith("elementwise") else 0.3
         spec["interval"].update(q_lo=-half, q_hi=half)
     (bundle_copy / "manifest.json").write_text(json.dumps(m))
-    picks = suggest_kernels(Predictor.load(bundle_copy), candidates, TARGET, k=4)
+    picks = suggest_kernels(Predictor.load(bundle_copy), candidates, TARGET, k=4, class_scale={})
     assert "elementwise" not in set(picks["op_class"]) and picks["op_class"].nunique() == 4
     for spec in m["op_classes"].values():
         spec["interval"].update(q_lo=-0.3, q_hi=0.3)
     (bundle_copy / "manifest.json").write_text(json.dumps(m))
-    assert suggest_kernels(Predictor.load(bundle_copy), candidates, TARGET, k=5)["op_class"].nunique() == 5
+    picks = suggest_kernels(Predictor.load(bundle_copy), candidates, TARGET, k=5, class_scale={})
+    assert picks["op_class"].nunique() == 5
 
 
 def test_zero_shot_error_moment_counts_an_offset_interval_and_an_unseen_device(base):
@@ -316,7 +327,7 @@ def test_adapter_recovers_a_device_level_efficiency(base):
     truth = lambda X: np.where(X[:, cm] > 0, np.log(1.3), np.log(0.9))  # noqa: E731
     cal = _synthetic_device(base, 25, 5, truth)
     held = _synthetic_device(base, 200, 6, truth)
-    adapted = adapt_predictor(base, cal, TARGET)
+    adapted = adapt_predictor(base, cal, TARGET, class_scale={})  # every class at the same prior
     pred = adapted.predict(held, TARGET)["pred_ms"].to_numpy()
     assert np.abs(pred / held["latency_ms"].to_numpy() - 1).mean() < 0.04  # zero-shot is 10-30% off
     gain = pd.Series(np.log(pred / base.predict(held, TARGET)["pred_ms"].to_numpy()))
@@ -328,7 +339,7 @@ def test_adapter_recovers_a_device_level_efficiency(base):
 def test_adapter_shrinks_toward_zero_shot_with_little_evidence(base):
     """One kernel per class moves the prediction only part of the way: the prior is the zero-shot model."""
     cal = _synthetic_device(base, 5, 7, lambda X: np.full(len(X), np.log(1.5)))
-    adapted = adapt_predictor(base, cal, TARGET)
+    adapted = adapt_predictor(base, cal, TARGET, class_scale={})  # every class at the same prior
     ratio = adapted.predict(cal, TARGET)["pred_ms"].to_numpy() / base.predict(cal, TARGET)["pred_ms"].to_numpy()
     assert (ratio > 1.02).all() and (ratio < 1.5).all()
 
@@ -427,6 +438,22 @@ def test_prior_strength_is_chosen_per_op_class():
     e = np.concatenate([0.8 + 0.3 * rng.normal(size=12), 0.01 * rng.normal(size=12)])
     corr, _ = fit_corrections(X, e, oc)
     assert corr["far"].prior.offset > TransferPrior().offset > corr["near"].prior.offset
+
+
+def test_a_class_prior_scale_shrinks_that_class_only():
+    """CLASS_PRIOR_SCALE: a few measured softmaxes move the softmax correction less than the same
+    errors move an unscaled class, and the default applies it."""
+    from hybridperf.residual_models.features import FEATURE_NAMES
+    from hybridperf.transfer.adapt import CLASS_PRIOR_SCALE, fit_corrections
+
+    assert CLASS_PRIOR_SCALE.get("softmax", 1.0) < 1.0
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(6, len(FEATURE_NAMES)))
+    oc, e = np.array(["softmax"] * 3 + ["layernorm"] * 3), np.full(6, 0.3)
+    scaled, _ = fit_corrections(X, e, oc)
+    flat, _ = fit_corrections(X, e, oc, class_scale={})
+    assert np.abs(scaled["softmax"](X[:3])).mean() < 0.5 * np.abs(flat["softmax"](X[:3])).mean()
+    np.testing.assert_allclose(scaled["layernorm"](X[3:]), flat["layernorm"](X[3:]))
 
 
 def test_cli_transfer_host_matches_predict_kernels_host(tiny_bundle, measured, tmp_path):

@@ -5,7 +5,8 @@ candidate whose measurement most reduces the posterior variance of the correctio
 candidates of its op class. A class's share is scaled by its expected squared zero-shot error on the
 device (read off its interval, plus the device-level term on an unseen GPU): the targets are per
 class, and a class the zero-shot model already predicts within 2% (elementwise) gains less from a
-measurement than a GEMM class does.
+measurement than a GEMM class does. Each class's prior is the transfer's own (`adapt.class_prior`), so a
+class whose error transfers little (softmax, `CLASS_PRIOR_SCALE`) is rarely picked.
 So the first picks pin the uncertain classes' offsets at a representative kernel, later ones go where
 the basis terms (duration, reduction length, quantisation, compute/memory balance) are least pinned.
 Deterministic; no measurement is needed to choose.
@@ -21,7 +22,7 @@ from hybridperf.devices import DeviceSpec, get_device
 from hybridperf.errors import InputError
 from hybridperf.ops import OP_CLASSES
 from hybridperf.stats import Z90
-from hybridperf.transfer.adapt import TransferPrior, prior_kernel
+from hybridperf.transfer.adapt import TransferPrior, class_prior, prior_kernel
 
 MAX_PER_CLASS = 500  # candidates per class the design considers (keeps it O(k n^2) small)
 
@@ -76,11 +77,14 @@ def zero_shot_error_moment(predictor, op_class: str, device: DeviceSpec) -> floa
 
 
 def suggest_kernels(predictor, candidates: pd.DataFrame, device: str | DeviceSpec, k: int,
-                    op_classes=OP_CLASSES, max_ms: float = 200.0, max_per_class: int = MAX_PER_CLASS) -> pd.DataFrame:
+                    op_classes=OP_CLASSES, max_ms: float = 200.0, max_per_class: int = MAX_PER_CLASS,
+                    class_scale: dict | None = None) -> pd.DataFrame:
     """The `k` rows of `candidates` (canonical or NeuSight-style) most worth measuring on `device`,
-    with their zero-shot prediction and interval. Kernels predicted slower than `max_ms` or with
-    tensors over a quarter of device memory are skipped (measuring stays quick); a class with more
-    than `max_per_class` candidates is thinned evenly. Deterministic."""
+    with their zero-shot prediction and interval, designed under the transfer's per-class prior
+    (`class_scale` as in `adapt.fit_corrections`: a class whose error transfers little is picked less).
+    Kernels predicted slower than `max_ms` or with tensors over a quarter of device memory are skipped
+    (measuring stays quick); a class with more than `max_per_class` candidates is thinned evenly.
+    Deterministic."""
     if k < 1:
         raise InputError("k must be at least 1")
     dev = get_device(device)
@@ -90,14 +94,14 @@ def suggest_kernels(predictor, candidates: pd.DataFrame, device: str | DeviceSpe
     if pred.empty:
         raise InputError("no candidate kernels of the requested op classes")
     X = predictor.features(pred, dev)
-    prior = TransferPrior()
     rows = []
     for oc in sorted(pred["op_class"].unique()):  # the order of `classes` below
         idx = np.flatnonzero(pred["op_class"].to_numpy() == oc)
         rows.append(idx[np.unique(np.linspace(0, len(idx) - 1, min(len(idx), max_per_class)).astype(int))])
     classes = sorted(pred["op_class"].unique())
-    picks = _greedy_design([prior_kernel(X[r], X[r], prior) for r in rows], min(k, len(pred)), prior.noise,
-                           [zero_shot_error_moment(predictor, oc, dev) for oc in classes])
+    priors = [class_prior(None, oc, class_scale) for oc in classes]
+    picks = _greedy_design([prior_kernel(X[r], X[r], p) for r, p in zip(rows, priors)], min(k, len(pred)),
+                           TransferPrior().noise, [zero_shot_error_moment(predictor, oc, dev) for oc in classes])
     return pred.iloc[sorted(rows[c][j] for c, j in picks)].reset_index(drop=True)
 
 
