@@ -220,7 +220,10 @@ class Predictor:
                 # offset, the class's overall centre, and keep each regime's offset from it
                 offset = iv.get("q_center", 0.0)
                 q_lo, q_hi, q_c = q_lo - offset, q_hi - offset, q_c - offset
-            q_lo, q_hi = widen_about(q_lo, q_hi, q_c, 1.0 + iv.get("ood_beta", 0.0) * ood[idx])
+            # out of range: widened by how far beyond the training range (or, after transfer, beyond
+            # the measured kernels, `ood_ref`) the row lies
+            beyond = np.maximum(ood[idx] - iv.get("ood_ref", 0.0), 0.0)
+            q_lo, q_hi = widen_about(q_lo, q_hi, q_c, 1.0 + iv.get("ood_beta", 0.0) * beyond)
             shift = iv.get("device_shift_q90", 0.0) if adapted_here else Z90 * self.device_shift_sd if unseen else 0.0
             if shift > 0:
                 q_lo, q_hi = widen_in_quadrature(q_lo, q_hi, shift)

@@ -384,7 +384,9 @@ def test_recalibrated_intervals_follow_the_leave_one_out_residuals():
     tight = recalibrate(zero, {"linear": np.linspace(-0.02, 0.02, 40)})
     wide = recalibrate(zero, {"linear": np.linspace(-0.8, 0.8, 40)})
     assert tight["linear"]["q_hi"] - tight["linear"]["q_lo"] < 0.3 < 0.6 < wide["linear"]["q_hi"] - wide["linear"]["q_lo"]
-    assert tight["linear"]["ood_beta"] < 0.5
+    assert tight["linear"]["ood_ref"] == 0.0  # measured in range: the widening starts where it did
+    far = recalibrate(zero, {"linear": np.linspace(-0.02, 0.02, 40)}, ood={"linear": np.full(40, 4.0)})
+    assert far["linear"]["ood_ref"] == 4.0 and far["linear"]["ood_beta"] == 0.5
     # nothing measured, nothing corrected: the zero-shot interval and all of the device-level error
     assert tight["softmax"] == {**zero["softmax"], "device_shift_q90": DEVICE_SHIFT_Q90}
     assert tight["linear"]["device_shift_q90"] < 0.5 * DEVICE_SHIFT_Q90  # 40 kernels pinned the device down
@@ -394,6 +396,55 @@ def test_recalibrated_intervals_follow_the_leave_one_out_residuals():
     borrowed = recalibrate(zero, {"linear": np.linspace(-0.8, 0.8, 40), "softmax": few})
     width = lambda iv: iv["softmax"]["q_hi"] - iv["softmax"]["q_lo"]  # noqa: E731
     assert width(alone) < width(zero) < width(borrowed)
+
+
+def test_out_of_range_widening_starts_at_the_measured_kernels(base):
+    """Kernels measured outside the bundle's training range (the tiny bundle's row-wise classes on an
+    MI300X) move the origin of the out-of-range widening to them: rows as far out as the measured ones
+    are not widened for it, rows in range are widened as before (not at all)."""
+    dev = "AMD Instinct MI300X"
+    rows = canonicalize(random_shapes(np.random.default_rng(5), 80))
+    zero = base.predict(rows, dev)
+    rows["latency_ms"] = zero["pred_ms"].to_numpy() * np.exp(np.random.default_rng(6).normal(0, 0.02, len(rows)))
+    rows["device"] = dev
+    adapted = adapt_predictor(base, rows, dev)
+    ew = adapted.intervals["elementwise"]
+    measured_ood = zero.loc[zero["op_class"] == "elementwise", "ood"]
+    assert ew["ood_ref"] == pytest.approx(measured_ood.median()) and ew["ood_ref"] > 1.0
+    legacy = Predictor(adapted.bundle, corrections=adapted.corrections,
+                       intervals={oc: {**iv, "ood_ref": 0.0} for oc, iv in adapted.intervals.items()})
+    legacy.adaptation = adapted.adaptation
+    new, old = adapted.predict(rows, dev), legacy.predict(rows, dev)
+    width = lambda o: np.log(o["hi_ms"] / o["lo_ms"])  # noqa: E731
+    at_ref = ((new["op_class"] == "elementwise") & (new["ood"] <= ew["ood_ref"]) & (new["ood"] > 0.5)).to_numpy()
+    in_range = (new["ood"] == 0).to_numpy()
+    assert at_ref.any() and in_range.any()
+    assert (width(new)[at_ref] < 0.8 * width(old)[at_ref]).all()
+    np.testing.assert_allclose(width(new)[in_range], width(old)[in_range])
+
+
+def test_a_class_measured_by_its_kernel_time_is_recalibrated_from_that_stratum(bundle_copy, tmp_path):
+    """Transfer re-calibrates a class from the zero-shot interval of the stratum its kernels were
+    measured in: profiler-timed rows from `op_class@kernel`, not from the call-timed interval."""
+    m = json.loads((bundle_copy / MANIFEST).read_text())
+    spec = m["op_classes"]["linear"]
+    m["op_classes"]["linear@kernel"] = {**spec, "interval": {**spec["interval"], "q_lo": 1.0, "q_hi": 1.2,
+                                                             "q_center": 1.1}}
+    (bundle_copy / MANIFEST).write_text(json.dumps(m))
+    p = Predictor.load(bundle_copy)
+    rows = canonicalize(random_shapes(np.random.default_rng(7), 40))
+    rows = rows[rows["op_class"] == "linear"].reset_index(drop=True)
+    rows["latency_ms"] = p.predict(rows, TARGET)["pred_ms"].to_numpy()
+    call = adapt_predictor(p, rows, TARGET).intervals["linear"]
+    adapted = adapt_predictor(p, rows.assign(timing="kernel"), TARGET)
+    # the kernel stratum's pseudo-residuals sit near +1.1
+    assert adapted.intervals["linear"]["q_hi"] > call["q_hi"] + 0.3
+    # saved and reloaded, profiler-timed rows get the same adapted interval as in memory
+    reloaded = Predictor.load(save_adapted(adapted, tmp_path / "adapted"))
+    kernel_rows = rows.assign(timing="kernel")
+    for col in ("pred_ms", "lo_ms", "hi_ms"):
+        np.testing.assert_allclose(reloaded.predict(kernel_rows, TARGET)[col],
+                                   adapted.predict(kernel_rows, TARGET)[col], rtol=1e-5)
 
 
 def test_large_calibration_sets_are_thinned(base, monkeypatch):

@@ -43,6 +43,8 @@ from hybridperf.devices import DeviceSpec, get_device
 from hybridperf.errors import HybridperfError, InputError
 from hybridperf.predictor import DEVICE_SHIFT_SD, device_shift_q90
 from hybridperf.residual_models.features import FEATURE_NAMES
+from hybridperf.priors.launch import row_timing
+from hybridperf.residual_models.bundle import stratum_key
 from hybridperf.residual_models.intervals import map_regimes
 from hybridperf.stats import Z90, weighted_quantile
 
@@ -170,6 +172,15 @@ def class_prior(prior: TransferPrior | None, op_class: str, class_scale: dict | 
     return (prior or TransferPrior()).scaled(scale.get(op_class, 1.0))
 
 
+def class_rows(op_class: np.ndarray) -> dict:
+    """Per op class, the indices of the rows the fit uses: at most MAX_ROWS_PER_CLASS, evenly spaced."""
+    rows = {}
+    for oc in np.unique(op_class):
+        m = np.flatnonzero(op_class == oc)
+        rows[oc] = m[np.unique(np.linspace(0, len(m) - 1, min(len(m), MAX_ROWS_PER_CLASS)).astype(int))]
+    return rows
+
+
 def fit_corrections(X: np.ndarray, e: np.ndarray, op_class: np.ndarray,
                     prior: TransferPrior | None = None, class_scale: dict | None = None) -> tuple[dict, dict]:
     """Per op class, the correction and the leave-one-out residuals of the measured kernels (at most
@@ -181,12 +192,8 @@ def fit_corrections(X: np.ndarray, e: np.ndarray, op_class: np.ndarray,
     loosens it without loosening the classes the zero-shot model already gets right. The hyperprior of
     a class is centred on `class_prior` (`class_scale`, default CLASS_PRIOR_SCALE)."""
     X = np.asarray(X, np.float64)
-    rows = {}
-    for oc in np.unique(op_class):
-        m = np.flatnonzero(op_class == oc)
-        rows[oc] = m[np.unique(np.linspace(0, len(m) - 1, min(len(m), MAX_ROWS_PER_CLASS)).astype(int))]
     corrections, loo = {}, {}
-    for oc, m in rows.items():
+    for oc, m in class_rows(op_class).items():
         best_score, centre = -np.inf, class_prior(prior, oc, class_scale)
         for f in STRENGTHS:
             correction, residuals, evidence = fit_class(X[m], e[m], centre.scaled(f))
@@ -196,17 +203,29 @@ def fit_corrections(X: np.ndarray, e: np.ndarray, op_class: np.ndarray,
     return corrections, loo
 
 
-def recalibrate(intervals: dict, loo: dict, coverage: float = 0.9, shift_sd: float = DEVICE_SHIFT_SD) -> dict:
+def recalibrate(intervals: dict, loo: dict, coverage: float = 0.9, shift_sd: float = DEVICE_SHIFT_SD,
+                ood: dict | None = None) -> dict:
     """Adapted intervals: zero-shot ones mixed with pooled, standardised leave-one-out quantiles, plus
     the device-level error (prior sd `shift_sd`) the class's measured kernels leave
     (`device_shift_q90`; all of it for a class with none: transfer with k = 4 measures some classes
-    not at all). Floor-share bins move with their class's interval (`intervals.map_regimes`)."""
+    not at all). Floor-share bins move with their class's interval (`intervals.map_regimes`).
+
+    `ood` ({class: out-of-range score of each leave-one-out row}) moves the origin of the out-of-range
+    widening to the measured kernels (`ood_ref`, their median score): a row is widened only for how
+    much further out than them it lies. A bundle trained on one GPU scores every kernel of another GPU
+    at the clip (its device features, e.g. `power_capped`, never varied), so without this the measured
+    kernels' small errors would still be widened 3.5x. Residuals are put in the same units."""
     half = {oc: (iv["q_hi"] - iv["q_lo"]) / 2 for oc, iv in intervals.items()}
     classes = [oc for oc in loo if oc in half and len(loo[oc])]
     unmeasured = device_shift_q90(0, 0.0, shift_sd)
     if not classes:
         return {oc: {**iv, "device_shift_q90": unmeasured} for oc, iv in intervals.items()}
-    u = np.concatenate([loo[oc] / max(half[oc], 1e-6) for oc in classes])
+    ood = ood or {}
+
+    scores = {oc: np.asarray(ood.get(oc, np.zeros(len(loo[oc]))), np.float64) for oc in classes}
+    ref = {oc: float(np.median(scores[oc])) for oc in classes}
+    widening = {oc: 1.0 + intervals[oc].get("ood_beta", 0.0) * np.maximum(scores[oc] - ref[oc], 0.0) for oc in classes}
+    u = np.concatenate([loo[oc] / widening[oc] / max(half[oc], 1e-6) for oc in classes])
     owner = np.concatenate([[oc] * len(loo[oc]) for oc in classes])
     a = (1.0 - coverage) / 2.0
     out = {}
@@ -220,12 +239,9 @@ def recalibrate(intervals: dict, loo: dict, coverage: float = 0.9, shift_sd: flo
         pseudo = (iv["q_lo"] + iv["q_hi"]) / 2 + half[oc] / Z90 * _PSEUDO_Z
         x = np.concatenate([u * half[oc], pseudo])
         wx = np.concatenate([w, np.full(len(pseudo), INTERVAL_PRIOR_WEIGHT / len(pseudo))])
-        mix = w.sum() / (w.sum() + INTERVAL_PRIOR_WEIGHT)
-        # after transfer the device is no longer unseen: the OOD widening gives way with the evidence
         q_lo, q_hi = weighted_quantile(x, wx, a), weighted_quantile(x, wx, 1.0 - a)
         out[oc] = map_regimes(iv, {**iv, "q_lo": q_lo, "q_hi": q_hi, "q_center": (q_lo + q_hi) / 2,
-                                   "ood_beta": float((1 - mix) * iv.get("ood_beta", 0.0)),
-                                   "calibration_rows": int(len(loo[oc])),
+                                   "ood_ref": ref[oc], "calibration_rows": int(len(loo[oc])),
                                    "device_shift_q90": device_shift_q90(len(loo[oc]), half[oc], shift_sd)})
     return out
 
@@ -262,10 +278,19 @@ def adapt_predictor(predictor, measured: pd.DataFrame, device: str | DeviceSpec,
     base = predictor.predict(measured, dev)
     X = predictor.features(base, dev)
     e = np.log(measured["latency_ms"].to_numpy(np.float64) / base["pred_ms"].to_numpy())
-    corrections, loo = fit_corrections(X, e, base["op_class"].to_numpy(), prior, class_scale)
-    zero_shot = {oc: spec["interval"] for oc, spec in predictor.manifest.get("op_classes", {}).items()}
-    zero_shot.update({oc: dict(FALLBACK_INTERVAL) for oc in loo if oc not in zero_shot})
-    intervals = recalibrate(zero_shot, loo, shift_sd=predictor.device_shift_sd)
+    op_class = base["op_class"].to_numpy()
+    corrections, loo = fit_corrections(X, e, op_class, prior, class_scale)
+    # each class's interval is re-calibrated from the zero-shot interval of the stratum its kernels
+    # were measured in (`op_class@kernel` for profiler-timed rows), and then serves the whole class
+    strata = predictor.manifest.get("op_classes", {})
+    timing = row_timing(base).to_numpy()
+    zero_shot, ood = {}, {}
+    for oc, idx in class_rows(op_class).items():
+        measured_as = pd.Series(timing[idx]).mode().iloc[0]
+        spec = strata.get(stratum_key(oc, measured_as)) or strata.get(oc) or {"interval": FALLBACK_INTERVAL}
+        zero_shot[oc], ood[oc] = spec["interval"], base["ood"].to_numpy()[idx]
+    zero_shot.update({oc: spec["interval"] for oc, spec in strata.items() if oc not in zero_shot and "@" not in oc})
+    intervals = recalibrate(zero_shot, loo, shift_sd=predictor.device_shift_sd, ood=ood)
     adapted = Predictor(predictor.bundle, corrections=corrections, intervals=intervals)
     adapted.adaptation = {"device": dev.name, "k": int(len(measured)),
                           "method": "robust Bayesian regression on the prior's regime terms + RBF",

@@ -103,9 +103,9 @@ def save_adapted(predictor, out_dir: str | Path) -> Path:
         (out / name).write_bytes(correction_onnx(corr).SerializeToString())
         manifest["files"][name] = ""
         corrections[oc] = {"file": name, **corr.to_dict()}
-    for oc, iv in predictor.intervals.items():
-        if oc in manifest["op_classes"]:
-            manifest["op_classes"][oc]["interval"] = iv
+    for key, spec in manifest["op_classes"].items():  # an adapted class's interval serves all its timings
+        if key.split("@")[0] in predictor.intervals:
+            spec["interval"] = predictor.intervals[key.split("@")[0]]
     manifest["adaptation"] = {**predictor.adaptation, "corrections": corrections,
                               "adapted_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                               "base_bundle_sha256": {k: v for k, v in json.loads((src / MANIFEST).read_text())["files"].items()}}
