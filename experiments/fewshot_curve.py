@@ -84,7 +84,7 @@ def choose_class_scale(others: list, prior: TransferPrior, class_ks=(1, 2, 4, 8,
                         rng = np.random.default_rng(100 * draw + kc)
                         picked = rng.choice(len(idx), min(kc, len(idx)), replace=False)
                         rest = np.setdiff1d(np.arange(len(idx)), picked)
-                        corr, _ = fit_corrections(X[picked], e[picked], np.array([oc] * len(picked)), prior, {oc: f})
+                        corr, _ = fit_corrections(X[picked], e[picked], np.full(len(picked), oc), prior, {oc: f})
                         mapes.append(np.mean(np.abs(np.exp(corr[oc](X[rest]) - e[rest]) - 1)))
                 scores.setdefault((oc, f), []).append(float(np.mean(mapes)))
     chosen = {}
@@ -120,7 +120,8 @@ def run_device(device: str, bundle: Path, pool: pd.DataFrame, draws: int, log, p
                         picked = rng.choice(len(pool), size=min(k, len(pool)), replace=False)
                     else:
                         half = pool.iloc[rng.choice(len(pool), size=len(pool) // 2, replace=False)]
-                        picked = suggest_kernels(base, half, device, k, class_scale=class_scale)["pool_idx"].to_numpy()
+                        picks = suggest_kernels(base, half, device, k, class_scale=class_scale)
+                        picked = picks["pool_idx"].to_numpy()
                     rest = np.setdiff1d(np.arange(len(pool)), picked)
                     adapted = adapt_predictor(base, pool.iloc[picked], device, prior, class_scale)
                     res = evaluate(adapted.predict(pool.iloc[rest], device))

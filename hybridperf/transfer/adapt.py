@@ -172,12 +172,13 @@ def class_prior(prior: TransferPrior | None, op_class: str, class_scale: dict | 
     return (prior or TransferPrior()).scaled(scale.get(op_class, 1.0))
 
 
-def class_rows(op_class: np.ndarray) -> dict:
-    """Per op class, the indices of the rows the fit uses: at most MAX_ROWS_PER_CLASS, evenly spaced."""
-    rows = {}
+def class_rows(op_class: np.ndarray, max_rows: int | None = None) -> dict:
+    """Per op class (sorted), the indices of its rows, thinned evenly to at most `max_rows`
+    (default MAX_ROWS_PER_CLASS)."""
+    cap, rows = max_rows or MAX_ROWS_PER_CLASS, {}
     for oc in np.unique(op_class):
         m = np.flatnonzero(op_class == oc)
-        rows[oc] = m[np.unique(np.linspace(0, len(m) - 1, min(len(m), MAX_ROWS_PER_CLASS)).astype(int))]
+        rows[oc] = m[np.unique(np.linspace(0, len(m) - 1, min(len(m), cap)).astype(int))]
     return rows
 
 
@@ -220,12 +221,10 @@ def recalibrate(intervals: dict, loo: dict, coverage: float = 0.9, shift_sd: flo
     unmeasured = device_shift_q90(0, 0.0, shift_sd)
     if not classes:
         return {oc: {**iv, "device_shift_q90": unmeasured} for oc, iv in intervals.items()}
-    ood = ood or {}
-
-    scores = {oc: np.asarray(ood.get(oc, np.zeros(len(loo[oc]))), np.float64) for oc in classes}
+    scores = {oc: np.asarray((ood or {}).get(oc, np.zeros(len(loo[oc]))), np.float64) for oc in classes}
     ref = {oc: float(np.median(scores[oc])) for oc in classes}
-    widening = {oc: 1.0 + intervals[oc].get("ood_beta", 0.0) * np.maximum(scores[oc] - ref[oc], 0.0) for oc in classes}
-    u = np.concatenate([loo[oc] / widening[oc] / max(half[oc], 1e-6) for oc in classes])
+    u = np.concatenate([loo[oc] / (1.0 + intervals[oc].get("ood_beta", 0.0) * np.maximum(scores[oc] - ref[oc], 0.0))
+                        / max(half[oc], 1e-6) for oc in classes])
     owner = np.concatenate([[oc] * len(loo[oc]) for oc in classes])
     a = (1.0 - coverage) / 2.0
     out = {}

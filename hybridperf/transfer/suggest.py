@@ -22,7 +22,7 @@ from hybridperf.devices import DeviceSpec, get_device
 from hybridperf.errors import InputError
 from hybridperf.ops import OP_CLASSES
 from hybridperf.stats import Z90
-from hybridperf.transfer.adapt import TransferPrior, class_prior, prior_kernel
+from hybridperf.transfer.adapt import TransferPrior, class_prior, class_rows, prior_kernel
 
 MAX_PER_CLASS = 500  # candidates per class the design considers (keeps it O(k n^2) small)
 
@@ -94,11 +94,9 @@ def suggest_kernels(predictor, candidates: pd.DataFrame, device: str | DeviceSpe
     if pred.empty:
         raise InputError("no candidate kernels of the requested op classes")
     X = predictor.features(pred, dev)
-    rows = []
-    for oc in sorted(pred["op_class"].unique()):  # the order of `classes` below
-        idx = np.flatnonzero(pred["op_class"].to_numpy() == oc)
-        rows.append(idx[np.unique(np.linspace(0, len(idx) - 1, min(len(idx), max_per_class)).astype(int))])
-    classes = sorted(pred["op_class"].unique())
+    by_class = class_rows(pred["op_class"].to_numpy(), max_per_class)
+    classes = list(by_class)
+    rows = [by_class[oc] for oc in classes]
     priors = [class_prior(None, oc, class_scale) for oc in classes]
     picks = _greedy_design([prior_kernel(X[r], X[r], p) for r, p in zip(rows, priors)], min(k, len(pred)),
                            TransferPrior().noise, [zero_shot_error_moment(predictor, oc, dev) for oc in classes])
