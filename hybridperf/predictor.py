@@ -81,6 +81,13 @@ def ood_score(X: np.ndarray, rng: dict) -> np.ndarray:
     return np.clip(np.max(np.maximum(np.maximum(below, above), 0.0), axis=1), 0.0, OOD_CLIP)
 
 
+def ood_widening(interval: dict, ood: np.ndarray) -> np.ndarray:
+    """Factor an interval is widened by for rows with out-of-range scores `ood`: by how far beyond the
+    training range (or, after transfer, beyond the measured kernels, `ood_ref`) each row lies."""
+    beyond = np.maximum(np.asarray(ood, np.float64) - interval.get("ood_ref", 0.0), 0.0)
+    return 1.0 + interval.get("ood_beta", 0.0) * beyond
+
+
 def check_runs_on(kernels: pd.DataFrame, device: DeviceSpec) -> None:
     """Refuse kernels `device` cannot run: fp8 GEMMs need fp8 matrix units (Ada, Hopper, Blackwell,
     CDNA3); elsewhere PyTorch raises rather than run them, so no latency would be meaningful."""
@@ -220,10 +227,7 @@ class Predictor:
                 # offset, the class's overall centre, and keep each regime's offset from it
                 offset = iv.get("q_center", 0.0)
                 q_lo, q_hi, q_c = q_lo - offset, q_hi - offset, q_c - offset
-            # out of range: widened by how far beyond the training range (or, after transfer, beyond
-            # the measured kernels, `ood_ref`) the row lies
-            beyond = np.maximum(ood[idx] - iv.get("ood_ref", 0.0), 0.0)
-            q_lo, q_hi = widen_about(q_lo, q_hi, q_c, 1.0 + iv.get("ood_beta", 0.0) * beyond)
+            q_lo, q_hi = widen_about(q_lo, q_hi, q_c, ood_widening(iv, ood[idx]))
             shift = iv.get("device_shift_q90", 0.0) if adapted_here else Z90 * self.device_shift_sd if unseen else 0.0
             if shift > 0:
                 q_lo, q_hi = widen_in_quadrature(q_lo, q_hi, shift)

@@ -41,7 +41,7 @@ import pandas as pd
 
 from hybridperf.devices import DeviceSpec, get_device
 from hybridperf.errors import HybridperfError, InputError
-from hybridperf.predictor import DEVICE_SHIFT_SD, device_shift_q90
+from hybridperf.predictor import DEVICE_SHIFT_SD, device_shift_q90, ood_widening
 from hybridperf.residual_models.features import FEATURE_NAMES
 from hybridperf.priors.launch import row_timing
 from hybridperf.residual_models.bundle import stratum_key
@@ -223,8 +223,8 @@ def recalibrate(intervals: dict, loo: dict, coverage: float = 0.9, shift_sd: flo
         return {oc: {**iv, "device_shift_q90": unmeasured} for oc, iv in intervals.items()}
     scores = {oc: np.asarray((ood or {}).get(oc, np.zeros(len(loo[oc]))), np.float64) for oc in classes}
     ref = {oc: float(np.median(scores[oc])) for oc in classes}
-    u = np.concatenate([loo[oc] / (1.0 + intervals[oc].get("ood_beta", 0.0) * np.maximum(scores[oc] - ref[oc], 0.0))
-                        / max(half[oc], 1e-6) for oc in classes])
+    u = np.concatenate([loo[oc] / ood_widening({**intervals[oc], "ood_ref": ref[oc]}, scores[oc]) / max(half[oc], 1e-6)
+                        for oc in classes])
     owner = np.concatenate([[oc] * len(loo[oc]) for oc in classes])
     a = (1.0 - coverage) / 2.0
     out = {}
