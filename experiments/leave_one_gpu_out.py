@@ -13,6 +13,7 @@ blend is chosen, and MAPE reported, on the test tables as before. Coverage is re
     python experiments/leave_one_gpu_out.py --data ../shared/datasets --out experiments/out/logo \
         --save-bundles experiments/out/logo_bundles --ship exported_models/kernels
     python experiments/leave_one_gpu_out.py --vidur --data ../shared/datasets   # a100 -> a40, fp16
+    python experiments/leave_one_gpu_out.py --measured experiments/data/measured/h200   # + our H200: 6 folds
 
 `--save-bundles DIR` writes one ONNX bundle per held-out GPU (DIR/<GPU>/kernels) for
 experiments/model_latency.py.
@@ -34,7 +35,7 @@ from hybridperf.predictor import device_shift_sd  # noqa: E402
 from hybridperf.priors.gemm import fitted_without  # noqa: E402
 from hybridperf.stats import Z90, widen_about, widen_in_quadrature  # noqa: E402
 from hybridperf.residual_models.intervals import FLOOR_SHARE_EDGES, rows_quantiles  # noqa: E402
-from hybridperf.training.kernel_data import KEY, load_neusight_training, subsample  # noqa: E402
+from hybridperf.training.kernel_data import KEY, load_measured_grid, load_neusight_training, subsample  # noqa: E402
 from hybridperf.training.kernels import (  # noqa: E402
     TrainConfig, blended, choose_blend, conformal_interval, export_bundle, leave_one_gpu_out, per_stratum, stratum,
 )
@@ -79,6 +80,18 @@ def calibration_rows(root: Path, test: pd.DataFrame, cfg: TrainConfig) -> pd.Dat
     seen = pd.MultiIndex.from_frame(test[KEY].fillna(-1))
     collect = collect[~pd.MultiIndex.from_frame(collect[KEY].fillna(-1)).isin(seen)]
     return pd.concat([test.assign(calibration_only=False), collect.assign(calibration_only=True)], ignore_index=True)
+
+
+def add_measured_gpu(train: pd.DataFrame, evaluate: pd.DataFrame, gpu_dir: Path, dtypes) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One of our measured GPUs as a fold, like NeuSight's: every kernel of its grids (`dtypes`) trains the
+    other folds; held out, its fp32 test grid is scored and its training grid calibrates intervals only."""
+    grid = load_measured_grid(gpu_dir, dtypes=tuple(dtypes))
+    test = load_measured_grid(gpu_dir, splits=("test",))
+    seen = pd.MultiIndex.from_frame(test[KEY].fillna(-1))
+    rest = load_measured_grid(gpu_dir, splits=("train",))
+    rest = rest[~pd.MultiIndex.from_frame(rest[KEY].fillna(-1)).isin(seen)]
+    return (pd.concat([train, grid], ignore_index=True),
+            pd.concat([evaluate, test.assign(calibration_only=False), rest.assign(calibration_only=True)], ignore_index=True))
 
 
 def coverage_by_regime(scored: pd.DataFrame) -> pd.DataFrame:
@@ -140,6 +153,11 @@ def main() -> None:
     ap.add_argument("--vidur", action="store_true", help="train on Vidur a100 fp16 tables, predict a40")
     ap.add_argument("--with-vidur", action="store_true",
                     help="add Vidur's fp16 A100 and A40 tables (kernel timing) to the NeuSight GPUs: 7 folds")
+    ap.add_argument("--measured", nargs="*", default=[], metavar="DIR",
+                    help="GPUs we measured on NeuSight's shape lists (experiments/data/measured/<gpu>, its grid/ "
+                    "folder): one more fold each; their train and test grids train the other folds, the test grid "
+                    "is scored when held out")
+    ap.add_argument("--measured-dtypes", default="fp32", help="dtypes of the --measured grids that train, comma-separated")
     ap.add_argument("--save-bundles", default=None, help="write one bundle per held-out GPU here")
     ap.add_argument("--ship", default=None, help="also fit on every GPU and write the shipped bundle here "
                     "(blend and interval from all folds' held-out errors)")
@@ -175,6 +193,9 @@ def main() -> None:
             train = pd.concat([train, vid], ignore_index=True)
             evaluate = pd.concat([evaluate, vid.assign(calibration_only=False)], ignore_index=True)
             name = "neusight_vidur"
+        for gpu_dir in args.measured:
+            train, evaluate = add_measured_gpu(train, evaluate, Path(gpu_dir), args.measured_dtypes.split(","))
+            name += "_" + Path(gpu_dir).name
         devices = args.devices.split(",") if args.devices else sorted(train["device"].unique())
     log(f"{len(train)} training rows, holding out {devices}")
     logo, models = leave_one_gpu_out(train, evaluate, cfg, devices=devices, progress=log, keep_models=True,

@@ -537,6 +537,27 @@ def test_training_devices_get_their_measured_bias_back(tiny_bundle, tiny_table):
     np.testing.assert_allclose(unseen["pred_ms"], stripped_l4["pred_ms"])
 
 
+def test_a_training_gpus_bias_is_read_off_its_model_shaped_kernels():
+    """NeuSight's randomly shaped collect tables can disagree with its test tables on one GPU (P4
+    linear: 1.86x against 1.0x); the bias applied on that GPU comes from the model-shaped rows."""
+    from conftest import synth_measurements
+    from hybridperf.training.kernel_data import MODEL_SHAPES_TABLE
+    from hybridperf.training.kernels import training_device_bias
+
+    rng = np.random.default_rng(0)
+    collect = canonicalize(synth_measurements(rng, 120, "Tesla T4", 2.0, ops=("linear",)), require_latency=True)
+    model = canonicalize(synth_measurements(rng, 40, "Tesla T4", 1.0, ops=("linear",)), require_latency=True)
+    table = pd.concat([collect.assign(table="collect"), model.assign(table=MODEL_SHAPES_TABLE)], ignore_index=True)
+    with_tables = training_device_bias(table, tiny_config())["Tesla T4"]["linear"]
+    untagged = training_device_bias(table.drop(columns="table"), tiny_config())["Tesla T4"]["linear"]
+    # synth rows carry a shape term of up to +-0.4 around the factor, so compare the two reads
+    assert untagged - with_tables == pytest.approx(np.log(2.0), abs=0.25)
+    # too few model-shaped rows of a stratum: the whole table is used
+    few = pd.concat([collect.assign(table="collect"), model.head(5).assign(table=MODEL_SHAPES_TABLE)])
+    assert training_device_bias(few, tiny_config())["Tesla T4"]["linear"] == pytest.approx(
+        training_device_bias(few.drop(columns="table"), tiny_config())["Tesla T4"]["linear"])
+
+
 def test_a_bundle_trained_on_one_gpu_adds_the_between_gpu_error_on_others(bundle_copy):
     """Its interval was cross-validated inside one GPU, so on another GPU the whole between-GPU spread
     of the prior's bias is added, not just the residual device term of a multi-GPU bundle."""

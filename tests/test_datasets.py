@@ -347,3 +347,20 @@ def test_neusight_kernels_carry_their_harness_host(tmp_path):
     with pytest.raises(InputError, match=r"k\.csv:3: unknown host 'laptop'"):
         canonicalize(pd.DataFrame({"OPName": ["add", "add"], "B": [4, 4], "H": [8, 8], "host": ["current", "laptop"]}),
                      source="k.csv")
+
+
+def test_a_measured_grid_tags_its_test_shapes_and_keeps_the_asked_dtypes(tmp_path):
+    """`load_measured_grid` reads what `hybridperf collect` wrote for grid_shapes.py's two lists."""
+    from hybridperf.training.kernel_data import MODEL_SHAPES_TABLE, load_measured_grid
+
+    grid = tmp_path / "h200" / "grid"
+    grid.mkdir(parents=True)
+    row = "OPName,B,M,N,K,H,Latency,Device,dtype\n"
+    (grid / "train_bmm.csv").write_text(row + "bmm,2,64,64,64,,0.02,NVIDIA H200,float32\n"
+                                        "bmm,2,64,64,64,,0.01,NVIDIA H200,float16\n")
+    (grid / "test_rowwise.csv").write_text(row + "add,64,,,,1024,0.01,NVIDIA H200,float32\n")
+    fp32 = load_measured_grid(tmp_path / "h200")
+    assert sorted(zip(fp32["op"], fp32["table"])) == [("add", MODEL_SHAPES_TABLE), ("bmm", "collect")]
+    assert list(load_measured_grid(tmp_path / "h200", splits=("train",), dtypes=("fp16",))["latency_ms"]) == [0.01]
+    with pytest.raises(InputError, match="no grid"):
+        load_measured_grid(tmp_path / "missing")

@@ -12,10 +12,15 @@ from hybridperf.csvio import read_csv
 from hybridperf.datasets.neusight import load_collect, load_test, neusight_root
 from hybridperf.datasets.schema import canonicalize
 from hybridperf.devices import get_device
+from hybridperf.errors import InputError
 from hybridperf.priors.kernel_prior import kernel_prior_terms
 from hybridperf.residual_models.features import kernel_features
 
 KEY = ["device", "op", "dtype", "B", "M", "N", "K", "H"]
+#: `table` of the rows that are kernels of real models' layers (NeuSight's test tables, our grids'
+#: test shapes); the rest are the randomly shaped collect tables. A training GPU's own bias is read
+#: off these rows (`training.kernels.training_device_bias`).
+MODEL_SHAPES_TABLE = "test"
 
 
 def load_neusight_training(root: str | Path, splits=("train",)) -> pd.DataFrame:
@@ -32,8 +37,13 @@ def load_neusight_training(root: str | Path, splits=("train",)) -> pd.DataFrame:
                                            host="neusight"))
     if "test" in splits:
         frames.append(load_test(base))
-    df = pd.concat(frames, ignore_index=True)
-    return df.drop_duplicates(subset=KEY).reset_index(drop=True)
+    df = pd.concat(frames, ignore_index=True).drop_duplicates(subset=KEY).reset_index(drop=True)
+    if "test" in splits:  # tagged after dropping duplicates, so the row order (and any subsample) is unchanged
+        test_keys = pd.MultiIndex.from_frame(frames[-1][KEY].fillna(-1))
+        df["table"] = np.where(pd.MultiIndex.from_frame(df[KEY].fillna(-1)).isin(test_keys), MODEL_SHAPES_TABLE, "collect")
+    else:
+        df["table"] = "collect"
+    return df
 
 
 def load_kernel_table(path: str | Path) -> pd.DataFrame:
@@ -43,6 +53,19 @@ def load_kernel_table(path: str | Path) -> pd.DataFrame:
     if p.is_file():
         return canonicalize(read_csv(p), source=str(p), require_latency=True)
     return load_neusight_training(p, splits=("train", "test"))
+
+
+def load_measured_grid(gpu_dir: str | Path, splits=("train", "test"), dtypes=("fp32",)) -> pd.DataFrame:
+    """Kernels one GPU measured with `hybridperf collect` on NeuSight's shape lists
+    (`experiments/grid_shapes.py`): `<gpu_dir>/grid/<split>_*.csv`, only rows of `dtypes`.
+    Duplicates (by device, op, dtype and shape) are dropped."""
+    files = sorted(f for s in splits for f in (Path(gpu_dir) / "grid").glob(f"{s}_*.csv"))
+    if not files:
+        raise InputError(f"{gpu_dir}: no grid/{{{','.join(splits)}}}_*.csv files")
+    df = pd.concat([canonicalize(read_csv(f), source=str(f), require_latency=True)
+                    .assign(table=MODEL_SHAPES_TABLE if f.name.startswith("test_") else "collect") for f in files],
+                   ignore_index=True)
+    return df[df["dtype"].isin(dtypes)].drop_duplicates(subset=KEY).reset_index(drop=True)
 
 
 def bias_groups(df: pd.DataFrame) -> list[str]:
