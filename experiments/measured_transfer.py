@@ -3,10 +3,12 @@
 
 For each saved GPU directory of `experiments/data/measured/` (see its README for the method): the
 calibration set is `suggested_measured.csv` (32 kernels picked by `suggest` before anything was
-measured), the test set is `kernels.csv`'s fp32 rows (81 kernels, none in the calibration set). The
+measured). Two test sets, none of their kernels in the calibration set:
+`gpu_check`, the fp32 rows of `kernels.csv` (81 kernels), and, where it was measured, `neusight_test`,
+the sample of NeuSight's own test shapes in `grid/test_*.csv` (1,398 kernels). The
 zero-shot predictor is scored with the batched-SGEMM tiles of the other GPUs' traces only.
 
-    python experiments/measured_transfer.py            # about 10 s; writes experiments/out/measured_transfer.md
+    python experiments/measured_transfer.py            # about 20 s; writes experiments/out/measured_transfer.md
 """
 from __future__ import annotations
 
@@ -24,33 +26,41 @@ from hybridperf.datasets.schema import canonicalize  # noqa: E402
 from hybridperf.devices import get_device  # noqa: E402
 from hybridperf.predictor import Predictor  # noqa: E402
 from hybridperf.priors.gemm import fitted_without  # noqa: E402
+from hybridperf.training.kernel_data import load_measured_grid  # noqa: E402
 from hybridperf.transfer import adapt_predictor  # noqa: E402
 
 MEASURED = REPO / "experiments" / "data" / "measured"
 COLUMNS = ["OPName", "B", "M", "N", "K", "H", "Latency"]
 
 
-def score(gpu_dir: Path) -> pd.DataFrame:
-    """Per op class: test MAPE and 90%-interval coverage, zero-shot and after transfer."""
+def test_sets(gpu_dir: Path) -> dict[str, pd.DataFrame]:
+    """{name: canonical fp32 test kernels} of one measured GPU (see the module docstring)."""
     grid = pd.read_csv(gpu_dir / "kernels.csv")
-    grid = grid[grid["dtype"] == "fp32"]
-    dev = get_device(str(grid["Device"].iloc[0]))
-    test = canonicalize(grid[COLUMNS], source=str(gpu_dir / "kernels.csv"), require_latency=True)
+    sets = {"gpu_check": canonicalize(grid.loc[grid["dtype"] == "fp32", COLUMNS], source=str(gpu_dir / "kernels.csv"),
+                                      require_latency=True)}
+    if list((gpu_dir / "grid").glob("test_*.csv")):
+        sets["neusight_test"] = load_measured_grid(gpu_dir, splits=("test",))
+    return sets
+
+
+def score(gpu_dir: Path) -> pd.DataFrame:
+    """Per test set and op class: MAPE and 90%-interval coverage, zero-shot and after transfer."""
+    sets = test_sets(gpu_dir)
+    dev = get_device(str(pd.read_csv(gpu_dir / "kernels.csv", usecols=["Device"])["Device"].iloc[0]))
     calib = canonicalize(pd.read_csv(gpu_dir / "suggested_measured.csv"), source="suggested", require_latency=True)
     rows = []
     with fitted_without(dev.name):
         zero = Predictor.load()
         for name, pred in (("zero-shot", zero), (f"transfer, k={len(calib)}", adapt_predictor(zero, calib, dev))):
-            res = pred.predict(test, dev)
-            y = test["latency_ms"].to_numpy()
-            ape = np.abs(res["pred_ms"].to_numpy() / y - 1) * 100
-            cov = (res["lo_ms"].to_numpy() <= y) & (y <= res["hi_ms"].to_numpy())
-            for cls in sorted(test["op_class"].unique()):
-                m = (test["op_class"] == cls).to_numpy()
-                rows.append({"device": dev.name, "predictor": name, "op_class": cls, "n": int(m.sum()),
-                             "mape": ape[m].mean(), "coverage_pct": cov[m].mean() * 100})
-            rows.append({"device": dev.name, "predictor": name, "op_class": "all", "n": len(y),
-                         "mape": ape.mean(), "coverage_pct": cov.mean() * 100})
+            for set_name, test in sets.items():
+                res = pred.predict(test, dev)
+                y = test["latency_ms"].to_numpy()
+                ape = np.abs(res["pred_ms"].to_numpy() / y - 1) * 100
+                cov = (res["lo_ms"].to_numpy() <= y) & (y <= res["hi_ms"].to_numpy())
+                for cls in [*sorted(test["op_class"].unique()), "all"]:
+                    m = (test["op_class"] == cls).to_numpy() if cls != "all" else np.ones(len(y), bool)
+                    rows.append({"device": dev.name, "test set": set_name, "predictor": name, "op_class": cls,
+                                 "n": int(m.sum()), "mape": ape[m].mean(), "coverage_pct": cov[m].mean() * 100})
     return pd.DataFrame(rows)
 
 
@@ -60,12 +70,12 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     dirs = sorted(d for d in MEASURED.iterdir() if (d / "suggested_measured.csv").is_file())
     table = pd.concat([score(d) for d in dirs], ignore_index=True)
-    wide = table.pivot_table(index=["device", "op_class", "n"], columns="predictor",
+    wide = table.pivot_table(index=["device", "test set", "op_class", "n"], columns="predictor",
                              values=["mape", "coverage_pct"]).round(1)
     order = [(v, p) for v in ("mape", "coverage_pct") for p in ("zero-shot", next(c for c in table["predictor"].unique() if c != "zero-shot"))]
     wide = wide[order]
     wide.columns = [f"{p} {v}" for v, p in wide.columns]
-    md = "# Transfer on our own measurements (fp32 grid, MAPE % and 90% coverage %)\n\n" + wide.reset_index().to_markdown(index=False) + "\n"
+    md = "# Transfer on our own measurements (fp32, MAPE % and 90% coverage %)\n\n" + wide.reset_index().to_markdown(index=False) + "\n"
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(md)
     print(md)
