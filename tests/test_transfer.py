@@ -459,13 +459,13 @@ def test_large_calibration_sets_are_thinned(base, monkeypatch):
 
 def test_evidence_loosens_the_prior_for_a_far_device(base):
     """Zero-shot 2.5x too fast (as Vidur's A40 is off by 2x): the evidence picks a wider prior."""
-    from hybridperf.transfer.adapt import TransferPrior
+    from hybridperf.transfer.adapt import class_prior
 
     near = adapt_predictor(base, _synthetic_device(base, 30, 12, lambda X: np.full(len(X), np.log(1.1))), TARGET)
     far = adapt_predictor(base, _synthetic_device(base, 30, 12, lambda X: np.full(len(X), np.log(2.5))), TARGET)
-    default = TransferPrior().offset
-    assert all(c.prior.offset <= default for c in near.corrections.values())
-    assert all(c.prior.offset > default for c in far.corrections.values())
+    centre = {oc: class_prior(None, oc).offset for oc in far.corrections}  # each class's own prior
+    assert all(c.prior.offset <= centre[oc] for oc, c in near.corrections.items())
+    assert all(c.prior.offset > centre[oc] for oc, c in far.corrections.items())
 
 
 def test_device_level_error_shrinks_with_the_class_s_measured_kernels():
@@ -548,3 +548,31 @@ def test_a_bump_in_the_reduction_length_is_corrected_near_it(monkeypatch):
         c = corr["linear"](X)
         spread[name] = c[4] - c[0]  # in the bump (12k, not measured) minus far below it (512)
     assert spread["with log_N"] < spread["without"] - 0.03
+
+
+def test_a_slow_host_call_floor_is_not_charged_to_body_bound_kernels(base):
+    """One floor-bound relu measured 1.36x the prediction (the H200 host's suggested relu): the
+    floor is the host's, so a large relu whose time is all body barely moves, the small one does."""
+    small = canonicalize(pd.DataFrame({"OPName": ["relu"], "B": [16], "H": [256]}))  # floor share 0.99 on an L4
+    big = canonicalize(pd.DataFrame({"OPName": ["relu"], "B": [16384], "H": [8192]}))  # 0.002
+    zero_small, zero_big = base.predict(small, TARGET), base.predict(big, TARGET)
+    cal = small.assign(latency_ms=zero_small["pred_ms"].to_numpy() * 1.36, device=TARGET)
+    adapted = adapt_predictor(base, cal, TARGET)
+    moved_small = adapted.predict(small, TARGET)["pred_ms"].iloc[0] / zero_small["pred_ms"].iloc[0]
+    moved_big = adapted.predict(big, TARGET)["pred_ms"].iloc[0] / zero_big["pred_ms"].iloc[0]
+    # with the host term's prior as small as the offset's: 1.32 and 1.0067
+    assert moved_small > 1.34
+    assert abs(moved_big - 1.0) < 0.003
+
+
+def test_profiler_timed_kernels_have_no_host_floor_to_learn():
+    """A class measured by its kernels' durations gets no host-floor term; a call-timed one does."""
+    from hybridperf.residual_models.features import FEATURE_NAMES
+    from hybridperf.transfer.adapt import fit_corrections
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0.0, 1.0, size=(16, len(FEATURE_NAMES)))
+    oc = np.array(["elementwise"] * 8 + ["linear"] * 8)
+    timing = np.array(["kernel"] * 8 + ["call"] * 8)
+    corr, _ = fit_corrections(X, rng.normal(0.2, 0.05, 16), oc, class_scale={}, timing=timing)
+    assert corr["elementwise"].prior.host_floor == 0.0 and corr["linear"].prior.host_floor > 0.0

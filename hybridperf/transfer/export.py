@@ -53,6 +53,7 @@ def correction_onnx(corr):
 
     terms = [
         scaled("floor", f, 0.0, 0.5),
+        scaled("host_floor", node("Mul", [f, f], "f2"), 0.0, 0.5),
         scaled("size", col["log_prior_ms"], _REF_MS, 2.0),
         node("Mul", [comp, scaled("red", col["log_N"], _REF_RED, 2.0)], "reduction"),
         inefficiency("waves", col["wave_efficiency"]),
