@@ -5,10 +5,12 @@ For each saved GPU directory of `experiments/data/measured/` (see its README for
 calibration set is `suggested_measured.csv` (32 kernels picked by `suggest` before anything was
 measured). Two test sets, none of their kernels in the calibration set:
 `gpu_check`, the fp32 rows of `kernels.csv` (81 kernels), and, where it was measured, `neusight_test`,
-the sample of NeuSight's own test shapes in `grid/test_*.csv` (1,398 kernels). The
-zero-shot predictor is scored with the batched-SGEMM tiles of the other GPUs' traces only.
+the sample of NeuSight's own test shapes in `grid/test_*.csv` (1,398 kernels). Where the GPU also
+measured NeuSight's training shapes (`grid/train_*.csv`), a second table: transfer with k of them
+drawn at random (10 draws), scored on the NeuSight test shapes. The zero-shot predictor is scored
+with the batched-SGEMM tiles of the other GPUs' traces only; neither GPU is in its training set.
 
-    python experiments/measured_transfer.py            # about 20 s; writes experiments/out/measured_transfer.md
+    python experiments/measured_transfer.py            # about 2 min; writes experiments/out/measured_transfer.md
 """
 from __future__ import annotations
 
@@ -43,25 +45,52 @@ def test_sets(gpu_dir: Path) -> dict[str, pd.DataFrame]:
     return sets
 
 
+def class_scores(pred: Predictor, dev, test: pd.DataFrame, **labels) -> list[dict]:
+    """Per op class (and `all`): MAPE and 90%-interval coverage of `pred` on `test`, with `labels`."""
+    res = pred.predict(test, dev)
+    y = test["latency_ms"].to_numpy()
+    ape = np.abs(res["pred_ms"].to_numpy() / y - 1) * 100
+    cov = (res["lo_ms"].to_numpy() <= y) & (y <= res["hi_ms"].to_numpy())
+    rows = []
+    for cls in [*sorted(test["op_class"].unique()), "all"]:
+        m = (test["op_class"] == cls).to_numpy() if cls != "all" else np.ones(len(y), bool)
+        rows.append({**labels, "op_class": cls, "n": int(m.sum()), "mape": ape[m].mean(),
+                     "coverage_pct": cov[m].mean() * 100})
+    return rows
+
+
+def _device(gpu_dir: Path):
+    return get_device(str(pd.read_csv(gpu_dir / "kernels.csv", usecols=["Device"])["Device"].iloc[0]))
+
+
 def score(gpu_dir: Path) -> pd.DataFrame:
     """Per test set and op class: MAPE and 90%-interval coverage, zero-shot and after transfer."""
-    sets = test_sets(gpu_dir)
-    dev = get_device(str(pd.read_csv(gpu_dir / "kernels.csv", usecols=["Device"])["Device"].iloc[0]))
+    sets, dev = test_sets(gpu_dir), _device(gpu_dir)
     calib = canonicalize(pd.read_csv(gpu_dir / "suggested_measured.csv"), source="suggested", require_latency=True)
     rows = []
     with fitted_without(dev.name):
         zero = Predictor.load()
         for name, pred in (("zero-shot", zero), (f"transfer, k={len(calib)}", adapt_predictor(zero, calib, dev))):
             for set_name, test in sets.items():
-                res = pred.predict(test, dev)
-                y = test["latency_ms"].to_numpy()
-                ape = np.abs(res["pred_ms"].to_numpy() / y - 1) * 100
-                cov = (res["lo_ms"].to_numpy() <= y) & (y <= res["hi_ms"].to_numpy())
-                for cls in [*sorted(test["op_class"].unique()), "all"]:
-                    m = (test["op_class"] == cls).to_numpy() if cls != "all" else np.ones(len(y), bool)
-                    rows.append({"device": dev.name, "test set": set_name, "predictor": name, "op_class": cls,
-                                 "n": int(m.sum()), "mape": ape[m].mean(), "coverage_pct": cov[m].mean() * 100})
+                rows += class_scores(pred, dev, test, device=dev.name, **{"test set": set_name}, predictor=name)
     return pd.DataFrame(rows)
+
+
+def random_curve(gpu_dir: Path, ks=(4, 8, 16, 32, 64), draws: int = 10) -> pd.DataFrame:
+    """Transfer with k kernels drawn at random from NeuSight's training shapes measured on the GPU
+    (`grid/train_*.csv`, fp32), scored on its NeuSight test shapes: mean over `draws` seeded draws."""
+    dev = _device(gpu_dir)
+    pool = load_measured_grid(gpu_dir, splits=("train",))
+    test = load_measured_grid(gpu_dir, splits=("test",))
+    rows = []
+    with fitted_without(dev.name):
+        zero = Predictor.load()
+        rows += class_scores(zero, dev, test, device=dev.name, k=0, draw=0)
+        for k in ks:
+            for draw in range(draws):
+                calib = pool.sample(n=k, random_state=draw).reset_index(drop=True)
+                rows += class_scores(adapt_predictor(zero, calib, dev), dev, test, device=dev.name, k=k, draw=draw)
+    return pd.DataFrame(rows).groupby(["device", "k", "op_class"])[["mape", "coverage_pct"]].mean().reset_index()
 
 
 def main(argv=None) -> int:
@@ -75,7 +104,15 @@ def main(argv=None) -> int:
     order = [(v, p) for v in ("mape", "coverage_pct") for p in ("zero-shot", next(c for c in table["predictor"].unique() if c != "zero-shot"))]
     wide = wide[order]
     wide.columns = [f"{p} {v}" for v, p in wide.columns]
-    md = "# Transfer on our own measurements (fp32, MAPE % and 90% coverage %)\n\n" + wide.reset_index().to_markdown(index=False) + "\n"
+    md = ("# Transfer on our own measurements (fp32, MAPE % and 90% coverage %)\n\n"
+          + wide.reset_index().to_markdown(index=False) + "\n")
+    grids = [d for d in dirs if list((d / "grid").glob("train_*.csv"))]
+    if grids:
+        curve = pd.concat([random_curve(d) for d in grids], ignore_index=True)
+        curve = curve.pivot_table(index=["device", "k"], columns="op_class", values=["mape", "coverage_pct"]).round(1)
+        curve.columns = [f"{c} {v}" for v, c in curve.columns]
+        md += ("\n## Random k from NeuSight's training shapes measured on the GPU, scored on its NeuSight test shapes "
+               "(mean of 10 draws)\n\n" + curve.reset_index().to_markdown(index=False) + "\n")
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(md)
     print(md)
