@@ -73,12 +73,26 @@ class _OnnxCorrection:
         return self.bundle.run(self.file, X)[:, 0]
 
 
-def ood_score(X: np.ndarray, rng: dict) -> np.ndarray:
-    """How far each row lies outside the training range, in units of the training spread (0 inside)."""
+#: features the device sets (alone, or with the kernel's shape). One that never varied in training (a
+#: bundle fitted on one GPU) has no spread to measure a distance in, and a new GPU's value says only
+#: that the GPU is new, which the device-level interval term (`device_shift_sd`) already adds.
+DEVICE_FEATURES = ("power_capped", "log_tiles_per_sm", "log_tiles_per_sm_x_occupancy", "l2_hit", "log_bytes_over_l2",
+                   "log_bytes_per_sm", "log_flops_per_sm", "log_waves", "wave_efficiency", "tile_m", "tile_n",
+                   "tile_efficiency", "log_split_k", "parallel_fraction")
+_DEVICE_COLUMNS = np.isin(np.array(FEATURE_NAMES), DEVICE_FEATURES)
+
+
+def ood_score(X: np.ndarray, rng: dict, skip_device_constants: bool = True) -> np.ndarray:
+    """How far each row lies outside the training range, in units of the training spread (0 inside).
+    Device features that were constant in training are skipped (`DEVICE_FEATURES`) unless
+    `skip_device_constants` is False."""
     lo, hi, scale = (np.asarray(rng[k], dtype=np.float64) for k in ("lo", "hi", "scale"))
     below = (lo - X) / scale
     above = (X - hi) / scale
-    return np.clip(np.max(np.maximum(np.maximum(below, above), 0.0), axis=1), 0.0, OOD_CLIP)
+    beyond = np.maximum(np.maximum(below, above), 0.0)
+    if skip_device_constants and beyond.shape[1] == len(_DEVICE_COLUMNS):
+        beyond[:, _DEVICE_COLUMNS & (hi <= lo)] = 0.0
+    return np.clip(np.max(beyond, axis=1, initial=0.0), 0.0, OOD_CLIP)
 
 
 def ood_widening(interval: dict, ood: np.ndarray) -> np.ndarray:

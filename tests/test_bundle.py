@@ -359,6 +359,24 @@ def test_intervals_widen_out_of_range(tiny_bundle):
     assert log_width[huge].iloc[0] > log_width[inside].max()
 
 
+def test_a_device_feature_that_never_varied_in_training_does_not_count_as_out_of_range():
+    """A bundle fitted on one GPU has one value of `power_capped`; another GPU's value says only that
+    the GPU is new (the device-level interval term's job), while a kernel feature out of range counts."""
+    from hybridperf.predictor import OOD_CLIP, ood_score
+    from hybridperf.residual_models.features import FEATURE_NAMES
+
+    n = len(FEATURE_NAMES)
+    lo, hi = np.zeros(n), np.ones(n)
+    cap, dtype = FEATURE_NAMES.index("power_capped"), FEATURE_NAMES.index("dtype_bytes")
+    hi[cap] = hi[dtype] = 0.0  # never varied in training
+    rng = {"lo": lo, "hi": hi, "scale": np.full(n, 1e-3)}
+    X = np.full((2, n), 0.5)
+    X[:, cap] = [1.0, 0.0]
+    X[:, dtype] = [0.0, 1.0]  # a new dtype is a new kind of kernel
+    np.testing.assert_allclose(ood_score(X, rng), [0.0, OOD_CLIP])
+    np.testing.assert_allclose(ood_score(X, rng, skip_device_constants=False), [OOD_CLIP, OOD_CLIP])
+
+
 def test_predict_keeps_row_order_and_count(tiny_bundle):
     rows = _eval_rows()
     shuffled = rows.sample(frac=1.0, random_state=3).reset_index(drop=True)
