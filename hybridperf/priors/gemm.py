@@ -186,6 +186,25 @@ class GemmTerms:
     split_k: np.ndarray
 
 
+#: matrix-unit GEMMs whose output columns or reduction length (the leading dimensions of a row-major
+#: torch GEMM) are not a whole number of 16-byte vectors run this many times slower. Read off our H200
+#: (cuBLAS 13): its 100 unaligned fp16 GEMMs of NeuSight's test shapes (an LM head of 30,522 columns ran
+#: at 26% of the fp16 peak) are 0.96 in log over the aligned-rate prior, the aligned ones 0.08; a
+#: factor of 2 / 3 / 4 / 6 leaves 40 / 26 / 22 / 37% MAPE on them. Checked on the H100: 44 -> 22%.
+#: Vidur's and NeuSight's tables hold no unaligned matrix-unit GEMM. Applied to NVIDIA's 16- and 8-bit
+#: matrix-unit GEMMs only: TF32 and AMD's matrix cores were never measured unaligned.
+UNALIGNED_MATRIX_SLOWDOWN = 4.0
+ALIGN_BYTES = 16
+
+
+def unaligned_slowdown(k_out, n_red, dtype: str) -> np.ndarray:
+    """Per row (a column vector like `k_out`): UNALIGNED_MATRIX_SLOWDOWN where the output columns or
+    the reduction length are not a multiple of ALIGN_BYTES / element size, else 1."""
+    per = ALIGN_BYTES / DTYPE_BYTES.get(dtype, 4)
+    off = (np.mod(k_out, per) != 0) | (np.mod(n_red, per) != 0)
+    return np.where(off, UNALIGNED_MATRIX_SLOWDOWN, 1.0)
+
+
 def gemm_compute(batch, m, k_out, n_red, device: DeviceSpec, dtype: str = "fp32", matrix: bool = False,
                  batched: bool = False) -> GemmTerms:
     """Compute time of a (batched) GEMM under the best tile, with wave quantization. `batched`
@@ -205,6 +224,8 @@ def gemm_compute(batch, m, k_out, n_red, device: DeviceSpec, dtype: str = "fp32"
 
     sms = float(device.num_sms)
     sm_rate = sustained_flops(device, dtype, matrix) / sms  # FLOP/s of one SM
+    if uses_matrix_units(device, dtype, matrix) and device.vendor == "nvidia" and DTYPE_BYTES.get(dtype, 4) <= 2:
+        sm_rate = sm_rate / unaligned_slowdown(K, N, dtype)
     out_tiles = B * np.ceil(M / tm) * np.ceil(K / tn)
     tiles = out_tiles * split
     n_chunk = np.ceil(N / split)
