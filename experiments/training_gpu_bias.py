@@ -14,7 +14,12 @@ Before session 31 the shipped bias was read mostly off NeuSight's randomly shape
 `shipped` then scored that rule (14.8% MAPE, coverage 75.6%). Now `shipped` is read off all of the
 test kernels, so it is in-sample here and `model_shapes_cv` is the honest number for it.
 
-    python experiments/training_gpu_bias.py --data ../shared/datasets   # about 30 s
+Whole models too (`--models`): NeuSight's eager labels on the training GPUs, predicted with the
+bundle's bias and without it. The old rule's numbers come from its bundle:
+`git archive aaea070 exported_models | tar -x -C /tmp/old` and `--bundle /tmp/old/exported_models/kernels`.
+
+    python experiments/training_gpu_bias.py --data ../shared/datasets            # about 30 s
+    python experiments/training_gpu_bias.py --data ../shared/datasets --models   # about 2 min more
 """
 from __future__ import annotations
 
@@ -69,11 +74,35 @@ def score(test: pd.DataFrame, predictor: Predictor, seed: int = 0) -> pd.DataFra
     return pd.concat(out, ignore_index=True)
 
 
+def whole_models(root: Path, bundle: str | None) -> pd.DataFrame:
+    """Signed % error of each eager NeuSight label on a training GPU of the bundle, with its bias
+    (`bias`) and without (`none`)."""
+    from hybridperf.datasets.labels import load_labels
+    from hybridperf.graphs.compose import predict_model
+
+    predictor, stripped = Predictor.load(bundle), Predictor.load(bundle)
+    stripped.bundle.manifest["device_bias"] = {}
+    labels = load_labels(root)
+    labels = labels[~labels["fusion"] & (labels["variant"] == "") & labels["device"].isin(predictor.training_devices)]
+    rows = []
+    for _, lab in labels.iterrows():
+        cfg = root / "data" / "DLmodel_configs" / f"{lab['model']}.json"
+        if not cfg.exists():
+            continue
+        row = {"device": lab["device"], "model": lab["model"], "mode": lab["mode"]}
+        for rule, pred in (("bias", predictor), ("none", stripped)):
+            ms = predict_model(str(cfg), int(lab["batch"]), int(lab["seq"]), lab["mode"], lab["device"], predictor=pred)
+            row[rule] = (ms["e2e_ms"] / lab["e2e_ms"] - 1) * 100
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=Path("../shared/datasets"))
     ap.add_argument("--bundle", default=None, help="kernel bundle (default: the shipped one)")
     ap.add_argument("--out", type=Path, default=Path("experiments/out/training_gpu_bias.md"))
+    ap.add_argument("--models", action="store_true", help="also score NeuSight's whole-model labels")
     args = ap.parse_args(argv)
     root = args.data / "neusight" if (args.data / "neusight").exists() else args.data
     scored = score(load_test(root), Predictor.load(args.bundle))
@@ -84,6 +113,12 @@ def main(argv=None) -> int:
           + overall.reset_index().to_markdown(index=False) + "\n\n"
           + cells.set_axis([f"{a} {b}" for a, b in cells.columns], axis=1).reset_index().to_markdown(index=False)
           + "\n")
+    if args.models:
+        models = whole_models(root, args.bundle)
+        mape = models.groupby("device")[["bias", "none"]].agg(lambda e: e.abs().mean()).round(1)
+        mape.loc["all labels"] = models[["bias", "none"]].abs().mean().round(2)
+        md += ("\n## NeuSight's eager whole-model labels on the training GPUs: MAPE %, with the bundle's bias "
+               "and without\n\n" + mape.reset_index().to_markdown(index=False) + "\n")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(md)
     print(md)
