@@ -35,15 +35,12 @@ def load_neusight_training(root: str | Path, splits=("train",)) -> pd.DataFrame:
             if f.exists():
                 frames.append(canonicalize(read_csv(f), source=str(f), require_latency=True, on_bad="drop",
                                            host="neusight"))
-    if "test" in splits:
-        frames.append(load_test(base))
-    df = pd.concat(frames, ignore_index=True).drop_duplicates(subset=KEY).reset_index(drop=True)
-    if "test" in splits:  # tagged after dropping duplicates, so the row order (and any subsample) is unchanged
-        test_keys = pd.MultiIndex.from_frame(frames[-1][KEY].fillna(-1))
-        df["table"] = np.where(pd.MultiIndex.from_frame(df[KEY].fillna(-1)).isin(test_keys), MODEL_SHAPES_TABLE, "collect")
-    else:
-        df["table"] = "collect"
-    return df
+    test = load_test(base) if "test" in splits else None
+    df = pd.concat([*frames, test], ignore_index=True).drop_duplicates(subset=KEY).reset_index(drop=True)
+    # tagged after dropping duplicates, so the row order (and any subsample) is unchanged
+    in_test = (pd.MultiIndex.from_frame(df[KEY].fillna(-1)).isin(pd.MultiIndex.from_frame(test[KEY].fillna(-1)))
+               if test is not None else np.zeros(len(df), bool))
+    return df.assign(table=np.where(in_test, MODEL_SHAPES_TABLE, "collect"))
 
 
 def load_kernel_table(path: str | Path) -> pd.DataFrame:

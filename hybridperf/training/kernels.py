@@ -361,16 +361,13 @@ def training_device_bias(train: pd.DataFrame, cfg: TrainConfig) -> dict:
     has them. NeuSight's randomly shaped collect tables disagree with its test tables on the same GPU
     (P4 linear: +0.62 against 0.0 in log; P100 softmax +0.44 against +0.03), and a bias read mostly off
     them made the training GPUs' own test kernels worse than the prior alone: 14.8% MAPE against 8.8%,
-    coverage 75.6% (cross-validated by shape, experiments/RESULTS.md section 1). From the test tables:
+    coverage 75.6% (cross-validated by shape, experiments/RESULTS.md section 2). From the test tables:
     7.8%, coverage 91.1%."""
-    sampled = subsample(train, cfg.max_rows, cfg.seed)
-    if "table" in train.columns:  # every model-shaped row, not a subsample of them
-        model_rows = train[train["table"] == MODEL_SHAPES_TABLE]
-        sampled = pd.concat([sampled[sampled["table"] != MODEL_SHAPES_TABLE], model_rows])
-    fz = featurize(sampled)
+    train = train.assign(table=train["table"] if "table" in train.columns else "")
+    model_rows = train["table"] == MODEL_SHAPES_TABLE
+    # a subsample of the rest and every model-shaped row
+    fz = featurize(pd.concat([subsample(train[~model_rows], cfg.max_rows, cfg.seed), train[model_rows]]))
     rows = fz.rows.assign(y=fz.y, stratum=stratum(fz.rows))
-    if "table" not in rows.columns:
-        rows["table"] = ""
     out = {}
     for (dev, key), g in rows.groupby(["device", "stratum"]):
         ref = g[g["table"] == MODEL_SHAPES_TABLE]
