@@ -8,6 +8,8 @@ chosen on the H200's kernels) and the predicted difference is what the prior cha
 random weights, eager attention).
 
     python experiments/vocab_alignment_check.py --out DIR          # on the GPU machine, about a minute
+    python experiments/vocab_alignment_check.py --from experiments/data/measured/h100/vocab_alignment
+                                                   # re-predict saved measurements with the current prior
 """
 from __future__ import annotations
 
@@ -27,9 +29,15 @@ VOCABS = (50257, 50264)
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--out", type=Path, default=None, help="where to write vocab_alignment.csv (a GPU run)")
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--from", dest="saved", type=Path, default=None,
+                    help="a folder with a saved vocab_alignment.csv: predict its runs again, measure nothing")
     args = ap.parse_args(argv)
+    if args.saved is not None:
+        return repredict(args.saved / "vocab_alignment.csv")
+    if args.out is None:
+        ap.error("--out is needed to measure (or --from to re-predict)")
     import torch
 
     target = torch.cuda.get_device_name().strip()
@@ -47,6 +55,22 @@ def main(argv=None) -> int:
             torch.cuda.empty_cache()
     args.out.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_csv(args.out / "vocab_alignment.csv", index=False)
+    return 0
+
+
+def repredict(path: Path) -> int:
+    """Print the saved runs of `path` with the current prior's prediction, and the head's price both ways."""
+    saved = pd.read_csv(path)
+    target = (path.parent / "env.txt").read_text().splitlines()[1].split(",")[0].strip()  # nvidia-smi's csv
+    keys = ("model", "vocab", "batch", "seq", "mode", "dtype", "recompute", "measured_ms")
+    rows = [_model_prediction({k: r[k] for k in keys}, {**_config("gpt2_large.json"), "vocab_size": int(r["vocab"])}, target)
+            for r in saved.to_dict("records")]
+    out = pd.DataFrame(rows)
+    print(out[["vocab", "batch", "mode", "dtype", "measured_ms", "pred_ms", "err_pct"]].round(2).to_string(index=False))
+    price = out.pivot_table(index=["mode", "dtype"], columns="vocab", values=["measured_ms", "pred_ms"])
+    for (mode, dtype), r in price.iterrows():
+        print(f"{mode} {dtype}: the unaligned head costs {-r['measured_ms'].diff().iloc[-1]:+.2f} ms measured, "
+              f"{-r['pred_ms'].diff().iloc[-1]:+.2f} ms predicted")
     return 0
 
 

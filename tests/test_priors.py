@@ -392,14 +392,20 @@ def test_translation_limit_of_a_scored_gpu_comes_from_the_other_pascal_gpus():
 
 def test_a_half_precision_gemm_with_unaligned_leading_dimensions_runs_slower_on_matrix_units():
     """fp16 linears whose output columns or reduction length are not a multiple of 8 elements (16
-    bytes) ran 2-4x the matrix-unit prior on our H200 (an LM head of 30,522 columns at 26% of peak);
-    the compute term is divided by UNALIGNED_MATRIX_SLOWDOWN there, and fp32 (vector math) is untouched."""
+    bytes) ran 2-4x the matrix-unit prior on our H200 (an LM head of 30,522 columns at 26% of peak),
+    and about 7x with an odd number of elements (scalar loads); the compute term is divided by
+    UNALIGNED_MATRIX_SLOWDOWN of the narrowest load there, and fp32 (vector math) is untouched."""
     dev = get_device("NVIDIA H100 80GB HBM3")
+    slow = gemm.UNALIGNED_MATRIX_SLOWDOWN
 
     def compute(k_out, n_red, dtype):
         return gemm_compute([1], [65536], [k_out], [n_red], dev, dtype=dtype, matrix=dtype != "fp32").compute_ms[0]
 
-    aligned, unaligned = compute(30528, 1280, "fp16"), compute(30522, 1280, "fp16")
-    assert unaligned / aligned == pytest.approx(gemm.UNALIGNED_MATRIX_SLOWDOWN, rel=0.05)
-    assert compute(4096, 1278, "bf16") / compute(4096, 1280, "bf16") == pytest.approx(gemm.UNALIGNED_MATRIX_SLOWDOWN, rel=0.05)
+    aligned = compute(30528, 1280, "fp16")
+    assert compute(30522, 1280, "fp16") / aligned == pytest.approx(slow[4], rel=0.05)  # 61,044 bytes: 4-byte loads
+    assert compute(30524, 1280, "fp16") / aligned == pytest.approx(slow[8], rel=0.05)
+    assert compute(30521, 1280, "fp16") / aligned == pytest.approx(slow[2], rel=0.05)  # odd: 2-byte loads
+    assert slow[2] > slow[4]
+    assert compute(4096, 1278, "bf16") / compute(4096, 1280, "bf16") == pytest.approx(slow[4], rel=0.05)
+    assert compute(4096, 1279, "bf16") / compute(4096, 1280, "bf16") == pytest.approx(slow[2], rel=0.05)
     assert compute(30522, 1280, "fp32") == pytest.approx(compute(30528, 1280, "fp32"), rel=0.01)

@@ -187,22 +187,39 @@ class GemmTerms:
 
 
 #: matrix-unit GEMMs whose output columns or reduction length (the leading dimensions of a row-major
-#: torch GEMM) are not a whole number of 16-byte vectors run this many times slower. Read off our H200
-#: (cuBLAS 13): its 100 unaligned fp16 GEMMs of NeuSight's test shapes (an LM head of 30,522 columns ran
-#: at 26% of the fp16 peak) are 0.96 in log over the aligned-rate prior, the aligned ones 0.08; a
-#: factor of 2 / 3 / 4 / 6 leaves 40 / 26 / 22 / 37% MAPE on them. Checked on the H100: 44 -> 22%.
+#: torch GEMM) are not a whole number of 16-byte vectors run slower, by the widest vector load both
+#: dimensions allow (bytes -> factor). Read off our H200 (cuBLAS 13):
+#: - 4 and 8 bytes: its 100 unaligned fp16 GEMMs of NeuSight's test shapes (an LM head of 30,522 columns
+#:   ran at 26% of the fp16 peak) are 0.96 in log over the aligned-rate prior, the aligned ones 0.08; a
+#:   factor of 2 / 3 / 4 / 6 leaves 40 / 26 / 22 / 37% MAPE on them. Checked on the H100: 44 -> 22%.
+#: - 2 bytes (an odd number of 16-bit elements, scalar loads): its fp16 GEMMs of NeuSight's training
+#:   shapes, where the compute term decides, need a median factor of 6.8 (1,318 GEMMs) against 3.9-4.8
+#:   for 4- and 8-byte alignment (402). GPT-2's 50,257-token head is such a GEMM.
 #: Vidur's and NeuSight's tables hold no unaligned matrix-unit GEMM. Applied to NVIDIA's 16- and 8-bit
 #: matrix-unit GEMMs only: TF32 and AMD's matrix cores were never measured unaligned.
-UNALIGNED_MATRIX_SLOWDOWN = 4.0
+UNALIGNED_MATRIX_SLOWDOWN = {2: 6.8, 4: 4.0, 8: 4.0}
 ALIGN_BYTES = 16
 
 
+def vector_bytes(dim, elem_bytes: float) -> np.ndarray:
+    """Widest power-of-two load (bytes, at most ALIGN_BYTES) that a row of `dim` elements divides into."""
+    nbytes = np.asarray(dim, dtype=np.float64) * elem_bytes
+    out = np.full(nbytes.shape, float(ALIGN_BYTES))
+    for b in (8.0, 4.0, 2.0, 1.0):
+        out = np.where(np.mod(nbytes, 2 * b) != 0, b, out)
+    return out
+
+
 def unaligned_slowdown(k_out, n_red, dtype: str) -> np.ndarray:
-    """Per row (a column vector like `k_out`): UNALIGNED_MATRIX_SLOWDOWN where the output columns or
-    the reduction length are not a multiple of ALIGN_BYTES / element size, else 1."""
-    per = ALIGN_BYTES / DTYPE_BYTES.get(dtype, 4)
-    off = (np.mod(k_out, per) != 0) | (np.mod(n_red, per) != 0)
-    return np.where(off, UNALIGNED_MATRIX_SLOWDOWN, 1.0)
+    """Per row (a column vector like `k_out`): the UNALIGNED_MATRIX_SLOWDOWN of the narrowest vector
+    load the output columns and the reduction length allow, 1 where both are 16-byte multiples."""
+    size = DTYPE_BYTES.get(dtype, 4)
+    vec = np.minimum(vector_bytes(k_out, size), vector_bytes(n_red, size))
+    narrowest = min(UNALIGNED_MATRIX_SLOWDOWN)
+    out = np.ones(vec.shape)
+    for b, factor in UNALIGNED_MATRIX_SLOWDOWN.items():
+        out = np.where(vec == b, factor, out)
+    return np.where(vec < narrowest, UNALIGNED_MATRIX_SLOWDOWN[narrowest], out)
 
 
 def gemm_compute(batch, m, k_out, n_red, device: DeviceSpec, dtype: str = "fp32", matrix: bool = False,
