@@ -11,9 +11,11 @@ op class), whose small kernels the test tables lack. Those collect rows calibrat
 blend is chosen, and MAPE reported, on the test tables as before. Coverage is reported on both.
 
     python experiments/leave_one_gpu_out.py --data ../shared/datasets --out experiments/out/logo \
-        --save-bundles experiments/out/logo_bundles --ship exported_models/kernels
+        --save-bundles experiments/out/logo_bundles     # NeuSight's five GPUs
     python experiments/leave_one_gpu_out.py --vidur --data ../shared/datasets   # a100 -> a40, fp16
-    python experiments/leave_one_gpu_out.py --measured experiments/data/measured/h200   # + our H200: 6 folds
+    python experiments/leave_one_gpu_out.py --with-vidur --measured experiments/data/measured/h200 \
+        --measured-dtypes fp32,fp16 --out experiments/out/logo_shipped \
+        --ship exported_models/kernels                  # + Vidur and our H200 (fp32, fp16): the shipped bundle
 
 `--save-bundles DIR` writes one ONNX bundle per held-out GPU (DIR/<GPU>/kernels) for
 experiments/model_latency.py.
@@ -84,11 +86,11 @@ def calibration_rows(root: Path, test: pd.DataFrame, cfg: TrainConfig) -> pd.Dat
 
 def add_measured_gpu(train: pd.DataFrame, evaluate: pd.DataFrame, gpu_dir: Path, dtypes) -> tuple[pd.DataFrame, pd.DataFrame]:
     """One of our measured GPUs as a fold, like NeuSight's: every kernel of its grids (`dtypes`) trains the
-    other folds; held out, its fp32 test grid is scored and its training grid calibrates intervals only."""
+    other folds; held out, its test grid (`dtypes`) is scored and its training grid calibrates intervals only."""
     grid = load_measured_grid(gpu_dir, dtypes=tuple(dtypes))
-    test = load_measured_grid(gpu_dir, splits=("test",))
+    test = load_measured_grid(gpu_dir, splits=("test",), dtypes=tuple(dtypes))
     seen = pd.MultiIndex.from_frame(test[KEY].fillna(-1))
-    rest = load_measured_grid(gpu_dir, splits=("train",))
+    rest = load_measured_grid(gpu_dir, splits=("train",), dtypes=tuple(dtypes))
     rest = rest[~pd.MultiIndex.from_frame(rest[KEY].fillna(-1)).isin(seen)]
     return (pd.concat([train, grid], ignore_index=True),
             pd.concat([evaluate, test.assign(calibration_only=False), rest.assign(calibration_only=True)], ignore_index=True))
@@ -113,9 +115,9 @@ def summarize(scored: pd.DataFrame) -> pd.DataFrame:
     ape = lambda p: (np.abs(p / scored["latency_ms"] - 1) * 100)  # noqa: E731
     s = scored.assign(roofline=ape(scored["roofline_ms"]), prior=ape(scored["prior_ms"]), hybrid=ape(scored["pred_ms"]),
                       covered=((scored["latency_ms"] >= scored["lo_ms"]) & (scored["latency_ms"] <= scored["hi_ms"])) * 100)
-    tab = s.groupby(["heldout", "op_class"]).agg(n=("hybrid", "size"), roofline=("roofline", "mean"), prior=("prior", "mean"),
-                                                 hybrid=("hybrid", "mean"), coverage=("covered", "mean"),
-                                                 choice=("choice", "first"))
+    by = ["heldout", "op_class"] + (["dtype"] if scored["dtype"].nunique() > 1 else [])  # half precision apart
+    tab = s.groupby(by).agg(n=("hybrid", "size"), roofline=("roofline", "mean"), prior=("prior", "mean"),
+                            hybrid=("hybrid", "mean"), coverage=("covered", "mean"), choice=("choice", "first"))
     return tab.round(1)
 
 
@@ -134,7 +136,7 @@ def plot(tab: pd.DataFrame, path: Path) -> None:
         for i, (col, c) in enumerate((("roofline", "#bbbbbb"), ("prior", "#6baed6"), ("hybrid", "#08519c"))):
             ax.bar(x + (i - 1) * 0.27, t[col], 0.27, label=col, color=c)
         ax.axhline(12, color="red", lw=0.8, ls="--")
-        ax.set_xticks(x, t.index, rotation=30)
+        ax.set_xticks(x, [" ".join(i) if isinstance(i, tuple) else i for i in t.index], rotation=30)
         ax.set_title(f"held out: {d}", fontsize=9)
         ax.set_yscale("log")
     axes[0].set_ylabel("MAPE % (log scale)")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -710,3 +711,19 @@ def test_scored_rows_alone_calibrate_the_bins_they_fill():
     bins = mixed["by_floor_share"]
     assert (bins["q_lo"][0], bins["q_hi"][0]) == pytest.approx((plain["q_lo"][0], plain["q_hi"][0]))
     assert bins["rows"][0] == 900 and bins["q_hi"][-1] == pytest.approx(plain["q_hi"][-1])
+
+
+def test_profiler_timed_models_learn_from_fp32_calls_but_not_half_precision_ones(tiny_table):
+    """`op_class@kernel` fits its profiler-timed rows and the class's fp32 timed calls; half-precision
+    timed calls (our H200's) train the call-timed models only: among the training rows every
+    half-precision one had been profiler-timed, and with them a held-out RMSNorm got much worse."""
+    from hybridperf.training.kernels import fit_all
+
+    lin = tiny_table[tiny_table["op_class"] == "linear"]
+    a, b = lin.iloc[:40], lin.iloc[40:80]
+    train = pd.concat([a, b.assign(dtype="fp16"), a.assign(dtype="fp16", timing="kernel", device="NVIDIA A40")],
+                      ignore_index=True)
+    sizes = {}  # from the progress lines "fit STRATUM (N rows)"
+    line = re.compile(r"fit (\S+) \((\d+) rows\)")
+    fit_all(train, tiny_config(0), progress=lambda s: sizes.update([line.fullmatch(s).groups()]))
+    assert sizes == {"linear": "80", "linear@kernel": "80"}  # call: 40 fp32 + 40 fp16; kernel: 40 + the 40 fp32

@@ -75,10 +75,13 @@ def fit_all(train: pd.DataFrame, cfg: TrainConfig, progress: Callable[[str], Non
     """Fit models for every op class present in `train`; returns {stratum: {"models", "range"}}.
 
     A class with rows of both timings gets two model sets: `op_class` fitted on its call-timed rows
-    only and `op_class@kernel` on all of its rows. Measured leave-one-GPU-out (experiments/RESULTS.md):
-    Vidur's profiler-timed fp16 rows cut the held-out A40's RMSNorm error from 44% to 10% when trained
-    together with NeuSight's, but the same joint model made NeuSight's call-timed LayerNorm worse
-    (T4 5.8% -> 10.1%), so call-timed rows keep models that never saw kernel durations.
+    only and `op_class@kernel` on its profiler-timed rows and its fp32 call-timed ones. Measured
+    leave-one-GPU-out (experiments/RESULTS.md): Vidur's profiler-timed fp16 rows cut the held-out A40's
+    RMSNorm error from 44% to 10% when trained together with NeuSight's, but the same joint model made
+    NeuSight's call-timed LayerNorm worse (T4 5.8% -> 10.1%), so call-timed rows keep models that never
+    saw kernel durations. Half-precision call-timed rows (our H200's) stay out of the profiler-timed
+    models: there every half-precision row had been profiler-timed, and with them the held-out
+    A100-SXM4's RMSNorm MLP went 29% -> 60-73%.
     """
     fz = featurize(subsample(train, cfg.max_rows, cfg.seed))
     y = fz.y - device_bias(fz.rows, fz.y)
@@ -87,7 +90,9 @@ def fit_all(train: pd.DataFrame, cfg: TrainConfig, progress: Callable[[str], Non
     for oc in OP_CLASSES:
         cls = (fz.rows["op_class"] == oc).to_numpy()
         both = (timing[cls] == "call").any() and (timing[cls] == "kernel").any()
-        sets = [(oc, cls & (timing == "call")), (stratum_key(oc, "kernel"), cls)] if both else [(oc, cls)]
+        fp32_call = (timing == "call") & (fz.rows["dtype"] == "fp32").to_numpy()
+        sets = [(oc, cls & (timing == "call")), (stratum_key(oc, "kernel"), cls & ((timing == "kernel") | fp32_call))] \
+            if both else [(oc, cls)]
         for key, m in sets:
             if m.sum() < 20:
                 continue
@@ -114,7 +119,7 @@ def models_for(fitted: dict, op_class: str, timing: str) -> dict | None:
 def predict_heldout(fitted: dict, rows: pd.DataFrame) -> pd.DataFrame:
     """Per-member residual predictions and OOD scores for `rows` (canonical, with latency)."""
     fz = featurize(rows)
-    out = fz.rows[["device", "op", "op_class", "B", "M", "N", "K", "H", "latency_ms"]].copy()
+    out = fz.rows[["device", "op", "op_class", "dtype", "B", "M", "N", "K", "H", "latency_ms"]].copy()
     out["timing"] = row_timing(fz.rows).to_numpy()
     out["prior_ms"] = fz.prior_ms
     out["floor_share"] = fz.floor_ms / fz.prior_ms
