@@ -7,8 +7,10 @@ measured). Two test sets, none of their kernels in the calibration set:
 `gpu_check`, the fp32 rows of `kernels.csv` (81 kernels), and, where it was measured, `neusight_test`,
 the sample of NeuSight's own test shapes in `grid/test_*.csv` (1,398 kernels). Where the GPU also
 measured NeuSight's training shapes (`grid/train_*.csv`), a second table: transfer with k of them
-drawn at random (10 draws), scored on the NeuSight test shapes. The zero-shot predictor is scored
-with the batched-SGEMM tiles of the other GPUs' traces only; neither GPU is in its training set.
+drawn at random (10 draws), scored on the NeuSight test shapes. A third: the test shapes measured in
+fp16 and bf16, zero-shot. The zero-shot predictor is scored with the batched-SGEMM tiles of the other
+GPUs' traces only. The shipped bundle trained on the H200's grids (not the H100's): `trained on it`
+marks the rows that are not held out.
 
     python experiments/measured_transfer.py            # about 2 min; writes experiments/out/measured_transfer.md
 """
@@ -70,9 +72,11 @@ def score(gpu_dir: Path) -> pd.DataFrame:
     rows = []
     with fitted_without(dev.name):
         zero = Predictor.load()
+        seen = dev.name in zero.training_devices
         for name, pred in (("zero-shot", zero), (f"transfer, k={len(calib)}", adapt_predictor(zero, calib, dev))):
             for set_name, test in sets.items():
-                rows += class_scores(pred, dev, test, device=dev.name, **{"test set": set_name}, predictor=name)
+                rows += class_scores(pred, dev, test, device=dev.name, **{"trained on it": seen, "test set": set_name},
+                                     predictor=name)
     return pd.DataFrame(rows)
 
 
@@ -85,21 +89,45 @@ def random_curve(gpu_dir: Path, ks=(4, 8, 16, 32, 64), draws: int = 10) -> pd.Da
     rows = []
     with fitted_without(dev.name):
         zero = Predictor.load()
-        rows += class_scores(zero, dev, test, device=dev.name, k=0, draw=0)
+        label = dev.name + " (trained on it)" * (dev.name in zero.training_devices)
+        rows += class_scores(zero, dev, test, device=label, k=0, draw=0)
         for k in ks:
             for draw in range(draws):
                 calib = pool.sample(n=k, random_state=draw).reset_index(drop=True)
-                rows += class_scores(adapt_predictor(zero, calib, dev), dev, test, device=dev.name, k=k, draw=draw)
+                rows += class_scores(adapt_predictor(zero, calib, dev), dev, test, device=label, k=k, draw=draw)
     return pd.DataFrame(rows).groupby(["device", "k", "op_class"])[["mape", "coverage_pct"]].mean().reset_index()
+
+
+def half_precision(gpu_dir: Path, bundle: str | None) -> pd.DataFrame:
+    """Zero-shot, per dtype (fp16, bf16) and op class, on the GPU's NeuSight test shapes measured in half
+    precision: MAPE, 90%-interval coverage and the median interval width hi/lo. `trained on it` says
+    whether the bundle's training data held the GPU (then its own bias applies and nothing is held out)."""
+    dev = _device(gpu_dir)
+    test = load_measured_grid(gpu_dir, splits=("test",), dtypes=("fp16", "bf16"))
+    pred = Predictor.load(bundle) if bundle else Predictor.load()
+    seen = dev.name in pred.training_devices
+    rows = []
+    with fitted_without(dev.name):
+        for dtype, t in test.groupby("dtype"):
+            t = t.reset_index(drop=True)
+            res = pred.predict(t, dev)
+            width = pd.Series(np.log(res["hi_ms"] / res["lo_ms"]).to_numpy()).groupby(t["op_class"].to_numpy()).median()
+            for r in class_scores(pred, dev, t, device=dev.name, dtype=dtype, **{"trained on it": seen}):
+                all_rows = np.log(res["hi_ms"] / res["lo_ms"]).median()
+                r["median hi/lo"] = float(np.exp(width.get(r["op_class"], all_rows)))
+                rows.append(r)
+    return pd.DataFrame(rows)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=str(REPO / "experiments" / "out" / "measured_transfer.md"))
+    ap.add_argument("--bundle", default=None,
+                    help="kernel bundle for the half-precision table (default: the shipped one)")
     a = ap.parse_args(argv)
     dirs = sorted(d for d in MEASURED.iterdir() if (d / "suggested_measured.csv").is_file())
     table = pd.concat([score(d) for d in dirs], ignore_index=True)
-    wide = table.pivot_table(index=["device", "test set", "op_class", "n"], columns="predictor",
+    wide = table.pivot_table(index=["device", "trained on it", "test set", "op_class", "n"], columns="predictor",
                              values=["mape", "coverage_pct"]).round(1)
     order = [(v, p) for v in ("mape", "coverage_pct") for p in ("zero-shot", next(c for c in table["predictor"].unique() if c != "zero-shot"))]
     wide = wide[order]
@@ -113,6 +141,10 @@ def main(argv=None) -> int:
         curve.columns = [f"{c} {v}" for v, c in curve.columns]
         md += ("\n## Random k from NeuSight's training shapes measured on the GPU, scored on its NeuSight test shapes "
                "(mean of 10 draws)\n\n" + curve.reset_index().to_markdown(index=False) + "\n")
+    half = pd.concat([half_precision(d, a.bundle) for d in dirs if list((d / "grid").glob("test_*.csv"))],
+                     ignore_index=True)
+    md += ("\n## Half precision, zero-shot: NeuSight's test shapes measured in fp16 and bf16\n\n"
+           + half.round({"mape": 1, "coverage_pct": 1, "median hi/lo": 2}).to_markdown(index=False) + "\n")
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(md)
     print(md)

@@ -345,17 +345,18 @@ def test_timing_column_wins_over_the_option_default(tmp_path):
 
 
 def test_rows_outside_the_training_range_get_a_note(tmp_path):
-    """The shipped call-timed models saw fp32 only: half-precision rows get a one-line note on stderr
-    (their intervals are widened, not calibrated), and an all-fp32 file gets none."""
-    half = _write(tmp_path, "half.csv", "OPName,B,M,N,K,H,dtype\nlinear,1,4096,4096,4096,,float16\n"
-                                        "softmax,4096,,,,1024,fp32\n")
-    r = runner.invoke(app, ["predict-kernels", str(half), "--device", "NVIDIA H100 80GB HBM3",
+    """The shipped call-timed models saw fp32 and fp16 (our H200's), never fp8: an fp8 row gets a
+    one-line note on stderr (its interval is widened, not calibrated), and a file of fp32 and fp16 none."""
+    fp8 = _write(tmp_path, "fp8.csv", "OPName,B,M,N,K,H,dtype\nlinear,1,4096,4096,4096,,fp8\n"
+                                      "softmax,4096,,,,1024,fp32\n")
+    r = runner.invoke(app, ["predict-kernels", str(fp8), "--device", "NVIDIA H100 80GB HBM3",
                             "--output", str(tmp_path / "o.csv")])
     assert r.exit_code == 0, r.output
     notes = [ln for ln in r.stderr.splitlines() if ln.startswith("note:")]
-    assert len(notes) == 1 and "1 row (fp16 linear) lies" in notes[0]
-    fp32 = _write(tmp_path, "fp32.csv", "OPName,B,M,N,K,H\nlinear,8,512,1024,4096,\nsoftmax,4096,,,,1024\n")
-    r = runner.invoke(app, ["predict-kernels", str(fp32), "--device", "NVIDIA H100 80GB HBM3",
+    assert len(notes) == 1 and "1 row (fp8 linear) lies" in notes[0]
+    seen = _write(tmp_path, "seen.csv", "OPName,B,M,N,K,H,dtype\nlinear,8,512,1024,4096,,fp32\n"
+                                        "linear,1,4096,4096,4096,,float16\nsoftmax,4096,,,,1024,fp32\n")
+    r = runner.invoke(app, ["predict-kernels", str(seen), "--device", "NVIDIA H100 80GB HBM3",
                             "--output", str(tmp_path / "o.csv")])
     assert r.exit_code == 0 and "note:" not in r.stderr, r.output
 
