@@ -111,11 +111,10 @@ def half_precision(gpu_dir: Path, bundle: str | None) -> pd.DataFrame:
         for dtype, t in test.groupby("dtype"):
             t = t.reset_index(drop=True)
             res = pred.predict(t, dev)
-            width = pd.Series(np.log(res["hi_ms"] / res["lo_ms"]).to_numpy()).groupby(t["op_class"].to_numpy()).median()
+            log_width = pd.Series(np.log(res["hi_ms"] / res["lo_ms"]).to_numpy())
+            width = {**log_width.groupby(t["op_class"].to_numpy()).median().to_dict(), "all": log_width.median()}
             for r in class_scores(pred, dev, t, device=dev.name, dtype=dtype, **{"trained on it": seen}):
-                all_rows = np.log(res["hi_ms"] / res["lo_ms"]).median()
-                r["median hi/lo"] = float(np.exp(width.get(r["op_class"], all_rows)))
-                rows.append(r)
+                rows.append({**r, "median hi/lo": float(np.exp(width[r["op_class"]]))})
     return pd.DataFrame(rows)
 
 

@@ -86,11 +86,11 @@ def fit_all(train: pd.DataFrame, cfg: TrainConfig, progress: Callable[[str], Non
     fz = featurize(subsample(train, cfg.max_rows, cfg.seed))
     y = fz.y - device_bias(fz.rows, fz.y)
     timing = row_timing(fz.rows).to_numpy()
+    fp32_call = (timing == "call") & (fz.rows["dtype"] == "fp32").to_numpy()
     fitted = {}
     for oc in OP_CLASSES:
         cls = (fz.rows["op_class"] == oc).to_numpy()
         both = (timing[cls] == "call").any() and (timing[cls] == "kernel").any()
-        fp32_call = (timing == "call") & (fz.rows["dtype"] == "fp32").to_numpy()
         sets = [(oc, cls & (timing == "call")), (stratum_key(oc, "kernel"), cls & ((timing == "kernel") | fp32_call))] \
             if both else [(oc, cls)]
         for key, m in sets:
