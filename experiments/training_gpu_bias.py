@@ -35,6 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hybridperf.datasets.neusight import load_test  # noqa: E402
 from hybridperf.predictor import Predictor  # noqa: E402
+from hybridperf.priors.launch import row_timing  # noqa: E402
+from hybridperf.residual_models.bundle import bias_key  # noqa: E402
 from hybridperf.training.kernel_data import featurize  # noqa: E402
 
 SHAPE = ["B", "M", "N", "K", "H"]
@@ -62,7 +64,8 @@ def score(test: pd.DataFrame, predictor: Predictor, seed: int = 0) -> pd.DataFra
                 if rule == "none":
                     bias.pop(dev, None)
                 elif rule == "model_shapes_cv":
-                    bias[dev] = {**bias.get(dev, {}), **fit.groupby("op_class")["y"].median().to_dict()}
+                    medians = fit.assign(timing=row_timing(fit)).groupby(["op_class", "timing", "dtype"])["y"].median()
+                    bias[dev] = {**bias.get(dev, {}), **{bias_key(*k): v for k, v in medians.items()}}
                 predictor.bundle.manifest["device_bias"] = bias
                 res = predictor.predict(held.drop(columns=["y", "fold"]), dev)
                 y = held["latency_ms"].to_numpy()

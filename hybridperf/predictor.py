@@ -20,7 +20,7 @@ from hybridperf.errors import InputError, ModelBundleError
 from hybridperf.ops import GEMM_OPS
 from hybridperf.priors.kernel_prior import kernel_prior_terms
 from hybridperf.priors.launch import check_host, check_timing, row_timing
-from hybridperf.residual_models.bundle import Bundle, load_bundle, shipped_models_dir, stratum_key
+from hybridperf.residual_models.bundle import Bundle, load_bundle, measured_bias, shipped_models_dir, stratum_key
 from hybridperf.residual_models.features import FEATURE_NAMES, kernel_features
 from hybridperf.residual_models.intervals import interval_quantiles
 from hybridperf.stats import Z90, widen_about, widen_in_quadrature
@@ -158,16 +158,17 @@ class Predictor:
         """Names of the GPUs the bundle's residual models were trained on."""
         return set(self.manifest.get("training_data", {}).get("devices", []))
 
-    def measured_on(self, device: str, op_class: str, timing: str = "call") -> bool:
-        """Whether the bundle was trained on `device`'s kernels of this op class and timing. A GPU in
-        the training set for one stratum only (Vidur's profiler-timed A100-SXM4-80GB) is still unseen
-        for the others: its call-timed fp32 kernels get no measured bias and the device-level error."""
+    def measured_on(self, device: str, op_class: str, timing: str = "call", dtype: str | None = "fp32") -> bool:
+        """Whether the bundle was trained on `device`'s kernels of this op class, timing and dtype
+        (`dtype=None`: any). A GPU in the training set for one stratum only (Vidur's profiler-timed fp16
+        A100-SXM4-80GB) is still unseen for the others: its call-timed fp32 kernels get no measured bias
+        and the device-level error."""
         if self.bundle is None:
             return False
         bias = self.manifest.get("device_bias")
         if bias is None:  # a bundle from before per-stratum biases: its whole training set counts
             return device in self.training_devices
-        return stratum_key(op_class, timing) in bias.get(device, {})
+        return measured_bias(bias.get(device, {}), op_class, timing, dtype) is not None
 
     def residual(self, op_class: str, X: np.ndarray, timing: str = "call") -> tuple[np.ndarray, dict]:
         """Blended log-residual for rows of one op class and timing, and the manifest entry used: the
@@ -201,7 +202,7 @@ class Predictor:
         Returns the canonical rows plus prior_ms, pred_ms, lo_ms, hi_ms (central 90% interval, by the
         share of the launch floor in the prior: `residual_models.intervals`) and ood (0 = inside the
         training range). On a GPU the bundle was trained on, the bias measured
-        there per op class and timing (manifest `device_bias`, kept out of the demeaned models) is
+        there per op class, timing and dtype (manifest `device_bias`, kept out of the demeaned models) is
         applied too; an unseen GPU has none to apply.
         """
         dev = get_device(device)
@@ -223,7 +224,7 @@ class Predictor:
         adapted_here = bool(self.adaptation) and self.adaptation.get("device") == dev.name
         timings = row_timing(df)
         known_bias = self.manifest.get("device_bias", {}).get(dev.name, {}) if self.bundle else {}
-        for (oc, tm), idx in df.groupby([df["op_class"], timings], sort=False).indices.items():
+        for (oc, tm, dt), idx in df.groupby([df["op_class"], timings, df["dtype"]], sort=False).indices.items():
             if self.bundle is None:
                 r, spec = np.zeros(len(idx)), {"interval": FALLBACK_INTERVAL}
             else:
@@ -234,7 +235,7 @@ class Predictor:
             # the row's floor-share regime, widened about its centre
             q_lo, q_hi, q_c = interval_quantiles(iv, floor_share[idx])
             zero_shot = self.bundle is not None and not adapted_here
-            trained_here = zero_shot and self.measured_on(dev.name, oc, tm)
+            trained_here = zero_shot and self.measured_on(dev.name, oc, tm, dt)
             unseen = zero_shot and not trained_here
             if trained_here:
                 # a training GPU's own offset is applied (`device_bias`): drop the unseen GPUs' typical
@@ -246,7 +247,7 @@ class Predictor:
             if shift > 0:
                 q_lo, q_hi = widen_in_quadrature(q_lo, q_hi, shift)
             q_lo, q_hi = np.minimum(q_lo, 0.0), np.maximum(q_hi, 0.0)  # the interval holds its prediction
-            pred[idx] = prior[idx] * np.exp(r + known_bias.get(stratum_key(oc, tm), 0.0))
+            pred[idx] = prior[idx] * np.exp(r + (measured_bias(known_bias, oc, tm, dt) or 0.0))
             lo[idx] = pred[idx] * np.exp(q_lo)
             hi[idx] = pred[idx] * np.exp(q_hi)
         out = df.copy()

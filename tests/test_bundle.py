@@ -13,7 +13,7 @@ from conftest import TINY_DEVICES, random_shapes, tiny_config, train_tiny
 from hybridperf.datasets.schema import canonicalize
 from hybridperf.errors import ModelBundleError
 from hybridperf.predictor import Predictor
-from hybridperf.residual_models.bundle import MANIFEST, load_bundle, sha256_file
+from hybridperf.residual_models.bundle import MANIFEST, bias_key, load_bundle, sha256_file
 from hybridperf.residual_models.features import FEATURE_NAMES
 
 
@@ -134,7 +134,7 @@ def test_predictor_matches_native_blend(native_fit, blended_bundle, tiny_table):
             mask = (rows["op_class"] == oc).to_numpy()
             for member in spec["members"]:
                 expect_r[mask] += member["weight"] * native_fit[oc]["models"][member["kind"]].predict(fz.X[mask])
-        expect_r += np.array([m["device_bias"][dev][oc] for oc in rows["op_class"]])
+        expect_r += np.array([m["device_bias"][dev][bias_key(oc)] for oc in rows["op_class"]])
         out = p.predict(rows, dev)
         np.testing.assert_allclose(out["prior_ms"], fz.prior_ms, rtol=1e-12)
         np.testing.assert_allclose(out["pred_ms"], fz.prior_ms * np.exp(expect_r), rtol=1e-5)
@@ -212,7 +212,7 @@ def _set_first_weight(m, v):
     (lambda m: _set_first_weight(m, "x"), "weight is 'x'"),
     (lambda m: _set_first_weight(m, -1.0), "weight"),
     (lambda m: m["op_classes"]["linear"]["feature_range"].update(lo=[0.0]), "feature_range.lo"),
-    (lambda m: m["device_bias"]["Tesla T4"].update(linear="abc"), r"device_bias\['Tesla T4'\].linear"),
+    (lambda m: m["device_bias"]["Tesla T4"].update({"linear:fp32": "abc"}), r"device_bias\['Tesla T4'\].linear:fp32"),
     (lambda m: m.update(device_bias=[1, 2]), "device_bias is not"),
     (lambda m: m["op_classes"]["linear"]["interval"].update(
         by_floor_share={"edges": [0.5], "q_lo": [-0.1], "q_hi": [0.1, 0.2], "q_center": [0.0, 0.0]}),
@@ -474,9 +474,10 @@ def test_a_gpu_trained_on_one_timing_only_is_unseen_for_the_other(tiny_bundle):
     dev = "NVIDIA A100-SXM4-80GB"
     before = p.predict(rows, dev)
     p.bundle.manifest["training_data"]["devices"].append(dev)
-    p.bundle.manifest["device_bias"][dev] = {"linear@kernel": 0.3}
+    p.bundle.manifest["device_bias"][dev] = {"linear@kernel:fp16": 0.3}
     assert dev in p.training_devices
-    assert not p.measured_on(dev, "linear", "call") and p.measured_on(dev, "linear", "kernel")
+    assert not p.measured_on(dev, "linear", "call") and p.measured_on(dev, "linear", "kernel", "fp16")
+    assert not p.measured_on(dev, "linear", "kernel", "fp32") and p.measured_on(dev, "linear", "kernel", None)
     after = p.predict(rows, dev)
     np.testing.assert_allclose(after[["pred_ms", "lo_ms", "hi_ms"]], before[["pred_ms", "lo_ms", "hi_ms"]])
     # a training GPU measured in that stratum keeps its narrower interval: no device-level term
@@ -541,19 +542,50 @@ def test_training_devices_get_their_measured_bias_back(tiny_bundle, tiny_table):
     m = _manifest(tiny_bundle)
     bias = m["device_bias"]
     assert set(bias) == set(TINY_DEVICES)
-    assert bias["Tesla T4"]["linear"] > bias["Tesla V100-PCIE-32GB"]["linear"]
+    assert bias["Tesla T4"]["linear:fp32"] > bias["Tesla V100-PCIE-32GB"]["linear:fp32"]
     p = Predictor.load(tiny_bundle)
     rows = tiny_table[tiny_table["device"] == "Tesla T4"].head(40)
     on_t4 = p.predict(rows, "Tesla T4")
     stripped = Predictor.load(tiny_bundle)
     stripped.bundle.manifest["device_bias"] = {}
     without = stripped.predict(rows, "Tesla T4")
-    want = np.exp([bias["Tesla T4"][oc] for oc in on_t4["op_class"]])
+    want = np.exp([bias["Tesla T4"][bias_key(oc)] for oc in on_t4["op_class"]])
     np.testing.assert_allclose(on_t4["pred_ms"] / without["pred_ms"], want, rtol=1e-9)
     # a GPU outside the bundle's training set gets no device bias
     unseen = p.predict(rows, "NVIDIA L4")
     stripped_l4 = stripped.predict(rows, "NVIDIA L4")
     np.testing.assert_allclose(unseen["pred_ms"], stripped_l4["pred_ms"])
+
+
+def test_a_training_gpus_bias_is_kept_per_dtype(tiny_bundle):
+    """fp32 and half precision run different kernels: a GPU measured in fp32 only gets its bias on
+    fp32 rows, and its fp16 rows are predicted as on an unseen GPU (no bias, the device-level interval).
+    A manifest from before per-dtype keys applies each stratum's bias to every dtype."""
+    rows = random_shapes(np.random.default_rng(5), 20)
+    fp16 = rows.assign(dtype="fp16")
+    p = Predictor.load(tiny_bundle)
+    unseen = Predictor.load(tiny_bundle)
+    unseen.bundle.manifest["device_bias"].pop("Tesla T4")
+    unseen.bundle.manifest["training_data"]["devices"].remove("Tesla T4")
+    cols = ["pred_ms", "lo_ms", "hi_ms"]
+    np.testing.assert_allclose(p.predict(fp16, "Tesla T4")[cols], unseen.predict(fp16, "Tesla T4")[cols])
+    assert not np.allclose(p.predict(rows, "Tesla T4")[cols], unseen.predict(rows, "Tesla T4")[cols])
+
+    bias = p.bundle.manifest["device_bias"]["Tesla T4"]
+    legacy = Predictor.load(tiny_bundle)
+    legacy.bundle.manifest["device_bias"]["Tesla T4"] = {k.split(":")[0]: v for k, v in bias.items()}
+    got = legacy.predict(fp16, "Tesla T4")["pred_ms"] / unseen.predict(fp16, "Tesla T4")["pred_ms"]
+    np.testing.assert_allclose(got, np.exp([bias[bias_key(oc)] for oc in canonicalize(fp16)["op_class"]]))
+
+
+def test_training_demeans_each_dtype_on_its_own():
+    """A GPU measured in fp32 and fp16 has two training biases, one per dtype, not one median of both."""
+    from hybridperf.training.kernels import device_bias
+
+    rows = pd.DataFrame({"device": "NVIDIA H200", "op_class": "linear", "timing": "call",
+                         "dtype": ["fp32"] * 3 + ["fp16"] * 5})
+    y = np.array([0.1, 0.2, 0.3, 1.0, 1.1, 1.2, 1.3, 1.4])
+    np.testing.assert_allclose(device_bias(rows, y), [0.2] * 3 + [1.2] * 5)
 
 
 def test_a_training_gpus_bias_is_read_off_its_model_shaped_kernels():
@@ -567,14 +599,14 @@ def test_a_training_gpus_bias_is_read_off_its_model_shaped_kernels():
     collect = canonicalize(synth_measurements(rng, 120, "Tesla T4", 2.0, ops=("linear",)), require_latency=True)
     model = canonicalize(synth_measurements(rng, 40, "Tesla T4", 1.0, ops=("linear",)), require_latency=True)
     table = pd.concat([collect.assign(table="collect"), model.assign(table=MODEL_SHAPES_TABLE)], ignore_index=True)
-    with_tables = training_device_bias(table, tiny_config())["Tesla T4"]["linear"]
-    untagged = training_device_bias(table.drop(columns="table"), tiny_config())["Tesla T4"]["linear"]
+    with_tables = training_device_bias(table, tiny_config())["Tesla T4"]["linear:fp32"]
+    untagged = training_device_bias(table.drop(columns="table"), tiny_config())["Tesla T4"]["linear:fp32"]
     # synth rows carry a shape term of up to +-0.4 around the factor, so compare the two reads
     assert untagged - with_tables == pytest.approx(np.log(2.0), abs=0.25)
     # too few model-shaped rows of a stratum: the whole table is used
     few = pd.concat([collect.assign(table="collect"), model.head(5).assign(table=MODEL_SHAPES_TABLE)])
-    assert training_device_bias(few, tiny_config())["Tesla T4"]["linear"] == pytest.approx(
-        training_device_bias(few.drop(columns="table"), tiny_config())["Tesla T4"]["linear"])
+    assert training_device_bias(few, tiny_config())["Tesla T4"]["linear:fp32"] == pytest.approx(
+        training_device_bias(few.drop(columns="table"), tiny_config())["Tesla T4"]["linear:fp32"])
 
 
 def test_a_bundle_trained_on_one_gpu_adds_the_between_gpu_error_on_others(bundle_copy):

@@ -156,7 +156,7 @@ def _check_values(root: Path, m: dict, feature_names) -> None:
                     number(x, f"op_classes.{key}.feature_range.{f}[{j}]")
     bias = m.get("device_bias", {})
     if not isinstance(bias, dict) or not all(isinstance(v, dict) for v in bias.values()):
-        raise ModelBundleError(f"{root}: manifest device_bias is not {{device: {{stratum: number}}}}")
+        raise ModelBundleError(f"{root}: manifest device_bias is not {{device: {{stratum:dtype: number}}}}")
     for dev, strata in bias.items():
         for key, x in strata.items():
             number(x, f"device_bias[{dev!r}].{key}")
@@ -195,3 +195,22 @@ def stratum_key(op_class: str, timing: str = "call") -> str:
     """Manifest key of a calibration stratum: the op class, suffixed `@kernel` for profiler-timed
     rows (blend, shrinkage and interval may differ between a timed call and a kernel's duration)."""
     return op_class if timing == "call" else f"{op_class}@{timing}"
+
+
+def bias_key(op_class: str, timing: str = "call", dtype: str = "fp32") -> str:
+    """Manifest `device_bias` key: the stratum and the dtype (`linear@kernel:fp16`). fp32 and half
+    precision run different kernels (SIMT and tensor-core GEMMs, other vector widths), so a GPU
+    measured in both gets one bias per dtype."""
+    return f"{stratum_key(op_class, timing)}:{dtype}"
+
+
+def measured_bias(bias: dict, op_class: str, timing: str = "call", dtype: str | None = "fp32") -> float | None:
+    """A training GPU's measured bias (`device_bias[device]`) for rows of (op class, timing, dtype),
+    or None where the GPU was not measured there; `dtype=None` takes any dtype's. Manifests from
+    before per-dtype keys (no `:`) hold one bias per stratum, for whatever dtypes were measured."""
+    stratum = stratum_key(op_class, timing)
+    if bias and not any(":" in k for k in bias):
+        return bias.get(stratum)
+    if dtype is not None:
+        return bias.get(bias_key(op_class, timing, dtype))
+    return next((v for k, v in bias.items() if k.rsplit(":", 1)[0] == stratum), None)

@@ -32,7 +32,7 @@ from hybridperf.errors import InputError
 from hybridperf.ops import OP_CLASSES
 from hybridperf.predictor import ood_score
 from hybridperf.priors.launch import row_timing
-from hybridperf.residual_models.bundle import stratum_key, write_manifest
+from hybridperf.residual_models.bundle import bias_key, stratum_key, write_manifest
 from hybridperf.residual_models.features import FEATURE_NAMES
 from hybridperf.residual_models.intervals import FLOOR_SHARE_EDGES, MIN_REGIME_ROWS, floor_share_bin, rows_quantiles
 from hybridperf.residual_models.mlp import MLPResidual
@@ -358,8 +358,8 @@ MIN_BIAS_ROWS = 20
 
 
 def training_device_bias(train: pd.DataFrame, cfg: TrainConfig) -> dict:
-    """{training device: {stratum: median log(measured/prior)}}: the overall bias that demeaning kept
-    out of the models. The predictor adds it back on these devices only (they were measured); an
+    """{training device: {stratum:dtype (`residual_models.bundle.bias_key`): median log(measured/prior)}}:
+    the overall bias that demeaning kept out of the models. The predictor adds it back on these devices only (they were measured); an
     unseen GPU gets none.
 
     It is read off the kernels of real models' layers (`table` == MODEL_SHAPES_TABLE) where a device
@@ -372,11 +372,11 @@ def training_device_bias(train: pd.DataFrame, cfg: TrainConfig) -> dict:
     model_rows = train["table"] == MODEL_SHAPES_TABLE
     # a subsample of the rest and every model-shaped row
     fz = featurize(pd.concat([subsample(train[~model_rows], cfg.max_rows, cfg.seed), train[model_rows]]))
-    rows = fz.rows.assign(y=fz.y, stratum=stratum(fz.rows))
+    rows = fz.rows.assign(y=fz.y, timing=row_timing(fz.rows))
     out = {}
-    for (dev, key), g in rows.groupby(["device", "stratum"]):
+    for (dev, oc, tm, dt), g in rows.groupby(["device", "op_class", "timing", "dtype"]):
         ref = g[g["table"] == MODEL_SHAPES_TABLE]
-        out.setdefault(dev, {})[key] = round(float((ref if len(ref) >= MIN_BIAS_ROWS else g)["y"].median()), 5)
+        out.setdefault(dev, {})[bias_key(oc, tm, dt)] = round(float((ref if len(ref) >= MIN_BIAS_ROWS else g)["y"].median()), 5)
     return out
 
 
