@@ -359,8 +359,8 @@ MIN_BIAS_ROWS = 20
 
 def training_device_bias(train: pd.DataFrame, cfg: TrainConfig) -> dict:
     """{training device: {stratum:dtype (`residual_models.bundle.bias_key`): median log(measured/prior)}}:
-    the overall bias that demeaning kept out of the models. The predictor adds it back on these devices only (they were measured); an
-    unseen GPU gets none.
+    the overall bias that demeaning kept out of the models. The predictor adds it back on these
+    devices only (they were measured); an unseen GPU gets none.
 
     It is read off the kernels of real models' layers (`table` == MODEL_SHAPES_TABLE) where a device
     has them. NeuSight's randomly shaped collect tables disagree with its test tables on the same GPU
@@ -376,7 +376,8 @@ def training_device_bias(train: pd.DataFrame, cfg: TrainConfig) -> dict:
     out = {}
     for (dev, oc, tm, dt), g in rows.groupby(["device", "op_class", "timing", "dtype"]):
         ref = g[g["table"] == MODEL_SHAPES_TABLE]
-        out.setdefault(dev, {})[bias_key(oc, tm, dt)] = round(float((ref if len(ref) >= MIN_BIAS_ROWS else g)["y"].median()), 5)
+        median = float((ref if len(ref) >= MIN_BIAS_ROWS else g)["y"].median())
+        out.setdefault(dev, {})[bias_key(oc, tm, dt)] = round(median, 5)
     return out
 
 
