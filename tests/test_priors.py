@@ -201,9 +201,25 @@ def test_prior_of_memory_bound_op_faster_with_double_bandwidth(name, op):
     fast_t = prior_ms(t, fast)[0] - floor
     assert 0 < fast_t < slow_t
     # memory-bound: exactly half, unless the SMs cannot stream the rows that fast (row-wise kernels)
-    sm = row_issue_ms(OP_CLASS[op], 32768, 16384, 4, dev, current=True)[()] if OP_CLASS[op] in ("softmax", "layernorm") else 0.0
+    # or the arithmetic takes longer than the faster memory (erf-GELU on an A100 with 3 TB/s)
+    sm = row_issue_ms(OP_CLASS[op], 32768, 16384, 4, dev, current=True)[()] if OP_CLASS[op] in ("softmax", "layernorm") \
+        else kernel_prior_terms(t, fast)["compute_ms"].iloc[0]
     assert fast_t == pytest.approx(max(slow_t / 2, sm), rel=1e-9)
     assert memory_time_ms(t["bytes"], fast)[0] == pytest.approx(memory_time_ms(t["bytes"], dev)[0] / 2, rel=1e-12)
+
+
+def test_half_precision_elementwise_arithmetic_runs_at_the_fp32_rate():
+    """ATen computes fp16 element-wise ops in fp32: halving the bytes leaves the arithmetic, so on an
+    H200 tensor ** tensor turns compute-bound in fp16 (measured 1.59x its memory time) while add does not."""
+    dev = get_device("NVIDIA H200")
+    shape = [{"B": 65536, "H": 4096}]
+    for op, compute_bound in (("pow", True), ("add", False)):
+        fp32 = kernel_prior_terms(_table(op, shape), dev).iloc[0]
+        fp16 = kernel_prior_terms(_table(op, shape).assign(dtype="fp16").pipe(canonicalize), dev).iloc[0]
+        assert fp16["compute_ms"] == pytest.approx(fp32["compute_ms"], rel=1e-12)
+        assert fp16["memory_ms"] == pytest.approx(fp32["memory_ms"] / 2, rel=1e-3)  # L2 holds a little more
+        assert (fp16["compute_ms"] > fp16["memory_ms"]) == compute_bound
+        assert fp32["compute_ms"] < fp32["memory_ms"]
 
 
 @pytest.mark.parametrize("name", DEVICES)

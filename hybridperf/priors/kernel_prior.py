@@ -2,7 +2,8 @@
 
     GEMMs (bmm, linear):   floor + max(tile/wave-quantized compute at the power-capped rate, divided
                                        by the vendor BLAS efficiency, compulsory bytes at achievable bandwidth)
-    elementwise:           floor + max(bytes at achievable bandwidth with L2 residency, FLOPs at the vector rate)
+    elementwise:           floor + max(bytes at achievable bandwidth with L2 residency, each element's
+                           arithmetic at the fp32 vector rate: `ELEMENTWISE_OPMATH_COST`)
     softmax, LayerNorm:    floor + max(one read and write + re-reads, from L2 while the rows in flight
                            fit in it, at the bandwidth the rows in flight can draw; the SM cycles the
                            rows take)  (`hybridperf.priors.rowwise`: PyTorch's kernel layouts)
@@ -23,6 +24,16 @@ from hybridperf.priors.memory import l2_hit_fraction, memory_time_ms
 from hybridperf.priors.power import sustained_flops
 from hybridperf.priors.roofline import roofline_ms
 from hybridperf.priors.rowwise import reread_time_ms, row_issue_ms, row_parallel_fraction
+
+#: FLOP-equivalents per element of PyTorch's element-wise kernels at the sustained fp32 vector rate,
+#: for every dtype: ATen computes fp16 and bf16 in fp32 (`at::opmath_type`), so half precision halves
+#: the bytes but not the arithmetic, and ops with a costly fp32 routine turn compute-bound. Read off
+#: our H200's fp16 kernels with a floor share under 0.3 (median of (measured - floor) x rate /
+#: elements; experiments/RESULTS.md section 1): tensor ** tensor 120, IEEE division 85, erf-GELU 64,
+#: where the prior had 8, 1 and 14 and the H200 ran them 1.59x, 1.13x and 1.28x slower than it.
+#: Other ops stayed memory-bound there (their cost is under ~50), so they keep their nominal FLOP
+#: counts (`hybridperf.ops.op_work`). SiLU, aliased to `gelu`, takes GELU's cost (not measured alone).
+ELEMENTWISE_OPMATH_COST = {"pow": 120.0, "div": 85.0, "gelu": 64.0}
 
 TERM_COLUMNS = (
     "roofline_ms", "prior_ms", "compute_ms", "memory_ms", "floor_ms", "tiles", "waves",
@@ -75,8 +86,12 @@ def kernel_prior_terms(kernels: pd.DataFrame, device: DeviceSpec, timing: str | 
             out["split_k"][idx] = terms.split_k
         else:
             frac = 1.0
+            compute = flops / sustained_flops(device, dt) * 1e3
             if op_class not in ("softmax", "layernorm"):
                 mem = memory_time_ms(nbytes, device)
+                opmath = flops if op not in ELEMENTWISE_OPMATH_COST else \
+                    g["B"].to_numpy(np.float64) * g["H"].to_numpy(np.float64) * ELEMENTWISE_OPMATH_COST[op]
+                compute = opmath / sustained_flops(device, "fp32") * 1e3
             else:
                 H = g["H"].to_numpy(np.float64)
                 row_bytes = H * DTYPE_BYTES[dt]
@@ -92,7 +107,6 @@ def kernel_prior_terms(kernels: pd.DataFrame, device: DeviceSpec, timing: str | 
                 # compute_ms stays the FLOP term the residual models read on every GPU alike)
                 mem = np.maximum(mem, row_issue_ms(op_class, g["B"].to_numpy(np.float64), H, DTYPE_BYTES[dt],
                                                    device, current))
-            compute = flops / sustained_flops(device, dt) * 1e3
             out["parallel_fraction"][idx] = frac
         out["compute_ms"][idx] = compute
         out["memory_ms"][idx] = mem
