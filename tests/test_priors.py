@@ -202,7 +202,8 @@ def test_prior_of_memory_bound_op_faster_with_double_bandwidth(name, op):
     assert 0 < fast_t < slow_t
     # memory-bound: exactly half, unless the SMs cannot stream the rows that fast (row-wise kernels)
     # or the arithmetic takes longer than the faster memory (erf-GELU on an A100 with 3 TB/s)
-    sm = row_issue_ms(OP_CLASS[op], 32768, 16384, 4, dev, current=True)[()] if OP_CLASS[op] in ("softmax", "layernorm") \
+    row_wise = OP_CLASS[op] in ("softmax", "layernorm")
+    sm = row_issue_ms(OP_CLASS[op], 32768, 16384, 4, dev, current=True)[()] if row_wise \
         else kernel_prior_terms(t, fast)["compute_ms"].iloc[0]
     assert fast_t == pytest.approx(max(slow_t / 2, sm), rel=1e-9)
     assert memory_time_ms(t["bytes"], fast)[0] == pytest.approx(memory_time_ms(t["bytes"], dev)[0] / 2, rel=1e-12)
