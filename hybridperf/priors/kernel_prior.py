@@ -86,7 +86,6 @@ def kernel_prior_terms(kernels: pd.DataFrame, device: DeviceSpec, timing: str | 
             out["split_k"][idx] = terms.split_k
         else:
             frac = 1.0
-            compute = flops / sustained_flops(device, dt) * 1e3
             if op_class not in ("softmax", "layernorm"):
                 mem = memory_time_ms(nbytes, device)
                 opmath = flops if op not in ELEMENTWISE_OPMATH_COST else \
@@ -107,6 +106,7 @@ def kernel_prior_terms(kernels: pd.DataFrame, device: DeviceSpec, timing: str | 
                 # compute_ms stays the FLOP term the residual models read on every GPU alike)
                 mem = np.maximum(mem, row_issue_ms(op_class, g["B"].to_numpy(np.float64), H, DTYPE_BYTES[dt],
                                                    device, current))
+                compute = flops / sustained_flops(device, dt) * 1e3
             out["parallel_fraction"][idx] = frac
         out["compute_ms"][idx] = compute
         out["memory_ms"][idx] = mem
