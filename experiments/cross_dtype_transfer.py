@@ -35,11 +35,11 @@ def score(gpu: str, bundle: str | None, draws: int = 5, ks=(8, 32)) -> list[dict
     dev = _device(d)
     grid = load_measured_grid(d, splits=("test",), dtypes=("fp32", "fp16"))
     key = grid[["op", "B", "M", "N", "K", "H"]].fillna(-1).astype(str).apply("-".join, axis=1)
+    shapes = key.unique()
     rows = []
     with fitted_without(dev.name):
         zero = Predictor.load(bundle) if bundle else Predictor.load()
         for draw in range(draws):
-            shapes = key.unique()
             half = set(np.random.default_rng(draw).choice(shapes, len(shapes) // 2, replace=False))
             calib_half = key.isin(half).to_numpy()
             for test_dtype in ("fp32", "fp16"):
