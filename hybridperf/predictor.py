@@ -20,7 +20,8 @@ from hybridperf.errors import InputError, ModelBundleError
 from hybridperf.ops import GEMM_OPS
 from hybridperf.priors.kernel_prior import kernel_prior_terms
 from hybridperf.priors.launch import check_host, check_timing, row_timing
-from hybridperf.residual_models.bundle import Bundle, load_bundle, measured_bias, shipped_models_dir, stratum_key
+from hybridperf.residual_models.bundle import (Bundle, correction_key, load_bundle, measured_bias, shipped_models_dir,
+                                              stratum_key)
 from hybridperf.residual_models.features import FEATURE_NAMES, kernel_features
 from hybridperf.residual_models.intervals import interval_quantiles
 from hybridperf.stats import Z90, widen_about, widen_in_quadrature
@@ -117,9 +118,11 @@ def check_runs_on(kernels: pd.DataFrame, device: DeviceSpec) -> None:
 class Predictor:
     """Hybrid kernel-latency predictor backed by a verified ONNX bundle (or the prior alone).
 
-    `corrections` ({op_class: callable(X) -> log-correction}) and `intervals` ({op_class: interval})
-    hold a few-shot adaptation to one device (see hybridperf.transfer); an adapted bundle on disk
-    carries them as ONNX files and manifest entries.
+    `corrections` ({`correction_key`: callable(X) -> log-correction}) and `intervals` ({key: interval})
+    hold a few-shot adaptation to one device (see hybridperf.transfer), keyed by op class and dtype
+    (`linear:fp16`); an interval keyed by the op class alone serves that class's unmeasured dtypes.
+    Adapted bundles from before per-dtype keys hold one correction per op class, for every dtype. An
+    adapted bundle on disk carries them as ONNX files and manifest entries.
     """
 
     def __init__(self, bundle: Bundle | None = None, corrections: dict | None = None, intervals: dict | None = None):
@@ -128,8 +131,9 @@ class Predictor:
         self.intervals = dict(intervals or {})
         self.adaptation = (bundle.manifest.get("adaptation") if bundle else None) or None
         if bundle is not None and self.adaptation and not self.corrections:
-            for oc, c in self.adaptation.get("corrections", {}).items():
-                self.corrections[oc] = _OnnxCorrection(bundle, c["file"])
+            for key, c in self.adaptation.get("corrections", {}).items():
+                self.corrections[key] = _OnnxCorrection(bundle, c["file"])
+            self.intervals = dict(self.adaptation.get("intervals", {}))
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> "Predictor":
@@ -170,9 +174,11 @@ class Predictor:
             return device in self.training_devices
         return measured_bias(bias.get(device, {}), op_class, timing, dtype) is not None
 
-    def residual(self, op_class: str, X: np.ndarray, timing: str = "call") -> tuple[np.ndarray, dict]:
-        """Blended log-residual for rows of one op class and timing, and the manifest entry used: the
-        stratum `op_class@kernel` for profiler-timed rows when the bundle has one, else the class's."""
+    def residual(self, op_class: str, X: np.ndarray, timing: str = "call",
+                 dtype: str = "fp32") -> tuple[np.ndarray, dict]:
+        """Blended log-residual for rows of one op class, timing and dtype, and the manifest entry used:
+        the stratum `op_class@kernel` for profiler-timed rows when the bundle has one, else the class's.
+        A few-shot correction applies to the dtype it was measured in (legacy: to every dtype)."""
         classes = self.manifest.get("op_classes", {})
         spec = classes.get(stratum_key(op_class, timing)) or classes.get(op_class) \
             or {"members": [], "interval": FALLBACK_INTERVAL}
@@ -180,10 +186,13 @@ class Predictor:
         for member in spec["members"]:
             out = self.bundle.run(member["file"], X)
             r += member["weight"] * out.mean(axis=1)
-        if op_class in self.corrections:
-            r += self.corrections[op_class](X)
-        if op_class in self.intervals:
-            spec = {**spec, "interval": self.intervals[op_class]}
+        key = correction_key(op_class, dtype)
+        correction = self.corrections.get(key, self.corrections.get(op_class))
+        if correction is not None:
+            r += correction(X)
+        interval = self.intervals.get(key, self.intervals.get(op_class))
+        if interval is not None:
+            spec = {**spec, "interval": interval}
         return r, spec
 
     def features(self, kernels: pd.DataFrame, device: str | DeviceSpec, timing: str | None = None) -> np.ndarray:
@@ -228,7 +237,7 @@ class Predictor:
             if self.bundle is None:
                 r, spec = np.zeros(len(idx)), {"interval": FALLBACK_INTERVAL}
             else:
-                r, spec = self.residual(oc, X[idx], tm)
+                r, spec = self.residual(oc, X[idx], tm, dt)
             iv = spec["interval"]
             if "feature_range" in spec:
                 ood[idx] = ood_score(X[idx], spec["feature_range"])

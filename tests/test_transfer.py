@@ -131,6 +131,56 @@ def test_tampered_adapted_bundle_is_refused(base, measured, tmp_path):
         Predictor.load(dest)
 
 
+def test_a_correction_serves_only_the_dtype_it_was_measured_in(base, measured, tmp_path):
+    """fp16 kernels measured 1.5x slower than predicted raise the fp16 predictions; fp32 rows, of which
+    nothing was measured, are predicted exactly as zero-shot, interval included, also after a reload."""
+    cal, held = measured
+    cal16 = canonicalize(cal.assign(dtype="fp16"))
+    adapted = adapt_predictor(base, cal16.assign(latency_ms=base.predict(cal16, TARGET)["pred_ms"].to_numpy() * FACTOR),
+                              TARGET)
+    assert adapted.corrections and all(k.endswith(":fp16") for k in adapted.corrections)
+    reloaded = Predictor.load(save_adapted(adapted, tmp_path / "adapted"))
+    for p in (adapted, reloaded):
+        fp32, zero = p.predict(held, TARGET), base.predict(held, TARGET)
+        for c in ("pred_ms", "lo_ms", "hi_ms"):
+            np.testing.assert_allclose(fp32[c].to_numpy(), zero[c].to_numpy(), rtol=1e-6)
+        fp16 = canonicalize(held.assign(dtype="fp16"))
+        raised = p.predict(fp16, TARGET)["pred_ms"].to_numpy() / base.predict(fp16, TARGET)["pred_ms"].to_numpy()
+        assert np.median(raised) > 1.3
+
+
+def test_an_adapted_bundle_with_one_correction_per_class_still_loads(base, measured, tmp_path):
+    """Adapted bundles from before per-dtype keys (corrections keyed by op class, intervals written into
+    `op_classes`) load and apply each class's correction to every dtype."""
+    cal, held = measured
+    adapted = adapt_predictor(base, cal, TARGET)
+    dest = save_adapted(adapted, tmp_path / "adapted")
+    m = json.loads((dest / MANIFEST).read_text())
+    intervals = m["adaptation"].pop("intervals")
+    m["adaptation"]["corrections"] = {k.split(":")[0]: c for k, c in m["adaptation"]["corrections"].items()}
+    for key, spec in m["op_classes"].items():
+        oc = key.split("@")[0]
+        spec["interval"] = intervals.get(f"{oc}:fp32", intervals.get(oc, spec["interval"]))
+    (dest / MANIFEST).write_text(json.dumps(m))
+    legacy = Predictor.load(dest)
+    assert set(legacy.corrections) == {k.split(":")[0] for k in adapted.corrections}
+    np.testing.assert_allclose(legacy.predict(held, TARGET)["pred_ms"], adapted.predict(held, TARGET)["pred_ms"],
+                               rtol=1e-5)
+    fp16 = canonicalize(held.assign(dtype="fp16"))
+    assert (legacy.predict(fp16, TARGET)["pred_ms"] > base.predict(fp16, TARGET)["pred_ms"]).mean() > 0.9
+
+
+def test_a_malformed_adapted_interval_is_refused(base, measured, tmp_path):
+    from hybridperf.errors import ModelBundleError
+
+    dest = save_adapted(adapt_predictor(base, measured[0], TARGET), tmp_path / "adapted")
+    m = json.loads((dest / MANIFEST).read_text())
+    key = next(iter(m["adaptation"]["intervals"]))
+    m["adaptation"]["intervals"][key]["q_lo"] = "nan"
+    (dest / MANIFEST).write_text(json.dumps(m))
+    with pytest.raises(ModelBundleError, match=f"adaptation.intervals.{key}.q_lo"):
+        Predictor.load(dest)
+
 # ---------------------------------------------------------------------------------------------------
 # which kernels to measure
 
@@ -408,7 +458,7 @@ def test_out_of_range_widening_starts_at_the_measured_kernels(base):
     rows["latency_ms"] = zero["pred_ms"].to_numpy() * np.exp(np.random.default_rng(6).normal(0, 0.02, len(rows)))
     rows["device"] = dev
     adapted = adapt_predictor(base, rows, dev)
-    ew = adapted.intervals["elementwise"]
+    ew = adapted.intervals["elementwise:fp32"]
     measured_ood = zero.loc[zero["op_class"] == "elementwise", "ood"]
     assert ew["ood_ref"] == pytest.approx(measured_ood.median()) and ew["ood_ref"] > 1.0
     legacy = Predictor(adapted.bundle, corrections=adapted.corrections,
@@ -435,10 +485,10 @@ def test_a_class_measured_by_its_kernel_time_is_recalibrated_from_that_stratum(b
     rows = canonicalize(random_shapes(np.random.default_rng(7), 40))
     rows = rows[rows["op_class"] == "linear"].reset_index(drop=True)
     rows["latency_ms"] = p.predict(rows, TARGET)["pred_ms"].to_numpy()
-    call = adapt_predictor(p, rows, TARGET).intervals["linear"]
+    call = adapt_predictor(p, rows, TARGET).intervals["linear:fp32"]
     adapted = adapt_predictor(p, rows.assign(timing="kernel"), TARGET)
     # the kernel stratum's pseudo-residuals sit near +1.1
-    assert adapted.intervals["linear"]["q_hi"] > call["q_hi"] + 0.3
+    assert adapted.intervals["linear:fp32"]["q_hi"] > call["q_hi"] + 0.3
     # saved and reloaded, profiler-timed rows get the same adapted interval as in memory
     reloaded = Predictor.load(save_adapted(adapted, tmp_path / "adapted"))
     kernel_rows = rows.assign(timing="kernel")

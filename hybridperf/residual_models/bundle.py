@@ -132,19 +132,8 @@ def _check_values(root: Path, m: dict, feature_names) -> None:
             raise ModelBundleError(f"{root}: manifest op_classes.{key} is not an object")
         for i, member in enumerate(spec.get("members", [])):
             number(member.get("weight"), f"op_classes.{key}.members[{i}].weight", 0.0)
-        iv = spec.get("interval")
-        if iv is not None:
-            for f in ("q_lo", "q_hi"):
-                number(iv.get(f), f"op_classes.{key}.interval.{f}")
-            if iv["q_lo"] > iv["q_hi"]:
-                raise ModelBundleError(f"{root}: manifest op_classes.{key}.interval has q_lo > q_hi")
-            for f in ("ood_beta", "device_shift_q90"):
-                if f in iv:
-                    number(iv[f], f"op_classes.{key}.interval.{f}", 0.0)
-            if "q_center" in iv:
-                number(iv["q_center"], f"op_classes.{key}.interval.q_center")
-            if "by_floor_share" in iv:
-                _check_regimes(root, iv["by_floor_share"], f"op_classes.{key}.interval.by_floor_share", number)
+        if spec.get("interval") is not None:
+            _check_interval(root, spec["interval"], f"op_classes.{key}.interval", number)
         rng = spec.get("feature_range")
         if rng is not None:
             for f in ("lo", "hi", "scale"):
@@ -154,12 +143,35 @@ def _check_values(root: Path, m: dict, feature_names) -> None:
                                            "of one number per feature")
                 for j, x in enumerate(v):
                     number(x, f"op_classes.{key}.feature_range.{f}[{j}]")
+    adapted = (m.get("adaptation") or {}).get("intervals", {})
+    if not isinstance(adapted, dict):
+        raise ModelBundleError(f"{root}: manifest adaptation.intervals is not {{op_class:dtype: interval}}")
+    for key, iv in adapted.items():
+        _check_interval(root, iv, f"adaptation.intervals.{key}", number)
     bias = m.get("device_bias", {})
     if not isinstance(bias, dict) or not all(isinstance(v, dict) for v in bias.values()):
         raise ModelBundleError(f"{root}: manifest device_bias is not {{device: {{stratum:dtype: number}}}}")
     for dev, strata in bias.items():
         for key, x in strata.items():
             number(x, f"device_bias[{dev!r}].{key}")
+
+
+def _check_interval(root: Path, iv, where: str, number) -> None:
+    """A 90% interval: finite q_lo <= q_hi, optional non-negative widening terms, floor-share bins."""
+    if not isinstance(iv, dict):
+        raise ModelBundleError(f"{root}: manifest {where} is not an object")
+    for f in ("q_lo", "q_hi"):
+        number(iv.get(f), f"{where}.{f}")
+    if iv["q_lo"] > iv["q_hi"]:
+        raise ModelBundleError(f"{root}: manifest {where} has q_lo > q_hi")
+    for f in ("ood_beta", "device_shift_q90"):
+        if f in iv:
+            number(iv[f], f"{where}.{f}", 0.0)
+    for f in ("q_center", "ood_ref"):
+        if f in iv:
+            number(iv[f], f"{where}.{f}")
+    if "by_floor_share" in iv:
+        _check_regimes(root, iv["by_floor_share"], f"{where}.by_floor_share", number)
 
 
 def _check_regimes(root: Path, regimes, where: str, number) -> None:
@@ -202,6 +214,13 @@ def bias_key(op_class: str, timing: str = "call", dtype: str = "fp32") -> str:
     precision run different kernels (SIMT and tensor-core GEMMs, other vector widths), so a GPU
     measured in both gets one bias per dtype."""
     return f"{stratum_key(op_class, timing)}:{dtype}"
+
+
+def correction_key(op_class: str, dtype: str) -> str:
+    """Key of a few-shot correction and its interval (`linear:fp16`): each dtype measured on the
+    target GPU gets its own, because fp16 kernels' errors do not carry to fp32 ones (fp16 kernels moved
+    fp32 predictions on our H200 from 6.8 to 8.3% MAPE, experiments/cross_dtype_transfer.py)."""
+    return f"{op_class}:{dtype}"
 
 
 def measured_bias(bias: dict, op_class: str, timing: str = "call", dtype: str | None = "fp32") -> float | None:

@@ -1,8 +1,10 @@
 """Few-shot transfer: correct the zero-shot predictor with k kernels measured on the target GPU.
 
-The zero-shot model's log-errors e = log(measured / predicted) are modelled, per op class, as a
-function of the prior's own regime terms, with a Gaussian prior centred on zero (= the zero-shot
-model, so k = 0 changes nothing and every coefficient is shrunk toward it):
+The zero-shot model's log-errors e = log(measured / predicted) are modelled, per op class and dtype
+(`correction_key`: fp16 kernels' errors did not carry to fp32 ones, experiments/cross_dtype_transfer.py;
+a dtype with nothing measured stays zero-shot), as a function of the prior's own regime terms, with a
+Gaussian prior centred on zero (= the zero-shot model, so k = 0 changes nothing and every
+coefficient is shrunk toward it):
 
     e(x) = b(x) . w  +  g(x),    w ~ N(0, diag(tau^2)),    g ~ GP(0, s^2 exp(-|z(x) - z(x')|^2 / 2 l^2))
 
@@ -45,7 +47,7 @@ from hybridperf.errors import HybridperfError, InputError
 from hybridperf.predictor import DEVICE_SHIFT_SD, device_shift_q90, ood_widening
 from hybridperf.residual_models.features import FEATURE_NAMES
 from hybridperf.priors.launch import row_timing
-from hybridperf.residual_models.bundle import stratum_key
+from hybridperf.residual_models.bundle import correction_key, stratum_key
 from hybridperf.residual_models.intervals import map_regimes
 from hybridperf.stats import Z90, weighted_quantile
 
@@ -183,10 +185,10 @@ def fit_class(X: np.ndarray, e: np.ndarray, prior: TransferPrior) -> tuple[Corre
 
 
 def class_prior(prior: TransferPrior | None, op_class: str, class_scale: dict | None = None) -> TransferPrior:
-    """The transfer prior of one op class: `prior` (default TransferPrior()) times the class's factor
-    in `class_scale` (default CLASS_PRIOR_SCALE)."""
+    """The transfer prior of one op class (or correction key, `softmax:fp16`): `prior` (default
+    TransferPrior()) times the class's factor in `class_scale` (default CLASS_PRIOR_SCALE)."""
     scale = CLASS_PRIOR_SCALE if class_scale is None else class_scale
-    return (prior or TransferPrior()).scaled(scale.get(op_class, 1.0))
+    return (prior or TransferPrior()).scaled(scale.get(op_class.split(":")[0], 1.0))
 
 
 def class_rows(op_class: np.ndarray, max_rows: int | None = None) -> dict:
@@ -202,8 +204,9 @@ def class_rows(op_class: np.ndarray, max_rows: int | None = None) -> dict:
 def fit_corrections(X: np.ndarray, e: np.ndarray, op_class: np.ndarray,
                     prior: TransferPrior | None = None, class_scale: dict | None = None,
                     timing: np.ndarray | None = None) -> tuple[dict, dict]:
-    """Per op class, the correction and the leave-one-out residuals of the measured kernels (at most
-    MAX_ROWS_PER_CLASS of them, evenly spaced, per class).
+    """Per op class (or per `correction_key`, when `op_class` holds those), the correction and the
+    leave-one-out residuals of the measured kernels (at most MAX_ROWS_PER_CLASS of them, evenly
+    spaced, per class).
 
     The prior's strength is chosen per class by empirical Bayes: the factor in STRENGTHS with the
     highest evidence of the class's kernels, under a log-normal hyperprior (sd HYPER_SD) centred on
@@ -300,20 +303,26 @@ def adapt_predictor(predictor, measured: pd.DataFrame, device: str | DeviceSpec,
     X = predictor.features(base, dev)
     e = np.log(measured["latency_ms"].to_numpy(np.float64) / base["pred_ms"].to_numpy())
     op_class = base["op_class"].to_numpy()
+    # one correction per op class and dtype: an fp16 kernel's error says little about fp32 ones
+    keys = np.array([correction_key(oc, dt) for oc, dt in zip(op_class, base["dtype"].astype(str))])
     timing = row_timing(base).to_numpy()
-    corrections, loo = fit_corrections(X, e, op_class, prior, class_scale, timing)
-    # each class's interval is re-calibrated from the zero-shot interval of the stratum its kernels
-    # were measured in (`op_class@kernel` for profiler-timed rows), and then serves the whole class
+    corrections, loo = fit_corrections(X, e, keys, prior, class_scale, timing)
+    # each key's interval is re-calibrated from the zero-shot interval of the stratum its kernels were
+    # measured in (`op_class@kernel` for profiler-timed rows), and then serves the class in that dtype;
+    # an op class's own key keeps its zero-shot interval (with the device-level error) for the dtypes
+    # and classes nothing was measured in
     strata = predictor.manifest.get("op_classes", {})
     zero_shot, ood = {}, {}
-    for oc, idx in class_rows(op_class).items():
-        measured_as = pd.Series(timing[idx]).mode().iloc[0]
+    for key, idx in class_rows(keys).items():
+        oc, measured_as = op_class[idx[0]], pd.Series(timing[idx]).mode().iloc[0]
         spec = strata.get(stratum_key(oc, measured_as)) or strata.get(oc) or {"interval": FALLBACK_INTERVAL}
-        zero_shot[oc], ood[oc] = spec["interval"], base["ood"].to_numpy()[idx]
-    zero_shot.update({oc: spec["interval"] for oc, spec in strata.items() if oc not in zero_shot and "@" not in oc})
+        zero_shot[key], ood[key] = spec["interval"], base["ood"].to_numpy()[idx]
+    for oc in set(op_class) | {k for k in strata if "@" not in k}:
+        zero_shot[oc] = strata.get(oc, {"interval": FALLBACK_INTERVAL})["interval"]
     intervals = recalibrate(zero_shot, loo, shift_sd=predictor.device_shift_sd, ood=ood)
     adapted = Predictor(predictor.bundle, corrections=corrections, intervals=intervals)
     adapted.adaptation = {"device": dev.name, "k": int(len(measured)),
-                          "method": "robust Bayesian regression on the prior's regime terms + RBF",
-                          "per_class_rows": {oc: int(len(r)) for oc, r in loo.items()}}
+                          "method": "robust Bayesian regression on the prior's regime terms + RBF, "
+                                    "per op class and dtype",
+                          "per_class_rows": {key: int(len(r)) for key, r in loo.items()}}
     return adapted

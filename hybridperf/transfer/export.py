@@ -1,6 +1,6 @@
 """Save an adapted predictor as a bundle: the zero-shot ONNX files, one small ONNX graph per op class
-for the transfer correction (physical basis + RBF, see adapt.py), and a manifest with the
-re-calibrated intervals."""
+and dtype for the transfer correction (physical basis + RBF, see adapt.py), and a manifest with the
+re-calibrated intervals (`adaptation.intervals`; the zero-shot `op_classes` are kept as they were)."""
 from __future__ import annotations
 
 import json
@@ -99,15 +99,13 @@ def save_adapted(predictor, out_dir: str | Path) -> Path:
     for name in manifest["files"]:
         shutil.copy2(src / name, out / name)
     corrections = {}
-    for oc, corr in predictor.corrections.items():
-        name = f"{oc}_transfer.onnx"
+    for key, corr in predictor.corrections.items():  # key: op class and dtype (`linear:fp16`)
+        name = f"{key.replace(':', '_')}_transfer.onnx"
         (out / name).write_bytes(correction_onnx(corr).SerializeToString())
         manifest["files"][name] = ""
-        corrections[oc] = {"file": name, **corr.to_dict()}
-    for key, spec in manifest["op_classes"].items():  # an adapted class's interval serves all its timings
-        if key.split("@")[0] in predictor.intervals:
-            spec["interval"] = predictor.intervals[key.split("@")[0]]
+        corrections[key] = {"file": name, **corr.to_dict()}
     manifest["adaptation"] = {**predictor.adaptation, "corrections": corrections,
+                              "intervals": predictor.intervals,
                               "adapted_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                               "base_bundle_sha256": {k: v for k, v in json.loads((src / MANIFEST).read_text())["files"].items()}}
     write_manifest(out, manifest)
