@@ -50,6 +50,15 @@ TILES = (
     (32, 32, 8, 0.55),
 )
 K_OVERHEAD = 16.0
+#: the per-tile fixed cost of NVIDIA matrix-unit GEMMs, in reduction steps: the prologue and epilogue
+#: (filling the pipeline, writing the output tile) do not speed up with the matrix units, so they cost
+#: more steps of a faster main loop. Read off our H200's fp16 GEMMs: with 16 steps their
+#: log(measured / prior) falls from +0.43 at a 256-long reduction to +0.08 past 4k; 32 / 48 / 64 / 96
+#: steps give NeuSight's training shapes 15.5 / 14.4 / 15.1 / 19.7% MAPE (bmm; 17.6% with 16) and its
+#: test shapes 12.5 / 11.8 / 11.1 / 10.6%. Checked where it was not read: Vidur's A40 linears
+#: 14.3 -> 13.5%, its A100-SXM4 11.2 -> 10.8%, our H100's fp16 bmm 9.0 -> 7.4% and bf16 15.6 -> 13.5%.
+#: AMD's matrix cores keep K_OVERHEAD: their fitted LIBRARY_EFFICIENCY absorbs their own.
+K_OVERHEAD_MATRIX = 64.0
 
 #: Fraction of the tile model's rate that a vendor's BLAS reaches, by (vendor, op). Fitted by
 #: `hybridperf.training.library_efficiency` on the traced GEMM nodes of NeuSight's whole-model labels
@@ -241,7 +250,9 @@ def gemm_compute(batch, m, k_out, n_red, device: DeviceSpec, dtype: str = "fp32"
 
     sms = float(device.num_sms)
     sm_rate = sustained_flops(device, dtype, matrix) / sms  # FLOP/s of one SM
-    if uses_matrix_units(device, dtype, matrix) and device.vendor == "nvidia" and DTYPE_BYTES.get(dtype, 4) <= 2:
+    nvidia_matrix = uses_matrix_units(device, dtype, matrix) and device.vendor == "nvidia"
+    overhead = K_OVERHEAD_MATRIX if nvidia_matrix else K_OVERHEAD
+    if nvidia_matrix and DTYPE_BYTES.get(dtype, 4) <= 2:
         sm_rate = sm_rate / unaligned_slowdown(K, N, dtype)
     out_tiles = B * np.ceil(M / tm) * np.ceil(K / tn)
     tiles = out_tiles * split
@@ -255,7 +266,7 @@ def gemm_compute(batch, m, k_out, n_red, device: DeviceSpec, dtype: str = "fp32"
     last = np.where(rem > 0, np.maximum(busiest, occ / 2.0) / occ, 0.0)
     waves = full_waves + last
     # one full wave: every SM runs occ tiles at `eff` of its peak
-    wave_ms = occ * 2.0 * tm * tn * (n_chunk + K_OVERHEAD) / (sm_rate * eff) * 1e3
+    wave_ms = occ * 2.0 * tm * tn * (n_chunk + overhead) / (sm_rate * eff) * 1e3
     # split-K epilogue: write and re-read the partial outputs at achievable bandwidth
     reduce_ms = np.where(split > 1, 2.0 * split * B * M * K * 4.0 / (device.mem_bw_gbs * 1e9 * dram_efficiency(device)) * 1e3, 0.0)
     # split-K is only used when the output tiles cannot fill one wave and the reduction is long
