@@ -473,6 +473,22 @@ def test_out_of_range_widening_starts_at_the_measured_kernels(base):
     np.testing.assert_allclose(width(new)[in_range], width(old)[in_range])
 
 
+def test_few_measured_kernels_keep_the_unseen_gpus_device_level_error_in_the_interval():
+    """A bundle trained on one GPU has a narrow, cross-validated interval (half-width 0.1 here) and a
+    large device-level error (sd 0.174). Three kernels that happen to agree with the correction must
+    not shrink the interval below that of the class alone: the zero-shot pseudo-residuals are the
+    interval an unseen GPU gets at k = 0, the device-level error included."""
+    from hybridperf.predictor import SINGLE_GPU_DEVICE_SD
+    from hybridperf.stats import Z90
+    from hybridperf.transfer.adapt import recalibrate
+
+    zero = {"elementwise": {"q_lo": -0.1, "q_hi": 0.1, "ood_beta": 0.0}}
+    few = recalibrate(zero, {"elementwise": np.array([-0.01, 0.0, 0.01])}, shift_sd=SINGLE_GPU_DEVICE_SD)
+    width = few["elementwise"]["q_hi"] - few["elementwise"]["q_lo"]
+    assert width > 2 * 0.1 * 1.5  # well over the class's own interval
+    assert width < 2 * np.hypot(0.1, Z90 * SINGLE_GPU_DEVICE_SD)  # and under the k = 0 one
+
+
 def test_a_class_measured_by_its_kernel_time_is_recalibrated_from_that_stratum(bundle_copy, tmp_path):
     """Transfer re-calibrates a class from the zero-shot interval of the stratum its kernels were
     measured in: profiler-timed rows from `op_class@kernel`, not from the call-timed interval."""

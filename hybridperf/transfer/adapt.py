@@ -31,7 +31,8 @@ picked them; experiments/fewshot_curve.py re-chooses the default per fold).
 
 Intervals after transfer: the closed-form leave-one-out residuals of the fit, standardised by each
 class's zero-shot half-width and pooled over classes (other classes count 0.3), plus the zero-shot
-interval as pseudo-residuals worth 8 kernels; the interval is the 5%/95% quantiles of that mixture,
+interval of an unseen GPU (the class's, widened in quadrature by the device-level error) as
+pseudo-residuals worth 8 kernels; the interval is the 5%/95% quantiles of that mixture,
 widened in quadrature by the device-level error that the class's measured kernels leave (the
 posterior sd of a class offset: all of it for a class with no measured kernel). All numpy.
 """
@@ -231,7 +232,8 @@ def fit_corrections(X: np.ndarray, e: np.ndarray, op_class: np.ndarray,
 
 def recalibrate(intervals: dict, loo: dict, coverage: float = 0.9, shift_sd: float = DEVICE_SHIFT_SD,
                 ood: dict | None = None) -> dict:
-    """Adapted intervals: zero-shot ones mixed with pooled, standardised leave-one-out quantiles, plus
+    """Adapted intervals: zero-shot ones on an unseen GPU (each class's widened by the device-level
+    error, as at k = 0) mixed with pooled, standardised leave-one-out quantiles, plus
     the device-level error (prior sd `shift_sd`) the class's measured kernels leave
     (`device_shift_q90`; all of it for a class with none: transfer with k = 4 measures some classes
     not at all). Floor-share bins move with their class's interval (`intervals.map_regimes`).
@@ -258,9 +260,11 @@ def recalibrate(intervals: dict, loo: dict, coverage: float = 0.9, shift_sd: flo
             out[oc] = {**iv, "device_shift_q90": unmeasured}
             continue
         w = np.where(owner == oc, 1.0, POOL_WEIGHT)
-        # the zero-shot interval as INTERVAL_PRIOR_WEIGHT pseudo-residuals (a normal with its 5%/95%
-        # at q_lo/q_hi): quantiles of the mixture stay wide while few residuals disagree with it
-        pseudo = (iv["q_lo"] + iv["q_hi"]) / 2 + half[oc] / Z90 * _PSEUDO_Z
+        # the zero-shot interval on this GPU as INTERVAL_PRIOR_WEIGHT pseudo-residuals (a normal with
+        # its 5%/95% at q_lo/q_hi, widened by the unseen GPU's device-level error): quantiles of the
+        # mixture stay wide while few residuals disagree with it
+        spread = np.hypot(half[oc], unmeasured)
+        pseudo = (iv["q_lo"] + iv["q_hi"]) / 2 + spread / Z90 * _PSEUDO_Z
         x = np.concatenate([u * half[oc], pseudo])
         wx = np.concatenate([w, np.full(len(pseudo), INTERVAL_PRIOR_WEIGHT / len(pseudo))])
         q_lo, q_hi = weighted_quantile(x, wx, a), weighted_quantile(x, wx, 1.0 - a)
