@@ -432,21 +432,16 @@ def test_a_matrix_unit_gemm_pays_more_reduction_steps_per_tile():
     """A tile's prologue and epilogue do not speed up with NVIDIA's matrix units, so a half-precision
     GEMM's fixed cost is K_OVERHEAD_MATRIX reduction steps, fp32 (vector math) K_OVERHEAD: a short
     reduction costs more per FLOP on matrix units, a long one about the same."""
-    dev = get_device("NVIDIA H100 80GB HBM3")
+    def short_over_long(dtype, name="NVIDIA H100 80GB HBM3"):  # compute time per reduction step, 256 / 8192
+        per_step = [gemm_compute([1], [16384], [16384], [n], get_device(name), dtype=dtype,
+                                 matrix=dtype != "fp32").compute_ms[0] / n for n in (256, 8192)]
+        return per_step[0] / per_step[1]
 
-    def per_step(n_red, dtype):  # compute time per reduction step of a many-wave GEMM
-        return gemm_compute([1], [16384], [16384], [n_red], dev, dtype=dtype,
-                            matrix=dtype != "fp32").compute_ms[0] / n_red
-
-    def short_over_long(dtype):
-        return per_step(256, dtype) / per_step(8192, dtype)
+    def expected(overhead):
+        return (256 + overhead) / 256 / ((8192 + overhead) / 8192)
 
     assert gemm.K_OVERHEAD_MATRIX > gemm.K_OVERHEAD
-    assert short_over_long("fp16") == pytest.approx((256 + gemm.K_OVERHEAD_MATRIX) / 256
-                                                    / ((8192 + gemm.K_OVERHEAD_MATRIX) / 8192), rel=0.03)
-    assert short_over_long("fp32") == pytest.approx((256 + gemm.K_OVERHEAD) / 256 / ((8192 + gemm.K_OVERHEAD) / 8192),
-                                                    rel=0.03)
-    amd = get_device("AMD Instinct MI210")  # matrix cores keep the vector overhead (LIBRARY_EFFICIENCY)
-    amd_ratio = (gemm_compute([1], [16384], [16384], [256], amd, dtype="fp16", matrix=True).compute_ms[0] / 256
-                 / (gemm_compute([1], [16384], [16384], [8192], amd, dtype="fp16", matrix=True).compute_ms[0] / 8192))
-    assert amd_ratio == pytest.approx((256 + gemm.K_OVERHEAD) / 256 / ((8192 + gemm.K_OVERHEAD) / 8192), rel=0.03)
+    assert short_over_long("fp16") == pytest.approx(expected(gemm.K_OVERHEAD_MATRIX), rel=0.03)
+    assert short_over_long("fp32") == pytest.approx(expected(gemm.K_OVERHEAD), rel=0.03)
+    # AMD's matrix cores keep the vector overhead (their LIBRARY_EFFICIENCY absorbs the rest)
+    assert short_over_long("fp16", "AMD Instinct MI210") == pytest.approx(expected(gemm.K_OVERHEAD), rel=0.03)
