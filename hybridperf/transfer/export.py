@@ -96,7 +96,8 @@ def save_adapted(predictor, out_dir: str | Path) -> Path:
         raise InputError("write the adapted bundle to a new directory, not over the zero-shot one")
     out.mkdir(parents=True, exist_ok=True)
     manifest = json.loads((src / MANIFEST).read_text())
-    for name in manifest["files"]:
+    base_files = dict(manifest["files"])  # the zero-shot files' sha256, before the corrections join them
+    for name in base_files:
         shutil.copy2(src / name, out / name)
     corrections = {}
     for key, corr in predictor.corrections.items():  # key: op class and dtype (`linear:fp16`)
@@ -107,6 +108,6 @@ def save_adapted(predictor, out_dir: str | Path) -> Path:
     manifest["adaptation"] = {**predictor.adaptation, "corrections": corrections,
                               "intervals": predictor.intervals,
                               "adapted_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                              "base_bundle_sha256": {k: v for k, v in json.loads((src / MANIFEST).read_text())["files"].items()}}
+                              "base_bundle_sha256": base_files}
     write_manifest(out, manifest)
     return out
