@@ -17,31 +17,19 @@ import argparse
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "experiments"))
 
 from hybridperf.datasets.neusight import load_collect, load_test  # noqa: E402
 from hybridperf.predictor import Predictor  # noqa: E402
 from hybridperf.priors.gemm import fitted_without  # noqa: E402
 from hybridperf.transfer import adapt_predictor  # noqa: E402
+from measured_transfer import class_scores  # noqa: E402
 
 KS = (0, 4, 16, 64)
-
-
-def scores(pred: Predictor, dev: str, test: pd.DataFrame, **labels) -> list[dict]:
-    """MAPE (%) and 90% coverage (%) of `pred` on `test` (device `dev`), per op class and `all`."""
-    res = pred.predict(test, dev)
-    y = test["latency_ms"].to_numpy()
-    ape = np.abs(res["pred_ms"].to_numpy() / y - 1) * 100
-    cov = (res["lo_ms"].to_numpy() <= y) & (y <= res["hi_ms"].to_numpy())
-    out = []
-    for oc in [*sorted(test["op_class"].unique()), "all"]:
-        m = (test["op_class"] == oc).to_numpy() if oc != "all" else np.ones(len(y), bool)
-        out.append({**labels, "op_class": oc, "mape": ape[m].mean(), "coverage": cov[m].mean() * 100})
-    return out
 
 
 def main(argv=None) -> int:
@@ -65,23 +53,24 @@ def main(argv=None) -> int:
         test = test_all[test_all["device"] == device].reset_index(drop=True)
         with fitted_without(device):
             zero = Predictor.load(bdir / "kernels")
-            rows += scores(zero, device, test, device=device, k=0, draw=0)
+            rows += class_scores(zero, device, test, device=device, k=0, draw=0)
             for k in KS[1:]:
                 for draw in range(args.draws):
                     calib = collect.sample(n=k, random_state=draw).reset_index(drop=True)
-                    rows += scores(adapt_predictor(zero, calib, device), device, test, device=device, k=k, draw=draw)
+                    rows += class_scores(adapt_predictor(zero, calib, device), device, test, device=device, k=k,
+                                        draw=draw)
         print(f"{device}: done", flush=True)
     df = pd.DataFrame(rows)
     df.to_csv(out / "transfer_shift.csv", index=False)
     by_class = df.groupby(["k", "op_class"])["mape"].mean().unstack()
     by_gpu = df[df["op_class"] == "all"].groupby(["device", "k"])["mape"].mean().unstack()
-    cov = df[df["op_class"] == "all"].groupby("k")["coverage"].mean()
+    cov = df[df["op_class"] == "all"].groupby("k")["coverage_pct"].mean()
     lines = ["# Transfer from another shape distribution (NeuSight collect files -> test tables)", "",
              f"k kernels drawn at random from the held-out GPU's collect files ({args.draws} draws), the whole test "
              "table scored; every GPU held out of its bundle. Method: `experiments/transfer_shift.py`.", "",
              "MAPE %, mean over the five GPUs:", "", by_class.round(1).to_markdown(), "",
              "MAPE % per held-out GPU (all op classes):", "", by_gpu.round(1).to_markdown(), "",
-             "90% coverage %, all op classes:", "", cov.round(1).to_frame().to_markdown(), ""]
+             "90% coverage %, all op classes:", "", cov.round(1).rename("coverage %").to_frame().to_markdown(), ""]
     (out / "transfer_shift.md").write_text("\n".join(lines))
     print((out / "transfer_shift.md").read_text())
     return 0
