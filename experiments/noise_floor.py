@@ -18,7 +18,7 @@ linearly with its sd); it is itself an upper bound because the prior's errors be
 counted as noise. The prior (leave-one-GPU-out, `fitted_without`) is scored beside it. A cell whose
 floor is above a target cannot reach that target with any model of shape and spec sheet.
 
-    python experiments/noise_floor.py --data ../shared/datasets --out experiments/out/noise_floor    (~20 s)
+    python experiments/noise_floor.py --data ../shared/datasets --out experiments/out/noise_floor    (seconds)
 """
 from __future__ import annotations
 
@@ -70,7 +70,8 @@ def noise_table(test: pd.DataFrame) -> pd.DataFrame:
             if c.empty:
                 continue
             d = neighbour_errors(c, keys, along)
-            oracle = float(np.mean(np.abs(np.exp(d) - 1))) * 100 if len(d) else np.nan
+            # each kernel of a pair predicted by the other: |pred / measured - 1| = |exp(-+d) - 1|
+            oracle = float(np.mean(np.abs(np.exp(np.concatenate([d, -d])) - 1))) * 100 if len(d) else np.nan
             rows.append({"device": dev_name, "op_class": oc, "n": len(c), "pairs": len(d),
                          "prior MAPE %": float(np.mean(np.abs(np.exp(-c["e"]) - 1))) * 100,
                          "neighbour oracle MAPE %": oracle, "noise floor %": oracle / np.sqrt(2),
