@@ -32,7 +32,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from hybridperf.datasets.neusight import load_test  # noqa: E402
+from hybridperf.datasets.neusight import load_test, neusight_root  # noqa: E402
 from hybridperf.devices import get_device  # noqa: E402
 from hybridperf.priors.gemm import fitted_without  # noqa: E402
 from hybridperf.priors.kernel_prior import kernel_prior_terms  # noqa: E402
@@ -106,8 +106,7 @@ def main(argv=None) -> int:
     ap.add_argument("--data", default=str(REPO.parent / "shared" / "datasets"))
     ap.add_argument("--out", default=str(REPO / "experiments" / "out" / "noise_floor"))
     args = ap.parse_args(argv)
-    root = Path(args.data)
-    root = root / "neusight" if (root / "neusight").is_dir() else root
+    root = neusight_root(args.data)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     tab = noise_table(load_test(root))

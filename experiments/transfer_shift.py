@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "experiments"))
 
-from hybridperf.datasets.neusight import load_collect, load_test  # noqa: E402
+from hybridperf.datasets.neusight import load_collect, load_test, neusight_root  # noqa: E402
 from hybridperf.predictor import Predictor  # noqa: E402
 from hybridperf.priors.gemm import fitted_without  # noqa: E402
 from hybridperf.transfer import adapt_predictor  # noqa: E402
@@ -39,8 +39,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(REPO / "experiments" / "out" / "transfer_shift"))
     ap.add_argument("--draws", type=int, default=5)
     args = ap.parse_args(argv)
-    root = Path(args.data)
-    root = root / "neusight" if (root / "neusight").is_dir() else root
+    root = neusight_root(args.data)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     test_all = load_test(root)
