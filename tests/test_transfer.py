@@ -370,7 +370,10 @@ def _synthetic_device(base, n: int, seed: int, log_correction) -> pd.DataFrame:
 
 def test_adapter_recovers_a_device_level_efficiency(base):
     """A device whose compute-bound kernels run 30% slower and memory-bound ones 10% faster than
-    the zero-shot model: 25 kernels pin both, on kernels never measured."""
+    the zero-shot model: 25 kernels pin both, on kernels never measured. The compute/memory balance
+    is a local slope (TransferPrior.slope_length), so a split that is really device-wide is
+    recovered a little less fully than by a global slope (compute-bound median 0.205 against 0.222;
+    a global balance slope cost Vidur's A40 0.7 points at k = 16, experiments/RESULTS.md section 3)."""
     from hybridperf.residual_models.features import FEATURE_NAMES
 
     cm = FEATURE_NAMES.index("compute_over_memory")
@@ -382,7 +385,7 @@ def test_adapter_recovers_a_device_level_efficiency(base):
     assert np.abs(pred / held["latency_ms"].to_numpy() - 1).mean() < 0.04  # zero-shot is 10-30% off
     gain = pd.Series(np.log(pred / base.predict(held, TARGET)["pred_ms"].to_numpy()))
     compute_bound = base.features(held, TARGET)[:, cm] > 0
-    assert gain[compute_bound].median() == pytest.approx(np.log(1.3), abs=0.05)
+    assert gain[compute_bound].median() == pytest.approx(np.log(1.3), abs=0.065)
     assert gain[~compute_bound].median() == pytest.approx(np.log(0.9), abs=0.03)
 
 
@@ -596,8 +599,9 @@ def test_cli_transfer_host_matches_predict_kernels_host(tiny_bundle, measured, t
 
 def test_a_bump_in_the_reduction_length_is_corrected_near_it(monkeypatch):
     """Linears of equal work whose error is a bump over N (8-16k features 0.3 too slow, shorter and longer
-    ones right: the P100 scored with the P4's page budget): the RBF over log N keeps the correction
-    nearer the bump than an RBF over the kernel's scale alone."""
+    ones right: the P100 scored with the P4's page budget): the correction reaches the unmeasured 12k
+    Linear inside the bump (-0.30 in truth; -0.15 when the slopes were global), and the RBF over log N
+    keeps it nearer the bump than an RBF over the kernel's scale alone."""
     import hybridperf.transfer.adapt as adapt
 
     ns = np.array([512, 1024, 2048, 8192, 12288, 16384, 65536])
@@ -613,7 +617,8 @@ def test_a_bump_in_the_reduction_length_is_corrected_near_it(monkeypatch):
         corr, _ = adapt.fit_corrections(X[picked], e[picked], np.array(["linear"] * len(picked)))
         c = corr["linear"](X)
         spread[name] = c[4] - c[0]  # in the bump (12k, not measured) minus far below it (512)
-    assert spread["with log_N"] < spread["without"] - 0.03
+    assert spread["with log_N"] < -0.25
+    assert spread["with log_N"] < spread["without"] - 0.015
 
 
 def test_a_slow_host_call_floor_is_not_charged_to_body_bound_kernels(base):
@@ -626,9 +631,10 @@ def test_a_slow_host_call_floor_is_not_charged_to_body_bound_kernels(base):
     adapted = adapt_predictor(base, cal, TARGET)
     moved_small = adapted.predict(small, TARGET)["pred_ms"].iloc[0] / zero_small["pred_ms"].iloc[0]
     moved_big = adapted.predict(big, TARGET)["pred_ms"].iloc[0] / zero_big["pred_ms"].iloc[0]
-    # with the host term's prior as small as the offset's: 1.32 and 1.0067
+    # with the host term's prior as small as the offset's: 1.32 and 1.0067; with global slopes the
+    # size slope pulled the big relu back to 1.001, with local ones only the offset reaches it: 1.0039
     assert moved_small > 1.34
-    assert abs(moved_big - 1.0) < 0.003
+    assert abs(moved_big - 1.0) < 0.005
 
 
 def test_profiler_timed_kernels_have_no_host_floor_to_learn():

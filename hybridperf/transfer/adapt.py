@@ -6,13 +6,18 @@ a dtype with nothing measured stays zero-shot), as a function of the prior's own
 Gaussian prior centred on zero (= the zero-shot model, so k = 0 changes nothing and every
 coefficient is shrunk toward it):
 
-    e(x) = b(x) . w  +  g(x),    w ~ N(0, diag(tau^2)),    g ~ GP(0, s^2 exp(-|z(x) - z(x')|^2 / 2 l^2))
+    e(x) = b_g(x) . w  +  b_s(x) . v(x)  +  g(x),    w ~ N(0, diag(tau_g^2)),
+    v ~ GP(0, diag(tau_s^2) r_L),    g ~ GP(0, s^2 r_l),    r_L(x, x') = exp(-|z(x) - z(x')|^2 / 2 L^2)
 
-b(x) is a physical basis built from the prior's terms (see `basis`): an offset (the device's achieved
-efficiency for the class), the floor share and its square (the per-call overhead; the square carries
-the measuring host's, see `TransferPrior`), and, in the compute-bound regime, the
-kernel's duration, reduction length, wave and tile quantisation, plus the compute/memory balance and
-their overlap. g is a small smooth correction over the kernel's scale and reduction length that takes
+b(x) is a physical basis built from the prior's terms (see `basis`). Its global part b_g is the
+offset (the device's achieved efficiency for the class) and the floor share and its square (the
+per-call overhead; the square carries the measuring host's, see `TransferPrior`): these are device
+and host facts, and one measured kernel moves them for every kernel. Its slopes b_s are the
+kernel's duration and, in the compute-bound regime, reduction length, wave and tile quantisation,
+plus the compute/memory balance and their overlap. Their coefficients v vary smoothly over the
+kernel space (length `TransferPrior.slope_length`): a slope learnt from the measured kernels holds
+near them and fades back to the zero-shot model far from them, instead of being extrapolated to
+kernels of another size or shape than any measured one. g is a small smooth correction over the kernel's scale and reduction length that takes
 over when the device departs from the basis (large k). The reduction length is in g, not only in the
 basis, because an error can be a bump in it: scored with the P4's page budget (priors/gemm.py,
 translation limit), the P100's 8-16k-feature Linears are priced too slow and both shorter and longer
@@ -102,6 +107,11 @@ class TransferPrior:
     rbf_length: float = 1.5  # l
     noise: float = 0.10  # kernel-to-kernel error the basis cannot explain
     robust_delta: float = 0.05  # residual below which IRLS weights stop growing
+    #: L, the length (standardised RBF inputs) over which a learnt slope holds; 0 = every slope global.
+    #: Chosen leave-one-GPU-out on the five NeuSight GPUs (experiments/fewshot_curve.py, mean MAPE over
+    #: k = 4..64 and both pickers): 0 -> 8.3%, 1.0 -> 8.05%, 1.5 -> 7.9%, 3.0 -> 8.1%. Checked where it
+    #: was not chosen: experiments/RESULTS.md section 3.
+    slope_length: float = 1.5
 
     def scaled(self, factor: float) -> "TransferPrior":
         return TransferPrior(**{**asdict(self), "offset": self.offset * factor, "floor": self.floor * factor,
@@ -144,28 +154,46 @@ def _rbf(A: np.ndarray, B: np.ndarray, length: float) -> np.ndarray:
     return np.exp(-0.5 * ((A[:, None, :] - B[None, :, :]) ** 2).sum(axis=-1) / length ** 2)
 
 
+#: basis terms whose coefficients hold for every kernel of the class (the others are local slopes)
+GLOBAL = np.array([b in ("offset", "floor", "host_floor") for b in BASIS])
+
+
 def prior_kernel(X1: np.ndarray, X2: np.ndarray, prior: TransferPrior) -> np.ndarray:
     """Prior covariance of the correction between two sets of rows of one class."""
-    lin = (basis(X1) * prior.tau() ** 2) @ basis(X2).T
-    return lin + prior.rbf_signal ** 2 * _rbf(rbf_inputs(X1), rbf_inputs(X2), prior.rbf_length)
+    B1, B2, t2 = basis(X1), basis(X2), prior.tau() ** 2
+    z1, z2 = rbf_inputs(X1), rbf_inputs(X2)
+    if prior.slope_length > 0:
+        g, s = GLOBAL, ~GLOBAL
+        lin = (B1[:, g] * t2[g]) @ B2[:, g].T + ((B1[:, s] * t2[s]) @ B2[:, s].T) * _rbf(z1, z2, prior.slope_length)
+    else:
+        lin = (B1 * t2) @ B2.T
+    return lin + prior.rbf_signal ** 2 * _rbf(z1, z2, prior.rbf_length)
 
 
 @dataclass
 class Correction:
-    """Posterior mean of one class's correction: basis(X) @ coef + s^2 rbf(z(X), points) @ alpha."""
+    """Posterior mean of one class's correction: basis(X) @ coef + s^2 rbf(z(X), points) @ alpha, plus
+    the local slopes sum_i rbf_L(z(X), points_i) * (slopes(X) @ local[:, i]) (`local` None: global)."""
 
     coef: np.ndarray  # (len(BASIS),)
     points: np.ndarray  # (k, len(RBF_FEATURES)) standardised measured kernels
     alpha: np.ndarray  # (k,)
     prior: TransferPrior
+    local: np.ndarray | None = None  # (slope terms, k): each measured kernel's share of the local slopes
 
     def __call__(self, X: np.ndarray) -> np.ndarray:
-        smooth = _rbf(rbf_inputs(X), self.points, self.prior.rbf_length) @ self.alpha
-        return basis(X) @ self.coef + self.prior.rbf_signal ** 2 * smooth
+        z = rbf_inputs(X)
+        B = basis(X)
+        smooth = _rbf(z, self.points, self.prior.rbf_length) @ self.alpha
+        out = B @ self.coef + self.prior.rbf_signal ** 2 * smooth
+        if self.local is not None:
+            out = out + (_rbf(z, self.points, self.prior.slope_length) * (B[:, ~GLOBAL] @ self.local)).sum(axis=1)
+        return out
 
     def to_dict(self) -> dict:
         return {"basis": list(BASIS), "coef": self.coef.tolist(), "points": self.points.tolist(),
-                "alpha": self.alpha.tolist(), "prior": asdict(self.prior)}
+                "alpha": self.alpha.tolist(), "prior": asdict(self.prior),
+                "local": None if self.local is None else self.local.tolist()}
 
 
 def fit_class(X: np.ndarray, e: np.ndarray, prior: TransferPrior) -> tuple[Correction, np.ndarray, float]:
@@ -180,9 +208,15 @@ def fit_class(X: np.ndarray, e: np.ndarray, prior: TransferPrior) -> tuple[Corre
         Cinv = np.linalg.inv(C)
         alpha = Cinv @ e
         q = base * prior.noise / np.maximum(np.abs(e - K @ alpha), prior.robust_delta)
-    coef = prior.tau() ** 2 * (basis(X).T @ alpha)
+    B, t2 = basis(X), prior.tau() ** 2
+    coef = t2 * (B.T @ alpha)
+    local = None
+    if prior.slope_length > 0:
+        coef[~GLOBAL] = 0.0
+        local = t2[~GLOBAL, None] * B[:, ~GLOBAL].T * alpha[None, :]
     evidence = -0.5 * (e @ alpha + np.linalg.slogdet(C)[1])
-    return Correction(coef=coef, points=rbf_inputs(X), alpha=alpha, prior=prior), alpha / np.diag(Cinv), float(evidence)
+    return (Correction(coef=coef, points=rbf_inputs(X), alpha=alpha, prior=prior, local=local), alpha / np.diag(Cinv),
+            float(evidence))
 
 
 def class_prior(prior: TransferPrior | None, op_class: str, class_scale: dict | None = None) -> TransferPrior:

@@ -24,7 +24,7 @@ def correction_onnx(corr):
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from hybridperf.transfer.adapt import _REF_MS, _REF_RED, BASIS_INPUTS, RBF_FEATURES
+    from hybridperf.transfer.adapt import _REF_MS, _REF_RED, BASIS_INPUTS, GLOBAL, RBF_FEATURES
 
     inits, nodes = [], []
 
@@ -73,7 +73,15 @@ def correction_onnx(corr):
     d2 = node("ReduceSum", [node("Mul", [diff, diff], "sq"), const("axis2", [2], np.int64)], "d2", keepdims=0)
     rbf = node("Exp", [node("Mul", [d2, const("neg_half_inv_l2", [-0.5 / corr.prior.rbf_length ** 2])], "arg")], "rbf")
     alpha = const("alpha", (corr.prior.rbf_signal ** 2 * corr.alpha).reshape(-1, 1))
-    nodes.append(helper.make_node("Add", [linear, node("MatMul", [rbf, alpha], "smooth")], ["correction"]))
+    smooth = node("MatMul", [rbf, alpha], "smooth")
+    if corr.local is not None:  # regime slopes that fade with distance: sum_i rbf_i(x) * (slopes(x) . local[:, i])
+        fade = node("Exp", [node("Mul", [d2, const("neg_half_inv_ls2", [-0.5 / corr.prior.slope_length ** 2])],
+                                 "arg_s")], "fade")
+        slopes = node("Gather", [b, const("s_cols", np.flatnonzero(~GLOBAL[1:]), np.int64)], "slope_terms", axis=1)
+        per_point = node("Mul", [fade, node("MatMul", [slopes, const("local", corr.local)], "slopes_at")], "local_pp")
+        local = node("ReduceSum", [per_point, const("axis1b", [1], np.int64)], "local_sum", keepdims=1)
+        smooth = node("Add", [smooth, local], "smooth_local")
+    nodes.append(helper.make_node("Add", [linear, smooth], ["correction"]))
     graph = helper.make_graph(
         nodes, "transfer_correction",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, len(FEATURE_NAMES)])],
