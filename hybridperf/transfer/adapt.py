@@ -9,17 +9,17 @@ coefficient is shrunk toward it):
     e(x) = b_g(x) . w  +  b_s(x) . v(x)  +  g(x),    w ~ N(0, diag(tau_g^2)),
     v ~ GP(0, diag(tau_s^2) r_L),    g ~ GP(0, s^2 r_l),    r_L(x, x') = exp(-|z(x) - z(x')|^2 / 2 L^2)
 
-b(x) is a physical basis built from the prior's terms (see `basis`). Its global part b_g is the
-offset (the device's achieved efficiency for the class) and the floor share and its square (the
-per-call overhead; the square carries the measuring host's, see `TransferPrior`): these are device
-and host facts, and one measured kernel moves them for every kernel. Its slopes b_s are the
-kernel's duration and, in the compute-bound regime, reduction length, wave and tile quantisation,
-plus the compute/memory balance and their overlap. Their coefficients v vary smoothly over the
-kernel space (length `TransferPrior.slope_length`): a slope learnt from the measured kernels holds
-near them and fades back to the zero-shot model far from them, instead of being extrapolated to
-kernels of another size or shape than any measured one. g is a small smooth correction over the kernel's scale and reduction length that takes
-over when the device departs from the basis (large k). The reduction length is in g, not only in the
-basis, because an error can be a bump in it: scored with the P4's page budget (priors/gemm.py,
+b(x) is a physical basis built from the prior's terms (see `basis`). Its global part b_g is the offset
+(the device's achieved efficiency for the class) and the floor share and its square (the per-call
+overhead; the square carries the measuring host's, see `TransferPrior`): these are device and host
+facts, and one measured kernel moves them for every kernel. Its slopes b_s are the kernel's duration
+and, in the compute-bound regime, reduction length, wave and tile quantisation, plus the compute/memory
+balance and their overlap. Their coefficients v vary smoothly over the kernel space (length
+`TransferPrior.slope_length`): a slope learnt from the measured kernels holds near them and fades back
+to the zero-shot model far from them, instead of being extrapolated to kernels of another size or shape
+than any measured one. g is a small smooth correction over the kernel's scale and reduction length that
+takes over when the device departs from the basis (large k). The reduction length is in g, not only in
+the basis, because an error can be a bump in it: scored with the P4's page budget (priors/gemm.py,
 translation limit), the P100's 8-16k-feature Linears are priced too slow and both shorter and longer
 ones are not, so a slope in log N moves every linear the wrong way. Measurements are weighted as in a
 least-absolute-error fit (IRLS) with the weights |pred/y - 1| implies, so one outlier or a skewed class
