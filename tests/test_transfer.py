@@ -397,6 +397,21 @@ def test_adapter_shrinks_toward_zero_shot_with_little_evidence(base):
     assert (ratio > 1.02).all() and (ratio < 1.5).all()
 
 
+def test_softmax_learns_per_row_length_not_across_row_lengths(base):
+    """A GPU whose softmax at H = 2560 runs 35% slower and at every other H as predicted (the P100's
+    pattern): two softmaxes measured at H = 2560 move the same H at other row counts most of the way,
+    and the neighbouring H = 2048 and 3072 not at all (adapt.ROW_CLASSES)."""
+    rows = canonicalize(pd.DataFrame({"OPName": "softmax", "B": [4096, 16384, 8192, 65536, 8192, 65536],
+                                      "H": [2560, 2560, 2560, 2560, 2048, 3072]}))
+    truth = np.where(rows["H"].to_numpy() == 2560, np.log(1.35), 0.0)
+    rows["latency_ms"] = base.predict(rows, TARGET)["pred_ms"].to_numpy() * np.exp(truth)
+    rows["device"] = TARGET
+    gain = np.log(adapt_predictor(base, rows.iloc[:2], TARGET).predict(rows.iloc[2:], TARGET)["pred_ms"].to_numpy()
+                  / base.predict(rows.iloc[2:], TARGET)["pred_ms"].to_numpy())
+    assert (gain[:2] > 0.6 * np.log(1.35)).all()  # the same H at 2x and 4x more rows
+    assert np.abs(gain[2:]).max() < 0.05  # another H: no smooth term carries it
+
+
 def test_adapter_is_robust_to_one_outlier(base):
     good = _synthetic_device(base, 40, 8, lambda X: np.full(len(X), np.log(1.2)))
     bad = good.copy()
@@ -407,8 +422,10 @@ def test_adapter_is_robust_to_one_outlier(base):
     assert np.abs(b / a - 1).mean() < 0.03
 
 
-def test_correction_onnx_matches_numpy(base):
-    """The exported graph computes the same correction as adapt.Correction, regimes and edges included."""
+@pytest.mark.parametrize("row_signal", [0.0, 0.15])
+def test_correction_onnx_matches_numpy(base, row_signal):
+    """The exported graph computes the same correction as adapt.Correction, regimes, edges and the
+    row-length term (rows at a measured row length and between them) included."""
     import onnxruntime as ort
 
     from hybridperf.residual_models.features import FEATURE_NAMES
@@ -419,7 +436,10 @@ def test_correction_onnx_matches_numpy(base):
     X = rng.normal(0, 1, (60, len(FEATURE_NAMES))).astype(np.float32)
     X[:, FEATURE_NAMES.index("floor_share")] = rng.uniform(0, 1, 60)
     X[:5, FEATURE_NAMES.index("compute_over_memory")] = [0.0, -9.0, 9.0, 1e-3, -1e-3]
-    corr, loo, _ = fit_class(X[:20].astype(np.float64), rng.normal(0.1, 0.2, 20), TransferPrior())
+    h = FEATURE_NAMES.index("log_H")
+    X[20:30, h] = X[:10, h] + rng.normal(0, 0.03, 10).astype(np.float32)  # near a measured row length
+    corr, loo, _ = fit_class(X[:20].astype(np.float64), rng.normal(0.1, 0.2, 20), TransferPrior(row_signal=row_signal))
+    assert (corr.rows is not None) == (row_signal > 0)
     assert np.isfinite(loo).all()
     sess = ort.InferenceSession(correction_onnx(corr).SerializeToString(), providers=["CPUExecutionProvider"])
     out = sess.run(None, {"x": X})[0][:, 0]
@@ -562,7 +582,8 @@ def test_prior_strength_is_chosen_per_op_class():
 
 def test_a_class_prior_scale_shrinks_that_class_only():
     """CLASS_PRIOR_SCALE: a few measured softmaxes move the softmax correction less than the same
-    errors move an unscaled class, and the default applies it."""
+    errors move an unscaled class, and the default applies it: at row lengths not measured, as the
+    row-length term (adapt.ROW_CLASSES) is not scaled."""
     from hybridperf.residual_models.features import FEATURE_NAMES
     from hybridperf.transfer.adapt import CLASS_PRIOR_SCALE, fit_corrections
 
@@ -572,7 +593,9 @@ def test_a_class_prior_scale_shrinks_that_class_only():
     oc, e = np.array(["softmax"] * 3 + ["layernorm"] * 3), np.full(6, 0.3)
     scaled, _ = fit_corrections(X, e, oc)
     flat, _ = fit_corrections(X, e, oc, class_scale={})
-    assert np.abs(scaled["softmax"](X[:3])).mean() < 0.5 * np.abs(flat["softmax"](X[:3])).mean()
+    other_h = X[:3].copy()
+    other_h[:, FEATURE_NAMES.index("log_H")] += 1.0
+    assert np.abs(scaled["softmax"](other_h)).mean() < 0.5 * np.abs(flat["softmax"](other_h)).mean()
     np.testing.assert_allclose(scaled["layernorm"](X[3:]), flat["layernorm"](X[3:]))
 
 

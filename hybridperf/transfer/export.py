@@ -81,6 +81,14 @@ def correction_onnx(corr):
         per_point = node("Mul", [fade, node("MatMul", [slopes, const("local", corr.local)], "slopes_at")], "local_pp")
         local = node("ReduceSum", [per_point, const("axis1b", [1], np.int64)], "local_sum", keepdims=1)
         smooth = node("Add", [smooth, local], "smooth_local")
+    if corr.rows is not None:  # busy(x) * sum_i exp(-(log H(x) - log H_i)^2 / 2 l^2) * w_i
+        log_h = node("Gather", ["x", const("i_log_H", [FEATURE_NAMES.index("log_H")], np.int64)], "log_H", axis=1)
+        dh = node("Sub", [log_h, const("row_points", corr.rows[None, :, 0])], "dh")
+        near_h = node("Exp", [node("Mul", [node("Mul", [dh, dh], "dh2"),
+                                           const("neg_half_inv_lh2", [-0.5 / corr.prior.row_length ** 2])], "arg_h")],
+                      "near_h")
+        row = node("Mul", [busy, node("MatMul", [near_h, const("row_weights", corr.rows[:, 1:])], "row_sum")], "row")
+        smooth = node("Add", [smooth, row], "smooth_row")
     nodes.append(helper.make_node("Add", [linear, smooth], ["correction"]))
     graph = helper.make_graph(
         nodes, "transfer_correction",

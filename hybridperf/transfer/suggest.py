@@ -6,7 +6,8 @@ candidates of its op class. A class's share is scaled by its expected squared ze
 device (read off its interval, plus the device-level term on an unseen GPU): the targets are per
 class, and a class the zero-shot model already predicts within 2% (elementwise) gains less from a
 measurement than a GEMM class does. Each class's prior is the transfer's own (`adapt.class_prior`), so a
-class whose error transfers little (softmax, `CLASS_PRIOR_SCALE`) is rarely picked.
+class whose error transfers little (softmax, `CLASS_PRIOR_SCALE`) is rarely picked; its row-length term
+(`ROW_CLASSES`) corrects the row lengths that were measured and is left out of the design.
 So the first picks pin the uncertain classes' offsets at a representative kernel, later ones go where
 the basis terms (duration, reduction length, quantisation, compute/memory balance) are least pinned.
 Deterministic; no measurement is needed to choose.
@@ -99,8 +100,10 @@ def suggest_kernels(predictor, candidates: pd.DataFrame, device: str | DeviceSpe
     classes = list(by_class)
     rows = [by_class[oc] for oc in classes]
     # designed without the host-floor term: its wide prior would send the first picks of every class to
-    # floor-bound kernels, whose host overhead is not what the per-class targets are about
-    priors = [replace(class_prior(None, oc, class_scale), host_floor=0.0) for oc in classes]
+    # floor-bound kernels, whose host overhead is not what the per-class targets are about; and without
+    # the row-length term (adapt.ROW_CLASSES), which would spend most of k on one softmax per row length
+    # (NeuSight leave-one-GPU-out: all rows 7.99% against 7.94% without, coverage 95.1% at k = 8)
+    priors = [replace(class_prior(None, oc, class_scale), host_floor=0.0, row_signal=0.0) for oc in classes]
     picks = _greedy_design([prior_kernel(X[r], X[r], p) for r, p in zip(rows, priors)], min(k, len(pred)),
                            TransferPrior().noise, [zero_shot_error_moment(predictor, oc, dev) for oc in classes])
     return pred.iloc[sorted(rows[c][j] for c, j in picks)].reset_index(drop=True)
