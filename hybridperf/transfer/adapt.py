@@ -188,8 +188,7 @@ def prior_kernel(X1: np.ndarray, X2: np.ndarray, prior: TransferPrior) -> np.nda
         lin = (B1 * t2) @ B2.T
     out = lin + prior.rbf_signal ** 2 * _rbf(z1, z2, prior.rbf_length)
     if prior.row_signal > 0:
-        out = out + prior.row_signal ** 2 * _row_kernel(X1, X2[:, FEATURE_NAMES.index("log_H")], prior.row_length) \
-            * _busy(X2)[None, :]
+        out = out + prior.row_signal ** 2 * _row_kernel(X1, _col(X2, "log_H"), prior.row_length) * _busy(X2)[None, :]
     return out
 
 
