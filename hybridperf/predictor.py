@@ -18,6 +18,7 @@ from hybridperf.datasets.schema import canonicalize
 from hybridperf.devices import DeviceSpec, dtype_key, get_device
 from hybridperf.errors import InputError, ModelBundleError
 from hybridperf.ops import GEMM_OPS
+from hybridperf.priors.gemm import batched_tiles_for
 from hybridperf.priors.kernel_prior import kernel_prior_terms
 from hybridperf.priors.launch import check_host, check_timing, row_timing
 from hybridperf.residual_models.bundle import (Bundle, correction_key, load_bundle, measured_bias, shipped_models_dir,
@@ -198,7 +199,16 @@ class Predictor:
     def features(self, kernels: pd.DataFrame, device: str | DeviceSpec, timing: str | None = None) -> np.ndarray:
         """The residual models' feature matrix for canonical `kernels` on `device`."""
         dev = get_device(device)
-        return kernel_features(kernels, kernel_prior_terms(kernels, dev, timing), dev)
+        return kernel_features(kernels, self.prior_terms(kernels, dev, timing), dev)
+
+    def prior_terms(self, kernels: pd.DataFrame, device: DeviceSpec, timing: str | None = None) -> pd.DataFrame:
+        """The analytical prior's terms for `kernels` on `device`: on the device this predictor was adapted
+        to, with the batched-SGEMM tile family its measured kernels chose (`adaptation.batched_sgemm_tiles`)."""
+        adaptation = self.adaptation or {}
+        if adaptation.get("device") == device.name and "batched_sgemm_tiles" in adaptation:
+            with batched_tiles_for(device, adaptation["batched_sgemm_tiles"]):
+                return kernel_prior_terms(kernels, device, timing)
+        return kernel_prior_terms(kernels, device, timing)
 
     def predict(self, kernels: pd.DataFrame, device: str | DeviceSpec, timing: str | None = None,
                 host: str | None = None) -> pd.DataFrame:
@@ -222,7 +232,7 @@ class Predictor:
             df = df.assign(timing=check_timing(timing))
         if host is not None:
             df = df.assign(host=check_host(host))
-        terms = kernel_prior_terms(df, dev)
+        terms = self.prior_terms(df, dev)
         prior = terms["prior_ms"].to_numpy()
         floor_share = terms["floor_ms"].to_numpy() / prior
         pred = prior.copy()

@@ -671,3 +671,41 @@ def test_profiler_timed_kernels_have_no_host_floor_to_learn():
     timing = np.array(["kernel"] * 8 + ["call"] * 8)
     corr, _ = fit_corrections(X, rng.normal(0.2, 0.05, 16), oc, class_scale={}, timing=timing)
     assert corr["elementwise"].prior.host_floor == 0.0 and corr["linear"].prior.host_floor > 0.0
+
+
+def _attention_bmms(base, family, rng) -> pd.DataFrame:
+    """Attention-shaped fp32 bmm rows on TARGET (64-wide edges, where tile families differ), timed as
+    the prior prices them under the batched-SGEMM tile `family` (None: the orientation rule)."""
+    from hybridperf.devices import get_device
+    from hybridperf.priors.gemm import batched_tiles_for
+
+    shapes = [(b, m, n, k) for b in (8, 16, 32) for s in (256, 512, 1024, 2048)
+              for m, n, k in ((s, 64, s), (s, s, 64), (64, s, s))]
+    rows = canonicalize(pd.DataFrame([{"OPName": "bmm", "B": b, "M": m, "N": n, "K": k} for b, m, n, k in shapes]))
+    with batched_tiles_for(get_device(TARGET), family):
+        truth = base.predict(rows, TARGET)["pred_ms"].to_numpy()
+    rows["latency_ms"] = truth * np.exp(rng.normal(0, 0.03, len(rows)))
+    rows["device"] = TARGET
+    perm = rng.permutation(len(rows))
+    return rows.iloc[perm[:8]].reset_index(drop=True), rows.iloc[perm[8:]].reset_index(drop=True)
+
+
+def test_measured_bmm_kernels_choose_the_gpu_s_tile_family(base, tmp_path):
+    # the prior assumes the L4 runs the A100's 128 x 128 batched SGEMM; this one picks tiles per shape
+    cal, held = _attention_bmms(base, None, np.random.default_rng(3))
+    zero_shot = _mape(base.predict(held, TARGET), held)
+    adapted = adapt_predictor(base, cal, TARGET)
+    assert "batched_sgemm_tiles" in adapted.adaptation and adapted.adaptation["batched_sgemm_tiles"] is None
+    assert zero_shot > 0.15  # the families really differ on these shapes
+    assert _mape(adapted.predict(held, TARGET), held) < 0.3 * zero_shot
+    reloaded = Predictor.load(save_adapted(adapted, tmp_path / "adapted"))
+    np.testing.assert_allclose(reloaded.predict(held, TARGET)["pred_ms"], adapted.predict(held, TARGET)["pred_ms"],
+                               rtol=1e-5)
+    # another GPU keeps the zero-shot prior's family
+    other = "NVIDIA A10"
+    np.testing.assert_allclose(reloaded.predict(held, other)["prior_ms"], base.predict(held, other)["prior_ms"])
+
+
+def test_bmm_kernels_the_assumed_family_explains_keep_it(base):
+    cal, _ = _attention_bmms(base, ((128, 128),), np.random.default_rng(4))
+    assert "batched_sgemm_tiles" not in adapt_predictor(base, cal, TARGET).adaptation

@@ -176,6 +176,29 @@ def fitted_without(device: str):
         yield
 
 
+def batched_tile_hypotheses(device: DeviceSpec) -> list:
+    """The batched-SGEMM tile families a GPU's torch.bmm (vector math) may run, the one the prior
+    assumes first: every family `BATCHED_SGEMM_TILES` holds, the orientation rule (None), and the
+    largest tile alone (a library with one batched kernel, as the A100's trace shows). A GPU's own
+    few measured bmm kernels choose among them (hybridperf.transfer.adapt)."""
+    assumed = BATCHED_SGEMM_TILES.get(device.arch)
+    largest = (max(TILES, key=lambda t: t[0] * t[1])[:2],)
+    out = [assumed]
+    for family in [*sorted(set(BATCHED_SGEMM_TILES.values())), None, largest]:
+        if family not in out:
+            out.append(family)
+    return out
+
+
+def batched_tiles_for(device: DeviceSpec, tiles):
+    """Context in which `device`'s architecture runs the batched-SGEMM `tiles` (None: the orientation
+    rule); the other architectures keep theirs."""
+    table = {arch: t for arch, t in BATCHED_SGEMM_TILES.items() if arch != device.arch}
+    if tiles is not None:
+        table[device.arch] = tuple(tuple(int(v) for v in t) for t in tiles)
+    return batched_sgemm_tiles(table)
+
+
 def library_efficiency_table(table: dict):
     """Context in which LIBRARY_EFFICIENCY is `table` (used to score a GPU with values fitted without it)."""
     return _replaced("LIBRARY_EFFICIENCY", dict(table))
