@@ -26,6 +26,11 @@ is a correction per row length for the row reductions in `ROW_CLASSES` (softmax)
 in steps no smooth term follows. Measurements are weighted as in a least-absolute-error fit (IRLS) with
 the weights |pred/y - 1| implies, so one outlier or a skewed class does not drag the fit.
 
+Before the correction is fitted, the measured vector-math bmm kernels choose which batched-SGEMM tile
+family the GPU's library runs (`choose_batched_tiles`): a discrete fact about the device that re-prices
+its bmm in the prior itself, where the error is a jump at 64-wide output edges rather than a smooth
+departure. The adapted predictor keeps that family for the device (`adaptation.batched_sgemm_tiles`).
+
 Diagnosis behind it (leave-one-GPU-out, NeuSight test tables): the held-out error is mostly not a
 device-level constant. Within one GPU and class its spread is 0.1-0.4 in log (a per-class offset,
 even the best one, leaves bmm at 15%, softmax at 14%, linear at 11% MAPE) and it moves with the
