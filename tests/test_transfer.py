@@ -673,9 +673,10 @@ def test_profiler_timed_kernels_have_no_host_floor_to_learn():
     assert corr["elementwise"].prior.host_floor == 0.0 and corr["linear"].prior.host_floor > 0.0
 
 
-def _attention_bmms(base, family, rng) -> pd.DataFrame:
-    """Attention-shaped fp32 bmm rows on TARGET (64-wide edges, where tile families differ), timed as
-    the prior prices them under the batched-SGEMM tile `family` (None: the orientation rule)."""
+def _attention_bmms(base, family, rng) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(8 calibration, the other) attention-shaped fp32 bmm rows on TARGET (64-wide edges, where tile
+    families differ), timed as the prior prices them under the batched-SGEMM tile `family` (None: the
+    orientation rule)."""
     from hybridperf.devices import get_device
     from hybridperf.priors.gemm import batched_tiles_for
 
@@ -709,3 +710,15 @@ def test_measured_bmm_kernels_choose_the_gpu_s_tile_family(base, tmp_path):
 def test_bmm_kernels_the_assumed_family_explains_keep_it(base):
     cal, _ = _attention_bmms(base, ((128, 128),), np.random.default_rng(4))
     assert "batched_sgemm_tiles" not in adapt_predictor(base, cal, TARGET).adaptation
+
+
+def test_a_malformed_tile_family_is_refused(base, tmp_path):
+    from hybridperf.errors import ModelBundleError
+
+    cal, _ = _attention_bmms(base, None, np.random.default_rng(3))
+    dest = save_adapted(adapt_predictor(base, cal, TARGET), tmp_path / "adapted")
+    m = json.loads((dest / MANIFEST).read_text())
+    m["adaptation"]["batched_sgemm_tiles"] = [[128]]
+    (dest / MANIFEST).write_text(json.dumps(m))
+    with pytest.raises(ModelBundleError, match="adaptation.batched_sgemm_tiles"):
+        Predictor.load(dest)

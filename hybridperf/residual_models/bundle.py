@@ -148,12 +148,28 @@ def _check_values(root: Path, m: dict, feature_names) -> None:
         raise ModelBundleError(f"{root}: manifest adaptation.intervals is not {{op_class:dtype: interval}}")
     for key, iv in adapted.items():
         _check_interval(root, iv, f"adaptation.intervals.{key}", number)
+    _check_tile_family(root, m.get("adaptation") or {})
     bias = m.get("device_bias", {})
     if not isinstance(bias, dict) or not all(isinstance(v, dict) for v in bias.values()):
         raise ModelBundleError(f"{root}: manifest device_bias is not {{device: {{stratum:dtype: number}}}}")
     for dev, strata in bias.items():
         for key, x in strata.items():
             number(x, f"device_bias[{dev!r}].{key}")
+
+
+def _check_tile_family(root: Path, adaptation: dict) -> None:
+    """An adapted bundle's batched-SGEMM tile family is null (the orientation rule) or a list of
+    [rows, columns] tiles the GEMM prior knows."""
+    if "batched_sgemm_tiles" not in adaptation or adaptation["batched_sgemm_tiles"] is None:
+        return
+    from hybridperf.priors.gemm import TILES
+
+    known = {(t[0], t[1]) for t in TILES}
+    family = adaptation["batched_sgemm_tiles"]
+    if not isinstance(family, list) or not family or \
+            not all(isinstance(t, list) and len(t) == 2 and tuple(t) in known for t in family):
+        raise ModelBundleError(f"{root}: manifest adaptation.batched_sgemm_tiles is {family!r}, not null or a list "
+                               f"of tiles among {sorted(known)}")
 
 
 def _check_interval(root: Path, iv, where: str, number) -> None:
