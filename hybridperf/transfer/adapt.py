@@ -303,11 +303,19 @@ def fit_corrections(X: np.ndarray, e: np.ndarray, op_class: np.ndarray,
     X = np.asarray(X, np.float64)
     corrections, loo = {}, {}
     for oc, m in class_rows(op_class).items():
-        centre = class_prior(prior, oc, class_scale)
-        if timing is not None and np.mean(np.asarray(timing)[m] == "kernel") > 0.5:
-            centre = replace(centre, host_floor=0.0)
+        centre = class_centre(prior, oc, class_scale, None if timing is None else np.asarray(timing)[m])
         corrections[oc], loo[oc], _ = fit_strength(X[m], e[m], centre)
     return corrections, loo
+
+
+def class_centre(prior: TransferPrior | None, op_class: str, class_scale: dict | None,
+                 timing: np.ndarray | None) -> TransferPrior:
+    """The hyperprior centre of one class's correction: `class_prior`, without the host-floor term when
+    most of its measured kernels were timed by their duration (`timing` "kernel")."""
+    centre = class_prior(prior, op_class, class_scale)
+    if timing is not None and np.mean(timing == "kernel") > 0.5:
+        centre = replace(centre, host_floor=0.0)
+    return centre
 
 
 def fit_strength(X: np.ndarray, e: np.ndarray, centre: TransferPrior) -> tuple[Correction, np.ndarray, float]:
@@ -397,7 +405,7 @@ def choose_batched_tiles(predictor, measured: pd.DataFrame, dev: DeviceSpec, pri
     bmm = measured[(measured["op_class"] == "bmm").to_numpy() & vector]
     if len(bmm) < MIN_TILE_ROWS or len(families) < 2:
         return 0, families
-    centre = class_prior(prior, "bmm", class_scale)
+    centre = class_centre(prior, "bmm", class_scale, row_timing(bmm).to_numpy())
     y = bmm["latency_ms"].to_numpy(np.float64)
     scores = []
     for i, family in enumerate(families):
