@@ -712,6 +712,25 @@ def test_bmm_kernels_the_assumed_family_explains_keep_it(base):
     assert "batched_sgemm_tiles" not in adapt_predictor(base, cal, TARGET).adaptation
 
 
+def test_suggest_measures_a_bmm_the_tile_families_price_apart(base):
+    """The GPU's batched-SGEMM tile family is unknown until its bmm kernels are measured, and only
+    vector-math bmm with a 64-wide edge tells the families apart: the design's first pick is one."""
+    from hybridperf.devices import get_device
+    from hybridperf.transfer.suggest import tile_family_covariance
+
+    shapes = [(b, m, n, k, dt) for b in (8, 32) for s in (256, 1024) for dt in ("fp32", "fp16")
+              for m, n, k in ((s, s, 64), (64, s, s), (s, s, s), (s, 96, s))]
+    rows = canonicalize(pd.DataFrame([{"OPName": "bmm", "B": b, "M": m, "N": n, "K": k, "dtype": dt}
+                                      for b, m, n, k, dt in shapes]))
+    sd = np.sqrt(np.diag(tile_family_covariance(base, base.predict(rows, TARGET), get_device(TARGET))))
+    fp16 = (rows["dtype"] == "fp16").to_numpy()
+    assert (sd[fp16] == 0).all() and sd[~fp16].max() > 0.2  # fp16 runs on tensor cores, no family applies
+    pick = suggest_kernels(base, rows, TARGET, k=1).iloc[0]
+    chosen = ((rows["B"] == pick["B"]) & (rows["M"] == pick["M"]) & (rows["N"] == pick["N"])
+              & (rows["K"] == pick["K"]) & (rows["dtype"] == pick["dtype"])).to_numpy()
+    assert sd[chosen][0] > 0.2
+
+
 def test_a_malformed_tile_family_is_refused(base, tmp_path):
     from hybridperf.errors import ModelBundleError
 

@@ -394,12 +394,14 @@ def choose_batched_tiles(predictor, measured: pd.DataFrame, dev: DeviceSpec, pri
 
     Each family re-prices the measured bmm kernels, and is scored by the evidence of their log-errors
     under the bmm correction's prior (`fit_strength`). The assumed family holds half of the prior
-    mass and the others share the rest, so another family needs a Bayes factor of (families - 1) to
-    win. A family is a discrete fact about the GPU's library, like its efficiency: the held-out A100's
-    bmm kernels sit +0.4-0.5 in log above the prior wherever an output edge is 64 wide (the prior gives
-    such outputs 64-wide tiles; the A100 pads them into 128 x 128 ones), and no smooth term of the
-    correction follows that, while the 128 x 128 family leaves its bmm at 5.7% MAPE after an offset."""
+    mass and the others share the rest (`tile_family_prior`), so another family needs a Bayes factor
+    of (families - 1) to win. A family is a discrete fact about the GPU's library, like its efficiency:
+    the held-out A100's bmm kernels sit +0.4-0.5 in log above the prior wherever an output edge is 64
+    wide (the prior gives such outputs 64-wide tiles; the A100 pads them into 128 x 128 ones), and no
+    smooth term of the correction follows that, while the 128 x 128 family leaves its bmm at 5.7% MAPE
+    after an offset."""
     families = batched_tile_hypotheses(dev)
+    log_prior = np.log(tile_family_prior(len(families)))
     dtypes = measured["dtype"].astype(str)
     vector = np.array([not uses_matrix_units(dev, dt, matrix=True) for dt in dtypes])
     bmm = measured[(measured["op_class"] == "bmm").to_numpy() & vector]
@@ -413,8 +415,16 @@ def choose_batched_tiles(predictor, measured: pd.DataFrame, dev: DeviceSpec, pri
             base = predictor.predict(bmm, dev)
             X = predictor.features(base, dev)
         _, _, score = fit_strength(np.asarray(X, np.float64), np.log(y / base["pred_ms"].to_numpy()), centre)
-        scores.append(score - (np.log(len(families) - 1) if i else 0.0))
+        scores.append(score + log_prior[i])
     return int(np.argmax(scores)), families
+
+
+def tile_family_prior(n_families: int) -> np.ndarray:
+    """Prior probability of each of `n_families` batched-SGEMM tile families (`batched_tile_hypotheses`
+    order): the assumed one holds half, the others share the rest."""
+    if n_families < 2:
+        return np.ones(n_families)
+    return np.array([0.5] + [0.5 / (n_families - 1)] * (n_families - 1))
 
 
 def adapt_predictor(predictor, measured: pd.DataFrame, device: str | DeviceSpec, prior: TransferPrior | None = None,
