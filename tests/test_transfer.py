@@ -512,6 +512,27 @@ def test_few_measured_kernels_keep_the_unseen_gpus_device_level_error_in_the_int
     assert width < 2 * np.hypot(0.1, Z90 * SINGLE_GPU_DEVICE_SD)  # and under the k = 0 one
 
 
+def test_an_interval_calibrated_across_gpus_counts_the_device_level_error_once():
+    """A leave-one-GPU-out interval already holds how held-out GPUs' errors spread; after transfer its
+    pseudo-residuals are the class's own interval, and the device-level error enters once, through
+    what the measured kernels leave of it (`device_shift_q90`). So many agreeing kernels bring a
+    narrow class (element-wise, half-width 0.03) well under its k = 0 width, where the device term
+    (0.14) dominates, while one calibrated within a GPU keeps that term in its pseudo-residuals."""
+    from hybridperf.predictor import DEVICE_SHIFT_SD
+    from hybridperf.stats import Z90
+    from hybridperf.transfer.adapt import recalibrate
+
+    zero = {"elementwise": {"q_lo": -0.03, "q_hi": 0.03, "ood_beta": 0.0}}
+    loo = {"elementwise": np.linspace(-0.02, 0.02, 9)}
+    width = {}
+    for cross in (True, False):
+        iv = recalibrate(zero, loo, cross_device=cross)["elementwise"]
+        width[cross] = iv["q_hi"] - iv["q_lo"] + 2 * iv["device_shift_q90"]
+    at_k0 = 2 * np.hypot(0.03, Z90 * DEVICE_SHIFT_SD)
+    assert width[True] < 0.5 * at_k0
+    assert width[False] > 2 * width[True]
+
+
 def test_a_class_measured_by_its_kernel_time_is_recalibrated_from_that_stratum(bundle_copy, tmp_path):
     """Transfer re-calibrates a class from the zero-shot interval of the stratum its kernels were
     measured in: profiler-timed rows from `op_class@kernel`, not from the call-timed interval."""
