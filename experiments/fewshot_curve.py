@@ -40,8 +40,8 @@ CLASS_FACTORS = (0.1, 0.2, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0)  # candidate per-class
 def zero_shot_errors(device: str, bundle: Path, pool: pd.DataFrame) -> dict:
     """Features, log-errors and op classes of the zero-shot model on `pool` (for choosing the prior)."""
     base = Predictor.load(bundle)
-    out = base.predict(pool, device)
-    return {"X": base.features(out, device), "e": np.log(pool["latency_ms"].to_numpy() / out["pred_ms"].to_numpy()),
+    out, X = base.predict_with_features(pool, device)
+    return {"X": X, "e": np.log(pool["latency_ms"].to_numpy() / out["pred_ms"].to_numpy()),
             "oc": out["op_class"].to_numpy()}
 
 

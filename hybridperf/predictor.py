@@ -224,6 +224,12 @@ class Predictor:
         there per op class, timing and dtype (manifest `device_bias`, kept out of the demeaned models) is
         applied too; an unseen GPU has none to apply.
         """
+        return self.predict_with_features(kernels, device, timing, host, features=False)[0]
+
+    def predict_with_features(self, kernels: pd.DataFrame, device: str | DeviceSpec, timing: str | None = None,
+                              host: str | None = None, features: bool = True) -> tuple[pd.DataFrame, np.ndarray | None]:
+        """`predict`, and the residual models' feature matrix of its rows (as `features` gives for the
+        returned rows) from the same prior terms (None when `features` is False and there is no bundle)."""
         dev = get_device(device)
         df = kernels if "op_class" in kernels.columns and "flops" in kernels.columns else canonicalize(kernels)
         df = df.reset_index(drop=True)
@@ -239,7 +245,7 @@ class Predictor:
         lo = np.empty(len(df))
         hi = np.empty(len(df))
         ood = np.zeros(len(df))
-        X = kernel_features(df, terms, dev) if self.bundle else None
+        X = kernel_features(df, terms, dev) if self.bundle or features else None
         adapted_here = bool(self.adaptation) and self.adaptation.get("device") == dev.name
         timings = row_timing(df)
         known_bias = self.manifest.get("device_bias", {}).get(dev.name, {}) if self.bundle else {}
@@ -275,4 +281,4 @@ class Predictor:
         out["lo_ms"] = lo
         out["hi_ms"] = hi
         out["ood"] = ood
-        return out
+        return out, X

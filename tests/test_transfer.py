@@ -354,6 +354,13 @@ def test_adaptation_corrects_a_class_the_bundle_lacks(tiny_table, tmp_path):
     assert ratio["layernorm"] == pytest.approx(1.0, abs=0.05)
 
 
+def test_predict_with_features_gives_the_features_of_its_rows(base):
+    rows = canonicalize(random_shapes(np.random.default_rng(9), 40))
+    pred, X = base.predict_with_features(rows, TARGET, timing="kernel")
+    pd.testing.assert_frame_equal(pred, base.predict(rows, TARGET, timing="kernel"))
+    np.testing.assert_array_equal(X, base.features(pred, TARGET))
+
+
 # ---------------------------------------------------------------------------------------------------
 # the adapter's mechanisms, on synthetic devices
 

@@ -423,8 +423,7 @@ def choose_batched_tiles(predictor, measured: pd.DataFrame, dev: DeviceSpec, pri
     scores = []
     for i, family in enumerate(families):
         with batched_tiles_for(dev, family):
-            base = predictor.predict(bmm, dev)
-            X = predictor.features(base, dev)
+            base, X = predictor.predict_with_features(bmm, dev)
         _, _, score = fit_strength(np.asarray(X, np.float64), np.log(y / base["pred_ms"].to_numpy()), centre)
         scores.append(score + log_prior[i])
     return int(np.argmax(scores)), families
@@ -467,8 +466,7 @@ def _adapt(predictor, measured: pd.DataFrame, dev: DeviceSpec, prior: TransferPr
     """adapt_predictor under the prior in force: the corrections and re-calibrated intervals."""
     from hybridperf.predictor import FALLBACK_INTERVAL, Predictor
 
-    base = predictor.predict(measured, dev)
-    X = predictor.features(base, dev)
+    base, X = predictor.predict_with_features(measured, dev)
     e = np.log(measured["latency_ms"].to_numpy(np.float64) / base["pred_ms"].to_numpy())
     op_class = base["op_class"].to_numpy()
     # one correction per op class and dtype: an fp16 kernel's error says little about fp32 ones

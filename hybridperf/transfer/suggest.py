@@ -94,12 +94,12 @@ def suggest_kernels(predictor, candidates: pd.DataFrame, device: str | DeviceSpe
     if k < 1:
         raise InputError("k must be at least 1")
     dev = get_device(device)
-    pred = predictor.predict(candidates, dev)
-    keep = pred["op_class"].isin(op_classes) & (pred["pred_ms"] <= max_ms) & (pred["bytes"] <= dev.mem_gb * 1e9 / 4)
-    pred = pred[keep].reset_index(drop=True)
+    pred, X = predictor.predict_with_features(candidates, dev)
+    keep = (pred["op_class"].isin(op_classes) & (pred["pred_ms"] <= max_ms)
+            & (pred["bytes"] <= dev.mem_gb * 1e9 / 4)).to_numpy()
+    pred, X = pred[keep].reset_index(drop=True), X[keep]
     if pred.empty:
         raise InputError("no candidate kernels of the requested op classes")
-    X = predictor.features(pred, dev)
     by_class = class_rows(pred["op_class"].to_numpy(), max_per_class)
     classes = list(by_class)
     rows = [by_class[oc] for oc in classes]
