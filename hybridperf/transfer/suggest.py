@@ -6,7 +6,7 @@ candidates of its op class. A class's share is scaled by its expected squared ze
 device (read off its interval, plus the device-level term on an unseen GPU): the targets are per
 class, and a class the zero-shot model already predicts within 2% (elementwise) gains less from a
 measurement than a GEMM class does. Each class's prior is the transfer's own (`adapt.class_prior`), so a
-class whose error transfers little (softmax, `CLASS_PRIOR_SCALE`) is rarely picked; its row-length term
+class whose error transfers little (softmax, `CLASS_PRIOR_SCALE`) is picked less; its row-length term
 (`ROW_CLASSES`) corrects the row lengths that were measured and is left out of the design.
 So the first picks pin the uncertain classes' offsets at a representative kernel, later ones go where
 the basis terms (duration, reduction length, quantisation, compute/memory balance) are least pinned.
