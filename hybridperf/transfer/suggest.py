@@ -116,17 +116,18 @@ def suggest_kernels(predictor, candidates: pd.DataFrame, device: str | DeviceSpe
 
 
 def tile_family_covariance(predictor, rows: pd.DataFrame, device: DeviceSpec) -> np.ndarray:
-    """Covariance of the log-error of `rows` (one class) that the GPU's unknown batched-SGEMM tile family
-    adds: over the families the transfer chooses from (`gemm.batched_tile_hypotheses`, weighted by
-    `adapt.tile_family_prior`), the covariance of each row's log-prediction under the family against
-    the assumed one's. Zero for rows no family re-prices (matrix-unit or non-bmm kernels), so the
-    design measures the vector-math bmm kernels whose price the families disagree on, which is what
-    lets the transfer tell the family (the A100's 64-wide outputs)."""
+    """Covariance of the log-error of predicted `rows` (one class, `predict`'s output: its `pred_ms` is
+    the assumed family's) that the GPU's unknown batched-SGEMM tile family adds: over the families the
+    transfer chooses from (`gemm.batched_tile_hypotheses`, weighted by `adapt.tile_family_prior`), the
+    covariance of each row's log-prediction under the family against the assumed one's. Zero for rows
+    no family re-prices (matrix-unit or non-bmm kernels), so the design measures the vector-math bmm
+    kernels whose price the families disagree on, which is what lets the transfer tell the family (the
+    A100's 64-wide outputs)."""
     families = batched_tile_hypotheses(device)
     if len(families) < 2 or not (rows["op_class"] == "bmm").any():
         return np.zeros((len(rows), len(rows)))
-    logs = []
-    for family in families:
+    logs = [np.log(rows["pred_ms"].to_numpy(np.float64))]
+    for family in families[1:]:
         with batched_tiles_for(device, family):
             logs.append(np.log(predictor.predict(rows, device)["pred_ms"].to_numpy(np.float64)))
     D = np.array(logs) - logs[0]
