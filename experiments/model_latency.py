@@ -110,9 +110,10 @@ def bundle_for(bundles: Path | None, device: str, root: Path):
     return Predictor.prior_only(), "prior (bundle missing)"
 
 
-def transferred(base: tuple, device: str, root: Path, k: int) -> tuple:
+def transferred(base: tuple, device: str, root: Path, k: int, targets: pd.DataFrame | None = None) -> tuple:
     """(predictor, kind label): `base` adapted with `k` kernels of `device`'s NeuSight test table chosen by
-    `suggest` (the few-shot workflow: suggest -> collect -> transfer); devices without a test table keep `base`."""
+    `suggest` (the few-shot workflow: suggest -> collect -> transfer); devices without a test table keep `base`.
+    `targets` (model-aware design): the kernel requests of the device's labels with a `count` column."""
     from hybridperf.datasets.neusight import load_test
     from hybridperf.transfer import adapt_predictor
     from hybridperf.transfer.suggest import suggest_kernels
@@ -122,8 +123,27 @@ def transferred(base: tuple, device: str, root: Path, k: int) -> tuple:
     if pool.empty or not base[1].startswith("bundle") or "shipped" in base[1]:
         return base
     with fitted_without(device):
-        picked = suggest_kernels(base[0], pool.assign(pool_idx=range(len(pool))), device, k)["pool_idx"].to_numpy()
-        return adapt_predictor(base[0], pool.iloc[picked], device), f"transfer (k={k} test-table kernels)"
+        picked = suggest_kernels(base[0], pool.assign(pool_idx=range(len(pool))), device, k,
+                                 target=targets)["pool_idx"].to_numpy()
+        what = "the labels' models' kernels" if targets is not None else "test-table kernels"
+        return adapt_predictor(base[0], pool.iloc[picked], device), f"transfer (k={k}, designed for {what})"
+
+
+def label_targets(labels: pd.DataFrame, cfg_dir: Path, device: str, predictor) -> pd.DataFrame:
+    """The kernel requests of every eager label on `device`, each label's launch counts scaled so that its
+    zero-shot kernel time sums to 1 (every label weighs the same in a model-aware `suggest`)."""
+    from hybridperf.graphs.compose import model_kernel_requests
+
+    out = []
+    for lab in labels[(labels["device"] == device) & ~labels["fusion"].astype(bool)].itertuples():
+        cfg = cfg_dir / f"{lab.model}.json"
+        if not cfg.is_file():
+            continue
+        with fitted_without(device):
+            req = model_kernel_requests(build_graph(cfg, int(lab.batch), int(lab.seq), lab.mode), device)
+            ms = predictor.predict(req.drop(columns="count"), device)["pred_ms"].to_numpy()
+        out.append(req.assign(count=req["count"] / float((req["count"] * ms).sum())))
+    return pd.concat(out, ignore_index=True) if out else None
 
 
 class LabelSet:
@@ -366,6 +386,9 @@ def main(argv=None) -> int:
     ap.add_argument("--transfer-k", type=int, default=0,
                     help="also adapt each held-out NVIDIA device's bundle with K kernels of its test table "
                          "(picked by `suggest`) before predicting its labels: the few-shot workflow")
+    ap.add_argument("--transfer-design", default="kernels", choices=("kernels", "model"),
+                    help="how `suggest` picks the K kernels: for the per-class kernel errors (kernels) or for the "
+                         "time of the device's labelled models (model: `suggest --config`)")
     ap.add_argument("--write-calibration", action="store_true",
                     help="write the all-device composition fit to hybridperf/graphs/calibration.py")
     args = ap.parse_args(argv)
@@ -392,7 +415,9 @@ def main(argv=None) -> int:
         runs["bundle"] = collect(labels, cfg_dir, {d: v[0] for d, v in pk.items()}, {d: v[1] for d, v in pk.items()},
                                  lib_eff)
         if args.transfer_k > 0:
-            tk = {d: transferred(v, d, root, args.transfer_k) for d, v in pk.items()}
+            tk = {d: transferred(v, d, root, args.transfer_k,
+                                 label_targets(labels, cfg_dir, d, v[0]) if args.transfer_design == "model" else None)
+                  for d, v in pk.items()}
             runs["transfer"] = collect(labels, cfg_dir, {d: v[0] for d, v in tk.items()},
                                        {d: v[1] for d, v in tk.items()}, lib_eff)
 

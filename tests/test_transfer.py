@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -18,6 +19,7 @@ from hybridperf.transfer import adapt_predictor, save_adapted
 from hybridperf.transfer.suggest import default_candidates, suggest_kernels
 
 TARGET = "NVIDIA L4"  # not a training device of the tiny bundle
+TINY_GPT2 = Path(__file__).resolve().parent / "data" / "tiny_gpt2_config.json"
 FACTOR = 1.5
 runner = CliRunner()
 
@@ -272,6 +274,44 @@ def test_suggest_returns_k_rows_when_a_class_is_small(base):
     assert len(suggest_kernels(base, cand, TARGET, k=6)) == 6
 
 
+def test_suggest_for_a_target_follows_where_its_time_goes(base):
+    """With a target (a model's kernels with launch counts), the design pins the target's summed time:
+    a class that holds none of it gets no pick, and the picks move with the time shares."""
+    cand = default_candidates()
+    lin = pd.DataFrame([{"OPName": "linear", "B": 1, "M": 4096, "N": 1024, "K": 4096, "count": 48}])
+    sm = pd.DataFrame([{"OPName": "softmax", "B": 65536, "H": 1024, "count": 24}])
+    only_linear = suggest_kernels(base, cand, TARGET, k=6, target=lin)
+    assert set(only_linear["op_class"]) == {"linear"}
+    # equal time shares: both classes are measured
+    two = pd.concat([lin, sm], ignore_index=True)
+    two["count"] = 1.0 / base.predict(two.drop(columns="count"), TARGET)["pred_ms"].to_numpy()
+    both = suggest_kernels(base, cand, TARGET, k=6, target=two)
+    assert set(both["op_class"]) == {"linear", "softmax"}
+    pd.testing.assert_frame_equal(both, suggest_kernels(base, cand, TARGET, k=6, target=two))
+    # the design is not the untargeted one
+    assert set(suggest_kernels(base, cand, TARGET, k=6)["op_class"]) - {"linear", "softmax"}
+
+
+def test_suggest_target_needs_launch_counts(base):
+    target = pd.DataFrame([{"OPName": "linear", "B": 1, "M": 64, "N": 64, "K": 64}])
+    with pytest.raises(InputError, match="count"):
+        suggest_kernels(base, default_candidates(), TARGET, k=2, target=target)
+    with pytest.raises(InputError, match="count"):
+        suggest_kernels(base, default_candidates(), TARGET, k=2, target=target.assign(count=-1))
+
+
+def test_model_kernel_requests_count_every_priced_launch():
+    from hybridperf.graphs import build_graph
+    from hybridperf.graphs.compose import model_kernel_requests
+
+    graph = build_graph(TINY_GPT2, 2, 64, "train")
+    req = model_kernel_requests(graph, TARGET)
+    tab = graph.kernel_table()
+    priced = ~tab["op"].str.startswith("misc:")
+    assert req["count"].sum() == tab.loc[priced, "count"].sum()
+    assert set(req["OPName"]) == set(tab.loc[priced, "op"]) and (req["host"] == "neusight").all()
+
+
 # ---------------------------------------------------------------------------------------------------
 # CLI
 
@@ -332,6 +372,22 @@ def test_cli_suggest_default_candidates(tiny_bundle, tmp_path):
                             "--model-bundle", str(tiny_bundle)])
     assert r.exit_code == 0, r.output
     assert len(pd.read_csv(out)) == 5
+
+
+def test_cli_suggest_for_a_model_picks_its_own_kernels(tiny_bundle, tmp_path):
+    from hybridperf.graphs import build_graph
+    from hybridperf.graphs.compose import model_kernel_requests
+
+    out = tmp_path / "shapes.csv"
+    r = runner.invoke(app, ["suggest", "--device", TARGET, "--k", "4", "--out", str(out), "--config", str(TINY_GPT2),
+                            "--batch", "2", "--seq", "64", "--mode", "train", "--model-bundle", str(tiny_bundle)])
+    assert r.exit_code == 0, r.output
+    shapes = pd.read_csv(out)
+    own = model_kernel_requests(build_graph(TINY_GPT2, 2, 64, "train"), TARGET)
+    key = ["OPName", "B", "M", "N", "K", "H"]
+    assert len(shapes) == 4 and len(shapes.merge(own[key].drop_duplicates(), on=key)) == 4
+    r = runner.invoke(app, ["suggest", "--device", TARGET, "--batch", "2", "--model-bundle", str(tiny_bundle)])
+    assert r.exit_code != 0 and "--config" in f"{r.output}{r.exception}"
 
 
 def test_adaptation_corrects_a_class_the_bundle_lacks(tiny_table, tmp_path):

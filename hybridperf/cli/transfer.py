@@ -38,19 +38,46 @@ def suggest(
     device: str = typer.Option(..., "--device", help="The target GPU."),
     k: int = typer.Option(16, "--k", help="How many kernels to measure."),
     out: Path = typer.Option(Path("suggested_shapes.csv"), "--out", help="Shapes file for `hybridperf collect`."),
-    candidates: Optional[Path] = typer.Option(None, "--candidates", help="Candidate kernels CSV (default: a built-in transformer grid)."),
+    candidates: Optional[Path] = typer.Option(
+        None, "--candidates", help="Candidate kernels CSV (default: a built-in transformer grid, or with --config "
+        "the model's own kernels that `hybridperf collect` can run)."),
     model_bundle: Optional[Path] = typer.Option(None, "--model-bundle"),
+    config: Optional[Path] = typer.Option(
+        None, "--config", help="Design for this model's latency (a Hugging Face config.json, as in predict-model): "
+        "pick the kernels whose measurement best pins the summed time of its kernels, each weighted by its share."),
+    batch: Optional[int] = typer.Option(None, "--batch", help="With --config: batch size."),
+    seq: Optional[int] = typer.Option(None, "--seq", help="With --config: sequence length."),
+    mode: str = typer.Option("inf", "--mode", help="With --config: inf, train or decode (as in predict-model)."),
+    dtype: str = typer.Option("fp32", "--dtype", help="With --config: the model's dtype (as in predict-model)."),
 ) -> None:
-    """List the K kernels whose measurement on DEVICE would help transfer most; write a shapes file."""
+    """List the K kernels whose measurement on DEVICE would help transfer most; write a shapes file.
+    With --config, the kernels that would help predict that model's latency most."""
     from rich.console import Console
     from rich.table import Table
 
     from hybridperf.csvio import read_csv
+    from hybridperf.errors import InputError
     from hybridperf.predictor import Predictor
     from hybridperf.transfer.suggest import default_candidates, suggest_kernels, to_shapes_csv
 
-    cand = read_csv(candidates) if candidates else default_candidates()
-    picks = suggest_kernels(Predictor.load(model_bundle), cand, device, k)
+    target = None
+    if config is not None:
+        from hybridperf.datasets.collector import COLLECTABLE_OPS
+        from hybridperf.graphs import build_graph
+        from hybridperf.graphs.compose import model_kernel_requests
+
+        if batch is None or seq is None:
+            raise InputError("--config needs --batch and --seq")
+        target = model_kernel_requests(build_graph(config, batch, seq, mode, dtype), device)
+        own = target[target["OPName"].isin(COLLECTABLE_OPS) & (target["dtype"] == dtype)]
+        if candidates is None and own.empty:
+            raise InputError(f"{config}: the model has no {dtype} kernels `hybridperf collect` can run; "
+                             "pass --candidates")
+    elif any(v is not None for v in (batch, seq)):
+        raise InputError("--batch and --seq go with --config")
+    cand = read_csv(candidates) if candidates else (own.drop(columns="count") if target is not None
+                                                     else default_candidates())
+    picks = suggest_kernels(Predictor.load(model_bundle), cand, device, k, target=target)
     t = Table(title=f"{len(picks)} kernels to measure on {device}")
     for c in ("op", "B", "M", "N", "K", "H", "pred_ms", "90% interval"):
         t.add_column(c)
@@ -60,7 +87,8 @@ def suggest(
     Console(stderr=True).print(t)
     out.parent.mkdir(parents=True, exist_ok=True)
     to_shapes_csv(picks).to_csv(out, index=False)
-    typer.echo(f"wrote {out}; next: hybridperf collect --shapes {out} --out measured.csv, "
+    dt = f" --dtype {dtype}" if config is not None and dtype != "fp32" else ""
+    typer.echo(f"wrote {out}; next: hybridperf collect --shapes {out}{dt} --out measured.csv, "
                f"then hybridperf transfer measured.csv --device '{device}' --out adapted/")
 
 

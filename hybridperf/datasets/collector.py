@@ -40,6 +40,8 @@ from hybridperf.ops import GEMM_OPS, canonical_op
 BINARY_OPS = ("add", "mul", "div", "pow")
 SCALAR_OPS = {"addu": "add", "mulu": "mul", "divu": "div", "powu": "pow"}
 SCALAR = 0.5
+#: every op `build_op` can run
+COLLECTABLE_OPS = ("bmm", "linear", *BINARY_OPS, *SCALAR_OPS, "relu", "gelu", "tanh", "softmax", "ln")
 TORCH_HINT = "`pip install torch==2.13.0`"
 _TORCH_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp64": "float64"}
 

@@ -193,36 +193,56 @@ class ModelPrediction:
         return t.loc[order].rename_axis("group").reset_index()
 
 
-def predict_kernels_of(graph: ModelGraph, device: DeviceSpec, predictor: Predictor) -> pd.DataFrame:
-    """The graph's kernel table (plus its optimizer step's kernels, phase 'opt', when it has one) with
-    pred_ms/lo_ms/hi_ms/ood/floor_ms per row (one predictor call); `total_ms` here is the isolated-call
-    sum pred_ms x count (`compose` replaces it by in-model time)."""
+def graph_kernels(graph: ModelGraph, device: DeviceSpec) -> pd.DataFrame:
+    """The graph's kernel table, plus its optimizer step's kernels (phase 'opt') when it has one."""
     tab = graph.kernel_table()
     if graph.optimizer:
         opt = optimizer_table(param_numels(graph), graph.optimizer, device, graph.dtype)
         tab = pd.concat([tab, opt], ignore_index=True)
-    return predict_table(tab, device, predictor)
+    return tab
+
+
+def predict_kernels_of(graph: ModelGraph, device: DeviceSpec, predictor: Predictor) -> pd.DataFrame:
+    """`graph_kernels` with pred_ms/lo_ms/hi_ms/ood/floor_ms per row (one predictor call); `total_ms`
+    here is the isolated-call sum pred_ms x count (`compose` replaces it by in-model time)."""
+    return predict_table(graph_kernels(graph, device), device, predictor)
+
+
+def kernel_requests(tab: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
+    """The rows of a kernel table the kernel predictor prices (every op but the `misc:` ones) and
+    their requests to it (NeuSight-style columns, on HARNESS_HOST)."""
+    vi = np.flatnonzero(~tab["op"].str.startswith("misc:").to_numpy())
+    q = tab.iloc[vi]
+    req = pd.DataFrame({"OPName": q["op"].to_numpy(), "B": q["B"].to_numpy(np.float64),
+                        "M": q["M"].to_numpy(np.float64), "N": q["N"].to_numpy(np.float64),
+                        "K": q["K"].to_numpy(np.float64), "H": q["H"].to_numpy(np.float64),
+                        "dtype": q["dtype"].to_numpy(), "host": HARNESS_HOST})
+    gemm = q["op"].isin(("linear", "bmm")).to_numpy()
+    req.loc[gemm, "H"] = np.nan
+    req.loc[~gemm, ["M", "N", "K"]] = np.nan
+    return vi, req
+
+
+def model_kernel_requests(graph: ModelGraph, device) -> pd.DataFrame:
+    """The kernel predictor's requests for every kernel of `graph` it prices, each with its launch
+    `count`: what a model-aware `hybridperf suggest` designs for (`suggest_kernels(target=...)`)."""
+    dev = get_device(device)
+    tab = launch_grouped_gemms(graph_kernels(graph, dev), dev).reset_index(drop=True)
+    vi, req = kernel_requests(tab)
+    return req.assign(count=tab["count"].to_numpy(np.float64)[vi])
 
 
 def predict_table(tab: pd.DataFrame, device: DeviceSpec, predictor: Predictor) -> pd.DataFrame:
-    """`predict_kernels_of` for any table with `ModelGraph.kernel_table`'s columns (grouped expert GEMMs
-    launched as the device runs them, `hybridperf.graphs.grouped`)."""
+    """Per-kernel predictions of a table with `graph_kernels`'s columns (grouped expert GEMMs launched as
+    `device` runs them, `hybridperf.graphs.grouped`): the predictor's for the kernels it prices,
+    `hybridperf.graphs.misc`'s for the others."""
     tab = launch_grouped_gemms(tab, device).reset_index(drop=True)
-    is_misc = tab["op"].str.startswith("misc:").to_numpy()
     pred = np.zeros(len(tab))
     lo = np.zeros(len(tab))
     hi = np.zeros(len(tab))
     ood = np.zeros(len(tab))
-    vi = np.flatnonzero(~is_misc)
+    vi, req = kernel_requests(tab)
     if len(vi):
-        q = tab.iloc[vi]
-        req = pd.DataFrame({"OPName": q["op"].to_numpy(), "B": q["B"].to_numpy(np.float64),
-                            "M": q["M"].to_numpy(np.float64), "N": q["N"].to_numpy(np.float64),
-                            "K": q["K"].to_numpy(np.float64), "H": q["H"].to_numpy(np.float64),
-                            "dtype": q["dtype"].to_numpy(), "host": HARNESS_HOST})
-        gemm = q["op"].isin(("linear", "bmm")).to_numpy()
-        req.loc[gemm, "H"] = np.nan
-        req.loc[~gemm, ["M", "N", "K"]] = np.nan
         out = predictor.predict(req, device)
         pred[vi] = out["pred_ms"].to_numpy()
         lo[vi] = out["lo_ms"].to_numpy()
@@ -231,7 +251,7 @@ def predict_table(tab: pd.DataFrame, device: DeviceSpec, predictor: Predictor) -
     # a fused kernel's further full-size inputs (`extra_nbytes`): streamed once more at achievable bandwidth
     extra = memory_time_ms(tab["extra_nbytes"].to_numpy(np.float64), device)
     pred, lo, hi = pred + extra, lo + extra, hi + extra
-    mi = np.flatnonzero(is_misc)
+    mi = np.setdiff1d(np.arange(len(tab)), vi)
     if len(mi):
         kinds = [s.split(":", 1)[1] for s in tab["op"].iloc[mi]]
         m = misc_latency_ms(kinds, tab["nbytes"].iloc[mi].to_numpy(), device)

@@ -13,7 +13,11 @@ the basis terms (duration, reduction length, quantisation, compute/memory balanc
 The bmm class also carries the transfer's discrete unknown, the GPU's batched-SGEMM tile family
 (`adapt.choose_batched_tiles`), as the covariance it adds (`tile_family_covariance`), so vector-math
 bmm kernels the families price apart get measured (leave-one-GPU-out on NeuSight: A100 bmm at 16
-suggested kernels 10.5 -> 5.5%). Deterministic; no measurement is needed to choose.
+suggested kernels 10.5 -> 5.5%).
+Given a target instead (a model's kernels with their launch counts, `hybridperf suggest --config`), the
+design pins one quantity, the log of the target's summed time: each pick is the candidate whose
+measurement most reduces the variance of the time-share-weighted sum of the target kernels' corrections,
+so the picks follow where the model's time goes. Deterministic; no measurement is needed to choose.
 """
 from __future__ import annotations
 
@@ -82,14 +86,44 @@ def zero_shot_error_moment(predictor, op_class: str, device: DeviceSpec) -> floa
     return float(centre ** 2 + (half / Z90) ** 2 + (predictor.device_shift_sd ** 2 if unseen else 0.0))
 
 
+def _greedy_targeted(covariances: list, targets: list, k: int, noise: float, class_weights) -> list:
+    """Indices (class, candidate) of k greedy picks that most reduce the variance of one weighted sum of
+    corrections: per class, `covariances[c]` is the joint prior covariance of its target rows then its
+    candidate rows, `targets[c]` the weights of the target rows, `class_weights[c]` scales its variance."""
+    covariances = [K.copy() for K in covariances]
+    n_target = [len(w) for w in targets]
+    picks = []
+    for _ in range(k):
+        gains = []
+        for c, (K, w, cw) in enumerate(zip(covariances, targets, class_weights)):
+            t = n_target[c]
+            g = cw * (w @ K[:t, t:]) ** 2 / (np.diag(K)[t:] + noise ** 2)
+            g[[j for cc, j in picks if cc == c]] = -1.0
+            gains.append(g)
+        c = int(np.argmax([g.max() if len(g) else -1.0 for g in gains]))
+        if not len(gains[c]) or gains[c].max() < 0:
+            break
+        j = int(np.argmax(gains[c]))
+        K, t = covariances[c], n_target[c]
+        kj = K[:, t + j].copy()
+        covariances[c] = K - np.outer(kj, kj) / (kj[t + j] + noise ** 2)
+        picks.append((c, j))
+    return picks
+
+
 def suggest_kernels(predictor, candidates: pd.DataFrame, device: str | DeviceSpec, k: int,
                     op_classes=OP_CLASSES, max_ms: float = 200.0, max_per_class: int = MAX_PER_CLASS,
-                    class_scale: dict | None = None) -> pd.DataFrame:
+                    class_scale: dict | None = None, target: pd.DataFrame | None = None) -> pd.DataFrame:
     """The `k` rows of `candidates` (canonical or NeuSight-style) most worth measuring on `device`,
     with their zero-shot prediction and interval, designed under the transfer's per-class prior
     (`class_scale` as in `adapt.fit_corrections`: a class whose error transfers little is picked less).
     Kernels predicted slower than `max_ms` or with tensors over a quarter of device memory are skipped
     (measuring stays quick); a class with more than `max_per_class` candidates is thinned evenly.
+
+    `target` (optional; e.g. a model's kernels, `graphs.compose.model_kernel_requests`): kernel requests
+    with a launch `count` column whose summed time the user wants predicted. The design then reduces the
+    variance of the log of that sum, each kernel's correction weighted by its share of the zero-shot
+    time, instead of the candidates' mean variance: the picks follow where the model's time goes.
     Deterministic."""
     if k < 1:
         raise InputError("k must be at least 1")
@@ -97,6 +131,8 @@ def suggest_kernels(predictor, candidates: pd.DataFrame, device: str | DeviceSpe
     pred, X = predictor.predict_with_features(candidates, dev)
     keep = (pred["op_class"].isin(op_classes) & (pred["pred_ms"] <= max_ms)
             & (pred["bytes"] <= dev.mem_gb * 1e9 / 4)).to_numpy()
+    # a shape listed twice (e.g. a linear's batch folded into its rows) is one candidate
+    keep = keep & ~pred.duplicated(["op", "B", "M", "N", "K", "H", "dtype"]).to_numpy()
     pred, X = pred[keep].reset_index(drop=True), X[keep]
     if pred.empty:
         raise InputError("no candidate kernels of the requested op classes")
@@ -108,11 +144,35 @@ def suggest_kernels(predictor, candidates: pd.DataFrame, device: str | DeviceSpe
     # the row-length term (adapt.ROW_CLASSES), which would spend most of k on one softmax per row length
     # (NeuSight leave-one-GPU-out: all rows 7.99% against 7.94% without, coverage 95.1% at k = 8)
     priors = [replace(class_prior(None, oc, class_scale), host_floor=0.0, row_signal=0.0) for oc in classes]
-    covariances = [prior_kernel(X[r], X[r], p) + tile_family_covariance(predictor, pred.iloc[r], dev)
-                   for r, p in zip(rows, priors)]
-    picks = _greedy_design(covariances, min(k, len(pred)),
-                           TransferPrior().noise, [zero_shot_error_moment(predictor, oc, dev) for oc in classes])
+    class_weights = [zero_shot_error_moment(predictor, oc, dev) for oc in classes]
+    noise = TransferPrior().noise
+    if target is None:
+        covariances = [prior_kernel(X[r], X[r], p) + tile_family_covariance(predictor, pred.iloc[r], dev)
+                       for r, p in zip(rows, priors)]
+        picks = _greedy_design(covariances, min(k, len(pred)), noise, class_weights)
+    else:
+        tpred, tX, share = _target_shares(predictor, target, dev)
+        covariances, weights = [], []
+        for oc, r, p in zip(classes, rows, priors):
+            t = np.flatnonzero(tpred["op_class"].to_numpy() == oc)
+            Xj = np.vstack([tX[t], X[r]])
+            covariances.append(prior_kernel(Xj, Xj, p) + tile_family_covariance(
+                predictor, pd.concat([tpred.iloc[t], pred.iloc[r]], ignore_index=True), dev))
+            weights.append(share[t])
+        picks = _greedy_targeted(covariances, weights, min(k, len(pred)), noise, class_weights)
     return pred.iloc[sorted(rows[c][j] for c, j in picks)].reset_index(drop=True)
+
+
+def _target_shares(predictor, target: pd.DataFrame, device: DeviceSpec) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """`target`'s zero-shot predictions, features and each row's share of its summed time (count x pred_ms)."""
+    if "count" not in target.columns:
+        raise InputError("the target kernels need a `count` column (launches per run)")
+    count = pd.to_numeric(target["count"], errors="coerce").to_numpy(np.float64)
+    if not np.all(np.isfinite(count) & (count >= 0)) or not count.sum() > 0:
+        raise InputError("the target kernels' `count` must be non-negative numbers, not all zero")
+    tpred, tX = predictor.predict_with_features(target.drop(columns="count"), device)
+    time = count * tpred["pred_ms"].to_numpy(np.float64)
+    return tpred, tX, time / time.sum()
 
 
 def tile_family_covariance(predictor, rows: pd.DataFrame, device: DeviceSpec) -> np.ndarray:
