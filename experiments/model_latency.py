@@ -386,7 +386,7 @@ def main(argv=None) -> int:
     ap.add_argument("--transfer-k", type=int, default=0,
                     help="also adapt each held-out NVIDIA device's bundle with K kernels of its test table "
                          "(picked by `suggest`) before predicting its labels: the few-shot workflow")
-    ap.add_argument("--transfer-design", default="kernels", choices=("kernels", "model"),
+    ap.add_argument("--transfer-design", default="model", choices=("kernels", "model"),
                     help="how `suggest` picks the K kernels: for the per-class kernel errors (kernels) or for the "
                          "time of the device's labelled models (model: `suggest --config`)")
     ap.add_argument("--write-calibration", action="store_true",
