@@ -8,7 +8,9 @@ measured). Two test sets, none of their kernels in the calibration set:
 the sample of NeuSight's own test shapes in `grid/test_*.csv` (1,398 kernels). Where the GPU also
 measured NeuSight's training shapes (`grid/train_*.csv`), a second table: transfer with k of them
 drawn at random (10 draws), scored on the NeuSight test shapes. A third: the test shapes measured in
-fp16 and bf16, zero-shot. The zero-shot predictor is scored with the batched-SGEMM tiles of the other
+fp16 and bf16, zero-shot. A fourth (`model_runs`, GPUs the shipped bundle did not train on): the
+GPU's fp32 whole-model runs (`models.csv`), zero-shot and after transfer with 16 of its NeuSight test
+shapes picked by `suggest`. The zero-shot predictor is scored with the batched-SGEMM tiles of the other
 GPUs' traces only. The shipped bundle trained on the H200's grids (not the H100's): `trained on it`
 marks the rows that are not held out.
 
@@ -25,6 +27,7 @@ import pandas as pd
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "experiments"))
 
 from hybridperf.datasets.schema import canonicalize  # noqa: E402
 from hybridperf.devices import get_device  # noqa: E402
@@ -118,6 +121,55 @@ def half_precision(gpu_dir: Path, bundle: str | None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def model_runs(gpu_dir: Path, k: int = 16) -> pd.DataFrame:
+    """The GPU's fp32 whole-model runs (`models.csv`), zero-shot and after transfer with `k` of its
+    measured NeuSight test shapes picked by `suggest`: per class (`suggest_kernels` alone), for all the
+    runs' models at once (`target=`: every run's kernels, each run's zero-shot time scaled to 1), and
+    for each run's own model (`suggest --config`, one transfer per run). Returns one row per run."""
+    import gpu_check as gc
+
+    from hybridperf.graphs import build_graph, compose
+    from hybridperf.graphs.compose import model_kernel_requests
+    from hybridperf.transfer.suggest import suggest_kernels
+
+    dev = _device(gpu_dir)
+    runs = pd.read_csv(gpu_dir / "models.csv")
+    runs = runs[runs["dtype"] == "fp32"].reset_index(drop=True)
+    family = {c.removesuffix(".json"): f for c, f, *_ in gc.MODELS}
+    pool = load_measured_grid(gpu_dir, splits=("test",))
+    with fitted_without(dev.name):
+        zero = Predictor.load()
+
+        def graph(r):
+            cfg = gc._config(f"{r['model']}.json")
+            cfg[gc.LAYER_KEY[family[r["model"]]]] = int(r["layers"])
+            return build_graph(cfg, int(r["batch"]), int(r["seq"]), r["mode"], recompute=bool(r["recompute"]))
+
+        def target(rs):
+            out = []
+            for r in rs:
+                req = model_kernel_requests(graph(r), dev)
+                ms = zero.predict(req.drop(columns="count"), dev)["pred_ms"].to_numpy()
+                out.append(req.assign(count=req["count"] / float((req["count"] * ms).sum())))
+            return pd.concat(out, ignore_index=True)
+
+        def adapted(tgt=None):
+            return adapt_predictor(zero, suggest_kernels(zero, pool, dev, k, target=tgt), dev)
+
+        records = runs.to_dict("records")
+        per_class, all_models = adapted(), adapted(target(records))
+        rows = []
+        for r in records:
+            g = graph(r)
+            out = {"run": f"{r['model']} {r['mode']} b{r['batch']} s{r['seq']}" + " recompute" * bool(r["recompute"]),
+                   "measured ms": r["measured_ms"]}
+            for name, pred in (("zero-shot", zero), (f"k={k} per class", per_class),
+                               (f"k={k} for all runs", all_models), (f"k={k} for this run", adapted(target([r])))):
+                out[f"{name} err %"] = (compose(g, dev, pred).e2e_ms / r["measured_ms"] - 1) * 100
+            rows.append(out)
+    return pd.DataFrame(rows)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=str(REPO / "experiments" / "out" / "measured_transfer.md"))
@@ -140,6 +192,17 @@ def main(argv=None) -> int:
         curve.columns = [f"{c} {v}" for v, c in curve.columns]
         md += ("\n## Random k from NeuSight's training shapes measured on the GPU, scored on its NeuSight test shapes "
                "(mean of 10 draws)\n\n" + curve.reset_index().to_markdown(index=False) + "\n")
+    runs = [d for d in dirs if (d / "models.csv").is_file() and list((d / "grid").glob("test_*.csv"))]
+    for d in runs:
+        dev = _device(d)
+        if dev.name in Predictor.load().training_devices:
+            continue  # the shipped bundle trained on this GPU's kernels: nothing would be held out
+        t = model_runs(d)
+        mape = t.filter(like="err %").abs().mean().round(1)
+        md += (f"\n## Whole models after transfer ({dev.name}, fp32 runs of `models.csv`): 16 of its measured "
+               "NeuSight test shapes picked by `suggest` per class, for all runs' models, or for each run's own "
+               "model (`suggest --config`)\n\n" + t.round(1).to_markdown(index=False)
+               + "\n\nMAPE %: " + ", ".join(f"{c.removesuffix(' err %')} {v}" for c, v in mape.items()) + "\n")
     half = pd.concat([half_precision(d, a.bundle) for d in dirs if list((d / "grid").glob("test_*.csv"))],
                      ignore_index=True)
     md += ("\n## Half precision, zero-shot: NeuSight's test shapes measured in fp16 and bf16\n\n"

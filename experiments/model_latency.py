@@ -17,15 +17,21 @@ fused=True)`, `predict-model --fused`) and reported separately; the constants ar
 Several composition variants (which constants are free) are evaluated the same way and listed; `--variant`
 picks the one reported and shipped.
 
+`--transfer-k K` also predicts each held-out NVIDIA GPU's labels after few-shot transfer with K kernels of
+its NeuSight test table picked by `suggest` (`--transfer-design`: for each run's own model, the default, as
+`hybridperf suggest --config` does; for all the device's runs; or per op class).
+
 Writes experiments/out/model_latency/{report.md, labels.csv, per_device.csv, op_groups.csv, variants.csv}.
 `--write-calibration` also writes the all-device fit to hybridperf/graphs/calibration.py (shipped; used
 only for GPUs outside the label set).
 
-    python experiments/model_latency.py --data ../shared/datasets [--bundles DIR] [--write-calibration]
+    python experiments/model_latency.py --data ../shared/datasets [--bundles DIR] [--transfer-k 16]
+        [--write-calibration]
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -110,37 +116,45 @@ def bundle_for(bundles: Path | None, device: str, root: Path):
     return Predictor.prior_only(), "prior (bundle missing)"
 
 
+@functools.lru_cache(maxsize=1)
+def _test_tables(root: Path) -> pd.DataFrame:
+    from hybridperf.datasets.neusight import load_test
+
+    return load_test(root)
+
+
 def transferred(base: tuple, device: str, root: Path, k: int, targets: pd.DataFrame | None = None) -> tuple:
     """(predictor, kind label): `base` adapted with `k` kernels of `device`'s NeuSight test table chosen by
     `suggest` (the few-shot workflow: suggest -> collect -> transfer); devices without a test table keep `base`.
     `targets` (model-aware design): the kernel requests of the device's labels with a `count` column."""
-    from hybridperf.datasets.neusight import load_test
     from hybridperf.transfer import adapt_predictor
     from hybridperf.transfer.suggest import suggest_kernels
 
-    pool = load_test(root)
+    pool = _test_tables(root)
     pool = pool[pool["device"] == device].reset_index(drop=True)
     if pool.empty or not base[1].startswith("bundle") or "shipped" in base[1]:
         return base
     with fitted_without(device):
         picked = suggest_kernels(base[0], pool.assign(pool_idx=range(len(pool))), device, k,
                                  target=targets)["pool_idx"].to_numpy()
-        what = "the labels' models' kernels" if targets is not None else "test-table kernels"
+        what = "the models' kernels" if targets is not None else "test-table kernels"
         return adapt_predictor(base[0], pool.iloc[picked], device), f"transfer (k={k}, designed for {what})"
 
 
-def label_targets(labels: pd.DataFrame, cfg_dir: Path, device: str, predictor) -> pd.DataFrame:
-    """The kernel requests of every eager label on `device`, each label's launch counts scaled so that its
-    zero-shot kernel time sums to 1 (every label weighs the same in a model-aware `suggest`)."""
+def label_targets(labels: pd.DataFrame, cfg_dir: Path, device: str, predictor) -> pd.DataFrame | None:
+    """The kernel requests of `labels` (runs on `device`; a `-fusion` run's fused graph), each label's
+    launch counts scaled so that its zero-shot kernel time sums to 1 (every label weighs the same in a
+    model-aware `suggest`)."""
     from hybridperf.graphs.compose import model_kernel_requests
 
     out = []
-    for lab in labels[(labels["device"] == device) & ~labels["fusion"].astype(bool)].itertuples():
+    for lab in labels.itertuples():
         cfg = cfg_dir / f"{lab.model}.json"
         if not cfg.is_file():
             continue
         with fitted_without(device):
-            req = model_kernel_requests(build_graph(cfg, int(lab.batch), int(lab.seq), lab.mode), device)
+            graph = build_graph(cfg, int(lab.batch), int(lab.seq), lab.mode, fused=bool(lab.fusion))
+            req = model_kernel_requests(graph, device)
             ms = predictor.predict(req.drop(columns="count"), device)["pred_ms"].to_numpy()
         out.append(req.assign(count=req["count"] / float((req["count"] * ms).sum())))
     return pd.concat(out, ignore_index=True) if out else None
@@ -386,9 +400,10 @@ def main(argv=None) -> int:
     ap.add_argument("--transfer-k", type=int, default=0,
                     help="also adapt each held-out NVIDIA device's bundle with K kernels of its test table "
                          "(picked by `suggest`) before predicting its labels: the few-shot workflow")
-    ap.add_argument("--transfer-design", default="model", choices=("kernels", "model"),
-                    help="how `suggest` picks the K kernels: for the per-class kernel errors (kernels) or for the "
-                         "time of the device's labelled models (model: `suggest --config`)")
+    ap.add_argument("--transfer-design", default="label", choices=("kernels", "model", "label"),
+                    help="how `suggest` picks the K kernels: for the per-class kernel errors (kernels), for the "
+                         "time of the device's labelled models (model), or for each run's own model, one transfer "
+                         "per run (label: `suggest --config` as a user runs it)")
     ap.add_argument("--write-calibration", action="store_true",
                     help="write the all-device composition fit to hybridperf/graphs/calibration.py")
     args = ap.parse_args(argv)
@@ -414,10 +429,21 @@ def main(argv=None) -> int:
         pk = {d: bundle_for(bundles, d, root) for d in devices}
         runs["bundle"] = collect(labels, cfg_dir, {d: v[0] for d, v in pk.items()}, {d: v[1] for d, v in pk.items()},
                                  lib_eff)
-        if args.transfer_k > 0:
-            tk = {d: transferred(v, d, root, args.transfer_k,
-                                 label_targets(labels, cfg_dir, d, v[0]) if args.transfer_design == "model" else None)
-                  for d, v in pk.items()}
+        if args.transfer_k > 0 and args.transfer_design == "label":
+            recs = []
+            for i in range(len(labels)):  # one transfer per run, designed for its own model
+                lab = labels.iloc[[i]]
+                d = lab["device"].iat[0]
+                v = transferred(pk[d], d, root, args.transfer_k, label_targets(lab, cfg_dir, d, pk[d][0]))
+                recs += collect(lab, cfg_dir, {d: v[0]}, {d: v[1]}, lib_eff)
+            runs["transfer"] = recs
+        elif args.transfer_k > 0:
+            eager = labels[~labels["fusion"].astype(bool)]
+            tk = {}
+            for d, v in pk.items():
+                targets = label_targets(eager[eager["device"] == d], cfg_dir, d, v[0]) \
+                    if args.transfer_design == "model" else None
+                tk[d] = transferred(v, d, root, args.transfer_k, targets)
             runs["transfer"] = collect(labels, cfg_dir, {d: v[0] for d, v in tk.items()},
                                        {d: v[1] for d, v in tk.items()}, lib_eff)
 
