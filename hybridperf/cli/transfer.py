@@ -52,13 +52,14 @@ def suggest(
 ) -> None:
     """List the K kernels whose measurement on DEVICE would help transfer most; write a shapes file.
     With --config, the kernels that would help predict that model's latency most."""
+    import pandas as pd
     from rich.console import Console
     from rich.table import Table
 
     from hybridperf.csvio import read_csv
     from hybridperf.errors import InputError
     from hybridperf.predictor import Predictor
-    from hybridperf.transfer.suggest import default_candidates, suggest_kernels, to_shapes_csv
+    from hybridperf.transfer.suggest import default_candidates, suggest_kernels, target_shares, to_shapes_csv
 
     target = None
     if config is not None:
@@ -77,8 +78,15 @@ def suggest(
         raise InputError("--batch and --seq go with --config")
     cand = read_csv(candidates) if candidates else (own.drop(columns="count") if target is not None
                                                      else default_candidates())
-    picks = suggest_kernels(Predictor.load(model_bundle), cand, device, k, target=target)
+    predictor = Predictor.load(model_bundle)
+    picks = suggest_kernels(predictor, cand, device, k, target=target)
     t = Table(title=f"{len(picks)} kernels to measure on {device}")
+    if target is not None:
+        from hybridperf.devices import get_device
+
+        tpred, _, share = target_shares(predictor, target, get_device(device))
+        by_class = pd.Series(share).groupby(tpred["op_class"].to_numpy()).sum().sort_values(ascending=False)
+        t.caption = f"for {config.name}'s kernel time: " + ", ".join(f"{c} {v:.0%}" for c, v in by_class.items())
     for c in ("op", "B", "M", "N", "K", "H", "pred_ms", "90% interval"):
         t.add_column(c)
     fmt = lambda v: "" if v != v else f"{v:g}"  # noqa: E731

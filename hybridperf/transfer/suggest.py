@@ -151,7 +151,7 @@ def suggest_kernels(predictor, candidates: pd.DataFrame, device: str | DeviceSpe
                        for r, p in zip(rows, priors)]
         picks = _greedy_design(covariances, min(k, len(pred)), noise, class_weights)
     else:
-        tpred, tX, share = _target_shares(predictor, target, dev)
+        tpred, tX, share = target_shares(predictor, target, dev)
         covariances, weights = [], []
         for oc, r, p in zip(classes, rows, priors):
             t = np.flatnonzero(tpred["op_class"].to_numpy() == oc)
@@ -163,7 +163,7 @@ def suggest_kernels(predictor, candidates: pd.DataFrame, device: str | DeviceSpe
     return pred.iloc[sorted(rows[c][j] for c, j in picks)].reset_index(drop=True)
 
 
-def _target_shares(predictor, target: pd.DataFrame, device: DeviceSpec) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+def target_shares(predictor, target: pd.DataFrame, device: DeviceSpec) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
     """`target`'s zero-shot predictions, features and each row's share of its summed time (count x pred_ms)."""
     if "count" not in target.columns:
         raise InputError("the target kernels need a `count` column (launches per run)")
