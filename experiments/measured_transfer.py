@@ -130,7 +130,7 @@ def model_runs(gpu_dir: Path, k: int = 16) -> pd.DataFrame:
 
     from hybridperf.graphs import build_graph, compose
     from hybridperf.graphs.compose import model_kernel_requests
-    from hybridperf.transfer.suggest import suggest_kernels
+    from hybridperf.transfer.suggest import equal_weight_target, suggest_kernels
 
     dev = _device(gpu_dir)
     runs = pd.read_csv(gpu_dir / "models.csv")
@@ -146,12 +146,7 @@ def model_runs(gpu_dir: Path, k: int = 16) -> pd.DataFrame:
             return build_graph(cfg, int(r["batch"]), int(r["seq"]), r["mode"], recompute=bool(r["recompute"]))
 
         def target(rs):
-            out = []
-            for r in rs:
-                req = model_kernel_requests(graph(r), dev)
-                ms = zero.predict(req.drop(columns="count"), dev)["pred_ms"].to_numpy()
-                out.append(req.assign(count=req["count"] / float((req["count"] * ms).sum())))
-            return pd.concat(out, ignore_index=True)
+            return equal_weight_target(zero, [model_kernel_requests(graph(r), dev) for r in rs], dev)
 
         def adapted(tgt=None):
             return adapt_predictor(zero, suggest_kernels(zero, pool, dev, k, target=tgt), dev)

@@ -142,22 +142,16 @@ def transferred(base: tuple, device: str, root: Path, k: int, targets: pd.DataFr
 
 
 def label_targets(labels: pd.DataFrame, cfg_dir: Path, device: str, predictor) -> pd.DataFrame | None:
-    """The kernel requests of `labels` (runs on `device`; a `-fusion` run's fused graph), each label's
-    launch counts scaled so that its zero-shot kernel time sums to 1 (every label weighs the same in a
-    model-aware `suggest`)."""
+    """The kernel requests of `labels` (runs on `device`; a `-fusion` run's fused graph) as one
+    model-aware `suggest` target in which every label weighs the same (`suggest.equal_weight_target`)."""
     from hybridperf.graphs.compose import model_kernel_requests
+    from hybridperf.transfer.suggest import equal_weight_target
 
-    out = []
-    for lab in labels.itertuples():
-        cfg = cfg_dir / f"{lab.model}.json"
-        if not cfg.is_file():
-            continue
-        with fitted_without(device):
-            graph = build_graph(cfg, int(lab.batch), int(lab.seq), lab.mode, fused=bool(lab.fusion))
-            req = model_kernel_requests(graph, device)
-            ms = predictor.predict(req.drop(columns="count"), device)["pred_ms"].to_numpy()
-        out.append(req.assign(count=req["count"] / float((req["count"] * ms).sum())))
-    return pd.concat(out, ignore_index=True) if out else None
+    with fitted_without(device):
+        out = [model_kernel_requests(build_graph(cfg_dir / f"{lab.model}.json", int(lab.batch), int(lab.seq),
+                                                 lab.mode, fused=bool(lab.fusion)), device)
+               for lab in labels.itertuples() if (cfg_dir / f"{lab.model}.json").is_file()]
+        return equal_weight_target(predictor, out, device) if out else None
 
 
 class LabelSet:

@@ -292,6 +292,21 @@ def test_suggest_for_a_target_follows_where_its_time_goes(base):
     assert set(suggest_kernels(base, cand, TARGET, k=6)["op_class"]) - {"linear", "softmax"}
 
 
+def test_equal_weight_target_gives_every_model_the_same_share(base):
+    from hybridperf.devices import get_device
+    from hybridperf.transfer.suggest import equal_weight_target, target_shares
+
+    big = pd.DataFrame([{"OPName": "linear", "B": 1, "M": 4096, "N": 1024, "K": 4096, "count": 48},
+                        {"OPName": "add", "B": 4096, "H": 1024, "count": 96}])
+    small = pd.DataFrame([{"OPName": "softmax", "B": 64, "H": 512, "count": 2}])
+    target = equal_weight_target(base, [big, small], TARGET)
+    _, _, share = target_shares(base, target, get_device(TARGET))
+    assert share[:2].sum() == pytest.approx(0.5) and share[2] == pytest.approx(0.5)
+    # within a model, the shares keep their ratio
+    _, _, alone = target_shares(base, big, get_device(TARGET))
+    np.testing.assert_allclose(share[:2] / share[:2].sum(), alone)
+
+
 def test_suggest_target_needs_launch_counts(base):
     target = pd.DataFrame([{"OPName": "linear", "B": 1, "M": 64, "N": 64, "K": 64}])
     with pytest.raises(InputError, match="count"):

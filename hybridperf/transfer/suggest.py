@@ -175,6 +175,17 @@ def target_shares(predictor, target: pd.DataFrame, device: DeviceSpec) -> tuple[
     return tpred, tX, time / time.sum()
 
 
+def equal_weight_target(predictor, targets: list, device: str | DeviceSpec) -> pd.DataFrame:
+    """Several models' kernel requests (each with a launch `count`, `model_kernel_requests`) as one
+    `suggest_kernels` target in which every model weighs the same: each model's counts are scaled so
+    that its zero-shot kernel time sums to 1."""
+    out = []
+    for t in targets:
+        ms = predictor.predict(t.drop(columns="count"), device)["pred_ms"].to_numpy()
+        out.append(t.assign(count=t["count"] / float((t["count"] * ms).sum())))
+    return pd.concat(out, ignore_index=True)
+
+
 def tile_family_covariance(predictor, rows: pd.DataFrame, device: DeviceSpec) -> np.ndarray:
     """Covariance of the log-error of predicted `rows` (one class, `predict`'s output: its `pred_ms` is
     the assumed family's) that the GPU's unknown batched-SGEMM tile family adds: over the families the
