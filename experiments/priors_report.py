@@ -26,6 +26,7 @@ from hybridperf.devices import get_device  # noqa: E402
 from hybridperf.priors import gemm, rowwise  # noqa: E402
 from hybridperf.priors.kernel_prior import kernel_prior_terms  # noqa: E402
 from hybridperf.priors.wave_scaling import wave_scale_ms  # noqa: E402
+from hybridperf.training.kernel_data import load_measured_grid  # noqa: E402
 from kernel_trace import traced_tiles  # noqa: E402
 
 #: our own trace of a GPU NeuSight did not trace (experiments/data/README.md)
@@ -147,6 +148,47 @@ def translation_fits(test: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows).round(1)
 
 
+#: the grid the split-rate exponent is fitted on
+SPLIT_RATE_GRID = np.round(np.arange(0.0, 1.001, 0.05), 2)
+#: our measured GPUs whose fp32 Linear test tables fit an exponent beside NeuSight's
+SPLIT_RATE_MEASURED = (Path(__file__).resolve().parent / "data" / "measured" / "h200",)
+
+
+def split_rate_fits(test: pd.DataFrame) -> pd.DataFrame:
+    """Fit the split-rate exponent (`gemm.SPLIT_RATE_FITS`) on each Ampere or Hopper GPU's own fp32
+    Linear test table (NeuSight's A100, our H200), the grid value with the lowest mean |log error|, and
+    score it with the exponent from its architecture's other GPUs (none: each has one fitted GPU). Stops
+    if the library's fits are not what this finds."""
+    lin = pd.concat([test[test["op_class"] == "linear"],
+                     *(load_measured_grid(d, splits=("test",)) for d in SPLIT_RATE_MEASURED)], ignore_index=True)
+    lin = lin[(lin["op_class"] == "linear") & (lin["dtype"] == "fp32")]
+    rows, found = [], {}
+    for dev, g in lin.groupby("device"):
+        spec = get_device(dev)
+        if spec.arch not in gemm.SPLIT_RATE_FITS:
+            continue
+        y = g["latency_ms"].to_numpy()
+
+        def prior(a):
+            with gemm.fitted_without(dev), gemm.split_rate({spec.arch: a}):
+                return kernel_prior_terms(g, spec)["prior_ms"].to_numpy()
+
+        fit = min(SPLIT_RATE_GRID, key=lambda a: np.mean(np.abs(np.log(prior(a) / y))))
+        found.setdefault(spec.arch, {})[dev] = float(fit)
+        with gemm.fitted_without(dev):
+            terms = kernel_prior_terms(g, spec)
+        held, split = terms["prior_ms"].to_numpy(), terms["split_k"].to_numpy() > 1
+        rows.append({"device": dev, "fitted exponent": fit, "shapes the prior splits": f"{split.sum()} of {len(y)}",
+                     "linear MAPE at exponent 0": np.mean(np.abs(prior(0.0) / y - 1)) * 100,
+                     "with the other GPUs' fit (held out)": np.mean(np.abs(held / y - 1)) * 100,
+                     "with its own fit": np.mean(np.abs(prior(fit) / y - 1)) * 100})
+    if found != gemm.SPLIT_RATE_FITS:
+        raise SystemExit(f"SPLIT_RATE_FITS = {gemm.SPLIT_RATE_FITS} disagrees with the fits: {found}")
+    out = pd.DataFrame(rows)
+    mape = [c for c in out.columns if "MAPE" in c or c.startswith("with")]
+    return out.round({c: 1 for c in mape})
+
+
 def traced_bmm_tiles(root: Path) -> dict:
     """{arch: {device: (rows, cols) tiles}} of the batched SGEMM kernels in NeuSight's bmm test traces.
     cuBLAS names its tiles in column-major terms: `sgemm_128x64` is 128 output columns by 64 rows (the
@@ -250,6 +292,13 @@ def main() -> None:
            "Each Pascal GPU's Linear test MAPE without the limit, with the limit fitted on its other",
            "Pascal GPU (the held-out number the tables above use), and with its own fit (in-sample).", "",
            translation.to_markdown(index=False), ""]
+    split = split_rate_fits(data["test tables"])
+    split.to_csv(out / "split_rate_fits.csv", index=False)
+    md += ["## Ampere's and Hopper's split-K rate for F.linear, fitted per GPU", "",
+           "Each GPU's fp32 Linear test MAPE with split-K at the tile model's rate (exponent 0), with the",
+           "exponent of its architecture's other GPUs (the held-out number; none has a second fitted GPU),",
+           "and with its own fit (in-sample).", "",
+           split.to_markdown(index=False), ""]
     (out / "priors_report.md").write_text("\n".join(md))
     plot(tables, out / "priors_report.png")
     print("\n".join(md))

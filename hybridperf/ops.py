@@ -3,6 +3,11 @@
 Shapes follow NeuSight's test CSVs: `bmm` is (B,M,N) @ (B,N,K); `linear` is an input (B,M,N) through
 Linear(N, K) with bias; every other op works on a (B, H) tensor (softmax and LayerNorm over H).
 All functions are vectorised over numpy arrays of shapes.
+
+A `linear` row also has a form (`LINEAR_FORMS`): `linear`, torch.nn.functional.linear with a bias
+(x @ W^T + b, what NeuSight's harness and hybridperf's collector time; the default), or `mm`, any other
+GEMM of that shape: a bias-free projection, GPT-2's Conv1D addmm (x @ W + b), the backward's dX and dW.
+cuBLAS picks different kernels for them (`hybridperf.priors.gemm.SPLIT_RATE_FITS`).
 """
 from __future__ import annotations
 
@@ -22,6 +27,8 @@ OP_CLASS: dict[str, str] = {
 }
 OP_CLASSES: tuple[str, ...] = ("bmm", "linear", "elementwise", "softmax", "layernorm")
 GEMM_OPS = ("bmm", "linear")
+#: forms of a `linear` row (module docstring); the first is the default
+LINEAR_FORMS = ("linear", "mm")
 
 #: Aliases accepted on input (names torch / FX graphs use) -> canonical op name.
 OP_ALIASES = {"layernorm": "ln", "layer_norm": "ln", "matmul": "bmm", "addmm": "linear", "sub": "add",

@@ -12,6 +12,7 @@ from hybridperf.devices import DTYPE_BYTES
 from hybridperf.errors import InputError
 from hybridperf.graphs import (build_graph, layer_gemms, load_config, plot_latency_vs_batch, predict_model,
                                predict_model_detail, sweep)
+from hybridperf.graphs.compose import kernel_requests
 from hybridperf.predictor import Predictor
 
 HERE = Path(__file__).resolve().parent
@@ -763,3 +764,22 @@ def test_training_memory_grows_with_batch_and_quadratically_with_seq():
     # families outside the count borrow the closest counted block
     assert saved_activation_bytes("mistral", 1024, 4096, 16, 32000, 24, 1, 1024) == \
         saved_activation_bytes("llama", 1024, 4096, 16, 32000, 24, 1, 1024)
+
+
+def test_linear_forms_follow_the_module_that_launches_them():
+    """Only nn.Linear with a bias is F.linear's `linear` form: GPT-2's Conv1D addmm, bias-free
+    projections and every backward GEMM are `mm`; the kernel requests carry the form to the prior."""
+    def forms(cfg, mode="train"):
+        t = build_graph(cfg, 2, 64, mode).kernel_table()
+        lin = t[t["op"] == "linear"]
+        return {(n, p): f for n, p, f in zip(lin["name"], lin["phase"], lin["form"])}
+
+    gpt2 = forms(TINY)
+    assert {gpt2[(n, "fw")] for n in ("c_attn", "attn_proj", "c_fc", "mlp_proj", "lm_head")} == {"mm"}
+    neo = forms(dict(FAMILIES)["gpt_neo"])
+    assert neo[("q_proj", "fw")] == "mm" and neo[("attn_proj", "fw")] == neo[("c_fc", "fw")] == "linear"
+    bert = forms(dict(FAMILIES)["bert"])
+    assert {f for (n, p), f in bert.items() if p == "fw" and "query" in n} == {"linear"}
+    assert {f for (n, p), f in {**gpt2, **neo, **bert}.items() if p == "bw"} == {"mm"}
+    _, req = kernel_requests(build_graph(dict(FAMILIES)["bert"], 2, 64, "inf").kernel_table())
+    assert set(req.loc[req["OPName"] == "linear", "form"]) == {"linear"}

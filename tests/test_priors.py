@@ -445,3 +445,39 @@ def test_a_matrix_unit_gemm_pays_more_reduction_steps_per_tile():
     assert short_over_long("fp32") == pytest.approx(expected(gemm.K_OVERHEAD), rel=0.03)
     # AMD's matrix cores keep the vector overhead (their LIBRARY_EFFICIENCY absorbs the rest)
     assert short_over_long("fp16", "AMD Instinct MI210") == pytest.approx(expected(gemm.K_OVERHEAD), rel=0.03)
+
+
+def _linear_rows(form, dtype="fp32"):
+    """A split-prone fp32 Linear (512 rows, 4096 -> 1024) and a large one that fills the GPU."""
+    return canonicalize(pd.DataFrame({"OPName": ["linear", "linear"], "B": [1, 1], "M": [512, 8192],
+                                      "N": [4096, 2560], "K": [1024, 2560], "dtype": dtype, "form": form}))
+
+
+def test_hopper_f_linear_pays_for_split_k_and_other_gemm_forms_do_not():
+    """On an architecture with a split-rate exponent, F.linear with a bias (`linear` form) is priced
+    slower than a plain mm of the same shape where the prior splits, and identically where it does not;
+    other architectures, and tensor-core GEMMs, price both forms alike."""
+    h100 = get_device("NVIDIA H100 80GB HBM3")
+    assert gemm.SPLIT_RATE_EXPONENT["hopper"] > 0
+    lin, mm = (kernel_prior_terms(_linear_rows(f), h100) for f in ("linear", "mm"))
+    assert mm["split_k"].iloc[0] > 1
+    assert lin["prior_ms"].iloc[0] > mm["prior_ms"].iloc[0]
+    assert lin["prior_ms"].iloc[1] == mm["prior_ms"].iloc[1]
+    for dev, dtype in (("Tesla V100-PCIE-32GB", "fp32"), ("NVIDIA H100 80GB HBM3", "fp16")):
+        spec = get_device(dev)
+        a, b = (kernel_prior_terms(_linear_rows(f, dtype), spec)["prior_ms"] for f in ("linear", "mm"))
+        assert np.array_equal(a.to_numpy(), b.to_numpy())
+
+
+def test_split_rate_of_a_scored_gpu_comes_from_its_architectures_other_gpus():
+    """Each architecture has one fitted GPU, so scoring it leave-one-GPU-out drops the exponent, and the
+    `linear` form prices like `mm`; scoring another GPU keeps it."""
+    h200 = get_device("NVIDIA H200")
+    with gemm.fitted_without("NVIDIA H200"):
+        assert "hopper" not in gemm.SPLIT_RATE_EXPONENT
+        a, b = (kernel_prior_terms(_linear_rows(f), h200)["prior_ms"] for f in ("linear", "mm"))
+        assert np.array_equal(a.to_numpy(), b.to_numpy())
+    with gemm.fitted_without("NVIDIA H100 80GB HBM3"):
+        assert gemm.SPLIT_RATE_EXPONENT == gemm.split_rate_table()
+    assert gemm.split_rate_table(exclude_device="NVIDIA A100-PCIE-40GB") == {
+        "hopper": gemm.SPLIT_RATE_FITS["hopper"]["NVIDIA H200"]}

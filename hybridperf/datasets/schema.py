@@ -1,8 +1,9 @@
 """The canonical kernel-record table every loader produces and every trainer consumes.
 
 One row is one kernel measured (or to be predicted) on one device:
-    op, op_class, dtype, B, M, N, K, H, flops, bytes, device, latency_ms, timing, host, source
-Shape fields a given op does not use are NaN. `latency_ms` may be NaN only for rows to predict.
+    op, op_class, dtype, B, M, N, K, H, flops, bytes, device, latency_ms, timing, host, form, source
+Shape fields a given op does not use are NaN. `form` is a linear row's GEMM form (hybridperf.ops.LINEAR_FORMS,
+`linear` where absent) and empty on the other ops. `latency_ms` may be NaN only for rows to predict.
 `timing` says how the latency was (or is to be) measured: `call` (CUDA events around one eager call,
 NeuSight's harness) or `kernel` (a profiler's kernel duration); `host` whose call overhead a timed
 call carries: `neusight` (the artifact's hosts) or `current`; see hybridperf.priors.launch.
@@ -14,12 +15,12 @@ import pandas as pd
 
 from hybridperf.devices import DTYPE_BYTES, dtype_key
 from hybridperf.errors import HybridperfError, InputError
-from hybridperf.ops import GEMM_OPS, OP_CLASS, canonical_op, op_work
+from hybridperf.ops import GEMM_OPS, LINEAR_FORMS, OP_CLASS, canonical_op, op_work
 from hybridperf.priors.launch import DEFAULT_HOST, HOSTS, TIMINGS, check_host, check_timing
 
 SHAPE_COLUMNS = ("B", "M", "N", "K", "H")
 COLUMNS = ("op", "op_class", "dtype", *SHAPE_COLUMNS, "flops", "bytes", "device", "latency_ms", "timing", "host",
-           "source")
+           "form", "source")
 
 
 def _shown(v) -> str:
@@ -103,6 +104,12 @@ def canonicalize(
         problems.append((i, f"unknown timing {df.at[i, 'timing']!r} (expected one of {', '.join(TIMINGS)})"))
     for i in df.index[~df["host"].isin(HOSTS)]:
         problems.append((i, f"unknown host {df.at[i, 'host']!r} (expected one of {', '.join(HOSTS)})"))
+
+    lin = df["op"] == "linear"
+    form = df["form"].astype(object) if "form" in df.columns else pd.Series(None, index=df.index, dtype=object)
+    df["form"] = np.where(lin, form.where(form.notna(), LINEAR_FORMS[0]).astype(str).str.strip().str.lower(), "")
+    for i in df.index[lin & ~df["form"].isin(LINEAR_FORMS)]:
+        problems.append((i, f"unknown linear form {_shown(form.loc[i])} (expected one of {', '.join(LINEAR_FORMS)})"))
 
     gemm = df["op"].isin(GEMM_OPS)
     vec = df["op"].notna() & ~gemm

@@ -216,7 +216,8 @@ def kernel_requests(tab: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
     req = pd.DataFrame({"OPName": q["op"].to_numpy(), "B": q["B"].to_numpy(np.float64),
                         "M": q["M"].to_numpy(np.float64), "N": q["N"].to_numpy(np.float64),
                         "K": q["K"].to_numpy(np.float64), "H": q["H"].to_numpy(np.float64),
-                        "dtype": q["dtype"].to_numpy(), "host": HARNESS_HOST})
+                        "dtype": q["dtype"].to_numpy(), "host": HARNESS_HOST,
+                        "form": q["form"].to_numpy() if "form" in q.columns else ""})
     gemm = q["op"].isin(("linear", "bmm")).to_numpy()
     req.loc[gemm, "H"] = np.nan
     req.loc[~gemm, ["M", "N", "K"]] = np.nan

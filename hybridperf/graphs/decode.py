@@ -92,9 +92,12 @@ def _gpt2(cfg: ModelConfig, B: int, seq: int) -> list:
               linear("v_proj", B, h, h, bias=False),
               *_attention("attn", cfg, B, kv, None, ("addu", "addu"), qk_fp32=True)]
     else:
-        L += [linear("c_attn", B, h, 3 * h), *_attention("attn", cfg, B, kv, "mulu", ("addu",), q_copy=True)]
-    L += [linear("attn_proj", B, h, h), vec("resid_add1", "add", B, h), ln("ln_2", B, h), linear("c_fc", B, h, f),
-          *_activation("mlp", cfg.activation, B, f), linear("mlp_proj", B, f, h), vec("resid_add2", "add", B, h)]
+        L += [linear("c_attn", B, h, 3 * h, conv1d=True),
+              *_attention("attn", cfg, B, kv, "mulu", ("addu",), q_copy=True)]
+    conv = not neo  # GPT-2's Conv1D, GPT-Neo's nn.Linear
+    L += [linear("attn_proj", B, h, h, conv1d=conv), vec("resid_add1", "add", B, h), ln("ln_2", B, h),
+          linear("c_fc", B, h, f, conv1d=conv), *_activation("mlp", cfg.activation, B, f),
+          linear("mlp_proj", B, f, h, conv1d=conv), vec("resid_add2", "add", B, h)]
     post = [ln("ln_f", B, h), linear("lm_head", B, h, V, bias=False)]
     return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
 

@@ -33,7 +33,7 @@ def one_grouped_kernel(device: DeviceSpec, dtype: str) -> bool:
 
 def launch_grouped_gemms(tab: pd.DataFrame, device: DeviceSpec) -> pd.DataFrame:
     """`tab` (kernel-table columns) with each grouped GEMM the device runs as a loop rewritten as one
-    `linear` GEMM of the group's shape, launched once per group (count x groups); the rest unchanged."""
+    `linear` GEMM (`mm` form) of the group's shape, launched once per group (count x groups); the rest unchanged."""
     if "grouped" not in tab.columns or not tab["grouped"].any():
         return tab
     loop = tab["grouped"].to_numpy(bool) & ~np.array([one_grouped_kernel(device, d) for d in tab["dtype"]])
@@ -44,4 +44,5 @@ def launch_grouped_gemms(tab: pd.DataFrame, device: DeviceSpec) -> pd.DataFrame:
     tab.loc[loop, "B"] = 1
     tab.loc[loop, "op"] = "linear"
     tab.loc[loop, "group"] = "linear"
+    tab.loc[loop, "form"] = "mm"  # one bias-free mm per group
     return tab

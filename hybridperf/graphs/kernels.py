@@ -67,7 +67,7 @@ MODEL_DTYPES = ("fp32", "fp16", "bf16")
 HALF_DTYPES = ("fp16", "bf16")
 #: `grouped`: a top-k MoE's grouped expert GEMM (`grouped_gemm`), one launch or one per expert by device
 KERNEL_COLUMNS = ("block", "name", "op", "B", "M", "N", "K", "H", "nbytes", "extra_nbytes", "phase", "count", "group",
-                  "dtype", "grouped")
+                  "dtype", "grouped", "form")
 #: inf: one forward of batch x seq tokens; train: forward + backward; decode: one generated token per
 #: sequence against a key/value cache of seq tokens (`hybridperf.graphs.decode`)
 MODES = ("inf", "train", "decode")
@@ -86,17 +86,22 @@ SLIDING_MASK_KERNELS = {"qwen2_moe": 23, "gemma2": 23, "gemma3_text": 23,
 BACKWARD_ONLY = ("grad_sum", "grad_cat", "grad_zeros", "grad_cast")
 
 
-def _k(name, op, B=1, M=0, N=0, K=0, H=0, nbytes=0.0, params=0, bias=False, tag="", fp32=False, dtypes=None):
+def _k(name, op, B=1, M=0, N=0, K=0, H=0, nbytes=0.0, params=0, bias=False, tag="", fp32=False, dtypes=None,
+       form=""):
     # extra_nbytes: further full-size inputs of a fused kernel (`_fused_kernel`); fp32: the kernel runs in
-    # fp32 whatever the model's dtype (HF upcasts); dtypes: the model dtypes it is launched in (None: all)
+    # fp32 whatever the model's dtype (HF upcasts); dtypes: the model dtypes it is launched in (None: all);
+    # form: a linear's GEMM form (hybridperf.ops.LINEAR_FORMS; `mm` unless `linear` says otherwise)
     return {"name": name, "op": op, "B": int(B), "M": int(M), "N": int(N), "K": int(K), "H": int(H),
             "nbytes": float(nbytes), "params": int(params), "bias": bool(bias), "tag": tag, "extra_nbytes": 0.0,
-            "fp32": bool(fp32), "dtypes": tuple(dtypes) if dtypes else None}
+            "fp32": bool(fp32), "dtypes": tuple(dtypes) if dtypes else None,
+            "form": form or ("mm" if op == "linear" else "")}
 
 
-def linear(name, tokens, n_in, n_out, bias=True):
-    """nn.Linear / Conv1D (addmm) over `tokens` rows: NeuSight's linear (B=1, M=tokens, N=n_in, K=n_out)."""
-    return _k(name, "linear", 1, tokens, n_in, n_out, params=n_in * n_out + (n_out if bias else 0), bias=bias)
+def linear(name, tokens, n_in, n_out, bias=True, conv1d=False):
+    """nn.Linear, or GPT-2's Conv1D (`conv1d`: addmm with the weight stored (in, out)), over `tokens` rows:
+    NeuSight's linear (B=1, M=tokens, N=n_in, K=n_out). Only nn.Linear with a bias has the `linear` form."""
+    return _k(name, "linear", 1, tokens, n_in, n_out, params=n_in * n_out + (n_out if bias else 0), bias=bias,
+              form="linear" if bias and not conv1d else "mm")
 
 
 def bmm(name, b, m, n, k):
@@ -330,7 +335,7 @@ def backward_kernels(k: dict) -> list:
                 vec(n + ".bw", "mul", k["B"], k["H"])]
     if tag == "nll":  # zero-filled (tokens, V) gradient with one scatter
         return [misc(n + ".bw", "copy", k["B"] * k["H"] * F32)]
-    if op == "linear":
+    if op == "linear":  # plain mm calls (the `mm` form)
         M, N, K = k["M"], k["N"], k["K"]
         out = [_k(n + ".dX", "linear", 1, M, K, N), _k(n + ".dW", "linear", 1, K, M, N)]
         if k["bias"]:
@@ -610,14 +615,15 @@ def _gpt2(cfg: ModelConfig, B, S, train) -> list:
         L += [*grad_sums("ln_1_out", tok, h, 3, train), linear("q_proj", tok, h, h, bias=False),
               linear("k_proj", tok, h, h, bias=False), linear("v_proj", tok, h, h, bias=False)]
     else:
-        L += [linear("c_attn", tok, h, 3 * h)]
+        L += [linear("c_attn", tok, h, 3 * h, conv1d=True)]
     # GPT-Neo's eager attention casts q and k to fp32 (`_attn`): QK^T, mask and softmax run in fp32
     L += _attention_core("attn", B, S, cfg.heads, cfg.head_dim, train,
                          scale_op=None if neo else "divu", mask_op=(("addu", "where"),), qk_fp32=neo)
-    L += [linear("attn_proj", tok, h, h), *_dropout("resid_dropout", tok, h, train),
+    conv = not neo  # GPT-2's projections are Conv1D (addmm of x @ W), GPT-Neo's nn.Linear
+    L += [linear("attn_proj", tok, h, h, conv1d=conv), *_dropout("resid_dropout", tok, h, train),
           vec("resid_add1", "add", tok, h, tag="residual"), *grad_sums("resid_mid", tok, h, 2, train),
-          ln("ln_2", tok, h), linear("c_fc", tok, h, f),
-          *_activation("mlp", cfg.activation, tok, f, train), linear("mlp_proj", tok, f, h),
+          ln("ln_2", tok, h), linear("c_fc", tok, h, f, conv1d=conv),
+          *_activation("mlp", cfg.activation, tok, f, train), linear("mlp_proj", tok, f, h, conv1d=conv),
           *_dropout("mlp_dropout", tok, h, train), vec("resid_add2", "add", tok, h, tag="residual")]
     post = [ln("ln_f", tok, h), linear("lm_head", tok, h, V, bias=False)]
     return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]

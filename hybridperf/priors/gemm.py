@@ -27,6 +27,10 @@ N elements long), not the data size. We read it as an address-translation limit 
 once a tile's rows span more pages than the SM's translation cache holds, its loads miss it and are
 served at a GPU-wide rate. The V100 and A100 slow by 0.1-0.2 in log at 64k features, but no second GPU
 of either architecture can check a fit, so only Pascal has the rule.
+
+Ampere's and Hopper's cuBLAS rarely splits `F.linear` with a bias over the grid; it runs a partial wave
+of small tiles instead, slower than the split the tile model prices (`SPLIT_RATE_FITS`). Their other
+GEMMs, and every GEMM of the older architectures, split as priced.
 """
 from __future__ import annotations
 
@@ -122,6 +126,34 @@ def translation_table(exclude_device: str | None = None) -> dict[str, tuple[floa
 #: the limit the prior uses; architectures without an entry have none
 TRANSLATION_LIMIT = translation_table()
 
+#: Per GPU: how much slower than the tile model a split-K SGEMM of `F.linear` with a bias runs, as
+#: the exponent `a` of its blocks' rate split ** -a, each fitted on that GPU's own fp32 Linear test
+#: table by `experiments/priors_report.py` (`split_rate_fits`), which scores each GPU with the others'.
+#: Ampere's and Hopper's cuBLAS rarely split that call over the grid (2 of the A100's 1,040 traced test
+#: shapes, 1 of our H200's 18) and run a partial wave of small tiles instead, slower than the split the
+#: tile model prices. Their other GEMMs do split (the H100's GPT-2 profile: Conv1D's addmm in
+#: cutlass kernels, the backward's mm with xmma split-K), so only the `linear` form pays
+#: (`hybridperf.datasets.schema`: a request's `form`). Pascal, Volta and Turing split it as priced.
+SPLIT_RATE_FITS: dict[str, dict[str, float]] = {
+    "ampere": {"NVIDIA A100-PCIE-40GB": 0.10},
+    "hopper": {"NVIDIA H200": 0.35},
+}
+
+
+def split_rate_table(exclude_device: str | None = None) -> dict[str, float]:
+    """Per architecture, the mean split-rate exponent fitted on every GPU but `exclude_device` (an
+    architecture fitted on that GPU alone drops out)."""
+    table = {}
+    for arch, by_device in SPLIT_RATE_FITS.items():
+        fits = [a for dev, a in by_device.items() if dev != exclude_device]
+        if fits:
+            table[arch] = float(np.mean(fits))
+    return table
+
+
+#: the exponents the prior uses; architectures without an entry split at the tile model's rate
+SPLIT_RATE_EXPONENT = split_rate_table()
+
 
 def translation_limited_ms(compute_ms, batch, m, k_out, n_red, tile_m, tile_n, device: DeviceSpec,
                            dtype: str = "fp32") -> np.ndarray:
@@ -167,12 +199,19 @@ def translation_limit(table: dict):
     return _replaced("TRANSLATION_LIMIT", dict(table))
 
 
+def split_rate(table: dict):
+    """Context in which SPLIT_RATE_EXPONENT is `table`."""
+    return _replaced("SPLIT_RATE_EXPONENT", dict(table))
+
+
 @contextlib.contextmanager
 def fitted_without(device: str):
     """Context in which the GEMM constants read off GPU data (the batched-SGEMM tiles, the translation
-    limit) come from every GPU but `device`: how a GPU is scored leave-one-GPU-out."""
+    limit, the split-rate exponent) come from every GPU but `device`: how a GPU is scored
+    leave-one-GPU-out."""
     with batched_sgemm_tiles(batched_sgemm_table(exclude_device=device)), \
-            translation_limit(translation_table(exclude_device=device)):
+            translation_limit(translation_table(exclude_device=device)), \
+            split_rate(split_rate_table(exclude_device=device)):
         yield
 
 
@@ -255,11 +294,13 @@ def unaligned_slowdown(k_out, n_red, dtype: str) -> np.ndarray:
 
 
 def gemm_compute(batch, m, k_out, n_red, device: DeviceSpec, dtype: str = "fp32", matrix: bool = False,
-                 batched: bool = False) -> GemmTerms:
+                 batched: bool = False, linear_form=False) -> GemmTerms:
     """Compute time of a (batched) GEMM under the best tile, with wave quantization. `batched`
     (torch.bmm) restricts vector-math (non-tensor-core) tiles to those the architecture's batched
     SGEMM runs (`BATCHED_SGEMM_TILES`), else to those at least as wide along the output columns as
-    along the rows."""
+    along the rows. `linear_form` (per row, or one bool): the GEMM is `F.linear` with a bias, whose
+    vector-math splits run at split ** -SPLIT_RATE_EXPONENT of the rate on the architectures that
+    have one."""
     B = np.asarray(batch, dtype=np.float64)[:, None]
     M = np.asarray(m, dtype=np.float64)[:, None]
     K = np.asarray(k_out, dtype=np.float64)[:, None]
@@ -300,7 +341,12 @@ def gemm_compute(batch, m, k_out, n_red, device: DeviceSpec, dtype: str = "fp32"
             allowed = allowed & np.any([(tm == r) & (tn == c) for r, c in fixed], axis=0)
         else:
             allowed = allowed & (tn >= tm)
-    t = np.where(allowed, waves * wave_ms + reduce_ms, np.inf)
+    slowed = 1.0
+    exponent = SPLIT_RATE_EXPONENT.get(device.arch, 0.0)
+    if exponent and not uses_matrix_units(device, dtype, matrix):
+        rows_slowed = np.broadcast_to(np.asarray(linear_form, dtype=bool), B[:, 0].shape)[:, None]
+        slowed = np.where(rows_slowed, split ** exponent, 1.0)
+    t = np.where(allowed, waves * wave_ms * slowed + reduce_ms, np.inf)
     best = np.argmin(t, axis=1)
     rows = np.arange(len(best))
     pick = lambda a: np.broadcast_to(a, t.shape)[rows, best]  # noqa: E731

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from hybridperf.devices import DTYPE_BYTES, DeviceSpec
-from hybridperf.ops import GEMM_OPS
+from hybridperf.ops import GEMM_OPS, LINEAR_FORMS
 from hybridperf.priors.gemm import gemm_compute, library_efficiency
 from hybridperf.priors.launch import HOST_FLOOR_SCALE, describe_floor_shares, floors_ms, row_host, row_timing
 from hybridperf.priors.memory import l2_hit_fraction, memory_time_ms
@@ -40,6 +40,15 @@ TERM_COLUMNS = (
     "wave_efficiency", "tile_m", "tile_n", "tile_efficiency", "split_k", "l2_hit", "parallel_fraction",
     "reread_hit",
 )
+
+
+def linear_form(rows: pd.DataFrame) -> np.ndarray:
+    """Per row: a `linear` op in the `linear` form (`hybridperf.ops.LINEAR_FORMS`; the default where
+    the table has no `form` column)."""
+    lin = rows["op"].to_numpy() == "linear"
+    if "form" not in rows.columns:
+        return lin
+    return lin & (rows["form"].to_numpy() == LINEAR_FORMS[0])
 
 
 def kernel_prior_terms(kernels: pd.DataFrame, device: DeviceSpec, timing: str | None = None) -> pd.DataFrame:
@@ -74,7 +83,7 @@ def kernel_prior_terms(kernels: pd.DataFrame, device: DeviceSpec, timing: str | 
         out["l2_hit"][idx] = l2_hit_fraction(nbytes, device)
         if op in GEMM_OPS:
             terms = gemm_compute(g["B"].to_numpy(), g["M"].to_numpy(), g["K"].to_numpy(), g["N"].to_numpy(),
-                                 device, dt, matrix, batched=op == "bmm")
+                                 device, dt, matrix, batched=op == "bmm", linear_form=linear_form(g))
             mem = memory_time_ms(nbytes, device)
             compute = terms.compute_ms / library_efficiency(device.vendor, op)
             out["tiles"][idx] = terms.tiles
