@@ -12,7 +12,7 @@ import typer
 from typer.testing import CliRunner
 
 from hybridperf.cli import collect as collect_cli
-from hybridperf.datasets.collector import collect_kernels, fastest_mean, load_shapes
+from hybridperf.datasets.collector import build_op, collect_kernels, fastest_mean, load_shapes
 from hybridperf.datasets.schema import COLUMNS, canonicalize, validate
 from hybridperf.errors import InputError
 
@@ -203,3 +203,16 @@ def test_host_floor_scale_reads_the_hosts_share_of_the_call_floor():
     assert shares == pytest.approx({"all": 0.5, "elementwise": 0.5})  # one linear, one softmax: no share of their own
     assert "0.50 of NeuSight's (4 floor-bound kernels)" in host_floor_line(measured)
     assert host_floor_line(measured.assign(device="cpu")) is None
+
+
+def test_collector_times_a_linear_in_the_form_its_row_asks_for(tmp_path):
+    """A `form` column reaches the collector: `mm` rows run torch.mm (no bias) and keep their form, rows
+    without one are F.linear."""
+    f = _write(tmp_path / "s.csv", "OPName,B,M,N,K,form\nlinear,2,8,16,4,mm\nlinear,2,8,16,4,\n")
+    shapes = load_shapes(f)
+    assert shapes["form"].tolist() == ["mm", "linear"]
+    out = collect_kernels(shapes, device="cpu", warmup=0, repeats=1, fastest=1, progress=False)
+    assert out["form"].tolist() == ["mm", "linear"] and (out["latency_ms"] > 0).all()
+    torch = pytest.importorskip("torch")
+    fn, args = build_op(torch, "linear", 1, 16, 16, 4, 0, device="cpu", dtype=torch.float32, form="mm")
+    assert fn is torch.mm and [tuple(a.shape) for a in args] == [(16, 16), (16, 4)]

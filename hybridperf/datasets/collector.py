@@ -5,7 +5,9 @@ Methodology (NeuSight `neusight/Dataset/collect.py`, plus an explicit warm-up):
 * One (op, shape) at a time, under `torch.no_grad()`, inputs created once on the device before timing
   (seeded with torch.manual_seed(0); NeuSight uses randn for GEMM operands and zeros for the others):
     - bmm      torch.bmm(x, y), x (B,M,N), y (B,N,K)
-    - linear   torch.nn.functional.linear(x, w, b), x (B,M,N), w (K,N), b (K)
+    - linear   torch.nn.functional.linear(x, w, b), x (B,M,N), w (K,N), b (K); a row of `form` `mm`
+               (hybridperf.ops.LINEAR_FORMS) runs torch.mm(x, w) instead, x (B*M,N), w (N,K), no bias:
+               a plain GEMM like the backward's, which cuBLAS may split where it does not split F.linear
     - add/mul/div/pow         torch.<op>(x, y), two (B,H) tensors
     - addu/mulu/divu/powu     torch.<op>(x, s), a (B,H) tensor and a python float s (0.5)
     - relu/gelu/tanh          the torch function on a (B,H) tensor
@@ -101,7 +103,8 @@ def load_shapes(path: str | Path, ops=None) -> pd.DataFrame:
         # validate through the canonical schema: unknown op, NaN / non-positive shape -> file:line error
         g = g.drop(columns=[c for c in ("Latency", "latency_ms", "Device", "device") if c in g.columns])
         if not g.empty:
-            frames.append(canonicalize(g, source=str(path), on_bad="raise").loc[:, ["op", "B", "M", "N", "K", "H"]])
+            frames.append(canonicalize(g, source=str(path), on_bad="raise").loc[:, ["op", "B", "M", "N", "K", "H",
+                                                                                   "form"]])
     if not frames:
         raise InputError(f"{path}: no shapes to measure" + (f" for ops {want}" if want else ""))
     out = pd.concat(frames, ignore_index=True)
@@ -131,12 +134,15 @@ def _cpu_name() -> str:
     return name or platform.processor() or platform.machine() or "cpu"
 
 
-def build_op(torch, op: str, B: int, M: int, N: int, K: int, H: int, device: str, dtype):
-    """(callable, args) that run `op` once on inputs created on `device`, as NeuSight measures it."""
+def build_op(torch, op: str, B: int, M: int, N: int, K: int, H: int, device: str, dtype, form: str = "linear"):
+    """(callable, args) that run `op` (a linear in `form`) once on inputs created on `device`, as NeuSight
+    measures it."""
     F = torch.nn.functional
     kw = {"device": device, "dtype": dtype}
     if op == "bmm":
         return torch.bmm, (torch.randn(B, M, N, **kw), torch.randn(B, N, K, **kw))
+    if op == "linear" and form == "mm":
+        return torch.mm, (torch.randn(B * M, N, **kw), torch.randn(N, K, **kw))
     if op == "linear":
         return F.linear, (torch.randn(B, M, N, **kw), torch.randn(K, N, **kw), torch.randn(K, **kw))
     x = torch.zeros(B, H, **kw)
@@ -200,7 +206,8 @@ def collect_kernels(
     source: str = "",
     progress: bool = True,
 ) -> pd.DataFrame:
-    """Measure every (op, shape) row of `shapes` (columns op, B, M, N, K, H, e.g. from `load_shapes`).
+    """Measure every (op, shape) row of `shapes` (columns op, B, M, N, K, H and optionally a linear's
+    `form`, e.g. from `load_shapes`).
 
     `device`: 'cuda' (or 'cuda:N'), 'cpu', or None for cuda when available else cpu.
     Returns the canonical table plus OPName, Latency, Device, `Torch Version`, `CUDA Version`,
@@ -245,14 +252,15 @@ def collect_kernels(
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(0)
-    items = list(shapes[["op", "B", "M", "N", "K", "H"]].itertuples(index=False))
+    forms = shapes["form"] if "form" in shapes.columns else pd.Series("", index=shapes.index)
+    items = list(shapes[["op", "B", "M", "N", "K", "H"]].assign(form=forms.fillna("")).itertuples(index=False))
     try:
         with _progress(progress, len(items), device_name) as advance, torch.no_grad():
-            for op, B, M, N, K, H in items:
+            for op, B, M, N, K, H, form in items:
                 op = canonical_op(op)
                 dims = [int(v) if v == v else 0 for v in (B, M, N, K, H)]
                 try:
-                    fn, args = build_op(torch, op, *dims, device=dev, dtype=tdtype)
+                    fn, args = build_op(torch, op, *dims, device=dev, dtype=tdtype, form=form or "linear")
                     samples = time_calls(torch, fn, args, cuda=cuda, warmup=warmup, repeats=repeats)
                     del args
                 except (RuntimeError, MemoryError) as e:  # OOM, or an op/dtype the backend lacks
@@ -262,7 +270,7 @@ def collect_kernels(
                         torch.cuda.empty_cache()
                     advance()
                     continue
-                rows.append({"OPName": op, "B": B, "M": M, "N": N, "K": K, "H": H,
+                rows.append({"OPName": op, "B": B, "M": M, "N": N, "K": K, "H": H, "form": form or None,
                              "Latency": fastest_mean(samples, fastest)})
                 advance()
     finally:
