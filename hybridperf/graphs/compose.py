@@ -48,7 +48,7 @@ from hybridperf.graphs.grouped import launch_grouped_gemms
 from hybridperf.graphs.kernels import ModelGraph, build_graph
 from hybridperf.graphs.misc import MISC_LOG_HALF_WIDTH, misc_latency_ms
 from hybridperf.graphs.optimizer import optimizer_table, param_numels
-from hybridperf.ops import OP_CLASS
+from hybridperf.ops import GEMM_OPS, OP_CLASS
 from hybridperf.predictor import Predictor, shipped_models_dir
 from hybridperf.priors.launch import launch_floor_ms
 from hybridperf.priors.memory import memory_time_ms
@@ -216,9 +216,8 @@ def kernel_requests(tab: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
     req = pd.DataFrame({"OPName": q["op"].to_numpy(), "B": q["B"].to_numpy(np.float64),
                         "M": q["M"].to_numpy(np.float64), "N": q["N"].to_numpy(np.float64),
                         "K": q["K"].to_numpy(np.float64), "H": q["H"].to_numpy(np.float64),
-                        "dtype": q["dtype"].to_numpy(), "host": HARNESS_HOST,
-                        "form": q["form"].to_numpy() if "form" in q.columns else ""})
-    gemm = q["op"].isin(("linear", "bmm")).to_numpy()
+                        "dtype": q["dtype"].to_numpy(), "host": HARNESS_HOST, "form": q["form"].to_numpy()})
+    gemm = q["op"].isin(GEMM_OPS).to_numpy()
     req.loc[gemm, "H"] = np.nan
     req.loc[~gemm, ["M", "N", "K"]] = np.nan
     return vi, req
