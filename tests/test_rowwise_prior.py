@@ -7,12 +7,15 @@ import dataclasses
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from hybridperf.datasets.schema import canonicalize
 from hybridperf.devices import get_device
+from hybridperf.priors.gemm import fitted_without
 from hybridperf.priors.kernel_prior import kernel_prior_terms
 from hybridperf.priors.rowwise import (
-    REREAD_FITS_L2, REREAD_SPILLS_L2, reread_hit_fraction, reread_time_ms, row_issue_ms, row_kernel_layout,
+    REREAD_FITS_L2, REREAD_L2_SHARE_FITS, REREAD_SPILLS_L2, reread_hit_fraction, reread_share, reread_share_table,
+    reread_time_ms, row_issue_ms, row_kernel_layout,
 )
 
 
@@ -42,7 +45,7 @@ def _softmax(B: int, H: int, host: str = "neusight") -> pd.DataFrame:
 
 
 def test_long_softmax_rows_cost_more_per_byte_when_l2_is_small():
-    big = get_device("NVIDIA A100-PCIE-40GB")
+    big = dataclasses.replace(get_device("NVIDIA A100-PCIE-40GB"), l2_partitions=1)
     small = dataclasses.replace(big, l2_mb=1.0)
     rows = _softmax(65536, 8192)
     t_big, t_small = (kernel_prior_terms(rows, d).iloc[0] for d in (big, small))
@@ -81,3 +84,31 @@ def test_sm_side_cost_binds_where_memory_is_fast_for_the_sms():
     per_elem = row_issue_ms("softmax", 1.0, H, 2, dev, current=True) / H
     assert per_elem[0] < per_elem[1] < per_elem[2]
     assert np.allclose(row_issue_ms("softmax", 1.0, H, 2, dev, current=False) / H, per_elem[0])
+
+
+def test_a_split_l2_holds_fewer_rows_for_their_reread():
+    split = get_device("NVIDIA H100 80GB HBM3")
+    whole = dataclasses.replace(split, l2_partitions=1)
+    inflight = np.array([0.3, 0.5, 0.7, 0.9]) * split.l2_mb * 1e6
+    with reread_share(0.6):
+        hit_split, hit_whole = reread_hit_fraction(inflight, split), reread_hit_fraction(inflight, whole)
+        assert np.all(hit_split <= hit_whole) and hit_split[2] < hit_whole[2]
+        # rows taking 0.3 of a split L2 seen at share 0.6 hit as rows taking 0.5 of a whole one
+        assert reread_hit_fraction(inflight[:1], split)[0] == reread_hit_fraction(inflight[1:2], whole)[0]
+    with reread_share(1.0):
+        assert np.array_equal(reread_hit_fraction(inflight, split), hit_whole)
+
+
+def test_a_gpu_held_out_takes_the_other_gpus_reread_share():
+    assert set(REREAD_L2_SHARE_FITS) == {"NVIDIA A100-PCIE-40GB", "NVIDIA H200"}
+    assert reread_share_table("NVIDIA A100-PCIE-40GB") == REREAD_L2_SHARE_FITS["NVIDIA H200"]
+    assert reread_share_table("NVIDIA H200") == REREAD_L2_SHARE_FITS["NVIDIA A100-PCIE-40GB"]
+    assert reread_share_table() == pytest.approx(np.mean(list(REREAD_L2_SHARE_FITS.values())))
+    rows = _softmax(65536, 12288, host="neusight")
+    a100 = get_device("NVIDIA A100-PCIE-40GB")
+    shipped = kernel_prior_terms(rows, a100).iloc[0]
+    with fitted_without("NVIDIA A100-PCIE-40GB"):
+        held = kernel_prior_terms(rows, a100).iloc[0]
+    with reread_share(REREAD_L2_SHARE_FITS["NVIDIA H200"]):
+        assert kernel_prior_terms(rows, a100).iloc[0]["prior_ms"] == held["prior_ms"]
+    assert held["reread_hit"] < shipped["reread_hit"]  # 0.60 (the H200's) against the mean 0.65

@@ -275,6 +275,8 @@ DEVICES: list[DeviceSpec] = [
         form_factor="PCIe", aliases=("RTX-3060", "3060"),
     ),
     # ------------------------------------------------------------------ Ampere (GA100)
+    # GA100 and GH100 (Hopper, below) split L2 into two partitions, each caching for the SMs wired to it
+    # (NVIDIA's A100 and H100 whitepapers): `l2_partitions=2`.
     # NVIDIA A30 datasheet (2021): 5.2 fp64, 10.3 fp32, TF32 82, FP16/BF16 165, INT8 330 (dense) at
     # 1440 MHz, 24 GB HBM2 933 GB/s, 24 MB L2, 165 W; NVLink bridge 200 GB/s bidirectional = 100/dir.
     # Vector fp16 4x and bf16 2x fp32, as on A100.
@@ -283,7 +285,7 @@ DEVICES: list[DeviceSpec] = [
         boost_clock_mhz=1440, mem_gb=24, mem_bw_gbs=933, l2_mb=24, mem_type="HBM2",
         peak_tflops={"fp32": 10.3, "fp16": 41.3, "bf16": 20.6, "fp64": 5.2, "tf32_tc": 82.0,
                      "fp16_tc": 165.0, "bf16_tc": 165.0, "int8_tc": 330.0},
-        smem_per_sm_kb=164, max_threads_per_sm=2048, tdp_w=165, pcie_gen=4, pcie_bw_gbs=32,
+        smem_per_sm_kb=164, max_threads_per_sm=2048, l2_partitions=2, tdp_w=165, pcie_gen=4, pcie_bw_gbs=32,
         link_name="NVLink3", link_bw_gbs=100, form_factor="PCIe", aliases=("A30", "A30-24GB"),
     ),
     # NVIDIA A100 datasheet (2021) / A100 whitepaper (2020): 9.7 fp64, 19.5 fp32, 78 fp16 and 39 bf16
@@ -294,7 +296,7 @@ DEVICES: list[DeviceSpec] = [
         boost_clock_mhz=1410, mem_gb=40, mem_bw_gbs=1555, l2_mb=40, mem_type="HBM2",
         peak_tflops={"fp32": 19.5, "fp16": 78.0, "bf16": 39.0, "fp64": 9.7, "tf32_tc": 156.0,
                      "fp16_tc": 312.0, "bf16_tc": 312.0, "int8_tc": 624.0},
-        smem_per_sm_kb=164, max_threads_per_sm=2048, tdp_w=250, pcie_gen=4, pcie_bw_gbs=32,
+        smem_per_sm_kb=164, max_threads_per_sm=2048, l2_partitions=2, tdp_w=250, pcie_gen=4, pcie_bw_gbs=32,
         link_name="NVLink3", link_bw_gbs=300, form_factor="PCIe",
         aliases=("A100-PCIE-40GB", "A100-40GB-PCIe", "A100-40GB", "A100-40G"),
     ),
@@ -306,7 +308,7 @@ DEVICES: list[DeviceSpec] = [
         boost_clock_mhz=1410, mem_gb=80, mem_bw_gbs=1935, l2_mb=40, mem_type="HBM2e",
         peak_tflops={"fp32": 19.5, "fp16": 78.0, "bf16": 39.0, "fp64": 9.7, "tf32_tc": 156.0,
                      "fp16_tc": 312.0, "bf16_tc": 312.0, "int8_tc": 624.0},
-        smem_per_sm_kb=164, max_threads_per_sm=2048, tdp_w=300, pcie_gen=4, pcie_bw_gbs=32,
+        smem_per_sm_kb=164, max_threads_per_sm=2048, l2_partitions=2, tdp_w=300, pcie_gen=4, pcie_bw_gbs=32,
         link_name="NVLink3", link_bw_gbs=300, form_factor="PCIe",
         aliases=("A100-80GB-PCIe", "A100-PCIe-80GB", "A100-80G-PCIe", "A100-80GB", "A100-80G",
                  "A100", "A100-PCIe"),
@@ -317,7 +319,7 @@ DEVICES: list[DeviceSpec] = [
         boost_clock_mhz=1410, mem_gb=40, mem_bw_gbs=1555, l2_mb=40, mem_type="HBM2",
         peak_tflops={"fp32": 19.5, "fp16": 78.0, "bf16": 39.0, "fp64": 9.7, "tf32_tc": 156.0,
                      "fp16_tc": 312.0, "bf16_tc": 312.0, "int8_tc": 624.0},
-        smem_per_sm_kb=164, max_threads_per_sm=2048, tdp_w=400, pcie_gen=4, pcie_bw_gbs=32,
+        smem_per_sm_kb=164, max_threads_per_sm=2048, l2_partitions=2, tdp_w=400, pcie_gen=4, pcie_bw_gbs=32,
         link_name="NVLink3", link_bw_gbs=300, form_factor="SXM",
         aliases=("A100-SXM-40GB", "A100-SXM4-40GB", "A100-40GB-SXM"),
     ),
@@ -327,7 +329,7 @@ DEVICES: list[DeviceSpec] = [
         boost_clock_mhz=1410, mem_gb=80, mem_bw_gbs=2039, l2_mb=40, mem_type="HBM2e",
         peak_tflops={"fp32": 19.5, "fp16": 78.0, "bf16": 39.0, "fp64": 9.7, "tf32_tc": 156.0,
                      "fp16_tc": 312.0, "bf16_tc": 312.0, "int8_tc": 624.0},
-        smem_per_sm_kb=164, max_threads_per_sm=2048, tdp_w=400, pcie_gen=4, pcie_bw_gbs=32,
+        smem_per_sm_kb=164, max_threads_per_sm=2048, l2_partitions=2, tdp_w=400, pcie_gen=4, pcie_bw_gbs=32,
         link_name="NVLink3", link_bw_gbs=300, form_factor="SXM",
         aliases=("A100-SXM-80GB", "A100-SXM4-80GB", "A100-80GB-SXM", "A100-SXM", "A100-SXM4"),
     ),
@@ -337,7 +339,7 @@ DEVICES: list[DeviceSpec] = [
         boost_clock_mhz=1410, mem_gb=80, mem_bw_gbs=2039, l2_mb=40, mem_type="HBM2e",
         peak_tflops={"fp32": 19.5, "fp16": 78.0, "bf16": 39.0, "fp64": 9.7, "tf32_tc": 156.0,
                      "fp16_tc": 312.0, "bf16_tc": 312.0, "int8_tc": 624.0},
-        smem_per_sm_kb=164, max_threads_per_sm=2048, tdp_w=400, pcie_gen=4, pcie_bw_gbs=32,
+        smem_per_sm_kb=164, max_threads_per_sm=2048, l2_partitions=2, tdp_w=400, pcie_gen=4, pcie_bw_gbs=32,
         link_name="NVLink3", link_bw_gbs=200, form_factor="SXM", aliases=("A800-SXM4-80GB", "A800", "A800-SXM4"),
     ),
     # NVIDIA A800 80GB PCIe: an A100 80GB PCIe with its NVLink bridge cut to 400 GB/s bidirectional.
@@ -346,7 +348,7 @@ DEVICES: list[DeviceSpec] = [
         boost_clock_mhz=1410, mem_gb=80, mem_bw_gbs=1935, l2_mb=40, mem_type="HBM2e",
         peak_tflops={"fp32": 19.5, "fp16": 78.0, "bf16": 39.0, "fp64": 9.7, "tf32_tc": 156.0,
                      "fp16_tc": 312.0, "bf16_tc": 312.0, "int8_tc": 624.0},
-        smem_per_sm_kb=164, max_threads_per_sm=2048, tdp_w=300, pcie_gen=4, pcie_bw_gbs=32,
+        smem_per_sm_kb=164, max_threads_per_sm=2048, l2_partitions=2, tdp_w=300, pcie_gen=4, pcie_bw_gbs=32,
         link_name="NVLink3", link_bw_gbs=200, form_factor="PCIe", aliases=("A800-PCIe", "A800-80GB-PCIe"),
     ),
     # ------------------------------------------------------------------ Ada Lovelace
@@ -454,7 +456,7 @@ DEVICES: list[DeviceSpec] = [
         boost_clock_mhz=1755, mem_gb=80, mem_bw_gbs=2000, l2_mb=50, mem_type="HBM2e",
         peak_tflops={"fp32": 51.2, "fp16": 102.4, "bf16": 102.4, "fp64": 25.6, "tf32_tc": 378.0,
                      "fp16_tc": 756.0, "bf16_tc": 756.0, "fp8_tc": 1513.0, "int8_tc": 1513.0},
-        smem_per_sm_kb=228, max_threads_per_sm=2048, tdp_w=350, pcie_gen=5, pcie_bw_gbs=64,
+        smem_per_sm_kb=228, max_threads_per_sm=2048, l2_partitions=2, tdp_w=350, pcie_gen=5, pcie_bw_gbs=64,
         link_name="NVLink4", link_bw_gbs=300, form_factor="PCIe",
         aliases=("H100-PCIe", "H100-PCIe-80GB", "H100-80GB-PCIe"),
     ),
@@ -466,7 +468,7 @@ DEVICES: list[DeviceSpec] = [
         boost_clock_mhz=1980, mem_gb=80, mem_bw_gbs=3350, l2_mb=50, mem_type="HBM3",
         peak_tflops={"fp32": 67.0, "fp16": 134.0, "bf16": 134.0, "fp64": 34.0, "tf32_tc": 494.7,
                      "fp16_tc": 989.4, "bf16_tc": 989.4, "fp8_tc": 1978.9, "int8_tc": 1978.9},
-        smem_per_sm_kb=228, max_threads_per_sm=2048, tdp_w=700, pcie_gen=5, pcie_bw_gbs=64,
+        smem_per_sm_kb=228, max_threads_per_sm=2048, l2_partitions=2, tdp_w=700, pcie_gen=5, pcie_bw_gbs=64,
         link_name="NVLink4", link_bw_gbs=450, form_factor="SXM",
         aliases=("H100-SXM", "H100", "H100-SXM5-80GB", "H100-SXM5", "H100-80GB", "H100-80G"),
     ),
@@ -479,7 +481,7 @@ DEVICES: list[DeviceSpec] = [
         boost_clock_mhz=1980, mem_gb=96, mem_bw_gbs=4000, l2_mb=50, mem_type="HBM3",
         peak_tflops={"fp32": 67.0, "fp16": 134.0, "bf16": 134.0, "fp64": 34.0, "tf32_tc": 494.7,
                      "fp16_tc": 989.4, "bf16_tc": 989.4, "fp8_tc": 1978.9, "int8_tc": 1978.9},
-        smem_per_sm_kb=228, max_threads_per_sm=2048, tdp_w=700, pcie_gen=5, pcie_bw_gbs=64,
+        smem_per_sm_kb=228, max_threads_per_sm=2048, l2_partitions=2, tdp_w=700, pcie_gen=5, pcie_bw_gbs=64,
         link_name="NVLink4", link_bw_gbs=450, form_factor="SXM", aliases=("GH200", "GH200-96GB"),
     ),
     # NVIDIA H800 SXM5 (export variant of H100 SXM): H100 SXM compute except fp64 (~1 TF), 80 GB HBM3
@@ -489,7 +491,7 @@ DEVICES: list[DeviceSpec] = [
         boost_clock_mhz=1980, mem_gb=80, mem_bw_gbs=3350, l2_mb=50, mem_type="HBM3",
         peak_tflops={"fp32": 67.0, "fp16": 134.0, "bf16": 134.0, "fp64": 1.0, "tf32_tc": 494.7,
                      "fp16_tc": 989.4, "bf16_tc": 989.4, "fp8_tc": 1978.9, "int8_tc": 1978.9},
-        smem_per_sm_kb=228, max_threads_per_sm=2048, tdp_w=700, pcie_gen=5, pcie_bw_gbs=64,
+        smem_per_sm_kb=228, max_threads_per_sm=2048, l2_partitions=2, tdp_w=700, pcie_gen=5, pcie_bw_gbs=64,
         link_name="NVLink4", link_bw_gbs=200, form_factor="SXM", aliases=("H800", "H800-SXM"),
     ),
     # NVIDIA H100 NVL datasheet (2023, per GPU): 30 fp64, 60 fp32; TF32 835, FP16/BF16 1671, FP8/INT8
@@ -500,7 +502,7 @@ DEVICES: list[DeviceSpec] = [
         boost_clock_mhz=1785, mem_gb=94, mem_bw_gbs=3900, l2_mb=50, mem_type="HBM3",
         peak_tflops={"fp32": 60.0, "fp16": 120.0, "bf16": 120.0, "fp64": 30.0, "tf32_tc": 417.5,
                      "fp16_tc": 835.5, "bf16_tc": 835.5, "fp8_tc": 1670.5, "int8_tc": 1670.5},
-        smem_per_sm_kb=228, max_threads_per_sm=2048, tdp_w=400, pcie_gen=5, pcie_bw_gbs=64,
+        smem_per_sm_kb=228, max_threads_per_sm=2048, l2_partitions=2, tdp_w=400, pcie_gen=5, pcie_bw_gbs=64,
         link_name="NVLink4", link_bw_gbs=300, form_factor="NVL",
         aliases=("H100-NVL", "H100-NVL-94GB", "H100-94GB"),
     ),
@@ -511,7 +513,7 @@ DEVICES: list[DeviceSpec] = [
         boost_clock_mhz=1980, mem_gb=141, mem_bw_gbs=4800, l2_mb=50, mem_type="HBM3e",
         peak_tflops={"fp32": 67.0, "fp16": 134.0, "bf16": 134.0, "fp64": 34.0, "tf32_tc": 494.7,
                      "fp16_tc": 989.4, "bf16_tc": 989.4, "fp8_tc": 1978.9, "int8_tc": 1978.9},
-        smem_per_sm_kb=228, max_threads_per_sm=2048, tdp_w=700, pcie_gen=5, pcie_bw_gbs=64,
+        smem_per_sm_kb=228, max_threads_per_sm=2048, l2_partitions=2, tdp_w=700, pcie_gen=5, pcie_bw_gbs=64,
         link_name="NVLink4", link_bw_gbs=450, form_factor="SXM",
         aliases=("H200", "H200-SXM", "H200-141GB"),
     ),
@@ -522,7 +524,7 @@ DEVICES: list[DeviceSpec] = [
         boost_clock_mhz=1785, mem_gb=141, mem_bw_gbs=4800, l2_mb=50, mem_type="HBM3e",
         peak_tflops={"fp32": 60.0, "fp16": 120.0, "bf16": 120.0, "fp64": 30.0, "tf32_tc": 417.5,
                      "fp16_tc": 835.5, "bf16_tc": 835.5, "fp8_tc": 1670.5, "int8_tc": 1670.5},
-        smem_per_sm_kb=228, max_threads_per_sm=2048, tdp_w=600, pcie_gen=5, pcie_bw_gbs=64,
+        smem_per_sm_kb=228, max_threads_per_sm=2048, l2_partitions=2, tdp_w=600, pcie_gen=5, pcie_bw_gbs=64,
         link_name="NVLink4", link_bw_gbs=450, form_factor="NVL", aliases=("H200-NVL",),
     ),
     # ------------------------------------------------------------------ Blackwell

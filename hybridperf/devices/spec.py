@@ -38,6 +38,7 @@ class DeviceSpec:
     cores_per_sm: int = 64  # fp32 lanes per SM/CU
     smem_per_sm_kb: float = 96.0  # shared memory / LDS per SM
     max_threads_per_sm: int = 2048
+    l2_partitions: int = 1  # L2 halves that each cache for their own SMs (2 on GA100 and GH100)
     mem_type: str = "HBM2"
     tdp_w: float = 0.0
     pcie_gen: int = 3

@@ -42,6 +42,7 @@ import numpy as np
 from hybridperf.devices import DTYPE_BYTES, DeviceSpec
 from hybridperf.priors.memory import dram_efficiency
 from hybridperf.priors.power import sustained_flops, uses_matrix_units
+from hybridperf.priors.rowwise import reread_share, reread_share_table
 
 #: (tile_m, tile_n, blocks per SM, fraction of SM peak reached when the SM is full)
 TILES = (
@@ -206,12 +207,13 @@ def split_rate(table: dict):
 
 @contextlib.contextmanager
 def fitted_without(device: str):
-    """Context in which the GEMM constants read off GPU data (the batched-SGEMM tiles, the translation
-    limit, the split-rate exponent) come from every GPU but `device`: how a GPU is scored
-    leave-one-GPU-out."""
+    """Context in which the prior constants read off individual GPUs (here: the batched-SGEMM tiles,
+    the translation limit, the split-rate exponent; `rowwise`: the re-read share of a split L2) come
+    from every GPU but `device`: how a GPU is scored leave-one-GPU-out."""
     with batched_sgemm_tiles(batched_sgemm_table(exclude_device=device)), \
             translation_limit(translation_table(exclude_device=device)), \
-            split_rate(split_rate_table(exclude_device=device)):
+            split_rate(split_rate_table(exclude_device=device)), \
+            reread_share(reread_share_table(exclude_device=device)):
         yield
 
 
