@@ -315,30 +315,27 @@ def main() -> None:
     md += ["## Row-wise re-read constants, chosen leave-one-GPU-out", "",
            "Each GPU's softmax/LayerNorm test MAPE with the constants chosen on the other four GPUs.", "",
            logo.to_markdown(index=False), ""]
-    tiles = bmm_tiles_logo(data["test tables"], root)
-    tiles.to_csv(out / "bmm_tiles_logo.csv", index=False)
-    md += ["## Batched SGEMM tiles, leave-one-GPU-out", "",
-           "Each GPU's bmm test MAPE with the tile table read off the other GPUs' kernel traces only.", "",
-           tiles.to_markdown(index=False), ""]
-    translation = translation_fits(data["test tables"])
-    translation.to_csv(out / "translation_fits.csv", index=False)
-    md += ["## Pascal's translation limit, fitted per GPU", "",
-           "Each Pascal GPU's Linear test MAPE without the limit, with the limit fitted on its other",
-           "Pascal GPU (the held-out number the tables above use), and with its own fit (in-sample).", "",
-           translation.to_markdown(index=False), ""]
-    split = split_rate_fits(data["test tables"])
-    split.to_csv(out / "split_rate_fits.csv", index=False)
-    md += ["## Ampere's and Hopper's split-K rate for F.linear, fitted per GPU", "",
-           "Each GPU's fp32 Linear test MAPE with split-K at the tile model's rate (exponent 0), with the",
-           "exponent of its architecture's other GPUs (the held-out number; none has a second fitted GPU),",
-           "and with its own fit (in-sample).", "",
-           split.to_markdown(index=False), ""]
-    share = reread_share_fits(data["test tables"])
-    share.to_csv(out / "reread_share_fits.csv", index=False)
-    md += ["## The re-read share of a split L2 (GA100, GH100), fitted per GPU", "",
-           "Each GPU's softmax and LayerNorm test MAPE with re-reads against its whole L2 (share 1), with",
-           "the share fitted on the other GPUs (the held-out number), and with its own fit (in-sample).", "",
-           share.to_markdown(index=False), ""]
+    fits = [
+        ("bmm_tiles_logo", "Batched SGEMM tiles, leave-one-GPU-out",
+         ["Each GPU's bmm test MAPE with the tile table read off the other GPUs' kernel traces only."],
+         bmm_tiles_logo(data["test tables"], root)),
+        ("translation_fits", "Pascal's translation limit, fitted per GPU",
+         ["Each Pascal GPU's Linear test MAPE without the limit, with the limit fitted on its other",
+          "Pascal GPU (the held-out number the tables above use), and with its own fit (in-sample)."],
+         translation_fits(data["test tables"])),
+        ("split_rate_fits", "Ampere's and Hopper's split-K rate for F.linear, fitted per GPU",
+         ["Each GPU's fp32 Linear test MAPE with split-K at the tile model's rate (exponent 0), with the",
+          "exponent of its architecture's other GPUs (the held-out number; none has a second fitted GPU),",
+          "and with its own fit (in-sample)."],
+         split_rate_fits(data["test tables"])),
+        ("reread_share_fits", "The re-read share of a split L2 (GA100, GH100), fitted per GPU",
+         ["Each GPU's softmax and LayerNorm test MAPE with re-reads against its whole L2 (share 1), with",
+          "the share fitted on the other GPUs (the held-out number), and with its own fit (in-sample)."],
+         reread_share_fits(data["test tables"])),
+    ]
+    for name, heading, intro, tab in fits:
+        tab.to_csv(out / f"{name}.csv", index=False)
+        md += [f"## {heading}", "", *intro, "", tab.to_markdown(index=False), ""]
     (out / "priors_report.md").write_text("\n".join(md))
     plot(tables, out / "priors_report.png")
     print("\n".join(md))
