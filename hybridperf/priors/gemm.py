@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hybridperf.devices import DTYPE_BYTES, DeviceSpec
+from hybridperf.priors import replaced
 from hybridperf.priors.memory import dram_efficiency
 from hybridperf.priors.power import sustained_flops, uses_matrix_units
 from hybridperf.priors.rowwise import reread_share, reread_share_table
@@ -179,15 +180,9 @@ def library_efficiency(vendor: str, op: str) -> float:
     return LIBRARY_EFFICIENCY.get((vendor, op), 1.0)
 
 
-@contextlib.contextmanager
 def _replaced(name: str, value):
-    """Temporarily rebind this module's global `name` to `value`."""
-    saved = globals()[name]
-    globals()[name] = value
-    try:
-        yield
-    finally:
-        globals()[name] = saved
+    """Context in which this module's global `name` is `value`."""
+    return replaced(globals(), name, value)
 
 
 def batched_sgemm_tiles(table: dict):

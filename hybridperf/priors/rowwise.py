@@ -30,11 +30,10 @@ a 1024-thread block that holds the row in registers or shared memory when it can
 """
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 
 from hybridperf.devices import DeviceSpec
+from hybridperf.priors import replaced
 from hybridperf.priors.memory import dram_efficiency, l2_hit_fraction
 
 #: re-reads all hit L2 while the rows in flight take at most this share of it ...
@@ -45,7 +44,7 @@ REREAD_SPILLS_L2 = 1.3
 REREAD_L2_COST = 0.1
 #: Per GPU with a split L2: the share of its nominal L2 that holds rows awaiting their re-read, each
 #: fitted on that GPU's own softmax and LayerNorm test rows (minimum MAPE on a 0.05 grid;
-#: `experiments/priors_report.py`, `reread_share_fits`): the A100's NeuSight test table 7.3 -> 6.0%,
+#: `experiments/priors_report.py`, `reread_share_fits`): the A100's NeuSight test table 7.3 -> 5.9%,
 #: our H200's fp32 and fp16 grid 10.8 -> 9.6%. Each GPU also improves with the other's value (A100 6.4%,
 #: H200 9.8%), so a GPU held out takes the mean of the others' fits (`reread_share_table`). Why less
 #: than all of it is a guess: a line read from the far half may be cached in both.
@@ -62,15 +61,9 @@ def reread_share_table(exclude_device: str | None = None) -> float:
 REREAD_L2_SHARE = reread_share_table()
 
 
-@contextlib.contextmanager
 def reread_share(share: float):
     """Context in which REREAD_L2_SHARE is `share`."""
-    global REREAD_L2_SHARE
-    saved, REREAD_L2_SHARE = REREAD_L2_SHARE, float(share)
-    try:
-        yield
-    finally:
-        REREAD_L2_SHARE = saved
+    return replaced(globals(), "REREAD_L2_SHARE", float(share))
 
 
 #: resident blocks per SM are capped by the hardware's block limit (16 on Pascal..Turing)
