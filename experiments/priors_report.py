@@ -11,6 +11,8 @@ floor, energy per FLOP by process node) are shared by every GPU; none is per dev
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
 import re
 import sys
 from pathlib import Path
@@ -23,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hybridperf.datasets.neusight import load_collect, load_test  # noqa: E402
 from hybridperf.datasets.schema import canonicalize  # noqa: E402
 from hybridperf.devices import get_device  # noqa: E402
-from hybridperf.priors import gemm, rowwise  # noqa: E402
+from hybridperf.priors import gemm, replaced, rowwise  # noqa: E402
 from hybridperf.priors.kernel_prior import kernel_prior_terms  # noqa: E402
 from hybridperf.priors.wave_scaling import wave_scale_ms  # noqa: E402
 from hybridperf.training.kernel_data import load_measured_grid  # noqa: E402
@@ -223,6 +225,48 @@ def reread_share_fits(test: pd.DataFrame) -> pd.DataFrame:
     return out.round({c: 1 for c in out.columns if "MAPE" in c or c.startswith("with")})
 
 
+#: where current PyTorch's softmax constants are fitted, and the GPU held out of them
+CURRENT_SOFTMAX_FITTED = Path(__file__).resolve().parent / "data" / "measured" / "h200"
+CURRENT_SOFTMAX_CHECKED = Path(__file__).resolve().parent / "data" / "measured" / "h100"
+CURRENT_SOFTMAX_GRID = {"REGISTER_SOFTMAX_CYCLES_PER_SLOT": np.round(np.arange(0.6, 0.901, 0.05), 2) * 1024,
+                        "REGISTER_SOFTMAX_ONE_BLOCK_FACTOR": np.round(np.arange(1.0, 1.501, 0.1), 1),
+                        "SOFTMAX_SMEM_CYCLES_PER_ELEM": np.round(np.arange(0.4, 0.801, 0.05), 2)}
+
+
+def current_softmax_fits() -> pd.DataFrame:
+    """Fit current PyTorch's long-row softmax costs (`rowwise.REGISTER_SOFTMAX_*`,
+    `SOFTMAX_SMEM_CYCLES_PER_ELEM`) on the H200's softmax rows (both tables, fp32 and fp16: the grid
+    point with the lowest mean of the two dtypes' MAPE), and score the H100, held out of them, per table
+    and dtype. Stops if the library's constants are not what this finds."""
+    def load(d):
+        rows = load_measured_grid(d, splits=("train", "test"), dtypes=("fp32", "fp16"))
+        return rows[rows["op_class"] == "softmax"]
+
+    fitted, checked = load(CURRENT_SOFTMAX_FITTED), load(CURRENT_SOFTMAX_CHECKED)
+
+    def ape(rows, values):
+        with contextlib.ExitStack() as stack:
+            for name, v in zip(CURRENT_SOFTMAX_GRID, values):
+                stack.enter_context(replaced(vars(rowwise), name, float(v)))
+            prior = kernel_prior_terms(rows, get_device(rows["device"].iloc[0]))["prior_ms"].to_numpy()
+        return pd.Series(np.abs(prior / rows["latency_ms"].to_numpy() - 1) * 100, index=rows.index)
+
+    def score(values):
+        return float(ape(fitted, values).groupby(fitted["dtype"]).mean().mean())
+
+    best = min(itertools.product(*CURRENT_SOFTMAX_GRID.values()), key=score)
+    shipped = tuple(getattr(rowwise, name) for name in CURRENT_SOFTMAX_GRID)
+    if not np.allclose(best, shipped):
+        raise SystemExit(f"current PyTorch's softmax constants {shipped} disagree with the fit {best}")
+    rows = []
+    for role, g in (("fitted", fitted), ("held out", checked)):
+        e = ape(g, shipped)
+        for (table, dtype), idx in g.groupby(["table", "dtype"]).groups.items():
+            rows.append({"device": g["device"].iloc[0], "role": role, "table": table, "dtype": dtype,
+                         "rows": len(idx), "MAPE %": e[idx].mean()})
+    return pd.DataFrame(rows).round({"MAPE %": 1})
+
+
 def traced_bmm_tiles(root: Path) -> dict:
     """{arch: {device: (rows, cols) tiles}} of the batched SGEMM kernels in NeuSight's bmm test traces.
     cuBLAS names its tiles in column-major terms: `sgemm_128x64` is 128 output columns by 64 rows (the
@@ -332,6 +376,10 @@ def main() -> None:
          ["Each GPU's softmax and LayerNorm test MAPE with re-reads against its whole L2 (share 1), with",
           "the share fitted on the other GPUs (the held-out number), and with its own fit (in-sample)."],
          reread_share_fits(data["test tables"])),
+        ("current_softmax_fits", "Current PyTorch's long-row softmax, fitted on the H200",
+         ["The register kernel's cycles per slot and one-block factor and the shared-memory kernel's cycles",
+          "per element, fitted on the H200's softmax rows; the H100 is held out of them."],
+         current_softmax_fits()),
     ]
     for name, heading, intro, tab in fits:
         tab.to_csv(out / f"{name}.csv", index=False)

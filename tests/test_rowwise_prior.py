@@ -62,13 +62,27 @@ def test_warp_softmax_has_no_reread_cost():
 
 
 def test_current_pytorch_softmax_stages_rows_it_can_hold():
-    # rows over 1024 elements get a 1024-thread block; up to 9 x 1024 elements sit in registers, longer
-    # ones in 48 KiB of shared memory if they fit; only the rest stream three times
-    H = np.array([1024, 2048, 9216, 16384])
+    # a warp per row up to 2048 elements; longer rows get a 1024-thread block; up to 9 x 1024 elements
+    # sit in registers, longer ones in 48 KiB of shared memory if they fit; only the rest stream three times
+    H = np.array([1024, 2048, 2049, 9216, 16384])
     threads, rereads = row_kernel_layout("softmax", H, 4, current=True)
-    assert threads.tolist() == [32, 1024, 1024, 1024] and rereads.tolist() == [0, 0, 0, 2]
+    assert threads.tolist() == [32, 32, 1024, 1024, 1024] and rereads.tolist() == [0, 0, 0, 0, 2]
     _, rereads_half = row_kernel_layout("softmax", H, 2, current=True)
-    assert rereads_half.tolist() == [0, 0, 0, 0]
+    assert rereads_half.tolist() == [0, 0, 0, 0, 0]
+
+
+def test_current_register_softmax_costs_cycles_per_slot():
+    """Current PyTorch's register kernel pays for ceil(H / 1024) slots per thread, used or not, and more
+    per slot where one 1024-thread block fills an SM (7 slots and up, or an SM of 1536 threads)."""
+    h200 = get_device("NVIDIA H200")
+    per_row = row_issue_ms("softmax", 1.0, np.array([2560.0, 3072.0, 5120.0, 7168.0]), 2, h200, current=True)
+    assert per_row[0] == per_row[1]
+    per_slot = per_row / np.array([3, 3, 5, 7])
+    assert per_slot[2] == pytest.approx(per_slot[0]) and per_slot[3] == pytest.approx(1.3 * per_slot[0])
+    narrow = dataclasses.replace(h200, max_threads_per_sm=1536)
+    assert row_issue_ms("softmax", 1.0, 5120.0, 2, narrow, current=True) == pytest.approx(1.3 * per_row[2])
+    # PyTorch 2.1 has no register kernel: its cost stays per element
+    assert row_issue_ms("softmax", 1.0, 2560.0, 2, h200) < row_issue_ms("softmax", 1.0, 3072.0, 2, h200)
 
 
 def test_sm_side_cost_binds_where_memory_is_fast_for_the_sms():
@@ -78,7 +92,7 @@ def test_sm_side_cost_binds_where_memory_is_fast_for_the_sms():
         dev = get_device(name)
         sm = row_issue_ms("layernorm", 524288, 512, 4, dev)[()]
         assert (kernel_prior_terms(rows, dev).iloc[0]["memory_ms"] == sm) == binds
-    # softmax in current PyTorch's register kernel costs more SM cycles per element the longer the row
+    # softmax in current PyTorch's long-row kernels costs more SM cycles per element the longer the row
     dev = get_device("NVIDIA H200")
     H = np.array([512.0, 2048.0, 8192.0])
     per_elem = row_issue_ms("softmax", 1.0, H, 2, dev, current=True) / H

@@ -25,8 +25,8 @@ and its Welford/block reductions) and a part per byte of the row, softmax a part
 memory is fast for the SMs feeding it (Hopper) or rows are short, that cost, not DRAM, sets the time.
 
 Current PyTorch (the `current` host) runs other softmax kernels than 2.1 for rows over 1024 elements:
-a 1024-thread block that holds the row in registers or shared memory when it can, and reads it once
-(`row_kernel_layout(..., current=True)`; constants below).
+the warp-per-row kernel up to 2048 elements, then a 1024-thread block that holds the row in registers
+or shared memory when it can, and reads it once (`row_kernel_layout(..., current=True)`; constants below).
 """
 from __future__ import annotations
 
@@ -45,8 +45,8 @@ REREAD_L2_COST = 0.1
 #: Per GPU with a split L2: the share of its nominal L2 that holds rows awaiting their re-read, each
 #: fitted on that GPU's own softmax and LayerNorm test rows (minimum MAPE on a 0.05 grid;
 #: `experiments/priors_report.py`, `reread_share_fits`): the A100's NeuSight test table 7.3 -> 5.9%,
-#: our H200's fp32 and fp16 grid 10.8 -> 9.6%. Each GPU also improves with the other's value (A100 6.4%,
-#: H200 9.8%), so a GPU held out takes the mean of the others' fits (`reread_share_table`). Why less
+#: our H200's fp32 and fp16 grid 8.3 -> 7.0%. Each GPU also improves with the other's value (A100 6.4%,
+#: H200 7.3%), so a GPU held out takes the mean of the others' fits (`reread_share_table`). Why less
 #: than all of it is a guess: a line read from the far half may be cached in both.
 REREAD_L2_SHARE_FITS: dict[str, float] = {"NVIDIA A100-PCIE-40GB": 0.70, "NVIDIA H200": 0.60}
 
@@ -68,8 +68,12 @@ def reread_share(share: float):
 
 #: resident blocks per SM are capped by the hardware's block limit (16 on Pascal..Turing)
 MAX_BLOCKS_PER_SM = 16
-#: PyTorch's warp-per-row softmax covers rows of up to this many elements
+#: PyTorch 2.1's warp-per-row softmax covers rows of up to this many elements ...
 WARP_SOFTMAX_MAX_ELEMS = 1024
+#: ... current PyTorch's (2.3 on; our hosts ran 2.11) up to 2048 elements of at most 8 KiB (its
+#: `host_softmax`: dim_size <= 2048 && dim_size * sizeof(scalar_t) <= 8192)
+CURRENT_WARP_SOFTMAX_MAX_ELEMS = 2048
+CURRENT_WARP_SOFTMAX_MAX_BYTES = 8192
 #: LayerNorm's SM-side cost per row: SM cycles for each row ...
 LAYERNORM_ROW_CYCLES = 359.0
 #: ... plus SM cycles per byte of the row. Both read off our H200's fp32 and fp16 grid, rows of
@@ -77,15 +81,33 @@ LAYERNORM_ROW_CYCLES = 359.0
 #: NeuSight's five GPUs (experiments/RESULTS.md, section 1, session 23)
 LAYERNORM_ROW_CYCLES_PER_BYTE = 0.113
 #: softmax's SM-side cost, SM cycles per element (the H200's fp16 rows of 512-1024 elements, which
-#: take 0.74x their fp32 time, not half of it)
+#: take 0.74x their fp32 time, not half of it). Current PyTorch's warp kernel over rows of 1-2k
+#: elements costs more per element, 0.38 x sqrt(H / 1024) (the H200's rows: 0.53 at 2048).
 SOFTMAX_CYCLES_PER_ELEM = 0.38
-#: current PyTorch (2.3 on; our hosts ran 2.11) gives rows over 1024 elements a 1024-thread block and
-#: keeps rows of up to 9 x 1024 elements in registers (`cunn_SoftMaxForwardReg`: one read). There the
-#: H200's cycles per element grow as the square root of the row (0.53 / 0.80 / 1.03 at 2k / 4k / 8k
-#: elements, fp32 and fp16 alike). Longer rows that fit in 48 KiB of shared memory are staged there
-#: (one read); the others stream three times, as in PyTorch 2.1.
+#: Longer rows in current PyTorch get a 1024-thread block (`cunn_SoftMaxForwardReg<..., slots>`): while
+#: slots = ceil(H / 1024) < 10, each thread keeps `slots` elements in registers and the row is read once.
+#: The block costs SM cycles per register slot, used or not (an H200 row of 2560 elements costs
+#: what one of 3072 does) ...
 REGISTER_SOFTMAX_MAX_ELEMS = 9 * 1024
+REGISTER_SOFTMAX_CYCLES_PER_SLOT = 0.75 * 1024
+#: ... and more where only one such block fits on an SM: an SM of 2048 threads holds two while a
+#: thread needs at most 32 registers, which the H200's rows show hold up to 5 slots and not at 7
+#: (0.75-0.80 cycles per slot-element at 3-5 slots, 0.96-1.05 at 7-8; 6 was not measured). SMs of
+#: fewer than 2048 threads (GA10x, Ada: 1536) hold one whatever the slots.
+REGISTER_SOFTMAX_TWO_BLOCK_SLOTS = 6
+REGISTER_SOFTMAX_ONE_BLOCK_FACTOR = 1.3
+#: Rows past the registers that fit in 48 KiB of shared memory are staged there (one read), at this
+#: many SM cycles per element; the others stream three times, as in PyTorch 2.1.
+#: The three constants above and this one: minimum mean MAPE of the fp32 and fp16 softmax rows of the
+#: H200's grid (0.05 steps; 1.3 from 1.0-1.5). The H100 is held out of them (experiments/RESULTS.md).
+SOFTMAX_SMEM_CYCLES_PER_ELEM = 0.5
 SOFTMAX_SMEM_BYTES = 48 * 1024
+
+
+def current_warp_softmax(H: np.ndarray, dtype_bytes: int) -> np.ndarray:
+    """Whether current PyTorch runs its warp-per-row softmax on rows of H elements."""
+    H = np.asarray(H, dtype=np.float64)
+    return (H <= CURRENT_WARP_SOFTMAX_MAX_ELEMS) & (H * dtype_bytes <= CURRENT_WARP_SOFTMAX_MAX_BYTES)
 
 
 def row_kernel_layout(op_class: str, H: np.ndarray, dtype_bytes: int,
@@ -98,8 +120,8 @@ def row_kernel_layout(op_class: str, H: np.ndarray, dtype_bytes: int,
     ilp = 16 // dtype_bytes
     half = np.maximum(np.minimum(H / ilp, 1024.0) / 2.0, 1.0)
     block = np.maximum(32.0, 2.0 ** np.ceil(np.log2(half)))
-    warp = H <= WARP_SOFTMAX_MAX_ELEMS
     current = np.broadcast_to(np.asarray(current, dtype=bool), H.shape)
+    warp = np.where(current, current_warp_softmax(H, dtype_bytes), H <= WARP_SOFTMAX_MAX_ELEMS)
     staged = (H <= REGISTER_SOFTMAX_MAX_ELEMS) | (H * dtype_bytes < SOFTMAX_SMEM_BYTES)
     threads = np.where(warp, 32.0, np.where(current, 1024.0, block))
     rereads = np.where(warp | (current & staged), 0.0, 2.0)
@@ -108,16 +130,25 @@ def row_kernel_layout(op_class: str, H: np.ndarray, dtype_bytes: int,
 
 def row_issue_ms(op_class: str, rows, H, dtype_bytes: int, device: DeviceSpec, current=False) -> np.ndarray:
     """SM-side time (ms) of a row-wise kernel, its cycles spread over every SM at boost clock:
-    LayerNorm's per row and per byte, softmax's per element (more per element for the rows current
-    PyTorch keeps in registers, the longer they are)."""
+    LayerNorm's per row and per byte, softmax's per element, or per register slot for the rows
+    current PyTorch keeps in registers."""
     rows = np.asarray(rows, dtype=np.float64)
     H = np.asarray(H, dtype=np.float64)
     if op_class == "layernorm":
         cycles = LAYERNORM_ROW_CYCLES + LAYERNORM_ROW_CYCLES_PER_BYTE * H * dtype_bytes
     else:
-        register = np.asarray(current, dtype=bool) & (H > WARP_SOFTMAX_MAX_ELEMS) & (H <= REGISTER_SOFTMAX_MAX_ELEMS)
-        per_elem = SOFTMAX_CYCLES_PER_ELEM * np.where(register, np.sqrt(H / WARP_SOFTMAX_MAX_ELEMS), 1.0)
-        cycles = per_elem * H
+        current = np.broadcast_to(np.asarray(current, dtype=bool), H.shape)
+        long_row = current & (H > WARP_SOFTMAX_MAX_ELEMS)
+        warp = long_row & current_warp_softmax(H, dtype_bytes)
+        register = long_row & ~warp & (H <= REGISTER_SOFTMAX_MAX_ELEMS)
+        smem = long_row & ~warp & ~register & (H * dtype_bytes < SOFTMAX_SMEM_BYTES)
+        slots = np.ceil(H / 1024.0)
+        two_blocks = (device.max_threads_per_sm >= 2048) & (slots <= REGISTER_SOFTMAX_TWO_BLOCK_SLOTS)
+        per_row = REGISTER_SOFTMAX_CYCLES_PER_SLOT * slots * np.where(two_blocks, 1.0,
+                                                                      REGISTER_SOFTMAX_ONE_BLOCK_FACTOR)
+        per_elem = np.where(smem, SOFTMAX_SMEM_CYCLES_PER_ELEM, SOFTMAX_CYCLES_PER_ELEM
+                            * np.where(warp, np.sqrt(H / WARP_SOFTMAX_MAX_ELEMS), 1.0))
+        cycles = np.where(register, per_row, per_elem * H)
     return rows * cycles / (device.num_sms * device.boost_clock_mhz * 1e6) * 1e3
 
 
