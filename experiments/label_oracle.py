@@ -29,9 +29,10 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "experiments"))
 
 import model_latency as ml  # noqa: E402
-from hybridperf.datasets.neusight import load_test  # noqa: E402
+from hybridperf.datasets.neusight import load_test, neusight_root  # noqa: E402
 from hybridperf.datasets.schema import canonicalize  # noqa: E402
 from hybridperf.devices import get_device  # noqa: E402
+from hybridperf.errors import InputError  # noqa: E402
 from hybridperf.graphs.trace import layer_span  # noqa: E402
 from hybridperf.predictor import Predictor  # noqa: E402
 
@@ -147,8 +148,10 @@ def main(argv=None) -> int:
     ap.add_argument("--data", default=str(REPO.parent / "shared" / "datasets"))
     ap.add_argument("--out", default=str(REPO / "experiments" / "out" / "label_oracle"))
     args = ap.parse_args(argv)
-    root = Path(args.data)
-    root = root / "neusight" if (root / "neusight").is_dir() else root
+    try:
+        root = neusight_root(args.data)
+    except InputError as e:
+        raise SystemExit(f"error: {e}")
     if not (root / "label").is_dir():
         raise SystemExit(f"no NeuSight labels under {root}: pass --data ../shared/datasets")
     out = Path(args.out)
