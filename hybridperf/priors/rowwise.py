@@ -104,10 +104,17 @@ SOFTMAX_SMEM_CYCLES_PER_ELEM = 0.5
 SOFTMAX_SMEM_BYTES = 48 * 1024
 
 
-def current_warp_softmax(H: np.ndarray, dtype_bytes: int) -> np.ndarray:
-    """Whether current PyTorch runs its warp-per-row softmax on rows of H elements."""
+def softmax_kernel(H, dtype_bytes: int, current=False) -> np.ndarray:
+    """Which of PyTorch's softmax kernels runs rows of H elements: "warp" (a warp per row), and on
+    current PyTorch (`current`, a bool per row or one for all) "register" or "smem" (a 1024-thread
+    block holding the row), else "block" (a block streaming the row three times)."""
     H = np.asarray(H, dtype=np.float64)
-    return (H <= CURRENT_WARP_SOFTMAX_MAX_ELEMS) & (H * dtype_bytes <= CURRENT_WARP_SOFTMAX_MAX_BYTES)
+    current = np.broadcast_to(np.asarray(current, dtype=bool), H.shape)
+    current_warp = (H <= CURRENT_WARP_SOFTMAX_MAX_ELEMS) & (H * dtype_bytes <= CURRENT_WARP_SOFTMAX_MAX_BYTES)
+    warp = np.where(current, current_warp, H <= WARP_SOFTMAX_MAX_ELEMS)
+    register = current & ~warp & (H <= REGISTER_SOFTMAX_MAX_ELEMS)
+    smem = current & ~warp & ~register & (H * dtype_bytes < SOFTMAX_SMEM_BYTES)
+    return np.select([warp, register, smem], ["warp", "register", "smem"], "block")
 
 
 def row_kernel_layout(op_class: str, H: np.ndarray, dtype_bytes: int,
@@ -120,11 +127,10 @@ def row_kernel_layout(op_class: str, H: np.ndarray, dtype_bytes: int,
     ilp = 16 // dtype_bytes
     half = np.maximum(np.minimum(H / ilp, 1024.0) / 2.0, 1.0)
     block = np.maximum(32.0, 2.0 ** np.ceil(np.log2(half)))
+    kernel = softmax_kernel(H, dtype_bytes, current)
     current = np.broadcast_to(np.asarray(current, dtype=bool), H.shape)
-    warp = np.where(current, current_warp_softmax(H, dtype_bytes), H <= WARP_SOFTMAX_MAX_ELEMS)
-    staged = (H <= REGISTER_SOFTMAX_MAX_ELEMS) | (H * dtype_bytes < SOFTMAX_SMEM_BYTES)
-    threads = np.where(warp, 32.0, np.where(current, 1024.0, block))
-    rereads = np.where(warp | (current & staged), 0.0, 2.0)
+    threads = np.where(kernel == "warp", 32.0, np.where(current, 1024.0, block))
+    rereads = np.where(kernel == "block", 2.0, 0.0)
     return threads, rereads
 
 
@@ -137,18 +143,16 @@ def row_issue_ms(op_class: str, rows, H, dtype_bytes: int, device: DeviceSpec, c
     if op_class == "layernorm":
         cycles = LAYERNORM_ROW_CYCLES + LAYERNORM_ROW_CYCLES_PER_BYTE * H * dtype_bytes
     else:
-        current = np.broadcast_to(np.asarray(current, dtype=bool), H.shape)
-        long_row = current & (H > WARP_SOFTMAX_MAX_ELEMS)
-        warp = long_row & current_warp_softmax(H, dtype_bytes)
-        register = long_row & ~warp & (H <= REGISTER_SOFTMAX_MAX_ELEMS)
-        smem = long_row & ~warp & ~register & (H * dtype_bytes < SOFTMAX_SMEM_BYTES)
+        kernel = softmax_kernel(H, dtype_bytes, current)
         slots = np.ceil(H / 1024.0)
         two_blocks = (device.max_threads_per_sm >= 2048) & (slots <= REGISTER_SOFTMAX_TWO_BLOCK_SLOTS)
         per_row = REGISTER_SOFTMAX_CYCLES_PER_SLOT * slots * np.where(two_blocks, 1.0,
                                                                       REGISTER_SOFTMAX_ONE_BLOCK_FACTOR)
-        per_elem = np.where(smem, SOFTMAX_SMEM_CYCLES_PER_ELEM, SOFTMAX_CYCLES_PER_ELEM
-                            * np.where(warp, np.sqrt(H / WARP_SOFTMAX_MAX_ELEMS), 1.0))
-        cycles = np.where(register, per_row, per_elem * H)
+        # the warp kernel costs more per element over rows past 1024 elements (current PyTorch's only)
+        warp_elem = SOFTMAX_CYCLES_PER_ELEM * np.sqrt(np.maximum(H / WARP_SOFTMAX_MAX_ELEMS, 1.0))
+        per_elem = np.select([kernel == "smem", kernel == "warp"], [SOFTMAX_SMEM_CYCLES_PER_ELEM, warp_elem],
+                             SOFTMAX_CYCLES_PER_ELEM)
+        cycles = np.where(kernel == "register", per_row, per_elem * H)
     return rows * cycles / (device.num_sms * device.boost_clock_mhz * 1e6) * 1e3
 
 
