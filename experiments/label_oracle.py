@@ -17,7 +17,6 @@ run) with the test table's measurement of the same Linear shape.
 from __future__ import annotations
 
 import argparse
-import ast
 import sys
 from pathlib import Path
 
@@ -29,6 +28,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "experiments"))
 
 import model_latency as ml  # noqa: E402
+from hybridperf.datasets.labels import load_layer_graph  # noqa: E402
 from hybridperf.datasets.neusight import load_test, neusight_root  # noqa: E402
 from hybridperf.datasets.schema import canonicalize  # noqa: E402
 from hybridperf.devices import get_device  # noqa: E402
@@ -72,14 +72,13 @@ class OwnTableOracle:
         return out
 
 
-def oracle_labels(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+def oracle_labels(root: Path, test: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per eager label: measured, the prior's and the oracle's composed ms (leave-one-device-out
     constants); and per device, the share of the oracle's isolated kernel time that was measured."""
     labels, _ = ml.load_tables(root)
     labels = labels[(labels["variant"].fillna("") == "") & ~labels["fusion"].astype(bool)].reset_index(drop=True)
     cfg_dir = root / "data" / "DLmodel_configs"
     devices = sorted(labels["device"].unique())
-    test = load_test(root)
     lib_eff = ml.held_out_library_efficiency(root, devices)
     prior = Predictor.prior_only()
     oracles = {d: OwnTableOracle(test[test["device"] == d]) for d in devices if d in set(test["device"])}
@@ -99,10 +98,9 @@ def oracle_labels(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return df, share
 
 
-def linear_nodes(root: Path) -> pd.DataFrame:
+def linear_nodes(root: Path, test: pd.DataFrame) -> pd.DataFrame:
     """Each traced layer-0 Linear node of an eager label whose shape the device's test table measured:
     the label run's per-node time against the table's."""
-    test = load_test(root)
     lin = test[(test["op_class"] == "linear") & (test["dtype"] == "fp32")]
     table = {(d, int(m), int(n), int(k)): v for d, m, n, k, v in
              zip(lin["device"], lin["M"], lin["N"], lin["K"], lin["latency_ms"])}
@@ -111,16 +109,13 @@ def linear_nodes(root: Path) -> pd.DataFrame:
         if "fusion" in f.stem:
             continue
         device = get_device(f.parent.name.replace("_", " ")).name
-        g = pd.read_csv(f)
+        g = load_layer_graph(f)
         lo, hi = layer_span(g)
         g = g.iloc[lo:hi]
         g = g[(g["op"] == "call_module") & ~g["Name"].astype(str).str.contains(NOT_LINEAR)]
         for r in g.itertuples():
-            try:
-                x, y = ast.literal_eval(r.input_shapes)[0], ast.literal_eval(r.output_shape)
-            except (ValueError, SyntaxError, IndexError, TypeError):
-                continue
-            if not (isinstance(x, list) and len(x) >= 2 and isinstance(y, (list, tuple)) and len(y) >= 2):
+            x, y = (r.input_shapes or [None])[0], r.output_shape
+            if not (isinstance(x, list) and len(x) >= 2 and isinstance(y, list) and len(y) >= 2):
                 continue
             measured = table.get((device, int(np.prod(x[:-1])), int(x[-1]), int(y[-1])))
             node_ms = float(r.fw_latency or r.latency or 0.0)
@@ -156,9 +151,10 @@ def main(argv=None) -> int:
         raise SystemExit(f"no NeuSight labels under {root}: pass --data ../shared/datasets")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    df, share = oracle_labels(root)
+    test = load_test(root)
+    df, share = oracle_labels(root, test)
     dev = per_device(df).merge(share, on="device", how="left")
-    nodes = linear_nodes(root)
+    nodes = linear_nodes(root, test)
     node_tab = nodes.groupby(["device", "label"])["ratio"].agg(["size", "median", "min", "max"]).reset_index()
     df.to_csv(out / "labels.csv", index=False)
     nodes.to_csv(out / "linear_nodes.csv", index=False)
