@@ -34,6 +34,7 @@ from hybridperf.devices import get_device  # noqa: E402
 from hybridperf.errors import InputError  # noqa: E402
 from hybridperf.priors.kernel_prior import kernel_prior_terms  # noqa: E402
 from hybridperf.priors.memory import memory_time_ms  # noqa: E402
+from hybridperf.training.collectives import mape  # noqa: E402
 
 FIT_DEVICE = VIDUR_DEVICES["a100"]
 #: the kernel each mapped op stands for in Vidur's gated, RMSNorm models
@@ -67,15 +68,11 @@ def model_ms(t: pd.DataFrame, round_trip_us: float, l2_share: float) -> np.ndarr
     return (t["floor_ms"] + np.maximum(t["dram_ms"], t["steps"] * per_step * 1e-3)).to_numpy()
 
 
-def _mape(pred, meas) -> float:
-    return float(np.mean(np.abs(np.asarray(pred) / np.asarray(meas) - 1.0)) * 100)
-
-
 def fit(t: pd.DataFrame) -> tuple[float, float]:
     """(round trip in us, L2 share) with the lowest MAPE on the rows `t` (one kernel)."""
     shares = L2_SHARES if (t["kernel"] == "rms_norm").all() else [0.0]
     grid = [(r, s) for r in ROUND_TRIP_US for s in shares]
-    return min(grid, key=lambda p: _mape(model_ms(t, *p), t["latency_ms"]))
+    return min(grid, key=lambda p: mape(model_ms(t, *p), t["latency_ms"]))
 
 
 def report(kernels: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
@@ -88,8 +85,8 @@ def report(kernels: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
         pred = model_ms(g, *fits[k])
         meas = g["latency_ms"].to_numpy()
         rows.append({"device": dev, "role": "fitted" if dev == FIT_DEVICE else "held out", "kernel": k,
-                     "rows": len(g), "prior MAPE %": _mape(g["prior_ms"], meas),
-                     "model MAPE %": _mape(pred, meas),
+                     "rows": len(g), "prior MAPE %": mape(g["prior_ms"], meas),
+                     "model MAPE %": mape(pred, meas),
                      "prior pred/meas (median)": float(np.median(g["prior_ms"] / meas)),
                      "model pred/meas (median)": float(np.median(pred / meas))})
     return pd.DataFrame(rows), fits
