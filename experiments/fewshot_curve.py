@@ -37,6 +37,37 @@ PRIOR_FACTORS = (0.5, 0.7, 1.0, 1.4, 2.0)  # candidate strengths of the transfer
 CLASS_FACTORS = (0.1, 0.2, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0)  # candidate per-class factors on it
 
 
+def load_folds(data: Path, bundles: Path, vidur: bool) -> tuple[str, dict]:
+    """The table's name ("neusight" or "vidur") and, per held-out GPU with a bundle under `bundles`,
+    (its bundle, its kernels of the test table)."""
+    if vidur:
+        from hybridperf.datasets.vidur_compute import load_vidur_compute
+
+        table, name = load_vidur_compute(data / "vidur" if (data / "vidur").exists() else data), "vidur"
+    else:
+        from hybridperf.datasets.neusight import load_test
+
+        table, name = load_test(data / "neusight" if (data / "neusight").exists() else data), "neusight"
+    folds = {}
+    for bdir in sorted(bundles.iterdir()):
+        device = bdir.name.replace("_", " ")
+        pool = table[table["device"] == device].reset_index(drop=True)
+        if not pool.empty and (bdir / "kernels").exists():
+            folds[device] = (bdir / "kernels", pool)
+    return name, folds
+
+
+def fold_transfer_prior(folds: dict, device: str) -> tuple[float, TransferPrior, dict | None]:
+    """The transfer prior for held-out `device`, chosen on the other folds' GPUs only: its factor, the
+    prior, and the per-class factors (None, the defaults, with no other GPU). Call inside
+    `fitted_without(device)`."""
+    others = [zero_shot_errors(d, b, p) for d, (b, p) in folds.items() if d != device]
+    if not others:
+        return 1.0, TransferPrior(), None
+    factor, prior = choose_prior(others)
+    return factor, prior, choose_class_scale(others, prior)
+
+
 def zero_shot_errors(device: str, bundle: Path, pool: pd.DataFrame) -> dict:
     """Features, log-errors and op classes of the zero-shot model on `pool` (for choosing the prior)."""
     base = Predictor.load(bundle)
@@ -216,33 +247,15 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     log = lambda s: print(s, flush=True)  # noqa: E731
-    data = Path(args.data)
-    if args.vidur:
-        from hybridperf.datasets.vidur_compute import load_vidur_compute
-
-        table = load_vidur_compute(data / "vidur" if (data / "vidur").exists() else data)
-        name = "vidur"
-    else:
-        from hybridperf.datasets.neusight import load_test
-
-        table = load_test(data / "neusight" if (data / "neusight").exists() else data)
-        name = "neusight"
-    folds = {}
-    for bdir in sorted(Path(args.bundles).iterdir()):
-        device = bdir.name.replace("_", " ")
-        pool = table[table["device"] == device].reset_index(drop=True)
-        if not pool.empty and (bdir / "kernels").exists():
-            folds[device] = (bdir / "kernels", pool)
+    name, folds = load_folds(Path(args.data), Path(args.bundles), args.vidur)
     parts, chosen, class_chosen = [], {}, {}
     for device, (bundle, pool) in folds.items():
         # the prior's batched-SGEMM tiles come from the other GPUs' traces only, here as in training
         with fitted_without(device):
-            others = [zero_shot_errors(d, b, p) for d, (b, p) in folds.items() if d != device]
-            factor, prior = choose_prior(others) if others else (1.0, TransferPrior())
-            class_scale = choose_class_scale(others, prior) if others else None
+            factor, prior, class_scale = fold_transfer_prior(folds, device)
             chosen[device], class_chosen[device] = factor, class_scale
             log(f"{device}: transfer prior factor {factor}, per class {class_scale} "
-                f"(chosen on {len(others)} other GPUs)")
+                f"(chosen on {len(folds) - 1} other GPUs)")
             parts.append(run_device(device, bundle, pool, args.draws, log, prior, class_scale))
     curves = pd.concat(parts, ignore_index=True)
     curves.to_csv(out / f"{name}_fewshot_draws.csv", index=False)
