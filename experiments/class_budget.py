@@ -12,7 +12,6 @@ transfer prior, chosen on the other GPUs only; a k larger than half of a class's
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fewshot_curve import evaluate, fold_transfer_prior, load_folds  # noqa: E402
+from fewshot_curve import evaluate, fold_arguments, fold_transfer_prior, load_folds  # noqa: E402
 from hybridperf.predictor import Predictor  # noqa: E402
 from hybridperf.priors.gemm import fitted_without  # noqa: E402
 from hybridperf.transfer import adapt_predictor  # noqa: E402
@@ -63,13 +62,7 @@ def run_device(device: str, bundle: Path, pool: pd.DataFrame, draws: int, prior,
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default="../shared/datasets")
-    ap.add_argument("--bundles", default="experiments/out/logo_bundles")
-    ap.add_argument("--out", default="experiments/out/class_budget")
-    ap.add_argument("--draws", type=int, default=10)
-    ap.add_argument("--vidur", action="store_true")
-    args = ap.parse_args()
+    args = fold_arguments(__doc__, "experiments/out/class_budget").parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     log = lambda s: print(s, flush=True)  # noqa: E731

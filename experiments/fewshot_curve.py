@@ -37,6 +37,17 @@ PRIOR_FACTORS = (0.5, 0.7, 1.0, 1.4, 2.0)  # candidate strengths of the transfer
 CLASS_FACTORS = (0.1, 0.2, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0)  # candidate per-class factors on it
 
 
+def fold_arguments(description: str, out_default: str) -> argparse.ArgumentParser:
+    """The command line of a leave-one-GPU-out transfer experiment over `load_folds`' folds."""
+    ap = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default="../shared/datasets")
+    ap.add_argument("--bundles", default="experiments/out/logo_bundles")
+    ap.add_argument("--out", default=out_default)
+    ap.add_argument("--draws", type=int, default=10)
+    ap.add_argument("--vidur", action="store_true")
+    return ap
+
+
 def load_folds(data: Path, bundles: Path, vidur: bool) -> tuple[str, dict]:
     """The table's name ("neusight" or "vidur") and, per held-out GPU with a bundle under `bundles`,
     (its bundle, its kernels of the test table)."""
@@ -236,13 +247,8 @@ def plot(curves: pd.DataFrame, rel: pd.DataFrame | None, path: Path) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default="../shared/datasets")
-    ap.add_argument("--bundles", default="experiments/out/logo_bundles")
+    ap = fold_arguments(__doc__, "experiments/out/fewshot")
     ap.add_argument("--heldout-csv", default="experiments/out/logo/neusight_heldout_predictions.csv")
-    ap.add_argument("--out", default="experiments/out/fewshot")
-    ap.add_argument("--draws", type=int, default=10)
-    ap.add_argument("--vidur", action="store_true")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
