@@ -13,7 +13,8 @@ from hybridperf.jsonio import read_json_object
 
 #: The dtypes a prior can ask a peak for. `*_tc` are matrix (tensor/matrix-core) rates, the others
 #: are plain vector (CUDA-core / stream-processor) rates.
-PEAK_KEYS = ("fp32", "fp16", "bf16", "fp64", "int8", "tf32_tc", "fp16_tc", "bf16_tc", "fp8_tc", "int8_tc", "fp32_tc")
+PEAK_KEYS = ("fp32", "fp16", "bf16", "fp64", "int8", "tf32_tc", "fp16_tc", "bf16_tc", "fp8_tc", "int8_tc", "fp32_tc",
+             "fp4_tc")
 
 
 @dataclass(frozen=True)
@@ -110,10 +111,11 @@ _DTYPE_KEYS = {
     "float16": "fp16", "fp16": "fp16", "half": "fp16", "torch.float16": "fp16",
     "bfloat16": "bf16", "bf16": "bf16", "torch.bfloat16": "bf16",
     "float64": "fp64", "fp64": "fp64", "double": "fp64",
-    "tf32": "tf32", "fp8": "fp8", "float8": "fp8", "int8": "int8",
+    "tf32": "tf32", "fp8": "fp8", "float8": "fp8", "float8_e4m3fn": "fp8", "int8": "int8",
+    "fp4": "fp4", "nvfp4": "fp4", "int4": "int4",
 }
 
-DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp64": 8, "tf32": 4, "fp8": 1, "int8": 1}
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp64": 8, "tf32": 4, "fp8": 1, "int8": 1, "fp4": 0.5, "int4": 0.5}
 
 
 def _dtype_key(dtype: str) -> str:
