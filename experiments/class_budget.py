@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fewshot_curve import evaluate, fold_arguments, fold_transfer_prior, load_folds  # noqa: E402
 from hybridperf.predictor import Predictor  # noqa: E402
-from hybridperf.priors.gemm import fitted_without  # noqa: E402
+from hybridperf.priors.constants import fitted_constants  # noqa: E402
 from hybridperf.transfer import adapt_predictor  # noqa: E402
 from hybridperf.transfer.suggest import suggest_kernels  # noqa: E402
 
@@ -46,7 +46,7 @@ def one_class_budget(base: Predictor, pool: pd.DataFrame, device: str, op_class:
 
 
 def run_device(device: str, bundle: Path, pool: pd.DataFrame, draws: int, prior, class_scale, log) -> list:
-    base = Predictor.load(bundle)
+    base = Predictor.load(bundle).with_constants(fitted_constants(device))
     pool = pool.reset_index(drop=True)
     pool = pool.assign(pool_idx=np.arange(len(pool)), op_class=base.predict(pool, device)["op_class"].to_numpy())
     out = []
@@ -69,9 +69,8 @@ def main() -> None:
     name, folds = load_folds(Path(args.data), Path(args.bundles), args.vidur)
     rows = []
     for device, (bundle, pool) in folds.items():
-        with fitted_without(device):
-            _, prior, class_scale = fold_transfer_prior(folds, device)
-            rows += run_device(device, bundle, pool, args.draws, prior, class_scale, log)
+        _, prior, class_scale = fold_transfer_prior(folds, device)
+        rows += run_device(device, bundle, pool, args.draws, prior, class_scale, log)
     draws = pd.DataFrame(rows)
     draws.to_csv(out / f"{name}_class_budget_draws.csv", index=False)
     per_gpu = draws.groupby(["strategy", "k", "op_class", "heldout"])[["mape", "coverage"]].mean()

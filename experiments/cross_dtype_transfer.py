@@ -23,7 +23,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "experiments"))
 
 from hybridperf.predictor import Predictor  # noqa: E402
-from hybridperf.priors.gemm import fitted_without  # noqa: E402
+from hybridperf.priors.constants import fitted_constants  # noqa: E402
 from hybridperf.training.kernel_data import load_measured_grid  # noqa: E402
 from hybridperf.transfer import adapt_predictor  # noqa: E402
 from measured_transfer import MEASURED, _device, class_scores  # noqa: E402
@@ -37,21 +37,20 @@ def score(gpu: str, bundle: str | None, draws: int = 5, ks=(8, 32)) -> list[dict
     key = grid[["op", "B", "M", "N", "K", "H"]].fillna(-1).astype(str).apply("-".join, axis=1)
     shapes = key.unique()
     rows = []
-    with fitted_without(dev.name):
-        zero = Predictor.load(bundle) if bundle else Predictor.load()
-        for draw in range(draws):
-            half = set(np.random.default_rng(draw).choice(shapes, len(shapes) // 2, replace=False))
-            calib_half = key.isin(half).to_numpy()
-            for test_dtype in ("fp32", "fp16"):
-                test = grid[~calib_half & (grid["dtype"] == test_dtype).to_numpy()].reset_index(drop=True)
-                rows += [dict(r, gpu=gpu, calib="none", test=test_dtype, k=0) for r in class_scores(zero, dev, test)]
-                for calib_dtype in ("fp32", "fp16", "both"):
-                    pool = grid[calib_half & ((grid["dtype"] == calib_dtype).to_numpy() | (calib_dtype == "both"))]
-                    for k in ks:
-                        calib = pool.sample(n=k, random_state=draw).reset_index(drop=True)
-                        adapted = adapt_predictor(zero, calib, dev)
-                        rows += [dict(r, gpu=gpu, calib=calib_dtype, test=test_dtype, k=k)
-                                 for r in class_scores(adapted, dev, test)]
+    zero = (Predictor.load(bundle) if bundle else Predictor.load()).with_constants(fitted_constants(dev.name))
+    for draw in range(draws):
+        half = set(np.random.default_rng(draw).choice(shapes, len(shapes) // 2, replace=False))
+        calib_half = key.isin(half).to_numpy()
+        for test_dtype in ("fp32", "fp16"):
+            test = grid[~calib_half & (grid["dtype"] == test_dtype).to_numpy()].reset_index(drop=True)
+            rows += [dict(r, gpu=gpu, calib="none", test=test_dtype, k=0) for r in class_scores(zero, dev, test)]
+            for calib_dtype in ("fp32", "fp16", "both"):
+                pool = grid[calib_half & ((grid["dtype"] == calib_dtype).to_numpy() | (calib_dtype == "both"))]
+                for k in ks:
+                    calib = pool.sample(n=k, random_state=draw).reset_index(drop=True)
+                    adapted = adapt_predictor(zero, calib, dev)
+                    rows += [dict(r, gpu=gpu, calib=calib_dtype, test=test_dtype, k=k)
+                             for r in class_scores(adapted, dev, test)]
     return rows
 
 

@@ -27,7 +27,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hybridperf.predictor import Predictor  # noqa: E402
-from hybridperf.priors.gemm import fitted_without  # noqa: E402
+from hybridperf.priors.constants import DEFAULT_CONSTANTS, PriorConstants, fitted_constants  # noqa: E402
 from hybridperf.transfer import adapt_predictor, fit_corrections  # noqa: E402
 from hybridperf.transfer.adapt import TransferPrior  # noqa: E402
 from hybridperf.transfer.suggest import suggest_kernels  # noqa: E402
@@ -70,18 +70,20 @@ def load_folds(data: Path, bundles: Path, vidur: bool) -> tuple[str, dict]:
 
 def fold_transfer_prior(folds: dict, device: str) -> tuple[float, TransferPrior, dict | None]:
     """The transfer prior for held-out `device`, chosen on the other folds' GPUs only: its factor, the
-    prior, and the per-class factors (None, the defaults, with no other GPU). Call inside
-    `fitted_without(device)`."""
-    others = [zero_shot_errors(d, b, p) for d, (b, p) in folds.items() if d != device]
+    prior, and the per-class factors (None, the defaults, with no other GPU). Every GPU is priced with
+    the prior constants fitted without `device`."""
+    constants = fitted_constants(device)
+    others = [zero_shot_errors(d, b, p, constants) for d, (b, p) in folds.items() if d != device]
     if not others:
         return 1.0, TransferPrior(), None
     factor, prior = choose_prior(others)
     return factor, prior, choose_class_scale(others, prior)
 
 
-def zero_shot_errors(device: str, bundle: Path, pool: pd.DataFrame) -> dict:
+def zero_shot_errors(device: str, bundle: Path, pool: pd.DataFrame,
+                     constants: PriorConstants = DEFAULT_CONSTANTS) -> dict:
     """Features, log-errors and op classes of the zero-shot model on `pool` (for choosing the prior)."""
-    base = Predictor.load(bundle)
+    base = Predictor.load(bundle).with_constants(constants)
     out, X = base.predict_with_features(pool, device)
     return {"X": X, "e": np.log(pool["latency_ms"].to_numpy() / out["pred_ms"].to_numpy()),
             "oc": out["op_class"].to_numpy()}
@@ -146,8 +148,8 @@ def evaluate(pred: pd.DataFrame) -> pd.DataFrame:
 
 
 def run_device(device: str, bundle: Path, pool: pd.DataFrame, draws: int, log, prior: TransferPrior,
-               class_scale: dict) -> pd.DataFrame:
-    base = Predictor.load(bundle)
+               class_scale: dict, constants: PriorConstants = DEFAULT_CONSTANTS) -> pd.DataFrame:
+    base = Predictor.load(bundle).with_constants(constants)
     pool = pool.reset_index(drop=True).assign(pool_idx=np.arange(len(pool)))
     zero = evaluate(base.predict(pool, device))
     rows = []
@@ -257,12 +259,11 @@ def main() -> None:
     parts, chosen, class_chosen = [], {}, {}
     for device, (bundle, pool) in folds.items():
         # the prior's batched-SGEMM tiles come from the other GPUs' traces only, here as in training
-        with fitted_without(device):
-            factor, prior, class_scale = fold_transfer_prior(folds, device)
-            chosen[device], class_chosen[device] = factor, class_scale
-            log(f"{device}: transfer prior factor {factor}, per class {class_scale} "
-                f"(chosen on {len(folds) - 1} other GPUs)")
-            parts.append(run_device(device, bundle, pool, args.draws, log, prior, class_scale))
+        factor, prior, class_scale = fold_transfer_prior(folds, device)
+        chosen[device], class_chosen[device] = factor, class_scale
+        log(f"{device}: transfer prior factor {factor}, per class {class_scale} "
+            f"(chosen on {len(folds) - 1} other GPUs)")
+        parts.append(run_device(device, bundle, pool, args.draws, log, prior, class_scale, fitted_constants(device)))
     curves = pd.concat(parts, ignore_index=True)
     curves.to_csv(out / f"{name}_fewshot_draws.csv", index=False)
     rel = reliability(Path(args.heldout_csv)) if (not args.vidur and Path(args.heldout_csv).exists()) else None

@@ -55,7 +55,7 @@ from hybridperf.datasets.collector import collect_kernels, fastest_mean, time_ca
 from hybridperf.datasets.schema import canonicalize  # noqa: E402
 from hybridperf.devices import get_device  # noqa: E402
 from hybridperf.predictor import Predictor  # noqa: E402
-from hybridperf.priors.gemm import fitted_without  # noqa: E402
+from hybridperf.priors.constants import fitted_constants  # noqa: E402
 from hybridperf.priors.kernel_prior import host_floor_note  # noqa: E402
 
 ELEMENTWISE = ("add", "mul", "div", "pow", "addu", "mulu", "divu", "relu", "gelu", "tanh")
@@ -278,18 +278,19 @@ TINY = {"gpt2": {"n_embd": 64, "n_layer": 2, "n_head": 2, "vocab_size": 1000, "b
 LAYER_KEY = {"gpt2": "n_layer", "bert": "num_hidden_layers", "llama": "num_hidden_layers"}
 
 
-def _model_prediction(row: dict, cfg: dict, target: str) -> dict:
+def _model_prediction(row: dict, cfg: dict, target: str, pred: Predictor) -> dict:
     """`row` (a models.csv row) with predict_model's e2e and interval on `target`, and the memory estimate."""
     from hybridperf.graphs import predict_model_detail
 
-    p = predict_model_detail(cfg, int(row["batch"]), int(row["seq"]), row["mode"], target, dtype=row["dtype"],
+    p = predict_model_detail(cfg, int(row["batch"]), int(row["seq"]), row["mode"], target, pred, dtype=row["dtype"],
                              recompute=bool(row["recompute"]))
     ms = row["measured_ms"]
     return {**row, "pred_ms": p.e2e_ms, "lo_ms": p.lo_ms, "hi_ms": p.hi_ms, "err_pct": (p.e2e_ms / ms - 1) * 100,
             "pred_gb": p.graph.memory().total}
 
 
-def check_models(torch, target: str, device: str, quick: bool, partial: Path | None = None) -> pd.DataFrame:
+def check_models(torch, target: str, device: str, quick: bool, pred: Predictor,
+                 partial: Path | None = None) -> pd.DataFrame:
     """Time each of MODELS end to end and predict it for `target` (`quick`: two-layer toy widths, fp32
     only on a CPU). Also the peak memory the run allocated against `ModelGraph.memory()`. `partial`: a
     CSV rewritten after every model, so that a run cut short keeps what it measured."""
@@ -313,7 +314,7 @@ def check_models(torch, target: str, device: str, quick: bool, partial: Path | N
         row = {"model": cfg_name.removesuffix(".json"), "layers": cfg[LAYER_KEY[family]], "batch": batch,
                "seq": seq, "mode": mode, "dtype": dtype, "recompute": recompute, "measured_ms": ms,
                "peak_gb": peak_gb}
-        rows.append(_model_prediction(row, cfg, target))
+        rows.append(_model_prediction(row, cfg, target, pred))
         if partial is not None:
             pd.DataFrame(rows).to_csv(partial, index=False)
         del model
@@ -331,7 +332,7 @@ OPTIMIZERS = {  # our name -> torch.optim constructor keywords (foreach is torch
 }
 
 
-def check_optimizer(torch, target: str, device: str, quick: bool) -> pd.DataFrame:
+def check_optimizer(torch, target: str, device: str, quick: bool, pred: Predictor) -> pd.DataFrame:
     """Time one optimizer step over GPT-2-Large's parameter tensors and predict it for `target`."""
     from hybridperf.graphs import build_graph, predict_model_detail
     from hybridperf.graphs.optimizer import optimizer_spec, param_numels
@@ -352,7 +353,7 @@ def check_optimizer(torch, target: str, device: str, quick: bool) -> pd.DataFram
             p.grad = torch.randn_like(p) * 1e-3
         opt = getattr(torch.optim, cls)(params, **kw)
         ms = fastest_mean(time_calls(torch, opt.step, (), cuda=device.startswith("cuda"), warmup=2, repeats=10), 5)
-        p = predict_model_detail(cfg, 1, 64, "train", target, optimizer=name)
+        p = predict_model_detail(cfg, 1, 64, "train", target, pred, optimizer=name)
         rows.append({"optimizer": name, "params": int(sum(numels)), "tensors": len(numels), "measured_ms": ms,
                      "pred_ms": p.opt_ms, "err_pct": (p.opt_ms / ms - 1) * 100,
                      "measured_gbs": 4.0 * streams(name) * sum(numels) / ms / 1e6})
@@ -378,8 +379,7 @@ def write_report(out: Path, env: dict, kernels: pd.DataFrame, gemm: pd.DataFrame
           + (f" Predictions re-run on the measurements of `{env['repredicted_from']}`." if "repredicted_from" in env else "")),
          "",
          "## Kernels (NeuSight methodology): MAPE %, 90% coverage %, median predicted/measured", ""]
-    with fitted_without(env["predicted_for"]):
-        note = host_floor_note(kernels, get_device(env["predicted_for"]))
+    note = host_floor_note(kernels, get_device(env["predicted_for"]), constants=fitted_constants(env["predicted_for"]))
     L += [per.to_markdown(index=False, floatfmt=".3g"), "",
           f"{note}." if note else "No floor-bound kernel to read this host's per-call floor on.", "",
           "## Square GEMMs: TFLOP/s measured vs predicted", ""]
@@ -403,25 +403,24 @@ def repredict(src: Path, out: Path, target: str | None = None) -> dict:
     env = json.loads((src / "env.json").read_text())
     target = target or env["measured_on"]
     env = {**env, "predicted_for": target, "repredicted_from": str(src)}
-    pred = Predictor.load()
+    pred = Predictor.load().with_constants(fitted_constants(target))  # never the constants of its own data
     tables = {n: pd.read_csv(src / f"{n}.csv") for n in ("kernels", "gemm", "burst", "optimizer", "models")
               if (src / f"{n}.csv").is_file()}
     family = {c.removesuffix(".json"): f for c, f, *_ in MODELS}
-    with fitted_without(target):  # a GPU is never scored with GEMM constants read off its own data
-        for n in ("kernels", "gemm"):
-            tables[n] = _predict_into(pred, target, tables[n])
-        if "models" in tables:
-            rows = []
-            for r in tables["models"].to_dict("records"):
-                cfg = _config(f"{r['model']}.json")
-                cfg[LAYER_KEY[family[r["model"]]]] = int(r["layers"])
-                rows.append(_model_prediction(r, cfg, target))
-            tables["models"] = pd.DataFrame(rows)
-        if "optimizer" in tables:  # GPT-2-Large's full parameter set, as measured
-            cfg, opt = _config("gpt2_large.json"), tables["optimizer"]
-            opt["pred_ms"] = [predict_model_detail(cfg, 1, 64, "train", target, optimizer=n).opt_ms
-                              for n in opt["optimizer"]]
-            opt["err_pct"] = (opt["pred_ms"] / opt["measured_ms"] - 1) * 100
+    for n in ("kernels", "gemm"):
+        tables[n] = _predict_into(pred, target, tables[n])
+    if "models" in tables:
+        rows = []
+        for r in tables["models"].to_dict("records"):
+            cfg = _config(f"{r['model']}.json")
+            cfg[LAYER_KEY[family[r["model"]]]] = int(r["layers"])
+            rows.append(_model_prediction(r, cfg, target, pred))
+        tables["models"] = pd.DataFrame(rows)
+    if "optimizer" in tables:  # GPT-2-Large's full parameter set, as measured
+        cfg, opt = _config("gpt2_large.json"), tables["optimizer"]
+        opt["pred_ms"] = [predict_model_detail(cfg, 1, 64, "train", target, pred, optimizer=n).opt_ms
+                          for n in opt["optimizer"]]
+        opt["err_pct"] = (opt["pred_ms"] / opt["measured_ms"] - 1) * 100
     out.mkdir(parents=True, exist_ok=True)
     for n, t in tables.items():
         t.to_csv(out / f"{n}.csv", index=False)
@@ -454,30 +453,29 @@ def main(argv=None) -> int:
     target = a.as_device or measured_on
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    pred = Predictor.load()
+    pred = Predictor.load().with_constants(fitted_constants(target))  # as in repredict: never its own data's
     env = {"measured_on": measured_on, "predicted_for": target, "torch": torch.__version__,
            "cuda": torch.version.cuda or "-", "gpu_state_at_start": _gpu_state()}
     env["driver"] = (_nvidia_smi("driver_version") or ["-"])[0]
 
     t0 = time.perf_counter()
-    with fitted_without(target):  # as in repredict: never the GEMM constants of the GPU's own data
-        kernels = check_kernels(pred, target, device, a.quick)
-        kernels.to_csv(out / "kernels.csv", index=False)
-        gemm = check_square_gemms(pred, target, device, a.quick)
-        gemm.to_csv(out / "gemm.csv", index=False)
-        burst = check_burst(torch, device, a.quick, 0.5 if a.quick else a.sustain)
-        burst.to_csv(out / "burst.csv", index=False)
-        optimizer = check_optimizer(torch, target, device, a.quick)
-        optimizer.to_csv(out / "optimizer.csv", index=False)
-        models = None
-        if not a.no_models:
-            try:
-                import transformers
-            except ImportError:
-                print("transformers is not installed: whole-model timing skipped", file=sys.stderr)
-            else:
-                env["transformers"] = transformers.__version__
-                models = check_models(torch, target, device, a.quick, partial=out / "models.csv")
+    kernels = check_kernels(pred, target, device, a.quick)
+    kernels.to_csv(out / "kernels.csv", index=False)
+    gemm = check_square_gemms(pred, target, device, a.quick)
+    gemm.to_csv(out / "gemm.csv", index=False)
+    burst = check_burst(torch, device, a.quick, 0.5 if a.quick else a.sustain)
+    burst.to_csv(out / "burst.csv", index=False)
+    optimizer = check_optimizer(torch, target, device, a.quick, pred)
+    optimizer.to_csv(out / "optimizer.csv", index=False)
+    models = None
+    if not a.no_models:
+        try:
+            import transformers
+        except ImportError:
+            print("transformers is not installed: whole-model timing skipped", file=sys.stderr)
+        else:
+            env["transformers"] = transformers.__version__
+            models = check_models(torch, target, device, a.quick, pred, partial=out / "models.csv")
     env["seconds"] = round(time.perf_counter() - t0, 1)
     (out / "env.json").write_text(json.dumps(env, indent=2) + "\n")
     write_report(out, env, kernels, gemm, burst, models, optimizer)

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hybridperf.datasets.neusight import load_test  # noqa: E402
 from hybridperf.predictor import device_shift_sd  # noqa: E402
-from hybridperf.priors.gemm import fitted_without  # noqa: E402
+from hybridperf.priors.constants import fitted_constants  # noqa: E402
 from hybridperf.stats import Z90, widen_about, widen_in_quadrature  # noqa: E402
 from hybridperf.residual_models.intervals import FLOOR_SHARE_EDGES, rows_quantiles  # noqa: E402
 from hybridperf.training.kernel_data import KEY, load_measured_grid, load_neusight_training, subsample  # noqa: E402
@@ -201,7 +201,7 @@ def main() -> None:
         devices = args.devices.split(",") if args.devices else sorted(train["device"].unique())
     log(f"{len(train)} training rows, holding out {devices}")
     logo, models = leave_one_gpu_out(train, evaluate, cfg, devices=devices, progress=log, keep_models=True,
-                                     fold_context=fitted_without)
+                                     fold_constants=fitted_constants)
     scored = score(logo, cfg, calibration)
     scored.to_csv(out / f"{name}_heldout_predictions.csv", index=False)
     tab = summarize(scored)
@@ -223,9 +223,9 @@ def main() -> None:
         for d, fitted in models.items():
             choice, iv = selection(logo, d, cfg, calibration)
             dest = Path(args.save_bundles) / d.replace(" ", "_") / "kernels"
-            with fitted_without(d):
-                export_bundle(fitted, choice, iv, dest, train[train["device"] != d], cfg,
-                              extra={"calibration": {"method": "split-conformal on the other folds", "heldout_device": d}})
+            export_bundle(fitted, choice, iv, dest, train[train["device"] != d], cfg,
+                          extra={"calibration": {"method": "split-conformal on the other folds", "heldout_device": d}},
+                          constants=fitted_constants(d))
             log(f"saved bundle without {d} -> {dest}")
     if args.ship and not args.vidur:  # blend, shrinkage and interval per stratum from all folds
         from hybridperf.training.kernels import train_kernel_bundle

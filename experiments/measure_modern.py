@@ -140,7 +140,6 @@ def measure_gemms(torch, rows: Rows, deadline: float, shapes=(GEMM_NK, GEMM_M)) 
                 rows.add(op="gemm", dtype="fp8", m=m, n=n, k=k, latency_ms=ms)
             except RuntimeError as e:  # shapes _scaled_mm refuses (dims not multiples of 16)
                 rows.add(op="gemm", dtype="fp8", m=m, n=n, k=k, note=str(e).splitlines()[0][:80])
-        del w, w8
         torch.cuda.empty_cache()
 
 
@@ -172,7 +171,6 @@ def measure_sdpa(torch, rows: Rows, deadline: float, shapes=(SDPA_PREFILL, SDPA_
             ms = graph_ms(torch, lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa))
         rows.add(op="sdpa_fwd_masked", batch=b, q_len=s, kv_len=s, heads=h, kv_heads=kvh, head_dim=d, causal=True,
                  latency_ms=ms)
-        del q, k, v, go, mask
     for b, kv, h, kvh, d in shapes[1]:
         if time.time() > deadline:
             return
@@ -183,7 +181,6 @@ def measure_sdpa(torch, rows: Rows, deadline: float, shapes=(SDPA_PREFILL, SDPA_
             ms = graph_ms(torch, lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
         rows.add(op="sdpa_decode", batch=b, q_len=1, kv_len=kv, heads=h, kv_heads=kvh, head_dim=d, causal=False,
                  latency_ms=ms)
-        del q, k, v
     torch.cuda.empty_cache()
 
 

@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO / "experiments"))
 from hybridperf.datasets.schema import canonicalize  # noqa: E402
 from hybridperf.devices import get_device  # noqa: E402
 from hybridperf.predictor import Predictor  # noqa: E402
-from hybridperf.priors.gemm import fitted_without  # noqa: E402
+from hybridperf.priors.constants import fitted_constants  # noqa: E402
 from hybridperf.training.kernel_data import load_measured_grid  # noqa: E402
 from hybridperf.transfer import adapt_predictor  # noqa: E402
 
@@ -73,13 +73,12 @@ def score(gpu_dir: Path) -> pd.DataFrame:
     sets, dev = test_sets(gpu_dir), _device(gpu_dir)
     calib = canonicalize(pd.read_csv(gpu_dir / "suggested_measured.csv"), source="suggested", require_latency=True)
     rows = []
-    with fitted_without(dev.name):
-        zero = Predictor.load()
-        seen = dev.name in zero.training_devices
-        for name, pred in (("zero-shot", zero), (f"transfer, k={len(calib)}", adapt_predictor(zero, calib, dev))):
-            for set_name, test in sets.items():
-                rows += class_scores(pred, dev, test, device=dev.name, **{"trained on it": seen, "test set": set_name},
-                                     predictor=name)
+    zero = Predictor.load().with_constants(fitted_constants(dev.name))
+    seen = dev.name in zero.training_devices
+    for name, pred in (("zero-shot", zero), (f"transfer, k={len(calib)}", adapt_predictor(zero, calib, dev))):
+        for set_name, test in sets.items():
+            rows += class_scores(pred, dev, test, device=dev.name, **{"trained on it": seen, "test set": set_name},
+                                 predictor=name)
     return pd.DataFrame(rows)
 
 
@@ -90,14 +89,13 @@ def random_curve(gpu_dir: Path, ks=(4, 8, 16, 32, 64), draws: int = 10) -> pd.Da
     pool = load_measured_grid(gpu_dir, splits=("train",))
     test = load_measured_grid(gpu_dir, splits=("test",))
     rows = []
-    with fitted_without(dev.name):
-        zero = Predictor.load()
-        label = dev.name + " (trained on it)" * (dev.name in zero.training_devices)
-        rows += class_scores(zero, dev, test, device=label, k=0, draw=0)
-        for k in ks:
-            for draw in range(draws):
-                calib = pool.sample(n=k, random_state=draw).reset_index(drop=True)
-                rows += class_scores(adapt_predictor(zero, calib, dev), dev, test, device=label, k=k, draw=draw)
+    zero = Predictor.load().with_constants(fitted_constants(dev.name))
+    label = dev.name + " (trained on it)" * (dev.name in zero.training_devices)
+    rows += class_scores(zero, dev, test, device=label, k=0, draw=0)
+    for k in ks:
+        for draw in range(draws):
+            calib = pool.sample(n=k, random_state=draw).reset_index(drop=True)
+            rows += class_scores(adapt_predictor(zero, calib, dev), dev, test, device=label, k=k, draw=draw)
     return pd.DataFrame(rows).groupby(["device", "k", "op_class"])[["mape", "coverage_pct"]].mean().reset_index()
 
 
@@ -107,17 +105,16 @@ def half_precision(gpu_dir: Path, bundle: str | None) -> pd.DataFrame:
     whether the bundle's training data held the GPU (then its own bias applies and nothing is held out)."""
     dev = _device(gpu_dir)
     test = load_measured_grid(gpu_dir, splits=("test",), dtypes=("fp16", "bf16"))
-    pred = Predictor.load(bundle) if bundle else Predictor.load()
+    pred = (Predictor.load(bundle) if bundle else Predictor.load()).with_constants(fitted_constants(dev.name))
     seen = dev.name in pred.training_devices
     rows = []
-    with fitted_without(dev.name):
-        for dtype, t in test.groupby("dtype"):
-            t = t.reset_index(drop=True)
-            res = pred.predict(t, dev)
-            log_width = pd.Series(np.log(res["hi_ms"] / res["lo_ms"]).to_numpy())
-            width = {**log_width.groupby(t["op_class"].to_numpy()).median().to_dict(), "all": log_width.median()}
-            for r in class_scores(pred, dev, t, device=dev.name, dtype=dtype, **{"trained on it": seen}):
-                rows.append({**r, "median hi/lo": float(np.exp(width[r["op_class"]]))})
+    for dtype, t in test.groupby("dtype"):
+        t = t.reset_index(drop=True)
+        res = pred.predict(t, dev)
+        log_width = pd.Series(np.log(res["hi_ms"] / res["lo_ms"]).to_numpy())
+        width = {**log_width.groupby(t["op_class"].to_numpy()).median().to_dict(), "all": log_width.median()}
+        for r in class_scores(pred, dev, t, device=dev.name, dtype=dtype, **{"trained on it": seen}):
+            rows.append({**r, "median hi/lo": float(np.exp(width[r["op_class"]]))})
     return pd.DataFrame(rows)
 
 
@@ -137,31 +134,30 @@ def model_runs(gpu_dir: Path, k: int = 16) -> pd.DataFrame:
     runs = runs[runs["dtype"] == "fp32"].reset_index(drop=True)
     family = {c.removesuffix(".json"): f for c, f, *_ in gc.MODELS}
     pool = load_measured_grid(gpu_dir, splits=("test",))
-    with fitted_without(dev.name):
-        zero = Predictor.load()
+    zero = Predictor.load().with_constants(fitted_constants(dev.name))
 
-        def graph(r):
-            cfg = gc._config(f"{r['model']}.json")
-            cfg[gc.LAYER_KEY[family[r["model"]]]] = int(r["layers"])
-            return build_graph(cfg, int(r["batch"]), int(r["seq"]), r["mode"], recompute=bool(r["recompute"]))
+    def graph(r):
+        cfg = gc._config(f"{r['model']}.json")
+        cfg[gc.LAYER_KEY[family[r["model"]]]] = int(r["layers"])
+        return build_graph(cfg, int(r["batch"]), int(r["seq"]), r["mode"], recompute=bool(r["recompute"]))
 
-        def target(rs):
-            return equal_weight_target(zero, [model_kernel_requests(graph(r), dev) for r in rs], dev)
+    def target(rs):
+        return equal_weight_target(zero, [model_kernel_requests(graph(r), dev) for r in rs], dev)
 
-        def adapted(tgt=None):
-            return adapt_predictor(zero, suggest_kernels(zero, pool, dev, k, target=tgt), dev)
+    def adapted(tgt=None):
+        return adapt_predictor(zero, suggest_kernels(zero, pool, dev, k, target=tgt), dev)
 
-        records = runs.to_dict("records")
-        per_class, all_models = adapted(), adapted(target(records))
-        rows = []
-        for r in records:
-            g = graph(r)
-            out = {"run": f"{r['model']} {r['mode']} b{r['batch']} s{r['seq']}" + " recompute" * bool(r["recompute"]),
-                   "measured ms": r["measured_ms"]}
-            for name, pred in (("zero-shot", zero), (f"k={k} per class", per_class),
-                               (f"k={k} for all runs", all_models), (f"k={k} for this run", adapted(target([r])))):
-                out[f"{name} err %"] = (compose(g, dev, pred).e2e_ms / r["measured_ms"] - 1) * 100
-            rows.append(out)
+    records = runs.to_dict("records")
+    per_class, all_models = adapted(), adapted(target(records))
+    rows = []
+    for r in records:
+        g = graph(r)
+        out = {"run": f"{r['model']} {r['mode']} b{r['batch']} s{r['seq']}" + " recompute" * bool(r["recompute"]),
+               "measured ms": r["measured_ms"]}
+        for name, pred in (("zero-shot", zero), (f"k={k} per class", per_class),
+                           (f"k={k} for all runs", all_models), (f"k={k} for this run", adapted(target([r])))):
+            out[f"{name} err %"] = (compose(g, dev, pred).e2e_ms / r["measured_ms"] - 1) * 100
+        rows.append(out)
     return pd.DataFrame(rows)
 
 

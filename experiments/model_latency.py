@@ -44,7 +44,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from hybridperf.devices import get_device  # noqa: E402
-from hybridperf.priors.gemm import LIBRARY_EFFICIENCY, fitted_without, library_efficiency_table  # noqa: E402
+from hybridperf.priors.constants import LIBRARY_EFFICIENCY, fitted_constants  # noqa: E402
 from hybridperf.training.collectives import interval_from_residuals  # noqa: E402
 from hybridperf.training.library_efficiency import fit_library_efficiency, gemm_ratios, traced_gemms  # noqa: E402
 from hybridperf.graphs import build_graph, compose  # noqa: E402
@@ -134,11 +134,11 @@ def transferred(base: tuple, device: str, root: Path, k: int, targets: pd.DataFr
     pool = pool[pool["device"] == device].reset_index(drop=True)
     if pool.empty or not base[1].startswith("bundle") or "shipped" in base[1]:
         return base
-    with fitted_without(device):
-        picked = suggest_kernels(base[0], pool.assign(pool_idx=range(len(pool))), device, k,
-                                 target=targets)["pool_idx"].to_numpy()
-        what = "the models' kernels" if targets is not None else "test-table kernels"
-        return adapt_predictor(base[0], pool.iloc[picked], device), f"transfer (k={k}, designed for {what})"
+    held = base[0].with_constants(fitted_constants(device))
+    picked = suggest_kernels(held, pool.assign(pool_idx=range(len(pool))), device, k,
+                             target=targets)["pool_idx"].to_numpy()
+    what = "the models' kernels" if targets is not None else "test-table kernels"
+    return adapt_predictor(held, pool.iloc[picked], device), f"transfer (k={k}, designed for {what})"
 
 
 def label_targets(labels: pd.DataFrame, cfg_dir: Path, device: str, predictor) -> pd.DataFrame | None:
@@ -147,11 +147,10 @@ def label_targets(labels: pd.DataFrame, cfg_dir: Path, device: str, predictor) -
     from hybridperf.graphs.compose import model_kernel_requests
     from hybridperf.transfer.suggest import equal_weight_target
 
-    with fitted_without(device):
-        out = [model_kernel_requests(build_graph(cfg_dir / f"{lab.model}.json", int(lab.batch), int(lab.seq),
-                                                 lab.mode, fused=bool(lab.fusion)), device)
-               for lab in labels.itertuples() if (cfg_dir / f"{lab.model}.json").is_file()]
-        return equal_weight_target(predictor, out, device) if out else None
+    out = [model_kernel_requests(build_graph(cfg_dir / f"{lab.model}.json", int(lab.batch), int(lab.seq),
+                                             lab.mode, fused=bool(lab.fusion)), device)
+           for lab in labels.itertuples() if (cfg_dir / f"{lab.model}.json").is_file()]
+    return equal_weight_target(predictor.with_constants(fitted_constants(device)), out, device) if out else None
 
 
 class LabelSet:
@@ -307,10 +306,9 @@ def collect(labels: pd.DataFrame, cfg_dir: Path, preds: dict, kinds: dict, lib_e
             print(f"skip {lab.device} {lab.model}: no config", file=sys.stderr)
             continue
         dev = get_device(lab.device)
-        with library_efficiency_table((lib_eff or {}).get(lab.device, LIBRARY_EFFICIENCY)), \
-                fitted_without(lab.device):
-            graph = build_graph(cfg, int(lab.batch), int(lab.seq), lab.mode, fused=bool(lab.fusion))
-            tab = predict_kernels_of(graph, dev, preds[lab.device])
+        held = fitted_constants(lab.device).with_library_efficiency((lib_eff or {}).get(lab.device, LIBRARY_EFFICIENCY))
+        graph = build_graph(cfg, int(lab.batch), int(lab.seq), lab.mode, fused=bool(lab.fusion))
+        tab = predict_kernels_of(graph, dev, preds[lab.device].with_constants(held))
         recs.append({"device": lab.device, "model": lab.model, "mode": lab.mode, "seq": int(lab.seq),
                      "batch": int(lab.batch), "fusion": bool(lab.fusion), "kernel_model": kinds[lab.device],
                      "meas": float(lab.e2e_ms), "measured_fw_ms": float(lab.fw_ms), "measured_bw_ms": float(lab.bw_ms),
@@ -518,10 +516,9 @@ def _check_against_compose(recs, consts, df, cfg_dir, runs, kind, labels, lib_ef
         cal = {"prior": as_calibration(p)}
         for m in ("inf", "train"):
             cal["prior"][m]["log_bias"] = p["b_" + m]
-        with library_efficiency_table(lib_eff.get(r["device"], LIBRARY_EFFICIENCY)), \
-                fitted_without(r["device"]):
-            mp = compose(build_graph(cfg_dir / f"{r['model']}.json", r["batch"], r["seq"], r["mode"], fused=r["fusion"]),
-                         get_device(r["device"]), pred, calibration=cal)
+        held = fitted_constants(r["device"]).with_library_efficiency(lib_eff.get(r["device"], LIBRARY_EFFICIENCY))
+        mp = compose(build_graph(cfg_dir / f"{r['model']}.json", r["batch"], r["seq"], r["mode"], fused=r["fusion"]),
+                     get_device(r["device"]), pred.with_constants(held), calibration=cal)
         if p.get("raw"):
             continue
         # as_calibration rounds the constants: agree to rounding

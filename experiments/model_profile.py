@@ -59,7 +59,8 @@ def report(src: Path) -> pd.DataFrame:
     covers, against our gap x kernels launched) and `end to end`."""
     from hybridperf.graphs import predict_model_detail
     from hybridperf.graphs.compose import composition_params
-    from hybridperf.priors.gemm import fitted_without
+    from hybridperf.graphs.compose import resolve_predictor
+    from hybridperf.priors.constants import fitted_constants
 
     ops = pd.read_csv(src / "ops.csv")
     ops = ops[ops["aten_op"].str.startswith("aten::")]
@@ -71,9 +72,9 @@ def report(src: Path) -> pd.DataFrame:
         family = cfg.get("model_type", "gpt2")
         if family in LAYER_KEY and "layers" in s:
             cfg[LAYER_KEY[family]] = int(s["layers"])  # a profiled cut of the model (Llama's 4 layers)
-        with fitted_without(device):
-            p = predict_model_detail(cfg, int(s["batch"]), int(s["seq"]), s["mode"], device,
-                                     dtype=str(s.get("dtype", "fp32")))
+        held_out = resolve_predictor(warn=False).with_constants(fitted_constants(device))
+        p = predict_model_detail(cfg, int(s["batch"]), int(s["seq"]), s["mode"], device, held_out,
+                                 dtype=str(s.get("dtype", "fp32")))
         par = composition_params(p.kind, s["mode"])
         k, bias = p.kernels, float(np.exp(p.log_bias))
         body = par["scale"] * np.maximum(k["pred_ms"] - k["floor_ms"], 0.0) * k["count"] * bias

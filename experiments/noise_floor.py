@@ -15,7 +15,7 @@ gets wrong between two neighbours. It is an oracle a real predictor does not hav
 measurement of the same GPU at a nearly identical shape. The oracle's MAPE divided by sqrt(2) is
 then an estimate of the noise floor of one kernel (exact for small Gaussian noise, whose MAPE grows
 linearly with its sd); it is itself an upper bound because the prior's errors between neighbours are
-counted as noise. The prior (leave-one-GPU-out, `fitted_without`) is scored beside it. A cell whose
+counted as noise. The prior (leave-one-GPU-out, `fitted_constants`) is scored beside it. A cell whose
 floor is above a target cannot reach that target with any model of shape and spec sheet.
 
     python experiments/noise_floor.py --data ../shared/datasets --out experiments/out/noise_floor    (seconds)
@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 
 from hybridperf.datasets.neusight import load_test, neusight_root  # noqa: E402
 from hybridperf.devices import get_device  # noqa: E402
-from hybridperf.priors.gemm import fitted_without  # noqa: E402
+from hybridperf.priors.constants import fitted_constants  # noqa: E402
 from hybridperf.priors.kernel_prior import kernel_prior_terms  # noqa: E402
 
 #: per op class: the columns two neighbours share, and the one they differ in
@@ -62,8 +62,7 @@ def noise_table(test: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for dev_name, g in test.groupby("device"):
         dev = get_device(dev_name)
-        with fitted_without(dev_name):
-            prior = kernel_prior_terms(g, dev)["prior_ms"].to_numpy()
+        prior = kernel_prior_terms(g, dev, constants=fitted_constants(dev_name))["prior_ms"].to_numpy()
         g = g.assign(e=np.log(g["latency_ms"].to_numpy() / prior))
         for oc, (keys, along) in NEIGHBOURS.items():
             c = g[g["op_class"] == oc]

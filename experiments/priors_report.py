@@ -15,6 +15,7 @@ import contextlib
 import itertools
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hybridperf.datasets.neusight import load_collect, load_test  # noqa: E402
 from hybridperf.datasets.schema import canonicalize  # noqa: E402
 from hybridperf.devices import get_device  # noqa: E402
-from hybridperf.priors import gemm, replaced, rowwise  # noqa: E402
+from hybridperf.priors import constants, gemm, rowwise  # noqa: E402
+from hybridperf.priors.constants import fitted_constants  # noqa: E402
 from hybridperf.priors.kernel_prior import kernel_prior_terms  # noqa: E402
 from hybridperf.priors.wave_scaling import wave_scale_ms  # noqa: E402
 from hybridperf.training.kernel_data import load_measured_grid  # noqa: E402
@@ -35,6 +37,18 @@ from kernel_trace import traced_tiles  # noqa: E402
 OWN_TRACE = Path(__file__).resolve().parent / "data" / "measured" / "h200" / "kernel_trace.csv"
 
 HABITAT_ORIGIN = "NVIDIA A100-PCIE-40GB"
+
+
+@contextlib.contextmanager
+def _rebound(module, name: str, value):
+    """`module.name` set to `value` for a grid search over a hand-set constant (this script refits them;
+    the library never rebinds a constant)."""
+    saved = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, saved)
 KEY = ["op", "B", "M", "N", "K", "H"]
 
 
@@ -42,8 +56,7 @@ def mape_table(df: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for dev, g in df.groupby("device"):
         # bmm tiles from the other GPUs' traces only (see bmm_tiles_logo)
-        with gemm.fitted_without(dev):
-            t = kernel_prior_terms(g, get_device(dev))
+        t = kernel_prior_terms(g, get_device(dev), constants=fitted_constants(dev))
         for oc, idx in g.groupby("op_class").indices.items():
             y = g["latency_ms"].to_numpy()[idx]
             rows.append({"device": dev, "op_class": oc, "n": len(idx),
@@ -93,8 +106,7 @@ def rowwise_logo(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
             rowwise.REREAD_FITS_L2, rowwise.REREAD_SPILLS_L2, rowwise.REREAD_L2_COST = point
             for split, df in zip(tables, rows):
                 for dev, g in df.groupby("device"):
-                    with gemm.fitted_without(dev):
-                        pred = kernel_prior_terms(g, get_device(dev))["prior_ms"].to_numpy()
+                    pred = kernel_prior_terms(g, get_device(dev), constants=fitted_constants(dev))["prior_ms"].to_numpy()
                     ape = np.abs(pred / g["latency_ms"].to_numpy() - 1)
                     for oc, idx in g.groupby("op_class").indices.items():
                         scores.append((point, split, dev, oc, ape[idx].mean() * 100))
@@ -119,35 +131,34 @@ TRANSLATION_GRID = [(b, r) for b in np.arange(0.5, 20.01, 0.5) for r in np.arang
 def translation_fits(test: pd.DataFrame) -> pd.DataFrame:
     """Fit the translation limit (`gemm.TRANSLATION_FITS`) on each GPU's own Linear test table, the
     grid point with the lowest mean |log error|, and score every GPU of an architecture with the limit
-    from its other GPUs (`gemm.fitted_without`). Stops if the library's fits are not what this finds."""
+    from its other GPUs (`constants.fitted_constants`). Stops if the library's fits are not what this finds."""
     rows, found = [], {}
     lin = test[test["op_class"] == "linear"]
     for dev, g in lin.groupby("device"):
         spec = get_device(dev)
-        if spec.arch not in gemm.TRANSLATION_FITS:
+        if spec.arch not in constants.TRANSLATION_FITS:
             continue
         y = g["latency_ms"].to_numpy()
-        with gemm.fitted_without(dev), gemm.translation_limit({}):
-            t = kernel_prior_terms(g, spec)
+        held_out = constants.fitted_constants(dev)
+        t = kernel_prior_terms(g, spec, constants=replace(held_out, translation_limit={}))
         before = np.mean(np.abs(t["prior_ms"].to_numpy() / y - 1)) * 100
         shape = [g[c].to_numpy(np.float64) for c in ("B", "M", "K", "N")]
         args = shape + [t["tile_m"], t["tile_n"], spec, "fp32"]
 
         def prior(point):
-            with gemm.translation_limit({spec.arch: point}):
-                compute = gemm.translation_limited_ms(t["compute_ms"].to_numpy(), *args)
+            compute = gemm.translation_limited_ms(t["compute_ms"].to_numpy(), *args,
+                                                  replace(held_out, translation_limit={spec.arch: point}))
             return t["floor_ms"].to_numpy() + np.maximum(compute, t["memory_ms"].to_numpy())
 
         fit = min(TRANSLATION_GRID, key=lambda p: np.mean(np.abs(np.log(prior(p) / y))))
         found.setdefault(spec.arch, {})[dev] = (float(fit[0]), float(fit[1]))
-        with gemm.fitted_without(dev):
-            held = kernel_prior_terms(g, spec)["prior_ms"].to_numpy()
+        held = kernel_prior_terms(g, spec, constants=held_out)["prior_ms"].to_numpy()
         rows.append({"device": dev, "fitted (page budget, FLOP/clock)": str(found[spec.arch][dev]),
                      "linear MAPE without the limit": before,
                      "with the other GPUs' fit (held out)": np.mean(np.abs(held / y - 1)) * 100,
                      "with its own fit": np.mean(np.abs(prior(fit) / y - 1)) * 100})
-    if found != gemm.TRANSLATION_FITS:
-        raise SystemExit(f"TRANSLATION_FITS = {gemm.TRANSLATION_FITS} disagrees with the fits: {found}")
+    if found != constants.TRANSLATION_FITS:
+        raise SystemExit(f"TRANSLATION_FITS = {constants.TRANSLATION_FITS} disagrees with the fits: {found}")
     return pd.DataFrame(rows).round(1)
 
 
@@ -158,7 +169,7 @@ SPLIT_RATE_MEASURED = (Path(__file__).resolve().parent / "data" / "measured" / "
 
 
 def split_rate_fits(test: pd.DataFrame) -> pd.DataFrame:
-    """Fit the split-rate exponent (`gemm.SPLIT_RATE_FITS`) on each Ampere or Hopper GPU's own fp32
+    """Fit the split-rate exponent (`constants.SPLIT_RATE_FITS`) on each Ampere or Hopper GPU's own fp32
     Linear test table (NeuSight's A100, our H200), the grid value with the lowest mean |log error|, and
     score it with the exponent from its architecture's other GPUs (none: each has one fitted GPU). Stops
     if the library's fits are not what this finds."""
@@ -168,25 +179,25 @@ def split_rate_fits(test: pd.DataFrame) -> pd.DataFrame:
     rows, found = [], {}
     for dev, g in lin.groupby("device"):
         spec = get_device(dev)
-        if spec.arch not in gemm.SPLIT_RATE_FITS:
+        if spec.arch not in constants.SPLIT_RATE_FITS:
             continue
         y = g["latency_ms"].to_numpy()
+        held_out = constants.fitted_constants(dev)
 
         def prior(a):
-            with gemm.fitted_without(dev), gemm.split_rate({spec.arch: a}):
-                return kernel_prior_terms(g, spec)["prior_ms"].to_numpy()
+            at_a = replace(held_out, split_rate_exponent={**held_out.split_rate_exponent, spec.arch: a})
+            return kernel_prior_terms(g, spec, constants=at_a)["prior_ms"].to_numpy()
 
         fit = min(SPLIT_RATE_GRID, key=lambda a: np.mean(np.abs(np.log(prior(a) / y))))
         found.setdefault(spec.arch, {})[dev] = float(fit)
-        with gemm.fitted_without(dev):
-            terms = kernel_prior_terms(g, spec)
+        terms = kernel_prior_terms(g, spec, constants=held_out)
         held, split = terms["prior_ms"].to_numpy(), terms["split_k"].to_numpy() > 1
         rows.append({"device": dev, "fitted exponent": fit, "shapes the prior splits": f"{split.sum()} of {len(y)}",
                      "linear MAPE at exponent 0": np.mean(np.abs(prior(0.0) / y - 1)) * 100,
                      "with the other GPUs' fit (held out)": np.mean(np.abs(held / y - 1)) * 100,
                      "with its own fit": np.mean(np.abs(prior(fit) / y - 1)) * 100})
-    if found != gemm.SPLIT_RATE_FITS:
-        raise SystemExit(f"SPLIT_RATE_FITS = {gemm.SPLIT_RATE_FITS} disagrees with the fits: {found}")
+    if found != constants.SPLIT_RATE_FITS:
+        raise SystemExit(f"SPLIT_RATE_FITS = {constants.SPLIT_RATE_FITS} disagrees with the fits: {found}")
     out = pd.DataFrame(rows)
     mape = [c for c in out.columns if "MAPE" in c or c.startswith("with")]
     return out.round({c: 1 for c in mape})
@@ -197,7 +208,7 @@ REREAD_SHARE_GRID = np.round(np.arange(0.4, 1.001, 0.05), 2)
 
 
 def reread_share_fits(test: pd.DataFrame) -> pd.DataFrame:
-    """Fit the re-read share of a split L2 (`rowwise.REREAD_L2_SHARE_FITS`) on each fitted GPU's own
+    """Fit the re-read share of a split L2 (`constants.REREAD_L2_SHARE_FITS`) on each fitted GPU's own
     softmax and LayerNorm test rows (NeuSight's A100; our H200, fp32 and fp16), the grid value with the
     lowest MAPE, and score it with the other GPUs' fits (the held-out number). Stops if the library's
     fits are not what this finds."""
@@ -206,21 +217,21 @@ def reread_share_fits(test: pd.DataFrame) -> pd.DataFrame:
     rows_of = rows_of[rows_of["op_class"].isin(["softmax", "layernorm"])]
     rows, found = [], {}
     for dev, g in rows_of.groupby("device"):
-        if dev not in rowwise.REREAD_L2_SHARE_FITS:
+        if dev not in constants.REREAD_L2_SHARE_FITS:
             continue
         spec, y = get_device(dev), g["latency_ms"].to_numpy()
 
         def mape(share):
-            with gemm.fitted_without(dev), rowwise.reread_share(share):
-                return np.mean(np.abs(kernel_prior_terms(g, spec)["prior_ms"].to_numpy() / y - 1)) * 100
+            at_share = replace(constants.fitted_constants(dev), reread_l2_share=float(share))
+            return np.mean(np.abs(kernel_prior_terms(g, spec, constants=at_share)["prior_ms"].to_numpy() / y - 1)) * 100
 
         fit = float(min(REREAD_SHARE_GRID, key=mape))
         found[dev] = fit
-        held = rowwise.reread_share_table(exclude_device=dev)
+        held = constants.reread_share_table(exclude_device=dev)
         rows.append({"device": dev, "rows": len(y), "fitted share": fit, "MAPE at share 1": mape(1.0),
                      "with the other GPUs' fit (held out)": mape(held), "with its own fit": mape(fit)})
-    if found != rowwise.REREAD_L2_SHARE_FITS:
-        raise SystemExit(f"REREAD_L2_SHARE_FITS = {rowwise.REREAD_L2_SHARE_FITS} disagrees with the fits: {found}")
+    if found != constants.REREAD_L2_SHARE_FITS:
+        raise SystemExit(f"REREAD_L2_SHARE_FITS = {constants.REREAD_L2_SHARE_FITS} disagrees with the fits: {found}")
     out = pd.DataFrame(rows)
     return out.round({c: 1 for c in out.columns if "MAPE" in c or c.startswith("with")})
 
@@ -247,7 +258,7 @@ def current_softmax_fits() -> pd.DataFrame:
     def ape(rows, values):
         with contextlib.ExitStack() as stack:
             for name, v in zip(CURRENT_SOFTMAX_GRID, values):
-                stack.enter_context(replaced(vars(rowwise), name, float(v)))
+                stack.enter_context(_rebound(rowwise, name, float(v)))
             prior = kernel_prior_terms(rows, get_device(rows["device"].iloc[0]))["prior_ms"].to_numpy()
         return pd.Series(np.abs(prior / rows["latency_ms"].to_numpy() - 1) * 100, index=rows.index)
 
@@ -288,20 +299,20 @@ def bmm_tiles_logo(test: pd.DataFrame, root: Path) -> pd.DataFrame:
     traced = traced_bmm_tiles(root)
     for arch, by_dev in traced_tiles(OWN_TRACE).items():  # architectures NeuSight did not trace
         traced.setdefault(arch, by_dev)
-    for arch, by_dev in gemm.BATCHED_SGEMM_TRACES.items():
+    for arch, by_dev in constants.BATCHED_SGEMM_TRACES.items():
         if traced.get(arch) != by_dev:
             raise SystemExit(f"BATCHED_SGEMM_TRACES[{arch!r}] = {by_dev} disagrees with the traces: {traced.get(arch)}")
 
     def mape(dev, g, table):
-        with gemm.batched_sgemm_tiles(table):
-            pred = kernel_prior_terms(g, get_device(dev))["prior_ms"].to_numpy()
+        tiles = replace(constants.DEFAULT_CONSTANTS, batched_sgemm_tiles=table)
+        pred = kernel_prior_terms(g, get_device(dev), constants=tiles)["prior_ms"].to_numpy()
         return np.mean(np.abs(pred / g["latency_ms"].to_numpy() - 1)) * 100
 
     rows = []
     for dev, g in test[test["op_class"] == "bmm"].groupby("device"):
-        table = gemm.batched_sgemm_table(exclude_device=dev)
+        table = constants.batched_sgemm_table(exclude_device=dev)
         rows.append({"held_out": dev, "tiles from other GPUs": str(table.get(get_device(dev).arch, "orientation rule")),
-                     "held-out MAPE": mape(dev, g, table), "shipped table MAPE": mape(dev, g, gemm.BATCHED_SGEMM_TILES),
+                     "held-out MAPE": mape(dev, g, table), "shipped table MAPE": mape(dev, g, constants.DEFAULT_CONSTANTS.batched_sgemm_tiles),
                      "no table MAPE": mape(dev, g, {})})
     return pd.DataFrame(rows).round(1)
 

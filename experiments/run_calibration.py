@@ -118,7 +118,7 @@ def measured_rows(rng) -> pd.DataFrame:
 
     from hybridperf.graphs import predict_model_detail
     from hybridperf.graphs.compose import composition_params
-    from hybridperf.priors.gemm import fitted_without
+    from hybridperf.priors.constants import fitted_constants
 
     pred = Predictor.load()
     fam = {c.removesuffix(".json"): f for c, f, *_ in gc.MODELS}
@@ -126,17 +126,17 @@ def measured_rows(rng) -> pd.DataFrame:
     for target, folder in MEASURED.items():
         runs = pd.read_csv(REPO / "experiments" / "data" / "measured" / folder / "models.csv")
         terms = []
-        with fitted_without(target):  # no GPU is predicted with GEMM constants read off its own data
-            for r in runs.to_dict("records"):
-                cfg = gc._config(f"{r['model']}.json")
-                cfg[gc.LAYER_KEY[fam[r["model"]]]] = int(r["layers"])
-                p = predict_model_detail(cfg, int(r["batch"]), int(r["seq"]), r["mode"], target, pred,
-                                         dtype=r["dtype"], recompute=bool(r["recompute"]))
-                k = p.kernels
-                dev_ms, launches = device_time_and_launches(k)
-                ood = float(np.sum(k["total_ms"] * k["ood"]) / k["total_ms"].sum())  # weighted as compose() does
-                terms.append({"D": dev_ms, "N": launches, "ood": ood, "lo": p.lo_ms, "hi": p.hi_ms,
-                              "half": r["dtype"] != "fp32"})
+        held_out = pred.with_constants(fitted_constants(target))  # no GPU priced with constants read off it
+        for r in runs.to_dict("records"):
+            cfg = gc._config(f"{r['model']}.json")
+            cfg[gc.LAYER_KEY[fam[r["model"]]]] = int(r["layers"])
+            p = predict_model_detail(cfg, int(r["batch"]), int(r["seq"]), r["mode"], target, held_out,
+                                     dtype=r["dtype"], recompute=bool(r["recompute"]))
+            k = p.kernels
+            dev_ms, launches = device_time_and_launches(k)
+            ood = float(np.sum(k["total_ms"] * k["ood"]) / k["total_ms"].sum())  # weighted as compose() does
+            terms.append({"D": dev_ms, "N": launches, "ood": ood, "lo": p.lo_ms, "hi": p.hi_ms,
+                          "half": r["dtype"] != "fp32"})
         tt = pd.DataFrame(terms)
         par = {m: composition_params("bundle", m) for m in ("inf", "train")}
         for half, g in tt.groupby("half"):

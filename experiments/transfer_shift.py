@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO / "experiments"))
 
 from hybridperf.datasets.neusight import load_collect, load_test, neusight_root  # noqa: E402
 from hybridperf.predictor import Predictor  # noqa: E402
-from hybridperf.priors.gemm import fitted_without  # noqa: E402
+from hybridperf.priors.constants import fitted_constants  # noqa: E402
 from hybridperf.transfer import adapt_predictor  # noqa: E402
 from measured_transfer import class_scores  # noqa: E402
 
@@ -50,14 +50,13 @@ def main(argv=None) -> int:
             continue
         collect = load_collect(root, devices=[device])
         test = test_all[test_all["device"] == device].reset_index(drop=True)
-        with fitted_without(device):
-            zero = Predictor.load(bdir / "kernels")
-            rows += class_scores(zero, device, test, device=device, k=0, draw=0)
-            for k in KS[1:]:
-                for draw in range(args.draws):
-                    calib = collect.sample(n=k, random_state=draw).reset_index(drop=True)
-                    rows += class_scores(adapt_predictor(zero, calib, device), device, test, device=device, k=k,
-                                        draw=draw)
+        zero = Predictor.load(bdir / "kernels").with_constants(fitted_constants(device))
+        rows += class_scores(zero, device, test, device=device, k=0, draw=0)
+        for k in KS[1:]:
+            for draw in range(args.draws):
+                calib = collect.sample(n=k, random_state=draw).reset_index(drop=True)
+                rows += class_scores(adapt_predictor(zero, calib, device), device, test, device=device, k=k,
+                                    draw=draw)
         print(f"{device}: done", flush=True)
     df = pd.DataFrame(rows)
     df.to_csv(out / "transfer_shift.csv", index=False)

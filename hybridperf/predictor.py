@@ -9,6 +9,7 @@ Runs on numpy, pandas and onnxruntime only. Usage:
 """
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,7 @@ from hybridperf.datasets.schema import canonicalize
 from hybridperf.devices import DeviceSpec, dtype_key, get_device
 from hybridperf.errors import InputError, ModelBundleError
 from hybridperf.ops import GEMM_OPS
-from hybridperf.priors.gemm import batched_tiles_for
+from hybridperf.priors.constants import DEFAULT_CONSTANTS, PriorConstants
 from hybridperf.priors.kernel_prior import kernel_prior_terms
 from hybridperf.priors.launch import check_host, check_timing, row_timing
 from hybridperf.residual_models.bundle import (Bundle, correction_key, load_bundle, measured_bias, shipped_models_dir,
@@ -123,11 +124,14 @@ class Predictor:
     hold a few-shot adaptation to one device (see hybridperf.transfer), keyed by op class and dtype
     (`linear:fp16`); an interval keyed by the op class alone serves that class's unmeasured dtypes.
     Adapted bundles from before per-dtype keys hold one correction per op class, for every dtype. An
-    adapted bundle on disk carries them as ONNX files and manifest entries.
+    adapted bundle on disk carries them as ONNX files and manifest entries. `constants`: the GPU-fitted
+    prior constants it prices with (`with_constants(fitted_constants(exclude_device=...))` holds a GPU out).
     """
 
-    def __init__(self, bundle: Bundle | None = None, corrections: dict | None = None, intervals: dict | None = None):
+    def __init__(self, bundle: Bundle | None = None, corrections: dict | None = None, intervals: dict | None = None,
+                 constants: PriorConstants = DEFAULT_CONSTANTS):
         self.bundle = bundle
+        self.constants = constants
         self.corrections = dict(corrections or {})
         self.intervals = dict(intervals or {})
         self.adaptation = (bundle.manifest.get("adaptation") if bundle else None) or None
@@ -148,6 +152,12 @@ class Predictor:
     def prior_only(cls) -> "Predictor":
         """A predictor that uses the analytical prior alone, with a wide default interval."""
         return cls(None)
+
+    def with_constants(self, constants: PriorConstants) -> "Predictor":
+        """A copy of this predictor that prices with `constants`."""
+        out = copy.copy(self)
+        out.constants = constants
+        return out
 
     @property
     def manifest(self) -> dict:
@@ -205,10 +215,10 @@ class Predictor:
         """The analytical prior's terms for `kernels` on `device`: on the device this predictor was adapted
         to, with the batched-SGEMM tile family its measured kernels chose (`adaptation.batched_sgemm_tiles`)."""
         adaptation = self.adaptation or {}
+        constants = self.constants
         if adaptation.get("device") == device.name and "batched_sgemm_tiles" in adaptation:
-            with batched_tiles_for(device, adaptation["batched_sgemm_tiles"]):
-                return kernel_prior_terms(kernels, device, timing)
-        return kernel_prior_terms(kernels, device, timing)
+            constants = constants.with_batched_tiles(device.arch, adaptation["batched_sgemm_tiles"])
+        return kernel_prior_terms(kernels, device, timing, constants)
 
     def predict(self, kernels: pd.DataFrame, device: str | DeviceSpec, timing: str | None = None,
                 host: str | None = None) -> pd.DataFrame:

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from hybridperf.datasets.schema import canonicalize
 from hybridperf.devices import get_device
 from hybridperf.ops import GEMM_OPS, OP_CLASS
-from hybridperf.priors import gemm
+from hybridperf.priors import constants, gemm
+from hybridperf.priors.constants import DEFAULT_CONSTANTS, fitted_constants
 from hybridperf.priors.gemm import gemm_compute
 from hybridperf.priors.kernel_prior import kernel_prior_terms, prior_ms
 from hybridperf.priors.launch import launch_floor_ms
@@ -320,18 +321,19 @@ def test_split_k_never_with_short_chunks():
 
 
 def test_library_efficiency_applies_to_its_vendor_only():
-    from hybridperf.priors.gemm import LIBRARY_EFFICIENCY, library_efficiency, library_efficiency_table
+    from hybridperf.priors.constants import DEFAULT_CONSTANTS, LIBRARY_EFFICIENCY
+    from hybridperf.priors.gemm import library_efficiency
 
     assert library_efficiency("nvidia", "linear") == 1.0
     assert 0 < library_efficiency("amd", "linear") < 1 and 0 < library_efficiency("amd", "bmm") < 1
     gemm = canonicalize(pd.DataFrame({"OPName": ["linear"], "B": [1], "M": [4096], "N": [4096], "K": [4096]}))
     amd = get_device("AMD Instinct MI210")
     slow = prior_ms(gemm, amd)[0]
-    with library_efficiency_table({}):
-        fast = prior_ms(gemm, amd)[0]
-        assert library_efficiency("amd", "linear") == 1.0
+    tile_rate = DEFAULT_CONSTANTS.with_library_efficiency({})
+    fast = prior_ms(gemm, amd, constants=tile_rate)[0]
+    assert library_efficiency("amd", "linear", tile_rate) == 1.0
     assert slow > fast * 1.2  # the vendor BLAS reaches less than the tile model's rate
-    assert LIBRARY_EFFICIENCY[("amd", "linear")] == library_efficiency("amd", "linear")  # restored
+    assert LIBRARY_EFFICIENCY[("amd", "linear")] == library_efficiency("amd", "linear")  # the default untouched
 
 
 @pytest.mark.parametrize("op", ["bmm", "linear", "add", "softmax", "ln"])
@@ -386,10 +388,10 @@ def test_translation_limit_slows_long_pascal_reductions_only(name):
     for dev, slowed in ((get_device(name), True), (get_device("Tesla V100-PCIE-32GB"), False)):
         for n, long in ((1024, False), (65536, True)):
             with_limit = gemm_compute(*shape, [n], dev).compute_ms[0]
-            with gemm.translation_limit({}):
-                without = gemm_compute(*shape, [n], dev).compute_ms[0]
+            no_limit = dataclasses.replace(DEFAULT_CONSTANTS, translation_limit={})
+            without = gemm_compute(*shape, [n], dev, constants=no_limit).compute_ms[0]
             if slowed and long:
-                budget, rate = gemm.TRANSLATION_LIMIT["pascal"]
+                budget, rate = DEFAULT_CONSTANTS.translation_limit["pascal"]
                 limited = 2.0 * 4096 * 4096 * n / (rate * dev.boost_clock_mhz * 1e6) * 1e3
                 assert without < with_limit <= max(limited, without)
             else:
@@ -397,14 +399,11 @@ def test_translation_limit_slows_long_pascal_reductions_only(name):
 
 
 def test_translation_limit_of_a_scored_gpu_comes_from_the_other_pascal_gpus():
-    fits = gemm.TRANSLATION_FITS["pascal"]
-    with gemm.fitted_without("Tesla P100-PCIE-16GB"):
-        assert gemm.TRANSLATION_LIMIT["pascal"] == pytest.approx(fits["Tesla P4"])
-    with gemm.fitted_without("Tesla P4"):
-        assert gemm.TRANSLATION_LIMIT["pascal"] == pytest.approx(fits["Tesla P100-PCIE-16GB"])
-    with gemm.fitted_without("Tesla T4"):
-        assert gemm.TRANSLATION_LIMIT == gemm.translation_table()
-    assert gemm.translation_table(exclude_device="Tesla P4")["pascal"] != gemm.translation_table()["pascal"]
+    fits = constants.TRANSLATION_FITS["pascal"]
+    assert fitted_constants("Tesla P100-PCIE-16GB").translation_limit["pascal"] == pytest.approx(fits["Tesla P4"])
+    assert fitted_constants("Tesla P4").translation_limit["pascal"] == pytest.approx(fits["Tesla P100-PCIE-16GB"])
+    assert dict(fitted_constants("Tesla T4").translation_limit) == constants.translation_table()
+    assert constants.translation_table(exclude_device="Tesla P4")["pascal"] != constants.translation_table()["pascal"]
 
 
 def test_a_half_precision_gemm_with_unaligned_leading_dimensions_runs_slower_on_matrix_units():
@@ -458,7 +457,7 @@ def test_hopper_f_linear_pays_for_split_k_and_other_gemm_forms_do_not():
     slower than a plain mm of the same shape where the prior splits, and identically where it does not;
     other architectures, and tensor-core GEMMs, price both forms alike."""
     h100 = get_device("NVIDIA H100 80GB HBM3")
-    assert gemm.SPLIT_RATE_EXPONENT["hopper"] > 0
+    assert DEFAULT_CONSTANTS.split_rate_exponent["hopper"] > 0
     lin, mm = (kernel_prior_terms(_linear_rows(f), h100) for f in ("linear", "mm"))
     assert mm["split_k"].iloc[0] > 1
     assert lin["prior_ms"].iloc[0] > mm["prior_ms"].iloc[0]
@@ -473,11 +472,10 @@ def test_split_rate_of_a_scored_gpu_comes_from_its_architectures_other_gpus():
     """Each architecture has one fitted GPU, so scoring it leave-one-GPU-out drops the exponent, and the
     `linear` form prices like `mm`; scoring another GPU keeps it."""
     h200 = get_device("NVIDIA H200")
-    with gemm.fitted_without("NVIDIA H200"):
-        assert "hopper" not in gemm.SPLIT_RATE_EXPONENT
-        a, b = (kernel_prior_terms(_linear_rows(f), h200)["prior_ms"] for f in ("linear", "mm"))
-        assert np.array_equal(a.to_numpy(), b.to_numpy())
-    with gemm.fitted_without("NVIDIA H100 80GB HBM3"):
-        assert gemm.SPLIT_RATE_EXPONENT == gemm.split_rate_table()
-    assert gemm.split_rate_table(exclude_device="NVIDIA A100-PCIE-40GB") == {
-        "hopper": gemm.SPLIT_RATE_FITS["hopper"]["NVIDIA H200"]}
+    held = fitted_constants("NVIDIA H200")
+    assert "hopper" not in held.split_rate_exponent
+    a, b = (kernel_prior_terms(_linear_rows(f), h200, constants=held)["prior_ms"] for f in ("linear", "mm"))
+    assert np.array_equal(a.to_numpy(), b.to_numpy())
+    assert dict(fitted_constants("NVIDIA H100 80GB HBM3").split_rate_exponent) == constants.split_rate_table()
+    assert constants.split_rate_table(exclude_device="NVIDIA A100-PCIE-40GB") == {
+        "hopper": constants.SPLIT_RATE_FITS["hopper"]["NVIDIA H200"]}

@@ -11,11 +11,10 @@ import pytest
 
 from hybridperf.datasets.schema import canonicalize
 from hybridperf.devices import get_device
-from hybridperf.priors.gemm import fitted_without
+from hybridperf.priors.constants import DEFAULT_CONSTANTS, REREAD_L2_SHARE_FITS, fitted_constants, reread_share_table
 from hybridperf.priors.kernel_prior import kernel_prior_terms
 from hybridperf.priors.rowwise import (
-    REREAD_FITS_L2, REREAD_L2_SHARE_FITS, REREAD_SPILLS_L2, reread_hit_fraction, reread_share, reread_share_table,
-    reread_time_ms, row_issue_ms, row_kernel_layout,
+    REREAD_FITS_L2, REREAD_SPILLS_L2, reread_hit_fraction, reread_time_ms, row_issue_ms, row_kernel_layout,
 )
 
 
@@ -104,13 +103,11 @@ def test_a_split_l2_holds_fewer_rows_for_their_reread():
     split = get_device("NVIDIA H100 80GB HBM3")
     whole = dataclasses.replace(split, l2_partitions=1)
     inflight = np.array([0.3, 0.5, 0.7, 0.9]) * split.l2_mb * 1e6
-    with reread_share(0.6):
-        hit_split, hit_whole = reread_hit_fraction(inflight, split), reread_hit_fraction(inflight, whole)
-        assert np.all(hit_split <= hit_whole) and hit_split[2] < hit_whole[2]
-        # rows taking 0.3 of a split L2 seen at share 0.6 hit as rows taking 0.5 of a whole one
-        assert reread_hit_fraction(inflight[:1], split)[0] == reread_hit_fraction(inflight[1:2], whole)[0]
-    with reread_share(1.0):
-        assert np.array_equal(reread_hit_fraction(inflight, split), hit_whole)
+    hit_split, hit_whole = reread_hit_fraction(inflight, split, 0.6), reread_hit_fraction(inflight, whole, 0.6)
+    assert np.all(hit_split <= hit_whole) and hit_split[2] < hit_whole[2]
+    # rows taking 0.3 of a split L2 seen at share 0.6 hit as rows taking 0.5 of a whole one
+    assert reread_hit_fraction(inflight[:1], split, 0.6)[0] == reread_hit_fraction(inflight[1:2], whole, 0.6)[0]
+    assert np.array_equal(reread_hit_fraction(inflight, split, 1.0), hit_whole)
 
 
 def test_a_gpu_held_out_takes_the_other_gpus_reread_share():
@@ -121,8 +118,7 @@ def test_a_gpu_held_out_takes_the_other_gpus_reread_share():
     rows = _softmax(65536, 12288, host="neusight")
     a100 = get_device("NVIDIA A100-PCIE-40GB")
     shipped = kernel_prior_terms(rows, a100).iloc[0]
-    with fitted_without("NVIDIA A100-PCIE-40GB"):
-        held = kernel_prior_terms(rows, a100).iloc[0]
-    with reread_share(REREAD_L2_SHARE_FITS["NVIDIA H200"]):
-        assert kernel_prior_terms(rows, a100).iloc[0]["prior_ms"] == held["prior_ms"]
+    held = kernel_prior_terms(rows, a100, constants=fitted_constants("NVIDIA A100-PCIE-40GB")).iloc[0]
+    h200_share = dataclasses.replace(DEFAULT_CONSTANTS, reread_l2_share=REREAD_L2_SHARE_FITS["NVIDIA H200"])
+    assert kernel_prior_terms(rows, a100, constants=h200_share).iloc[0]["prior_ms"] == held["prior_ms"]
     assert held["reread_hit"] < shipped["reread_hit"]  # 0.60 (the H200's) against the mean 0.65

@@ -783,13 +783,12 @@ def _attention_bmms(base, family, rng) -> tuple[pd.DataFrame, pd.DataFrame]:
     families differ), timed as the prior prices them under the batched-SGEMM tile `family` (None: the
     orientation rule)."""
     from hybridperf.devices import get_device
-    from hybridperf.priors.gemm import batched_tiles_for
 
     shapes = [(b, m, n, k) for b in (8, 16, 32) for s in (256, 512, 1024, 2048)
               for m, n, k in ((s, 64, s), (s, s, 64), (64, s, s))]
     rows = canonicalize(pd.DataFrame([{"OPName": "bmm", "B": b, "M": m, "N": n, "K": k} for b, m, n, k in shapes]))
-    with batched_tiles_for(get_device(TARGET), family):
-        truth = base.predict(rows, TARGET)["pred_ms"].to_numpy()
+    priced = base.with_constants(base.constants.with_batched_tiles(get_device(TARGET).arch, family))
+    truth = priced.predict(rows, TARGET)["pred_ms"].to_numpy()
     rows["latency_ms"] = truth * np.exp(rng.normal(0, 0.03, len(rows)))
     rows["device"] = TARGET
     perm = rng.permutation(len(rows))

@@ -9,7 +9,7 @@ SM's peak. When the output has too few tiles to fill one wave and the reduction 
 split the reduction over `s` blocks (split-K) and add the partial results: `s` times more tiles, each
 1/s as long, plus a pass over s partial outputs. The library picks the tiling that minimises time;
 so do we, except for torch.bmm in fp32, whose tiles cuBLAS's batched heuristic fixes per architecture
-(`BATCHED_SGEMM_TILES`, read off NeuSight's kernel traces): Pascal runs `maxwell_sgemm_128x64_nn`
+(`constants.BATCHED_SGEMM_TRACES`, read off NeuSight's kernel traces): Pascal runs `maxwell_sgemm_128x64_nn`
 or `_128x128_nn` (64 or 128 rows x 128 output columns; P100 and P4 agree) and Ampere
 `ampere_sgemm_128x128_nn` for every one of the A100's 2,281 traced shapes, so attention's 64-wide AV
 output pads half of each tile. Hopper (an H200 traced with cuBLAS 13.0) picks per shape among 32x32 to
@@ -29,21 +29,19 @@ served at a GPU-wide rate. The V100 and A100 slow by 0.1-0.2 in log at 64k featu
 of either architecture can check a fit, so only Pascal has the rule.
 
 Ampere's and Hopper's cuBLAS rarely splits `F.linear` with a bias over the grid; it runs a partial wave
-of small tiles instead, slower than the split the tile model prices (`SPLIT_RATE_FITS`). Their other
+of small tiles instead, slower than the split the tile model prices (`constants.SPLIT_RATE_FITS`). Their other
 GEMMs, and every GEMM of the older architectures, split as priced.
 """
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 import numpy as np
 
 from hybridperf.devices import DTYPE_BYTES, DeviceSpec
-from hybridperf.priors import replaced
+from hybridperf.priors.constants import DEFAULT_CONSTANTS, PriorConstants
 from hybridperf.priors.memory import dram_efficiency
 from hybridperf.priors.power import sustained_flops, uses_matrix_units
-from hybridperf.priors.rowwise import reread_share, reread_share_table
 
 #: (tile_m, tile_n, blocks per SM, fraction of SM peak reached when the SM is full)
 TILES = (
@@ -63,107 +61,23 @@ K_OVERHEAD = 16.0
 #: steps give NeuSight's training shapes 15.5 / 14.4 / 15.1 / 19.7% MAPE (bmm; 17.6% with 16) and its
 #: test shapes 12.5 / 11.8 / 11.1 / 10.6%. Checked where it was not read: Vidur's A40 linears
 #: 14.3 -> 13.5%, its A100-SXM4 11.2 -> 10.8%, our H100's fp16 bmm 9.0 -> 7.4% and bf16 15.6 -> 13.5%.
-#: AMD's matrix cores keep K_OVERHEAD: their fitted LIBRARY_EFFICIENCY absorbs their own.
+#: AMD's matrix cores keep K_OVERHEAD: their fitted library efficiency absorbs their own
+#: (`constants.LIBRARY_EFFICIENCY`).
 K_OVERHEAD_MATRIX = 64.0
 
-#: Fraction of the tile model's rate that a vendor's BLAS reaches, by (vendor, op). Fitted by
-#: `hybridperf.training.library_efficiency` on the traced GEMM nodes of NeuSight's whole-model labels
-#: (large fp32 GEMMs on MI100 and MI210; leave-one-AMD-GPU-out in the experiments): rocBLAS on fp32
-#: MFMA reaches less of its peak than cuBLAS of its own, batched GEMMs even less. NVIDIA is 1 by
-#: construction (the tile model's constants come from NVIDIA GPUs).
-LIBRARY_EFFICIENCY: dict[tuple[str, str], float] = {("amd", "linear"): 0.771, ("amd", "bmm"): 0.585}  # reduction steps' worth of per-tile fixed cost
 SPLITS = (1, 2, 4, 8, 16, 32)
-
-#: (tile rows, tile output columns) of the batched SGEMM kernels each traced GPU ran for torch.bmm
-#: (NeuSight's test-table traces, cuBLAS 12.1; `experiments/priors_report.py` re-reads them).
-BATCHED_SGEMM_TRACES: dict[str, dict[str, tuple[tuple[int, int], ...]]] = {
-    "pascal": {"Tesla P100-PCIE-16GB": ((64, 128),), "Tesla P4": ((64, 128), (128, 128))},
-    "ampere": {"NVIDIA A100-PCIE-40GB": ((128, 128),)},
-    # experiments/data/measured/h200/kernel_trace.csv (torch 2.11, cuBLAS 13.0): sm80_xmma tiles 32x32,
-    # 64x64, 128x64, 64x128, 128x128 (and 256x64, 64x256, 256x128, 128x256, which TILES lacks)
-    "hopper": {"NVIDIA H200": ((32, 32), (64, 64), (64, 128), (128, 64), (128, 128))},
-}
-#: architectures without a trace (of any GPU but the one scored) assumed to run another's SIMT SGEMM
-#: kernel family (not verified)
-BATCHED_SGEMM_SAME_AS = {"ada": "ampere", "hopper": "ampere"}
-
-
-def batched_sgemm_table(exclude_device: str | None = None) -> dict[str, tuple[tuple[int, int], ...]]:
-    """Per architecture, the tiles its batched SGEMM runs, from the traces of every GPU but
-    `exclude_device` (leave-one-GPU-out: an architecture traced on that GPU alone drops out)."""
-    table = {}
-    for arch, by_device in BATCHED_SGEMM_TRACES.items():
-        tiles = sorted({t for dev, ts in by_device.items() if dev != exclude_device for t in ts})
-        if tiles:
-            table[arch] = tuple(tiles)
-    table.update({arch: table[src] for arch, src in BATCHED_SGEMM_SAME_AS.items() if src in table and arch not in table})
-    return table
-
-
-#: the table the prior uses; architectures without an entry keep the orientation rule
-BATCHED_SGEMM_TILES = batched_sgemm_table()
-
 
 #: bytes of the large pages cudaMalloc maps on Pascal and later
 PAGE_BYTES = 2 * 2**20
-#: Per GPU: (pages a tile's operand rows may span before its loads miss the translation cache, GEMM
-#: FLOP per GPU clock once every load misses), each fitted on that GPU's Linear test table alone by
-#: `experiments/priors_report.py` (`translation_fits`), which scores each GPU with the others' values.
-TRANSLATION_FITS: dict[str, dict[str, tuple[float, float]]] = {
-    "pascal": {"Tesla P100-PCIE-16GB": (3.5, 1900.0), "Tesla P4": (2.5, 2450.0)},
-}
-
-
-def translation_table(exclude_device: str | None = None) -> dict[str, tuple[float, float]]:
-    """Per architecture, the translation limit fitted on every GPU but `exclude_device`: the mean page
-    budget and the geometric-mean rate of their fits (an architecture fitted on that GPU alone drops out)."""
-    table = {}
-    for arch, by_device in TRANSLATION_FITS.items():
-        fits = np.array([f for dev, f in by_device.items() if dev != exclude_device])
-        if len(fits):
-            table[arch] = (float(fits[:, 0].mean()), float(np.exp(np.log(fits[:, 1]).mean())))
-    return table
-
-
-#: the limit the prior uses; architectures without an entry have none
-TRANSLATION_LIMIT = translation_table()
-
-#: Per GPU: how much slower than the tile model a split-K SGEMM of `F.linear` with a bias runs, as
-#: the exponent `a` of its blocks' rate split ** -a, each fitted on that GPU's own fp32 Linear test
-#: table by `experiments/priors_report.py` (`split_rate_fits`), which scores each GPU with the others'.
-#: Ampere's and Hopper's cuBLAS rarely split that call over the grid (2 of the A100's 1,040 traced test
-#: shapes, 1 of our H200's 18) and run a partial wave of small tiles instead, slower than the split the
-#: tile model prices. Their other GEMMs do split (the H100's GPT-2 profile: Conv1D's addmm in
-#: cutlass kernels, the backward's mm with xmma split-K), so only the `linear` form pays
-#: (`hybridperf.datasets.schema`: a request's `form`). Pascal, Volta and Turing split it as priced.
-SPLIT_RATE_FITS: dict[str, dict[str, float]] = {
-    "ampere": {"NVIDIA A100-PCIE-40GB": 0.10},
-    "hopper": {"NVIDIA H200": 0.35},
-}
-
-
-def split_rate_table(exclude_device: str | None = None) -> dict[str, float]:
-    """Per architecture, the mean split-rate exponent fitted on every GPU but `exclude_device` (an
-    architecture fitted on that GPU alone drops out)."""
-    table = {}
-    for arch, by_device in SPLIT_RATE_FITS.items():
-        fits = [a for dev, a in by_device.items() if dev != exclude_device]
-        if fits:
-            table[arch] = float(np.mean(fits))
-    return table
-
-
-#: the exponents the prior uses; architectures without an entry split at the tile model's rate
-SPLIT_RATE_EXPONENT = split_rate_table()
 
 
 def translation_limited_ms(compute_ms, batch, m, k_out, n_red, tile_m, tile_n, device: DeviceSpec,
-                           dtype: str = "fp32") -> np.ndarray:
-    """`compute_ms` slowed by address translation on architectures with a `TRANSLATION_LIMIT`: the
+                           dtype: str = "fp32", constants: PriorConstants = DEFAULT_CONSTANTS) -> np.ndarray:
+    """`compute_ms` slowed by address translation on architectures with a translation limit: the
     share 1 - budget / pages of a tile's loads miss, where pages is what its tile_m + tile_n operand
     rows of n_red elements span, and those run at the limit's FLOP per clock."""
     compute_ms = np.asarray(compute_ms, dtype=np.float64)
-    limit = TRANSLATION_LIMIT.get(device.arch)
+    limit = constants.translation_limit.get(device.arch)
     if limit is None:
         return compute_ms
     budget, flop_per_clock = limit
@@ -175,69 +89,23 @@ def translation_limited_ms(compute_ms, batch, m, k_out, n_red, tile_m, tile_n, d
     return compute_ms + missed * np.maximum(limited - compute_ms, 0.0)
 
 
-def library_efficiency(vendor: str, op: str) -> float:
+def library_efficiency(vendor: str, op: str, constants: PriorConstants = DEFAULT_CONSTANTS) -> float:
     """Fraction of the tile model's compute rate that `vendor`'s BLAS reaches for `op`."""
-    return LIBRARY_EFFICIENCY.get((vendor, op), 1.0)
+    return constants.library_efficiency.get((vendor, op), 1.0)
 
 
-def _replaced(name: str, value):
-    """Context in which this module's global `name` is `value`."""
-    return replaced(globals(), name, value)
-
-
-def batched_sgemm_tiles(table: dict):
-    """Context in which BATCHED_SGEMM_TILES is `table`."""
-    return _replaced("BATCHED_SGEMM_TILES", dict(table))
-
-
-def translation_limit(table: dict):
-    """Context in which TRANSLATION_LIMIT is `table`."""
-    return _replaced("TRANSLATION_LIMIT", dict(table))
-
-
-def split_rate(table: dict):
-    """Context in which SPLIT_RATE_EXPONENT is `table`."""
-    return _replaced("SPLIT_RATE_EXPONENT", dict(table))
-
-
-@contextlib.contextmanager
-def fitted_without(device: str):
-    """Context in which the prior constants read off individual GPUs (here: the batched-SGEMM tiles,
-    the translation limit, the split-rate exponent; `rowwise`: the re-read share of a split L2) come
-    from every GPU but `device`: how a GPU is scored leave-one-GPU-out."""
-    with batched_sgemm_tiles(batched_sgemm_table(exclude_device=device)), \
-            translation_limit(translation_table(exclude_device=device)), \
-            split_rate(split_rate_table(exclude_device=device)), \
-            reread_share(reread_share_table(exclude_device=device)):
-        yield
-
-
-def batched_tile_hypotheses(device: DeviceSpec) -> list:
+def batched_tile_hypotheses(device: DeviceSpec, constants: PriorConstants = DEFAULT_CONSTANTS) -> list:
     """The batched-SGEMM tile families a GPU's torch.bmm (vector math) may run, the one the prior
-    assumes first: every family `BATCHED_SGEMM_TILES` holds, the orientation rule (None), and the
-    largest tile alone (a library with one batched kernel, as the A100's trace shows). A GPU's own
-    few measured bmm kernels choose among them (hybridperf.transfer.adapt)."""
-    assumed = BATCHED_SGEMM_TILES.get(device.arch)
+    assumes first: every family `constants` holds, the orientation rule (None), and the largest tile
+    alone (a library with one batched kernel, as the A100's trace shows). A GPU's own few measured bmm
+    kernels choose among them (hybridperf.transfer.adapt)."""
+    assumed = constants.batched_sgemm_tiles.get(device.arch)
     largest = (max(TILES, key=lambda t: t[0] * t[1])[:2],)
     out = [assumed]
-    for family in [*sorted(set(BATCHED_SGEMM_TILES.values())), None, largest]:
+    for family in [*sorted(set(constants.batched_sgemm_tiles.values())), None, largest]:
         if family not in out:
             out.append(family)
     return out
-
-
-def batched_tiles_for(device: DeviceSpec, tiles):
-    """Context in which `device`'s architecture runs the batched-SGEMM `tiles` (None: the orientation
-    rule); the other architectures keep theirs."""
-    table = {arch: t for arch, t in BATCHED_SGEMM_TILES.items() if arch != device.arch}
-    if tiles is not None:
-        table[device.arch] = tuple(tuple(int(v) for v in t) for t in tiles)
-    return batched_sgemm_tiles(table)
-
-
-def library_efficiency_table(table: dict):
-    """Context in which LIBRARY_EFFICIENCY is `table` (used to score a GPU with values fitted without it)."""
-    return _replaced("LIBRARY_EFFICIENCY", dict(table))
 
 
 @dataclass
@@ -291,13 +159,13 @@ def unaligned_slowdown(k_out, n_red, dtype: str) -> np.ndarray:
 
 
 def gemm_compute(batch, m, k_out, n_red, device: DeviceSpec, dtype: str = "fp32", matrix: bool = False,
-                 batched: bool = False, linear_form=False) -> GemmTerms:
+                 batched: bool = False, linear_form=False, constants: PriorConstants = DEFAULT_CONSTANTS) -> GemmTerms:
     """Compute time of a (batched) GEMM under the best tile, with wave quantization. `batched`
     (torch.bmm) restricts vector-math (non-tensor-core) tiles to those the architecture's batched
-    SGEMM runs (`BATCHED_SGEMM_TILES`), else to those at least as wide along the output columns as
-    along the rows. `linear_form` (per row, or one bool): the GEMM is `F.linear` with a bias, whose
-    vector-math splits run at split ** -SPLIT_RATE_EXPONENT of the rate on the architectures that
-    have one."""
+    SGEMM runs (`constants.batched_sgemm_tiles`), else to those at least as wide along the output
+    columns as along the rows. `linear_form` (per row, or one bool): the GEMM is `F.linear` with a
+    bias, whose vector-math splits run at split ** -exponent of the rate on the architectures that
+    have one (`constants.split_rate_exponent`)."""
     B = np.asarray(batch, dtype=np.float64)[:, None]
     M = np.asarray(m, dtype=np.float64)[:, None]
     K = np.asarray(k_out, dtype=np.float64)[:, None]
@@ -333,13 +201,13 @@ def gemm_compute(batch, m, k_out, n_red, device: DeviceSpec, dtype: str = "fp32"
     # split-K is only used when the output tiles cannot fill one wave and the reduction is long
     allowed = (split == 1) | ((out_tiles < slots) & (n_chunk >= 256))
     if batched:
-        fixed = None if uses_matrix_units(device, dtype, matrix) else BATCHED_SGEMM_TILES.get(device.arch)
+        fixed = None if uses_matrix_units(device, dtype, matrix) else constants.batched_sgemm_tiles.get(device.arch)
         if fixed:
             allowed = allowed & np.any([(tm == r) & (tn == c) for r, c in fixed], axis=0)
         else:
             allowed = allowed & (tn >= tm)
     slowed = 1.0
-    exponent = SPLIT_RATE_EXPONENT.get(device.arch, 0.0)
+    exponent = constants.split_rate_exponent.get(device.arch, 0.0)
     if exponent and not uses_matrix_units(device, dtype, matrix):
         rows_slowed = np.broadcast_to(np.asarray(linear_form, dtype=bool), B[:, 0].shape)[:, None]
         slowed = np.where(rows_slowed, split ** exponent, 1.0)
@@ -349,7 +217,7 @@ def gemm_compute(batch, m, k_out, n_red, device: DeviceSpec, dtype: str = "fp32"
     pick = lambda a: np.broadcast_to(a, t.shape)[rows, best]  # noqa: E731
     used = tiles / np.maximum(np.ceil(tiles / slots), 1.0) / slots
     compute_ms = translation_limited_ms(t[rows, best], B[:, 0], M[:, 0], K[:, 0], N[:, 0], pick(tm), pick(tn),
-                                        device, dtype)
+                                        device, dtype, constants)
     return GemmTerms(
         compute_ms=compute_ms,
         tiles=pick(tiles),

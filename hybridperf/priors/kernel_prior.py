@@ -18,6 +18,7 @@ import pandas as pd
 
 from hybridperf.devices import DTYPE_BYTES, DeviceSpec
 from hybridperf.ops import GEMM_OPS, LINEAR_FORMS
+from hybridperf.priors.constants import DEFAULT_CONSTANTS, PriorConstants
 from hybridperf.priors.gemm import gemm_compute, library_efficiency
 from hybridperf.priors.launch import HOST_FLOOR_SCALE, describe_floor_shares, floors_ms, row_host, row_timing
 from hybridperf.priors.memory import l2_hit_fraction, memory_time_ms
@@ -51,12 +52,14 @@ def linear_form(rows: pd.DataFrame) -> np.ndarray:
     return lin & (rows["form"].to_numpy() == LINEAR_FORMS[0])
 
 
-def kernel_prior_terms(kernels: pd.DataFrame, device: DeviceSpec, timing: str | None = None) -> pd.DataFrame:
+def kernel_prior_terms(kernels: pd.DataFrame, device: DeviceSpec, timing: str | None = None,
+                       constants: PriorConstants = DEFAULT_CONSTANTS) -> pd.DataFrame:
     """Prior latency (ms) and its terms for every row of a canonical kernel table on `device`.
 
     Rows keep their order and index. `device` applies to all rows. The floor follows each row's
     `timing` column (`call` where absent), or `timing` for every row when given, and its `host`
-    column (hybridperf.priors.launch.DEFAULT_HOST where absent).
+    column (hybridperf.priors.launch.DEFAULT_HOST where absent). `constants`: the GPU-fitted
+    constants to price with (`hybridperf.priors.constants.fitted_constants` to hold a GPU out).
     """
     n = len(kernels)
     if timing is None:
@@ -83,9 +86,10 @@ def kernel_prior_terms(kernels: pd.DataFrame, device: DeviceSpec, timing: str | 
         out["l2_hit"][idx] = l2_hit_fraction(nbytes, device)
         if op in GEMM_OPS:
             terms = gemm_compute(g["B"].to_numpy(), g["M"].to_numpy(), g["K"].to_numpy(), g["N"].to_numpy(),
-                                 device, dt, matrix, batched=op == "bmm", linear_form=linear_form(g))
+                                 device, dt, matrix, batched=op == "bmm", linear_form=linear_form(g),
+                                 constants=constants)
             mem = memory_time_ms(nbytes, device)
-            compute = terms.compute_ms / library_efficiency(device.vendor, op)
+            compute = terms.compute_ms / library_efficiency(device.vendor, op, constants)
             out["tiles"][idx] = terms.tiles
             out["waves"][idx] = terms.waves
             out["wave_efficiency"][idx] = terms.wave_efficiency
@@ -108,7 +112,8 @@ def kernel_prior_terms(kernels: pd.DataFrame, device: DeviceSpec, timing: str | 
                 params = 2.0 * row_bytes if op_class == "layernorm" else 0.0
                 current = hosts[idx] == "current"
                 rereads, out["reread_hit"][idx] = reread_time_ms(
-                    op_class, H, nbytes - params, nbytes, DTYPE_BYTES[dt], device, frac, current)
+                    op_class, H, nbytes - params, nbytes, DTYPE_BYTES[dt], device, frac, current,
+                    constants.reread_l2_share)
                 mem = memory_time_ms(nbytes - params, device, working_set_bytes=nbytes, parallel_fraction=frac) \
                     + memory_time_ms(params, device) + rereads
                 # the rows stream no faster than the SMs can take them (a term of the memory time, so that
@@ -123,20 +128,21 @@ def kernel_prior_terms(kernels: pd.DataFrame, device: DeviceSpec, timing: str | 
     return pd.DataFrame(out, index=kernels.index)
 
 
-def prior_ms(kernels: pd.DataFrame, device: DeviceSpec, timing: str | None = None) -> np.ndarray:
+def prior_ms(kernels: pd.DataFrame, device: DeviceSpec, timing: str | None = None,
+             constants: PriorConstants = DEFAULT_CONSTANTS) -> np.ndarray:
     """Best-prior latency (ms) for each row of a canonical kernel table."""
-    return kernel_prior_terms(kernels, device, timing)["prior_ms"].to_numpy()
+    return kernel_prior_terms(kernels, device, timing, constants)["prior_ms"].to_numpy()
 
 
 def host_floor_scale(measured: pd.DataFrame, device: DeviceSpec, min_floor_share: float = 0.25,
-                     min_class_rows: int = 5) -> tuple[dict, int]:
+                     min_class_rows: int = 5, constants: PriorConstants = DEFAULT_CONSTANTS) -> tuple[dict, int]:
     """The measuring host's per-call floor as a share of NeuSight's, in `launch.HOST_FLOOR_SCALE`'s
     form ({"all": share, op class: share...}), and the number of kernels it was read on: the median, over
     the call-timed rows of a canonical table of measured kernels whose NeuSight floor is at least
     `min_floor_share` of their prior, of (measured - the prior's body) / NeuSight's floor; per op class
     where `min_class_rows` of them are. {} when no row is floor-bound."""
     rows = measured.assign(host="neusight")
-    terms = kernel_prior_terms(rows, device)
+    terms = kernel_prior_terms(rows, device, constants=constants)
     floor, prior = terms["floor_ms"].to_numpy(), terms["prior_ms"].to_numpy()
     m = (row_timing(rows).to_numpy() == "call") & (floor >= min_floor_share * prior)
     implied = pd.Series((rows["latency_ms"].to_numpy(np.float64)[m] - (prior - floor)[m]) / floor[m])
@@ -147,10 +153,11 @@ def host_floor_scale(measured: pd.DataFrame, device: DeviceSpec, min_floor_share
     return {"all": float(implied.median()), **shares}, int(m.sum())
 
 
-def host_floor_note(measured: pd.DataFrame, device: DeviceSpec, min_kernels: int = 1) -> str | None:
+def host_floor_note(measured: pd.DataFrame, device: DeviceSpec, min_kernels: int = 1,
+                    constants: PriorConstants = DEFAULT_CONSTANTS) -> str | None:
     """The measuring host's floor shares (`host_floor_scale`) against the ones predictions assume, in one
     line; None when fewer than `min_kernels` of the measured kernels are floor-bound."""
-    shares, n = host_floor_scale(measured, device)
+    shares, n = host_floor_scale(measured, device, constants=constants)
     if n < max(min_kernels, 1):
         return None
     return (f"per-call floor of this host: {describe_floor_shares(shares)} of NeuSight's ({n} floor-bound kernels); "

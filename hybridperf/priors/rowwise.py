@@ -13,7 +13,7 @@ test tables):
 A re-read hits L2 when the rows in flight (SMs x resident blocks x row bytes) fit comfortably in it,
 and then overlaps the DRAM stream almost for free. Once they outgrow L2, the re-reads go to DRAM.
 GA100 and GH100 split their L2 in two halves, each caching for its own SMs (`DeviceSpec.l2_partitions`);
-there the re-reads see only a share of the nominal capacity (`REREAD_L2_SHARE_FITS`).
+there the re-reads see only a share of the nominal capacity (`PriorConstants.reread_l2_share`).
 The three constants below are global, chosen leave-one-GPU-out on NeuSight's five GPUs (each fold
 chose fits 0.3-0.4, spills 1.15-1.45, cost 0.1; `experiments/priors_report.py`). Without this, one
 DRAM pass was assumed up to 16 KiB rows (a shared-memory softmax PyTorch 2.1 does not run) and two
@@ -33,7 +33,6 @@ from __future__ import annotations
 import numpy as np
 
 from hybridperf.devices import DeviceSpec
-from hybridperf.priors import replaced
 from hybridperf.priors.memory import dram_efficiency, l2_hit_fraction
 
 #: re-reads all hit L2 while the rows in flight take at most this share of it ...
@@ -42,30 +41,6 @@ REREAD_FITS_L2 = 0.4
 REREAD_SPILLS_L2 = 1.3
 #: cost of an L2-hit re-read relative to a DRAM read (it overlaps the DRAM stream)
 REREAD_L2_COST = 0.1
-#: Per GPU with a split L2: the share of its nominal L2 that holds rows awaiting their re-read, each
-#: fitted on that GPU's own softmax and LayerNorm test rows (minimum MAPE on a 0.05 grid;
-#: `experiments/priors_report.py`, `reread_share_fits`): the A100's NeuSight test table 7.3 -> 5.9%,
-#: our H200's fp32 and fp16 grid 8.3 -> 7.0%. Each GPU also improves with the other's value (A100 6.4%,
-#: H200 7.3%), so a GPU held out takes the mean of the others' fits (`reread_share_table`). Why less
-#: than all of it is a guess: a line read from the far half may be cached in both.
-REREAD_L2_SHARE_FITS: dict[str, float] = {"NVIDIA A100-PCIE-40GB": 0.70, "NVIDIA H200": 0.60}
-
-
-def reread_share_table(exclude_device: str | None = None) -> float:
-    """The re-read share of a split L2, from the fits of every GPU but `exclude_device` (1: none left)."""
-    fits = [v for dev, v in REREAD_L2_SHARE_FITS.items() if dev != exclude_device]
-    return round(float(np.mean(fits)), 6) if fits else 1.0
-
-
-#: the share the prior uses on GPUs whose L2 is split (`DeviceSpec.l2_partitions` > 1)
-REREAD_L2_SHARE = reread_share_table()
-
-
-def reread_share(share: float):
-    """Context in which REREAD_L2_SHARE is `share`."""
-    return replaced(globals(), "REREAD_L2_SHARE", float(share))
-
-
 #: resident blocks per SM are capped by the hardware's block limit (16 on Pascal..Turing)
 MAX_BLOCKS_PER_SM = 16
 #: PyTorch 2.1's warp-per-row softmax covers rows of up to this many elements ...
@@ -156,10 +131,10 @@ def row_issue_ms(op_class: str, rows, H, dtype_bytes: int, device: DeviceSpec, c
     return rows * cycles / (device.num_sms * device.boost_clock_mhz * 1e6) * 1e3
 
 
-def reread_hit_fraction(inflight_bytes, device: DeviceSpec) -> np.ndarray:
+def reread_hit_fraction(inflight_bytes, device: DeviceSpec, split_l2_share: float = 1.0) -> np.ndarray:
     """Share of re-reads served by L2, from the bytes of the rows resident on the whole GPU (against
-    REREAD_L2_SHARE of a split L2)."""
-    share = REREAD_L2_SHARE if device.l2_partitions > 1 else 1.0
+    `split_l2_share` of a split L2: `PriorConstants.reread_l2_share`)."""
+    share = split_l2_share if device.l2_partitions > 1 else 1.0
     x = np.asarray(inflight_bytes, dtype=np.float64) / (device.l2_mb * 1e6 * share)
     return np.clip((REREAD_SPILLS_L2 - x) / (REREAD_SPILLS_L2 - REREAD_FITS_L2), 0.0, 1.0)
 
@@ -175,15 +150,17 @@ def row_parallel_fraction(rows, row_bytes, device: DeviceSpec) -> np.ndarray:
 
 
 def reread_time_ms(op_class: str, H, rows_bytes, working_set_bytes, dtype_bytes: int,
-                   device: DeviceSpec, parallel_fraction, current=False) -> tuple[np.ndarray, np.ndarray]:
+                   device: DeviceSpec, parallel_fraction, current=False,
+                   split_l2_share: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """(time of the re-reads in ms, their L2 hit fraction) for rows totalling `rows_bytes` (input
     plus output); `working_set_bytes` is the whole call's, which repeated timed calls keep in L2
-    when it fits. `current` picks current PyTorch's layouts (`row_kernel_layout`)."""
+    when it fits. `current` picks current PyTorch's layouts (`row_kernel_layout`); `split_l2_share`
+    as in `reread_hit_fraction`."""
     H = np.asarray(H, dtype=np.float64)
     threads, rereads = row_kernel_layout(op_class, H, dtype_bytes, current)
     blocks_per_sm = np.minimum(np.floor(device.max_threads_per_sm / threads), MAX_BLOCKS_PER_SM)
     inflight = device.num_sms * np.maximum(blocks_per_sm, 1.0) * H * dtype_bytes
-    hit = np.maximum(reread_hit_fraction(inflight, device), l2_hit_fraction(working_set_bytes, device))
+    hit = np.maximum(reread_hit_fraction(inflight, device, split_l2_share), l2_hit_fraction(working_set_bytes, device))
     bw = device.mem_bw_gbs * 1e9 * dram_efficiency(device)
     read_bytes = np.asarray(rows_bytes, dtype=np.float64) / 2.0
     t = rereads * read_bytes * (hit * REREAD_L2_COST + (1.0 - hit)) / bw

@@ -13,6 +13,7 @@ from hybridperf.datasets.neusight import load_collect, load_test, neusight_root
 from hybridperf.datasets.schema import canonicalize
 from hybridperf.devices import get_device
 from hybridperf.errors import InputError
+from hybridperf.priors.constants import DEFAULT_CONSTANTS, PriorConstants
 from hybridperf.priors.kernel_prior import kernel_prior_terms
 from hybridperf.residual_models.features import kernel_features
 
@@ -93,8 +94,9 @@ class Featurized:
     y: np.ndarray
 
 
-def featurize(df: pd.DataFrame) -> Featurized:
-    """Prior terms and features for every row (grouped by device internally; order kept)."""
+def featurize(df: pd.DataFrame, constants: PriorConstants = DEFAULT_CONSTANTS) -> Featurized:
+    """Prior terms and features for every row (grouped by device internally; order kept), priced with
+    the GPU-fitted `constants`."""
     df = df.reset_index(drop=True)
     X = None
     prior = np.zeros(len(df))
@@ -103,7 +105,7 @@ def featurize(df: pd.DataFrame) -> Featurized:
     for dev, idx in df.groupby("device", sort=False).indices.items():
         spec = get_device(dev)
         sub = df.iloc[idx]
-        terms = kernel_prior_terms(sub, spec)
+        terms = kernel_prior_terms(sub, spec, constants=constants)
         feats = kernel_features(sub, terms, spec)
         if X is None:
             X = np.zeros((len(df), feats.shape[1]), dtype=np.float32)

@@ -15,7 +15,6 @@ Pipeline (`train_kernel_bundle`):
 """
 from __future__ import annotations
 
-import contextlib
 
 import json
 import platform
@@ -31,6 +30,7 @@ from hybridperf import __version__
 from hybridperf.errors import InputError
 from hybridperf.ops import OP_CLASSES
 from hybridperf.predictor import ood_score
+from hybridperf.priors.constants import DEFAULT_CONSTANTS, PriorConstants
 from hybridperf.priors.launch import row_timing
 from hybridperf.residual_models.bundle import bias_key, stratum_key, write_manifest
 from hybridperf.residual_models.features import FEATURE_NAMES
@@ -71,8 +71,10 @@ def fit_class(X: np.ndarray, y: np.ndarray, cfg: TrainConfig) -> dict:
     }
 
 
-def fit_all(train: pd.DataFrame, cfg: TrainConfig, progress: Callable[[str], None] | None = None) -> dict:
-    """Fit models for every op class present in `train`; returns {stratum: {"models", "range"}}.
+def fit_all(train: pd.DataFrame, cfg: TrainConfig, progress: Callable[[str], None] | None = None,
+            constants: PriorConstants = DEFAULT_CONSTANTS) -> dict:
+    """Fit models for every op class present in `train` (features priced with `constants`); returns
+    {stratum: {"models", "range"}}.
 
     A class with rows of both timings gets two model sets: `op_class` fitted on its call-timed rows
     only and `op_class@kernel` on its profiler-timed rows and its fp32 call-timed ones. Measured
@@ -83,7 +85,7 @@ def fit_all(train: pd.DataFrame, cfg: TrainConfig, progress: Callable[[str], Non
     models: there every half-precision row had been profiler-timed, and with them the held-out
     A100-SXM4's RMSNorm MLP went 29% -> 60-73%.
     """
-    fz = featurize(subsample(train, cfg.max_rows, cfg.seed))
+    fz = featurize(subsample(train, cfg.max_rows, cfg.seed), constants)
     y = fz.y - device_bias(fz.rows, fz.y)
     timing = row_timing(fz.rows).to_numpy()
     fp32_call = (timing == "call") & (fz.rows["dtype"] == "fp32").to_numpy()
@@ -116,9 +118,9 @@ def models_for(fitted: dict, op_class: str, timing: str) -> dict | None:
     return fitted.get(stratum_key(op_class, timing)) or fitted.get(op_class)
 
 
-def predict_heldout(fitted: dict, rows: pd.DataFrame) -> pd.DataFrame:
+def predict_heldout(fitted: dict, rows: pd.DataFrame, constants: PriorConstants = DEFAULT_CONSTANTS) -> pd.DataFrame:
     """Per-member residual predictions and OOD scores for `rows` (canonical, with latency)."""
-    fz = featurize(rows)
+    fz = featurize(rows, constants)
     out = fz.rows[["device", "op", "op_class", "dtype", "B", "M", "N", "K", "H", "latency_ms"]].copy()
     out["timing"] = row_timing(fz.rows).to_numpy()
     out["prior_ms"] = fz.prior_ms
@@ -141,23 +143,23 @@ def predict_heldout(fitted: dict, rows: pd.DataFrame) -> pd.DataFrame:
 
 def leave_one_gpu_out(train: pd.DataFrame, evaluate: pd.DataFrame, cfg: TrainConfig, devices=None,
                       progress: Callable[[str], None] | None = None, keep_models: bool = False,
-                      fold_context: Callable[[str], contextlib.AbstractContextManager] | None = None):
+                      fold_constants: Callable[[str], PriorConstants] | None = None):
     """For each device d: fit on `train` without d, predict `evaluate` rows of d.
 
-    `fold_context(d)`, when given, is entered around each fold (e.g. prior tables rebuilt without
-    d's traces). Returns the held-out table (one row per evaluated kernel, with `heldout` = d), and
-    with `keep_models=True` also {d: fitted models of that fold}.
+    `fold_constants(d)`, when given, gives the prior constants of d's fold (e.g. `fitted_constants`
+    without d's own fits). Returns the held-out table (one row per evaluated kernel, with `heldout` =
+    d), and with `keep_models=True` also {d: fitted models of that fold}.
     """
     devices = devices or sorted(train["device"].unique())
     parts, models = [], {}
     for d in devices:
         if progress:
             progress(f"hold out {d}")
-        with fold_context(d) if fold_context else contextlib.nullcontext():
-            fitted = fit_all(train[train["device"] != d], cfg, progress)
-            ev = evaluate[evaluate["device"] == d]
-            if len(ev):
-                parts.append(predict_heldout(fitted, ev).assign(heldout=d))
+        constants = fold_constants(d) if fold_constants else DEFAULT_CONSTANTS
+        fitted = fit_all(train[train["device"] != d], cfg, progress, constants)
+        ev = evaluate[evaluate["device"] == d]
+        if len(ev):
+            parts.append(predict_heldout(fitted, ev, constants).assign(heldout=d))
         if keep_models:
             models[d] = fitted
     logo = pd.concat(parts, ignore_index=True)
@@ -301,8 +303,9 @@ def manifest_strata(classes, intervals: dict) -> list[tuple[str, str]]:
 
 
 def export_bundle(fitted: dict, choice: dict, intervals: dict, out_dir: Path, train: pd.DataFrame,
-                  cfg: TrainConfig, extra: dict | None = None) -> dict:
-    """Write one ONNX file per (fitted stratum, learner) plus manifest.json; returns the manifest."""
+                  cfg: TrainConfig, extra: dict | None = None, constants: PriorConstants = DEFAULT_CONSTANTS) -> dict:
+    """Write one ONNX file per (fitted stratum, learner) plus manifest.json; returns the manifest.
+    `constants` price the training rows' device biases (a fold's own, for a fold bundle)."""
     import onnx
     import onnxruntime
     import torch
@@ -343,7 +346,7 @@ def export_bundle(fitted: dict, choice: dict, intervals: dict, out_dir: Path, tr
         "target": "log(measured_ms / prior_ms), demeaned per training device, op class and timing",
         "files": files,
         "op_classes": classes,
-        "device_bias": training_device_bias(train, cfg),
+        "device_bias": training_device_bias(train, cfg, constants),
         **(extra or {}),
     }
     write_manifest(out_dir, manifest)
@@ -357,7 +360,7 @@ def export_bundle(fitted: dict, choice: dict, intervals: dict, out_dir: Path, tr
 MIN_BIAS_ROWS = 20
 
 
-def training_device_bias(train: pd.DataFrame, cfg: TrainConfig) -> dict:
+def training_device_bias(train: pd.DataFrame, cfg: TrainConfig, constants: PriorConstants = DEFAULT_CONSTANTS) -> dict:
     """{training device: {stratum:dtype (`residual_models.bundle.bias_key`): median log(measured/prior)}}:
     the overall bias that demeaning kept out of the models. The predictor adds it back on these
     devices only (they were measured); an unseen GPU gets none.
@@ -371,7 +374,7 @@ def training_device_bias(train: pd.DataFrame, cfg: TrainConfig) -> dict:
     train = train.assign(table=train["table"] if "table" in train.columns else "")
     model_rows = train["table"] == MODEL_SHAPES_TABLE
     # a subsample of the rest and every model-shaped row
-    fz = featurize(pd.concat([subsample(train[~model_rows], cfg.max_rows, cfg.seed), train[model_rows]]))
+    fz = featurize(pd.concat([subsample(train[~model_rows], cfg.max_rows, cfg.seed), train[model_rows]]), constants)
     rows = fz.rows.assign(y=fz.y, timing=row_timing(fz.rows))
     out = {}
     for (dev, oc, tm, dt), g in rows.groupby(["device", "op_class", "timing", "dtype"]):

@@ -1,4 +1,4 @@
-"""Fit the vendor BLAS efficiency (`hybridperf.priors.gemm.LIBRARY_EFFICIENCY`) from traced GEMMs.
+"""Fit the vendor BLAS efficiency (`hybridperf.priors.constants.LIBRARY_EFFICIENCY`) from traced GEMMs.
 
 NeuSight's whole-model labels come with the traced graph of one layer and the measured latency of each
 node. Their large GEMM nodes (addmm = linear, matmul/bmm over the batch of heads) give, per GPU, the
@@ -15,7 +15,7 @@ import pandas as pd
 from hybridperf.datasets.labels import load_labels, load_layer_graph
 from hybridperf.datasets.schema import canonicalize
 from hybridperf.devices import get_device
-from hybridperf.priors.gemm import library_efficiency_table
+from hybridperf.priors.constants import DEFAULT_CONSTANTS
 from hybridperf.priors.kernel_prior import kernel_prior_terms
 
 MIN_MS = 0.2
@@ -44,13 +44,13 @@ def traced_gemms(root: str | Path, devices=None) -> pd.DataFrame:
 def gemm_ratios(gemms: pd.DataFrame) -> pd.DataFrame:
     """Per traced GEMM: measured / prior with no library efficiency applied (long kernels only)."""
     parts = []
-    with library_efficiency_table({}):
-        for dev, g in gemms.groupby("device"):
-            c = canonicalize(g.assign(Latency=g["latency_ms"]).drop(columns=["latency_ms", "device"]),
-                             device=dev, require_latency=True, host="neusight")
-            terms = kernel_prior_terms(c, get_device(dev))
-            parts.append(c.assign(vendor=get_device(dev).vendor, ratio=c["latency_ms"] / terms["prior_ms"],
-                                  prior_ms=terms["prior_ms"]))
+    tile_rate = DEFAULT_CONSTANTS.with_library_efficiency({})
+    for dev, g in gemms.groupby("device"):
+        c = canonicalize(g.assign(Latency=g["latency_ms"]).drop(columns=["latency_ms", "device"]),
+                         device=dev, require_latency=True, host="neusight")
+        terms = kernel_prior_terms(c, get_device(dev), constants=tile_rate)
+        parts.append(c.assign(vendor=get_device(dev).vendor, ratio=c["latency_ms"] / terms["prior_ms"],
+                              prior_ms=terms["prior_ms"]))
     out = pd.concat(parts, ignore_index=True)
     return out[out["prior_ms"] >= MIN_MS]
 

@@ -58,7 +58,7 @@ import pandas as pd
 from hybridperf.devices import DeviceSpec, get_device
 from hybridperf.errors import HybridperfError, InputError
 from hybridperf.predictor import DEVICE_SHIFT_SD, device_shift_q90, ood_widening
-from hybridperf.priors.gemm import batched_tile_hypotheses, batched_tiles_for
+from hybridperf.priors.gemm import batched_tile_hypotheses
 from hybridperf.priors.launch import row_timing
 from hybridperf.priors.power import uses_matrix_units
 from hybridperf.residual_models.features import FEATURE_NAMES
@@ -413,7 +413,7 @@ def choose_batched_tiles(predictor, measured: pd.DataFrame, dev: DeviceSpec, pri
     wide (the prior gives such outputs 64-wide tiles; the A100 pads them into 128 x 128 ones), and no
     smooth term of the correction follows that, while the 128 x 128 family leaves its bmm at 5.7% MAPE
     after an offset."""
-    families = batched_tile_hypotheses(dev)
+    families = batched_tile_hypotheses(dev, predictor.constants)
     log_prior = np.log(tile_family_prior(len(families)))
     dtypes = measured["dtype"].astype(str)
     vector = np.array([not uses_matrix_units(dev, dt, matrix=True) for dt in dtypes])
@@ -424,8 +424,8 @@ def choose_batched_tiles(predictor, measured: pd.DataFrame, dev: DeviceSpec, pri
     y = bmm["latency_ms"].to_numpy(np.float64)
     scores = []
     for i, family in enumerate(families):
-        with batched_tiles_for(dev, family):
-            base, X = predictor.predict_with_features(bmm, dev)
+        priced = predictor.with_constants(predictor.constants.with_batched_tiles(dev.arch, family))
+        base, X = priced.predict_with_features(bmm, dev)
         _, _, score = fit_strength(np.asarray(X, np.float64), np.log(y / base["pred_ms"].to_numpy()), centre)
         scores.append(score + log_prior[i])
     return int(np.argmax(scores)), families
@@ -456,8 +456,9 @@ def adapt_predictor(predictor, measured: pd.DataFrame, device: str | DeviceSpec,
         raise InputError("calibration rows need positive Latency (ms)")
     _check_measured_on(measured, dev)
     choice, families = choose_batched_tiles(predictor, measured, dev, prior, class_scale)
-    with batched_tiles_for(dev, families[choice]):
-        adapted = _adapt(predictor, measured, dev, prior, class_scale)
+    chosen = predictor.constants.with_batched_tiles(dev.arch, families[choice])
+    adapted = _adapt(predictor.with_constants(chosen), measured, dev, prior, class_scale)
+    adapted = adapted.with_constants(predictor.constants)  # the chosen family is kept in `adaptation`
     if choice:
         adapted.adaptation["batched_sgemm_tiles"] = None if families[choice] is None else \
             [list(t) for t in families[choice]]
@@ -489,7 +490,7 @@ def _adapt(predictor, measured: pd.DataFrame, dev: DeviceSpec, prior: TransferPr
         zero_shot[oc] = strata.get(oc, {"interval": FALLBACK_INTERVAL})["interval"]
     intervals = recalibrate(zero_shot, loo, shift_sd=predictor.device_shift_sd, ood=ood,
                             cross_device=len(predictor.training_devices) > 1)
-    adapted = Predictor(predictor.bundle, corrections=corrections, intervals=intervals)
+    adapted = Predictor(predictor.bundle, corrections=corrections, intervals=intervals, constants=predictor.constants)
     adapted.adaptation = {"device": dev.name, "k": int(len(measured)),
                           "method": "robust Bayesian regression on the prior's regime terms + RBF, "
                                     "per op class and dtype",

@@ -30,7 +30,7 @@ import pandas as pd
 from hybridperf.devices import DeviceSpec, get_device
 from hybridperf.errors import InputError
 from hybridperf.ops import OP_CLASSES
-from hybridperf.priors.gemm import batched_tile_hypotheses, batched_tiles_for
+from hybridperf.priors.gemm import batched_tile_hypotheses
 from hybridperf.stats import Z90
 from hybridperf.transfer.adapt import TransferPrior, class_prior, class_rows, prior_kernel, tile_family_prior
 
@@ -194,13 +194,13 @@ def tile_family_covariance(predictor, rows: pd.DataFrame, device: DeviceSpec) ->
     no family re-prices (matrix-unit or non-bmm kernels), so the design measures the vector-math bmm
     kernels whose price the families disagree on, which is what lets the transfer tell the family (the
     A100's 64-wide outputs)."""
-    families = batched_tile_hypotheses(device)
+    families = batched_tile_hypotheses(device, predictor.constants)
     if len(families) < 2 or not (rows["op_class"] == "bmm").any():
         return np.zeros((len(rows), len(rows)))
     logs = [np.log(rows["pred_ms"].to_numpy(np.float64))]
     for family in families[1:]:
-        with batched_tiles_for(device, family):
-            logs.append(np.log(predictor.predict(rows, device)["pred_ms"].to_numpy(np.float64)))
+        priced = predictor.with_constants(predictor.constants.with_batched_tiles(device.arch, family))
+        logs.append(np.log(priced.predict(rows, device)["pred_ms"].to_numpy(np.float64)))
     D = np.array(logs) - logs[0]
     p = tile_family_prior(len(families))
     D = D - p @ D
