@@ -129,6 +129,7 @@ def test_no_fp4_before_blackwell_and_no_fp8_before_hopper(name):
 @pytest.mark.parametrize("name,expect", [
     ("NVIDIA H100 80GB HBM3", dict(num_sms=132, mem_gb=80, mem_bw_gbs=3350, l2_mb=50, tdp_w=700, link_bw_gbs=450,
                                    bf16_tc=989.4, fp8_tc=1978.9)),
+    ("NVIDIA H200", dict(num_sms=132, mem_gb=141, mem_bw_gbs=4800, l2_mb=60, tdp_w=700, boost_clock_mhz=1980)),
     ("NVIDIA B200", dict(num_sms=148, mem_gb=180, mem_bw_gbs=7700, tdp_w=1000, link_bw_gbs=900, bf16_tc=2250.0,
                          fp8_tc=4500.0, fp4_tc=9000.0)),
     ("NVIDIA B300 SXM6 AC", dict(mem_gb=288, mem_bw_gbs=8000, tdp_w=1100, bf16_tc=2250.0, fp4_tc=13500.0, int8_tc=125.0)),
