@@ -255,3 +255,44 @@ def test_devices_command_lists_and_specs_every_gpu():
         r = runner.invoke(app, ["devices", "--spec", name])
         assert r.exit_code == 0, (name, r.output)
         assert json.loads(r.output)["name"] == get_device(name).name
+
+
+def test_cli_reports_a_broken_packaged_file_in_one_line(tmp_path, monkeypatch, capsys):
+    """The catalog is read on first use, so a broken shipped file is the command's one-line error."""
+    import sys
+
+    import hybridperf.devices as devices_pkg
+    from hybridperf.cli.app import main
+    from hybridperf.devices import catalog, datafiles, nodes
+
+    d = _good()
+    d["mem_gb"] = "lots"
+    (tmp_path / "gpus").mkdir()
+    (tmp_path / "gpus" / "10_test.json").write_text(json.dumps([d]))
+    caches = (catalog.devices, nodes.nodes, devices_pkg._device_index, devices_pkg._node_index)
+    monkeypatch.setattr(datafiles, "data_dir", lambda kind: tmp_path / kind)
+    monkeypatch.setattr(sys, "argv", ["hybridperf", "devices", "--spec", "L4"])
+    for c in caches:
+        c.cache_clear()
+    try:
+        with pytest.raises(SystemExit) as e:
+            main()
+    finally:
+        monkeypatch.undo()
+        for c in caches:
+            c.cache_clear()
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+    assert "10_test.json" in err and "'mem_gb'" in err
+    assert get_device("L4").mem_gb == 24  # the real catalog is back
+
+
+def test_two_entries_answering_to_one_name_is_an_error():
+    from dataclasses import replace
+
+    from hybridperf.devices import _index
+
+    l4 = get_device("L4")
+    twin = replace(l4, name="NVIDIA L4 Twin", aliases=("L4",))
+    with pytest.raises(UnknownDeviceError, match="'L4' of 'NVIDIA L4 Twin' also names 'NVIDIA L4'"):
+        _index([l4, twin])

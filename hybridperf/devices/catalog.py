@@ -34,7 +34,20 @@ Conventions (read before adding an entry):
 """
 from __future__ import annotations
 
+from functools import cache
+
 from hybridperf.devices.datafiles import load_catalog
 from hybridperf.devices.spec import DeviceSpec
 
-DEVICES: list[DeviceSpec] = load_catalog("gpus", DeviceSpec)
+
+@cache
+def devices() -> tuple[DeviceSpec, ...]:
+    """Every catalog GPU, read on first use, so that a broken data file surfaces as the command's
+    one-line error rather than at import."""
+    return tuple(load_catalog("gpus", DeviceSpec))
+
+
+def __getattr__(name: str):
+    if name == "DEVICES":  # the catalog as a list, as before it was data
+        return list(devices())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -19,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 
 from hybridperf.devices.spec import PEAK_KEYS
-from hybridperf.errors import UnknownDeviceError
+from hybridperf.errors import HybridperfError, UnknownDeviceError
 
 #: keys a `peak_tflops` object may hold: PEAK_KEYS, plus `int8` (the DP4A rate of parts without int8
 #: tensor cores)
@@ -97,7 +97,10 @@ def _entry(path, index: int, d, cls):
     values = dict(d)
     if "aliases" in values:
         values["aliases"] = tuple(values["aliases"])
-    return cls(**values)
+    try:
+        return cls(**values)
+    except (TypeError, ValueError, HybridperfError) as e:  # whatever the dataclass itself rejects
+        raise UnknownDeviceError(f"{where}: {e}") from None
 
 
 def _kind(annotation) -> str:

@@ -28,7 +28,19 @@ NCCL's tuner sees when that differs from the achieved per-GPU rate.
 """
 from __future__ import annotations
 
+from functools import cache
+
 from hybridperf.devices.datafiles import load_catalog
 from hybridperf.devices.spec import NodeSpec
 
-NODES: list[NodeSpec] = load_catalog("nodes", NodeSpec)
+
+@cache
+def nodes() -> tuple[NodeSpec, ...]:
+    """Every catalog node, read on first use (see `catalog.devices`)."""
+    return tuple(load_catalog("nodes", NodeSpec))
+
+
+def __getattr__(name: str):
+    if name == "NODES":  # the catalog as a list, as before it was data
+        return list(nodes())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
