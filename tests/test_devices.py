@@ -19,8 +19,10 @@ REQUIRED_NAMES = [
     "Tesla T4", "NVIDIA A10", "NVIDIA A30", "NVIDIA A40",
     "NVIDIA A100-PCIE-40GB", "NVIDIA A100 80GB PCIe", "NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-80GB",
     "NVIDIA L4", "NVIDIA L40S", "NVIDIA H100 PCIe", "NVIDIA H100 80GB HBM3", "NVIDIA H100 NVL",
-    "NVIDIA H200", "NVIDIA B200",
-    "AMD Instinct MI100", "AMD Instinct MI210", "AMD Instinct MI250X", "AMD Instinct MI300X",
+    "NVIDIA H200", "NVIDIA H200 NVL", "NVIDIA H20", "NVIDIA GH200 480GB", "NVIDIA GH200 144G HBM3e", "NVIDIA B200",
+    "NVIDIA B300 SXM6 AC", "NVIDIA GB200", "NVIDIA GB300", "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+    "NVIDIA L40", "AMD Instinct MI100", "AMD Instinct MI210", "AMD Instinct MI250", "AMD Instinct MI250X",
+    "AMD Instinct MI300X", "AMD Instinct MI325X", "AMD Instinct MI350X", "AMD Instinct MI355X",
 ]
 
 ALIASES = {
@@ -37,7 +39,7 @@ ALIASES = {
     "nvidia h100 80gb hbm3": "NVIDIA H100 80GB HBM3",
 }
 
-ARCHS = {"pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna1", "cdna2", "cdna3"}
+ARCHS = {"pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna1", "cdna2", "cdna3", "cdna4"}
 LINKS = {"", "NVLink1", "NVLink2", "NVLink3", "NVLink4", "NVLink5", "Infinity Fabric"}
 # `int8` (no _tc) is the DP4A rate of parts without int8 tensor cores; DeviceSpec.peak("int8") reads it.
 ALLOWED_PEAK_KEYS = set(PEAK_KEYS) | {"int8"}
@@ -101,7 +103,7 @@ def test_spec_fields_sane(d):
     assert d.link_name in LINKS
     assert d.form_factor in {"PCIe", "SXM", "OAM", "NVL"}
     assert (d.link_name == "") == (d.link_bw_gbs == 0)
-    assert d.pcie_gen in (3, 4, 5) and d.pcie_bw_gbs == {3: 16, 4: 32, 5: 64}[d.pcie_gen]
+    assert d.pcie_gen in (3, 4, 5, 6) and d.pcie_bw_gbs == {3: 16, 4: 32, 5: 64, 6: 128}[d.pcie_gen]
     for v in (d.num_sms, d.cores_per_sm, d.boost_clock_mhz, d.mem_gb, d.mem_bw_gbs, d.l2_mb,
               d.smem_per_sm_kb, d.max_threads_per_sm, d.tdp_w):
         assert v > 0

@@ -35,10 +35,11 @@ def devices(
                   f"{d.peak_tflops.get('fp16_tc', 0):g}", f"{d.mem_gb:g}", f"{d.mem_bw_gbs:g}", f"{d.l2_mb:g}")
     Console().print(t)
     n = Table(title="nodes")
-    for col in ("name", "GPU", "GPUs/node", "intra", "intra GB/s", "inter GB/s"):
+    for col in ("name", "aliases", "GPU", "GPUs/node", "intra", "intra GB/s", "inter GB/s"):
         n.add_column(col)
     for x in list_nodes():
-        n.add_row(x.name, x.device, str(x.gpus_per_node), x.intra_topology, f"{x.intra_bw_gbs:g}", f"{x.inter_bw_gbs:g}")
+        n.add_row(x.name, ", ".join(x.aliases), x.device, str(x.gpus_per_node), x.intra_topology,
+                  f"{x.intra_bw_gbs:g}", f"{x.inter_bw_gbs:g}")
     Console().print(n)
 
 

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from functools import cache
 from pathlib import Path
 
-from hybridperf.devices.catalog import DEVICES
-from hybridperf.devices.nodes import NODES
+from hybridperf.devices.catalog import devices as _catalog_devices
+from hybridperf.devices.nodes import nodes as _catalog_nodes
 from hybridperf.devices.spec import (
     DTYPE_BYTES,
     PEAK_KEYS,
@@ -29,15 +30,27 @@ def _norm(name: str) -> str:
 
 
 def _index(items) -> dict:
+    """Normalised name/alias -> entry; two entries answering to one name is a catalog error."""
     idx = {}
     for it in items:
         for key in (it.name, *it.aliases):
-            idx[_norm(key)] = it
+            other = idx.setdefault(_norm(key), it)
+            if other is not it and other.name != it.name:
+                raise UnknownDeviceError(f"catalog: {key!r} of {it.name!r} also names {other.name!r}; "
+                                         f"names and aliases must differ after dropping case and punctuation")
     return idx
 
 
-_DEVICE_INDEX = _index(DEVICES)
-_NODE_INDEX = _index(NODES)
+@cache
+def _device_index() -> dict:
+    return _index(_catalog_devices())
+
+
+@cache
+def _node_index() -> dict:
+    return _index(_catalog_nodes())
+
+
 #: brand words a driver or a user may put before the model name ("NVIDIA H100", "Tesla V100", "AMD
 #: Instinct MI210"); a name the catalog does not hold verbatim is looked up again without them
 _BRAND_WORDS = ("nvidia", "tesla", "geforce", "quadro", "amd", "instinct", "radeon")
@@ -46,13 +59,14 @@ _BRAND_WORDS = ("nvidia", "tesla", "geforce", "quadro", "amd", "instinct", "rade
 def _lookup_device(name: str) -> DeviceSpec | None:
     """The catalog GPU `name` denotes: verbatim (normalised), else with leading brand words removed."""
     key = _norm(name)
-    hit = _DEVICE_INDEX.get(key)
+    index = _device_index()
+    hit = index.get(key)
     while hit is None:
         brand = next((b for b in _BRAND_WORDS if key.startswith(b) and len(key) > len(b)), None)
         if brand is None:
             return None
         key = key[len(brand):]
-        hit = _DEVICE_INDEX.get(key)
+        hit = index.get(key)
     return hit
 
 
@@ -66,9 +80,12 @@ def get_device(name_or_path: str | DeviceSpec) -> DeviceSpec:
     hit = _lookup_device(s)
     if hit is not None:
         return hit
-    node = _NODE_INDEX.get(_norm(s))
+    node = _node_index().get(_norm(s))
     if node is not None:
-        return _DEVICE_INDEX[_norm(node.device)]
+        gpu = _device_index().get(_norm(node.device))
+        if gpu is None:
+            raise UnknownDeviceError(f"catalog node {node.name!r} names GPU {node.device!r}, which the catalog lacks")
+        return gpu
     if s.lower().endswith(".json") or Path(s).is_file():
         if not Path(s).is_file():
             raise UnknownDeviceError(f"device spec file not found: {s}")
@@ -89,7 +106,7 @@ def _closest_variant(base: DeviceSpec, spec: DeviceSpec) -> DeviceSpec:
         cores = d.num_sms * d.cores_per_sm - spec.num_sms * spec.cores_per_sm
         return abs(cores), round(bw, 2), abs(d.mem_gb - spec.mem_gb)
 
-    siblings = [d for d in DEVICES if d.vendor == base.vendor and d.arch == base.arch]
+    siblings = [d for d in _catalog_devices() if d.vendor == base.vendor and d.arch == base.arch]
     best = min(siblings, key=distance)
     return base if distance(base) <= distance(best) else best
 
@@ -122,17 +139,17 @@ def get_node(name: str | NodeSpec) -> NodeSpec:
     """Resolve a node (e.g. `DGX-H100`) by name or alias."""
     if isinstance(name, NodeSpec):
         return name
-    hit = _NODE_INDEX.get(_norm(str(name)))
+    hit = _node_index().get(_norm(str(name)))
     if hit is None:
-        raise UnknownDeviceError(f"unknown node {name!r}; known: {', '.join(n.name for n in NODES)}")
+        raise UnknownDeviceError(f"unknown node {name!r}; known: {', '.join(n.name for n in _catalog_nodes())}")
     return hit
 
 
 def list_devices() -> list[DeviceSpec]:
     """All catalog devices."""
-    return list(DEVICES)
+    return list(_catalog_devices())
 
 
 def list_nodes() -> list[NodeSpec]:
     """All catalog nodes."""
-    return list(NODES)
+    return list(_catalog_nodes())

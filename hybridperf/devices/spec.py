@@ -47,6 +47,8 @@ class DeviceSpec:
     link_name: str = ""  # "NVLink3", "Infinity Fabric", "" for none
     link_bw_gbs: float = 0.0  # total GPU-to-GPU bandwidth per direction, GB/s
     form_factor: str = "PCIe"  # PCIe | SXM | OAM | NVL
+    source: str = ""  # the public spec sheet the numbers come from
+    notes: str = ""  # how they were read off it (sparse -> dense, derived clocks, assumptions)
 
     def peak(self, dtype: str = "fp32", matrix: bool = False) -> float:
         """Best dense peak in FLOP/s for `dtype`; `matrix=True` allows tensor/matrix cores."""
@@ -99,6 +101,9 @@ class NodeSpec:
     inter_node_bw_gbs: float = 0.0  # all NICs of the node together, per direction; 0: gpus_per_node * inter_bw_gbs
     nic_line_gbs: float = 0.0  # line rate of a GPU's NIC port as NCCL's tuner sees it; 0: inter_bw_gbs
     aliases: tuple[str, ...] = ()
+    gpus_per_host: int = 0  # GPUs under one host OS (4 on an NVL72 tray); 0: gpus_per_node
+    source: str = ""  # the public spec sheet the numbers come from
+    notes: str = ""
 
     def to_dict(self) -> dict:
         d = asdict(self)
