@@ -88,9 +88,9 @@ def canonicalize(
     for i, name in zip(df.index, df["op"]):
         try:
             ops.append(canonical_op(name))
-        except HybridperfError:
+        except HybridperfError as e:  # its message names the supported ops
             ops.append(None)
-            problems.append((i, f"unknown op {name!r}"))
+            problems.append((i, str(e)))
     df["op"] = ops
     dtypes = []
     for i, d in zip(df.index, df["dtype"]):
