@@ -2,12 +2,14 @@
 
 The order, lowest first (a module may import its own layer and every layer below it):
 
-    base            hybridperf/__init__, errors, jsonio, csvio, ops, stats, timing: vocabulary and I/O
+    base            hybridperf/__init__, errors, jsonio, csvio, ops, stats, timing, atomic, guard:
+                    vocabulary, safe I/O and the output guard
     devices         GPU and node specs, the catalog, name resolution
     datasets        the canonical kernel-record schema, loaders of public tables, the collector
     priors          the analytical models (roofline, GEMM tiles, memory, launch floor, collectives)
     residual_models features and the ONNX bundle runtime
-    predictor       prior x residual with intervals: the kernel prediction path
+    predictor       prior x residual with intervals: the kernel prediction path (and aic_kernels, the same
+                    for aiconfigurator's perf-table schema)
     transfer        few-shot adaptation of the predictor to a new GPU (suggest, adapt, export)
     graphs          model families -> kernel graphs, composition, parallelism
     serving         engine schedulers over the graphs' step times
@@ -28,12 +30,12 @@ PACKAGE = Path(__file__).resolve().parents[1] / "hybridperf"
 
 LAYERS = (
     ("hybridperf", "hybridperf.errors", "hybridperf.jsonio", "hybridperf.csvio", "hybridperf.ops",
-     "hybridperf.stats", "hybridperf.timing"),
+     "hybridperf.stats", "hybridperf.timing", "hybridperf.atomic", "hybridperf.guard"),
     ("hybridperf.devices",),
     ("hybridperf.datasets",),
     ("hybridperf.priors",),
     ("hybridperf.residual_models",),
-    ("hybridperf.predictor",),
+    ("hybridperf.predictor", "hybridperf.aic_kernels"),  # aic_kernels: the aiconfigurator-schema kernel predictor
     ("hybridperf.transfer",),
     ("hybridperf.graphs",),
     ("hybridperf.serving",),
@@ -86,11 +88,13 @@ def import_graph(root: Path) -> dict[str, set[str]]:
 
 
 def layer_of(module: str, layers=LAYERS) -> int | None:
-    """Index of the layer holding `module` (the longest listed prefix), or None if no layer lists it."""
+    """Index of the layer holding `module` (the longest listed prefix), or None if no layer lists it. The
+    root package (a name without a dot) holds only itself, so that a new top-level module must be placed."""
     best, best_len = None, -1
     for i, names in enumerate(layers):
         for prefix in names:
-            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best_len:
+            inside = "." in prefix and module.startswith(prefix + ".")
+            if (module == prefix or inside) and len(prefix) > best_len:
                 best, best_len = i, len(prefix)
     return best
 
@@ -172,3 +176,4 @@ def test_checks_catch_an_upward_import_and_a_cycle_inside_a_function(tmp_path):
     assert upward_imports(graph, layers) == {("pkg.low.a", "pkg.high.b")}
     assert cycles(graph) == [["pkg.high.b", "pkg.low.a"]]
     assert layer_of("pkg.other", (("pkg.low",),)) is None
+    assert layer_of("pkg.other", (("pkg",), ("pkg.low",))) is None  # the root holds only itself
