@@ -64,7 +64,7 @@ def score(logo: pd.DataFrame, cfg: TrainConfig, calibration: pd.DataFrame | None
         # GPUs (a `calibration` table means a single training GPU, cross-validated within itself)
         n_train = logo.loc[logo["heldout"] != d, "heldout"].nunique() if calibration is None else 1
         bounds, keys = {}, stratum(g)
-        # the interval by floor share, and for comparison one interval per stratum (before session 21)
+        # the interval by floor share, and for comparison one interval per stratum (the flat rule)
         for name, ivs in (("", iv), ("_flat", {k: {**v, "by_floor_share": None} for k, v in iv.items()})):
             q_lo, q_hi, q_c = rows_quantiles(ivs, keys, g["op_class"], g["floor_share"])
             q_lo, q_hi = widen_about(q_lo, q_hi, q_c, 1.0 + cfg.ood_beta * g["ood"].to_numpy())

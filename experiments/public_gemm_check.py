@@ -52,7 +52,7 @@ def prior_tflops(device_name: str, dtype: str, sizes) -> float:
 @contextlib.contextmanager
 def _before():
     """Context: one matrix-unit energy ratio for every architecture and operand width, and bf16 at
-    the fp32 rate on GPUs without bf16 units (the prior before session 6)."""
+    the fp32 rate on GPUs without bf16 units (the earlier prior, for comparison)."""
     with mock.patch.object(power, "MATRIX_ENERGY_RATIO", {}), \
             mock.patch.object(power, "MATRIX_ENERGY_BY_DTYPE", {"fp32": power.MATRIX_ENERGY_BY_DTYPE["fp32"]}), \
             mock.patch.object(power, "EMULATED_BF16_GEMM_RATE", 1.0):

@@ -10,8 +10,8 @@ bundle (its models and intervals, with `device_bias` replaced) predicts the fold
 * `model_shapes_cv`: the median log(measured / prior) of the other fold's kernels per op class, what
   `training_device_bias` reads off a GPU's model-shaped rows (`table == "test"`).
 
-Before session 31 the shipped bias was read mostly off NeuSight's randomly shaped collect tables;
-`shipped` then scored that rule (14.8% MAPE, coverage 75.6%). Now `shipped` is read off all of the
+An earlier rule read the shipped bias mostly off NeuSight's randomly shaped collect tables;
+`shipped` scored that rule then (14.8% MAPE, coverage 75.6%). Now `shipped` is read off all of the
 test kernels, so it is in-sample here and `model_shapes_cv` is the honest number for it.
 
 Whole models too (`--models`): NeuSight's eager labels on the training GPUs, predicted with the

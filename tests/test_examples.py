@@ -27,8 +27,8 @@ def test_sweep_example_writes_table_and_plot(tmp_path):
     assert (tmp_path / "sweep_gpt2_large.png").stat().st_size > 1000
 
 
-def test_readme_measured_runs_example():
-    """The README's `--measured-runs` command: the shipped runs file, relative config paths."""
+def test_documented_measured_runs_example():
+    """docs/predict-model.md's `--measured-runs` command: the shipped runs file, relative config paths."""
     from typer.testing import CliRunner
 
     from hybridperf.cli.app import app

@@ -91,7 +91,7 @@ def test_prior_positive_finite_and_above_floor(op, shapes):
 def _kernel_switch(op: str, rows: list[dict], d: str) -> np.ndarray:
     """Rows whose doubled `d` moves current PyTorch's softmax out of its register kernel: rows just
     past it run the shared-memory kernel, which on the H200 took less time per row at 16k elements than
-    the register kernel at 8k (RESULTS.md section 8, session 23)."""
+    the register kernel at 8k (`experiments/data/measured/h200/kernels.csv`)."""
     if op != "softmax" or d != "H":
         return np.zeros(len(rows), dtype=bool)
     H = np.array([r["H"] for r in rows])

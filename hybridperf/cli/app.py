@@ -7,6 +7,7 @@ import sys
 
 import typer
 
+from hybridperf import __version__
 from hybridperf.errors import HybridperfError
 
 app = typer.Typer(
@@ -16,6 +17,20 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"hybridperf {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                          help="Print the version and exit.")) -> None:
+    pass
+
 
 # Each module defines `register(app)`; keep the list short and explicit.
 from hybridperf.cli import collect as _collect  # noqa: E402

@@ -1,7 +1,7 @@
 """`hybridperf collect`: measure kernel latencies on this machine (see hybridperf.datasets.collector).
 
     hybridperf collect --shapes SHAPES.csv --out X.csv [--ops bmm,linear,...] [--device cuda|cpu]
-                       [--warmup 5] [--repeats 25] [--fastest 5] [--dtype float32]
+                       [--warmup 5] [--repeats 25] [--fastest 5] [--dtype fp32]
 
 The output is valid both as `predict-kernels --calibration` input and as training data.
 torch is imported only when the command runs.
@@ -23,7 +23,7 @@ def collect(
     warmup: int = typer.Option(5, "--warmup", help="untimed calls before timing"),
     repeats: int = typer.Option(25, "--repeats", help="timed calls per kernel"),
     fastest: int = typer.Option(5, "--fastest", help="Latency = mean of this many fastest calls"),
-    dtype: str = typer.Option("float32", "--dtype", help="float32, float16, bfloat16 or float64"),
+    dtype: str = typer.Option("fp32", "--dtype", help="fp32, fp16, bf16 or fp64"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
 ) -> None:
     """Measure kernels on this machine the way NeuSight measured its data set (mean of the fastest calls)."""

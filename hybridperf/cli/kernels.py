@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from hybridperf.csvio import read_csv
+from hybridperf.csvio import integers_restored, read_csv
 
 #: rows whose out-of-distribution score (`Predictor.predict`'s `ood`) reaches this get a note
 OOD_NOTE = 1.0
@@ -53,7 +53,7 @@ def predict_kernels(
                                 host=host)
         predictor = adapt_predictor(predictor, measured, dev)
     res = predictor.predict(kernels, dev)  # each row's timing: its own column, else --timing
-    out = raw.copy()
+    out = integers_restored(raw)  # shapes stay integers where a blank cell made pandas read floats
     out["pred_ms"] = res["pred_ms"].to_numpy()
     out["pred_lo_ms"] = res["lo_ms"].to_numpy()
     out["pred_hi_ms"] = res["hi_ms"].to_numpy()

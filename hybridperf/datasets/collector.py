@@ -202,7 +202,7 @@ def collect_kernels(
     warmup: int = 5,
     repeats: int = 25,
     fastest: int = 5,
-    dtype: str = "float32",
+    dtype: str = "fp32",
     source: str = "",
     progress: bool = True,
 ) -> pd.DataFrame:
@@ -226,7 +226,7 @@ def collect_kernels(
     except HybridperfError as e:
         raise InputError(f"--dtype: {e}") from None
     if dkey not in _TORCH_DTYPES:
-        raise InputError(f"--dtype {dtype!r} cannot be collected; use float32, float16, bfloat16 or float64")
+        raise InputError(f"--dtype {dtype!r} cannot be collected; use fp32, fp16, bf16 or fp64")
 
     torch = _import_torch()
     tdtype = getattr(torch, _TORCH_DTYPES[dkey])

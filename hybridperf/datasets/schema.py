@@ -6,7 +6,7 @@ Shape fields a given op does not use are NaN. `form` is a linear row's GEMM form
 `linear` where absent) and empty on the other ops. `latency_ms` may be NaN only for rows to predict.
 `timing` says how the latency was (or is to be) measured: `call` (CUDA events around one eager call,
 NeuSight's harness) or `kernel` (a profiler's kernel duration); `host` whose call overhead a timed
-call carries: `neusight` (the artifact's hosts) or `current`; see hybridperf.priors.launch.
+call carries: `neusight` (the artifact's hosts) or `current`; see hybridperf.timing.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pandas as pd
 from hybridperf.devices import DTYPE_BYTES, dtype_key
 from hybridperf.errors import HybridperfError, InputError
 from hybridperf.ops import GEMM_OPS, LINEAR_FORMS, OP_CLASS, canonical_op, op_work
-from hybridperf.priors.launch import DEFAULT_HOST, HOSTS, TIMINGS, check_host, check_timing
+from hybridperf.timing import DEFAULT_HOST, HOSTS, TIMINGS, check_host, check_timing
 
 SHAPE_COLUMNS = ("B", "M", "N", "K", "H")
 COLUMNS = ("op", "op_class", "dtype", *SHAPE_COLUMNS, "flops", "bytes", "device", "latency_ms", "timing", "host",
@@ -88,9 +88,9 @@ def canonicalize(
     for i, name in zip(df.index, df["op"]):
         try:
             ops.append(canonical_op(name))
-        except HybridperfError:
+        except HybridperfError as e:  # its message names the supported ops
             ops.append(None)
-            problems.append((i, f"unknown op {name!r}"))
+            problems.append((i, str(e)))
     df["op"] = ops
     dtypes = []
     for i, d in zip(df.index, df["dtype"]):

@@ -127,7 +127,8 @@ def _dtype_key(dtype: str) -> str:
     try:
         return _DTYPE_KEYS[str(dtype).strip().lower()]
     except KeyError:
-        raise UnknownDeviceError(f"unknown dtype {dtype!r}; expected one of {sorted(set(_DTYPE_KEYS))}") from None
+        raise UnknownDeviceError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPE_BYTES)}"
+                                 " (float32, float16, bfloat16 and torch's names are accepted too)") from None
 
 
 def dtype_key(dtype: str) -> str:

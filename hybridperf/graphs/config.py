@@ -378,3 +378,10 @@ def load_config(config) -> ModelConfig:
     if not path.is_file():
         raise InputError(f"config file not found: {path}")
     return config_from_dict(read_json_object(path), source=str(path))
+
+
+def kv_length(cfg: ModelConfig, seq: int, sliding: bool = False) -> int:
+    """Keys each new token attends to after `seq` cached tokens: seq + 1, or at most the sliding window in
+    Mistral's layers and in Gemma 2 and 3's `sliding` layers (HF's sliding cache keeps window - 1 tokens)."""
+    window = cfg.sliding_window if cfg.family == "mistral" or sliding else 0
+    return min(seq + 1, window) if window else seq + 1

@@ -27,15 +27,12 @@ mask, not the cache). DeepSeek-V3 caches its key/value latent and re-expands it 
 """
 from __future__ import annotations
 
-from hybridperf.errors import InputError
-from hybridperf.graphs.config import LLAMA_LIKE, ModelConfig
-from hybridperf.graphs.kernels import (CAUSAL_LM, F32, Block, _activation, _rms_norm, attention_scores, bmm, cast,
+from hybridperf.graphs.config import LLAMA_LIKE, ModelConfig, kv_length
+from hybridperf.graphs.kernels import (DECODE_BUILDERS, F32, Block, _activation, _rms_norm, attention_scores, bmm, cast,
                                        gather, linear, llama_layer_blocks, llama_qkv, llama_variant, ln, misc,
                                        mla_dims, mla_query_and_latent, neox_layout, neox_rope, opt_layout,
                                        second_rotary_table, soft_cap, vec)
 
-#: families with a decode step: the decoder-only causal LMs, whose forward returns a key/value cache
-DECODE_FAMILIES = CAUSAL_LM
 #: kernels that build position ids, the causal mask (arange, add, le, where, ...) and, for Llama, the
 #: rotary cos/sin before the first layer (counted; all tiny); OPT adds its cumsum position ids
 SETUP_KERNELS = {"gpt2": 12, "gpt_neo": 12, "opt": 16, "llama": 19, "gpt_neox": 19,
@@ -43,13 +40,6 @@ SETUP_KERNELS = {"gpt2": 12, "gpt_neo": 12, "opt": 16, "llama": 19, "gpt_neox": 
                  "qwen2_moe": 34, "gemma2": 34, "gemma3_text": 34, "gpt_oss": 33}
 #: of those, the rotary models' casts in a half-precision model (cos and sin and the mask to the model dtype)
 LLAMA_SETUP_CASTS = 3
-
-
-def kv_length(cfg: ModelConfig, seq: int, sliding: bool = False) -> int:
-    """Keys each new token attends to after `seq` cached tokens: seq + 1, or at most the sliding window in
-    Mistral's layers and in Gemma 2 and 3's `sliding` layers (HF's sliding cache keeps window - 1 tokens)."""
-    window = cfg.sliding_window if cfg.family == "mistral" or sliding else 0
-    return min(seq + 1, window) if window else seq + 1
 
 
 def _setup(cfg: ModelConfig, B: int, kv: int) -> list:
@@ -194,13 +184,5 @@ def _deepseek(cfg: ModelConfig, B: int, seq: int) -> list:
             Block("head", 1, post, "post")]
 
 
-_BUILDERS = {"gpt2": _gpt2, "gpt_neo": _gpt2, "gpt_neox": _gpt_neox, "opt": _opt, **{f: _llama for f in LLAMA_LIKE},
-             "deepseek_v3": _deepseek}
-
-
-def decode_blocks(cfg: ModelConfig, batch: int, seq: int) -> list:
-    """The blocks of one decode step: `batch` new tokens against `seq` cached tokens each."""
-    if cfg.family not in DECODE_FAMILIES:
-        raise InputError(f"a decode step needs a decoder-only causal LM ({', '.join(DECODE_FAMILIES)}); "
-                         f"{cfg.family} has none")
-    return _BUILDERS[cfg.family](cfg, batch, seq)
+DECODE_BUILDERS.update({"gpt2": _gpt2, "gpt_neo": _gpt2, "gpt_neox": _gpt_neox, "opt": _opt,
+                        **{f: _llama for f in LLAMA_LIKE}, "deepseek_v3": _deepseek})

@@ -57,9 +57,10 @@ import pandas as pd
 from hybridperf.devices import DTYPE_BYTES, dtype_key
 from hybridperf.errors import InputError
 from hybridperf.graphs.config import (DEEPSEEK_DEFAULTS, GEMMA, LLAMA_LIKE, ROBERTA_LIKE, SLIDING_GEMMA, ModelConfig,
-                                      load_config)
+                                      kv_length, load_config)
 from hybridperf.graphs.memory import (MemoryEstimate, mla_layer_extra_bytes, moe_layer_extra_bytes,
                                       saved_activation_bytes)
+from hybridperf.graphs.optimizer_specs import optimizer_spec, optimizer_state_bytes
 from hybridperf.ops import OP_CLASS
 
 F32 = 4
@@ -211,9 +212,6 @@ class ModelGraph:
         eager autograd for training (`hybridperf.graphs.memory`; with `recompute`, each layer's input and
         one layer's saved set); for inference a causal LM's key/value cache and the largest op's inputs
         and output; with an optimizer its state and its step's temporaries. No allocator rounding."""
-        # imported here: hybridperf.graphs.optimizer builds its kernels with this module's helpers
-        from hybridperf.graphs.optimizer import optimizer_state_bytes, param_numels
-
         cfg, eb = self.config, self.dtype_bytes
         params = float(sum(param_numels(self)))  # a tied head is the embedding table
         weights = params * eb / 1e9
@@ -244,8 +242,6 @@ class ModelGraph:
         cfg = self.config
         sliding = cfg.layer_types.count("sliding_attention")
         if self.mode == "decode":
-            from hybridperf.graphs.decode import kv_length
-
             tokens, sliding_tokens = kv_length(cfg, self.seq), kv_length(cfg, self.seq, sliding=True)
         elif cfg.family not in CAUSAL_LM or not cfg.raw.get("use_cache", True):
             return 0.0
@@ -393,6 +389,28 @@ def accumulation_kernels(k: dict) -> list:
         h = max(k["H"], 1)
         return [vec(k["name"] + ".acc", "add", max(p // h, 1), h)]
     return [vec(k["name"] + ".acc", "add", 1, p)]
+
+
+#: LM heads whose weight is the embedding table when the config ties them (HF ties both)
+TIED_HEADS = ("lm_head", "decoder")
+
+
+def tensor_numels(kernels, tied_head: bool) -> list[int]:
+    """Element counts of the parameter tensors `kernels` own, in `model.parameters()` order; with
+    `tied_head` an LM head's weight is the embedding table's and is skipped (its bias is not)."""
+    out = []
+    for k in kernels:
+        acc = accumulation_kernels(k)
+        if tied_head and k["op"] == "linear" and k["name"] in TIED_HEADS:
+            acc = acc[1:]
+        out += [int(a["B"]) * int(a["H"]) for a in acc]
+    return out
+
+
+def param_numels(graph: ModelGraph) -> list[int]:
+    """Element counts of every parameter tensor of the graph's model, in `model.parameters()` order."""
+    tied = bool(graph.config.tied_embeddings)
+    return [n for blk in graph.blocks for _ in range(blk.count) for n in tensor_numels(blk.kernels, tied)]
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -1283,6 +1301,11 @@ def _llama(cfg: ModelConfig, B, S, train) -> list:
             Block("head", 1, post, "post")]
 
 
+#: one decode step's blocks by family, (cfg, batch, seq) -> blocks: `hybridperf.graphs.decode` builds them
+#: from this module's layers and registers them here (the package imports it), so this module does not
+#: import it back
+DECODE_BUILDERS: dict = {}
+
 _FAMILIES = {"gpt2": _gpt2, "gpt_neo": _gpt2, "gpt_neox": _gpt_neox, "bert": _bert, **{f: _bert for f in ROBERTA_LIKE},
              "opt": _opt,
              "switch_transformers": _switch, "t5": _switch,
@@ -1331,16 +1354,15 @@ def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str = "f
     if optimizer is not None:
         if not train:
             raise InputError("an optimizer step belongs to training (--mode train)")
-        from hybridperf.graphs.optimizer import optimizer_spec
-
         optimizer_spec(optimizer)  # InputError for an unknown name
         optimizer = str(optimizer).strip().lower()
     if recompute and not train:
         raise InputError("activation recomputation belongs to training (--mode train)")
     if mode == "decode":
-        from hybridperf.graphs.decode import decode_blocks
-
-        blocks = decode_blocks(cfg, batch, seq)
+        if cfg.family not in DECODE_BUILDERS:
+            raise InputError(f"a decode step needs a decoder-only causal LM ({', '.join(DECODE_BUILDERS)}); "
+                             f"{cfg.family} has none")
+        blocks = DECODE_BUILDERS[cfg.family](cfg, batch, seq)
     else:
         blocks = _FAMILIES[cfg.family](cfg, batch, seq, train)
     if train:

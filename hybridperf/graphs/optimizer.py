@@ -30,13 +30,13 @@ one parameter-sized temporary (sqrt(v)), live while the activations are already 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pandas as pd
 
 from hybridperf.devices import DTYPE_BYTES, DeviceSpec, dtype_key
-from hybridperf.errors import InputError
-from hybridperf.graphs.kernels import F32, KERNEL_COLUMNS, ModelGraph, accumulation_kernels, kernel_group, vec
+# param_numels, tensor_numels, OPTIMIZERS and optimizer_state_bytes live below this module (the graph uses
+# them) and are re-exported: callers read the optimizer step here
+from hybridperf.graphs.kernels import F32, KERNEL_COLUMNS, kernel_group, param_numels, tensor_numels, vec  # noqa: F401
+from hybridperf.graphs.optimizer_specs import OPTIMIZERS, optimizer_spec, optimizer_state_bytes  # noqa: F401
 
 CHUNK = 65536  # elements per block (kChunkSize)
 #: (max tensors, max blocks) per launch by depth 1-5, and max tensors of ops with a scalar list
@@ -48,49 +48,6 @@ LARGE_ARGS = {"tensors": (770, 448, 336, 252, 210), "scalarlist": (672, 448, 336
 MTA_STREAM_EFFICIENCY = 0.70
 #: architectures (or vendors) that keep the 4 KB kernel-argument limit
 SMALL_ARG_ARCHS = ("maxwell", "pascal")
-
-
-@dataclass(frozen=True)
-class ForeachOp:
-    """One multi-tensor op of the step: the ATen op, its tensor lists (depth) and full-size streams."""
-
-    name: str
-    aten: str
-    depth: int
-    streams: int  # tensors read + written, each once, of the parameter's size
-    scalarlist: bool = False
-    steps: bool = False  # runs over the one-element step counters (kept on the device by fused Adam)
-
-
-@dataclass(frozen=True)
-class OptimizerSpec:
-    ops: tuple
-    states: int  # parameter-sized state tensors kept between steps
-    step_temps: int  # parameter-sized temporaries allocated inside the step
-
-
-_ADAM = (ForeachOp("lerp_m", "_foreach_lerp_", 2, 3), ForeachOp("mul_v", "_foreach_mul_", 1, 2),
-         ForeachOp("addcmul_v", "_foreach_addcmul_", 3, 3), ForeachOp("sqrt_v", "_foreach_sqrt", 2, 2),
-         ForeachOp("div_bias", "_foreach_div_", 1, 2, scalarlist=True), ForeachOp("add_eps", "_foreach_add_", 1, 2),
-         ForeachOp("addcdiv_p", "_foreach_addcdiv_", 3, 4, scalarlist=True))
-OPTIMIZERS = {
-    "sgd": OptimizerSpec((ForeachOp("add_p", "_foreach_add_", 2, 3),), states=0, step_temps=0),
-    "sgd-momentum": OptimizerSpec((ForeachOp("mul_buf", "_foreach_mul_", 1, 2),
-                                   ForeachOp("add_buf", "_foreach_add_", 2, 3),
-                                   ForeachOp("add_p", "_foreach_add_", 2, 3)), states=1, step_temps=0),
-    "adam": OptimizerSpec(_ADAM, states=2, step_temps=1),
-    "adamw": OptimizerSpec((ForeachOp("mul_decay", "_foreach_mul_", 1, 2), *_ADAM), states=2, step_temps=1),
-    "adam-fused": OptimizerSpec((ForeachOp("add_step", "_foreach_add_", 1, 2, steps=True),
-                                 ForeachOp("fused_adam", "_fused_adam_", 4, 7)), states=2, step_temps=0),
-}
-
-
-def optimizer_spec(name: str) -> OptimizerSpec:
-    """The spec of optimizer `name`, or InputError naming the known ones."""
-    key = str(name).strip().lower()
-    if key not in OPTIMIZERS:
-        raise InputError(f"unknown optimizer {name!r}; supported: {', '.join(OPTIMIZERS)}")
-    return OPTIMIZERS[key]
 
 
 def uses_large_kernel_args(vendor: str, arch: str) -> bool:
@@ -121,28 +78,6 @@ def launch_sizes(numels, depth: int, scalarlist: bool = False, large_args: bool 
     if blocks:
         out.append(elems)
     return out
-
-
-#: LM heads whose weight is the embedding table when the config ties them (HF ties both)
-TIED_HEADS = ("lm_head", "decoder")
-
-
-def tensor_numels(kernels, tied_head: bool) -> list[int]:
-    """Element counts of the parameter tensors `kernels` own, in `model.parameters()` order; with
-    `tied_head` an LM head's weight is the embedding table's and is skipped (its bias is not)."""
-    out = []
-    for k in kernels:
-        acc = accumulation_kernels(k)
-        if tied_head and k["op"] == "linear" and k["name"] in TIED_HEADS:
-            acc = acc[1:]
-        out += [int(a["B"]) * int(a["H"]) for a in acc]
-    return out
-
-
-def param_numels(graph: ModelGraph) -> list[int]:
-    """Element counts of every parameter tensor of the graph's model, in `model.parameters()` order."""
-    tied = bool(graph.config.tied_embeddings)
-    return [n for blk in graph.blocks for _ in range(blk.count) for n in tensor_numels(blk.kernels, tied)]
 
 
 def _as_kernel(name: str, streams: int, n: int) -> dict:
@@ -184,9 +119,3 @@ def optimizer_table(numels, optimizer: str, device: DeviceSpec, dtype: str = "fp
     df["grouped"] = False
     df["extra_nbytes"] = df["extra_nbytes"] * DTYPE_BYTES[dtype_key(dtype)] / F32
     return df.loc[:, list(KERNEL_COLUMNS)]
-
-
-def optimizer_state_bytes(n_params: float, optimizer: str, dtype_bytes: float = 4.0) -> tuple[float, float]:
-    """(state bytes kept between steps, temporary bytes inside the step) for `n_params` parameters."""
-    spec = optimizer_spec(optimizer)
-    return spec.states * n_params * dtype_bytes, spec.step_temps * n_params * dtype_bytes

@@ -113,6 +113,7 @@ import numpy as np
 import pandas as pd
 
 from hybridperf.devices import DeviceSpec, NodeSpec, get_device
+from hybridperf.devices.node_lookup import default_node_for_device, resolve_node
 from hybridperf.errors import InputError
 from hybridperf.graphs.config import LLAMA_LIKE, MOE_LLAMA, ROBERTA_LIKE, ModelConfig, load_config
 from hybridperf.graphs.kernels import MODES, Block, ModelGraph, build_graph
@@ -328,9 +329,7 @@ class _Comm:
 
 def resolve_parallel_device(device):
     """(node, gpu spec, note): a catalog/JSON node, or a GPU placed in the default node the collective
-    CLI builds for it (`hybridperf.cli.collective.resolve_node`)."""
-    from hybridperf.cli.collective import default_node_for_device, resolve_node
-
+    CLI builds for it (`hybridperf.devices.node_lookup.resolve_node`)."""
     if isinstance(device, NodeSpec):
         return device, get_device(device.device), ""
     if isinstance(device, DeviceSpec):

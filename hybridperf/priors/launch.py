@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from hybridperf.errors import InputError
+from hybridperf.timing import DEFAULT_HOST, HOSTS, TIMINGS, check_host, check_timing  # noqa: F401 (re-exported)
 
 #: floor in ms per op class for the NeuSight measurement harness (PyTorch 2.1, CUDA events)
 FLOOR_MS = {
@@ -48,7 +48,6 @@ KERNEL_FLOOR_MS = {
     "linear": 0.009,
 }
 DEFAULT_KERNEL_FLOOR_MS = 0.005
-TIMINGS = ("call", "kernel")
 
 #: each host's call floor as a share of FLOOR_MS: per op class where it was measured, else the host's
 #: share over all classes (`all`). `current` is the H200 grid's (`kernel_prior.host_floor_scale`: the
@@ -60,22 +59,6 @@ HOST_FLOOR_SCALE = {
     "neusight": {"all": 1.0},
     "current": {"all": 0.42, "bmm": 0.59, "elementwise": 0.40, "linear": 0.38},
 }
-HOSTS = tuple(HOST_FLOOR_SCALE)
-DEFAULT_HOST = "current"
-
-
-def check_timing(timing: str) -> str:
-    """`timing` if it is one of TIMINGS, else a one-line InputError."""
-    if timing not in TIMINGS:
-        raise InputError(f"unknown timing {timing!r}: expected one of {', '.join(TIMINGS)}")
-    return timing
-
-
-def check_host(host: str) -> str:
-    """`host` if it is one of HOSTS, else a one-line InputError."""
-    if host not in HOSTS:
-        raise InputError(f"unknown host {host!r}: expected one of {', '.join(HOSTS)}")
-    return host
 
 
 def host_floor_share(op_class: str, host: str) -> float:

@@ -53,7 +53,7 @@ CURRENT_WARP_SOFTMAX_MAX_BYTES = 8192
 LAYERNORM_ROW_CYCLES = 359.0
 #: ... plus SM cycles per byte of the row. Both read off our H200's fp32 and fp16 grid, rows of
 #: 512-2048 elements (`experiments/data/measured/h200/kernels.csv`), and checked on the H100 and on
-#: NeuSight's five GPUs (experiments/RESULTS.md, section 1, session 23)
+#: NeuSight's five GPUs (experiments/RESULTS.md section 1; the full check is in its git history)
 LAYERNORM_ROW_CYCLES_PER_BYTE = 0.113
 #: softmax's SM-side cost, SM cycles per element (the H200's fp16 rows of 512-1024 elements, which
 #: take 0.74x their fp32 time, not half of it). Current PyTorch's warp kernel over rows of 1-2k

@@ -90,7 +90,7 @@ MAX_ROWS_PER_CLASS = 1000  # a class measured more often is thinned evenly (the 
 #: experiments/fewshot_curve.py's rule (`choose_class_scale`, which re-chooses it per fold there): a class
 #: departs from 1.0 only where the factor is no worse on every GPU. Before the row-length term
 #: (`ROW_CLASSES`) took over the per-H structure, every fold chose 0.1-0.2; with it, four of five folds
-#: choose 0.7 (the P4's 0.1), and the five GPUs together choose 0.7 (session 39). The GEMM and
+#: choose 0.7 (the P4's 0.1), and the five GPUs together choose 0.7. The GEMM and
 #: elementwise classes stay at 1.0. The evidence (STRENGTHS) can still loosen it up to 8x.
 CLASS_PRIOR_SCALE = {"softmax": 0.7}
 #: classes reducing along rows of length H and the sd of their row-length term (`TransferPrior.row_signal`).

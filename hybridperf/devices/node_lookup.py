@@ -1,0 +1,59 @@
+"""Resolve what `--device` names where a node is wanted: a catalog node, a node JSON, or a GPU placed in a
+default node of 8 built from its spec sheet. Shared by `predict-collective` and the parallel training step."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hybridperf.devices import get_device, get_node
+from hybridperf.devices.spec import NodeSpec
+from hybridperf.errors import UnknownDeviceError
+
+
+def default_node_for_device(dev, gpus_per_node: int = 8):
+    """A plausible node of 8 identical GPUs built from a device's spec sheet: NVSwitch for SXM/NVL
+    NVIDIA parts, an Infinity Fabric mesh for AMD OAM parts, NVLink-bridged pairs for PCIe cards with a
+    bridge, a plain PCIe box otherwise; InfiniBand/RoCE at 25 (PCIe gen <= 4) or 50 GB/s per GPU."""
+    pcie = float(dev.pcie_bw_gbs or 16.0)
+    inter = 50.0 if int(dev.pcie_gen or 3) >= 5 else 25.0
+    common = dict(name=f"{gpus_per_node}x {dev.name} (default node)", device=dev.name, gpus_per_node=gpus_per_node,
+                  inter_bw_gbs=inter, inter_node_bw_gbs=inter * gpus_per_node, inter_latency_us=5.0,
+                  inter_name=f"InfiniBand {inter:g} GB/s per GPU (assumed)")
+    link = float(dev.link_bw_gbs or 0.0)
+    if link > 0 and dev.vendor == "amd" and dev.form_factor == "OAM":
+        return NodeSpec(intra_topology="mesh", intra_bw_gbs=link, pair_bw_gbs=link / (gpus_per_node - 1),
+                        intra_latency_us=3.0, **common), "an Infinity Fabric mesh"
+    if link > 0 and dev.form_factor in ("SXM", "NVL", "OAM"):
+        return NodeSpec(intra_topology="nvswitch", intra_bw_gbs=link, intra_latency_us=2.0, **common), "NVSwitch"
+    if link > 0:
+        return NodeSpec(intra_topology="nvlink_pairs", intra_bw_gbs=pcie, pair_bw_gbs=link, intra_latency_us=3.0,
+                        **common), "NVLink-bridged pairs, PCIe between pairs"
+    return NodeSpec(intra_topology="pcie", intra_bw_gbs=pcie, intra_latency_us=4.0, **common), "PCIe only"
+
+
+def resolve_node(name: str):
+    """A catalog node, a node JSON (NodeSpec fields), or a GPU (catalog/JSON) in a default node.
+    Returns (node, note) where note is "" for an exact node."""
+    from hybridperf.devices import get_device, get_node
+    try:
+        return get_node(name), ""
+    except UnknownDeviceError:
+        pass
+    p = Path(name)
+    if p.suffix.lower() == ".json" and p.is_file():
+        try:
+            d = json.loads(p.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise UnknownDeviceError(f"cannot read {p}: {e}") from None
+        if isinstance(d, dict) and "intra_topology" in d:
+            try:
+                d["aliases"] = tuple(d.get("aliases", ()))
+                node = NodeSpec(**d)
+            except TypeError as e:
+                raise UnknownDeviceError(f"node spec {p} is invalid: {e}") from None
+            get_device(node.device)
+            return node, ""
+    dev = get_device(name)  # raises UnknownDeviceError with a one-line message
+    node, kind = default_node_for_device(dev)
+    return node, (f"note: {name!r} is a GPU, not a node; assuming {node.gpus_per_node} of them with {kind} "
+                  f"(pass a node such as DGX-H100 or a100_pairwise_nvlink for a known fabric)")
