@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from hybridperf.errors import InputError, UnknownDeviceError
+from hybridperf.jsonio import read_json_object
 
 _UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9,
           "ki": 1024, "kib": 1024, "mi": 1024**2, "mib": 1024**2, "gi": 1024**3, "gib": 1024**3}
@@ -61,16 +62,9 @@ def resolve_node(name: str):
         pass
     p = Path(name)
     if p.suffix.lower() == ".json" and p.is_file():
-        try:
-            d = json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise UnknownDeviceError(f"cannot read {p}: {e}") from None
-        if isinstance(d, dict) and "intra_topology" in d:
-            try:
-                d["aliases"] = tuple(d.get("aliases", ()))
-                node = NodeSpec(**d)
-            except TypeError as e:
-                raise UnknownDeviceError(f"node spec {p} is invalid: {e}") from None
+        d = read_json_object(p, error=UnknownDeviceError)
+        if "intra_topology" in d:
+            node = NodeSpec.from_dict(d, source=str(p))
             get_device(node.device)
             return node, ""
     dev = get_device(name)  # raises UnknownDeviceError with a one-line message

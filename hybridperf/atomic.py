@@ -1,0 +1,91 @@
+"""Atomic writes: an output file or folder appears whole, or not at all.
+
+Every command writes through these helpers, so a full disk, a killed process or an error half-way
+leaves the previous file (or nothing) in place, never a truncated CSV or a partial bundle:
+
+    with atomic_path(out) as tmp:        # a file: write tmp, then os.replace(tmp, out)
+        df.to_csv(tmp, index=False)
+    with atomic_dir(bundle_dir) as tmp:  # a folder: build tmp, then rename it to bundle_dir
+        write_files(tmp)
+
+A target that exists and is not a regular file or folder (`/dev/stdout`, `/dev/full`, a FIFO) is
+written in place: it cannot be replaced, and there is nothing to leave half-written. OS errors
+(ENOSPC, EACCES, ENOTDIR...) propagate as OSError; the CLI turns them into one `error:` line.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import stat
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+
+def _is_special(path: Path) -> bool:
+    """Whether `path` exists and is a device, FIFO or socket (written in place, never replaced)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path next to `path` (same folder, same suffix, so writers that infer a format
+    from it still do); on success it replaces `path`, on any exception it is removed. The parent
+    folder is created when missing."""
+    target = Path(path)
+    if _is_special(target):
+        yield target
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=f".tmp{target.suffix}")
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | Path) -> Iterator[Path]:
+    """Yield a new empty temporary folder next to `path`; on success it takes `path`'s place (an
+    existing folder there is replaced only once the new one is complete), on any exception it is
+    removed with everything written into it."""
+    target = Path(path)
+    if target.exists() and not target.is_dir():
+        raise NotADirectoryError(20, "Not a directory", str(target))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
+    try:
+        yield tmp
+        if target.exists():
+            old = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".old"))
+            os.replace(target, old / "d")
+            os.replace(tmp, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def write_csv(df, path: str | Path, **kwargs) -> None:
+    """`df.to_csv(path, index=False, **kwargs)`, atomically."""
+    kwargs.setdefault("index", False)
+    with atomic_path(path) as tmp:
+        df.to_csv(tmp, **kwargs)
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """`Path(path).write_text(text)`, atomically."""
+    with atomic_path(path) as tmp:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
