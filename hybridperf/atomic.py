@@ -32,6 +32,16 @@ def _is_special(path: Path) -> bool:
     return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
+def _make_parent(target: Path) -> None:
+    """Create `target`'s folder; a file where a folder should be is ENOTDIR naming that file."""
+    for folder in target.parents:
+        if folder.exists():
+            if not folder.is_dir():
+                raise NotADirectoryError(20, "Not a directory", str(folder))
+            break
+    target.parent.mkdir(parents=True, exist_ok=True)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path next to `path` (same folder, same suffix, so writers that infer a format
@@ -39,10 +49,15 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     folder is created when missing."""
     target = Path(path)
     if _is_special(target):
-        yield target
+        try:
+            yield target
+        except OSError as e:  # name the file: a device's ENOSPC comes without one
+            e.filename = e.filename or str(target)
+            raise
         return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=f".tmp{target.suffix}")
+    _make_parent(target)
+    # ".NAME~random.SUFFIX": the same extension as the target, for writers that infer a format from it
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.stem}~", suffix=target.suffix)
     os.close(fd)
     try:
         yield Path(tmp)
@@ -54,14 +69,17 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def atomic_dir(path: str | Path) -> Iterator[Path]:
-    """Yield a new empty temporary folder next to `path`; on success it takes `path`'s place (an
-    existing folder there is replaced only once the new one is complete), on any exception it is
-    removed with everything written into it."""
+def atomic_dir(path: str | Path, marker: str = "manifest.json") -> Iterator[Path]:
+    """Yield a new empty temporary folder next to `path`; on success it takes `path`'s place, on any
+    exception it is removed with everything written into it. An existing folder at `path` is replaced
+    (once the new one is complete) only when it is empty or holds `marker` (an earlier output of the
+    same kind): a folder of the user's other files is never deleted."""
     target = Path(path)
     if target.exists() and not target.is_dir():
         raise NotADirectoryError(20, "Not a directory", str(target))
-    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.is_dir() and any(target.iterdir()) and not (target / marker).is_file():
+        raise FileExistsError(17, f"folder exists, is not empty and holds no {marker} to replace", str(target))
+    _make_parent(target)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
     try:
         yield tmp

@@ -7,8 +7,10 @@ interval. A model, spec or input that would produce one is refused with one `err
     check_predictions(res["pred_ms"], res["lo_ms"], res["hi_ms"], "kernel predictions")
     check_predictions(out["ms"], out["lo_ms"], out["hi_ms"], "collective latency")
     check_predictions(tokens_per_s, what="tokens/s")  # a positive number without an interval
+    check_parts({"fw_ms": 1.2, "bw_ms": 0.0}, "model step")  # parts of a total: finite, >= 0
 
-A new command calls it once on its final numbers (scalars, lists, numpy arrays or pandas Series).
+A new command calls them once on its final numbers (scalars, lists, numpy arrays or pandas Series)
+before printing or writing anything.
 """
 from __future__ import annotations
 
@@ -59,3 +61,14 @@ def _array(x) -> np.ndarray:
         return np.atleast_1d(np.asarray(x, dtype=np.float64)).ravel()
     except (TypeError, ValueError):
         return np.full(np.size(np.asarray(x, dtype=object)), np.nan)
+
+
+def check_parts(parts: dict, what: str = "prediction", max_value: float = MAX_MS) -> None:
+    """Raise OutputGuardError unless every numeric value of `parts` (a breakdown: fw_ms, bw_ms, comm_ms...,
+    which may be 0, e.g. no backward in inference) is finite and in [0, `max_value`]."""
+    for key, v in parts.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+            continue
+        if not np.isfinite(v) or v < 0 or v > max_value:
+            raise OutputGuardError(f"{what}: {key} is {float(v):.6g}, not a finite number in [0, {max_value:g}]; the "
+                                   "input or a spec/model file is out of range")

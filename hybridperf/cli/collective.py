@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from hybridperf.errors import InputError, UnknownDeviceError
+from hybridperf.guard import check_predictions
 from hybridperf.jsonio import read_json_object
 
 _UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9,
@@ -86,6 +87,8 @@ def predict_collective(
     """Predict the latency of one NCCL collective on a node (or several nodes of that kind)."""
     from hybridperf.priors.collectives import CollectiveModel, canonical_collective, check_shape, predict_collective
 
+    if prior_only and model_bundle is not None:
+        raise InputError("--model-bundle and --prior-only are mutually exclusive")
     coll = canonical_collective(collective)
     n = parse_bytes(nbytes)
     if gpus < 1:
@@ -96,7 +99,8 @@ def predict_collective(
         typer.echo(note, err=True)
     model = CollectiveModel.prior_only() if prior_only else CollectiveModel.load(model_bundle)
     out = predict_collective(coll, n, gpus, gpus_per_node, node, model)
-    out = {k: round(v, 6) for k, v in out.items()}
+    check_predictions(out["ms"], out["lo_ms"], out["hi_ms"], f"{coll} on {node.name}")
+    out = {k: (round(v, 6) if v >= 1e-3 else float(f"{v:.6g}")) for k, v in out.items()}
     if as_json:
         typer.echo(json.dumps(out))
     else:
