@@ -87,12 +87,13 @@ def suggest(
     cand = read_csv(candidates) if candidates else (own.drop(columns="count") if target is not None
                                                      else default_candidates())
     predictor = Predictor.load(model_bundle)
+    from hybridperf.devices import get_device
+
+    predictor.check_device(get_device(device))
     picks = suggest_kernels(predictor, cand, device, k, target=target)
     check_predictions(picks["pred_ms"], picks["lo_ms"], picks["hi_ms"], "suggested kernels")
     t = Table(title=f"{len(picks)} kernels to measure on {device}")
     if target is not None:
-        from hybridperf.devices import get_device
-
         tpred, _, share = target_shares(predictor, target, get_device(device))
         by_class = pd.Series(share).groupby(tpred["op_class"].to_numpy()).sum().sort_values(ascending=False)
         t.caption = f"for {config.name}'s kernel time: " + ", ".join(f"{c} {v:.0%}" for c, v in by_class.items())
