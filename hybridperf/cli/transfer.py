@@ -92,6 +92,7 @@ def suggest(
     predictor.check_device(get_device(device))
     picks = suggest_kernels(predictor, cand, device, k, target=target)
     check_predictions(picks["pred_ms"], picks["lo_ms"], picks["hi_ms"], "suggested kernels")
+    write_csv(to_shapes_csv(picks), out)  # before the table: a failed write is the only thing printed
     t = Table(title=f"{len(picks)} kernels to measure on {device}")
     if target is not None:
         tpred, _, share = target_shares(predictor, target, get_device(device))
@@ -103,7 +104,6 @@ def suggest(
     for r in picks.itertuples():
         t.add_row(r.op, fmt(r.B), fmt(r.M), fmt(r.N), fmt(r.K), fmt(r.H), f"{r.pred_ms:.4g}", f"{r.lo_ms:.3g}-{r.hi_ms:.3g}")
     Console(stderr=True).print(t)
-    write_csv(to_shapes_csv(picks), out)
     dt = f" --dtype {dtype}" if config is not None and dtype != "fp32" else ""
     typer.echo(f"wrote {out}; next: hybridperf collect --shapes {out}{dt} --out measured.csv, "
                f"then hybridperf transfer measured.csv --device '{device}' --out adapted/")
