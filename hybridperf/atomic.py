@@ -32,6 +32,16 @@ def _is_special(path: Path) -> bool:
     return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
+def _mode(target: Path, default: int) -> int:
+    """The permissions `target` has, else `default` less the process's umask (what open() would give)."""
+    try:
+        return stat.S_IMODE(os.stat(target).st_mode)
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return default & ~umask
+
+
 def _make_parent(target: Path) -> None:
     """Create `target`'s folder; a file where a folder should be is ENOTDIR naming that file."""
     for folder in target.parents:
@@ -61,6 +71,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     os.close(fd)
     try:
         yield Path(tmp)
+        os.chmod(tmp, _mode(target, 0o666))  # mkstemp's 0600 would hide the output from other users
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -83,6 +94,7 @@ def atomic_dir(path: str | Path, marker: str = "manifest.json") -> Iterator[Path
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
     try:
         yield tmp
+        os.chmod(tmp, _mode(target, 0o777))
         if target.exists():
             old = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".old"))
             os.replace(target, old / "d")
