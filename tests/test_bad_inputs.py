@@ -238,6 +238,26 @@ def test_manifest_file_names_stay_inside_the_bundle(monkeypatch, capsys, tmp_pat
                                   "--model-bundle", shipped_copy], "bundle")
 
 
+@pytest.mark.parametrize("edit, match", [
+    (lambda m, outside: m["files"].update({"../outside.onnx": sha256_file(outside)}), "plain name"),
+    (lambda m, outside: m["constants"].update(eff_nvlink=50.0), "content sha256"),
+])
+def test_collectives_manifest_is_verified_and_confined(monkeypatch, capsys, tmp_path, edit, match):
+    from hybridperf.priors.collectives import default_bundle_dir
+
+    if not (default_bundle_dir() / MANIFEST).is_file():
+        pytest.skip("no shipped collectives bundle")
+    bundle = tmp_path / "coll"
+    shutil.copytree(default_bundle_dir(), bundle)
+    outside = tmp_path / "outside.onnx"
+    outside.write_bytes(b"not a model")
+    m = _manifest(bundle)
+    edit(m, outside)
+    _write(bundle, m, sign=match != "content sha256")  # a traversal re-signed: confinement still refuses it
+    refused(monkeypatch, capsys, ["predict-collective", "--collective", "all_reduce", "--bytes", 65536, "--gpus", 8,
+                                  "--device", "DGX-H100", "--model-bundle", bundle, "--json"], match)
+
+
 def test_adapted_bundle_is_bound_to_its_device(monkeypatch, capsys, tmp_path, kernels_csv, shipped_copy):
     m = _manifest(shipped_copy)
     m["adaptation"] = {"device": "Tesla T4", "k": 8, "corrections": {}, "intervals": {}}
