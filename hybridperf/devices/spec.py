@@ -166,11 +166,15 @@ def check_number(value, field: str, kind: type, lo: float, hi: float, unit: str 
     allowed = f"{'an integer' if kind is int else 'a number'} in {low}{lo:g}, {hi:g}]" + (f" {unit}" if unit else "")
     ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and type(value).__name__ != "bool_"
     if ok:
-        ok = math.isfinite(value) and (value > lo if lo_open else value >= lo) and value <= hi
+        try:
+            ok = math.isfinite(float(value)) and (value > lo if lo_open else value >= lo) and value <= hi
+        except OverflowError:  # an integer beyond any float
+            ok = False
     if ok and kind is int:
         ok = float(value).is_integer()
     if not ok:
-        raise SpecError(f"field {field} is {value!r}; allowed: {allowed}")
+        shown = repr(value)
+        raise SpecError(f"field {field} is {shown if len(shown) <= 40 else shown[:37] + '...'}; allowed: {allowed}")
     return int(value) if kind is int else value
 
 
