@@ -65,17 +65,25 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
             e.filename = e.filename or str(target)
             raise
         return
+    if target.is_dir():
+        raise IsADirectoryError(21, "Is a directory", str(target))
     _make_parent(target)
-    # ".NAME~random.SUFFIX": the same extension as the target, for writers that infer a format from it
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.stem}~", suffix=target.suffix)
+    try:
+        # ".NAME~random.SUFFIX": the same extension as the target, for writers that infer a format from it
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.stem}~", suffix=target.suffix)
+    except OSError as e:  # e.g. a read-only folder: name the output, not the temporary file
+        e.filename = str(target)
+        raise
     os.close(fd)
     try:
         yield Path(tmp)
         os.chmod(tmp, _mode(target, 0o666))  # mkstemp's 0600 would hide the output from other users
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(e, OSError) and e.filename == tmp:
+            e.filename, e.filename2 = str(target), None
         raise
 
 
