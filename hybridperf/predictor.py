@@ -104,8 +104,9 @@ def ood_widening(interval: dict, ood: np.ndarray) -> np.ndarray:
     return 1.0 + interval.get("ood_beta", 0.0) * beyond
 
 
-#: dtypes PyTorch has no element-wise, softmax or LayerNorm kernels for (it raises "not implemented for
-#: 'Float8_e4m3fn'" or casts); only GEMMs (torch._scaled_mm, int8 mm) take them
+#: dtypes only GEMM operands come in: PyTorch has no fp8 or fp4 element-wise, softmax or LayerNorm
+#: kernels (it raises "not implemented for 'Float8_e4m3fn'"), and int8/int4 here denote quantized GEMM
+#: operands, whose element-wise neighbours run in fp16/bf16
 MATMUL_ONLY_DTYPES = ("fp8", "int8", "fp4", "int4")
 
 
@@ -117,12 +118,12 @@ def check_runs_on(kernels: pd.DataFrame, device: DeviceSpec) -> None:
     odd = ~kernels["op"].isin(GEMM_OPS).to_numpy() & keys.isin(MATMUL_ONLY_DTYPES).to_numpy()
     if odd.any():
         i = int(np.argmax(odd))
-        raise InputError(f"data row {i + 1}: PyTorch has no {keys.iloc[i]} {kernels['op'].iloc[i]} kernel (only "
-                         f"GEMMs run in {', '.join(MATMUL_ONLY_DTYPES)}); give the dtype the op runs in (fp16, bf16, "
-                         "fp32)")
+        raise InputError(f"data row {i + 1}: no {keys.iloc[i]} {kernels['op'].iloc[i]} kernel is modelled: only GEMMs "
+                         f"take {', '.join(MATMUL_ONLY_DTYPES)} operands (PyTorch has no fp8 element-wise, softmax or "
+                         "LayerNorm kernels); give the dtype the op runs in (fp16, bf16, fp32)")
     if device.peak_tflops.get("fp8_tc", 0.0) > 0:
         return
-    fp8 = kernels["op"].isin(GEMM_OPS).to_numpy() & (kernels["dtype"].map(dtype_key) == "fp8").to_numpy()
+    fp8 = kernels["op"].isin(GEMM_OPS).to_numpy() & (keys == "fp8").to_numpy()
     if fp8.any():
         i = int(np.argmax(fp8))
         raise InputError(f"data row {i + 1}: {device.name} has no fp8 matrix units, so an fp8 "
