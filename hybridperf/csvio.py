@@ -1,6 +1,8 @@
 """Reading user-supplied CSV tables (kernels, measurements, runs, data files) with one-line errors."""
 from __future__ import annotations
 
+import csv
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -11,14 +13,38 @@ from hybridperf.errors import InputError
 
 def read_csv(path: str | Path, what: str = "input file", **kwargs) -> pd.DataFrame:
     """`pd.read_csv(path, **kwargs)`; a missing, unreadable or malformed file raises InputError naming it
-    (`what` says what the file is, for the not-found message)."""
+    (`what` says what the file is, for the not-found message). Malformed includes rows with more fields
+    than the header (pandas would quietly turn the first column into an index) and a header that names
+    a column twice (pandas would rename the second `X.1`, and one of them would be silently ignored)."""
     p = Path(path)
     if not p.is_file():
         raise InputError(f"{what} not found: {p}")
+    kwargs.setdefault("index_col", False)
     try:
-        return pd.read_csv(p, **kwargs)
-    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise InputError(f"{p}: malformed CSV ({str(e).splitlines()[0]})") from None
+        _check_header(p)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            return pd.read_csv(p, **kwargs)
+    except (OSError, pd.errors.ParserError, pd.errors.ParserWarning, pd.errors.EmptyDataError, UnicodeDecodeError,
+            csv.Error) as e:
+        msg = str(e).splitlines()[0] if str(e).strip() else type(e).__name__
+        if isinstance(e, pd.errors.ParserWarning):
+            msg = "some rows have more fields than the header"
+        raise InputError(f"{p}: malformed CSV ({msg})") from None
+
+
+def _check_header(p: Path) -> None:
+    """Refuse a header that names a column twice."""
+    with open(p, newline="", encoding="utf-8") as fh:
+        header = next(csv.reader(fh), [])
+    seen, dup = set(), []
+    for name in (h.strip() for h in header):
+        if name and name in seen and name not in dup:
+            dup.append(name)
+        seen.add(name)
+    if dup:
+        raise InputError(f"{p}: column{'s' if len(dup) > 1 else ''} {', '.join(map(repr, dup))} "
+                         f"{'appear' if len(dup) > 1 else 'appears'} more than once in the header; keep one of each")
 
 
 def integers_restored(df: pd.DataFrame) -> pd.DataFrame:

@@ -19,3 +19,7 @@ class UnknownOpError(HybridperfError):
 
 class ModelBundleError(HybridperfError):
     """A model bundle that is missing, tampered with, or inconsistent with its manifest."""
+
+
+class SpecError(UnknownDeviceError):
+    """A device or node spec whose field has the wrong type, unit or range (0 SMs, NaN bandwidth)."""

@@ -105,12 +105,26 @@ def ood_widening(interval: dict, ood: np.ndarray) -> np.ndarray:
     return 1.0 + interval.get("ood_beta", 0.0) * beyond
 
 
+#: dtypes only GEMM operands come in: PyTorch has no fp8 or fp4 element-wise, softmax or LayerNorm
+#: kernels (it raises "not implemented for 'Float8_e4m3fn'"), and int8/int4 here denote quantized GEMM
+#: operands, whose element-wise neighbours run in fp16/bf16
+MATMUL_ONLY_DTYPES = ("fp8", "int8", "fp4", "int4")
+
+
 def check_runs_on(kernels: pd.DataFrame, device: DeviceSpec) -> None:
-    """Refuse kernels `device` cannot run: fp8 GEMMs need fp8 matrix units (Ada, Hopper, Blackwell,
-    CDNA3); elsewhere PyTorch raises rather than run them, so no latency would be meaningful."""
+    """Refuse kernels no PyTorch program runs: an element-wise op, softmax or LayerNorm in a
+    matmul-only dtype (fp8, int8, fp4, int4), and fp8 GEMMs on a GPU without fp8 matrix units (only
+    Ada, Hopper, Blackwell and CDNA3 have them; elsewhere PyTorch raises), so no latency is meaningful."""
+    keys = kernels["dtype"].map(dtype_key)
+    odd = ~kernels["op"].isin(GEMM_OPS).to_numpy() & keys.isin(MATMUL_ONLY_DTYPES).to_numpy()
+    if odd.any():
+        i = int(np.argmax(odd))
+        raise InputError(f"data row {i + 1}: no {keys.iloc[i]} {kernels['op'].iloc[i]} kernel is modelled: only GEMMs "
+                         f"take {', '.join(MATMUL_ONLY_DTYPES)} operands (PyTorch has no fp8 element-wise, softmax or "
+                         "LayerNorm kernels); give the dtype the op runs in (fp16, bf16, fp32)")
     if device.peak_tflops.get("fp8_tc", 0.0) > 0:
         return
-    fp8 = kernels["op"].isin(GEMM_OPS).to_numpy() & (kernels["dtype"].map(dtype_key) == "fp8").to_numpy()
+    fp8 = kernels["op"].isin(GEMM_OPS).to_numpy() & (keys == "fp8").to_numpy()
     if fp8.any():
         i = int(np.argmax(fp8))
         raise InputError(f"data row {i + 1}: {device.name} has no fp8 matrix units, so an fp8 "
@@ -158,6 +172,15 @@ class Predictor:
         out = copy.copy(self)
         out.constants = constants
         return out
+
+    def check_device(self, device: DeviceSpec, allow_other: bool = False) -> None:
+        """Refuse to predict `device` with a bundle adapted to another GPU (its corrections and intervals
+        were measured there) unless `allow_other` (the CLI's --allow-other-device)."""
+        adapted = (self.adaptation or {}).get("device")
+        if adapted and adapted != device.name and not allow_other:
+            raise ModelBundleError(f"{self.bundle.path} was adapted to {adapted}, not {device.name}; use the "
+                                   "zero-shot bundle, adapt one to this GPU (`hybridperf transfer`), or pass "
+                                   "--allow-other-device")
 
     @property
     def manifest(self) -> dict:

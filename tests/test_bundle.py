@@ -13,7 +13,7 @@ from conftest import TINY_DEVICES, random_shapes, tiny_config, train_tiny
 from hybridperf.datasets.schema import canonicalize
 from hybridperf.errors import ModelBundleError
 from hybridperf.predictor import Predictor
-from hybridperf.residual_models.bundle import MANIFEST, bias_key, load_bundle, sha256_file
+from hybridperf.residual_models.bundle import MANIFEST, bias_key, load_bundle, sha256_file, sign_manifest
 from hybridperf.residual_models.features import FEATURE_NAMES
 
 
@@ -22,7 +22,7 @@ def _manifest(root: Path) -> dict:
 
 
 def _write_manifest(root: Path, m: dict) -> None:
-    (root / MANIFEST).write_text(json.dumps(m, indent=1))
+    (root / MANIFEST).write_text(json.dumps(sign_manifest(m), indent=1))
 
 
 def _onnx_files(root: Path) -> list[str]:
@@ -432,7 +432,7 @@ def test_predictor_uses_the_kernel_timing_stratum(bundle_copy):
     m = json.loads((bundle_copy / MANIFEST).read_text())
     base = m["op_classes"]["linear"]
     m["op_classes"]["linear@kernel"] = {**base, "members": [], "interval": {"q_lo": -0.5, "q_hi": 0.5, "ood_beta": 0.0}}
-    (bundle_copy / MANIFEST).write_text(json.dumps(m))
+    (bundle_copy / MANIFEST).write_text(json.dumps(sign_manifest(m)))
     p = Predictor.load(bundle_copy)
     rows = random_shapes(np.random.default_rng(1), 10, ops=("linear",))
     call = p.predict(rows, "Tesla T4", timing="call")

@@ -18,6 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from hybridperf.cli.app import app, main
+from hybridperf.residual_models.bundle import sign_manifest
 from conftest import assert_one_line_error, run_cli
 
 REPO = Path(__file__).resolve().parents[1]
@@ -281,7 +282,7 @@ def _tamper(bundle_copy: Path, how: str) -> Path:
         (bundle_copy / "manifest.json").write_text('{"format": "hybridperf-bundle", ')
     elif how == "feature_schema":
         m["feature_names"] = m["feature_names"][1:]
-        (bundle_copy / "manifest.json").write_text(json.dumps(m))
+        (bundle_copy / "manifest.json").write_text(json.dumps(sign_manifest(m)))
     return bundle_copy
 
 

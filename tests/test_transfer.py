@@ -14,7 +14,7 @@ from hybridperf.cli.app import app
 from hybridperf.datasets.schema import canonicalize
 from hybridperf.errors import InputError
 from hybridperf.predictor import Predictor
-from hybridperf.residual_models.bundle import MANIFEST, sha256_file
+from hybridperf.residual_models.bundle import MANIFEST, sha256_file, sign_manifest
 from hybridperf.transfer import adapt_predictor, save_adapted
 from hybridperf.transfer.suggest import default_candidates, suggest_kernels
 
@@ -163,7 +163,7 @@ def test_an_adapted_bundle_with_one_correction_per_class_still_loads(base, measu
     for key, spec in m["op_classes"].items():
         oc = key.split("@")[0]
         spec["interval"] = intervals.get(f"{oc}:fp32", intervals.get(oc, spec["interval"]))
-    (dest / MANIFEST).write_text(json.dumps(m))
+    (dest / MANIFEST).write_text(json.dumps(sign_manifest(m)))
     legacy = Predictor.load(dest)
     assert set(legacy.corrections) == {k.split(":")[0] for k in adapted.corrections}
     np.testing.assert_allclose(legacy.predict(held, TARGET)["pred_ms"], adapted.predict(held, TARGET)["pred_ms"],
@@ -179,7 +179,7 @@ def test_a_malformed_adapted_interval_is_refused(base, measured, tmp_path):
     m = json.loads((dest / MANIFEST).read_text())
     key = next(iter(m["adaptation"]["intervals"]))
     m["adaptation"]["intervals"][key]["q_lo"] = "nan"
-    (dest / MANIFEST).write_text(json.dumps(m))
+    (dest / MANIFEST).write_text(json.dumps(sign_manifest(m)))
     with pytest.raises(ModelBundleError, match=f"adaptation.intervals.{key}.q_lo"):
         Predictor.load(dest)
 
@@ -231,12 +231,12 @@ def test_suggest_spends_measurements_where_the_zero_shot_error_is_large(bundle_c
     for oc, spec in m["op_classes"].items():
         half = 0.01 if oc.startswith("elementwise") else 0.3
         spec["interval"].update(q_lo=-half, q_hi=half)
-    (bundle_copy / "manifest.json").write_text(json.dumps(m))
+    (bundle_copy / "manifest.json").write_text(json.dumps(sign_manifest(m)))
     picks = suggest_kernels(Predictor.load(bundle_copy), candidates, TARGET, k=4, class_scale={})
     assert "elementwise" not in set(picks["op_class"]) and picks["op_class"].nunique() == 4
     for spec in m["op_classes"].values():
         spec["interval"].update(q_lo=-0.3, q_hi=0.3)
-    (bundle_copy / "manifest.json").write_text(json.dumps(m))
+    (bundle_copy / "manifest.json").write_text(json.dumps(sign_manifest(m)))
     picks = suggest_kernels(Predictor.load(bundle_copy), candidates, TARGET, k=5, class_scale={})
     assert picks["op_class"].nunique() == 5
 
@@ -620,7 +620,7 @@ def test_a_class_measured_by_its_kernel_time_is_recalibrated_from_that_stratum(b
     spec = m["op_classes"]["linear"]
     m["op_classes"]["linear@kernel"] = {**spec, "interval": {**spec["interval"], "q_lo": 1.0, "q_hi": 1.2,
                                                              "q_center": 1.1}}
-    (bundle_copy / MANIFEST).write_text(json.dumps(m))
+    (bundle_copy / MANIFEST).write_text(json.dumps(sign_manifest(m)))
     p = Predictor.load(bundle_copy)
     rows = canonicalize(random_shapes(np.random.default_rng(7), 40))
     rows = rows[rows["op_class"] == "linear"].reset_index(drop=True)
@@ -842,6 +842,6 @@ def test_a_malformed_tile_family_is_refused(base, tmp_path):
     dest = save_adapted(adapt_predictor(base, cal, TARGET), tmp_path / "adapted")
     m = json.loads((dest / MANIFEST).read_text())
     m["adaptation"]["batched_sgemm_tiles"] = [[128]]
-    (dest / MANIFEST).write_text(json.dumps(m))
+    (dest / MANIFEST).write_text(json.dumps(sign_manifest(m)))
     with pytest.raises(ModelBundleError, match="adaptation.batched_sgemm_tiles"):
         Predictor.load(dest)

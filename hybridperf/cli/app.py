@@ -1,8 +1,11 @@
 """The `hybridperf` command line. Each command group lives in its own module under hybridperf/cli/
-and registers itself on `app`; `main()` turns every HybridperfError into one line on stderr, exit 2."""
+and registers itself on `app`; `main()` turns every HybridperfError, OS error (full disk, no permission)
+and malformed-data error into one `error:` line on stderr, exit 2; anything else (a bug) into one line
+too, exit 3."""
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import typer
@@ -66,13 +69,14 @@ def main() -> None:
     except HybridperfError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    except (FileNotFoundError, PermissionError, IsADirectoryError) as e:
-        print(f"error: {e.strerror}: {e.filename}", file=sys.stderr)
+    except OSError as e:  # ENOSPC, EACCES, ENOTDIR, a missing file...: the OS's words and the path
+        where = f": {e.filename}" if e.filename else ""
+        print(f"error: {e.strerror or _first_line(e)}{where}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         sys.exit(130)
-    except Exception as e:  # usage errors from (typer's) click
+    except Exception as e:  # usage errors from (typer's) click, malformed data from a library
         if isinstance(e, typer.Exit):
             sys.exit(e.exit_code)
         for mod in _click_exception_modules():
@@ -85,4 +89,32 @@ def main() -> None:
                 if msg:  # `hybridperf` alone prints its help with an empty message
                     print(f"error: {msg}", file=sys.stderr)
                 sys.exit(e.exit_code or 2)
-        raise
+        if _is_data_error(e):
+            print(f"error: malformed input ({_first_line(e)})", file=sys.stderr)
+            sys.exit(2)
+        if os.environ.get("HYBRIDPERF_DEBUG"):
+            raise
+        # a bug, not the user's input: still one line (HYBRIDPERF_DEBUG=1 shows the traceback)
+        print(f"error: internal error {type(e).__name__}: {_first_line(e)} (HYBRIDPERF_DEBUG=1 shows where; "
+              f"please report it)", file=sys.stderr)
+        sys.exit(3)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _is_data_error(e: Exception) -> bool:
+    """A library's complaint about the content of a user's file: pandas' parser, text decoding, pyarrow
+    (parquet), JSON."""
+    import json
+
+    kinds = [UnicodeError, json.JSONDecodeError]
+    pd = sys.modules.get("pandas")
+    if pd is not None:
+        kinds += [pd.errors.ParserError, pd.errors.EmptyDataError]
+    pa = sys.modules.get("pyarrow")
+    if pa is not None:
+        kinds.append(pa.lib.ArrowException)
+    return isinstance(e, tuple(kinds))

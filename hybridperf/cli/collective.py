@@ -10,6 +10,7 @@ import typer
 
 from hybridperf.devices.node_lookup import resolve_node
 from hybridperf.errors import InputError
+from hybridperf.guard import check_predictions
 
 _UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9,
           "ki": 1024, "kib": 1024, "mi": 1024**2, "mib": 1024**2, "gi": 1024**3, "gib": 1024**3}
@@ -40,6 +41,8 @@ def predict_collective(
     """Predict the latency of one NCCL collective on a node (or several nodes of that kind)."""
     from hybridperf.priors.collectives import CollectiveModel, canonical_collective, check_shape, predict_collective
 
+    if prior_only and model_bundle is not None:
+        raise InputError("--model-bundle and --prior-only are mutually exclusive")
     coll = canonical_collective(collective)
     n = parse_bytes(nbytes)
     if gpus < 1:
@@ -50,7 +53,8 @@ def predict_collective(
         typer.echo(note, err=True)
     model = CollectiveModel.prior_only() if prior_only else CollectiveModel.load(model_bundle)
     out = predict_collective(coll, n, gpus, gpus_per_node, node, model)
-    out = {k: round(v, 6) for k, v in out.items()}
+    check_predictions(out["ms"], out["lo_ms"], out["hi_ms"], f"{coll} on {node.name}")
+    out = {k: (round(v, 6) if v >= 1e-3 else float(f"{v:.6g}")) for k, v in out.items()}
     if as_json:
         typer.echo(json.dumps(out))
     else:

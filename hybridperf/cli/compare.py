@@ -7,6 +7,9 @@ from typing import Optional
 
 import typer
 
+from hybridperf.atomic import atomic_path, write_csv
+from hybridperf.guard import check_predictions
+
 
 def compare_cmd(
     config: Path = typer.Option(..., "--config", help="Hugging Face config.json of the model"),
@@ -22,6 +25,8 @@ def compare_cmd(
     recompute: bool = typer.Option(False, "--recompute", help="train: activation checkpointing of every layer"),
     model_bundle: Optional[Path] = typer.Option(None, "--model-bundle", help="kernel bundle directory to use"),
     prior_only: bool = typer.Option(False, "--prior-only", help="use the analytical prior alone"),
+    allow_other_device: bool = typer.Option(
+        False, "--allow-other-device", help="use a bundle adapted to one GPU (`hybridperf transfer`) for the others"),
     as_json: bool = typer.Option(False, "--json", help="print the ranking as one JSON list (last line)"),
     output: Optional[Path] = typer.Option(None, "--output", help="also write the ranking as CSV"),
     plot: Optional[Path] = typer.Option(None, "--plot", help="also draw the ranking (PNG; needs matplotlib)"),
@@ -35,15 +40,20 @@ def compare_cmd(
     check_model_args(config, batch, seq, mode, model_bundle, prior_only)
     specs = resolve_devices(devices)  # fail on an unknown device before loading a bundle
     predictor = resolve_predictor(model_bundle, prior_only)
+    for spec in specs:
+        predictor.check_device(spec, allow_other_device)
     df = compare_devices(str(config), batch, seq, specs, mode, predictor, dtype=dtype, fused=fused,
                          optimizer=optimizer, recompute=recompute)
-    if output is not None:
-        df.to_csv(output, index=False)
+    check_predictions(df["e2e_ms"], df["lo_ms"], df["hi_ms"], f"{config.name} per device")
+    check_predictions(df["tokens_per_s"], what=f"{config.name} tokens/s", max_value=float("inf"))
     title = f"{config.stem} {mode} B={batch} S={seq} {dtype}"
     if plot is not None:
         from hybridperf.graphs.plot import plot_device_comparison
 
-        plot_device_comparison(df, plot, title=title)
+        with atomic_path(plot) as tmp:
+            plot_device_comparison(df, tmp, title=title)
+    if output is not None:
+        write_csv(df, output)
     if as_json:
         print(json.dumps([{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}
                           for r in df.to_dict("records")]))

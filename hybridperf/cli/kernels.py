@@ -6,7 +6,10 @@ from typing import Optional
 
 import typer
 
+from hybridperf.atomic import write_csv
 from hybridperf.csvio import integers_restored, read_csv
+from hybridperf.errors import InputError
+from hybridperf.guard import check_predictions
 
 #: rows whose out-of-distribution score (`Predictor.predict`'s `ood`) reaches this get a note
 OOD_NOTE = 1.0
@@ -21,6 +24,10 @@ def predict_kernels(
     ),
     model_bundle: Optional[Path] = typer.Option(None, "--model-bundle", help="Kernel bundle directory (default: shipped)."),
     prior_only: bool = typer.Option(False, "--prior-only", help="Use the analytical prior alone."),
+    allow_other_device: bool = typer.Option(
+        False, "--allow-other-device",
+        help="Use a bundle adapted (by `hybridperf transfer`) to another GPU anyway: its corrections were measured "
+             "there, not on DEVICE."),
     timing: str = typer.Option(
         "call", "--timing",
         help="How latency is measured: 'call' = CUDA events around one eager PyTorch call (NeuSight, "
@@ -41,24 +48,29 @@ def predict_kernels(
     from hybridperf.predictor import Predictor
     from hybridperf.priors.launch import check_host, check_timing
 
+    if prior_only and model_bundle is not None:
+        raise InputError("--model-bundle and --prior-only are mutually exclusive")
     dev = get_device(device)
     note_generic_spec(dev)
     raw = read_csv(input_csv)
     kernels = canonicalize(raw, source=str(input_csv), timing=check_timing(timing), host=check_host(host))
     predictor = Predictor.prior_only() if prior_only else Predictor.load(model_bundle)
+    predictor.check_device(dev, allow_other_device)
     if calibration is not None:
         from hybridperf.transfer import adapt_predictor
 
         measured = canonicalize(read_csv(calibration), source=str(calibration), require_latency=True, timing=timing,
                                 host=host)
+        if measured.empty:
+            raise InputError(f"{calibration}: no measured rows to calibrate with (only a header?)")
         predictor = adapt_predictor(predictor, measured, dev)
     res = predictor.predict(kernels, dev)  # each row's timing: its own column, else --timing
+    check_predictions(res["pred_ms"], res["lo_ms"], res["hi_ms"], f"predictions for {input_csv}")
     out = integers_restored(raw)  # shapes stay integers where a blank cell made pandas read floats
     out["pred_ms"] = res["pred_ms"].to_numpy()
     out["pred_lo_ms"] = res["lo_ms"].to_numpy()
     out["pred_hi_ms"] = res["hi_ms"].to_numpy()
-    output.parent.mkdir(parents=True, exist_ok=True)
-    out.to_csv(output, index=False)
+    write_csv(out, output)
     typer.echo(f"wrote {len(out)} predictions for {dev.name} to {output}", err=True)
     note = accuracy_note(kernels["latency_ms"].to_numpy(), res)
     if note:

@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from hybridperf.errors import InputError
+from hybridperf.guard import check_parts, check_predictions
 from hybridperf.graphs.kernels import MODES
 
 
@@ -25,6 +26,8 @@ def predict_model_cmd(
     breakdown: bool = typer.Option(False, "--breakdown", help="print a table of time per op class"),
     model_bundle: Optional[Path] = typer.Option(None, "--model-bundle", help="kernel bundle directory to use"),
     prior_only: bool = typer.Option(False, "--prior-only", help="use the analytical prior alone"),
+    allow_other_device: bool = typer.Option(
+        False, "--allow-other-device", help="use a bundle adapted to another GPU (`hybridperf transfer`) anyway"),
     dp: Optional[int] = typer.Option(None, "--dp", help="data-parallel ranks (--batch is the global batch)"),
     tp: Optional[int] = typer.Option(None, "--tp", help="tensor-parallel ranks (Megatron column/row/vocab split)"),
     pp: Optional[int] = typer.Option(None, "--pp", help="pipeline stages (must divide the layers)"),
@@ -64,7 +67,7 @@ def predict_model_cmd(
             raise InputError("--fused is not modelled with --dp/--tp/--pp (training runs eager)")
         _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, model_bundle, prior_only,
                               dp, tp, pp, microbatches, overlap, bucket_mb, dtype, optimizer, recompute, zero or 0,
-                              measured_runs)
+                              measured_runs, allow_other_device)
         return
     from hybridperf.cli.devices import note_generic_spec
     from hybridperf.devices import get_device
@@ -72,12 +75,16 @@ def predict_model_cmd(
     dev = get_device(device)  # fail on an unknown device before loading a bundle
     note_generic_spec(dev)
     predictor = resolve_predictor(model_bundle, prior_only)
+    predictor.check_device(dev, allow_other_device)
     calibration = _calibrate(measured_runs, dev, predictor)
     res = predict_model_detail(str(config), batch, seq, mode, dev, predictor, dtype=dtype, fused=fused,
                                optimizer=optimizer, recompute=recompute, calibration=calibration)
     need = res.graph.memory()
     _warn_memory(need, dev)
-    out = {k: round(v, 4) for k, v in res.to_dict().items()}
+    raw = res.to_dict()
+    check_predictions(raw["e2e_ms"], raw["lo_ms"], raw["hi_ms"], f"{config.name} on {dev.name}")
+    check_parts(raw, f"{config.name} on {dev.name}")
+    out = {k: _round(v) for k, v in raw.items()}
     if breakdown:
         from rich.console import Console
         from rich.table import Table
@@ -92,6 +99,11 @@ def predict_model_cmd(
         rate = f"  ({batch * 1000.0 / out['e2e_ms']:.1f} tokens/s)" if mode == "decode" else ""
         typer.echo(f"e2e {out['e2e_ms']:.3f} ms  [90%: {out['lo_ms']:.3f} .. {out['hi_ms']:.3f}]  "
                    f"fw {out['fw_ms']:.3f} ms  bw {out['bw_ms']:.3f} ms{opt}{rate}  memory ~{need.total:.1f} GB")
+
+
+def _round(v: float) -> float:
+    """4 decimals, but never down to 0 (a 3e-5 ms kernel-sized step still prints a positive number)."""
+    return round(v, 4) if abs(v) >= 1e-3 else float(f"{v:.4g}")
 
 
 def check_model_args(config: Path, batch: int, seq: int, mode: str, model_bundle, prior_only: bool) -> None:
@@ -152,7 +164,7 @@ def _warn_memory(need, dev, per_gpu: bool = False) -> None:
 
 def _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, model_bundle, prior_only,
                           dp, tp, pp, microbatches, overlap, bucket_mb, dtype, optimizer=None,
-                          recompute=False, zero=0, measured_runs=None) -> None:
+                          recompute=False, zero=0, measured_runs=None, allow_other_device=False) -> None:
     from hybridperf.graphs.compose import resolve_predictor
     from hybridperf.graphs.parallel import DEFAULT_BUCKET_MB, predict_parallel_detail, resolve_parallel_device
     from hybridperf.priors.collectives import CollectiveModel
@@ -169,6 +181,7 @@ def _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, 
         typer.echo(note, err=True)
     note_generic_spec(dev)
     predictor = resolve_predictor(model_bundle, prior_only)
+    predictor.check_device(dev, allow_other_device)
     cmodel = CollectiveModel.prior_only() if prior_only else CollectiveModel.load()
     calibration = _calibrate(measured_runs, dev, predictor)
     res = predict_parallel_detail(str(config), batch, seq, mode, node if not note else dev, dp or 1, tp or 1, pp or 1,
@@ -178,7 +191,9 @@ def _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, 
                                   optimizer=optimizer, recompute=recompute, zero=zero, calibration=calibration)
     r = res.result
     _warn_memory(res.memory, dev, per_gpu=True)
-    out = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}
+    check_predictions(r["e2e_ms"], r["lo_ms"], r["hi_ms"], f"{config.name} on {r['gpus']} x {dev.name}")
+    check_parts(r, f"{config.name} on {r['gpus']} x {dev.name}")
+    out = {k: (_round(v) if isinstance(v, float) else v) for k, v in r.items()}
     out["mem_gb_per_gpu"] = round(res.memory.total, 2)
     if breakdown:
         from rich.console import Console

@@ -6,6 +6,7 @@ from typing import Optional
 
 import typer
 
+from hybridperf.atomic import atomic_dir
 from hybridperf.errors import InputError
 
 
@@ -53,13 +54,13 @@ def train(
             dest = out / name.replace(" ", "_") if per_device else out
             with tracked_run(f"kernels-{name}", dest, {"devices": sorted(rows["device"].unique()), "rows": len(rows),
                                                        "seed": seed, "max_rows": max_rows},
-                             tracking_uri, enabled=not no_track) as log_metrics:
+                             tracking_uri, enabled=not no_track) as log_metrics, atomic_dir(dest) as tmp:
                 if per_device:
                     from hybridperf.training.per_device import train_single_device_bundle
 
-                    manifest = train_single_device_bundle(rows, dest, cfg, progress=lambda s: prog.update(task, description=f"{name}: {s}"))
+                    manifest = train_single_device_bundle(rows, tmp, cfg, progress=lambda s: prog.update(task, description=f"{name}: {s}"))
                 else:
-                    manifest = train_kernel_bundle(rows, dest, cfg, progress=lambda s: prog.update(task, description=s))
+                    manifest = train_kernel_bundle(rows, tmp, cfg, progress=lambda s: prog.update(task, description=s))
                 held = manifest.get("calibration", {}).get("heldout_metrics", {})
                 log_metrics({f"{oc}_{k}": v for oc, m in held.items() for k, v in m.items()})
                 log_metrics({f"{oc}_interval_{q}": spec["interval"][q] for oc, spec in manifest["op_classes"].items()

@@ -21,12 +21,18 @@ def transfer(
     """Adapt the zero-shot predictor to DEVICE with the measured kernels; save it as a bundle."""
     from hybridperf.csvio import read_csv
     from hybridperf.datasets.schema import canonicalize
+    from hybridperf.errors import InputError
+    from hybridperf.guard import check_predictions
     from hybridperf.predictor import Predictor
     from hybridperf.priors.launch import check_host
     from hybridperf.transfer import adapt_predictor, save_adapted
 
     rows = canonicalize(read_csv(measured), source=str(measured), require_latency=True, host=check_host(host))
+    if rows.empty:
+        raise InputError(f"{measured}: no measured rows to adapt with (only a header?)")
     adapted = adapt_predictor(Predictor.load(model_bundle), rows, device)
+    check = adapted.predict(rows, device)
+    check_predictions(check["pred_ms"], check["lo_ms"], check["hi_ms"], f"the adapted model on {measured}")
     dest = save_adapted(adapted, out)
     info = adapted.adaptation
     typer.echo(f"adapted to {info['device']} with {info['k']} kernels "
@@ -56,8 +62,10 @@ def suggest(
     from rich.console import Console
     from rich.table import Table
 
+    from hybridperf.atomic import write_csv
     from hybridperf.csvio import read_csv
     from hybridperf.errors import InputError
+    from hybridperf.guard import check_predictions
     from hybridperf.predictor import Predictor
     from hybridperf.transfer.suggest import default_candidates, suggest_kernels, target_shares, to_shapes_csv
 
@@ -79,11 +87,14 @@ def suggest(
     cand = read_csv(candidates) if candidates else (own.drop(columns="count") if target is not None
                                                      else default_candidates())
     predictor = Predictor.load(model_bundle)
+    from hybridperf.devices import get_device
+
+    predictor.check_device(get_device(device))
     picks = suggest_kernels(predictor, cand, device, k, target=target)
+    check_predictions(picks["pred_ms"], picks["lo_ms"], picks["hi_ms"], "suggested kernels")
+    write_csv(to_shapes_csv(picks), out)  # before the table: a failed write is the only thing printed
     t = Table(title=f"{len(picks)} kernels to measure on {device}")
     if target is not None:
-        from hybridperf.devices import get_device
-
         tpred, _, share = target_shares(predictor, target, get_device(device))
         by_class = pd.Series(share).groupby(tpred["op_class"].to_numpy()).sum().sort_values(ascending=False)
         t.caption = f"for {config.name}'s kernel time: " + ", ".join(f"{c} {v:.0%}" for c, v in by_class.items())
@@ -93,8 +104,6 @@ def suggest(
     for r in picks.itertuples():
         t.add_row(r.op, fmt(r.B), fmt(r.M), fmt(r.N), fmt(r.K), fmt(r.H), f"{r.pred_ms:.4g}", f"{r.lo_ms:.3g}-{r.hi_ms:.3g}")
     Console(stderr=True).print(t)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    to_shapes_csv(picks).to_csv(out, index=False)
     dt = f" --dtype {dtype}" if config is not None and dtype != "fp32" else ""
     typer.echo(f"wrote {out}; next: hybridperf collect --shapes {out}{dt} --out measured.csv, "
                f"then hybridperf transfer measured.csv --device '{device}' --out adapted/")

@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from hybridperf.atomic import write_csv
 from hybridperf.datasets.schema import canonicalize
 from hybridperf.errors import HybridperfError, InputError
 from hybridperf.ops import GEMM_OPS, canonical_op
@@ -327,7 +328,7 @@ def collect_to_csv(shapes_path: str | Path, out: str | Path, *, ops=None, **kw) 
         raise InputError(f"{out}: folder {out.parent} does not exist")
     df = collect_kernels(shapes, source=str(out), **kw)
     try:
-        df.to_csv(out, index=False)
+        write_csv(df, out)
     except OSError as e:
         raise InputError(f"{out}: cannot write ({e.strerror})") from None
     return df

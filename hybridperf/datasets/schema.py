@@ -19,6 +19,8 @@ from hybridperf.ops import GEMM_OPS, LINEAR_FORMS, OP_CLASS, canonical_op, op_wo
 from hybridperf.timing import DEFAULT_HOST, HOSTS, TIMINGS, check_host, check_timing
 
 SHAPE_COLUMNS = ("B", "M", "N", "K", "H")
+#: the largest tensor dimension accepted: 2^40 elements of one byte already exceed any GPU's memory
+MAX_DIM = float(2 ** 40)
 COLUMNS = ("op", "op_class", "dtype", *SHAPE_COLUMNS, "flops", "bytes", "device", "latency_ms", "timing", "host",
            "form", "source")
 
@@ -66,13 +68,11 @@ def canonicalize(
         df["device"] = device
     elif "device" not in df.columns:
         df["device"] = ""
-    for c in SHAPE_COLUMNS:
+    for c in (*SHAPE_COLUMNS, "latency_ms"):
         if c not in df.columns:
             df[c] = np.nan
-        df[c] = pd.to_numeric(df[c], errors="coerce")
-    if "latency_ms" not in df.columns:
-        df["latency_ms"] = np.nan
-    df["latency_ms"] = pd.to_numeric(df["latency_ms"], errors="coerce")
+        # a column of True/False is not a number of elements or of ms (pandas would read True as 1)
+        df[c] = np.nan if pd.api.types.is_bool_dtype(df[c]) else pd.to_numeric(df[c], errors="coerce")
     if "timing" not in df.columns:
         df["timing"] = check_timing(timing)
     df["timing"] = df["timing"].fillna(timing).astype(str)
@@ -122,6 +122,8 @@ def canonicalize(
             # a tensor dimension is a whole, finite number of elements
             for i in df.index[mask & (x > 0) & ~(np.isfinite(x) & (x == np.floor(x)))]:
                 problems.append((i, f"shape {c} must be a whole number of elements, got {_shown(raw.loc[i].get(c))}"))
+            for i in df.index[mask & np.isfinite(x) & (x > MAX_DIM)]:
+                problems.append((i, f"shape {c} must be at most 2^40 elements, got {_shown(raw.loc[i].get(c))}"))
     lat = df["latency_ms"]
     finite = lat.notna() & np.isfinite(lat)
     if require_latency:

@@ -2,12 +2,12 @@
 default node of 8 built from its spec sheet. Shared by `predict-collective` and the parallel training step."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from hybridperf.devices import get_device, get_node
 from hybridperf.devices.spec import NodeSpec
 from hybridperf.errors import UnknownDeviceError
+from hybridperf.jsonio import read_json_object
 
 
 def default_node_for_device(dev, gpus_per_node: int = 8):
@@ -34,23 +34,15 @@ def default_node_for_device(dev, gpus_per_node: int = 8):
 def resolve_node(name: str):
     """A catalog node, a node JSON (NodeSpec fields), or a GPU (catalog/JSON) in a default node.
     Returns (node, note) where note is "" for an exact node."""
-    from hybridperf.devices import get_device, get_node
     try:
         return get_node(name), ""
     except UnknownDeviceError:
         pass
     p = Path(name)
     if p.suffix.lower() == ".json" and p.is_file():
-        try:
-            d = json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise UnknownDeviceError(f"cannot read {p}: {e}") from None
-        if isinstance(d, dict) and "intra_topology" in d:
-            try:
-                d["aliases"] = tuple(d.get("aliases", ()))
-                node = NodeSpec(**d)
-            except TypeError as e:
-                raise UnknownDeviceError(f"node spec {p} is invalid: {e}") from None
+        d = read_json_object(p, error=UnknownDeviceError)
+        if "intra_topology" in d:
+            node = NodeSpec.from_dict(d, source=str(p))
             get_device(node.device)
             return node, ""
     dev = get_device(name)  # raises UnknownDeviceError with a one-line message

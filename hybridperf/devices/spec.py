@@ -5,10 +5,12 @@ talk to each other (and to other boxes). Peak rates are dense (no sparsity), in 
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+import math
+import numbers
+from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 
-from hybridperf.errors import UnknownDeviceError
+from hybridperf.errors import SpecError, UnknownDeviceError
 from hybridperf.jsonio import read_json_object
 
 #: The dtypes a prior can ask a peak for. `*_tc` are matrix (tensor/matrix-core) rates, the others
@@ -50,6 +52,18 @@ class DeviceSpec:
     source: str = ""  # the public spec sheet the numbers come from
     notes: str = ""  # how they were read off it (sparse -> dense, derived clocks, assumptions)
 
+    def __post_init__(self):
+        _validate(self, _DEVICE_RULES)
+        peaks = self.peak_tflops
+        if not isinstance(peaks, dict) or not peaks:
+            raise SpecError(f"field peak_tflops is {peaks!r}; allowed: an object of dense TFLOP/s per key of "
+                            f"{', '.join(PEAK_KEYS)}")
+        for key, value in peaks.items():
+            if key not in PEAK_KEYS:
+                raise SpecError(f"field peak_tflops has key {key!r}; allowed keys: {', '.join(PEAK_KEYS)}")
+            check_number(value, f"peak_tflops.{key}", float, 0.0, 1e6, "TFLOP/s")
+        check_number(peaks.get("fp32"), "peak_tflops.fp32", float, 0.0, 1e6, "TFLOP/s", lo_open=True)
+
     def peak(self, dtype: str = "fp32", matrix: bool = False) -> float:
         """Best dense peak in FLOP/s for `dtype`; `matrix=True` allows tensor/matrix cores."""
         key = _dtype_key(dtype)
@@ -67,14 +81,9 @@ class DeviceSpec:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "DeviceSpec":
-        names = {f.name for f in fields(cls)}
-        unknown = set(d) - names
-        if unknown:
-            raise UnknownDeviceError(f"device spec has unknown fields: {sorted(unknown)}")
-        d = dict(d)
-        d["aliases"] = tuple(d.get("aliases", ()))
-        return cls(**d)
+    def from_dict(cls, d: dict, source: str = "") -> "DeviceSpec":
+        """A spec from the project's JSON fields (`to_dict`); SpecError naming `source` and the field."""
+        return _from_dict(cls, d, source or "device spec")
 
 
 @dataclass(frozen=True)
@@ -105,10 +114,110 @@ class NodeSpec:
     source: str = ""  # the public spec sheet the numbers come from
     notes: str = ""
 
+    def __post_init__(self):
+        _validate(self, _NODE_RULES)
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d["aliases"] = list(self.aliases)
         return d
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str = "") -> "NodeSpec":
+        """A node from its JSON fields (`to_dict`); SpecError naming `source` and the field."""
+        return _from_dict(cls, d, source or "node spec")
+
+
+#: what each spec field may hold: (type, lowest, highest, unit, whether the lowest is excluded);
+#: strings: (str, None, allowed values or None). Ranges are generous physical bounds, so that a typo
+#: (0 SMs, bandwidth in bytes/s) fails here rather than as an inf or a negative latency later.
+_DEVICE_RULES = {
+    "name": (str, None, None), "vendor": (str, None, ("nvidia", "amd")), "arch": (str, None, None),
+    "num_sms": (int, 1, 100_000, "SMs/CUs", False),
+    "boost_clock_mhz": (float, 0.0, 10_000.0, "MHz", True),
+    "mem_gb": (float, 0.0, 1e5, "GB", True),
+    "mem_bw_gbs": (float, 0.0, 1e6, "GB/s", True),
+    "l2_mb": (float, 0.0, 1e5, "MB", True),
+    "cores_per_sm": (int, 1, 4096, "lanes per SM", False),
+    "smem_per_sm_kb": (float, 0.0, 1e5, "KB", True),
+    "max_threads_per_sm": (int, 1, 1_000_000, "threads", False),
+    "l2_partitions": (int, 1, 64, "partitions", False),
+    "mem_type": (str, "", None), "tdp_w": (float, 0.0, 1e5, "W (0: unknown)", False),
+    "pcie_gen": (int, 1, 16, "", False), "pcie_bw_gbs": (float, 0.0, 1e5, "GB/s", True),
+    "link_name": (str, "", None), "link_bw_gbs": (float, 0.0, 1e6, "GB/s (0: no link)", False),
+    "form_factor": (str, None, None),
+}
+TOPOLOGIES = ("nvswitch", "nvlink_pairs", "pcie", "mesh")
+_NODE_RULES = {
+    "name": (str, None, None), "device": (str, None, None),
+    "gpus_per_node": (int, 1, 100_000, "GPUs", False),
+    "intra_topology": (str, None, TOPOLOGIES),
+    "intra_bw_gbs": (float, 0.0, 1e6, "GB/s", True),
+    "intra_latency_us": (float, 0.0, 1e6, "us", False),
+    "inter_bw_gbs": (float, 0.0, 1e6, "GB/s", True),
+    "inter_latency_us": (float, 0.0, 1e6, "us", False),
+    "inter_name": (str, "", None),
+    "pair_bw_gbs": (float, 0.0, 1e6, "GB/s (0: none)", False),
+    "inter_node_bw_gbs": (float, 0.0, 1e8, "GB/s (0: derived)", False),
+    "nic_line_gbs": (float, 0.0, 1e6, "GB/s (0: inter_bw_gbs)", False),
+}
+
+
+def check_number(value, field: str, kind: type, lo: float, hi: float, unit: str = "", lo_open: bool = False):
+    """`value` as a number of `kind` (int or float) in [lo, hi] ((lo, hi] with `lo_open`), else
+    SpecError naming the field and the allowed range. Booleans, strings, null, lists, NaN and inf are
+    refused; an integer field takes an integral float (108.0) but not 108.7."""
+    low = "(" if lo_open else "["
+    allowed = f"{'an integer' if kind is int else 'a number'} in {low}{lo:g}, {hi:g}]" + (f" {unit}" if unit else "")
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and type(value).__name__ != "bool_"
+    if ok:
+        try:
+            ok = math.isfinite(float(value)) and (value > lo if lo_open else value >= lo) and value <= hi
+        except OverflowError:  # an integer beyond any float
+            ok = False
+    if ok and kind is int:
+        ok = float(value).is_integer()
+    if not ok:
+        shown = repr(value)
+        raise SpecError(f"field {field} is {shown if len(shown) <= 40 else shown[:37] + '...'}; allowed: {allowed}")
+    return int(value) if kind is int else value
+
+
+def _validate(spec, rules: dict) -> None:
+    """Check every field of a frozen spec against `rules`; integral floats in integer fields become ints."""
+    for name, rule in rules.items():
+        value = getattr(spec, name)
+        if rule[0] is str:
+            empty_ok, choices = rule[1] == "", rule[2]
+            if not isinstance(value, str) or (not value.strip() and not empty_ok) \
+                    or (choices is not None and value not in choices):
+                what = f"one of {', '.join(choices)}" if choices else "a string" + ("" if empty_ok else " (not empty)")
+                raise SpecError(f"field {name} is {value!r}; allowed: {what}")
+            continue
+        object.__setattr__(spec, name, check_number(value, name, *rule))
+    aliases = spec.aliases
+    if isinstance(aliases, str) or not isinstance(aliases, (list, tuple)) \
+            or not all(isinstance(a, str) and a.strip() for a in aliases):
+        raise SpecError(f"field aliases is {aliases!r}; allowed: a list of names")
+    object.__setattr__(spec, "aliases", tuple(aliases))
+
+
+def _from_dict(cls, d: dict, source: str):
+    """`cls(**d)` for a spec read from a file: unknown or missing fields and out-of-range values raise
+    one SpecError that names `source`."""
+    if not isinstance(d, dict):
+        raise SpecError(f"{source}: expected a JSON object of {cls.__name__} fields")
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(d) - names)
+    if unknown:
+        raise SpecError(f"{source}: unknown fields {unknown}; allowed: {sorted(names)}")
+    required = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING and f.name not in d]
+    if required:
+        raise SpecError(f"{source}: missing fields {required}")
+    try:
+        return cls(**d)
+    except SpecError as e:
+        raise SpecError(f"{source}: {e}") from None
 
 
 _DTYPE_KEYS = {
@@ -142,27 +251,40 @@ def from_neusight_json(d: dict, source: str = "") -> DeviceSpec:
     missing = [k for k in required if k not in d]
     if missing:
         raise UnknownDeviceError(f"NeuSight device JSON {source} lacks {missing}")
-    name = str(d["Device"])
+    if not isinstance(d["Device"], str) or not d["Device"].strip():
+        raise SpecError(f"{source}: field Device is {d['Device']!r}; allowed: the GPU's name")
+    name = d["Device"]
     amd = "SingleFLOPsMM" in d or name.upper().startswith("AMD")
-    if amd:
-        fp32 = float(d.get("SingleFLOPsVEC", d.get("SingleFLOPs", 0))) / 1e3
-        peaks = {"fp32": fp32, "fp32_tc": float(d.get("SingleFLOPsMM", 0)) / 1e3}
-    else:
-        peaks = {"fp32": float(d.get("SingleFLOPs", 0)) / 1e3}
-    if peaks["fp32"] <= 0:
+    flops_key = "SingleFLOPsVEC" if amd and "SingleFLOPsVEC" in d else "SingleFLOPs"
+    if flops_key not in d:
         raise UnknownDeviceError(f"NeuSight device JSON {source} has no positive SingleFLOPs")
-    return DeviceSpec(
-        name=name,
-        vendor="amd" if amd else "nvidia",
-        arch="unknown",
-        num_sms=int(d["Num_Sm"]),
-        boost_clock_mhz=float(d["Freq"]),
-        mem_gb=float(d["Dev_Mem"]),
-        mem_bw_gbs=float(d["Mem_Bw"]),
-        l2_mb=float(d["L2Cache"]),
-        peak_tflops=peaks,
-        cores_per_sm=int(d.get("Core_Per_SM", 64)),
-    )
+    try:
+        num = {key: check_number(d.get(key, default), key, kind, lo, hi, unit, lo_open)
+               for key, (kind, lo, hi, unit, lo_open, default) in _NEUSIGHT_RULES.items()
+               if key in d or default is not None}
+        num[flops_key] = check_number(d[flops_key], flops_key, float, 0.0, 1e9, "GFLOP/s", lo_open=True)
+        peaks = {"fp32": num[flops_key] / 1e3}
+        if amd:
+            peaks["fp32_tc"] = check_number(d.get("SingleFLOPsMM", 0.0), "SingleFLOPsMM", float, 0.0, 1e9,
+                                            "GFLOP/s") / 1e3
+        return DeviceSpec(
+            name=name, vendor="amd" if amd else "nvidia", arch="unknown", num_sms=num["Num_Sm"],
+            boost_clock_mhz=num["Freq"], mem_gb=num["Dev_Mem"], mem_bw_gbs=num["Mem_Bw"], l2_mb=num["L2Cache"],
+            peak_tflops=peaks, cores_per_sm=num["Core_Per_SM"],
+        )
+    except SpecError as e:
+        raise SpecError(f"{source or 'NeuSight device JSON'}: {e}") from None
+
+
+#: NeuSight's device-file fields: (type, lowest, highest, unit, lowest excluded, default when absent)
+_NEUSIGHT_RULES = {
+    "Num_Sm": (int, 1, 100_000, "SMs", False, None),
+    "Core_Per_SM": (int, 1, 4096, "lanes per SM", False, 64),
+    "Freq": (float, 0.0, 10_000.0, "MHz", True, None),
+    "Dev_Mem": (float, 0.0, 1e5, "GB", True, None),
+    "Mem_Bw": (float, 0.0, 1e6, "GB/s", True, None),
+    "L2Cache": (float, 0.0, 1e5, "MB", True, None),
+}
 
 
 def load_spec_file(path: str | Path) -> DeviceSpec:
@@ -171,7 +293,4 @@ def load_spec_file(path: str | Path) -> DeviceSpec:
     d = read_json_object(p, error=UnknownDeviceError)
     if "Device" in d:
         return from_neusight_json(d, str(p))
-    try:
-        return DeviceSpec.from_dict(d)
-    except TypeError as e:
-        raise UnknownDeviceError(f"device spec {p} is incomplete: {e}") from None
+    return DeviceSpec.from_dict(d, source=str(p))

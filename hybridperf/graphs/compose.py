@@ -131,6 +131,8 @@ def resolve_predictor(model_bundle: str | Path | None = None, prior_only: bool =
                       warn: bool = True) -> Predictor:
     """The kernel predictor to use: `--prior-only`, an explicit bundle, else the shipped bundle when
     `exported_models/kernels/manifest.json` exists, else the prior alone (with a warning on stderr)."""
+    if prior_only and model_bundle is not None:
+        raise InputError("--model-bundle and --prior-only are mutually exclusive")
     if prior_only:
         return Predictor.prior_only()
     if model_bundle is not None:

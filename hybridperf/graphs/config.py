@@ -201,6 +201,19 @@ def _pos_int(value, key: str, source: str) -> int:
     return int(value)
 
 
+#: optional integer fields read with a default: a string or a fraction there is refused in one line
+_OPTIONAL_COUNTS = ("max_position_embeddings", "n_positions", "pad_token_id", "sliding_window", "decoder_sparse_step",
+                    "sliding_window_pattern", "first_k_dense_replace", "n_inner", "num_key_value_heads", "head_dim")
+
+
+def _count(value, key: str, source: str) -> int:
+    """A non-negative integer config field, or InputError naming it."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and float(value).is_integer()
+    if not ok or int(value) < 0:
+        raise InputError(f"{source}: config field {key!r} must be a non-negative integer, got {value!r}")
+    return int(value)
+
+
 #: HF's defaults of the MoE families (MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig in transformers 5.23)
 _MOE_DEFAULTS = {"mixtral": (8, 2), "qwen2_moe": (60, 4), "qwen3_moe": (128, 8), "deepseek_v3": (256, 8),
                  "gpt_oss": (128, 4)}
@@ -283,6 +296,9 @@ def config_from_dict(d: dict, source: str = "config") -> ModelConfig:
         mt = "gemma3_text"
     if mt not in SUPPORTED_MODEL_TYPES:
         raise InputError(f"{source}: unsupported model_type {mt!r}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
+    for key in _OPTIONAL_COUNTS:
+        if d.get(key) is not None:
+            _count(d[key], key, source)
 
     def need(key_names, what):
         v = _get(d, *key_names)

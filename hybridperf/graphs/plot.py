@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from hybridperf.errors import InputError
+
 
 def _pyplot(headless: bool):
     """matplotlib.pyplot, on the Agg backend when the figure only goes to a file."""
@@ -14,8 +16,8 @@ def _pyplot(headless: bool):
         if headless:
             matplotlib.use("Agg", force=False)
         import matplotlib.pyplot as plt
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError("plotting needs matplotlib: pip install matplotlib") from e
+    except ImportError:
+        raise InputError("plotting needs matplotlib: pip install matplotlib") from None
     return plt
 
 

@@ -46,7 +46,6 @@ us for send/recv on A100 hosts); the prior is `(floor^s + t^s)^(1/s)`, a smooth 
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass, fields, replace
@@ -56,7 +55,8 @@ import numpy as np
 
 from hybridperf.devices.spec import NodeSpec
 from hybridperf.errors import InputError, ModelBundleError
-from hybridperf.residual_models.bundle import sha256_file, shipped_models_dir
+from hybridperf.residual_models.bundle import (bundle_file, check_residuals, manifest_digest, sha256_file,
+                                              shipped_models_dir)
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 TOPOLOGIES = ("nvswitch", "nvlink_pairs", "pcie", "mesh")
@@ -453,12 +453,6 @@ def default_bundle_dir() -> Path:
     return shipped_models_dir() / "collectives"
 
 
-def manifest_digest(man: dict) -> str:
-    """sha256 of a manifest's content (canonical JSON, without its own `content_sha256`)."""
-    body = {k: v for k, v in man.items() if k != "content_sha256"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
 class CollectiveModel:
     """Prior (with fitted constants) x exp(ONNX residual), with a central 90% interval.
 
@@ -489,16 +483,16 @@ class CollectiveModel:
             raise ModelBundleError(f"no manifest.json in collectives bundle {d}")
         try:
             man = json.loads(mf.read_text())
-        except (OSError, json.JSONDecodeError) as e:
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
             raise ModelBundleError(f"unreadable manifest {mf}: {e}") from None
         if not isinstance(man, dict) or man.get("kind") != BUNDLE_KIND:
             raise ModelBundleError(f"{mf} is not a {BUNDLE_KIND} manifest")
         if man.get("content_sha256") != manifest_digest(man):
             raise ModelBundleError(f"{mf}: content sha256 mismatch: the manifest was modified or corrupted")
-        if int(man.get("version", -1)) != BUNDLE_VERSION:
+        if man.get("version") != BUNDLE_VERSION:
             raise ModelBundleError(f"{mf}: bundle version {man.get('version')} != {BUNDLE_VERSION}")
         for name, digest in (man.get("files") or {}).items():
-            fp = d / name
+            fp = bundle_file(d, name)
             if not fp.is_file():
                 raise ModelBundleError(f"bundle file missing: {fp}")
             if sha256_file(fp) != digest:
@@ -516,7 +510,7 @@ class CollectiveModel:
             if names != FEATURE_NAMES:
                 raise ModelBundleError(f"{mf}: residual feature schema differs from this code's")
             fname = res.get("file", "")
-            if fname not in (man.get("files") or {}):
+            if not isinstance(fname, str) or fname not in (man.get("files") or {}):
                 raise ModelBundleError(f"{mf}: residual file {fname!r} has no sha256 entry")
             try:
                 import onnxruntime as ort
@@ -535,7 +529,7 @@ class CollectiveModel:
             return np.zeros(len(X))
         inp = self.session.get_inputs()[0].name
         out = self.session.run(None, {inp: np.ascontiguousarray(X, dtype=np.float32)})[0]
-        return np.asarray(out, dtype=np.float64).reshape(len(X))
+        return check_residuals(np.asarray(out, dtype=np.float64).reshape(len(X)), "collectives residual model")
 
     def predict(self, collective: str, nbytes, gpus: int, gpus_per_node: int | None, node: NodeSpec) -> dict:
         """{"ms", "lo_ms", "hi_ms"} arrays over `nbytes`."""

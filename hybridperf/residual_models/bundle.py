@@ -1,8 +1,10 @@
 """A model bundle on disk: ONNX files plus `manifest.json`, verified and run with onnxruntime alone.
 
 The manifest records the feature schema, opset, library versions, a digest of the training data and
-the sha256 of every file; `load_bundle` refuses a bundle whose files do not match (tampered, truncated,
-swapped) or whose feature schema differs from this code's. Nothing here unpickles anything.
+the sha256 of every file, and carries the sha256 of its own canonical JSON (`content_sha256`);
+`load_bundle` refuses a bundle whose manifest or files do not match (tampered, truncated, swapped),
+whose file names leave the bundle folder, or whose feature schema differs from this code's. A model's
+outputs are checked on every run. Nothing here unpickles anything.
 """
 from __future__ import annotations
 
@@ -13,17 +15,26 @@ from pathlib import Path
 
 import numpy as np
 
+from hybridperf.atomic import write_text
 from hybridperf.errors import ModelBundleError
 from hybridperf.jsonio import read_json_object
 
 MANIFEST = "manifest.json"
 FORMAT = "hybridperf-bundle"
 FORMAT_VERSION = 1
+DIGEST_KEY = "content_sha256"
+#: the largest |log(measured / prior)| a residual or correction model may output (a factor of ~22,000);
+#: beyond it the model file is broken, not the kernel unusual
+MAX_ABS_LOG_RESIDUAL = 10.0
 
 
 def shipped_models_dir() -> Path:
-    """Where the shipped bundles live: the installed package `hybridperf._exported_models`, else the
-    repository's exported_models/."""
+    """Where the shipped bundles live: the exported_models/ of the source tree this code runs from,
+    else the installed package `hybridperf._exported_models` (a wheel), so code and models always
+    come from the same checkout."""
+    repo = Path(__file__).resolve().parents[2] / "exported_models"
+    if repo.is_dir():
+        return repo
     try:
         from importlib.resources import files
 
@@ -32,7 +43,50 @@ def shipped_models_dir() -> Path:
             return p
     except (ModuleNotFoundError, TypeError):
         pass
-    return Path(__file__).resolve().parents[2] / "exported_models"
+    return repo
+
+
+def manifest_digest(manifest: dict) -> str:
+    """sha256 of a manifest's canonical JSON (sorted keys, no spaces), without its own `content_sha256`."""
+    body = {k: v for k, v in manifest.items() if k != DIGEST_KEY}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def sign_manifest(manifest: dict) -> dict:
+    """A copy of `manifest` carrying its own digest (`content_sha256`)."""
+    return {**manifest, DIGEST_KEY: manifest_digest(manifest)}
+
+
+def verify_manifest(manifest: dict, where: str) -> None:
+    """ModelBundleError unless `manifest` carries the digest of its own content."""
+    if DIGEST_KEY not in manifest:
+        raise ModelBundleError(f"{where}: the manifest carries no {DIGEST_KEY}, so an edit to it cannot be detected "
+                               "(re-export the bundle with this hybridperf)")
+    if manifest[DIGEST_KEY] != manifest_digest(manifest):
+        raise ModelBundleError(f"{where}: the manifest does not match its {DIGEST_KEY} (edited or corrupt)")
+
+
+def bundle_file(root: Path, name) -> Path:
+    """The path of a file a manifest names, which must lie inside the bundle folder `root`: a plain
+    relative name, no `..`, no absolute path, no symbolic link leading out."""
+    if not isinstance(name, str) or not name or "\\" in name or name.startswith(("/", "~")) \
+            or Path(name).is_absolute() or ".." in Path(name).parts:
+        raise ModelBundleError(f"{root}: manifest names the file {name!r}, which is not a plain name inside the bundle")
+    path = root / name
+    base = root.resolve()
+    if not path.resolve().is_relative_to(base):
+        raise ModelBundleError(f"{root}: manifest file {name!r} leads outside the bundle (a symbolic link)")
+    return path
+
+
+def check_residuals(values: np.ndarray, where: str) -> np.ndarray:
+    """`values` (log residuals a model file produced), unless one is NaN, infinite or absurd."""
+    bad = ~np.isfinite(values) | (np.abs(values) > MAX_ABS_LOG_RESIDUAL)
+    if bad.any():
+        raise ModelBundleError(f"{where} output {values[bad].ravel()[0]:.6g}, not a log residual within "
+                               f"+-{MAX_ABS_LOG_RESIDUAL:g}: the model file is broken, or the input lies far outside "
+                               "anything it was trained on")
+    return values
 
 
 def sha256_file(path: Path) -> str:
@@ -57,7 +111,7 @@ class Bundle:
         sess = self.sessions[file]
         out = sess.run(None, {sess.get_inputs()[0].name: np.ascontiguousarray(X, dtype=np.float32)})[0]
         out = np.asarray(out, dtype=np.float64)
-        return out.reshape(len(X), -1)
+        return check_residuals(out.reshape(len(X), -1), f"{self.path}: {file}")
 
 
 def read_manifest(path: str | Path) -> dict:
@@ -73,6 +127,7 @@ def read_manifest(path: str | Path) -> dict:
         raise ModelBundleError(f"{mf}: bundle format {m.get('format_version')} unsupported (want {FORMAT_VERSION})")
     if not isinstance(m.get("files"), dict):
         raise ModelBundleError(f"{mf}: manifest lists no files")
+    verify_manifest(m, str(mf))
     return m
 
 
@@ -92,7 +147,7 @@ def load_bundle(path: str | Path, expect_kind: str | None = None, feature_names=
     opts.log_severity_level = 3
     sessions = {}
     for name, digest in m["files"].items():
-        f = root / name
+        f = bundle_file(root, name)
         if not f.is_file():
             raise ModelBundleError(f"{root}: file {name} listed in the manifest is missing")
         if sha256_file(f) != digest:
@@ -211,12 +266,12 @@ def _check_regimes(root: Path, regimes, where: str, number) -> None:
 
 
 def write_manifest(root: Path, manifest: dict) -> None:
-    """Fill in the sha256 of every listed file and write manifest.json."""
+    """Fill in the sha256 of every listed file and of the manifest itself, and write manifest.json."""
     manifest = dict(manifest)
     manifest["format"] = FORMAT
     manifest["format_version"] = FORMAT_VERSION
-    manifest["files"] = {name: sha256_file(root / name) for name in sorted(manifest["files"])}
-    (root / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    manifest["files"] = {name: sha256_file(bundle_file(root, name)) for name in sorted(manifest["files"])}
+    write_text(root / MANIFEST, json.dumps(sign_manifest(manifest), indent=1, sort_keys=True))
 
 
 def stratum_key(op_class: str, timing: str = "call") -> str:

@@ -17,6 +17,7 @@ import pandas as pd
 from hybridperf.devices import get_node
 from hybridperf.devices.spec import NodeSpec
 from hybridperf.errors import InputError
+from hybridperf.atomic import write_text
 from hybridperf.priors.collectives import (
     BUNDLE_KIND,
     BUNDLE_VERSION,
@@ -263,7 +264,7 @@ def write_bundle(
         "metrics": _jsonable(metrics or {}), "notes": notes,
     }
     man["content_sha256"] = manifest_digest(man)
-    (out / "manifest.json").write_text(json.dumps(man, indent=2) + "\n")
+    write_text(out / "manifest.json", json.dumps(man, indent=2) + "\n")
     return out
 
 

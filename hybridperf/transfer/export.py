@@ -3,7 +3,6 @@ and dtype for the transfer correction (physical basis + RBF, see adapt.py), and 
 re-calibrated intervals (`adaptation.intervals`; the zero-shot `op_classes` are kept as they were)."""
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from pathlib import Path
@@ -12,7 +11,8 @@ import numpy as np
 
 from hybridperf.errors import InputError
 from hybridperf.residual_models.features import FEATURE_NAMES
-from hybridperf.residual_models.bundle import MANIFEST, write_manifest
+from hybridperf.atomic import atomic_dir
+from hybridperf.residual_models.bundle import DIGEST_KEY, bundle_file, read_manifest, write_manifest
 
 CORRECTION_OPSET = 13
 CORRECTION_IR_VERSION = 8  # readable by every onnxruntime since 1.10
@@ -110,20 +110,20 @@ def save_adapted(predictor, out_dir: str | Path) -> Path:
     src = predictor.bundle.path
     if out.resolve() == src.resolve():
         raise InputError("write the adapted bundle to a new directory, not over the zero-shot one")
-    out.mkdir(parents=True, exist_ok=True)
-    manifest = json.loads((src / MANIFEST).read_text())
+    manifest = {k: v for k, v in read_manifest(src).items() if k != DIGEST_KEY}
     base_files = dict(manifest["files"])  # the zero-shot files' sha256, before the corrections join them
-    for name in base_files:
-        shutil.copy2(src / name, out / name)
-    corrections = {}
-    for key, corr in predictor.corrections.items():  # key: op class and dtype (`linear:fp16`)
-        name = f"{key.replace(':', '_')}_transfer.onnx"
-        (out / name).write_bytes(correction_onnx(corr).SerializeToString())
-        manifest["files"][name] = ""
-        corrections[key] = {"file": name, **corr.to_dict()}
-    manifest["adaptation"] = {**predictor.adaptation, "corrections": corrections,
-                              "intervals": predictor.intervals,
-                              "adapted_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                              "base_bundle_sha256": base_files}
-    write_manifest(out, manifest)
+    with atomic_dir(out) as tmp:  # a full disk or an error leaves no half-written bundle
+        for name in base_files:
+            shutil.copy2(bundle_file(src, name), tmp / name)
+        corrections = {}
+        for key, corr in predictor.corrections.items():  # key: op class and dtype (`linear:fp16`)
+            name = f"{key.replace(':', '_')}_transfer.onnx"
+            (tmp / name).write_bytes(correction_onnx(corr).SerializeToString())
+            manifest["files"][name] = ""
+            corrections[key] = {"file": name, **corr.to_dict()}
+        manifest["adaptation"] = {**predictor.adaptation, "corrections": corrections,
+                                  "intervals": predictor.intervals,
+                                  "adapted_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                  "base_bundle_sha256": base_files}
+        write_manifest(tmp, manifest)
     return out
