@@ -1,18 +1,13 @@
-"""experiments/label_oracle.py: the oracle answers with the device's own measurement where it has one."""
+"""experiments/models/label_oracle.py: the oracle answers with the device's own measurement where it has one."""
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+from experiments.models.label_oracle import OwnTableOracle
 
-from label_oracle import OwnTableOracle  # noqa: E402
-
-from hybridperf.datasets.schema import canonicalize  # noqa: E402
-from hybridperf.predictor import Predictor  # noqa: E402
+from hybridperf.datasets.schema import canonicalize
+from hybridperf.predictor import Predictor
 
 DEVICE = "Tesla V100-PCIE-32GB"
 

@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from experiments.common import REPO as ROOT
 
 from hybridperf.datasets.vidur_network import data_digest, load_vidur_network  # noqa: E402
 from hybridperf.priors.collectives import DEFAULT_CONSTANTS  # noqa: E402

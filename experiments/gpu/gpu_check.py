@@ -48,8 +48,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from experiments.common import REPO
 
 from hybridperf.datasets.collector import collect_kernels, fastest_mean, time_calls  # noqa: E402
 from hybridperf.datasets.schema import canonicalize  # noqa: E402

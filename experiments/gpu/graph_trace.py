@@ -32,8 +32,7 @@ from pathlib import Path
 
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from decode_trace import kernel_recorder  # noqa: E402
+from experiments.gpu.decode_trace import kernel_recorder
 
 _LLAMA = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
           "head_dim": 16, "vocab_size": 100, "max_position_embeddings": 512}

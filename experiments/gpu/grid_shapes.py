@@ -27,6 +27,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from experiments.common import DATA
+
 A100 = "NVIDIA A100-PCIE-40GB"
 CALLS = 30  # the collector's default warm-up (5) + repeats (25)
 TRAIN_ROWS = {"bmm": 4000, "linear": 1600, "softmax": 600, "ln": 600}
@@ -73,7 +75,7 @@ def estimated_seconds(shapes: pd.DataFrame, speedup: float) -> float:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=Path("../shared/datasets"))
+    ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--test-budget-s", type=float, default=270.0, help="estimated GPU seconds for the test shapes")

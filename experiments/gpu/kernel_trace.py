@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-REPO = Path(__file__).resolve().parents[1]
+from experiments.common import REPO
 
 
 def shapes() -> list[tuple]:

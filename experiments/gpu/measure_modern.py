@@ -26,7 +26,7 @@ import json
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from experiments.common import REPO
 CONFIGS = REPO / "examples" / "configs"
 GRAPH_CALLS = 20
 

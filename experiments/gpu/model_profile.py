@@ -28,11 +28,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "experiments"))
-sys.path.insert(0, str(REPO))
+from experiments.common import REPO
 
-from gpu_check import LAYER_KEY, MODELS, _config, _hf_model, model_step, time_model  # noqa: E402
+from experiments.gpu.gpu_check import LAYER_KEY, MODELS, _config, _hf_model, model_step, time_model
 
 
 #: aten op (without `aten::`) -> hybridperf op group, as `graphs.kernels` files the same work: the loss's

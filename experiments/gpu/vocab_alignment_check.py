@@ -14,14 +14,12 @@ random weights, eager attention).
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_check import _config, _hf_model, _model_prediction, time_model  # noqa: E402
+from experiments.gpu.gpu_check import _config, _hf_model, _model_prediction, time_model
 
 RUNS = [(4, 1024, "inf", "bf16"), (4, 1024, "inf", "fp16"), (1, 1024, "train", "bf16")]
 VOCABS = (50257, 50264)

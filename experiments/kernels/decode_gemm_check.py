@@ -23,8 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from experiments.common import REPO
 
 from hybridperf.datasets.vidur_compute import load_vidur_compute  # noqa: E402
 from hybridperf.predictor import Predictor  # noqa: E402

@@ -23,15 +23,14 @@ experiments/model_latency.py.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from experiments.common import DATA, OUT
 from hybridperf.datasets.neusight import load_test  # noqa: E402
 from hybridperf.predictor import device_shift_sd  # noqa: E402
 from hybridperf.priors.constants import fitted_constants  # noqa: E402
@@ -147,8 +146,8 @@ def plot(tab: pd.DataFrame, path: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default="../shared/datasets")
-    ap.add_argument("--out", default="experiments/out/logo")
+    ap.add_argument("--data", default=str(DATA))
+    ap.add_argument("--out", default=str(OUT / "logo"))
     ap.add_argument("--max-rows", type=int, default=6000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--devices", default=None, help="comma-separated held-out devices (default: all)")

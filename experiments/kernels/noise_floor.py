@@ -23,14 +23,12 @@ floor is above a target cannot reach that target with any model of shape and spe
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from experiments.common import REPO
 
 from hybridperf.datasets.neusight import load_test, neusight_root  # noqa: E402
 from hybridperf.devices import get_device  # noqa: E402

@@ -14,15 +14,14 @@ import argparse
 import contextlib
 import itertools
 import re
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from experiments.common import DATA, INPUTS, OUT
 from hybridperf.datasets.neusight import load_collect, load_test  # noqa: E402
 from hybridperf.datasets.schema import canonicalize  # noqa: E402
 from hybridperf.devices import get_device  # noqa: E402
@@ -31,10 +30,10 @@ from hybridperf.priors.constants import fitted_constants  # noqa: E402
 from hybridperf.priors.kernel_prior import kernel_prior_terms  # noqa: E402
 from hybridperf.priors.wave_scaling import wave_scale_ms  # noqa: E402
 from hybridperf.training.kernel_data import load_measured_grid  # noqa: E402
-from kernel_trace import traced_tiles  # noqa: E402
+from experiments.gpu.kernel_trace import traced_tiles
 
 #: our own trace of a GPU NeuSight did not trace (experiments/data/README.md)
-OWN_TRACE = Path(__file__).resolve().parent / "data" / "measured" / "h200" / "kernel_trace.csv"
+OWN_TRACE = INPUTS / "measured" / "h200" / "kernel_trace.csv"
 
 HABITAT_ORIGIN = "NVIDIA A100-PCIE-40GB"
 
@@ -165,7 +164,7 @@ def translation_fits(test: pd.DataFrame) -> pd.DataFrame:
 #: the grid the split-rate exponent is fitted on
 SPLIT_RATE_GRID = np.round(np.arange(0.0, 1.001, 0.05), 2)
 #: our measured GPUs whose fp32 Linear test tables fit an exponent beside NeuSight's
-SPLIT_RATE_MEASURED = (Path(__file__).resolve().parent / "data" / "measured" / "h200",)
+SPLIT_RATE_MEASURED = (INPUTS / "measured" / "h200",)
 
 
 def split_rate_fits(test: pd.DataFrame) -> pd.DataFrame:
@@ -237,8 +236,8 @@ def reread_share_fits(test: pd.DataFrame) -> pd.DataFrame:
 
 
 #: where current PyTorch's softmax constants are fitted, and the GPU held out of them
-CURRENT_SOFTMAX_FITTED = Path(__file__).resolve().parent / "data" / "measured" / "h200"
-CURRENT_SOFTMAX_CHECKED = Path(__file__).resolve().parent / "data" / "measured" / "h100"
+CURRENT_SOFTMAX_FITTED = INPUTS / "measured" / "h200"
+CURRENT_SOFTMAX_CHECKED = INPUTS / "measured" / "h100"
 CURRENT_SOFTMAX_GRID = {"REGISTER_SOFTMAX_CYCLES_PER_SLOT": np.round(np.arange(0.6, 0.901, 0.05), 2) * 1024,
                         "REGISTER_SOFTMAX_ONE_BLOCK_FACTOR": np.round(np.arange(1.0, 1.501, 0.1), 1),
                         "SOFTMAX_SMEM_CYCLES_PER_ELEM": np.round(np.arange(0.4, 0.801, 0.05), 2)}
@@ -343,8 +342,8 @@ def plot(tables: dict, path: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default="../shared/datasets")
-    ap.add_argument("--out", default="experiments/out/priors")
+    ap.add_argument("--data", default=str(DATA))
+    ap.add_argument("--out", default=str(OUT / "priors"))
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

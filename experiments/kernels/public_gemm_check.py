@@ -19,22 +19,21 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import sys
 from pathlib import Path
 from unittest import mock
 
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from experiments.common import INPUTS, OUT
 from hybridperf.datasets.schema import canonicalize  # noqa: E402
 from hybridperf.devices import get_device  # noqa: E402
 from hybridperf.priors import power  # noqa: E402
 from hybridperf.priors.kernel_prior import prior_ms  # noqa: E402
 from hybridperf.priors.power import issue_limited_peak, sustained_flops  # noqa: E402
 
-DATA = Path(__file__).resolve().parent / "data" / "public_gemm_tflops.csv"
+DATA = INPUTS / "public_gemm_tflops.csv"
 SIZES = (1024, 2048, 4096, 8192, 10240)
 #: rows whose numbers set a constant of the prior (not checks): (device, dtype, source)
 ANCHORS = {("Tesla T4", "fp16", "nvidia-forum-264462"), ("NVIDIA L4", "fp16", "torch-performance-test-data-issue-120"),
@@ -121,7 +120,7 @@ def plot(t: pd.DataFrame, path: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=str(DATA))
-    ap.add_argument("--out", default="experiments/out/public_gemm")
+    ap.add_argument("--out", default=str(OUT / "public_gemm"))
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

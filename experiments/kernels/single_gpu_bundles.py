@@ -15,15 +15,14 @@ Vidur's A100 -> A40 (`fewshot_curve.py --vidur`, k = 0) is the same situation, h
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import hybridperf.predictor as predictor_module  # noqa: E402
+from experiments.common import DATA, OUT
 from hybridperf.datasets.neusight import load_test  # noqa: E402
 from hybridperf.predictor import Predictor  # noqa: E402
 from hybridperf.training.kernel_data import load_neusight_training  # noqa: E402
@@ -57,8 +56,8 @@ def score(bundle: Path, trained_on: str, test: pd.DataFrame, skip: bool) -> list
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=Path("../shared/datasets"))
-    ap.add_argument("--out", type=Path, default=Path("experiments/out/single_gpu_bundles"))
+    ap.add_argument("--data", type=Path, default=DATA)
+    ap.add_argument("--out", type=Path, default=OUT / "single_gpu_bundles")
     args = ap.parse_args(argv)
     root = args.data / "neusight" if (args.data / "neusight").exists() else args.data
     train, test = load_neusight_training(root, splits=("train", "test")), load_test(root)

@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import argparse
 import copy
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from experiments.common import DATA, OUT
 from hybridperf.datasets.neusight import load_test  # noqa: E402
 from hybridperf.predictor import Predictor  # noqa: E402
 from hybridperf.priors.launch import row_timing  # noqa: E402
@@ -102,9 +101,9 @@ def whole_models(root: Path, bundle: str | None) -> pd.DataFrame:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=Path("../shared/datasets"))
+    ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--bundle", default=None, help="kernel bundle (default: the shipped one)")
-    ap.add_argument("--out", type=Path, default=Path("experiments/out/training_gpu_bias.md"))
+    ap.add_argument("--out", type=Path, default=OUT / "training_gpu_bias.md")
     ap.add_argument("--models", action="store_true", help="also score NeuSight's whole-model labels")
     args = ap.parse_args(argv)
     root = args.data / "neusight" if (args.data / "neusight").exists() else args.data

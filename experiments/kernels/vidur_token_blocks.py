@@ -20,14 +20,12 @@ load round trip per loop step; the device holds SMs x floor(threads per SM / blo
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from experiments.common import REPO
 
 from hybridperf.datasets.vidur_compute import VIDUR_DEVICES, load_vidur_compute  # noqa: E402
 from hybridperf.devices import get_device  # noqa: E402

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parent
+from experiments.common import INPUTS
 
 
 def _imports():
@@ -269,7 +269,7 @@ def mla_fit(out_csv: Path) -> pd.DataFrame:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", type=Path, default=ROOT / "data" / "activation_memory.csv")
+    ap.add_argument("--out", type=Path, default=INPUTS / "activation_memory.csv")
     ap.add_argument("--refit", action="store_true", help="fit the stored CSV only (no torch needed)")
     ap.add_argument("--moe", action="store_true", help="check the MoE layers' saved bytes against the graph")
     ap.add_argument("--mla", action="store_true", help="fit DeepSeek-V3's latent-attention term (data/mla_memory.csv)")
@@ -280,7 +280,7 @@ def main(argv=None) -> int:
         print(moe_check().to_string(index=False))
         return 0
     if args.mla:
-        mla_fit(ROOT / "data" / "mla_memory.csv")
+        mla_fit(INPUTS / "mla_memory.csv")
         return 0
     df = pd.read_csv(args.out) if args.refit else run(args.out, tuple(args.families))
     for (dtype, family), c in fit(df).items():

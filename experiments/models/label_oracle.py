@@ -17,17 +17,14 @@ run) with the test table's measurement of the same Linear shape.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "experiments"))
+from experiments.common import REPO
 
-import model_latency as ml  # noqa: E402
+from experiments.models import model_latency as ml
 from hybridperf.datasets.labels import load_layer_graph  # noqa: E402
 from hybridperf.datasets.neusight import load_test, neusight_root  # noqa: E402
 from hybridperf.datasets.schema import canonicalize  # noqa: E402

@@ -40,8 +40,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from experiments.common import REPO
 
 from hybridperf.devices import get_device  # noqa: E402
 from hybridperf.priors.constants import LIBRARY_EFFICIENCY, fitted_constants  # noqa: E402

@@ -27,8 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from experiments.common import REPO as ROOT
 
 from hybridperf.devices import get_node  # noqa: E402
 from hybridperf.devices import get_device  # noqa: E402

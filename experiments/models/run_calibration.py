@@ -20,17 +20,14 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "experiments"))
+from experiments.common import REPO
 
-import model_latency as ml  # noqa: E402
+from experiments.models import model_latency as ml
 from hybridperf.graphs.compose import OOD_WIDEN, device_time_and_launches, posterior_interval  # noqa: E402
 from hybridperf.graphs.measured_runs import SIGMA_GAP, SIGMA_RUN, SIGMA_SCALE, fit_posterior  # noqa: E402
 from hybridperf.predictor import Predictor  # noqa: E402
@@ -114,7 +111,7 @@ def neusight_rows(root: Path, rng) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def measured_rows(rng) -> pd.DataFrame:
-    import gpu_check as gc
+    from experiments.gpu import gpu_check as gc
 
     from hybridperf.graphs import predict_model_detail
     from hybridperf.graphs.compose import composition_params

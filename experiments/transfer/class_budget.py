@@ -12,15 +12,14 @@ transfer prior, chosen on the other GPUs only; a k larger than half of a class's
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fewshot_curve import evaluate, fold_arguments, fold_transfer_prior, load_folds  # noqa: E402
+from experiments.common import OUT
+from experiments.transfer.fewshot_curve import evaluate, fold_arguments, fold_transfer_prior, load_folds
 from hybridperf.predictor import Predictor  # noqa: E402
 from hybridperf.priors.constants import fitted_constants  # noqa: E402
 from hybridperf.transfer import adapt_predictor  # noqa: E402
@@ -62,7 +61,7 @@ def run_device(device: str, bundle: Path, pool: pd.DataFrame, draws: int, prior,
 
 
 def main() -> None:
-    args = fold_arguments(__doc__, "experiments/out/class_budget").parse_args()
+    args = fold_arguments(__doc__, str(OUT / "class_budget")).parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     log = lambda s: print(s, flush=True)  # noqa: E731

@@ -12,21 +12,17 @@ H200), by default the one `leave_one_gpu_out.py --save-bundles experiments/out/l
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "experiments"))
+from experiments.common import REPO
 
 from hybridperf.predictor import Predictor  # noqa: E402
 from hybridperf.priors.constants import fitted_constants  # noqa: E402
 from hybridperf.training.kernel_data import load_measured_grid  # noqa: E402
 from hybridperf.transfer import adapt_predictor  # noqa: E402
-from measured_transfer import MEASURED, _device, class_scores  # noqa: E402
+from experiments.transfer.measured_transfer import MEASURED, _device, class_scores
 
 
 def score(gpu: str, bundle: str | None, draws: int = 5, ks=(8, 32)) -> list[dict]:

@@ -18,14 +18,13 @@ With a single GPU (Vidur) the defaults, chosen that way on the NeuSight GPUs, ar
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from experiments.common import DATA, OUT
 from hybridperf.predictor import Predictor  # noqa: E402
 from hybridperf.priors.constants import DEFAULT_CONSTANTS, PriorConstants, fitted_constants  # noqa: E402
 from hybridperf.transfer import adapt_predictor, fit_corrections  # noqa: E402
@@ -40,8 +39,8 @@ CLASS_FACTORS = (0.1, 0.2, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0)  # candidate per-class
 def fold_arguments(description: str, out_default: str) -> argparse.ArgumentParser:
     """The command line of a leave-one-GPU-out transfer experiment over `load_folds`' folds."""
     ap = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default="../shared/datasets")
-    ap.add_argument("--bundles", default="experiments/out/logo_bundles")
+    ap.add_argument("--data", default=str(DATA))
+    ap.add_argument("--bundles", default=str(OUT / "logo_bundles"))
     ap.add_argument("--out", default=out_default)
     ap.add_argument("--draws", type=int, default=10)
     ap.add_argument("--vidur", action="store_true")
@@ -249,8 +248,8 @@ def plot(curves: pd.DataFrame, rel: pd.DataFrame | None, path: Path) -> None:
 
 
 def main() -> None:
-    ap = fold_arguments(__doc__, "experiments/out/fewshot")
-    ap.add_argument("--heldout-csv", default="experiments/out/logo/neusight_heldout_predictions.csv")
+    ap = fold_arguments(__doc__, str(OUT / "fewshot"))
+    ap.add_argument("--heldout-csv", default=str(OUT / "logo" / "neusight_heldout_predictions.csv"))
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -19,15 +19,12 @@ marks the rows that are not held out.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "experiments"))
+from experiments.common import REPO
 
 from hybridperf.datasets.schema import canonicalize  # noqa: E402
 from hybridperf.devices import get_device  # noqa: E402
@@ -123,7 +120,7 @@ def model_runs(gpu_dir: Path, k: int = 16) -> pd.DataFrame:
     measured NeuSight test shapes picked by `suggest`: per class (`suggest_kernels` alone), for all the
     runs' models at once (`target=`: every run's kernels, each run's zero-shot time scaled to 1), and
     for each run's own model (`suggest --config`, one transfer per run). Returns one row per run."""
-    import gpu_check as gc
+    from experiments.gpu import gpu_check as gc
 
     from hybridperf.graphs import build_graph, compose
     from hybridperf.graphs.compose import model_kernel_requests

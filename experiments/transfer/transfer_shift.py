@@ -14,20 +14,17 @@ which no transfer can tell from a property of the GPU.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import pandas as pd
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "experiments"))
+from experiments.common import REPO
 
 from hybridperf.datasets.neusight import load_collect, load_test, neusight_root  # noqa: E402
 from hybridperf.predictor import Predictor  # noqa: E402
 from hybridperf.priors.constants import fitted_constants  # noqa: E402
 from hybridperf.transfer import adapt_predictor  # noqa: E402
-from measured_transfer import class_scores  # noqa: E402
+from experiments.transfer.measured_transfer import class_scores
 
 KS = (0, 4, 16, 64)
 
