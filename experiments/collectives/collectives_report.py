@@ -13,7 +13,7 @@ log-residuals (split-conformal style), separately for send/recv and for the othe
 Writes to --out: mape.csv, mape.md, heldout_predictions.csv, pred_vs_measured.png; with --export
 (default) also exported_models/collectives/{manifest.json[, residual.onnx]}.
 
-    python experiments/collectives_report.py [--data ../shared/datasets] [--out experiments/out/collectives]
+    python -m experiments.collectives.collectives_report [--data ../shared/datasets] [--out experiments/out/collectives]
 """
 from __future__ import annotations
 

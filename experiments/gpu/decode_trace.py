@@ -8,7 +8,7 @@ launches a kernel (views, transposes, expands and slices launch none). A 4-layer
 gives the kernels per layer, the rest are outside the layers. `build_graph(..., mode="decode")` must
 launch exactly as many in both places.
 
-    python experiments/decode_trace.py      # needs torch and transformers; ~10 s on the CPU
+    python -m experiments.gpu.decode_trace      # needs torch and transformers; ~10 s on the CPU
 
 Prints one row per family and dtype and exits non-zero if a count differs.
 """

@@ -27,9 +27,9 @@ prediction of the shipped bundle for this GPU:
    NeuSight's: `hybridperf.priors.kernel_prior.host_floor_note`), GEMM TFLOP/s measured vs prior, the burst
    ratio, the optimizer steps and the model errors; `env.json`: device, driver, torch/CUDA versions, clocks.
 
-    python experiments/gpu_check.py --out experiments/out/gpu_check            # on the GPU machine
-    python experiments/gpu_check.py --quick --device cpu --as-device "NVIDIA H100 80GB HBM3" --no-models
-    python experiments/gpu_check.py --from experiments/data/measured/h100 --out experiments/out/gpu_check_h100
+    python -m experiments.gpu.gpu_check --out experiments/out/gpu_check            # on the GPU machine
+    python -m experiments.gpu.gpu_check --quick --device cpu --as-device "NVIDIA H100 80GB HBM3" --no-models
+    python -m experiments.gpu.gpu_check --from experiments/data/measured/h100 --out experiments/out/gpu_check_h100
 
 `--as-device` predicts for a named catalog GPU instead of the one measured (only to smoke-test the script
 on a CPU: the comparison is then meaningless). Save what a real GPU measured under
@@ -374,7 +374,7 @@ def write_report(out: Path, env: dict, kernels: pd.DataFrame, gemm: pd.DataFrame
     per["coverage_pct"] *= 100
     L = [f"# GPU check: {env['measured_on']} (predicted as {env['predicted_for']})", "",
          (f"torch {env['torch']}, CUDA {env['cuda']}, driver {env.get('driver', '-')}, "
-          f"{time.strftime('%Y-%m-%d')}. Zero-shot shipped bundle; method in `experiments/gpu_check.py`."
+          f"{time.strftime('%Y-%m-%d')}. Zero-shot shipped bundle; method in `experiments/gpu/gpu_check.py`."
           + (f" Predictions re-run on the measurements of `{env['repredicted_from']}`." if "repredicted_from" in env else "")),
          "",
          "## Kernels (NeuSight methodology): MAPE %, 90% coverage %, median predicted/measured", ""]

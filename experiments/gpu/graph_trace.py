@@ -20,7 +20,7 @@ The graph is not meant to equal this trace everywhere, and the script says where
     RoPE's halves, Phi-3's fused q/k/v) is two kernels, a fill and a copy, and is counted as two.
   * Ops that only allocate (`aten.empty*`) launch no kernel and are not counted.
 
-    python experiments/graph_trace.py            # needs torch and transformers; ~1 min on the CPU
+    python -m experiments.gpu.graph_trace            # needs torch and transformers; ~1 min on the CPU
 
 Prints one row per family and mode (and, with --out, writes them as CSV).
 """

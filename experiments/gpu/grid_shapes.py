@@ -17,7 +17,7 @@ divided by `--speedup` and multiplied by the 30 calls the collector makes (5 war
 the A100 never ran is costed at the median of its op. Only the sample size depends on the estimate, not
 which shapes are drawn: the order is a seeded permutation.
 
-    python experiments/grid_shapes.py --data ../shared/datasets --out experiments/data/measured/grid
+    python -m experiments.gpu.grid_shapes --data ../shared/datasets --out experiments/data/measured/grid
 """
 from __future__ import annotations
 

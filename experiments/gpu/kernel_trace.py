@@ -5,9 +5,9 @@ heuristic fixes per architecture (`hybridperf.priors.gemm.BATCHED_SGEMM_TRACES`,
 kernel traces for Pascal and Ampere). This script gives the same facts for the GPU it runs on: one row
 per (shape, kernel) with the kernel's name, grid, block and profiler duration. The table is used
 leave-one-GPU-out: a GPU is never scored with tiles read off its own trace. `traced_tiles` reads the
-tiles back (`experiments/priors_report.py` checks the library's table against them).
+tiles back (`experiments/kernels/priors_report.py` checks the library's table against them).
 
-    python experiments/kernel_trace.py --out experiments/out/kernel_trace.csv     # on a GPU machine
+    python -m experiments.gpu.kernel_trace --out experiments/out/kernel_trace.csv     # on a GPU machine
 """
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ row, so a run cut short keeps what it measured. Method (written into README.md b
   warm-up; `latency_ms` = fastest replay / GRAPH_CALLS (kernel time back to back, no host launch cost,
   as aiconfigurator's collectors time kernels inside graphs).
 
-    python experiments/measure_modern.py --out experiments/data/measured/h200/modern --budget-s 400
+    python -m experiments.gpu.measure_modern --out experiments/data/measured/h200/modern --budget-s 400
 """
 from __future__ import annotations
 

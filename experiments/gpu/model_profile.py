@@ -8,10 +8,10 @@ end-to-end time (CUDA events, as `gpu_check.time_model`), so that the share of t
 covers (launch gaps, host work) can be read off. `--compile` also times the first two
 inference rows under `torch.compile` (default mode) against `predict_model(..., fused=True)`.
 
-    python experiments/model_profile.py --out experiments/out/model_profile      # on a GPU machine
-    python experiments/model_profile.py --dtype bf16 --out experiments/out/model_profile_bf16
+    python -m experiments.gpu.model_profile --out experiments/out/model_profile      # on a GPU machine
+    python -m experiments.gpu.model_profile --dtype bf16 --out experiments/out/model_profile_bf16
 
-    python experiments/model_profile.py --report experiments/data/measured/h100/model_profile    # anywhere
+    python -m experiments.gpu.model_profile --report experiments/data/measured/h100/model_profile    # anywhere
 
 `--report` maps a saved profile's aten ops to hybridperf's op groups (`ATEN_GROUP`; unlisted ops are
 elementwise) and compares each group's kernel time with the device time of the predicted breakdown for

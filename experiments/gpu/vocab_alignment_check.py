@@ -7,8 +7,8 @@ chosen on the H200's kernels) and the predicted difference is what the prior cha
 `gpu_check.py` times models (CUDA events around one pass, mean of the fastest 5 of 10 after 3 warm-ups;
 random weights, eager attention).
 
-    python experiments/vocab_alignment_check.py --out DIR          # on the GPU machine, about a minute
-    python experiments/vocab_alignment_check.py --from experiments/data/measured/h100/vocab_alignment
+    python -m experiments.gpu.vocab_alignment_check --out DIR          # on the GPU machine, about a minute
+    python -m experiments.gpu.vocab_alignment_check --from experiments/data/measured/h100/vocab_alignment
                                                    # re-predict saved measurements with the current prior
 """
 from __future__ import annotations

@@ -6,8 +6,8 @@ and an A40 (kernel durations from the profiler, `timing = kernel`). This script 
 tokens and reports, per device and bin, the MAPE and median predicted/measured of the analytical prior
 and of a kernel bundle, and the bundle's 90% interval coverage.
 
-    python experiments/decode_gemm_check.py                                   # shipped bundle
-    python experiments/decode_gemm_check.py --bundles experiments/out/logo_bundles_vr   # held out
+    python -m experiments.kernels.decode_gemm_check                                   # shipped bundle
+    python -m experiments.kernels.decode_gemm_check --bundles experiments/out/logo_bundles_vr   # held out
 
 With `--bundles DIR`, each device is predicted with `DIR/<device>/kernels`, the bundle trained without
 it (`leave_one_gpu_out.py --with-vidur --save-bundles DIR`). The shipped bundle saw both GPUs, so its

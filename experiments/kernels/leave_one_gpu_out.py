@@ -10,15 +10,15 @@ held-out GPUs' test tables *and* a sample of their collect files (up to --max-ro
 op class), whose small kernels the test tables lack. Those collect rows calibrate intervals only: the
 blend is chosen, and MAPE reported, on the test tables as before. Coverage is reported on both.
 
-    python experiments/leave_one_gpu_out.py --data ../shared/datasets --out experiments/out/logo \
+    python -m experiments.kernels.leave_one_gpu_out --data ../shared/datasets --out experiments/out/logo \
         --save-bundles experiments/out/logo_bundles     # NeuSight's five GPUs
-    python experiments/leave_one_gpu_out.py --vidur --data ../shared/datasets   # a100 -> a40, fp16
-    python experiments/leave_one_gpu_out.py --with-vidur --measured experiments/data/measured/h200 \
+    python -m experiments.kernels.leave_one_gpu_out --vidur --data ../shared/datasets   # a100 -> a40, fp16
+    python -m experiments.kernels.leave_one_gpu_out --with-vidur --measured experiments/data/measured/h200 \
         --measured-dtypes fp32,fp16 --out experiments/out/logo_shipped \
         --ship exported_models/kernels                  # + Vidur and our H200 (fp32, fp16): the shipped bundle
 
 `--save-bundles DIR` writes one ONNX bundle per held-out GPU (DIR/<GPU>/kernels) for
-experiments/model_latency.py.
+experiments/models/model_latency.py.
 """
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ linearly with its sd); it is itself an upper bound because the prior's errors be
 counted as noise. The prior (leave-one-GPU-out, `fitted_constants`) is scored beside it. A cell whose
 floor is above a target cannot reach that target with any model of shape and spec sheet.
 
-    python experiments/noise_floor.py --data ../shared/datasets --out experiments/out/noise_floor    (seconds)
+    python -m experiments.kernels.noise_floor --data ../shared/datasets --out experiments/out/noise_floor    (seconds)
 """
 from __future__ import annotations
 
@@ -112,7 +112,7 @@ def main(argv=None) -> int:
     lines = ["# Noise floor of NeuSight's test tables", "",
              "Each kernel predicted by its neighbour measured on the same GPU (same shape but one dimension: "
              "bmm B, linear M, the others B), scaled by the prior's ratio; the floor is that oracle's MAPE / "
-             "sqrt(2). Method: `experiments/noise_floor.py`.", "",
+             "sqrt(2). Method: `experiments/kernels/noise_floor.py`.", "",
              tab.to_markdown(index=False, floatfmt=(".1f",) * 7 + (".3f",)), "",
              f"Cells over {TARGET_PCT:g}% with the prior, and whether their floor allows {TARGET_PCT:g}%:", ""]
     lines += [f"- {r['device']} {r['op_class']}: prior {r['prior MAPE %']:.1f}%, floor {r['noise floor %']:.1f}% "

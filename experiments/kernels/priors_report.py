@@ -6,7 +6,7 @@ to the other GPUs (it needs that measurement; the priors do not). No learning is
 global constants (tile efficiencies, achievable-bandwidth fraction, L2 speed-up, per-op-class harness
 floor, energy per FLOP by process node) are shared by every GPU; none is per device.
 
-    python experiments/priors_report.py --data ../shared/datasets --out experiments/out/priors
+    python -m experiments.kernels.priors_report --data ../shared/datasets --out experiments/out/priors
 """
 from __future__ import annotations
 

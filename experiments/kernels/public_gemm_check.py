@@ -13,7 +13,7 @@ agree with it) and the bf16 rows of GPUs without bf16 units
 matrix-unit energy ratio for every architecture and dtype and bf16 at the fp32 rate, as it was before
 those anchors.
 
-    python experiments/public_gemm_check.py --out experiments/out/public_gemm
+    python -m experiments.kernels.public_gemm_check --out experiments/out/public_gemm
 """
 from __future__ import annotations
 

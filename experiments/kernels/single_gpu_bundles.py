@@ -10,7 +10,7 @@ which never varied in training (`DEVICE_FEATURES`): with one training GPU, every
 
 Vidur's A100 -> A40 (`fewshot_curve.py --vidur`, k = 0) is the same situation, held out from this.
 
-    python experiments/single_gpu_bundles.py --data ../shared/datasets   # about 6 min (2 cores)
+    python -m experiments.kernels.single_gpu_bundles --data ../shared/datasets   # about 6 min (2 cores)
 """
 from __future__ import annotations
 

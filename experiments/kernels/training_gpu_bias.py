@@ -18,8 +18,8 @@ Whole models too (`--models`): NeuSight's eager labels on the training GPUs, pre
 bundle's bias and without it. The old rule's numbers come from its bundle:
 `git archive aaea070 exported_models | tar -x -C /tmp/old` and `--bundle /tmp/old/exported_models/kernels`.
 
-    python experiments/training_gpu_bias.py --data ../shared/datasets            # about 30 s
-    python experiments/training_gpu_bias.py --data ../shared/datasets --models   # about 2 min more
+    python -m experiments.kernels.training_gpu_bias --data ../shared/datasets            # about 30 s
+    python -m experiments.kernels.training_gpu_bias --data ../shared/datasets --models   # about 2 min more
 """
 from __future__ import annotations
 

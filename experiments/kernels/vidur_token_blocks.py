@@ -15,7 +15,7 @@ load round trip per loop step; the device holds SMs x floor(threads per SM / blo
 `rms_norm`'s second pass re-reads the row from L2, at `l2_share` of a DRAM round trip. The round trip
 (and `l2_share`) are fitted on the A100 only; the A40 is held out. Phi-2 (GELU, LayerNorm) is left out.
 
-    python experiments/vidur_token_blocks.py --data ../shared/datasets --out experiments/out/vidur_token_blocks  (~5 s)
+    python -m experiments.kernels.vidur_token_blocks --data ../shared/datasets --out experiments/out/vidur_token_blocks  (~5 s)
 """
 from __future__ import annotations
 

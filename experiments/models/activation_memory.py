@@ -14,9 +14,9 @@ on the difference between an L+1 and an L layer model, and the rest of the model
 loss) as tokens * (d_h * h + d_v * vocab). Memory saved does not depend on the GPU, so a CPU count is
 the device count (the caching allocator's rounding and fragmentation come on top).
 
-    python experiments/activation_memory.py      # needs torch and transformers; ~1 min on 2 cores
-    python experiments/activation_memory.py --moe   # MoE layers (Mixtral, Qwen-MoE, DeepSeek-V3) against the graph
-    python experiments/activation_memory.py --mla   # fit DeepSeek-V3's latent-attention term
+    python -m experiments.models.activation_memory      # needs torch and transformers; ~1 min on 2 cores
+    python -m experiments.models.activation_memory --moe   # MoE layers (Mixtral, Qwen-MoE, DeepSeek-V3) against the graph
+    python -m experiments.models.activation_memory --mla   # fit DeepSeek-V3's latent-attention term
 
 writes experiments/data/activation_memory.csv (the raw counts) and prints the coefficients that
 `hybridperf/graphs/memory.py` uses (ACTIVATION_COEFFS). GPT-Neo's models alternate global and local

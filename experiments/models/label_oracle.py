@@ -12,7 +12,7 @@ campaigns, and no kernel model, learned or not, can be right about both.
 A second table compares the label CSVs' own per-node times (each FX node timed alone during the label
 run) with the test table's measurement of the same Linear shape.
 
-    python experiments/label_oracle.py --data ../shared/datasets --out experiments/out/label_oracle   (~1 min)
+    python -m experiments.models.label_oracle --data ../shared/datasets --out experiments/out/label_oracle   (~1 min)
 """
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ Writes experiments/out/model_latency/{report.md, labels.csv, per_device.csv, op_
 `--write-calibration` also writes the all-device fit to hybridperf/graphs/calibration.py (shipped; used
 only for GPUs outside the label set).
 
-    python experiments/model_latency.py --data ../shared/datasets [--bundles DIR] [--transfer-k 16]
+    python -m experiments.models.model_latency --data ../shared/datasets [--bundles DIR] [--transfer-k 16]
         [--write-calibration]
 """
 from __future__ import annotations

@@ -14,7 +14,7 @@ traced op graphs.
 
 Writes experiments/out/multi_gpu/{report.md, table.csv}.
 
-    python experiments/multi_gpu_example.py [--data ../shared/datasets] [--prior-only]
+    python -m experiments.models.multi_gpu_example [--data ../shared/datasets] [--prior-only]
 """
 from __future__ import annotations
 

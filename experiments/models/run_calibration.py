@@ -14,7 +14,7 @@ the coverage of the 90% interval.
     the shipped bundle, constants and sds; fp32 runs calibrate fp32 targets, half-precision runs
     half-precision ones.
 
-    python experiments/run_calibration.py --out experiments/out/run_calibration     (~1 min)
+    python -m experiments.models.run_calibration --out experiments/out/run_calibration     (~1 min)
 """
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ misses a target here misses it at that k however the k kernels are split between
 transfer is this one. Leave-one-GPU-out as in `fewshot_curve.py`: the same per-fold bundles and the same
 transfer prior, chosen on the other GPUs only; a k larger than half of a class's kernels is skipped.
 
-    python experiments/class_budget.py --bundles experiments/out/logo_bundles --out experiments/out/class_budget
-    python experiments/class_budget.py --vidur --bundles experiments/out/vidur_bundles --out DIR   # a100 -> a40
+    python -m experiments.transfer.class_budget --bundles experiments/out/logo_bundles --out experiments/out/class_budget
+    python -m experiments.transfer.class_budget --vidur --bundles experiments/out/vidur_bundles --out DIR   # a100 -> a40
 """
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def main() -> None:
     mean = per_gpu.groupby(level=["strategy", "k", "op_class"]).mean()
     n_gpus = per_gpu.groupby(level=["strategy", "k", "op_class"]).size().rename("GPUs")
     md = [f"# k kernels of one op class only: that class's MAPE (%) after transfer ({name}, leave-one-GPU-out)", "",
-          "All k measured kernels are of the scored class (`experiments/class_budget.py`); the class is scored on its",
+          "All k measured kernels are of the scored class (`experiments/transfer/class_budget.py`); the class is scored on its",
           "other kernels. Mean over held-out GPUs (those with at least 2k kernels of the class) and draws.", "",
           mean["mape"].unstack("op_class").round(1).to_markdown(), "",
           "## Coverage of the 90% interval (%)", "", mean["coverage"].unstack("op_class").round(1).to_markdown(), "",

@@ -7,7 +7,7 @@ drawn from one half in fp32, fp16 or both, the zero-shot predictor is adapted wi
 bundle (it never trained on the H100); the H200 uses a NeuSight-only fold bundle (it never saw the
 H200), by default the one `leave_one_gpu_out.py --save-bundles experiments/out/logo_bundles` writes.
 
-    python experiments/cross_dtype_transfer.py [--h200-bundle DIR]     # about 3 min; prints two tables
+    python -m experiments.transfer.cross_dtype_transfer [--h200-bundle DIR]     # about 3 min; prints two tables
 """
 from __future__ import annotations
 

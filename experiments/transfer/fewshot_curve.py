@@ -12,8 +12,8 @@ GPU by the same few-shot protocol on the *other* GPUs (random picks), never on t
 on the same GPUs, a factor per op class on top of it (`choose_class_scale`, 1-16 kernels of the class).
 With a single GPU (Vidur) the defaults, chosen that way on the NeuSight GPUs, are used.
 
-    python experiments/fewshot_curve.py --bundles experiments/out/logo_bundles --out experiments/out/fewshot
-    python experiments/fewshot_curve.py --vidur --bundles experiments/out/vidur_bundles   # a100 -> a40
+    python -m experiments.transfer.fewshot_curve --bundles experiments/out/logo_bundles --out experiments/out/fewshot
+    python -m experiments.transfer.fewshot_curve --vidur --bundles experiments/out/vidur_bundles   # a100 -> a40
 """
 from __future__ import annotations
 

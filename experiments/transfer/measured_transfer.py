@@ -14,7 +14,7 @@ shapes picked by `suggest`. The zero-shot predictor is scored with the batched-S
 GPUs' traces only. The shipped bundle trained on the H200's grids (not the H100's): `trained on it`
 marks the rows that are not held out.
 
-    python experiments/measured_transfer.py            # about 2 min; writes experiments/out/measured_transfer.md
+    python -m experiments.transfer.measured_transfer            # about 2 min; writes experiments/out/measured_transfer.md
 """
 from __future__ import annotations
 

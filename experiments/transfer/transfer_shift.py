@@ -9,7 +9,7 @@ table. The two files of one GPU were also measured in different sessions: the P4
 linears run up to 3.4x slower than its test-table ones (`results/noise_floor.md`, RESULTS.md section 2),
 which no transfer can tell from a property of the GPU.
 
-    python experiments/transfer_shift.py      # ~1 min; the bundles of leave_one_gpu_out.py --save-bundles
+    python -m experiments.transfer.transfer_shift      # ~1 min; the bundles of leave_one_gpu_out.py --save-bundles
 """
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def main(argv=None) -> int:
     cov = df[df["op_class"] == "all"].groupby("k")["coverage_pct"].mean()
     lines = ["# Transfer from another shape distribution (NeuSight collect files -> test tables)", "",
              f"k kernels drawn at random from the held-out GPU's collect files ({args.draws} draws), the whole test "
-             "table scored; every GPU held out of its bundle. Method: `experiments/transfer_shift.py`.", "",
+             "table scored; every GPU held out of its bundle. Method: `experiments/transfer/transfer_shift.py`.", "",
              "MAPE %, mean over the five GPUs:", "", by_class.round(1).to_markdown(), "",
              "MAPE % per held-out GPU (all op classes):", "", by_gpu.round(1).to_markdown(), "",
              "90% coverage %, all op classes:", "", cov.round(1).rename("coverage %").to_frame().to_markdown(), ""]
