@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.common import REPO
+from experiments.common import REPO, add_out_argument
 
 from hybridperf.datasets.collector import collect_kernels, fastest_mean, time_calls  # noqa: E402
 from hybridperf.datasets.schema import canonicalize  # noqa: E402
@@ -431,7 +431,7 @@ def repredict(src: Path, out: Path, target: str | None = None) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=str(REPO / "experiments" / "out" / "gpu_check"))
+    add_out_argument(ap, "gpu_check")
     ap.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     ap.add_argument("--as-device", default=None, help="catalog GPU to predict for (default: the measured one)")
     ap.add_argument("--quick", action="store_true", help="tiny shapes (a smoke test of the script)")

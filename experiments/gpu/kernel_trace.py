@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.common import REPO
+from experiments.common import add_out_argument
 
 
 def shapes() -> list[tuple]:
@@ -85,7 +85,7 @@ def trace(torch, op: str, b: int, m: int, n: int, k: int, dtype, repeats: int = 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=str(REPO / "experiments" / "out" / "kernel_trace.csv"))
+    add_out_argument(ap, "kernel_trace.csv")
     ap.add_argument("--dtypes", default="float32,float16", help="comma-separated torch dtypes")
     a = ap.parse_args(argv)
     import torch

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.common import REPO
+from experiments.common import add_out_argument
 
 from experiments.gpu.gpu_check import LAYER_KEY, MODELS, _config, _hf_model, model_step, time_model
 
@@ -114,7 +114,7 @@ def profile_step(torch, step, steps: int = 3) -> pd.DataFrame:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=str(REPO / "experiments" / "out" / "model_profile"))
+    add_out_argument(ap, "model_profile")
     ap.add_argument("--compile", action="store_true", help="also time torch.compile'd inference")
     ap.add_argument("--report", default=None, help="a saved profile directory: compare it with the predictions")
     ap.add_argument("--dtype", default="fp32", choices=("fp32", "bf16", "fp16"),

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.common import REPO
+from experiments.common import add_data_argument, add_out_argument
 
 from hybridperf.datasets.neusight import load_test, neusight_root  # noqa: E402
 from hybridperf.devices import get_device  # noqa: E402
@@ -100,8 +100,8 @@ def plot(tab: pd.DataFrame, path: Path) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default=str(REPO.parent / "shared" / "datasets"))
-    ap.add_argument("--out", default=str(REPO / "experiments" / "out" / "noise_floor"))
+    add_data_argument(ap)
+    add_out_argument(ap, "noise_floor")
     args = ap.parse_args(argv)
     root = neusight_root(args.data)
     out = Path(args.out)

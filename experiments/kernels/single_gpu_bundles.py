@@ -22,7 +22,7 @@ import pandas as pd
 
 
 import hybridperf.predictor as predictor_module  # noqa: E402
-from experiments.common import DATA, OUT
+from experiments.common import DATA, OUT, inside
 from hybridperf.datasets.neusight import load_test  # noqa: E402
 from hybridperf.predictor import Predictor  # noqa: E402
 from hybridperf.training.kernel_data import load_neusight_training  # noqa: E402
@@ -43,12 +43,12 @@ def score(bundle: Path, trained_on: str, test: pd.DataFrame, skip: bool) -> list
         for dev, t in test[test["device"] != trained_on].groupby("device"):
             res = pred.predict(t, dev)
             y = t["latency_ms"].to_numpy()
-            inside = (res["lo_ms"].to_numpy() <= y) & (y <= res["hi_ms"].to_numpy())
+            covered = inside(y, res["lo_ms"], res["hi_ms"])
             width = np.log(res["hi_ms"] / res["lo_ms"]).to_numpy()
             for cls, idx in t.reset_index(drop=True).groupby("op_class").indices.items():
                 rows.append({"trained on": trained_on, "scored on": dev, "op_class": cls,
                              "rule": "skip device constants" if skip else "all features",
-                             "coverage": inside[idx].mean() * 100, "log_width": float(np.median(width[idx]))})
+                             "coverage": covered[idx].mean() * 100, "log_width": float(np.median(width[idx]))})
         return rows
     finally:
         predictor_module.ood_score = real

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 
-from experiments.common import DATA, OUT
+from experiments.common import DATA, OUT, ape, inside
 from hybridperf.datasets.neusight import load_test  # noqa: E402
 from hybridperf.predictor import Predictor  # noqa: E402
 from hybridperf.priors.launch import row_timing  # noqa: E402
@@ -68,10 +68,9 @@ def score(test: pd.DataFrame, predictor: Predictor, seed: int = 0) -> pd.DataFra
                 predictor.bundle.manifest["device_bias"] = bias
                 res = predictor.predict(held.drop(columns=["y", "fold"]), dev)
                 y = held["latency_ms"].to_numpy()
-                inside = (res["lo_ms"].to_numpy() <= y) & (y <= res["hi_ms"].to_numpy())
                 out.append(pd.DataFrame({"rule": rule, "device": dev, "op_class": held["op_class"].to_numpy(),
-                                         "ape": np.abs(res["pred_ms"].to_numpy() / y - 1) * 100,
-                                         "covered": inside * 100.0}))
+                                         "ape": ape(res["pred_ms"], y),
+                                         "covered": inside(y, res["lo_ms"], res["hi_ms"]) * 100.0}))
     predictor.bundle.manifest["device_bias"] = shipped
     return pd.concat(out, ignore_index=True)
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.common import REPO
+from experiments.common import add_data_argument, add_out_argument
 
 from hybridperf.datasets.vidur_compute import VIDUR_DEVICES, load_vidur_compute  # noqa: E402
 from hybridperf.devices import get_device  # noqa: E402
@@ -99,8 +99,8 @@ def load_custom_kernels(data: str) -> pd.DataFrame:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default=str(REPO.parent / "shared" / "datasets"))
-    ap.add_argument("--out", default=str(REPO / "experiments" / "out" / "vidur_token_blocks"))
+    add_data_argument(ap)
+    add_out_argument(ap, "vidur_token_blocks")
     args = ap.parse_args(argv)
     try:
         kernels = load_custom_kernels(args.data)

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.common import REPO
+from experiments.common import add_data_argument, add_out_argument
 
 from experiments.models import model_latency as ml
 from hybridperf.datasets.labels import load_layer_graph  # noqa: E402
@@ -137,8 +137,8 @@ def per_device(df: pd.DataFrame) -> pd.DataFrame:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default=str(REPO.parent / "shared" / "datasets"))
-    ap.add_argument("--out", default=str(REPO / "experiments" / "out" / "label_oracle"))
+    add_data_argument(ap)
+    add_out_argument(ap, "label_oracle")
     args = ap.parse_args(argv)
     try:
         root = neusight_root(args.data)

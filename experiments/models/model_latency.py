@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.common import REPO
+from experiments.common import REPO, add_data_argument, add_out_argument
 
 from hybridperf.devices import get_device  # noqa: E402
 from hybridperf.priors.constants import LIBRARY_EFFICIENCY, fitted_constants  # noqa: E402
@@ -384,9 +384,9 @@ def evaluate(recs, variant: str, tag: str):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default=str(REPO.parent / "shared" / "datasets"))
+    add_data_argument(ap)
     ap.add_argument("--bundles", default=None, help="DIR/<device_with_underscores>/kernels/ per held-out device")
-    ap.add_argument("--out", default=str(REPO / "experiments" / "out" / "model_latency"))
+    add_out_argument(ap, "model_latency")
     ap.add_argument("--variant", default=DEFAULT_VARIANT, choices=sorted(VARIANTS))
     ap.add_argument("--transfer-k", type=int, default=0,
                     help="also adapt each held-out NVIDIA device's bundle with K kernels of its test table "

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.common import REPO
+from experiments.common import REPO, add_data_argument, add_out_argument
 
 from experiments.models import model_latency as ml
 from hybridperf.graphs.compose import OOD_WIDEN, device_time_and_launches, posterior_interval  # noqa: E402
@@ -175,8 +175,8 @@ def plot(summary: pd.DataFrame, path: Path) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default=str(REPO.parent / "shared" / "datasets"))
-    ap.add_argument("--out", default=str(REPO / "experiments" / "out" / "run_calibration"))
+    add_data_argument(ap)
+    add_out_argument(ap, "run_calibration")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     root = Path(args.data)

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.common import REPO
+from experiments.common import REPO, add_out_argument, ape, inside
 
 from hybridperf.datasets.schema import canonicalize  # noqa: E402
 from hybridperf.devices import get_device  # noqa: E402
@@ -51,12 +51,12 @@ def class_scores(pred: Predictor, dev, test: pd.DataFrame, **labels) -> list[dic
     """Per op class (and `all`): MAPE and 90%-interval coverage of `pred` on `test`, with `labels`."""
     res = pred.predict(test, dev)
     y = test["latency_ms"].to_numpy()
-    ape = np.abs(res["pred_ms"].to_numpy() / y - 1) * 100
-    cov = (res["lo_ms"].to_numpy() <= y) & (y <= res["hi_ms"].to_numpy())
+    errors = ape(res["pred_ms"], y)
+    cov = inside(y, res["lo_ms"], res["hi_ms"])
     rows = []
     for cls in [*sorted(test["op_class"].unique()), "all"]:
         m = (test["op_class"] == cls).to_numpy() if cls != "all" else np.ones(len(y), bool)
-        rows.append({**labels, "op_class": cls, "n": int(m.sum()), "mape": ape[m].mean(),
+        rows.append({**labels, "op_class": cls, "n": int(m.sum()), "mape": errors[m].mean(),
                      "coverage_pct": cov[m].mean() * 100})
     return rows
 
@@ -160,7 +160,7 @@ def model_runs(gpu_dir: Path, k: int = 16) -> pd.DataFrame:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=str(REPO / "experiments" / "out" / "measured_transfer.md"))
+    add_out_argument(ap, "measured_transfer.md")
     ap.add_argument("--bundle", default=None,
                     help="kernel bundle for the half-precision table (default: the shipped one)")
     a = ap.parse_args(argv)

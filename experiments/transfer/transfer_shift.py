@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.common import REPO
+from experiments.common import REPO, add_data_argument, add_out_argument
 
 from hybridperf.datasets.neusight import load_collect, load_test, neusight_root  # noqa: E402
 from hybridperf.predictor import Predictor  # noqa: E402
@@ -31,9 +31,9 @@ KS = (0, 4, 16, 64)
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default=str(REPO.parent / "shared" / "datasets"))
+    add_data_argument(ap)
     ap.add_argument("--bundles", default=str(REPO / "experiments" / "out" / "logo_bundles"))
-    ap.add_argument("--out", default=str(REPO / "experiments" / "out" / "transfer_shift"))
+    add_out_argument(ap, "transfer_shift")
     ap.add_argument("--draws", type=int, default=5)
     args = ap.parse_args(argv)
     root = neusight_root(args.data)
