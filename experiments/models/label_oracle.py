@@ -17,6 +17,7 @@ run) with the test table's measurement of the same Linear shape.
 from __future__ import annotations
 
 import argparse
+import copy
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,7 @@ from hybridperf.devices import get_device  # noqa: E402
 from hybridperf.errors import InputError  # noqa: E402
 from hybridperf.graphs.trace import layer_span  # noqa: E402
 from hybridperf.predictor import Predictor  # noqa: E402
+from hybridperf.priors.constants import PriorConstants  # noqa: E402
 
 KEY = ["op", "B", "M", "N", "K", "H"]
 #: FX modules of a traced layer that are not a Linear (their names say so)
@@ -55,14 +57,22 @@ class OwnTableOracle:
         self.measured = fp32.groupby(_keys(fp32))["latency_ms"].median()
         self.matched_ms = 0.0
         self.total_ms = 0.0
+        self.tally = self
+
+    def with_constants(self, constants: PriorConstants) -> OwnTableOracle:
+        """This oracle with the prior (for kernels it did not measure) priced by `constants`, as
+        `Predictor.with_constants`; the copy adds to this oracle's `matched_ms` and `total_ms`."""
+        view = copy.copy(self)
+        view.prior = self.prior.with_constants(constants)
+        return view
 
     def predict(self, kernels: pd.DataFrame, device, timing=None, **kw) -> pd.DataFrame:
         out = self.prior.predict(kernels, device, timing, **kw).copy()
         keys = _keys(canonicalize(kernels))
         hit = keys.map(self.measured).to_numpy(np.float64)
         found = np.isfinite(hit) & (kernels["dtype"].to_numpy() == "fp32")
-        self.matched_ms += float(hit[found].sum())
-        self.total_ms += float(np.where(found, hit, out["pred_ms"].to_numpy()).sum())
+        self.tally.matched_ms += float(hit[found].sum())
+        self.tally.total_ms += float(np.where(found, hit, out["pred_ms"].to_numpy()).sum())
         ratio = np.where(found, hit / out["pred_ms"].to_numpy(), 1.0)
         for c in ("pred_ms", "lo_ms", "hi_ms"):
             out[c] = out[c].to_numpy() * ratio
