@@ -1,19 +1,15 @@
-"""experiments/class_budget.py: the k measured kernels are all of the scored class; only its others are scored."""
+"""experiments/transfer/class_budget.py: the k measured kernels are all of the scored class; only its others
+are scored."""
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+from experiments.transfer.class_budget import one_class_budget
+from conftest import synth_measurements
 
-from class_budget import one_class_budget  # noqa: E402
-from conftest import synth_measurements  # noqa: E402
-
-from hybridperf.datasets.schema import canonicalize  # noqa: E402
-from hybridperf.predictor import Predictor  # noqa: E402
+from hybridperf.datasets.schema import canonicalize
+from hybridperf.predictor import Predictor
 
 DEVICE = "Tesla P100-PCIE-16GB"  # not one of the tiny bundle's training GPUs
 

@@ -120,12 +120,12 @@ def test_example_shapes_file_parses():
 
 
 def test_gpu_check_script_runs_end_to_end_on_the_cpu(tmp_path):
-    """experiments/gpu_check.py (the one-command check for a lent GPU) collects, predicts and reports;
+    """experiments/gpu/gpu_check.py (the one-command check for a lent GPU) collects, predicts and reports;
     here on the CPU with toy shapes, predicting for a catalog GPU, so only the plumbing is checked."""
     pytest.importorskip("torch")
-    res = subprocess.run([sys.executable, str(REPO / "experiments" / "gpu_check.py"), "--quick", "--device", "cpu",
+    res = subprocess.run([sys.executable, "-m", "experiments.gpu.gpu_check", "--quick", "--device", "cpu",
                           "--as-device", "NVIDIA H100 80GB HBM3", "--no-models", "--out", str(tmp_path)],
-                         capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=300, cwd=REPO)
     assert res.returncode == 0, res.stderr
     k = pd.read_csv(tmp_path / "kernels.csv")
     assert set(k["op_class"]) == {"bmm", "linear", "elementwise", "softmax", "layernorm"}
@@ -138,11 +138,12 @@ def test_gpu_check_script_runs_end_to_end_on_the_cpu(tmp_path):
 
 
 def test_gpu_check_repredicts_saved_measurements_without_a_gpu(tmp_path):
-    """`gpu_check.py --from DIR` keeps the measured columns of a saved run and re-runs only the predictions
-    (here the H100 run shipped in experiments/data/measured), so a code change is checked on real data."""
+    """`python -m experiments.gpu.gpu_check --from DIR` keeps the measured columns of a saved run and re-runs
+    only the predictions (here the H100 run shipped in experiments/data/measured), so a code change is checked
+    on real data."""
     src = REPO / "experiments" / "data" / "measured" / "h100"
-    res = subprocess.run([sys.executable, str(REPO / "experiments" / "gpu_check.py"), "--from", str(src),
-                          "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    res = subprocess.run([sys.executable, "-m", "experiments.gpu.gpu_check", "--from", str(src),
+                          "--out", str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=REPO)
     assert res.returncode == 0, res.stderr
     for name, measured in (("kernels", "latency_ms"), ("models", "measured_ms"), ("optimizer", "measured_ms")):
         old, new = pd.read_csv(src / f"{name}.csv"), pd.read_csv(tmp_path / f"{name}.csv")
@@ -154,8 +155,7 @@ def test_gpu_check_repredicts_saved_measurements_without_a_gpu(tmp_path):
 
 
 def test_traced_tiles_reads_both_orientations_of_our_tile_sizes(tmp_path):
-    sys.path.insert(0, str(REPO / "experiments"))
-    from kernel_trace import traced_tiles
+    from experiments.gpu.kernel_trace import traced_tiles
 
     trace = pd.DataFrame({"device": "NVIDIA H200", "op": ["bmm", "bmm", "bmm", "linear"],
                           "dtype": "float32", "kernel": ["sm80_xmma_gemm_f32f32_nn_n_tilesize128x64x8_stage3",
@@ -168,10 +168,9 @@ def test_traced_tiles_reads_both_orientations_of_our_tile_sizes(tmp_path):
 
 
 def test_model_profile_report_splits_kernel_time_from_gaps():
-    """`model_profile.py --report` compares device time with device time: per run, the groups' times and
-    the `gaps and host` row add up to the end-to-end time, measured and predicted alike."""
-    sys.path.insert(0, str(REPO / "experiments"))
-    from model_profile import report
+    """`python -m experiments.gpu.model_profile --report` compares device time with device time: per run, the
+    groups' times and the `gaps and host` row add up to the end-to-end time, measured and predicted alike."""
+    from experiments.gpu.model_profile import report
 
     tab = report(REPO / "experiments" / "data" / "measured" / "h100" / "model_profile")
     assert {"linear", "bmm", "softmax", "layernorm", "gaps and host", "end to end"} <= set(tab["group"])

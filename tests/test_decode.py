@@ -17,7 +17,7 @@ from hybridperf.predictor import Predictor
 PRIOR = Predictor.prior_only()
 DEV = "NVIDIA H100 80GB HBM3"
 TINY = Path(__file__).resolve().parent / "data" / "tiny_gpt2_config.json"
-#: the configurations of experiments/decode_trace.py (2 layers)
+#: the configurations of experiments/gpu/decode_trace.py (2 layers)
 CONFIGS = {
     "gpt2": {"model_type": "gpt2", "n_embd": 64, "n_head": 4, "vocab_size": 100, "n_positions": 512, "n_layer": 2},
     "gpt_neo": {"model_type": "gpt_neo", "hidden_size": 64, "num_heads": 4, "vocab_size": 100, "num_layers": 2,
@@ -33,7 +33,7 @@ CONFIGS = {
                   "num_hidden_layers": 2},
 }
 #: kernels per layer and outside the layers of one decode step, counted with TorchDispatchMode on HF eager
-#: models with a DynamicCache (torch 2.13, transformers 5.23; `python experiments/decode_trace.py`)
+#: models with a DynamicCache (torch 2.13, transformers 5.23; `python -m experiments.gpu.decode_trace`)
 TRACED = {
     ("gpt2", "fp32"): (24, 17), ("gpt2", "bf16"): (24, 17),
     ("gpt_neo", "fp32"): (25, 17), ("gpt_neo", "bf16"): (28, 17),

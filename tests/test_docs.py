@@ -71,4 +71,4 @@ def test_results_hold_todays_numbers_not_a_journal():
     for section in re.split(r"\n## ", text)[1:]:
         body = section.split("\n", 1)[1] if "\n" in section else ""
         if "|" in body:  # every table says how to reproduce it
-            assert "python experiments/" in body, section.splitlines()[0]
+            assert "python -m experiments" in body, section.splitlines()[0]

@@ -521,7 +521,7 @@ def _per_layer_and_outside(cfg, mode, dtype="fp32", layers_key="num_hidden_layer
 def test_llama_like_layers_launch_what_hf_eager_launches(family, fp32, bf16, train):
     """Kernels per layer of one forward, and of a training step whose backward accumulates into an existing
     `.grad` (NeuSight's timed steps), as TorchDispatchMode counts them on HF eager models (transformers
-    5.23, `use_cache=False`; `experiments/graph_trace.py`): Qwen3 adds an RMSNorm over each head of q and
+    5.23, `use_cache=False`; `experiments/gpu/graph_trace.py`): Qwen3 adds an RMSNorm over each head of q and
     k (6 kernels each, 5 more in bf16: two casts, as Llama's), Gemma a (1 + weight) add per norm (and in
     bf16 a cast of the weight, the multiply running in fp32), Gemma 2 two more norms per layer (on the
     attention's and the MLP's outputs) and the scores' soft-cap (x / c, tanh, * c), Gemma 3 the two norms
@@ -738,7 +738,7 @@ def test_half_precision_tensor_parallel_collectives_halve():
 
 def test_saved_activations_match_the_cpu_autograd_counts():
     """The per-family formula reproduces the saved-tensor bytes counted with autograd hooks on the CPU
-    (experiments/activation_memory.py, shipped as experiments/data/activation_memory.csv)."""
+    (experiments/models/activation_memory.py, shipped as experiments/data/activation_memory.csv)."""
     from hybridperf.graphs.memory import saved_activation_bytes
 
     counts = pd.read_csv(Path(__file__).resolve().parents[1] / "experiments" / "data" / "activation_memory.csv")

@@ -35,7 +35,7 @@ def _per_layer(cfg, mode, dtype="fp32", batch=2, seq=8):
                                                                 ("qwen3_moe", 70, 70, 82), ("gpt_oss", 71, 72, 76)])
 def test_moe_layers_launch_what_hf_eager_launches(family, inf, decode_fp32, decode_bf16):
     """Kernels per layer as TorchDispatchMode counts them on HF eager models (transformers 5.23, grouped_mm
-    experts; `experiments/graph_trace.py` and `experiments/decode_trace.py`): a forward of 2 x 8 tokens,
+    experts; `experiments/gpu/graph_trace.py` and `experiments/gpu/decode_trace.py`): a forward of 2 x 8 tokens,
     and one decode step of 2 new tokens in fp32 and bf16 (Mixtral casts the router logits up and the
     fp32-weighted expert sum back down; Qwen casts the k weights down)."""
     cfg = MOE[family]
@@ -138,7 +138,7 @@ def test_inference_memory_counts_expert_weights_once():
 def test_moe_saved_activations_match_the_cpu_autograd_counts(family, extra, hidden, ffn, batch, seq, dtype_bytes,
                                                              counted):
     """Bytes one MoE layer saves for backward against the saved-tensor-hook count of the same layer on the
-    CPU (`python experiments/activation_memory.py --moe`; a 3-layer minus a 2-layer model)."""
+    CPU (`python -m experiments.models.activation_memory --moe`; a 3-layer minus a 2-layer model)."""
     cfg = {"model_type": family, "hidden_size": hidden, "intermediate_size": ffn, "num_attention_heads": 4,
            "num_key_value_heads": 4, "head_dim": hidden // 4, "vocab_size": 1000, "max_position_embeddings": 512,
            **extra}
@@ -159,7 +159,7 @@ DEEPSEEK = {"model_type": "deepseek_v3", "hidden_size": 64, "intermediate_size":
 @pytest.mark.parametrize("family,train_fp32,train_bf16", [("mixtral", 169, 186), ("qwen2_moe", 196, 212),
                                                           ("qwen3_moe", 211, 235), ("gpt_oss", 213, 223)])
 def test_moe_training_layers_launch_what_hf_eager_launches(family, train_fp32, train_bf16):
-    """A training step that accumulates into `.grad` (TorchDispatchMode, `experiments/graph_trace.py`): the
+    """A training step that accumulates into `.grad` (TorchDispatchMode, `experiments/gpu/graph_trace.py`): the
     broadcast division and product of the routing weights sum their gradients, and Mixtral's fp32 expert
     outputs hand their bf16 inputs an fp32 gradient (one cast)."""
     assert _per_layer(MOE[family], "train") == train_fp32
@@ -169,7 +169,7 @@ def test_moe_training_layers_launch_what_hf_eager_launches(family, train_fp32, t
 @pytest.mark.parametrize("extra,inf,train,decode", [({}, 95, 266, 96), ({"rope_interleave": False}, 91, 256, None),
                                                     ({"q_lora_rank": None}, 88, 241, None)])
 def test_deepseek_v3_layers_launch_what_hf_eager_launches(extra, inf, train, decode):
-    """Kernels per MoE layer of HF eager DeepseekV3ForCausalLM (transformers 5.23; `experiments/graph_trace.py`,
+    """Kernels per MoE layer of HF eager DeepseekV3ForCausalLM (transformers 5.23; `experiments/gpu/graph_trace.py`,
     `decode_trace.py`, fp32): latent attention with interleaved RoPE (or rotate_half), with or without the
     low-rank query, the router's 17 kernels, grouped experts and the shared expert. bf16 adds the norms',
     softmax's and router's casts (108, 293, 109 with the defaults)."""

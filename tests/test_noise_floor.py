@@ -1,19 +1,14 @@
-"""experiments/noise_floor.py: the neighbour oracle reads a table's measurement noise and nothing else."""
+"""experiments/kernels/noise_floor.py: the neighbour oracle reads a table's measurement noise and nothing else."""
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+from experiments.kernels.noise_floor import noise_table
 
-from noise_floor import noise_table  # noqa: E402
-
-from hybridperf.datasets.schema import canonicalize  # noqa: E402
-from hybridperf.devices import get_device  # noqa: E402
-from hybridperf.priors.kernel_prior import prior_ms  # noqa: E402
+from hybridperf.datasets.schema import canonicalize
+from hybridperf.devices import get_device
+from hybridperf.priors.kernel_prior import prior_ms
 
 
 def _bmm_table(noise_sd: float, bias: float, seed: int = 0) -> pd.DataFrame:

@@ -1,18 +1,14 @@
-"""experiments/vidur_token_blocks.py: loop steps count waves of resident blocks, and the fit recovers its constant."""
+"""experiments/kernels/vidur_token_blocks.py: loop steps count waves of resident blocks, and the fit recovers
+its constant."""
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+from experiments.kernels.vidur_token_blocks import fit, model_ms, token_block_terms
 
-from vidur_token_blocks import fit, model_ms, token_block_terms  # noqa: E402
-
-from hybridperf.datasets.schema import canonicalize  # noqa: E402
-from hybridperf.devices import get_device  # noqa: E402
+from hybridperf.datasets.schema import canonicalize
+from hybridperf.devices import get_device
 
 DEVICE = "NVIDIA A100-SXM4-80GB"
 

@@ -8,7 +8,7 @@ meant for GPUs outside the label set; `q_lo`/`q_hi` (90% model interval, log spa
 quantiles of the leave-one-device-out residuals. `variant` names the constants that were free (here
 only `gap_ms`: a fitted scale, per-kernel CPU bound or per-mode log bias did not help on held-out
 devices). Regenerate with
-`python experiments/model_latency.py --bundles experiments/out/logo_bundles --write-calibration`, which also
+`python -m experiments.models.model_latency --bundles experiments/out/logo_bundles --write-calibration`, which also
 reports the leave-one-device-out accuracy these numbers do not see. A kind missing here means
 `compose.DEFAULT_GAP_MS` and an interval built from the kernels' own intervals.
 """

@@ -17,7 +17,7 @@ launch, so the composition is
   * `log_bias[mode]`: optional per-mode residual scalar (0 when not fitted).
 
 The constants live in `hybridperf.graphs.calibration`, per kernel-predictor kind ('prior', 'bundle'),
-fitted on NeuSight's whole-model labels by `experiments/model_latency.py` (which reports them
+fitted on NeuSight's whole-model labels by `experiments/models/model_latency.py` (which reports them
 leave-one-device-out). A kind without constants uses `DEFAULT_GAP_MS` and nothing else.
 `correction=False` gives the plain NeuSight-style sum of isolated-kernel predictions (t_k = pred_k).
 Python-only nodes of the traced graph (size, view, permute, getitem, eval-mode dropout) launch no

@@ -6,7 +6,7 @@ past_key_values=cache)` does inside `generate()`. The step is the model's forwar
 or logits processing.
 
 The kernels are those HF eager code launches, counted with TorchDispatchMode on GPT-2, GPT-Neo, OPT and
-Llama decode steps with a `DynamicCache` (transformers 5.23; `experiments/decode_trace.py` re-counts
+Llama decode steps with a `DynamicCache` (transformers 5.23; `experiments/gpu/decode_trace.py` re-counts
 them and compares with this module):
 
   * every projection, norm, activation and residual kernel of the prefill layer, over `batch` rows;

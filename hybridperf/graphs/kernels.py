@@ -1036,7 +1036,7 @@ def moe_block(cfg: ModelConfig, tok: int, train: bool = False) -> list:
     the k experts of each token. Qwen2-MoE adds a gated MLP every token passes through (the shared
     expert), scaled by sigmoid(x w) and added; DeepSeek-V3 routes with `deepseek_router` and adds its shared
     experts unscaled; GPT-OSS routes with a biased GEMM and a softmax over the k chosen logits, and its experts
-    are `oss_experts`. Counted with TorchDispatchMode (`experiments/graph_trace.py`);
+    are `oss_experts`. Counted with TorchDispatchMode (`experiments/gpu/graph_trace.py`);
     the tiny integer bookkeeping kernels are `misc:route`. In the backward each gather (tag `gather`)
     zero-fills its gradient and scatters into it."""
     h, E, k, f, tok = cfg.hidden, cfg.num_experts, cfg.experts_per_token, cfg.expert_ffn, int(tok)
@@ -1128,7 +1128,7 @@ def deepseek_router(cfg: ModelConfig, tok: int, train: bool = False) -> list:
     (x and the weight cast up in a half-precision model), a sigmoid, the score-correction bias, the best
     two scores of each of `n_group` groups summed, the `topk_group` best groups kept (a mask: zeros,
     scatter, expand, cast, not, masked_fill), top-k of the rest, and the chosen scores gathered, which is
-    where the gradient flows (tag `gather`). Counted with TorchDispatchMode (`experiments/graph_trace.py`)."""
+    where the gradient flows (tag `gather`). Counted with TorchDispatchMode (`experiments/gpu/graph_trace.py`)."""
     h, E, k = cfg.hidden, cfg.num_experts, cfg.experts_per_token
     G = int(cfg.raw.get("n_group", 8))
 

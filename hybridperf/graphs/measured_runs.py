@@ -20,7 +20,7 @@ run's error (SIGMA_RUN < SIGMA_SCALE); the gap moves only when the runs disagree
 
 SIGMA_SCALE and SIGMA_RUN are empirical-Bayes estimates from NeuSight's eager labels under the shipped
 composition (between-device spread of the mean log error, and the pooled within-device spread);
-SIGMA_GAP is an assumption (hosts differ by up to ~5x per launch). `experiments/run_calibration.py`
+SIGMA_GAP is an assumption (hosts differ by up to ~5x per launch). `experiments/models/run_calibration.py`
 re-estimates them and scores the method with each device's own labels held out.
 
 Runs CSV (`read_runs`): `config` (a HF config.json, relative to the CSV's folder or absolute), `batch`,

@@ -1,7 +1,7 @@
 """Device memory of one eager Hugging Face run: weights, gradients and what autograd saves.
 
 Training keeps, until backward, every tensor autograd saved. For eager fp32 HF models that set is
-counted exactly on the CPU by `experiments/activation_memory.py` (saved-tensor hooks, each storage
+counted exactly on the CPU by `experiments/models/activation_memory.py` (saved-tensor hooks, each storage
 once; torch 2.13, transformers 5.23, the families' default dropout, which NeuSight's configs keep) and
 fitted, per family, as bytes per layer
 
@@ -139,7 +139,7 @@ def moe_layer_extra_bytes(tokens: int, top_k: int, hidden: int, dtype_bytes: flo
 
 #: bytes per token that DeepSeek-V3's latent attention saves beyond Llama's attention, per unit of each width:
 #: q_lora_rank, kv_lora_rank + qk_rope_head_dim, heads * (nope + rope), heads * (nope + v), hidden. Fitted on
-#: the saved-tensor-hook residuals of 8 small configurations (`experiments/activation_memory.py --mla`,
+#: the saved-tensor-hook residuals of 8 small configurations (`experiments/models/activation_memory.py --mla`,
 #: `data/mla_memory.csv`); leave one configuration out, the layer's saved bytes are within 2.4% (fp32) and
 #: 2.1% (bf16) of the count over three refits (random routing moves the counts), against up to 19% and 25%
 #: with Llama's layer alone.

@@ -21,7 +21,7 @@ from typing import Mapping
 import numpy as np
 
 #: (tile rows, tile output columns) of the batched SGEMM kernels each traced GPU ran for torch.bmm
-#: (NeuSight's test-table traces, cuBLAS 12.1; `experiments/priors_report.py` re-reads them).
+#: (NeuSight's test-table traces, cuBLAS 12.1; `experiments/kernels/priors_report.py` re-reads them).
 BATCHED_SGEMM_TRACES: dict[str, dict[str, tuple[tuple[int, int], ...]]] = {
     "pascal": {"Tesla P100-PCIE-16GB": ((64, 128),), "Tesla P4": ((64, 128), (128, 128))},
     "ampere": {"NVIDIA A100-PCIE-40GB": ((128, 128),)},
@@ -35,14 +35,14 @@ BATCHED_SGEMM_SAME_AS = {"ada": "ampere", "hopper": "ampere"}
 
 #: Per GPU: (pages a tile's operand rows may span before its loads miss the translation cache, GEMM
 #: FLOP per GPU clock once every load misses), each fitted on that GPU's Linear test table alone by
-#: `experiments/priors_report.py` (`translation_fits`), which scores each GPU with the others' values.
+#: `experiments/kernels/priors_report.py` (`translation_fits`), which scores each GPU with the others' values.
 TRANSLATION_FITS: dict[str, dict[str, tuple[float, float]]] = {
     "pascal": {"Tesla P100-PCIE-16GB": (3.5, 1900.0), "Tesla P4": (2.5, 2450.0)},
 }
 
 #: Per GPU: how much slower than the tile model a split-K SGEMM of `F.linear` with a bias runs, as
 #: the exponent `a` of its blocks' rate split ** -a, each fitted on that GPU's own fp32 Linear test
-#: table by `experiments/priors_report.py` (`split_rate_fits`), which scores each GPU with the others'.
+#: table by `experiments/kernels/priors_report.py` (`split_rate_fits`), which scores each GPU with the others'.
 #: Ampere's and Hopper's cuBLAS rarely split that call over the grid (2 of the A100's 1,040 traced test
 #: shapes, 1 of our H200's 18) and run a partial wave of small tiles instead, slower than the split the
 #: tile model prices. Their other GEMMs do split (the H100's GPT-2 profile: Conv1D's addmm in
@@ -55,7 +55,7 @@ SPLIT_RATE_FITS: dict[str, dict[str, float]] = {
 
 #: Per GPU with a split L2: the share of its nominal L2 that holds rows awaiting their re-read, each
 #: fitted on that GPU's own softmax and LayerNorm test rows (minimum MAPE on a 0.05 grid;
-#: `experiments/priors_report.py`, `reread_share_fits`): the A100's NeuSight test table 7.3 -> 5.9%,
+#: `experiments/kernels/priors_report.py`, `reread_share_fits`): the A100's NeuSight test table 7.3 -> 5.9%,
 #: our H200's fp32 and fp16 grid 8.3 -> 7.0%. Each GPU also improves with the other's value (A100 6.4%,
 #: H200 7.3%), so a GPU held out takes the mean of the others' fits. Why less than all of it is a
 #: guess: a line read from the far half may be cached in both.
@@ -188,32 +188,32 @@ _H200_GRID = "experiments/data/measured/h200 (grid, kernel_trace)"
 PROVENANCE: tuple[Provenance, ...] = (
     Provenance("gemm.TILES", "(tile_m, tile_n, blocks/SM, fraction of SM peak)", "engineering estimate of cuBLAS/CUTLASS tiles"),
     Provenance("gemm.K_OVERHEAD", "reduction steps per tile", "NeuSight fp32 GEMMs", ("P100", "P4", "T4", "V100", "A100"),
-               "NeuSight train/test", refit="experiments/priors_report.py"),
+               "NeuSight train/test", refit="experiments/kernels/priors_report.py"),
     Provenance("gemm.K_OVERHEAD_MATRIX", "reduction steps per tile", "H200 fp16 GEMMs", ("NVIDIA H200",), _H200_GRID,
-               "Vidur A40/A100 linears, H100 fp16/bf16 bmm", "experiments/priors_report.py"),
+               "Vidur A40/A100 linears, H100 fp16/bf16 bmm", "experiments/kernels/priors_report.py"),
     Provenance("gemm.UNALIGNED_MATRIX_SLOWDOWN", "x slower by load width (bytes)", "H200 unaligned fp16 GEMMs",
                ("NVIDIA H200",), _H200_GRID, "H100 unaligned fp16 GEMMs (44 -> 22% MAPE)"),
     Provenance("constants.BATCHED_SGEMM_TRACES", "tiles per GPU", "cuBLAS kernel names in traces",
                ("Tesla P100-PCIE-16GB", "Tesla P4", "NVIDIA A100-PCIE-40GB", "NVIDIA H200"), "NeuSight test traces",
-               refit="experiments/priors_report.py", applies_to="per architecture, leave-one-GPU-out"),
+               refit="experiments/kernels/priors_report.py", applies_to="per architecture, leave-one-GPU-out"),
     Provenance("constants.TRANSLATION_FITS", "(pages, FLOP/clock)", "Pascal long-reduction Linears",
-               ("Tesla P100-PCIE-16GB", "Tesla P4"), "NeuSight linear test", refit="experiments/priors_report.py",
+               ("Tesla P100-PCIE-16GB", "Tesla P4"), "NeuSight linear test", refit="experiments/kernels/priors_report.py",
                applies_to="pascal, leave-one-GPU-out"),
     Provenance("constants.SPLIT_RATE_FITS", "exponent", "F.linear split-K slowdown",
                ("NVIDIA A100-PCIE-40GB", "NVIDIA H200"), "NeuSight linear test; H200 grid",
-               refit="experiments/priors_report.py", applies_to="ampere and hopper, leave-one-GPU-out"),
+               refit="experiments/kernels/priors_report.py", applies_to="ampere and hopper, leave-one-GPU-out"),
     Provenance("constants.REREAD_L2_SHARE_FITS", "share of L2", "row-wise re-reads on a split L2",
                ("NVIDIA A100-PCIE-40GB", "NVIDIA H200"), "NeuSight softmax/ln test; H200 grid",
-               refit="experiments/priors_report.py", applies_to="split-L2 GPUs, leave-one-GPU-out"),
+               refit="experiments/kernels/priors_report.py", applies_to="split-L2 GPUs, leave-one-GPU-out"),
     Provenance("constants.LIBRARY_EFFICIENCY", "fraction of the tile rate", "traced GEMMs of NeuSight's AMD labels",
                ("AMD Instinct MI100", "AMD Instinct MI210"), "NeuSight labels (FX traces)",
                refit="hybridperf/training/library_efficiency.py", applies_to="amd"),
     Provenance("kernel_prior.ELEMENTWISE_OPMATH_COST", "FLOP-equivalents per element", "H200 fp16 element-wise kernels",
-               ("NVIDIA H200",), _H200_GRID, "H100 kernel grid", "experiments/priors_report.py"),
+               ("NVIDIA H200",), _H200_GRID, "H100 kernel grid", "experiments/kernels/priors_report.py"),
     Provenance("power.MATRIX_ENERGY_RATIO", "matrix / vector energy per FLOP",
                "public power-capped GEMM rates (T4, L4); H200 linears for hopper", ("NVIDIA H200",),
                "experiments/data/measured/h200/kernel_trace.csv", "H100, V100S, L40S public GEMM rates",
-               "experiments/public_gemm_check.py", applies_to="per architecture (hopper from the H200)"),
+               "experiments/kernels/public_gemm_check.py", applies_to="per architecture (hopper from the H200)"),
     Provenance("power.ISSUE_FRACTION_BY_ARCH", "fraction of the fp32 peak", "H200 torch.mm fp32",
                ("NVIDIA H200",), "experiments/data/measured/h200/gemm.csv", "H100 (same SM)",
                applies_to="hopper"),
@@ -221,9 +221,9 @@ PROVENANCE: tuple[Provenance, ...] = (
     Provenance("memory.HBM_EFFICIENCY", "fraction of DRAM peak", "public STREAM/BabelStream results"),
     Provenance("memory.GDDR_EFFICIENCY", "fraction of DRAM peak", "public STREAM/BabelStream results"),
     Provenance("rowwise.LAYERNORM_ROW_CYCLES", "SM cycles per row", "H200 fp32/fp16 LayerNorm grid", ("NVIDIA H200",),
-               _H200_GRID, "H100 grid, NeuSight's five GPUs", "experiments/priors_report.py"),
+               _H200_GRID, "H100 grid, NeuSight's five GPUs", "experiments/kernels/priors_report.py"),
     Provenance("rowwise.LAYERNORM_ROW_CYCLES_PER_BYTE", "SM cycles per byte", "H200 fp32/fp16 LayerNorm grid",
-               ("NVIDIA H200",), _H200_GRID, "H100 grid, NeuSight's five GPUs", "experiments/priors_report.py"),
+               ("NVIDIA H200",), _H200_GRID, "H100 grid, NeuSight's five GPUs", "experiments/kernels/priors_report.py"),
     Provenance("rowwise.SOFTMAX_CYCLES_PER_ELEM", "SM cycles per element", "H200 fp16 softmax rows", ("NVIDIA H200",),
                _H200_GRID, "H100 grid"),
     Provenance("rowwise.REGISTER_SOFTMAX_CYCLES_PER_SLOT", "SM cycles per register slot", "H200 softmax rows",
@@ -231,7 +231,7 @@ PROVENANCE: tuple[Provenance, ...] = (
     Provenance("rowwise.SOFTMAX_SMEM_CYCLES_PER_ELEM", "SM cycles per element", "H200 softmax rows", ("NVIDIA H200",),
                _H200_GRID, "H100 grid", applies_to="current PyTorch hosts"),
     Provenance("rowwise.REREAD_FITS_L2", "share of L2", "NeuSight softmax/ln, chosen leave-one-GPU-out",
-               ("P100", "P4", "T4", "V100", "A100"), "NeuSight test", refit="experiments/priors_report.py"),
+               ("P100", "P4", "T4", "V100", "A100"), "NeuSight test", refit="experiments/kernels/priors_report.py"),
     Provenance("launch.FLOOR_MS", "ms per call", "1st percentile of NeuSight's kernels", ("P100", "P4", "T4", "V100", "A100"),
                "NeuSight train", applies_to="call timing, NeuSight host"),
     Provenance("launch.KERNEL_FLOOR_MS", "ms per kernel", "Vidur A100 fp16 profiles", ("NVIDIA A100-SXM4-80GB",),

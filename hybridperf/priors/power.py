@@ -40,7 +40,7 @@ VECTOR_PJ_PER_FLOP = {
 #: torch.mm 759 fp16 and 790 bf16), 0.81 pJ: 0.085 of Hopper's vector energy, which puts those rows at
 #: 1.06x their kernel time. Elsewhere ~0.1. The H100 (same chip, held out of the anchor: public 736-798
 #: TFLOP/s at 4096-8192, its PCIe card 437-496) and V100S and L40S are checked, not fitted, by
-#: `experiments/public_gemm_check.py`.
+#: `experiments/kernels/public_gemm_check.py`.
 MATRIX_ENERGY_RATIO = {"volta": 0.19, "turing": 0.19, "ada": 0.22, "hopper": 0.085}
 DEFAULT_MATRIX_ENERGY_RATIO = 0.1
 #: matrix-unit energy per FLOP by operand type, relative to 16-bit operands: fp32 matrix units

@@ -15,7 +15,7 @@ and then overlaps the DRAM stream almost for free. Once they outgrow L2, the re-
 GA100 and GH100 split their L2 in two halves, each caching for its own SMs (`DeviceSpec.l2_partitions`);
 there the re-reads see only a share of the nominal capacity (`PriorConstants.reread_l2_share`).
 The three constants below are global, chosen leave-one-GPU-out on NeuSight's five GPUs (each fold
-chose fits 0.3-0.4, spills 1.15-1.45, cost 0.1; `experiments/priors_report.py`). Without this, one
+chose fits 0.3-0.4, spills 1.15-1.45, cost 0.1; `experiments/kernels/priors_report.py`). Without this, one
 DRAM pass was assumed up to 16 KiB rows (a shared-memory softmax PyTorch 2.1 does not run) and two
 beyond: held-out softmax MAPE was 10-25% per GPU, with rows of 1-4k elements 1.3-1.7x slower and
 rows of 5-10k up to 1.8x faster than that.

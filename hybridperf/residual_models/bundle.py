@@ -290,7 +290,7 @@ def bias_key(op_class: str, timing: str = "call", dtype: str = "fp32") -> str:
 def correction_key(op_class: str, dtype: str) -> str:
     """Key of a few-shot correction and its interval (`linear:fp16`): each dtype measured on the
     target GPU gets its own, because fp16 kernels' errors do not carry to fp32 ones (fp16 kernels moved
-    fp32 predictions on our H200 from 6.8 to 8.3% MAPE, experiments/cross_dtype_transfer.py)."""
+    fp32 predictions on our H200 from 6.8 to 8.3% MAPE, experiments/transfer/cross_dtype_transfer.py)."""
     return f"{op_class}:{dtype}"
 
 

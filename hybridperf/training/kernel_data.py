@@ -55,7 +55,7 @@ def load_kernel_table(path: str | Path) -> pd.DataFrame:
 
 def load_measured_grid(gpu_dir: str | Path, splits=("train", "test"), dtypes=("fp32",)) -> pd.DataFrame:
     """Kernels one GPU measured with `hybridperf collect` on NeuSight's shape lists
-    (`experiments/grid_shapes.py`): `<gpu_dir>/grid/<split>_*.csv`, only rows of `dtypes`.
+    (`experiments/gpu/grid_shapes.py`): `<gpu_dir>/grid/<split>_*.csv`, only rows of `dtypes`.
     Duplicates (by device, op, dtype and shape) are dropped."""
     files = sorted(f for s in splits for f in (Path(gpu_dir) / "grid").glob(f"{s}_*.csv"))
     if not files:

@@ -1,7 +1,7 @@
 """Few-shot transfer: correct the zero-shot predictor with k kernels measured on the target GPU.
 
 The zero-shot model's log-errors e = log(measured / predicted) are modelled, per op class and dtype
-(`correction_key`: fp16 kernels' errors did not carry to fp32 ones, experiments/cross_dtype_transfer.py;
+(`correction_key`: fp16 kernels' errors did not carry to fp32 ones, experiments/transfer/cross_dtype_transfer.py;
 a dtype with nothing measured stays zero-shot), as a function of the prior's own regime terms, with a
 Gaussian prior centred on zero (= the zero-shot model, so k = 0 changes nothing and every
 coefficient is shrunk toward it):
@@ -38,7 +38,7 @@ reduction length, the kernel's duration and the compute/memory balance, with dev
 Offsets shared across classes by regime (one GEMM efficiency, one memory efficiency) were tried and
 did not beat per-class coefficients. The default prior scales (`TransferPrior`) were chosen
 leave-one-GPU-out on the five NeuSight GPUs (before the evidence-based strength was added, every fold
-picked them; experiments/fewshot_curve.py re-chooses the default per fold).
+picked them; experiments/transfer/fewshot_curve.py re-chooses the default per fold).
 
 Intervals after transfer: the closed-form leave-one-out residuals of the fit, standardised by each
 class's zero-shot half-width and pooled over classes (other classes count 0.3), plus the zero-shot
@@ -87,7 +87,7 @@ MAX_ROWS_PER_CLASS = 1000  # a class measured more often is thinned evenly (the 
 #: softmax's error on a held-out GPU is structure over the row length with device-dependent signs (the
 #: A100's step at H > 8k), not an offset, so a few measured softmaxes moved the others the wrong way
 #: (8.2% -> 8.8% at 4 measured, A100/T4/V100 worse). Chosen on the five NeuSight GPUs by
-#: experiments/fewshot_curve.py's rule (`choose_class_scale`, which re-chooses it per fold there): a class
+#: experiments/transfer/fewshot_curve.py's rule (`choose_class_scale`, which re-chooses it per fold there): a class
 #: departs from 1.0 only where the factor is no worse on every GPU. Before the row-length term
 #: (`ROW_CLASSES`) took over the per-H structure, every fold chose 0.1-0.2; with it, four of five folds
 #: choose 0.7 (the P4's 0.1), and the five GPUs together choose 0.7. The GEMM and
@@ -101,7 +101,7 @@ CLASS_PRIOR_SCALE = {"softmax": 0.7}
 #: term follows that, so a softmax measured at one H says nothing about another H but much about the
 #: same H at another row count. The term is gated by the kernel's busy share (1 - floor share).
 #: s_H chosen leave-one-GPU-out on the five NeuSight GPUs with softmax and layernorm both in it
-#: (experiments/fewshot_curve.py; mean over k = 4..64 and both pickers of the per-class MAPE, the
+#: (experiments/transfer/fewshot_curve.py; mean over k = 4..64 and both pickers of the per-class MAPE, the
 #: issue's target being per class): 0 -> 7.12%, 0.08 -> 7.00%, 0.15 -> 6.80%, 0.25 -> 6.79%.
 #: LayerNorm is left out: its NeuSight error is as per-H, but its term made Vidur's A40 (7.1 -> 7.3% at
 #: 16 suggested, 5.9 -> 6.8% at 32) and the H100's collect -> test transfer (6.0 -> 7.2%) worse. Those
@@ -134,7 +134,7 @@ class TransferPrior:
     noise: float = 0.10  # kernel-to-kernel error the basis cannot explain
     robust_delta: float = 0.05  # residual below which IRLS weights stop growing
     #: L, the length (standardised RBF inputs) over which a learnt slope holds; 0 = every slope global.
-    #: Chosen leave-one-GPU-out on the five NeuSight GPUs (experiments/fewshot_curve.py, mean MAPE over
+    #: Chosen leave-one-GPU-out on the five NeuSight GPUs (experiments/transfer/fewshot_curve.py, mean MAPE over
     #: k = 4..64 and both pickers): 0 -> 8.3%, 1.0 -> 8.05%, 1.5 -> 7.9%, 3.0 -> 8.1%. Checked where it
     #: was not chosen: experiments/RESULTS.md section 3.
     slope_length: float = 1.5

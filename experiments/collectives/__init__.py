@@ -1,0 +1,1 @@
+"""NCCL collectives: the prior and residual model on Vidur's network tables."""

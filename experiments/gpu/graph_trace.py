@@ -1,0 +1,155 @@
+"""Count the kernels of a Hugging Face eager forward (and training step) and compare them with the graph.
+
+For small random-weight models of every family `predict-model` reads, run one forward under no_grad
+(`inf`; causal LMs with `use_cache=False`) and one forward + loss + backward (`train`, a second step, so
+that `.grad` exists and the backward accumulates into it, as in NeuSight's timed steps) under
+TorchDispatchMode, and record every ATen op that launches a kernel (views launch none; the list is
+`decode_trace.VIEW_OPS`). A 3-layer minus a 2-layer model gives the kernels per layer (for T5 and
+Switch, per encoder + decoder layer pair). `build_graph` is printed beside them.
+
+The graph is not meant to equal this trace everywhere, and the script says where it differs:
+  * NeuSight's labels were measured with transformers 4.x on CUDA, and the graphs of the families they
+    validate (BERT, GPT-2, GPT-Neo, OPT, Switch) follow NeuSight's traced graphs, not transformers 5.23:
+    5.23 launches more tiny kernels outside the layers (mask and position-id bookkeeping), and its
+    attention differs in a kernel or two per layer (e.g. OPT's scale of 1.0).
+  * Families added after NeuSight's (GPT-NeoX, Qwen3, Gemma 1-3, Phi-3, T5, RoBERTa, OPT-350m's layout, and the
+    MoE decoders Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3, GPT-OSS) were built from this trace: their forward
+    layers match it exactly, and `tests/test_graphs.py` / `tests/test_moe.py` pin the counts. So do their training
+    layers (GPT-NeoX, the llama-likes and the MoE decoders), in fp32 and bf16.
+  * A view's backward that scatters into a zero-filled gradient (ATen's slice_backward, select_backward:
+    RoPE's halves, Phi-3's fused q/k/v) is two kernels, a fill and a copy, and is counted as two.
+  * Ops that only allocate (`aten.empty*`) launch no kernel and are not counted.
+
+    python -m experiments.gpu.graph_trace            # needs torch and transformers; ~1 min on the CPU
+
+Prints one row per family and mode (and, with --out, writes them as CSV).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from experiments.gpu.decode_trace import kernel_recorder
+
+_LLAMA = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
+          "head_dim": 16, "vocab_size": 100, "max_position_embeddings": 512}
+_T5 = {"d_model": 64, "d_kv": 16, "d_ff": 128, "num_heads": 4, "vocab_size": 100, "decoder_start_token_id": 0,
+       "pad_token_id": 0}
+#: 4 experts, 2 per token: with 16 tokens every expert receives some
+_MOE = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
+_BERT = {"hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100, "pad_token_id": 1}
+#: name: (HF config, layer-count keys, HF class for inf, HF class for train)
+MODELS = {
+    "bert": ({"model_type": "bert", **_BERT}, ("num_hidden_layers",), "BertForSequenceClassification",
+             "BertForPreTraining"),
+    "roberta": ({"model_type": "roberta", **_BERT, "max_position_embeddings": 514}, ("num_hidden_layers",),
+                "RobertaForSequenceClassification", "RobertaForMaskedLM"),
+    "gpt2": ({"model_type": "gpt2", "n_embd": 64, "n_head": 4, "vocab_size": 100, "n_positions": 512}, ("n_layer",),
+             "GPT2LMHeadModel", "GPT2LMHeadModel"),
+    "gpt_neox": ({"model_type": "gpt_neox", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+                  "vocab_size": 100, "max_position_embeddings": 512}, ("num_hidden_layers",), "GPTNeoXForCausalLM",
+                 "GPTNeoXForCausalLM"),
+    "opt": ({"model_type": "opt", "hidden_size": 64, "ffn_dim": 128, "num_attention_heads": 4, "vocab_size": 100,
+             "max_position_embeddings": 512, "word_embed_proj_dim": 64}, ("num_hidden_layers",), "OPTForCausalLM",
+            "OPTForCausalLM"),
+    "opt_350m": ({"model_type": "opt", "hidden_size": 64, "ffn_dim": 128, "num_attention_heads": 4, "vocab_size": 100,
+                  "max_position_embeddings": 512, "word_embed_proj_dim": 32, "do_layer_norm_before": False},
+                 ("num_hidden_layers",), "OPTForCausalLM", "OPTForCausalLM"),
+    "llama": ({"model_type": "llama", **_LLAMA}, ("num_hidden_layers",), "LlamaForCausalLM", "LlamaForCausalLM"),
+    "qwen3": ({"model_type": "qwen3", **_LLAMA}, ("num_hidden_layers",), "Qwen3ForCausalLM", "Qwen3ForCausalLM"),
+    "gemma": ({"model_type": "gemma", **_LLAMA}, ("num_hidden_layers",), "GemmaForCausalLM", "GemmaForCausalLM"),
+    "gemma2": ({"model_type": "gemma2", **_LLAMA}, ("num_hidden_layers",), "Gemma2ForCausalLM", "Gemma2ForCausalLM"),
+    "gemma3": ({"model_type": "gemma3_text", **_LLAMA}, ("num_hidden_layers",), "Gemma3ForCausalLM",
+               "Gemma3ForCausalLM"),
+    "phi3": ({"model_type": "phi3", **_LLAMA, "pad_token_id": 0, "partial_rotary_factor": 0.5}, ("num_hidden_layers",),
+             "Phi3ForCausalLM", "Phi3ForCausalLM"),
+    "mixtral": ({"model_type": "mixtral", **_LLAMA, "num_local_experts": 4, "num_experts_per_tok": 2},
+                ("num_hidden_layers",), "MixtralForCausalLM", "MixtralForCausalLM"),
+    "qwen2_moe": ({"model_type": "qwen2_moe", **_LLAMA, **_MOE, "shared_expert_intermediate_size": 96},
+                  ("num_hidden_layers",), "Qwen2MoeForCausalLM", "Qwen2MoeForCausalLM"),
+    "qwen3_moe": ({"model_type": "qwen3_moe", **_LLAMA, **_MOE, "norm_topk_prob": True}, ("num_hidden_layers",),
+                  "Qwen3MoeForCausalLM", "Qwen3MoeForCausalLM"),
+    "gpt_oss": ({"model_type": "gpt_oss", **_LLAMA, "intermediate_size": 32, "num_local_experts": 4,
+                 "num_experts_per_tok": 2}, ("num_hidden_layers",), "GptOssForCausalLM", "GptOssForCausalLM"),
+    # no head_dim: HF sets DeepSeek's to its rotary width
+    "deepseek_v3": ({"model_type": "deepseek_v3", **{k: v for k, v in _LLAMA.items() if k != "head_dim"},
+                     "num_key_value_heads": 4, "q_lora_rank": 32, "kv_lora_rank": 16,
+                     "qk_rope_head_dim": 8, "qk_nope_head_dim": 16, "v_head_dim": 16, "n_routed_experts": 8,
+                     "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1, "moe_intermediate_size": 32,
+                     "first_k_dense_replace": 1}, ("num_hidden_layers",), "DeepseekV3ForCausalLM",
+                    "DeepseekV3ForCausalLM"),
+    "switch": ({"model_type": "switch_transformers", **_T5, "num_experts": 4, "encoder_sparse_step": 0,
+                "decoder_sparse_step": 0}, ("num_layers", "num_decoder_layers"),
+               "SwitchTransformersForConditionalGeneration", "SwitchTransformersForConditionalGeneration"),
+    "t5": ({"model_type": "t5", **_T5}, ("num_layers", "num_decoder_layers"), "T5ForConditionalGeneration",
+           "T5ForConditionalGeneration"),
+    "t5_gated": ({"model_type": "t5", **_T5, "feed_forward_proj": "gated-gelu", "tie_word_embeddings": False},
+                 ("num_layers", "num_decoder_layers"), "T5ForConditionalGeneration", "T5ForConditionalGeneration"),
+}
+BATCH, SEQ = 2, 8
+
+
+def traced_kernels(torch, transformers, cfg: dict, cls: str, mode: str) -> int:
+    """Kernel-launching ATen ops of one forward (`inf`) or forward + loss + backward (`train`)."""
+    torch.manual_seed(0)
+    model = getattr(transformers, cls)._from_config(transformers.AutoConfig.for_model(**cfg),
+                                                    attn_implementation="eager")
+    model.train(mode == "train")
+    ops = []
+    ids = torch.randint(2, 100, (BATCH, SEQ))
+    kw = {"input_ids": ids}
+    if "ConditionalGeneration" in cls:
+        kw.update(decoder_input_ids=ids, use_cache=False)
+    elif "CausalLM" in cls or "LMHead" in cls:
+        kw["use_cache"] = False
+    if mode == "inf":
+        with torch.no_grad(), kernel_recorder(ops):
+            model(**kw)
+    else:
+        kw["labels"] = ids
+        if cls == "BertForPreTraining":
+            kw["next_sentence_label"] = torch.zeros(BATCH, dtype=torch.long)
+        model(**kw).loss.backward()  # a first step creates .grad; the traced one accumulates into it
+        with kernel_recorder(ops):
+            model(**kw).loss.backward()
+    return len(ops)
+
+
+def graph_kernels(cfg: dict, mode: str) -> int:
+    from hybridperf.graphs import build_graph
+
+    return int(build_graph(cfg, BATCH, SEQ, mode).kernel_table()["count"].sum())
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, help="write the table as CSV here")
+    args = ap.parse_args(argv)
+    try:
+        import torch
+        import transformers
+    except ImportError as e:  # pragma: no cover - a developer tool
+        sys.exit(f"error: this experiment needs torch and transformers ({e.name} is missing)")
+    transformers.logging.set_verbosity_error()
+    rows = []
+    for name, (cfg, keys, inf_cls, train_cls) in MODELS.items():
+        for mode, cls in (("inf", inf_cls), ("train", train_cls)):
+            n = {k: {**cfg, **{key: k for key in keys}} for k in (2, 3)}
+            t2, t3 = (traced_kernels(torch, transformers, n[k], cls, mode) for k in (2, 3))
+            g2, g3 = (graph_kernels(n[k], mode) for k in (2, 3))
+            rows.append({"model": name, "mode": mode, "traced_per_layer": t3 - t2, "graph_per_layer": g3 - g2,
+                         "traced_outside": t2 - 2 * (t3 - t2), "graph_outside": g2 - 2 * (g3 - g2)})
+    df = pd.DataFrame(rows)
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}; batch {BATCH}, seq {SEQ}")
+    print(df.to_string(index=False))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        df.to_csv(args.out, index=False)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

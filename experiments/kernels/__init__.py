@@ -1,0 +1,1 @@
+"""Kernel-level checks: priors against measured tables, leave-one-GPU-out residual models, noise floors."""

@@ -1,0 +1,1 @@
+"""Whole-model latency, memory and multi-GPU predictions against labels and measured runs."""
