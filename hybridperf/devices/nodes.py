@@ -127,3 +127,10 @@ NODES: list[NodeSpec] = [
         aliases=("H100-PCIe-x8",),
     ),
 ]
+NODES.append(NodeSpec(
+    # aiconfigurator's `l40s` system: 8x L40S (no NVLink) on PCIe gen4 x16, 1x CX7 NDR 400Gb/s per node
+    name="8xL40S-PCIe", device="NVIDIA L40S", gpus_per_node=8, intra_topology="pcie",
+    intra_bw_gbs=32.0, intra_latency_us=4.0,
+    inter_bw_gbs=50.0, inter_node_bw_gbs=50.0, inter_latency_us=5.0, inter_name="InfiniBand NDR 400Gb/s per node",
+    aliases=("L40Sx8",),
+))

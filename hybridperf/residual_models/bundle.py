@@ -22,8 +22,12 @@ FORMAT_VERSION = 1
 
 
 def shipped_models_dir() -> Path:
-    """Where the shipped bundles live: the installed package `hybridperf._exported_models`, else the
-    repository's exported_models/."""
+    """Where the shipped bundles live: the exported_models/ beside this source tree when running from a
+    checkout (so a checkout reads its own bundles even when another checkout is pip-installed in
+    editable mode), else the installed package `hybridperf._exported_models`."""
+    repo = Path(__file__).resolve().parents[2] / "exported_models"
+    if repo.is_dir():
+        return repo
     try:
         from importlib.resources import files
 
@@ -32,7 +36,7 @@ def shipped_models_dir() -> Path:
             return p
     except (ModuleNotFoundError, TypeError):
         pass
-    return Path(__file__).resolve().parents[2] / "exported_models"
+    return repo
 
 
 def sha256_file(path: Path) -> str:
@@ -73,7 +77,15 @@ def read_manifest(path: str | Path) -> dict:
         raise ModelBundleError(f"{mf}: bundle format {m.get('format_version')} unsupported (want {FORMAT_VERSION})")
     if not isinstance(m.get("files"), dict):
         raise ModelBundleError(f"{mf}: manifest lists no files")
+    if "content_sha256" in m and m["content_sha256"] != manifest_digest(m):
+        raise ModelBundleError(f"{mf}: content sha256 mismatch: the manifest was modified or corrupted")
     return m
+
+
+def manifest_digest(m: dict) -> str:
+    """sha256 of a manifest's content (canonical JSON without its own `content_sha256`)."""
+    body = {k: v for k, v in m.items() if k != "content_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def load_bundle(path: str | Path, expect_kind: str | None = None, feature_names=None) -> Bundle:
@@ -155,6 +167,13 @@ def _check_values(root: Path, m: dict, feature_names) -> None:
     for dev, strata in bias.items():
         for key, x in strata.items():
             number(x, f"device_bias[{dev!r}].{key}")
+    for group in ("constants", "custom_all_reduce"):  # collective bundles
+        for key, x in (m.get(group) or {}).items():
+            number(x, f"{group}.{key}", 0.0)
+    if m.get("kind") == "collectives" and m.get("interval") is not None:
+        _check_interval(root, m["interval"], "interval", number)
+        for key, iv in (m["interval"].get("strata") or {}).items():
+            _check_interval(root, iv, f"interval.strata.{key}", number)
 
 
 def _check_tile_family(root: Path, adaptation: dict) -> None:
@@ -210,12 +229,17 @@ def _check_regimes(root: Path, regimes, where: str, number) -> None:
         raise ModelBundleError(f"{root}: manifest {where} has a bin with q_lo > q_hi")
 
 
-def write_manifest(root: Path, manifest: dict) -> None:
-    """Fill in the sha256 of every listed file and write manifest.json."""
+def write_manifest(root: Path, manifest: dict, seal: bool = False) -> None:
+    """Fill in the sha256 of every listed file and write manifest.json; `seal`: also record the
+    manifest's own digest (`content_sha256`), which `read_manifest` then checks, so an edited number
+    is refused even where no file changed."""
     manifest = dict(manifest)
     manifest["format"] = FORMAT
     manifest["format_version"] = FORMAT_VERSION
     manifest["files"] = {name: sha256_file(root / name) for name in sorted(manifest["files"])}
+    manifest.pop("content_sha256", None)
+    if seal:
+        manifest["content_sha256"] = manifest_digest(manifest)
     (root / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
 
 
