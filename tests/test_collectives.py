@@ -183,9 +183,10 @@ def test_custom_all_reduce():
     for eng in ("vllm", "sglang", "trtllm"):
         t = custom_all_reduce_ms(n, 8, node, eng)
         assert np.all(t <= nccl + 1e-12) and t[0] < 0.5 * nccl[0] and t[-1] == pytest.approx(nccl[-1])
-    # PCIe box: the engines fall back to NCCL
+    # PCIe box: the engines fall back to NCCL beyond two GPUs
     l40s = get_node("8xL40S-PCIe")
     np.testing.assert_allclose(custom_all_reduce_ms(n, 8, l40s, "vllm"), custom_all_reduce_ms(n, 8, l40s, "nccl"))
+    assert custom_all_reduce_ms(n, 2, l40s, "vllm")[0] < custom_all_reduce_ms(n, 2, l40s, "nccl")[0]
     with pytest.raises(InputError):
         custom_all_reduce_ms(n, 8, node, "deepspeed")
 
@@ -503,3 +504,21 @@ def test_cli_timing_and_impl():
         assert r.exit_code != 0
     r = _cli("--collective", "all_to_all", "--bytes", "1MiB", "--gpus", 8, "--device", "DGX-H100", "--json")
     assert r.exit_code == 0 and json.loads(r.stdout.strip().splitlines()[-1])["ms"] > 0
+
+
+def test_interval_strata_by_fabric(tmp_path):
+    """The interval of an NVSwitch node and of a PCIe box come from their own strata; a missing
+    stratum falls back to the coarser send_recv / collective one."""
+    pytest.importorskip("skl2onnx")
+    from hybridperf.training.collectives import write_bundle
+
+    interval = {"q_lo": -0.9, "q_hi": 0.9, "strata": {"collective:nvswitch": {"q_lo": -0.1, "q_hi": 0.2},
+                                                       "collective:other": {"q_lo": -0.5, "q_hi": 0.6},
+                                                       "send_recv": {"q_lo": -0.3, "q_hi": 0.4}}}
+    model = CollectiveModel.load(write_bundle(tmp_path / "b", DEFAULT_CONSTANTS, interval))
+    nv = model.predict("all_reduce", [1e6], 8, 8, get_node("DGX-H100"))
+    pc = model.predict("all_reduce", [1e6], 8, 8, get_node("8xL40S-PCIe"))
+    sr = model.predict("send_recv", [1e6], 2, 2, get_node("DGX-H100"))
+    assert nv["hi_ms"][0] / nv["ms"][0] == pytest.approx(np.exp(0.2))
+    assert pc["lo_ms"][0] / pc["ms"][0] == pytest.approx(np.exp(-0.5))
+    assert sr["hi_ms"][0] / sr["ms"][0] == pytest.approx(np.exp(0.4))

@@ -361,8 +361,9 @@ ENGINES = ("nccl", "vllm", "sglang", "trtllm")
 class CustomAllReduceConstants:
     """One-shot: every rank reads the p-1 peers' buffers over its links and reduces locally,
     lat_us + (p-1) n / B. Two-shot: reduce-scatter then all-gather through peer memory,
-    2 lat_us + 2 (p-1)/p n / B. B = NVLink spec x eff. Engines pick the cheaper of the two, and NCCL
-    above their size limit (vLLM/SGLang 8 MiB by default); on PCIe without NVLink they use NCCL."""
+    2 lat_us + 2 (p-1)/p n / B. B = the GPU's link spec (NVLink, or PCIe for two PCIe GPUs) x eff.
+    Engines pick the cheaper of the two, and NCCL above their size limit (vLLM/SGLang 8 MiB by
+    default) or where not every pair of GPUs is linked (more than two GPUs on PCIe or bridged pairs)."""
 
     lat_us: float = 4.0
     eff: float = 0.7
@@ -387,9 +388,8 @@ def custom_all_reduce_ms(nbytes, gpus: int, node: NodeSpec, engine: str = "vllm"
     n = as_bytes(nbytes)
     p, g = check_shape("all_reduce", gpus, None, node)
     nccl = prior_terms("all_reduce", n, p, g, node, constants, "graph")["ms"]
-    if eng == "nccl" or p == 1 or p != g or node.intra_topology not in ("nvswitch", "mesh") and p > 2 \
-            or node.intra_topology == "pcie":
-        return nccl
+    if eng == "nccl" or p == 1 or p != g or (node.intra_topology not in ("nvswitch", "mesh") and p > 2):
+        return nccl  # the engines need every pair linked (NVSwitch, a mesh) or just two GPUs
     k = custom or CustomAllReduceConstants()
     pair = node.pair_bw_gbs or node.intra_bw_gbs
     link = {"nvswitch": node.intra_bw_gbs, "mesh": min(node.intra_bw_gbs, (p - 1) * pair)}.get(node.intra_topology, pair)

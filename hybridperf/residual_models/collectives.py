@@ -126,11 +126,12 @@ class CollectiveModel:
 
     def interval_quantiles(self, terms: dict, node: NodeSpec) -> tuple[np.ndarray, np.ndarray]:
         """(q_lo, q_hi) of log(measured / predicted): the held-out quantiles of the stratum
-        (send_recv or the rest), widened by `ood_widen` outside what training saw (a topology or
+        (`interval_stratum`), widened by `ood_widen` outside what training saw (a topology or
         architecture never seen, more GPUs, sizes beyond those measured)."""
         iv = self.interval
-        coll = canonical_collective(terms["collective"])
-        st = (iv.get("strata") or {}).get("send_recv" if coll == "send_recv" else "collective") or iv
+        strata = iv.get("strata") or {}
+        key = interval_stratum(canonical_collective(terms["collective"]), node.intra_topology)
+        st = strata.get(key) or strata.get(key.split(":")[0]) or iv
         q_lo, q_hi = float(st.get("q_lo", iv["q_lo"])), float(st.get("q_hi", iv["q_hi"]))
         widen = np.ones(len(terms["ms"]))
         rng = iv.get("training_range")
@@ -142,6 +143,12 @@ class CollectiveModel:
             nb = terms["nbytes"]
             widen = np.where((nb < rng.get("min_bytes", 0)) | (nb > rng.get("max_bytes", np.inf)), widen * w, widen)
         return q_lo * widen, q_hi * widen
+
+
+def interval_stratum(collective: str, topology: str) -> str:
+    """The interval's stratum: send_recv or the rest, on NVSwitch or other fabrics (PCIe, bridged
+    pairs, meshes err far more); a missing stratum falls back to the part before the colon."""
+    return ("send_recv" if collective == "send_recv" else "collective") + (":nvswitch" if topology == "nvswitch" else ":other")
 
 
 def predict_collective(collective: str, nbytes: float, gpus: int, gpus_per_node: int | None, node: NodeSpec,
