@@ -91,13 +91,15 @@ def predict_collective(
     as_json: bool = typer.Option(False, "--json", help='Print {"ms", "lo_ms", "hi_ms"} as the last line.'),
     timing: str = typer.Option("auto", "--timing", help="graph: the kernel in back-to-back launches or a CUDA graph "
                                "(aiconfigurator, nccl-tests); call: one timed call with its launch floor (Vidur); "
-                               "auto: call on Vidur's systems, graph elsewhere."),
+                               "auto: graph when --device is an aiconfigurator system id (h100_sxm, b200_sxm, ...) "
+                               "or with --impl, call otherwise."),
     impl: str = typer.Option("nccl", "--impl", help="nccl | vllm | sglang | trtllm: the engine's own all-reduce "
                              "(one node, graph timing)."),
     model_bundle: Optional[Path] = typer.Option(None, "--model-bundle", help="Collectives bundle dir (default: shipped)."),
     prior_only: bool = typer.Option(False, "--prior-only", help="Analytical prior with default constants only."),
 ) -> None:
     """Predict the latency of one NCCL collective (or an engine's all-reduce) on a node or several."""
+    from hybridperf.datasets.aiconfigurator_comm import is_system_id
     from hybridperf.priors.collectives import ENGINES, canonical_collective, check_shape, check_timing
     from hybridperf.residual_models.collectives import CollectiveModel, predict_collective
 
@@ -107,8 +109,10 @@ def predict_collective(
         raise InputError(f"--gpus must be >= 1, got {gpus}")
     node, note = resolve_node(device)
     check_shape(coll, gpus, gpus_per_node, node)
-    timing = check_timing(timing, node)
     impl = impl.strip().lower()
+    if str(timing).strip().lower() == "auto":
+        timing = "graph" if (is_system_id(device) or impl != "nccl") else "call"
+    timing = check_timing(timing)
     if impl not in ENGINES:
         raise InputError(f"--impl must be one of {', '.join(ENGINES)}; got {impl!r}")
     if impl != "nccl" and (coll != "all_reduce" or (gpus_per_node or min(gpus, node.gpus_per_node)) != gpus):

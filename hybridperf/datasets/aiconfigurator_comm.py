@@ -15,6 +15,7 @@ gpus, gpus_per_node, nodes, latency_ms, source) plus `timing`, `dtype`, `version
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,17 @@ import pandas as pd
 from hybridperf.errors import InputError
 
 #: aiconfigurator system id -> catalog node
-SYSTEM_NODES = {"a100_sxm": "DGX-A100", "b200_sxm": "DGX-B200", "l40s": "8xL40S-PCIe", "h100_sxm": "DGX-H100"}
+SYSTEM_NODES = {"a100_sxm": "DGX-A100", "b200_sxm": "DGX-B200", "l40s": "8xL40S-PCIe", "h100_sxm": "DGX-H100",
+                "h200_sxm": "HGX-H200", "gb200": "GB200-NVL72", "gb300": "GB300-NVL72"}
+
+
+def is_system_id(name: str) -> bool:
+    """An aiconfigurator system id (`h100_sxm`, `b200_sxm`, `gb200`, `l40s`, ...): those tables
+    time collectives in a loop of launches or a CUDA graph ("graph" timing)."""
+    key = str(name).strip().lower()
+    return key in SYSTEM_NODES or bool(re.fullmatch(r"[a-z]*\d+[a-z]*_(sxm|pcie|nvl)\w*|gb\d+\w*|l40s?|rtx_pro_\w+", key))
+
+
 _DTYPE_BYTES = {"half": 2, "float16": 2, "bfloat16": 2, "int8": 1, "float": 4, "float32": 4, "fp8": 1}
 _OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
         "alltoall": "all_to_all", "all_to_all": "all_to_all"}

@@ -36,8 +36,8 @@ Timing (`timing`):
     call   one timed call as Vidur profiles it (kineto, back-to-back launches from Python): never below
            a floor set by host launch overhead and rank skew (~30-60 us all-reduce, ~15 us send/recv
            on A100 hosts): (floor^s + t^s)^(1/s), a smooth max.
-`default_timing(node)`: "call" on Vidur's profiling systems (their profiles are per call), "graph"
-everywhere else (aiconfigurator's and nccl-tests' semantics).
+Without a timing, "call" (Vidur's semantics, which the multi-GPU step model composes); the CLI picks
+"graph" when the device is named by an aiconfigurator system id (`hybridperf.cli.collective`).
 """
 from __future__ import annotations
 
@@ -52,8 +52,6 @@ from hybridperf.errors import InputError
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 TOPOLOGIES = ("nvswitch", "nvlink_pairs", "pcie", "mesh")
 TIMINGS = ("graph", "call")
-#: Vidur's profiling systems: their network profiles time one call each (module doc, "call")
-CALL_TIMED_NODES = ("a100_dgx", "a100_pairwise_nvlink", "a40_pairwise_nvlink")
 _ALIASES = {
     "allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
     "alltoall": "all_to_all", "sendrecv": "send_recv", "p2p": "send_recv", "send": "send_recv",
@@ -108,15 +106,9 @@ def canonical_collective(name: str) -> str:
     return key
 
 
-def default_timing(node: NodeSpec) -> str:
-    """"call" for Vidur's profiling systems, "graph" otherwise (module doc)."""
-    return "call" if node.name in CALL_TIMED_NODES else "graph"
-
-
-def check_timing(timing: str | None, node: NodeSpec) -> str:
-    if timing in (None, "", "auto"):
-        return default_timing(node)
-    t = str(timing).strip().lower()
+def check_timing(timing: str | None) -> str:
+    """"graph" or "call" ("call" when None); InputError otherwise."""
+    t = "call" if timing is None else str(timing).strip().lower()
     if t not in TIMINGS:
         raise InputError(f"--timing must be one of graph, call, auto; got {timing!r}")
     return t
@@ -318,7 +310,7 @@ def prior_terms(collective: str, nbytes, gpus: int, gpus_per_node: int | None, n
     c = constants or DEFAULT_CONSTANTS
     coll = canonical_collective(collective)
     p, g = check_shape(coll, gpus, gpus_per_node, node)
-    timing = check_timing(timing, node)
+    timing = check_timing(timing)
     n = as_bytes(nbytes)
     f, f_tuner = fabric(node, p, g, c), fabric(node, p, g, TUNER_CONSTANTS)
     picked = np.full_like(n, np.inf)
