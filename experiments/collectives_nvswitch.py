@@ -44,6 +44,7 @@ from hybridperf.training.collectives import (  # noqa: E402
 
 AIC_SYSTEMS = ["a100_sxm", "l40s", "b200_sxm"]
 MIN_BYTES = 4096
+MIN_STRATUM_SYSTEMS = 2  # a fabric stratum needs errors from two systems; else the coarser stratum
 CAVEATS = """## Reading these numbers
 
 - Six systems, each unlike the others: a system held out is predicted from five that differ in GPU
@@ -62,7 +63,8 @@ CAVEATS = """## Reading these numbers
   NVSwitch; the measured times run at ring speed. Held out, NVLS keeps NCCL's own efficiency; the
   shipped bundle fits it on B200 (eff_nvls).
 - Intervals: per held-out system, the 90% band is the other systems' held-out log-errors of the same
-  stratum (send/recv or the rest, NVSwitch or other fabric), never its own.
+  stratum (send/recv or the rest, NVSwitch or other fabric; the coarser one where fewer than two other
+  systems fall in it), never its own.
 """
 CELL = ["system", "collective", "gpus", "gpus_per_node"]
 
@@ -111,7 +113,7 @@ def add_intervals(pred: pd.DataFrame, final: str) -> pd.DataFrame:
         for stratum in key.unique():
             coarse = key.str.split(":").str[0] == stratum.split(":")[0]
             other = (pred["system"] != held) & (key == stratum)
-            if not other.any():
+            if pred.loc[other, "system"].nunique() < MIN_STRATUM_SYSTEMS:
                 other = (pred["system"] != held) & coarse
             mine = (pred["system"] == held) & (key == stratum)
             if not mine.any() or not other.any():
@@ -224,7 +226,8 @@ def main() -> None:
         key = strata(pred)
         interval = interval_from_residuals(r.to_numpy(), w)
         interval["strata"] = {s: interval_from_residuals(r[(key == s).to_numpy()].to_numpy(), w[(key == s).to_numpy()])
-                              for s in sorted(key.unique())}
+                              for s in sorted(key.unique())
+                              if pred.loc[(key == s).to_numpy(), "system"].nunique() >= MIN_STRATUM_SYSTEMS}
         for coarse in ("send_recv", "collective"):
             m = (key.str.split(":").str[0] == coarse).to_numpy()
             interval["strata"][coarse] = interval_from_residuals(r[m].to_numpy(), w[m])
