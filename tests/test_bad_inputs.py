@@ -170,7 +170,7 @@ def test_guard_stops_a_bad_prediction_before_the_file_is_written(monkeypatch, ca
 
 
 def test_guard_on_collective_and_model_output(monkeypatch, capsys):
-    import hybridperf.priors.collectives as coll
+    import hybridperf.residual_models.collectives as coll
     from hybridperf.graphs.compose import ModelPrediction
 
     monkeypatch.setattr(coll, "predict_collective", lambda *a, **kw: {"ms": -1.364, "lo_ms": -2.0, "hi_ms": 1.0})
@@ -240,10 +240,10 @@ def test_manifest_file_names_stay_inside_the_bundle(monkeypatch, capsys, tmp_pat
 
 @pytest.mark.parametrize("edit, match", [
     (lambda m, outside: m["files"].update({"../outside.onnx": sha256_file(outside)}), "plain name"),
-    (lambda m, outside: m["constants"].update(eff_nvlink=50.0), "content sha256"),
+    (lambda m, outside: m["constants"].update(eff_nvlink=50.0), "content_sha256"),
 ])
 def test_collectives_manifest_is_verified_and_confined(monkeypatch, capsys, tmp_path, edit, match):
-    from hybridperf.priors.collectives import default_bundle_dir
+    from hybridperf.residual_models.collectives import default_bundle_dir
 
     if not (default_bundle_dir() / MANIFEST).is_file():
         pytest.skip("no shipped collectives bundle")
@@ -253,7 +253,7 @@ def test_collectives_manifest_is_verified_and_confined(monkeypatch, capsys, tmp_
     outside.write_bytes(b"not a model")
     m = _manifest(bundle)
     edit(m, outside)
-    _write(bundle, m, sign=match != "content sha256")  # a traversal re-signed: confinement still refuses it
+    _write(bundle, m, sign=match != "content_sha256")  # a traversal re-signed: confinement still refuses it
     refused(monkeypatch, capsys, ["predict-collective", "--collective", "all_reduce", "--bytes", 65536, "--gpus", 8,
                                   "--device", "DGX-H100", "--model-bundle", bundle, "--json"], match)
 

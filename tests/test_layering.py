@@ -45,12 +45,7 @@ LAYERS = (
 
 #: (importer, imported) pairs that break the order today and cannot be fixed where they stand; each says why.
 #: An entry that no longer occurs fails the test, so the list only shrinks.
-ALLOWED_UPWARD = {
-    # the collectives model carries its own ONNX bundle loader and onnxruntime session; the bundle
-    # is being moved to one format and one verifier with the kernels' (issue 54, item 4), which removes this
-    ("hybridperf.priors.collectives", "hybridperf.residual_models.bundle"):
-        "collectives bundle in priors, moving to residual_models",
-}
+ALLOWED_UPWARD: dict = {}
 
 
 def module_name(path: Path, root: Path) -> str:

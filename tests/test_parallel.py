@@ -20,7 +20,7 @@ from hybridperf.graphs.memory import layer_saved_bytes, outside_saved_bytes
 from hybridperf.graphs.parallel import (block_params, default_microbatches, parallel_graph, predict_parallel,
                                         predict_parallel_detail, rank_layout)
 from hybridperf.predictor import Predictor
-from hybridperf.priors.collectives import CollectiveModel
+from hybridperf.residual_models.collectives import CollectiveModel
 
 HERE = Path(__file__).resolve().parent
 TINY = HERE / "data" / "tiny_gpt2_config.json"  # h=256, 4 heads, 2 layers, V=1000
@@ -145,7 +145,7 @@ def test_tp_collective_count_and_size():
     expect = (4 * L + 2) * ar(B * S * h * 4) + 3 * ar(B * S * 4)
     assert r["tp_comm_ms"] == pytest.approx(expect, rel=1e-9)
     ri = _pp(batch=B, seq=S, tp=4, device="DGX-A100", mode="inf")
-    ag = CPRIOR.predict("all_gather", [B * S * 250 * 4], 4, 4, node)["ms"][0]
+    ag = CPRIOR.predict("all_gather", [4 * B * S * 250 * 4], 4, 4, node)["ms"][0]  # NCCL size: the gathered logits
     assert ri["bw_ms"] == 0 and ri["tp_comm_ms"] == pytest.approx((2 * L + 1) * ar(B * S * h * 4) + ag, rel=1e-9)
 
 

@@ -36,7 +36,7 @@ from hybridperf.graphs.compose import resolve_predictor  # noqa: E402
 from hybridperf.graphs.memory import DEVICE_GB_BYTES  # noqa: E402
 from hybridperf.graphs.parallel import block_params, parallel_graph, predict_parallel, predict_parallel_detail  # noqa: E402
 from hybridperf.predictor import Predictor  # noqa: E402
-from hybridperf.priors.collectives import CollectiveModel  # noqa: E402
+from hybridperf.residual_models.collectives import CollectiveModel  # noqa: E402
 
 NODES = {"4xA100 (DGX-A100)": "DGX-A100", "4xH100 (DGX-H100)": "DGX-H100"}
 # (model, global batch, seq, [(label, dp, tp, pp, microbatches, overlap, opgraph run or None)])

@@ -30,16 +30,25 @@ def parse_bytes(text: str) -> float:
 
 def predict_collective(
     collective: str = typer.Option(..., "--collective", help="all_reduce | all_gather | reduce_scatter | all_to_all | send_recv"),
-    nbytes: str = typer.Option(..., "--bytes", help="Bytes of each rank's buffer (Vidur's `size`), e.g. 65536 or 64MiB."),
+    nbytes: str = typer.Option(..., "--bytes", help="Size as NCCL's tests report it (all_gather: the gathered output; "
+                               "reduce_scatter: the input; all_to_all: one rank's send buffer), e.g. 65536 or 64MiB."),
     gpus: int = typer.Option(..., "--gpus", help="Number of ranks."),
     gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="Ranks per node (default: fill nodes)."),
     device: str = typer.Option(..., "--device", help="Node name (DGX-A100, DGX-H100, a100_pairwise_nvlink, ...) or a GPU."),
     as_json: bool = typer.Option(False, "--json", help='Print {"ms", "lo_ms", "hi_ms"} as the last line.'),
+    timing: str = typer.Option("auto", "--timing", help="graph: the kernel in back-to-back launches or a CUDA graph "
+                               "(aiconfigurator, nccl-tests); call: one timed call with its launch floor (Vidur); "
+                               "auto: graph when --device is an aiconfigurator system id (h100_sxm, b200_sxm, ...) "
+                               "or with --impl, call otherwise."),
+    impl: str = typer.Option("nccl", "--impl", help="nccl | vllm | sglang | trtllm: the engine's own all-reduce "
+                             "(one node, graph timing)."),
     model_bundle: Optional[Path] = typer.Option(None, "--model-bundle", help="Collectives bundle dir (default: shipped)."),
     prior_only: bool = typer.Option(False, "--prior-only", help="Analytical prior with default constants only."),
 ) -> None:
-    """Predict the latency of one NCCL collective on a node (or several nodes of that kind)."""
-    from hybridperf.priors.collectives import CollectiveModel, canonical_collective, check_shape, predict_collective
+    """Predict the latency of one NCCL collective (or an engine's all-reduce) on a node or several."""
+    from hybridperf.datasets.aiconfigurator_comm import is_system_id
+    from hybridperf.priors.collectives import ENGINES, canonical_collective, check_shape, check_timing
+    from hybridperf.residual_models.collectives import CollectiveModel, predict_collective
 
     if prior_only and model_bundle is not None:
         raise InputError("--model-bundle and --prior-only are mutually exclusive")
@@ -49,17 +58,29 @@ def predict_collective(
         raise InputError(f"--gpus must be >= 1, got {gpus}")
     node, note = resolve_node(device)
     check_shape(coll, gpus, gpus_per_node, node)
+    impl = impl.strip().lower()
+    if str(timing).strip().lower() == "auto":
+        timing = "graph" if (is_system_id(device) or impl != "nccl") else "call"
+    timing = check_timing(timing)
+    if impl not in ENGINES:
+        raise InputError(f"--impl must be one of {', '.join(ENGINES)}; got {impl!r}")
+    if impl != "nccl" and (coll != "all_reduce" or (gpus_per_node or min(gpus, node.gpus_per_node)) != gpus):
+        raise InputError(f"--impl {impl} is an all-reduce inside one node: use --collective all_reduce and --gpus <= "
+                         f"{node.gpus_per_node} on one node")
+    if impl != "nccl" and timing != "graph":
+        raise InputError(f"--impl {impl} is modelled as the engines run it, inside a CUDA graph: use --timing graph")
     if note:
         typer.echo(note, err=True)
     model = CollectiveModel.prior_only() if prior_only else CollectiveModel.load(model_bundle)
-    out = predict_collective(coll, n, gpus, gpus_per_node, node, model)
+    out = predict_collective(coll, n, gpus, gpus_per_node, node, model, timing, impl)
     check_predictions(out["ms"], out["lo_ms"], out["hi_ms"], f"{coll} on {node.name}")
     out = {k: (round(v, 6) if v >= 1e-3 else float(f"{v:.6g}")) for k, v in out.items()}
     if as_json:
         typer.echo(json.dumps(out))
     else:
         g = gpus_per_node or min(gpus, node.gpus_per_node)
-        typer.echo(f"{coll} of {n:,.0f} B on {gpus} GPU(s), {g}/node, {node.name}: {out['ms']:.4g} ms "
+        what = coll if impl == "nccl" else f"{impl} custom all_reduce"
+        typer.echo(f"{what} of {n:,.0f} B on {gpus} GPU(s), {g}/node, {node.name}, {timing} timing: {out['ms']:.4g} ms "
                    f"(90% interval {out['lo_ms']:.4g} - {out['hi_ms']:.4g} ms)")
 
 

@@ -167,7 +167,7 @@ def _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, 
                           recompute=False, zero=0, measured_runs=None, allow_other_device=False) -> None:
     from hybridperf.graphs.compose import resolve_predictor
     from hybridperf.graphs.parallel import DEFAULT_BUCKET_MB, predict_parallel_detail, resolve_parallel_device
-    from hybridperf.priors.collectives import CollectiveModel
+    from hybridperf.residual_models.collectives import CollectiveModel
 
     for v, flag in ((dp, "--dp"), (tp, "--tp"), (pp, "--pp"), (microbatches, "--microbatches")):
         if v is not None and v < 1:

@@ -8,7 +8,8 @@
 The per-GPU kernel graph is the single-GPU graph (`hybridperf.graphs.kernels`) of one micro-batch,
 re-shaped for tensor parallelism, cut into pipeline stages, predicted with the same kernel predictor
 and composition (`compose`); collectives come from the collective model
-(`hybridperf.priors.collectives.CollectiveModel`) on the node's fabric.
+(`hybridperf.residual_models.collectives.CollectiveModel`) on the node's fabric, sizes as NCCL's
+tests count them (an all-gather's gathered output, a reduce-scatter's input).
 
 Batch and ranks
     `batch` is the global batch B. Each of the dp data-parallel ranks takes B/dp sequences (an error if
@@ -453,7 +454,7 @@ def predict_parallel_detail(config, batch: int, seq: int, mode: str = "train", d
     if tp > node.gpus_per_node and tp % node.gpus_per_node:
         raise InputError(f"tp={tp} must fit in one {node.gpus_per_node}-GPU node or be a multiple of it")
     if collective_model is None and (dp > 1 or tp > 1 or pp > 1):
-        from hybridperf.priors.collectives import CollectiveModel
+        from hybridperf.residual_models.collectives import CollectiveModel
 
         collective_model = CollectiveModel.load()
     comm = _Comm(node, collective_model)
@@ -484,7 +485,7 @@ def predict_parallel_detail(config, batch: int, seq: int, mode: str = "train", d
         names = ["act", "ce", "logits"]
         sizes = [act, b_mb * seq * eb, b_mb * seq * -(-cfg.vocab // tp) * eb]
         ar, ar_lo, ar_hi = comm("all_reduce", sizes[:2], p_tp, g_tp)
-        ag, ag_lo, ag_hi = comm("all_gather", sizes[2:], p_tp, g_tp)
+        ag, ag_lo, ag_hi = comm("all_gather", [s * p_tp for s in sizes[2:]], p_tp, g_tp)  # the gathered logits
         c = {n: (float(a), float(lo), float(hi)) for n, a, lo, hi in
              zip(names, np.r_[ar, ag], np.r_[ar_lo, ag_lo], np.r_[ar_hi, ag_hi])}
     else:
@@ -587,9 +588,9 @@ def predict_parallel_detail(config, batch: int, seq: int, mode: str = "train", d
         fw_units = [(per_rep(b.name, blk_fw), block_params(graph, b, pp) * eb) for b, n in r["_mine"]
                     for _ in range(n)]
         bw_units = r["_units"]
-        ag_fw = comm("all_gather", [u[1] / dp for u in fw_units], p_dp, g_dp)
-        ag_bw = comm("all_gather", [u[1] / dp for u in bw_units], p_dp, g_dp)
-        rs_bw = comm("reduce_scatter", [u[1] / dp for u in bw_units], p_dp, g_dp)
+        ag_fw = comm("all_gather", [u[1] for u in fw_units], p_dp, g_dp)  # NCCL sizes: the whole unit
+        ag_bw = comm("all_gather", [u[1] for u in bw_units], p_dp, g_dp)
+        rs_bw = comm("reduce_scatter", [u[1] for u in bw_units], p_dp, g_dp)
         fw_t, bw_t = [u[0] for u in fw_units], [u[0] for u in bw_units]
         ex_fw = [m * _prefetched(fw_t, ag_fw[i]) for i in range(3)]
         # every micro-batch gathers the parameters again; gradients are reduce-scattered after the last
@@ -599,7 +600,7 @@ def predict_parallel_detail(config, batch: int, seq: int, mode: str = "train", d
         r["dp_allreduce_ms"] = float(rs_bw[0].sum())
     elif train and dp > 1:
         bucket = bucket_mb * 2**20
-        sync, shard = ("reduce_scatter", dp) if zero else ("all_reduce", 1)  # reduce-scatter: a 1/dp output
+        sync = "reduce_scatter" if zero else "all_reduce"  # NCCL sizes: the whole bucket either way
         slack = 0.0
         ex = {0: [], 1: [], 2: []}
         post = {0: [], 1: [], 2: []}
@@ -607,17 +608,17 @@ def predict_parallel_detail(config, batch: int, seq: int, mode: str = "train", d
             window = sum(u[0] for u in r["_units"])
             if overlap:
                 ready, sizes = _buckets(r["_units"], bucket)
-                a = comm(sync, sizes / shard, p_dp, g_dp)
+                a = comm(sync, sizes, p_dp, g_dp)
                 for i in range(3):
                     ex[i].append(_exposed(ready, a[i], window) - slack)
                 r["dp_allreduce_ms"] = float(a[0].sum())
             else:
-                a = comm(sync, [r["params"] * eb / shard], p_dp, g_dp)
+                a = comm(sync, [r["params"] * eb], p_dp, g_dp)
                 for i in range(3):
                     ex[i].append(float(a[i][0]) - slack)
                 r["dp_allreduce_ms"] = float(a[0][0])
             if zero:  # after its step each rank gathers the others' updated slices
-                g = comm("all_gather", [r["params"] * eb / dp], p_dp, g_dp)
+                g = comm("all_gather", [r["params"] * eb], p_dp, g_dp)
                 for i in range(3):
                     post[i].append(float(g[i][0]))
             slack += r["bw_ms"] + r["tp_bw_ms"] + (p2p[s] if s < len(p2p) else 0.0)

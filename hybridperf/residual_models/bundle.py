@@ -210,6 +210,13 @@ def _check_values(root: Path, m: dict, feature_names) -> None:
     for dev, strata in bias.items():
         for key, x in strata.items():
             number(x, f"device_bias[{dev!r}].{key}")
+    for group in ("constants", "custom_all_reduce"):  # collective bundles
+        for key, x in (m.get(group) or {}).items():
+            number(x, f"{group}.{key}", 0.0)
+    if m.get("kind") == "collectives" and m.get("interval") is not None:
+        _check_interval(root, m["interval"], "interval", number)
+        for key, iv in (m["interval"].get("strata") or {}).items():
+            _check_interval(root, iv, f"interval.strata.{key}", number)
 
 
 def _check_tile_family(root: Path, adaptation: dict) -> None:

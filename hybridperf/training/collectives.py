@@ -2,11 +2,10 @@
 log(measured / prior), export both (ONNX + manifest.json) to exported_models/collectives/.
 
 Training may import scipy, scikit-learn and skl2onnx; the prediction path
-(`hybridperf.priors.collectives.CollectiveModel`) imports none of them.
+(`hybridperf.residual_models.collectives.CollectiveModel`) imports none of them.
 """
 from __future__ import annotations
 
-import json
 import platform
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,55 +16,52 @@ import pandas as pd
 from hybridperf.devices import get_node
 from hybridperf.devices.spec import NodeSpec
 from hybridperf.errors import InputError
-from hybridperf.atomic import write_text
-from hybridperf.priors.collectives import (
-    BUNDLE_KIND,
-    BUNDLE_VERSION,
-    DEFAULT_CONSTANTS,
-    FEATURE_NAMES,
-    CollectiveConstants,
-    collective_features,
-    manifest_digest,
-    prior_terms,
-    sha256_file,
-)
+from hybridperf.priors.collectives import DEFAULT_CONSTANTS, CollectiveConstants, CustomAllReduceConstants, prior_terms
+from hybridperf.residual_models.bundle import write_manifest
+from hybridperf.residual_models.collectives import BUNDLE_KIND, FEATURE_NAMES, collective_features
 
-GROUP_KEYS = ["system", "collective", "gpus", "gpus_per_node"]
+ROBUST_SCALE = 0.3
+GROUP_KEYS = ["system", "collective", "gpus", "gpus_per_node", "timing"]
 #: (lower, upper) bounds of every constant fit_constants may move
 BOUNDS = {
     "floor_us": (2.0, 200.0),
     "floor_p2p_us": (1.0, 100.0),
     "floor_sharpness": (1.0, 12.0),
     "floor_p2p_sharpness": (1.0, 12.0),
+    "launch_us": (0.1, 20.0),
+    "lat_scale": (0.3, 4.0),
     "eff_nvlink": (0.2, 1.1),
     "eff_nvlink_p2p": (0.2, 1.5),
     "eff_pcie": (0.2, 1.1),
     "eff_pcie_p2p": (0.2, 1.5),
     "eff_net": (0.05, 1.2),
     "eff_net_p2p": (0.05, 1.2),
-    "hier_inter_eff": (0.2, 1.0),
-    "ll128_bw": (0.2, 1.0),
+    "eff_nvls": (0.1, 1.2),
+    "pcie_cross_socket": (0.05, 1.0),
 }
 
 
 def node_for(system: str, nodes: dict | None = None) -> NodeSpec:
-    """The NodeSpec of a Vidur system name (catalog lookup, overridable with `nodes`)."""
+    """The NodeSpec of a system (a Vidur system is a catalog node; aiconfigurator ids map through
+    SYSTEM_NODES; `nodes` overrides)."""
+    from hybridperf.datasets.aiconfigurator_comm import SYSTEM_NODES
+
     if nodes and system in nodes:
         return nodes[system]
-    return get_node(system)
+    return get_node(SYSTEM_NODES.get(system, system))
 
 
 def _groups(df: pd.DataFrame, nodes: dict | None = None) -> list:
     """[(collective, nbytes, gpus, gpus_per_node, node, positions)] for every group of `df`."""
     pos = pd.Series(np.arange(len(df)), index=df.index)
-    return [(coll, grp["nbytes"].to_numpy(), int(p), int(g), node_for(system, nodes), pos.loc[grp.index].to_numpy())
-            for (system, coll, p, g), grp in df.groupby(GROUP_KEYS, sort=False)]
+    return [(coll, grp["nbytes"].to_numpy(), int(p), int(g), node_for(system, nodes), tm, pos.loc[grp.index].to_numpy())
+            for (system, coll, p, g, tm), grp in df.groupby(GROUP_KEYS, sort=False)]
 
 
 def _prior_ms(groups: list, n_rows: int, constants: CollectiveConstants) -> np.ndarray:
     out = np.empty(n_rows)
-    for coll, n, p, g, node, idx in groups:
-        out[idx] = prior_terms(coll, n, p, g, node, constants)["ms"]
+    for coll, n, p, g, node, tm, idx in groups:
+        out[idx] = prior_terms(coll, n, p, g, node, constants, tm)["ms"]
     return out
 
 
@@ -78,29 +74,24 @@ def row_weights(df: pd.DataFrame) -> np.ndarray:
 
 def fittable(df: pd.DataFrame, nodes: dict | None = None) -> list[str]:
     """The constants that rows of `df` actually exercise (the others keep their defaults)."""
-    out = set()
-    for (system, coll, p, g), grp in df.groupby(GROUP_KEYS, sort=False):
+    out = {"lat_scale"}
+    for (system, coll, p, g, tm), grp in df.groupby(GROUP_KEYS, sort=False):
         node = node_for(system, nodes)
-        multi = p > g
-        if coll == "send_recv":
-            out.update(("floor_p2p_us", "floor_p2p_sharpness"))
-            if g >= 2:
-                out.add("eff_pcie_p2p" if node.intra_topology == "pcie" else "eff_nvlink_p2p")
-            else:
-                out.add("eff_net_p2p")
-            continue
-        out.update(("floor_us", "floor_sharpness"))
-        # NCCL's pick does not depend on the constants, so the protocols a group runs are known up front
-        t = prior_terms(coll, grp["nbytes"].to_numpy(), int(p), int(g), node)
-        if "LL128" in set(t["protocol"]):
-            out.add("ll128_bw")
-        if multi:
-            out.add("eff_net")
-            if "hierarchical" in set(t["algorithm"]):
-                out.add("hier_inter_eff")
+        p2p = coll in ("send_recv", "all_to_all")
+        if tm == "call":
+            out.update(("floor_p2p_us", "floor_p2p_sharpness") if coll == "send_recv" else ("floor_us", "floor_sharpness"))
+        else:
+            out.add("launch_us")
+        t = prior_terms(coll, grp["nbytes"].to_numpy(), int(p), int(g), node, timing=tm)
+        if "nvls" in set(t["algorithm"]) or "nvls_tree" in set(t["algorithm"]):
+            out.add("eff_nvls")
+        if p > g:
+            out.add("eff_net_p2p" if p2p else "eff_net")
         if g > 1:
-            pcie = node.intra_topology == "pcie" or (node.intra_topology == "nvlink_pairs" and g > 2)
-            out.add("eff_pcie" if pcie else "eff_nvlink")
+            pcie = node.intra_topology == "pcie" or (node.intra_topology == "nvlink_pairs" and g > 2 and not p2p)
+            out.add(("eff_pcie" if pcie else "eff_nvlink") + ("_p2p" if coll == "send_recv" else ""))
+            if node.intra_topology == "pcie" and g > node.gpus_per_node // 2 and node.gpus_per_node >= 8:
+                out.add("pcie_cross_socket")
     return [k for k in BOUNDS if k in out]
 
 
@@ -118,10 +109,13 @@ def fit_constants(
     params: list[str] | None = None,
     nodes: dict | None = None,
     maxiter: int = 3000,
-    objective: str = "logabs",
+    objective: str = "robust",
+    polish: bool = True,
 ) -> FitResult:
-    """Fit the constants exercised by `df` to minimise the group-balanced mean |log(prior/measured)|
-    (`objective="logabs"`) or the group-balanced MAPE (`objective="mape"`).
+    """Fit the constants exercised by `df` to minimise the group-balanced mean of
+    `objective`: "robust" s tanh(|log(prior/measured)| / s) with s = 0.3 (a system the physics cannot
+    describe, such as a PCIe box that loses 10x of its bandwidth, then cannot drag every shared
+    constant towards itself), "logabs" |log(prior/measured)|, or "mape".
 
     Parameters are searched in log space within BOUNDS (Nelder-Mead, then Powell polish)."""
     from scipy.optimize import minimize
@@ -143,6 +137,8 @@ def fit_constants(
         pen = float(np.sum(np.maximum(theta - hi, 0) ** 2 + np.maximum(lo - theta, 0) ** 2))
         pr = _prior_ms(groups, len(df), make(theta))
         err = np.abs(pr / y - 1.0) if objective == "mape" else np.abs(np.log(pr / y))
+        if objective == "robust":
+            err = ROBUST_SCALE * np.tanh(err / ROBUST_SCALE)
         return float(np.sum(w * err)) + 10 * pen
 
     theta0 = np.log([getattr(base, k) for k in params])
@@ -151,14 +147,40 @@ def fit_constants(
         return FitResult(base, [], before, before)
     res = minimize(loss, theta0, method="Nelder-Mead",
                    options={"maxiter": maxiter, "xatol": 1e-4, "fatol": 1e-7, "adaptive": True})
-    res2 = minimize(loss, res.x, method="Powell", options={"maxiter": maxiter, "xtol": 1e-4, "ftol": 1e-8})
-    best = res2.x if res2.fun <= res.fun else res.x
+    best = res.x
+    if polish:
+        res2 = minimize(loss, res.x, method="Powell", options={"maxiter": maxiter, "xtol": 1e-4, "ftol": 1e-8})
+        best = res2.x if res2.fun <= res.fun else res.x
     fitted = make(best)
-    # one network: with no multi-node collective in the data, collectives across nodes borrow the
-    # efficiency that point-to-point transfers over the same network reached
-    if "eff_net" not in params and "eff_net_p2p" in params:
-        fitted = fitted.updated(eff_net=fitted.eff_net_p2p)
     return FitResult(fitted, params, before, loss(best))
+
+
+def fit_custom_all_reduce(df: pd.DataFrame, constants: CollectiveConstants, nodes: dict | None = None,
+                          maxiter: int = 400) -> CustomAllReduceConstants:
+    """Fit the one-shot/two-shot latency and bandwidth efficiency to custom all-reduce rows (graph
+    timing, engine in `impl`), group-balanced mean |log(pred / measured)|."""
+    from scipy.optimize import minimize
+
+    from hybridperf.priors.collectives import custom_all_reduce_ms
+
+    rows = df[(df["timing"] == "graph") & (df["impl"] != "nccl")]
+    if rows.empty:
+        return CustomAllReduceConstants()
+    groups = [(node_for(s, nodes), int(p), e, grp["nbytes"].to_numpy(), grp["latency_ms"].to_numpy())
+              for (s, p, e), grp in rows.groupby(["system", "gpus", "impl"])]
+    base = CustomAllReduceConstants()
+
+    def make(th):
+        return CustomAllReduceConstants(lat_us=float(np.exp(np.clip(th[0], -1, 4))), eff=float(np.exp(np.clip(th[1], -3, 0.3))),
+                                        max_bytes=base.max_bytes)
+
+    def loss(th):
+        k = make(th)
+        return float(np.mean([np.mean(np.abs(np.log(custom_all_reduce_ms(n, p, node, e, constants, k) / y)))
+                              for node, p, e, n, y in groups]))
+
+    res = minimize(loss, np.log([base.lat_us, base.eff]), method="Nelder-Mead", options={"maxiter": maxiter})
+    return make(res.x)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -170,15 +192,13 @@ def residual_xy(df: pd.DataFrame, constants: CollectiveConstants, nodes: dict | 
     X = np.empty((len(df), len(FEATURE_NAMES)))
     prior = np.empty(len(df))
     pos = pd.Series(np.arange(len(df)), index=df.index)
-    for (system, coll, p, g), grp in df.groupby(GROUP_KEYS, sort=False):
+    for (system, coll, p, g, tm), grp in df.groupby(GROUP_KEYS, sort=False):
         node = node_for(system, nodes)
-        n = grp["nbytes"].to_numpy()
-        t = prior_terms(coll, n, int(p), int(g), node, constants)
+        t = prior_terms(coll, grp["nbytes"].to_numpy(), int(p), int(g), node, constants, tm)
         idx = pos.loc[grp.index].to_numpy()
-        X[idx] = collective_features(coll, n, int(p), int(g), node, constants, t)
+        X[idx] = collective_features(node, t)
         prior[idx] = t["ms"]
-    y = np.log(df["latency_ms"].to_numpy() / prior)
-    return X, y, prior
+    return X, np.log(df["latency_ms"].to_numpy() / prior), prior
 
 
 def make_residual_estimator(kind: str = "gbr", seed: int = 0):
@@ -233,38 +253,34 @@ def write_bundle(
     interval: dict,
     estimator=None,
     *,
+    custom: CustomAllReduceConstants | None = None,
     data_digest: str = "",
     trained_on: list | None = None,
     metrics: dict | None = None,
     notes: str = "",
     opset: int = 15,
 ) -> Path:
-    """Write manifest.json (+ residual.onnx when `estimator` is given) into `out_dir`."""
+    """Write manifest.json (+ residual.onnx when `estimator` is given) into `out_dir`, in the format
+    `hybridperf.residual_models.bundle.load_bundle` verifies (kind "collectives")."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    files = {}
-    residual = None
+    files, residual = [], None
     stale = out / "residual.onnx"
     if estimator is not None:
         stale.write_bytes(to_onnx_bytes(estimator, len(FEATURE_NAMES), opset))
-        files["residual.onnx"] = sha256_file(stale)
-        residual = {"file": "residual.onnx", "target": "log(measured_ms / prior_ms)",
-                    "feature_names": list(FEATURE_NAMES), "opset": opset,
-                    "estimator": type(estimator).__name__}
+        files.append("residual.onnx")
+        residual = {"file": "residual.onnx", "target": "log(measured_ms / prior_ms)", "estimator": type(estimator).__name__}
     elif stale.exists():
         stale.unlink()
     man = {
-        "kind": BUNDLE_KIND, "version": BUNDLE_VERSION,
-        "constants": constants.to_dict(),
-        "interval": _jsonable(interval),
-        "residual": residual, "files": files,
-        "feature_names": list(FEATURE_NAMES), "opset": opset,
-        "library_versions": library_versions(),
+        "kind": BUNDLE_KIND, "constants": constants.to_dict(),
+        "custom_all_reduce": (custom or CustomAllReduceConstants()).to_dict(),
+        "interval": _jsonable(interval), "residual": residual, "files": files,
+        "feature_names": list(FEATURE_NAMES), "opset": opset, "library_versions": library_versions(),
         "training_data": {"digest_sha256": data_digest, "systems": trained_on or []},
         "metrics": _jsonable(metrics or {}), "notes": notes,
     }
-    man["content_sha256"] = manifest_digest(man)
-    write_text(out / "manifest.json", json.dumps(man, indent=2) + "\n")
+    write_manifest(out, man)
     return out
 
 
