@@ -33,8 +33,12 @@ def predict_model_cmd(
     overlap: Optional[bool] = typer.Option(
         None, "--overlap/--no-overlap", help="overlap the DP gradient all-reduce with the backward (default on)"),
     bucket_mb: Optional[float] = typer.Option(None, "--bucket-mb", help="DP gradient bucket size in MiB (default 25)"),
-    dtype: str = typer.Option("fp32", "--dtype", help="fp32 (NeuSight's semantics, validated on its labels), or the "
-                              "model cast to fp16/bf16 (GEMMs on tensor cores; not validated, no labels)"),
+    dtype: str = typer.Option("fp32", "--dtype", help="fp32 (with --attn eager: NeuSight's semantics, validated on its "
+                              "labels), or the model cast to fp16/bf16 (GEMMs on tensor cores)"),
+    attn: str = typer.Option("sdpa", "--attn", help="transformers' attn_implementation: sdpa (its default: one fused "
+                             "scaled_dot_product_attention kernel) or eager (materialized scores; NeuSight's labels)"),
+    amp: bool = typer.Option(False, "--amp", help="fp32 weights under torch.autocast(bfloat16): GEMMs and attention in "
+                             "bf16 with the weight casts of every forward, norms/softmax/loss in fp32, fp32 gradients"),
     fused: bool = typer.Option(False, "--fused", help="inference as torch.compile runs it: chains of element-wise "
                                "ops fused into one kernel, also into a following softmax/LayerNorm (NeuSight's "
                                "-fusion runs)"),
@@ -52,8 +56,9 @@ def predict_model_cmd(
         "mode, latency_ms [, dtype, fused, recompute, optimizer, layers]): refit the device-time scale and the "
         "per-launch gap to them before predicting (with --dp/--tp/--pp: single-GPU runs on the node's GPU)"),
 ) -> None:
-    """Predict the latency (ms) of one forward (inf) or forward+backward (train) pass of a transformer,
-    fp32 eager PyTorch as NeuSight measured it, or of one decode step (decode), with a 90% interval.
+    """Predict the latency (ms) of one forward (inf) or forward+backward (train) pass of a transformer as
+    transformers runs it (default SDPA attention; --dtype fp32 --attn eager is NeuSight's setup), or of one
+    decode step (decode), with a 90% interval.
     With --dp/--tp/--pp (any of them), the step time on dp*tp*pp GPUs of DEVICE (a node such as
     DGX-H100, or a GPU in a default node), reported as compute, communication and pipeline bubble."""
     from hybridperf.graphs.compose import predict_model_detail, resolve_predictor
@@ -64,7 +69,7 @@ def predict_model_cmd(
             raise InputError("--fused is not modelled with --dp/--tp/--pp (training runs eager)")
         _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, model_bundle, prior_only,
                               dp, tp, pp, microbatches, overlap, bucket_mb, dtype, optimizer, recompute, zero or 0,
-                              measured_runs)
+                              measured_runs, attn, amp)
         return
     from hybridperf.cli.devices import note_generic_spec
     from hybridperf.devices import get_device
@@ -74,7 +79,8 @@ def predict_model_cmd(
     predictor = resolve_predictor(model_bundle, prior_only)
     calibration = _calibrate(measured_runs, dev, predictor)
     res = predict_model_detail(str(config), batch, seq, mode, dev, predictor, dtype=dtype, fused=fused,
-                               optimizer=optimizer, recompute=recompute, calibration=calibration)
+                               optimizer=optimizer, recompute=recompute, calibration=calibration, attn=attn, amp=amp)
+    typer.echo(f"assumes: {_assumptions(res.graph)}", err=True)
     need = res.graph.memory()
     _warn_memory(need, dev)
     out = {k: round(v, 4) for k, v in res.to_dict().items()}
@@ -92,6 +98,17 @@ def predict_model_cmd(
         rate = f"  ({batch * 1000.0 / out['e2e_ms']:.1f} tokens/s)" if mode == "decode" else ""
         typer.echo(f"e2e {out['e2e_ms']:.3f} ms  [90%: {out['lo_ms']:.3f} .. {out['hi_ms']:.3f}]  "
                    f"fw {out['fw_ms']:.3f} ms  bw {out['bw_ms']:.3f} ms{opt}{rate}  memory ~{need.total:.1f} GB")
+
+
+def _assumptions(graph) -> str:
+    """The execution a prediction assumed, in one line (dtype policy, attention implementation)."""
+    from hybridperf.graphs.attention import NO_SDPA
+
+    prec = "fp32 weights under bf16 autocast" if graph.amp else f"{graph.dtype} model"
+    attn = graph.attn
+    if attn == "sdpa" and graph.config.family in NO_SDPA:
+        attn = f"eager ({graph.config.family} has no SDPA path in transformers)"
+    return f"{prec}, {attn} attention, eager PyTorch (transformers)"
 
 
 def check_model_args(config: Path, batch: int, seq: int, mode: str, model_bundle, prior_only: bool) -> None:
@@ -152,7 +169,7 @@ def _warn_memory(need, dev, per_gpu: bool = False) -> None:
 
 def _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, model_bundle, prior_only,
                           dp, tp, pp, microbatches, overlap, bucket_mb, dtype, optimizer=None,
-                          recompute=False, zero=0, measured_runs=None) -> None:
+                          recompute=False, zero=0, measured_runs=None, attn="sdpa", amp=False) -> None:
     from hybridperf.graphs.compose import resolve_predictor
     from hybridperf.graphs.parallel import DEFAULT_BUCKET_MB, predict_parallel_detail, resolve_parallel_device
     from hybridperf.priors.collectives import CollectiveModel
@@ -175,7 +192,8 @@ def _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, 
                                   microbatches, True if overlap is None else overlap, predictor,
                                   collective_model=cmodel,
                                   bucket_mb=DEFAULT_BUCKET_MB if bucket_mb is None else bucket_mb, dtype=dtype,
-                                  optimizer=optimizer, recompute=recompute, zero=zero, calibration=calibration)
+                                  optimizer=optimizer, recompute=recompute, zero=zero, calibration=calibration,
+                                  attn=attn, amp=amp)
     r = res.result
     _warn_memory(res.memory, dev, per_gpu=True)
     out = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}

@@ -56,6 +56,7 @@ import pandas as pd
 
 from hybridperf.devices import DTYPE_BYTES, dtype_key
 from hybridperf.errors import InputError
+from hybridperf.graphs.attention import attention_impl, mark_call
 from hybridperf.graphs.config import (DEEPSEEK_DEFAULTS, GEMMA, LLAMA_LIKE, ROBERTA_LIKE, SLIDING_GEMMA, ModelConfig,
                                       load_config)
 from hybridperf.graphs.memory import (MemoryEstimate, mla_layer_extra_bytes, moe_layer_extra_bytes,
@@ -67,7 +68,7 @@ MODEL_DTYPES = ("fp32", "fp16", "bf16")
 HALF_DTYPES = ("fp16", "bf16")
 #: `grouped`: a top-k MoE's grouped expert GEMM (`grouped_gemm`), one launch or one per expert by device
 KERNEL_COLUMNS = ("block", "name", "op", "B", "M", "N", "K", "H", "nbytes", "extra_nbytes", "phase", "count", "group",
-                  "dtype", "grouped", "form")
+                  "dtype", "grouped", "form", "attn")
 #: inf: one forward of batch x seq tokens; train: forward + backward; decode: one generated token per
 #: sequence against a key/value cache of seq tokens (`hybridperf.graphs.decode`)
 MODES = ("inf", "train", "decode")
@@ -83,7 +84,7 @@ POSITION_LIMITED = ("bert", *ROBERTA_LIKE, "gpt2", "gpt_neo", "gpt_neox", "opt",
 SLIDING_MASK_KERNELS = {"qwen2_moe": 23, "gemma2": 23, "gemma3_text": 23,
                         "gpt_oss": 6}  # 14 for the mask, net of 8 position and padding checks Llama's path has
 #: tags of kernels that only the backward launches (`grad_sums`, `grad_cat`)
-BACKWARD_ONLY = ("grad_sum", "grad_cat", "grad_zeros", "grad_cast")
+BACKWARD_ONLY = ("grad_sum", "grad_cat", "grad_zeros", "grad_cast", "grad_attn")
 
 
 def _k(name, op, B=1, M=0, N=0, K=0, H=0, nbytes=0.0, params=0, bias=False, tag="", fp32=False, dtypes=None,
@@ -94,7 +95,7 @@ def _k(name, op, B=1, M=0, N=0, K=0, H=0, nbytes=0.0, params=0, bias=False, tag=
     return {"name": name, "op": op, "B": int(B), "M": int(M), "N": int(N), "K": int(K), "H": int(H),
             "nbytes": float(nbytes), "params": int(params), "bias": bool(bias), "tag": tag, "extra_nbytes": 0.0,
             "fp32": bool(fp32), "dtypes": tuple(dtypes) if dtypes else None,
-            "form": form or ("mm" if op == "linear" else "")}
+            "form": form or ("mm" if op == "linear" else ""), "attn": ""}
 
 
 def linear(name, tokens, n_in, n_out, bias=True, conv1d=False):
@@ -169,6 +170,8 @@ class ModelGraph:
     fused: bool = False  # pointwise chains fused into one kernel each (`fuse_pointwise`)
     optimizer: str | None = None  # train: the optimizer step that follows the backward (`graphs.optimizer`)
     recompute: bool = False  # train: every layer checkpointed, its forward re-run in the backward (phase rc)
+    amp: bool = False  # fp32 weights under bf16 autocast (`hybridperf.graphs.amp`; dtype is then bf16)
+    attn: str = "eager"  # attention implementation (`hybridperf.graphs.attention`)
 
     @property
     def dtype_bytes(self) -> float:
@@ -190,10 +193,12 @@ class ModelGraph:
                     for r in backward_kernels(k):  # the backward of an fp32 op runs in fp32 too
                         rows.append({**r, "fp32": r["fp32"] or k["fp32"], "block": blk.name, "phase": "bw",
                                      "count": blk.count})
-                    for r in accumulation_kernels(k):
-                        rows.append({**r, "block": blk.name, "phase": "acc", "count": blk.count})
+                    for r in accumulation_kernels(k):  # into fp32 `.grad` under autocast
+                        rows.append({**r, "fp32": r["fp32"] or self.amp, "block": blk.name, "phase": "acc",
+                                     "count": blk.count})
         rows = [r for r in rows if r["dtypes"] is None or self.dtype in r["dtypes"]]
         df = pd.DataFrame(rows)
+        df["attn"] = df["attn"].fillna("") if "attn" in df.columns else ""
         df["group"] = [kernel_group(op) for op in df["op"]]
         df["grouped"] = df["tag"] == "grouped"
         upcast = df["fp32"].to_numpy(bool)
@@ -216,7 +221,7 @@ class ModelGraph:
 
         cfg, eb = self.config, self.dtype_bytes
         params = float(sum(param_numels(self)))  # a tied head is the embedding table
-        weights = params * eb / 1e9
+        weights = params * (F32 if self.amp else eb) / 1e9
         if self.mode == "train":
             act = saved_activation_bytes(cfg.family, cfg.hidden, cfg.token_ffn, cfg.heads, cfg.vocab,
                                          cfg.total_layers, self.batch, self.seq, eb, cfg.max_positions, self.recompute)
@@ -308,7 +313,7 @@ def backward_kernels(k: dict) -> list:
         return [misc(n, "copy", k["nbytes"])]
     if tag == "grad_zeros":  # a backward-only zero-filled gradient (`slice_grads`)
         return [misc(n, "mask", k["nbytes"])]
-    if tag == "grad_cast":  # a backward-only cast (`grad_cast`)
+    if tag in ("grad_cast", "grad_attn"):  # a backward-only cast (`grad_cast`), a fused attention backward
         return [{**k, "tag": ""}]
     if tag == "layout":  # the gradient is copied back into the layout the forward copied out of
         return [misc(n + ".bw", "copy", k["nbytes"])]
@@ -517,7 +522,7 @@ def _attention_core(p, B, S, heads, hd, train, scale_op, mask_op, S_kv=None, dro
         ks.append(misc(f"{p}.v_copy", "copy", 2 * B * S_kv * heads * vd * F32, tag=kv_tag))
     ks.append(bmm(f"{p}.av", bh, S, S_kv, vd))
     ks.append(misc(f"{p}.merge_heads", "copy", 2 * tok * heads * vd * F32, tag="layout"))
-    return ks
+    return mark_call(ks, B=B, S=S, S_kv=S_kv, heads=heads, kv_heads=heads // kv_groups, hd=hd, vd=vd, train=train)
 
 
 def attention_scores(p, rows, width, scale_op, mask_op, softmax_fp32=False, qk_fp32=False, softcap=False,
@@ -1300,7 +1305,8 @@ def loss_kernels(cfg: ModelConfig, B, S) -> list:
 
 
 def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str = "fp32", fused: bool = False,
-                optimizer: str | None = None, recompute: bool = False) -> ModelGraph:
+                optimizer: str | None = None, recompute: bool = False, attn: str = "eager",
+                amp: bool = False) -> ModelGraph:
     """The kernel graph of one forward (`inf`) or forward+backward (`train`) pass, or of one decode step
     (`decode`: `batch` sequences, one new token each, `seq` tokens in the cache), every float tensor
     in `dtype` (fp32 as NeuSight measured; fp16/bf16 = the model cast to that dtype, GEMMs on tensor
@@ -1308,11 +1314,20 @@ def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str = "f
     softmax, a causal LM's loss; not mixed-precision autocast). `fused`: pointwise chains fused as a
     compiler does (`fuse_pointwise`, NeuSight's `-fusion` runs); inference only. `optimizer` (train only): add the
     optimizer step (`hybridperf.graphs.optimizer`; its kernels depend on the device, so the composition
-    adds them). `recompute` (train only): activation checkpointing of every transformer layer."""
+    adds them). `recompute` (train only): activation checkpointing of every transformer layer. `attn`: the
+    attention implementation (`hybridperf.graphs.attention`; this graph's default is eager, a request's sdpa).
+    `amp`: an fp32 model under bf16 autocast (`hybridperf.graphs.amp`)."""
     cfg = load_config(config)
+    impl = attention_impl(attn)
     dtype = dtype_key(dtype)
     if dtype not in MODEL_DTYPES:
         raise InputError(f"model dtype must be one of {', '.join(MODEL_DTYPES)}, got {dtype!r}")
+    if amp and dtype != "fp32":
+        raise InputError(f"--amp runs an fp32 model under bf16 autocast; the model dtype must be fp32, got {dtype}")
+    if amp and fused:
+        raise InputError("--amp is modelled for eager execution, not with --fused")
+    if amp:
+        dtype = "bf16"  # the graph's kernels in bf16, rewritten per kernel below
     for v, what in ((batch, "batch"), (seq, "seq")):
         if isinstance(v, bool) or not isinstance(v, (int,)) and not (isinstance(v, float) and v.is_integer()):
             raise InputError(f"{what} must be a positive integer, got {v!r}")
@@ -1343,12 +1358,17 @@ def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str = "f
         blocks = decode_blocks(cfg, batch, seq)
     else:
         blocks = _FAMILIES[cfg.family](cfg, batch, seq, train)
+    blocks = impl.rewrite(blocks, cfg, dtype, mode)
     if train:
         blocks.append(Block("loss", 1, loss_kernels(cfg, batch, seq), "post"))
+    if amp:
+        from hybridperf.graphs.amp import amp_blocks
+
+        blocks = amp_blocks(blocks)
     if fused:
         blocks = [Block(b.name, b.count, fuse_pointwise(b.kernels), b.kind) for b in blocks]
     return ModelGraph(cfg, batch, seq, mode, blocks, dtype, fused=bool(fused), optimizer=optimizer,
-                      recompute=bool(recompute))
+                      recompute=bool(recompute), amp=bool(amp), attn=impl.name)
 
 
 def layer_gemms(config, batch: int, seq: int, mode: str = "inf", block: str = "layer") -> pd.DataFrame:
