@@ -60,7 +60,7 @@ from hybridperf.graphs.attention import attention_impl, mark_call
 from hybridperf.graphs.config import (DEEPSEEK_DEFAULTS, GEMMA, LLAMA_LIKE, ROBERTA_LIKE, SLIDING_GEMMA, ModelConfig,
                                       load_config)
 from hybridperf.graphs.memory import (MemoryEstimate, mla_layer_extra_bytes, moe_layer_extra_bytes,
-                                      saved_activation_bytes)
+                                      saved_activation_bytes, score_saved_bytes)
 from hybridperf.ops import OP_CLASS
 
 F32 = 4
@@ -225,6 +225,11 @@ class ModelGraph:
         if self.mode == "train":
             act = saved_activation_bytes(cfg.family, cfg.hidden, cfg.token_ffn, cfg.heads, cfg.vocab,
                                          cfg.total_layers, self.batch, self.seq, eb, cfg.max_positions, self.recompute)
+            fused = sum(b.count for b in self.blocks if b.kind == "layer" and any(k["op"] == "attention"
+                                                                                    for k in b.kernels))
+            if fused:  # fused attention keeps no score-sized tensors for its backward
+                act -= score_saved_bytes(cfg.family, cfg.heads, self.batch, self.seq, eb) * (
+                    min(fused, 1) if self.recompute else fused)
             if cfg.sparse_layers:  # with recompute only the layer being back-propagated holds its saved set
                 moe = moe_layer_extra_bytes(self.batch * self.seq, cfg.experts_per_token, cfg.hidden, eb,
                                             bool(cfg.shared_ffn) and cfg.family == "qwen2_moe",

@@ -32,8 +32,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hybridperf.devices import DTYPE_BYTES, DeviceSpec
-from hybridperf.priors.memory import memory_time_ms
+from hybridperf.priors.memory import dram_efficiency, l2_hit_fraction
 
+#: L2 bytes an SM can load per clock (32 B/clk/SM on Ampere to Blackwell)
+L2_BYTES_PER_SM_CLOCK = 32.0
 #: SFU exponentials per SM per clock (MUFU.EX2; sm_80 to sm_100)
 SFU_PER_SM_CLOCK = 16.0
 #: PyTorch's memory-efficient attention in fp32 multiplies as three TF32 products on the tensor cores
@@ -83,9 +85,14 @@ KERNEL_FAMILIES = {
     "vllm_flashinfer_fidecode": "flashinfer", "torch_flow_flashinfer": "flashinfer",
     "triton": "triton", "vllm_triton_attn": "triton",
 }
-#: families that run FA2's mma.sync code on every arch. PyTorch's SDPA (torch 2.11) is not among them: on
-#: the H100 its causal forward reached 600 TFLOP/s (`h100_sdpa_fp8`), beyond what mma.sync can
-FA2_FAMILIES = ("fa2",)
+#: families whose Hopper/Blackwell code reaches no more than FA2's mma.sync: FA2 itself, and the Triton
+#: attention kernels of vLLM and SGLang. PyTorch's SDPA (torch 2.11) is not among them: on the H100 its causal
+#: forward reached 600 TFLOP/s (`h100_sdpa_fp8`), beyond what mma.sync can
+FA2_FAMILIES = ("fa2", "triton")
+#: families whose softmax does not overlap the GEMMs (no warpgroup ping-pong): the exponentials add to the
+#: GEMM time. PyTorch's SDPA is one: its head_dim-64 kernels ran at 0.5-0.8x the speed an overlapped
+#: softmax would give on the H100 (`h100_sdpa_fp8`)
+SERIAL_SOFTMAX_FAMILIES = ("fa2", "triton", "sdpa")
 
 
 def kernel_family(kernel_source: str | None) -> str:
@@ -121,6 +128,8 @@ class AttentionConstants:
     decode_bw: dict = field(default_factory=dict)  # family -> Fitted (share of achievable bandwidth)
     context_overhead_ms: Fitted = Fitted(0.005, "ms", "default")
     decode_overhead_ms: Fitted = Fitted(0.005, "ms", "default")
+    decode_wave_ms: Fitted = Fitted(0.002, "ms", "default")  # a wave of decode CTAs' fixed latency
+    fp8_efficiency: Fitted = Fitted(1.0, "share", "default")  # fp8 prefill's share of the bf16 efficiency
     sdpa_bwd_efficiency: Fitted = Fitted(0.5, "share", "default")
     mem_efficient_efficiency: Fitted = Fitted(0.5, "share", "default")
 
@@ -135,17 +144,26 @@ class AttentionConstants:
 
 _ALL = "a100_sxm, h100_sxm, l40s, b200_sxm aiconfigurator attention tables (all frameworks)"
 _H100 = "h100_sdpa_fp8 (NVIDIA H100 80GB HBM3, torch 2.11; one GPU)"
-#: shipped constants: fitted on all four aiconfigurator systems (prefill, decode) and on the H100 SDPA
-#: measurements (sdpa, backward); held-out errors of the same fit: experiments/results/attention_prior.md
+#: shipped constants, `python experiments/attention_prior.py --write-constants`: fitted on all four
+#: aiconfigurator systems (prefill, decode) and on the H100 SDPA measurements (sdpa, its backward); the same
+#: fit's held-out errors are in experiments/results/attention_prior.md. PyTorch's flash decode is FA2's
+#: split-KV kernel: sdpa decode takes fa2's bandwidth share. No measurement has set the memory-efficient
+#: backend's efficiency (fp32, explicit masks): its default is a guess.
 CONSTANTS = AttentionConstants(
-    efficiency={"fa2": Fitted(0.62, "share", _ALL), "fa3": Fitted(0.62, "share", _ALL),
-                "fa4": Fitted(0.55, "share", _ALL), "trtllm": Fitted(0.55, "share", _ALL),
-                "flashinfer": Fitted(0.5, "share", _ALL), "triton": Fitted(0.4, "share", _ALL),
-                "sdpa": Fitted(0.62, "share", _H100)},
-    decode_bw={"fa2": Fitted(0.8, "share", _ALL), "fa3": Fitted(0.8, "share", _ALL),
-               "fa4": Fitted(0.8, "share", _ALL), "trtllm": Fitted(0.8, "share", _ALL),
-               "flashinfer": Fitted(0.8, "share", _ALL), "triton": Fitted(0.6, "share", _ALL),
-               "sdpa": Fitted(0.8, "share", "fa2's")},
+    efficiency={"fa2": Fitted(0.600, "share", _ALL), "fa3": Fitted(0.462, "share", _ALL),
+                "fa4": Fitted(0.316, "share", _ALL), "trtllm": Fitted(0.353, "share", _ALL),
+                "flashinfer": Fitted(0.523, "share", _ALL), "triton": Fitted(0.208, "share", _ALL),
+                "sdpa": Fitted(0.786, "share", _H100)},
+    decode_bw={"fa2": Fitted(0.594, "share", _ALL), "fa3": Fitted(0.831, "share", _ALL),
+               "fa4": Fitted(0.795, "share", _ALL), "trtllm": Fitted(1.037, "share", _ALL),
+               "flashinfer": Fitted(1.165, "share", _ALL), "triton": Fitted(0.668, "share", _ALL),
+               "sdpa": Fitted(0.594, "share", "fa2's: " + _ALL)},
+    context_overhead_ms=Fitted(0.0119, "ms", _ALL),
+    decode_overhead_ms=Fitted(0.0001, "ms", _ALL),
+    decode_wave_ms=Fitted(0.0124, "ms", _ALL),
+    fp8_efficiency=Fitted(0.539, "share", _ALL),
+    sdpa_bwd_efficiency=Fitted(0.501, "share", _H100),
+    mem_efficient_efficiency=Fitted(0.5, "share", "default (not measured)"),
 )
 
 
@@ -154,16 +172,20 @@ def _f(x) -> np.ndarray:
 
 
 def computed_pairs(q_len, kv_len, causal: bool, window, block_q: int, block_k: int) -> np.ndarray:
-    """(query, key) pairs a tiled kernel computes per (sequence, head): whole key blocks, so a causal
-    diagonal (or a window's edges) costs about half a tile of each kind per query row beyond the exact count."""
+    """(query, key) pairs a tiled kernel computes per (sequence, head): whole tiles of `block_q` queries by
+    `block_k` keys (a short prefill still fills one query tile), the causal triangle's tiles with the prefix,
+    or a sliding window's band of tiles."""
     q, kv, w = _f(q_len), _f(kv_len), _f(window)
-    full = q * kv
-    if not causal:
-        return np.where(w > 0, np.minimum(full, q * np.minimum(kv, w + 0.5 * (block_q + block_k))), full)
-    prefix = np.maximum(kv - q, 0.0)
-    exact = q * prefix + q * (q + 1) / 2.0
-    pairs = np.minimum(exact + 0.5 * q * np.minimum(block_q + block_k, q), full)
-    return np.where(w > 0, np.minimum(pairs, q * (w + block_q + block_k)), pairs)
+    nq = np.ceil(q / block_q)
+    nk = np.ceil(kv / block_k)
+    band = np.where(w > 0, np.ceil((w + block_q) / block_k) + 1.0, nk)
+    if causal:
+        prefix = np.maximum(kv - q, 0.0)
+        tiles = nq * (np.ceil(prefix / block_k) + 0.5) + (block_q / block_k) * nq * (nq + 1) / 2.0
+        tiles = np.minimum(tiles, nq * np.minimum(nk, band))
+    else:
+        tiles = nq * np.minimum(nk, band)
+    return tiles * block_q * block_k
 
 
 def wave_stretch(ctas, device: DeviceSpec, ctas_per_sm: int) -> np.ndarray:
@@ -194,15 +216,31 @@ def context_attention_ms(batch, isl, heads, kv_heads, head_dim, device: DeviceSp
     kv = isl + prefix
     pairs = computed_pairs(isl, kv, causal, window, g.block_q, g.block_k)
     flops = 2.0 * batch * heads * pairs * (head_dim + vd)
-    rate = _matrix_rate(device, dtype) * g.isa_fraction * constants.eff(fam)
+    rate = _matrix_rate(device, dtype) * g.isa_fraction * constants.eff(fam) \
+        * (constants.fp8_efficiency.value if dtype == "fp8" else 1.0)
     stretch = wave_stretch(batch * heads * np.ceil(isl / g.block_q), device, g.ctas_per_sm)
     mm = flops / rate * stretch
     ex = batch * heads * pairs / exp_rate(device) * stretch
-    compute = np.maximum(mm, ex) if g.overlap_exp else mm + ex
+    compute = np.maximum(mm, ex) if g.overlap_exp and fam not in SERIAL_SOFTMAX_FAMILIES else mm + ex
     eb, kb = DTYPE_BYTES.get(dtype, 2), DTYPE_BYTES.get(kv_dtype, 2)
     nbytes = batch * (isl * heads * (head_dim + vd) * eb + kv * kv_heads * (head_dim + vd) * kb)
-    mem = memory_time_ms(nbytes, device) / 1e3
+    mem = kv_read_ms(nbytes, device) / 1e3
     return (np.maximum(compute, mem)) * 1e3 + constants.context_overhead_ms.value
+
+
+def kv_read_ms(nbytes, device: DeviceSpec, parallel_fraction=1.0) -> np.ndarray:
+    """Time (ms) to stream `nbytes` of keys and values that a repeated call finds in L2 as far as they fit
+    (`l2_hit_fraction`): L2 at L2_BYTES_PER_SM_CLOCK per SM, DRAM at achievable bandwidth. Ada's 96 MB L2
+    holds a decode step's whole cache up to ~50 MB, read several times faster than its GDDR6."""
+    nbytes = _f(nbytes)
+    hit = l2_hit_fraction(nbytes, device)
+    l2 = device.num_sms * L2_BYTES_PER_SM_CLOCK * device.boost_clock_mhz * 1e6
+    dram = device.mem_bw_gbs * 1e9 * dram_efficiency(device)
+    return nbytes * (hit / l2 + (1.0 - hit) / dram) / np.clip(parallel_fraction, 1e-3, 1.0) * 1e3
+
+
+#: decode CTAs resident per SM (small CTAs: one (sequence, kv head, split) each)
+DECODE_CTAS_PER_SM = 4
 
 
 def decode_splits(batch, kv_heads, kv_len, device: DeviceSpec, min_chunk: int = 256) -> np.ndarray:
@@ -224,13 +262,14 @@ def generation_attention_ms(batch, kv_len, heads, kv_heads, head_dim, device: De
     nbytes = batch * 2.0 * keys * kv_heads * head_dim * DTYPE_BYTES.get(kv_dtype, 2)
     ctas = batch * kv_heads * decode_splits(batch, kv_heads, keys, device)
     par = np.minimum(ctas / (2.0 * device.num_sms), 1.0)
-    mem = memory_time_ms(nbytes, device, parallel_fraction=par) / constants.bw(fam)
+    mem = kv_read_ms(nbytes, device, par) / constants.bw(fam)
     # GQA packs a kv head's query heads into one MMA's rows; MHA wastes all but one of 16 rows
     rows = np.maximum(heads / np.maximum(kv_heads, 1.0) * _f(q_len), 1.0)
     mma_rows = np.ceil(rows / 16.0) * 16.0
     flops = 4.0 * batch * kv_heads * mma_rows * keys * head_dim
     compute = flops / (_matrix_rate(device, dtype) * constants.eff(fam)) * 1e3
-    return np.maximum(mem, compute) + constants.decode_overhead_ms.value
+    waves = np.ceil(ctas / (device.num_sms * DECODE_CTAS_PER_SM))
+    return np.maximum(mem, compute) + waves * constants.decode_wave_ms.value + constants.decode_overhead_ms.value
 
 
 def sdpa_ms(batch, seq, heads, kv_heads, head_dim, device: DeviceSpec, dtype: str = "bf16", causal: bool = True,
