@@ -149,7 +149,7 @@ def label_targets(labels: pd.DataFrame, cfg_dir: Path, device: str, predictor) -
 
     with fitted_without(device):
         out = [model_kernel_requests(build_graph(cfg_dir / f"{lab.model}.json", int(lab.batch), int(lab.seq),
-                                                 lab.mode, fused=bool(lab.fusion)), device)
+                                                 lab.mode, fused=bool(lab.fusion), attn="eager"), device)
                for lab in labels.itertuples() if (cfg_dir / f"{lab.model}.json").is_file()]
         return equal_weight_target(predictor, out, device) if out else None
 
@@ -309,7 +309,7 @@ def collect(labels: pd.DataFrame, cfg_dir: Path, preds: dict, kinds: dict, lib_e
         dev = get_device(lab.device)
         with library_efficiency_table((lib_eff or {}).get(lab.device, LIBRARY_EFFICIENCY)), \
                 fitted_without(lab.device):
-            graph = build_graph(cfg, int(lab.batch), int(lab.seq), lab.mode, fused=bool(lab.fusion))
+            graph = build_graph(cfg, int(lab.batch), int(lab.seq), lab.mode, fused=bool(lab.fusion), attn="eager")
             tab = predict_kernels_of(graph, dev, preds[lab.device])
         recs.append({"device": lab.device, "model": lab.model, "mode": lab.mode, "seq": int(lab.seq),
                      "batch": int(lab.batch), "fusion": bool(lab.fusion), "kernel_model": kinds[lab.device],
@@ -520,7 +520,8 @@ def _check_against_compose(recs, consts, df, cfg_dir, runs, kind, labels, lib_ef
             cal["prior"][m]["log_bias"] = p["b_" + m]
         with library_efficiency_table(lib_eff.get(r["device"], LIBRARY_EFFICIENCY)), \
                 fitted_without(r["device"]):
-            mp = compose(build_graph(cfg_dir / f"{r['model']}.json", r["batch"], r["seq"], r["mode"], fused=r["fusion"]),
+            mp = compose(build_graph(cfg_dir / f"{r['model']}.json", r["batch"], r["seq"], r["mode"], fused=r["fusion"],
+                                     attn="eager"),
                          get_device(r["device"]), pred, calibration=cal)
         if p.get("raw"):
             continue

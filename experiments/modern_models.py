@@ -10,6 +10,7 @@ Input: a CSV of measured runs, one per row, with columns
     dtype        fp32 | fp16 | bf16 (the model's dtype; fp32 with amp)
     attn         sdpa | eager (transformers' attn_implementation)
     amp          true | false (fp32 weights under bf16 autocast)
+    recompute    optional: true | false (activation checkpointing)
     measured_ms  the measured latency (CUDA events around one call, as the contract's predict-model section says)
     device       optional: the GPU (else `--device`)
 
@@ -47,17 +48,20 @@ def _config_path(row: dict, csv_dir: Path, configs: Path) -> Path:
     return configs / f"{str(row['model']).strip()}.json"
 
 
-def score(runs: pd.DataFrame, csv_dir: Path, configs: Path, device: str | None, predictor: Predictor) -> pd.DataFrame:
-    """Each run with pred_ms, lo_ms, hi_ms, err_pct and covered."""
+def score(runs: pd.DataFrame, csv_dir: Path, configs: Path, device: str | None, predictor: Predictor,
+          default_attn: str = "sdpa") -> pd.DataFrame:
+    """Each run with pred_ms, lo_ms, hi_ms, err_pct and covered (`default_attn` where a run names none)."""
     out = []
     for r in runs.to_dict("records"):
         cfg = load_config(_config_path(r, csv_dir, configs))
         if pd.notna(r.get("layers")) and str(r.get("layers")).strip():
             cfg = dataclasses.replace(cfg, layers=int(r["layers"]))
         amp = str(r.get("amp", "false")).strip().lower() in _TRUE
-        attn = str(r.get("attn", "sdpa")).strip().lower() if pd.notna(r.get("attn")) else "sdpa"
+        attn = str(r["attn"]).strip().lower() if pd.notna(r.get("attn")) else default_attn
         dtype = "fp32" if amp else str(r.get("dtype", "fp32")).strip()
-        req = ModelRequest(cfg, int(r["batch"]), int(r["seq"]), str(r.get("mode", "inf")).strip(), dtype, attn, amp)
+        recompute = str(r.get("recompute", "false")).strip().lower() in _TRUE
+        req = ModelRequest(cfg, int(r["batch"]), int(r["seq"]), str(r.get("mode", "inf")).strip(), dtype, attn, amp,
+                           recompute=recompute)
         dev = r.get("device") if isinstance(r.get("device"), str) and r.get("device").strip() else device
         p = predict_request(req, dev, predictor)
         m = float(r["measured_ms"])
@@ -79,11 +83,11 @@ def summary(scored: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def report(scored: pd.DataFrame, summ: pd.DataFrame, source: str) -> str:
+def report(scored: pd.DataFrame, summ: pd.DataFrame, source: str, command: str) -> str:
     cols = [c for c in ("model", "config", "layers", "batch", "seq", "mode", "dtype", "attn", "amp", "measured_ms",
                         "pred_ms", "lo_ms", "hi_ms", "err_pct", "covered") if c in scored.columns]
     return "\n".join(["# predict-model on modern whole-model runs", "",
-                      f"Runs: `{source}`. Reproduce: `python experiments/modern_models.py {source} --device DEVICE`.", "",
+                      f"Runs: `{source}`. Reproduce: `{command}`.", "",
                       "## Summary", "", summ.to_markdown(index=False, floatfmt=".1f"), "", "## Runs", "",
                       scored[cols].to_markdown(index=False, floatfmt=".3g"), ""])
 
@@ -94,14 +98,17 @@ def main(argv=None) -> None:
     ap.add_argument("--device", default=None, help="GPU of the runs (when the CSV has no device column)")
     ap.add_argument("--configs", type=Path, default=ROOT / "examples" / "configs")
     ap.add_argument("--prior-only", action="store_true")
+    ap.add_argument("--default-attn", default="sdpa", help="attention of runs without an attn column (older files "
+                    "such as experiments/data/measured/*/models.csv were measured eager)")
     ap.add_argument("--out", type=Path, default=None, help="markdown report (default: print it)")
     a = ap.parse_args(argv)
     runs = pd.read_csv(a.runs)
     if "device" not in runs.columns and a.device is None:
         raise SystemExit("error: give --device or a device column")
     predictor = Predictor.prior_only() if a.prior_only else resolve_predictor(warn=False)
-    scored = score(runs, a.runs.parent, a.configs, a.device, predictor)
-    text = report(scored, summary(scored), str(a.runs))
+    scored = score(runs, a.runs.parent, a.configs, a.device, predictor, a.default_attn)
+    args = [f'"{x}"' if " " in x else x for x in (sys.argv[1:] if argv is None else argv)]
+    text = report(scored, summary(scored), str(a.runs), " ".join(["python experiments/modern_models.py", *args]))
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text(text)

@@ -146,6 +146,10 @@ def test_tensor_parallel_shards_the_fused_kernel():
     att = r.prediction.kernels
     att = att[att["op"] == "attention"]
     assert len(att) and (att["H"] == 4).all() and att["attn"].str.contains("kvh=1").all()
+    eager = predict_parallel_detail(LLAMA, 4, 1024, "train", "DGX-H100", tp=2, predictor=PRIOR, dtype="bf16")
+    sdpa = predict_parallel_detail(LLAMA, 4, 1024, "train", "DGX-H100", tp=2, predictor=PRIOR, dtype="bf16",
+                                   attn="sdpa")
+    assert sdpa.memory.activations < eager.memory.activations
 
 
 def test_cli_attn_and_amp(tmp_path):

@@ -195,6 +195,7 @@ def _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, 
                                   optimizer=optimizer, recompute=recompute, zero=zero, calibration=calibration,
                                   attn=attn, amp=amp)
     r = res.result
+    typer.echo(f"assumes: {_assumptions(res.prediction.graph)}", err=True)
     _warn_memory(res.memory, dev, per_gpu=True)
     out = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}
     out["mem_gb_per_gpu"] = round(res.memory.total, 2)

@@ -112,8 +112,9 @@ def posterior_interval(device_ms: float, launches: float, scale: float, gap_ms: 
 def harness_floor_ms(ops) -> np.ndarray:
     """Per-call harness floor (ms) of each op name: the op class floor, 0 for `misc:` kernels and the fused
     attention kernels (both priced as device time, `predict_table`)."""
-    return np.array([0.0 if o.startswith("misc:") or o in FUSED_OPS else launch_floor_ms(OP_CLASS[o], "call", HARNESS_HOST)
-                     for o in ops], dtype=np.float64)
+    priced_alone = lambda o: o.startswith("misc:") or o in FUSED_OPS  # noqa: E731
+    return np.array([0.0 if priced_alone(o) else launch_floor_ms(OP_CLASS[o], "call", HARNESS_HOST) for o in ops],
+                    dtype=np.float64)
 
 
 def in_model_ms(pred_ms, floor_ms, scale: float = 1.0, gap_ms: float = DEFAULT_GAP_MS, cpu_ms: float = 0.0,

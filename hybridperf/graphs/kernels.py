@@ -242,7 +242,7 @@ class ModelGraph:
                 act += mla_layer_extra_bytes(self.batch * self.seq, widths, eb) * (1 if self.recompute else cfg.layers)
             act /= 1e9
             if self.optimizer:
-                state, temp = optimizer_state_bytes(params, self.optimizer, eb)
+                state, temp = optimizer_state_bytes(params, self.optimizer, F32 if self.amp else eb)
                 return MemoryEstimate(weights, weights, act, state / 1e9, temp / 1e9)
             return MemoryEstimate(weights, weights, act)
         return MemoryEstimate(weights, 0.0, (self._kv_cache_bytes() + self._largest_op_bytes()) / 1e9)

@@ -117,7 +117,7 @@ from hybridperf.errors import InputError
 from hybridperf.graphs.config import LLAMA_LIKE, MOE_LLAMA, ROBERTA_LIKE, ModelConfig, load_config
 from hybridperf.graphs.attention import FUSED_OPS, attn_spec, parse_spec
 from hybridperf.graphs.kernels import MODES, Block, ModelGraph, build_graph
-from hybridperf.graphs.memory import MemoryEstimate, layer_stack_bytes, outside_saved_bytes
+from hybridperf.graphs.memory import MemoryEstimate, layer_stack_bytes, outside_saved_bytes, score_saved_bytes
 from hybridperf.graphs.optimizer import optimizer_state_bytes, optimizer_table, tensor_numels
 
 #: PyTorch DDP's default gradient bucket (bucket_cap_mb=25)
@@ -700,14 +700,21 @@ def _unsharded_stage_memory(graph: ModelGraph, row: dict, tp: int, pp: int, m: i
     if tp == pp == 1:  # one GPU's graph, as `predict-model` counts it
         return graph.memory()
     cfg, eb = graph.config, graph.dtype_bytes
-    weights = row["params"] * eb / 1e9
+    wb = 4.0 if graph.amp else eb  # fp32 weights, gradients and optimizer state under autocast
+    weights = row["params"] * wb / 1e9
     if not train:
         return MemoryEstimate(weights, 0.0, graph.memory().activations)
     per_mb, once = layer_stack_bytes(cfg.family, cfg.hidden, cfg.ffn // tp, cfg.heads // tp, row["layers"],
                                      graph.batch, graph.seq, eb, cfg.max_positions, graph.recompute)
+    if any(k["op"] == "attention" for b in graph.blocks for k in b.kernels):  # fused: no score-sized tensors
+        score = score_saved_bytes(cfg.family, cfg.heads // tp, graph.batch, graph.seq, eb)
+        if graph.recompute:
+            once -= score
+        else:
+            per_mb -= row["layers"] * score
     if row["last"]:  # the logits, their loss and the head's own layers
         per_mb += outside_saved_bytes(cfg.family, cfg.hidden, -(-cfg.vocab // tp), graph.batch, graph.seq, eb)
-    state, temp = optimizer_state_bytes(row["params"], graph.optimizer, eb) if graph.optimizer else (0.0, 0.0)
+    state, temp = optimizer_state_bytes(row["params"], graph.optimizer, wb) if graph.optimizer else (0.0, 0.0)
     act = per_mb * min(m, pp - row["stage"]) + once
     return MemoryEstimate(weights, weights, act / 1e9, state / 1e9, temp / 1e9)
 

@@ -6,8 +6,8 @@ heads, `kv_heads` key/value heads (GQA), `head_dim`; prefill of `isl` new tokens
 decode of one token per sequence against `kv_len` cached ones.
 
 Prefill (`context_attention_ms`, `sdpa_ms`):
-    pairs     (query, key) pairs the kernel computes: the causal triangle plus the half-tiles on its diagonal
-              (whole key blocks of `block_k`, query blocks of `block_q`), the prefix, or a sliding window's band
+    pairs     (query, key) pairs the kernel computes in whole tiles (`block_q` queries, shorter for a short
+              prefill, by `block_k` keys): the causal triangle's tiles with the prefix, or a window's band
     compute   4 x pairs x head_dim FLOPs at the matrix rate x the generation's ISA fraction (`GENERATIONS`:
               FA2's mma.sync reaches ~2/3 of Hopper's and Blackwell's wgmma/tcgen05 peak) x a fitted kernel
               efficiency per kernel family (`AttentionConstants.efficiency`), stretched by wave quantization
@@ -15,7 +15,7 @@ Prefill (`context_attention_ms`, `sdpa_ms`):
     exp       one exponential per pair on the SFU (16 per SM per clock); overlapped with the GEMMs by kernels
               that ping-pong warpgroups (FA3/FA4, TRT-LLM), added to them by FA2
     memory    q, o once, k and v once per kv head, at achievable bandwidth
-    time      overhead + max(compute (+ exp), memory)
+    time      overhead + max(compute (+ exp), memory) + a fixed latency per wave of CTAs
 Decode (`generation_attention_ms`): the KV-cache read at achievable bandwidth, drawn by the CTAs in flight
 (batch x kv heads x KV splits, split-KV when batch x kv heads leaves SMs idle), plus a fixed overhead.
 SDPA backward (`sdpa_ms(backward=True)`): 2.5x the forward's GEMM FLOPs (five GEMMs to two) plus the
@@ -34,6 +34,8 @@ import numpy as np
 from hybridperf.devices import DTYPE_BYTES, DeviceSpec
 from hybridperf.priors.memory import dram_efficiency, l2_hit_fraction
 
+#: the shortest query tile a prefill kernel uses (one MMA's rows)
+MIN_BLOCK_Q = 16.0
 #: L2 bytes an SM can load per clock (32 B/clk/SM on Ampere to Blackwell)
 L2_BYTES_PER_SM_CLOCK = 32.0
 #: SFU exponentials per SM per clock (MUFU.EX2; sm_80 to sm_100)
@@ -129,6 +131,7 @@ class AttentionConstants:
     context_overhead_ms: Fitted = Fitted(0.005, "ms", "default")
     decode_overhead_ms: Fitted = Fitted(0.005, "ms", "default")
     decode_wave_ms: Fitted = Fitted(0.002, "ms", "default")  # a wave of decode CTAs' fixed latency
+    context_wave_ms: Fitted = Fitted(0.0, "ms", "default")  # a wave of prefill CTAs' fixed latency
     fp8_efficiency: Fitted = Fitted(1.0, "share", "default")  # fp8 prefill's share of the bf16 efficiency
     sdpa_bwd_efficiency: Fitted = Fitted(0.5, "share", "default")
     mem_efficient_efficiency: Fitted = Fitted(0.5, "share", "default")
@@ -150,19 +153,20 @@ _H100 = "h100_sdpa_fp8 (NVIDIA H100 80GB HBM3, torch 2.11; one GPU)"
 #: split-KV kernel: sdpa decode takes fa2's bandwidth share. No measurement has set the memory-efficient
 #: backend's efficiency (fp32, explicit masks): its default is a guess.
 CONSTANTS = AttentionConstants(
-    efficiency={"fa2": Fitted(0.600, "share", _ALL), "fa3": Fitted(0.462, "share", _ALL),
-                "fa4": Fitted(0.316, "share", _ALL), "trtllm": Fitted(0.353, "share", _ALL),
-                "flashinfer": Fitted(0.523, "share", _ALL), "triton": Fitted(0.208, "share", _ALL),
-                "sdpa": Fitted(0.786, "share", _H100)},
+    efficiency={"fa2": Fitted(0.671, "share", _ALL), "fa3": Fitted(0.598, "share", _ALL),
+                "fa4": Fitted(0.312, "share", _ALL), "trtllm": Fitted(0.424, "share", _ALL),
+                "flashinfer": Fitted(0.531, "share", _ALL), "triton": Fitted(0.197, "share", _ALL),
+                "sdpa": Fitted(0.966, "share", _H100)},
     decode_bw={"fa2": Fitted(0.594, "share", _ALL), "fa3": Fitted(0.831, "share", _ALL),
-               "fa4": Fitted(0.795, "share", _ALL), "trtllm": Fitted(1.037, "share", _ALL),
-               "flashinfer": Fitted(1.165, "share", _ALL), "triton": Fitted(0.668, "share", _ALL),
+               "fa4": Fitted(0.795, "share", _ALL), "trtllm": Fitted(1.031, "share", _ALL),
+               "flashinfer": Fitted(1.161, "share", _ALL), "triton": Fitted(0.669, "share", _ALL),
                "sdpa": Fitted(0.594, "share", "fa2's: " + _ALL)},
-    context_overhead_ms=Fitted(0.0119, "ms", _ALL),
+    context_overhead_ms=Fitted(0.0096, "ms", _ALL),
     decode_overhead_ms=Fitted(0.0001, "ms", _ALL),
     decode_wave_ms=Fitted(0.0124, "ms", _ALL),
-    fp8_efficiency=Fitted(0.539, "share", _ALL),
-    sdpa_bwd_efficiency=Fitted(0.501, "share", _H100),
+    context_wave_ms=Fitted(0.0035, "ms", _ALL),
+    fp8_efficiency=Fitted(0.569, "share", _ALL),
+    sdpa_bwd_efficiency=Fitted(0.767, "share", _H100),
     mem_efficient_efficiency=Fitted(0.5, "share", "default (not measured)"),
 )
 
@@ -214,18 +218,24 @@ def context_attention_ms(batch, isl, heads, kv_heads, head_dim, device: DeviceSp
     fam = kernel_family(kernel_source)
     g = generation(device, fam)
     kv = isl + prefix
-    pairs = computed_pairs(isl, kv, causal, window, g.block_q, g.block_k)
+    # a short prefill gets a shorter query tile (kernels pick it by length, 16 rows at least)
+    bq = np.minimum(g.block_q, np.maximum(MIN_BLOCK_Q, 2.0 ** np.ceil(np.log2(np.maximum(isl, 1.0)))))
+    pairs = computed_pairs(isl, kv, causal, window, bq, g.block_k)
     flops = 2.0 * batch * heads * pairs * (head_dim + vd)
     rate = _matrix_rate(device, dtype) * g.isa_fraction * constants.eff(fam) \
         * (constants.fp8_efficiency.value if dtype == "fp8" else 1.0)
-    stretch = wave_stretch(batch * heads * np.ceil(isl / g.block_q), device, g.ctas_per_sm)
+    ctas = batch * heads * np.ceil(isl / bq)
+    stretch = wave_stretch(ctas, device, g.ctas_per_sm)
     mm = flops / rate * stretch
     ex = batch * heads * pairs / exp_rate(device) * stretch
     compute = np.maximum(mm, ex) if g.overlap_exp and fam not in SERIAL_SOFTMAX_FAMILIES else mm + ex
     eb, kb = DTYPE_BYTES.get(dtype, 2), DTYPE_BYTES.get(kv_dtype, 2)
     nbytes = batch * (isl * heads * (head_dim + vd) * eb + kv * kv_heads * (head_dim + vd) * kb)
     mem = kv_read_ms(nbytes, device) / 1e3
-    return (np.maximum(compute, mem)) * 1e3 + constants.context_overhead_ms.value
+    # every wave of CTAs pays a fixed latency (load the query tile, write the output)
+    waves = np.ceil(ctas / (device.num_sms * g.ctas_per_sm))
+    fixed = waves * constants.context_wave_ms.value + constants.context_overhead_ms.value
+    return np.maximum(compute, mem) * 1e3 + fixed
 
 
 def kv_read_ms(nbytes, device: DeviceSpec, parallel_fraction=1.0) -> np.ndarray:
