@@ -18,6 +18,8 @@ def compare_cmd(
         "catalog GPU)"),
     dtype: str = typer.Option("fp32", "--dtype", help="fp32, fp16 or bf16, as in predict-model"),
     fused: bool = typer.Option(False, "--fused", help="inference as torch.compile runs it, as in predict-model"),
+    attn: str = typer.Option("sdpa", "--attn", help="sdpa (transformers' default) or eager, as in predict-model"),
+    amp: bool = typer.Option(False, "--amp", help="fp32 weights under bf16 autocast, as in predict-model"),
     optimizer: Optional[str] = typer.Option(None, "--optimizer", help="train: add one optimizer step"),
     recompute: bool = typer.Option(False, "--recompute", help="train: activation checkpointing of every layer"),
     model_bundle: Optional[Path] = typer.Option(None, "--model-bundle", help="kernel bundle directory to use"),
@@ -36,7 +38,7 @@ def compare_cmd(
     specs = resolve_devices(devices)  # fail on an unknown device before loading a bundle
     predictor = resolve_predictor(model_bundle, prior_only)
     df = compare_devices(str(config), batch, seq, specs, mode, predictor, dtype=dtype, fused=fused,
-                         optimizer=optimizer, recompute=recompute)
+                         optimizer=optimizer, recompute=recompute, attn=attn, amp=amp)
     if output is not None:
         df.to_csv(output, index=False)
     title = f"{config.stem} {mode} B={batch} S={seq} {dtype}"

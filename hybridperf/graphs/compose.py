@@ -256,9 +256,11 @@ def predict_table(tab: pd.DataFrame, device: DeviceSpec, predictor: Predictor) -
     extra = memory_time_ms(tab["extra_nbytes"].to_numpy(np.float64), device)
     pred, lo, hi = pred + extra, lo + extra, hi + extra
     fi = np.flatnonzero(tab["op"].isin(FUSED_OPS).to_numpy())
-    if len(fi):  # fused attention: device time from its prior, a fixed interval (`graphs.attention`)
+    if len(fi):  # fused attention: device time from its prior, a fixed interval (`graphs.attention`); outside
+        # what the model-level quantiles were calibrated on (NeuSight's eager runs), so it widens them (`ood`)
         f = fused_attention_ms(tab.iloc[fi], device)
         pred[fi], lo[fi], hi[fi] = f, f * np.exp(-FUSED_LOG_HALF_WIDTH), f * np.exp(FUSED_LOG_HALF_WIDTH)
+        ood[fi] = 1.0
     mi = np.setdiff1d(np.arange(len(tab)), np.concatenate([vi, fi]))
     if len(mi):
         kinds = [s.split(":", 1)[1] for s in tab["op"].iloc[mi]]
