@@ -17,6 +17,7 @@ from hybridperf.graphs import build_graph, predict_model, predict_model_detail
 from hybridperf.graphs.attention import IMPLEMENTATIONS, NO_SDPA
 from hybridperf.graphs.parallel import predict_parallel_detail
 from hybridperf.predictor import Predictor
+from hybridperf.priors.collectives import CollectiveModel
 from hybridperf.priors import attention as A
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -139,16 +140,19 @@ def test_amp_runs_gemms_in_bf16_with_fp32_weights():
     assert (t.loc[t["phase"] == "acc", "dtype"] == "fp32").all()
     with pytest.raises(InputError, match="fp32"):
         build_graph(cfg, 1, 64, "train", "bf16", amp=True)
+    # CPU autocast trace of a Llama layer with SDPA (transformers 5.24): 48 kernels, 14 of them casts
+    lay = _layer(build_graph(LLAMA, 2, 16, "inf", "fp32", attn="sdpa", amp=True).kernel_table())
+    assert len(lay) == 48 and (lay["op"] == "misc:cast").sum() == 14
 
 
 def test_tensor_parallel_shards_the_fused_kernel():
-    r = predict_parallel_detail(LLAMA, 4, 64, "train", "DGX-H100", tp=2, predictor=PRIOR, dtype="bf16", attn="sdpa")
+    kw = {"predictor": PRIOR, "collective_model": CollectiveModel.prior_only(), "dtype": "bf16"}
+    r = predict_parallel_detail(LLAMA, 4, 64, "train", "DGX-H100", tp=2, attn="sdpa", **kw)
     att = r.prediction.kernels
     att = att[att["op"] == "attention"]
     assert len(att) and (att["H"] == 4).all() and att["attn"].str.contains("kvh=1").all()
-    eager = predict_parallel_detail(LLAMA, 4, 1024, "train", "DGX-H100", tp=2, predictor=PRIOR, dtype="bf16")
-    sdpa = predict_parallel_detail(LLAMA, 4, 1024, "train", "DGX-H100", tp=2, predictor=PRIOR, dtype="bf16",
-                                   attn="sdpa")
+    eager = predict_parallel_detail(LLAMA, 4, 1024, "train", "DGX-H100", tp=2, **kw)
+    sdpa = predict_parallel_detail(LLAMA, 4, 1024, "train", "DGX-H100", tp=2, attn="sdpa", **kw)
     assert sdpa.memory.activations < eager.memory.activations
 
 
