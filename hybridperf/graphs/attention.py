@@ -14,7 +14,8 @@ spans in the built blocks:
          kernels before the layers go too; grouped-query attention passes `enable_gqa` (no repeat_kv copies),
          and the output lands in (batch, seq, heads, dim) layout (no merge copy: CPU TorchDispatchMode trace of
          transformers 5.24, Llama: 42 -> 34 kernels per layer, decode 42 -> 36).
-         Backend (PyTorch's sdp_utils): `flash` in half precision without a mask; `efficient`
+         Backend (PyTorch's sdp_utils): `flash` in half precision without a mask (FlashAttention-2, or cuDNN
+         attention where PyTorch prefers it: Hopper, Blackwell); `efficient`
          (memory-efficient) in fp32, with an explicit mask (a sliding window shorter than the sequence,
          T5's position bias: every tile computed, repeat_kv copies kept) or with a value width unlike the
          key's (DeepSeek's latent attention); `math` (fp32 grouped-query attention: efficient attention takes no

@@ -286,7 +286,7 @@ def sdpa_ms(batch, seq, heads, kv_heads, head_dim, device: DeviceSpec, dtype: st
             backward: bool = False, kv_seq=None, backend: str = "flash", window=0, v_dim=None,
             constants: AttentionConstants = CONSTANTS) -> np.ndarray:
     """Kernel time (ms) of PyTorch's `scaled_dot_product_attention` forward, or of its backward alone
-    (`backward=True`): `seq` queries against `kv_seq` keys (default `seq`). `backend`: `flash` (FA2, half
+    (`backward=True`): `seq` queries against `kv_seq` keys (default `seq`). `backend`: `flash` (FA2 or cuDNN, half
     precision, no mask), `efficient` (memory-efficient: fp32, or an explicit mask, whose masked tiles are
     still computed), or `decode` (one query row: the KV-cache read bounds it)."""
     kv_seq = seq if kv_seq is None else kv_seq
