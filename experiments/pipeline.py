@@ -124,6 +124,11 @@ STEPS: tuple[Step, ...] = (
        results=(("report.md", "label_oracle.md"),)),
     _m("run_calibration", "run_calibration", "--data", "{data}", "--out", "{out}", datasets=_NS, minutes=1,
        results=(("report.md", "run_calibration.md"), ("run_calibration.png", "run_calibration.png"))),
+    _k("attention_prior", "attention_prior", "--data", "{data}", "--out", "{out}/attention_prior.md",
+       datasets=("aiconfigurator",), minutes=5,
+       results=(("attention_prior.md", "attention_prior.md"), ("attention_prior.png", "attention_prior.png"))),
+    _m("modern_models", "modern_models", _H200 + "/modern/models.csv", "--device", "NVIDIA H200",
+       "--out", "{out}/modern_models.md", minutes=1, results=(("modern_models.md", "modern_models.md"),)),
     _m("multi_gpu_example", "multi_gpu_example", "--data", "{data}", "--out", "{out}", datasets=_NS, minutes=1,
        results=(("report.md", "multi_gpu.md"),)),
     _m("activation_memory", "activation_memory", "--out", "{out}/activation_memory.csv", torch=True, minutes=1),
@@ -139,6 +144,7 @@ STEPS: tuple[Step, ...] = (
     _g("kernel_trace", "kernel_trace", "--out", "{out}/kernel_trace.csv", gpu=True, minutes=2),
     _g("model_profile", "model_profile", "--out", "{out}", gpu=True, minutes=5),
     _g("measure_modern", "measure_modern", "--out", "{out}", gpu=True, minutes=8),
+    _g("sdpa_collect", "sdpa_collect", "--out", "{out}/kernels.csv", gpu=True, minutes=3),
     _g("vocab_alignment_check", "vocab_alignment_check", "--out", "{out}", gpu=True, minutes=1),
 )
 

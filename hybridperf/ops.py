@@ -21,12 +21,18 @@ OP_CLASS: dict[str, str] = {
     "linear": "linear",
     "softmax": "softmax",
     "ln": "layernorm",
+    "attention": "attention", "attention_bw": "attention",
     **{op: "elementwise" for op in (
         "add", "addu", "mul", "mulu", "div", "divu", "pow", "powu", "relu", "gelu", "tanh",
     )},
 }
 OP_CLASSES: tuple[str, ...] = ("bmm", "linear", "elementwise", "softmax", "layernorm")
+#: fused op classes priced by their prior alone (no residual model is trained on them yet)
+FUSED_CLASSES: tuple[str, ...] = ("attention",)
 GEMM_OPS = ("bmm", "linear")
+#: fused attention (PyTorch SDPA) forward and backward: B=batch, M=queries, N=keys, K=head_dim, H=heads
+#: (key/value heads = H, no mask: `hybridperf.graphs.attention` prices model graphs' richer rows)
+FUSED_OPS = ("attention", "attention_bw")
 #: forms of a `linear` row (module docstring); the first is the default
 LINEAR_FORMS = ("linear", "mm")
 
@@ -57,6 +63,10 @@ def op_work(op: str, B, M, N, K, H, dtype_bytes: float = 4.0):
     bytes counts compulsory DRAM traffic: each operand read once, the output written once.
     """
     B = np.asarray(B, dtype=np.float64)
+    if op in FUSED_OPS:  # B sequences, H heads, M queries, N keys, head width K; no causal skipping
+        M, N, K, H = (np.asarray(x, dtype=np.float64) for x in (M, N, K, H))
+        flops = 4.0 * B * H * M * N * K * (2.5 if op == "attention_bw" else 1.0)
+        return flops, B * H * K * 2.0 * (M + N) * dtype_bytes * (2.0 if op == "attention_bw" else 1.0)
     if op in GEMM_OPS:
         M, N, K = (np.asarray(x, dtype=np.float64) for x in (M, N, K))
         flops = 2.0 * B * M * N * K

@@ -57,7 +57,7 @@ def test_canonicalize_missing_opname_names_file(tmp_path):
     [
         ("add,4,8,0.1\nadd,,8,0.1\n", 3, "shape B"),  # NaN shape on line 3
         ("add,4,8,0.1\nadd,4,8,0.1\nadd,4,8,-0.5\n", 4, "latency"),  # negative latency on line 4
-        ("frobnicate,4,8,0.1\n", 2, "unknown op 'frobnicate'; supported: add, addu, bmm"),  # names the valid ops
+        ("frobnicate,4,8,0.1\n", 2, "unknown op 'frobnicate'; supported: add, addu, attention"),  # names the valid ops
         ("add,4,-8,0.1\n", 2, "shape H"),
         ("add,4,8,0.1\nadd,4,1e400,0.1\n", 3, "shape H must be a whole number"),  # overflows to inf
         ("add,2.5,8,0.1\n", 2, "shape B must be a whole number"),

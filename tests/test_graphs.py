@@ -56,22 +56,22 @@ def test_train_backward_has_two_gemms_per_forward_gemm_with_same_flops():
 
 
 def test_predict_model_prior_only_contract_and_scaling():
-    r1 = predict_model(TINY, 1, 128, "inf", DEV, predictor=PRIOR)
+    r1 = predict_model(TINY, 1, 128, "inf", DEV, predictor=PRIOR, attn="eager")
     assert set(r1) == {"e2e_ms", "lo_ms", "hi_ms", "fw_ms", "bw_ms"}
     assert r1["bw_ms"] == 0 and r1["lo_ms"] <= r1["e2e_ms"] <= r1["hi_ms"]
     assert r1["e2e_ms"] == pytest.approx(r1["fw_ms"])
-    r8 = predict_model(TINY, 8, 128, "inf", DEV, predictor=PRIOR)
+    r8 = predict_model(TINY, 8, 128, "inf", DEV, predictor=PRIOR, attn="eager")
     assert r8["e2e_ms"] > r1["e2e_ms"]
-    rt = predict_model(TINY, 8, 128, "train", DEV, predictor=PRIOR)
+    rt = predict_model(TINY, 8, 128, "train", DEV, predictor=PRIOR, attn="eager")
     assert rt["bw_ms"] > rt["fw_ms"] > 0
     assert rt["e2e_ms"] == pytest.approx(rt["fw_ms"] + rt["bw_ms"])
     # deterministic
-    assert predict_model(TINY, 8, 128, "train", DEV, predictor=PRIOR) == rt
+    assert predict_model(TINY, 8, 128, "train", DEV, predictor=PRIOR, attn="eager") == rt
 
 
 def test_more_layers_cost_more_and_breakdown_sums():
-    a = predict_model_detail(_cfg(n_layer=2), 4, 128, "inf", DEV, PRIOR)
-    b = predict_model_detail(_cfg(n_layer=4), 4, 128, "inf", DEV, PRIOR)
+    a = predict_model_detail(_cfg(n_layer=2), 4, 128, "inf", DEV, PRIOR, attn="eager")
+    b = predict_model_detail(_cfg(n_layer=4), 4, 128, "inf", DEV, PRIOR, attn="eager")
     assert b.e2e_ms > a.e2e_ms
     bd = b.breakdown()
     assert bd["total"].sum() == pytest.approx(b.e2e_ms, rel=1e-9)
@@ -121,7 +121,7 @@ FAMILIES = [
 @pytest.mark.parametrize("family,cfg", FAMILIES)
 def test_families_predict(family, cfg):
     for mode in ("inf", "train"):
-        r = predict_model(cfg, 2, 64, mode, DEV, predictor=PRIOR)
+        r = predict_model(cfg, 2, 64, mode, DEV, predictor=PRIOR, attn="eager")
         assert np.isfinite(r["e2e_ms"]) and r["e2e_ms"] > 0
 
 
@@ -223,7 +223,7 @@ def test_llama_tensor_parallel_shards_kv_and_checks_divisibility():
 ])
 def test_bad_configs_raise_input_error(bad):
     with pytest.raises(InputError):
-        predict_model(bad, 1, 16, "inf", DEV, predictor=PRIOR)
+        predict_model(bad, 1, 16, "inf", DEV, predictor=PRIOR, attn="eager")
 
 
 @pytest.mark.parametrize("b,s,mode", [(0, 16, "inf"), (1, 0, "inf"), (1, 16, "eval"), (1, 100000, "inf")])
@@ -242,7 +242,7 @@ def test_malformed_and_missing_config_files(tmp_path):
 
 
 def test_sweep_and_plot(tmp_path):
-    df = sweep(TINY, [1, 2, 4], [64, 128], "inf", DEV, predictor=PRIOR)
+    df = sweep(TINY, [1, 2, 4], [64, 128], "inf", DEV, predictor=PRIOR, attn="eager")
     assert len(df) == 6 and {"batch", "seq", "e2e_ms", "lo_ms", "hi_ms"} <= set(df.columns)
     for _, g in df.groupby("seq"):
         assert g.sort_values("batch")["e2e_ms"].is_monotonic_increasing
@@ -257,7 +257,7 @@ def test_prediction_path_imports_no_training_libs():
     import sys
 
     code = ("import sys; from hybridperf.graphs import predict_model; from hybridperf.predictor import Predictor; "
-            f"predict_model({str(TINY)!r}, 2, 64, 'train', 'H100', predictor=Predictor.prior_only()); "
+            f"predict_model({str(TINY)!r}, 2, 64, 'train', 'H100', predictor=Predictor.prior_only(), attn='eager'); "
             "bad=[m for m in ('torch','xgboost','sklearn') if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -420,8 +420,8 @@ def test_fuse_pointwise_rules():
 
 
 def test_fused_inference_is_faster_and_training_refused():
-    eager = predict_model(TINY, 4, 128, "inf", DEV, predictor=PRIOR)
-    fused = predict_model(TINY, 4, 128, "inf", DEV, predictor=PRIOR, fused=True)
+    eager = predict_model(TINY, 4, 128, "inf", DEV, predictor=PRIOR, attn="eager")
+    fused = predict_model(TINY, 4, 128, "inf", DEV, predictor=PRIOR, fused=True, attn="eager")
     assert 0 < fused["e2e_ms"] < eager["e2e_ms"]
     with pytest.raises(InputError, match="inference only"):
         build_graph(TINY, 4, 128, "train", fused=True)
@@ -431,7 +431,7 @@ def test_fused_inference_is_faster_and_training_refused():
 @pytest.mark.parametrize("name", ["bert_large", "gpt2_med", "gpt2_large", "gpt2_xl", "gpt3_xl", "gpt3_27",
                                   "gpt3_67", "gpt3_13", "opt", "opt_13", "switchxl4"])
 def test_all_artifact_configs_predict(name):
-    r = predict_model(CONFIGS / f"{name}.json", 1, 512, "train", "A100-40GB", predictor=PRIOR)
+    r = predict_model(CONFIGS / f"{name}.json", 1, 512, "train", "A100-40GB", predictor=PRIOR, attn="eager")
     assert r["e2e_ms"] > 0 and r["bw_ms"] > 0
 
 
@@ -443,8 +443,8 @@ def test_half_precision_graph_halves_bytes_and_uses_tensor_cores():
     assert set(f32["dtype"]) == {"fp32"} and set(b16["dtype"]) == {"bf16"}  # GPT-2 upcasts nothing
     misc = f32["op"].str.startswith("misc:")
     np.testing.assert_allclose(b16.loc[misc, "nbytes"], f32.loc[misc, "nbytes"] / 2)
-    r32 = predict_model(big, 8, 1024, "inf", DEV, predictor=PRIOR)
-    r16 = predict_model(big, 8, 1024, "inf", DEV, predictor=PRIOR, dtype="fp16")
+    r32 = predict_model(big, 8, 1024, "inf", DEV, predictor=PRIOR, attn="eager")
+    r16 = predict_model(big, 8, 1024, "inf", DEV, predictor=PRIOR, dtype="fp16", attn="eager")
     assert r16["e2e_ms"] < 0.5 * r32["e2e_ms"]  # H100: ~15x the fp32 rate on tensor cores, half the bytes
     with pytest.raises(InputError, match="model dtype"):
         build_graph(LLAMA, 2, 64, "inf", dtype="int8")

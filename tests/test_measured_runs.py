@@ -33,7 +33,7 @@ def _runs_csv(tmp_path, rows, name="runs.csv") -> Path:
 
 
 def _zero_shot(batch, seq, mode="inf") -> float:
-    return predict_model(TINY, batch, seq, mode, DEVICE, Predictor.prior_only())["e2e_ms"]
+    return predict_model(TINY, batch, seq, mode, DEVICE, Predictor.prior_only(), attn="eager")["e2e_ms"]
 
 
 def test_fit_recovers_a_device_factor_and_a_host_gap_from_many_runs():
@@ -66,8 +66,8 @@ def test_calibrated_predictions_follow_the_runs_and_their_interval_narrows(tmp_p
     slow = [{"config": str(TINY), "batch": b, "seq": 128, "mode": "inf", "latency_ms": 1.5 * _zero_shot(b, 128)}
             for b in (1, 4, 16)]
     cal = calibrate_from_runs(_runs_csv(tmp_path, slow), DEVICE, p)
-    zero = predict_model_detail(TINY, 8, 128, "inf", DEVICE, p)
-    after = predict_model_detail(TINY, 8, 128, "inf", DEVICE, p, calibration=cal)
+    zero = predict_model_detail(TINY, 8, 128, "inf", DEVICE, p, attn="eager")
+    after = predict_model_detail(TINY, 8, 128, "inf", DEVICE, p, calibration=cal, attn="eager")
     assert 1.2 < after.e2e_ms / zero.e2e_ms < 1.5
     assert after.lo_ms <= after.e2e_ms <= after.hi_ms
     assert np.log(after.hi_ms / after.lo_ms) < np.log(zero.hi_ms / zero.lo_ms)
@@ -79,9 +79,9 @@ def test_a_calibration_is_refused_on_another_device_or_kernel_model(tmp_path):
     runs = _runs_csv(tmp_path, [{"config": str(TINY), "batch": 2, "seq": 64, "latency_ms": 1.0}])
     cal = calibrate_from_runs(runs, DEVICE, p)
     with pytest.raises(InputError, match="fitted to runs on"):
-        predict_model(TINY, 2, 64, "inf", "NVIDIA L4", p, calibration=cal)
+        predict_model(TINY, 2, 64, "inf", "NVIDIA L4", p, calibration=cal, attn="eager")
     with pytest.raises(InputError, match="same predictor"):
-        predict_model(TINY, 2, 64, "inf", DEVICE, p, calibration={"bundle": cal["prior"]})
+        predict_model(TINY, 2, 64, "inf", DEVICE, p, calibration={"bundle": cal["prior"]}, attn="eager")
 
 
 @pytest.mark.parametrize("rows, match", [

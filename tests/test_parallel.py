@@ -47,7 +47,7 @@ def _pp(config=TINY, batch=8, seq=128, mode="train", device="DGX-H100", **kw):
 @pytest.mark.parametrize("mode", ["train", "inf"])
 @pytest.mark.parametrize("device", ["DGX-A100", "NVIDIA H100 80GB HBM3", "NVIDIA L4"])
 def test_single_gpu_is_identical(mode, device):
-    ref = predict_model(TINY, 4, 128, mode, device, predictor=PRIOR)
+    ref = predict_model(TINY, 4, 128, mode, device, predictor=PRIOR, attn="eager")
     out = _pp(batch=4, mode=mode, device=device)
     for k in CONTRACT:
         assert out[k] == ref[k], k
@@ -91,7 +91,7 @@ def test_per_gpu_memory_shrinks_with_sharding_and_stage_0_holds_most_micro_batch
 
 def test_cli_parallel_run_that_does_not_fit_warns():
     big = ["predict-model", "--config", str(TINY), "--batch", "4096", "--seq", "512", "--mode", "train",
-           "--device", "DGX-A100", "--dp", "2", "--json", "--prior-only"]
+           "--device", "DGX-A100", "--dp", "2", "--json", "--prior-only", "--attn", "eager"]  # scores kept
     r = CliRunner().invoke(app, big)
     assert r.exit_code == 0, r.output
     assert "fullest GPU" in r.stderr and "would not fit" in r.stderr
@@ -115,7 +115,7 @@ def test_components_add_up(kw):
 
 
 def test_dp_splits_the_global_batch():
-    one = predict_model(TINY, 2, 128, "train", "DGX-H100", predictor=PRIOR)
+    one = predict_model(TINY, 2, 128, "train", "DGX-H100", predictor=PRIOR, attn="eager")
     r = _pp(batch=8, dp=4, overlap=False)
     assert r["compute_ms"] == pytest.approx(one["e2e_ms"], rel=1e-12)
     assert r["dp_comm_ms"] > 0 and r["tp_comm_ms"] == r["pp_comm_ms"] == r["bubble_ms"] == 0
@@ -186,7 +186,7 @@ def test_pipeline_formula_and_bubble():
 
 
 def test_pipeline_with_one_microbatch_gains_nothing():
-    one = predict_model(TINY, 8, 128, "train", "DGX-H100", predictor=PRIOR)
+    one = predict_model(TINY, 8, 128, "train", "DGX-H100", predictor=PRIOR, attn="eager")
     r = _pp(batch=8, pp=2, microbatches=1)
     assert r["compute_ms"] + r["bubble_ms"] == pytest.approx(one["e2e_ms"], rel=1e-9)
 

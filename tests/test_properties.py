@@ -83,7 +83,7 @@ def test_valid_specs_survive_a_json_round_trip(dev):
     ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")), intra=st.floats(1.0, 2000.0),
     inter=st.floats(0.5, 200.0), latency=st.floats(0.0, 50.0))
 def test_valid_nodes_give_finite_ordered_collective_latency(nbytes, gpus, coll, intra, inter, latency):
-    from hybridperf.priors.collectives import CollectiveModel, predict_collective
+    from hybridperf.residual_models.collectives import CollectiveModel, predict_collective
 
     node = replace(get_node("DGX-H100"), intra_bw_gbs=intra, inter_bw_gbs=inter, inter_node_bw_gbs=8 * inter,
                    intra_latency_us=latency)

@@ -282,7 +282,7 @@ def _model_prediction(row: dict, cfg: dict, target: str, pred: Predictor) -> dic
     from hybridperf.graphs import predict_model_detail
 
     p = predict_model_detail(cfg, int(row["batch"]), int(row["seq"]), row["mode"], target, pred, dtype=row["dtype"],
-                             recompute=bool(row["recompute"]))
+                             recompute=bool(row["recompute"]), attn="eager")
     ms = row["measured_ms"]
     return {**row, "pred_ms": p.e2e_ms, "lo_ms": p.lo_ms, "hi_ms": p.hi_ms, "err_pct": (p.e2e_ms / ms - 1) * 100,
             "pred_gb": p.graph.memory().total}
@@ -352,7 +352,7 @@ def check_optimizer(torch, target: str, device: str, quick: bool, pred: Predicto
             p.grad = torch.randn_like(p) * 1e-3
         opt = getattr(torch.optim, cls)(params, **kw)
         ms = fastest_mean(time_calls(torch, opt.step, (), cuda=device.startswith("cuda"), warmup=2, repeats=10), 5)
-        p = predict_model_detail(cfg, 1, 64, "train", target, pred, optimizer=name)
+        p = predict_model_detail(cfg, 1, 64, "train", target, pred, optimizer=name, attn="eager")
         rows.append({"optimizer": name, "params": int(sum(numels)), "tensors": len(numels), "measured_ms": ms,
                      "pred_ms": p.opt_ms, "err_pct": (p.opt_ms / ms - 1) * 100,
                      "measured_gbs": 4.0 * streams(name) * sum(numels) / ms / 1e6})
@@ -417,7 +417,7 @@ def repredict(src: Path, out: Path, target: str | None = None) -> dict:
         tables["models"] = pd.DataFrame(rows)
     if "optimizer" in tables:  # GPT-2-Large's full parameter set, as measured
         cfg, opt = _config("gpt2_large.json"), tables["optimizer"]
-        opt["pred_ms"] = [predict_model_detail(cfg, 1, 64, "train", target, pred, optimizer=n).opt_ms
+        opt["pred_ms"] = [predict_model_detail(cfg, 1, 64, "train", target, pred, optimizer=n, attn="eager").opt_ms
                           for n in opt["optimizer"]]
         opt["err_pct"] = (opt["pred_ms"] / opt["measured_ms"] - 1) * 100
     out.mkdir(parents=True, exist_ok=True)

@@ -72,7 +72,7 @@ def report(src: Path) -> pd.DataFrame:
             cfg[LAYER_KEY[family]] = int(s["layers"])  # a profiled cut of the model (Llama's 4 layers)
         held_out = resolve_predictor(warn=False).with_constants(fitted_constants(device))
         p = predict_model_detail(cfg, int(s["batch"]), int(s["seq"]), s["mode"], device, held_out,
-                                 dtype=str(s.get("dtype", "fp32")))
+                                 dtype=str(s.get("dtype", "fp32")), attn="eager")
         par = composition_params(p.kind, s["mode"])
         k, bias = p.kernels, float(np.exp(p.log_bias))
         body = par["scale"] * np.maximum(k["pred_ms"] - k["floor_ms"], 0.0) * k["count"] * bias
@@ -164,7 +164,7 @@ def main(argv=None) -> int:
             except Exception as e:  # noqa: BLE001 - a compiler missing on the machine must not lose the profiles
                 print(f"torch.compile failed: {type(e).__name__}: {e}"[:300], file=sys.stderr)
             else:
-                p = predict_model(cfg, batch, seq, mode, target, fused=True, dtype=dtype)
+                p = predict_model(cfg, batch, seq, mode, target, fused=True, dtype=dtype, attn="eager")
                 compiled.append({**tag, "measured_ms": ms, "eager_ms": e2e, "pred_fused_ms": p["e2e_ms"],
                                  "err_pct": (p["e2e_ms"] / ms - 1) * 100})
                 print(compiled[-1], flush=True)

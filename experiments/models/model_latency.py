@@ -147,7 +147,7 @@ def label_targets(labels: pd.DataFrame, cfg_dir: Path, device: str, predictor) -
     from hybridperf.transfer.suggest import equal_weight_target
 
     out = [model_kernel_requests(build_graph(cfg_dir / f"{lab.model}.json", int(lab.batch), int(lab.seq),
-                                             lab.mode, fused=bool(lab.fusion)), device)
+                                             lab.mode, fused=bool(lab.fusion), attn="eager"), device)
            for lab in labels.itertuples() if (cfg_dir / f"{lab.model}.json").is_file()]
     return equal_weight_target(predictor.with_constants(fitted_constants(device)), out, device) if out else None
 
@@ -306,7 +306,7 @@ def collect(labels: pd.DataFrame, cfg_dir: Path, preds: dict, kinds: dict, lib_e
             continue
         dev = get_device(lab.device)
         held = fitted_constants(lab.device).with_library_efficiency((lib_eff or {}).get(lab.device, LIBRARY_EFFICIENCY))
-        graph = build_graph(cfg, int(lab.batch), int(lab.seq), lab.mode, fused=bool(lab.fusion))
+        graph = build_graph(cfg, int(lab.batch), int(lab.seq), lab.mode, fused=bool(lab.fusion), attn="eager")
         tab = predict_kernels_of(graph, dev, preds[lab.device].with_constants(held))
         recs.append({"device": lab.device, "model": lab.model, "mode": lab.mode, "seq": int(lab.seq),
                      "batch": int(lab.batch), "fusion": bool(lab.fusion), "kernel_model": kinds[lab.device],
@@ -516,7 +516,8 @@ def _check_against_compose(recs, consts, df, cfg_dir, runs, kind, labels, lib_ef
         for m in ("inf", "train"):
             cal["prior"][m]["log_bias"] = p["b_" + m]
         held = fitted_constants(r["device"]).with_library_efficiency(lib_eff.get(r["device"], LIBRARY_EFFICIENCY))
-        mp = compose(build_graph(cfg_dir / f"{r['model']}.json", r["batch"], r["seq"], r["mode"], fused=r["fusion"]),
+        mp = compose(build_graph(cfg_dir / f"{r['model']}.json", r["batch"], r["seq"], r["mode"], fused=r["fusion"],
+                                 attn="eager"),
                      get_device(r["device"]), pred.with_constants(held), calibration=cal)
         if p.get("raw"):
             continue

@@ -105,7 +105,7 @@ def main(argv=None) -> int:
     for model, B, S, variants in RUNS:
         cfg = cfg_dir / f"{model}.json"
         for node_label, node in NODES.items():
-            one = predict_model(cfg, B, S, "train", node, predictor=pred)
+            one = predict_model(cfg, B, S, "train", node, predictor=pred, attn="eager")
             rows.append({"model": model, "batch": B, "seq": S, "node": node_label, "config": "1 GPU", "M": 1,
                          "compute_ms": one["e2e_ms"], "tp_comm_ms": 0.0, "dp_comm_ms": 0.0, "pp_comm_ms": 0.0,
                          "bubble_ms": 0.0, "e2e_ms": one["e2e_ms"], "lo_ms": one["lo_ms"], "hi_ms": one["hi_ms"]})
@@ -123,7 +123,7 @@ def main(argv=None) -> int:
         cfg = cfg_dir / f"{model}.json"
         for node_label, node in NODES.items():
             gpu = get_device(get_node(node).device)
-            one = predict_model_detail(cfg, B, S, "train", gpu, pred, optimizer="adam")
+            one = predict_model_detail(cfg, B, S, "train", gpu, pred, optimizer="adam", attn="eager")
             runs = [("1 GPU", one.opt_ms, one.e2e_ms, one.graph.memory())]
             for label, dp, tp, pp, m, overlap, _ in variants:
                 r = predict_parallel_detail(cfg, B, S, "train", node, dp, tp, pp, m, overlap, pred,

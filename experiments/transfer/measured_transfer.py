@@ -136,7 +136,8 @@ def model_runs(gpu_dir: Path, k: int = 16) -> pd.DataFrame:
     def graph(r):
         cfg = gc._config(f"{r['model']}.json")
         cfg[gc.LAYER_KEY[family[r["model"]]]] = int(r["layers"])
-        return build_graph(cfg, int(r["batch"]), int(r["seq"]), r["mode"], recompute=bool(r["recompute"]))
+        return build_graph(cfg, int(r["batch"]), int(r["seq"]), r["mode"], recompute=bool(r["recompute"]),
+                           attn="eager")
 
     def target(rs):
         return equal_weight_target(zero, [model_kernel_requests(graph(r), dev) for r in rs], dev)

@@ -21,6 +21,8 @@ def compare_cmd(
         "catalog GPU)"),
     dtype: str = typer.Option("fp32", "--dtype", help="fp32, fp16 or bf16, as in predict-model"),
     fused: bool = typer.Option(False, "--fused", help="inference as torch.compile runs it, as in predict-model"),
+    attn: str = typer.Option("sdpa", "--attn", help="sdpa (transformers' default) or eager, as in predict-model"),
+    amp: bool = typer.Option(False, "--amp", help="fp32 weights under bf16 autocast, as in predict-model"),
     optimizer: Optional[str] = typer.Option(None, "--optimizer", help="train: add one optimizer step"),
     recompute: bool = typer.Option(False, "--recompute", help="train: activation checkpointing of every layer"),
     model_bundle: Optional[Path] = typer.Option(None, "--model-bundle", help="kernel bundle directory to use"),
@@ -43,7 +45,7 @@ def compare_cmd(
     for spec in specs:
         predictor.check_device(spec, allow_other_device)
     df = compare_devices(str(config), batch, seq, specs, mode, predictor, dtype=dtype, fused=fused,
-                         optimizer=optimizer, recompute=recompute)
+                         optimizer=optimizer, recompute=recompute, attn=attn, amp=amp)
     check_predictions(df["e2e_ms"], df["lo_ms"], df["hi_ms"], f"{config.name} per device")
     check_predictions(df["tokens_per_s"], what=f"{config.name} tokens/s", max_value=float("inf"))
     title = f"{config.stem} {mode} B={batch} S={seq} {dtype}"

@@ -36,8 +36,12 @@ def predict_model_cmd(
     overlap: Optional[bool] = typer.Option(
         None, "--overlap/--no-overlap", help="overlap the DP gradient all-reduce with the backward (default on)"),
     bucket_mb: Optional[float] = typer.Option(None, "--bucket-mb", help="DP gradient bucket size in MiB (default 25)"),
-    dtype: str = typer.Option("fp32", "--dtype", help="fp32 (NeuSight's semantics, validated on its labels), or the "
-                              "model cast to fp16/bf16 (GEMMs on tensor cores; not validated, no labels)"),
+    dtype: str = typer.Option("fp32", "--dtype", help="fp32 (with --attn eager: NeuSight's semantics, validated on its "
+                              "labels), or the model cast to fp16/bf16 (GEMMs on tensor cores)"),
+    attn: str = typer.Option("sdpa", "--attn", help="transformers' attn_implementation: sdpa (its default: one fused "
+                             "scaled_dot_product_attention kernel) or eager (materialized scores; NeuSight's labels)"),
+    amp: bool = typer.Option(False, "--amp", help="fp32 weights under torch.autocast(bfloat16): GEMMs and attention in "
+                             "bf16 with the weight casts of every forward, norms/softmax/loss in fp32, fp32 gradients"),
     fused: bool = typer.Option(False, "--fused", help="inference as torch.compile runs it: chains of element-wise "
                                "ops fused into one kernel, also into a following softmax/LayerNorm (NeuSight's "
                                "-fusion runs)"),
@@ -55,8 +59,9 @@ def predict_model_cmd(
         "mode, latency_ms [, dtype, fused, recompute, optimizer, layers]): refit the device-time scale and the "
         "per-launch gap to them before predicting (with --dp/--tp/--pp: single-GPU runs on the node's GPU)"),
 ) -> None:
-    """Predict the latency (ms) of one forward (inf) or forward+backward (train) pass of a transformer,
-    fp32 eager PyTorch as NeuSight measured it, or of one decode step (decode), with a 90% interval.
+    """Predict the latency (ms) of one forward (inf) or forward+backward (train) pass of a transformer as
+    transformers runs it (default SDPA attention; --dtype fp32 --attn eager is NeuSight's setup), or of one
+    decode step (decode), with a 90% interval.
     With --dp/--tp/--pp (any of them), the step time on dp*tp*pp GPUs of DEVICE (a node such as
     DGX-H100, or a GPU in a default node), reported as compute, communication and pipeline bubble."""
     from hybridperf.graphs.compose import predict_model_detail, resolve_predictor
@@ -67,7 +72,7 @@ def predict_model_cmd(
             raise InputError("--fused is not modelled with --dp/--tp/--pp (training runs eager)")
         _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, model_bundle, prior_only,
                               dp, tp, pp, microbatches, overlap, bucket_mb, dtype, optimizer, recompute, zero or 0,
-                              measured_runs, allow_other_device)
+                              measured_runs, allow_other_device, attn, amp)
         return
     from hybridperf.cli.devices import note_generic_spec
     from hybridperf.devices import get_device
@@ -78,12 +83,13 @@ def predict_model_cmd(
     predictor.check_device(dev, allow_other_device)
     calibration = _calibrate(measured_runs, dev, predictor)
     res = predict_model_detail(str(config), batch, seq, mode, dev, predictor, dtype=dtype, fused=fused,
-                               optimizer=optimizer, recompute=recompute, calibration=calibration)
-    need = res.graph.memory()
-    _warn_memory(need, dev)
+                               optimizer=optimizer, recompute=recompute, calibration=calibration, attn=attn, amp=amp)
     raw = res.to_dict()
     check_predictions(raw["e2e_ms"], raw["lo_ms"], raw["hi_ms"], f"{config.name} on {dev.name}")
     check_parts(raw, f"{config.name} on {dev.name}")
+    typer.echo(f"assumes: {_assumptions(res.graph)}", err=True)
+    need = res.graph.memory()
+    _warn_memory(need, dev)
     out = {k: _round(v) for k, v in raw.items()}
     if breakdown:
         from rich.console import Console
@@ -104,6 +110,17 @@ def predict_model_cmd(
 def _round(v: float) -> float:
     """4 decimals, but never down to 0 (a 3e-5 ms kernel-sized step still prints a positive number)."""
     return round(v, 4) if abs(v) >= 1e-3 else float(f"{v:.4g}")
+
+
+def _assumptions(graph) -> str:
+    """The execution a prediction assumed, in one line (dtype policy, attention implementation)."""
+    from hybridperf.graphs.attention import NO_SDPA
+
+    prec = "fp32 weights under bf16 autocast" if graph.amp else f"{graph.dtype} model"
+    attn = graph.attn
+    if attn == "sdpa" and graph.config.family in NO_SDPA:
+        attn = f"eager ({graph.config.family} has no SDPA path in transformers)"
+    return f"{prec}, {attn} attention, eager PyTorch (transformers)"
 
 
 def check_model_args(config: Path, batch: int, seq: int, mode: str, model_bundle, prior_only: bool) -> None:
@@ -164,7 +181,8 @@ def _warn_memory(need, dev, per_gpu: bool = False) -> None:
 
 def _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, model_bundle, prior_only,
                           dp, tp, pp, microbatches, overlap, bucket_mb, dtype, optimizer=None,
-                          recompute=False, zero=0, measured_runs=None, allow_other_device=False) -> None:
+                          recompute=False, zero=0, measured_runs=None, allow_other_device=False, attn="sdpa",
+                          amp=False) -> None:
     from hybridperf.graphs.compose import resolve_predictor
     from hybridperf.graphs.parallel import DEFAULT_BUCKET_MB, predict_parallel_detail, resolve_parallel_device
     from hybridperf.residual_models.collectives import CollectiveModel
@@ -188,11 +206,13 @@ def _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, 
                                   microbatches, True if overlap is None else overlap, predictor,
                                   collective_model=cmodel,
                                   bucket_mb=DEFAULT_BUCKET_MB if bucket_mb is None else bucket_mb, dtype=dtype,
-                                  optimizer=optimizer, recompute=recompute, zero=zero, calibration=calibration)
+                                  optimizer=optimizer, recompute=recompute, zero=zero, calibration=calibration,
+                                  attn=attn, amp=amp)
     r = res.result
-    _warn_memory(res.memory, dev, per_gpu=True)
     check_predictions(r["e2e_ms"], r["lo_ms"], r["hi_ms"], f"{config.name} on {r['gpus']} x {dev.name}")
     check_parts(r, f"{config.name} on {r['gpus']} x {dev.name}")
+    typer.echo(f"assumes: {_assumptions(res.prediction.graph)}", err=True)
+    _warn_memory(res.memory, dev, per_gpu=True)
     out = {k: (_round(v) if isinstance(v, float) else v) for k, v in r.items()}
     out["mem_gb_per_gpu"] = round(res.memory.total, 2)
     if breakdown:

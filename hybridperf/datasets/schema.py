@@ -15,7 +15,7 @@ import pandas as pd
 
 from hybridperf.devices import DTYPE_BYTES, dtype_key
 from hybridperf.errors import HybridperfError, InputError
-from hybridperf.ops import GEMM_OPS, LINEAR_FORMS, OP_CLASS, canonical_op, op_work
+from hybridperf.ops import FUSED_OPS, GEMM_OPS, LINEAR_FORMS, OP_CLASS, canonical_op, op_work
 from hybridperf.timing import DEFAULT_HOST, HOSTS, TIMINGS, check_host, check_timing
 
 SHAPE_COLUMNS = ("B", "M", "N", "K", "H")
@@ -112,8 +112,9 @@ def canonicalize(
         problems.append((i, f"unknown linear form {_shown(form.loc[i])} (expected one of {', '.join(LINEAR_FORMS)})"))
 
     gemm = df["op"].isin(GEMM_OPS)
-    vec = df["op"].notna() & ~gemm
-    for cols, mask in ((("B", "M", "N", "K"), gemm), (("B", "H"), vec)):
+    fused = df["op"].isin(FUSED_OPS)
+    vec = df["op"].notna() & ~gemm & ~fused
+    for cols, mask in ((("B", "M", "N", "K"), gemm), (("B", "H"), vec), (("B", "M", "N", "K", "H"), fused)):
         for c in cols:
             x = df[c]
             bad = mask & ~(x > 0)

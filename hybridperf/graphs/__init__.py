@@ -10,6 +10,7 @@ from hybridperf.graphs.compose import (
     compose,
     predict_model,
     predict_model_detail,
+    predict_request,
     resolve_predictor,
     sweep,
 )
@@ -18,9 +19,11 @@ from hybridperf.graphs.config import SUPPORTED_MODEL_TYPES, ModelConfig, load_co
 from hybridperf.graphs.kernels import Block, ModelGraph, build_graph, layer_gemms
 from hybridperf.graphs.measured_runs import calibrate_from_runs, read_runs
 from hybridperf.graphs.plot import plot_device_comparison, plot_latency_vs_batch
+from hybridperf.graphs.request import ModelRequest
 
 __all__ = [
-    "SUPPORTED_MODEL_TYPES", "Block", "ModelConfig", "ModelGraph", "ModelPrediction", "build_graph",
+    "SUPPORTED_MODEL_TYPES", "Block", "ModelConfig", "ModelGraph", "ModelPrediction", "ModelRequest", "build_graph",
     "calibrate_from_runs", "compare_devices", "compose", "layer_gemms", "load_config", "plot_device_comparison",
-    "plot_latency_vs_batch", "predict_model", "predict_model_detail", "read_runs", "resolve_predictor", "sweep",
+    "plot_latency_vs_batch", "predict_model", "predict_model_detail", "predict_request", "read_runs",
+    "resolve_predictor", "sweep",
 ]

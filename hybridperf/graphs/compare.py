@@ -15,6 +15,7 @@ from hybridperf.devices import DeviceSpec, get_device, list_devices
 from hybridperf.errors import InputError
 from hybridperf.graphs.compose import compose, resolve_predictor
 from hybridperf.graphs.kernels import build_graph
+from hybridperf.graphs.request import DEFAULT_ATTN
 from hybridperf.graphs.memory import OVERFLOW_FRACTION, PRESSURE_FRACTION
 from hybridperf.predictor import Predictor
 
@@ -42,13 +43,14 @@ def resolve_devices(devices) -> list[DeviceSpec]:
 
 def compare_devices(config, batch: int, seq: int, devices, mode: str = "inf", predictor: Predictor | None = None,
                     dtype: str = "fp32", fused: bool = False, optimizer: str | None = None,
-                    recompute: bool = False) -> pd.DataFrame:
+                    recompute: bool = False, attn: str = DEFAULT_ATTN, amp: bool = False) -> pd.DataFrame:
     """One row per device, fastest first: the contract's latencies (ms, 90% interval), tokens per second
     (batch x seq per step; batch per step in decode), the memory the step needs against the device's,
     whether it fits (needs at most `OVERFLOW_FRACTION` of it), and e2e relative to the fastest device
-    that fits. `devices`: as `resolve_devices`."""
+    that fits. `devices`: as `resolve_devices`. `attn`, `amp`: as in `predict_model`."""
     specs = resolve_devices(devices)
-    graph = build_graph(config, batch, seq, mode, dtype, fused=fused, optimizer=optimizer, recompute=recompute)
+    graph = build_graph(config, batch, seq, mode, dtype, fused=fused, optimizer=optimizer, recompute=recompute,
+                        attn=attn, amp=amp)
     need = graph.memory()
     pred = predictor if predictor is not None else resolve_predictor()
     tokens = batch if mode == "decode" else batch * seq

@@ -43,17 +43,19 @@ import pandas as pd
 
 from hybridperf.devices import DeviceSpec, get_device
 from hybridperf.errors import InputError, ModelBundleError
+from hybridperf.graphs.attention import FUSED_LOG_HALF_WIDTH, FUSED_OPS, fused_attention_ms
 from hybridperf.graphs.calibration import CALIBRATION
 from hybridperf.graphs.grouped import launch_grouped_gemms
 from hybridperf.graphs.kernels import ModelGraph, build_graph
 from hybridperf.graphs.misc import MISC_LOG_HALF_WIDTH, misc_latency_ms
 from hybridperf.graphs.optimizer import optimizer_table, param_numels
+from hybridperf.graphs.request import DEFAULT_ATTN, ModelRequest
 from hybridperf.ops import GEMM_OPS, OP_CLASS
 from hybridperf.predictor import Predictor, shipped_models_dir
 from hybridperf.priors.launch import launch_floor_ms
 from hybridperf.priors.memory import memory_time_ms
 
-GROUPS = ("linear", "bmm", "elementwise", "softmax", "layernorm", "embedding", "memory")
+GROUPS = ("linear", "bmm", "attention", "elementwise", "softmax", "layernorm", "embedding", "memory")
 #: kernel-table phases that make up bw_ms: the backward, gradient accumulation, and the forward of
 #: checkpointed layers re-run inside the backward
 BACKWARD_PHASES = ("bw", "acc", "rc")
@@ -108,8 +110,10 @@ def posterior_interval(device_ms: float, launches: float, scale: float, gap_ms: 
 
 
 def harness_floor_ms(ops) -> np.ndarray:
-    """Per-call harness floor (ms) of each op name: the op class floor, 0 for `misc:` kernels."""
-    return np.array([0.0 if o.startswith("misc:") else launch_floor_ms(OP_CLASS[o], "call", HARNESS_HOST) for o in ops],
+    """Per-call harness floor (ms) of each op name: the op class floor, 0 for `misc:` kernels and the fused
+    attention kernels (both priced as device time, `predict_table`)."""
+    priced_alone = lambda o: o.startswith("misc:") or o in FUSED_OPS  # noqa: E731
+    return np.array([0.0 if priced_alone(o) else launch_floor_ms(OP_CLASS[o], "call", HARNESS_HOST) for o in ops],
                     dtype=np.float64)
 
 
@@ -199,7 +203,7 @@ def graph_kernels(graph: ModelGraph, device: DeviceSpec) -> pd.DataFrame:
     """The graph's kernel table, plus its optimizer step's kernels (phase 'opt') when it has one."""
     tab = graph.kernel_table()
     if graph.optimizer:
-        opt = optimizer_table(param_numels(graph), graph.optimizer, device, graph.dtype)
+        opt = optimizer_table(param_numels(graph), graph.optimizer, device, "fp32" if graph.amp else graph.dtype)
         tab = pd.concat([tab, opt], ignore_index=True)
     return tab
 
@@ -213,7 +217,7 @@ def predict_kernels_of(graph: ModelGraph, device: DeviceSpec, predictor: Predict
 def kernel_requests(tab: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
     """The rows of a kernel table the kernel predictor prices (every op but the `misc:` ones) and
     their requests to it (NeuSight-style columns, on HARNESS_HOST)."""
-    vi = np.flatnonzero(~tab["op"].str.startswith("misc:").to_numpy())
+    vi = np.flatnonzero(~(tab["op"].str.startswith("misc:") | tab["op"].isin(FUSED_OPS)).to_numpy())
     q = tab.iloc[vi]
     req = pd.DataFrame({"OPName": q["op"].to_numpy(), "B": q["B"].to_numpy(np.float64),
                         "M": q["M"].to_numpy(np.float64), "N": q["N"].to_numpy(np.float64),
@@ -253,7 +257,13 @@ def predict_table(tab: pd.DataFrame, device: DeviceSpec, predictor: Predictor) -
     # a fused kernel's further full-size inputs (`extra_nbytes`): streamed once more at achievable bandwidth
     extra = memory_time_ms(tab["extra_nbytes"].to_numpy(np.float64), device)
     pred, lo, hi = pred + extra, lo + extra, hi + extra
-    mi = np.setdiff1d(np.arange(len(tab)), vi)
+    fi = np.flatnonzero(tab["op"].isin(FUSED_OPS).to_numpy())
+    if len(fi):  # fused attention: device time from its prior, a fixed interval (`graphs.attention`); outside
+        # what the model-level quantiles were calibrated on (NeuSight's eager runs), so it widens them (`ood`)
+        f = fused_attention_ms(tab.iloc[fi], device)
+        pred[fi], lo[fi], hi[fi] = f, f * np.exp(-FUSED_LOG_HALF_WIDTH), f * np.exp(FUSED_LOG_HALF_WIDTH)
+        ood[fi] = 1.0
+    mi = np.setdiff1d(np.arange(len(tab)), np.concatenate([vi, fi]))
     if len(mi):
         kinds = [s.split(":", 1)[1] for s in tab["op"].iloc[mi]]
         m = misc_latency_ms(kinds, tab["nbytes"].iloc[mi].to_numpy(), device)
@@ -314,21 +324,28 @@ def compose(graph: ModelGraph, device, predictor: Predictor, correction: bool = 
                            opt_ms=opt)
 
 
+def predict_request(request: ModelRequest, device, predictor: Predictor | None = None, correction: bool = True,
+                    calibration: dict | None = None) -> ModelPrediction:
+    """Predict one `ModelRequest` on `device` (`compose` of its graph)."""
+    dev = get_device(device)
+    pred = predictor if predictor is not None else resolve_predictor()
+    return compose(request.graph(), dev, pred, correction=correction, calibration=calibration)
+
+
 def predict_model_detail(config, batch: int, seq: int, mode: str = "inf", device="NVIDIA H100 80GB HBM3",
                          predictor: Predictor | None = None, correction: bool = True,
                          dtype: str = "fp32", fused: bool = False, optimizer: str | None = None,
-                         recompute: bool = False, calibration: dict | None = None) -> ModelPrediction:
+                         recompute: bool = False, calibration: dict | None = None, attn: str = DEFAULT_ATTN,
+                         amp: bool = False) -> ModelPrediction:
     """Like `predict_model`, returning the full `ModelPrediction` (kernel table, breakdown)."""
-    graph = build_graph(config, batch, seq, mode, dtype, fused=fused, optimizer=optimizer, recompute=recompute)
-    dev = get_device(device)
-    pred = predictor if predictor is not None else resolve_predictor()
-    return compose(graph, dev, pred, correction=correction, calibration=calibration)
+    req = ModelRequest(config, batch, seq, mode, dtype, attn, amp, fused, optimizer, recompute)
+    return predict_request(req, device, predictor, correction, calibration)
 
 
 def predict_model(config, batch: int, seq: int, mode: str = "inf", device="NVIDIA H100 80GB HBM3",
                   predictor: Predictor | None = None, correction: bool = True, dtype: str = "fp32",
                   fused: bool = False, optimizer: str | None = None, recompute: bool = False,
-                  calibration: dict | None = None) -> dict:
+                  calibration: dict | None = None, attn: str = DEFAULT_ATTN, amp: bool = False) -> dict:
     """Whole-model latency (ms) of one forward (`inf`) or forward+backward (`train`) pass.
 
     `config`: path to a HF config.json, a parsed dict, or a `ModelConfig`. Returns
@@ -341,14 +358,17 @@ def predict_model(config, batch: int, seq: int, mode: str = "inf", device="NVIDI
     `recompute` (train): activation checkpointing of every layer; its forward re-runs inside bw_ms.
     `calibration`: composition constants fitted to runs measured on `device`
     (`hybridperf.graphs.measured_runs.calibrate_from_runs`, with the same `predictor`); default: shipped.
+    `attn`: transformers' attention implementation, `sdpa` (its default) or `eager` (NeuSight's labels:
+    dtype fp32, attn eager); `amp`: fp32 weights under bf16 autocast (`hybridperf.graphs.amp`).
     """
     return predict_model_detail(config, batch, seq, mode, device, predictor, correction, dtype, fused,
-                                optimizer, recompute, calibration).to_dict()
+                                optimizer, recompute, calibration, attn, amp).to_dict()
 
 
 def sweep(config, batches, seqs, mode: str = "inf", device="NVIDIA H100 80GB HBM3",
           predictor: Predictor | None = None, dtype: str = "fp32", fused: bool = False,
-          optimizer: str | None = None, recompute: bool = False, calibration: dict | None = None) -> pd.DataFrame:
+          optimizer: str | None = None, recompute: bool = False, calibration: dict | None = None,
+          attn: str = DEFAULT_ATTN, amp: bool = False) -> pd.DataFrame:
     """Predictions over the grid batches x seqs: columns batch, seq, mode, device, e2e/lo/hi/fw/bw_ms
     (and opt_ms with an `optimizer`; `fused`, `optimizer`, `recompute`, `calibration`: as in `predict_model`)."""
     from hybridperf.graphs.config import load_config
@@ -365,7 +385,8 @@ def sweep(config, batches, seqs, mode: str = "inf", device="NVIDIA H100 80GB HBM
     rows = []
     for s in seqs:
         for b in batches:
-            graph = build_graph(cfg, b, s, mode, dtype, fused=fused, optimizer=optimizer, recompute=recompute)
+            graph = build_graph(cfg, b, s, mode, dtype, fused=fused, optimizer=optimizer, recompute=recompute,
+                                attn=attn, amp=amp)
             r = compose(graph, dev, pred, calibration=calibration).to_dict()
             rows.append({"batch": int(b), "seq": int(s), "mode": mode, "device": dev.name, **r})
     return pd.DataFrame(rows)

@@ -27,6 +27,7 @@ mask, not the cache). DeepSeek-V3 caches its key/value latent and re-expands it 
 """
 from __future__ import annotations
 
+from hybridperf.graphs.attention import mark_call
 from hybridperf.graphs.config import LLAMA_LIKE, ModelConfig, kv_length
 from hybridperf.graphs.kernels import (DECODE_BUILDERS, F32, Block, _activation, _rms_norm, attention_scores, bmm, cast,
                                        gather, linear, llama_layer_blocks, llama_qkv, llama_variant, ln, misc,
@@ -56,7 +57,7 @@ def _attention(p: str, cfg: ModelConfig, B: int, kv: int, scale_op, mask_ops, q_
     heads, hd, kvh = cfg.heads, cfg.head_dim, cfg.num_kv_heads
     bh = B * heads
     cache = 2 * B * kvh * hd * kv * F32  # torch.cat reads the cache and the new token, writes them together
-    ks = [misc(f"{p}.cache_k", "copy", cache), misc(f"{p}.cache_v", "copy", cache)]
+    ks = []
     if kvh < heads:  # repeat_kv: expand + reshape materialises the keys and values of every head
         rep = B * (kvh + heads) * hd * kv * F32
         ks += [misc(f"{p}.repeat_k", "copy", rep), misc(f"{p}.repeat_v", "copy", rep)]
@@ -67,7 +68,8 @@ def _attention(p: str, cfg: ModelConfig, B: int, kv: int, scale_op, mask_ops, q_
     ks.append({**bmm(f"{p}.qk", bh, 1, hd, kv), "fp32": qk_fp32})
     ks += attention_scores(p, bh, kv, scale_op, mask_ops, softmax_fp32, qk_fp32, softcap, sinks and cfg.heads)
     ks.append(bmm(f"{p}.av", bh, 1, kv, hd))
-    return ks
+    return [misc(f"{p}.cache_k", "copy", cache), misc(f"{p}.cache_v", "copy", cache),
+            *mark_call(ks, B=B, S=1, S_kv=kv, heads=heads, kv_heads=kvh, hd=hd, vd=hd, train=False)]
 
 
 def _gpt2(cfg: ModelConfig, B: int, seq: int) -> list:
@@ -169,8 +171,9 @@ def _mla(cfg: ModelConfig, B: int, kv: int) -> list:
             linear("kv_b_proj", B * kv, r, H * (nope + v), bias=False),
             misc("k_nope_copy", "copy", 2 * B * kv * H * nope * F32),
             misc("k_rope_copy", "copy", 2 * B * kv * H * rope * F32),
-            bmm("attn.qk", B * H, 1, qk, kv), *attention_scores("attn", B * H, kv, "mulu", ("addu",), True),
-            misc("attn.v_copy", "copy", 2 * B * kv * H * v * F32), bmm("attn.av", B * H, 1, kv, v),
+            *mark_call([bmm("attn.qk", B * H, 1, qk, kv), *attention_scores("attn", B * H, kv, "mulu", ("addu",), True),
+                        misc("attn.v_copy", "copy", 2 * B * kv * H * v * F32), bmm("attn.av", B * H, 1, kv, v)],
+                       B=B, S=1, S_kv=kv, heads=H, kv_heads=H, hd=qk, vd=v, train=False),
             linear("o_proj", B, H * v, h, bias=bool(cfg.raw.get("attention_bias", False))),
             vec("resid_add1", "add", B, h), *_rms_norm("post_norm", B, h)]
 

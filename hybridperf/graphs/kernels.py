@@ -49,31 +49,29 @@ runs it, NeuSight's `-fusion` runs).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from hybridperf.devices import DTYPE_BYTES, dtype_key
 from hybridperf.errors import InputError
+from hybridperf.graphs.attention import attention_impl, mark_call
 from hybridperf.graphs.config import (DEEPSEEK_DEFAULTS, GEMMA, LLAMA_LIKE, ROBERTA_LIKE, SLIDING_GEMMA, ModelConfig,
                                       kv_length, load_config)
 from hybridperf.graphs.memory import (MemoryEstimate, mla_layer_extra_bytes, moe_layer_extra_bytes,
-                                      saved_activation_bytes)
+                                      saved_activation_bytes, score_saved_bytes)
 from hybridperf.graphs.optimizer_specs import optimizer_spec, optimizer_state_bytes
+from hybridperf.graphs.primitives import (BACKWARD_ONLY, CAUSAL_LM, F32, HALF_DTYPES, MODEL_DTYPES, Block, _k, bmm,
+                                         cast, expert_groups, gather, grouped_gemm, linear, ln, misc, vec)
 from hybridperf.ops import OP_CLASS
 
-F32 = 4
-MODEL_DTYPES = ("fp32", "fp16", "bf16")
-HALF_DTYPES = ("fp16", "bf16")
 #: `grouped`: a top-k MoE's grouped expert GEMM (`grouped_gemm`), one launch or one per expert by device
 KERNEL_COLUMNS = ("block", "name", "op", "B", "M", "N", "K", "H", "nbytes", "extra_nbytes", "phase", "count", "group",
-                  "dtype", "grouped", "form")
+                  "dtype", "grouped", "form", "attn")
 #: inf: one forward of batch x seq tokens; train: forward + backward; decode: one generated token per
 #: sequence against a key/value cache of seq tokens (`hybridperf.graphs.decode`)
 MODES = ("inf", "train", "decode")
-#: families whose inference forward returns a key/value cache (decoder-only causal LMs)
-CAUSAL_LM = ("gpt2", "gpt_neo", "gpt_neox", "opt") + LLAMA_LIKE
 #: families whose eager attention takes its softmax in fp32 in a half-precision model
 SOFTMAX_FP32 = ("gpt_neo", "gpt_neox", "opt") + tuple(f for f in LLAMA_LIKE if f != "gpt_oss")
 #: families whose learned or rotary position tables cap the sequence at `max_positions`
@@ -83,80 +81,6 @@ POSITION_LIMITED = ("bert", *ROBERTA_LIKE, "gpt2", "gpt_neo", "gpt_neox", "opt",
 #: transformers 5.23)
 SLIDING_MASK_KERNELS = {"qwen2_moe": 23, "gemma2": 23, "gemma3_text": 23,
                         "gpt_oss": 6}  # 14 for the mask, net of 8 position and padding checks Llama's path has
-#: tags of kernels that only the backward launches (`grad_sums`, `grad_cat`)
-BACKWARD_ONLY = ("grad_sum", "grad_cat", "grad_zeros", "grad_cast")
-
-
-def _k(name, op, B=1, M=0, N=0, K=0, H=0, nbytes=0.0, params=0, bias=False, tag="", fp32=False, dtypes=None,
-       form=""):
-    # extra_nbytes: further full-size inputs of a fused kernel (`_fused_kernel`); fp32: the kernel runs in
-    # fp32 whatever the model's dtype (HF upcasts); dtypes: the model dtypes it is launched in (None: all);
-    # form: a linear's GEMM form (hybridperf.ops.LINEAR_FORMS; `mm` unless `linear` says otherwise)
-    return {"name": name, "op": op, "B": int(B), "M": int(M), "N": int(N), "K": int(K), "H": int(H),
-            "nbytes": float(nbytes), "params": int(params), "bias": bool(bias), "tag": tag, "extra_nbytes": 0.0,
-            "fp32": bool(fp32), "dtypes": tuple(dtypes) if dtypes else None,
-            "form": form or ("mm" if op == "linear" else "")}
-
-
-def linear(name, tokens, n_in, n_out, bias=True, conv1d=False):
-    """nn.Linear, or GPT-2's Conv1D (`conv1d`: addmm with the weight stored (in, out)), over `tokens` rows:
-    NeuSight's linear (B=1, M=tokens, N=n_in, K=n_out). Only nn.Linear with a bias has the `linear` form."""
-    return _k(name, "linear", 1, tokens, n_in, n_out, params=n_in * n_out + (n_out if bias else 0), bias=bias,
-              form="linear" if bias and not conv1d else "mm")
-
-
-def bmm(name, b, m, n, k):
-    return _k(name, "bmm", b, m, n, k)
-
-
-def grouped_gemm(name, groups, rows, n_in, n_out, experts):
-    """One projection of a top-k MoE's experts (HF's grouped_mm): `groups` experts that received
-    tokens, `rows` tokens each (`expert_groups`), weights (`experts`, n_in, n_out). Written as a bmm
-    of `groups` GEMMs, one kernel, which is how CUDA runs it in bf16 on Hopper and Blackwell; on other
-    devices and dtypes PyTorch launches one GEMM per group (`graphs.grouped`, at prediction time)."""
-    return _k(name, "bmm", groups, rows, n_in, n_out, params=experts * n_in * n_out, tag="grouped")
-
-
-def expert_groups(experts: int, top_k: int, tokens: int) -> tuple[int, int]:
-    """(experts that receive tokens, tokens each) when `tokens` tokens each pick `top_k` of `experts`
-    experts uniformly (balanced routing, what a router of random weights gives): an expert is missed by
-    all tokens with probability (1 - top_k / experts)^tokens."""
-    pairs = tokens * top_k
-    active = experts * (1.0 - (1.0 - top_k / experts) ** tokens)
-    groups = max(min(int(round(active)), experts, pairs), 1)
-    return groups, -(-pairs // groups)
-
-
-def vec(name, op, rows, h, tag="", fp32=False):
-    return _k(name, op, rows, H=h, tag=tag, fp32=fp32)
-
-
-def ln(name, rows, h):
-    return _k(name, "ln", rows, H=h, params=2 * h)
-
-
-def misc(name, kind, nbytes, tag="", fp32=False):
-    return _k(name, f"misc:{kind}", nbytes=nbytes, tag=tag, fp32=fp32)
-
-
-def cast(name, elems, dtypes=HALF_DTYPES):
-    """`.to()` between the model's half dtype and fp32 over `elems` elements: a kernel only when the
-    model runs in one of `dtypes` (a no-op in fp32); it reads one width and writes the other."""
-    return _k(name, "misc:cast", nbytes=2 * elems * F32, dtypes=dtypes)
-
-
-def gather(name, tokens, h, table_rows):
-    return _k(name, "misc:gather", H=h, nbytes=(2 * tokens * h + tokens * 2) * F32, params=table_rows * h)
-
-
-@dataclass
-class Block:
-    """A run of kernels repeated `count` times (one transformer layer type, or the embeddings/head)."""
-
-    name: str
-    count: int
-    kernels: list = field(default_factory=list)
-    kind: str = "layer"  # pre | layer | post
 
 
 @dataclass
@@ -170,6 +94,8 @@ class ModelGraph:
     fused: bool = False  # pointwise chains fused into one kernel each (`fuse_pointwise`)
     optimizer: str | None = None  # train: the optimizer step that follows the backward (`graphs.optimizer`)
     recompute: bool = False  # train: every layer checkpointed, its forward re-run in the backward (phase rc)
+    amp: bool = False  # fp32 weights under bf16 autocast (`hybridperf.graphs.amp`; dtype is then bf16)
+    attn: str = "eager"  # attention implementation (`hybridperf.graphs.attention`)
 
     @property
     def dtype_bytes(self) -> float:
@@ -191,10 +117,12 @@ class ModelGraph:
                     for r in backward_kernels(k):  # the backward of an fp32 op runs in fp32 too
                         rows.append({**r, "fp32": r["fp32"] or k["fp32"], "block": blk.name, "phase": "bw",
                                      "count": blk.count})
-                    for r in accumulation_kernels(k):
-                        rows.append({**r, "block": blk.name, "phase": "acc", "count": blk.count})
+                    for r in accumulation_kernels(k):  # into fp32 `.grad` under autocast
+                        rows.append({**r, "fp32": r["fp32"] or self.amp, "block": blk.name, "phase": "acc",
+                                     "count": blk.count})
         rows = [r for r in rows if r["dtypes"] is None or self.dtype in r["dtypes"]]
         df = pd.DataFrame(rows)
+        df["attn"] = df["attn"].fillna("") if "attn" in df.columns else ""
         df["group"] = [kernel_group(op) for op in df["op"]]
         df["grouped"] = df["tag"] == "grouped"
         upcast = df["fp32"].to_numpy(bool)
@@ -214,10 +142,15 @@ class ModelGraph:
         and output; with an optimizer its state and its step's temporaries. No allocator rounding."""
         cfg, eb = self.config, self.dtype_bytes
         params = float(sum(param_numels(self)))  # a tied head is the embedding table
-        weights = params * eb / 1e9
+        weights = params * (F32 if self.amp else eb) / 1e9
         if self.mode == "train":
             act = saved_activation_bytes(cfg.family, cfg.hidden, cfg.token_ffn, cfg.heads, cfg.vocab,
                                          cfg.total_layers, self.batch, self.seq, eb, cfg.max_positions, self.recompute)
+            fused = sum(b.count for b in self.blocks if b.kind == "layer" and any(k["op"] == "attention"
+                                                                                    for k in b.kernels))
+            if fused:  # fused attention keeps no score-sized tensors for its backward
+                act -= score_saved_bytes(cfg.family, cfg.heads, self.batch, self.seq, eb) * (
+                    min(fused, 1) if self.recompute else fused)
             if cfg.sparse_layers:  # with recompute only the layer being back-propagated holds its saved set
                 moe = moe_layer_extra_bytes(self.batch * self.seq, cfg.experts_per_token, cfg.hidden, eb,
                                             bool(cfg.shared_ffn) and cfg.family == "qwen2_moe",
@@ -230,7 +163,7 @@ class ModelGraph:
                 act += mla_layer_extra_bytes(self.batch * self.seq, widths, eb) * (1 if self.recompute else cfg.layers)
             act /= 1e9
             if self.optimizer:
-                state, temp = optimizer_state_bytes(params, self.optimizer, eb)
+                state, temp = optimizer_state_bytes(params, self.optimizer, F32 if self.amp else eb)
                 return MemoryEstimate(weights, weights, act, state / 1e9, temp / 1e9)
             return MemoryEstimate(weights, weights, act)
         return MemoryEstimate(weights, 0.0, (self._kv_cache_bytes() + self._largest_op_bytes()) / 1e9)
@@ -304,7 +237,7 @@ def backward_kernels(k: dict) -> list:
         return [misc(n, "copy", k["nbytes"])]
     if tag == "grad_zeros":  # a backward-only zero-filled gradient (`slice_grads`)
         return [misc(n, "mask", k["nbytes"])]
-    if tag == "grad_cast":  # a backward-only cast (`grad_cast`)
+    if tag in ("grad_cast", "grad_attn"):  # a backward-only cast (`grad_cast`), a fused attention backward
         return [{**k, "tag": ""}]
     if tag == "layout":  # the gradient is copied back into the layout the forward copied out of
         return [misc(n + ".bw", "copy", k["nbytes"])]
@@ -535,7 +468,7 @@ def _attention_core(p, B, S, heads, hd, train, scale_op, mask_op, S_kv=None, dro
         ks.append(misc(f"{p}.v_copy", "copy", 2 * B * S_kv * heads * vd * F32, tag=kv_tag))
     ks.append(bmm(f"{p}.av", bh, S, S_kv, vd))
     ks.append(misc(f"{p}.merge_heads", "copy", 2 * tok * heads * vd * F32, tag="layout"))
-    return ks
+    return mark_call(ks, B=B, S=S, S_kv=S_kv, heads=heads, kv_heads=heads // kv_groups, hd=hd, vd=vd, train=train)
 
 
 def attention_scores(p, rows, width, scale_op, mask_op, softmax_fp32=False, qk_fp32=False, softcap=False,
@@ -1323,7 +1256,8 @@ def loss_kernels(cfg: ModelConfig, B, S) -> list:
 
 
 def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str = "fp32", fused: bool = False,
-                optimizer: str | None = None, recompute: bool = False) -> ModelGraph:
+                optimizer: str | None = None, recompute: bool = False, attn: str = "eager",
+                amp: bool = False) -> ModelGraph:
     """The kernel graph of one forward (`inf`) or forward+backward (`train`) pass, or of one decode step
     (`decode`: `batch` sequences, one new token each, `seq` tokens in the cache), every float tensor
     in `dtype` (fp32 as NeuSight measured; fp16/bf16 = the model cast to that dtype, GEMMs on tensor
@@ -1331,11 +1265,20 @@ def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str = "f
     softmax, a causal LM's loss; not mixed-precision autocast). `fused`: pointwise chains fused as a
     compiler does (`fuse_pointwise`, NeuSight's `-fusion` runs); inference only. `optimizer` (train only): add the
     optimizer step (`hybridperf.graphs.optimizer`; its kernels depend on the device, so the composition
-    adds them). `recompute` (train only): activation checkpointing of every transformer layer."""
+    adds them). `recompute` (train only): activation checkpointing of every transformer layer. `attn`: the
+    attention implementation (`hybridperf.graphs.attention`; this graph's default is eager, a request's sdpa).
+    `amp`: an fp32 model under bf16 autocast (`hybridperf.graphs.amp`)."""
     cfg = load_config(config)
+    impl = attention_impl(attn)
     dtype = dtype_key(dtype)
     if dtype not in MODEL_DTYPES:
         raise InputError(f"model dtype must be one of {', '.join(MODEL_DTYPES)}, got {dtype!r}")
+    if amp and dtype != "fp32":
+        raise InputError(f"--amp runs an fp32 model under bf16 autocast; the model dtype must be fp32, got {dtype}")
+    if amp and fused:
+        raise InputError("--amp is modelled for eager execution, not with --fused")
+    if amp:
+        dtype = "bf16"  # the graph's kernels in bf16, rewritten per kernel below
     for v, what in ((batch, "batch"), (seq, "seq")):
         if isinstance(v, bool) or not isinstance(v, (int,)) and not (isinstance(v, float) and v.is_integer()):
             raise InputError(f"{what} must be a positive integer, got {v!r}")
@@ -1365,12 +1308,17 @@ def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str = "f
         blocks = DECODE_BUILDERS[cfg.family](cfg, batch, seq)
     else:
         blocks = _FAMILIES[cfg.family](cfg, batch, seq, train)
+    blocks = impl.rewrite(blocks, cfg, dtype, mode)
     if train:
         blocks.append(Block("loss", 1, loss_kernels(cfg, batch, seq), "post"))
+    if amp:
+        from hybridperf.graphs.amp import amp_blocks
+
+        blocks = amp_blocks(blocks)
     if fused:
         blocks = [Block(b.name, b.count, fuse_pointwise(b.kernels), b.kind) for b in blocks]
     return ModelGraph(cfg, batch, seq, mode, blocks, dtype, fused=bool(fused), optimizer=optimizer,
-                      recompute=bool(recompute))
+                      recompute=bool(recompute), amp=bool(amp), attn=impl.name)
 
 
 def layer_gemms(config, batch: int, seq: int, mode: str = "inf", block: str = "layer") -> pd.DataFrame:

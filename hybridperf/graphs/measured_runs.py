@@ -25,7 +25,8 @@ re-estimates them and scores the method with each device's own labels held out.
 
 Runs CSV (`read_runs`): `config` (a HF config.json, relative to the CSV's folder or absolute), `batch`,
 `seq`, `latency_ms` (measured end-to-end ms); optional `mode` (inf|train|decode, default inf), `dtype`
-(fp32|fp16|bf16), `fused`, `recompute`, `optimizer`, `layers` (override the config's layer count).
+(fp32|fp16|bf16), `fused`, `recompute`, `optimizer`, `layers` (override the config's layer count), `attn`
+(eager|sdpa; default eager, how the runs measured so far were made), `amp` (fp32 weights under bf16 autocast).
 """
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ from hybridperf.graphs.compose import (
     predictor_kind,
 )
 from hybridperf.graphs.config import load_config
+from hybridperf.graphs.attention import ATTN_IMPLEMENTATIONS
 from hybridperf.graphs.kernels import MODES, build_graph
 
 #: prior sd of the log device-time factor: between-device spread of NeuSight's labels (7 GPUs)
@@ -88,17 +90,20 @@ def read_runs(path: str | Path) -> pd.DataFrame:
         if mode not in MODES:
             raise InputError(f"{where}: mode must be one of {', '.join(MODES)}, got {mode!r}")
         flags = {}
-        for c in ("fused", "recompute"):
+        for c in ("fused", "recompute", "amp"):
             s = str(r.get(c, "")).strip().lower()
             if s not in _BOOL:
                 raise InputError(f"{where}: {c} must be true or false, got {r.get(c)!r}")
             flags[c] = _BOOL[s]
         dtype = r.get("dtype")
         opt = r.get("optimizer")
+        attn = str(r.get("attn", "eager")).strip().lower() if pd.notna(r.get("attn", "eager")) else "eager"
+        if attn not in ATTN_IMPLEMENTATIONS:
+            raise InputError(f"{where}: attn must be one of {', '.join(ATTN_IMPLEMENTATIONS)}, got {r.get('attn')!r}")
         rows.append({"config": str(cfg), "batch": ints["batch"], "seq": ints["seq"], "layers": ints.get("layers"),
                      "mode": mode, "dtype": str(dtype).strip() if pd.notna(dtype) else "fp32",
                      "optimizer": str(opt).strip() if pd.notna(opt) and str(opt).strip() else None,
-                     **flags, "latency_ms": float(lat), "line": i + 2})
+                     "attn": attn, **flags, "latency_ms": float(lat), "line": i + 2})
     return pd.DataFrame(rows)
 
 
@@ -113,7 +118,8 @@ def run_terms(runs: pd.DataFrame, device, predictor) -> pd.DataFrame:
             cfg = dataclasses.replace(cfg, layers=int(r["layers"]))
         try:
             graph = build_graph(cfg, r["batch"], r["seq"], r["mode"], r.get("dtype", "fp32"), fused=r.get("fused", False),
-                                optimizer=r.get("optimizer"), recompute=r.get("recompute", False))
+                                optimizer=r.get("optimizer"), recompute=r.get("recompute", False),
+                                attn=r.get("attn", "eager"), amp=bool(r.get("amp", False)))
         except InputError as e:
             raise InputError(f"run on line {r.get('line', '?')}: {e}") from None
         dev_ms, launches = device_time_and_launches(predict_kernels_of(graph, device, predictor))

@@ -111,6 +111,12 @@ def layer_saved_bytes(family: str, hidden: int, ffn: int, heads: int, batch: int
     return act + c.get("c_m", 0.0) * float(max_positions) ** 2
 
 
+def score_saved_bytes(family: str, heads: int, batch: int, seq: int, dtype_bytes: float = 4.0) -> float:
+    """The part of `layer_saved_bytes` that eager attention's score-sized tensors take (scores, probabilities,
+    dropout masks): a fused kernel (SDPA) keeps none of them, only its output and one row statistic."""
+    return _coeffs(family, dtype_bytes)["c_a"] * float(batch) * heads * seq * seq
+
+
 def outside_saved_bytes(family: str, hidden: int, vocab: int, batch: int, seq: int, dtype_bytes: float = 4.0) -> float:
     """Bytes autograd keeps outside the layers: embeddings, head and loss (the logits dominate)."""
     c = _coeffs(family, dtype_bytes)

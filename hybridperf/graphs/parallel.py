@@ -117,8 +117,9 @@ from hybridperf.devices import DeviceSpec, NodeSpec, get_device
 from hybridperf.devices.node_lookup import default_node_for_device, resolve_node
 from hybridperf.errors import InputError
 from hybridperf.graphs.config import LLAMA_LIKE, MOE_LLAMA, ROBERTA_LIKE, ModelConfig, load_config
+from hybridperf.graphs.attention import FUSED_OPS, attn_spec, parse_spec
 from hybridperf.graphs.kernels import MODES, Block, ModelGraph, build_graph
-from hybridperf.graphs.memory import MemoryEstimate, layer_stack_bytes, outside_saved_bytes
+from hybridperf.graphs.memory import MemoryEstimate, layer_stack_bytes, outside_saved_bytes, score_saved_bytes
 from hybridperf.graphs.optimizer import optimizer_state_bytes, optimizer_table, tensor_numels
 
 #: PyTorch DDP's default gradient bucket (bucket_cap_mb=25)
@@ -224,6 +225,10 @@ def _shard_kernel(k: dict, tp: int) -> dict:
     elif op == "linear" and name in _VOCAB_HEAD:
         k["K"] = -(-k["K"] // tp)
         k["params"] = k["N"] * k["K"] + (k["K"] if k["bias"] else 0)
+    elif op in FUSED_OPS:  # fused attention: this rank's heads and key/value heads
+        k["H"] //= tp
+        s = parse_spec(k["attn"])
+        k["attn"] = attn_spec(s["backend"], max(s["kv_heads"] // tp, 1), s["vd"], s["causal"])
     elif name.startswith(_ATTN_PREFIX):
         if op.startswith("misc:"):
             k["nbytes"] = k["nbytes"] / tp
@@ -250,7 +255,7 @@ def shard_graph(graph: ModelGraph, tp: int) -> ModelGraph:
         raise InputError(f"tensor parallelism is not modelled for {graph.config.family}")
     blocks = [Block(b.name, b.count, [_shard_kernel(k, tp) for k in b.kernels], b.kind) for b in graph.blocks]
     return ModelGraph(graph.config, graph.batch, graph.seq, graph.mode, blocks, graph.dtype, optimizer=graph.optimizer,
-                      recompute=graph.recompute)
+                      recompute=graph.recompute, amp=graph.amp, attn=graph.attn)
 
 
 def parallel_graph(config, micro_batch: int, seq: int, mode: str = "train", tp: int = 1,
@@ -433,8 +438,10 @@ def predict_parallel_detail(config, batch: int, seq: int, mode: str = "train", d
                             predictor=None, collective_model=None, bucket_mb: float = DEFAULT_BUCKET_MB,
                             correction: bool = True, dtype: str = "fp32",
                             optimizer: str | None = None, recompute: bool = False,
-                            zero: int = 0, calibration: dict | None = None) -> ParallelPrediction:
+                            zero: int = 0, calibration: dict | None = None, attn: str = "eager",
+                            amp: bool = False) -> ParallelPrediction:
     """Like `predict_parallel`, returning the stage table and the per-GPU kernel prediction too.
+    `attn`, `amp`: the attention implementation and autocast (`hybridperf.graphs.build_graph`).
     `calibration`: composition constants fitted to single-GPU runs on the node's GPU
     (`hybridperf.graphs.measured_runs.calibrate_from_runs`); default: the shipped ones."""
     from hybridperf.graphs.compose import BACKWARD_PHASES, compose, resolve_predictor
@@ -460,9 +467,10 @@ def predict_parallel_detail(config, batch: int, seq: int, mode: str = "train", d
     comm = _Comm(node, collective_model)
     pred = predictor if predictor is not None else resolve_predictor()
 
-    graph = shard_graph(build_graph(cfg, b_mb, seq, mode, dtype, optimizer=optimizer, recompute=recompute), tp)
+    graph = shard_graph(build_graph(cfg, b_mb, seq, mode, dtype, optimizer=optimizer, recompute=recompute, attn=attn,
+                                    amp=amp), tp)
     res = compose(graph, dev, pred, correction=correction, calibration=calibration)
-    eb = graph.dtype_bytes  # bytes per element of activations, parameters and gradients
+    eb = 4.0 if graph.amp else graph.dtype_bytes  # bytes per element of parameters and gradients (fp32 under autocast)
     scale = float(np.exp(res.log_bias))
     tab = res.kernels
     is_fw = (tab["phase"] == "fw").to_numpy()
@@ -692,14 +700,21 @@ def _unsharded_stage_memory(graph: ModelGraph, row: dict, tp: int, pp: int, m: i
     if tp == pp == 1:  # one GPU's graph, as `predict-model` counts it
         return graph.memory()
     cfg, eb = graph.config, graph.dtype_bytes
-    weights = row["params"] * eb / 1e9
+    wb = 4.0 if graph.amp else eb  # fp32 weights, gradients and optimizer state under autocast
+    weights = row["params"] * wb / 1e9
     if not train:
         return MemoryEstimate(weights, 0.0, graph.memory().activations)
     per_mb, once = layer_stack_bytes(cfg.family, cfg.hidden, cfg.ffn // tp, cfg.heads // tp, row["layers"],
                                      graph.batch, graph.seq, eb, cfg.max_positions, graph.recompute)
+    if any(k["op"] == "attention" for b in graph.blocks for k in b.kernels):  # fused: no score-sized tensors
+        score = score_saved_bytes(cfg.family, cfg.heads // tp, graph.batch, graph.seq, eb)
+        if graph.recompute:
+            once -= score
+        else:
+            per_mb -= row["layers"] * score
     if row["last"]:  # the logits, their loss and the head's own layers
         per_mb += outside_saved_bytes(cfg.family, cfg.hidden, -(-cfg.vocab // tp), graph.batch, graph.seq, eb)
-    state, temp = optimizer_state_bytes(row["params"], graph.optimizer, eb) if graph.optimizer else (0.0, 0.0)
+    state, temp = optimizer_state_bytes(row["params"], graph.optimizer, wb) if graph.optimizer else (0.0, 0.0)
     act = per_mb * min(m, pp - row["stage"]) + once
     return MemoryEstimate(weights, weights, act / 1e9, state / 1e9, temp / 1e9)
 

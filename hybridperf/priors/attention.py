@@ -1,60 +1,316 @@
-"""Fused attention: FlashAttention-style prefill (PyTorch SDPA, FlashAttention 2/3, FlashInfer,
+"""Fused attention: FlashAttention-style prefill (PyTorch SDPA, FlashAttention 2/3/4, FlashInfer, Triton,
 TensorRT-LLM's kernels) and decode against a key/value cache (paged, split-KV).
 
-Kernel time only (no host floor). Vectorised over numpy arrays. Shapes: `batch` sequences,
-`heads` query heads, `kv_heads` key/value heads (GQA), `head_dim`; prefill of `isl` new tokens
-over `prefix` cached ones; decode of one token per sequence against `kv_len` cached ones.
+Kernel time only (no host floor). Vectorised over numpy arrays. Shapes: `batch` sequences, `heads` query
+heads, `kv_heads` key/value heads (GQA), `head_dim`; prefill of `isl` new tokens over `prefix` cached ones;
+decode of one token per sequence against `kv_len` cached ones.
+
+Prefill (`context_attention_ms`, `sdpa_ms`):
+    pairs     (query, key) pairs the kernel computes in whole tiles (`block_q` queries, shorter for a short
+              prefill, by `block_k` keys): the causal triangle's tiles with the prefix, or a window's band
+    compute   4 x pairs x head_dim FLOPs at the matrix rate x the generation's ISA fraction (`GENERATIONS`:
+              FA2's mma.sync reaches ~2/3 of Hopper's and Blackwell's wgmma/tcgen05 peak) x a fitted kernel
+              efficiency per kernel family (`AttentionConstants.efficiency`), stretched by wave quantization
+              of batch x heads x query blocks over the SMs
+    exp       one exponential per pair on the SFU (16 per SM per clock); overlapped with the GEMMs by kernels
+              that ping-pong warpgroups (FA3/FA4, TRT-LLM), added to them by FA2
+    memory    q, o once, k and v once per kv head, at achievable bandwidth
+    time      overhead + max(compute (+ exp), memory) + a fixed latency per wave of CTAs
+Decode (`generation_attention_ms`): the KV-cache read at achievable bandwidth, drawn by the CTAs in flight
+(batch x kv heads x KV splits, split-KV when batch x kv heads leaves SMs idle), plus a fixed overhead.
+SDPA backward (`sdpa_ms(backward=True)`): 2.5x the forward's GEMM FLOPs (five GEMMs to two) plus the
+recomputed exponentials, at its own efficiency. fp32 SDPA runs PyTorch's memory-efficient kernel, whose fp32
+GEMMs run on the tensor cores as three TF32 products (`MEM_EFFICIENT_FP32_PASSES`).
+
+The constants fitted from data live in `AttentionConstants` (frozen, each with its provenance);
+`experiments/attention_prior.py` refits them leave-one-GPU-out and reports held-out errors only.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from hybridperf.devices import DTYPE_BYTES, DeviceSpec
+from hybridperf.priors.memory import dram_efficiency, l2_hit_fraction
+
+#: the shortest query tile a prefill kernel uses (one MMA's rows)
+MIN_BLOCK_Q = 16.0
+#: L2 bytes an SM can load per clock (32 B/clk/SM on Ampere to Blackwell)
+L2_BYTES_PER_SM_CLOCK = 32.0
+#: SFU exponentials per SM per clock (MUFU.EX2; sm_80 to sm_100)
+SFU_PER_SM_CLOCK = 16.0
+#: PyTorch's memory-efficient attention in fp32 multiplies as three TF32 products on the tensor cores
+#: (cutlass OpMultiplyAddFastF32), keeping fp32 accuracy at a third of the TF32 rate
+MEM_EFFICIENT_FP32_PASSES = 3.0
 
 
-def _causal_pairs(q_len, kv_len, causal: bool, window):
-    """(query, key) pairs a fused kernel computes: the causal triangle (plus the prefix), or a window."""
-    q_len, kv_len = np.asarray(q_len, dtype=np.float64), np.asarray(kv_len, dtype=np.float64)
-    full = q_len * kv_len
-    if not causal:
-        return full
-    prefix = kv_len - q_len
-    pairs = q_len * prefix + q_len * (q_len + 1) / 2.0
-    w = np.asarray(window, dtype=np.float64)
-    return np.where(w > 0, np.minimum(pairs, q_len * w), pairs)
+@dataclass(frozen=True)
+class Generation:
+    """A FlashAttention-style kernel generation on one architecture: tile sizes (query rows x key columns
+    per step, by head_dim bucket), CTAs resident per SM, the share of the arch's matrix peak its MMA
+    instructions reach, and whether its softmax overlaps the GEMMs. Published kernel designs, not fits."""
+
+    name: str
+    block_q: int
+    block_k: int
+    ctas_per_sm: int
+    isa_fraction: float
+    overlap_exp: bool
+
+
+def _gen(name, bq, bk, ctas, isa, overlap) -> Generation:
+    return Generation(name, bq, bk, ctas, isa, overlap)
+
+
+#: (kernel generation, arch) -> design. FA2 (Dao 2023): 128x64 tiles, mma.sync; on Hopper/Blackwell mma.sync
+#: tops out near 2/3 of wgmma/tcgen05 peak. FA3 (Shah et al. 2024): 128x128 (hd 128), wgmma, warpgroup
+#: ping-pong. FA4 / TRT-LLM / FlashInfer on Blackwell: 2 x 128 query rows per CTA, tcgen05.
+GENERATIONS = {
+    ("fa2", "ampere"): _gen("fa2", 128, 64, 1, 1.0, False),
+    ("fa2", "ada"): _gen("fa2", 128, 64, 1, 1.0, False),
+    ("fa2", "hopper"): _gen("fa2", 128, 64, 1, 0.67, False),
+    ("fa2", "blackwell"): _gen("fa2", 128, 64, 1, 0.5, False),
+    ("native", "ampere"): _gen("native", 128, 64, 1, 1.0, False),
+    ("native", "ada"): _gen("native", 128, 64, 1, 1.0, False),
+    ("native", "hopper"): _gen("native", 128, 128, 1, 1.0, True),
+    ("native", "blackwell"): _gen("native", 256, 128, 1, 1.0, True),
+}
+
+#: kernel_source (aiconfigurator's, or ours) -> kernel family; a family maps to a generation per arch
+KERNEL_FAMILIES = {
+    "sdpa": "sdpa", "flash_attention": "fa2", "vllm_flash_attn": "fa2", "vllm_flash_attn_fa2": "fa2",
+    "fa3": "fa3", "vllm_flash_attn_fa3": "fa3", "vllm_flash_attn_fa4": "fa4",
+    "torch_flow": "trtllm", "trtllm_mha": "trtllm", "vllm_flashinfer_trtllmprefill": "trtllm",
+    "vllm_flashinfer_trtllmdecode": "trtllm",
+    "flashinfer": "flashinfer", "vllm_flashinfer": "flashinfer", "vllm_flashinfer_fiprefill": "flashinfer",
+    "vllm_flashinfer_fidecode": "flashinfer", "torch_flow_flashinfer": "flashinfer",
+    "triton": "triton", "vllm_triton_attn": "triton",
+}
+#: families whose Hopper/Blackwell code reaches no more than FA2's mma.sync: FA2 itself, and the Triton
+#: attention kernels of vLLM and SGLang. PyTorch's SDPA (torch 2.11) is not among them: on the H100 its causal
+#: forward reached 600 TFLOP/s (`h100_sdpa_fp8`), beyond what mma.sync can
+FA2_FAMILIES = ("fa2", "triton")
+#: families whose softmax does not overlap the GEMMs (no warpgroup ping-pong): the exponentials add to the
+#: GEMM time. PyTorch's SDPA is one: its head_dim-64 kernels ran at 0.5-0.8x the speed an overlapped
+#: softmax would give on the H100 (`h100_sdpa_fp8`)
+SERIAL_SOFTMAX_FAMILIES = ("fa2", "triton", "sdpa")
+
+
+def kernel_family(kernel_source: str | None) -> str:
+    """Kernel family of a kernel source (None: PyTorch SDPA's flash backend; unknown: `native`)."""
+    if kernel_source is None:
+        return "sdpa"
+    return KERNEL_FAMILIES.get(str(kernel_source), "native")
+
+
+def generation(device: DeviceSpec, family: str) -> Generation:
+    arch = device.arch if device.arch in ("ampere", "ada", "hopper", "blackwell") else \
+        ("blackwell" if device.arch.startswith("blackwell") else "ampere")
+    return GENERATIONS[("fa2" if family in FA2_FAMILIES else "native", arch)]
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """A constant fitted to measurements: value, unit, and where it comes from."""
+
+    value: float
+    unit: str
+    source: str  # tables (GPU, framework) it was fitted on
+    script: str = "experiments/attention_prior.py"
+
+
+@dataclass(frozen=True)
+class AttentionConstants:
+    """Fitted constants of the attention prior (`experiments/attention_prior.py --write-constants` prints
+    them): kernel efficiency per family for prefill and decode, fixed per-kernel overheads, the SDPA
+    backward's efficiency and the memory-efficient backend's (fp32, explicit masks)."""
+
+    efficiency: dict = field(default_factory=dict)  # family -> Fitted (share of the ISA's matrix rate)
+    decode_bw: dict = field(default_factory=dict)  # family -> Fitted (share of achievable bandwidth)
+    context_overhead_ms: Fitted = Fitted(0.005, "ms", "default")
+    decode_overhead_ms: Fitted = Fitted(0.005, "ms", "default")
+    decode_wave_ms: Fitted = Fitted(0.002, "ms", "default")  # a wave of decode CTAs' fixed latency
+    context_wave_ms: Fitted = Fitted(0.0, "ms", "default")  # a wave of prefill CTAs' fixed latency
+    fp8_efficiency: Fitted = Fitted(1.0, "share", "default")  # fp8 prefill's share of the bf16 efficiency
+    sdpa_bwd_efficiency: Fitted = Fitted(0.5, "share", "default")
+    mem_efficient_efficiency: Fitted = Fitted(0.5, "share", "default")
+
+    def eff(self, family: str) -> float:
+        f = self.efficiency.get(family)
+        return f.value if f else float(np.median([v.value for v in self.efficiency.values()] or [0.6]))
+
+    def bw(self, family: str) -> float:
+        f = self.decode_bw.get(family)
+        return f.value if f else float(np.median([v.value for v in self.decode_bw.values()] or [0.8]))
+
+
+_ALL = "a100_sxm, h100_sxm, l40s, b200_sxm aiconfigurator attention tables (all frameworks)"
+_H100 = "h100_sdpa_fp8 (NVIDIA H100 80GB HBM3, torch 2.11; one GPU)"
+#: shipped constants, `python experiments/attention_prior.py --write-constants`: fitted on all four
+#: aiconfigurator systems (prefill, decode) and on the H100 SDPA measurements (sdpa, its backward); the same
+#: fit's held-out errors are in experiments/results/attention_prior.md. PyTorch's flash decode is FA2's
+#: split-KV kernel: sdpa decode takes fa2's bandwidth share. No measurement has set the memory-efficient
+#: backend's efficiency (fp32, explicit masks): its default is a guess.
+CONSTANTS = AttentionConstants(
+    efficiency={"fa2": Fitted(0.671, "share", _ALL), "fa3": Fitted(0.598, "share", _ALL),
+                "fa4": Fitted(0.312, "share", _ALL), "trtllm": Fitted(0.424, "share", _ALL),
+                "flashinfer": Fitted(0.531, "share", _ALL), "triton": Fitted(0.197, "share", _ALL),
+                "sdpa": Fitted(0.966, "share", _H100)},
+    decode_bw={"fa2": Fitted(0.594, "share", _ALL), "fa3": Fitted(0.831, "share", _ALL),
+               "fa4": Fitted(0.795, "share", _ALL), "trtllm": Fitted(1.031, "share", _ALL),
+               "flashinfer": Fitted(1.161, "share", _ALL), "triton": Fitted(0.669, "share", _ALL),
+               "sdpa": Fitted(0.594, "share", "fa2's: " + _ALL)},
+    context_overhead_ms=Fitted(0.0096, "ms", _ALL),
+    decode_overhead_ms=Fitted(0.0001, "ms", _ALL),
+    decode_wave_ms=Fitted(0.0124, "ms", _ALL),
+    context_wave_ms=Fitted(0.0035, "ms", _ALL),
+    fp8_efficiency=Fitted(0.569, "share", _ALL),
+    sdpa_bwd_efficiency=Fitted(0.767, "share", _H100),
+    mem_efficient_efficiency=Fitted(0.5, "share", "default (not measured)"),
+)
+
+
+def _f(x) -> np.ndarray:
+    return np.asarray(x, dtype=np.float64)
+
+
+def computed_pairs(q_len, kv_len, causal: bool, window, block_q: int, block_k: int) -> np.ndarray:
+    """(query, key) pairs a tiled kernel computes per (sequence, head): whole tiles of `block_q` queries by
+    `block_k` keys (a short prefill still fills one query tile), the causal triangle's tiles with the prefix,
+    or a sliding window's band of tiles."""
+    q, kv, w = _f(q_len), _f(kv_len), _f(window)
+    nq = np.ceil(q / block_q)
+    nk = np.ceil(kv / block_k)
+    band = np.where(w > 0, np.ceil((w + block_q) / block_k) + 1.0, nk)
+    if causal:
+        prefix = np.maximum(kv - q, 0.0)
+        tiles = nq * (np.ceil(prefix / block_k) + 0.5) + (block_q / block_k) * nq * (nq + 1) / 2.0
+        tiles = np.minimum(tiles, nq * np.minimum(nk, band))
+    else:
+        tiles = nq * np.minimum(nk, band)
+    return tiles * block_q * block_k
+
+
+def wave_stretch(ctas, device: DeviceSpec, ctas_per_sm: int) -> np.ndarray:
+    """Time stretch of `ctas` equal CTAs over the SMs: ceil(waves) / waves (1 once many waves run)."""
+    waves = np.maximum(_f(ctas), 1.0) / (device.num_sms * ctas_per_sm)
+    return np.ceil(waves) / waves
+
+
+def exp_rate(device: DeviceSpec) -> float:
+    """Exponentials per second on the SFUs."""
+    return device.num_sms * SFU_PER_SM_CLOCK * device.boost_clock_mhz * 1e6
+
+
+def _matrix_rate(device: DeviceSpec, dtype: str) -> float:
+    half = device.peak("fp16" if dtype in ("fp16", "float16") else "bf16", matrix=True)
+    return max(device.peak("fp8", matrix=True), half) if dtype in ("fp8", "float8") else half
 
 
 def context_attention_ms(batch, isl, heads, kv_heads, head_dim, device: DeviceSpec, dtype: str = "bf16",
                          kv_dtype: str = "bf16", causal: bool = True, window=0, prefix=0,
-                         kernel_source: str | None = None) -> np.ndarray:
+                         kernel_source: str | None = None, constants: AttentionConstants = CONSTANTS,
+                         v_dim=None) -> np.ndarray:
     """Kernel time (ms) of one fused attention forward over a prefill."""
-    batch, isl, heads, kv_heads, head_dim, prefix = (np.asarray(x, dtype=np.float64)
-                                                     for x in (batch, isl, heads, kv_heads, head_dim, prefix))
-    pairs = _causal_pairs(isl, isl + prefix, causal, window)
-    flops = 4.0 * batch * heads * pairs * head_dim
+    batch, isl, heads, kv_heads, head_dim, prefix = (_f(x) for x in (batch, isl, heads, kv_heads, head_dim, prefix))
+    vd = head_dim if v_dim is None else _f(v_dim)
+    fam = kernel_family(kernel_source)
+    g = generation(device, fam)
+    kv = isl + prefix
+    # a short prefill gets a shorter query tile (kernels pick it by length, 16 rows at least)
+    bq = np.minimum(g.block_q, np.maximum(MIN_BLOCK_Q, 2.0 ** np.ceil(np.log2(np.maximum(isl, 1.0)))))
+    pairs = computed_pairs(isl, kv, causal, window, bq, g.block_k)
+    flops = 2.0 * batch * heads * pairs * (head_dim + vd)
+    rate = _matrix_rate(device, dtype) * g.isa_fraction * constants.eff(fam) \
+        * (constants.fp8_efficiency.value if dtype == "fp8" else 1.0)
+    ctas = batch * heads * np.ceil(isl / bq)
+    stretch = wave_stretch(ctas, device, g.ctas_per_sm)
+    mm = flops / rate * stretch
+    ex = batch * heads * pairs / exp_rate(device) * stretch
+    compute = np.maximum(mm, ex) if g.overlap_exp and fam not in SERIAL_SOFTMAX_FAMILIES else mm + ex
     eb, kb = DTYPE_BYTES.get(dtype, 2), DTYPE_BYTES.get(kv_dtype, 2)
-    nbytes = batch * head_dim * (2.0 * isl * heads * eb + 2.0 * (isl + prefix) * kv_heads * kb)
-    t = np.maximum(flops / device.peak(dtype, matrix=True), nbytes / (device.mem_bw_gbs * 1e9))
-    return t * 1e3
+    nbytes = batch * (isl * heads * (head_dim + vd) * eb + kv * kv_heads * (head_dim + vd) * kb)
+    mem = kv_read_ms(nbytes, device) / 1e3
+    # every wave of CTAs pays a fixed latency (load the query tile, write the output)
+    waves = np.ceil(ctas / (device.num_sms * g.ctas_per_sm))
+    fixed = waves * constants.context_wave_ms.value + constants.context_overhead_ms.value
+    return np.maximum(compute, mem) * 1e3 + fixed
+
+
+def kv_read_ms(nbytes, device: DeviceSpec, parallel_fraction=1.0) -> np.ndarray:
+    """Time (ms) to stream `nbytes` of keys and values that a repeated call finds in L2 as far as they fit
+    (`l2_hit_fraction`): L2 at L2_BYTES_PER_SM_CLOCK per SM, DRAM at achievable bandwidth. Ada's 96 MB L2
+    holds a decode step's whole cache up to ~50 MB, read several times faster than its GDDR6."""
+    nbytes = _f(nbytes)
+    hit = l2_hit_fraction(nbytes, device)
+    l2 = device.num_sms * L2_BYTES_PER_SM_CLOCK * device.boost_clock_mhz * 1e6
+    dram = device.mem_bw_gbs * 1e9 * dram_efficiency(device)
+    return nbytes * (hit / l2 + (1.0 - hit) / dram) / np.clip(parallel_fraction, 1e-3, 1.0) * 1e3
+
+
+#: decode CTAs resident per SM (small CTAs: one (sequence, kv head, split) each)
+DECODE_CTAS_PER_SM = 4
+
+
+def decode_splits(batch, kv_heads, kv_len, device: DeviceSpec, min_chunk: int = 256) -> np.ndarray:
+    """KV splits a split-KV decode kernel uses: enough to give every SM two CTAs when batch x kv heads is
+    small, no chunk shorter than `min_chunk` keys."""
+    work = np.maximum(_f(batch) * _f(kv_heads), 1.0)
+    want = np.ceil(2.0 * device.num_sms / work)
+    return np.clip(np.minimum(want, np.ceil(_f(kv_len) / min_chunk)), 1.0, None)
 
 
 def generation_attention_ms(batch, kv_len, heads, kv_heads, head_dim, device: DeviceSpec, dtype: str = "bf16",
-                            kv_dtype: str = "bf16", window=0, kernel_source: str | None = None) -> np.ndarray:
-    """Kernel time (ms) of one decode step's attention: one query token per sequence."""
+                            kv_dtype: str = "bf16", window=0, kernel_source: str | None = None,
+                            constants: AttentionConstants = CONSTANTS, q_len=1) -> np.ndarray:
+    """Kernel time (ms) of one decode step's attention: `q_len` (1) query tokens per sequence."""
     batch, kv_len, heads, kv_heads, head_dim, window = (
-        np.asarray(x, dtype=np.float64) for x in (batch, kv_len, heads, kv_heads, head_dim, window))
+        _f(x) for x in (batch, kv_len, heads, kv_heads, head_dim, window))
+    fam = kernel_family(kernel_source)
     keys = np.where(window > 0, np.minimum(kv_len, window), kv_len)
     nbytes = batch * 2.0 * keys * kv_heads * head_dim * DTYPE_BYTES.get(kv_dtype, 2)
-    flops = 4.0 * batch * heads * keys * head_dim
-    t = np.maximum(flops / device.peak(dtype, matrix=True), nbytes / (device.mem_bw_gbs * 1e9))
-    return t * 1e3
+    ctas = batch * kv_heads * decode_splits(batch, kv_heads, keys, device)
+    par = np.minimum(ctas / (2.0 * device.num_sms), 1.0)
+    mem = kv_read_ms(nbytes, device, par) / constants.bw(fam)
+    # GQA packs a kv head's query heads into one MMA's rows; MHA wastes all but one of 16 rows
+    rows = np.maximum(heads / np.maximum(kv_heads, 1.0) * _f(q_len), 1.0)
+    mma_rows = np.ceil(rows / 16.0) * 16.0
+    flops = 4.0 * batch * kv_heads * mma_rows * keys * head_dim
+    compute = flops / (_matrix_rate(device, dtype) * constants.eff(fam)) * 1e3
+    waves = np.ceil(ctas / (device.num_sms * DECODE_CTAS_PER_SM))
+    return np.maximum(mem, compute) + waves * constants.decode_wave_ms.value + constants.decode_overhead_ms.value
 
 
 def sdpa_ms(batch, seq, heads, kv_heads, head_dim, device: DeviceSpec, dtype: str = "bf16", causal: bool = True,
-            backward: bool = False, kv_seq=None) -> np.ndarray:
-    """Kernel time (ms) of PyTorch's `scaled_dot_product_attention` (flash backend) forward, or of its
-    backward alone (`backward=True`): `seq` queries against `kv_seq` keys (default `seq`)."""
+            backward: bool = False, kv_seq=None, backend: str = "flash", window=0, v_dim=None,
+            constants: AttentionConstants = CONSTANTS) -> np.ndarray:
+    """Kernel time (ms) of PyTorch's `scaled_dot_product_attention` forward, or of its backward alone
+    (`backward=True`): `seq` queries against `kv_seq` keys (default `seq`). `backend`: `flash` (FA2 or cuDNN, half
+    precision, no mask), `efficient` (memory-efficient: fp32, or an explicit mask, whose masked tiles are
+    still computed), or `decode` (one query row: the KV-cache read bounds it)."""
     kv_seq = seq if kv_seq is None else kv_seq
-    prefix = np.asarray(kv_seq, dtype=np.float64) - np.asarray(seq, dtype=np.float64)
-    fwd = context_attention_ms(batch, seq, heads, kv_heads, head_dim, device, dtype, dtype, causal, 0, prefix)
-    return 2.5 * fwd if backward else fwd
+    if backend == "decode":
+        t = generation_attention_ms(batch, kv_seq, heads, kv_heads, head_dim, device, dtype, dtype, window,
+                                    "sdpa", constants, q_len=seq)
+        return 2.5 * t if backward else t
+    prefix = np.maximum(_f(kv_seq) - _f(seq), 0.0)
+    fwd = context_attention_ms(batch, seq, heads, kv_heads, head_dim, device, "bf16" if dtype == "fp32" else dtype,
+                               dtype, causal, window if backend == "flash" else 0, prefix,
+                               "sdpa", constants, v_dim)
+    over = constants.context_overhead_ms.value
+    body = fwd - over
+    if backend == "efficient":
+        scale = constants.eff("sdpa") / constants.mem_efficient_efficiency.value
+        if dtype == "fp32":  # three TF32 products on the tensor cores (or the fp32 lanes, if faster)
+            tc = _fp32_rate(device)
+            scale *= _matrix_rate(device, "bf16") / tc
+        body = body * scale
+    if backward:
+        body = body * 2.5 * constants.eff("sdpa") / constants.sdpa_bwd_efficiency.value
+    return body + over
+
+
+def _fp32_rate(device: DeviceSpec) -> float:
+    """FLOP/s of fp32 GEMMs inside the memory-efficient kernel: 3xTF32 on tensor cores, else CUDA cores."""
+    return max(device.peak("tf32", matrix=True) / MEM_EFFICIENT_FP32_PASSES, device.peak("fp32"))

@@ -7,6 +7,7 @@
     softmax, LayerNorm:    floor + max(one read and write + re-reads, from L2 while the rows in flight
                            fit in it, at the bandwidth the rows in flight can draw; the SM cycles the
                            rows take)  (`hybridperf.priors.rowwise`: PyTorch's kernel layouts)
+    attention:             floor + PyTorch SDPA's fused kernel (`hybridperf.priors.attention.sdpa_ms`)
 
 The terms (compute, memory, tiles, waves, wave efficiency, L2 hit rate, ...) are also the
 device-agnostic features the residual models learn from.
@@ -17,7 +18,8 @@ import numpy as np
 import pandas as pd
 
 from hybridperf.devices import DTYPE_BYTES, DeviceSpec
-from hybridperf.ops import GEMM_OPS, LINEAR_FORMS
+from hybridperf.ops import FUSED_OPS, GEMM_OPS, LINEAR_FORMS
+from hybridperf.priors.attention import sdpa_ms
 from hybridperf.priors.constants import DEFAULT_CONSTANTS, PriorConstants
 from hybridperf.priors.gemm import gemm_compute, library_efficiency
 from hybridperf.priors.launch import HOST_FLOOR_SCALE, describe_floor_shares, floors_ms, row_host, row_timing
@@ -97,6 +99,12 @@ def kernel_prior_terms(kernels: pd.DataFrame, device: DeviceSpec, timing: str | 
             out["tile_n"][idx] = terms.tile_n
             out["tile_efficiency"][idx] = terms.tile_efficiency
             out["split_k"][idx] = terms.split_k
+        elif op in FUSED_OPS:  # PyTorch SDPA (`hybridperf.priors.attention`): flash in half precision
+            compute = sdpa_ms(g["B"].to_numpy(np.float64), g["M"].to_numpy(np.float64), g["H"].to_numpy(np.float64),
+                              g["H"].to_numpy(np.float64), g["K"].to_numpy(np.float64), device, dt, causal=False,
+                              backward=op == "attention_bw", kv_seq=g["N"].to_numpy(np.float64),
+                              backend="flash" if dt in ("fp16", "bf16") else "efficient")
+            mem = np.zeros(len(idx))
         else:
             frac = 1.0
             if op_class not in ("softmax", "layernorm"):

@@ -1,0 +1,193 @@
+"""Attention implementations: one pluggable layer every model family uses, chosen by the request
+(transformers' `attn_implementation`).
+
+Every family builds its attention with eager kernels (`kernels._attention_core`, and `decode._attention` for a
+decode step), each call's kernels marked with its shape (`mark_call`). An implementation rewrites those
+spans in the built blocks:
+
+  eager  the marked kernels as they are: QK^T, scale, mask, softmax (fp32 upcasts), dropout, AV and the
+         layout copies. NeuSight's labels (`--dtype fp32 --attn eager`).
+  sdpa   transformers' `sdpa_attention_forward`, transformers 5.x with no padding mask: one fused
+         `attention` kernel (`hybridperf.priors.attention.sdpa_ms`) in place of the span, and in training one
+         `attention_bw` kernel plus the flash backward's two small ones (dO . O, and dQ's fp32 accumulator
+         cast back). The mask is skipped (`is_causal`, or no mask for BERT-like encoders), so the causal-mask
+         kernels before the layers go too; grouped-query attention passes `enable_gqa` (no repeat_kv copies),
+         and the output lands in (batch, seq, heads, dim) layout (no merge copy: CPU TorchDispatchMode trace of
+         transformers 5.24, Llama: 42 -> 34 kernels per layer, decode 42 -> 36).
+         Backend (PyTorch's sdp_utils): `flash` in half precision without a mask (FlashAttention-2, or cuDNN
+         attention where PyTorch prefers it: Hopper, Blackwell); `efficient`
+         (memory-efficient) in fp32, with an explicit mask (a sliding window shorter than the sequence,
+         T5's position bias: every tile computed, repeat_kv copies kept) or with a value width unlike the
+         key's (DeepSeek's latent attention); `math` (fp32 grouped-query attention: efficient attention takes no
+         `enable_gqa`) keeps the eager span. A decode step (one query row) is bound by its KV-cache read.
+         Families transformers runs without SDPA (Gemma 2, GPT-OSS, Switch, GPT-Neo) fall back to eager, as
+         transformers' default does.
+
+Adding an implementation (flash_attention_2, paged decode) is one `AttentionImpl` entry in `IMPLEMENTATIONS`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from hybridperf.devices import DeviceSpec
+from hybridperf.errors import InputError
+from hybridperf.graphs.config import ModelConfig
+from hybridperf.priors.attention import sdpa_ms
+
+F32 = 4
+#: ops of the fused kernels (op class `attention`)
+FUSED_OPS = ("attention", "attention_bw")
+#: families transformers 5.x cannot run through SDPA (`attn_implementation="sdpa"` raises; the default picks eager)
+NO_SDPA = ("gemma2", "gpt_oss", "switch_transformers", "gpt_neo")
+#: families whose self-attention is bidirectional (no causal mask)
+BIDIRECTIONAL = ("bert", "roberta", "xlm-roberta", "camembert")
+#: families whose scores always take an explicit additive bias (T5's relative position bias)
+BIAS_MASK = ("t5",)
+#: setup kernels of a decode step that build the causal mask, which SDPA skips (Llama, transformers 5.24 trace)
+DECODE_MASK_SETUP = 10
+#: log half-width of a fused kernel's interval: checked only on one GPU (H100 SDPA), on others a prior alone
+FUSED_LOG_HALF_WIDTH = float(np.log(1.4))
+
+
+def mark_call(kernels: list, **shape) -> list:
+    """Mark the kernels of one eager attention call with its shape (B, S, S_kv, heads, kv_heads, hd, vd, train),
+    so that an implementation can replace them."""
+    call = dict(shape)
+    return [{**k, "attn_call": call} for k in kernels]
+
+
+@dataclass(frozen=True)
+class AttentionImpl:
+    """One attention implementation: how it rewrites a family's blocks."""
+
+    name: str
+    rewrite: Callable  # (blocks, cfg, dtype, mode) -> blocks
+    doc: str
+
+
+def _eager(blocks, cfg, dtype, mode):
+    return blocks
+
+
+def backend(cfg: ModelConfig, dtype: str, call: dict, explicit_mask: bool) -> str:
+    """PyTorch SDPA backend of one call (module docstring)."""
+    gqa = call["kv_heads"] < call["heads"]
+    if call["S"] == 1:
+        return "decode"
+    if dtype == "fp32" and gqa and not explicit_mask:
+        return "math"
+    if dtype == "fp32" or explicit_mask or call["vd"] != call["hd"]:
+        return "efficient"
+    return "flash"
+
+
+def explicit_mask(cfg: ModelConfig, call: dict) -> bool:
+    """Whether transformers hands SDPA a mask: T5's bias, or a sliding window shorter than the keys."""
+    if cfg.family in BIAS_MASK:
+        return True
+    window = cfg.sliding_window if (cfg.family == "mistral" or "sliding_attention" in cfg.layer_types) else 0
+    return bool(window) and call["S_kv"] > window
+
+
+def attn_spec(backend_name: str, kv_heads: int, vd: int, causal: bool) -> str:
+    return f"{backend_name};kvh={int(kv_heads)};vd={int(vd)};causal={int(causal)}"
+
+
+def parse_spec(spec: str) -> dict:
+    parts = spec.split(";")
+    kv = dict(p.split("=") for p in parts[1:])
+    return {"backend": parts[0], "kv_heads": int(kv["kvh"]), "vd": int(kv["vd"]), "causal": kv["causal"] == "1"}
+
+
+def _fused(call: dict, be: str, causal: bool, mask: bool) -> list:
+    """The SDPA kernels of one call (forward row; backward-only rows for training)."""
+    from hybridperf.graphs.primitives import _k, misc
+
+    B, S, Skv, H, hd, vd = call["B"], call["S"], call["S_kv"], call["heads"], call["hd"], call["vd"]
+    spec = attn_spec(be, call["kv_heads"], vd, causal)
+    out = []
+    if mask and call["kv_heads"] < H:  # with a mask transformers repeats k and v itself (no enable_gqa)
+        rep = B * (call["kv_heads"] + H) * hd * Skv * F32
+        out += [misc("attn.repeat_k", "copy", rep, tag="repeat"), misc("attn.repeat_v", "copy", rep, tag="repeat")]
+    out.append({**_k("attn.sdpa", "attention", B, S, Skv, hd, H), "attn": spec})
+    if call["train"]:
+        tok = B * S * H
+        out += [{**_k("attn.sdpa_bw", "attention_bw", B, S, Skv, hd, H, tag="grad_attn"), "attn": spec},
+                _k("attn.sdpa_bw_dot", "misc:reduce", nbytes=2 * tok * vd * F32, tag="grad_cat"),
+                _k("attn.sdpa_bw_dq", "misc:copy", nbytes=2 * tok * hd * F32, tag="grad_cat")]
+    return out
+
+
+def _sdpa(blocks, cfg, dtype, mode):
+    from hybridperf.graphs.primitives import CAUSAL_LM, Block
+
+    if cfg.family in NO_SDPA:
+        return blocks
+    causal = cfg.family not in BIDIRECTIONAL
+    out, any_mask = [], False
+    for blk in blocks:
+        ks, i = [], 0
+        while i < len(blk.kernels):
+            k = blk.kernels[i]
+            call = k.get("attn_call")
+            if call is None:
+                ks.append(k)
+                i += 1
+                continue
+            j = i
+            while j < len(blk.kernels) and blk.kernels[j].get("attn_call") is call:
+                j += 1
+            mask = explicit_mask(cfg, call)
+            any_mask |= mask
+            be = backend(cfg, dtype, call, mask)
+            ks += blk.kernels[i:j] if be == "math" else _fused(call, be, causal and not mask, mask)
+            i = j
+        out.append(Block(blk.name, blk.count, ks, blk.kind))
+    if any_mask or cfg.family in BIAS_MASK:
+        return out
+    # the mask is skipped: drop the kernels that build it before the layers
+    drop_setup = DECODE_MASK_SETUP if mode == "decode" and cfg.family in CAUSAL_LM else 0
+    for blk in out:
+        if blk.kind != "pre":
+            continue
+        kept = []
+        for k in blk.kernels:
+            name = k["name"]
+            if name.startswith(("causal_", "ext_mask", "mask_")):
+                continue
+            if drop_setup and name.startswith("setup_") and k["op"] == "misc:mask":
+                drop_setup -= 1
+                continue
+            kept.append(k)
+        blk.kernels = kept
+    return out
+
+
+IMPLEMENTATIONS = {
+    "eager": AttentionImpl("eager", _eager, "materialized scores: QK^T, scale, mask, softmax, AV (NeuSight's labels)"),
+    "sdpa": AttentionImpl("sdpa", _sdpa, "torch.nn.functional.scaled_dot_product_attention (transformers' default)"),
+}
+ATTN_IMPLEMENTATIONS = tuple(IMPLEMENTATIONS)
+
+
+def attention_impl(name: str) -> AttentionImpl:
+    key = str(name).strip().lower()
+    if key not in IMPLEMENTATIONS:
+        raise InputError(f"unknown attention implementation {name!r}; one of {', '.join(IMPLEMENTATIONS)}")
+    return IMPLEMENTATIONS[key]
+
+
+def fused_attention_ms(rows: pd.DataFrame, device: DeviceSpec) -> np.ndarray:
+    """Device time (ms) of `attention` / `attention_bw` rows of a kernel table (their `attn` spec)."""
+    out = np.zeros(len(rows))
+    for (op, dt, spec), idx in rows.groupby(["op", "dtype", "attn"], sort=False).indices.items():
+        g = rows.iloc[idx]
+        s = parse_spec(spec)
+        out[idx] = sdpa_ms(g["B"].to_numpy(), g["M"].to_numpy(), g["H"].to_numpy(), s["kv_heads"],
+                           g["K"].to_numpy(), device, dt, s["causal"], backward=op == "attention_bw",
+                           kv_seq=g["N"].to_numpy(), backend=s["backend"], v_dim=s["vd"])
+    return out

@@ -1,0 +1,39 @@
+"""One typed request for a whole-model prediction on one GPU: the workload as transformers runs it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hybridperf.graphs.attention import attention_impl
+from hybridperf.graphs.kernels import ModelGraph, build_graph
+
+#: the request's default attention implementation: transformers' own default
+DEFAULT_ATTN = "sdpa"
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    """A model run: `config` (HF config.json path, dict or ModelConfig), `batch` sequences of `seq` tokens,
+    `mode` (inf, train, decode), the model `dtype` (fp32, fp16, bf16; with `amp`, fp32 weights under bf16
+    autocast), the attention implementation `attn` (eager, sdpa), and the options `fused`, `optimizer`,
+    `recompute` of `hybridperf.graphs.build_graph`. NeuSight's labels are dtype fp32, attn eager."""
+
+    config: Any
+    batch: int
+    seq: int
+    mode: str = "inf"
+    dtype: str = "fp32"
+    attn: str = DEFAULT_ATTN
+    amp: bool = False
+    fused: bool = False
+    optimizer: str | None = None
+    recompute: bool = False
+
+    def graph(self) -> ModelGraph:
+        return build_graph(self.config, self.batch, self.seq, self.mode, self.dtype, fused=self.fused,
+                           optimizer=self.optimizer, recompute=self.recompute, attn=self.attn, amp=self.amp)
+
+    def assumptions(self) -> str:
+        """The execution this request assumes, in one line (printed beside a prediction)."""
+        prec = "fp32 weights, bf16 autocast" if self.amp else self.dtype
+        return f"{prec}, {attention_impl(self.attn).name} attention, eager PyTorch (transformers)"

@@ -1,0 +1,207 @@
+"""Fused attention: the prior's physics, the attention-implementation registry, --attn/--amp through predict-model."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from hybridperf.cli.app import app
+from hybridperf.devices import get_device
+from hybridperf.errors import InputError
+from hybridperf.graphs import build_graph, predict_model, predict_model_detail
+from hybridperf.graphs.attention import IMPLEMENTATIONS, NO_SDPA
+from hybridperf.graphs.parallel import predict_parallel_detail
+from hybridperf.predictor import Predictor
+from hybridperf.residual_models.collectives import CollectiveModel
+from hybridperf.priors import attention as A
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "examples" / "configs"
+H100, A100, B200 = (get_device(n) for n in ("h100_sxm", "a100_sxm", "b200_sxm"))
+PRIOR = Predictor.prior_only()
+LLAMA = {"model_type": "llama", "hidden_size": 512, "intermediate_size": 1024, "num_attention_heads": 8,
+         "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 1000, "max_position_embeddings": 4096}
+GPT2 = {"model_type": "gpt2", "n_embd": 256, "n_head": 4, "n_layer": 2, "vocab_size": 1000, "n_positions": 2048}
+
+
+def test_causal_tiles_cost_about_half_and_short_prefills_fill_a_tile():
+    full = A.computed_pairs(4096, 4096, False, 0, 128, 128)
+    causal = A.computed_pairs(4096, 4096, True, 0, 128, 128)
+    assert 0.5 < causal / full < 0.55
+    assert A.computed_pairs(16, 16, True, 0, 128, 128) == 128 * 128  # one padded tile
+    assert A.computed_pairs(8192, 8192, True, 1024, 128, 128) < 0.35 * A.computed_pairs(8192, 8192, True, 0, 128, 128)
+
+
+def test_prefill_scales_with_work_and_hardware():
+    t1, t4 = (A.context_attention_ms(b, 4096, 32, 8, 128, H100) for b in (1, 4))
+    assert 3.0 < t4 / t1 < 4.5
+    assert A.context_attention_ms(4, 4096, 32, 8, 128, B200) < t4 < A.context_attention_ms(4, 4096, 32, 8, 128, A100)
+    assert A.context_attention_ms(4, 4096, 32, 8, 128, H100, causal=False) > 1.6 * t4
+    assert A.context_attention_ms(4, 4096, 32, 8, 128, H100, window=512) < 0.5 * t4
+
+
+def test_decode_is_bound_by_the_kv_cache_read():
+    short, long = (A.generation_attention_ms(64, kv, 32, 8, 128, H100) for kv in (2048, 16384))
+    assert 5.0 < long / short < 8.5
+    fp8 = A.generation_attention_ms(64, 16384, 32, 8, 128, H100, kv_dtype="fp8")
+    assert 0.4 < fp8 / long < 0.65
+    mha = A.generation_attention_ms(64, 16384, 32, 32, 128, H100)
+    assert mha > 3.0 * long  # four times the key/value heads to read
+    assert A.generation_attention_ms(64, 16384, 32, 8, 128, H100, window=1024) < 0.2 * long
+
+
+def test_sdpa_backends_and_backward():
+    fwd = A.sdpa_ms(4, 2048, 32, 8, 128, H100)
+    bwd = A.sdpa_ms(4, 2048, 32, 8, 128, H100, backward=True)
+    assert 2.0 * fwd < bwd < 5.0 * fwd
+    assert A.sdpa_ms(4, 2048, 32, 32, 128, H100, "fp32", backend="efficient") > 2.0 * fwd
+    assert A.sdpa_ms(4, 2048, 32, 8, 128, H100, causal=False, backend="efficient") > fwd  # masked: every tile
+    dec = A.sdpa_ms(8, 1, 32, 8, 128, H100, kv_seq=4096, backend="decode")
+    assert dec == pytest.approx(float(A.generation_attention_ms(8, 4096, 32, 8, 128, H100, kernel_source="sdpa")))
+
+
+def test_constants_carry_provenance():
+    c = A.CONSTANTS
+    for f in (*c.efficiency.values(), *c.decode_bw.values(), c.sdpa_bwd_efficiency, c.decode_overhead_ms):
+        assert f.value > 0 and f.unit and f.source and f.script.endswith(".py")
+    assert "H100" in c.efficiency["sdpa"].source  # read off one GPU, and it says so
+
+
+def _layer(t: pd.DataFrame, phase: str = "fw") -> pd.DataFrame:
+    return t[(t["block"] == "layer") & (t["phase"] == phase)]
+
+
+def test_sdpa_replaces_the_eager_span_with_one_fused_kernel():
+    eager = build_graph(GPT2, 2, 16, "inf", "bf16", attn="eager").kernel_table()
+    sdpa = build_graph(GPT2, 2, 16, "inf", "bf16", attn="sdpa").kernel_table()
+    # transformers 5.24 (TorchDispatchMode): GPT-2 25 -> 17 kernels per layer
+    assert (len(_layer(eager)), len(_layer(sdpa))) == (25, 17)
+    lay = _layer(sdpa)
+    assert (lay["op"] == "attention").sum() == 1 and not lay["op"].isin(["softmax", "bmm"]).any()
+    assert lay.loc[lay["op"] == "attention", "attn"].str.startswith("flash").all()
+    mha = {**LLAMA, "num_key_value_heads": 8}  # fp32 without grouped-query attention: the efficient backend
+    llama = _layer(build_graph(mha, 2, 16, "inf", "fp32", attn="sdpa").kernel_table())
+    assert len(llama) == 34 and llama["attn"].str.startswith("efficient").any()  # Llama: 42 -> 34
+    dec = build_graph(mha, 2, 16, "decode", "fp32", attn="sdpa").kernel_table()
+    assert len(_layer(dec)) == 36 and dec["attn"].str.startswith("decode").any()  # decode: 42 (GQA) -> 36
+
+
+def test_sdpa_training_has_a_fused_backward_and_eager_is_unchanged():
+    t = build_graph(LLAMA, 2, 64, "train", "bf16", attn="sdpa").kernel_table()
+    assert (_layer(t, "bw")["op"] == "attention_bw").sum() == 1
+    assert (_layer(t, "fw")["op"] == "attention_bw").sum() == 0
+    eager_act = build_graph(LLAMA, 2, 1024, "train", "bf16", attn="eager").memory().activations
+    assert build_graph(LLAMA, 2, 1024, "train", "bf16", attn="sdpa").memory().activations < 0.8 * eager_act
+    assert build_graph(LLAMA, 2, 64, "train", "bf16").kernel_table().equals(
+        build_graph(LLAMA, 2, 64, "train", "bf16", attn="eager").kernel_table())
+
+
+def test_backends_follow_pytorch_and_transformers():
+    gqa_fp32 = _layer(build_graph(LLAMA, 2, 64, "inf", "fp32", attn="sdpa").kernel_table())
+    assert not (gqa_fp32["op"] == "attention").any()  # math backend: the eager kernels
+    mha_fp32 = _layer(build_graph(GPT2, 2, 64, "inf", "fp32", attn="sdpa").kernel_table())
+    assert mha_fp32.loc[mha_fp32["op"] == "attention", "attn"].str.startswith("efficient").all()
+    windowed = {**LLAMA, "model_type": "mistral", "sliding_window": 32}
+    w = _layer(build_graph(windowed, 2, 64, "inf", "bf16", attn="sdpa").kernel_table())
+    assert w.loc[w["op"] == "attention", "attn"].str.contains("efficient.*causal=0").all()
+    assert w["name"].str.contains("repeat").sum() == 2  # an explicit mask: transformers repeats k and v
+    gemma2 = json.loads((CONFIGS / "gemma2_9b.json").read_text())
+    assert gemma2["model_type"] in NO_SDPA
+    assert build_graph(gemma2, 1, 64, "inf", "bf16", attn="sdpa").kernel_table().equals(
+        build_graph(gemma2, 1, 64, "inf", "bf16", attn="eager").kernel_table())
+
+
+def test_sdpa_is_faster_at_long_sequences_and_breakdown_shows_attention():
+    cfg = CONFIGS / "llama3_8b.json"
+    eager = predict_model(cfg, 1, 4096, "inf", H100, PRIOR, dtype="bf16", attn="eager")
+    res = predict_model_detail(cfg, 1, 4096, "inf", H100, PRIOR, dtype="bf16")
+    assert res.e2e_ms < 0.9 * eager["e2e_ms"]
+    assert res.lo_ms <= res.e2e_ms <= res.hi_ms
+    bd = res.breakdown().set_index("group")
+    assert "attention" in bd.index and "softmax" not in bd.index
+
+
+def test_amp_runs_gemms_in_bf16_with_fp32_weights():
+    cfg = CONFIGS / "llama3_8b.json"
+    kw = {"predictor": PRIOR, "attn": "sdpa"}
+    bf16 = predict_model_detail(cfg, 1, 1024, "train", H100, dtype="bf16", **kw)
+    amp = predict_model_detail(cfg, 1, 1024, "train", H100, amp=True, **kw)
+    fp32 = predict_model_detail(cfg, 1, 1024, "train", H100, dtype="fp32", **kw)
+    assert bf16.e2e_ms < amp.e2e_ms < fp32.e2e_ms
+    assert amp.graph.memory().weights == pytest.approx(fp32.graph.memory().weights)
+    t = amp.kernels
+    assert (t["name"].str.endswith(".w_cast") & (t["phase"] == "fw")).sum() > 0
+    assert (t.loc[t["op"] == "ln", "dtype"] == "fp32").all() if (t["op"] == "ln").any() else True
+    assert (t.loc[t["phase"] == "acc", "dtype"] == "fp32").all()
+    with pytest.raises(InputError, match="fp32"):
+        build_graph(cfg, 1, 64, "train", "bf16", amp=True)
+    # CPU autocast trace of a Llama layer with SDPA (transformers 5.24): 48 kernels, 14 of them casts
+    lay = _layer(build_graph(LLAMA, 2, 16, "inf", "fp32", attn="sdpa", amp=True).kernel_table())
+    assert len(lay) == 48 and (lay["op"] == "misc:cast").sum() == 14
+
+
+def test_tensor_parallel_shards_the_fused_kernel():
+    kw = {"predictor": PRIOR, "collective_model": CollectiveModel.prior_only(), "dtype": "bf16"}
+    r = predict_parallel_detail(LLAMA, 4, 64, "train", "DGX-H100", tp=2, attn="sdpa", **kw)
+    att = r.prediction.kernels
+    att = att[att["op"] == "attention"]
+    assert len(att) and (att["H"] == 4).all() and att["attn"].str.contains("kvh=1").all()
+    eager = predict_parallel_detail(LLAMA, 4, 1024, "train", "DGX-H100", tp=2, **kw)
+    sdpa = predict_parallel_detail(LLAMA, 4, 1024, "train", "DGX-H100", tp=2, attn="sdpa", **kw)
+    assert sdpa.memory.activations < eager.memory.activations
+
+
+def test_cli_attn_and_amp(tmp_path):
+    runner = CliRunner()
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps(LLAMA))
+    base = ["predict-model", "--config", str(cfg), "--batch", "2", "--seq", "128", "--device", "H100", "--json",
+            "--prior-only"]
+    outs = {}
+    for extra in ([], ["--attn", "eager"], ["--amp", "--mode", "train"], ["--dtype", "bf16"]):
+        r = runner.invoke(app, base + extra)
+        assert r.exit_code == 0, r.output
+        outs[" ".join(extra)] = json.loads(r.stdout.strip().splitlines()[-1])
+    assert all(v["lo_ms"] <= v["e2e_ms"] <= v["hi_ms"] for v in outs.values())
+    bad = runner.invoke(app, base + ["--attn", "flash"])
+    assert bad.exit_code != 0 and isinstance(bad.exception, InputError) and "eager, sdpa" in str(bad.exception)
+
+
+def test_predict_kernels_prices_an_attention_row(tmp_path):
+    src = tmp_path / "k.csv"
+    pd.DataFrame({"OPName": ["attention", "attention_bw"], "B": [4, 4], "M": [1024, 1024], "N": [1024, 1024],
+                  "K": [128, 128], "H": [32, 32], "dtype": ["bf16", "bf16"]}).to_csv(src, index=False)
+    out = tmp_path / "o.csv"
+    r = CliRunner().invoke(app, ["predict-kernels", str(src), "--device", "H100", "--output", str(out)])
+    assert r.exit_code == 0, r.output
+    o = pd.read_csv(out)
+    assert (o["pred_lo_ms"] <= o["pred_ms"]).all() and (o["pred_ms"] <= o["pred_hi_ms"]).all()
+    assert o["pred_ms"].iloc[1] > 2.0 * o["pred_ms"].iloc[0]
+
+
+def test_registry_names():
+    assert set(IMPLEMENTATIONS) == {"eager", "sdpa"}
+
+
+def test_modern_models_scores_a_runs_csv(tmp_path):
+    from experiments.models import modern_models
+
+    (tmp_path / "llama.json").write_text(json.dumps(LLAMA))
+    runs = pd.DataFrame({"config": ["llama.json"] * 3, "layers": [2, 2, ""], "batch": [2, 4, 8], "seq": [128, 256, 512],
+                         "mode": ["inf", "train", "decode"], "dtype": ["bf16", "fp32", "bf16"],
+                         "attn": ["sdpa", "sdpa", "eager"], "amp": [False, True, False],
+                         "measured_ms": [1.0, 5.0, 2.0]})
+    runs.to_csv(tmp_path / "runs.csv", index=False)
+    out = tmp_path / "r.md"
+    modern_models.main([str(tmp_path / "runs.csv"), "--device", "NVIDIA H200", "--prior-only", "--out", str(out)])
+    text = out.read_text()
+    assert "coverage_pct" in text and "| all" in text
+    scored = modern_models.score(runs, tmp_path, CONFIGS, "NVIDIA H200", PRIOR)
+    assert np.isfinite(scored["pred_ms"]).all() and (scored["lo_ms"] <= scored["pred_ms"]).all()
+    assert bool(scored.loc[1, "amp"]) and scored.loc[1, "dtype"] == "fp32"
+    summ = modern_models.summary(scored)
+    assert summ.iloc[-1]["runs"] == 3 and 0 <= summ.iloc[-1]["coverage_pct"] <= 100
