@@ -159,9 +159,9 @@ def calibrate_from_runs(runs, device, predictor, calibration: dict | None = None
         runs = read_runs(runs)
     dev = get_device(device)
     kind = predictor_kind(predictor)
+    # the refit composes device time + gap per launch with no per-kernel CPU bound: runs measured on the
+    # target host carry its dispatch cost, which the refitted gap absorbs
     base = {m: composition_params(kind, m, calibration) for m in ("inf", "train")}
-    if base["inf"]["cpu_ms"] > 0 or base["train"]["cpu_ms"] > 0:
-        raise InputError("measured-run calibration needs composition constants without a per-kernel CPU bound")
     terms = run_terms(runs, dev, predictor)
     bias = np.where(runs["mode"].to_numpy() == "train", base["train"]["log_bias"], base["inf"]["log_bias"])
     th, cov = fit_posterior(terms["device_ms"], terms["launches"], runs["latency_ms"], bias,
