@@ -19,8 +19,9 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from hybridperf.errors import HybridperfError
-from hybridperf.serving.api import agg_components
+from hybridperf.serving.api import Worker, agg_components
 from hybridperf.serving.calibration import Calibration, EngineCalibration
+from hybridperf.serving.cost import Parallel
 from hybridperf.serving.engines import get_engine
 from hybridperf.serving.rows import predict_rows, row_request
 
@@ -31,44 +32,46 @@ OUT = ROOT / "experiments/results/serving_silicon"
 
 
 def components(df: pd.DataFrame) -> pd.DataFrame:
-    """Uncalibrated (gpu_ms, eager, graph) components of TTFT and of the decode phase per agg row."""
+    """Uncalibrated (gpu_ms, eager, graph) components of TTFT and of the decode phase per agg row, in lock-step
+    waves (w) and in the staggered steady state (s)."""
     recs = []
     for i, row in zip(df.index, df.to_dict("records")):
         if row["mode"] != "agg":
             continue
         try:
             req = row_request(row, DATA / "model_configs")
-            from hybridperf.serving.api import Worker
-            from hybridperf.serving.cost import Parallel
-            kvb = 1.0 if req["kv_dtype"] == "fp8" else 2.0
             wk = Worker(Parallel(req["tp"], req["pp"], req["attention_dp"], req["moe_tp"], req["ep"]),
-                        req["precision"], req["moe_precision"], kvb)
+                        req["precision"], req["moe_precision"], 1.0 if req["kv_dtype"] == "fp8" else 2.0)
             c = agg_components(req["config"], req["device"], req["engine"], wk, req["isl"], req["osl"],
                                req["concurrency"], closed_loop=True)
         except HybridperfError:
             continue
-        recs.append({"idx": i, "engine": get_engine(req["engine"]).name, "osl": req["osl"],
-                     **{f"t{k}": v for k, v in zip("geg", c["ttft"])},
-                     "tg": c["ttft"][0], "te": c["ttft"][1], "tr": c["ttft"][2],
-                     "dg": c["decode"][0], "de": c["decode"][1], "dr": c["decode"][2],
-                     "ttft": row["silicon_ttft_ms"], "tpot": row["silicon_tpot_ms"]})
+        rec = {"idx": i, "engine": get_engine(req["engine"]).name, "osl": req["osl"],
+               "ttft": row["silicon_ttft_ms"], "tpot": row["silicon_tpot_ms"]}
+        for mode, key in (("w", "wave"), ("s", "steady")):
+            for ph, name in (("t", "ttft"), ("d", "decode")):
+                rec.update({f"{ph}{mode}{j}": v for j, v in enumerate(c[key][name])})
+        recs.append(rec)
     return pd.DataFrame(recs).set_index("idx")
 
 
 def fit_engine(c: pd.DataFrame) -> EngineCalibration:
-    """Least squares on relative error (soft-L1) of TTFT and TPOT, parameters >= 0."""
+    """Least squares on relative error (soft-L1) of TTFT and TPOT, parameters bounded to physical ranges."""
     d = np.maximum(c["osl"].to_numpy() - 1, 1)
 
-    def resid(x):
-        s, e, g, k = x
-        ttft = s * c.tg + e * c.te + g * c.tr + k
-        tpot = (s * c.dg + e * c.de + g * c.dr) / d
-        return np.concatenate([ttft / c.ttft - 1, tpot / c.tpot - 1])
+    def comp(ph, j, a):
+        return a * c[f"{ph}w{j}"].to_numpy() + (1 - a) * c[f"{ph}s{j}"].to_numpy()
 
-    r = least_squares(resid, [1.5, 5.0, 1.0, 20.0], bounds=([0.3, 0, 0, 0], [10, 200, 50, 2000]), loss="soft_l1",
-                      f_scale=0.2)
-    s, e, g, k = r.x
-    return EngineCalibration(gpu_scale=float(s), eager_ms=float(e), graph_ms=float(g), ttft_ms=float(k))
+    def resid(x):
+        s, e, g, k, a = x
+        ttft = s * comp("t", 0, a) + e * comp("t", 1, a) + g * comp("t", 2, a) + k
+        tpot = (s * comp("d", 0, a) + e * comp("d", 1, a) + g * comp("d", 2, a)) / d
+        return np.concatenate([ttft / c.ttft.to_numpy() - 1, tpot / c.tpot.to_numpy() - 1])
+
+    r = least_squares(resid, [1.5, 0.05, 0.02, 20.0, 0.5], bounds=([0.5, 0, 0, 0, 0], [5, 2, 1, 1000, 1]),
+                      loss="soft_l1", f_scale=0.2)
+    s, e, g, k, a = (float(v) for v in r.x)
+    return EngineCalibration(gpu_scale=s, eager_ms=e, graph_ms=g, ttft_ms=k, wave_weight=a)
 
 
 def fit(df: pd.DataFrame, comps: pd.DataFrame, provenance: str) -> Calibration:
@@ -157,8 +160,9 @@ def main() -> None:
              f"Targets: >= 90% predicted, TPOT <= 12%, TTFT <= 20%, coverage 80-95%.", "",
              table.to_markdown(index=False, floatfmt=".1f"), "", "Calibration fitted per held-out system:", ""]
     for held, cal in cals.items():
-        eng = "; ".join(f"{k}: scale {v.gpu_scale:.2f}, eager {v.eager_ms:.2f} ms, graph {v.graph_ms:.2f} ms, "
-                        f"ttft {v.ttft_ms:.1f} ms" for k, v in cal.engines.items())
+        eng = "; ".join(f"{k}: scale {v.gpu_scale:.2f}, eager {v.eager_ms * 1e3:.0f} us/layer, graph "
+                        f"{v.graph_ms * 1e3:.0f} us/layer, ttft {v.ttft_ms:.1f} ms, wave weight {v.wave_weight:.2f}"
+                        for k, v in cal.engines.items())
         q = ", ".join(f"{k} [{lo:.2f}, {hi:.2f}]" for k, (lo, hi) in cal.log_quantiles.items())
         lines.append(f"- scoring {held}: {eng}; log-residual 5/95%: {q}")
     lines += ["", "Refused rows:", ""] + [f"- {n} x {r}" for r, n in reasons.items()]

@@ -96,8 +96,9 @@ def _mean(xs):
 
 def agg_components(arch: Arch, device, engine: str, wk: Worker, isl: int, osl: int, inflight: int,
                    closed_loop: bool, budget: int | None = None) -> dict:
-    """Schedule one aggregated instance; per-request means of the (gpu_ms, eager, graph) components of
-    TTFT, of the decode phase, and of e2e (offline: the last request's finish)."""
+    """Schedule one aggregated instance: per-request means of the (gpu_ms, eager layer launches, graph layer
+    launches) of TTFT, of the decode phase and of e2e, for all requests starting at once ("wave", with
+    "last": the last finish) and, in a closed loop, for the staggered steady state ("steady")."""
     eng = get_engine(engine)
     device = get_device(device)
     par = wk.par
@@ -105,15 +106,25 @@ def agg_components(arch: Arch, device, engine: str, wk: Worker, isl: int, osl: i
     if budget is None:
         budget = eng.batched_tokens(device.mem_gb) if closed_loop else eng.offline_batched_tokens
     cost, cap = _setup(arch, device, eng, wk, budget, per_rank, isl, osl)
-    w = Workload(isl=isl, osl=osl, inflight=per_rank, closed_loop=closed_loop, budget=budget, kv_capacity=cap,
-                 max_running=eng.max_running)
-    done = simulate(cost, eng, w, measured=min(2 * per_rank, MEASURED_CAP))
-    pp = par.pp  # a token crosses every stage; stages hold 1/pp of the requests each
-    scale = lambda c: tuple(v * pp for v in c)  # noqa: E731
-    ttft, dec, e2e = (scale(_mean([d[i] for d in done])) for i in range(3))
-    if not closed_loop:
-        e2e = scale(max((d[2] for d in done), key=lambda c: c[0]))
-    return {"ttft": ttft, "decode": dec, "e2e": e2e, "gpus": par.gpus, "inflight": inflight}
+    common = dict(isl=isl, osl=osl, inflight=per_rank, budget=budget, kv_capacity=cap, max_running=eng.max_running)
+    # each iteration crosses every stage (GPU ms x pp) and launches every layer's kernels (x layers)
+    scale = lambda c: (c[0] * par.pp, c[1] * arch.layers, c[2] * arch.layers)  # noqa: E731
+    wave = simulate(cost, eng, Workload(closed_loop=False, **common))
+    out = {"gpus": par.gpus, "inflight": inflight,
+           "wave": {k: scale(_mean([d[i] for d in wave])) for i, k in enumerate(("ttft", "decode", "e2e"))}}
+    out["wave"]["last"] = scale(max((d[2] for d in wave), key=lambda c: c[0]))
+    if closed_loop:
+        steady = simulate(cost, eng, Workload(closed_loop=True, **common), measured=min(2 * per_rank, MEASURED_CAP))
+        out["steady"] = {k: scale(_mean([d[i] for d in steady])) for i, k in enumerate(("ttft", "decode", "e2e"))}
+    return out
+
+
+def blend(c: dict, key: str, wave_weight: float) -> tuple:
+    """A closed loop at fixed ISL/OSL sits between lock-step waves (everyone finishes together and
+    re-arrives together) and a staggered steady state; `wave_weight` (calibrated) says where."""
+    if "steady" not in c:
+        return c["wave"][key]
+    return tuple(wave_weight * w + (1 - wave_weight) * s for w, s in zip(c["wave"][key], c["steady"][key]))
 
 
 def predict_serving(config, device, engine: str, isl: int, osl: int, *, batch: int | None = None,
@@ -148,9 +159,9 @@ def predict_serving(config, device, engine: str, isl: int, osl: int, *, batch: i
         wk = Worker(Parallel(tp=tp, pp=pp, adp=attention_dp, moe_tp=moe_tp, moe_ep=ep), precision,
                     moe_precision, kvb)
         c = agg_components(arch, device, engine, wk, isl, osl, n, closed_loop=concurrency is not None)
-        ttft = ec.time_ms(c["ttft"], ttft=True)
-        tpot = ec.time_ms(c["decode"]) / max(osl - 1, 1)
-        e2e = ec.time_ms(c["e2e"], ttft=True)
+        ttft = ec.time_ms(blend(c, "ttft", ec.wave_weight), ttft=True)
+        tpot = ec.time_ms(blend(c, "decode", ec.wave_weight)) / max(osl - 1, 1)
+        e2e = ec.time_ms(blend(c, "e2e" if concurrency is not None else "last", ec.wave_weight), ttft=True)
         gpus = c["gpus"]
     if concurrency is not None:
         tps = concurrency * osl / (ttft + tpot * (osl - 1)) * 1e3
@@ -159,25 +170,39 @@ def predict_serving(config, device, engine: str, isl: int, osl: int, *, batch: i
     return _result(ttft, tpot, e2e, tps, gpus, cal)
 
 
+#: decode sequences one attention rank of a disaggregated decode worker holds when a run does not say how
+#: many decode workers it used (TensorRT-LLM's and SGLang's usual max batch for decode-only workers)
+DECODE_BATCH_PER_RANK = 256
+
+
 def _disagg(arch, device, engine, spec, isl, osl, concurrency, ec):
     """Prefill and decode workers under a closed loop at fixed ISL/OSL: the requests stay in waves (a
     wave decodes together and finishes together), so each wave's prefills arrive at once and queue on
     the prefill ranks. TTFT is the wave's mean prefill completion plus the KV transfer; TPOT the decode
-    step of a worker holding its share of the wave, with `isl` keys already cached per request."""
+    step of a worker holding its share of the wave, with `isl` keys already cached per request. Worker
+    counts left out (None) follow from the decode batch limit and from matching the prefill throughput
+    to the decode throughput."""
     pw, n_p, dw, n_d = spec
     dev = get_device(device)
     eng = get_engine(engine)
+    if not n_d:
+        n_d = max(1, math.ceil(concurrency / (dw.par.adp * DECODE_BATCH_PER_RANK)))
+    per_rank = max(1, math.ceil(concurrency / n_d / dw.par.adp))
+    d = agg_components(arch, dev, engine, dw, 1, osl, per_rank * dw.par.adp, closed_loop=True)
+    tpot = (ec.time_ms(blend(d, "decode", ec.wave_weight)) / max(osl - 1, 1)) + ec.gpu_scale * _decode_keys_ms(
+        arch, dev, engine, dw, isl, osl, per_rank)
+    if not n_p:
+        burst = max(1, eng.batched_tokens(dev.mem_gb) // isl) * pw.par.adp
+        full = agg_components(arch, dev, engine, pw, isl, 1, burst, closed_loop=False)
+        rate = burst / ec.time_ms(full["wave"]["last"])  # requests per ms of one prefill worker
+        n_p = max(1, math.ceil(concurrency / max(osl - 1, 1) / tpot / rate))
     per_worker = max(1, math.ceil(concurrency / n_p))
     pf = agg_components(arch, dev, engine, pw, isl, 1, per_worker, closed_loop=False,
                         budget=eng.batched_tokens(dev.mem_gb))
     node = node_for(dev)
     kv_total = kv_bytes_per_token(arch, Parallel(), dw.kv_bytes) * isl
     xfer = KV_TRANSFER_LATENCY_MS + kv_total / (node.inter_bw_gbs * 1e9 * min(pw.par.gpus, dw.par.gpus)) * 1e3
-    per_rank = max(1, math.ceil(concurrency / n_d / dw.par.adp))
-    d = agg_components(arch, dev, engine, dw, 1, osl, per_rank * dw.par.adp, closed_loop=True)
-    tpot = (ec.time_ms(d["decode"]) / max(osl - 1, 1)) + ec.gpu_scale * _decode_keys_ms(arch, dev, engine, dw, isl,
-                                                                                            osl, per_rank)
-    ttft = ec.time_ms(pf["ttft"], ttft=True) + xfer
+    ttft = ec.time_ms(pf["wave"]["ttft"], ttft=True) + xfer
     return ttft, tpot, n_p * pw.par.gpus + n_d * dw.par.gpus
 
 

@@ -1,8 +1,8 @@
 """The few numbers serving reads off measured runs, with where they came from.
 
-Per engine: a scale on the priors' GPU time (kernels below roofline, launch gaps inside a graph), the host
-time of an eager and of a CUDA-graph iteration, and a per-request constant in TTFT (HTTP, tokenizer,
-detokenizer, first scheduler pass); per metric: the 5% and 95% quantiles of log(measured / predicted),
+Per engine: a scale on the priors' GPU time (kernels below roofline), the launch/host time per layer of
+an eager and of a CUDA-graph iteration, a per-request constant in TTFT (HTTP, tokenizer, detokenizer,
+first scheduler pass) and how close a closed loop stays to lock-step waves (`api.blend`); per metric: the 5% and 95% quantiles of log(measured / predicted),
 which make the central 90% interval. `experiments/serving_silicon.py` fits them on some systems' rows of
 aiconfigurator's silicon_sample.csv and writes `calibration.json` (all systems) for the CLI; its held-out
 scores fit on every system but the one scored and pass that `Calibration` explicitly.
@@ -24,6 +24,7 @@ class EngineCalibration:
     eager_ms: float = 0.0
     graph_ms: float = 0.0
     ttft_ms: float = 0.0
+    wave_weight: float = 0.5
 
     def time_ms(self, comps: tuple, ttft: bool = False) -> float:
         gpu, eager, graph = comps

@@ -156,17 +156,18 @@ class StepCost:
         return self._allreduce_ms(n * self.arch.hidden * 2.0, self.par.tp)
 
     def _moe_comm(self, n: np.ndarray) -> np.ndarray:
-        """Expert dispatch/combine beyond the attention all-reduce: attention-DP ranks all-gather their
-        tokens and reduce-scatter the expert output over the MoE group."""
+        """Expert dispatch and combine under attention data-parallel: an all-to-all each way over the MoE
+        group (DeepEP-style: FP8 tokens out, BF16 results back, copies to other nodes deduplicated, taken
+        as two per token). Without attention-DP the TP all-reduce already combines the experts."""
         p = self.par
         if p.adp == 1:
             return np.zeros_like(n, dtype=float)
         g = p.moe_tp * p.moe_ep
-        per_rank = n * self.arch.hidden * 2.0
         gpn = min(g, self.node.gpus_per_node)
-        ag = self.collectives.predict("all_gather", per_rank, g, gpn, self.node)["ms"]
-        rs = self.collectives.predict("reduce_scatter", per_rank * g, g, gpn, self.node)["ms"]
-        return ag + rs
+        copies = min(self.arch.topk, 2)
+        out = self.collectives.predict("all_to_all", n * self.arch.hidden * copies * 1.0, g, gpn, self.node)["ms"]
+        back = self.collectives.predict("all_to_all", n * self.arch.hidden * copies * 2.0, g, gpn, self.node)["ms"]
+        return out + back
 
     def _decode_attn_per_key(self) -> float:
         """ms per cached key read by one decode step, over this stage's KV layers (roofline: linear)."""

@@ -93,7 +93,7 @@ def row_request(row: dict, config_dir) -> dict:
     if str(row.get("mode")) == "disagg":
         pw = _worker(row, "prefill_", prec, moe_prec, kv)
         dw = _worker(row, "decode_", prec, moe_prec, kv)
-        req["disagg"] = (pw, _int(row, "prefill_num_workers"), dw, _int(row, "decode_num_workers"))
+        req["disagg"] = (pw, _int(row, "prefill_num_workers", None), dw, _int(row, "decode_num_workers", None))
     else:
         w = _worker(row, "", prec, moe_prec, kv)
         req.update(tp=w.par.tp, pp=w.par.pp, ep=w.par.moe_ep, attention_dp=w.par.adp, moe_tp=w.par.moe_tp)
