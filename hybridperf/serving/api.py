@@ -74,7 +74,7 @@ def _collectives():
     return CollectiveModel.load()
 
 
-def _setup(arch: Arch, device: DeviceSpec, eng: EngineDefaults, wk: Worker, budget: int, inflight: int, isl, osl):
+def setup_cost(arch: Arch, device: DeviceSpec, eng: EngineDefaults, wk: Worker, budget: int, inflight: int, isl, osl):
     wk.par.check(arch)
     moe_prec = wk.moe_precision or wk.precision
     for p in (wk.precision, moe_prec):
@@ -105,7 +105,7 @@ def agg_components(arch: Arch, device, engine: str, wk: Worker, isl: int, osl: i
     per_rank = max(1, math.ceil(inflight / par.adp / par.pp))
     if budget is None:
         budget = eng.batched_tokens(device.mem_gb) if closed_loop else eng.offline_batched_tokens
-    cost, cap = _setup(arch, device, eng, wk, budget, per_rank, isl, osl)
+    cost, cap = setup_cost(arch, device, eng, wk, budget, per_rank, isl, osl)
     common = dict(isl=isl, osl=osl, inflight=per_rank, budget=budget, kv_capacity=cap, max_running=eng.max_running)
     # each iteration crosses every stage (GPU ms x pp) and launches every layer's kernels (x layers)
     scale = lambda c: (c[0] * par.pp, c[1] * arch.layers, c[2] * arch.layers)  # noqa: E731
@@ -208,7 +208,7 @@ def _disagg(arch, device, engine, spec, isl, osl, concurrency, ec):
 
 def _decode_keys_ms(arch, device, engine, wk, isl, osl, per_rank):
     eng = get_engine(engine)
-    cost, _ = _setup(arch, device, eng, wk, 1, per_rank, isl, osl)
+    cost, _ = setup_cost(arch, device, eng, wk, 1, per_rank, isl, osl)
     return cost.decode_attn_ms(per_rank * isl, per_rank) * wk.par.pp
 
 
