@@ -63,15 +63,15 @@ def fit_engine(c: pd.DataFrame) -> EngineCalibration:
         return a * c[f"{ph}w{j}"].to_numpy() + (1 - a) * c[f"{ph}s{j}"].to_numpy()
 
     def resid(x):
-        s, e, g, k, a = x
-        ttft = s * comp("t", 0, a) + e * comp("t", 1, a) + g * comp("t", 2, a) + k
+        s, e, g, k, a, sp = x
+        ttft = sp * comp("t", 0, a) + e * comp("t", 1, a) + g * comp("t", 2, a) + k
         tpot = (s * comp("d", 0, a) + e * comp("d", 1, a) + g * comp("d", 2, a)) / d
         return np.concatenate([ttft / c.ttft.to_numpy() - 1, tpot / c.tpot.to_numpy() - 1])
 
-    r = least_squares(resid, [1.5, 0.05, 0.02, 20.0, 0.5], bounds=([0.5, 0, 0, 0, 0], [5, 2, 1, 1000, 1]),
+    r = least_squares(resid, [1.5, 0.05, 0.02, 20.0, 0.5, 1.5], bounds=([0.5, 0, 0, 0, 0, 0.5], [5, 2, 1, 1000, 1, 5]),
                       loss="soft_l1", f_scale=0.2)
-    s, e, g, k, a = (float(v) for v in r.x)
-    return EngineCalibration(gpu_scale=s, eager_ms=e, graph_ms=g, ttft_ms=k, wave_weight=a)
+    s, e, g, k, a, sp = (float(v) for v in r.x)
+    return EngineCalibration(gpu_scale=s, eager_ms=e, graph_ms=g, ttft_ms=k, wave_weight=a, prefill_scale=sp)
 
 
 def fit(df: pd.DataFrame, comps: pd.DataFrame, provenance: str) -> Calibration:
@@ -132,6 +132,7 @@ def plot(pred: pd.DataFrame, path: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write-calibration", action="store_true")
+    ap.add_argument("--predictions", help="also write the held-out predictions (CSV) here")
     args = ap.parse_args()
     df = pd.read_csv(DATA / "systems/silicon_sample.csv")
     df = df[df.system.isin(SYSTEMS)].reset_index(drop=True)
@@ -145,6 +146,8 @@ def main() -> None:
         cals[held] = cal
         preds.append(predict_rows(df[~train], DATA / "model_configs", cal))
     pred = pd.concat(preds)
+    if args.predictions:
+        pred.to_csv(args.predictions, index=False)
     t1 = time.time()
     table = score(pred)
     tot = overall(pred)
@@ -160,7 +163,7 @@ def main() -> None:
              f"Targets: >= 90% predicted, TPOT <= 12%, TTFT <= 20%, coverage 80-95%.", "",
              table.to_markdown(index=False, floatfmt=".1f"), "", "Calibration fitted per held-out system:", ""]
     for held, cal in cals.items():
-        eng = "; ".join(f"{k}: scale {v.gpu_scale:.2f}, eager {v.eager_ms * 1e3:.0f} us/layer, graph "
+        eng = "; ".join(f"{k}: scale {v.prefill_scale:.2f}/{v.gpu_scale:.2f}, eager {v.eager_ms * 1e3:.0f} us/layer, graph "
                         f"{v.graph_ms * 1e3:.0f} us/layer, ttft {v.ttft_ms:.1f} ms, wave weight {v.wave_weight:.2f}"
                         for k, v in cal.engines.items())
         q = ", ".join(f"{k} [{lo:.2f}, {hi:.2f}]" for k, (lo, hi) in cal.log_quantiles.items())

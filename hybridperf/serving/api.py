@@ -98,7 +98,7 @@ def agg_components(arch: Arch, device, engine: str, wk: Worker, isl: int, osl: i
                    closed_loop: bool, budget: int | None = None) -> dict:
     """Schedule one aggregated instance: per-request means of the (gpu_ms, eager layer launches, graph layer
     launches) of TTFT, of the decode phase and of e2e, for all requests starting at once ("wave", with
-    "last": the last finish) and, in a closed loop, for the staggered steady state ("steady")."""
+    "last_ttft"/"last_decode": the request that finishes last) and, in a closed loop, for the staggered steady state ("steady")."""
     eng = get_engine(engine)
     device = get_device(device)
     par = wk.par
@@ -112,7 +112,8 @@ def agg_components(arch: Arch, device, engine: str, wk: Worker, isl: int, osl: i
     wave = simulate(cost, eng, Workload(closed_loop=False, **common))
     out = {"gpus": par.gpus, "inflight": inflight,
            "wave": {k: scale(_mean([d[i] for d in wave])) for i, k in enumerate(("ttft", "decode", "e2e"))}}
-    out["wave"]["last"] = scale(max((d[2] for d in wave), key=lambda c: c[0]))
+    last = max(wave, key=lambda d: d[2][0])  # the request that finishes last (offline e2e)
+    out["wave"]["last_ttft"], out["wave"]["last_decode"] = scale(last[0]), scale(last[1])
     if closed_loop:
         steady = simulate(cost, eng, Workload(closed_loop=True, **common), measured=min(2 * per_rank, MEASURED_CAP))
         out["steady"] = {k: scale(_mean([d[i] for d in steady])) for i, k in enumerate(("ttft", "decode", "e2e"))}
@@ -161,7 +162,10 @@ def predict_serving(config, device, engine: str, isl: int, osl: int, *, batch: i
         c = agg_components(arch, device, engine, wk, isl, osl, n, closed_loop=concurrency is not None)
         ttft = ec.time_ms(blend(c, "ttft", ec.wave_weight), ttft=True)
         tpot = ec.time_ms(blend(c, "decode", ec.wave_weight)) / max(osl - 1, 1)
-        e2e = ec.time_ms(blend(c, "e2e" if concurrency is not None else "last", ec.wave_weight), ttft=True)
+        if concurrency is not None:
+            e2e = ttft + tpot * (osl - 1)
+        else:
+            e2e = ec.time_ms(c["wave"]["last_ttft"], ttft=True) + ec.time_ms(c["wave"]["last_decode"])
         gpus = c["gpus"]
     if concurrency is not None:
         tps = concurrency * osl / (ttft + tpot * (osl - 1)) * 1e3
@@ -194,7 +198,7 @@ def _disagg(arch, device, engine, spec, isl, osl, concurrency, ec):
     if not n_p:
         burst = max(1, eng.batched_tokens(dev.mem_gb) // isl) * pw.par.adp
         full = agg_components(arch, dev, engine, pw, isl, 1, burst, closed_loop=False)
-        rate = burst / ec.time_ms(full["wave"]["last"])  # requests per ms of one prefill worker
+        rate = burst / ec.time_ms(full["wave"]["last_ttft"], ttft=True)  # requests per ms of one prefill worker
         n_p = max(1, math.ceil(concurrency / max(osl - 1, 1) / tpot / rate))
     per_worker = max(1, math.ceil(concurrency / n_p))
     pf = agg_components(arch, dev, engine, pw, isl, 1, per_worker, closed_loop=False,

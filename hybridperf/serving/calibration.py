@@ -1,6 +1,6 @@
 """The few numbers serving reads off measured runs, with where they came from.
 
-Per engine: a scale on the priors' GPU time (kernels below roofline), the launch/host time per layer of
+Per engine: scales on the priors' GPU time (kernels below roofline) before and after the first token, the launch/host time per layer of
 an eager and of a CUDA-graph iteration, a per-request constant in TTFT (HTTP, tokenizer, detokenizer,
 first scheduler pass) and how close a closed loop stays to lock-step waves (`api.blend`); per metric: the 5% and 95% quantiles of log(measured / predicted),
 which make the central 90% interval. `experiments/serving_silicon.py` fits them on some systems' rows of
@@ -20,15 +20,19 @@ DEFAULT_PATH = Path(__file__).with_name("calibration.json")
 
 @dataclass(frozen=True)
 class EngineCalibration:
-    gpu_scale: float = 1.0
+    gpu_scale: float = 1.0  # decode phase (memory-bound kernels)
     eager_ms: float = 0.0
     graph_ms: float = 0.0
     ttft_ms: float = 0.0
     wave_weight: float = 0.5
+    prefill_scale: float = 1.0  # up to the first token (compute-bound kernels)
 
     def time_ms(self, comps: tuple, ttft: bool = False) -> float:
+        """Calibrated ms of (gpu_ms, eager layer launches, graph layer launches); `ttft`: a time to first
+        token (prefill scale and the per-request constant)."""
         gpu, eager, graph = comps
-        return self.gpu_scale * gpu + self.eager_ms * eager + self.graph_ms * graph + (self.ttft_ms if ttft else 0)
+        scale = self.prefill_scale if ttft else self.gpu_scale
+        return scale * gpu + self.eager_ms * eager + self.graph_ms * graph + (self.ttft_ms if ttft else 0)
 
 
 @dataclass(frozen=True)
