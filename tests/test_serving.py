@@ -100,7 +100,8 @@ def test_kv_capacity_queues_and_weights_must_fit():
     kw = dict(config=LLAMA, device="L4", engine="vllm", isl=8192, osl=256, calibration=WAVES)
     small, big = predict_serving(concurrency=1, **kw), predict_serving(concurrency=16, **kw)
     assert big.ttft.ms > 8 * small.ttft.ms
-    big70 = {**LLAMA, "hidden_size": 8192, "num_hidden_layers": 80, "intermediate_size": 28672, "num_attention_heads": 64}
+    big70 = {**LLAMA, "hidden_size": 8192, "num_hidden_layers": 80, "intermediate_size": 28672,
+             "num_attention_heads": 64}
     with pytest.raises(InputError, match="weights need"):
         predict_serving(big70, "h100_sxm", "vllm", 128, 128, concurrency=1, calibration=WAVES)
 
@@ -213,7 +214,8 @@ def test_sweep_picks_sla_point(tmp_path):
     assert (tmp_path / "sweep.png").stat().st_size > 0
 
 
-@pytest.mark.skipif(not (DATA / "systems/silicon_sample.csv").is_file(), reason="needs ../shared/datasets/aiconfigurator")
+@pytest.mark.skipif(not (DATA / "systems/silicon_sample.csv").is_file(),
+                    reason="needs ../shared/datasets/aiconfigurator")
 def test_silicon_sample_rows_predicted_fast():
     df = pd.read_csv(DATA / "systems/silicon_sample.csv")
     df = df[df.system.isin(["h100_sxm", "b200_sxm"])].sample(40, random_state=0)

@@ -27,7 +27,8 @@ def predict_serving_cmd(
     kv_dtype: str = typer.Option("", "--kv-dtype", help="KV cache: bf16 (default) or fp8"),
     as_json: bool = typer.Option(False, "--json", help="print the result as one JSON object (last line)"),
     rows: Optional[Path] = typer.Option(None, "--rows", help="CSV of runs in silicon_sample.csv's columns"),
-    configs: Optional[Path] = typer.Option(None, "--configs", help="with --rows: directory of <org>--<name>_config.json"),
+    configs: Optional[Path] = typer.Option(None, "--configs",
+                                           help="with --rows: directory of <org>--<name>_config.json"),
     output: Optional[Path] = typer.Option(None, "--output", help="with --rows: CSV to write"),
 ) -> None:
     """Predict a serving run (one engine instance on tp x pp x attention-dp GPUs of DEVICE), or with --rows

@@ -98,7 +98,8 @@ def agg_components(arch: Arch, device, engine: str, wk: Worker, isl: int, osl: i
                    closed_loop: bool, budget: int | None = None) -> dict:
     """Schedule one aggregated instance: per-request means of the (gpu_ms, eager layer launches, graph layer
     launches) of TTFT, of the decode phase and of e2e, for all requests starting at once ("wave", with
-    "last_ttft"/"last_decode": the request that finishes last) and, in a closed loop, for the staggered steady state ("steady")."""
+    "last_ttft"/"last_decode": the request that finishes last) and, in a closed loop, for the staggered
+    steady state ("steady")."""
     eng = get_engine(engine)
     device = get_device(device)
     par = wk.par

@@ -1,9 +1,10 @@
 """The few numbers serving reads off measured runs, with where they came from.
 
-Per engine: scales on the priors' GPU time (kernels below roofline) before and after the first token, the launch/host time per layer of
-an eager and of a CUDA-graph iteration, a per-request constant in TTFT (HTTP, tokenizer, detokenizer,
-first scheduler pass) and how close a closed loop stays to lock-step waves (`api.blend`); per metric: the 5% and 95% quantiles of log(measured / predicted),
-which make the central 90% interval. `experiments/serving_silicon.py` fits them on some systems' rows of
+Per engine: scales on the priors' GPU time (kernels below roofline) before and after the first token,
+the launch/host time per layer of an eager and of a CUDA-graph iteration, a per-request constant in TTFT
+(HTTP, tokenizer, detokenizer, first scheduler pass) and how close a closed loop stays to lock-step waves
+(`api.blend`); per metric: the 5% and 95% quantiles of log(measured / predicted), which make the central
+90% interval. `experiments/serving_silicon.py` fits them on some systems' rows of
 aiconfigurator's silicon_sample.csv and writes `calibration.json` (all systems) for the CLI; its held-out
 scores fit on every system but the one scored and pass that `Calibration` explicitly.
 """

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hybridperf.errors import InputError
 from hybridperf.serving.cost import StepCost
 from hybridperf.serving.engines import EngineDefaults
 
@@ -85,7 +86,7 @@ def simulate(cost: StepCost, eng: EngineDefaults, w: Workload, measured: int | N
         prefilling = [r for r in running if r.prefill_left > 0]
         if not prefilling:
             if not decoders:  # nothing admitted: the cache cannot hold even one request
-                raise RuntimeError("KV cache cannot hold one request")
+                raise InputError(f"the KV cache ({w.kv_capacity} tokens) cannot hold one request")
             k = min(r.dec_left for r in decoders)
             if eng.preempts:
                 room = (w.kv_capacity - used) // len(decoders)
