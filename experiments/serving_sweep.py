@@ -14,7 +14,7 @@ from hybridperf.serving.sweep import best, plot, sweep
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "../shared/datasets/aiconfigurator/model_configs/meta-llama--Meta-Llama-3.1-70B_config.json"
 OUT = ROOT / "experiments/results/serving_sweep"
-DEVICES = ("h100_sxm", "H200", "b200_sxm")
+DEVICES = ("A100-SXM4-80GB", "h100_sxm", "b200_sxm")
 
 
 def main() -> None:

@@ -20,6 +20,10 @@ from hybridperf.serving.cost import StepCost
 from hybridperf.serving.engines import EngineDefaults
 
 
+#: share of the KV cache an engine that preempts keeps free when it admits a request
+WATERMARK = 0.05
+
+
 @dataclass(frozen=True)
 class Workload:
     """`inflight` requests of `isl` prompt and `osl` output tokens on one rank; `closed_loop`: each finished
@@ -72,11 +76,15 @@ def simulate(cost: StepCost, eng: EngineDefaults, w: Workload, measured: int | N
     target = warm + (measured or 2 * w.inflight) if w.closed_loop else w.inflight
     finished = 0
     full = w.isl + w.osl
+    # admitting by the blocks in use keeps a watermark free for the running decodes to grow into
+    # (vLLM's `watermark`, SGLang's new-token reservation); without it a preempted request would come
+    # straight back and be preempted again at the next step
+    free_floor = int(WATERMARK * w.kv_capacity) if eng.preempts else 0
     while finished < target:
         # admit waiting requests FCFS while KV and the running limit allow
         while waiting and len(running) < w.max_running:
             need = waiting[0].prefill_left + waiting[0].ctx if eng.preempts else full
-            if used + need > w.kv_capacity and running:
+            if used + need + free_floor > w.kv_capacity and running:
                 break
             r = waiting.pop(0)
             r.admitted = True
@@ -92,7 +100,7 @@ def simulate(cost: StepCost, eng: EngineDefaults, w: Workload, measured: int | N
                 room = (w.kv_capacity - used) // len(decoders)
                 if room < 1:
                     _preempt(running, waiting)
-                    used = sum(r.ctx for r in running)
+                    used = sum(r.ctx + r.prefill_left for r in running)
                     continue
                 k = min(k, room)
             n = len(decoders)
