@@ -70,8 +70,15 @@ def node_for(device: DeviceSpec) -> NodeSpec:
 
 @lru_cache(maxsize=1)
 def _collectives():
+    """The project's collective model (prior x ONNX residual); its prior alone when the exported bundle is
+    missing or from another format, so that serving never depends on that bundle being present."""
+    from hybridperf.errors import ModelBundleError
     from hybridperf.priors.collectives import CollectiveModel
-    return CollectiveModel.load()
+
+    try:
+        return CollectiveModel.load()
+    except (ModelBundleError, OSError):
+        return CollectiveModel.prior_only()
 
 
 def setup_cost(arch: Arch, device: DeviceSpec, eng: EngineDefaults, wk: Worker, budget: int, inflight: int, isl, osl):

@@ -48,10 +48,13 @@ def with_fp4_peak(device: DeviceSpec) -> DeviceSpec:
 
 
 def gemm_dtype(precision: str, device: DeviceSpec) -> str:
-    """GEMM dtype of a weight precision on `device`: nvfp4 without FP4 tensor cores runs weight-only."""
+    """GEMM dtype of a weight precision on `device`: FP4 or FP8 weights on a GPU without those tensor cores
+    run weight-only kernels (dequantised to BF16 in the GEMM, as vLLM's Marlin kernels do on Ampere)."""
     dt = PRECISIONS[precision][0]
     if dt == "nvfp4" and not device.peak_tflops.get("fp4_tc"):
         return "int4_wo"
+    if dt == "fp8" and not device.peak_tflops.get("fp8_tc"):
+        return "int8_wo"
     return dt
 
 
