@@ -66,7 +66,8 @@ def plot(points: list[SweepPoint], path, title: str = "") -> None:
         for p in ps:
             ax.plot(p.tpot_ms, p.tokens_per_s_per_gpu, "o", color=line.get_color(),
                     fillstyle="full" if p.meets_sla else "none")
-    ax.set(xscale="log", xlabel="TPOT (ms)", ylabel="output tokens/s per GPU", title=title or "serving sweep (filled: meets SLA)")
+    ax.set(xscale="log", xlabel="TPOT (ms)", ylabel="output tokens/s per GPU",
+           title=title or "serving sweep (filled: meets SLA)")
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
