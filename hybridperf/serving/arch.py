@@ -10,6 +10,8 @@ enumerator does not trace; they map onto the nearest one by their published laye
     minimax_m2             grouped-query attention + top-k MoE (Qwen3-MoE's layers, Mixtral's field names)
     qwen3_5_moe(_text)     Qwen3-MoE's layers, three of every four with linear attention (a fixed-size
                            state instead of a KV cache: `linear_layers`)
+    qwen3_vl(_moe)_text    the language model of Qwen3-VL: Qwen3's (Qwen3-MoE's) layers; the vision tower
+                           and its image tokens are not modelled
 """
 from __future__ import annotations
 
@@ -21,7 +23,9 @@ from hybridperf.graphs.config import DEEPSEEK_DEFAULTS, MOE_LLAMA, config_from_d
 #: families read as DeepSeek-V3 (multi-head latent attention + MoE)
 MLA_ALIASES = ("kimi_k2", "kimi_k25", "glm_moe_dsa")
 #: families read as a grouped-query-attention MoE
-GQA_MOE_ALIASES = ("minimax_m2", "qwen3_5_moe", "qwen3_5_moe_text")
+GQA_MOE_ALIASES = ("minimax_m2", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_vl_moe_text")
+#: families read as another's dense layers
+DENSE_ALIASES = {"qwen3_vl_text": "qwen3"}
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,8 @@ def arch_from_dict(raw: dict, name: str = "") -> Arch:
         d = {**DEEPSEEK_DEFAULTS, **{k: v for k, v in d.items() if v is not None}, "model_type": "deepseek_v3"}
         if mt == "glm_moe_dsa":  # groups do not constrain routing; `head_dim` is the indexer's
             d = {**d, "n_group": 1, "topk_group": 1, "head_dim": None}
+    elif mt in DENSE_ALIASES:
+        d = {**d, "model_type": DENSE_ALIASES[mt]}
     elif mt in GQA_MOE_ALIASES:
         d = {**d, "model_type": "qwen3_moe", "num_experts": d.get("num_experts", d.get("num_local_experts")),
              "moe_intermediate_size": d.get("moe_intermediate_size", d.get("intermediate_size")),
