@@ -171,7 +171,7 @@ def main() -> None:
                         for k, v in cal.engines.items())
         q = ", ".join(f"{k} [{lo:.2f}, {hi:.2f}]" for k, (lo, hi) in cal.log_quantiles.items())
         lines.append(f"- scoring {held}: {eng}; log-residual 5/95%: {q}")
-    lines += ["", "Refused rows:", ""] + [f"- {n} x {r}" for r, n in reasons.items()]
+    lines += ["", "Refused rows:", ""] + ([f"- {n} x {r}" for r, n in reasons.items()] or ["- none"])
     lines += ["", f"Time: {t1 - t0:.0f} s for components, fits and {len(pred)} predicted rows on the shared 2-core "
               "machine.", "", "![scatter](serving_silicon.png)"]
     OUT.with_suffix(".md").write_text("\n".join(lines) + "\n")

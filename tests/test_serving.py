@@ -94,10 +94,12 @@ def test_latency_grows_with_load_and_tp_helps():
     assert fp8.tpot.ms < r1.tpot.ms
 
 
-def test_kv_capacity_queues_and_weights_must_fit():
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_kv_capacity_queues_and_weights_must_fit(engine):
     """An 8B model in bf16 on a 24 GB GPU holds few requests of 8k tokens: more concurrency queues (TTFT
-    jumps) instead of failing; a 70B model does not fit at all."""
-    kw = dict(config=LLAMA, device="L4", engine="vllm", isl=8192, osl=256, calibration=WAVES)
+    jumps) instead of failing, whether the engine reserves whole requests or preempts; a 70B model does not
+    fit at all."""
+    kw = dict(config=LLAMA, device="L4", engine=engine, isl=8192, osl=256, calibration=WAVES)
     small, big = predict_serving(concurrency=1, **kw), predict_serving(concurrency=16, **kw)
     assert big.ttft.ms > 8 * small.ttft.ms
     big70 = {**LLAMA, "hidden_size": 8192, "num_hidden_layers": 80, "intermediate_size": 28672,
