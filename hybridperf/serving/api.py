@@ -183,8 +183,9 @@ def predict_serving(config, device, engine: str, isl: int, osl: int, *, batch: i
 
 
 #: decode sequences one attention rank of a disaggregated decode worker holds when a run does not say how
-#: many decode workers it used (TensorRT-LLM's and SGLang's usual max batch for decode-only workers)
-DECODE_BATCH_PER_RANK = 256
+#: many decode workers it used. Read off silicon_sample.csv's disagg rows: H100's and B200's rows each,
+#: scored alone, come closer with 32-64 than with 256 (TPOT MAPE 42% vs 45% on H100, 57% vs 65% on B200)
+DECODE_BATCH_PER_RANK = 64
 
 
 def _disagg(arch, device, engine, spec, isl, osl, concurrency, ec):
