@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from hybridperf.devices import DeviceSpec, NodeSpec, get_device, list_nodes
-from hybridperf.devices.spec import NodeSpec as _Node
 from hybridperf.errors import InputError
 from hybridperf.serving.arch import Arch
 from hybridperf.serving.calibration import Calibration
@@ -64,7 +63,7 @@ def node_for(device: DeviceSpec) -> NodeSpec:
             return n
     link = float(device.link_bw_gbs or device.pcie_bw_gbs or 16.0)
     topo = "nvswitch" if device.link_bw_gbs else "pcie"
-    return _Node(name=f"8x {device.name}", device=device.name, gpus_per_node=8, intra_topology=topo,
+    return NodeSpec(name=f"8x {device.name}", device=device.name, gpus_per_node=8, intra_topology=topo,
                  intra_bw_gbs=link, intra_latency_us=2.0, inter_bw_gbs=50.0, inter_node_bw_gbs=400.0)
 
 
@@ -82,6 +81,8 @@ def _collectives():
 
 
 def setup_cost(arch: Arch, device: DeviceSpec, eng: EngineDefaults, wk: Worker, budget: int, inflight: int, isl, osl):
+    """The iteration cost model of one worker and its KV capacity (tokens per rank); InputError when the
+    split is invalid, the weights do not fit or one request's KV cache does not."""
     wk.par.check(arch)
     moe_prec = wk.moe_precision or wk.precision
     for p in (wk.precision, moe_prec):
@@ -118,7 +119,7 @@ def agg_components(arch: Arch, device, engine: str, wk: Worker, isl: int, osl: i
     # each iteration crosses every stage (GPU ms x pp) and launches every layer's kernels (x layers)
     scale = lambda c: (c[0] * par.pp, c[1] * arch.layers, c[2] * arch.layers)  # noqa: E731
     wave = simulate(cost, eng, Workload(closed_loop=False, **common))
-    out = {"gpus": par.gpus, "inflight": inflight,
+    out = {"gpus": par.gpus,
            "wave": {k: scale(_mean([d[i] for d in wave])) for i, k in enumerate(("ttft", "decode", "e2e"))}}
     last = max(wave, key=lambda d: d[2][0])  # the request that finishes last (offline e2e)
     out["wave"]["last_ttft"], out["wave"]["last_decode"] = scale(last[0]), scale(last[1])
