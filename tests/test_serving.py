@@ -126,6 +126,8 @@ def test_bad_arguments():
         predict_serving(LLAMA, "h100_sxm", "vllm", 128, 128, batch=1, concurrency=1)
     with pytest.raises(InputError):
         predict_serving(LLAMA, "h100_sxm", "vllm", 0, 128, batch=1)
+    with pytest.raises(InputError, match="osl must be at least 2"):
+        predict_serving(LLAMA, "h100_sxm", "vllm", 128, 1, batch=1)
     with pytest.raises(InputError):
         predict_serving(LLAMA, "h100_sxm", "vllm", 128, 128, batch=1, precision="fp2")
     with pytest.raises(InputError):

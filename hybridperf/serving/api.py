@@ -155,6 +155,8 @@ def predict_serving(config, device, engine: str, isl: int, osl: int, *, batch: i
     for name, v in (("isl", isl), ("osl", osl), ("batch/concurrency", n)):
         if not isinstance(v, int) or v < 1:
             raise InputError(f"{name} must be a positive integer, got {v!r}")
+    if osl < 2:
+        raise InputError("osl must be at least 2 (TPOT is the time between output tokens)")
     cal = calibration or Calibration.load()
     ec = cal.engine(get_engine(engine).name)
     kvb = {"": 2.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0}.get(kv_dtype)
