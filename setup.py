@@ -7,6 +7,7 @@ setup(
     packages=find_packages(include=["hybridperf", "hybridperf.*"]) + ["hybridperf._exported_models"],
     package_dir={"hybridperf._exported_models": "exported_models"},
     package_data={"hybridperf._exported_models": ["*/*.onnx", "*/*.json", "*.json", "*.md"],
-                  "hybridperf.devices": ["data/gpus/*.json", "data/nodes/*.json"]},
+                  "hybridperf.devices": ["data/gpus/*.json", "data/nodes/*.json"],
+                  "hybridperf.serving": ["calibration.json"]},
     include_package_data=False,
 )

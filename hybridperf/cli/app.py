@@ -44,10 +44,12 @@ from hybridperf.cli import data as _data  # noqa: E402
 from hybridperf.cli import devices as _devices  # noqa: E402
 from hybridperf.cli import kernels as _kernels  # noqa: E402
 from hybridperf.cli import model as _model  # noqa: E402
+from hybridperf.cli import serving as _serving  # noqa: E402
 from hybridperf.cli import train as _train  # noqa: E402
 from hybridperf.cli import transfer as _transfer  # noqa: E402
 
-for _mod in (_kernels, _model, _compare, _collective, _devices, _constants, _data, _collect, _train, _transfer):
+for _mod in (_kernels, _model, _compare, _collective, _devices, _constants, _data, _collect, _train, _transfer,
+             _serving):
     _mod.register(app)
 
 

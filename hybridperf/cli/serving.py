@@ -1,0 +1,79 @@
+"""`hybridperf predict-serving`: TTFT, TPOT, end-to-end latency and throughput of an LLM served by vLLM,
+SGLang or TensorRT-LLM, with 90% intervals (CONTRACT.md section 4)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from hybridperf.atomic import write_csv
+from hybridperf.errors import InputError
+from hybridperf.guard import check_predictions
+
+
+def predict_serving_cmd(
+    config: Optional[Path] = typer.Option(None, "--config", help="Hugging Face config.json of the model"),
+    device: Optional[str] = typer.Option(None, "--device", help="catalog GPU or aiconfigurator system id (h100_sxm)"),
+    engine: Optional[str] = typer.Option(None, "--engine", help="vllm, sglang or trtllm"),
+    isl: Optional[int] = typer.Option(None, "--isl", help="input (prompt) tokens per request"),
+    osl: Optional[int] = typer.Option(None, "--osl", help="output tokens per request (EOS ignored)"),
+    batch: Optional[int] = typer.Option(None, "--batch", help="offline: B requests submitted at once (LLM.generate)"),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", help="closed-loop benchmark keeping C in flight"),
+    tp: int = typer.Option(1, "--tp", help="tensor-parallel GPUs"),
+    pp: int = typer.Option(1, "--pp", help="pipeline stages"),
+    ep: int = typer.Option(1, "--ep", help="expert-parallel GPUs (MoE; the rest of --tp splits inside experts)"),
+    attention_dp: int = typer.Option(1, "--attention-dp", help="attention data-parallel ranks (MoE)"),
+    precision: str = typer.Option("bf16", "--precision", help="weights: fp16, bf16, fp8, fp4 or int4"),
+    kv_dtype: str = typer.Option("", "--kv-dtype", help="KV cache: bf16 (default) or fp8"),
+    as_json: bool = typer.Option(False, "--json", help="print the result as one JSON object (last line)"),
+    rows: Optional[Path] = typer.Option(None, "--rows", help="CSV of runs in silicon_sample.csv's columns"),
+    configs: Optional[Path] = typer.Option(None, "--configs",
+                                           help="with --rows: directory of <org>--<name>_config.json"),
+    output: Optional[Path] = typer.Option(None, "--output", help="with --rows: CSV to write"),
+) -> None:
+    """Predict a serving run (one engine instance on tp x pp x attention-dp GPUs of DEVICE), or with --rows
+    a CSV of runs (aggregated and disaggregated), adding pred_ttft_ms / pred_tpot_ms and their intervals."""
+    if rows is not None:
+        if configs is None or output is None:
+            raise InputError("--rows needs --configs CONFIG_DIR and --output OUT.csv")
+        from hybridperf.csvio import read_csv
+        from hybridperf.serving.rows import predict_rows
+
+        out = predict_rows(read_csv(rows, "rows CSV"), configs)
+        ok = (out["reason"] == "").to_numpy()
+        for k in ("ttft", "tpot"):
+            check_predictions(out[f"pred_{k}_ms"][ok], out[f"pred_{k}_lo_ms"][ok], out[f"pred_{k}_hi_ms"][ok],
+                              f"{k.upper()} predictions for {rows}")
+        write_csv(out, output)
+        n_ok = int((out["reason"] == "").sum())
+        typer.echo(f"wrote {output}: {n_ok} of {len(out)} rows predicted")
+        return
+    missing = [f for f, v in (("--config", config), ("--device", device), ("--engine", engine), ("--isl", isl),
+                              ("--osl", osl)) if v is None]
+    if missing:
+        raise InputError(f"missing {', '.join(missing)} (or use --rows)")
+    from hybridperf.devices import get_device
+    from hybridperf.serving import predict_serving
+
+    res = predict_serving(str(config), get_device(device), engine, isl, osl, batch=batch, concurrency=concurrency,
+                          tp=tp, pp=pp, ep=ep, attention_dp=attention_dp, precision=precision, kv_dtype=kv_dtype)
+    raw = res.to_json()
+    what = f"{engine} serving {Path(config).name} on {device}"
+    for k in ("ttft", "tpot", "e2e"):
+        check_predictions(raw[f"{k}_ms"], raw[f"{k}_lo_ms"], raw[f"{k}_hi_ms"], f"{k.upper()} of {what}")
+    check_predictions([raw["tokens_per_s"], raw["tokens_per_s_per_gpu"]], what=f"tokens/s of {what}",
+                      max_value=float("inf"))
+    out = {k: (round(v, 4) if abs(v) >= 1e-3 else float(f"{v:.4g}")) for k, v in raw.items()}
+    if not as_json:
+        mode = f"batch {batch}" if batch is not None else f"concurrency {concurrency}"
+        typer.echo(f"{engine} on {res.gpus} x {device}, ISL {isl} OSL {osl}, {mode}:")
+        for k in ("ttft", "tpot", "e2e"):
+            typer.echo(f"  {k.upper():5s} {out[f'{k}_ms']:.2f} ms  [{out[f'{k}_lo_ms']:.2f}, {out[f'{k}_hi_ms']:.2f}]")
+        typer.echo(f"  {out['tokens_per_s']:.1f} tokens/s, {out['tokens_per_s_per_gpu']:.1f} per GPU")
+    typer.echo(json.dumps(out))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("predict-serving")(predict_serving_cmd)

@@ -1,0 +1,242 @@
+"""`predict_serving`: TTFT, TPOT, end-to-end latency and throughput of an LLM served by vLLM, SGLang or
+TensorRT-LLM, aggregated (one instance prefills and decodes) or disaggregated (prefill and decode workers
+with the KV cache sent between them), with a central 90% interval."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from hybridperf.devices import DeviceSpec, NodeSpec, get_device, list_nodes
+from hybridperf.errors import InputError
+from hybridperf.serving.arch import Arch
+from hybridperf.serving.calibration import Calibration
+from hybridperf.serving.cost import PRECISIONS, Parallel, StepCost, check_weights_fit, kv_bytes_per_token
+from hybridperf.serving.engines import EngineDefaults, get_engine
+from hybridperf.serving.scheduler import Workload, simulate
+
+#: requests simulated per closed-loop run beyond warm-up: enough for a steady mean, few enough for speed
+MEASURED_CAP = 256
+#: one-way latency of a KV transfer between disaggregated workers (NIXL/UCX over RDMA), ms
+KV_TRANSFER_LATENCY_MS = 1.0
+
+
+@dataclass(frozen=True)
+class Latency:
+    ms: float
+    lo_ms: float
+    hi_ms: float
+
+
+@dataclass(frozen=True)
+class ServingResult:
+    ttft: Latency
+    tpot: Latency
+    e2e: Latency
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    gpus: int
+
+    def to_json(self) -> dict:
+        out = {}
+        for k in ("ttft", "tpot", "e2e"):
+            lat = getattr(self, k)
+            out.update({f"{k}_ms": lat.ms, f"{k}_lo_ms": lat.lo_ms, f"{k}_hi_ms": lat.hi_ms})
+        out.update(tokens_per_s=self.tokens_per_s, tokens_per_s_per_gpu=self.tokens_per_s_per_gpu)
+        return out
+
+
+@dataclass(frozen=True)
+class Worker:
+    """One engine instance: its parallel split and precision."""
+
+    par: Parallel
+    precision: str = "bf16"
+    moe_precision: str = ""
+    kv_bytes: float = 2.0
+
+
+def node_for(device: DeviceSpec) -> NodeSpec:
+    """The catalog node of 8 `device`s (NVSwitch), else an NVSwitch box built from its NVLink bandwidth."""
+    for n in list_nodes():
+        if n.device == device.name and n.intra_topology == "nvswitch":
+            return n
+    link = float(device.link_bw_gbs or device.pcie_bw_gbs or 16.0)
+    topo = "nvswitch" if device.link_bw_gbs else "pcie"
+    return NodeSpec(name=f"8x {device.name}", device=device.name, gpus_per_node=8, intra_topology=topo,
+                 intra_bw_gbs=link, intra_latency_us=2.0, inter_bw_gbs=50.0, inter_node_bw_gbs=400.0)
+
+
+@lru_cache(maxsize=1)
+def _collectives():
+    """The project's collective model (prior x ONNX residual); its prior alone when the exported bundle is
+    missing or from another format, so that serving never depends on that bundle being present."""
+    from hybridperf.errors import ModelBundleError
+    from hybridperf.residual_models.collectives import CollectiveModel
+
+    try:
+        return CollectiveModel.load()
+    except (ModelBundleError, OSError):
+        return CollectiveModel.prior_only()
+
+
+def setup_cost(arch: Arch, device: DeviceSpec, eng: EngineDefaults, wk: Worker, budget: int, inflight: int, isl, osl):
+    """The iteration cost model of one worker and its KV capacity (tokens per rank); InputError when the
+    split is invalid, the weights do not fit or one request's KV cache does not."""
+    wk.par.check(arch)
+    moe_prec = wk.moe_precision or wk.precision
+    for p in (wk.precision, moe_prec):
+        if p not in PRECISIONS:
+            raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {p!r}")
+    free = check_weights_fit(arch, wk.par, wk.precision, moe_prec, device, eng)
+    cap = int(free / kv_bytes_per_token(arch, wk.par, wk.kv_bytes) / max(eng.block_size, 1)) * max(eng.block_size, 1)
+    if cap < isl + osl:
+        raise InputError(f"the KV cache holds {cap} tokens per GPU, fewer than one request's {isl + osl}")
+    max_tokens = budget + min(inflight, eng.max_running) + 1
+    cost = StepCost(arch, device, node_for(device), eng, wk.par, wk.precision, moe_prec, wk.kv_bytes, _collectives(),
+                    max_tokens)
+    return cost, cap
+
+
+def _mean(xs):
+    return tuple(sum(x[i] for x in xs) / len(xs) for i in range(3))
+
+
+def agg_components(arch: Arch, device, engine: str, wk: Worker, isl: int, osl: int, inflight: int,
+                   closed_loop: bool, budget: int | None = None) -> dict:
+    """Schedule one aggregated instance: per-request means of the (gpu_ms, eager layer launches, graph layer
+    launches) of TTFT, of the decode phase and of e2e, for all requests starting at once ("wave", with
+    "last_ttft"/"last_decode": the request that finishes last) and, in a closed loop, for the staggered
+    steady state ("steady")."""
+    eng = get_engine(engine)
+    device = get_device(device)
+    par = wk.par
+    per_rank = max(1, math.ceil(inflight / par.adp / par.pp))
+    if budget is None:
+        budget = eng.batched_tokens(device.mem_gb) if closed_loop else eng.offline_batched_tokens
+    cost, cap = setup_cost(arch, device, eng, wk, budget, per_rank, isl, osl)
+    common = dict(isl=isl, osl=osl, inflight=per_rank, budget=budget, kv_capacity=cap, max_running=eng.max_running)
+    # each iteration crosses every stage (GPU ms x pp) and launches every layer's kernels (x layers)
+    scale = lambda c: (c[0] * par.pp, c[1] * arch.layers, c[2] * arch.layers)  # noqa: E731
+    wave = simulate(cost, eng, Workload(closed_loop=False, **common))
+    out = {"gpus": par.gpus,
+           "wave": {k: scale(_mean([d[i] for d in wave])) for i, k in enumerate(("ttft", "decode", "e2e"))}}
+    last = max(wave, key=lambda d: d[2][0])  # the request that finishes last (offline e2e)
+    out["wave"]["last_ttft"], out["wave"]["last_decode"] = scale(last[0]), scale(last[1])
+    if closed_loop:
+        steady = simulate(cost, eng, Workload(closed_loop=True, **common), measured=min(2 * per_rank, MEASURED_CAP))
+        out["steady"] = {k: scale(_mean([d[i] for d in steady])) for i, k in enumerate(("ttft", "decode", "e2e"))}
+    return out
+
+
+def blend(c: dict, key: str, wave_weight: float) -> tuple:
+    """A closed loop at fixed ISL/OSL sits between lock-step waves (everyone finishes together and
+    re-arrives together) and a staggered steady state; `wave_weight` (calibrated) says where."""
+    if "steady" not in c:
+        return c["wave"][key]
+    return tuple(wave_weight * w + (1 - wave_weight) * s for w, s in zip(c["wave"][key], c["steady"][key]))
+
+
+def predict_serving(config, device, engine: str, isl: int, osl: int, *, batch: int | None = None,
+                    concurrency: int | None = None, tp: int = 1, pp: int = 1, ep: int = 1, attention_dp: int = 1,
+                    moe_tp: int | None = None, precision: str = "bf16", moe_precision: str = "",
+                    kv_dtype: str = "", calibration: Calibration | None = None,
+                    disagg: tuple | None = None) -> ServingResult:
+    """Predict one serving run. `config`: a HF config path/dict or an `Arch`; `batch` (offline
+    generate, all requests at once) or `concurrency` (closed loop). MoE: experts split `ep` ways, the
+    rest of the tensor-parallel group inside each expert (`moe_tp`). `disagg`: (prefill Worker, prefill
+    workers, decode Worker, decode workers), overriding the single instance."""
+    from hybridperf.serving.load import as_arch  # noqa: PLC0415  (reads configs; kept out of import time)
+
+    arch = as_arch(config)
+    if (batch is None) == (concurrency is None):
+        raise InputError("give exactly one of --batch and --concurrency")
+    n = batch if batch is not None else concurrency
+    for name, v in (("isl", isl), ("osl", osl), ("batch/concurrency", n)):
+        if not isinstance(v, int) or v < 1:
+            raise InputError(f"{name} must be a positive integer, got {v!r}")
+    if osl < 2:
+        raise InputError("osl must be at least 2 (TPOT is the time between output tokens)")
+    cal = calibration or Calibration.load()
+    ec = cal.engine(get_engine(engine).name)
+    kvb = {"": 2.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0}.get(kv_dtype)
+    if kvb is None:
+        raise InputError(f"kv dtype must be bf16, fp16 or fp8, got {kv_dtype!r}")
+    if disagg is not None:
+        ttft, tpot, gpus = _disagg(arch, device, engine, disagg, isl, osl, n, ec)
+        e2e = ttft + tpot * (osl - 1)
+    else:
+        if moe_tp is None:
+            moe_tp = max(tp * attention_dp // ep, 1)
+        wk = Worker(Parallel(tp=tp, pp=pp, adp=attention_dp, moe_tp=moe_tp, moe_ep=ep), precision,
+                    moe_precision, kvb)
+        c = agg_components(arch, device, engine, wk, isl, osl, n, closed_loop=concurrency is not None)
+        ttft = ec.time_ms(blend(c, "ttft", ec.wave_weight), ttft=True)
+        tpot = ec.time_ms(blend(c, "decode", ec.wave_weight)) / max(osl - 1, 1)
+        if concurrency is not None:
+            e2e = ttft + tpot * (osl - 1)
+        else:
+            e2e = ec.time_ms(c["wave"]["last_ttft"], ttft=True) + ec.time_ms(c["wave"]["last_decode"])
+        gpus = c["gpus"]
+    if concurrency is not None:
+        tps = concurrency * osl / (ttft + tpot * (osl - 1)) * 1e3
+    else:
+        tps = batch * osl / e2e * 1e3
+    return _result(ttft, tpot, e2e, tps, gpus, cal)
+
+
+#: decode sequences one attention rank of a disaggregated decode worker holds when a run does not say how
+#: many decode workers it used. Read off silicon_sample.csv's disagg rows: H100's and B200's rows each,
+#: scored alone, come closer with 32-64 than with 256 (TPOT MAPE 42% vs 45% on H100, 57% vs 65% on B200)
+DECODE_BATCH_PER_RANK = 64
+
+
+def _disagg(arch, device, engine, spec, isl, osl, concurrency, ec):
+    """Prefill and decode workers under a closed loop at fixed ISL/OSL: the requests stay in waves (a
+    wave decodes together and finishes together), so each wave's prefills arrive at once and queue on
+    the prefill ranks. TTFT is the wave's mean prefill completion plus the KV transfer; TPOT the decode
+    step of a worker holding its share of the wave, with `isl` keys already cached per request. Worker
+    counts left out (None) follow from the decode batch limit and from matching the prefill throughput
+    to the decode throughput."""
+    pw, n_p, dw, n_d = spec
+    dev = get_device(device)
+    eng = get_engine(engine)
+    if not n_d:
+        n_d = max(1, math.ceil(concurrency / (dw.par.adp * DECODE_BATCH_PER_RANK)))
+    per_rank = max(1, math.ceil(concurrency / n_d / dw.par.adp))
+    d = agg_components(arch, dev, engine, dw, 1, osl, per_rank * dw.par.adp, closed_loop=True)
+    tpot = (ec.time_ms(blend(d, "decode", ec.wave_weight)) / max(osl - 1, 1)) + ec.gpu_scale * _decode_keys_ms(
+        arch, dev, engine, dw, isl, osl, per_rank)
+    if not n_p:
+        burst = max(1, eng.batched_tokens(dev.mem_gb) // isl) * pw.par.adp
+        full = agg_components(arch, dev, engine, pw, isl, 1, burst, closed_loop=False)
+        rate = burst / ec.time_ms(full["wave"]["last_ttft"], ttft=True)  # requests per ms of one prefill worker
+        n_p = max(1, math.ceil(concurrency / max(osl - 1, 1) / tpot / rate))
+    per_worker = max(1, math.ceil(concurrency / n_p))
+    pf = agg_components(arch, dev, engine, pw, isl, 1, per_worker, closed_loop=False,
+                        budget=eng.batched_tokens(dev.mem_gb))
+    node = node_for(dev)
+    kv_total = kv_bytes_per_token(arch, Parallel(), dw.kv_bytes) * isl
+    xfer = KV_TRANSFER_LATENCY_MS + kv_total / (node.inter_bw_gbs * 1e9 * min(pw.par.gpus, dw.par.gpus)) * 1e3
+    ttft = ec.time_ms(pf["wave"]["ttft"], ttft=True) + xfer
+    return ttft, tpot, n_p * pw.par.gpus + n_d * dw.par.gpus
+
+
+def _decode_keys_ms(arch, device, engine, wk, isl, osl, per_rank):
+    eng = get_engine(engine)
+    cost, _ = setup_cost(arch, device, eng, wk, 1, per_rank, isl, osl)
+    return cost.decode_attn_ms(per_rank * isl, per_rank) * wk.par.pp
+
+
+def _result(ttft, tpot, e2e, tps, gpus, cal: Calibration) -> ServingResult:
+    def lat(v, metric):
+        lo, hi = cal.log_quantiles[metric]
+        return Latency(v, v * math.exp(min(lo, 0.0)), v * math.exp(max(hi, 0.0)))
+
+    lo_t, hi_t = cal.log_quantiles["ttft"]
+    lo_d, hi_d = cal.log_quantiles["tpot"]
+    e_lo = min(lo_t, lo_d, 0.0)
+    e_hi = max(hi_t, hi_d, 0.0)
+    return ServingResult(ttft=lat(ttft, "ttft"), tpot=lat(tpot, "tpot"),
+                         e2e=Latency(e2e, e2e * math.exp(e_lo), e2e * math.exp(e_hi)),
+                         tokens_per_s=tps, tokens_per_s_per_gpu=tps / gpus, gpus=gpus)

@@ -1,0 +1,141 @@
+"""The architecture numbers a serving engine's step time depends on, read from a HF config.
+
+Families `graphs.config.load_config` reads (llama, qwen3, qwen3_moe, gpt_oss, deepseek_v3, ...) go
+through it, so both layers agree on what a config means. Serving also meets families the kernel
+enumerator does not trace; they map onto the nearest one by their published layer structure:
+
+    kimi_k2, kimi_k25      DeepSeek-V3's layers (MLA + top-k MoE), Kimi-K2's expert count
+    glm_moe_dsa            DeepSeek-V3's layers with wider heads; its sparse attention (DSA) reads at
+                           most `index_topk` keys per query
+    minimax_m2             grouped-query attention + top-k MoE (Qwen3-MoE's layers, Mixtral's field names)
+    qwen3_5_moe(_text)     Qwen3-MoE's layers, three of every four with linear attention (a fixed-size
+                           state instead of a KV cache: `linear_layers`)
+    qwen3_vl(_moe)_text    the language model of Qwen3-VL: Qwen3's (Qwen3-MoE's) layers; the vision tower
+                           and its image tokens are not modelled
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hybridperf.errors import InputError
+from hybridperf.graphs.config import DEEPSEEK_DEFAULTS, MOE_LLAMA, config_from_dict
+
+#: families read as DeepSeek-V3 (multi-head latent attention + MoE)
+MLA_ALIASES = ("kimi_k2", "kimi_k25", "glm_moe_dsa")
+#: families read as a grouped-query-attention MoE
+GQA_MOE_ALIASES = ("minimax_m2", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_vl_moe_text")
+#: families read as another's dense layers
+DENSE_ALIASES = {"qwen3_vl_text": "qwen3"}
+
+
+@dataclass(frozen=True)
+class Arch:
+    """One decoder-only LLM as a serving step sees it (whole model, before any parallel split)."""
+
+    name: str
+    family: str
+    hidden: int
+    layers: int
+    vocab: int
+    heads: int
+    kv_heads: int
+    head_dim: int  # query/key width of one head
+    v_head_dim: int
+    ffn: int  # dense MLP width (dense layers)
+    dense_layers: int
+    experts: int = 0
+    topk: int = 0
+    expert_ffn: int = 0
+    shared_ffn: int = 0
+    mla: bool = False
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    rope_dim: int = 0
+    sliding_layers: int = 0  # layers attending to `window` keys only
+    window: int = 0
+    linear_layers: int = 0  # linear-attention layers (fixed-size state, no KV cache)
+    max_keys: int = 0  # sparse attention reads at most this many keys (0: all)
+
+    @property
+    def moe_layers(self) -> int:
+        return self.layers - self.dense_layers
+
+    @property
+    def kv_layers(self) -> int:
+        """Layers that keep a KV cache."""
+        return self.layers - self.linear_layers
+
+    def kv_elems_per_token(self, tp: int) -> float:
+        """KV-cache elements one token adds on one GPU of a `tp`-way group (all its layers): MLA caches
+        one latent (not split by TP), GQA splits its key/value heads (replicated when fewer than `tp`)."""
+        if self.mla:
+            per_layer = self.kv_lora_rank + self.rope_dim
+        else:
+            per_layer = 2.0 * self.head_dim * max(self.kv_heads / tp, 1.0)
+        return per_layer * self.kv_layers
+
+    def params(self) -> dict:
+        """Weight elements: {"attn", "dense_mlp", "experts", "shared", "embed"} over all layers."""
+        h = self.hidden
+        if self.mla:
+            q = (h * self.q_lora_rank + self.q_lora_rank * self.heads * self.head_dim) if self.q_lora_rank \
+                else h * self.heads * self.head_dim
+            kv = h * (self.kv_lora_rank + self.rope_dim) + self.kv_lora_rank * self.heads * (
+                self.head_dim - self.rope_dim + self.v_head_dim)
+            attn = q + kv + self.heads * self.v_head_dim * h
+        else:
+            attn = h * (self.heads + 2 * self.kv_heads) * self.head_dim + self.heads * self.head_dim * h
+        return {"attn": attn * self.layers, "dense_mlp": 3.0 * h * self.ffn * self.dense_layers,
+                "experts": 3.0 * h * self.expert_ffn * self.experts * self.moe_layers,
+                "shared": 3.0 * h * self.shared_ffn * self.moe_layers, "embed": 2.0 * h * self.vocab}
+
+
+def _text(d: dict) -> dict:
+    """A multimodal wrapper's language model (`text_config`), else the config itself."""
+    text = d.get("text_config")
+    return {**text} if isinstance(text, dict) and "hidden_size" in text else d
+
+
+def _int(d: dict, key: str, default=None) -> int:
+    v = d.get(key, default)
+    if v is None or isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+        raise InputError(f"config field {key!r} must be a non-negative integer, got {v!r}")
+    return int(v)
+
+
+def arch_from_dict(raw: dict, name: str = "") -> Arch:
+    """An `Arch` from a parsed HF config; InputError for families serving cannot model."""
+    d = _text(raw)
+    mt = str(d.get("model_type", "")).lower().replace("-", "_")
+    if mt in MLA_ALIASES:
+        d = {**DEEPSEEK_DEFAULTS, **{k: v for k, v in d.items() if v is not None}, "model_type": "deepseek_v3"}
+        if mt == "glm_moe_dsa":  # groups do not constrain routing; `head_dim` is the indexer's
+            d = {**d, "n_group": 1, "topk_group": 1, "head_dim": None}
+    elif mt in DENSE_ALIASES:
+        d = {**d, "model_type": DENSE_ALIASES[mt]}
+    elif mt in GQA_MOE_ALIASES:
+        d = {**d, "model_type": "qwen3_moe", "num_experts": d.get("num_experts", d.get("num_local_experts")),
+             "moe_intermediate_size": d.get("moe_intermediate_size", d.get("intermediate_size")),
+             "intermediate_size": d.get("intermediate_size") or d.get("moe_intermediate_size")}
+    cfg = config_from_dict({k: v for k, v in d.items() if v is not None}, source=name or "config")
+    if cfg.decoder_layers or cfg.family not in (*MOE_LLAMA, "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma",
+                                                "gemma2", "gemma3_text"):
+        raise InputError(f"{name or 'config'}: model_type {mt!r} is not a decoder-only LLM serving can model")
+    moe = cfg.family in MOE_LLAMA
+    kw = dict(name=name, family=mt, hidden=cfg.hidden, layers=cfg.layers, vocab=cfg.vocab, heads=cfg.heads,
+              kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, v_head_dim=cfg.head_dim, ffn=cfg.ffn,
+              dense_layers=cfg.layers - cfg.sparse_layers if moe else cfg.layers)
+    if moe:
+        shared = cfg.shared_ffn or int(d.get("shared_expert_intermediate_size") or 0) * (mt != "qwen3_moe")
+        kw.update(experts=cfg.num_experts, topk=cfg.experts_per_token, expert_ffn=cfg.expert_ffn, shared_ffn=shared)
+    if cfg.family == "deepseek_v3":
+        kw.update(mla=True, q_lora_rank=int(d.get("q_lora_rank") or 0), kv_lora_rank=_int(d, "kv_lora_rank"),
+                  rope_dim=_int(d, "qk_rope_head_dim"), v_head_dim=_int(d, "v_head_dim"), kv_heads=cfg.heads)
+        if d.get("index_topk"):
+            kw["max_keys"] = _int(d, "index_topk")
+    types = list(d.get("layer_types") or [])
+    if types:
+        kw["linear_layers"] = sum(t == "linear_attention" for t in types)
+    if cfg.sliding_window:
+        kw.update(sliding_layers=sum(t == "sliding_attention" for t in cfg.layer_types), window=cfg.sliding_window)
+    return Arch(**kw)

@@ -1,0 +1,67 @@
+"""The few numbers serving reads off measured runs, with where they came from.
+
+Per engine: scales on the priors' GPU time (kernels below roofline) before and after the first token,
+the launch/host time per layer of an eager and of a CUDA-graph iteration, a per-request constant in TTFT
+(HTTP, tokenizer, detokenizer, first scheduler pass) and how close a closed loop stays to lock-step waves
+(`api.blend`); per metric: the 5% and 95% quantiles of log(measured / predicted), which make the central
+90% interval. `experiments/serving_silicon.py` fits them on some systems' rows of
+aiconfigurator's silicon_sample.csv and writes `calibration.json` for the CLI: engine constants from all
+systems, interval quantiles from the leave-one-system-out residuals (the spread on a GPU the fit has not
+seen); its held-out scores fit on every system but the one scored and pass that `Calibration` explicitly.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from hybridperf.errors import ModelBundleError
+
+DEFAULT_PATH = Path(__file__).with_name("calibration.json")
+
+
+@dataclass(frozen=True)
+class EngineCalibration:
+    gpu_scale: float = 1.0  # decode phase (memory-bound kernels)
+    eager_ms: float = 0.0
+    graph_ms: float = 0.0
+    ttft_ms: float = 0.0
+    wave_weight: float = 0.5
+    prefill_scale: float = 1.0  # up to the first token (compute-bound kernels)
+
+    def time_ms(self, comps: tuple, ttft: bool = False) -> float:
+        """Calibrated ms of (gpu_ms, eager layer launches, graph layer launches); `ttft`: a time to first
+        token (prefill scale and the per-request constant)."""
+        gpu, eager, graph = comps
+        scale = self.prefill_scale if ttft else self.gpu_scale
+        return scale * gpu + self.eager_ms * eager + self.graph_ms * graph + (self.ttft_ms if ttft else 0)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    engines: dict = field(default_factory=dict)  # engine name -> EngineCalibration
+    # metric ("ttft", "tpot") -> (q05, q95) of log(measured / predicted)
+    log_quantiles: dict = field(default_factory=lambda: {"ttft": (-0.5, 0.5), "tpot": (-0.3, 0.3)})
+    provenance: str = "uncalibrated physics"
+
+    def engine(self, name: str) -> EngineCalibration:
+        return self.engines.get(name, EngineCalibration())
+
+    def to_json(self) -> dict:
+        return {"engines": {k: asdict(v) for k, v in self.engines.items()},
+                "log_quantiles": {k: list(v) for k, v in self.log_quantiles.items()}, "provenance": self.provenance}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Calibration":
+        return cls(engines={k: EngineCalibration(**v) for k, v in d["engines"].items()},
+                   log_quantiles={k: tuple(v) for k, v in d["log_quantiles"].items()}, provenance=d["provenance"])
+
+    @classmethod
+    def load(cls, path: str | Path = DEFAULT_PATH) -> "Calibration":
+        try:
+            return cls.from_json(json.loads(Path(path).read_text()))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ModelBundleError(f"serving calibration {path} unreadable: {e}") from None
+
+    def save(self, path: str | Path = DEFAULT_PATH) -> None:
+        Path(path).write_text(json.dumps(self.to_json(), indent=1, sort_keys=True) + "\n")

@@ -1,0 +1,260 @@
+"""GPU time of one engine iteration on one GPU, from the project's kernel priors and collective model.
+
+An iteration runs `n` tokens (prefill chunks plus one token per decoding sequence) through one pipeline
+stage. Its time splits into parts that depend on `n` alone (GEMMs, fused MoE, norms/activations/RoPE/
+quantize, the TP all-reduces, the MoE all-gather/reduce-scatter under attention data-parallel), tabulated
+once on a grid of `n` and interpolated; decode attention, linear in the keys read; prefill attention per
+chunk; and the LM head plus sampler per sampled token.
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+import numpy as np
+
+from hybridperf.devices import DeviceSpec, NodeSpec
+from hybridperf.errors import InputError
+from hybridperf.priors.attention import context_attention_ms, generation_attention_ms
+from hybridperf.priors.llm_gemm import GEMM_DTYPES, gemm_ms
+from hybridperf.priors.memory import memory_time_ms
+from hybridperf.priors.moe import moe_ms
+from hybridperf.serving.arch import Arch
+from hybridperf.serving.engines import EngineDefaults
+
+#: CLI precision -> (GEMM dtype of `llm_gemm.GEMM_DTYPES`, bytes per weight element)
+PRECISIONS = {"bf16": ("bfloat16", 2.0), "fp16": ("float16", 2.0), "fp8": ("fp8", 1.0), "fp4": ("nvfp4", 0.5625),
+              "int4": ("int4_wo", 0.5625)}
+#: aiconfigurator's `gemm_quant_mode` / `moe_quant_mode` -> CLI precision
+QUANT_MODES = {"float16": "fp16", "bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4",
+               "int4_wo": "int4", "w4afp8": "int4", "mxfp4": "fp4", "w4a16_mxfp4": "fp4"}
+#: elementwise passes over the hidden state per layer (2 RMSNorms read+write, 2 residual adds, activation
+#: in/out over the MLP width counted separately, RoPE on q/k, per-token activation quantisation)
+ELEMENTWISE_PASSES = 12
+#: Blackwell's dense FP4 tensor rate is twice its FP8 rate (NVIDIA B200/B300 spec tables). LOCAL FALLBACK for
+#: catalogs that do not list `fp4_tc` yet; delete once every Blackwell entry in devices/catalog.py has it.
+FP4_OVER_FP8 = 2.0
+GRID_POINTS = 40
+
+
+def with_fp4_peak(device: DeviceSpec) -> DeviceSpec:
+    """`device` with an FP4 tensor peak: Blackwell's 2x FP8 when the catalog omits it; GPUs without FP4
+    tensor cores run FP4 weights through a weight-only kernel (the int4_wo path, see `gemm_dtype`)."""
+    if device.peak_tflops.get("fp4_tc") or device.arch != "blackwell":
+        return device
+    fp8 = device.peak_tflops.get("fp8_tc", 0.0)
+    return replace(device, peak_tflops={**device.peak_tflops, "fp4_tc": FP4_OVER_FP8 * fp8})
+
+
+def gemm_dtype(precision: str, device: DeviceSpec) -> str:
+    """GEMM dtype of a weight precision on `device`: FP4 or FP8 weights on a GPU without those tensor cores
+    run weight-only kernels (dequantised to BF16 in the GEMM, as vLLM's Marlin kernels do on Ampere)."""
+    dt = PRECISIONS[precision][0]
+    if dt == "nvfp4" and not device.peak_tflops.get("fp4_tc"):
+        return "int4_wo"
+    if dt == "fp8" and not device.peak_tflops.get("fp8_tc"):
+        return "int8_wo"
+    return dt
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """How one model instance is split: `tp` attention tensor-parallel, `adp` attention data-parallel
+    ranks, `pp` pipeline stages, the experts over `moe_tp` x `moe_ep` GPUs (tp * adp == moe_tp * moe_ep)."""
+
+    tp: int = 1
+    pp: int = 1
+    adp: int = 1
+    moe_tp: int = 1
+    moe_ep: int = 1
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.adp * self.pp
+
+    def check(self, arch: Arch) -> None:
+        for k in ("tp", "pp", "adp", "moe_tp", "moe_ep"):
+            if getattr(self, k) < 1:
+                raise InputError(f"{k} must be >= 1, got {getattr(self, k)}")
+        if arch.experts and self.moe_tp * self.moe_ep != self.tp * self.adp:
+            raise InputError(f"moe_tp x moe_ep = {self.moe_tp * self.moe_ep} must equal tp x attention_dp = "
+                             f"{self.tp * self.adp}")
+        if arch.heads % self.tp:
+            raise InputError(f"{arch.heads} attention heads do not split {self.tp} ways")
+        if self.pp > arch.layers:
+            raise InputError(f"pp = {self.pp} exceeds the {arch.layers} layers")
+        if arch.experts and arch.experts % self.moe_ep:
+            raise InputError(f"{arch.experts} experts do not split {self.moe_ep} ways")
+
+
+class StepCost:
+    """Per-iteration GPU time (ms) of one GPU of one pipeline stage; see the module docstring."""
+
+    def __init__(self, arch: Arch, device: DeviceSpec, node: NodeSpec, engine: EngineDefaults, par: Parallel,
+                 precision: str, moe_precision: str, kv_bytes: float, collectives, max_tokens: int):
+        self.arch, self.device, self.node, self.engine, self.par = arch, with_fp4_peak(device), node, engine, par
+        self.gemm = gemm_dtype(precision, self.device)
+        self.moe = gemm_dtype(moe_precision, self.device)
+        self.kv_bytes = kv_bytes
+        self.kv_dtype = "fp8" if kv_bytes <= 1 else "bf16"
+        self.collectives = collectives
+        self.stage_layers = arch.layers / par.pp
+        grid = np.unique(np.round(np.geomspace(1, max(max_tokens, 2), GRID_POINTS)))
+        self._grid = grid.tolist()
+        self._dense = self._token_ms(grid).tolist()
+        self._kv_ms = self._decode_attn_per_key()
+        self._prefill_cache: dict = {}
+
+    # -- parts that depend on the token count only -------------------------------------------------
+    def _token_ms(self, n: np.ndarray) -> np.ndarray:
+        a, p, dev = self.arch, self.par, self.device
+        h, tp, g = a.hidden, p.tp, self.gemm
+        if a.mla:
+            heads = a.heads / tp
+            q = (gemm_ms(n, a.q_lora_rank, h, g, dev) + gemm_ms(n, heads * a.head_dim, a.q_lora_rank, g, dev)) \
+                if a.q_lora_rank else gemm_ms(n, heads * a.head_dim, h, g, dev)
+            kv = gemm_ms(n, a.kv_lora_rank + a.rope_dim, h, g, dev)
+            # absorbed decode: q_nope -> latent and latent -> v per head (batched GEMMs over the heads)
+            absorb = heads * (gemm_ms(n, a.kv_lora_rank, a.head_dim - a.rope_dim, "bfloat16", dev)
+                              + gemm_ms(n, a.v_head_dim, a.kv_lora_rank, "bfloat16", dev))
+            attn = q + kv + absorb + gemm_ms(n, h, heads * a.v_head_dim, g, dev)
+        else:
+            qkv = (a.heads + 2 * a.kv_heads) * a.head_dim / tp
+            attn = gemm_ms(n, qkv, h, g, dev) + gemm_ms(n, h, a.heads * a.head_dim / tp, g, dev)
+        dense_mlp = gemm_ms(n, 2 * a.ffn / tp, h, g, dev) + gemm_ms(n, h, a.ffn / tp, g, dev)
+        act_bytes = 2.0
+        elem = memory_time_ms(n * h * act_bytes * ELEMENTWISE_PASSES, dev)
+        mlp_act = memory_time_ms(n * 3.0 * a.ffn / tp * act_bytes, dev)
+        per_layer_dense = attn + elem + self._tp_allreduce(n) * 2
+        total = self.stage_layers * per_layer_dense
+        total += (a.dense_layers / p.pp) * (dense_mlp + mlp_act)
+        if a.experts:
+            tokens = n * p.adp  # attention-DP ranks gather their tokens for the experts
+            experts = moe_ms(tokens, h, a.expert_ffn, a.topk, a.experts, dev, self.moe, tp=p.moe_tp, ep=p.moe_ep)
+            shared = 0.0
+            if a.shared_ffn:
+                shared = gemm_ms(n, 2 * a.shared_ffn / tp, h, g, dev) + gemm_ms(n, h, a.shared_ffn / tp, g, dev)
+            router = gemm_ms(n, a.experts, h, "bfloat16", dev)
+            moe_act = memory_time_ms(tokens * a.topk / p.moe_ep * 3.0 * a.expert_ffn / p.moe_tp * act_bytes, dev)
+            total += (a.moe_layers / p.pp) * (experts + shared + router + moe_act + self._moe_comm(n))
+        if a.linear_layers:  # gated delta-net state update: read and write a (heads x dk x dv) fp32 state
+            state = a.heads / tp * 128 * 128 * 4.0 * 2
+            total += (a.linear_layers / p.pp) * memory_time_ms(n * 0 + state, dev)
+        return total
+
+    def _allreduce_ms(self, nbytes: np.ndarray, gpus: int) -> np.ndarray:
+        nccl = self.collectives.predict("all_reduce", nbytes, gpus, min(gpus, self.node.gpus_per_node),
+                                        self.node, timing="graph")["ms"]
+        if gpus > self.node.gpus_per_node:
+            return nccl
+        # one-shot custom all-reduce: every GPU reads the others' buffers over NVLink
+        link = max(self.node.intra_bw_gbs, 1.0) * 1e9
+        custom = 0.008 + nbytes * (gpus - 1) / gpus * 2.0 / link * 1e3
+        return np.where(nbytes <= self.engine.custom_allreduce_max_bytes, np.minimum(custom, nccl), nccl)
+
+    def _tp_allreduce(self, n: np.ndarray) -> np.ndarray:
+        if self.par.tp == 1:
+            return np.zeros_like(n, dtype=float)
+        return self._allreduce_ms(n * self.arch.hidden * 2.0, self.par.tp)
+
+    def _moe_comm(self, n: np.ndarray) -> np.ndarray:
+        """Expert dispatch and combine under attention data-parallel: an all-to-all each way over the MoE
+        group (DeepEP-style: FP8 tokens out, BF16 results back, copies to other nodes deduplicated, taken
+        as two per token). Without attention-DP the TP all-reduce already combines the experts."""
+        p = self.par
+        if p.adp == 1:
+            return np.zeros_like(n, dtype=float)
+        g = p.moe_tp * p.moe_ep
+        gpn = min(g, self.node.gpus_per_node)
+        copies = min(self.arch.topk, 2)
+        out = self.collectives.predict("all_to_all", n * self.arch.hidden * copies * 1.0, g, gpn, self.node,
+                                       timing="graph")["ms"]
+        back = self.collectives.predict("all_to_all", n * self.arch.hidden * copies * 2.0, g, gpn, self.node,
+                                        timing="graph")["ms"]
+        return out + back
+
+    def _decode_attn_per_key(self) -> float:
+        """ms per cached key read by one decode step, over this stage's KV layers (roofline: linear)."""
+        a, tp = self.arch, self.par.tp
+        if a.mla:  # absorbed MLA: every head reads the one latent (kv_lora + rope wide)
+            t = generation_attention_ms(1, 1e6, a.heads / tp, 1, a.kv_lora_rank + a.rope_dim, self.device,
+                                        kv_dtype=self.kv_dtype)
+        else:
+            t = generation_attention_ms(1, 1e6, a.heads / tp, max(a.kv_heads / tp, 1), a.head_dim, self.device,
+                                        kv_dtype=self.kv_dtype)
+        return float(t) / 1e6 * a.kv_layers / self.par.pp
+
+    # -- public ----------------------------------------------------------------------------------
+    def tokens_ms(self, n: float) -> float:
+        """Token-count-dependent part for `n` tokens (linear interpolation on the grid)."""
+        g, v = self._grid, self._dense
+        if n <= g[0]:
+            return v[0]
+        if n >= g[-1]:
+            return v[-1] * n / g[-1]
+        i = bisect.bisect_right(g, n)
+        f = (n - g[i - 1]) / (g[i] - g[i - 1])
+        return v[i - 1] + f * (v[i] - v[i - 1])
+
+    def decode_attn_ms(self, keys: float, seqs: int) -> float:
+        """Decode attention over `keys` cached keys in total (sliding and sparse layers capped)."""
+        a = self.arch
+        if a.sliding_layers and a.window:
+            full = (a.kv_layers - a.sliding_layers) / a.kv_layers
+            keys = keys * full + min(keys, seqs * a.window) * (1 - full)
+        if a.max_keys:
+            keys = min(keys, seqs * a.max_keys)
+        return self._kv_ms * keys
+
+    def prefill_attn_ms(self, chunk: int, prefix: int) -> float:
+        key = (int(chunk), int(prefix))
+        hit = self._prefill_cache.get(key)
+        if hit is None:
+            a, tp = self.arch, self.par.tp
+            window = a.max_keys or 0
+            t = float(context_attention_ms(1, chunk, a.heads / tp, max(a.kv_heads / tp, 1), a.head_dim,
+                                           self.device, kv_dtype=self.kv_dtype, window=window, prefix=prefix))
+            if a.sliding_layers and a.window:
+                ts = float(context_attention_ms(1, chunk, a.heads / tp, max(a.kv_heads / tp, 1), a.head_dim,
+                                                self.device, kv_dtype=self.kv_dtype, window=a.window, prefix=prefix))
+                frac = a.sliding_layers / a.kv_layers
+                t = t * (1 - frac) + ts * frac
+            hit = self._prefill_cache[key] = t * a.kv_layers / self.par.pp
+        return hit
+
+    @lru_cache(maxsize=4096)
+    def sample_ms(self, n: int) -> float:
+        """LM head (vocab split over TP) and sampler for `n` sampled tokens (last stage only)."""
+        a = self.arch
+        head = float(gemm_ms(n, a.vocab / self.par.tp, a.hidden, "bfloat16", self.device))
+        return head + float(memory_time_ms(n * a.vocab * 4.0 * 3, self.device))
+
+
+def weight_bytes_per_gpu(arch: Arch, par: Parallel, precision: str, moe_precision: str) -> float:
+    """Weight bytes one GPU holds: attention/dense/shared split over TP (replicated over attention-DP
+    ranks), experts over moe_tp x moe_ep, the embedding and LM head over TP, layers over PP."""
+    p = arch.params()
+    wb, mb = PRECISIONS[precision][1], PRECISIONS[moe_precision][1]
+    layers = (p["attn"] + p["dense_mlp"] + p["shared"]) / par.tp * wb + p["experts"] / (par.moe_tp * par.moe_ep) * mb
+    return layers / par.pp + p["embed"] / par.tp * 2.0
+
+
+def kv_bytes_per_token(arch: Arch, par: Parallel, kv_bytes: float) -> float:
+    return arch.kv_elems_per_token(par.tp) * kv_bytes / par.pp
+
+
+def check_weights_fit(arch, par, precision, moe_precision, device, engine) -> float:
+    """KV-cache bytes left per GPU after weights and the activation reserve; InputError when none is."""
+    w = weight_bytes_per_gpu(arch, par, precision, moe_precision)
+    budget = device.mem_gb * 1e9 * engine.mem_utilization - engine.activation_reserve_gb * 1e9
+    # engines started with a higher memory fraction than their default still serve what fits in 97%
+    free = max(budget - w, device.mem_gb * 1e9 * 0.97 - 1e9 - w)
+    if free <= 0:
+        raise InputError(f"weights need {w / 1e9:.1f} GB per GPU, more than the {budget / 1e9:.1f} GB "
+                         f"{engine.name} may use on {device.name}; add GPUs (tp/ep/pp) or lower the precision")
+    return free
+
+
+__all__ = ["GEMM_DTYPES", "PRECISIONS", "QUANT_MODES", "Parallel", "StepCost", "check_weights_fit",
+           "kv_bytes_per_token", "weight_bytes_per_gpu"]

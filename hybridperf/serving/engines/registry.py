@@ -1,0 +1,54 @@
+"""The engine registry: what an engine's scheduler and memory manager do by default (`EngineDefaults`), and
+the table every engine module registers itself in."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hybridperf.errors import InputError
+
+
+@dataclass(frozen=True)
+class EngineDefaults:
+    """What an engine's scheduler and memory manager do out of the box.
+
+    `mixed_batches`: prefill chunks ride in the same iteration as running decodes (vLLM's chunked
+    prefill, TensorRT-LLM's in-flight batching); else a prefill iteration pauses decoding (SGLang).
+    `budget_counts_decodes`: decode tokens use up `max_batched_tokens` too. `max_batched_tokens`
+    maps the GPU's memory (GB) to the engine's default chunk budget.
+    """
+
+    name: str
+    max_batched_tokens: tuple  # ((min GPU memory GB, tokens), ...) ascending; the last that fits applies
+    offline_batched_tokens: int  # the offline API's budget (vLLM's LLM class uses a larger one)
+    max_running: int  # most sequences in one iteration (max_num_seqs / max_running_requests / max_batch_size)
+    cuda_graph_max_batch: int  # decode batches up to this size replay a captured CUDA graph
+    mem_utilization: float  # fraction of GPU memory the engine may use (weights + KV + activations)
+    block_size: int  # KV-cache page, tokens
+    mixed_batches: bool
+    budget_counts_decodes: bool
+    preempts: bool  # admits by the KV blocks in use and preempts (recompute) when full; else reserves in full
+    custom_allreduce_max_bytes: float  # messages up to this size take the engine's one-shot NVLink all-reduce
+    activation_reserve_gb: float  # memory kept for activations, CUDA graphs and the sampler
+
+    def batched_tokens(self, mem_gb: float) -> int:
+        tokens = self.max_batched_tokens[0][1]
+        for min_gb, t in self.max_batched_tokens:
+            if mem_gb >= min_gb:
+                tokens = t
+        return tokens
+
+
+ENGINES: dict[str, EngineDefaults] = {}
+
+
+def register(engine: EngineDefaults) -> EngineDefaults:
+    ENGINES[engine.name] = engine
+    return engine
+
+
+def get_engine(name: str) -> EngineDefaults:
+    key = str(name).strip().lower().replace("-", "").replace("_", "")
+    key = {"tensorrtllm": "trtllm", "trt": "trtllm"}.get(key, key)
+    if key not in ENGINES:
+        raise InputError(f"unknown engine {name!r}; one of {', '.join(sorted(ENGINES))}")
+    return ENGINES[key]

@@ -1,0 +1,9 @@
+"""vLLM (V1 engine, 0.8-0.19): chunked prefill mixed with decodes under one token budget, paged KV in
+16-token blocks, preemption by recompute, CUDA graphs for decode batches up to 512, custom all-reduce
+up to 8 MiB (vllm/config, vllm/distributed/device_communicators/custom_all_reduce.py)."""
+from hybridperf.serving.engines.registry import EngineDefaults, register
+
+VLLM = register(EngineDefaults(
+    name="vllm", max_batched_tokens=((0, 2048), (70, 8192)), offline_batched_tokens=16384, max_running=1024,
+    cuda_graph_max_batch=512, mem_utilization=0.9, block_size=16, mixed_batches=True, budget_counts_decodes=True,
+    preempts=True, custom_allreduce_max_bytes=8 * 2**20, activation_reserve_gb=4.0))

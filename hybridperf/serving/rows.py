@@ -1,0 +1,123 @@
+"""`--rows`: predict a CSV of serving runs in aiconfigurator's `silicon_sample.csv` columns.
+
+A row names an engine (`backend`), an HF id (`model_path`), a system (`system`), the weight precisions
+(`gemm_quant_mode`, `moe_quant_mode`, else `precision`), ISL/OSL, and either one aggregated instance
+(`tp_size`, `pp_size`, `attention_dp_size`, `moe_tp_size`, `moe_ep_size`, `batch_size` per attention-DP
+rank) or prefill and decode workers (`prefill_*`, `decode_*`, `*_num_workers`). The concurrency of the
+closed-loop benchmark is `silicon_concurrency=` in `silicon_data_source` when given, else the batch size
+times the attention-DP ranks (times the decode workers).
+"""
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from hybridperf.errors import HybridperfError, InputError
+from hybridperf.serving.api import Worker, predict_serving
+from hybridperf.serving.calibration import Calibration
+from hybridperf.serving.cost import PRECISIONS, QUANT_MODES, Parallel
+from hybridperf.serving.load import as_arch, resolve_config
+
+REQUIRED = ("backend", "model_path", "system", "mode", "isl", "osl")
+PRED_COLUMNS = ("pred_ttft_ms", "pred_ttft_lo_ms", "pred_ttft_hi_ms", "pred_tpot_ms", "pred_tpot_lo_ms",
+                "pred_tpot_hi_ms", "reason")
+
+
+def _num(row, key, default=None):
+    v = row.get(key)
+    if v is None or (isinstance(v, float) and math.isnan(v)) or v == "":
+        return default
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        raise InputError(f"column {key!r}: not a number: {v!r}") from None
+
+
+def _int(row, key, default=1) -> int:
+    v = _num(row, key, None)
+    return int(v) if v is not None and v > 0 else default
+
+
+def _precision(row, key) -> str:
+    mode = row.get(key)
+    if isinstance(mode, str) and mode:
+        if mode not in QUANT_MODES:
+            raise InputError(f"unsupported {key} {mode!r}")
+        return QUANT_MODES[mode]
+    p = row.get("precision")
+    if isinstance(p, str) and p:
+        if p not in PRECISIONS:
+            raise InputError(f"unsupported precision {p!r}")
+        return p
+    return "bf16"
+
+
+def _kv_dtype(engine: str, precision: str) -> str:
+    """TensorRT-LLM's quantised checkpoints ship an FP8 KV cache; vLLM and SGLang keep the model dtype."""
+    return "fp8" if engine == "trtllm" and precision in ("fp8", "fp4") else "bf16"
+
+
+def _worker(row, prefix: str, prec: str, moe_prec: str, kv: str) -> Worker:
+    tp, adp = _int(row, f"{prefix}tp_size"), _int(row, f"{prefix}attention_dp_size")
+    ep = _int(row, f"{prefix}moe_ep_size")
+    moe_tp = _int(row, f"{prefix}moe_tp_size", max(tp * adp // ep, 1))
+    if moe_tp * ep != tp * adp:
+        moe_tp = max(tp * adp // ep, 1)
+    return Worker(Parallel(tp=tp, pp=_int(row, f"{prefix}pp_size"), adp=adp, moe_tp=moe_tp, moe_ep=ep), prec,
+                  moe_prec, 1.0 if kv == "fp8" else 2.0)
+
+
+def concurrency_of(row) -> int:
+    m = re.search(r"silicon_concurrency=(\d+)", str(row.get("silicon_data_source", "")))
+    if m:
+        return int(m.group(1))
+    if row.get("mode") == "disagg":
+        return _int(row, "decode_batch_size") * _int(row, "decode_attention_dp_size") * _int(row, "decode_num_workers")
+    return _int(row, "batch_size") * _int(row, "attention_dp_size")
+
+
+def row_request(row: dict, config_dir) -> dict:
+    """The `predict_serving` arguments of one row; InputError saying why a row cannot be modelled."""
+    engine = str(row.get("backend", "")).strip().lower()
+    path = resolve_config(str(row.get("model_path", "")), config_dir)
+    prec, moe_prec = _precision(row, "gemm_quant_mode"), _precision(row, "moe_quant_mode")
+    kv = _kv_dtype(engine, prec)
+    isl, osl = _int(row, "isl", 0), _int(row, "osl", 0)
+    if isl < 1 or osl < 1:
+        raise InputError("isl and osl must be positive")
+    req = dict(config=as_arch(path), device=str(row.get("system")), engine=engine, isl=isl, osl=osl,
+               concurrency=concurrency_of(row), precision=prec, moe_precision=moe_prec, kv_dtype=kv)
+    if str(row.get("mode")) == "disagg":
+        pw = _worker(row, "prefill_", prec, moe_prec, kv)
+        dw = _worker(row, "decode_", prec, moe_prec, kv)
+        req["disagg"] = (pw, _int(row, "prefill_num_workers", None), dw, _int(row, "decode_num_workers", None))
+    else:
+        w = _worker(row, "", prec, moe_prec, kv)
+        req.update(tp=w.par.tp, pp=w.par.pp, ep=w.par.moe_ep, attention_dp=w.par.adp, moe_tp=w.par.moe_tp)
+    return req
+
+
+def predict_rows(df: pd.DataFrame, config_dir, calibration: Calibration | None = None) -> pd.DataFrame:
+    """`df` plus PRED_COLUMNS; a row that cannot be modelled keeps empty predictions and gets a reason."""
+    missing = [c for c in REQUIRED if c not in df.columns]
+    if missing:
+        raise InputError(f"rows CSV lacks column(s) {', '.join(missing)}")
+    if not Path(config_dir).is_dir():
+        raise InputError(f"config directory not found: {config_dir}")
+    cal = calibration or Calibration.load()
+    out = {c: [] for c in PRED_COLUMNS}
+    for row in df.to_dict("records"):
+        try:
+            r = predict_serving(**row_request(row, config_dir), calibration=cal)
+            vals = (r.ttft.ms, r.ttft.lo_ms, r.ttft.hi_ms, r.tpot.ms, r.tpot.lo_ms, r.tpot.hi_ms, "")
+        except HybridperfError as e:
+            vals = (float("nan"),) * 6 + (str(e).replace("\n", " "),)
+        for c, v in zip(PRED_COLUMNS, vals):
+            out[c].append(v)
+    res = df.copy()
+    for c in PRED_COLUMNS:
+        res[c] = out[c]
+    return res

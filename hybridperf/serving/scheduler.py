@@ -1,0 +1,174 @@
+"""One scheduler core for every engine: iteration-level continuous batching on one attention-DP rank.
+
+Each iteration runs every decoding sequence one token plus prefill chunks under the token budget
+(`EngineDefaults.mixed_batches`: with the decodes, else instead of them). Requests wait while the KV
+cache or the running-sequence limit is full; an engine that admits by the blocks in use (vLLM) preempts
+the newest request when a decode step would overflow, and recomputes its context later. Stretches with
+no prefill to schedule advance in closed form to the next completion (decode attention is linear in the
+keys), so a long output costs one step, not thousands.
+
+Time is kept as a clock of components (GPU ms, eager iterations, CUDA-graph iterations) so that the
+engine's host overheads and a GPU-time scale (`calibration.EngineCalibration`) apply afterwards: the
+schedule depends on token counts only, never on how long an iteration takes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hybridperf.errors import InputError
+from hybridperf.serving.cost import StepCost
+from hybridperf.serving.engines import EngineDefaults
+
+
+#: share of the KV cache an engine that preempts keeps free when it admits a request
+WATERMARK = 0.05
+
+
+@dataclass(frozen=True)
+class Workload:
+    """`inflight` requests of `isl` prompt and `osl` output tokens on one rank; `closed_loop`: each finished
+    request is replaced at once (a benchmark at fixed concurrency), else all start together (offline)."""
+
+    isl: int
+    osl: int
+    inflight: int
+    closed_loop: bool
+    budget: int  # max batched tokens per iteration
+    kv_capacity: int  # KV-cache tokens that fit on this rank
+    max_running: int
+
+
+class _Clock:
+    """Cumulative (gpu_ms, eager iterations, graph iterations)."""
+
+    __slots__ = ("gpu", "eager", "graph")
+
+    def __init__(self):
+        self.gpu = self.eager = self.graph = 0.0
+
+    def now(self) -> tuple:
+        return (self.gpu, self.eager, self.graph)
+
+
+def _diff(a: tuple, b: tuple) -> tuple:
+    return (a[0] - b[0], a[1] - b[1], a[2] - b[2])
+
+
+class _Req:
+    __slots__ = ("arrival", "prefill_left", "ctx", "dec_left", "first", "admitted")
+
+    def __init__(self, isl: int, osl: int, arrival: tuple):
+        self.arrival, self.prefill_left, self.ctx, self.dec_left = arrival, isl, 0, osl - 1
+        self.first = None
+        self.admitted = False
+
+
+def simulate(cost: StepCost, eng: EngineDefaults, w: Workload, measured: int | None = None) -> list:
+    """Per finished request: (ttft components, decode components, e2e components), each a
+    (gpu_ms, eager, graph) triple. Closed loop: the first `inflight` completions are warm-up and the next
+    `measured` (default 2 x inflight) are returned; offline: all, with the last finish as e2e."""
+    clock = _Clock()
+    waiting = [_Req(w.isl, w.osl, clock.now()) for _ in range(w.inflight)]
+    running: list = []  # admitted requests (prefilling or decoding), admission order
+    used = 0  # KV tokens held (non-preempting engines: reserved in full at admission)
+    done: list = []
+    warm = w.inflight if w.closed_loop else 0
+    target = warm + (measured or 2 * w.inflight) if w.closed_loop else w.inflight
+    finished = 0
+    full = w.isl + w.osl
+    # admitting by the blocks in use keeps a watermark free for the running decodes to grow into
+    # (vLLM's `watermark`, SGLang's new-token reservation); without it a preempted request would come
+    # straight back and be preempted again at the next step
+    free_floor = int(WATERMARK * w.kv_capacity) if eng.preempts else 0
+    while finished < target:
+        # admit waiting requests FCFS while KV and the running limit allow
+        while waiting and len(running) < w.max_running:
+            need = waiting[0].prefill_left + waiting[0].ctx if eng.preempts else full
+            if used + need + free_floor > w.kv_capacity and running:
+                break
+            r = waiting.pop(0)
+            r.admitted = True
+            used += need
+            running.append(r)
+        decoders = [r for r in running if r.prefill_left == 0 and r.dec_left > 0]
+        prefilling = [r for r in running if r.prefill_left > 0]
+        if not prefilling:
+            if not decoders:  # nothing admitted: the cache cannot hold even one request
+                raise InputError(f"the KV cache ({w.kv_capacity} tokens) cannot hold one request")
+            k = min(r.dec_left for r in decoders)
+            if eng.preempts:
+                room = (w.kv_capacity - used) // len(decoders)
+                if room < 1:
+                    _preempt(running, waiting)
+                    used = sum(r.ctx + r.prefill_left for r in running)
+                    continue
+                k = min(k, room)
+            n = len(decoders)
+            keys0 = sum(r.ctx for r in decoders)
+            per_step = cost.tokens_ms(n) + cost.sample_ms(n) + cost.decode_attn_ms(keys0, n)
+            slope = cost.decode_attn_ms(keys0 + n, n) - cost.decode_attn_ms(keys0, n)
+            clock.gpu += k * per_step + slope * k * (k - 1) / 2.0
+            if n <= eng.cuda_graph_max_batch:
+                clock.graph += k
+            else:
+                clock.eager += k
+            for r in decoders:
+                r.ctx += k
+                r.dec_left -= k
+            if eng.preempts:
+                used += k * n
+        else:
+            n_dec = len(decoders) if eng.mixed_batches else 0
+            budget = w.budget - (n_dec if eng.budget_counts_decodes else 0)
+            budget = max(budget, 1)
+            gpu, sampled = 0.0, n_dec
+            chunks = 0
+            for r in prefilling:
+                if budget <= 0:
+                    break
+                c = min(r.prefill_left, budget)
+                gpu += cost.prefill_attn_ms(c, r.ctx)
+                r.ctx += c
+                r.prefill_left -= c
+                budget -= c
+                chunks += c
+                if r.prefill_left == 0 and r.first is None:
+                    sampled += 1
+            if n_dec:
+                gpu += cost.decode_attn_ms(sum(r.ctx for r in decoders), n_dec)
+                for r in decoders:
+                    r.ctx += 1
+                    r.dec_left -= 1
+                if eng.preempts:
+                    used += n_dec
+            gpu += cost.tokens_ms(chunks + n_dec) + cost.sample_ms(max(sampled, 1))
+            clock.gpu += gpu
+            clock.eager += 1
+            now = clock.now()
+            for r in prefilling:
+                if r.prefill_left == 0 and r.first is None:
+                    r.first = now
+        now = clock.now()
+        still = []
+        for r in running:
+            if r.prefill_left == 0 and r.first is None:
+                r.first = now
+            if r.prefill_left == 0 and r.dec_left <= 0:
+                finished += 1
+                used -= r.ctx if eng.preempts else full
+                if finished > warm:
+                    done.append((_diff(r.first, r.arrival), _diff(now, r.first), _diff(now, r.arrival)))
+                if w.closed_loop:
+                    waiting.append(_Req(w.isl, w.osl, now))
+            else:
+                still.append(r)
+        running = still
+    return done
+
+
+def _preempt(running: list, waiting: list) -> None:
+    """vLLM's recompute preemption: the newest running request gives back its blocks and waits at the
+    head of the queue to prefill its whole context again (its first token is already out)."""
+    r = running.pop()
+    r.prefill_left, r.ctx = r.ctx + r.prefill_left, 0
+    waiting.insert(0, r)

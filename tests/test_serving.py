@@ -1,0 +1,229 @@
+"""`hybridperf predict-serving` (CONTRACT.md section 4) and the serving package: engines, scheduler, memory,
+parallel splits, disaggregation, intervals, the `--rows` table, the simulator adapters and the sweep.
+Small models made here; the silicon-sample check skips without ../shared/datasets."""
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from conftest import assert_one_line_error, run_cli
+from hybridperf.cli.app import app
+from hybridperf.errors import InputError
+from hybridperf.serving import Worker, predict_serving
+from hybridperf.serving.adapters import IterationTimer, SGLangTimePredictor, TrtllmTimePredictor
+from hybridperf.serving.arch import arch_from_dict
+from hybridperf.serving.calibration import Calibration, EngineCalibration
+from hybridperf.serving.cost import Parallel
+from hybridperf.serving.engines import ENGINES, get_engine
+from hybridperf.serving.rows import predict_rows
+from hybridperf.serving.sweep import best, plot, sweep
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / "../shared/datasets/aiconfigurator"
+runner = CliRunner()
+
+LLAMA = {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+         "num_hidden_layers": 32, "intermediate_size": 14336, "vocab_size": 128256}
+MOE = {"model_type": "qwen3_moe", "hidden_size": 2048, "num_attention_heads": 32, "num_key_value_heads": 4,
+       "num_hidden_layers": 48, "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 128,
+       "num_experts_per_tok": 8, "vocab_size": 151936, "head_dim": 128}
+MLA = {"model_type": "kimi_k2", "hidden_size": 7168, "num_attention_heads": 64, "num_hidden_layers": 61,
+       "intermediate_size": 18432, "moe_intermediate_size": 2048, "n_routed_experts": 384, "num_experts_per_tok": 8,
+       "n_group": 1, "topk_group": 1, "first_k_dense_replace": 1, "vocab_size": 163840, "kv_lora_rank": 512,
+       "q_lora_rank": 1536, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128}
+WAVES = Calibration(engines={e: EngineCalibration(gpu_scale=1.5, eager_ms=0.02, graph_ms=0.005, ttft_ms=10.0,
+                                                  wave_weight=1.0) for e in ENGINES},
+                    log_quantiles={"ttft": (-0.4, 0.6), "tpot": (-0.2, 0.3)}, provenance="test")
+
+
+def _check(res):
+    d = res.to_json()
+    for k in ("ttft", "tpot", "e2e"):
+        assert 0 < d[f"{k}_lo_ms"] <= d[f"{k}_ms"] <= d[f"{k}_hi_ms"] < math.inf, (k, d)
+    assert d["tokens_per_s"] > 0 and d["tokens_per_s_per_gpu"] > 0
+    return d
+
+
+def test_engines_registered_and_named():
+    assert set(ENGINES) == {"vllm", "sglang", "trtllm"}
+    assert get_engine("TensorRT-LLM").name == "trtllm"
+    with pytest.raises(InputError):
+        get_engine("tgi")
+    assert get_engine("sglang").batched_tokens(180) > get_engine("sglang").batched_tokens(80)
+
+
+def test_arch_families():
+    a = arch_from_dict(LLAMA)
+    assert a.kv_elems_per_token(1) == 2 * 128 * 8 * 32 and a.kv_elems_per_token(16) == 2 * 128 * 32  # replicated
+    m = arch_from_dict(MOE)
+    assert m.experts == 128 and m.topk == 8 and m.moe_layers == 48
+    k = arch_from_dict(MLA)
+    assert k.mla and k.experts == 384 and k.dense_layers == 1 and k.kv_elems_per_token(8) == 576 * 61
+    assert 0.9e12 < sum(k.params().values()) < 1.1e12  # Kimi-K2: ~1T parameters
+    with pytest.raises(InputError):
+        arch_from_dict({"model_type": "t5", "d_model": 8})
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_batch_and_concurrency_agree_on_one_wave(engine):
+    """Offline generate of B requests and a closed loop of B requests that stays in lock-step waves are the
+    same schedule when every prompt fits the token budget of both modes."""
+    kw = dict(config=LLAMA, device="h100_sxm", engine=engine, isl=128, osl=64, calibration=WAVES)
+    off = predict_serving(batch=8, **kw)
+    loop = predict_serving(concurrency=8, **kw)
+    # (the two modes tabulate GEMM time on different token grids: agreement to interpolation error)
+    assert loop.ttft.ms == pytest.approx(off.ttft.ms, rel=1e-3)
+    assert loop.tpot.ms == pytest.approx(off.tpot.ms, rel=1e-3)
+    assert loop.tokens_per_s == pytest.approx(off.tokens_per_s, rel=0.05)
+
+
+def test_latency_grows_with_load_and_tp_helps():
+    kw = dict(config=LLAMA, device="h100_sxm", engine="vllm", isl=1024, osl=256, calibration=WAVES)
+    r1, r64 = predict_serving(concurrency=1, **kw), predict_serving(concurrency=64, **kw)
+    _check(r1), _check(r64)
+    assert r64.ttft.ms > r1.ttft.ms and r64.tpot.ms > r1.tpot.ms and r64.tokens_per_s > 4 * r1.tokens_per_s
+    assert predict_serving(concurrency=1, tp=4, **kw).tpot.ms < r1.tpot.ms
+    fp8 = predict_serving(concurrency=1, precision="fp8", **kw)
+    assert fp8.tpot.ms < r1.tpot.ms
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_kv_capacity_queues_and_weights_must_fit(engine):
+    """An 8B model in bf16 on a 24 GB GPU holds few requests of 8k tokens: more concurrency queues (TTFT
+    jumps) instead of failing, whether the engine reserves whole requests or preempts; a 70B model does not
+    fit at all."""
+    kw = dict(config=LLAMA, device="L4", engine=engine, isl=8192, osl=256, calibration=WAVES)
+    small, big = predict_serving(concurrency=1, **kw), predict_serving(concurrency=16, **kw)
+    assert big.ttft.ms > 8 * small.ttft.ms
+    big70 = {**LLAMA, "hidden_size": 8192, "num_hidden_layers": 80, "intermediate_size": 28672,
+             "num_attention_heads": 64}
+    with pytest.raises(InputError, match="weights need"):
+        predict_serving(big70, "h100_sxm", "vllm", 128, 128, concurrency=1, calibration=WAVES)
+
+
+def test_moe_parallel_and_disagg():
+    kw = dict(config=MLA, device="b200_sxm", isl=1024, osl=256, precision="fp4", calibration=WAVES)
+    tp8 = _check(predict_serving(engine="trtllm", concurrency=32, tp=8, **kw))
+    dep = _check(predict_serving(engine="trtllm", concurrency=32, tp=1, attention_dp=8, ep=8, **kw))
+    assert tp8["tpot_ms"] != dep["tpot_ms"]
+    w = Worker(Parallel(tp=1, adp=8, moe_ep=8), "fp4", "fp4", 1.0)
+    dis = _check(predict_serving(engine="sglang", concurrency=64, disagg=(w, 1, w, 1), **kw))
+    more = _check(predict_serving(engine="sglang", concurrency=64, disagg=(w, 2, w, 1), **kw))
+    assert more["ttft_ms"] < dis["ttft_ms"]  # a second prefill worker halves the wave's prefill queue
+    with pytest.raises(InputError, match="moe_tp"):
+        predict_serving(engine="vllm", concurrency=1, tp=8, ep=16, moe_tp=1, **kw)
+
+
+def test_bad_arguments():
+    with pytest.raises(InputError):
+        predict_serving(LLAMA, "h100_sxm", "vllm", 128, 128, batch=1, concurrency=1)
+    with pytest.raises(InputError):
+        predict_serving(LLAMA, "h100_sxm", "vllm", 0, 128, batch=1)
+    with pytest.raises(InputError, match="osl must be at least 2"):
+        predict_serving(LLAMA, "h100_sxm", "vllm", 128, 1, batch=1)
+    with pytest.raises(InputError):
+        predict_serving(LLAMA, "h100_sxm", "vllm", 128, 128, batch=1, precision="fp2")
+    with pytest.raises(InputError):
+        predict_serving(LLAMA, "h100_sxm", "vllm", 128, 128, batch=1, tp=3)
+
+
+@pytest.fixture
+def config_dir(tmp_path) -> Path:
+    d = tmp_path / "configs"
+    d.mkdir()
+    (d / "meta-llama--Meta-Llama-3.1-8B_config.json").write_text(json.dumps(LLAMA))
+    (d / "moonshotai--Kimi-K2_config.json").write_text(json.dumps(MLA))
+    return d
+
+
+def test_rows_agg_disagg_and_refusals(config_dir):
+    base = {"silicon_data_source": "x; silicon_concurrency=8", "system": "h100_sxm", "isl": 1024, "osl": 128,
+            "pp_size": 1, "attention_dp_size": 1, "moe_tp_size": 1, "moe_ep_size": 1}
+    rows = pd.DataFrame([
+        {**base, "backend": "vllm", "model_path": "meta-llama/Llama-3.1-8B-Instruct", "mode": "agg", "tp_size": 1,
+         "precision": "bf16", "batch_size": 8},
+        {**base, "backend": "trtllm", "model_path": "moonshotai/Kimi-K2", "mode": "disagg", "system": "b200_sxm",
+         "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4", "prefill_tp_size": 8, "prefill_moe_tp_size": 1,
+         "prefill_moe_ep_size": 8, "decode_tp_size": 8, "decode_moe_ep_size": 8, "decode_num_workers": 1},
+        {**base, "backend": "vllm", "model_path": "acme/Unknown-7B", "mode": "agg", "tp_size": 1},
+    ])
+    out = predict_rows(rows, config_dir, WAVES)
+    assert list(out.columns[: len(rows.columns)]) == list(rows.columns)
+    assert out.reason.iloc[2].startswith("no config for acme/Unknown-7B")
+    ok = out.iloc[:2]
+    assert (ok.reason == "").all()
+    for m in ("ttft", "tpot"):
+        assert ((ok[f"pred_{m}_lo_ms"] <= ok[f"pred_{m}_ms"]) & (ok[f"pred_{m}_ms"] <= ok[f"pred_{m}_hi_ms"])).all()
+    assert math.isnan(out.pred_ttft_ms.iloc[2])
+
+
+def test_cli_json_and_rows(config_dir, tmp_path, monkeypatch, capsys):
+    cfg = config_dir / "meta-llama--Meta-Llama-3.1-8B_config.json"
+    t0 = time.perf_counter()
+    r = runner.invoke(app, ["predict-serving", "--config", str(cfg), "--device", "h100_sxm", "--engine", "sglang",
+                            "--isl", "512", "--osl", "128", "--concurrency", "16", "--tp", "2", "--precision", "fp8",
+                            "--json"])
+    assert time.perf_counter() - t0 < 5
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output.strip().splitlines()[-1])
+    assert set(d) == {f"{k}_{s}" for k in ("ttft", "tpot", "e2e") for s in ("ms", "lo_ms", "hi_ms")} | {
+        "tokens_per_s", "tokens_per_s_per_gpu"}
+    rows = tmp_path / "runs.csv"
+    pd.DataFrame([{"backend": "vllm", "model_path": "meta-llama/Llama-3.1-8B", "system": "h100_sxm", "mode": "agg",
+                   "isl": 256, "osl": 64, "tp_size": 1, "batch_size": 4}]).to_csv(rows, index=False)
+    out = tmp_path / "out.csv"
+    r = runner.invoke(app, ["predict-serving", "--rows", str(rows), "--configs", str(config_dir), "--output", str(out)])
+    assert r.exit_code == 0, r.output
+    assert pd.read_csv(out).pred_tpot_ms.iloc[0] > 0
+    for args in (["--config", str(cfg), "--device", "h100_sxm", "--engine", "tgi", "--isl", "8", "--osl", "8",
+                  "--batch", "1"],
+                 ["--config", str(cfg), "--device", "nosuchgpu", "--engine", "vllm", "--isl", "8", "--osl", "8",
+                  "--batch", "1"],
+                 ["--rows", str(rows)]):
+        assert_one_line_error(*run_cli(monkeypatch, capsys, ["predict-serving", *args]))
+
+
+def test_simulator_adapters():
+    timer = IterationTimer(LLAMA, "h100_sxm", "sglang", calibration=WAVES)
+    sg = SGLangTimePredictor(timer)
+    req = lambda e, p: SimpleNamespace(extend_length=e, past_kv_length=p)  # noqa: E731
+    prefill = SimpleNamespace(reqs=[req(1024, 0), req(512, 512)], is_decode=lambda: False)
+    decode = SimpleNamespace(reqs=[req(1, 1000)] * 32, is_decode=lambda: True)
+    long_decode = SimpleNamespace(reqs=[req(1, 8000)] * 32, is_decode=lambda: True)
+    tp, td = sg.predict_infer_time(prefill), sg.predict_infer_time(decode)
+    assert 0 < td < tp < 1.0 and sg.predict_infer_time(long_decode) > td
+    assert sg.predict_infer_time(SimpleNamespace(reqs=[], is_decode=lambda: True)) == 0.0
+    tr = TrtllmTimePredictor(IterationTimer(LLAMA, "h100_sxm", "trtllm", calibration=WAVES))
+    mixed = SimpleNamespace(context_requests=[SimpleNamespace(context_chunk_size=2048, context_current_position=0)],
+                            generation_requests=[SimpleNamespace(past_kv_length=700)] * 16)
+    gen = SimpleNamespace(context_requests=[], generation_requests=[SimpleNamespace(past_kv_length=700)] * 16)
+    assert tr.predict(mixed) > tr.predict(gen) > 0
+
+
+def test_sweep_picks_sla_point(tmp_path):
+    pts = sweep(LLAMA, ["h100_sxm", "b200_sxm"], "vllm", 1024, 256, tps=(1, 2), concurrencies=(1, 16, 64),
+                tpot_sla_ms=15.0, calibration=WAVES)
+    assert len(pts) == 12
+    b = best(pts)
+    assert b is not None and b.meets_sla and b.tpot_hi_ms <= 15.0
+    assert all(p.tokens_per_s_per_gpu <= b.tokens_per_s_per_gpu for p in pts if p.meets_sla)
+    plot(pts, tmp_path / "sweep.png")
+    assert (tmp_path / "sweep.png").stat().st_size > 0
+
+
+@pytest.mark.skipif(not (DATA / "systems/silicon_sample.csv").is_file(),
+                    reason="needs ../shared/datasets/aiconfigurator")
+def test_silicon_sample_rows_predicted_fast():
+    df = pd.read_csv(DATA / "systems/silicon_sample.csv")
+    df = df[df.system.isin(["h100_sxm", "b200_sxm"])].sample(40, random_state=0)
+    t0 = time.perf_counter()
+    out = predict_rows(df, DATA / "model_configs")
+    assert time.perf_counter() - t0 < 40 * 0.06 * 4  # well inside 60 s per 1,000 rows on a loaded machine
+    assert (out.reason == "").mean() >= 0.9
