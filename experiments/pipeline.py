@@ -124,6 +124,8 @@ STEPS: tuple[Step, ...] = (
        results=(("report.md", "label_oracle.md"),)),
     _m("run_calibration", "run_calibration", "--data", "{data}", "--out", "{out}", datasets=_NS, minutes=1,
        results=(("report.md", "run_calibration.md"), ("run_calibration.png", "run_calibration.png"))),
+    _k("h200_modern_kernels", "h200_modern_kernels", "--out", "{out}", minutes=0.5,
+       results=(("h200_modern_kernels.md", "h200_modern_kernels.md"),)),
     _k("attention_prior", "attention_prior", "--data", "{data}", "--out", "{out}/attention_prior.md",
        datasets=("aiconfigurator",), minutes=5,
        results=(("attention_prior.md", "attention_prior.md"), ("attention_prior.png", "attention_prior.png"))),
