@@ -5,6 +5,7 @@ from setuptools import find_packages, setup
 setup(
     packages=find_packages(include=["hybridperf", "hybridperf.*"]) + ["hybridperf._exported_models"],
     package_dir={"hybridperf._exported_models": "exported_models"},
-    package_data={"hybridperf._exported_models": ["*/*.onnx", "*/*.json", "*.json", "*.md"]},
+    package_data={"hybridperf._exported_models": ["*/*.onnx", "*/*.json", "*.json", "*.md"],
+                  "hybridperf.priors": ["data/*.json"]},
     include_package_data=False,
 )

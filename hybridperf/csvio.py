@@ -18,3 +18,16 @@ def read_csv(path: str | Path, what: str = "input file", **kwargs) -> pd.DataFra
         return pd.read_csv(p, **kwargs)
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
         raise InputError(f"{p}: malformed CSV ({str(e).splitlines()[0]})") from None
+
+
+def read_table(path: str | Path, what: str = "input file") -> pd.DataFrame:
+    """A CSV or, by its `.parquet`/`.pq` suffix, a parquet table; one-line InputError on failure."""
+    p = Path(path)
+    if p.suffix.lower() not in (".parquet", ".pq"):
+        return read_csv(p, what)
+    if not p.is_file():
+        raise InputError(f"{what} not found: {p}")
+    try:
+        return pd.read_parquet(p)
+    except Exception as e:  # pyarrow raises its own error types for a malformed file
+        raise InputError(f"{p}: malformed parquet ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
