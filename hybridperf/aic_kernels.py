@@ -144,21 +144,22 @@ def prior_terms(df: pd.DataFrame, device: DeviceSpec, gemm_c: KernelConstants | 
                 _fill(cols, mm, p, combine_ms(p, dt, c, ks), c.value("floor_us", dt, ks), waves)
         else:
             a_dt, kv_dt = _attn_dtype(sub["attn_dtype"]), _attn_dtype(sub["kv_cache_dtype"])
-            for key in sorted(set(zip(a_dt, kv_dt))):
-                sel = (a_dt == key[0]) & (kv_dt == key[1])
+            srcs = sub["kernel_source"].astype(str).to_numpy()
+            for key in sorted(set(zip(a_dt, kv_dt, srcs))):
+                sel = (a_dt == key[0]) & (kv_dt == key[1]) & (srcs == key[2])
                 mm = np.zeros(n, dtype=bool)
                 mm[np.flatnonzero(m)[sel]] = True
                 s = df.loc[mm]
                 b, h, kvh, hd = s["batch_size"], s["num_heads"], s["num_key_value_heads"], s["head_dim"]
-                src = None  # the prior's kernel_source argument takes one name; families differ per row
                 if op == "context_attention":
-                    t = attention.context_attention_ms(b, s["isl"], h, kvh, hd, device, key[0], key[1], True,
-                                                       s["window_size"], s["step"], src)
+                    t = attention.context_attention_ms(b, s["isl"], h, kvh, hd, device, dtype=key[0], kv_dtype=key[1],
+                                                       causal=True, window=s["window_size"], prefix=s["step"],
+                                                       kernel_source=key[2])
                     q, kv = s["isl"].to_numpy(), (s["isl"] + s["step"]).to_numpy()
                 else:
                     kv = (s["step"] + s["isl"]).to_numpy()
-                    t = attention.generation_attention_ms(b, kv, h, kvh, hd, device, key[0], key[1], s["window_size"],
-                                                          src)
+                    t = attention.generation_attention_ms(b, kv, h, kvh, hd, device, dtype=key[0], kv_dtype=key[1],
+                                                          window=s["window_size"], kernel_source=key[2])
                     q = s["isl"].to_numpy()
                 w = s["window_size"].to_numpy()
                 keys = np.where(w > 0, np.minimum(kv, w), kv)

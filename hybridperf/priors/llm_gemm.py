@@ -43,6 +43,17 @@ QUANTIZED_ACTIVATION = frozenset({"fp8", "fp8_block", "nvfp4", "sq", "w4afp8", "
 SCALE_BYTES = {"nvfp4": 1 / 16, "fp8_block": 4 / 16384, "int4_wo": 2 / 128, "w4a16_mxfp4": 1 / 32,
                "w4a8_mxfp4_mxfp8": 1 / 32, "w4afp8": 2 / 128}
 
+#: smallest slice of the reduction one SM takes under split-K (k elements)
+SPLIT_K_CHUNK = 256
+#: DRAM bandwidth one SM can draw, in multiples of its fair share (bandwidth / SMs): H100 decode GEMMs
+#: of one 128-column tile stream ~1.3 TB/s from 64 split-K blocks
+SM_BANDWIDTH_SHARE = 2.0
+#: math and memory of one kernel overlap imperfectly: body = (compute^P + memory^P)^(1/P), which is
+#: the slower term alone when they differ and 1.26x it when they are equal (P = 3)
+OVERLAP_P = 3.0
+#: L2 bandwidth over DRAM bandwidth, for weight bytes L2 serves (a modelling choice: 2.5-4x on
+#: A100/H100 microbenchmarks; the fitted memory efficiency absorbs the rest)
+L2_BANDWIDTH_RATIO = 3.0
 #: matrix-unit energy per FLOP by operand width, relative to 16-bit operands (bits moved per FLOP)
 OPERAND_ENERGY = {"fp8": 0.5, "int8": 0.5, "fp4": 0.25}
 #: dtypes whose kernels behave most alike, nearest first: where a dtype's constants were never fitted
@@ -134,25 +145,45 @@ def matrix_peak(device: DeviceSpec, peak_key: str) -> float:
     return min(peak, device.tdp_w / (pj * OPERAND_ENERGY.get(peak_key, 1.0) * 1e-12))
 
 
-def tile_compute_s(m, n, k, peak: float, device: DeviceSpec) -> tuple[np.ndarray, np.ndarray]:
-    """(seconds, waves) of the best tile of the device's architecture at 100% of `peak`: each wave
-    runs one tile per SM for `2*tm*tn*k` FLOPs at the per-SM rate; with fewer tiles than SMs split-K
-    spreads the reduction so the padded work runs on every SM."""
+def l2_weight_hit(weight_bytes, device: DeviceSpec) -> np.ndarray:
+    """Share of a GEMM's weight reads served by L2 under aiconfigurator's timing: it cycles through
+    `copies = min(5, ceil(L2 / weight))` copies of the weight so that most come from DRAM; when the
+    copies fit in L2 all hit, else LRU-like replacement leaves (L2 / footprint)^4 of them (L40S's 96 MB
+    L2 still serves a quarter of a cycled 128 MB weight)."""
+    w = np.maximum(np.asarray(weight_bytes, dtype=np.float64), 1.0)
+    l2 = device.l2_mb * 1e6
+    if l2 <= 0:
+        return np.zeros_like(w)
+    footprint = np.minimum(5.0, np.maximum(np.ceil(l2 / w), 1.0)) * w
+    return np.minimum(l2 / footprint, 1.0) ** 4
+
+
+def tile_compute_s(m, n, k, peak: float, device: DeviceSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(seconds, waves, CTAs) of the best tile of the device's architecture at 100% of `peak`: each
+    wave runs one tile per SM for `2*tm*tn*k` FLOPs at the per-SM rate; with fewer tiles than SMs
+    split-K spreads the reduction over up to `SMs / tiles` SMs, in chunks of at least `SPLIT_K_CHUNK`."""
     tiles = TILES.get(device.arch, TILES["hopper"])
     sms = float(device.num_sms)
-    best_t = best_w = None
+    per_sm = peak / sms
+    best = None
     for tm, tn, eff in tiles:
         count = np.ceil(m / tm) * np.ceil(n / tn)
-        padded = np.ceil(m / tm) * tm * np.ceil(n / tn) * tn
         waves = np.maximum(np.ceil(count / sms), 1.0)
-        full = np.where(count >= sms, waves * sms * tm * tn, padded)
-        t = 2.0 * full * k / (peak * eff)
-        if best_t is None:
-            best_t, best_w = t, waves
+        split = np.clip(np.minimum(np.floor(sms / count), np.ceil(k / SPLIT_K_CHUNK)), 1.0, None)
+        t = waves * 2.0 * tm * tn * k / split / (per_sm * eff)
+        if best is None:
+            best = [t, waves, count * split]
         else:
-            better = t < best_t
-            best_t, best_w = np.where(better, t, best_t), np.where(better, waves, best_w)
-    return best_t, best_w
+            better = t < best[0]
+            best = [np.where(better, new, old) for new, old in zip((t, waves, count * split), best)]
+    return best[0], best[1], best[2]
+
+
+def bandwidth_share(ctas, device: DeviceSpec) -> np.ndarray:
+    """Share of DRAM bandwidth `ctas` concurrent thread blocks can draw: an SM pulls at most
+    `SM_BANDWIDTH_SHARE` times its fair share (bandwidth / SMs), so a decode GEMM of few tiles and
+    short k cannot stream its weight at full rate."""
+    return np.clip(np.asarray(ctas, dtype=np.float64) * SM_BANDWIDTH_SHARE / device.num_sms, 1e-3, 1.0)
 
 
 def gemm_parts(m, n, k, gemm_dtype: str, device: DeviceSpec) -> dict:
@@ -164,12 +195,14 @@ def gemm_parts(m, n, k, gemm_dtype: str, device: DeviceSpec) -> dict:
     a_bytes, b_bytes, peak_key = GEMM_DTYPES.get(gemm_dtype, GEMM_DTYPES["bfloat16"])
     peak = matrix_peak(device, peak_key)
     bw = device.mem_bw_gbs * 1e9
-    compute, waves = tile_compute_s(m, n, k, peak, device)
+    compute, waves, ctas = tile_compute_s(m, n, k, peak, device)
     w_bytes = k * n * (b_bytes + SCALE_BYTES.get(gemm_dtype, 0.0))
+    hit = l2_weight_hit(k * n * b_bytes, device)
     nbytes = m * k * a_bytes + w_bytes + m * n * 2.0
+    dram_bytes = nbytes - w_bytes * hit * (1.0 - 1.0 / L2_BANDWIDTH_RATIO)
     quantized = gemm_dtype in QUANTIZED_ACTIVATION
     quant = (m * k * (2.0 + a_bytes) / bw) if quantized else np.zeros_like(m)
-    return {"compute": compute, "memory": nbytes / bw, "quant": quant, "kernels": 2.0 if quantized else 1.0,
+    return {"compute": compute, "memory": dram_bytes / (bw * bandwidth_share(ctas, device)), "quant": quant, "kernels": 2.0 if quantized else 1.0,
             "waves": waves, "flops": 2.0 * m * n * k, "bytes": nbytes, "weight_bytes": w_bytes, "peak": peak}
 
 
@@ -177,7 +210,8 @@ def combine_ms(parts: dict, dtype: str, constants: KernelConstants, kernel_sourc
     """Kernel time (ms) from `gemm_parts`-style pieces: the slower of math and memory at the dtype's
     (and kernel source's) fitted efficiencies, plus the quantization pass and one floor per kernel."""
     ce, me = (constants.value(f, dtype, kernel_source) for f in ("compute_eff", "memory_eff"))
-    body = np.maximum(parts["compute"] / ce, parts["memory"] / me) + parts["quant"] / me
+    body = ((parts["compute"] / ce) ** OVERLAP_P + (parts["memory"] / me) ** OVERLAP_P) ** (1.0 / OVERLAP_P) \
+        + parts["quant"] / me
     return (body + parts["kernels"] * constants.value("floor_us", dtype, kernel_source) * 1e-6) * 1e3
 
 

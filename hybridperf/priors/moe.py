@@ -54,7 +54,8 @@ def rank0_share(tokens, topk, experts, ep, alpha) -> np.ndarray:
 
 def distribution_alpha(distribution) -> np.ndarray:
     """`balanced` -> 0, `power_law_<alpha>` -> alpha, per row."""
-    d = np.asarray(distribution, dtype=object)
+    shape = np.shape(np.asarray(distribution, dtype=object))
+    d = np.atleast_1d(np.asarray(distribution, dtype=object)).ravel()
     out = np.zeros(d.shape)
     for name in set(d.tolist()):
         s = str(name)
@@ -63,7 +64,7 @@ def distribution_alpha(distribution) -> np.ndarray:
                 out[d == name] = float(s[len("power_law_"):])
             except ValueError:
                 out[d == name] = 1.2
-    return out
+    return out.reshape(shape)
 
 
 def moe_parts(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, moe_dtype: str = "bfloat16",
