@@ -137,7 +137,7 @@ def run(data: pd.DataFrame, log=print) -> tuple[pd.DataFrame, dict]:
             lo, hi = intervals(ivs, model, rows, kind, arch)
             err[f"cov_{kind}"] = (err[kind] >= lo) & (err[kind] <= hi)
         results.append(err)
-        log(f"held out {held}: {time.time() - t0:.0f} s")
+        log(f"held out {held}: {time.time() - t0:.0f} s", flush=True)
     return pd.concat(results)
 
 

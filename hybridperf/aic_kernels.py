@@ -18,7 +18,8 @@ import pandas as pd
 from hybridperf.devices import DeviceSpec, dtype_key
 from hybridperf.errors import InputError, ModelBundleError
 from hybridperf.priors import attention
-from hybridperf.priors.llm_gemm import GEMM_DTYPES, KernelConstants, combine_ms, fitted_constants, gemm_parts
+from hybridperf.priors.llm_gemm import (GEMM_DTYPES, KernelConstants, combine_ms, fitted_constants, floor_s,
+                                        gemm_parts)
 from hybridperf.priors.moe import moe_parts
 from hybridperf.residual_models.bundle import Bundle, load_bundle, shipped_models_dir
 
@@ -141,7 +142,7 @@ def prior_terms(df: pd.DataFrame, device: DeviceSpec, gemm_c: KernelConstants | 
                                   device, dt, s["moe_tp_size"], s["moe_ep_size"], s["distribution"].astype(str),
                                   "nongated" not in ks)
                     waves = p["padded"] / np.maximum(p["routed"], 1.0)
-                _fill(cols, mm, p, combine_ms(p, dt, c, ks), c.value("floor_us", dt, ks), waves)
+                _fill(cols, mm, p, combine_ms(p, dt, c, ks), floor_s(c, dt, ks, device.boost_clock_mhz), waves)
         else:
             a_dt, kv_dt = _attn_dtype(sub["attn_dtype"]), _attn_dtype(sub["kv_cache_dtype"])
             srcs = sub["kernel_source"].astype(str).to_numpy()
@@ -179,11 +180,11 @@ def prior_terms(df: pd.DataFrame, device: DeviceSpec, gemm_c: KernelConstants | 
     return out
 
 
-def _fill(cols, mask, parts, prior_ms, floor_us, waves) -> None:
+def _fill(cols, mask, parts, prior_ms, floor_s, waves) -> None:
     cols["prior_ms"][mask] = prior_ms
     cols["compute_ms"][mask] = parts["compute"] * 1e3
     cols["memory_ms"][mask] = parts["memory"] * 1e3
-    cols["floor_ms"][mask] = parts["kernels"] * floor_us * 1e-3
+    cols["floor_ms"][mask] = parts["kernels"] * floor_s * 1e3
     cols["flops"][mask], cols["bytes"][mask] = parts["flops"], parts["bytes"]
     cols["waves"][mask], cols["weight_bytes"][mask], cols["aux"][mask] = waves, parts["weight_bytes"], parts["quant"] * 1e3
 

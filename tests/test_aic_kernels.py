@@ -153,3 +153,22 @@ def test_shared_tables_load():
     df = load_kernels(SHARED, systems=["l40s"], ops=["gemm"])
     assert len(df) > 1000 and set(df["op_name"]) == {"gemm"}
     assert (df["latency_ms"] > 0).all() and df["system"].eq("l40s").all()
+
+
+def test_prediction_path_imports_no_training_libraries(tmp_path):
+    """predict-kernels on aiconfigurator rows runs on numpy, pandas and onnxruntime alone."""
+    import os
+    import subprocess
+    import sys
+
+    inp, out = tmp_path / "rows.csv", tmp_path / "out.csv"
+    pd.DataFrame(ROWS).to_csv(inp, index=False)
+    script = ("import sys, json\nimport hybridperf.cli.app as cli\n"
+              f"sys.argv = ['hybridperf', 'predict-kernels', {str(inp)!r}, '--device', 'b200_sxm', '--output', {str(out)!r}]\n"
+              "try:\n    cli.main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+              "print(json.dumps(sorted(m for m in ('torch', 'xgboost', 'sklearn', 'onnxmltools') if m in sys.modules)))\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == []
+    assert len(pd.read_csv(out)) == len(ROWS)

@@ -80,12 +80,13 @@ PEAK_FALLBACK = {"fp4": (("fp8", 2.0), ("bf16", 1.0)), "fp8": (("bf16", 1.0),), 
 @dataclass(frozen=True)
 class KernelConstants:
     """What fraction of the spec-sheet matrix rate and DRAM bandwidth a dtype's kernels reach, and the
-    per-kernel floor (us) inside a CUDA graph, per dtype; read off measured tables (`fitted_on`, by
-    `source`). A dtype not listed takes `bfloat16`'s values."""
+    per-kernel floor inside a CUDA graph in thousands of GPU cycles at the boost clock (launch and drain
+    are clocked work: A100 4.5 us at 1410 MHz, H100 3.1 at 1980, L40S 2.7 at 2520 are all ~6k cycles),
+    per dtype and kernel source; read off measured tables (`fitted_on`, by `source`)."""
 
     compute_eff: tuple[tuple[str, float], ...]
     memory_eff: tuple[tuple[str, float], ...]
-    floor_us: tuple[tuple[str, float], ...]
+    floor_kcycles: tuple[tuple[str, float], ...]
     fitted_on: tuple[str, ...] = ()
     source: str = ""
 
@@ -98,12 +99,12 @@ class KernelConstants:
 
     def to_dict(self) -> dict:
         return {"compute_eff": dict(self.compute_eff), "memory_eff": dict(self.memory_eff),
-                "floor_us": dict(self.floor_us), "fitted_on": list(self.fitted_on), "source": self.source}
+                "floor_kcycles": dict(self.floor_kcycles), "fitted_on": list(self.fitted_on), "source": self.source}
 
     @classmethod
     def from_dict(cls, d: dict) -> "KernelConstants":
         return cls(tuple(sorted(d["compute_eff"].items())), tuple(sorted(d["memory_eff"].items())),
-                   tuple(sorted(d["floor_us"].items())), tuple(d.get("fitted_on", ())), d.get("source", ""))
+                   tuple(sorted(d["floor_kcycles"].items())), tuple(d.get("fitted_on", ())), d.get("source", ""))
 
 
 #: spec-sheet roofline: every rate reached, no floor
@@ -202,7 +203,8 @@ def gemm_parts(m, n, k, gemm_dtype: str, device: DeviceSpec) -> dict:
     dram_bytes = nbytes - w_bytes * hit * (1.0 - 1.0 / L2_BANDWIDTH_RATIO)
     quantized = gemm_dtype in QUANTIZED_ACTIVATION
     quant = (m * k * (2.0 + a_bytes) / bw) if quantized else np.zeros_like(m)
-    return {"compute": compute, "memory": dram_bytes / (bw * bandwidth_share(ctas, device)), "quant": quant, "kernels": 2.0 if quantized else 1.0,
+    return {"compute": compute, "memory": dram_bytes / (bw * bandwidth_share(ctas, device)), "quant": quant,
+            "clock_mhz": device.boost_clock_mhz, "kernels": 2.0 if quantized else 1.0,
             "waves": waves, "flops": 2.0 * m * n * k, "bytes": nbytes, "weight_bytes": w_bytes, "peak": peak}
 
 
@@ -212,7 +214,12 @@ def combine_ms(parts: dict, dtype: str, constants: KernelConstants, kernel_sourc
     ce, me = (constants.value(f, dtype, kernel_source) for f in ("compute_eff", "memory_eff"))
     body = ((parts["compute"] / ce) ** OVERLAP_P + (parts["memory"] / me) ** OVERLAP_P) ** (1.0 / OVERLAP_P) \
         + parts["quant"] / me
-    return (body + parts["kernels"] * constants.value("floor_us", dtype, kernel_source) * 1e-6) * 1e3
+    return (body + parts["kernels"] * floor_s(constants, dtype, kernel_source, parts["clock_mhz"])) * 1e3
+
+
+def floor_s(constants: KernelConstants, dtype: str, kernel_source: str | None, clock_mhz: float) -> float:
+    """One kernel's floor (s) on a GPU of boost clock `clock_mhz`."""
+    return constants.value("floor_kcycles", dtype, kernel_source) * 1e3 / (clock_mhz * 1e6)
 
 
 def gemm_ms(m, n, k, gemm_dtype: str, device: DeviceSpec, kernel_source: str | None = None,

@@ -89,7 +89,7 @@ def moe_parts(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, 
     weights = active * mats * h * f_local * w_bytes
     acts = routed * (h + (mats - 1.0) * f_local) * a_bytes * 2.0 + t * h * 2.0 * 2.0
     quant = (t * h * (2.0 + a_bytes) / bw) if moe_dtype in QUANTIZED_ACTIVATION else np.zeros_like(t)
-    return {"compute": flops / peak, "memory": (weights + acts) / bw, "quant": quant,
+    return {"compute": flops / peak, "memory": (weights + acts) / bw, "quant": quant, "clock_mhz": device.boost_clock_mhz,
             "kernels": 2.0 + ROUTING_KERNELS, "routed": routed, "padded": padded, "active": active,
             "flops": flops, "bytes": weights + acts, "weight_bytes": weights, "peak": peak}
 

@@ -26,9 +26,9 @@ SMALLEST_PCT = 10
 #: (a few framework paths, e.g. vLLM's fp8_block linears, carry 60-350 us of extra kernels; most 3-6 us)
 FALLBACK_FLOOR_PCT = 25
 #: bfloat16's constants where no training row prices them (a table without bf16 rows)
-DEFAULT_BF16 = {"compute_eff": 0.7, "memory_eff": 0.75, "floor_us": 4.0}
+DEFAULT_BF16 = {"compute_eff": 0.7, "memory_eff": 0.75, "floor_kcycles": 6.0}
 #: rows per (system, op family) the residual models train on (a deterministic sample)
-TRAIN_ROWS = 40_000
+TRAIN_ROWS = 15_000
 SEED = 0
 
 
@@ -45,8 +45,8 @@ def _gmean(x) -> float:
     return float(np.exp(np.mean(np.log(x)))) if len(x) else np.nan
 
 
-def _fit_group(c, mem, q, y, n_k) -> tuple[float, float, float]:
-    """(compute eff, memory eff, floor us) of one (system, dtype, kernel source)'s rows; NaN where
+def _fit_group(c, mem, q, y, n_k, clock_mhz) -> tuple[float, float, float]:
+    """(compute eff, memory eff, floor in thousands of cycles) of one (system, dtype, kernel source)'s rows; NaN where
     too few rows are bound by that term."""
     body = np.maximum(c, mem) + q
     tiny = body <= np.percentile(body, SMALLEST_PCT)
@@ -58,7 +58,7 @@ def _fit_group(c, mem, q, y, n_k) -> tuple[float, float, float]:
     eff_m = np.median(mem[mb] / np.maximum(y[mb] - f_ms, 1e-6)) if mb.sum() >= 10 else np.nan
     qe = q / (eff_m if np.isfinite(eff_m) else 0.7)
     eff_c = np.median(c[cb] / np.maximum(y[cb] - f_ms - qe[cb], 1e-6)) if cb.sum() >= 10 else np.nan
-    return eff_c, eff_m, floor * 1e3
+    return eff_c, eff_m, floor * clock_mhz
 
 
 def fit_constants(df: pd.DataFrame, op: str, systems, source: str) -> KernelConstants:
@@ -78,7 +78,7 @@ def fit_constants(df: pd.DataFrame, op: str, systems, source: str) -> KernelCons
         for key in sorted(set(keys)):
             m = keys == key
             per.setdefault(key, []).append(_fit_group(arr["compute_ms"][m], arr["memory_ms"][m], arr["aux"][m], y[m],
-                                                      float(n_k[m][0])))
+                                                      float(n_k[m][0]), get_device(SYSTEM_DEVICES[system]).boost_clock_mhz))
     tables: list[dict] = [{}, {}, {}]
     for key, vals in per.items():
         for i, table in enumerate(tables):
@@ -91,9 +91,9 @@ def fit_constants(df: pd.DataFrame, op: str, systems, source: str) -> KernelCons
             by_dtype.setdefault(key.split("|")[0], []).append(v)
         table.update({dt: float(np.percentile(v, pct)) for dt, v in by_dtype.items()})
     out = []
-    for table, name in zip(tables, ("compute_eff", "memory_eff", "floor_us")):
+    for table, name in zip(tables, ("compute_eff", "memory_eff", "floor_kcycles")):
         table.setdefault("bfloat16", DEFAULT_BF16[name])
-        cap = 1.0 if name != "floor_us" else np.inf
+        cap = 1.0 if name != "floor_kcycles" else np.inf
         out.append(tuple(sorted((k, round(min(v, cap), 4)) for k, v in table.items())))
     return KernelConstants(*out, tuple(sorted(systems)), source)
 
@@ -116,12 +116,12 @@ def feature_matrix(df: pd.DataFrame, terms: pd.DataFrame) -> np.ndarray:
 
 
 def fit_residual(X: np.ndarray, y: np.ndarray, seed: int = SEED):
-    """A small XGBoost model of log(measured / prior); rows weighted so every system counts equally
-    is the caller's job (it passes balanced samples)."""
+    """A small XGBoost model of log(measured / prior) on balanced samples (the same rows per system).
+    One thread: on a shared 2-core machine two OpenMP threads ran 20x slower than one."""
     from hybridperf.residual_models.xgb import XGBResidual
 
     return XGBResidual(n_estimators=200, max_depth=6, learning_rate=0.08, min_child_weight=20.0, seed=seed,
-                       n_jobs=2).fit(X, y)
+                       n_jobs=1).fit(X, y)
 
 
 def conformal(log_err: np.ndarray, groups: np.ndarray | None = None, min_rows: int = 200) -> dict:
