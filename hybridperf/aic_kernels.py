@@ -18,7 +18,7 @@ import pandas as pd
 from hybridperf.devices import DeviceSpec, dtype_key
 from hybridperf.errors import InputError, ModelBundleError
 from hybridperf.priors import attention
-from hybridperf.priors.llm_gemm import (GEMM_DTYPES, KernelConstants, combine_ms, fitted_constants, floor_s,
+from hybridperf.priors.llm_gemm import (GEMM_DTYPES, TILES, KernelConstants, combine_ms, fitted_constants, floor_s,
                                         gemm_parts)
 from hybridperf.priors.moe import moe_parts
 from hybridperf.residual_models.bundle import Bundle, load_bundle, shipped_models_dir
@@ -42,8 +42,10 @@ KERNEL_FAMILIES = (("deepgemm", "deepgemm"), ("marlin", "marlin"), ("triton", "t
                    ("plugin", "trt_plugin"), ("fa3", "flash_attn"), ("flash", "flash_attn"), ("nongated", "trtllm"),
                    ("torch", "torch"), ("linear", "torch"), ("sglang", "torch"), ("vllm", "torch"))
 FAMILY_NAMES = tuple(sorted({f for _, f in KERNEL_FAMILIES} | {"other"}))
-#: log half-width added to each side of an interval for what no training system ran (an architecture,
-#: a kernel family, a dtype): the spread of held-out bias between systems in leave-one-system-out
+#: log half-width added to each side of an interval for what leave-one-GPU-out never tested: an
+#: architecture the tile model does not know (the four training GPUs are four NVIDIA architectures,
+#: so the conformal quantiles already hold a new NVIDIA one), a kernel family or dtype no training
+#: system ran. Chosen, not fitted: the order of the per-GPU median bias in leave-one-GPU-out (0.1-0.4)
 DEFAULT_WIDEN = {"arch": 0.25, "kernel_family": 0.15, "dtype": 0.25}
 #: the interval of a family/dtype the bundle has no quantiles for (log), a wide default
 FALLBACK_Q = (-0.6, 0.6)
@@ -235,6 +237,32 @@ def dtype_of(df: pd.DataFrame) -> np.ndarray:
     return np.where(ops == "gemm", col("gemm_dtype"), np.where(ops == "moe", col("moe_dtype"), attn)).astype(object)
 
 
+def interval_quantiles(ivs: dict, trained: dict, ops, dts, families, arch: str, kinds: dict,
+                       widen: dict = DEFAULT_WIDEN) -> tuple[np.ndarray, np.ndarray]:
+    """(q_lo, q_hi) per row, log: the conformal quantiles of the row's `op:kind:dtype` (else `op:kind`,
+    else FALLBACK_Q), widened for an architecture without a tile model, and, where `trained` lists
+    them, for a dtype or kernel family no training system ran."""
+    ops, dts, families = (np.asarray(x, dtype=object) for x in (ops, dts, families))
+    q_lo, q_hi = np.full(len(ops), FALLBACK_Q[0]), np.full(len(ops), FALLBACK_Q[1])
+    for op, kind in kinds.items():
+        m = ops == op
+        for dt in set(dts[m].tolist()):
+            mm = m & (dts == dt)
+            iv = ivs.get(f"{op}:{kind}:{dt}") or ivs.get(f"{op}:{kind}")
+            if iv is not None:
+                q_lo[mm], q_hi[mm] = iv["q_lo"], iv["q_hi"]
+            extra = widen["arch"] if arch not in TILES else 0.0
+            if trained and dt not in trained.get("dtypes", {}).get(op, []):
+                extra += widen["dtype"]
+            q_lo[mm] -= extra
+            q_hi[mm] += extra
+        if trained:
+            new = m & ~np.isin(families, list(trained.get("kernel_families", {}).get(op, [])))
+            q_lo[new] -= widen["kernel_family"]
+            q_hi[new] += widen["kernel_family"]
+    return q_lo, q_hi
+
+
 @dataclass
 class AicPredictor:
     """The bundle's pieces: prior constants, residual sessions, interval quantiles, what was trained."""
@@ -266,11 +294,8 @@ class AicPredictor:
         """`pred_ms`, `lo_ms`, `hi_ms`, `prior_ms` per row of validated `df`, in its order."""
         terms = prior_terms(df, device, self.gemm_c, self.moe_c)
         log_pred = _log(terms["prior_ms"])
-        q_lo, q_hi = np.full(len(df), FALLBACK_Q[0]), np.full(len(df), FALLBACK_Q[1])
-        ops, dts, fams = df["op_name"].to_numpy(), dtype_of(df), terms["kernel_family"].to_numpy()
-        ivs = self.manifest.get("intervals", {})
-        trained = self.manifest.get("trained", {})
-        widen = {**DEFAULT_WIDEN, **self.manifest.get("widen", {})}
+        ops, dts = df["op_name"].to_numpy(), dtype_of(df)
+        kinds = {}
         for op in OPS:
             m = ops == op
             if not m.any():
@@ -280,25 +305,13 @@ class AicPredictor:
             if use_res:
                 X = features(df.loc[m], terms.loc[m], device)
                 log_pred[m] += np.clip(self.bundle.run(res["file"], X)[:, 0], -2.0, 2.0)
-            kind = "hybrid" if use_res else "prior"
+            kinds[op] = "hybrid" if use_res else "prior"
             for dt in set(dts[m].tolist()):
                 mm = m & (dts == dt)
                 log_pred[mm] += self.offsets.get(f"{op}:{dt}", self.offsets.get(op, 0.0))
-                iv = ivs.get(f"{op}:{kind}:{dt}") or ivs.get(f"{op}:{kind}")
-                if iv is not None:
-                    q_lo[mm], q_hi[mm] = iv["q_lo"], iv["q_hi"]
-                extra = 0.0
-                if trained and device.arch not in trained.get("archs", []):
-                    extra += widen["arch"]
-                if trained and dt not in trained.get("dtypes", {}).get(op, []):
-                    extra += widen["dtype"]
-                q_lo[mm] -= extra
-                q_hi[mm] += extra
-            if trained:
-                known = set(trained.get("kernel_families", {}).get(op, []))
-                new = m & ~np.isin(fams, list(known))
-                q_lo[new] -= widen["kernel_family"]
-                q_hi[new] += widen["kernel_family"]
+        q_lo, q_hi = interval_quantiles(self.manifest.get("intervals", {}), self.manifest.get("trained", {}), ops, dts,
+                                        terms["kernel_family"].to_numpy(), device.arch, kinds,
+                                        {**DEFAULT_WIDEN, **self.manifest.get("widen", {})})
         pred = np.exp(log_pred)
         lo = np.minimum(pred * np.exp(q_lo), pred)
         hi = np.maximum(pred * np.exp(q_hi), pred)

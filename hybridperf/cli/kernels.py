@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from hybridperf.csvio import read_csv, read_table
+from hybridperf.csvio import read_csv, read_table, write_csv
 
 #: rows whose out-of-distribution score (`Predictor.predict`'s `ood`) reaches this get a note
 OOD_NOTE = 1.0
@@ -98,7 +98,7 @@ def _predict_aiconfigurator(raw, dev, output: Path, calibration, model_bundle, p
     out["pred_lo_ms"] = res["lo_ms"].to_numpy()
     out["pred_hi_ms"] = res["hi_ms"].to_numpy()
     output.parent.mkdir(parents=True, exist_ok=True)
-    out.to_csv(output, index=False)
+    write_csv(out, output)
     typer.echo(f"wrote {len(out)} predictions for {dev.name} to {output}", err=True)
     if "latency" in raw.columns:
         y = np.asarray(__import__("pandas").to_numeric(raw["latency"], errors="coerce"), dtype=np.float64)

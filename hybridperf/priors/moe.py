@@ -20,8 +20,10 @@ from hybridperf.devices import DeviceSpec
 from hybridperf.priors.llm_gemm import (GEMM_DTYPES, QUANTIZED_ACTIVATION, SCALE_BYTES, KernelConstants,
                                         combine_ms, fitted_constants, matrix_peak)
 
-#: rows of the grouped GEMM's tile each local expert's tokens are padded to
-EXPERT_TILE_M = 64.0
+#: rows of the grouped GEMM's tile each local expert's tokens are padded to: the kernels pick the
+#: smallest power of two covering an expert's tokens within these bounds (Triton's fused MoE picks
+#: BLOCK_SIZE_M 16-128 by tokens per expert; CUTLASS grouped GEMMs likewise)
+EXPERT_TILE_M = (16.0, 128.0)
 #: kernels a fused MoE layer launches besides its two grouped GEMMs (top-k, permute, finalize)
 ROUTING_KERNELS = 3.0
 
@@ -82,7 +84,8 @@ def moe_parts(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, 
     routed = np.minimum(rank0_share(t, k, e, ep, distribution_alpha(distribution)) * t * k, local * t)
     active = np.minimum(local, np.maximum(routed, 1.0))
     per_expert = routed / active
-    padded = active * np.ceil(per_expert / EXPERT_TILE_M) * EXPERT_TILE_M
+    tile = np.clip(2.0 ** np.ceil(np.log2(np.maximum(per_expert, 1.0))), *EXPERT_TILE_M)
+    padded = active * np.ceil(per_expert / tile) * tile
     flops = 2.0 * padded * h * mats * f_local
     bw = device.mem_bw_gbs * 1e9
     peak = matrix_peak(device, peak_key)

@@ -25,6 +25,8 @@ SMALLEST_PCT = 10
 #: a dtype's floor for a kernel source never fitted: this percentile over the fitted sources' floors
 #: (a few framework paths, e.g. vLLM's fp8_block linears, carry 60-350 us of extra kernels; most 3-6 us)
 FALLBACK_FLOOR_PCT = 25
+#: a dtype's efficiencies for a kernel source never fitted: this percentile over the fitted sources'
+FALLBACK_EFF_PCT = 50
 #: bfloat16's constants where no training row prices them (a table without bf16 rows)
 DEFAULT_BF16 = {"compute_eff": 0.7, "memory_eff": 0.75, "floor_kcycles": 6.0}
 #: rows per (system, op family) the residual models train on (a deterministic sample)
@@ -85,7 +87,7 @@ def fit_constants(df: pd.DataFrame, op: str, systems, source: str) -> KernelCons
             v = _gmean([x[i] for x in vals])
             if np.isfinite(v):
                 table[key] = v
-    for table, pct in zip(tables, (50, 50, FALLBACK_FLOOR_PCT)):
+    for table, pct in zip(tables, (FALLBACK_EFF_PCT, FALLBACK_EFF_PCT, FALLBACK_FLOOR_PCT)):
         by_dtype: dict[str, list] = {}
         for key, v in table.items():
             by_dtype.setdefault(key.split("|")[0], []).append(v)
