@@ -1,8 +1,9 @@
 """Leave-one-GPU-out over aiconfigurator's four shared systems (a100_sxm, h100_sxm, l40s, b200_sxm):
 MAPE and 90% interval coverage per (held-out GPU, op family, dtype) of the spec-sheet roofline, the
 prior alone and the hybrid (prior x residual), with B200 held out (trained on Ampere, Ada and Hopper)
-reported on its own. Intervals of a held-out GPU are split-conformal on an inner leave-one-out over
-the other three, so nothing of the held-out GPU sets them.
+reported on its own. Intervals of a held-out GPU, and how far each family's residual is trusted
+(scaled by 1 or 0.5), come from an inner leave-one-out over the other three, so nothing of the
+held-out GPU sets them.
 
     python experiments/aiconfigurator_kernels.py                      # report + plot
     python experiments/aiconfigurator_kernels.py --ship exported_models/aic_kernels   # also the bundle
@@ -31,6 +32,8 @@ from hybridperf.priors.llm_gemm import ROOFLINE  # noqa: E402
 from hybridperf.training import aic_kernels as T  # noqa: E402
 
 SYSTEMS = ("a100_sxm", "h100_sxm", "l40s", "b200_sxm")
+#: factors a family's residual may be scaled by, chosen on held-out systems (inner folds when evaluating)
+SHRINKS = (1.0, 0.5)
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -59,13 +62,32 @@ def predict(model: dict, rows: pd.DataFrame) -> pd.DataFrame:
     terms = T.predict_terms(rows, model["gemm_c"], model["moe_c"])
     roof = T.predict_terms(rows, ROOFLINE, ROOFLINE)["prior_ms"].to_numpy()
     prior = np.log(terms["prior_ms"].to_numpy())
-    hybrid = prior.copy()
+    resid = np.zeros(len(rows))
     for op, mdl in model["models"].items():
         m = (rows["op_name"] == op).to_numpy()
         if m.any():
-            hybrid[m] += np.clip(mdl.predict(T.feature_matrix(rows[m], terms[m])), -2.0, 2.0)
-    return pd.DataFrame({"roof": np.log(roof), "prior": prior, "hybrid": hybrid,
+            resid[m] = np.clip(mdl.predict(T.feature_matrix(rows[m], terms[m])), -2.0, 2.0)
+    return pd.DataFrame({"roof": np.log(roof), "prior": prior, "resid": resid,
                          "family": terms["kernel_family"].to_numpy()}, index=rows.index)
+
+
+def per_system_mape(errs: pd.DataFrame, col: str) -> pd.Series:
+    return errs.groupby("system")[col].apply(lambda e: ape(e).mean())
+
+
+def choose_shrink(errs: pd.DataFrame) -> dict:
+    """Per op family, the factor in SHRINKS the residual is scaled by: the one whose worst held-out
+    system has the lowest MAPE (a residual learned on three GPUs is partly theirs alone)."""
+    out = {}
+    for op, g in errs.groupby("op"):
+        worst = {s: per_system_mape(g.assign(e=g["prior"] - s * g["resid"]), "e").max() for s in SHRINKS}
+        out[op] = min(SHRINKS, key=lambda s: (worst[s], -s))
+    return out
+
+
+def with_shrink(errs: pd.DataFrame, shrink: dict) -> pd.DataFrame:
+    """`errs` with `hybrid` = prior error less the shrunken residual."""
+    return errs.assign(hybrid=errs["prior"] - errs["op"].map(shrink).fillna(1.0).to_numpy() * errs["resid"])
 
 
 def calibrate(errs: pd.DataFrame) -> dict:
@@ -98,8 +120,8 @@ def held_out_errors(data: pd.DataFrame, held: str, train_systems) -> pd.DataFram
     p = predict(model, rows)
     y = np.log(rows["latency_ms"].to_numpy())
     return pd.DataFrame({"system": held, "op": rows["op_name"].astype(str).to_numpy(), "dtype": dtype_of(rows),
-                         "family": p["family"].to_numpy(), **{k: y - p[k].to_numpy() for k in ("roof", "prior", "hybrid")}},
-                        index=rows.index), model
+                         "family": p["family"].to_numpy(), "roof": y - p["roof"].to_numpy(),
+                         "prior": y - p["prior"].to_numpy(), "resid": p["resid"].to_numpy()}, index=rows.index), model
 
 
 def run(data: pd.DataFrame, log=print) -> tuple[pd.DataFrame, dict]:
@@ -112,8 +134,10 @@ def run(data: pd.DataFrame, log=print) -> tuple[pd.DataFrame, dict]:
         train = [s for s in SYSTEMS if s != held]
         t0 = time.time()
         inner = pd.concat([held_out_errors(data, i, [s for s in train if s != i])[0] for i in train])
-        ivs = calibrate(inner)
+        shrink = choose_shrink(inner)
+        ivs = calibrate(with_shrink(inner, shrink))
         err, model = held_out_errors(data, held, train)
+        err = with_shrink(err, shrink).assign(shrink=err["op"].map(shrink).to_numpy())
         model["_family"] = err["family"]
         rows = data.loc[err.index]
         arch = get_device(SYSTEM_DEVICES[held]).arch
@@ -149,18 +173,19 @@ def ship(data: pd.DataFrame, res: pd.DataFrame, out: Path) -> dict:
     for f in out.glob("*.onnx"):
         f.unlink()
     residuals, decisions = {}, {}
+    shrink = choose_shrink(res)
+    res = with_shrink(res, shrink)
     for op in OPS:
         r = res[res["op"] == op]
         if not len(r) or op not in model["models"]:
             continue
-        per = r.groupby("system").apply(lambda g: (ape(g["hybrid"]).mean(), ape(g["prior"]).mean()),
-                                        include_groups=False)
-        wins = all(h < p for h, p in per)
-        decisions[op] = {s: {"hybrid_mape": round(h, 2), "prior_mape": round(p, 2)} for s, (h, p) in per.items()}
-        if wins:
+        hyb, pri = per_system_mape(r, "hybrid"), per_system_mape(r, "prior")
+        decisions[op] = {s: {"hybrid_mape": round(hyb[s], 2), "prior_mape": round(pri[s], 2),
+                             "residual_scale": shrink[op]} for s in hyb.index}
+        if (hyb < pri).all():
             name = f"{op}_residual_xgb.onnx"
             model["models"][op].export_onnx(out / name)
-            residuals[op] = {"file": name}
+            residuals[op] = {"file": name, "scale": shrink[op]}
     ivs = calibrate(res)
     manifest = {
         "kind": "aic-kernels", "feature_names": list(FEATURES), "files": {r["file"]: "" for r in residuals.values()},
@@ -213,7 +238,8 @@ def report(tab: pd.DataFrame, res: pd.DataFrame, speed: str, args, shipped: dict
     overall = overall.round(1)
     ship_line = "" if shipped is None else (
         "Shipped residuals (beat the prior on every held-out GPU): "
-        + (", ".join(sorted(shipped["residuals"])) or "none") + "; the other families predict with the prior "
+        + (", ".join(f"{op} (scaled by {v['scale']})" for op, v in sorted(shipped["residuals"].items())) or "none")
+        + "; the other families predict with the prior "
         "and the prior's intervals (their `hybrid` columns above show what a residual would do).")
     ok = tab[(tab["hybrid %"] <= 10) & tab["cov hybrid %"].between(85, 95)]
     b200 = tab[tab["system"] == "b200_sxm"]
@@ -248,6 +274,16 @@ def report(tab: pd.DataFrame, res: pd.DataFrame, speed: str, args, shipped: dict
         md(tab),
         "",
         "![MAPE per cell](aiconfigurator_kernels.png)",
+        "",
+        "## What limits the held-out accuracy",
+        "",
+        "- A kernel source measured on no other GPU takes its dtype's constants from other frameworks' "
+        "kernels: A100's TensorRT-LLM weight-only int4/int8 plugin gets H100 SGLang's much slower int8 path; "
+        "B200's TensorRT-LLM DeepGEMM fp8_block the median of the others.",
+        "- Some framework paths carry large per-call costs that differ between GPUs (vLLM's fp8_block linears: "
+        "60-350 us per call at tiny shapes), and power-law MoE rows include a few pathological measurements.",
+        "- L40S (Ada, GDDR6, 96 MB L2, 350 W) departs from the other three in ways their residuals do not "
+        "carry; with four GPUs of four architectures every held-out GPU is a new architecture.",
         "",
         "## Speed",
         "",

@@ -284,6 +284,9 @@ class AicPredictor:
             f = spec.get("file")
             if f not in b.sessions or b.sessions[f].get_inputs()[0].shape[1] != len(FEATURES):
                 raise ModelBundleError(f"{root}: residual of {fam} ({f}) is not a listed ONNX file of {len(FEATURES)} features")
+            scale = spec.get("scale", 1.0)
+            if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0.0 <= scale <= 1.0:
+                raise ModelBundleError(f"{root}: residual scale of {fam} is {scale!r}, not a number in [0, 1]")
         try:
             c = m["constants"]
             return cls(KernelConstants.from_dict(c["gemm"]), KernelConstants.from_dict(c["moe"]), b, m)
@@ -304,7 +307,7 @@ class AicPredictor:
             use_res = res is not None and self.bundle is not None and not prior_only
             if use_res:
                 X = features(df.loc[m], terms.loc[m], device)
-                log_pred[m] += np.clip(self.bundle.run(res["file"], X)[:, 0], -2.0, 2.0)
+                log_pred[m] += float(res.get("scale", 1.0)) * np.clip(self.bundle.run(res["file"], X)[:, 0], -2.0, 2.0)
             kinds[op] = "hybrid" if use_res else "prior"
             for dt in set(dts[m].tolist()):
                 mm = m & (dts == dt)

@@ -172,3 +172,21 @@ def test_prediction_path_imports_no_training_libraries(tmp_path):
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout.strip().splitlines()[-1]) == []
     assert len(pd.read_csv(out)) == len(ROWS)
+
+
+def test_bundle_refuses_bad_residual_scale(tmp_path):
+    """An edited manifest (a residual scaled outside [0, 1]) fails to load with one line."""
+    import shutil
+
+    from hybridperf.errors import ModelBundleError
+
+    src = REPO / "exported_models" / "aic_kernels"
+    if not (src / "manifest.json").is_file() or not json.loads((src / "manifest.json").read_text())["residuals"]:
+        pytest.skip("no shipped aic_kernels residual")
+    dst = tmp_path / "b"
+    shutil.copytree(src, dst)
+    m = json.loads((dst / "manifest.json").read_text())
+    next(iter(m["residuals"].values()))["scale"] = 3.0
+    (dst / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(ModelBundleError, match="scale"):
+        AicPredictor.load(dst)
