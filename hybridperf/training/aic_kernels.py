@@ -25,6 +25,10 @@ SMALLEST_PCT = 10
 #: a dtype's floor for a kernel source never fitted: this percentile over the fitted sources' floors
 #: (a few framework paths, e.g. vLLM's fp8_block linears, carry 60-350 us of extra kernels; most 3-6 us)
 FALLBACK_FLOOR_PCT = 25
+#: a dtype gets constants of its own (for kernel sources never fitted) only from this many fitted
+#: (dtype, kernel source) entries; from fewer, its kin's or bfloat16's stand in (one framework's path,
+#: e.g. SGLang's int8 weight-only linear on H100, is no guide to another's)
+MIN_SOURCES = 2
 #: a dtype's efficiencies for a kernel source never fitted: this percentile over the fitted sources'
 FALLBACK_EFF_PCT = 50
 #: bfloat16's constants where no training row prices them (a table without bf16 rows)
@@ -91,7 +95,7 @@ def fit_constants(df: pd.DataFrame, op: str, systems, source: str) -> KernelCons
         by_dtype: dict[str, list] = {}
         for key, v in table.items():
             by_dtype.setdefault(key.split("|")[0], []).append(v)
-        table.update({dt: float(np.percentile(v, pct)) for dt, v in by_dtype.items()})
+        table.update({dt: float(np.percentile(v, pct)) for dt, v in by_dtype.items() if len(v) >= MIN_SOURCES})
     out = []
     for table, name in zip(tables, ("compute_eff", "memory_eff", "floor_kcycles")):
         table.setdefault("bfloat16", DEFAULT_BF16[name])
