@@ -28,7 +28,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hybridperf.aic_kernels import FEATURES, OPS, AicPredictor, dtype_of, interval_quantiles  # noqa: E402
 from hybridperf.datasets.aiconfigurator import SYSTEM_DEVICES, load_kernels  # noqa: E402
-from hybridperf.priors.llm_gemm import ROOFLINE  # noqa: E402
 from hybridperf.training import aic_kernels as T  # noqa: E402
 
 SYSTEMS = ("a100_sxm", "h100_sxm", "l40s", "b200_sxm")
@@ -57,10 +56,46 @@ def fit(train: pd.DataFrame, systems) -> dict:
     return {"gemm_c": gemm_c, "moe_c": moe_c, "models": models, "families": fams, "dtypes": dts}
 
 
+def spec_roofline_ms(rows: pd.DataFrame) -> np.ndarray:
+    """The spec-sheet roofline of each row on its system's GPU: max(FLOPs / spec matrix peak of the
+    dtype, DRAM bytes / spec bandwidth), no tiles, floors, power cap or caches (MoE: an even share of
+    token-expert pairs on rank 0; attention: the causal pairs)."""
+    from hybridperf.devices import get_device
+    from hybridperf.priors.llm_gemm import GEMM_DTYPES, spec_matrix_peak
+
+    out = np.zeros(len(rows))
+    for (system, op, dt), g in rows.groupby(["system", "op_name", "dtype"], observed=True, sort=True):
+        dev = get_device(SYSTEM_DEVICES[system])
+        pos = rows.index.get_indexer(g.index)
+        a, w, key = GEMM_DTYPES.get(str(dt), (2.0, 2.0, "bf16"))
+        if op == "gemm":
+            m, n, k = (g[c].to_numpy(dtype=float) for c in ("m", "n", "k"))
+            flops, nbytes = 2 * m * n * k, m * k * a + k * n * w + m * n * 2
+        elif op == "moe":
+            t, h, f, kk, e, tp, ep = (g[c].to_numpy(dtype=float) for c in (
+                "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size"))
+            routed, fl = t * kk / ep, f / tp
+            active = np.minimum(e / ep, np.maximum(routed, 1.0))
+            flops = 2 * routed * h * 3 * fl
+            nbytes = active * 3 * h * fl * w + routed * (h + fl) * 2 * a
+        else:
+            b, q, heads, kvh, hd, step, win = (g[c].to_numpy(dtype=float) for c in (
+                "batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "step", "window_size"))
+            kv = q + step
+            pairs = q * step + q * (q + 1) / 2 if op == "context_attention" else q * kv
+            pairs = np.where(win > 0, np.minimum(pairs, q * win), pairs)
+            kv = np.where(win > 0, np.minimum(kv, win), kv)
+            flops = 4 * b * heads * pairs * hd
+            nbytes = b * hd * (2 * q * heads * 2 + 2 * kv * kvh * (1 if "fp8" in str(dt).split("/")[-1] else 2))
+            key = "fp8" if str(dt).startswith("fp8") else "bf16"
+        out[pos] = np.maximum(flops / spec_matrix_peak(dev, key), nbytes / (dev.mem_bw_gbs * 1e9)) * 1e3
+    return out
+
+
 def predict(model: dict, rows: pd.DataFrame) -> pd.DataFrame:
     """Roofline, prior and hybrid log-predictions of `rows` under a `fit` result."""
     terms = T.predict_terms(rows, model["gemm_c"], model["moe_c"])
-    roof = T.predict_terms(rows, ROOFLINE, ROOFLINE)["prior_ms"].to_numpy()
+    roof = spec_roofline_ms(rows)
     prior = np.log(terms["prior_ms"].to_numpy())
     resid = np.zeros(len(rows))
     for op, mdl in model["models"].items():

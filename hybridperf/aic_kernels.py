@@ -89,9 +89,10 @@ def validate(df: pd.DataFrame, source: str = "input") -> pd.DataFrame:
         m = (ops == op).to_numpy()
         need = [c for c in REQUIRED[op] if c in NUMERIC] + (["moe_tp_size", "moe_ep_size"] if op == "moe" else [])
         for c in need:
-            v = out.loc[m, c].to_numpy()
-            if not np.all(np.isfinite(v) & (v > 0)):
-                raise InputError(f"{source}: {op} rows need a positive finite {c} (row {int(np.argmax(m & ~(np.isfinite(out[c].to_numpy()) & (out[c].to_numpy() > 0)))) + 1})")
+            v = out[c].to_numpy()
+            bad_rows = m & ~(np.isfinite(v) & (v > 0))
+            if bad_rows.any():
+                raise InputError(f"{source}: {op} rows need a positive finite {c} (row {int(np.argmax(bad_rows)) + 1})")
     for c in ("window_size", "step"):
         v = out[c].to_numpy()
         if np.any(~np.isfinite(v) | (v < 0)):

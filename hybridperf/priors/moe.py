@@ -6,7 +6,8 @@ ways across experts, weights in `moe_dtype`; the time is EP rank 0's.
 The physics: the token-expert pairs rank 0 computes (balanced: an even share; `power_law_<alpha>`: the
 collector samples expert loads from a power law on [1, 0.8 * tokens] and swaps the heaviest rank into
 rank 0, so rank 0 carries the expected maximum of `ep` group sums), each local expert's rows padded to
-the grouped GEMM's tile, the experts' weights read once per active expert (decode is bound by them),
+the grouped GEMM's tile, the experts' weights read once per active expert (decode is bound by them; the collector replays the
+same layer, so experts that fit in L2 are served from it),
 the gated MLP (up and gate, then down; `nongated` kernels have no gate), and a routing/permute pass
 over the activations. Efficiencies and floors are measured data (`KernelConstants`), passed explicitly.
 
@@ -17,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 
 from hybridperf.devices import DeviceSpec
-from hybridperf.priors.llm_gemm import (GEMM_DTYPES, QUANTIZED_ACTIVATION, SCALE_BYTES, KernelConstants,
-                                        combine_ms, fitted_constants, matrix_peak)
+from hybridperf.priors.llm_gemm import (GEMM_DTYPES, L2_BANDWIDTH_RATIO, QUANTIZED_ACTIVATION, SCALE_BYTES,
+                                        KernelConstants, combine_ms, fitted_constants, matrix_peak)
 
 #: rows of the grouped GEMM's tile each local expert's tokens are padded to: the kernels pick the
 #: smallest power of two covering an expert's tokens within these bounds (Triton's fused MoE picks
@@ -92,7 +93,10 @@ def moe_parts(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, 
     weights = active * mats * h * f_local * w_bytes
     acts = routed * (h + (mats - 1.0) * f_local) * a_bytes * 2.0 + t * h * 2.0 * 2.0
     quant = (t * h * (2.0 + a_bytes) / bw) if moe_dtype in QUANTIZED_ACTIVATION else np.zeros_like(t)
-    return {"compute": flops / peak, "memory": (weights + acts) / bw, "quant": quant, "clock_mhz": device.boost_clock_mhz,
+    # replayed back to back on the same weights (no copies cycled), experts that fit in L2 stay there
+    hit = np.minimum(device.l2_mb * 1e6 / np.maximum(weights, 1.0), 1.0) ** 4 if device.l2_mb > 0 else 0.0
+    dram = weights * (1.0 - hit * (1.0 - 1.0 / L2_BANDWIDTH_RATIO)) + acts
+    return {"compute": flops / peak, "memory": dram / bw, "quant": quant, "clock_mhz": device.boost_clock_mhz,
             "kernels": 2.0 + ROUTING_KERNELS, "routed": routed, "padded": padded, "active": active,
             "flops": flops, "bytes": weights + acts, "weight_bytes": weights, "peak": peak}
 
