@@ -8,6 +8,7 @@ setup(
     package_dir={"hybridperf._exported_models": "exported_models"},
     package_data={"hybridperf._exported_models": ["*/*.onnx", "*/*.json", "*.json", "*.md"],
                   "hybridperf.devices": ["data/gpus/*.json", "data/nodes/*.json"],
+                  "hybridperf.priors": ["data/*.json"],
                   "hybridperf.serving": ["calibration.json"]},
     include_package_data=False,
 )

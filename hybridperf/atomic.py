@@ -115,11 +115,21 @@ def atomic_dir(path: str | Path, marker: str = "manifest.json") -> Iterator[Path
         raise
 
 
+#: tables at least this long are written with pyarrow's CSV writer
+FAST_CSV_ROWS = 20_000
+
+
 def write_csv(df, path: str | Path, **kwargs) -> None:
-    """`df.to_csv(path, index=False, **kwargs)`, atomically."""
+    """`df.to_csv(path, index=False, **kwargs)`, atomically; tables of FAST_CSV_ROWS rows or more through
+    pyarrow's writer (10x faster; it reads back identical but quotes its header)."""
+    from hybridperf.csvio import fast_to_csv
+
     kwargs.setdefault("index", False)
     with atomic_path(path) as tmp:
-        df.to_csv(tmp, **kwargs)
+        if kwargs == {"index": False} and len(df) >= FAST_CSV_ROWS:
+            fast_to_csv(df, tmp)
+        else:
+            df.to_csv(tmp, **kwargs)
 
 
 def write_text(path: str | Path, text: str) -> None:

@@ -330,6 +330,9 @@ def test_a_failed_write_leaves_no_partial_file(monkeypatch, capsys, tmp_path, ke
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
     monkeypatch.setattr(pd.DataFrame, "to_csv", half_then_full)
+    import hybridperf.csvio as csvio
+
+    monkeypatch.setattr(csvio, "fast_to_csv", lambda df, path: half_then_full(df, path, index=False))
     out = tmp_path / "pred.csv"
     refused(monkeypatch, capsys, ["predict-kernels", kernels_csv, "--device", "H100", "--output", out, "--prior-only"],
             "No space left on device")

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from hybridperf.atomic import write_csv
-from hybridperf.csvio import integers_restored, read_csv
+from hybridperf.csvio import integers_restored, read_csv, read_table
 from hybridperf.errors import InputError
 from hybridperf.guard import check_predictions
 
@@ -16,7 +16,9 @@ OOD_NOTE = 1.0
 
 
 def predict_kernels(
-    input_csv: Path = typer.Argument(..., help="Kernels, NeuSight test-CSV columns: OPName, B, M, N, K, H [, dtype]."),
+    input_csv: Path = typer.Argument(
+        ..., help="Kernels (CSV or parquet): NeuSight test-CSV columns (OPName, B, M, N, K, H [, dtype]) or "
+                  "aiconfigurator's perf-table columns (op_name gemm|context_attention|generation_attention|moe, ...)."),
     device: str = typer.Option(..., "--device", help="Catalog name/alias or a JSON spec path."),
     output: Path = typer.Option(..., "--output", help="Where to write the predictions CSV."),
     calibration: Optional[Path] = typer.Option(
@@ -52,7 +54,9 @@ def predict_kernels(
         raise InputError("--model-bundle and --prior-only are mutually exclusive")
     dev = get_device(device)
     note_generic_spec(dev)
-    raw = read_csv(input_csv)
+    raw = read_table(input_csv)
+    if is_aiconfigurator(raw):
+        return _predict_aiconfigurator(raw, dev, output, calibration, model_bundle, prior_only, str(input_csv))
     kernels = canonicalize(raw, source=str(input_csv), timing=check_timing(timing), host=check_host(host))
     predictor = Predictor.prior_only() if prior_only else Predictor.load(model_bundle)
     predictor.check_device(dev, allow_other_device)
@@ -82,6 +86,37 @@ def predict_kernels(
         typer.echo(f"note: {rows} outside what the kernel models were trained on; their "
                    f"intervals are widened, not calibrated (measured rows through --calibration calibrate them)",
                    err=True)
+
+
+def is_aiconfigurator(raw) -> bool:
+    """aiconfigurator's perf-table schema (an `op_name` column) rather than NeuSight's (`OPName`)."""
+    return "op_name" in raw.columns and "OPName" not in raw.columns
+
+
+def _predict_aiconfigurator(raw, dev, output: Path, calibration, model_bundle, prior_only: bool, source: str) -> None:
+    """predict-kernels on rows in aiconfigurator's schema (hybridperf.aic_kernels)."""
+    import numpy as np
+
+    from hybridperf.aic_kernels import AicPredictor, calibrate_to, validate
+
+    rows = validate(raw, source)
+    predictor = AicPredictor.load(model_bundle)
+    if calibration is not None:
+        measured = validate(read_table(calibration, "calibration file"), str(calibration))
+        predictor = calibrate_to(predictor, measured, dev)
+    res = predictor.predict(rows, dev, prior_only=prior_only)
+    check_predictions(res["pred_ms"], res["lo_ms"], res["hi_ms"], f"predictions for {source}")
+    out = raw.copy()
+    out["pred_ms"] = res["pred_ms"].to_numpy()
+    out["pred_lo_ms"] = res["lo_ms"].to_numpy()
+    out["pred_hi_ms"] = res["hi_ms"].to_numpy()
+    write_csv(out, output)
+    typer.echo(f"wrote {len(out)} predictions for {dev.name} to {output}", err=True)
+    if "latency" in raw.columns:
+        y = np.asarray(__import__("pandas").to_numeric(raw["latency"], errors="coerce"), dtype=np.float64)
+        note = accuracy_note(y, res.assign(op_class=rows["op_name"].to_numpy()))
+        if note:
+            typer.echo(note, err=True)
 
 
 def accuracy_note(measured, res) -> str:

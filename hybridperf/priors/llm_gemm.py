@@ -1,14 +1,27 @@
 """GEMMs of today's LLM stacks (bf16/fp16, fp8 per-tensor and block-scaled, nvfp4, int4/int8
 weight-only), as aiconfigurator's `gemm` tables time them: C[m, n] = A[m, k] @ B[k, n], k the
-reduction, n the weight's output features, m the tokens.
+reduction, n the weight's output features, m the tokens; a bf16 activation goes in and comes out.
 
-Kernel time only (inside a CUDA graph or a profiler: no host floor). Vectorised over numpy arrays.
+The physics: the matrix unit's rate for the dtype, tiles of the architecture's kernels quantized into
+waves over the SMs (split-K fills the machine when there are fewer tiles than SMs), DRAM traffic of the
+operands (small-M decode GEMMs are bound by the weight's bytes), a separate pass that quantizes the bf16
+activation for fp8/fp8_block/nvfp4 (dynamic scales, as the frameworks' linears do), and a per-kernel
+floor inside a CUDA graph. How much of the spec-sheet rate a dtype's kernels reach is measured data
+(`KernelConstants`, fitted by `hybridperf.training.aic_kernels` with its provenance), passed explicitly.
+
+Kernel time only (inside a CUDA graph: no host dispatch). Vectorised over numpy arrays.
 """
 from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
 from hybridperf.devices import DeviceSpec
+from hybridperf.priors.power import DEFAULT_MATRIX_ENERGY_RATIO, MATRIX_ENERGY_RATIO, VECTOR_PJ_PER_FLOP
 
 #: gemm dtype -> (bytes per A element, bytes per B (weight) element, peak key of the math)
 GEMM_DTYPES = {
@@ -19,15 +32,201 @@ GEMM_DTYPES = {
     "nvfp4": (0.5, 0.5, "fp4"),
     "int4_wo": (2.0, 0.5, "bf16"),
     "int8_wo": (2.0, 1.0, "bf16"),
+    "sq": (1.0, 1.0, "int8"),
+    "w4afp8": (1.0, 0.5, "fp8"),
+    "w4a16_mxfp4": (2.0, 0.5, "bf16"),
+    "w4a8_mxfp4_mxfp8": (1.0, 0.5, "fp8"),
 }
+#: dtypes whose bf16 activation a separate kernel quantizes before the GEMM
+QUANTIZED_ACTIVATION = frozenset({"fp8", "fp8_block", "nvfp4", "sq", "w4afp8", "w4a8_mxfp4_mxfp8"})
+#: bytes of scale per weight element: 1 fp8 scale per 16 (nvfp4), 1 fp32 per 128x128 block, 1 bf16 per 128-group
+SCALE_BYTES = {"nvfp4": 1 / 16, "fp8_block": 4 / 16384, "int4_wo": 2 / 128, "w4a16_mxfp4": 1 / 32,
+               "w4a8_mxfp4_mxfp8": 1 / 32, "w4afp8": 2 / 128}
+
+#: smallest slice of the reduction one SM takes under split-K (k elements)
+SPLIT_K_CHUNK = 256
+#: DRAM bandwidth one SM can draw, in multiples of its fair share (bandwidth / SMs): H100 decode GEMMs
+#: of one 128-column tile stream ~1.3 TB/s from 64 split-K blocks
+SM_BANDWIDTH_SHARE = 2.0
+#: math and memory of one kernel overlap imperfectly: body = (compute^P + memory^P)^(1/P), which is
+#: the slower term alone when they differ and 1.26x it when they are equal (P = 3)
+OVERLAP_P = 3.0
+#: L2 bandwidth over DRAM bandwidth, for weight bytes L2 serves (a modelling choice: 2.5-4x on
+#: A100/H100 microbenchmarks; the fitted memory efficiency absorbs the rest)
+L2_BANDWIDTH_RATIO = 3.0
+#: matrix-unit energy per FLOP by operand width, relative to 16-bit operands (bits moved per FLOP)
+OPERAND_ENERGY = {"fp8": 0.5, "int8": 0.5, "fp4": 0.25}
+#: dtypes whose kernels behave most alike, nearest first: where a dtype's constants were never fitted
+#: (nvfp4 held out with Blackwell), its kin's stand in
+DTYPE_KIN = {"nvfp4": ("fp8",), "fp8_block": ("fp8",), "w4a8_mxfp4_mxfp8": ("fp8",), "w4afp8": ("fp8",),
+             "sq": ("fp8",), "float16": ("bfloat16",), "int4_wo": ("int8_wo",), "int8_wo": ("int4_wo",),
+             "w4a16_mxfp4": ("int4_wo", "int8_wo")}
+#: per-architecture matrix-unit tiles (rows of M, columns of N) the GEMM libraries choose among, and the
+#: fraction of the per-SM rate a tile sustains (smaller tiles re-read more operands per FLOP):
+#: Ampere/Ada mma.sync CTA tiles, Hopper wgmma 64xN per warpgroup (128x128 / 128x256 CTAs),
+#: Blackwell tcgen05 tiles up to 256 rows over an SM pair.
+TILES = {
+    "ampere": ((128, 256, 1.0), (128, 128, 0.97), (64, 128, 0.85), (64, 64, 0.7)),
+    "ada": ((128, 256, 1.0), (128, 128, 0.97), (64, 128, 0.85), (64, 64, 0.7)),
+    "hopper": ((128, 256, 1.0), (128, 128, 0.97), (64, 256, 0.9), (64, 128, 0.85)),
+    "blackwell": ((256, 256, 1.0), (256, 128, 0.97), (128, 256, 0.97), (128, 128, 0.9), (64, 128, 0.8)),
+}
+#: matrix peak of a dtype a catalog entry lacks, as a multiple of another peak: Blackwell's fp4 tensor
+#: rate is twice its fp8 rate (B200 sheet: 9 PF fp4 dense, 4.5 PF fp8); a GPU without fp8/fp4 units
+#: (Ampere) runs those kernels by upcasting, at the 16-bit rate.
+PEAK_FALLBACK = {"fp4": (("fp8", 2.0), ("bf16", 1.0)), "fp8": (("bf16", 1.0),), "int8": (("bf16", 1.0),)}
 
 
-def gemm_ms(m, n, k, gemm_dtype: str, device: DeviceSpec, kernel_source: str | None = None) -> np.ndarray:
-    """Kernel time (ms) of an (m x k) @ (k x n) GEMM in `gemm_dtype` (a key of `GEMM_DTYPES`)."""
+@dataclass(frozen=True)
+class KernelConstants:
+    """What fraction of the spec-sheet matrix rate and DRAM bandwidth a dtype's kernels reach, and the
+    per-kernel floor inside a CUDA graph in thousands of GPU cycles at the boost clock (launch and drain
+    are clocked work: A100 4.5 us at 1410 MHz, H100 3.1 at 1980, L40S 2.7 at 2520 are all ~6k cycles),
+    per dtype and kernel source; read off measured tables (`fitted_on`, by `source`)."""
+
+    compute_eff: tuple[tuple[str, float], ...]
+    memory_eff: tuple[tuple[str, float], ...]
+    floor_kcycles: tuple[tuple[str, float], ...]
+    fitted_on: tuple[str, ...] = ()
+    source: str = ""
+
+    def value(self, field: str, dtype: str, kernel_source: str | None = None) -> float:
+        """The constant of `dtype` run by `kernel_source` where fitted, else of the dtype, else of its
+        nearest fitted kin (`DTYPE_KIN`), else of bfloat16."""
+        table = dict(getattr(self, field))
+        keys = ([f"{dtype}|{kernel_source}"] if kernel_source else []) + [dtype, *DTYPE_KIN.get(dtype, ()), "bfloat16"]
+        return float(next((table[k] for k in keys if k in table), 1.0))
+
+    def to_dict(self) -> dict:
+        return {"compute_eff": dict(self.compute_eff), "memory_eff": dict(self.memory_eff),
+                "floor_kcycles": dict(self.floor_kcycles), "fitted_on": list(self.fitted_on), "source": self.source}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "KernelConstants":
+        return cls(tuple(sorted(d["compute_eff"].items())), tuple(sorted(d["memory_eff"].items())),
+                   tuple(sorted(d["floor_kcycles"].items())), tuple(d.get("fitted_on", ())), d.get("source", ""))
+
+
+#: spec-sheet roofline: every rate reached, no floor
+ROOFLINE = KernelConstants((("bfloat16", 1.0),), (("bfloat16", 1.0),), (("bfloat16", 0.0),), (), "spec sheet")
+
+#: prior constants fitted on aiconfigurator's four shared systems (a100_sxm, h100_sxm, l40s, b200_sxm),
+#: written by `python experiments/aiconfigurator_kernels.py --ship exported_models/aic_kernels`
+CONSTANTS_FILE = Path(__file__).resolve().parent / "data" / "aic_constants.json"
+
+
+@lru_cache(maxsize=1)
+def fitted_constants() -> dict:
+    """{"gemm": KernelConstants, "moe": KernelConstants} read from `CONSTANTS_FILE` (each carries
+    the systems it was fitted on and the command that fitted it)."""
+    d = json.loads(CONSTANTS_FILE.read_text())
+    return {k: KernelConstants.from_dict(v) for k, v in d.items()}
+
+
+def spec_matrix_peak(device: DeviceSpec, peak_key: str) -> float:
+    """Spec-sheet dense matrix FLOP/s of `peak_key` (bf16, fp16, fp8, fp4, int8) on `device`, through
+    `PEAK_FALLBACK` where the catalog lacks it."""
+    rate = device.peak_tflops.get(f"{peak_key}_tc", 0.0)
+    for other, ratio in PEAK_FALLBACK.get(peak_key, ()):
+        if rate > 0:
+            break
+        rate = device.peak_tflops.get(f"{other}_tc", 0.0) * ratio
+    return rate * 1e12 if rate > 0 else device.peak(peak_key if peak_key != "fp4" else "bf16", matrix=True)
+
+
+def matrix_peak(device: DeviceSpec, peak_key: str) -> float:
+    """Matrix FLOP/s of `peak_key` the board sustains: the spec peak, capped where its TDP cannot feed
+    it (`hybridperf.priors.power`'s energy per matrix FLOP of the architecture, scaled by the operand
+    width: 8-bit operands move half the bits of 16-bit ones per FLOP, 4-bit a quarter). The cap binds
+    on L40S (350 W for 362 TFLOP/s) and B200 (1000 W for 2250), barely on H100, A100."""
+    peak = spec_matrix_peak(device, peak_key)
+    if device.tdp_w <= 0:
+        return peak
+    pj = VECTOR_PJ_PER_FLOP.get(device.arch, 10.0) * MATRIX_ENERGY_RATIO.get(device.arch, DEFAULT_MATRIX_ENERGY_RATIO)
+    return min(peak, device.tdp_w / (pj * OPERAND_ENERGY.get(peak_key, 1.0) * 1e-12))
+
+
+def l2_weight_hit(weight_bytes, device: DeviceSpec) -> np.ndarray:
+    """Share of a GEMM's weight reads served by L2 under aiconfigurator's timing: it cycles through
+    `copies = min(5, ceil(L2 / weight))` copies of the weight so that most come from DRAM; when the
+    copies fit in L2 all hit, else LRU-like replacement leaves (L2 / footprint)^4 of them (L40S's 96 MB
+    L2 still serves a quarter of a cycled 128 MB weight)."""
+    w = np.maximum(np.asarray(weight_bytes, dtype=np.float64), 1.0)
+    l2 = device.l2_mb * 1e6
+    if l2 <= 0:
+        return np.zeros_like(w)
+    footprint = np.minimum(5.0, np.maximum(np.ceil(l2 / w), 1.0)) * w
+    return np.minimum(l2 / footprint, 1.0) ** 4
+
+
+def tile_compute_s(m, n, k, peak: float, device: DeviceSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(seconds, waves, CTAs) of the best tile of the device's architecture at 100% of `peak`: each
+    wave runs one tile per SM for `2*tm*tn*k` FLOPs at the per-SM rate; with fewer tiles than SMs
+    split-K spreads the reduction over up to `SMs / tiles` SMs, in chunks of at least `SPLIT_K_CHUNK`."""
+    tiles = TILES.get(device.arch, TILES["hopper"])
+    sms = float(device.num_sms)
+    per_sm = peak / sms
+    best = None
+    for tm, tn, eff in tiles:
+        count = np.ceil(m / tm) * np.ceil(n / tn)
+        waves = np.maximum(np.ceil(count / sms), 1.0)
+        split = np.clip(np.minimum(np.floor(sms / count), np.ceil(k / SPLIT_K_CHUNK)), 1.0, None)
+        t = waves * 2.0 * tm * tn * k / split / (per_sm * eff)
+        if best is None:
+            best = [t, waves, count * split]
+        else:
+            better = t < best[0]
+            best = [np.where(better, new, old) for new, old in zip((t, waves, count * split), best)]
+    return best[0], best[1], best[2]
+
+
+def bandwidth_share(ctas, device: DeviceSpec) -> np.ndarray:
+    """Share of DRAM bandwidth `ctas` concurrent thread blocks can draw: an SM pulls at most
+    `SM_BANDWIDTH_SHARE` times its fair share (bandwidth / SMs), so a decode GEMM of few tiles and
+    short k cannot stream its weight at full rate."""
+    return np.clip(np.asarray(ctas, dtype=np.float64) * SM_BANDWIDTH_SHARE / device.num_sms, 1e-3, 1.0)
+
+
+def gemm_parts(m, n, k, gemm_dtype: str, device: DeviceSpec) -> dict:
+    """The GEMM's ideal times (s) at spec rates: `compute` (tiles and waves at the matrix peak),
+    `memory` (A, B with its scales, C through DRAM), `quant` (the activation-quantization pass), and
+    `kernels` launched, `waves`, `flops`, `bytes`: the pieces `gemm_ms` scales by fitted efficiencies
+    and the residual model reads as features."""
     m, n, k = (np.asarray(x, dtype=np.float64) for x in (m, n, k))
-    a_bytes, b_bytes, peak_key = GEMM_DTYPES[gemm_dtype]
-    flops = 2.0 * m * n * k
-    nbytes = m * k * a_bytes + k * n * b_bytes + m * n * 2.0
-    compute = flops / device.peak(peak_key, matrix=True)
-    memory = nbytes / (device.mem_bw_gbs * 1e9)
-    return np.maximum(compute, memory) * 1e3
+    a_bytes, b_bytes, peak_key = GEMM_DTYPES.get(gemm_dtype, GEMM_DTYPES["bfloat16"])
+    peak = matrix_peak(device, peak_key)
+    bw = device.mem_bw_gbs * 1e9
+    compute, waves, ctas = tile_compute_s(m, n, k, peak, device)
+    w_bytes = k * n * (b_bytes + SCALE_BYTES.get(gemm_dtype, 0.0))
+    hit = l2_weight_hit(k * n * b_bytes, device)
+    nbytes = m * k * a_bytes + w_bytes + m * n * 2.0
+    dram_bytes = nbytes - w_bytes * hit * (1.0 - 1.0 / L2_BANDWIDTH_RATIO)
+    quantized = gemm_dtype in QUANTIZED_ACTIVATION
+    quant = (m * k * (2.0 + a_bytes) / bw) if quantized else np.zeros_like(m)
+    return {"compute": compute, "memory": dram_bytes / (bw * bandwidth_share(ctas, device)), "quant": quant,
+            "clock_mhz": device.boost_clock_mhz, "kernels": 2.0 if quantized else 1.0,
+            "waves": waves, "flops": 2.0 * m * n * k, "bytes": nbytes, "weight_bytes": w_bytes, "peak": peak}
+
+
+def combine_ms(parts: dict, dtype: str, constants: KernelConstants, kernel_source: str | None = None) -> np.ndarray:
+    """Kernel time (ms) from `gemm_parts`-style pieces: the slower of math and memory at the dtype's
+    (and kernel source's) fitted efficiencies, plus the quantization pass and one floor per kernel."""
+    ce, me = (constants.value(f, dtype, kernel_source) for f in ("compute_eff", "memory_eff"))
+    body = ((parts["compute"] / ce) ** OVERLAP_P + (parts["memory"] / me) ** OVERLAP_P) ** (1.0 / OVERLAP_P) \
+        + parts["quant"] / me
+    return (body + parts["kernels"] * floor_s(constants, dtype, kernel_source, parts["clock_mhz"])) * 1e3
+
+
+def floor_s(constants: KernelConstants, dtype: str, kernel_source: str | None, clock_mhz: float) -> float:
+    """One kernel's floor (s) on a GPU of boost clock `clock_mhz`."""
+    return constants.value("floor_kcycles", dtype, kernel_source) * 1e3 / (clock_mhz * 1e6)
+
+
+def gemm_ms(m, n, k, gemm_dtype: str, device: DeviceSpec, kernel_source: str | None = None,
+            constants: KernelConstants | None = None) -> np.ndarray:
+    """Kernel time (ms) of an (m x k) @ (k x n) GEMM in `gemm_dtype` (a key of `GEMM_DTYPES`), with
+    `constants` (default: those fitted on aiconfigurator's four shared systems; `ROOFLINE` for the
+    spec sheet alone). A `kernel_source` the constants were fitted on (aiconfigurator's names) takes
+    its own efficiencies and floor."""
+    parts = gemm_parts(m, n, k, gemm_dtype, device)
+    return combine_ms(parts, gemm_dtype, fitted_constants()["gemm"] if constants is None else constants, kernel_source)

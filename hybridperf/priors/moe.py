@@ -1,7 +1,15 @@
 """Fused mixture-of-experts layers (routing, grouped GEMMs of the experts, the weighted combine), as
 aiconfigurator's `moe` tables time them: `num_tokens` tokens of width `hidden` routed to `topk` of
 `num_experts` experts of intermediate width `inter`, sharded `tp` ways inside each expert and `ep`
-ways across experts (this GPU's share), weights in `moe_dtype`.
+ways across experts, weights in `moe_dtype`; the time is EP rank 0's.
+
+The physics: the token-expert pairs rank 0 computes (balanced: an even share; `power_law_<alpha>`: the
+collector samples expert loads from a power law on [1, 0.8 * tokens] and swaps the heaviest rank into
+rank 0, so rank 0 carries the expected maximum of `ep` group sums), each local expert's rows padded to
+the grouped GEMM's tile, the experts' weights read once per active expert (decode is bound by them; the collector replays the
+same layer, so experts that fit in L2 are served from it),
+the gated MLP (up and gate, then down; `nongated` kernels have no gate), and a routing/permute pass
+over the activations. Efficiencies and floors are measured data (`KernelConstants`), passed explicitly.
 
 Kernel time only (no host floor, no all-to-all). Vectorised over numpy arrays.
 """
@@ -10,20 +18,97 @@ from __future__ import annotations
 import numpy as np
 
 from hybridperf.devices import DeviceSpec
-from hybridperf.priors.llm_gemm import GEMM_DTYPES
+from hybridperf.priors.llm_gemm import (GEMM_DTYPES, L2_BANDWIDTH_RATIO, QUANTIZED_ACTIVATION, SCALE_BYTES,
+                                        KernelConstants, combine_ms, fitted_constants, matrix_peak)
+
+#: rows of the grouped GEMM's tile each local expert's tokens are padded to: the kernels pick the
+#: smallest power of two covering an expert's tokens within these bounds (Triton's fused MoE picks
+#: BLOCK_SIZE_M 16-128 by tokens per expert; CUTLASS grouped GEMMs likewise)
+EXPERT_TILE_M = (16.0, 128.0)
+#: kernels a fused MoE layer launches besides its two grouped GEMMs (top-k, permute, finalize)
+ROUTING_KERNELS = 3.0
+
+def _power_law_moments(alpha, lo, hi, order: int) -> np.ndarray:
+    """E[X^order] of a power law x^-alpha truncated to [lo, hi]."""
+    a = 1.0 - alpha
+    c = a / (hi ** a - lo ** a)
+    p = order + a
+    safe = np.where(np.abs(p) < 1e-6, 1.0, p)
+    return np.where(np.abs(p) < 1e-6, c * np.log(hi / lo), c * (hi ** p - lo ** p) / safe)
+
+
+def rank0_share(tokens, topk, experts, ep, alpha) -> np.ndarray:
+    """Expected share of all token-expert pairs that EP rank 0 gets: 1/ep when balanced (alpha 0),
+    else the expected largest of `ep` sums of experts/ep power-law loads over the expected total
+    (normal approximation of each sum, sqrt(2 ln ep) for the largest of ep)."""
+    t, k, e, ep, alpha = (np.asarray(x, dtype=np.float64) for x in (tokens, topk, experts, ep, alpha))
+    skew = alpha > 0
+    a = np.where(skew, np.where(np.abs(alpha - 1.0) < 1e-3, 1.001, alpha), 1.5)
+    many = t * k > e
+    lo = np.where(many, 1.0, 0.01)
+    hi = np.where(many, np.maximum(0.8 * t, 1.5), 2.0)
+    mu = _power_law_moments(a, lo, hi, 1)
+    var = np.maximum(_power_law_moments(a, lo, hi, 2) - mu ** 2, 0.0)
+    per_rank = e / ep
+    z = np.sqrt(2.0 * np.log(np.maximum(ep, 1.0)))
+    share = (per_rank * mu + z * np.sqrt(var * per_rank)) / (e * mu)
+    return np.where(skew & (ep > 1), np.clip(share, 1.0 / ep, 1.0), 1.0 / ep)
+
+
+def distribution_alpha(distribution) -> np.ndarray:
+    """`balanced` -> 0, `power_law_<alpha>` -> alpha, per row."""
+    shape = np.shape(np.asarray(distribution, dtype=object))
+    d = np.atleast_1d(np.asarray(distribution, dtype=object)).ravel()
+    out = np.zeros(d.shape)
+    for name in set(d.tolist()):
+        s = str(name)
+        if s.startswith("power_law_"):
+            try:
+                out[d == name] = float(s[len("power_law_"):])
+            except ValueError:
+                out[d == name] = 1.2
+    return out.reshape(shape)
+
+
+def moe_parts(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, moe_dtype: str = "bfloat16",
+              tp=1, ep=1, distribution="balanced", gated=True) -> dict:
+    """Ideal times (s) at spec rates of one MoE layer on rank 0 (`compute`, `memory`, `quant`, `kernels`)
+    and the quantities the residual model reads (`routed`, `padded`, `active`, `flops`, `bytes`)."""
+    t, h, f, k, e, tp, ep = (np.asarray(x, dtype=np.float64)
+                             for x in (num_tokens, hidden, inter, topk, num_experts, tp, ep))
+    a_bytes, w_bytes, peak_key = GEMM_DTYPES.get(moe_dtype, GEMM_DTYPES["bfloat16"])
+    w_bytes = w_bytes + SCALE_BYTES.get(moe_dtype, 0.0)
+    gated = np.asarray(gated, dtype=bool)
+    mats = np.where(gated, 3.0, 2.0)
+    f_local = f / tp
+    local = np.maximum(e / ep, 1.0)
+    routed = np.minimum(rank0_share(t, k, e, ep, distribution_alpha(distribution)) * t * k, local * t)
+    active = np.minimum(local, np.maximum(routed, 1.0))
+    per_expert = routed / active
+    tile = np.clip(2.0 ** np.ceil(np.log2(np.maximum(per_expert, 1.0))), *EXPERT_TILE_M)
+    padded = active * np.ceil(per_expert / tile) * tile
+    flops = 2.0 * padded * h * mats * f_local
+    bw = device.mem_bw_gbs * 1e9
+    peak = matrix_peak(device, peak_key)
+    weights = active * mats * h * f_local * w_bytes
+    acts = routed * (h + (mats - 1.0) * f_local) * a_bytes * 2.0 + t * h * 2.0 * 2.0
+    quant = (t * h * (2.0 + a_bytes) / bw) if moe_dtype in QUANTIZED_ACTIVATION else np.zeros_like(t)
+    # replayed back to back on the same weights (no copies cycled), experts that fit in L2 stay there
+    hit = np.minimum(device.l2_mb * 1e6 / np.maximum(weights, 1.0), 1.0) ** 4 if device.l2_mb > 0 else 0.0
+    dram = weights * (1.0 - hit * (1.0 - 1.0 / L2_BANDWIDTH_RATIO)) + acts
+    return {"compute": flops / peak, "memory": dram / bw, "quant": quant, "clock_mhz": device.boost_clock_mhz,
+            "kernels": 2.0 + ROUTING_KERNELS, "routed": routed, "padded": padded, "active": active,
+            "flops": flops, "bytes": weights + acts, "weight_bytes": weights, "peak": peak}
 
 
 def moe_ms(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, moe_dtype: str = "bfloat16",
-           tp=1, ep=1, distribution: str = "balanced", kernel_source: str | None = None) -> np.ndarray:
-    """Kernel time (ms) of one MoE layer's experts on one GPU (gated MLP: up+gate, then down)."""
-    t, h, f, k, e, tp, ep = (np.asarray(x, dtype=np.float64)
-                             for x in (num_tokens, hidden, inter, topk, num_experts, tp, ep))
-    a_bytes, w_bytes, peak_key = GEMM_DTYPES[moe_dtype]
-    f_local = f / tp
-    local_experts = e / ep
-    routed = t * k / ep  # token-expert pairs this GPU computes
-    active = np.minimum(local_experts, np.maximum(routed, 1.0))  # experts with at least one token
-    flops = 2.0 * routed * h * 3.0 * f_local
-    nbytes = active * 3.0 * h * f_local * w_bytes + routed * (h + f_local) * 2.0 * a_bytes
-    tt = np.maximum(flops / device.peak(peak_key, matrix=True), nbytes / (device.mem_bw_gbs * 1e9))
-    return tt * 1e3
+           tp=1, ep=1, distribution: str = "balanced", kernel_source: str | None = None,
+           constants: KernelConstants | None = None) -> np.ndarray:
+    """Kernel time (ms) of one MoE layer's experts on EP rank 0 (gated MLP: up+gate, then down; a
+    `kernel_source` naming a non-gated kernel drops the gate). `distribution` may be one name or one
+    per row; `constants` default to those fitted on aiconfigurator's four shared systems."""
+    gated = "nongated" not in str(kernel_source or "")
+    parts = moe_parts(num_tokens, hidden, inter, topk, num_experts, device, moe_dtype, tp, ep,
+                      np.broadcast_to(np.asarray(distribution, dtype=object), np.shape(np.asarray(num_tokens))),
+                      gated)
+    return combine_ms(parts, moe_dtype, fitted_constants()["moe"] if constants is None else constants, kernel_source)

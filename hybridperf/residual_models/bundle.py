@@ -210,7 +210,7 @@ def _check_values(root: Path, m: dict, feature_names) -> None:
     for dev, strata in bias.items():
         for key, x in strata.items():
             number(x, f"device_bias[{dev!r}].{key}")
-    for group in ("constants", "custom_all_reduce"):  # collective bundles
+    for group in ("constants", "custom_all_reduce") if m.get("kind") == "collectives" else ():
         for key, x in (m.get(group) or {}).items():
             number(x, f"{group}.{key}", 0.0)
     if m.get("kind") == "collectives" and m.get("interval") is not None:

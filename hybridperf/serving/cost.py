@@ -35,7 +35,8 @@ ELEMENTWISE_PASSES = 12
 #: Blackwell's dense FP4 tensor rate is twice its FP8 rate (NVIDIA B200/B300 spec tables). LOCAL FALLBACK for
 #: catalogs that do not list `fp4_tc` yet; delete once every Blackwell entry in devices/catalog.py has it.
 FP4_OVER_FP8 = 2.0
-GRID_POINTS = 40
+GRID_POINTS = 64
+GRID_MAX_TOKENS = 1 << 20
 
 
 def with_fp4_peak(device: DeviceSpec) -> DeviceSpec:
@@ -100,7 +101,9 @@ class StepCost:
         self.kv_dtype = "fp8" if kv_bytes <= 1 else "bf16"
         self.collectives = collectives
         self.stage_layers = arch.layers / par.pp
-        grid = np.unique(np.round(np.geomspace(1, max(max_tokens, 2), GRID_POINTS)))
+        # one grid for every run (not scaled to max_tokens), so that two schedules of the same iterations
+        # (offline --batch and a lock-step --concurrency) interpolate the same values
+        grid = np.unique(np.round(np.geomspace(1, max(max_tokens, GRID_MAX_TOKENS), GRID_POINTS)))
         self._grid = grid.tolist()
         self._dense = self._token_ms(grid).tolist()
         self._kv_ms = self._decode_attn_per_key()

@@ -1,0 +1,349 @@
+"""Kernel latency of rows in aiconfigurator's perf-table schema (`op_name` gemm, context_attention,
+generation_attention, moe; CONTRACT.md section 1): prior x exp(residual) with a 90% interval.
+
+Runs on numpy, pandas and onnxruntime only. The bundle (`exported_models/aic_kernels`, built by
+`python experiments/aiconfigurator_kernels.py --ship exported_models/aic_kernels`) holds the fitted
+prior constants, per-family residual models where they beat the prior on every held-out system, and
+split-conformal interval quantiles per (family, dtype), widened for an architecture, kernel family or
+dtype no training system ran.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from hybridperf.devices import DeviceSpec, dtype_key
+from hybridperf.errors import InputError, ModelBundleError
+from hybridperf.priors import attention
+from hybridperf.priors.llm_gemm import (GEMM_DTYPES, TILES, KernelConstants, combine_ms, fitted_constants, floor_s,
+                                        gemm_parts)
+from hybridperf.priors.moe import moe_parts
+from hybridperf.residual_models.bundle import Bundle, load_bundle, shipped_models_dir
+
+OPS = ("gemm", "context_attention", "generation_attention", "moe")
+#: columns each op's rows must carry (aiconfigurator's names)
+REQUIRED = {
+    "gemm": ("m", "n", "k", "gemm_dtype"),
+    "context_attention": ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim"),
+    "generation_attention": ("batch_size", "num_heads", "num_key_value_heads", "head_dim", "step"),
+    "moe": ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_dtype"),
+}
+NUMERIC = ("m", "n", "k", "batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "step",
+           "window_size", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
+           "moe_ep_size")
+DEFAULTS = {"window_size": 0, "step": 0, "isl": 1, "moe_tp_size": 1, "moe_ep_size": 1,
+            "attn_dtype": "bfloat16", "kv_cache_dtype": "bfloat16", "distribution": "balanced", "kernel_source": ""}
+#: kernel family of a `kernel_source` string: the first keyword it contains
+KERNEL_FAMILIES = (("deepgemm", "deepgemm"), ("marlin", "marlin"), ("triton", "triton"), ("cutlass", "cutlass"),
+                   ("cutedsl", "flashinfer"), ("flashinfer", "flashinfer"), ("trtllm", "trtllm"), ("xqa", "trtllm"),
+                   ("plugin", "trt_plugin"), ("fa3", "flash_attn"), ("flash", "flash_attn"), ("nongated", "trtllm"),
+                   ("torch", "torch"), ("linear", "torch"), ("sglang", "torch"), ("vllm", "torch"))
+FAMILY_NAMES = tuple(sorted({f for _, f in KERNEL_FAMILIES} | {"other"}))
+#: log half-width added to each side of an interval for what leave-one-GPU-out never tested: an
+#: architecture the tile model does not know (the four training GPUs are four NVIDIA architectures,
+#: so the conformal quantiles already hold a new NVIDIA one), a kernel family or dtype no training
+#: system ran. Chosen, not fitted: the order of the per-GPU median bias in leave-one-GPU-out (0.1-0.4)
+DEFAULT_WIDEN = {"arch": 0.25, "kernel_family": 0.15, "dtype": 0.25}
+#: the interval of a family/dtype the bundle has no quantiles for (log), a wide default
+FALLBACK_Q = (-0.6, 0.6)
+
+
+def kernel_family(source) -> np.ndarray:
+    """Each row's kernel family (deepgemm, cutlass, triton, flashinfer, marlin, torch, ...) from its
+    `kernel_source`."""
+    src = pd.Series(np.asarray(source, dtype=object)).fillna("").astype(str).str.lower()
+    out = np.full(len(src), "other", dtype=object)
+    cats = src.astype("category")
+    for i, s in enumerate(cats.cat.categories):
+        fam = next((f for key, f in KERNEL_FAMILIES if key in s), "other")
+        out[cats.cat.codes.to_numpy() == i] = fam
+    return out
+
+
+def validate(df: pd.DataFrame, source: str = "input") -> pd.DataFrame:
+    """A copy of the rows with every column the priors read, numeric ones as float64; one-line
+    InputError on an unknown op, a missing column, a non-finite or non-positive size."""
+    if "op_name" not in df:
+        raise InputError(f"{source}: no op_name column")
+    out = df.copy()
+    ops = out["op_name"].astype(str).str.strip().str.lower()
+    bad = sorted(set(ops) - set(OPS))
+    if bad:
+        raise InputError(f"{source}: unknown op_name {bad[:3]}; expected one of {list(OPS)}")
+    out["op_name"] = ops.to_numpy()
+    for op in set(ops):
+        missing = [c for c in REQUIRED[op] if c not in out]
+        if missing:
+            raise InputError(f"{source}: {op} rows need columns {missing}")
+    for c, v in DEFAULTS.items():
+        if c not in out:
+            out[c] = v
+        else:
+            out[c] = out[c].where(out[c].notna(), v)
+    for c in NUMERIC:
+        out[c] = pd.to_numeric(out[c], errors="coerce").astype(np.float64) if c in out else np.nan
+    for op in set(ops):
+        m = (ops == op).to_numpy()
+        need = [c for c in REQUIRED[op] if c in NUMERIC] + (["moe_tp_size", "moe_ep_size"] if op == "moe" else [])
+        for c in need:
+            v = out[c].to_numpy()
+            bad_rows = m & ~(np.isfinite(v) & (v > 0))
+            if bad_rows.any():
+                raise InputError(f"{source}: {op} rows need a positive finite {c} (row {int(np.argmax(bad_rows)) + 1})")
+    for c in ("window_size", "step"):
+        v = out[c].to_numpy()
+        if np.any(~np.isfinite(v) | (v < 0)):
+            raise InputError(f"{source}: {c} must be a non-negative number")
+    return out
+
+
+def _attn_dtype(series) -> np.ndarray:
+    """aiconfigurator dtype names -> the short keys the attention prior reads (unknown: bf16)."""
+    out = []
+    for s in np.asarray(series, dtype=object):
+        try:
+            out.append(dtype_key(str(s)))
+        except Exception:  # an unknown name: priced as bf16, its interval widened
+            out.append("bf16")
+    return np.asarray(out, dtype=object)
+
+
+def prior_terms(df: pd.DataFrame, device: DeviceSpec, gemm_c: KernelConstants | None = None,
+                moe_c: KernelConstants | None = None) -> pd.DataFrame:
+    """Per row: `prior_ms` and the physics terms the residual models read (`compute_ms`, `memory_ms`,
+    `floor_ms`, `flops`, `bytes`, `waves`, ...). Rows are priced in groups of one (op, dtype, kernel
+    source); constants default to the fitted ones (`fitted_constants`)."""
+    gemm_c = fitted_constants()["gemm"] if gemm_c is None else gemm_c
+    moe_c = fitted_constants()["moe"] if moe_c is None else moe_c
+    n = len(df)
+    cols = {k: np.full(n, np.nan) for k in ("prior_ms", "compute_ms", "memory_ms", "floor_ms", "flops", "bytes",
+                                            "waves", "weight_bytes", "aux")}
+    ops = df["op_name"].to_numpy()
+    fam = kernel_family(df["kernel_source"])
+    for op in OPS:
+        m = ops == op
+        if not m.any():
+            continue
+        sub = df.loc[m]
+        if op in ("gemm", "moe"):
+            dcol = "gemm_dtype" if op == "gemm" else "moe_dtype"
+            keys = sub[dcol].astype(str) + "\x00" + sub["kernel_source"].astype(str)
+            for key in sorted(set(keys)):
+                dt, ks = key.split("\x00")
+                mm = np.zeros(n, dtype=bool)
+                mm[np.flatnonzero(m)[(keys == key).to_numpy()]] = True
+                s = df.loc[mm]
+                c = gemm_c if op == "gemm" else moe_c
+                if op == "gemm":
+                    p = gemm_parts(s["m"], s["n"], s["k"], dt, device)
+                    waves = p["waves"]
+                else:
+                    p = moe_parts(s["num_tokens"], s["hidden_size"], s["inter_size"], s["topk"], s["num_experts"],
+                                  device, dt, s["moe_tp_size"], s["moe_ep_size"], s["distribution"].astype(str),
+                                  "nongated" not in ks)
+                    waves = p["padded"] / np.maximum(p["routed"], 1.0)
+                _fill(cols, mm, p, combine_ms(p, dt, c, ks), floor_s(c, dt, ks, device.boost_clock_mhz), waves)
+        else:
+            a_dt, kv_dt = _attn_dtype(sub["attn_dtype"]), _attn_dtype(sub["kv_cache_dtype"])
+            srcs = sub["kernel_source"].astype(str).to_numpy()
+            for key in sorted(set(zip(a_dt, kv_dt, srcs))):
+                sel = (a_dt == key[0]) & (kv_dt == key[1]) & (srcs == key[2])
+                mm = np.zeros(n, dtype=bool)
+                mm[np.flatnonzero(m)[sel]] = True
+                s = df.loc[mm]
+                b, h, kvh, hd = s["batch_size"], s["num_heads"], s["num_key_value_heads"], s["head_dim"]
+                if op == "context_attention":
+                    t = attention.context_attention_ms(b, s["isl"], h, kvh, hd, device, dtype=key[0], kv_dtype=key[1],
+                                                       causal=True, window=s["window_size"], prefix=s["step"],
+                                                       kernel_source=key[2])
+                    q, kv = s["isl"].to_numpy(), (s["isl"] + s["step"]).to_numpy()
+                else:
+                    kv = (s["step"] + s["isl"]).to_numpy()
+                    t = attention.generation_attention_ms(b, kv, h, kvh, hd, device, dtype=key[0], kv_dtype=key[1],
+                                                          window=s["window_size"], kernel_source=key[2])
+                    q = s["isl"].to_numpy()
+                w = s["window_size"].to_numpy()
+                keys = np.where(w > 0, np.minimum(kv, w), kv)
+                flops = 4.0 * b.to_numpy() * h.to_numpy() * q * keys * hd.to_numpy()
+                nbytes = 2.0 * b.to_numpy() * keys * kvh.to_numpy() * hd.to_numpy() * 2.0
+                t = np.asarray(t, dtype=np.float64)
+                cols["prior_ms"][mm] = t
+                cols["compute_ms"][mm] = flops / device.peak(key[0], matrix=True) * 1e3
+                cols["memory_ms"][mm] = nbytes / (device.mem_bw_gbs * 1e9) * 1e3
+                cols["floor_ms"][mm] = 0.0
+                cols["flops"][mm], cols["bytes"][mm] = flops, nbytes
+                cols["waves"][mm] = np.ceil(b.to_numpy() * h.to_numpy() * np.ceil(q / 128.0) / device.num_sms)
+                cols["weight_bytes"][mm] = nbytes
+                cols["aux"][mm] = q / np.maximum(keys, 1.0)
+    out = pd.DataFrame(cols, index=df.index)
+    out["kernel_family"] = fam
+    return out
+
+
+def _fill(cols, mask, parts, prior_ms, floor_s, waves) -> None:
+    cols["prior_ms"][mask] = prior_ms
+    cols["compute_ms"][mask] = parts["compute"] * 1e3
+    cols["memory_ms"][mask] = parts["memory"] * 1e3
+    cols["floor_ms"][mask] = parts["kernels"] * floor_s * 1e3
+    cols["flops"][mask], cols["bytes"][mask] = parts["flops"], parts["bytes"]
+    cols["waves"][mask], cols["weight_bytes"][mask], cols["aux"][mask] = waves, parts["weight_bytes"], parts["quant"] * 1e3
+
+
+def _log(x) -> np.ndarray:
+    return np.log(np.maximum(np.nan_to_num(np.asarray(x, dtype=np.float64), nan=1.0), 1e-12))
+
+
+#: features of the residual models: the shape's work and the prior's terms, the device only as it
+#: meets the kernel (waves over SMs, compute over memory time, working set over L2), never its name
+FEATURES = ("log_prior_ms", "log_compute_ms", "log_memory_ms", "compute_over_memory", "floor_share",
+            "log_flops", "log_bytes", "log_intensity_over_ridge", "log_waves", "log_weight_over_l2", "log_aux",
+            "a_bytes", "w_bytes", "log_dim1", "log_dim2", "log_dim3", "log_dim4",
+            *(f"kf_{f}" for f in FAMILY_NAMES))
+#: per op: the four shape columns `log_dim*` are
+DIMS = {"gemm": ("m", "n", "k", "k"), "moe": ("num_tokens", "hidden_size", "inter_size", "topk"),
+        "context_attention": ("batch_size", "isl", "num_key_value_heads", "head_dim"),
+        "generation_attention": ("batch_size", "step", "num_key_value_heads", "head_dim")}
+
+
+def features(df: pd.DataFrame, terms: pd.DataFrame, device: DeviceSpec) -> np.ndarray:
+    """(rows, len(FEATURES)) float32 residual features of rows of one op family."""
+    op = str(df["op_name"].iloc[0]) if len(df) else "gemm"
+    ridge = device.peak("bf16", matrix=True) / (device.mem_bw_gbs * 1e9)
+    dt = df[{"gemm": "gemm_dtype", "moe": "moe_dtype"}.get(op, "kv_cache_dtype")].astype(str).to_numpy()
+    ab = np.array([GEMM_DTYPES.get(d, (2.0, 2.0, ""))[0] for d in dt])
+    wb = np.array([GEMM_DTYPES.get(d, (2.0, 2.0, ""))[1] if op in ("gemm", "moe") else
+                   (1.0 if "8" in d else 2.0) for d in dt])
+    cols = [
+        _log(terms["prior_ms"]), _log(terms["compute_ms"]), _log(terms["memory_ms"]),
+        _log(terms["compute_ms"]) - _log(terms["memory_ms"]),
+        terms["floor_ms"].to_numpy() / np.maximum(terms["prior_ms"].to_numpy(), 1e-12),
+        _log(terms["flops"]), _log(terms["bytes"]), _log(terms["flops"]) - _log(terms["bytes"]) - np.log(ridge),
+        _log(terms["waves"]), _log(terms["weight_bytes"]) - np.log(device.l2_mb * 1e6), _log(terms["aux"]),
+        ab, wb, *(_log(df[c]) for c in DIMS[op]),
+        *((terms["kernel_family"].to_numpy() == f).astype(np.float64) for f in FAMILY_NAMES),
+    ]
+    return np.column_stack([np.asarray(c, dtype=np.float64) for c in cols]).astype(np.float32)
+
+
+def dtype_of(df: pd.DataFrame) -> np.ndarray:
+    """Each row's dtype label (gemm_dtype, moe_dtype, or attention's `attn/kv` pair)."""
+    def col(c):
+        return df[c].astype(str).to_numpy() if c in df else np.full(len(df), "", dtype=object)
+
+    ops = df["op_name"].astype(str).to_numpy()
+    attn = np.char.add(np.char.add(col("attn_dtype").astype(str), "/"), col("kv_cache_dtype").astype(str))
+    return np.where(ops == "gemm", col("gemm_dtype"), np.where(ops == "moe", col("moe_dtype"), attn)).astype(object)
+
+
+def interval_quantiles(ivs: dict, trained: dict, ops, dts, families, arch: str, kinds: dict,
+                       widen: dict = DEFAULT_WIDEN) -> tuple[np.ndarray, np.ndarray]:
+    """(q_lo, q_hi) per row, log: the conformal quantiles of the row's `op:kind:dtype` (else `op:kind`,
+    else FALLBACK_Q), widened for an architecture without a tile model, and, where `trained` lists
+    them, for a dtype or kernel family no training system ran."""
+    ops, dts, families = (np.asarray(x, dtype=object) for x in (ops, dts, families))
+    q_lo, q_hi = np.full(len(ops), FALLBACK_Q[0]), np.full(len(ops), FALLBACK_Q[1])
+    for op, kind in kinds.items():
+        m = ops == op
+        for dt in set(dts[m].tolist()):
+            mm = m & (dts == dt)
+            iv = ivs.get(f"{op}:{kind}:{dt}") or ivs.get(f"{op}:{kind}")
+            if iv is not None:
+                q_lo[mm], q_hi[mm] = iv["q_lo"], iv["q_hi"]
+            extra = widen["arch"] if arch not in TILES else 0.0
+            if trained and dt not in trained.get("dtypes", {}).get(op, []):
+                extra += widen["dtype"]
+            q_lo[mm] -= extra
+            q_hi[mm] += extra
+        if trained:
+            new = m & ~np.isin(families, list(trained.get("kernel_families", {}).get(op, [])))
+            q_lo[new] -= widen["kernel_family"]
+            q_hi[new] += widen["kernel_family"]
+    return q_lo, q_hi
+
+
+@dataclass
+class AicPredictor:
+    """The bundle's pieces: prior constants, residual sessions, interval quantiles, what was trained."""
+
+    gemm_c: KernelConstants | None = None
+    moe_c: KernelConstants | None = None
+    bundle: Bundle | None = None
+    manifest: dict = field(default_factory=dict)
+    offsets: dict = field(default_factory=dict)  # few-shot log shifts, `op:dtype` and `op` (calibrate_to)
+
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> "AicPredictor":
+        root = Path(path) if path is not None else shipped_models_dir() / "aic_kernels"
+        if path is None and not (root / "manifest.json").is_file():
+            return cls()
+        b = load_bundle(root, expect_kind="aic-kernels")
+        m = b.manifest
+        for fam, spec in m.get("residuals", {}).items():
+            f = spec.get("file")
+            if f not in b.sessions or b.sessions[f].get_inputs()[0].shape[1] != len(FEATURES):
+                raise ModelBundleError(f"{root}: residual of {fam} ({f}) is not a listed ONNX file of {len(FEATURES)} features")
+            scale = spec.get("scale", 1.0)
+            if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0.0 <= scale <= 1.0:
+                raise ModelBundleError(f"{root}: residual scale of {fam} is {scale!r}, not a number in [0, 1]")
+        try:
+            c = m["constants"]
+            return cls(KernelConstants.from_dict(c["gemm"]), KernelConstants.from_dict(c["moe"]), b, m)
+        except (KeyError, TypeError, AttributeError):
+            raise ModelBundleError(f"{root}: manifest has no valid prior constants") from None
+
+    def predict(self, df: pd.DataFrame, device: DeviceSpec, prior_only: bool = False) -> pd.DataFrame:
+        """`pred_ms`, `lo_ms`, `hi_ms`, `prior_ms` per row of validated `df`, in its order."""
+        terms = prior_terms(df, device, self.gemm_c, self.moe_c)
+        log_pred = _log(terms["prior_ms"])
+        ops, dts = df["op_name"].to_numpy(), dtype_of(df)
+        kinds = {}
+        for op in OPS:
+            m = ops == op
+            if not m.any():
+                continue
+            res = self.manifest.get("residuals", {}).get(op)
+            use_res = res is not None and self.bundle is not None and not prior_only
+            if use_res:
+                X = features(df.loc[m], terms.loc[m], device)
+                log_pred[m] += float(res.get("scale", 1.0)) * np.clip(self.bundle.run(res["file"], X)[:, 0], -2.0, 2.0)
+            kinds[op] = "hybrid" if use_res else "prior"
+            for dt in set(dts[m].tolist()):
+                mm = m & (dts == dt)
+                log_pred[mm] += self.offsets.get(f"{op}:{dt}", self.offsets.get(op, 0.0))
+        q_lo, q_hi = interval_quantiles(self.manifest.get("intervals", {}), self.manifest.get("trained", {}), ops, dts,
+                                        terms["kernel_family"].to_numpy(), device.arch, kinds,
+                                        {**DEFAULT_WIDEN, **self.manifest.get("widen", {})})
+        pred = np.exp(log_pred)
+        lo = np.minimum(pred * np.exp(q_lo), pred)
+        hi = np.maximum(pred * np.exp(q_hi), pred)
+        return pd.DataFrame({"pred_ms": pred, "lo_ms": lo, "hi_ms": hi, "prior_ms": terms["prior_ms"].to_numpy()},
+                            index=df.index)
+
+
+#: a few-shot shift of n measured rows is shrunk by n / (n + SHRINK_ROWS) toward zero
+SHRINK_ROWS = 5.0
+
+
+def calibrate_to(predictor: AicPredictor, measured: pd.DataFrame, device: DeviceSpec) -> AicPredictor:
+    """The predictor shifted, per (op, dtype) and per op, by the shrunken median log error of rows
+    measured on `device` (`latency`, ms): few-shot transfer to a GPU the bundle never saw."""
+    if "latency" not in measured:
+        raise InputError("calibration rows need a latency column (ms)")
+    y = pd.to_numeric(measured["latency"], errors="coerce").to_numpy(dtype=np.float64)
+    ok = np.isfinite(y) & (y > 0)
+    if not ok.any():
+        raise InputError("calibration rows have no positive finite latency")
+    rows = measured[ok]
+    err = np.log(y[ok]) - np.log(predictor.predict(rows, device)["pred_ms"].to_numpy())
+    ops, dts = rows["op_name"].to_numpy(), dtype_of(rows)
+    offsets = {}
+    for op in set(ops.tolist()):
+        m = ops == op
+        offsets[op] = float(np.median(err[m]) * m.sum() / (m.sum() + SHRINK_ROWS))
+        for dt in set(dts[m].tolist()):
+            mm = m & (dts == dt)
+            offsets[f"{op}:{dt}"] = float(np.median(err[mm]) * mm.sum() / (mm.sum() + SHRINK_ROWS))
+    return AicPredictor(predictor.gemm_c, predictor.moe_c, predictor.bundle, predictor.manifest, offsets)

@@ -1,0 +1,151 @@
+"""Fitting the aiconfigurator-kernel predictor: prior constants (efficiencies and floors per dtype),
+residual models and split-conformal intervals, always from named training systems, so that
+`experiments/aiconfigurator_kernels.py` can hold each system out and `--ship` can fit on all of them.
+
+Constants are robust statistics: per training system the median over its compute-bound rows of
+ideal-compute / measured time (memory-bound rows likewise, tiny rows for the floor), then the geometric
+mean over systems, so each GPU counts once whatever its table's size.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from hybridperf.aic_kernels import FEATURES, dtype_of, features, prior_terms
+from hybridperf.devices import get_device
+from hybridperf.datasets.aiconfigurator import SYSTEM_DEVICES
+from hybridperf.priors.llm_gemm import ROOFLINE, KernelConstants
+
+#: a row is compute-bound (memory-bound) when its ideal compute time is this many times its memory time
+#: (or the reverse) and its measured time this many times the floor
+BOUND_RATIO = 3.0
+#: the floor: the lower quartile of measured minus ideal time over the rows whose ideal time is among
+#: this percentile's smallest (a median over "tiny" rows let a few pathological shapes set it)
+SMALLEST_PCT = 10
+#: a dtype's floor for a kernel source never fitted: this percentile over the fitted sources' floors
+#: (a few framework paths, e.g. vLLM's fp8_block linears, carry 60-350 us of extra kernels; most 3-6 us)
+FALLBACK_FLOOR_PCT = 25
+#: a dtype gets constants of its own (for kernel sources never fitted) only from this many fitted
+#: (dtype, kernel source) entries; from fewer, its kin's or bfloat16's stand in (one framework's path,
+#: e.g. SGLang's int8 weight-only linear on H100, is no guide to another's)
+MIN_SOURCES = 2
+#: a dtype's efficiencies for a kernel source never fitted: this percentile over the fitted sources'
+FALLBACK_EFF_PCT = 50
+#: bfloat16's constants where no training row prices them (a table without bf16 rows)
+DEFAULT_BF16 = {"compute_eff": 0.7, "memory_eff": 0.75, "floor_kcycles": 6.0}
+#: rows per (system, op family) the residual models train on (a deterministic sample)
+TRAIN_ROWS = 15_000
+SEED = 0
+
+
+def sample(df: pd.DataFrame, rows: int = TRAIN_ROWS, seed: int = SEED) -> pd.DataFrame:
+    """At most `rows` rows per (system, op_name), drawn deterministically."""
+    parts = []
+    for _, g in df.groupby(["system", "op_name"], observed=True, sort=True):
+        parts.append(g if len(g) <= rows else g.sample(rows, random_state=seed))
+    return pd.concat(parts).sort_index() if parts else df
+
+
+def _gmean(x) -> float:
+    x = np.asarray([v for v in x if np.isfinite(v) and v > 0])
+    return float(np.exp(np.mean(np.log(x)))) if len(x) else np.nan
+
+
+def _fit_group(c, mem, q, y, n_k, clock_mhz) -> tuple[float, float, float]:
+    """(compute eff, memory eff, floor in thousands of cycles) of one (system, dtype, kernel source)'s rows; NaN where
+    too few rows are bound by that term."""
+    body = np.maximum(c, mem) + q
+    tiny = body <= np.percentile(body, SMALLEST_PCT)
+    floor = np.percentile(y[tiny] - body[tiny], 25) / n_k if tiny.sum() >= 10 else np.nan
+    floor = max(floor, 0.0005) if np.isfinite(floor) else floor
+    f_ms = (floor if np.isfinite(floor) else 0.004) * n_k
+    cb = (c > BOUND_RATIO * mem) & (y > 10 * f_ms)
+    mb = (mem > BOUND_RATIO * c) & (y > 5 * f_ms)
+    eff_m = np.median(mem[mb] / np.maximum(y[mb] - f_ms, 1e-6)) if mb.sum() >= 10 else np.nan
+    qe = q / (eff_m if np.isfinite(eff_m) else 0.7)
+    eff_c = np.median(c[cb] / np.maximum(y[cb] - f_ms - qe[cb], 1e-6)) if cb.sum() >= 10 else np.nan
+    return eff_c, eff_m, floor * clock_mhz
+
+
+def fit_constants(df: pd.DataFrame, op: str, systems, source: str) -> KernelConstants:
+    """Efficiencies and per-kernel floor of `op` (gemm or moe) from the rows of `systems` in `df`
+    (canonical aiconfigurator rows), keyed `dtype|kernel_source` (geometric mean over the systems that
+    ran it) and `dtype` (the median over its kernel sources and systems, the floor's lower quartile,
+    so one slow framework path does not set a dtype's value)."""
+    rows = df[(df["op_name"] == op) & df["system"].isin(list(systems))]
+    per: dict[str, list] = {}
+    for system, g in rows.groupby("system", observed=True):
+        g = g.reset_index(drop=True)
+        t = prior_terms(g, get_device(SYSTEM_DEVICES[system]), ROOFLINE, ROOFLINE)
+        n_k = np.where(t["aux"].to_numpy() > 0, 2.0, 1.0) if op == "gemm" else np.full(len(g), 5.0)
+        keys = dtype_of(g) + "|" + g["kernel_source"].astype(str).to_numpy().astype(object)
+        arr = {k: t[k].to_numpy() for k in ("compute_ms", "memory_ms", "aux")}
+        y = g["latency_ms"].to_numpy()
+        for key in sorted(set(keys)):
+            m = keys == key
+            per.setdefault(key, []).append(_fit_group(arr["compute_ms"][m], arr["memory_ms"][m], arr["aux"][m], y[m],
+                                                      float(n_k[m][0]), get_device(SYSTEM_DEVICES[system]).boost_clock_mhz))
+    tables: list[dict] = [{}, {}, {}]
+    for key, vals in per.items():
+        for i, table in enumerate(tables):
+            v = _gmean([x[i] for x in vals])
+            if np.isfinite(v):
+                table[key] = v
+    for table, pct in zip(tables, (FALLBACK_EFF_PCT, FALLBACK_EFF_PCT, FALLBACK_FLOOR_PCT)):
+        by_dtype: dict[str, list] = {}
+        for key, v in table.items():
+            by_dtype.setdefault(key.split("|")[0], []).append(v)
+        table.update({dt: float(np.percentile(v, pct)) for dt, v in by_dtype.items() if len(v) >= MIN_SOURCES})
+    out = []
+    for table, name in zip(tables, ("compute_eff", "memory_eff", "floor_kcycles")):
+        table.setdefault("bfloat16", DEFAULT_BF16[name])
+        cap = 1.0 if name != "floor_kcycles" else np.inf
+        out.append(tuple(sorted((k, round(min(v, cap), 4)) for k, v in table.items())))
+    return KernelConstants(*out, tuple(sorted(systems)), source)
+
+
+def predict_terms(df: pd.DataFrame, gemm_c: KernelConstants, moe_c: KernelConstants) -> pd.DataFrame:
+    """`prior_terms` of canonical rows of any systems, each priced on its own system's device."""
+    parts = []
+    for system, g in df.groupby("system", observed=True, sort=True):
+        parts.append(prior_terms(g, get_device(SYSTEM_DEVICES[system]), gemm_c, moe_c))
+    return pd.concat(parts).loc[df.index]
+
+
+def feature_matrix(df: pd.DataFrame, terms: pd.DataFrame) -> np.ndarray:
+    """FEATURES of canonical rows of one op family, each on its own system's device."""
+    X = np.zeros((len(df), len(FEATURES)), dtype=np.float32)
+    pos = pd.Series(np.arange(len(df)), index=df.index)
+    for system, g in df.groupby("system", observed=True, sort=True):
+        X[pos.loc[g.index].to_numpy()] = features(g, terms.loc[g.index], get_device(SYSTEM_DEVICES[system]))
+    return X
+
+
+def fit_residual(X: np.ndarray, y: np.ndarray, seed: int = SEED):
+    """A small XGBoost model of log(measured / prior) on balanced samples (the same rows per system).
+    One thread: on a shared 2-core machine two OpenMP threads ran 20x slower than one."""
+    from hybridperf.residual_models.xgb import XGBResidual
+
+    return XGBResidual(n_estimators=200, max_depth=6, learning_rate=0.08, min_child_weight=20.0, seed=seed,
+                       n_jobs=1).fit(X, y)
+
+
+def conformal(log_err: np.ndarray, groups: np.ndarray | None = None, min_rows: int = 200) -> dict:
+    """Split-conformal 90% interval of log(measured / predicted) from held-out residuals: the 5% and
+    95% quantiles, with the finite-sample correction; `groups` (the held-out system of each row) are
+    weighted equally so a large table does not set the interval alone."""
+    e = np.asarray(log_err, dtype=np.float64)
+    if len(e) < min_rows:
+        return {}
+    w = np.ones(len(e))
+    if groups is not None:
+        g = np.asarray(groups, dtype=object)
+        for v in set(g.tolist()):
+            w[g == v] = 1.0 / (g == v).sum()
+    order = np.argsort(e)
+    cw = np.cumsum(w[order]) / w.sum()
+    n = len(e)
+    lo_q, hi_q = max(0.05 - 0.5 / n, 0.0), min(0.95 + 0.5 / n, 1.0)
+    q_lo = float(e[order][np.searchsorted(cw, lo_q)])
+    q_hi = float(e[order][min(np.searchsorted(cw, hi_q), n - 1)])
+    return {"q_lo": round(q_lo, 5), "q_hi": round(q_hi, 5), "rows": int(n)}

@@ -1,0 +1,194 @@
+"""aiconfigurator-schema kernels: the loader, the GEMM/MoE physics, `predict-kernels` on op_name rows,
+the shipped bundle. Tables are made here; tests that need ../shared/datasets skip without it."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import assert_one_line_error, run_cli
+from hybridperf.aic_kernels import AicPredictor, calibrate_to, kernel_family, validate
+from hybridperf.datasets.aiconfigurator import SYSTEM_DEVICES, canonical, load_kernels
+from hybridperf.devices import get_device
+from hybridperf.priors.llm_gemm import ROOFLINE, fitted_constants, gemm_ms, l2_weight_hit, matrix_peak, tile_compute_s
+from hybridperf.priors.moe import moe_ms, rank0_share
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared" / "datasets"
+H100 = get_device("NVIDIA H100 80GB HBM3")
+B200 = get_device("NVIDIA B200")
+
+ROWS = [
+    {"op_name": "gemm", "kernel_source": "torch_flow", "framework": "TRTLLM", "m": 1, "n": 4096, "k": 4096,
+     "gemm_dtype": "bfloat16", "latency": 0.02},
+    {"op_name": "gemm", "kernel_source": "deepgemm", "m": 4096, "n": 7168, "k": 2048, "gemm_dtype": "fp8_block",
+     "latency": 0.1},
+    {"op_name": "gemm", "kernel_source": "x", "m": 16, "n": 4096, "k": 4096, "gemm_dtype": "nvfp4"},
+    {"op_name": "context_attention", "kernel_source": "fa3", "batch_size": 2, "isl": 4096, "num_heads": 32,
+     "num_key_value_heads": 8, "head_dim": 128, "attn_dtype": "bfloat16", "kv_cache_dtype": "bfloat16", "step": 0,
+     "window_size": 0, "latency": 1.0},
+    {"op_name": "generation_attention", "kernel_source": "xqa", "batch_size": 64, "isl": 1, "num_heads": 32,
+     "num_key_value_heads": 8, "head_dim": 128, "attn_dtype": "bfloat16", "kv_cache_dtype": "fp8", "step": 2048,
+     "window_size": 0},
+    {"op_name": "moe", "kernel_source": "moe_torch_flow_cutlass", "num_tokens": 128, "hidden_size": 4096,
+     "inter_size": 14336, "topk": 2, "num_experts": 8, "moe_tp_size": 1, "moe_ep_size": 1, "moe_dtype": "bfloat16",
+     "distribution": "power_law_1.2", "latency": 1.0},
+]
+
+
+def test_gemm_regimes():
+    """Decode GEMMs are bound by the weight's bytes, big ones by the matrix rate; fp8 halves both."""
+    big = gemm_ms(8192, 8192, 8192, "bfloat16", H100, constants=ROOFLINE)
+    flops_time = 2 * 8192 ** 3 / matrix_peak(H100, "bf16") * 1e3
+    assert flops_time <= big[()] < 1.3 * flops_time
+    dec = gemm_ms(1, 16384, 16384, "bfloat16", H100, constants=ROOFLINE)
+    assert dec == pytest.approx(16384 ** 2 * 2 / 3350e9 * 1e3, rel=0.1)
+    assert gemm_ms(8192, 8192, 8192, "fp8", H100, constants=ROOFLINE) < 0.7 * big
+    # weight-only int4 reads a quarter of bf16's weight bytes at decode
+    assert gemm_ms(1, 16384, 16384, "int4_wo", H100, constants=ROOFLINE) < 0.4 * dec
+
+
+def test_waves_and_fallback_peaks():
+    """One row more than a full wave of 128x256 tiles costs ~half a wave more whatever the tile; B200's
+    fp4 rate falls back to 2x fp8."""
+    t1, w1, _ = tile_compute_s(np.array([128.0 * 132]), np.array([256.0]), np.array([4096.0]), 1e15, H100)
+    t2, w2, _ = tile_compute_s(np.array([128.0 * 132 + 1]), np.array([256.0]), np.array([4096.0]), 1e15, H100)
+    assert w1[0] == 1 and w2[0] > 1 and t2[0] > 1.3 * t1[0]
+    spec = dict(B200.peak_tflops)
+    spec.pop("fp4_tc", None)
+    from dataclasses import replace
+
+    b = replace(B200, peak_tflops=spec, tdp_w=0)
+    assert matrix_peak(b, "fp4") == pytest.approx(2 * matrix_peak(b, "fp8"))
+    assert 0 < l2_weight_hit(np.array([1e6]), H100)[0] <= 1 and l2_weight_hit(np.array([1e9]), H100)[0] < 0.01
+
+
+def test_moe_skew_and_shards():
+    """Power-law routing loads EP rank 0 more than balanced; more EP ranks, less work on rank 0."""
+    bal = moe_ms(4096, 7168, 2048, 8, 256, H100, "fp8_block", 1, 8, "balanced")
+    skew = moe_ms(4096, 7168, 2048, 8, 256, H100, "fp8_block", 1, 8, "power_law_1.01")
+    assert skew > bal
+    assert moe_ms(4096, 7168, 2048, 8, 256, H100, "fp8_block", 1, 32) < bal
+    assert rank0_share(np.array([4096.0]), 8, 256, 1, 1.2)[0] == 1.0
+    assert 1 / 8 < rank0_share(np.array([4096.0]), 8, 256, 8, 1.2)[0] <= 1.0
+
+
+def test_kernel_family_and_validation():
+    fam = kernel_family(["DeepGemmFp8BlockScaledMMKernel", "sglang_fused_moe_triton", "torch_flow", "???"])
+    assert list(fam) == ["deepgemm", "triton", "torch", "other"]
+    with pytest.raises(Exception, match="unknown op_name"):
+        validate(pd.DataFrame([{"op_name": "conv", "m": 1}]))
+    with pytest.raises(Exception, match="need columns"):
+        validate(pd.DataFrame([{"op_name": "gemm", "m": 1, "n": 2}]))
+    with pytest.raises(Exception, match="positive finite m"):
+        validate(pd.DataFrame([{"op_name": "gemm", "m": -1, "n": 2, "k": 3, "gemm_dtype": "fp8"}]))
+
+
+def test_predict_intervals_and_calibration():
+    rows = validate(pd.DataFrame(ROWS))
+    p = AicPredictor.load()
+    res = p.predict(rows, H100)
+    for c in ("pred_ms", "lo_ms", "hi_ms"):
+        assert np.isfinite(res[c]).all() and (res[c] > 0).all()
+    assert (res["lo_ms"] <= res["pred_ms"]).all() and (res["pred_ms"] <= res["hi_ms"]).all()
+    # an architecture the physics has no tiles for widens every interval
+    from dataclasses import replace
+
+    other = p.predict(rows, replace(H100, arch="cdna3"))
+    width = np.log(res["hi_ms"] / res["lo_ms"])
+    assert (np.log(other["hi_ms"] / other["lo_ms"]) >= width - 1e-9).all()
+    # few-shot: 20 rows of each kind measured at 2x the prediction pull it most of the way up
+    meas = pd.concat([rows.assign(latency=res["pred_ms"].to_numpy() * 2.0)] * 20, ignore_index=True)
+    moved = calibrate_to(p, meas, H100).predict(rows, H100)["pred_ms"]
+    assert (moved > 1.3 * res["pred_ms"]).all()
+
+
+def test_cli_aiconfigurator_schema(tmp_path, monkeypatch, capsys):
+    """Every input row comes back in order with pred_ms/lo/hi; parquet reads like CSV."""
+    inp = tmp_path / "rows.parquet"
+    raw = pd.DataFrame(ROWS).assign(extra="keep")
+    raw.to_parquet(inp)
+    out = tmp_path / "out.csv"
+    from typer.testing import CliRunner
+
+    from hybridperf.cli.app import app
+
+    r = CliRunner().invoke(app, ["predict-kernels", str(inp), "--device", "h100_sxm", "--output", str(out)])
+    assert r.exit_code == 0, r.output
+    res = pd.read_csv(out)
+    assert len(res) == len(raw) and list(res["op_name"]) == list(raw["op_name"]) and (res["extra"] == "keep").all()
+    assert ((res["pred_lo_ms"] <= res["pred_ms"]) & (res["pred_ms"] <= res["pred_hi_ms"])).all()
+    assert (res["pred_lo_ms"] > 0).all()
+    bad = tmp_path / "bad.csv"
+    pd.DataFrame([{"op_name": "moe", "num_tokens": 4}]).to_csv(bad, index=False)
+    code, err = run_cli(monkeypatch, capsys, ["predict-kernels", bad, "--device", "h100_sxm", "--output", out])
+    assert_one_line_error(code, err)
+
+
+def test_loader_canonical_columns():
+    df = pd.DataFrame([{"framework": "VLLM", "version": "1", "kernel_source": "k", "m": 1, "n": 2, "k": 3,
+                        "gemm_dtype": "fp8", "latency": 0.1}])
+    c = canonical(df, "gemm", "h100_sxm")
+    assert list(c[["system", "op_name", "dtype"]].iloc[0]) == ["h100_sxm", "gemm", "fp8"]
+    assert c["latency_ms"].iloc[0] == 0.1
+
+
+def test_shipped_bundle_matches_constants_file():
+    """The bundle's prior constants are the ones the priors read by default."""
+    mf = REPO / "exported_models" / "aic_kernels" / "manifest.json"
+    if not mf.is_file():
+        pytest.skip("no shipped aic_kernels bundle")
+    m = json.loads(mf.read_text())
+    assert m["constants"]["gemm"] == fitted_constants()["gemm"].to_dict()
+    assert m["constants"]["moe"] == fitted_constants()["moe"].to_dict()
+    assert set(m["constants"]["gemm"]["fitted_on"]) == set(SYSTEM_DEVICES)
+
+
+def test_shared_tables_load():
+    if not (SHARED / "aiconfigurator").is_dir():
+        pytest.skip("../shared/datasets/aiconfigurator not found")
+    df = load_kernels(SHARED, systems=["l40s"], ops=["gemm"])
+    assert len(df) > 1000 and set(df["op_name"]) == {"gemm"}
+    assert (df["latency_ms"] > 0).all() and df["system"].eq("l40s").all()
+
+
+def test_prediction_path_imports_no_training_libraries(tmp_path):
+    """predict-kernels on aiconfigurator rows runs on numpy, pandas and onnxruntime alone."""
+    import os
+    import subprocess
+    import sys
+
+    inp, out = tmp_path / "rows.csv", tmp_path / "out.csv"
+    pd.DataFrame(ROWS).to_csv(inp, index=False)
+    script = ("import sys, json\nimport hybridperf.cli.app as cli\n"
+              f"sys.argv = ['hybridperf', 'predict-kernels', {str(inp)!r}, '--device', 'b200_sxm', '--output', {str(out)!r}]\n"
+              "try:\n    cli.main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+              "print(json.dumps(sorted(m for m in ('torch', 'xgboost', 'sklearn', 'onnxmltools') if m in sys.modules)))\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == []
+    assert len(pd.read_csv(out)) == len(ROWS)
+
+
+def test_bundle_refuses_bad_residual_scale(tmp_path):
+    """An edited manifest (a residual scaled outside [0, 1]) fails to load with one line."""
+    import shutil
+
+    from hybridperf.errors import ModelBundleError
+    from hybridperf.residual_models.bundle import sign_manifest
+
+    src = REPO / "exported_models" / "aic_kernels"
+    if not (src / "manifest.json").is_file() or not json.loads((src / "manifest.json").read_text())["residuals"]:
+        pytest.skip("no shipped aic_kernels residual")
+    dst = tmp_path / "b"
+    shutil.copytree(src, dst)
+    m = json.loads((dst / "manifest.json").read_text())
+    next(iter(m["residuals"].values()))["scale"] = 3.0
+    m.pop("content_sha256", None)
+    (dst / "manifest.json").write_text(json.dumps(sign_manifest(m)))  # re-signed: the value check must refuse it
+    with pytest.raises(ModelBundleError, match="scale"):
+        AicPredictor.load(dst)
