@@ -87,9 +87,17 @@ def test_kernel_family_and_validation():
         validate(pd.DataFrame([{"op_name": "gemm", "m": -1, "n": 2, "k": 3, "gemm_dtype": "fp8"}]))
 
 
+BUNDLE = REPO / "exported_models" / "aic_kernels"
+
+
+def _predictor() -> AicPredictor:
+    """This checkout's bundle (residuals run) where it has one, else the installed default."""
+    return AicPredictor.load(BUNDLE if (BUNDLE / "manifest.json").is_file() else None)
+
+
 def test_predict_intervals_and_calibration():
     rows = validate(pd.DataFrame(ROWS))
-    p = AicPredictor.load()
+    p = _predictor()
     res = p.predict(rows, H100)
     for c in ("pred_ms", "lo_ms", "hi_ms"):
         assert np.isfinite(res[c]).all() and (res[c] > 0).all()
@@ -116,7 +124,8 @@ def test_cli_aiconfigurator_schema(tmp_path, monkeypatch, capsys):
 
     from hybridperf.cli.app import app
 
-    r = CliRunner().invoke(app, ["predict-kernels", str(inp), "--device", "h100_sxm", "--output", str(out)])
+    bundle = ["--model-bundle", str(BUNDLE)] if (BUNDLE / "manifest.json").is_file() else []
+    r = CliRunner().invoke(app, ["predict-kernels", str(inp), "--device", "h100_sxm", "--output", str(out), *bundle])
     assert r.exit_code == 0, r.output
     res = pd.read_csv(out)
     assert len(res) == len(raw) and list(res["op_name"]) == list(raw["op_name"]) and (res["extra"] == "keep").all()
@@ -165,6 +174,8 @@ def test_prediction_path_imports_no_training_libraries(tmp_path):
     pd.DataFrame(ROWS).to_csv(inp, index=False)
     script = ("import sys, json\nimport hybridperf.cli.app as cli\n"
               f"sys.argv = ['hybridperf', 'predict-kernels', {str(inp)!r}, '--device', 'b200_sxm', '--output', {str(out)!r}]\n"
+              + (f"sys.argv += ['--model-bundle', {str(BUNDLE)!r}]\n" if (BUNDLE / "manifest.json").is_file() else "")
+              +
               "try:\n    cli.main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
               "print(json.dumps(sorted(m for m in ('torch', 'xgboost', 'sklearn', 'onnxmltools') if m in sys.modules)))\n")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
