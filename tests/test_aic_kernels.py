@@ -201,3 +201,18 @@ def test_bundle_refuses_bad_residual_scale(tmp_path):
     (dst / "manifest.json").write_text(json.dumps(m))
     with pytest.raises(ModelBundleError, match="scale"):
         AicPredictor.load(dst)
+
+
+def test_blank_dtype_and_empty_cache_rows_predict():
+    """A blank dtype cell prices as bf16 with a widened interval; decode against an empty cache is valid."""
+    rows = validate(pd.DataFrame([
+        {"op_name": "gemm", "m": 8, "n": 4096, "k": 4096, "gemm_dtype": None, "kernel_source": None},
+        {"op_name": "gemm", "m": 8, "n": 4096, "k": 4096, "gemm_dtype": "bfloat16", "kernel_source": "torch_flow"},
+        {"op_name": "generation_attention", "batch_size": 1, "num_heads": 8, "num_key_value_heads": 8,
+         "head_dim": 128, "step": 0},
+    ]))
+    res = _predictor().predict(rows, H100)
+    assert np.isfinite(res.to_numpy()).all() and (res["lo_ms"] > 0).all()
+    assert res["pred_ms"].iloc[0] == pytest.approx(res["pred_ms"].iloc[1], rel=0.5)
+    w = np.log(res["hi_ms"] / res["lo_ms"])
+    assert w.iloc[0] > w.iloc[1]
