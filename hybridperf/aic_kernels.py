@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from hybridperf.devices import DeviceSpec, dtype_key
-from hybridperf.errors import InputError, ModelBundleError
+from hybridperf.errors import InputError, ModelBundleError, UnknownDeviceError
 from hybridperf.priors import attention
 from hybridperf.priors.llm_gemm import (GEMM_DTYPES, TILES, KernelConstants, combine_ms, fitted_constants, floor_s,
                                         gemm_parts)
@@ -112,7 +112,7 @@ def _attn_dtype(series) -> np.ndarray:
     for s in np.asarray(series, dtype=object):
         try:
             out.append(dtype_key(str(s)))
-        except Exception:  # an unknown name: priced as bf16, its interval widened
+        except UnknownDeviceError:  # an unknown name: priced as bf16, its interval widened
             out.append("bf16")
     return np.asarray(out, dtype=object)
 
