@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from hybridperf.devices import DeviceSpec, dtype_key
-from hybridperf.errors import InputError, ModelBundleError
+from hybridperf.errors import InputError, ModelBundleError, UnknownDeviceError
 from hybridperf.priors import attention
 from hybridperf.priors.llm_gemm import (GEMM_DTYPES, TILES, KernelConstants, combine_ms, fitted_constants, floor_s,
                                         gemm_parts)
@@ -34,6 +34,7 @@ REQUIRED = {
 NUMERIC = ("m", "n", "k", "batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "step",
            "window_size", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
            "moe_ep_size")
+TEXT = ("gemm_dtype", "moe_dtype", "attn_dtype", "kv_cache_dtype", "distribution", "kernel_source")
 DEFAULTS = {"window_size": 0, "step": 0, "isl": 1, "moe_tp_size": 1, "moe_ep_size": 1,
             "attn_dtype": "bfloat16", "kv_cache_dtype": "bfloat16", "distribution": "balanced", "kernel_source": ""}
 #: kernel family of a `kernel_source` string: the first keyword it contains
@@ -83,11 +84,16 @@ def validate(df: pd.DataFrame, source: str = "input") -> pd.DataFrame:
             out[c] = v
         else:
             out[c] = out[c].where(out[c].notna(), v)
+    for c in TEXT:
+        if c in out:  # a blank cell is "" (a dtype priced as bf16, its interval widened), never NaN
+            s = out[c].astype(object)
+            out[c] = s.where(s.notna(), DEFAULTS.get(c, "")).astype(str)
     for c in NUMERIC:
         out[c] = pd.to_numeric(out[c], errors="coerce").astype(np.float64) if c in out else np.nan
     for op in set(ops):
         m = (ops == op).to_numpy()
-        need = [c for c in REQUIRED[op] if c in NUMERIC] + (["moe_tp_size", "moe_ep_size"] if op == "moe" else [])
+        need = [c for c in REQUIRED[op] if c in NUMERIC and c != "step"]
+        need += ["moe_tp_size", "moe_ep_size"] if op == "moe" else []
         for c in need:
             v = out[c].to_numpy()
             bad_rows = m & ~(np.isfinite(v) & (v > 0))
@@ -106,7 +112,7 @@ def _attn_dtype(series) -> np.ndarray:
     for s in np.asarray(series, dtype=object):
         try:
             out.append(dtype_key(str(s)))
-        except Exception:  # an unknown name: priced as bf16, its interval widened
+        except UnknownDeviceError:  # an unknown name: priced as bf16, its interval widened
             out.append("bf16")
     return np.asarray(out, dtype=object)
 

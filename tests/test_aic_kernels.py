@@ -87,9 +87,17 @@ def test_kernel_family_and_validation():
         validate(pd.DataFrame([{"op_name": "gemm", "m": -1, "n": 2, "k": 3, "gemm_dtype": "fp8"}]))
 
 
+BUNDLE = REPO / "exported_models" / "aic_kernels"
+
+
+def _predictor() -> AicPredictor:
+    """This checkout's bundle (residuals run) where it has one, else the installed default."""
+    return AicPredictor.load(BUNDLE if (BUNDLE / "manifest.json").is_file() else None)
+
+
 def test_predict_intervals_and_calibration():
     rows = validate(pd.DataFrame(ROWS))
-    p = AicPredictor.load()
+    p = _predictor()
     res = p.predict(rows, H100)
     for c in ("pred_ms", "lo_ms", "hi_ms"):
         assert np.isfinite(res[c]).all() and (res[c] > 0).all()
@@ -116,7 +124,8 @@ def test_cli_aiconfigurator_schema(tmp_path, monkeypatch, capsys):
 
     from hybridperf.cli.app import app
 
-    r = CliRunner().invoke(app, ["predict-kernels", str(inp), "--device", "h100_sxm", "--output", str(out)])
+    bundle = ["--model-bundle", str(BUNDLE)] if (BUNDLE / "manifest.json").is_file() else []
+    r = CliRunner().invoke(app, ["predict-kernels", str(inp), "--device", "h100_sxm", "--output", str(out), *bundle])
     assert r.exit_code == 0, r.output
     res = pd.read_csv(out)
     assert len(res) == len(raw) and list(res["op_name"]) == list(raw["op_name"]) and (res["extra"] == "keep").all()
@@ -165,6 +174,8 @@ def test_prediction_path_imports_no_training_libraries(tmp_path):
     pd.DataFrame(ROWS).to_csv(inp, index=False)
     script = ("import sys, json\nimport hybridperf.cli.app as cli\n"
               f"sys.argv = ['hybridperf', 'predict-kernels', {str(inp)!r}, '--device', 'b200_sxm', '--output', {str(out)!r}]\n"
+              + (f"sys.argv += ['--model-bundle', {str(BUNDLE)!r}]\n" if (BUNDLE / "manifest.json").is_file() else "")
+              +
               "try:\n    cli.main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
               "print(json.dumps(sorted(m for m in ('torch', 'xgboost', 'sklearn', 'onnxmltools') if m in sys.modules)))\n")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -192,3 +203,18 @@ def test_bundle_refuses_bad_residual_scale(tmp_path):
     (dst / "manifest.json").write_text(json.dumps(sign_manifest(m)))  # re-signed: the value check must refuse it
     with pytest.raises(ModelBundleError, match="scale"):
         AicPredictor.load(dst)
+
+
+def test_blank_dtype_and_empty_cache_rows_predict():
+    """A blank dtype cell prices as bf16 with a widened interval; decode against an empty cache is valid."""
+    rows = validate(pd.DataFrame([
+        {"op_name": "gemm", "m": 8, "n": 4096, "k": 4096, "gemm_dtype": None, "kernel_source": None},
+        {"op_name": "gemm", "m": 8, "n": 4096, "k": 4096, "gemm_dtype": "bfloat16", "kernel_source": "torch_flow"},
+        {"op_name": "generation_attention", "batch_size": 1, "num_heads": 8, "num_key_value_heads": 8,
+         "head_dim": 128, "step": 0},
+    ]))
+    res = _predictor().predict(rows, H100)
+    assert np.isfinite(res.to_numpy()).all() and (res["lo_ms"] > 0).all()
+    assert res["pred_ms"].iloc[0] == pytest.approx(res["pred_ms"].iloc[1], rel=0.5)
+    w = np.log(res["hi_ms"] / res["lo_ms"])
+    assert w.iloc[0] > w.iloc[1]

@@ -27,8 +27,10 @@ What the columns mean and how latency was timed (read off the package's collecto
   law and puts the heaviest experts on rank 0 (the rank timed), so skew makes the timed rank slower;
   a power-law row is the mean over 5 sampled routings.
 
-`collection_meta.yaml` beside a table says whether it was collected or declared (`reuse.yaml`: a version
-reusing another's table); reused tables are not loaded twice.
+`collection_meta.yaml` beside a table says how it was collected. A `reuse.yaml` declares which other
+version's table aiconfigurator reads for this version; a parquet file beside it is still its own
+measurement (TensorRT-LLM 1.3.0rc23's fresh DeepSeek-V4 MoE shapes, vLLM 0.22.0's older B200 runs) and
+is loaded like any other; a folder with only a `reuse.yaml` has nothing to load.
 """
 from __future__ import annotations
 
