@@ -99,7 +99,14 @@ def _predict_aiconfigurator(raw, dev, output: Path, calibration, model_bundle, p
 
     from hybridperf.aic_kernels import AicPredictor, calibrate_to, validate
 
+    from hybridperf.priors.llm_gemm import GEMM_DTYPES
+
     rows = validate(raw, source)
+    unknown = sorted({str(d) for op, col in (("gemm", "gemm_dtype"), ("moe", "moe_dtype")) if col in rows
+                      for d in rows.loc[rows["op_name"] == op, col] if str(d) not in GEMM_DTYPES})
+    if unknown:
+        typer.echo(f"note: dtype(s) {', '.join(unknown[:5])} are not modelled; those rows are priced as bfloat16 "
+                   f"with a widened interval (known: {', '.join(sorted(GEMM_DTYPES))})", err=True)
     predictor = AicPredictor.load(model_bundle)
     if calibration is not None:
         measured = validate(read_table(calibration, "calibration file"), str(calibration))
