@@ -23,7 +23,7 @@ recomputed exponentials, at its own efficiency. fp32 SDPA runs PyTorch's memory-
 GEMMs run on the tensor cores as three TF32 products (`MEM_EFFICIENT_FP32_PASSES`).
 
 The constants fitted from data live in `AttentionConstants` (frozen, each with its provenance);
-`experiments/attention_prior.py` refits them leave-one-GPU-out and reports held-out errors only.
+`experiments/kernels/attention_prior.py` refits them leave-one-GPU-out and reports held-out errors only.
 """
 from __future__ import annotations
 
@@ -117,12 +117,12 @@ class Fitted:
     value: float
     unit: str
     source: str  # tables (GPU, framework) it was fitted on
-    script: str = "experiments/attention_prior.py"
+    script: str = "experiments/kernels/attention_prior.py"
 
 
 @dataclass(frozen=True)
 class AttentionConstants:
-    """Fitted constants of the attention prior (`experiments/attention_prior.py --write-constants` prints
+    """Fitted constants of the attention prior (`experiments/kernels/attention_prior.py --write-constants` prints
     them): kernel efficiency per family for prefill and decode, fixed per-kernel overheads, the SDPA
     backward's efficiency and the memory-efficient backend's (fp32, explicit masks)."""
 
@@ -147,7 +147,7 @@ class AttentionConstants:
 
 _ALL = "a100_sxm, h100_sxm, l40s, b200_sxm aiconfigurator attention tables (all frameworks)"
 _H100 = "h100_sdpa_fp8 (NVIDIA H100 80GB HBM3, torch 2.11; one GPU)"
-#: shipped constants, `python experiments/attention_prior.py --write-constants`: fitted on all four
+#: shipped constants, `python -m experiments.kernels.attention_prior --write-constants`: fitted on all four
 #: aiconfigurator systems (prefill, decode) and on the H100 SDPA measurements (sdpa, its backward); the same
 #: fit's held-out errors are in experiments/results/attention_prior.md. PyTorch's flash decode is FA2's
 #: split-KV kernel: sdpa decode takes fa2's bandwidth share. No measurement has set the memory-efficient

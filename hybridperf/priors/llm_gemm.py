@@ -111,7 +111,7 @@ class KernelConstants:
 ROOFLINE = KernelConstants((("bfloat16", 1.0),), (("bfloat16", 1.0),), (("bfloat16", 0.0),), (), "spec sheet")
 
 #: prior constants fitted on aiconfigurator's four shared systems (a100_sxm, h100_sxm, l40s, b200_sxm),
-#: written by `python experiments/aiconfigurator_kernels.py --ship exported_models/aic_kernels`
+#: written by `python -m experiments.kernels.aiconfigurator_kernels --ship exported_models/aic_kernels`
 CONSTANTS_FILE = Path(__file__).resolve().parent / "data" / "aic_constants.json"
 
 

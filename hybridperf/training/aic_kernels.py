@@ -1,6 +1,6 @@
 """Fitting the aiconfigurator-kernel predictor: prior constants (efficiencies and floors per dtype),
 residual models and split-conformal intervals, always from named training systems, so that
-`experiments/aiconfigurator_kernels.py` can hold each system out and `--ship` can fit on all of them.
+`experiments/kernels/aiconfigurator_kernels.py` can hold each system out and `--ship` can fit on all of them.
 
 Constants are robust statistics: per training system the median over its compute-bound rows of
 ideal-compute / measured time (memory-bound rows likewise, tiny rows for the floor), then the geometric
