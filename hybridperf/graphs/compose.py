@@ -352,7 +352,7 @@ def predict_model(config, batch: int, seq: int, mode: str = "inf", device="NVIDI
     {"e2e_ms", "lo_ms", "hi_ms", "fw_ms", "bw_ms"} (bw_ms = 0 for inf; [lo, hi] a 90% interval).
     `predictor=None` uses the shipped kernel bundle when present, else the analytical prior.
     `dtype`: fp32 (NeuSight's semantics, validated) or the model cast to fp16/bf16 (not validated).
-    `fused`: inference with pointwise chains fused as torch.compile does (`kernels.fuse_pointwise`).
+    `fused`: inference with pointwise chains fused as torch.compile does (`fusion.fuse_pointwise`).
     `optimizer` (train): add one optimizer step (sgd, sgd-momentum, adam, adamw, adam-fused;
     `hybridperf.graphs.optimizer`) to e2e_ms and report it as "opt_ms".
     `recompute` (train): activation checkpointing of every layer; its forward re-runs inside bw_ms.

@@ -61,7 +61,7 @@ from pathlib import Path
 from hybridperf.errors import InputError
 from hybridperf.jsonio import read_json_object
 
-#: llama-likes whose MLP is a top-k mixture of experts (HF's grouped experts, `graphs.kernels.moe_block`)
+#: llama-likes whose MLP is a top-k mixture of experts (HF's grouped experts, `graphs.layers.moe.moe_block`)
 MOE_LLAMA = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss")
 #: Gemma's llama-likes: (1 + weight) RMSNorms in fp32, sqrt(hidden)-scaled embeddings, a tied LM head
 GEMMA = ("gemma", "gemma2", "gemma3_text")
@@ -332,7 +332,7 @@ def config_from_dict(d: dict, source: str = "config") -> ModelConfig:
         ffn = need(("ffn_dim",), "ffn_dim")
         act = str(_get(d, "activation_function", default="relu"))
         maxpos = int(_get(d, "max_position_embeddings", default=2048) or 0)
-        if _get(d, "word_embed_proj_dim") is not None:  # OPT-350m embeds narrower (graphs.kernels.opt_layout)
+        if _get(d, "word_embed_proj_dim") is not None:  # OPT-350m embeds narrower (graphs.families.opt.opt_layout)
             _pos_int(d["word_embed_proj_dim"], "word_embed_proj_dim", source)
     elif mt in LLAMA_LIKE:
         hidden = need(("hidden_size",), "hidden size")

@@ -132,7 +132,7 @@ MOE_PAIR_BYTES = 60.0
 
 def moe_layer_extra_bytes(tokens: int, top_k: int, hidden: int, dtype_bytes: float = 4.0,
                           shared: bool = False, clamped_ffn: int = 0) -> float:
-    """Bytes a top-k MoE layer (`graphs.kernels.moe_block`) saves for backward beyond Llama's layer with its
+    """Bytes a top-k MoE layer (`graphs.layers.moe.moe_block`) saves for backward beyond Llama's layer with its
     experts' width: per (token, expert) pair two hidden-sized tensors and `MOE_PAIR_BYTES`, with a
     sigmoid-gated shared expert (Qwen2-MoE) its scaled output, one hidden-sized tensor per token, and with
     GPT-OSS's clamped SwiGLU (`clamped_ffn`, the experts' width) three more expert-wide tensors per pair

@@ -1,0 +1,13 @@
+"""Model families as plugins: every module in this folder declares one `Family` as `FAMILY`, and importing
+the package registers them all (`hybridperf.graphs.family`). Adding a family is adding one module here."""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+from hybridperf.graphs.family import FAMILIES, Family, register
+
+for _info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+    register(importlib.import_module(f"{__name__}.{_info.name}").FAMILY)
+
+__all__ = ["FAMILIES", "Family", "register"]

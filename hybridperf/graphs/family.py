@@ -1,0 +1,48 @@
+"""The model-family registry: one `Family` declaration per module of `hybridperf.graphs.families`.
+
+A family is everything `build_graph` needs to know about a HF `model_type` beyond the shared layers: the
+forward builder (prefill and training), the decode-step builder (causal LMs only) and the number of tiny
+kernels a decode step launches before its first layer. The families package imports each of its modules
+and registers its `FAMILY`; `register` is the hook for a family defined anywhere else.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from hybridperf.errors import InputError
+
+#: model_type -> its Family, in registration order
+FAMILIES: dict = {}
+
+
+@dataclass(frozen=True)
+class Family:
+    """One model family. `forward(cfg, batch, seq, train)` and `decode(cfg, batch, seq)` return `Block`s;
+    `setup_kernels`: per model_type, the position/mask/rotary kernels of a decode step's setup."""
+
+    names: tuple  # the HF model_types it builds
+    forward: Callable
+    decode: Callable | None = None
+    setup_kernels: dict = field(default_factory=dict)
+
+
+def register(family: Family) -> Family:
+    """Add `family` under each of its names; a name another family holds already is an error."""
+    taken = sorted(n for n in family.names if n in FAMILIES and FAMILIES[n] is not family)
+    if taken:
+        raise InputError(f"model family names already registered: {', '.join(taken)}")
+    FAMILIES.update({n: family for n in family.names})
+    return family
+
+
+def family_of(model_type: str) -> Family:
+    """The registered family of `model_type` (InputError if none)."""
+    if model_type not in FAMILIES:
+        raise InputError(f"no model family registered for {model_type!r}; registered: {', '.join(FAMILIES)}")
+    return FAMILIES[model_type]
+
+
+def decode_families() -> list[str]:
+    """The model_types that have a decode step."""
+    return [n for n, f in FAMILIES.items() if f.decode is not None]
