@@ -86,6 +86,9 @@ GEMMA3_TEXT_DEFAULTS = {"vocab_size": 262_208, "hidden_size": 2304, "intermediat
                         "sliding_window": 4096, "query_pre_attn_scalar": 256}
 #: HF's attention-layer types (`layer_types`)
 LAYER_TYPES = ("full_attention", "sliding_attention")
+#: model_type -> parse(dict, source) -> ModelConfig of the families that parse their own configs (filled by
+#: `graphs.family.register` as the families package loads, which importing any `hybridperf.graphs` module does)
+PLUGIN_PARSERS: dict = {}
 
 
 @dataclass(frozen=True)
@@ -294,6 +297,8 @@ def config_from_dict(d: dict, source: str = "config") -> ModelConfig:
             raise InputError(f"{source}: a gemma3 config needs a 'text_config' object (its language model)")
         d = {**GEMMA3_TEXT_DEFAULTS, **text, "model_type": "gemma3_text"}
         mt = "gemma3_text"
+    if mt in PLUGIN_PARSERS:
+        return PLUGIN_PARSERS[mt](d, source)
     if mt not in SUPPORTED_MODEL_TYPES:
         raise InputError(f"{source}: unsupported model_type {mt!r}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
     for key in _OPTIONAL_COUNTS:

@@ -2,7 +2,8 @@
 
 A family is everything `build_graph` needs to know about a HF `model_type` beyond the shared layers: the
 forward builder (prefill and training), the decode-step builder (causal LMs only) and the number of tiny
-kernels a decode step launches before its first layer. The families package imports each of its modules
+kernels a decode step launches before its first layer, and for a model_type `graphs.config` does not know, the
+parser of its HF config. The families package imports each of its modules
 and registers its `FAMILY`; `register` is the hook for a family defined anywhere else.
 """
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from hybridperf.errors import InputError
+from hybridperf.graphs.config import PLUGIN_PARSERS
 
 #: model_type -> its Family, in registration order
 FAMILIES: dict = {}
@@ -19,12 +21,14 @@ FAMILIES: dict = {}
 @dataclass(frozen=True)
 class Family:
     """One model family. `forward(cfg, batch, seq, train)` and `decode(cfg, batch, seq)` return `Block`s;
-    `setup_kernels`: per model_type, the position/mask/rotary kernels of a decode step's setup."""
+    `setup_kernels`: per model_type, the position/mask/rotary kernels of a decode step's setup. `parse(d, source)`:
+    the `ModelConfig` of a HF config dict of a model_type `graphs.config` does not parse itself."""
 
     names: tuple  # the HF model_types it builds
     forward: Callable
     decode: Callable | None = None
     setup_kernels: dict = field(default_factory=dict)
+    parse: Callable | None = None
 
 
 def register(family: Family) -> Family:
@@ -33,6 +37,8 @@ def register(family: Family) -> Family:
     if taken:
         raise InputError(f"model family names already registered: {', '.join(taken)}")
     FAMILIES.update({n: family for n in family.names})
+    if family.parse is not None:
+        PLUGIN_PARSERS.update({n: family.parse for n in family.names})
     return family
 
 
