@@ -1,10 +1,11 @@
 """The model-family registry: one `Family` declaration per module of `hybridperf.graphs.families`.
 
 A family is everything `build_graph` needs to know about a HF `model_type` beyond the shared layers: the
-forward builder (prefill and training), the decode-step builder (causal LMs only) and the number of tiny
-kernels a decode step launches before its first layer, and for a model_type `graphs.config` does not know, the
-parser of its HF config. The families package imports each of its modules
-and registers its `FAMILY`; `register` is the hook for a family defined anywhere else.
+forward builder (prefill and training), the decode-step builder (causal LMs only), the number of tiny
+kernels a decode step launches before its first layer, which of its model_types have a tensor-parallel
+split, and for a model_type `graphs.config` does not know, the parser of its HF config. The families
+package imports each of its modules and registers its `FAMILY`; `register` is the hook for a family
+defined anywhere else.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ class Family:
     decode: Callable | None = None
     setup_kernels: dict = field(default_factory=dict)
     parse: Callable | None = None
+    tensor_parallel: tuple = ()  # names whose layers have a tensor/pipeline split (`graphs.tensor_parallel`)
 
 
 def register(family: Family) -> Family:

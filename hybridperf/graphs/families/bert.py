@@ -52,4 +52,4 @@ def forward(cfg: ModelConfig, B, S, train) -> list:
     return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
 
 
-FAMILY = Family(("bert", *ROBERTA_LIKE), forward)
+FAMILY = Family(("bert", *ROBERTA_LIKE), forward, tensor_parallel=("bert", *ROBERTA_LIKE))

@@ -56,4 +56,5 @@ def decode(cfg: ModelConfig, B: int, seq: int) -> list:
     return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
 
 
-FAMILY = Family(("gpt2", "gpt_neo"), forward, decode, setup_kernels={"gpt2": 12, "gpt_neo": 12})
+FAMILY = Family(("gpt2", "gpt_neo"), forward, decode, setup_kernels={"gpt2": 12, "gpt_neo": 12},
+                tensor_parallel=("gpt2", "gpt_neo"))

@@ -69,4 +69,5 @@ def decode(cfg: ModelConfig, B: int, seq: int) -> list:
     return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
 
 
-FAMILY = Family(("gpt_neox",), forward, decode, setup_kernels={"gpt_neox": 19})
+FAMILY = Family(("gpt_neox",), forward, decode, setup_kernels={"gpt_neox": 19},
+                tensor_parallel=("gpt_neox",))

@@ -1,7 +1,7 @@
 """Llama-like decoders (Llama, Mistral, Qwen, Gemma, Phi-3, Mixtral, Qwen-MoE, GPT-OSS)."""
 from __future__ import annotations
 
-from hybridperf.graphs.config import LLAMA_LIKE, ModelConfig, kv_length
+from hybridperf.graphs.config import LLAMA_LIKE, MOE_LLAMA, ModelConfig, kv_length
 from hybridperf.graphs.decode import cached_attention, decode_setup
 from hybridperf.graphs.family import Family
 from hybridperf.graphs.layers.attention_core import _attention_core, soft_cap
@@ -84,4 +84,5 @@ def decode(cfg: ModelConfig, B: int, seq: int) -> list:
 #: mask too in Qwen2-MoE (unused there), Gemma 2 and 3 and GPT-OSS
 FAMILY = Family(tuple(f for f in LLAMA_LIKE if f != "deepseek_v3"), forward, decode,
                 setup_kernels={**{f: 19 for f in LLAMA_LIKE if f != "deepseek_v3"},
-                               "qwen2_moe": 34, "gemma2": 34, "gemma3_text": 34, "gpt_oss": 33})
+                               "qwen2_moe": 34, "gemma2": 34, "gemma3_text": 34, "gpt_oss": 33},
+                tensor_parallel=tuple(f for f in LLAMA_LIKE if f not in MOE_LLAMA))  # MoE experts: dp only

@@ -77,4 +77,5 @@ def decode(cfg: ModelConfig, B: int, seq: int) -> list:
     return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
 
 
-FAMILY = Family(("opt",), forward, decode, setup_kernels={"opt": 16})  # OPT adds its cumsum position ids
+#: OPT's decode setup adds its cumsum position ids
+FAMILY = Family(("opt",), forward, decode, setup_kernels={"opt": 16}, tensor_parallel=("opt",))
