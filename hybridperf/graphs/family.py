@@ -3,9 +3,9 @@
 A family is everything `build_graph` needs to know about a HF `model_type` beyond the shared layers: the
 forward builder (prefill and training), the decode-step builder (causal LMs only), the number of tiny
 kernels a decode step launches before its first layer, which of its model_types have a tensor-parallel
-split, and for a model_type `graphs.config` does not know, the parser of its HF config. The families
-package imports each of its modules and registers its `FAMILY`; `register` is the hook for a family
-defined anywhere else.
+split, what its layers save for the backward, and for a model_type `graphs.config` does not know, the
+parser of its HF config. The families package imports each of its modules and registers its `FAMILY`;
+`register` is the hook for a family defined anywhere else.
 """
 from __future__ import annotations
 
@@ -31,6 +31,9 @@ class Family:
     setup_kernels: dict = field(default_factory=dict)
     parse: Callable | None = None
     tensor_parallel: tuple = ()  # names whose layers have a tensor/pipeline split (`graphs.tensor_parallel`)
+    #: model_type -> (fp32, 16-bit) saved-activation coefficients (`graphs.memory`), or the counted model_type
+    #: whose coefficients it borrows; a model_type without an entry has no training-memory estimate
+    activation: dict = field(default_factory=dict)
 
 
 def register(family: Family) -> Family:

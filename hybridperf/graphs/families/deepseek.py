@@ -54,4 +54,10 @@ def decode(cfg: ModelConfig, B: int, seq: int) -> list:
             Block("head", 1, post, "post")]
 
 
-FAMILY = Family(("deepseek_v3",), forward, decode, setup_kernels={"deepseek_v3": 19})
+#: bytes autograd saves per layer and outside the layers, (fp32 model, 16-bit model), counted by
+#: `experiments/models/activation_memory.py` (`hybridperf.graphs.memory`); a model_type not counted names the
+#: counted one whose layer it resembles most (not measured)
+ACTIVATION = {
+    "deepseek_v3": "llama",
+}
+FAMILY = Family(("deepseek_v3",), forward, decode, setup_kernels={"deepseek_v3": 19}, activation=ACTIVATION)

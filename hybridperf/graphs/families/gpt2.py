@@ -56,5 +56,14 @@ def decode(cfg: ModelConfig, B: int, seq: int) -> list:
     return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
 
 
+#: bytes autograd saves per layer and outside the layers, (fp32 model, 16-bit model), counted by
+#: `experiments/models/activation_memory.py` (`hybridperf.graphs.memory`); a model_type not counted names the
+#: counted one whose layer it resembles most (not measured)
+ACTIVATION = {
+    "gpt2": ({"c_h": 41.68, "c_f": 20.0, "c_a": 12.01, "d_h": 11.84, "d_v": 4.11},
+             {"c_h": 20.84, "c_f": 10.0, "c_a": 6.0, "d_h": 5.92, "d_v": 4.08}),
+    "gpt_neo": ({"c_h": 32.06, "c_f": 20.0, "c_a": 4.01, "c_m": 1.0, "d_h": 7.88, "d_v": 4.1},
+                {"c_h": 20.03, "c_f": 10.0, "c_a": 6.01, "c_m": 1.0, "d_h": 3.94, "d_v": 4.07}),
+}
 FAMILY = Family(("gpt2", "gpt_neo"), forward, decode, setup_kernels={"gpt2": 12, "gpt_neo": 12},
-                tensor_parallel=("gpt2", "gpt_neo"))
+                tensor_parallel=("gpt2", "gpt_neo"), activation=ACTIVATION)

@@ -69,5 +69,12 @@ def decode(cfg: ModelConfig, B: int, seq: int) -> list:
     return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
 
 
+#: bytes autograd saves per layer and outside the layers, (fp32 model, 16-bit model), counted by
+#: `experiments/models/activation_memory.py` (`hybridperf.graphs.memory`); a model_type not counted names the
+#: counted one whose layer it resembles most (not measured)
+ACTIVATION = {
+    "gpt_neox": ({"c_h": 28.08, "c_f": 8.0, "c_a": 4.01, "d_h": 8.29, "d_v": 4.1},
+                 {"c_h": 14.04, "c_f": 4.0, "c_a": 6.0, "d_h": 4.15, "d_v": 4.07}),
+}
 FAMILY = Family(("gpt_neox",), forward, decode, setup_kernels={"gpt_neox": 19},
-                tensor_parallel=("gpt_neox",))
+                tensor_parallel=("gpt_neox",), activation=ACTIVATION)

@@ -80,9 +80,32 @@ def decode(cfg: ModelConfig, B: int, seq: int) -> list:
             Block("head", 1, post, "post")]
 
 
+#: bytes autograd saves per layer and outside the layers, (fp32 model, 16-bit model), counted by
+#: `experiments/models/activation_memory.py` (`hybridperf.graphs.memory`); a model_type not counted names the
+#: counted one whose layer it resembles most (not measured: Mistral and Qwen2 are Llama's block)
+ACTIVATION = {
+    "llama": ({"c_h": 40.04, "c_f": 16.0, "c_a": 4.0, "d_h": 13.72, "d_v": 4.07},
+              {"c_h": 24.04, "c_f": 8.0, "c_a": 6.0, "d_h": 8.82, "d_v": 4.07}),
+    "qwen3": ({"c_h": 56.08, "c_f": 16.0, "c_a": 4.06, "d_h": 13.64, "d_v": 4.09},
+              {"c_h": 36.08, "c_f": 8.0, "c_a": 6.06, "d_h": 8.74, "d_v": 4.09}),
+    "gemma": ({"c_h": 40.1, "c_f": 16.0, "c_a": 4.0, "d_h": 13.71, "d_v": 4.08},
+              {"c_h": 28.1, "c_f": 8.0, "c_a": 6.0, "d_h": 10.81, "d_v": 4.08}),
+    "gemma2": ({"c_h": 56.2, "c_f": 16.0, "c_a": 7.99, "d_h": 13.6, "d_v": 8.11},
+               {"c_h": 44.2, "c_f": 8.0, "c_a": 7.99, "d_h": 10.7, "d_v": 6.11}),
+    "gemma3_text": ({"c_h": 72.27, "c_f": 16.0, "c_a": 4.04, "d_h": 13.5, "d_v": 4.15},
+                    {"c_h": 60.27, "c_f": 8.0, "c_a": 6.04, "d_h": 10.6, "d_v": 4.15}),
+    "mistral": "llama",
+    "qwen2": "llama",
+    "phi3": "llama",
+    "mixtral": "llama",
+    "qwen2_moe": "llama",
+    "qwen3_moe": "qwen3",
+    "gpt_oss": "llama",
+}
 #: a decode step's setup kernels: position ids, the causal mask and the rotary cos/sin (19), and a sliding-window
 #: mask too in Qwen2-MoE (unused there), Gemma 2 and 3 and GPT-OSS
 FAMILY = Family(tuple(f for f in LLAMA_LIKE if f != "deepseek_v3"), forward, decode,
                 setup_kernels={**{f: 19 for f in LLAMA_LIKE if f != "deepseek_v3"},
                                "qwen2_moe": 34, "gemma2": 34, "gemma3_text": 34, "gpt_oss": 33},
-                tensor_parallel=tuple(f for f in LLAMA_LIKE if f not in MOE_LLAMA))  # MoE experts: dp only
+                tensor_parallel=tuple(f for f in LLAMA_LIKE if f not in MOE_LLAMA),  # MoE experts: dp only
+                activation=ACTIVATION)

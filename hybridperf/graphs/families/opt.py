@@ -77,5 +77,12 @@ def decode(cfg: ModelConfig, B: int, seq: int) -> list:
     return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
 
 
+#: bytes autograd saves per layer and outside the layers, (fp32 model, 16-bit model), counted by
+#: `experiments/models/activation_memory.py` (`hybridperf.graphs.memory`); a model_type not counted names the
+#: counted one whose layer it resembles most (not measured)
+ACTIVATION = {
+    "opt": ({"c_h": 40.08, "c_f": 4.0, "c_a": 4.01, "d_h": 7.84, "d_v": 4.12},
+            {"c_h": 20.04, "c_f": 2.0, "c_a": 6.0, "d_h": 3.92, "d_v": 4.08}),
+}
 #: OPT's decode setup adds its cumsum position ids
-FAMILY = Family(("opt",), forward, decode, setup_kernels={"opt": 16}, tensor_parallel=("opt",))
+FAMILY = Family(("opt",), forward, decode, setup_kernels={"opt": 16}, tensor_parallel=("opt",), activation=ACTIVATION)

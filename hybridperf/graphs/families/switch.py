@@ -113,4 +113,13 @@ def forward(cfg: ModelConfig, B, S, train) -> list:
     return blocks
 
 
-FAMILY = Family(ENCODER_DECODER, forward)
+#: bytes autograd saves per layer and outside the layers, (fp32 model, 16-bit model), counted by
+#: `experiments/models/activation_memory.py` (`hybridperf.graphs.memory`); a model_type not counted names the
+#: counted one whose layer it resembles most (not measured): Switch's (and T5's) blocks have ReLU MLPs and attention
+#: dropout, BERT's saved set being the closest (what its expert layers keep depends on the tokens routed under the
+#: expert capacity, which random weights do not reproduce)
+ACTIVATION = {
+    "switch_transformers": "bert",
+    "t5": "bert",
+}
+FAMILY = Family(ENCODER_DECODER, forward, activation=ACTIVATION)
