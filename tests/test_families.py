@@ -31,7 +31,7 @@ SMALL = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "i
 TOY_FAMILY = '''
 from hybridperf.graphs.config import ModelConfig
 from hybridperf.graphs.family import Family
-from hybridperf.graphs.layers.attention_core import _attention_core
+from hybridperf.graphs.layers.attention_core import attention_core
 from hybridperf.graphs.primitives import Block, gather, linear, ln
 
 
@@ -44,7 +44,7 @@ def parse(d, source):
 def forward(cfg, B, S, train):
     tok, h = B * S, cfg.hidden
     layer = [ln("norm", tok, h), linear("qkv", tok, h, 3 * h),
-             *_attention_core("attn", B, S, cfg.heads, cfg.head_dim, train, "mulu", ("addu",))]
+             *attention_core("attn", B, S, cfg.heads, cfg.head_dim, train, "mulu", ("addu",))]
     return [Block("embeddings", 1, [gather("embed", tok, h, cfg.vocab)], "pre"),
             Block("layer", cfg.layers, layer, "layer"), Block("head", 1, [linear("lm_head", tok, h, cfg.vocab)], "post")]
 

@@ -1,9 +1,9 @@
 """Attention implementations: one pluggable layer every model family uses, chosen by the request
 (transformers' `attn_implementation`).
 
-Every family builds its attention with eager kernels (`layers.attention_core._attention_core`, and
-`decode.cached_attention` for a decode step), each call's kernels marked with its shape (`mark_call`). An implementation rewrites those
-spans in the built blocks:
+Every family builds its attention with eager kernels (`layers.attention_core.attention_core`, and
+`decode.cached_attention` for a decode step), each call's kernels marked with its shape (`mark_call`). An
+implementation rewrites those spans in the built blocks:
 
   eager  the marked kernels as they are: QK^T, scale, mask, softmax (fp32 upcasts), dropout, AV and the
          layout copies. NeuSight's labels (`--dtype fp32 --attn eager`).

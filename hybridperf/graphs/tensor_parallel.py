@@ -31,7 +31,7 @@ _ROW = {"attn_proj", "mlp_proj", "attn_out", "output", "out_proj", "fc2", "o_pro
 _SPLIT_H = ("q_scale", "q_rope_", "k_rope_", "qkv_out.", "gate_up_out.")
 
 
-_ATTN_PREFIX = ("attn.", "q_norm.", "k_norm.")  # _attention_core and per-head norm kernels: heads / tp
+_ATTN_PREFIX = ("attn.", "q_norm.", "k_norm.")  # attention_core and per-head norm kernels: heads / tp
 
 
 _MLP_PREFIX = "mlp."  # the MLP activation: ffn / tp columns

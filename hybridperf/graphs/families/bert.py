@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from hybridperf.graphs.config import ROBERTA_LIKE, ModelConfig
 from hybridperf.graphs.family import Family
-from hybridperf.graphs.layers.activation import _activation, _dropout
-from hybridperf.graphs.layers.attention_core import _attention_core
+from hybridperf.graphs.layers.activation import mlp_activation, dropout
+from hybridperf.graphs.layers.attention_core import attention_core
 from hybridperf.graphs.layers.grads import grad_sums
 from hybridperf.graphs.primitives import F32, Block, gather, linear, ln, misc, vec
 
@@ -31,16 +31,16 @@ def forward(cfg: ModelConfig, B, S, train) -> list:
     pre += [gather("word_embeddings", tok, h, V), gather("token_type_embeddings", tok, h, tt),
             vec("embed_add1", "add", tok, h),
             gather("position_embeddings", tok if roberta else S, h, max(cfg.max_positions, S) + (2 if roberta else 0)),
-            vec("embed_add2", "add", tok, h), ln("embed_ln", tok, h), *_dropout("embed_dropout", tok, h, train)]
+            vec("embed_add2", "add", tok, h), ln("embed_ln", tok, h), *dropout("embed_dropout", tok, h, train)]
     L = [*grad_sums("layer_in", tok, h, 4, train), linear("query", tok, h, h), linear("key", tok, h, h),
          linear("value", tok, h, h)]
-    L += _attention_core("attn", B, S, cfg.heads, cfg.head_dim, train, scale_op="divu", mask_op=("addu",))
-    L += [linear("attn_out", tok, h, h), *_dropout("attn_out_dropout", tok, h, train), vec("resid_add1", "add", tok, h),
+    L += attention_core("attn", B, S, cfg.heads, cfg.head_dim, train, scale_op="divu", mask_op=("addu",))
+    L += [linear("attn_out", tok, h, h), *dropout("attn_out_dropout", tok, h, train), vec("resid_add1", "add", tok, h),
           ln("attn_ln", tok, h), *grad_sums("attn_ln_out", tok, h, 2, train), linear("intermediate", tok, h, f),
-          *_activation("mlp", cfg.activation, tok, f, train),
-          linear("output", tok, f, h), *_dropout("out_dropout", tok, h, train), vec("resid_add2", "add", tok, h),
+          *mlp_activation("mlp", cfg.activation, tok, f, train),
+          linear("output", tok, f, h), *dropout("out_dropout", tok, h, train), vec("resid_add2", "add", tok, h),
           ln("out_ln", tok, h)]
-    mlm = [linear("transform", tok, h, h), *_activation("transform", cfg.activation, tok, h, train),
+    mlm = [linear("transform", tok, h, h), *mlp_activation("transform", cfg.activation, tok, h, train),
            ln("transform_ln", tok, h), linear("decoder", tok, h, V)]
     if train and roberta:  # RobertaForMaskedLM: the MLM head alone
         post = mlm

@@ -8,7 +8,7 @@ from hybridperf.graphs.family import Family
 from hybridperf.graphs.layers.attention_core import attention_scores
 from hybridperf.graphs.layers.llama import llama_layer_blocks
 from hybridperf.graphs.layers.mla import mla_attention, mla_dims, mla_query_and_latent
-from hybridperf.graphs.layers.norms import _rms_norm
+from hybridperf.graphs.layers.norms import rms_norm
 from hybridperf.graphs.layers.rope import causal_and_rotary_setup
 from hybridperf.graphs.primitives import F32, Block, bmm, gather, linear, misc, vec
 
@@ -19,7 +19,7 @@ def forward(cfg: ModelConfig, B, S, train) -> list:
     block `dense_layer`) or the top-k MoE with its shared experts (`moe_block`, block `layer`)."""
     h, V, tok = cfg.hidden, cfg.vocab, B * S
     pre = [gather("embed_tokens", tok, h, V), *causal_and_rotary_setup(B, S, mla_dims(cfg)["qk_rope"])]
-    post = [*_rms_norm("final_norm", tok, h, train), linear("lm_head", tok, h, V, bias=False)]
+    post = [*rms_norm("final_norm", tok, h, train), linear("lm_head", tok, h, V, bias=False)]
     return [Block("embeddings", 1, pre, "pre"), *llama_layer_blocks(cfg, mla_attention(cfg, B, S, train), tok, train),
             Block("head", 1, post, "post")]
 
@@ -42,14 +42,14 @@ def _mla(cfg: ModelConfig, B: int, kv: int) -> list:
                         misc("attn.v_copy", "copy", 2 * B * kv * H * v * F32), bmm("attn.av", B * H, 1, kv, v)],
                        B=B, S=1, S_kv=kv, heads=H, kv_heads=H, hd=qk, vd=v, train=False),
             linear("o_proj", B, H * v, h, bias=bool(cfg.raw.get("attention_bias", False))),
-            vec("resid_add1", "add", B, h), *_rms_norm("post_norm", B, h)]
+            vec("resid_add1", "add", B, h), *rms_norm("post_norm", B, h)]
 
 
 def decode(cfg: ModelConfig, B: int, seq: int) -> list:
     h, V = cfg.hidden, cfg.vocab
     kv = kv_length(cfg, seq)
     pre = [gather("embed_tokens", B, h, V), *decode_setup(cfg, B, kv, FAMILY.setup_kernels[cfg.family])]
-    post = [*_rms_norm("final_norm", B, h), linear("lm_head", B, h, V, bias=False)]
+    post = [*rms_norm("final_norm", B, h), linear("lm_head", B, h, V, bias=False)]
     return [Block("embeddings", 1, pre, "pre"), *llama_layer_blocks(cfg, _mla(cfg, B, kv), B),
             Block("head", 1, post, "post")]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 from hybridperf.graphs.config import ModelConfig, kv_length
 from hybridperf.graphs.decode import cached_attention, decode_setup
 from hybridperf.graphs.family import Family
-from hybridperf.graphs.layers.activation import _activation, _dropout
-from hybridperf.graphs.layers.attention_core import _attention_core
+from hybridperf.graphs.layers.activation import mlp_activation, dropout
+from hybridperf.graphs.layers.attention_core import attention_core
 from hybridperf.graphs.layers.grads import grad_sums
 from hybridperf.graphs.primitives import Block, gather, linear, ln, misc, vec
 
@@ -14,7 +14,7 @@ def forward(cfg: ModelConfig, B, S, train) -> list:
     h, f, V, tok = cfg.hidden, cfg.ffn, cfg.vocab, B * S
     neo = cfg.family == "gpt_neo"
     pre = [misc("arange", "mask", S * 8), gather("wte", tok, h, V), gather("wpe", S, h, max(cfg.max_positions, S)),
-           vec("embed_add", "add", tok, h, tag="residual"), *_dropout("embed_dropout", tok, h, train)]
+           vec("embed_add", "add", tok, h, tag="residual"), *dropout("embed_dropout", tok, h, train)]
     L = [*grad_sums("resid_in", tok, h, 2, train), ln("ln_1", tok, h)]
     if neo:
         L += [*grad_sums("ln_1_out", tok, h, 3, train), linear("q_proj", tok, h, h, bias=False),
@@ -22,14 +22,14 @@ def forward(cfg: ModelConfig, B, S, train) -> list:
     else:
         L += [linear("c_attn", tok, h, 3 * h, conv1d=True)]
     # GPT-Neo's eager attention casts q and k to fp32 (`_attn`): QK^T, mask and softmax run in fp32
-    L += _attention_core("attn", B, S, cfg.heads, cfg.head_dim, train,
+    L += attention_core("attn", B, S, cfg.heads, cfg.head_dim, train,
                          scale_op=None if neo else "divu", mask_op=(("addu", "where"),), qk_fp32=neo)
     conv = not neo  # GPT-2's projections are Conv1D (addmm of x @ W), GPT-Neo's nn.Linear
-    L += [linear("attn_proj", tok, h, h, conv1d=conv), *_dropout("resid_dropout", tok, h, train),
+    L += [linear("attn_proj", tok, h, h, conv1d=conv), *dropout("resid_dropout", tok, h, train),
           vec("resid_add1", "add", tok, h, tag="residual"), *grad_sums("resid_mid", tok, h, 2, train),
           ln("ln_2", tok, h), linear("c_fc", tok, h, f, conv1d=conv),
-          *_activation("mlp", cfg.activation, tok, f, train), linear("mlp_proj", tok, f, h, conv1d=conv),
-          *_dropout("mlp_dropout", tok, h, train), vec("resid_add2", "add", tok, h, tag="residual")]
+          *mlp_activation("mlp", cfg.activation, tok, f, train), linear("mlp_proj", tok, f, h, conv1d=conv),
+          *dropout("mlp_dropout", tok, h, train), vec("resid_add2", "add", tok, h, tag="residual")]
     post = [ln("ln_f", tok, h), linear("lm_head", tok, h, V, bias=False)]
     return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]
 
@@ -50,7 +50,7 @@ def decode(cfg: ModelConfig, B: int, seq: int) -> list:
               *cached_attention("attn", cfg, B, kv, "mulu", ("addu",), q_copy=True)]
     conv = not neo  # GPT-2's Conv1D, GPT-Neo's nn.Linear
     L += [linear("attn_proj", B, h, h, conv1d=conv), vec("resid_add1", "add", B, h), ln("ln_2", B, h),
-          linear("c_fc", B, h, f, conv1d=conv), *_activation("mlp", cfg.activation, B, f),
+          linear("c_fc", B, h, f, conv1d=conv), *mlp_activation("mlp", cfg.activation, B, f),
           linear("mlp_proj", B, f, h, conv1d=conv), vec("resid_add2", "add", B, h)]
     post = [ln("ln_f", B, h), linear("lm_head", B, h, V, bias=False)]
     return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]

@@ -4,8 +4,8 @@ from __future__ import annotations
 from hybridperf.graphs.config import ModelConfig, kv_length
 from hybridperf.graphs.decode import cached_attention, decode_setup
 from hybridperf.graphs.family import Family
-from hybridperf.graphs.layers.activation import _activation, _dropout
-from hybridperf.graphs.layers.attention_core import _attention_core
+from hybridperf.graphs.layers.activation import mlp_activation, dropout
+from hybridperf.graphs.layers.attention_core import attention_core
 from hybridperf.graphs.layers.grads import grad_cat, grad_sums
 from hybridperf.graphs.layers.rope import cat_rope, causal_and_rotary_setup, rotary_dim
 from hybridperf.graphs.primitives import Block, gather, linear, ln, vec
@@ -32,17 +32,17 @@ def forward(cfg: ModelConfig, B, S, train) -> list:
     x + attn(ln1(x)) + mlp(ln2(x)) (two adds; x read by both norms and the sum)."""
     h, f, V, tok = cfg.hidden, cfg.ffn, cfg.vocab, B * S
     o = neox_layout(cfg)
-    pre = [gather("embed_in", tok, h, V), *_dropout("emb_dropout", tok, h, train and o["hidden_dropout"]),
+    pre = [gather("embed_in", tok, h, V), *dropout("emb_dropout", tok, h, train and o["hidden_dropout"]),
            *causal_and_rotary_setup(B, S, o["rotary_dim"])]
     L = [*grad_sums("resid_in", tok, h, 3 if o["parallel"] else 2, train), ln("input_layernorm", tok, h),
          linear("query_key_value", tok, h, 3 * h, bias=o["bias"]), *grad_cat("qkv_out", tok * 3 * h, train),
          *neox_rope(tok, cfg.heads, cfg.head_dim, o["rotary_dim"], train)]
-    L += _attention_core("attn", B, S, cfg.heads, cfg.head_dim, train, scale_op="mulu", mask_op=("addu",),
+    L += attention_core("attn", B, S, cfg.heads, cfg.head_dim, train, scale_op="mulu", mask_op=("addu",),
                          dropout=o["attn_dropout"], softmax_fp32=True, layout=("v",))
     L += [linear("dense", tok, h, h, bias=o["bias"]),
-          *_dropout("attn_dropout_out", tok, h, train and o["hidden_dropout"])]
-    mlp = [linear("dense_h_to_4h", tok, h, f), *_activation("mlp", cfg.activation, tok, f, train),
-           linear("dense_4h_to_h", tok, f, h), *_dropout("mlp_dropout", tok, h, train and o["hidden_dropout"])]
+          *dropout("attn_dropout_out", tok, h, train and o["hidden_dropout"])]
+    mlp = [linear("dense_h_to_4h", tok, h, f), *mlp_activation("mlp", cfg.activation, tok, f, train),
+           linear("dense_4h_to_h", tok, f, h), *dropout("mlp_dropout", tok, h, train and o["hidden_dropout"])]
     if o["parallel"]:
         L += [ln("post_attention_layernorm", tok, h), *mlp, vec("resid_add1", "add", tok, h, tag="residual"),
               vec("resid_add2", "add", tok, h, tag="residual")]
@@ -63,7 +63,7 @@ def decode(cfg: ModelConfig, B: int, seq: int) -> list:
             *cached_attention("attn", cfg, B, kv, "mulu", ("addu",), softmax_fp32=True),
             linear("dense", B, h, h, bias=o["bias"])]
     mlp = [ln("post_attention_layernorm", B, h), linear("dense_h_to_4h", B, h, f),
-           *_activation("mlp", cfg.activation, B, f), linear("dense_4h_to_h", B, f, h)]
+           *mlp_activation("mlp", cfg.activation, B, f), linear("dense_4h_to_h", B, f, h)]
     L = attn + mlp + [vec("resid_add1", "add", B, h), vec("resid_add2", "add", B, h)]
     post = [ln("final_layer_norm", B, h), linear("embed_out", B, h, V, bias=False)]
     return [Block("embeddings", 1, pre, "pre"), Block("layer", cfg.layers, L, "layer"), Block("head", 1, post, "post")]

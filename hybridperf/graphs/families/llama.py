@@ -4,11 +4,11 @@ from __future__ import annotations
 from hybridperf.graphs.config import LLAMA_LIKE, MOE_LLAMA, ModelConfig, kv_length
 from hybridperf.graphs.decode import cached_attention, decode_setup
 from hybridperf.graphs.family import Family
-from hybridperf.graphs.layers.attention_core import _attention_core, soft_cap
+from hybridperf.graphs.layers.attention_core import attention_core, soft_cap
 from hybridperf.graphs.layers.grads import grad_cat, grad_sums
 from hybridperf.graphs.layers.llama import (llama_layer_blocks, llama_layout_copies, llama_qkv, llama_variant,
                                             second_rotary_table)
-from hybridperf.graphs.layers.norms import _rms_norm
+from hybridperf.graphs.layers.norms import rms_norm
 from hybridperf.graphs.layers.rope import causal_and_rotary_setup
 from hybridperf.graphs.primitives import F32, Block, gather, linear, misc, vec
 
@@ -34,9 +34,9 @@ def forward(cfg: ModelConfig, B, S, train) -> list:
              for i in range(SLIDING_MASK_KERNELS.get(cfg.family, 0))],
            *second_rotary_table(cfg, tok)]
     oss = v["oss"]
-    attn = [*grad_sums("resid_in", tok, h, 2, train), *_rms_norm("input_norm", tok, h, train, gemma, oss),
+    attn = [*grad_sums("resid_in", tok, h, 2, train), *rms_norm("input_norm", tok, h, train, gemma, oss),
             *grad_sums("input_norm_out", tok, h, 1 if v["fused"] else 3, train), *llama_qkv(cfg, tok, train)]
-    attn += _attention_core("attn", B, S, cfg.heads, cfg.head_dim, train, scale_op="mulu", mask_op=("addu",),
+    attn += attention_core("attn", B, S, cfg.heads, cfg.head_dim, train, scale_op="mulu", mask_op=("addu",),
                             dropout=False, softmax_fp32=not v["oss"], layout=llama_layout_copies(cfg),
                             softcap=v["softcap"], kv_groups=cfg.heads // cfg.num_kv_heads, sinks=v["oss"])
     if v["oss"] or v["fused"]:  # RoPE ends in a torch.cat: q's (and without grouped-query, k's) gradient is
@@ -45,10 +45,10 @@ def forward(cfg: ModelConfig, B, S, train) -> list:
         if cfg.num_kv_heads == cfg.heads:
             attn += grad_cat("k_layout", tok * cfg.heads * cfg.head_dim, train)
     attn += [linear("o_proj", tok, cfg.heads * cfg.head_dim, h, bias=v["o_bias"]),
-             *(_rms_norm("post_attn_norm", tok, h, train, True) if v["sandwich"] else []),
+             *(rms_norm("post_attn_norm", tok, h, train, True) if v["sandwich"] else []),
              vec("resid_add1", "add", tok, h, tag="residual"),
-             *grad_sums("resid_mid", tok, h, 2, train), *_rms_norm("post_norm", tok, h, train, gemma, oss)]
-    post = [*_rms_norm("final_norm", tok, h, train, gemma, oss), linear("lm_head", tok, h, V, bias=False),
+             *grad_sums("resid_mid", tok, h, 2, train), *rms_norm("post_norm", tok, h, train, gemma, oss)]
+    post = [*rms_norm("final_norm", tok, h, train, gemma, oss), linear("lm_head", tok, h, V, bias=False),
             *(soft_cap("logit_softcap", tok, V) if v["final_softcap"] else [])]
     return [Block("embeddings", 1, pre, "pre"), *llama_layer_blocks(cfg, attn, tok, train),
             Block("head", 1, post, "post")]
@@ -63,14 +63,14 @@ def decode(cfg: ModelConfig, B: int, seq: int) -> list:
            *decode_setup(cfg, B, kv, FAMILY.setup_kernels[cfg.family])]
 
     def attn(keys):
-        return [*_rms_norm("input_norm", B, h, unit_offset=gemma, fp32_weight=v["oss"]), *llama_qkv(cfg, B),
+        return [*rms_norm("input_norm", B, h, unit_offset=gemma, fp32_weight=v["oss"]), *llama_qkv(cfg, B),
                 *cached_attention("attn", cfg, B, keys, "mulu", ("addu",), softmax_fp32=not v["oss"],
                                   softcap=v["softcap"], sinks=v["oss"]),
                 linear("o_proj", B, cfg.heads * cfg.head_dim, h, bias=v["o_bias"]),
-                *(_rms_norm("post_attn_norm", B, h, unit_offset=True) if v["sandwich"] else []),
-                vec("resid_add1", "add", B, h), *_rms_norm("post_norm", B, h, unit_offset=gemma, fp32_weight=v["oss"])]
+                *(rms_norm("post_attn_norm", B, h, unit_offset=True) if v["sandwich"] else []),
+                vec("resid_add1", "add", B, h), *rms_norm("post_norm", B, h, unit_offset=gemma, fp32_weight=v["oss"])]
 
-    post = [*_rms_norm("final_norm", B, h, unit_offset=gemma, fp32_weight=v["oss"]),
+    post = [*rms_norm("final_norm", B, h, unit_offset=gemma, fp32_weight=v["oss"]),
             linear("lm_head", B, h, V, bias=False),
             *(soft_cap("logit_softcap", B, V) if v["final_softcap"] else [])]
     # the B new tokens pass the MLP (a top-k MoE's sparse layers route them); Gemma 2 and 3's sliding

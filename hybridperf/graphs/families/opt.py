@@ -4,8 +4,8 @@ from __future__ import annotations
 from hybridperf.graphs.config import ModelConfig, kv_length
 from hybridperf.graphs.decode import cached_attention, decode_setup
 from hybridperf.graphs.family import Family
-from hybridperf.graphs.layers.activation import _activation, _dropout
-from hybridperf.graphs.layers.attention_core import _attention_core
+from hybridperf.graphs.layers.activation import mlp_activation, dropout
+from hybridperf.graphs.layers.attention_core import attention_core
 from hybridperf.graphs.layers.grads import grad_sums
 from hybridperf.graphs.primitives import F32, Block, gather, linear, ln, misc, vec
 
@@ -37,14 +37,14 @@ def forward(cfg: ModelConfig, B, S, train) -> list:
          *grad_sums("self_attn_ln_out", tok, h, 3, train)] if pre_ln else [*grad_sums("resid_in", tok, h, 4, train)]
     L += [linear("q_proj", tok, h, h), vec("q_scale", "mulu", tok, h), linear("k_proj", tok, h, h),
           linear("v_proj", tok, h, h)]
-    L += _attention_core("attn", B, S, cfg.heads, cfg.head_dim, train, scale_op=None,
+    L += attention_core("attn", B, S, cfg.heads, cfg.head_dim, train, scale_op=None,
                          mask_op=("add", ("addu", "where")), softmax_fp32=True)  # OPT's softmax(dtype=float32)
-    L += [linear("out_proj", tok, h, h), *_dropout("attn_dropout_out", tok, h, train),
+    L += [linear("out_proj", tok, h, h), *dropout("attn_dropout_out", tok, h, train),
           vec("resid_add1", "add", tok, h, tag="residual")]
     L += [*grad_sums("resid_mid", tok, h, 2, train), ln("final_ln", tok, h)] if pre_ln \
         else [ln("self_attn_ln", tok, h), *grad_sums("resid_mid", tok, h, 2, train)]
-    L += [linear("fc1", tok, h, f), *_activation("mlp", cfg.activation, tok, f, train), linear("fc2", tok, f, h),
-          *_dropout("mlp_dropout", tok, h, train), vec("resid_add2", "add", tok, h, tag="residual")]
+    L += [linear("fc1", tok, h, f), *mlp_activation("mlp", cfg.activation, tok, f, train), linear("fc2", tok, f, h),
+          *dropout("mlp_dropout", tok, h, train), vec("resid_add2", "add", tok, h, tag="residual")]
     if not pre_ln:
         L.append(ln("final_ln", tok, h))
     post = [ln("final_layer_norm", tok, h)] if final_ln else []
@@ -64,7 +64,7 @@ def decode(cfg: ModelConfig, B: int, seq: int) -> list:
     attn = [linear("q_proj", B, h, h), vec("q_scale", "mulu", B, h), linear("k_proj", B, h, h),
             linear("v_proj", B, h, h), *cached_attention("attn", cfg, B, kv, "mulu", ("addu",), softmax_fp32=True),
             linear("out_proj", B, h, h), vec("resid_add1", "add", B, h)]
-    mlp = [linear("fc1", B, h, f), *_activation("mlp", cfg.activation, B, f), linear("fc2", B, f, h),
+    mlp = [linear("fc1", B, h, f), *mlp_activation("mlp", cfg.activation, B, f), linear("fc2", B, f, h),
            vec("resid_add2", "add", B, h)]
     # pre-LN normalises before attention and the MLP, post-LN (OPT-350m) after their residual adds
     if pre_ln:

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from hybridperf.graphs.config import ENCODER_DECODER, ModelConfig
 from hybridperf.graphs.family import Family
-from hybridperf.graphs.layers.activation import _activation, _dropout
-from hybridperf.graphs.layers.attention_core import _attention_core
+from hybridperf.graphs.layers.activation import mlp_activation, dropout
+from hybridperf.graphs.layers.attention_core import attention_core
 from hybridperf.graphs.layers.grads import grad_sums
-from hybridperf.graphs.layers.norms import _rms_norm
+from hybridperf.graphs.layers.norms import rms_norm
 from hybridperf.graphs.primitives import F32, Block, gather, linear, misc, vec
 
 
@@ -14,15 +14,15 @@ def _switch_ff(p, cfg, tok, train):
     """T5's dense feed-forward (Switch's non-expert layers): wi, act, dropout, wo; gated (T5 v1.1):
     act(wi_0 x) * wi_1 x, the normed x read by both."""
     h, f = cfg.hidden, cfg.ffn
-    ks = [*grad_sums(f"{p}.resid_in", tok, h, 2, train), *_rms_norm(f"{p}.norm", tok, h, train)]
+    ks = [*grad_sums(f"{p}.resid_in", tok, h, 2, train), *rms_norm(f"{p}.norm", tok, h, train)]
     if cfg.gated_ffn:
         ks += [*grad_sums(f"{p}.norm_out", tok, h, 2, train), linear(f"{p}.wi_0", tok, h, f, bias=False),
-               *_activation(p, cfg.activation, tok, f, train), linear(f"{p}.wi_1", tok, h, f, bias=False),
+               *mlp_activation(p, cfg.activation, tok, f, train), linear(f"{p}.wi_1", tok, h, f, bias=False),
                vec(f"{p}.gate_mul", "mul", tok, f)]
     else:
-        ks += [linear(f"{p}.wi", tok, h, f, bias=False), *_activation(p, cfg.activation, tok, f, train)]
-    return ks + [*_dropout(f"{p}.drop_act", tok, f, train), linear(f"{p}.wo", tok, f, h, bias=False),
-                 *_dropout(f"{p}.dropout", tok, h, train), vec(f"{p}.resid_add", "add", tok, h, tag="residual")]
+        ks += [linear(f"{p}.wi", tok, h, f, bias=False), *mlp_activation(p, cfg.activation, tok, f, train)]
+    return ks + [*dropout(f"{p}.drop_act", tok, f, train), linear(f"{p}.wo", tok, f, h, bias=False),
+                 *dropout(f"{p}.dropout", tok, h, train), vec(f"{p}.resid_add", "add", tok, h, tag="residual")]
 
 
 def _switch_moe(p, cfg, B, S, train):
@@ -31,7 +31,7 @@ def _switch_moe(p, cfg, B, S, train):
     # every sequence (HF's cumsum over the sequence), so ~B * min(capacity, S/E) tokens per expert
     per_expert = B * min(cfg.expert_capacity, max(1, -(-S // E)))
     # the normed tokens are read by the router and by every expert's gather
-    ks = [*grad_sums(f"{p}.resid_in", tok, h, 2, train), *_rms_norm(f"{p}.norm", tok, h, train),
+    ks = [*grad_sums(f"{p}.resid_in", tok, h, 2, train), *rms_norm(f"{p}.norm", tok, h, train),
           *grad_sums(f"{p}.norm_out", tok, h, E + 1, train), linear(f"{p}.router", tok, h, E, bias=False),
           vec(f"{p}.router_softmax", "softmax", tok, E)]
     if train:
@@ -40,11 +40,11 @@ def _switch_moe(p, cfg, B, S, train):
     ks.append(misc(f"{p}.clone", "copy", 2 * tok * h * F32))
     for e in range(E):
         ks += [misc(f"{p}.e{e}.gather", "index", (2 * per_expert * h + tok) * F32),
-               linear(f"{p}.e{e}.wi", per_expert, h, f, bias=False), *_activation(f"{p}.e{e}", cfg.activation, per_expert, f, train),
-               *_dropout(f"{p}.e{e}.drop_act", per_expert, f, train),
+               linear(f"{p}.e{e}.wi", per_expert, h, f, bias=False), *mlp_activation(f"{p}.e{e}", cfg.activation, per_expert, f, train),
+               *dropout(f"{p}.e{e}.drop_act", per_expert, f, train),
                linear(f"{p}.e{e}.wo", per_expert, f, h, bias=False),
                misc(f"{p}.e{e}.scatter", "index", (2 * per_expert * h + tok) * F32)]
-    ks += [vec(f"{p}.router_scale", "mul", tok, h), *_dropout(f"{p}.dropout", tok, h, train),
+    ks += [vec(f"{p}.router_scale", "mul", tok, h), *dropout(f"{p}.dropout", tok, h, train),
            vec(f"{p}.resid_add", "add", tok, h, tag="residual")]
     return ks
 
@@ -56,13 +56,13 @@ def _switch_attn(p, cfg, B, S, train, S_kv=None, kv_tok=None):
     # twice (k, v) in every decoder layer
     reads = grad_sums(f"{p}.enc_out", kv_tok, h, 3, train) if p == "cross_attn" \
         else grad_sums(f"{p}.norm_out", tok, h, 3, train)
-    ks = [*grad_sums(f"{p}.resid_in", tok, h, 2, train), *_rms_norm(f"{p}.norm", tok, h, train), *reads,
+    ks = [*grad_sums(f"{p}.resid_in", tok, h, 2, train), *rms_norm(f"{p}.norm", tok, h, train), *reads,
           linear(f"{p}.q", tok, h, ad, bias=False),
           linear(f"{p}.k", kv_tok, h, ad, bias=False), linear(f"{p}.v", kv_tok, h, ad, bias=False)]
     # T5's position bias (relative buckets or zeros, plus the padding mask) is a full (B, heads, S, S_kv)
     # tensor: `scores += position_bias` reads two score-sized tensors (NeuSight's trace: VECadd)
-    ks += _attention_core(p, B, S, cfg.heads, cfg.head_dim, train, scale_op=None, mask_op=("add",), S_kv=S_kv)
-    ks += [linear(f"{p}.o", tok, ad, h, bias=False), *_dropout(f"{p}.dropout", tok, h, train),
+    ks += attention_core(p, B, S, cfg.heads, cfg.head_dim, train, scale_op=None, mask_op=("add",), S_kv=S_kv)
+    ks += [linear(f"{p}.o", tok, ad, h, bias=False), *dropout(f"{p}.dropout", tok, h, train),
            vec(f"{p}.resid_add", "add", tok, h, tag="residual")]
     return ks
 
@@ -75,11 +75,11 @@ def forward(cfg: ModelConfig, B, S, train) -> list:
                  misc("mask_add", "copy", 3 * B * n * S * S * F32)]
     # every layer of a stack adds the same (B, n, S, S) position bias to its scores, so autograd sums
     # its gradient over the stack's layers (it reaches the relative-attention embedding)
-    enc_pre = [gather("embed_tokens", tok, h, V), *_dropout("enc_dropout", tok, h, train), *[
+    enc_pre = [gather("embed_tokens", tok, h, V), *dropout("enc_dropout", tok, h, train), *[
         {**k, "name": "enc." + k["name"]} for k in bias_pre],
         *grad_sums("enc.position_bias", B * n * S, S, cfg.layers, train)]
     # cross-attention's bias: zeros((1, n, S, S)) plus the encoder mask, built once (no gradient)
-    dec_pre = [gather("dec_embed_tokens", tok, h, 0), *_dropout("dec_dropout", tok, h, train), *[
+    dec_pre = [gather("dec_embed_tokens", tok, h, 0), *dropout("dec_dropout", tok, h, train), *[
         {**k, "name": "dec." + k["name"]} for k in bias_pre], misc("dec.causal_mask", "mask", 4 * B * S * S * F32),
         *grad_sums("dec.position_bias", B * n * S, S, cfg.decoder_layers, train),
         misc("dec.cross_zeros", "mask", n * S * S * F32),
@@ -98,15 +98,15 @@ def forward(cfg: ModelConfig, B, S, train) -> list:
         blocks.append(Block("encoder_dense", e_dense, enc_attn + _switch_ff("ff", cfg, tok, train)))
     if e_sparse:
         blocks.append(Block("encoder_sparse", e_sparse, enc_attn + _switch_moe("moe", cfg, B, S, train)))
-    blocks.append(Block("encoder_final", 1, [*_rms_norm("enc_final_norm", tok, h, train),
-                                             *_dropout("enc_final_dropout", tok, h, train)], "post"))
+    blocks.append(Block("encoder_final", 1, [*rms_norm("enc_final_norm", tok, h, train),
+                                             *dropout("enc_final_dropout", tok, h, train)], "post"))
     blocks.append(Block("decoder_embeddings", 1, dec_pre, "pre"))
     if d_dense:
         blocks.append(Block("decoder_dense", d_dense, dec_attn + _switch_ff("ff", cfg, tok, train)))
     if d_sparse:
         blocks.append(Block("decoder_sparse", d_sparse, dec_attn + _switch_moe("moe", cfg, B, S, train)))
     # a tied LM head first scales the decoder output by d_model ** -0.5 (T5 v1.0, Switch; not T5 v1.1)
-    head = [*_rms_norm("dec_final_norm", tok, h, train), *_dropout("dec_final_dropout", tok, h, train),
+    head = [*rms_norm("dec_final_norm", tok, h, train), *dropout("dec_final_dropout", tok, h, train),
             *([vec("tied_scale", "mulu", tok, h)] if cfg.tied_embeddings else []),
             linear("lm_head", tok, h, V, bias=False)]
     blocks.append(Block("head", 1, head, "post"))

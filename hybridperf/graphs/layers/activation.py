@@ -7,7 +7,7 @@ from hybridperf.graphs.layers.grads import grad_sums
 from hybridperf.graphs.primitives import vec
 
 
-def _activation(p, act, tok, f, train=False):
+def mlp_activation(p, act, tok, f, train=False):
     act = act.lower()
     if act in ("gelu_new", "gelu_pytorch_tanh_eager", "gelu_fast"):
         # NewGELUActivation in eager: 0.5*x*(1+tanh(c*(x+0.044715*x^3))) = 8 kernels
@@ -21,5 +21,5 @@ def _activation(p, act, tok, f, train=False):
     raise InputError(f"unsupported activation {act!r}")
 
 
-def _dropout(p, tok, h, train):
+def dropout(p, tok, h, train):
     return [vec(p, "mul", tok, h, tag="dropout")] if train else []

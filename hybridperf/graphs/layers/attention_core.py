@@ -7,7 +7,7 @@ from hybridperf.graphs.layers.grads import grad_sums, slice_grads
 from hybridperf.graphs.primitives import F32, _k, bmm, cast, misc, vec
 
 
-def _attention_core(p, B, S, heads, hd, train, scale_op, mask_op, S_kv=None, dropout=True, softmax_fp32=False,
+def attention_core(p, B, S, heads, hd, train, scale_op, mask_op, S_kv=None, dropout=True, softmax_fp32=False,
                     qk_fp32=False, layout=("q", "k", "v"), softcap=False, kv_groups=1, v_dim=None, sinks=False):
     """QK^T, scale, mask, softmax, dropout, AV, head merge: shared by every family.
 
@@ -51,7 +51,7 @@ def _attention_core(p, B, S, heads, hd, train, scale_op, mask_op, S_kv=None, dro
 
 def attention_scores(p, rows, width, scale_op, mask_op, softmax_fp32=False, qk_fp32=False, softcap=False,
                      sinks=0, train=False) -> list:
-    """Scale, soft-cap, mask and softmax of (rows, width) attention scores, with `_attention_core`'s upcasts
+    """Scale, soft-cap, mask and softmax of (rows, width) attention scores, with `attention_core`'s upcasts
     (`qk_fp32`: the scores are fp32 already; `softmax_fp32`: softmax(dtype=float32) between casts).
     `mask_op`: ops, or (op, tag) pairs; tag 'where' has a backward kernel, a mask add none. `sinks`
     (GPT-OSS, the number of heads): each row gains its head's sink logit (torch.cat), its maximum is

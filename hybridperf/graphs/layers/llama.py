@@ -3,10 +3,10 @@ and decode graphs, and by DeepSeek-V3's layers)."""
 from __future__ import annotations
 
 from hybridperf.graphs.config import GEMMA, SLIDING_GEMMA, ModelConfig
-from hybridperf.graphs.layers.activation import _activation
+from hybridperf.graphs.layers.activation import mlp_activation
 from hybridperf.graphs.layers.grads import grad_cat, grad_sums, slice_grads
 from hybridperf.graphs.layers.moe import moe_block
-from hybridperf.graphs.layers.norms import _rms_norm
+from hybridperf.graphs.layers.norms import rms_norm
 from hybridperf.graphs.layers.rope import _rope, cat_rope, halves_rope, rotary_dim
 from hybridperf.graphs.primitives import F32, Block, cast, linear, misc, vec
 
@@ -46,7 +46,7 @@ def second_rotary_table(cfg: ModelConfig, rows: int) -> list:
 
 
 def llama_layout_copies(cfg: ModelConfig) -> tuple:
-    """Which of q, k, v eager attention copies into a contiguous batch (`_attention_core`'s `layout`).
+    """Which of q, k, v eager attention copies into a contiguous batch (`attention_core`'s `layout`).
     Phi-3's RoPE ends in a torch.cat, which leaves q and k contiguous: only repeat_kv's k (grouped-query)
     and the strided v slice of the fused output are copied (TorchDispatchMode, transformers 5.23)."""
     v = llama_variant(cfg)
@@ -68,8 +68,8 @@ def llama_qkv(cfg: ModelConfig, tok: int, train: bool = False) -> list:
         ks = [linear("q_proj", tok, h, q_w, bias=v["qkv_bias"]), linear("k_proj", tok, h, kv_w, bias=v["qkv_bias"]),
               linear("v_proj", tok, h, kv_w, bias=v["qkv_bias"])]
     if v["qk_norm"]:  # Qwen3RMSNorm (Gemma3RMSNorm) over head_dim, one row per token and head
-        ks += [*_rms_norm("q_norm", tok * cfg.heads, hd, train, v["gemma"]),
-               *_rms_norm("k_norm", tok * cfg.num_kv_heads, hd, train, v["gemma"])]
+        ks += [*rms_norm("q_norm", tok * cfg.heads, hd, train, v["gemma"]),
+               *rms_norm("k_norm", tok * cfg.num_kv_heads, hd, train, v["gemma"])]
     if v["fused"]:  # Phi-3 rotates the first rotary_dim of each head and concatenates the rest back
         return ks + cat_rope("q", tok, cfg.heads, hd, v["rotary_dim"], train) \
             + cat_rope("k", tok, cfg.num_kv_heads, hd, v["rotary_dim"], train)
@@ -93,7 +93,7 @@ def llama_mlp(cfg: ModelConfig, tok: int, train: bool = False) -> list:
         up = [linear("gate_up_proj", tok, h, 2 * f, bias=bias), *grad_cat("gate_up_out", tok * 2 * f, train)]
     else:
         up = [linear("gate_proj", tok, h, f, bias=bias), linear("up_proj", tok, h, f, bias=bias)]
-    return [*up, *_activation("mlp", cfg.activation, tok, f, train), vec("mlp.gate_mul", "mul", tok, f),
+    return [*up, *mlp_activation("mlp", cfg.activation, tok, f, train), vec("mlp.gate_mul", "mul", tok, f),
             linear("down_proj", tok, f, h, bias=bias)]
 
 
@@ -106,7 +106,7 @@ def llama_layer_blocks(cfg: ModelConfig, attn: list, tok: int, train: bool = Fal
     differs from the full layers' (a decode step's shorter cache; block `sliding_layer`)."""
     h = cfg.hidden
     v = llama_variant(cfg)
-    end = [*(_rms_norm("post_ffw_norm", tok, h, train, True) if v["sandwich"] else []),
+    end = [*(rms_norm("post_ffw_norm", tok, h, train, True) if v["sandwich"] else []),
            vec("resid_add2", "add", tok, h, tag="residual")]
     # the normed x feeds gate and up (Phi-3: one fused GEMM)
     dense = [*grad_sums("post_norm_out", tok, h, 1 if v["fused"] else 2, train), *llama_mlp(cfg, tok, train)]

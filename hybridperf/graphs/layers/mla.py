@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 from hybridperf.graphs.config import DEEPSEEK_DEFAULTS, ModelConfig
-from hybridperf.graphs.layers.attention_core import _attention_core
+from hybridperf.graphs.layers.attention_core import attention_core
 from hybridperf.graphs.layers.grads import grad_cat, grad_sums, slice_grads
-from hybridperf.graphs.layers.norms import _rms_norm
+from hybridperf.graphs.layers.norms import rms_norm
 from hybridperf.graphs.layers.rope import _rope, halves_rope
 from hybridperf.graphs.primitives import F32, linear, misc, vec
 
@@ -28,10 +28,10 @@ def mla_query_and_latent(cfg: ModelConfig, tok: int, train: bool = False) -> lis
     h, H = cfg.hidden, cfg.heads
     rope, r, qk = d["qk_rope"], d["kv_lora"], d["qk_nope"] + d["qk_rope"]
     bias = bool(cfg.raw.get("attention_bias", False))
-    ks = [*grad_sums("resid_in", tok, h, 2, train), *_rms_norm("input_norm", tok, h, train),
+    ks = [*grad_sums("resid_in", tok, h, 2, train), *rms_norm("input_norm", tok, h, train),
           *grad_sums("input_norm_out", tok, h, 2, train)]
     if d["q_lora"]:
-        ks += [linear("q_a_proj", tok, h, d["q_lora"], bias=bias), *_rms_norm("q_a_norm", tok, d["q_lora"], train),
+        ks += [linear("q_a_proj", tok, h, d["q_lora"], bias=bias), *rms_norm("q_a_norm", tok, d["q_lora"], train),
                linear("q_b_proj", tok, d["q_lora"], H * qk, bias=False)]
     else:
         ks.append(linear("q_proj", tok, h, H * qk, bias=False))
@@ -43,7 +43,7 @@ def mla_query_and_latent(cfg: ModelConfig, tok: int, train: bool = False) -> lis
 
     return ks + [*grad_cat("q_split", tok * H * qk, train), *grad_cat("q_layout", tok * H * qk, train),
                  linear("kv_a_proj", tok, h, r + rope, bias=bias), *grad_cat("kv_a_split", tok * (r + rope), train),
-                 *_rms_norm("kv_a_norm", tok, r, train), *rot("q_rope", tok, H * rope), *rot("k_rope", tok, rope),
+                 *rms_norm("kv_a_norm", tok, r, train), *rot("q_rope", tok, H * rope), *rot("k_rope", tok, rope),
                  misc("q_cat", "copy", 2 * tok * H * qk * F32)]
 
 
@@ -67,9 +67,9 @@ def mla_attention(cfg: ModelConfig, B: int, S: int, train: bool = False) -> list
           # twice, each slot's part, and the zeroed rotary slot
           *(k for n, w in (("key_a", qk), ("rope", rope), ("rope_zero", rope), ("rope_in", rope), ("key_b", qk),
                            ("nope", nope)) for k in grad_cat(f"k_slots.{n}", tok * H * w, train))]
-    core = _attention_core("attn", B, S, H, qk, train, scale_op="mulu", mask_op=("addu",), dropout=False,
+    core = attention_core("attn", B, S, H, qk, train, scale_op="mulu", mask_op=("addu",), dropout=False,
                            softmax_fp32=True, layout=("v",), v_dim=v)
     # v is a slice of kv_b_proj's output: its gradient reaches the split's torch.cat, no layout copy of its own
     ks += [{**k, "tag": ""} if k["name"] == "attn.v_copy" else k for k in core]
     return ks + [linear("o_proj", tok, H * v, h, bias=bias), vec("resid_add1", "add", tok, h, tag="residual"),
-                 *grad_sums("resid_mid", tok, h, 2, train), *_rms_norm("post_norm", tok, h, train)]
+                 *grad_sums("resid_mid", tok, h, 2, train), *rms_norm("post_norm", tok, h, train)]

@@ -3,7 +3,7 @@ expert GEMMs."""
 from __future__ import annotations
 
 from hybridperf.graphs.config import ModelConfig
-from hybridperf.graphs.layers.activation import _activation
+from hybridperf.graphs.layers.activation import mlp_activation
 from hybridperf.graphs.layers.grads import grad_cast, grad_cat, grad_sums, slice_grads
 from hybridperf.graphs.primitives import F32, HALF_DTYPES, _k, cast, expert_groups, grouped_gemm, linear, misc, vec
 
@@ -39,7 +39,7 @@ def moe_block(cfg: ModelConfig, tok: int, train: bool = False) -> list:
     ks = [*grad_sums("moe.x", tok, h, 2 + (2 if deepseek else 3 if fs else 0), train)]
     if fs:
         ks += [linear("shared.gate_proj", tok, h, fs, bias=False), linear("shared.up_proj", tok, h, fs, bias=False),
-               *_activation("shared", cfg.activation, tok, fs, train), vec("shared.gate_mul", "mul", tok, fs),
+               *mlp_activation("shared", cfg.activation, tok, fs, train), vec("shared.gate_mul", "mul", tok, fs),
                linear("shared.down_proj", tok, fs, h, bias=False)]
     oss = cfg.family == "gpt_oss"
     if deepseek:
@@ -69,7 +69,7 @@ def moe_block(cfg: ModelConfig, tok: int, train: bool = False) -> list:
            *(oss_experts(cfg, pairs, groups, rows, train) if oss else [
                grouped_gemm("experts.gate_up", groups, rows, h, 2 * f, E),
                *grad_cat("experts.gate_up_out", pairs * 2 * f, train),
-               *_activation("experts", cfg.activation, pairs, f, train), vec("experts.gate_mul", "mul", pairs, f),
+               *mlp_activation("experts", cfg.activation, pairs, f, train), vec("experts.gate_mul", "mul", pairs, f),
                grouped_gemm("experts.down", groups, rows, f, h, E)]),
            vec("moe.weight_mul", "mul", pairs, h, tag="broadcast", fp32=fp32_weights),
            *(grad_cast("moe.weight_mul", pairs * h, train) if fp32_weights else []),

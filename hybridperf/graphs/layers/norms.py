@@ -5,7 +5,7 @@ from hybridperf.graphs.layers.grads import grad_cast, grad_sums
 from hybridperf.graphs.primitives import F32, _k, cast, misc, vec
 
 
-def _rms_norm(p, tok, h, train=False, unit_offset=False, fp32_weight=False):
+def rms_norm(p, tok, h, train=False, unit_offset=False, fp32_weight=False):
     """RMSNorm in eager PyTorch (SwitchTransformersLayerNorm, LlamaRMSNorm): pow, mean, +eps, rsqrt,
     x*r, w*x (x is read twice). Both compute in fp32: a half-precision model casts x up first and the
     normalised x back down before the weight multiply (TorchDispatchMode on HF's bf16 LlamaRMSNorm).
