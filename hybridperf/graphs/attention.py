@@ -123,7 +123,8 @@ def _fused(call: dict, be: str, causal: bool, mask: bool) -> list:
 
 
 def _sdpa(blocks, cfg, dtype, mode):
-    from hybridperf.graphs.primitives import CAUSAL_LM, Block
+    from hybridperf.graphs.family import family_of
+    from hybridperf.graphs.primitives import Block
 
     if cfg.family in NO_SDPA:
         return blocks
@@ -150,7 +151,7 @@ def _sdpa(blocks, cfg, dtype, mode):
     if any_mask or cfg.family in BIAS_MASK:
         return out
     # the mask is skipped: drop the kernels that build it before the layers
-    drop_setup = DECODE_MASK_SETUP if mode == "decode" and cfg.family in CAUSAL_LM else 0
+    drop_setup = DECODE_MASK_SETUP if mode == "decode" and family_of(cfg.family).causal_lm else 0
     for blk in out:
         if blk.kind != "pre":
             continue

@@ -34,6 +34,14 @@ class Family:
     #: model_type -> (fp32, 16-bit) saved-activation coefficients (`graphs.memory`), or the counted model_type
     #: whose coefficients it borrows; a model_type without an entry has no training-memory estimate
     activation: dict = field(default_factory=dict)
+    position_limited: bool = False  # learned or rotary position tables cap the sequence at `max_positions`
+    softmax_fp32: tuple = ()  # names whose eager attention takes its softmax in fp32 in a half-precision model
+
+    @property
+    def causal_lm(self) -> bool:
+        """A decoder-only causal LM (it has a decode step): its forward returns a key/value cache and its loss
+        casts the logits to fp32."""
+        return self.decode is not None
 
 
 def register(family: Family) -> Family:

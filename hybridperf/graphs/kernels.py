@@ -36,25 +36,21 @@ from hybridperf.errors import InputError
 from hybridperf.graphs import families  # noqa: F401  registers every family module
 from hybridperf.graphs.attention import attention_impl
 from hybridperf.graphs.backward import tensor_numels  # noqa: F401  (re-exported)
-from hybridperf.graphs.config import LLAMA_LIKE, ROBERTA_LIKE, ModelConfig, load_config  # noqa: F401
+from hybridperf.graphs.config import ModelConfig, load_config  # noqa: F401
 from hybridperf.graphs.family import decode_families, family_of
 from hybridperf.graphs.fusion import fuse_pointwise
 from hybridperf.graphs.optimizer_specs import optimizer_spec
 from hybridperf.graphs.model_graph import (KERNEL_COLUMNS, MODES, ModelGraph, kernel_group,  # noqa: F401
                                            param_numels)  # noqa: F401  (re-exported)
-from hybridperf.graphs.primitives import (CAUSAL_LM, F32, MODEL_DTYPES, Block, _k, cast,  # noqa: F401
+from hybridperf.graphs.primitives import (F32, MODEL_DTYPES, Block, _k, cast,  # noqa: F401
                                          expert_groups, linear, ln, vec)
-
-#: families whose learned or rotary position tables cap the sequence at `max_positions`
-POSITION_LIMITED = ("bert", *ROBERTA_LIKE, "gpt2", "gpt_neo", "gpt_neox", "opt", *LLAMA_LIKE)
-
 
 def loss_kernels(cfg: ModelConfig, B, S) -> list:
     """Cross-entropy over the vocabulary: log_softmax + nll (their backward follows the usual rules).
     A causal LM's loss (HF's ForCausalLMLoss) first casts the logits to fp32, so in a half-precision
     model the loss runs in fp32; BERT's and Switch's CrossEntropyLoss takes the logits as they are."""
     tok, V = B * S, cfg.vocab
-    upcast = cfg.family in CAUSAL_LM
+    upcast = family_of(cfg.family).causal_lm
     return [*([cast("logits_to_fp32", tok * V)] if upcast else []), vec("log_softmax", "softmax", tok, V, fp32=upcast),
             _k("nll", "misc:mask", tok, H=V, nbytes=tok * 16, tag="nll", fp32=upcast)]
 
@@ -92,7 +88,7 @@ def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str = "f
     if mode not in MODES:
         raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     positions = seq + 1 if mode == "decode" else seq  # a decode step's new token takes position seq
-    if cfg.max_positions and positions > cfg.max_positions and cfg.family in POSITION_LIMITED:
+    if cfg.max_positions and positions > cfg.max_positions and family_of(cfg.family).position_limited:
         raise InputError(f"{'seq + 1' if mode == 'decode' else 'seq'} = {positions} exceeds the model's maximum of "
                          f"{cfg.max_positions} positions")
     train = mode == "train"

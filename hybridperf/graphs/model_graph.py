@@ -8,12 +8,13 @@ import pandas as pd
 
 from hybridperf.devices import DTYPE_BYTES
 from hybridperf.graphs.backward import accumulation_kernels, backward_kernels, tensor_numels
-from hybridperf.graphs.config import LLAMA_LIKE, ModelConfig, kv_length
+from hybridperf.graphs.config import ModelConfig, kv_length
 from hybridperf.graphs.layers.mla import mla_dims
 from hybridperf.graphs.memory import (MemoryEstimate, mla_layer_extra_bytes, moe_layer_extra_bytes,
                                       saved_activation_bytes, score_saved_bytes)
 from hybridperf.graphs.optimizer_specs import optimizer_state_bytes
-from hybridperf.graphs.primitives import BACKWARD_ONLY, CAUSAL_LM, F32, HALF_DTYPES
+from hybridperf.graphs.family import family_of
+from hybridperf.graphs.primitives import BACKWARD_ONLY, F32, HALF_DTYPES
 from hybridperf.ops import OP_CLASS
 
 
@@ -25,10 +26,6 @@ KERNEL_COLUMNS = ("block", "name", "op", "B", "M", "N", "K", "H", "nbytes", "ext
 #: inf: one forward of batch x seq tokens; train: forward + backward; decode: one generated token per
 #: sequence against a key/value cache of seq tokens (`hybridperf.graphs.decode`)
 MODES = ("inf", "train", "decode")
-
-
-#: families whose eager attention takes its softmax in fp32 in a half-precision model
-SOFTMAX_FP32 = ("gpt_neo", "gpt_neox", "opt") + tuple(f for f in LLAMA_LIKE if f != "gpt_oss")
 
 
 @dataclass
@@ -124,7 +121,7 @@ class ModelGraph:
         sliding = cfg.layer_types.count("sliding_attention")
         if self.mode == "decode":
             tokens, sliding_tokens = kv_length(cfg, self.seq), kv_length(cfg, self.seq, sliding=True)
-        elif cfg.family not in CAUSAL_LM or not cfg.raw.get("use_cache", True):
+        elif not family_of(cfg.family).causal_lm or not cfg.raw.get("use_cache", True):
             return 0.0
         else:  # HF's sliding cache keeps window - 1 tokens
             tokens = self.seq
@@ -137,10 +134,10 @@ class ModelGraph:
 
     def _largest_op_bytes(self) -> float:
         """Inputs plus output of the forward's largest op: what is live at once under no_grad. In a
-        half-precision model, eager attention of the `SOFTMAX_FP32` families takes its softmax in fp32
+        half-precision model, eager attention of a family's `softmax_fp32` model_types takes its softmax in fp32
         and casts back, so there three score-sized tensors are live (input, fp32 output, cast)."""
         eb = self.dtype_bytes
-        upcast = self.config.family in SOFTMAX_FP32 and self.dtype in HALF_DTYPES
+        upcast = self.config.family in family_of(self.config.family).softmax_fp32 and self.dtype in HALF_DTYPES
         largest = 0.0
         for blk in self.blocks:
             for k in blk.kernels:

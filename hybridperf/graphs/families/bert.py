@@ -61,4 +61,5 @@ ACTIVATION = {
     "roberta": "bert",
     "xlm_roberta": "bert",
 }
-FAMILY = Family(("bert", *ROBERTA_LIKE), forward, tensor_parallel=("bert", *ROBERTA_LIKE), activation=ACTIVATION)
+FAMILY = Family(("bert", *ROBERTA_LIKE), forward, tensor_parallel=("bert", *ROBERTA_LIKE),
+                activation=ACTIVATION, position_limited=True)

@@ -60,4 +60,5 @@ def decode(cfg: ModelConfig, B: int, seq: int) -> list:
 ACTIVATION = {
     "deepseek_v3": "llama",
 }
-FAMILY = Family(("deepseek_v3",), forward, decode, setup_kernels={"deepseek_v3": 19}, activation=ACTIVATION)
+FAMILY = Family(("deepseek_v3",), forward, decode, setup_kernels={"deepseek_v3": 19}, activation=ACTIVATION,
+                position_limited=True, softmax_fp32=("deepseek_v3",))

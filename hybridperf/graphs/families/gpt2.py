@@ -66,4 +66,5 @@ ACTIVATION = {
                 {"c_h": 20.03, "c_f": 10.0, "c_a": 6.01, "c_m": 1.0, "d_h": 3.94, "d_v": 4.07}),
 }
 FAMILY = Family(("gpt2", "gpt_neo"), forward, decode, setup_kernels={"gpt2": 12, "gpt_neo": 12},
-                tensor_parallel=("gpt2", "gpt_neo"), activation=ACTIVATION)
+                tensor_parallel=("gpt2", "gpt_neo"), activation=ACTIVATION, position_limited=True,
+                softmax_fp32=("gpt_neo",))

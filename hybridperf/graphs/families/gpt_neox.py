@@ -77,4 +77,5 @@ ACTIVATION = {
                  {"c_h": 14.04, "c_f": 4.0, "c_a": 6.0, "d_h": 4.15, "d_v": 4.07}),
 }
 FAMILY = Family(("gpt_neox",), forward, decode, setup_kernels={"gpt_neox": 19},
-                tensor_parallel=("gpt_neox",), activation=ACTIVATION)
+                tensor_parallel=("gpt_neox",), activation=ACTIVATION, position_limited=True,
+                softmax_fp32=("gpt_neox",))

@@ -108,4 +108,5 @@ FAMILY = Family(tuple(f for f in LLAMA_LIKE if f != "deepseek_v3"), forward, dec
                 setup_kernels={**{f: 19 for f in LLAMA_LIKE if f != "deepseek_v3"},
                                "qwen2_moe": 34, "gemma2": 34, "gemma3_text": 34, "gpt_oss": 33},
                 tensor_parallel=tuple(f for f in LLAMA_LIKE if f not in MOE_LLAMA),  # MoE experts: dp only
-                activation=ACTIVATION)
+                activation=ACTIVATION, position_limited=True,
+                softmax_fp32=tuple(f for f in LLAMA_LIKE if f not in ("deepseek_v3", "gpt_oss")))

@@ -85,4 +85,5 @@ ACTIVATION = {
             {"c_h": 20.04, "c_f": 2.0, "c_a": 6.0, "d_h": 3.92, "d_v": 4.08}),
 }
 #: OPT's decode setup adds its cumsum position ids
-FAMILY = Family(("opt",), forward, decode, setup_kernels={"opt": 16}, tensor_parallel=("opt",), activation=ACTIVATION)
+FAMILY = Family(("opt",), forward, decode, setup_kernels={"opt": 16}, tensor_parallel=("opt",), activation=ACTIVATION,
+                position_limited=True, softmax_fp32=("opt",))
