@@ -406,7 +406,8 @@ def test_fused_layer_matches_traced_fusion_graph(run):
 
 def test_fuse_pointwise_rules():
     """Unit rules of the fusion pass on a hand-built block."""
-    from hybridperf.graphs.kernels import fuse_pointwise, ln, linear, vec
+    from hybridperf.graphs.fusion import fuse_pointwise
+    from hybridperf.graphs.primitives import linear, ln, vec
 
     ks = [linear("fc", 8, 4, 16), vec("g0", "mulu", 8, 16), vec("g1", "add", 8, 16, tag="internal"),
           vec("g2", "tanh", 8, 16), linear("proj", 8, 16, 4), vec("res", "add", 8, 4, tag="residual"),

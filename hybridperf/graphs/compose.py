@@ -46,8 +46,9 @@ from hybridperf.errors import InputError, ModelBundleError
 from hybridperf.graphs.attention import FUSED_LOG_HALF_WIDTH, FUSED_OPS, fused_attention_ms
 from hybridperf.graphs.calibration import CALIBRATION
 from hybridperf.graphs.grouped import launch_grouped_gemms
-from hybridperf.graphs.kernels import ModelGraph, build_graph
+from hybridperf.graphs.kernels import build_graph
 from hybridperf.graphs.misc import MISC_LOG_HALF_WIDTH, misc_latency_ms
+from hybridperf.graphs.model_graph import ModelGraph
 from hybridperf.graphs.optimizer import optimizer_table, param_numels
 from hybridperf.graphs.request import DEFAULT_ATTN, ModelRequest
 from hybridperf.ops import GEMM_OPS, OP_CLASS

@@ -35,7 +35,7 @@ from hybridperf.devices import dtype_key
 from hybridperf.errors import InputError
 from hybridperf.graphs import families  # noqa: F401  registers every family module
 from hybridperf.graphs.attention import attention_impl
-from hybridperf.graphs.backward import tensor_numels  # noqa: F401  (re-exported)
+from hybridperf.graphs.backward import tensor_numels  # noqa: F401  (re-exported: this module's former contents)
 from hybridperf.graphs.config import ModelConfig, load_config  # noqa: F401
 from hybridperf.graphs.family import decode_families, family_of
 from hybridperf.graphs.fusion import fuse_pointwise

@@ -116,8 +116,9 @@ import pandas as pd
 from hybridperf.devices import DeviceSpec, NodeSpec
 from hybridperf.errors import InputError
 from hybridperf.graphs.config import load_config
-from hybridperf.graphs.kernels import ModelGraph, build_graph
+from hybridperf.graphs.kernels import build_graph
 from hybridperf.graphs.memory import MemoryEstimate, layer_stack_bytes, outside_saved_bytes, score_saved_bytes
+from hybridperf.graphs.model_graph import ModelGraph
 from hybridperf.graphs.optimizer import optimizer_state_bytes, optimizer_table, tensor_numels
 from hybridperf.graphs.parallel_comm import (_buckets, _Comm, _exposed, _prefetched, rank_layout,  # noqa: F401
                                              resolve_parallel_device)

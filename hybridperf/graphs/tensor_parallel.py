@@ -9,7 +9,9 @@ from hybridperf.errors import InputError
 from hybridperf.graphs.attention import FUSED_OPS, attn_spec, parse_spec
 from hybridperf.graphs.config import ModelConfig, load_config
 from hybridperf.graphs.family import FAMILIES
-from hybridperf.graphs.kernels import MODES, Block, ModelGraph, build_graph
+from hybridperf.graphs.kernels import build_graph
+from hybridperf.graphs.model_graph import MODES, ModelGraph
+from hybridperf.graphs.primitives import Block
 
 
 #: model_types with a tensor/pipeline-parallel model (`Family.tensor_parallel`; a top-k MoE's experts are not
