@@ -87,6 +87,8 @@ def test_registry_holds_every_module_of_the_folder_and_refuses_a_taken_name():
     assert set(decode_families()) >= {"gpt2", "llama", "deepseek_v3"} and "bert" not in decode_families()
     with pytest.raises(InputError, match="already registered: gpt2"):
         register(Family(("gpt2",), FAMILIES["gpt2"].forward))
+    with pytest.raises(InputError, match="non-empty tuple of model_types"):
+        register(Family("toy", FAMILIES["gpt2"].forward))
     with pytest.raises(InputError, match="no model family registered for 'nope'"):
         family_of("nope")
 

@@ -46,6 +46,8 @@ class Family:
 
 def register(family: Family) -> Family:
     """Add `family` under each of its names; a name another family holds already is an error."""
+    if isinstance(family.names, str) or not family.names or not all(isinstance(n, str) and n for n in family.names):
+        raise InputError(f"a family's names are a non-empty tuple of model_types, got {family.names!r}")
     taken = sorted(n for n in family.names if n in FAMILIES and FAMILIES[n] is not family)
     if taken:
         raise InputError(f"model family names already registered: {', '.join(taken)}")

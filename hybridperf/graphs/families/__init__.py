@@ -8,6 +8,9 @@ import pkgutil
 from hybridperf.graphs.family import FAMILIES, Family, register
 
 for _info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-    register(importlib.import_module(f"{__name__}.{_info.name}").FAMILY)
+    _module = importlib.import_module(f"{__name__}.{_info.name}")
+    if not isinstance(getattr(_module, "FAMILY", None), Family):
+        raise TypeError(f"{_module.__name__} declares no `FAMILY = Family(...)`")
+    register(_module.FAMILY)
 
 __all__ = ["FAMILIES", "Family", "register"]
