@@ -34,6 +34,11 @@ class Family:
     #: model_type -> (fp32, 16-bit) saved-activation coefficients (`graphs.memory`), or the counted model_type
     #: whose coefficients it borrows; a model_type without an entry has no training-memory estimate
     activation: dict = field(default_factory=dict)
+    #: (cfg, tokens, dtype_bytes) -> [(bytes, layers)]: what its layers save beyond `activation`'s coefficients
+    #: (a top-k MoE's routing state, latent attention), each per layer over `layers` layers
+    saved_extra: Callable | None = None
+    #: cfg -> cached elements per token and layer (default: keys and values, 2 x kv heads x head_dim)
+    kv_cache_width: Callable | None = None
     position_limited: bool = False  # learned or rotary position tables cap the sequence at `max_positions`
     softmax_fp32: tuple = ()  # names whose eager attention takes its softmax in fp32 in a half-precision model
 

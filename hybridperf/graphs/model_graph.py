@@ -9,9 +9,7 @@ import pandas as pd
 from hybridperf.devices import DTYPE_BYTES
 from hybridperf.graphs.backward import accumulation_kernels, backward_kernels, tensor_numels
 from hybridperf.graphs.config import ModelConfig, kv_length
-from hybridperf.graphs.layers.mla import mla_dims
-from hybridperf.graphs.memory import (MemoryEstimate, mla_layer_extra_bytes, moe_layer_extra_bytes,
-                                      saved_activation_bytes, score_saved_bytes)
+from hybridperf.graphs.memory import MemoryEstimate, saved_activation_bytes, score_saved_bytes
 from hybridperf.graphs.optimizer_specs import optimizer_state_bytes
 from hybridperf.graphs.family import family_of
 from hybridperf.graphs.primitives import BACKWARD_ONLY, F32, HALF_DTYPES
@@ -96,16 +94,9 @@ class ModelGraph:
             if fused:  # fused attention keeps no score-sized tensors for its backward
                 act -= score_saved_bytes(cfg.family, cfg.heads, self.batch, self.seq, eb) * (
                     min(fused, 1) if self.recompute else fused)
-            if cfg.sparse_layers:  # with recompute only the layer being back-propagated holds its saved set
-                moe = moe_layer_extra_bytes(self.batch * self.seq, cfg.experts_per_token, cfg.hidden, eb,
-                                            bool(cfg.shared_ffn) and cfg.family == "qwen2_moe",
-                                            cfg.expert_ffn if cfg.family == "gpt_oss" else 0)
-                act += moe * (1 if self.recompute else cfg.sparse_layers)
-            if cfg.family == "deepseek_v3":  # every layer's latent attention
-                d = mla_dims(cfg)
-                widths = (d["q_lora"], d["kv_lora"] + d["qk_rope"], cfg.heads * (d["qk_nope"] + d["qk_rope"]),
-                          cfg.heads * (d["qk_nope"] + d["v"]), cfg.hidden)
-                act += mla_layer_extra_bytes(self.batch * self.seq, widths, eb) * (1 if self.recompute else cfg.layers)
+            extra = family_of(cfg.family).saved_extra
+            for per_layer, layers in (extra(cfg, self.batch * self.seq, eb) if extra else ()):
+                act += per_layer * (1 if self.recompute else layers)  # recompute: only the layer being re-run
             act /= 1e9
             if self.optimizer:
                 state, temp = optimizer_state_bytes(params, self.optimizer, F32 if self.amp else eb)
@@ -116,7 +107,8 @@ class ModelGraph:
     def _kv_cache_bytes(self) -> float:
         """Bytes of the keys and values a causal LM returns from an inference forward (HF's `use_cache`,
         on unless the config turns it off) or holds after a decode step: two (batch, tokens, kv heads x
-        head_dim) tensors per layer. Gemma 2 and 3's sliding layers keep their window's last tokens only."""
+        head_dim) tensors per layer (or the family's `kv_cache_width`). Gemma 2 and 3's sliding layers keep their
+        window's last tokens only."""
         cfg = self.config
         sliding = cfg.layer_types.count("sliding_attention")
         if self.mode == "decode":
@@ -127,9 +119,9 @@ class ModelGraph:
             tokens = self.seq
             sliding_tokens = min(self.seq, cfg.sliding_window - 1) if sliding else self.seq
         layer_tokens = (cfg.total_layers - sliding) * tokens + sliding * sliding_tokens
-        if cfg.family == "deepseek_v3":  # the latent and the shared rotary key, once per token
-            d = mla_dims(cfg)
-            return self.batch * layer_tokens * (d["kv_lora"] + d["qk_rope"]) * self.dtype_bytes
+        width = family_of(cfg.family).kv_cache_width
+        if width is not None:  # a cache of its own layout (DeepSeek-V3: the latent and the shared rotary key)
+            return self.batch * layer_tokens * width(cfg) * self.dtype_bytes
         return 2.0 * self.batch * layer_tokens * cfg.num_kv_heads * cfg.head_dim * self.dtype_bytes
 
     def _largest_op_bytes(self) -> float:

@@ -10,6 +10,7 @@ from hybridperf.graphs.layers.llama import llama_layer_blocks
 from hybridperf.graphs.layers.mla import mla_attention, mla_dims, mla_query_and_latent
 from hybridperf.graphs.layers.norms import rms_norm
 from hybridperf.graphs.layers.rope import causal_and_rotary_setup
+from hybridperf.graphs.memory import mla_layer_extra_bytes, moe_layer_extra_bytes
 from hybridperf.graphs.primitives import F32, Block, bmm, gather, linear, misc, vec
 
 
@@ -54,6 +55,23 @@ def decode(cfg: ModelConfig, B: int, seq: int) -> list:
             Block("head", 1, post, "post")]
 
 
+def saved_extra(cfg: ModelConfig, tok: int, eb: float) -> list:
+    """What DeepSeek-V3's layers save beyond Llama's (`graphs.memory`): the MoE's routing state in its sparse
+    layers, and every layer's latent attention."""
+    d = mla_dims(cfg)
+    widths = (d["q_lora"], d["kv_lora"] + d["qk_rope"], cfg.heads * (d["qk_nope"] + d["qk_rope"]),
+              cfg.heads * (d["qk_nope"] + d["v"]), cfg.hidden)
+    moe = [(moe_layer_extra_bytes(tok, cfg.experts_per_token, cfg.hidden, eb, False, 0), cfg.sparse_layers)] \
+        if cfg.sparse_layers else []
+    return moe + [(mla_layer_extra_bytes(tok, widths, eb), cfg.layers)]
+
+
+def kv_cache_width(cfg: ModelConfig) -> int:
+    """The cache holds the key/value latent and the shared rotary key, once per token and layer."""
+    d = mla_dims(cfg)
+    return d["kv_lora"] + d["qk_rope"]
+
+
 #: bytes autograd saves per layer and outside the layers, (fp32 model, 16-bit model), counted by
 #: `experiments/models/activation_memory.py` (`hybridperf.graphs.memory`); a model_type not counted names the
 #: counted one whose layer it resembles most (not measured)
@@ -61,4 +79,5 @@ ACTIVATION = {
     "deepseek_v3": "llama",
 }
 FAMILY = Family(("deepseek_v3",), forward, decode, setup_kernels={"deepseek_v3": 19}, activation=ACTIVATION,
-                position_limited=True, softmax_fp32=("deepseek_v3",))
+                saved_extra=saved_extra, kv_cache_width=kv_cache_width, position_limited=True,
+                softmax_fp32=("deepseek_v3",))

@@ -10,6 +10,7 @@ from hybridperf.graphs.layers.llama import (llama_layer_blocks, llama_layout_cop
                                             second_rotary_table)
 from hybridperf.graphs.layers.norms import rms_norm
 from hybridperf.graphs.layers.rope import causal_and_rotary_setup
+from hybridperf.graphs.memory import moe_layer_extra_bytes
 from hybridperf.graphs.primitives import F32, Block, gather, linear, misc, vec
 
 
@@ -102,11 +103,20 @@ ACTIVATION = {
     "qwen3_moe": "qwen3",
     "gpt_oss": "llama",
 }
+def saved_extra(cfg: ModelConfig, tok: int, eb: float) -> list:
+    """A MoE layer's saved routing state and gathered tokens beyond Llama's layer (`graphs.memory`)."""
+    if not cfg.sparse_layers:
+        return []
+    return [(moe_layer_extra_bytes(tok, cfg.experts_per_token, cfg.hidden, eb,
+                                   bool(cfg.shared_ffn) and cfg.family == "qwen2_moe",
+                                   cfg.expert_ffn if cfg.family == "gpt_oss" else 0), cfg.sparse_layers)]
+
+
 #: a decode step's setup kernels: position ids, the causal mask and the rotary cos/sin (19), and a sliding-window
 #: mask too in Qwen2-MoE (unused there), Gemma 2 and 3 and GPT-OSS
 FAMILY = Family(tuple(f for f in LLAMA_LIKE if f != "deepseek_v3"), forward, decode,
                 setup_kernels={**{f: 19 for f in LLAMA_LIKE if f != "deepseek_v3"},
                                "qwen2_moe": 34, "gemma2": 34, "gemma3_text": 34, "gpt_oss": 33},
                 tensor_parallel=tuple(f for f in LLAMA_LIKE if f not in MOE_LLAMA),  # MoE experts: dp only
-                activation=ACTIVATION, position_limited=True,
+                activation=ACTIVATION, saved_extra=saved_extra, position_limited=True,
                 softmax_fp32=tuple(f for f in LLAMA_LIKE if f not in ("deepseek_v3", "gpt_oss")))
