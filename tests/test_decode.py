@@ -10,8 +10,7 @@ from typer.testing import CliRunner
 from hybridperf.cli.app import app
 from hybridperf.errors import InputError
 from hybridperf.graphs import build_graph, predict_model
-from hybridperf.graphs.decode import kv_length
-from hybridperf.graphs.kernels import load_config
+from hybridperf.graphs.config import kv_length, load_config
 from hybridperf.predictor import Predictor
 
 PRIOR = Predictor.prior_only()

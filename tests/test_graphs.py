@@ -171,7 +171,7 @@ def test_llama_layer_gemms_match_hand_count():
 def test_attention_layout_copies_per_layer(family, cfg):
     """torch.matmul on head-split views copies Q, K and V, and the merged heads are copied back: four
     layout copies per attention in the forward and four in the backward (TorchDispatchMode counts on HF
-    eager layers, see `_attention_core`); the decoder of an encoder-decoder has two attentions."""
+    eager layers, see `attention_core`); the decoder of an encoder-decoder has two attentions."""
     t = build_graph(cfg or _cfg(), 2, 64, "train").kernel_table()
     attn = t[t["name"].str.contains(r"attn\.")]
     fw_copies = set(attn.loc[(attn["phase"] == "fw") & (attn["op"] == "misc:copy"), "name"])
@@ -395,7 +395,7 @@ def test_fused_layer_matches_traced_fusion_graph(run):
     traced = _traced_layer_kernels(pd.read_csv(NEUSIGHT / "results" / "opgraph" / f"{run}.csv"))
     t = build_graph(CONFIGS / f"{model}.json", int(batch), int(seq), mode, fused=True).kernel_table()
     t = t[t["block"] == "layer"]
-    # a traced matmul node holds the copies of its operands (`_attention_core`): not nodes of their own
+    # a traced matmul node holds the copies of its operands (`attention_core`): not nodes of their own
     nodes = t[~t["name"].str.contains(r"\.[qkv]_copy$")]
     ours = nodes["group"].replace({"linear": "gemm", "bmm": "gemm"}).value_counts().to_dict()
     assert ours == traced
@@ -406,7 +406,8 @@ def test_fused_layer_matches_traced_fusion_graph(run):
 
 def test_fuse_pointwise_rules():
     """Unit rules of the fusion pass on a hand-built block."""
-    from hybridperf.graphs.kernels import fuse_pointwise, ln, linear, vec
+    from hybridperf.graphs.fusion import fuse_pointwise
+    from hybridperf.graphs.primitives import linear, ln, vec
 
     ks = [linear("fc", 8, 4, 16), vec("g0", "mulu", 8, 16), vec("g1", "add", 8, 16, tag="internal"),
           vec("g2", "tanh", 8, 16), linear("proj", 8, 16, 4), vec("res", "add", 8, 4, tag="residual"),

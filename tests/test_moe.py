@@ -11,7 +11,7 @@ from hybridperf.errors import InputError
 from hybridperf.graphs import build_graph, load_config, predict_model
 from hybridperf.graphs.compose import predict_table
 from hybridperf.graphs.grouped import launch_grouped_gemms, one_grouped_kernel
-from hybridperf.graphs.kernels import expert_groups
+from hybridperf.graphs.primitives import expert_groups
 from hybridperf.predictor import Predictor
 
 SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,

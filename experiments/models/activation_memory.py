@@ -18,9 +18,9 @@ the device count (the caching allocator's rounding and fragmentation come on top
     python -m experiments.models.activation_memory --moe   # MoE layers (Mixtral, Qwen-MoE, DeepSeek-V3) against the graph
     python -m experiments.models.activation_memory --mla   # fit DeepSeek-V3's latent-attention term
 
-writes experiments/data/activation_memory.csv (the raw counts) and prints the coefficients that
-`hybridperf/graphs/memory.py` uses (ACTIVATION_COEFFS). GPT-Neo's models alternate global and local
-attention layers, as its released configs do, so its per-layer fit is the mean of the two kinds; each
+writes experiments/data/activation_memory.csv (the raw counts) and prints the coefficients that each
+family module of `hybridperf/graphs/families/` declares (`ACTIVATION`). GPT-Neo's models alternate global
+and local attention layers, as its released configs do, so its per-layer fit is the mean of the two kinds; each
 of its layers also saves a slice of a (max_positions, max_positions) bool buffer, i.e. the whole buffer.
 Switch Transformers are not counted: what their expert layers keep depends on how many tokens the
 router sends under the expert capacity, which random weights do not reproduce.

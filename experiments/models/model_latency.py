@@ -321,7 +321,7 @@ def collect(labels: pd.DataFrame, cfg_dir: Path, preds: dict, kinds: dict, lib_e
 
 def traced_group(tab: pd.DataFrame) -> np.ndarray:
     """Each kernel's op group as the traced graphs count it: a traced matmul node also holds the copies
-    of its operands (`graphs.kernels._attention_core`), so those count as bmm here."""
+    of its operands (`graphs.layers.attention_core.attention_core`), so those count as bmm here."""
     operand_copy = tab["name"].str.contains(r"\.[qkv]_copy$").to_numpy()
     return np.where(operand_copy, "bmm", tab["group"].to_numpy())
 

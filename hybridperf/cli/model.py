@@ -10,7 +10,7 @@ import typer
 
 from hybridperf.errors import InputError
 from hybridperf.guard import check_parts, check_predictions
-from hybridperf.graphs.kernels import MODES
+from hybridperf.graphs.model_graph import MODES
 
 
 def predict_model_cmd(

@@ -14,11 +14,12 @@ from hybridperf.graphs.compose import (
     resolve_predictor,
     sweep,
 )
-from hybridperf.graphs import decode  # noqa: F401  registers the decode-step builders (DECODE_BUILDERS)
 from hybridperf.graphs.config import SUPPORTED_MODEL_TYPES, ModelConfig, load_config
-from hybridperf.graphs.kernels import Block, ModelGraph, build_graph, layer_gemms
+from hybridperf.graphs.kernels import build_graph, layer_gemms
+from hybridperf.graphs.model_graph import ModelGraph
 from hybridperf.graphs.measured_runs import calibrate_from_runs, read_runs
 from hybridperf.graphs.plot import plot_device_comparison, plot_latency_vs_batch
+from hybridperf.graphs.primitives import Block
 from hybridperf.graphs.request import ModelRequest
 
 __all__ = [

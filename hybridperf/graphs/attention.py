@@ -1,9 +1,9 @@
 """Attention implementations: one pluggable layer every model family uses, chosen by the request
 (transformers' `attn_implementation`).
 
-Every family builds its attention with eager kernels (`kernels._attention_core`, and `decode._attention` for a
-decode step), each call's kernels marked with its shape (`mark_call`). An implementation rewrites those
-spans in the built blocks:
+Every family builds its attention with eager kernels (`layers.attention_core.attention_core`, and
+`decode.cached_attention` for a decode step), each call's kernels marked with its shape (`mark_call`). An
+implementation rewrites those spans in the built blocks:
 
   eager  the marked kernels as they are: QK^T, scale, mask, softmax (fp32 upcasts), dropout, AV and the
          layout copies. NeuSight's labels (`--dtype fp32 --attn eager`).
@@ -123,7 +123,8 @@ def _fused(call: dict, be: str, causal: bool, mask: bool) -> list:
 
 
 def _sdpa(blocks, cfg, dtype, mode):
-    from hybridperf.graphs.primitives import CAUSAL_LM, Block
+    from hybridperf.graphs.family import family_of
+    from hybridperf.graphs.primitives import Block
 
     if cfg.family in NO_SDPA:
         return blocks
@@ -150,7 +151,7 @@ def _sdpa(blocks, cfg, dtype, mode):
     if any_mask or cfg.family in BIAS_MASK:
         return out
     # the mask is skipped: drop the kernels that build it before the layers
-    drop_setup = DECODE_MASK_SETUP if mode == "decode" and cfg.family in CAUSAL_LM else 0
+    drop_setup = DECODE_MASK_SETUP if mode == "decode" and family_of(cfg.family).causal_lm else 0
     for blk in out:
         if blk.kind != "pre":
             continue

@@ -46,8 +46,9 @@ from hybridperf.errors import InputError, ModelBundleError
 from hybridperf.graphs.attention import FUSED_LOG_HALF_WIDTH, FUSED_OPS, fused_attention_ms
 from hybridperf.graphs.calibration import CALIBRATION
 from hybridperf.graphs.grouped import launch_grouped_gemms
-from hybridperf.graphs.kernels import ModelGraph, build_graph
+from hybridperf.graphs.kernels import build_graph
 from hybridperf.graphs.misc import MISC_LOG_HALF_WIDTH, misc_latency_ms
+from hybridperf.graphs.model_graph import ModelGraph
 from hybridperf.graphs.optimizer import optimizer_table, param_numels
 from hybridperf.graphs.request import DEFAULT_ATTN, ModelRequest
 from hybridperf.ops import GEMM_OPS, OP_CLASS
@@ -352,7 +353,7 @@ def predict_model(config, batch: int, seq: int, mode: str = "inf", device="NVIDI
     {"e2e_ms", "lo_ms", "hi_ms", "fw_ms", "bw_ms"} (bw_ms = 0 for inf; [lo, hi] a 90% interval).
     `predictor=None` uses the shipped kernel bundle when present, else the analytical prior.
     `dtype`: fp32 (NeuSight's semantics, validated) or the model cast to fp16/bf16 (not validated).
-    `fused`: inference with pointwise chains fused as torch.compile does (`kernels.fuse_pointwise`).
+    `fused`: inference with pointwise chains fused as torch.compile does (`fusion.fuse_pointwise`).
     `optimizer` (train): add one optimizer step (sgd, sgd-momentum, adam, adamw, adam-fused;
     `hybridperf.graphs.optimizer`) to e2e_ms and report it as "opt_ms".
     `recompute` (train): activation checkpointing of every layer; its forward re-runs inside bw_ms.

@@ -61,7 +61,7 @@ from pathlib import Path
 from hybridperf.errors import InputError
 from hybridperf.jsonio import read_json_object
 
-#: llama-likes whose MLP is a top-k mixture of experts (HF's grouped experts, `graphs.kernels.moe_block`)
+#: llama-likes whose MLP is a top-k mixture of experts (HF's grouped experts, `graphs.layers.moe.moe_block`)
 MOE_LLAMA = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss")
 #: Gemma's llama-likes: (1 + weight) RMSNorms in fp32, sqrt(hidden)-scaled embeddings, a tied LM head
 GEMMA = ("gemma", "gemma2", "gemma3_text")
@@ -86,6 +86,9 @@ GEMMA3_TEXT_DEFAULTS = {"vocab_size": 262_208, "hidden_size": 2304, "intermediat
                         "sliding_window": 4096, "query_pre_attn_scalar": 256}
 #: HF's attention-layer types (`layer_types`)
 LAYER_TYPES = ("full_attention", "sliding_attention")
+#: model_type -> parse(dict, source) -> ModelConfig of the families that parse their own configs (filled by
+#: `graphs.family.register` as the families package loads, which importing any `hybridperf.graphs` module does)
+PLUGIN_PARSERS: dict = {}
 
 
 @dataclass(frozen=True)
@@ -294,6 +297,8 @@ def config_from_dict(d: dict, source: str = "config") -> ModelConfig:
             raise InputError(f"{source}: a gemma3 config needs a 'text_config' object (its language model)")
         d = {**GEMMA3_TEXT_DEFAULTS, **text, "model_type": "gemma3_text"}
         mt = "gemma3_text"
+    if mt in PLUGIN_PARSERS:
+        return PLUGIN_PARSERS[mt](d, source)
     if mt not in SUPPORTED_MODEL_TYPES:
         raise InputError(f"{source}: unsupported model_type {mt!r}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
     for key in _OPTIONAL_COUNTS:
@@ -332,7 +337,7 @@ def config_from_dict(d: dict, source: str = "config") -> ModelConfig:
         ffn = need(("ffn_dim",), "ffn_dim")
         act = str(_get(d, "activation_function", default="relu"))
         maxpos = int(_get(d, "max_position_embeddings", default=2048) or 0)
-        if _get(d, "word_embed_proj_dim") is not None:  # OPT-350m embeds narrower (graphs.kernels.opt_layout)
+        if _get(d, "word_embed_proj_dim") is not None:  # OPT-350m embeds narrower (graphs.families.opt.opt_layout)
             _pos_int(d["word_embed_proj_dim"], "word_embed_proj_dim", source)
     elif mt in LLAMA_LIKE:
         hidden = need(("hidden_size",), "hidden size")

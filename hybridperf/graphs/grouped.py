@@ -2,7 +2,7 @@
 
 HF's expert layers (transformers 5.x, `experts_implementation="grouped_mm"`, the default) call
 PyTorch's grouped_mm once per projection, and the graph writes each call as one batched GEMM over the
-experts that received tokens (`graphs.kernels.grouped_gemm`). What launches depends on the device:
+experts that received tokens (`graphs.primitives.grouped_gemm`). What launches depends on the device:
 
   * NVIDIA sm90 / sm100 (Hopper, Blackwell) with bf16 operands: one CUTLASS grouped-GEMM kernel
     (`_grouped_mm_cuda`'s fast path), priced as the bmm it is written as;

@@ -47,7 +47,8 @@ from hybridperf.graphs.compose import (
 )
 from hybridperf.graphs.config import load_config
 from hybridperf.graphs.attention import ATTN_IMPLEMENTATIONS
-from hybridperf.graphs.kernels import MODES, build_graph
+from hybridperf.graphs.kernels import build_graph
+from hybridperf.graphs.model_graph import MODES
 
 #: prior sd of the log device-time factor: between-device spread of NeuSight's labels (7 GPUs)
 SIGMA_SCALE = 0.18

@@ -3,7 +3,7 @@
 Training keeps, until backward, every tensor autograd saved. For eager fp32 HF models that set is
 counted exactly on the CPU by `experiments/models/activation_memory.py` (saved-tensor hooks, each storage
 once; torch 2.13, transformers 5.23, the families' default dropout, which NeuSight's configs keep) and
-fitted, per family, as bytes per layer
+fitted, per family, as bytes per layer (each family module's `Family.activation`)
 
     tokens * (c_h * hidden + c_f * ffn) + c_a * batch * heads * seq * seq  [+ c_m * max_positions^2]
 
@@ -27,39 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: bytes saved per layer and outside the layers of an fp32 model (see the module docstring), by family
-ACTIVATION_COEFFS = {
-    "bert": {"c_h": 40.08, "c_f": 8.0, "c_a": 12.01, "d_h": 23.88, "d_v": 4.16},
-    "gpt2": {"c_h": 41.68, "c_f": 20.0, "c_a": 12.01, "d_h": 11.84, "d_v": 4.11},
-    "llama": {"c_h": 40.04, "c_f": 16.0, "c_a": 4.0, "d_h": 13.72, "d_v": 4.07},
-    "opt": {"c_h": 40.08, "c_f": 4.0, "c_a": 4.01, "d_h": 7.84, "d_v": 4.12},
-    "gpt_neo": {"c_h": 32.06, "c_f": 20.0, "c_a": 4.01, "c_m": 1.0, "d_h": 7.88, "d_v": 4.10},
-    "gpt_neox": {"c_h": 28.08, "c_f": 8.0, "c_a": 4.01, "d_h": 8.29, "d_v": 4.10},
-    "qwen3": {"c_h": 56.08, "c_f": 16.0, "c_a": 4.06, "d_h": 13.64, "d_v": 4.09},
-    "gemma": {"c_h": 40.1, "c_f": 16.0, "c_a": 4.0, "d_h": 13.71, "d_v": 4.08},
-    "gemma2": {"c_h": 56.2, "c_f": 16.0, "c_a": 7.99, "d_h": 13.6, "d_v": 8.11},
-    "gemma3_text": {"c_h": 72.27, "c_f": 16.0, "c_a": 4.04, "d_h": 13.5, "d_v": 4.15},
-}
-#: the same for a model cast to a 16-bit dtype (counted in bf16; fp16 saves the same tensors)
-HALF_ACTIVATION_COEFFS = {
-    "bert": {"c_h": 20.04, "c_f": 4.0, "c_a": 6.0, "d_h": 11.94, "d_v": 2.11},
-    "gpt2": {"c_h": 20.84, "c_f": 10.0, "c_a": 6.0, "d_h": 5.92, "d_v": 4.08},
-    "llama": {"c_h": 24.04, "c_f": 8.0, "c_a": 6.0, "d_h": 8.82, "d_v": 4.07},
-    "opt": {"c_h": 20.04, "c_f": 2.0, "c_a": 6.0, "d_h": 3.92, "d_v": 4.08},
-    "gpt_neo": {"c_h": 20.03, "c_f": 10.0, "c_a": 6.01, "c_m": 1.0, "d_h": 3.94, "d_v": 4.07},
-    "gpt_neox": {"c_h": 14.04, "c_f": 4.0, "c_a": 6.0, "d_h": 4.15, "d_v": 4.07},
-    "qwen3": {"c_h": 36.08, "c_f": 8.0, "c_a": 6.06, "d_h": 8.74, "d_v": 4.09},
-    "gemma": {"c_h": 28.1, "c_f": 8.0, "c_a": 6.0, "d_h": 10.81, "d_v": 4.08},
-    "gemma2": {"c_h": 44.2, "c_f": 8.0, "c_a": 7.99, "d_h": 10.7, "d_v": 6.11},
-    "gemma3_text": {"c_h": 60.27, "c_f": 8.0, "c_a": 6.04, "d_h": 10.6, "d_v": 4.15},
-}
-#: families not counted, and the counted family whose layer they resemble most (not measured): Switch's
-#: (and T5's) blocks have ReLU MLPs and attention dropout, BERT's saved set being the closest (what its expert
-#: layers keep depends on the tokens routed under the expert capacity); Mistral and Qwen2 are Llama's block
-SIMILAR_FAMILY = {"switch_transformers": "bert", "t5": "bert", "roberta": "bert", "xlm_roberta": "bert",
-                  "mistral": "llama", "qwen2": "llama", "phi3": "llama",
-                  "mixtral": "llama", "qwen2_moe": "llama", "qwen3_moe": "qwen3", "deepseek_v3": "llama",
-                  "gpt_oss": "llama"}
+from hybridperf.errors import InputError
+from hybridperf.graphs.family import family_of
 
 #: fraction of device memory above which eager PyTorch's caching allocator starts freeing and
 #: re-allocating blocks (cudaFree/cudaMalloc synchronise the device); measured runs in that band take
@@ -93,11 +62,16 @@ class MemoryEstimate:
 
 
 def _coeffs(family: str, dtype_bytes: float) -> dict:
-    """Counted coefficients of `family` (or its closest counted family) for a model with `dtype_bytes`
-    bytes per float (4: fp32, 2: fp16/bf16)."""
+    """Counted coefficients of model_type `family` (its `Family.activation`, or that of the counted model_type
+    it names as closest) for a model with `dtype_bytes` bytes per float (4: fp32, 2: fp16/bf16)."""
     if dtype_bytes not in (2, 4):
         raise ValueError(f"saved activations are counted for 2- and 4-byte models, not {dtype_bytes}-byte ones")
-    return (HALF_ACTIVATION_COEFFS if dtype_bytes == 2 else ACTIVATION_COEFFS)[SIMILAR_FAMILY.get(family, family)]
+    entry = family_of(family).activation.get(family)
+    if isinstance(entry, str):  # not counted: the counted model_type whose layer it resembles most
+        entry = family_of(entry).activation.get(entry)
+    if entry is None:
+        raise InputError(f"no saved-activation coefficients counted for {family} (`Family.activation`)")
+    return entry[0 if dtype_bytes == 4 else 1]
 
 
 def layer_saved_bytes(family: str, hidden: int, ffn: int, heads: int, batch: int, seq: int,
@@ -132,7 +106,7 @@ MOE_PAIR_BYTES = 60.0
 
 def moe_layer_extra_bytes(tokens: int, top_k: int, hidden: int, dtype_bytes: float = 4.0,
                           shared: bool = False, clamped_ffn: int = 0) -> float:
-    """Bytes a top-k MoE layer (`graphs.kernels.moe_block`) saves for backward beyond Llama's layer with its
+    """Bytes a top-k MoE layer (`graphs.layers.moe.moe_block`) saves for backward beyond Llama's layer with its
     experts' width: per (token, expert) pair two hidden-sized tensors and `MOE_PAIR_BYTES`, with a
     sigmoid-gated shared expert (Qwen2-MoE) its scaled output, one hidden-sized tensor per token, and with
     GPT-OSS's clamped SwiGLU (`clamped_ffn`, the experts' width) three more expert-wide tensors per pair

@@ -35,7 +35,9 @@ import pandas as pd
 from hybridperf.devices import DTYPE_BYTES, DeviceSpec, dtype_key
 # param_numels, tensor_numels, OPTIMIZERS and optimizer_state_bytes live below this module (the graph uses
 # them) and are re-exported: callers read the optimizer step here
-from hybridperf.graphs.kernels import F32, KERNEL_COLUMNS, kernel_group, param_numels, tensor_numels, vec  # noqa: F401
+from hybridperf.graphs.backward import tensor_numels  # noqa: F401
+from hybridperf.graphs.model_graph import KERNEL_COLUMNS, kernel_group, param_numels  # noqa: F401
+from hybridperf.graphs.primitives import F32, vec  # noqa: F401
 from hybridperf.graphs.optimizer_specs import OPTIMIZERS, optimizer_spec, optimizer_state_bytes  # noqa: F401
 
 CHUNK = 65536  # elements per block (kChunkSize)

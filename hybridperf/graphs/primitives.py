@@ -5,13 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hybridperf.graphs.config import LLAMA_LIKE
-
 F32 = 4
 MODEL_DTYPES = ("fp32", "fp16", "bf16")
 HALF_DTYPES = ("fp16", "bf16")
-#: families whose inference forward returns a key/value cache (decoder-only causal LMs)
-CAUSAL_LM = ("gpt2", "gpt_neo", "gpt_neox", "opt") + LLAMA_LIKE
 #: tags of kernels that only the backward launches (`grad_sums`, `grad_cat`)
 BACKWARD_ONLY = ("grad_sum", "grad_cat", "grad_zeros", "grad_cast", "grad_attn")
 

@@ -5,7 +5,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from hybridperf.graphs.attention import attention_impl
-from hybridperf.graphs.kernels import ModelGraph, build_graph
+from hybridperf.graphs.kernels import build_graph
+from hybridperf.graphs.model_graph import ModelGraph
 
 #: the request's default attention implementation: transformers' own default
 DEFAULT_ATTN = "sdpa"

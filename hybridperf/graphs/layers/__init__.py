@@ -1,0 +1,1 @@
+"""Layers the model families share: attention, norms, activations, RoPE, MoE, latent attention."""

@@ -1,0 +1,124 @@
+"""Llama's decoder layer and the variants llama-like families make of it (shared by the prefill, training
+and decode graphs, and by DeepSeek-V3's layers)."""
+from __future__ import annotations
+
+from hybridperf.graphs.config import GEMMA, SLIDING_GEMMA, ModelConfig
+from hybridperf.graphs.layers.activation import mlp_activation
+from hybridperf.graphs.layers.grads import grad_cat, grad_sums, slice_grads
+from hybridperf.graphs.layers.moe import moe_block
+from hybridperf.graphs.layers.norms import rms_norm
+from hybridperf.graphs.layers.rope import _rope, cat_rope, halves_rope, rotary_dim
+from hybridperf.graphs.primitives import F32, Block, cast, linear, misc, vec
+
+
+def llama_variant(cfg: ModelConfig) -> dict:
+    """What a llama-like family changes in Llama's layer (the prefill, training and decode graphs share it):
+    biases on q/k/v (qwen2 and qwen2_moe, or `attention_bias`) and on the MLP (`mlp_bias`), an RMSNorm over
+    each head of q and k before RoPE (qwen3, qwen3_moe and gemma3), Gemma's (1 + weight) norms and
+    sqrt(hidden)-scaled embeddings, Gemma 2 and 3's sandwich norms (`sandwich`), Gemma 2's soft-capped scores
+    and logits (`softcap`, `final_softcap`; HF's defaults when the keys are absent), a rotary table per layer
+    type (gemma3), and Phi-3's fused q/k/v and gate/up GEMMs with RoPE on the first `partial_rotary_factor`
+    of each head."""
+    oss = cfg.family == "gpt_oss"
+    qkv_bias = cfg.family == "qwen2" or bool(cfg.raw.get("attention_bias", oss))  # GptOssConfig: on by default
+    if cfg.family == "qwen2_moe":  # Qwen2MoeConfig's own key, on by default
+        qkv_bias = bool(cfg.raw.get("qkv_bias", True))
+    gemma2 = cfg.family == "gemma2"
+    return {"qkv_bias": qkv_bias,
+            "mlp_bias": bool(cfg.raw.get("mlp_bias", False)),
+            "qk_norm": cfg.family in ("qwen3", "qwen3_moe", "gemma3_text"),
+            "gemma": cfg.family in GEMMA, "sandwich": cfg.family in SLIDING_GEMMA,
+            "softcap": bool(cfg.raw.get("attn_logit_softcapping", 50.0 if gemma2 else None)),
+            "final_softcap": bool(cfg.raw.get("final_logit_softcapping", 30.0 if gemma2 else None)),
+            "rotary_tables": len(set(cfg.layer_types)) if cfg.family == "gemma3_text" else 1,
+            "fused": cfg.family == "phi3", "oss": oss, "o_bias": oss and qkv_bias,
+            "rotary_dim": rotary_dim(cfg, 1.0) if cfg.family == "phi3" else cfg.head_dim}
+
+
+def second_rotary_table(cfg: ModelConfig, rows: int) -> list:
+    """Gemma 3 with both layer types builds a rotary table per type (local and global theta): the second
+    one's position cast, freqs, cat, cos, sin and two scalings, and in a half-precision model three casts
+    (TorchDispatchMode, transformers 5.23; prefill and decode alike, over `rows` tokens)."""
+    if llama_variant(cfg)["rotary_tables"] < 2:
+        return []
+    return [*(misc(f"rotary_local_{i}", "mask", 2 * rows * cfg.head_dim * F32) for i in range(7)),
+            *(cast(f"rotary_local_cast_{i}", rows * cfg.head_dim) for i in range(3))]
+
+
+def llama_layout_copies(cfg: ModelConfig) -> tuple:
+    """Which of q, k, v eager attention copies into a contiguous batch (`attention_core`'s `layout`).
+    Phi-3's RoPE ends in a torch.cat, which leaves q and k contiguous: only repeat_kv's k (grouped-query)
+    and the strided v slice of the fused output are copied (TorchDispatchMode, transformers 5.23)."""
+    v = llama_variant(cfg)
+    if not (v["fused"] or v["oss"]):  # GPT-OSS's RoPE also ends in a torch.cat
+        return ("q", "k", "v")
+    return ("k", "v") if cfg.num_kv_heads < cfg.heads else ("v",)
+
+
+def llama_qkv(cfg: ModelConfig, tok: int, train: bool = False) -> list:
+    """q/k/v projections, qwen3's per-head q/k norms, and RoPE on q and k over `tok` tokens."""
+    v = llama_variant(cfg)
+    h, hd = cfg.hidden, cfg.head_dim
+    q_w, kv_w = cfg.heads * hd, cfg.num_kv_heads * hd
+    if v["fused"]:  # Phi-3: one GEMM, q, k and v are slices of its output (the backward adds their gradients)
+        ks = [linear("qkv_proj", tok, h, q_w + 2 * kv_w, bias=v["qkv_bias"]),
+              *grad_sums("qkv_out", tok, q_w + 2 * kv_w, 3, train),
+              *slice_grads("qkv_out", tok, q_w + 2 * kv_w, 3, train)]
+    else:
+        ks = [linear("q_proj", tok, h, q_w, bias=v["qkv_bias"]), linear("k_proj", tok, h, kv_w, bias=v["qkv_bias"]),
+              linear("v_proj", tok, h, kv_w, bias=v["qkv_bias"])]
+    if v["qk_norm"]:  # Qwen3RMSNorm (Gemma3RMSNorm) over head_dim, one row per token and head
+        ks += [*rms_norm("q_norm", tok * cfg.heads, hd, train, v["gemma"]),
+               *rms_norm("k_norm", tok * cfg.num_kv_heads, hd, train, v["gemma"])]
+    if v["fused"]:  # Phi-3 rotates the first rotary_dim of each head and concatenates the rest back
+        return ks + cat_rope("q", tok, cfg.heads, hd, v["rotary_dim"], train) \
+            + cat_rope("k", tok, cfg.num_kv_heads, hd, v["rotary_dim"], train)
+    if v["oss"]:  # GPT-OSS: RoPE on the two chunks of each head
+        return ks + [*halves_rope("q_rope", tok, q_w, train, strided=False),
+                     *halves_rope("k_rope", tok, kv_w, train, strided=False)]
+    # RoPE reads x three times: x * cos, and its two halves in rotate_half
+    return ks + [*_rope("q_rope", tok, q_w), *grad_sums("q_rope_x", tok, q_w, 3, train),
+                 *slice_grads("q_rope_x", tok, q_w, 2, train),
+                 *_rope("k_rope", tok, kv_w), *grad_sums("k_rope_x", tok, kv_w, 3, train),
+                 *slice_grads("k_rope_x", tok, kv_w, 2, train)]
+
+
+def llama_mlp(cfg: ModelConfig, tok: int, train: bool = False) -> list:
+    """Gated MLP: gate and up projections (Phi-3: one GEMM, chunked), the activation times up, the down
+    projection."""
+    h, f = cfg.hidden, cfg.ffn
+    v = llama_variant(cfg)
+    bias = v["mlp_bias"]
+    if v["fused"]:
+        up = [linear("gate_up_proj", tok, h, 2 * f, bias=bias), *grad_cat("gate_up_out", tok * 2 * f, train)]
+    else:
+        up = [linear("gate_proj", tok, h, f, bias=bias), linear("up_proj", tok, h, f, bias=bias)]
+    return [*up, *mlp_activation("mlp", cfg.activation, tok, f, train), vec("mlp.gate_mul", "mul", tok, f),
+            linear("down_proj", tok, f, h, bias=bias)]
+
+
+def llama_layer_blocks(cfg: ModelConfig, attn: list, tok: int, train: bool = False,
+                       sliding_attn: list | None = None) -> list:
+    """The repeated layers of a llama-like decoder (the prefill, training and decode graphs share them):
+    `attn` (the layer up to its post-attention norm), then the MLP over `tok` tokens (Gemma 2 and 3: and its
+    norm) and the residual add. A MOE_LLAMA family's sparse layers (block `layer`) run `moe_block`, its dense
+    ones (`dense_layer`) the gated MLP. `sliding_attn`: the attention of the sliding-window layers where it
+    differs from the full layers' (a decode step's shorter cache; block `sliding_layer`)."""
+    h = cfg.hidden
+    v = llama_variant(cfg)
+    end = [*(rms_norm("post_ffw_norm", tok, h, train, True) if v["sandwich"] else []),
+           vec("resid_add2", "add", tok, h, tag="residual")]
+    # the normed x feeds gate and up (Phi-3: one fused GEMM)
+    dense = [*grad_sums("post_norm_out", tok, h, 1 if v["fused"] else 2, train), *llama_mlp(cfg, tok, train)]
+    sparse = cfg.sparse_layers
+    if sliding_attn is not None:  # Gemma 2 and 3 (dense) and GPT-OSS (every layer sparse)
+        n = cfg.layer_types.count("sliding_attention")
+        mlp = moe_block(cfg, tok, train) if sparse else dense
+        layers = [Block("layer", cfg.layers - n, attn + mlp + end, "layer"),
+                  Block("sliding_layer", n, sliding_attn + mlp + end, "layer")]
+        return [b for b in layers if b.count]
+    if not sparse:
+        return [Block("layer", cfg.layers, attn + dense + end, "layer")]
+    layers = [Block("layer", sparse, attn + moe_block(cfg, tok, train) + end, "layer"),
+              Block("dense_layer", cfg.layers - sparse, attn + dense + end, "layer")]
+    return [b for b in layers if b.count]
