@@ -14,7 +14,7 @@ from hybridperf.priors.constants import DEFAULT_CONSTANTS, PROVENANCE, PriorCons
 
 def test_constants_are_frozen_values():
     with pytest.raises(dataclasses.FrozenInstanceError):
-        DEFAULT_CONSTANTS.reread_l2_share = 0.1
+        DEFAULT_CONSTANTS.reread_l2_mb = 0.1
     with pytest.raises(TypeError):
         DEFAULT_CONSTANTS.batched_sgemm_tiles["hopper"] = ()
 
@@ -23,7 +23,7 @@ def test_holding_a_gpu_out_changes_only_the_value_passed_never_the_default():
     before = repr(DEFAULT_CONSTANTS)
     held = fitted_constants("NVIDIA H200")
     assert "hopper" not in held.split_rate_exponent and "hopper" in DEFAULT_CONSTANTS.split_rate_exponent
-    assert held.reread_l2_share == constants.REREAD_L2_SHARE_FITS["NVIDIA A100-PCIE-40GB"]
+    assert held.reread_l2_mb == pytest.approx(constants.REREAD_L2_SHARE_FITS["NVIDIA A100-PCIE-40GB"] * 40.0)
     assert repr(DEFAULT_CONSTANTS) == before
     tiles = held.with_batched_tiles("hopper", [[64, 64]])
     assert tiles.batched_sgemm_tiles["hopper"] == ((64, 64),) and held.batched_sgemm_tiles["hopper"] != ((64, 64),)

@@ -11,7 +11,8 @@ import pytest
 
 from hybridperf.datasets.schema import canonicalize
 from hybridperf.devices import get_device
-from hybridperf.priors.constants import DEFAULT_CONSTANTS, REREAD_L2_SHARE_FITS, fitted_constants, reread_share_table
+from hybridperf.priors.constants import (DEFAULT_CONSTANTS, REREAD_L2_SHARE_FITS, fitted_constants,
+                                        reread_capacity_table, split_l2_share)
 from hybridperf.priors.kernel_prior import kernel_prior_terms
 from hybridperf.priors.rowwise import (
     REREAD_FITS_L2, REREAD_SPILLS_L2, reread_hit_fraction, reread_time_ms, row_issue_ms, row_kernel_layout,
@@ -110,15 +111,18 @@ def test_a_split_l2_holds_fewer_rows_for_their_reread():
     assert np.array_equal(reread_hit_fraction(inflight, split, 1.0), hit_whole)
 
 
-def test_a_gpu_held_out_takes_the_other_gpus_reread_share():
+def test_a_gpu_held_out_takes_the_other_gpus_reread_capacity():
     assert set(REREAD_L2_SHARE_FITS) == {"NVIDIA A100-PCIE-40GB", "NVIDIA H200"}
-    assert reread_share_table("NVIDIA A100-PCIE-40GB") == REREAD_L2_SHARE_FITS["NVIDIA H200"]
-    assert reread_share_table("NVIDIA H200") == REREAD_L2_SHARE_FITS["NVIDIA A100-PCIE-40GB"]
-    assert reread_share_table() == pytest.approx(np.mean(list(REREAD_L2_SHARE_FITS.values())))
+    a100, h200 = get_device("NVIDIA A100-PCIE-40GB"), get_device("NVIDIA H200")
+    h200_mb = REREAD_L2_SHARE_FITS["NVIDIA H200"] * h200.l2_mb
+    assert reread_capacity_table("NVIDIA A100-PCIE-40GB") == pytest.approx(h200_mb)
+    assert reread_capacity_table("NVIDIA H200") == pytest.approx(REREAD_L2_SHARE_FITS["NVIDIA A100-PCIE-40GB"] * a100.l2_mb)
+    assert reread_capacity_table() == pytest.approx((h200_mb + REREAD_L2_SHARE_FITS["NVIDIA A100-PCIE-40GB"] * 40) / 2)
+    assert split_l2_share(h200_mb, a100.l2_mb) == pytest.approx(h200_mb / a100.l2_mb)  # the A100 held out
+    assert split_l2_share(None, a100.l2_mb) == 1.0 and split_l2_share(1e6, a100.l2_mb) == 1.0
     rows = _softmax(65536, 12288, host="neusight")
-    a100 = get_device("NVIDIA A100-PCIE-40GB")
-    shipped = kernel_prior_terms(rows, a100).iloc[0]
     held = kernel_prior_terms(rows, a100, constants=fitted_constants("NVIDIA A100-PCIE-40GB")).iloc[0]
-    h200_share = dataclasses.replace(DEFAULT_CONSTANTS, reread_l2_share=REREAD_L2_SHARE_FITS["NVIDIA H200"])
-    assert kernel_prior_terms(rows, a100, constants=h200_share).iloc[0]["prior_ms"] == held["prior_ms"]
-    assert held["reread_hit"] < shipped["reread_hit"]  # 0.60 (the H200's) against the mean 0.65
+    at_h200 = dataclasses.replace(DEFAULT_CONSTANTS, reread_l2_mb=h200_mb)
+    assert kernel_prior_terms(rows, a100, constants=at_h200).iloc[0]["prior_ms"] == held["prior_ms"]
+    whole = dataclasses.replace(DEFAULT_CONSTANTS, reread_l2_mb=None)
+    assert held["reread_hit"] <= kernel_prior_terms(rows, a100, constants=whole).iloc[0]["reread_hit"]

@@ -221,12 +221,12 @@ def reread_share_fits(test: pd.DataFrame) -> pd.DataFrame:
         spec, y = get_device(dev), g["latency_ms"].to_numpy()
 
         def mape(share):
-            at_share = replace(constants.fitted_constants(dev), reread_l2_share=float(share))
+            at_share = replace(constants.fitted_constants(dev), reread_l2_mb=float(share) * spec.l2_mb)
             return np.mean(np.abs(kernel_prior_terms(g, spec, constants=at_share)["prior_ms"].to_numpy() / y - 1)) * 100
 
         fit = float(min(REREAD_SHARE_GRID, key=mape))
         found[dev] = fit
-        held = constants.reread_share_table(exclude_device=dev)
+        held = constants.split_l2_share(constants.reread_capacity_table(exclude_device=dev), spec.l2_mb)
         rows.append({"device": dev, "rows": len(y), "fitted share": fit, "MAPE at share 1": mape(1.0),
                      "with the other GPUs' fit (held out)": mape(held), "with its own fit": mape(fit)})
     if found != constants.REREAD_L2_SHARE_FITS:

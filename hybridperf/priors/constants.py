@@ -56,9 +56,9 @@ SPLIT_RATE_FITS: dict[str, dict[str, float]] = {
 #: Per GPU with a split L2: the share of its nominal L2 that holds rows awaiting their re-read, each
 #: fitted on that GPU's own softmax and LayerNorm test rows (minimum MAPE on a 0.05 grid;
 #: `experiments/kernels/priors_report.py`, `reread_share_fits`): the A100's NeuSight test table 7.3 -> 5.9%,
-#: our H200's fp32 and fp16 grid (of its 60 MiB L2, what torch reports) 8.8 -> 7.0%. A GPU held out takes
-#: the mean of the others' fits: the H200 improves with the A100's value (7.8%), the A100 does not with
-#: the H200's (8.6%): both hold about 28-30 MB, so the share of a nominal capacity transfers poorly.
+#: our H200's fp32 and fp16 grid (of its 60 MiB L2, what torch reports) 8.8 -> 7.0%. What transfers is the
+#: capacity, not the share: both fits hold about 28-30 MB (`reread_capacity_table`), and a GPU held out
+#: with the other's capacity scores A100 6.0%, H200 7.0%, where the other's share scored 8.6% and 7.8%.
 #: Why less than all of it is a guess: a line read from the far half may be cached in both.
 REREAD_L2_SHARE_FITS: dict[str, float] = {"NVIDIA A100-PCIE-40GB": 0.70, "NVIDIA H200": 0.50}
 
@@ -104,10 +104,18 @@ def split_rate_table(exclude_device: str | None = None) -> dict[str, float]:
     return table
 
 
-def reread_share_table(exclude_device: str | None = None) -> float:
-    """The re-read share of a split L2, from the fits of every GPU but `exclude_device` (1: none left)."""
-    fits = [v for dev, v in REREAD_L2_SHARE_FITS.items() if dev != exclude_device]
-    return round(float(np.mean(fits)), 6) if fits else 1.0
+def reread_capacity_table(exclude_device: str | None = None) -> float | None:
+    """The L2 capacity (MB) a split L2 keeps for rows awaiting their re-read: the mean of every fitted GPU's
+    share x its L2 but `exclude_device`'s (None: no fit left, the whole L2)."""
+    from hybridperf.devices import get_device
+
+    fits = [share * get_device(dev).l2_mb for dev, share in REREAD_L2_SHARE_FITS.items() if dev != exclude_device]
+    return round(float(np.mean(fits)), 6) if fits else None
+
+
+def split_l2_share(capacity_mb: float | None, l2_mb: float) -> float:
+    """The share of an L2 of `l2_mb` that a re-read capacity of `capacity_mb` is (1: none, or more)."""
+    return 1.0 if capacity_mb is None else min(1.0, capacity_mb / l2_mb)
 
 
 def _frozen(d: Mapping) -> Mapping:
@@ -121,13 +129,13 @@ class PriorConstants:
     `batched_sgemm_tiles`: per architecture, the tiles torch.bmm's vector-math kernels run (absent: the
     orientation rule); `translation_limit`: per architecture, (page budget, FLOP per clock);
     `split_rate_exponent`: per architecture, the slowdown exponent of `F.linear`'s split-K;
-    `reread_l2_share`: the share of a split L2 that row-wise re-reads see; `library_efficiency`: per
+    `reread_l2_mb`: the capacity of a split L2 that row-wise re-reads see (None: all of it); `library_efficiency`: per
     (vendor, op), the BLAS's fraction of the tile model's rate."""
 
     batched_sgemm_tiles: Mapping[str, tuple] = field(default_factory=lambda: _frozen(batched_sgemm_table()))
     translation_limit: Mapping[str, tuple] = field(default_factory=lambda: _frozen(translation_table()))
     split_rate_exponent: Mapping[str, float] = field(default_factory=lambda: _frozen(split_rate_table()))
-    reread_l2_share: float = field(default_factory=reread_share_table)
+    reread_l2_mb: float | None = field(default_factory=reread_capacity_table)
     library_efficiency: Mapping[tuple, float] = field(default_factory=lambda: _frozen(LIBRARY_EFFICIENCY))
 
     def __post_init__(self):
@@ -152,7 +160,7 @@ def fitted_constants(exclude_device: str | None = None) -> PriorConstants:
         batched_sgemm_tiles=batched_sgemm_table(exclude_device),
         translation_limit=translation_table(exclude_device),
         split_rate_exponent=split_rate_table(exclude_device),
-        reread_l2_share=reread_share_table(exclude_device),
+        reread_l2_mb=reread_capacity_table(exclude_device),
     )
 
 
@@ -203,7 +211,8 @@ PROVENANCE: tuple[Provenance, ...] = (
     Provenance("constants.SPLIT_RATE_FITS", "exponent", "F.linear split-K slowdown",
                ("NVIDIA A100-PCIE-40GB", "NVIDIA H200"), "NeuSight linear test; H200 grid",
                refit="experiments/kernels/priors_report.py", applies_to="ampere and hopper, leave-one-GPU-out"),
-    Provenance("constants.REREAD_L2_SHARE_FITS", "share of L2", "row-wise re-reads on a split L2",
+    Provenance("constants.REREAD_L2_SHARE_FITS", "share of the fitted GPU's L2 (transferred as MB)",
+               "row-wise re-reads on a split L2",
                ("NVIDIA A100-PCIE-40GB", "NVIDIA H200"), "NeuSight softmax/ln test; H200 grid",
                refit="experiments/kernels/priors_report.py", applies_to="split-L2 GPUs, leave-one-GPU-out"),
     Provenance("constants.LIBRARY_EFFICIENCY", "fraction of the tile rate", "traced GEMMs of NeuSight's AMD labels",

@@ -20,7 +20,7 @@ import pandas as pd
 from hybridperf.devices import DTYPE_BYTES, DeviceSpec
 from hybridperf.ops import FUSED_OPS, GEMM_OPS, LINEAR_FORMS
 from hybridperf.priors.attention import sdpa_ms
-from hybridperf.priors.constants import DEFAULT_CONSTANTS, PriorConstants
+from hybridperf.priors.constants import DEFAULT_CONSTANTS, PriorConstants, split_l2_share
 from hybridperf.priors.gemm import gemm_compute, library_efficiency
 from hybridperf.priors.launch import HOST_FLOOR_SCALE, describe_floor_shares, floors_ms, row_host, row_timing
 from hybridperf.priors.memory import l2_hit_fraction, memory_time_ms
@@ -121,7 +121,7 @@ def kernel_prior_terms(kernels: pd.DataFrame, device: DeviceSpec, timing: str | 
                 current = hosts[idx] == "current"
                 rereads, out["reread_hit"][idx] = reread_time_ms(
                     op_class, H, nbytes - params, nbytes, DTYPE_BYTES[dt], device, frac, current,
-                    constants.reread_l2_share)
+                    split_l2_share(constants.reread_l2_mb, device.l2_mb))
                 mem = memory_time_ms(nbytes - params, device, working_set_bytes=nbytes, parallel_fraction=frac) \
                     + memory_time_ms(params, device) + rereads
                 # the rows stream no faster than the SMs can take them (a term of the memory time, so that

@@ -13,7 +13,7 @@ test tables):
 A re-read hits L2 when the rows in flight (SMs x resident blocks x row bytes) fit comfortably in it,
 and then overlaps the DRAM stream almost for free. Once they outgrow L2, the re-reads go to DRAM.
 GA100 and GH100 split their L2 in two halves, each caching for its own SMs (`DeviceSpec.l2_partitions`);
-there the re-reads see only a share of the nominal capacity (`PriorConstants.reread_l2_share`).
+there the re-reads see only part of the nominal capacity (`PriorConstants.reread_l2_mb`).
 The three constants below are global, chosen leave-one-GPU-out on NeuSight's five GPUs (each fold
 chose fits 0.3-0.4, spills 1.15-1.45, cost 0.1; `experiments/kernels/priors_report.py`). Without this, one
 DRAM pass was assumed up to 16 KiB rows (a shared-memory softmax PyTorch 2.1 does not run) and two
@@ -133,7 +133,7 @@ def row_issue_ms(op_class: str, rows, H, dtype_bytes: int, device: DeviceSpec, c
 
 def reread_hit_fraction(inflight_bytes, device: DeviceSpec, split_l2_share: float = 1.0) -> np.ndarray:
     """Share of re-reads served by L2, from the bytes of the rows resident on the whole GPU (against
-    `split_l2_share` of a split L2: `PriorConstants.reread_l2_share`)."""
+    `split_l2_share` of a split L2: `PriorConstants.reread_l2_mb` over its size)."""
     share = split_l2_share if device.l2_partitions > 1 else 1.0
     x = np.asarray(inflight_bytes, dtype=np.float64) / (device.l2_mb * 1e6 * share)
     return np.clip((REREAD_SPILLS_L2 - x) / (REREAD_SPILLS_L2 - REREAD_FITS_L2), 0.0, 1.0)
