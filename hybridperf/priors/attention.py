@@ -149,9 +149,11 @@ _ALL = "a100_sxm, h100_sxm, l40s, b200_sxm aiconfigurator attention tables (all 
 _H100 = "h100_sdpa_fp8 (NVIDIA H100 80GB HBM3, torch 2.11; one GPU)"
 #: shipped constants, `python -m experiments.kernels.attention_prior --write-constants`: fitted on all four
 #: aiconfigurator systems (prefill, decode) and on the H100 SDPA measurements (sdpa, its backward); the same
-#: fit's held-out errors are in experiments/results/attention_prior.md. PyTorch's flash decode is FA2's
-#: split-KV kernel: sdpa decode takes fa2's bandwidth share. No measurement has set the memory-efficient
-#: backend's efficiency (fp32, explicit masks): its default is a guess.
+#: fit's held-out errors are in experiments/results/attention_prior.md. PyTorch's one-query SDPA reads a
+#: contiguous KV cache, not pages: it is taken to stream at achievable DRAM bandwidth (share 1, not fitted);
+#: checked on our H200's SDPA decode kernels (`experiments/kernels/h200_modern_kernels.py`): 86% MAPE with
+#: FA2's paged share (0.594), 26% with 1. No measurement has set the memory-efficient backend's efficiency
+#: (fp32, explicit masks): its default is a guess.
 CONSTANTS = AttentionConstants(
     efficiency={"fa2": Fitted(0.671, "share", _ALL), "fa3": Fitted(0.598, "share", _ALL),
                 "fa4": Fitted(0.312, "share", _ALL), "trtllm": Fitted(0.424, "share", _ALL),
@@ -160,7 +162,7 @@ CONSTANTS = AttentionConstants(
     decode_bw={"fa2": Fitted(0.594, "share", _ALL), "fa3": Fitted(0.831, "share", _ALL),
                "fa4": Fitted(0.795, "share", _ALL), "trtllm": Fitted(1.031, "share", _ALL),
                "flashinfer": Fitted(1.161, "share", _ALL), "triton": Fitted(0.669, "share", _ALL),
-               "sdpa": Fitted(0.594, "share", "fa2's: " + _ALL)},
+               "sdpa": Fitted(1.0, "share", "achievable DRAM bandwidth (not fitted; checked on our H200)")},
     context_overhead_ms=Fitted(0.0096, "ms", _ALL),
     decode_overhead_ms=Fitted(0.0001, "ms", _ALL),
     decode_wave_ms=Fitted(0.0124, "ms", _ALL),
