@@ -63,17 +63,22 @@ def compare_cmd(
     from rich.console import Console
     from rich.table import Table
 
+    from hybridperf.graphs.memory import MemoryEstimate
+
     unit = "tokens/s" if mode != "decode" else "new tokens/s"
     t = Table(title=f"{title}: {df['mem_gb'].iloc[0]:.1f} GB needed")
     for col in ("device", "e2e ms", "90% interval", unit, "vs fastest", "memory", "fits"):
         t.add_column(col, justify="left" if col == "device" else "right", no_wrap=True)
     for r in df.to_dict("records"):
-        t.add_row(r["device"], f"{r['e2e_ms']:.2f}", f"{r['lo_ms']:.2f} .. {r['hi_ms']:.2f}",
-                  f"{r['tokens_per_s']:,.0f}", f"{r['vs_fastest']:.2f}x",
-                  f"{r['mem_fraction']:.0%} of {r['device_mem_gb']:g} GB", fit_note(r))
+        t.add_row(r["device"] + ("" if r["validated"] else " *"), f"{r['e2e_ms']:.2f}",
+                  f"{r['lo_ms']:.2f} .. {r['hi_ms']:.2f}", f"{r['tokens_per_s']:,.0f}", f"{r['vs_fastest']:.2f}x",
+                  f"{r['mem_fraction']:.0%} of {MemoryEstimate.capacity_gb(r['device_mem_gb']):.1f} GB", fit_note(r))
     console = Console()
     console.width = max(console.width, 120)  # rich falls back to 80 columns when stdout is not a terminal
     console.print(t)
+    if not df["validated"].all():
+        typer.echo("* an architecture whose whole-model predictions were never scored on a held-out GPU of its own "
+                   "(Ada and Blackwell: kernel tables only; CDNA 3-4 and others: none)", err=True)
     if dtype == "bf16":
         from hybridperf.priors.power import EMULATED_BF16_GEMM_RATE, emulates_bf16
 

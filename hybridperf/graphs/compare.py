@@ -20,7 +20,11 @@ from hybridperf.graphs.memory import OVERFLOW_FRACTION, PRESSURE_FRACTION
 from hybridperf.predictor import Predictor
 
 COLUMNS = ("device", "e2e_ms", "lo_ms", "hi_ms", "fw_ms", "bw_ms", "tokens_per_s", "mem_gb", "device_mem_gb",
-           "mem_fraction", "fits", "vs_fastest")
+           "mem_fraction", "fits", "vs_fastest", "validated")
+#: architectures whose whole-model predictions were scored on a GPU held out of fitting
+#: (experiments/RESULTS.md: NeuSight's labels on Pascal, Volta, Turing, Ampere and CDNA 1-2; our H100 and
+#: H200 runs on Hopper). Ada and Blackwell were checked on kernel tables only (aiconfigurator's L40S, B200).
+MODEL_VALIDATED_ARCHS = ("pascal", "volta", "turing", "ampere", "hopper", "cdna1", "cdna2")
 
 
 def resolve_devices(devices) -> list[DeviceSpec]:
@@ -46,8 +50,8 @@ def compare_devices(config, batch: int, seq: int, devices, mode: str = "inf", pr
                     recompute: bool = False, attn: str = DEFAULT_ATTN, amp: bool = False) -> pd.DataFrame:
     """One row per device, fastest first: the contract's latencies (ms, 90% interval), tokens per second
     (batch x seq per step; batch per step in decode), the memory the step needs against the device's,
-    whether it fits (needs at most `OVERFLOW_FRACTION` of it), and e2e relative to the fastest device
-    that fits. `devices`: as `resolve_devices`. `attn`, `amp`: as in `predict_model`."""
+    whether it fits (needs at most `OVERFLOW_FRACTION` of it), e2e relative to the fastest device that
+    fits, and whether the device's architecture has whole-model runs scored held out (`validated`). `devices`: as `resolve_devices`. `attn`, `amp`: as in `predict_model`."""
     specs = resolve_devices(devices)
     graph = build_graph(config, batch, seq, mode, dtype, fused=fused, optimizer=optimizer, recompute=recompute,
                         attn=attn, amp=amp)
@@ -59,7 +63,8 @@ def compare_devices(config, batch: int, seq: int, devices, mode: str = "inf", pr
         r = compose(graph, dev, pred).to_dict()
         frac = need.fraction_of(dev.mem_gb)
         rows.append({"device": dev.name, **r, "tokens_per_s": tokens * 1000.0 / r["e2e_ms"], "mem_gb": need.total,
-                     "device_mem_gb": dev.mem_gb, "mem_fraction": frac, "fits": bool(frac <= OVERFLOW_FRACTION)})
+                     "device_mem_gb": dev.mem_gb, "mem_fraction": frac, "fits": bool(frac <= OVERFLOW_FRACTION),
+                     "validated": dev.arch in MODEL_VALIDATED_ARCHS})
     df = pd.DataFrame(rows).sort_values(["fits", "e2e_ms"], ascending=[False, True], kind="stable")
     best = df.loc[df["fits"], "e2e_ms"].min() if df["fits"].any() else df["e2e_ms"].min()
     df["vs_fastest"] = df["e2e_ms"] / best

@@ -56,6 +56,11 @@ class MemoryEstimate:
     def total(self) -> float:
         return self.weights + self.grads + self.optimizer + max(self.activations, self.step_temp)
 
+    @staticmethod
+    def capacity_gb(mem_gb: float) -> float:
+        """A device's memory in the unit estimates use (GB = 1e9 bytes): spec sheets' "80 GB" is 80 GiB."""
+        return float(mem_gb) * DEVICE_GB_BYTES / 1e9
+
     def fraction_of(self, mem_gb: float) -> float:
         """Share of a device with `mem_gb` (spec-sheet) GB of memory that the run needs."""
         return self.total * 1e9 / (float(mem_gb) * DEVICE_GB_BYTES)
