@@ -284,6 +284,13 @@ def _sliding_fields(d: dict, layers: int, source: str) -> None:
             raise InputError(f"{source}: config field {key!r} must be a positive number or null, got {v!r}")
 
 
+#: vision-language wrappers whose text-only forward is their language model (`text_config`), read as that
+#: model_type (the vision tower runs no kernel for text input)
+LANGUAGE_MODEL_OF = {"qwen3_vl": "qwen3", "qwen3_vl_moe": "qwen3_moe", "qwen2_vl": "qwen2", "qwen2_5_vl": "qwen2"}
+#: model_types that name a supported architecture under another name (their `architectures` say so)
+SAME_ARCHITECTURE = {"kimi_k2": "deepseek_v3"}
+
+
 def config_from_dict(d: dict, source: str = "config") -> ModelConfig:
     """Build a `ModelConfig` from a parsed HF config dict; InputError on unsupported or incomplete ones."""
     if not isinstance(d, dict):
@@ -291,6 +298,13 @@ def config_from_dict(d: dict, source: str = "config") -> ModelConfig:
     mt = str(d.get("model_type", "")).strip().lower().replace("-", "_")
     if not mt:
         raise InputError(f"{source}: no 'model_type' in the config")
+    if mt in LANGUAGE_MODEL_OF:
+        text = d.get("text_config")
+        if not isinstance(text, dict):
+            raise InputError(f"{source}: a {mt} config needs a 'text_config' object (its language model)")
+        mt = LANGUAGE_MODEL_OF[mt]
+        d = {**text, "model_type": mt}
+    mt = SAME_ARCHITECTURE.get(mt, mt)
     if mt == "gemma3":  # the multimodal wrapper: its language model is a gemma3_text config
         text = d.get("text_config")
         if not isinstance(text, dict):

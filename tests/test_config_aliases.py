@@ -1,0 +1,35 @@
+"""Configs that wrap or rename a supported architecture are read as it: a vision-language model's text-only
+forward is its language model (`text_config`), and Kimi-K2 is DeepSeek-V3's architecture under another name."""
+from __future__ import annotations
+
+import pytest
+
+from hybridperf.errors import InputError
+from hybridperf.graphs.config import config_from_dict
+from hybridperf.graphs.kernels import build_graph
+
+QWEN3 = {"model_type": "qwen3", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "head_dim": 16, "num_hidden_layers": 2, "vocab_size": 1000,
+         "max_position_embeddings": 4096, "rms_norm_eps": 1e-6, "tie_word_embeddings": False}
+
+
+def _rows(cfg) -> int:
+    return len(build_graph(cfg, 2, 64, "inf", "bf16").kernel_table())
+
+
+def test_a_vision_language_config_is_its_language_model():
+    vl = {"model_type": "qwen3_vl", "text_config": {**QWEN3, "model_type": "qwen3_vl_text"},
+          "vision_config": {"depth": 4}}
+    assert config_from_dict(vl) == config_from_dict(QWEN3)
+    assert _rows(config_from_dict(vl)) == _rows(config_from_dict(QWEN3))
+    with pytest.raises(InputError, match="text_config"):
+        config_from_dict({"model_type": "qwen3_vl"})
+
+
+def test_kimi_k2_is_read_as_deepseek_v3():
+    ds = {"model_type": "deepseek_v3", "hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 32,
+          "num_attention_heads": 4, "num_key_value_heads": 4, "num_hidden_layers": 2, "vocab_size": 1000,
+          "n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 1, "first_k_dense_replace": 1,
+          "q_lora_rank": 32, "kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16,
+          "max_position_embeddings": 4096}
+    assert config_from_dict({**ds, "model_type": "kimi_k2"}) == config_from_dict(ds)
