@@ -49,6 +49,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.common import REPO, add_out_argument
+from experiments.gpu.measure_modern import model_step as shared_model_step
 
 from hybridperf.datasets.collector import collect_kernels, fastest_mean, time_calls  # noqa: E402
 from hybridperf.datasets.schema import canonicalize  # noqa: E402
@@ -231,36 +232,11 @@ def _hf_model(family: str, cfg: dict, mode: str, dtype: str, recompute: bool, to
 
 
 def model_step(torch, model, family: str, batch: int, seq: int, mode: str, device: str):
-    """One pass as NeuSight timed it: a forward under no_grad (`inf`), or forward + cross-entropy + backward;
-    `decode`: one new token per sequence against a cache of `seq` tokens (prefilled once, not timed; the
-    cache is cropped back to `seq` after each step, which launches no kernel)."""
-    ids = torch.randint(0, model.config.vocab_size, (batch, seq), device=device)
-    if mode == "decode":
-        model.eval()
-        with torch.no_grad():
-            cache = model(input_ids=ids, use_cache=True).past_key_values
-        nxt = ids[:, :1].contiguous()
-
-        def step():
-            with torch.no_grad():
-                model(input_ids=nxt, past_key_values=cache, use_cache=True)
-            cache.crop(seq - cache.get_seq_length())  # negative: drop the new token (every transformers 4.4x-5.x)
-        return step
-    if mode == "inf":
-        model.eval()
-
-        def step():
-            with torch.no_grad():
-                model(input_ids=ids)
-        return step
-    model.train()
-    kw = {"labels": ids}
-    if family == "bert":
-        kw["next_sentence_label"] = torch.zeros(batch, dtype=torch.long, device=device)
-
-    def step():
-        model(input_ids=ids, **kw).loss.backward()
-    return step
+    """One pass as NeuSight timed it (`measure_modern.model_step`); BERT's pre-training heads also take the
+    next-sentence label."""
+    extra = {"next_sentence_label": torch.zeros(batch, dtype=torch.long, device=device)} \
+        if family == "bert" and mode == "train" else None
+    return shared_model_step(torch, model, mode, batch, seq, device=device, extra_labels=extra)
 
 
 def time_model(torch, model, family: str, batch: int, seq: int, mode: str, device: str) -> float:

@@ -199,8 +199,13 @@ def build_model(torch, name: str, layers, dtype: str, attn: str):
     return model, conf.num_hidden_layers
 
 
-def model_step(torch, model, mode: str, batch: int, seq: int, amp: bool):
-    ids = torch.randint(0, model.config.vocab_size, (batch, seq), device="cuda")
+def model_step(torch, model, mode: str, batch: int, seq: int, amp: bool = False, device: str = "cuda",
+               extra_labels: dict | None = None):
+    """One call as the contract times it: a forward under no_grad (`inf`); forward + cross-entropy (labels =
+    inputs, plus `extra_labels`) + backward (`train`, under bf16 autocast with `amp`); or one new token per
+    sequence against a cache of `seq` tokens (`decode`: prefilled once, not timed; the cache is cropped
+    back to `seq` after each step, which launches no kernel)."""
+    ids = torch.randint(0, model.config.vocab_size, (batch, seq), device=device)
     if mode == "decode":
         model.eval()
         with torch.no_grad():
@@ -210,7 +215,7 @@ def model_step(torch, model, mode: str, batch: int, seq: int, amp: bool):
         def step():
             with torch.no_grad():
                 model(input_ids=nxt, past_key_values=cache, use_cache=True)
-            cache.crop(seq - cache.get_seq_length())
+            cache.crop(seq - cache.get_seq_length())  # negative: drop the new token (transformers 4.4x-5.x)
         return step
     if mode == "inf":
         model.eval()
@@ -220,13 +225,14 @@ def model_step(torch, model, mode: str, batch: int, seq: int, amp: bool):
                 model(input_ids=ids)
         return step
     model.train()
+    kw = {"labels": ids, **(extra_labels or {})}
 
     def step():
         if amp:
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                loss = model(input_ids=ids, labels=ids).loss
+            with torch.autocast(device.split(":")[0], dtype=torch.bfloat16):
+                loss = model(input_ids=ids, **kw).loss
         else:
-            loss = model(input_ids=ids, labels=ids).loss
+            loss = model(input_ids=ids, **kw).loss
         loss.backward()
     return step
 
