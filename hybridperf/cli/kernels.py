@@ -103,7 +103,7 @@ def _predict_aiconfigurator(raw, dev, output: Path, calibration, model_bundle, p
 
     rows = validate(raw, source)
     unknown = sorted({str(d) for op, col in (("gemm", "gemm_dtype"), ("moe", "moe_dtype")) if col in rows
-                      for d in rows.loc[rows["op_name"] == op, col] if str(d) not in GEMM_DTYPES})
+                      for d in rows.loc[rows["op_name"] == op, col].unique() if str(d) not in GEMM_DTYPES})
     if unknown:
         typer.echo(f"note: dtype(s) {', '.join(unknown[:5])} are not modelled; those rows are priced as bfloat16 "
                    f"with a widened interval (known: {', '.join(sorted(GEMM_DTYPES))})", err=True)

@@ -4,7 +4,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hybridperf.graphs.attention import attention_impl
 from hybridperf.graphs.kernels import build_graph
 from hybridperf.graphs.model_graph import ModelGraph
 
@@ -33,8 +32,3 @@ class ModelRequest:
     def graph(self) -> ModelGraph:
         return build_graph(self.config, self.batch, self.seq, self.mode, self.dtype, fused=self.fused,
                            optimizer=self.optimizer, recompute=self.recompute, attn=self.attn, amp=self.amp)
-
-    def assumptions(self) -> str:
-        """The execution this request assumes, in one line (printed beside a prediction)."""
-        prec = "fp32 weights, bf16 autocast" if self.amp else self.dtype
-        return f"{prec}, {attention_impl(self.attn).name} attention, eager PyTorch (transformers)"

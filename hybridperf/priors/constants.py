@@ -20,6 +20,8 @@ from typing import Mapping
 
 import numpy as np
 
+from hybridperf.devices import get_device
+
 #: (tile rows, tile output columns) of the batched SGEMM kernels each traced GPU ran for torch.bmm
 #: (NeuSight's test-table traces, cuBLAS 12.1; `experiments/kernels/priors_report.py` re-reads them).
 BATCHED_SGEMM_TRACES: dict[str, dict[str, tuple[tuple[int, int], ...]]] = {
@@ -107,8 +109,6 @@ def split_rate_table(exclude_device: str | None = None) -> dict[str, float]:
 def reread_capacity_table(exclude_device: str | None = None) -> float | None:
     """The L2 capacity (MB) a split L2 keeps for rows awaiting their re-read: the mean of every fitted GPU's
     share x its L2 but `exclude_device`'s (None: no fit left, the whole L2)."""
-    from hybridperf.devices import get_device
-
     fits = [share * get_device(dev).l2_mb for dev, share in REREAD_L2_SHARE_FITS.items() if dev != exclude_device]
     return round(float(np.mean(fits)), 6) if fits else None
 
