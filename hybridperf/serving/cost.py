@@ -9,7 +9,7 @@ chunk; and the LM head plus sampler per sampled token.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -32,9 +32,6 @@ QUANT_MODES = {"float16": "fp16", "bfloat16": "bf16", "fp8": "fp8", "fp8_block":
 #: elementwise passes over the hidden state per layer (2 RMSNorms read+write, 2 residual adds, activation
 #: in/out over the MLP width counted separately, RoPE on q/k, per-token activation quantisation)
 ELEMENTWISE_PASSES = 12
-#: Blackwell's dense FP4 tensor rate is twice its FP8 rate (NVIDIA B200/B300 spec tables). LOCAL FALLBACK for
-#: catalogs that do not list `fp4_tc` yet; delete once every Blackwell entry in devices/catalog.py has it.
-FP4_OVER_FP8 = 2.0
 #: GEMM and MoE at the spec-sheet roofline, as the engine calibration was fitted: with the constants
 #: fitted on aiconfigurator's kernel tables the held-out TPOT error rose from 29.8% to 46.6% (the
 #: calibration's GPU-time scale sits at its 0.5 bound either way: the iteration model over-counts
@@ -44,21 +41,12 @@ GRID_POINTS = 64
 GRID_MAX_TOKENS = 1 << 20
 
 
-def with_fp4_peak(device: DeviceSpec) -> DeviceSpec:
-    """`device` with an FP4 tensor peak: Blackwell's 2x FP8 when the catalog omits it; GPUs without FP4
-    tensor cores run FP4 weights through a weight-only kernel (the int4_wo path, see `gemm_dtype`)."""
-    if device.peak_tflops.get("fp4_tc") or device.arch != "blackwell":
-        return device
-    fp8 = device.peak_tflops.get("fp8_tc", 0.0)
-    return replace(device, peak_tflops={**device.peak_tflops, "fp4_tc": FP4_OVER_FP8 * fp8})
-
-
 def gemm_dtype(precision: str, device: DeviceSpec) -> str:
     """GEMM dtype of a weight precision on `device`: FP4 or FP8 weights on a GPU without those tensor cores
     run weight-only kernels (dequantised to BF16 in the GEMM, as vLLM's Marlin kernels do on Ampere)."""
     dt = PRECISIONS[precision][0]
-    if dt == "nvfp4" and not device.peak_tflops.get("fp4_tc"):
-        return "int4_wo"
+    if dt == "nvfp4" and not (device.peak_tflops.get("fp4_tc") or device.arch == "blackwell"):
+        return "int4_wo"  # (a Blackwell spec without its fp4 peak is priced at 2x fp8: llm_gemm.PEAK_FALLBACK)
     if dt == "fp8" and not device.peak_tflops.get("fp8_tc"):
         return "int8_wo"
     return dt
@@ -99,7 +87,7 @@ class StepCost:
 
     def __init__(self, arch: Arch, device: DeviceSpec, node: NodeSpec, engine: EngineDefaults, par: Parallel,
                  precision: str, moe_precision: str, kv_bytes: float, collectives, max_tokens: int):
-        self.arch, self.device, self.node, self.engine, self.par = arch, with_fp4_peak(device), node, engine, par
+        self.arch, self.device, self.node, self.engine, self.par = arch, device, node, engine, par
         self.gemm = gemm_dtype(precision, self.device)
         self.moe = gemm_dtype(moe_precision, self.device)
         self.kv_bytes = kv_bytes
