@@ -16,7 +16,8 @@ def default_node_for_device(dev, gpus_per_node: int = 8):
     bridge, a plain PCIe box otherwise; InfiniBand/RoCE at 25 (PCIe gen <= 4) or 50 GB/s per GPU."""
     pcie = float(dev.pcie_bw_gbs or 16.0)
     inter = 50.0 if int(dev.pcie_gen or 3) >= 5 else 25.0
-    common = dict(name=f"{gpus_per_node}x {dev.name} (default node)", device=dev.name, gpus_per_node=gpus_per_node,
+    common = dict(name=f"{gpus_per_node}x {dev.name} (default node)", device=dev.name, arch=dev.arch,
+                  gpus_per_node=gpus_per_node,
                   inter_bw_gbs=inter, inter_node_bw_gbs=inter * gpus_per_node, inter_latency_us=5.0,
                   inter_name=f"InfiniBand {inter:g} GB/s per GPU (assumed)")
     link = float(dev.link_bw_gbs or 0.0)

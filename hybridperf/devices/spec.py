@@ -113,6 +113,7 @@ class NodeSpec:
     gpus_per_host: int = 0  # GPUs under one host OS (4 on an NVL72 tray); 0: gpus_per_node
     source: str = ""  # the public spec sheet the numbers come from
     notes: str = ""
+    arch: str = ""  # the GPUs' architecture when `device` is not a catalog name (a JSON spec's); "": the catalog's
 
     def __post_init__(self):
         _validate(self, _NODE_RULES)
@@ -156,7 +157,7 @@ _NODE_RULES = {
     "intra_latency_us": (float, 0.0, 1e6, "us", False),
     "inter_bw_gbs": (float, 0.0, 1e6, "GB/s", True),
     "inter_latency_us": (float, 0.0, 1e6, "us", False),
-    "inter_name": (str, "", None),
+    "inter_name": (str, "", None), "arch": (str, "", None),
     "pair_bw_gbs": (float, 0.0, 1e6, "GB/s (0: none)", False),
     "inter_node_bw_gbs": (float, 0.0, 1e8, "GB/s (0: derived)", False),
     "nic_line_gbs": (float, 0.0, 1e6, "GB/s (0: inter_bw_gbs)", False),

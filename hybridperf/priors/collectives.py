@@ -169,9 +169,10 @@ _ARCH_INDEX = {"volta": 0, "turing": 0, "pascal": 0, "ampere": 1, "ada": 1, "hop
 
 
 def node_arch(node: NodeSpec) -> int:
+    """Generation index of the node's GPUs (its own `arch`, else its catalog device's)."""
     from hybridperf.devices import get_device
 
-    return _ARCH_INDEX.get(get_device(node.device).arch, 1)
+    return _ARCH_INDEX.get(node.arch or get_device(node.device).arch, 1)
 
 
 def fabric(node: NodeSpec, p: int, g: int, c: CollectiveConstants = DEFAULT_CONSTANTS) -> Fabric:

@@ -63,8 +63,9 @@ def node_for(device: DeviceSpec) -> NodeSpec:
             return n
     link = float(device.link_bw_gbs or device.pcie_bw_gbs or 16.0)
     topo = "nvswitch" if device.link_bw_gbs else "pcie"
-    return NodeSpec(name=f"8x {device.name}", device=device.name, gpus_per_node=8, intra_topology=topo,
-                 intra_bw_gbs=link, intra_latency_us=2.0, inter_bw_gbs=50.0, inter_node_bw_gbs=400.0)
+    return NodeSpec(name=f"8x {device.name}", device=device.name, arch=device.arch, gpus_per_node=8,
+                    intra_topology=topo, intra_bw_gbs=link, intra_latency_us=2.0, inter_bw_gbs=50.0,
+                    inter_node_bw_gbs=400.0)
 
 
 @lru_cache(maxsize=1)
