@@ -19,6 +19,10 @@ PEAK_KEYS = ("fp32", "fp16", "bf16", "fp64", "int8", "tf32_tc", "fp16_tc", "bf16
              "fp4_tc")
 
 
+#: bytes in one "GB" of a spec sheet's device memory (an 80 GB H100 has 80 GiB)
+DEVICE_GB_BYTES = 2**30
+
+
 @dataclass(frozen=True)
 class DeviceSpec:
     """Spec-sheet description of one accelerator.
@@ -63,6 +67,11 @@ class DeviceSpec:
                 raise SpecError(f"field peak_tflops has key {key!r}; allowed keys: {', '.join(PEAK_KEYS)}")
             check_number(value, f"peak_tflops.{key}", float, 0.0, 1e6, "TFLOP/s")
         check_number(peaks.get("fp32"), "peak_tflops.fp32", float, 0.0, 1e6, "TFLOP/s", lo_open=True)
+
+    @property
+    def mem_bytes(self) -> float:
+        """Device memory in bytes: a spec sheet's "80 GB" is 80 GiB (an H100 reports 81,559 MiB)."""
+        return float(self.mem_gb) * DEVICE_GB_BYTES
 
     def peak(self, dtype: str = "fp32", matrix: bool = False) -> float:
         """Best dense peak in FLOP/s for `dtype`; `matrix=True` allows tensor/matrix cores."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hybridperf.devices.spec import DEVICE_GB_BYTES
 from hybridperf.errors import InputError
 from hybridperf.graphs.family import family_of
 
@@ -38,8 +39,6 @@ PRESSURE_FRACTION = 0.85
 #: version (others save a few percent more or less), and NeuSight's MI210 ran a GPT-3-XL training step
 #: counted here at 1.03 of its memory
 OVERFLOW_FRACTION = 1.10
-#: bytes in one "GB" of a spec sheet's device memory (an 80 GB H100 has 80 GiB)
-DEVICE_GB_BYTES = 2**30
 
 
 @dataclass(frozen=True)

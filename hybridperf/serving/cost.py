@@ -244,9 +244,9 @@ def kv_bytes_per_token(arch: Arch, par: Parallel, kv_bytes: float) -> float:
 def check_weights_fit(arch, par, precision, moe_precision, device, engine) -> float:
     """KV-cache bytes left per GPU after weights and the activation reserve; InputError when none is."""
     w = weight_bytes_per_gpu(arch, par, precision, moe_precision)
-    budget = device.mem_gb * 1e9 * engine.mem_utilization - engine.activation_reserve_gb * 1e9
+    budget = device.mem_bytes * engine.mem_utilization - engine.activation_reserve_gb * 1e9
     # engines started with a higher memory fraction than their default still serve what fits in 97%
-    free = max(budget - w, device.mem_gb * 1e9 * 0.97 - 1e9 - w)
+    free = max(budget - w, device.mem_bytes * 0.97 - 1e9 - w)
     if free <= 0:
         raise InputError(f"weights need {w / 1e9:.1f} GB per GPU, more than the {budget / 1e9:.1f} GB "
                          f"{engine.name} may use on {device.name}; add GPUs (tp/ep/pp) or lower the precision")
