@@ -202,7 +202,7 @@ def main() -> None:
     within = lambda col: int((cells[col] <= 10).sum())  # noqa: E731
     cov = pred.groupby("system").apply(lambda g: np.mean((g["lo_ms"] <= g["latency_ms"]) & (g["latency_ms"] <= g["hi_ms"])) * 100)
     md = ["# Collectives on held-out systems (leave-one-system-out)", "",
-          "Reproduce: `python experiments/collectives_nvswitch.py` (" + ("--export, " if a.export else "") +
+          "Reproduce: `python -m experiments.collectives.collectives_nvswitch` (" + ("--export, " if a.export else "") +
           f"maxiter {a.maxiter}). Sizes from {MIN_BYTES} B up, in NCCL tests' semantics. Every number is for a "
           "system excluded from fitting (constants, residual and interval).", "",
           f"Cells within 10% MAPE: prior {within('prior_mape')}/{len(cells)}, hybrid {within('hybrid_mape')}/{len(cells)}. "

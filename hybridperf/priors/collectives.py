@@ -76,6 +76,7 @@ class CollectiveConstants:
     eff_net: float = 0.90  # collectives across nodes (of the node's NIC bandwidth)
     eff_net_p2p: float = 0.90
     eff_nvls: float = 0.8  # NVLS: the NVLink rate (x spec) NCCL's NVLS model starts from
+    rank_loss: float = 0.01  # g ranks on one NVSwitch reach (1 - rank_loss / g) / (1 - rank_loss / 8) x eff_nvlink
     pcie_cross_socket: float = 0.5  # ring spanning both CPU sockets of an 8-GPU PCIe box
 
     def to_dict(self) -> dict:
@@ -94,7 +95,7 @@ DEFAULT_CONSTANTS = CollectiveConstants()
 #: what NCCL's tuner believes: its graph search's link rates (SM80-SM100 NVLink ~0.8 of spec, PCI_BW
 #: 24 of 32 GB/s), the NIC at line rate, its own latency tables
 TUNER_CONSTANTS = replace(DEFAULT_CONSTANTS, lat_scale=1.0, launch_us=0.0, eff_nvlink=0.8, eff_nvlink_p2p=0.8,
-                          eff_pcie=0.75, eff_pcie_p2p=0.75, eff_net=1.0, eff_net_p2p=1.0, eff_nvls=0.8)
+                          eff_pcie=0.75, eff_pcie_p2p=0.75, eff_net=1.0, eff_net_p2p=1.0, eff_nvls=0.8, rank_loss=0.0)
 
 
 def canonical_collective(name: str) -> str:
@@ -191,6 +192,8 @@ def fabric(node: NodeSpec, p: int, g: int, c: CollectiveConstants = DEFAULT_CONS
         bw, kind = (pair * c.eff_nvlink, "nvlink") if g <= 2 else (min(pair * c.eff_nvlink, node.intra_bw_gbs * c.eff_pcie * cross), "pcie")
     else:
         bw, p2p, kind = node.intra_bw_gbs * c.eff_pcie * cross, node.intra_bw_gbs * c.eff_pcie_p2p, "pcie"
+    if topo == "nvswitch":  # eff_nvlink is the rate of 8 ranks
+        bw *= max(1.0 - c.rank_loss / max(g, 1), 0.05) / max(1.0 - c.rank_loss / 8, 0.05)
     if g <= 1:
         bw, kind = 0.0, "none"
     arch = node_arch(node)

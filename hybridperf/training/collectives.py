@@ -37,6 +37,7 @@ BOUNDS = {
     "eff_net": (0.05, 1.2),
     "eff_net_p2p": (0.05, 1.2),
     "eff_nvls": (0.1, 1.2),
+    "rank_loss": (0.01, 1.6),
     "pcie_cross_socket": (0.05, 1.0),
 }
 
@@ -90,6 +91,8 @@ def fittable(df: pd.DataFrame, nodes: dict | None = None) -> list[str]:
         if g > 1:
             pcie = node.intra_topology == "pcie" or (node.intra_topology == "nvlink_pairs" and g > 2 and not p2p)
             out.add(("eff_pcie" if pcie else "eff_nvlink") + ("_p2p" if coll == "send_recv" else ""))
+            if node.intra_topology == "nvswitch" and coll != "send_recv":
+                out.add("rank_loss")
             if node.intra_topology == "pcie" and g > node.gpus_per_node // 2 and node.gpus_per_node >= 8:
                 out.add("pcie_cross_socket")
     return [k for k in BOUNDS if k in out]
