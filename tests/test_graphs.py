@@ -79,12 +79,14 @@ def test_more_layers_cost_more_and_breakdown_sums():
 
 
 def test_composition_drops_harness_floor_and_adds_gap():
+    from hybridperf.devices import get_device
     from hybridperf.graphs.compose import HARNESS_HOST, compose, in_model_ms
     from hybridperf.priors.launch import launch_floor_ms
 
     g = build_graph(TINY, 2, 128, "train")
     cal = {"prior": {"scale": 1.0, "gap_ms": 0.004, "cpu_ms": 0.0}}
-    mp = compose(g, DEV, PRIOR, calibration=cal)
+    dev = get_device(DEV)
+    mp = compose(g, dev, PRIOR, calibration=cal)
     k = mp.kernels
     misc = k["op"].str.startswith("misc:")
     assert (k.loc[misc, "floor_ms"] == 0).all()
@@ -93,7 +95,7 @@ def test_composition_drops_harness_floor_and_adds_gap():
     assert np.allclose(k["total_ms"], expect)
     assert mp.e2e_ms == pytest.approx(float(expect.sum()))
     # correction=False: the plain NeuSight-style sum of isolated-kernel predictions
-    raw = compose(g, DEV, PRIOR, correction=False, calibration=cal)
+    raw = compose(g, dev, PRIOR, correction=False, calibration=cal)
     assert raw.e2e_ms == pytest.approx(float((k["pred_ms"] * k["count"]).sum()))
     assert raw.e2e_ms > mp.e2e_ms
     # a per-kernel lower bound (eager dispatch) and a scale

@@ -280,10 +280,10 @@ def predict_table(tab: pd.DataFrame, device: DeviceSpec, predictor: Predictor) -
     return tab
 
 
-def compose(graph: ModelGraph, device, predictor: Predictor, correction: bool = True,
+def compose(graph: ModelGraph, dev: DeviceSpec, predictor: Predictor, correction: bool = True,
             calibration: dict | None = None) -> ModelPrediction:
-    """Predict and compose one graph on `device` (see the module docstring for the model)."""
-    dev = get_device(device)
+    """Predict and compose one graph on `dev` (see the module docstring for the model); callers resolve
+    the device once, at their boundary."""
     kind = predictor_kind(predictor)
     if calibration is not None and correction and kind not in calibration:
         raise InputError(f"the composition calibration holds constants for {', '.join(sorted(calibration)) or 'no'}"
@@ -327,10 +327,10 @@ def compose(graph: ModelGraph, device, predictor: Predictor, correction: bool = 
 
 def predict_request(request: ModelRequest, device, predictor: Predictor | None = None, correction: bool = True,
                     calibration: dict | None = None) -> ModelPrediction:
-    """Predict one `ModelRequest` on `device` (`compose` of its graph)."""
-    dev = get_device(device)
+    """Predict one `ModelRequest` on `device` (a DeviceSpec, name or JSON spec path, resolved here once):
+    `compose` of its graph."""
     pred = predictor if predictor is not None else resolve_predictor()
-    return compose(request.graph(), dev, pred, correction=correction, calibration=calibration)
+    return compose(request.graph(), get_device(device), pred, correction=correction, calibration=calibration)
 
 
 def predict_model_detail(config, batch: int, seq: int, mode: str = "inf", device="NVIDIA H100 80GB HBM3",
