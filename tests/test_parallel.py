@@ -47,7 +47,7 @@ def _pp(config=TINY, batch=8, seq=128, mode="train", device="DGX-H100", **kw):
 @pytest.mark.parametrize("mode", ["train", "inf"])
 @pytest.mark.parametrize("device", ["DGX-A100", "NVIDIA H100 80GB HBM3", "NVIDIA L4"])
 def test_single_gpu_is_identical(mode, device):
-    ref = predict_model(TINY, 4, 128, mode, device, predictor=PRIOR, attn="eager")
+    ref = predict_model(TINY, 4, 128, mode, device, predictor=PRIOR, attn="eager").to_dict()
     out = _pp(batch=4, mode=mode, device=device)
     for k in CONTRACT:
         assert out[k] == ref[k], k
@@ -117,7 +117,7 @@ def test_components_add_up(kw):
 def test_dp_splits_the_global_batch():
     one = predict_model(TINY, 2, 128, "train", "DGX-H100", predictor=PRIOR, attn="eager")
     r = _pp(batch=8, dp=4, overlap=False)
-    assert r["compute_ms"] == pytest.approx(one["e2e_ms"], rel=1e-12)
+    assert r["compute_ms"] == pytest.approx(one.ms, rel=1e-12)
     assert r["dp_comm_ms"] > 0 and r["tp_comm_ms"] == r["pp_comm_ms"] == r["bubble_ms"] == 0
 
 
@@ -188,7 +188,7 @@ def test_pipeline_formula_and_bubble():
 def test_pipeline_with_one_microbatch_gains_nothing():
     one = predict_model(TINY, 8, 128, "train", "DGX-H100", predictor=PRIOR, attn="eager")
     r = _pp(batch=8, pp=2, microbatches=1)
-    assert r["compute_ms"] + r["bubble_ms"] == pytest.approx(one["e2e_ms"], rel=1e-9)
+    assert r["compute_ms"] + r["bubble_ms"] == pytest.approx(one.ms, rel=1e-9)
 
 
 def test_multi_node_layout():

@@ -10,7 +10,7 @@ from conftest import assert_one_line_error, run_cli
 
 from hybridperf.devices import get_device
 from hybridperf.errors import InputError
-from hybridperf.graphs import build_graph, predict_model_detail
+from hybridperf.graphs import build_graph, predict_model
 from hybridperf.graphs.memory import checkpoint_bytes, layer_saved_bytes, outside_saved_bytes
 from hybridperf.graphs.parallel import predict_parallel_detail
 from hybridperf.predictor import Predictor
@@ -33,8 +33,8 @@ def test_recompute_reruns_each_layers_forward_and_nothing_else():
 
 def test_recompute_adds_the_layers_forward_time_to_the_backward():
     pred = Predictor.prior_only()
-    a = predict_model_detail(GPT2, 2, 128, "train", DEV, pred, attn="eager")
-    b = predict_model_detail(GPT2, 2, 128, "train", DEV, pred, recompute=True, attn="eager")
+    a = predict_model(GPT2, 2, 128, "train", DEV, pred, attn="eager")
+    b = predict_model(GPT2, 2, 128, "train", DEV, pred, recompute=True, attn="eager")
     k = a.kernels
     layer_fw = float(k.loc[(k["phase"] == "fw") & (k["block"] == "layer"), "total_ms"].sum()) * np.exp(a.log_bias)
     assert b.fw_ms == pytest.approx(a.fw_ms)
@@ -66,7 +66,7 @@ def test_recompute_is_for_training_only(monkeypatch, capsys, tmp_path):
 
 def test_parallel_recompute_matches_one_gpu_and_shrinks_stage_memory():
     pred = Predictor.prior_only()
-    one = predict_model_detail(GPT2, 4, 128, "train", DEV, pred, recompute=True, attn="eager").to_dict()
+    one = predict_model(GPT2, 4, 128, "train", DEV, pred, recompute=True, attn="eager").to_dict()
     par = predict_parallel_detail(GPT2, 4, 128, "train", DEV, predictor=pred, recompute=True).result
     for key in ("e2e_ms", "fw_ms", "bw_ms"):
         assert par[key] == pytest.approx(one[key])

@@ -31,7 +31,7 @@ from experiments.common import REPO as ROOT
 
 from hybridperf.devices import get_node  # noqa: E402
 from hybridperf.devices import get_device  # noqa: E402
-from hybridperf.graphs import build_graph, predict_model, predict_model_detail  # noqa: E402
+from hybridperf.graphs import build_graph, predict_model  # noqa: E402
 from hybridperf.graphs.compose import resolve_predictor  # noqa: E402
 from hybridperf.graphs.memory import DEVICE_GB_BYTES  # noqa: E402
 from hybridperf.graphs.parallel import block_params, parallel_graph, predict_parallel, predict_parallel_detail  # noqa: E402
@@ -107,8 +107,8 @@ def main(argv=None) -> int:
         for node_label, node in NODES.items():
             one = predict_model(cfg, B, S, "train", node, predictor=pred, attn="eager")
             rows.append({"model": model, "batch": B, "seq": S, "node": node_label, "config": "1 GPU", "M": 1,
-                         "compute_ms": one["e2e_ms"], "tp_comm_ms": 0.0, "dp_comm_ms": 0.0, "pp_comm_ms": 0.0,
-                         "bubble_ms": 0.0, "e2e_ms": one["e2e_ms"], "lo_ms": one["lo_ms"], "hi_ms": one["hi_ms"]})
+                         "compute_ms": one.ms, "tp_comm_ms": 0.0, "dp_comm_ms": 0.0, "pp_comm_ms": 0.0,
+                         "bubble_ms": 0.0, "e2e_ms": one.ms, "lo_ms": one.lo_ms, "hi_ms": one.hi_ms})
             for label, dp, tp, pp, m, overlap, run in variants:
                 r = predict_parallel(cfg, B, S, "train", node, dp, tp, pp, m, overlap, predictor=pred,
                                      collective_model=cmodel)
@@ -123,8 +123,8 @@ def main(argv=None) -> int:
         cfg = cfg_dir / f"{model}.json"
         for node_label, node in NODES.items():
             gpu = get_device(get_node(node).device)
-            one = predict_model_detail(cfg, B, S, "train", gpu, pred, optimizer="adam", attn="eager")
-            runs = [("1 GPU", one.opt_ms, one.e2e_ms, one.graph.memory())]
+            one = predict_model(cfg, B, S, "train", gpu, pred, optimizer="adam", attn="eager")
+            runs = [("1 GPU", one.opt_ms, one.ms, one.graph.memory())]
             for label, dp, tp, pp, m, overlap, _ in variants:
                 r = predict_parallel_detail(cfg, B, S, "train", node, dp, tp, pp, m, overlap, pred,
                                             collective_model=cmodel, optimizer="adam")

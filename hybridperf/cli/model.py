@@ -64,7 +64,7 @@ def predict_model_cmd(
     decode step (decode), with a 90% interval.
     With --dp/--tp/--pp (any of them), the step time on dp*tp*pp GPUs of DEVICE (a node such as
     DGX-H100, or a GPU in a default node), reported as compute, communication and pipeline bubble."""
-    from hybridperf.graphs.compose import predict_model_detail, resolve_predictor
+    from hybridperf.graphs.compose import predict_model, resolve_predictor
 
     check_model_args(config, batch, seq, mode, model_bundle, prior_only)
     if any(v is not None for v in (dp, tp, pp, microbatches, overlap, bucket_mb, zero)):
@@ -82,8 +82,8 @@ def predict_model_cmd(
     predictor = resolve_predictor(model_bundle, prior_only)
     predictor.check_device(dev, allow_other_device)
     calibration = _calibrate(measured_runs, dev, predictor)
-    res = predict_model_detail(str(config), batch, seq, mode, dev, predictor, dtype=dtype, fused=fused,
-                               optimizer=optimizer, recompute=recompute, calibration=calibration, attn=attn, amp=amp)
+    res = predict_model(str(config), batch, seq, mode, dev, predictor, dtype=dtype, fused=fused, optimizer=optimizer,
+                        recompute=recompute, calibration=calibration, attn=attn, amp=amp)
     raw = res.to_dict()
     check_predictions(raw["e2e_ms"], raw["lo_ms"], raw["hi_ms"], f"{config.name} on {dev.name}")
     check_parts(raw, f"{config.name} on {dev.name}")

@@ -386,8 +386,8 @@ def predict_parallel_detail(config, batch: int, seq: int, mode: str = "train", d
     if dp == tp == pp == m == 1:
         lo, hi = res.lo_ms, res.hi_ms
     else:
-        rel_lo = res.lo_ms / res.e2e_ms if res.e2e_ms > 0 else 1.0
-        rel_hi = res.hi_ms / res.e2e_ms if res.e2e_ms > 0 else 1.0
+        rel_lo = res.lo_ms / res.ms if res.ms > 0 else 1.0
+        rel_hi = res.hi_ms / res.ms if res.ms > 0 else 1.0
         cpart = compute + bubble + opt_ms - step_gather
         dc_lo, dc_hi = cpart * (1 - rel_lo), cpart * (rel_hi - 1)
         tpf_lo, tpb_lo = tp_cost(bn["first"], bn["last"], bn["layers"], 1)
