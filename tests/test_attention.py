@@ -14,7 +14,7 @@ from hybridperf.devices import get_device
 from hybridperf.errors import InputError
 from hybridperf.graphs import build_graph, predict_model
 from hybridperf.graphs.attention import IMPLEMENTATIONS, NO_SDPA
-from hybridperf.graphs.parallel import predict_parallel_detail
+from hybridperf.graphs.parallel import predict_parallel
 from hybridperf.predictor import Predictor
 from hybridperf.residual_models.collectives import CollectiveModel
 from hybridperf.priors import attention as A
@@ -146,12 +146,12 @@ def test_amp_runs_gemms_in_bf16_with_fp32_weights():
 
 def test_tensor_parallel_shards_the_fused_kernel():
     kw = {"predictor": PRIOR, "collective_model": CollectiveModel.prior_only(), "dtype": "bf16"}
-    r = predict_parallel_detail(LLAMA, 4, 64, "train", "DGX-H100", tp=2, attn="sdpa", **kw)
+    r = predict_parallel(LLAMA, 4, 64, "train", "DGX-H100", tp=2, attn="sdpa", **kw)
     att = r.prediction.kernels
     att = att[att["op"] == "attention"]
     assert len(att) and (att["H"] == 4).all() and att["attn"].str.contains("kvh=1").all()
-    eager = predict_parallel_detail(LLAMA, 4, 1024, "train", "DGX-H100", tp=2, **kw)
-    sdpa = predict_parallel_detail(LLAMA, 4, 1024, "train", "DGX-H100", tp=2, attn="sdpa", **kw)
+    eager = predict_parallel(LLAMA, 4, 1024, "train", "DGX-H100", tp=2, **kw)
+    sdpa = predict_parallel(LLAMA, 4, 1024, "train", "DGX-H100", tp=2, attn="sdpa", **kw)
     assert sdpa.memory.activations < eager.memory.activations
 
 
