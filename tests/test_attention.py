@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 from hybridperf.cli.app import app
 from hybridperf.devices import get_device
 from hybridperf.errors import InputError
-from hybridperf.graphs import build_graph, predict_model, predict_model_detail
+from hybridperf.graphs import build_graph, predict_model
 from hybridperf.graphs.attention import IMPLEMENTATIONS, NO_SDPA
-from hybridperf.graphs.parallel import predict_parallel_detail
+from hybridperf.graphs.parallel import predict_parallel
 from hybridperf.predictor import Predictor
 from hybridperf.residual_models.collectives import CollectiveModel
 from hybridperf.priors import attention as A
@@ -118,9 +118,9 @@ def test_backends_follow_pytorch_and_transformers():
 def test_sdpa_is_faster_at_long_sequences_and_breakdown_shows_attention():
     cfg = CONFIGS / "llama3_8b.json"
     eager = predict_model(cfg, 1, 4096, "inf", H100, PRIOR, dtype="bf16", attn="eager")
-    res = predict_model_detail(cfg, 1, 4096, "inf", H100, PRIOR, dtype="bf16")
-    assert res.e2e_ms < 0.9 * eager["e2e_ms"]
-    assert res.lo_ms <= res.e2e_ms <= res.hi_ms
+    res = predict_model(cfg, 1, 4096, "inf", H100, PRIOR, dtype="bf16")
+    assert res.ms < 0.9 * eager.ms
+    assert res.lo_ms <= res.ms <= res.hi_ms
     bd = res.breakdown().set_index("group")
     assert "attention" in bd.index and "softmax" not in bd.index
 
@@ -128,10 +128,10 @@ def test_sdpa_is_faster_at_long_sequences_and_breakdown_shows_attention():
 def test_amp_runs_gemms_in_bf16_with_fp32_weights():
     cfg = CONFIGS / "llama3_8b.json"
     kw = {"predictor": PRIOR, "attn": "sdpa"}
-    bf16 = predict_model_detail(cfg, 1, 1024, "train", H100, dtype="bf16", **kw)
-    amp = predict_model_detail(cfg, 1, 1024, "train", H100, amp=True, **kw)
-    fp32 = predict_model_detail(cfg, 1, 1024, "train", H100, dtype="fp32", **kw)
-    assert bf16.e2e_ms < amp.e2e_ms < fp32.e2e_ms
+    bf16 = predict_model(cfg, 1, 1024, "train", H100, dtype="bf16", **kw)
+    amp = predict_model(cfg, 1, 1024, "train", H100, amp=True, **kw)
+    fp32 = predict_model(cfg, 1, 1024, "train", H100, dtype="fp32", **kw)
+    assert bf16.ms < amp.ms < fp32.ms
     assert amp.graph.memory().weights == pytest.approx(fp32.graph.memory().weights)
     t = amp.kernels
     assert (t["name"].str.endswith(".w_cast") & (t["phase"] == "fw")).sum() > 0
@@ -146,12 +146,12 @@ def test_amp_runs_gemms_in_bf16_with_fp32_weights():
 
 def test_tensor_parallel_shards_the_fused_kernel():
     kw = {"predictor": PRIOR, "collective_model": CollectiveModel.prior_only(), "dtype": "bf16"}
-    r = predict_parallel_detail(LLAMA, 4, 64, "train", "DGX-H100", tp=2, attn="sdpa", **kw)
+    r = predict_parallel(LLAMA, 4, 64, "train", "DGX-H100", tp=2, attn="sdpa", **kw)
     att = r.prediction.kernels
     att = att[att["op"] == "attention"]
     assert len(att) and (att["H"] == 4).all() and att["attn"].str.contains("kvh=1").all()
-    eager = predict_parallel_detail(LLAMA, 4, 1024, "train", "DGX-H100", tp=2, **kw)
-    sdpa = predict_parallel_detail(LLAMA, 4, 1024, "train", "DGX-H100", tp=2, attn="sdpa", **kw)
+    eager = predict_parallel(LLAMA, 4, 1024, "train", "DGX-H100", tp=2, **kw)
+    sdpa = predict_parallel(LLAMA, 4, 1024, "train", "DGX-H100", tp=2, attn="sdpa", **kw)
     assert sdpa.memory.activations < eager.memory.activations
 
 

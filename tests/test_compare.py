@@ -26,8 +26,8 @@ def test_each_row_is_that_devices_prediction_fastest_first():
     assert df["vs_fastest"].iloc[0] == pytest.approx(1.0) and (df["vs_fastest"] >= 1).all()
     for r in df.to_dict("records"):
         alone = predict_model(TINY, 2, 128, "train", r["device"], PRIOR)
-        assert r["e2e_ms"] == pytest.approx(alone["e2e_ms"], rel=1e-9)
-        assert (r["lo_ms"], r["hi_ms"]) == pytest.approx((alone["lo_ms"], alone["hi_ms"]), rel=1e-9)
+        assert r["e2e_ms"] == pytest.approx(alone.ms, rel=1e-9)
+        assert (r["lo_ms"], r["hi_ms"]) == pytest.approx((alone.lo_ms, alone.hi_ms), rel=1e-9)
         assert r["tokens_per_s"] == pytest.approx(2 * 128 * 1000 / r["e2e_ms"])
 
 

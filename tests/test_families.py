@@ -60,7 +60,7 @@ g = build_graph(sys.argv[1], 2, 8, "train")
 t = g.kernel_table()
 p = predict_model(sys.argv[1], 2, 8, "inf", predictor=Predictor.prior_only())
 print(json.dumps({"family": g.config.family, "blocks": [[b.name, b.count] for b in g.blocks],
-                  "qkv": sorted(t.loc[t["name"].str.startswith("qkv"), "name"]), "e2e_ms": p["e2e_ms"]}))
+                  "qkv": sorted(t.loc[t["name"].str.startswith("qkv"), "name"]), "e2e_ms": p.ms}))
 '''
 
 

@@ -10,8 +10,7 @@ import pytest
 
 from hybridperf.devices import DTYPE_BYTES
 from hybridperf.errors import InputError
-from hybridperf.graphs import (build_graph, layer_gemms, load_config, plot_latency_vs_batch, predict_model,
-                               predict_model_detail, sweep)
+from hybridperf.graphs import build_graph, layer_gemms, load_config, plot_latency_vs_batch, predict_model, sweep
 from hybridperf.graphs.compose import kernel_requests
 from hybridperf.predictor import Predictor
 
@@ -56,46 +55,50 @@ def test_train_backward_has_two_gemms_per_forward_gemm_with_same_flops():
 
 
 def test_predict_model_prior_only_contract_and_scaling():
-    r1 = predict_model(TINY, 1, 128, "inf", DEV, predictor=PRIOR, attn="eager")
+    p1 = predict_model(TINY, 1, 128, "inf", DEV, predictor=PRIOR, attn="eager")
+    r1 = p1.to_dict()
     assert set(r1) == {"e2e_ms", "lo_ms", "hi_ms", "fw_ms", "bw_ms"}
+    assert (p1.ms, p1.lo_ms, p1.hi_ms) == (r1["e2e_ms"], r1["lo_ms"], r1["hi_ms"])
     assert r1["bw_ms"] == 0 and r1["lo_ms"] <= r1["e2e_ms"] <= r1["hi_ms"]
     assert r1["e2e_ms"] == pytest.approx(r1["fw_ms"])
-    r8 = predict_model(TINY, 8, 128, "inf", DEV, predictor=PRIOR, attn="eager")
+    r8 = predict_model(TINY, 8, 128, "inf", DEV, predictor=PRIOR, attn="eager").to_dict()
     assert r8["e2e_ms"] > r1["e2e_ms"]
-    rt = predict_model(TINY, 8, 128, "train", DEV, predictor=PRIOR, attn="eager")
+    rt = predict_model(TINY, 8, 128, "train", DEV, predictor=PRIOR, attn="eager").to_dict()
     assert rt["bw_ms"] > rt["fw_ms"] > 0
     assert rt["e2e_ms"] == pytest.approx(rt["fw_ms"] + rt["bw_ms"])
     # deterministic
-    assert predict_model(TINY, 8, 128, "train", DEV, predictor=PRIOR, attn="eager") == rt
+    assert predict_model(TINY, 8, 128, "train", DEV, predictor=PRIOR, attn="eager").to_dict() == rt
 
 
 def test_more_layers_cost_more_and_breakdown_sums():
-    a = predict_model_detail(_cfg(n_layer=2), 4, 128, "inf", DEV, PRIOR, attn="eager")
-    b = predict_model_detail(_cfg(n_layer=4), 4, 128, "inf", DEV, PRIOR, attn="eager")
-    assert b.e2e_ms > a.e2e_ms
+    a = predict_model(_cfg(n_layer=2), 4, 128, "inf", DEV, PRIOR, attn="eager")
+    b = predict_model(_cfg(n_layer=4), 4, 128, "inf", DEV, PRIOR, attn="eager")
+    assert b.ms > a.ms
     bd = b.breakdown()
-    assert bd["total"].sum() == pytest.approx(b.e2e_ms, rel=1e-9)
+    assert bd["total"].sum() == pytest.approx(b.ms, rel=1e-9)
     assert bd["share"].sum() == pytest.approx(1.0)
 
 
 def test_composition_drops_harness_floor_and_adds_gap():
+    from hybridperf.devices import get_device
     from hybridperf.graphs.compose import HARNESS_HOST, compose, in_model_ms
     from hybridperf.priors.launch import launch_floor_ms
 
     g = build_graph(TINY, 2, 128, "train")
     cal = {"prior": {"scale": 1.0, "gap_ms": 0.004, "cpu_ms": 0.0}}
-    mp = compose(g, DEV, PRIOR, calibration=cal)
+    dev = get_device(DEV)
+    mp = compose(g, dev, PRIOR, calibration=cal)
     k = mp.kernels
     misc = k["op"].str.startswith("misc:")
     assert (k.loc[misc, "floor_ms"] == 0).all()
     assert (k.loc[k["op"] == "linear", "floor_ms"] == launch_floor_ms("linear", "call", HARNESS_HOST)).all()
     expect = (np.maximum(k["pred_ms"] - k["floor_ms"], 0) + 0.004) * k["count"]
     assert np.allclose(k["total_ms"], expect)
-    assert mp.e2e_ms == pytest.approx(float(expect.sum()))
+    assert mp.ms == pytest.approx(float(expect.sum()))
     # correction=False: the plain NeuSight-style sum of isolated-kernel predictions
-    raw = compose(g, DEV, PRIOR, correction=False, calibration=cal)
-    assert raw.e2e_ms == pytest.approx(float((k["pred_ms"] * k["count"]).sum()))
-    assert raw.e2e_ms > mp.e2e_ms
+    raw = compose(g, dev, PRIOR, correction=False, calibration=cal)
+    assert raw.ms == pytest.approx(float((k["pred_ms"] * k["count"]).sum()))
+    assert raw.ms > mp.ms
     # a per-kernel lower bound (eager dispatch) and a scale
     t = in_model_ms([0.01, 1.0], [0.026, 0.056], scale=2.0, gap_ms=0.002, cpu_ms=0.015)
     assert t == pytest.approx([0.015, 2 * 0.944 + 0.002])
@@ -122,7 +125,7 @@ FAMILIES = [
 def test_families_predict(family, cfg):
     for mode in ("inf", "train"):
         r = predict_model(cfg, 2, 64, mode, DEV, predictor=PRIOR, attn="eager")
-        assert np.isfinite(r["e2e_ms"]) and r["e2e_ms"] > 0
+        assert np.isfinite(r.ms) and r.ms > 0
 
 
 def test_switch_expert_tokens_capped_per_sequence():
@@ -423,7 +426,7 @@ def test_fuse_pointwise_rules():
 def test_fused_inference_is_faster_and_training_refused():
     eager = predict_model(TINY, 4, 128, "inf", DEV, predictor=PRIOR, attn="eager")
     fused = predict_model(TINY, 4, 128, "inf", DEV, predictor=PRIOR, fused=True, attn="eager")
-    assert 0 < fused["e2e_ms"] < eager["e2e_ms"]
+    assert 0 < fused.ms < eager.ms
     with pytest.raises(InputError, match="inference only"):
         build_graph(TINY, 4, 128, "train", fused=True)
 
@@ -433,7 +436,7 @@ def test_fused_inference_is_faster_and_training_refused():
                                   "gpt3_67", "gpt3_13", "opt", "opt_13", "switchxl4"])
 def test_all_artifact_configs_predict(name):
     r = predict_model(CONFIGS / f"{name}.json", 1, 512, "train", "A100-40GB", predictor=PRIOR, attn="eager")
-    assert r["e2e_ms"] > 0 and r["bw_ms"] > 0
+    assert r.ms > 0 and r.bw_ms > 0
 
 
 def test_half_precision_graph_halves_bytes_and_uses_tensor_cores():
@@ -446,7 +449,7 @@ def test_half_precision_graph_halves_bytes_and_uses_tensor_cores():
     np.testing.assert_allclose(b16.loc[misc, "nbytes"], f32.loc[misc, "nbytes"] / 2)
     r32 = predict_model(big, 8, 1024, "inf", DEV, predictor=PRIOR, attn="eager")
     r16 = predict_model(big, 8, 1024, "inf", DEV, predictor=PRIOR, dtype="fp16", attn="eager")
-    assert r16["e2e_ms"] < 0.5 * r32["e2e_ms"]  # H100: ~15x the fp32 rate on tensor cores, half the bytes
+    assert r16.ms < 0.5 * r32.ms  # H100: ~15x the fp32 rate on tensor cores, half the bytes
     with pytest.raises(InputError, match="model dtype"):
         build_graph(LLAMA, 2, 64, "inf", dtype="int8")
 
@@ -734,7 +737,7 @@ def test_half_precision_tensor_parallel_collectives_halve():
     kw = dict(device="DGX-H100", tp=2, predictor=PRIOR)
     c32 = predict_parallel(LLAMA, 8, 64, "train", **kw)
     c16 = predict_parallel(LLAMA, 8, 64, "train", dtype="bf16", **kw)
-    assert c16["tp_comm_ms"] < c32["tp_comm_ms"]
+    assert c16.result["tp_comm_ms"] < c32.result["tp_comm_ms"]
 
 
 def test_saved_activations_match_the_cpu_autograd_counts():

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from hybridperf.cli.app import app
 from hybridperf.errors import InputError
-from hybridperf.graphs import predict_model, predict_model_detail
+from hybridperf.graphs import predict_model
 from hybridperf.graphs.measured_runs import (
     SIGMA_RUN,
     SIGMA_SCALE,
@@ -33,7 +33,7 @@ def _runs_csv(tmp_path, rows, name="runs.csv") -> Path:
 
 
 def _zero_shot(batch, seq, mode="inf") -> float:
-    return predict_model(TINY, batch, seq, mode, DEVICE, Predictor.prior_only(), attn="eager")["e2e_ms"]
+    return predict_model(TINY, batch, seq, mode, DEVICE, Predictor.prior_only(), attn="eager").ms
 
 
 def test_fit_recovers_a_device_factor_and_a_host_gap_from_many_runs():
@@ -66,10 +66,10 @@ def test_calibrated_predictions_follow_the_runs_and_their_interval_narrows(tmp_p
     slow = [{"config": str(TINY), "batch": b, "seq": 128, "mode": "inf", "latency_ms": 1.5 * _zero_shot(b, 128)}
             for b in (1, 4, 16)]
     cal = calibrate_from_runs(_runs_csv(tmp_path, slow), DEVICE, p)
-    zero = predict_model_detail(TINY, 8, 128, "inf", DEVICE, p, attn="eager")
-    after = predict_model_detail(TINY, 8, 128, "inf", DEVICE, p, calibration=cal, attn="eager")
-    assert 1.2 < after.e2e_ms / zero.e2e_ms < 1.5
-    assert after.lo_ms <= after.e2e_ms <= after.hi_ms
+    zero = predict_model(TINY, 8, 128, "inf", DEVICE, p, attn="eager")
+    after = predict_model(TINY, 8, 128, "inf", DEVICE, p, calibration=cal, attn="eager")
+    assert 1.2 < after.ms / zero.ms < 1.5
+    assert after.lo_ms <= after.ms <= after.hi_ms
     assert np.log(after.hi_ms / after.lo_ms) < np.log(zero.hi_ms / zero.lo_ms)
     assert set(after.to_dict()) == {"e2e_ms", "lo_ms", "hi_ms", "fw_ms", "bw_ms"}
 

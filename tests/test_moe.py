@@ -99,13 +99,13 @@ def test_moe_predicts_and_experts_cost_what_their_tokens_do():
     cfg = {**MOE["mixtral"], "hidden_size": 1024, "intermediate_size": 4096, "num_local_experts": 8}
     for mode in ("inf", "train", "decode"):
         r = predict_model(cfg, 2, 256, mode, H100, predictor=prior, dtype="bf16", attn="eager")
-        assert np.isfinite(r["e2e_ms"]) and r["lo_ms"] < r["e2e_ms"] < r["hi_ms"]
+        assert np.isfinite(r.ms) and r.lo_ms < r.ms < r.hi_ms
     # top-2 of 8 experts: more expert GEMM work than a dense MLP of the expert's width, far less than 8 of them
     dense = {**cfg, "model_type": "mistral"}
-    moe_ms = predict_model(cfg, 8, 512, "inf", H100, predictor=prior, dtype="bf16", attn="eager")["e2e_ms"]
-    dense_ms = predict_model(dense, 8, 512, "inf", H100, predictor=prior, dtype="bf16", attn="eager")["e2e_ms"]
+    moe_ms = predict_model(cfg, 8, 512, "inf", H100, predictor=prior, dtype="bf16", attn="eager").ms
+    dense_ms = predict_model(dense, 8, 512, "inf", H100, predictor=prior, dtype="bf16", attn="eager").ms
     wide_ms = predict_model({**dense, "intermediate_size": 8 * 4096}, 8, 512, "inf", H100, predictor=prior,
-                            dtype="bf16", attn="eager")["e2e_ms"]
+                            dtype="bf16", attn="eager").ms
     assert dense_ms < moe_ms < wide_ms
     with pytest.raises(InputError, match="dp only"):
         from hybridperf.graphs.parallel import predict_parallel

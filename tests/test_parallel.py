@@ -17,8 +17,7 @@ from hybridperf.devices import get_node
 from hybridperf.errors import InputError
 from hybridperf.graphs import build_graph, predict_model
 from hybridperf.graphs.memory import layer_saved_bytes, outside_saved_bytes
-from hybridperf.graphs.parallel import (block_params, default_microbatches, parallel_graph, predict_parallel,
-                                        predict_parallel_detail, rank_layout)
+from hybridperf.graphs.parallel import block_params, default_microbatches, parallel_graph, predict_parallel, rank_layout
 from hybridperf.predictor import Predictor
 from hybridperf.residual_models.collectives import CollectiveModel
 
@@ -35,9 +34,10 @@ EXTRA = ("compute_ms", "comm_ms", "bubble_ms", "tp_comm_ms", "dp_comm_ms", "pp_c
 
 
 def _pp(config=TINY, batch=8, seq=128, mode="train", device="DGX-H100", **kw):
+    """The contract's dict of `predict_parallel` with the analytical priors."""
     kw.setdefault("predictor", PRIOR)
     kw.setdefault("collective_model", CPRIOR)
-    return predict_parallel(config, batch, seq, mode, device, **kw)
+    return predict_parallel(config, batch, seq, mode, device, **kw).to_dict()
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -47,7 +47,7 @@ def _pp(config=TINY, batch=8, seq=128, mode="train", device="DGX-H100", **kw):
 @pytest.mark.parametrize("mode", ["train", "inf"])
 @pytest.mark.parametrize("device", ["DGX-A100", "NVIDIA H100 80GB HBM3", "NVIDIA L4"])
 def test_single_gpu_is_identical(mode, device):
-    ref = predict_model(TINY, 4, 128, mode, device, predictor=PRIOR, attn="eager")
+    ref = predict_model(TINY, 4, 128, mode, device, predictor=PRIOR, attn="eager").to_dict()
     out = _pp(batch=4, mode=mode, device=device)
     for k in CONTRACT:
         assert out[k] == ref[k], k
@@ -72,8 +72,7 @@ def test_cli_dp_tp_pp_1_identical_to_plain():
 
 def test_per_gpu_memory_shrinks_with_sharding_and_stage_0_holds_most_micro_batches():
     def mem(**kw):
-        return predict_parallel_detail(TINY, 8, 128, "train", "DGX-H100", predictor=PRIOR, collective_model=CPRIOR,
-                                       **kw)
+        return predict_parallel(TINY, 8, 128, "train", "DGX-H100", predictor=PRIOR, collective_model=CPRIOR, **kw)
 
     one = mem().memory
     assert one == build_graph(TINY, 8, 128, "train").memory()
@@ -117,7 +116,7 @@ def test_components_add_up(kw):
 def test_dp_splits_the_global_batch():
     one = predict_model(TINY, 2, 128, "train", "DGX-H100", predictor=PRIOR, attn="eager")
     r = _pp(batch=8, dp=4, overlap=False)
-    assert r["compute_ms"] == pytest.approx(one["e2e_ms"], rel=1e-12)
+    assert r["compute_ms"] == pytest.approx(one.ms, rel=1e-12)
     assert r["dp_comm_ms"] > 0 and r["tp_comm_ms"] == r["pp_comm_ms"] == r["bubble_ms"] == 0
 
 
@@ -170,9 +169,10 @@ def test_tp_kernels_are_megatron_shards():
 
 
 def test_pipeline_formula_and_bubble():
-    d = predict_parallel_detail(TINY, 16, 128, "train", "DGX-H100", pp=2, microbatches=4, predictor=PRIOR,
-                                collective_model=CPRIOR)
-    st, r, m = d.stages, d.result, 4
+    d = predict_parallel(TINY, 16, 128, "train", "DGX-H100", pp=2, microbatches=4, predictor=PRIOR,
+                         collective_model=CPRIOR)
+    st, r, m = d.stages, d.to_dict(), 4
+    assert (d.ms, d.lo_ms, d.hi_ms) == (r["e2e_ms"], r["lo_ms"], r["hi_ms"])
     t = (st["fw_ms"] + st["bw_ms"] + st["tp_fw_ms"] + st["tp_bw_ms"]).to_numpy()
     assert r["compute_ms"] + r["bubble_ms"] == pytest.approx(t.sum() + (m - 1) * t.max(), rel=1e-9)
     assert r["bubble_ms"] == pytest.approx(t.sum() - t.max(), rel=1e-9)
@@ -188,7 +188,7 @@ def test_pipeline_formula_and_bubble():
 def test_pipeline_with_one_microbatch_gains_nothing():
     one = predict_model(TINY, 8, 128, "train", "DGX-H100", predictor=PRIOR, attn="eager")
     r = _pp(batch=8, pp=2, microbatches=1)
-    assert r["compute_ms"] + r["bubble_ms"] == pytest.approx(one["e2e_ms"], rel=1e-9)
+    assert r["compute_ms"] + r["bubble_ms"] == pytest.approx(one.ms, rel=1e-9)
 
 
 def test_multi_node_layout():

@@ -22,7 +22,7 @@ prediction of the shipped bundle for this GPU:
    `ModelGraph.memory()`. Skipped without `transformers`.
 5. `optimizer.csv`: one `torch.optim` step (SGD, SGD with momentum, Adam, AdamW, fused Adam) over
    tensors with GPT-2-Large's parameter sizes (fp32, gradients set), mean of the fastest 5 of 10
-   steps after 2 warm-ups, against `predict_model(..., optimizer=...)["opt_ms"]`. Needs no `transformers`.
+   steps after 2 warm-ups, against `predict_model(..., optimizer=...).opt_ms`. Needs no `transformers`.
 6. `report.md`: per op class MAPE and 90%-interval coverage, this host's per-call floor (as a share of
    NeuSight's: `hybridperf.priors.kernel_prior.host_floor_note`), GEMM TFLOP/s measured vs prior, the burst
    ratio, the optimizer steps and the model errors; `env.json`: device, driver, torch/CUDA versions, clocks.
@@ -255,12 +255,12 @@ LAYER_KEY = {"gpt2": "n_layer", "bert": "num_hidden_layers", "llama": "num_hidde
 
 def _model_prediction(row: dict, cfg: dict, target: str, pred: Predictor) -> dict:
     """`row` (a models.csv row) with predict_model's e2e and interval on `target`, and the memory estimate."""
-    from hybridperf.graphs import predict_model_detail
+    from hybridperf.graphs import predict_model
 
-    p = predict_model_detail(cfg, int(row["batch"]), int(row["seq"]), row["mode"], target, pred, dtype=row["dtype"],
-                             recompute=bool(row["recompute"]), attn="eager")
+    p = predict_model(cfg, int(row["batch"]), int(row["seq"]), row["mode"], target, pred, dtype=row["dtype"],
+                      recompute=bool(row["recompute"]), attn="eager")
     ms = row["measured_ms"]
-    return {**row, "pred_ms": p.e2e_ms, "lo_ms": p.lo_ms, "hi_ms": p.hi_ms, "err_pct": (p.e2e_ms / ms - 1) * 100,
+    return {**row, "pred_ms": p.ms, "lo_ms": p.lo_ms, "hi_ms": p.hi_ms, "err_pct": (p.ms / ms - 1) * 100,
             "pred_gb": p.graph.memory().total}
 
 
@@ -309,7 +309,7 @@ OPTIMIZERS = {  # our name -> torch.optim constructor keywords (foreach is torch
 
 def check_optimizer(torch, target: str, device: str, quick: bool, pred: Predictor) -> pd.DataFrame:
     """Time one optimizer step over GPT-2-Large's parameter tensors and predict it for `target`."""
-    from hybridperf.graphs import build_graph, predict_model_detail
+    from hybridperf.graphs import build_graph, predict_model
     from hybridperf.graphs.optimizer import optimizer_spec, param_numels
 
     def streams(name):  # parameter-sized tensors one step reads and writes
@@ -328,7 +328,7 @@ def check_optimizer(torch, target: str, device: str, quick: bool, pred: Predicto
             p.grad = torch.randn_like(p) * 1e-3
         opt = getattr(torch.optim, cls)(params, **kw)
         ms = fastest_mean(time_calls(torch, opt.step, (), cuda=device.startswith("cuda"), warmup=2, repeats=10), 5)
-        p = predict_model_detail(cfg, 1, 64, "train", target, pred, optimizer=name, attn="eager")
+        p = predict_model(cfg, 1, 64, "train", target, pred, optimizer=name, attn="eager")
         rows.append({"optimizer": name, "params": int(sum(numels)), "tensors": len(numels), "measured_ms": ms,
                      "pred_ms": p.opt_ms, "err_pct": (p.opt_ms / ms - 1) * 100,
                      "measured_gbs": 4.0 * streams(name) * sum(numels) / ms / 1e6})
@@ -373,7 +373,7 @@ def repredict(src: Path, out: Path, target: str | None = None) -> dict:
     """Re-run the predictions of a saved gpu_check directory `src` with the current code and bundle
     (for `target`, default: the GPU it was measured on) and write the tables and report to `out`. The
     measurements are kept as they are; only predicted columns change."""
-    from hybridperf.graphs import predict_model_detail
+    from hybridperf.graphs import predict_model
 
     env = json.loads((src / "env.json").read_text())
     target = target or env["measured_on"]
@@ -393,7 +393,7 @@ def repredict(src: Path, out: Path, target: str | None = None) -> dict:
         tables["models"] = pd.DataFrame(rows)
     if "optimizer" in tables:  # GPT-2-Large's full parameter set, as measured
         cfg, opt = _config("gpt2_large.json"), tables["optimizer"]
-        opt["pred_ms"] = [predict_model_detail(cfg, 1, 64, "train", target, pred, optimizer=n, attn="eager").opt_ms
+        opt["pred_ms"] = [predict_model(cfg, 1, 64, "train", target, pred, optimizer=n, attn="eager").opt_ms
                           for n in opt["optimizer"]]
         opt["err_pct"] = (opt["pred_ms"] / opt["measured_ms"] - 1) * 100
     out.mkdir(parents=True, exist_ok=True)

@@ -55,7 +55,7 @@ def report(src: Path) -> pd.DataFrame:
     our in-model time, scale * max(pred - harness floor, 0) per kernel (`graphs.compose.in_model_ms`),
     without the per-kernel gap. Two more rows: `gaps and host` (the step's end-to-end time no kernel
     covers, against our gap x kernels launched) and `end to end`."""
-    from hybridperf.graphs import predict_model_detail
+    from hybridperf.graphs import predict_model
     from hybridperf.graphs.compose import composition_params
     from hybridperf.graphs.compose import resolve_predictor
     from hybridperf.priors.constants import fitted_constants
@@ -71,8 +71,8 @@ def report(src: Path) -> pd.DataFrame:
         if family in LAYER_KEY and "layers" in s:
             cfg[LAYER_KEY[family]] = int(s["layers"])  # a profiled cut of the model (Llama's 4 layers)
         held_out = resolve_predictor(warn=False).with_constants(fitted_constants(device))
-        p = predict_model_detail(cfg, int(s["batch"]), int(s["seq"]), s["mode"], device, held_out,
-                                 dtype=str(s.get("dtype", "fp32")), attn="eager")
+        p = predict_model(cfg, int(s["batch"]), int(s["seq"]), s["mode"], device, held_out,
+                          dtype=str(s.get("dtype", "fp32")), attn="eager")
         par = composition_params(p.kind, s["mode"])
         k, bias = p.kernels, float(np.exp(p.log_bias))
         body = par["scale"] * np.maximum(k["pred_ms"] - k["floor_ms"], 0.0) * k["count"] * bias
@@ -85,8 +85,8 @@ def report(src: Path) -> pd.DataFrame:
         for g in sorted(set(ours.index) | set(meas.index)):
             rows.append({**tag, "group": g, "measured_ms": float(meas.get(g, 0.0)), "ours_ms": float(ours.get(g, 0.0))})
         rows.append({**tag, "group": "gaps and host", "measured_ms": s["e2e_ms"] - float(meas.sum()),
-                     "ours_ms": p.e2e_ms - float(ours.sum())})
-        rows.append({**tag, "group": "end to end", "measured_ms": s["e2e_ms"], "ours_ms": p.e2e_ms})
+                     "ours_ms": p.ms - float(ours.sum())})
+        rows.append({**tag, "group": "end to end", "measured_ms": s["e2e_ms"], "ours_ms": p.ms})
     out = pd.DataFrame(rows)
     out["ratio"] = out["ours_ms"] / out["measured_ms"]
     return out
@@ -165,8 +165,8 @@ def main(argv=None) -> int:
                 print(f"torch.compile failed: {type(e).__name__}: {e}"[:300], file=sys.stderr)
             else:
                 p = predict_model(cfg, batch, seq, mode, target, fused=True, dtype=dtype, attn="eager")
-                compiled.append({**tag, "measured_ms": ms, "eager_ms": e2e, "pred_fused_ms": p["e2e_ms"],
-                                 "err_pct": (p["e2e_ms"] / ms - 1) * 100})
+                compiled.append({**tag, "measured_ms": ms, "eager_ms": e2e, "pred_fused_ms": p.ms,
+                                 "err_pct": (p.ms / ms - 1) * 100})
                 print(compiled[-1], flush=True)
         del model
         torch.cuda.empty_cache()

@@ -92,9 +92,9 @@ def whole_models(root: Path, bundle: str | None) -> pd.DataFrame:
             continue
         row = {"device": lab["device"], "model": lab["model"], "mode": lab["mode"]}
         for rule, pred in (("bias", predictor), ("none", stripped)):
-            ms = predict_model(str(cfg), int(lab["batch"]), int(lab["seq"]), lab["mode"], lab["device"], predictor=pred,
-                               attn="eager")
-            row[rule] = (ms["e2e_ms"] / lab["e2e_ms"] - 1) * 100
+            p = predict_model(str(cfg), int(lab["batch"]), int(lab["seq"]), lab["mode"], lab["device"], predictor=pred,
+                              attn="eager")
+            row[rule] = (p.ms / lab["e2e_ms"] - 1) * 100
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -31,10 +31,10 @@ from experiments.common import REPO as ROOT
 
 from hybridperf.devices import get_node  # noqa: E402
 from hybridperf.devices import get_device  # noqa: E402
-from hybridperf.graphs import build_graph, predict_model, predict_model_detail  # noqa: E402
+from hybridperf.graphs import build_graph, predict_model  # noqa: E402
 from hybridperf.graphs.compose import resolve_predictor  # noqa: E402
 from hybridperf.graphs.memory import DEVICE_GB_BYTES  # noqa: E402
-from hybridperf.graphs.parallel import block_params, parallel_graph, predict_parallel, predict_parallel_detail  # noqa: E402
+from hybridperf.graphs.parallel import block_params, parallel_graph, predict_parallel  # noqa: E402
 from hybridperf.predictor import Predictor  # noqa: E402
 from hybridperf.residual_models.collectives import CollectiveModel  # noqa: E402
 
@@ -107,11 +107,11 @@ def main(argv=None) -> int:
         for node_label, node in NODES.items():
             one = predict_model(cfg, B, S, "train", node, predictor=pred, attn="eager")
             rows.append({"model": model, "batch": B, "seq": S, "node": node_label, "config": "1 GPU", "M": 1,
-                         "compute_ms": one["e2e_ms"], "tp_comm_ms": 0.0, "dp_comm_ms": 0.0, "pp_comm_ms": 0.0,
-                         "bubble_ms": 0.0, "e2e_ms": one["e2e_ms"], "lo_ms": one["lo_ms"], "hi_ms": one["hi_ms"]})
+                         "compute_ms": one.ms, "tp_comm_ms": 0.0, "dp_comm_ms": 0.0, "pp_comm_ms": 0.0,
+                         "bubble_ms": 0.0, "e2e_ms": one.ms, "lo_ms": one.lo_ms, "hi_ms": one.hi_ms})
             for label, dp, tp, pp, m, overlap, run in variants:
                 r = predict_parallel(cfg, B, S, "train", node, dp, tp, pp, m, overlap, predictor=pred,
-                                     collective_model=cmodel)
+                                     collective_model=cmodel).to_dict()
                 rows.append({"model": model, "batch": B, "seq": S, "node": node_label, "config": label,
                              "M": r["microbatches"], **{k: r[k] for k in (
                                  "compute_ms", "tp_comm_ms", "dp_comm_ms", "pp_comm_ms", "bubble_ms", "e2e_ms",
@@ -123,12 +123,12 @@ def main(argv=None) -> int:
         cfg = cfg_dir / f"{model}.json"
         for node_label, node in NODES.items():
             gpu = get_device(get_node(node).device)
-            one = predict_model_detail(cfg, B, S, "train", gpu, pred, optimizer="adam", attn="eager")
-            runs = [("1 GPU", one.opt_ms, one.e2e_ms, one.graph.memory())]
+            one = predict_model(cfg, B, S, "train", gpu, pred, optimizer="adam", attn="eager")
+            runs = [("1 GPU", one.opt_ms, one.ms, one.graph.memory())]
             for label, dp, tp, pp, m, overlap, _ in variants:
-                r = predict_parallel_detail(cfg, B, S, "train", node, dp, tp, pp, m, overlap, pred,
-                                            collective_model=cmodel, optimizer="adam")
-                runs.append((label, r.result["opt_ms"], r.result["e2e_ms"], r.memory))
+                r = predict_parallel(cfg, B, S, "train", node, dp, tp, pp, m, overlap, pred, collective_model=cmodel,
+                                     optimizer="adam")
+                runs.append((label, r.result["opt_ms"], r.ms, r.memory))
             for label, opt_ms, e2e, mem in runs:
                 adam.append({"model": model, "node": node_label, "config": label, "Adam step ms": opt_ms,
                              "step with Adam ms": e2e, "Adam share %": 100 * opt_ms / e2e,
@@ -139,10 +139,10 @@ def main(argv=None) -> int:
     for node_label, node in NODES.items():
         gpu = get_device(get_node(node).device)
         for label, zero, recompute in SAVINGS:
-            r = predict_parallel_detail(cfg_dir / "gpt3_xl.json", 4, 2048, "train", node, 4, 1, 1, 1, True, pred,
-                                        collective_model=cmodel, optimizer="adam", zero=zero, recompute=recompute)
+            r = predict_parallel(cfg_dir / "gpt3_xl.json", 4, 2048, "train", node, 4, 1, 1, 1, True, pred,
+                                 collective_model=cmodel, optimizer="adam", zero=zero, recompute=recompute)
             mem = r.memory
-            saving.append({"node": node_label, "config": label, "step ms": r.result["e2e_ms"],
+            saving.append({"node": node_label, "config": label, "step ms": r.ms,
                            "exposed comm ms": r.result["comm_ms"], "weights GB": mem.weights, "grads GB": mem.grads,
                            "Adam state GB": mem.optimizer, "activations GB": mem.activations,
                            "of the GPU's memory %": 100 * mem.total * 1e9 / (gpu.mem_gb * DEVICE_GB_BYTES)})

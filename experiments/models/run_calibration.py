@@ -113,7 +113,7 @@ def neusight_rows(root: Path, rng) -> tuple[pd.DataFrame, pd.DataFrame]:
 def measured_rows(rng) -> pd.DataFrame:
     from experiments.gpu import gpu_check as gc
 
-    from hybridperf.graphs import predict_model_detail
+    from hybridperf.graphs import predict_model
     from hybridperf.graphs.compose import composition_params
     from hybridperf.priors.constants import fitted_constants
 
@@ -127,8 +127,8 @@ def measured_rows(rng) -> pd.DataFrame:
         for r in runs.to_dict("records"):
             cfg = gc._config(f"{r['model']}.json")
             cfg[gc.LAYER_KEY[fam[r["model"]]]] = int(r["layers"])
-            p = predict_model_detail(cfg, int(r["batch"]), int(r["seq"]), r["mode"], target, held_out,
-                                     dtype=r["dtype"], recompute=bool(r["recompute"]), attn="eager")
+            p = predict_model(cfg, int(r["batch"]), int(r["seq"]), r["mode"], target, held_out, dtype=r["dtype"],
+                              recompute=bool(r["recompute"]), attn="eager")
             k = p.kernels
             dev_ms, launches = device_time_and_launches(k)
             ood = float(np.sum(k["total_ms"] * k["ood"]) / k["total_ms"].sum())  # weighted as compose() does

@@ -64,7 +64,7 @@ def predict_model_cmd(
     decode step (decode), with a 90% interval.
     With --dp/--tp/--pp (any of them), the step time on dp*tp*pp GPUs of DEVICE (a node such as
     DGX-H100, or a GPU in a default node), reported as compute, communication and pipeline bubble."""
-    from hybridperf.graphs.compose import predict_model_detail, resolve_predictor
+    from hybridperf.graphs.compose import predict_model, resolve_predictor
 
     check_model_args(config, batch, seq, mode, model_bundle, prior_only)
     if any(v is not None for v in (dp, tp, pp, microbatches, overlap, bucket_mb, zero)):
@@ -82,8 +82,8 @@ def predict_model_cmd(
     predictor = resolve_predictor(model_bundle, prior_only)
     predictor.check_device(dev, allow_other_device)
     calibration = _calibrate(measured_runs, dev, predictor)
-    res = predict_model_detail(str(config), batch, seq, mode, dev, predictor, dtype=dtype, fused=fused,
-                               optimizer=optimizer, recompute=recompute, calibration=calibration, attn=attn, amp=amp)
+    res = predict_model(str(config), batch, seq, mode, dev, predictor, dtype=dtype, fused=fused, optimizer=optimizer,
+                        recompute=recompute, calibration=calibration, attn=attn, amp=amp)
     raw = res.to_dict()
     check_predictions(raw["e2e_ms"], raw["lo_ms"], raw["hi_ms"], f"{config.name} on {dev.name}")
     check_parts(raw, f"{config.name} on {dev.name}")
@@ -185,7 +185,7 @@ def _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, 
                           recompute=False, zero=0, measured_runs=None, allow_other_device=False, attn="sdpa",
                           amp=False) -> None:
     from hybridperf.graphs.compose import resolve_predictor
-    from hybridperf.graphs.parallel import DEFAULT_BUCKET_MB, predict_parallel_detail, resolve_parallel_device
+    from hybridperf.graphs.parallel import DEFAULT_BUCKET_MB, predict_parallel, resolve_parallel_device
     from hybridperf.residual_models.collectives import CollectiveModel
 
     for v, flag in ((dp, "--dp"), (tp, "--tp"), (pp, "--pp"), (microbatches, "--microbatches")):
@@ -203,12 +203,11 @@ def _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, 
     predictor.check_device(dev, allow_other_device)
     cmodel = CollectiveModel.prior_only() if prior_only else CollectiveModel.load()
     calibration = _calibrate(measured_runs, dev, predictor)
-    res = predict_parallel_detail(str(config), batch, seq, mode, node if not note else dev, dp or 1, tp or 1, pp or 1,
-                                  microbatches, True if overlap is None else overlap, predictor,
-                                  collective_model=cmodel,
-                                  bucket_mb=DEFAULT_BUCKET_MB if bucket_mb is None else bucket_mb, dtype=dtype,
-                                  optimizer=optimizer, recompute=recompute, zero=zero, calibration=calibration,
-                                  attn=attn, amp=amp)
+    res = predict_parallel(str(config), batch, seq, mode, node if not note else dev, dp or 1, tp or 1, pp or 1,
+                           microbatches, True if overlap is None else overlap, predictor, collective_model=cmodel,
+                           bucket_mb=DEFAULT_BUCKET_MB if bucket_mb is None else bucket_mb, dtype=dtype,
+                           optimizer=optimizer, recompute=recompute, zero=zero, calibration=calibration, attn=attn,
+                           amp=amp)
     r = res.result
     check_predictions(r["e2e_ms"], r["lo_ms"], r["hi_ms"], f"{config.name} on {r['gpus']} x {dev.name}")
     check_parts(r, f"{config.name} on {r['gpus']} x {dev.name}")

@@ -161,11 +161,12 @@ def resolve_predictor(model_bundle: str | Path | None = None, prior_only: bool =
 
 @dataclass
 class ModelPrediction:
-    """Per-kernel predictions of one graph plus the composed totals."""
+    """Per-kernel predictions of one graph plus the composed totals (`ms`, with its 90% interval
+    [`lo_ms`, `hi_ms`]); `to_dict` gives them the contract's names."""
 
     graph: ModelGraph
     kernels: pd.DataFrame  # kernel_table() + pred_ms, lo_ms, hi_ms, ood, floor_ms, t_ms, total_ms (= t x count)
-    e2e_ms: float
+    ms: float
     lo_ms: float
     hi_ms: float
     fw_ms: float
@@ -176,7 +177,7 @@ class ModelPrediction:
 
     def to_dict(self) -> dict:
         """The contract's {"e2e_ms", "lo_ms", "hi_ms", "fw_ms", "bw_ms"}, plus "opt_ms" with an optimizer."""
-        out = {"e2e_ms": self.e2e_ms, "lo_ms": self.lo_ms, "hi_ms": self.hi_ms, "fw_ms": self.fw_ms,
+        out = {"e2e_ms": self.ms, "lo_ms": self.lo_ms, "hi_ms": self.hi_ms, "fw_ms": self.fw_ms,
                "bw_ms": self.bw_ms}
         if self.graph.optimizer:
             out["opt_ms"] = self.opt_ms
@@ -280,10 +281,10 @@ def predict_table(tab: pd.DataFrame, device: DeviceSpec, predictor: Predictor) -
     return tab
 
 
-def compose(graph: ModelGraph, device, predictor: Predictor, correction: bool = True,
+def compose(graph: ModelGraph, dev: DeviceSpec, predictor: Predictor, correction: bool = True,
             calibration: dict | None = None) -> ModelPrediction:
-    """Predict and compose one graph on `device` (see the module docstring for the model)."""
-    dev = get_device(device)
+    """Predict and compose one graph on `dev` (see the module docstring for the model); callers resolve
+    the device once, at their boundary."""
     kind = predictor_kind(predictor)
     if calibration is not None and correction and kind not in calibration:
         raise InputError(f"the composition calibration holds constants for {', '.join(sorted(calibration)) or 'no'}"
@@ -320,50 +321,42 @@ def compose(graph: ModelGraph, device, predictor: Predictor, correction: bool = 
     else:
         q_lo, q_hi = float(np.sum(w * l_k)), float(np.sum(w * u_k))
     q_lo, q_hi = min(q_lo, 0.0), max(q_hi, 0.0)
-    return ModelPrediction(graph=graph, kernels=tab, e2e_ms=e2e, lo_ms=e2e * float(np.exp(q_lo)),
+    return ModelPrediction(graph=graph, kernels=tab, ms=e2e, lo_ms=e2e * float(np.exp(q_lo)),
                            hi_ms=e2e * float(np.exp(q_hi)), fw_ms=fw, bw_ms=bw, log_bias=log_bias, kind=kind,
                            opt_ms=opt)
 
 
 def predict_request(request: ModelRequest, device, predictor: Predictor | None = None, correction: bool = True,
                     calibration: dict | None = None) -> ModelPrediction:
-    """Predict one `ModelRequest` on `device` (`compose` of its graph)."""
-    dev = get_device(device)
+    """Predict one `ModelRequest` on `device` (a DeviceSpec, name or JSON spec path, resolved here once):
+    `compose` of its graph."""
     pred = predictor if predictor is not None else resolve_predictor()
-    return compose(request.graph(), dev, pred, correction=correction, calibration=calibration)
-
-
-def predict_model_detail(config, batch: int, seq: int, mode: str = "inf", device="NVIDIA H100 80GB HBM3",
-                         predictor: Predictor | None = None, correction: bool = True,
-                         dtype: str = "fp32", fused: bool = False, optimizer: str | None = None,
-                         recompute: bool = False, calibration: dict | None = None, attn: str = DEFAULT_ATTN,
-                         amp: bool = False) -> ModelPrediction:
-    """Like `predict_model`, returning the full `ModelPrediction` (kernel table, breakdown)."""
-    req = ModelRequest(config, batch, seq, mode, dtype, attn, amp, fused, optimizer, recompute)
-    return predict_request(req, device, predictor, correction, calibration)
+    return compose(request.graph(), get_device(device), pred, correction=correction, calibration=calibration)
 
 
 def predict_model(config, batch: int, seq: int, mode: str = "inf", device="NVIDIA H100 80GB HBM3",
                   predictor: Predictor | None = None, correction: bool = True, dtype: str = "fp32",
                   fused: bool = False, optimizer: str | None = None, recompute: bool = False,
-                  calibration: dict | None = None, attn: str = DEFAULT_ATTN, amp: bool = False) -> dict:
-    """Whole-model latency (ms) of one forward (`inf`) or forward+backward (`train`) pass.
+                  calibration: dict | None = None, attn: str = DEFAULT_ATTN, amp: bool = False) -> ModelPrediction:
+    """Whole-model latency of one forward (`inf`) or forward+backward (`train`) pass, or one decode step:
+    `predict_request` of the `ModelRequest` these arguments make.
 
-    `config`: path to a HF config.json, a parsed dict, or a `ModelConfig`. Returns
-    {"e2e_ms", "lo_ms", "hi_ms", "fw_ms", "bw_ms"} (bw_ms = 0 for inf; [lo, hi] a 90% interval).
+    `config`: path to a HF config.json, a parsed dict, or a `ModelConfig`. Returns the `ModelPrediction`:
+    `ms` with its 90% interval [`lo_ms`, `hi_ms`], `fw_ms`, `bw_ms` (0 for inf), the kernel table and
+    `breakdown()`; `to_dict()` is the contract's {"e2e_ms", "lo_ms", "hi_ms", "fw_ms", "bw_ms"}.
     `predictor=None` uses the shipped kernel bundle when present, else the analytical prior.
     `dtype`: fp32 (NeuSight's semantics, validated) or the model cast to fp16/bf16 (not validated).
     `fused`: inference with pointwise chains fused as torch.compile does (`fusion.fuse_pointwise`).
     `optimizer` (train): add one optimizer step (sgd, sgd-momentum, adam, adamw, adam-fused;
-    `hybridperf.graphs.optimizer`) to e2e_ms and report it as "opt_ms".
+    `hybridperf.graphs.optimizer`) to the total and report it as `opt_ms`.
     `recompute` (train): activation checkpointing of every layer; its forward re-runs inside bw_ms.
     `calibration`: composition constants fitted to runs measured on `device`
     (`hybridperf.graphs.measured_runs.calibrate_from_runs`, with the same `predictor`); default: shipped.
     `attn`: transformers' attention implementation, `sdpa` (its default) or `eager` (NeuSight's labels:
     dtype fp32, attn eager); `amp`: fp32 weights under bf16 autocast (`hybridperf.graphs.amp`).
     """
-    return predict_model_detail(config, batch, seq, mode, device, predictor, correction, dtype, fused,
-                                optimizer, recompute, calibration, attn, amp).to_dict()
+    req = ModelRequest(config, batch, seq, mode, dtype, attn, amp, fused, optimizer, recompute)
+    return predict_request(req, device, predictor, correction, calibration)
 
 
 def sweep(config, batches, seqs, mode: str = "inf", device="NVIDIA H100 80GB HBM3",

@@ -1,7 +1,7 @@
 """Multi-GPU training (and inference) step time: data, tensor and pipeline parallelism (Megatron-style).
 
     from hybridperf.graphs.parallel import predict_parallel
-    predict_parallel("gpt2_large.json", batch=16, seq=1024, mode="train", device="DGX-A100", dp=1, tp=4, pp=1)
+    predict_parallel("gpt2_large.json", batch=16, seq=1024, mode="train", device="DGX-A100", dp=1, tp=4, pp=1).to_dict()
     # {"e2e_ms", "lo_ms", "hi_ms", "fw_ms", "bw_ms", "compute_ms", "comm_ms", "bubble_ms",
     #  "tp_comm_ms", "dp_comm_ms", "pp_comm_ms", "gpus", "nodes", "microbatches"}
 
@@ -136,7 +136,8 @@ DEFAULT_BUCKET_MB = 25.0
 
 @dataclass
 class ParallelPrediction:
-    """The step-time prediction plus the pieces it was built from."""
+    """The step-time prediction plus the pieces it was built from: `result` holds the contract's numbers,
+    `ms`, `lo_ms`, `hi_ms` the step time and its 90% interval."""
 
     result: dict
     prediction: object  # ModelPrediction of the per-GPU micro-batch graph (all stages)
@@ -147,6 +148,18 @@ class ParallelPrediction:
     memory: MemoryEstimate | None = None  # the fullest GPU's
     notes: list = field(default_factory=list)
     zero: int = 0  # ZeRO stage
+
+    @property
+    def ms(self) -> float:
+        return self.result["e2e_ms"]
+
+    @property
+    def lo_ms(self) -> float:
+        return self.result["lo_ms"]
+
+    @property
+    def hi_ms(self) -> float:
+        return self.result["hi_ms"]
 
     def to_dict(self) -> dict:
         return dict(self.result)
@@ -167,17 +180,23 @@ class ParallelPrediction:
         return df
 
 
-def predict_parallel_detail(config, batch: int, seq: int, mode: str = "train", device="DGX-H100", dp: int = 1,
-                            tp: int = 1, pp: int = 1, microbatches: int | None = None, overlap: bool = True,
-                            predictor=None, collective_model=None, bucket_mb: float = DEFAULT_BUCKET_MB,
-                            correction: bool = True, dtype: str = "fp32",
-                            optimizer: str | None = None, recompute: bool = False,
-                            zero: int = 0, calibration: dict | None = None, attn: str = "eager",
-                            amp: bool = False) -> ParallelPrediction:
-    """Like `predict_parallel`, returning the stage table and the per-GPU kernel prediction too.
-    `attn`, `amp`: the attention implementation and autocast (`hybridperf.graphs.build_graph`).
-    `calibration`: composition constants fitted to single-GPU runs on the node's GPU
-    (`hybridperf.graphs.measured_runs.calibrate_from_runs`); default: the shipped ones."""
+def predict_parallel(config, batch: int, seq: int, mode: str = "train", device="DGX-H100", dp: int = 1, tp: int = 1,
+                     pp: int = 1, microbatches: int | None = None, overlap: bool = True, predictor=None,
+                     collective_model=None, bucket_mb: float = DEFAULT_BUCKET_MB, correction: bool = True,
+                     dtype: str = "fp32", optimizer: str | None = None, recompute: bool = False, zero: int = 0,
+                     calibration: dict | None = None, attn: str = "eager", amp: bool = False) -> ParallelPrediction:
+    """Step time of `mode` (train: forward + backward + gradient sync; inf: forward) of a HF transformer
+    on dp*tp*pp GPUs of `device` (a node such as DGX-H100, a node JSON, or a GPU placed in a default node).
+
+    `batch` is the global batch; `microbatches` defaults to the largest divisor of batch/dp that is <= pp.
+    Returns the `ParallelPrediction`: `ms`, `lo_ms`, `hi_ms`, the stage table, the per-GPU kernel prediction
+    and memory; `to_dict()` is the contract's {"e2e_ms", "lo_ms", "hi_ms", "fw_ms", "bw_ms"} plus compute_ms,
+    comm_ms, bubble_ms, tp_comm_ms, dp_comm_ms, pp_comm_ms, gpus, nodes, microbatches (and opt_ms with an
+    optimizer, zero_gather_ms with ZeRO). `collective_model`: default the shipped one (when any of dp, tp,
+    pp > 1); `bucket_mb`, `zero`: as in the module doc; `correction`, `dtype`, `optimizer`, `recompute`, `attn`,
+    `amp`: as in `hybridperf.graphs.predict_model`. `calibration`: composition constants fitted to single-GPU
+    runs on the node's GPU (`hybridperf.graphs.measured_runs.calibrate_from_runs`); default: the shipped ones.
+    """
     from hybridperf.graphs.compose import BACKWARD_PHASES, compose, resolve_predictor
 
     cfg = load_config(config)
@@ -386,8 +405,8 @@ def predict_parallel_detail(config, batch: int, seq: int, mode: str = "train", d
     if dp == tp == pp == m == 1:
         lo, hi = res.lo_ms, res.hi_ms
     else:
-        rel_lo = res.lo_ms / res.e2e_ms if res.e2e_ms > 0 else 1.0
-        rel_hi = res.hi_ms / res.e2e_ms if res.e2e_ms > 0 else 1.0
+        rel_lo = res.lo_ms / res.ms if res.ms > 0 else 1.0
+        rel_hi = res.hi_ms / res.ms if res.ms > 0 else 1.0
         cpart = compute + bubble + opt_ms - step_gather
         dc_lo, dc_hi = cpart * (1 - rel_lo), cpart * (rel_hi - 1)
         tpf_lo, tpb_lo = tp_cost(bn["first"], bn["last"], bn["layers"], 1)
@@ -463,19 +482,3 @@ def _optimizer_ms(numels: list, graph: ModelGraph, device: DeviceSpec, predictor
     per_launch = in_model_ms(t["pred_ms"].to_numpy(), t["floor_ms"].to_numpy(), par["scale"], par["gap_ms"],
                              par["cpu_ms"], par["raw"])
     return float((per_launch * t["count"].to_numpy()).sum())
-
-
-def predict_parallel(config, batch: int, seq: int, mode: str = "train", device="DGX-H100", dp: int = 1, tp: int = 1,
-                     pp: int = 1, microbatches: int | None = None, overlap: bool = True, predictor=None,
-                     **kw) -> dict:
-    """Step time (ms) of `mode` (train: forward + backward + gradient sync; inf: forward) of a HF transformer
-    on dp*tp*pp GPUs of `device` (a node such as DGX-H100, a node JSON, or a GPU placed in a default node).
-
-    `batch` is the global batch; `microbatches` defaults to the largest divisor of batch/dp that is <= pp.
-    Returns the contract's {"e2e_ms", "lo_ms", "hi_ms", "fw_ms", "bw_ms"} plus compute_ms, comm_ms,
-    bubble_ms, tp_comm_ms, dp_comm_ms, pp_comm_ms, gpus, nodes, microbatches (and opt_ms with an
-    optimizer, zero_gather_ms with ZeRO). Keyword `kw`: collective_model, bucket_mb, correction, dtype,
-    optimizer, recompute, zero, calibration (see `predict_parallel_detail`). See the module doc.
-    """
-    return predict_parallel_detail(config, batch, seq, mode, device, dp, tp, pp, microbatches, overlap, predictor,
-                                   **kw).to_dict()
