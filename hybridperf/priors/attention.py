@@ -130,7 +130,7 @@ class AttentionConstants:
     decode_bw: dict = field(default_factory=dict)  # family -> Fitted (share of achievable bandwidth)
     context_overhead_ms: Fitted = Fitted(0.005, "ms", "default")
     decode_overhead_ms: Fitted = Fitted(0.005, "ms", "default")
-    decode_wave_ms: Fitted = Fitted(0.002, "ms", "default")  # a wave of decode CTAs' fixed latency
+    decode_wave_ms: Fitted = Fitted(0.002, "ms", "default")  # a decode wave's fixed latency at the reference clock
     context_wave_ms: Fitted = Fitted(0.0, "ms", "default")  # a wave of prefill CTAs' fixed latency
     fp8_efficiency: Fitted = Fitted(1.0, "share", "default")  # fp8 prefill's share of the bf16 efficiency
     sdpa_bwd_efficiency: Fitted = Fitted(0.5, "share", "default")
@@ -152,23 +152,23 @@ _H100 = "h100_sdpa_fp8 (NVIDIA H100 80GB HBM3, torch 2.11; one GPU)"
 #: fit's held-out errors are in experiments/results/attention_prior.md. PyTorch's one-query SDPA reads a
 #: contiguous KV cache, not pages: it is taken to stream at achievable DRAM bandwidth (share 1, not fitted);
 #: checked on our H200's SDPA decode kernels (`experiments/kernels/h200_modern_kernels.py`): 86% MAPE with
-#: FA2's paged share (0.594), 26% with 1. No measurement has set the memory-efficient backend's efficiency
+#: FA2's paged share (~0.6), 26% with 1. No measurement has set the memory-efficient backend's efficiency
 #: (fp32, explicit masks): its default is a guess.
 CONSTANTS = AttentionConstants(
-    efficiency={"fa2": Fitted(0.671, "share", _ALL), "fa3": Fitted(0.598, "share", _ALL),
-                "fa4": Fitted(0.312, "share", _ALL), "trtllm": Fitted(0.424, "share", _ALL),
-                "flashinfer": Fitted(0.531, "share", _ALL), "triton": Fitted(0.197, "share", _ALL),
+    efficiency={"fa2": Fitted(0.670, "share", _ALL), "fa3": Fitted(0.597, "share", _ALL),
+                "fa4": Fitted(0.312, "share", _ALL), "trtllm": Fitted(0.423, "share", _ALL),
+                "flashinfer": Fitted(0.526, "share", _ALL), "triton": Fitted(0.194, "share", _ALL),
                 "sdpa": Fitted(0.966, "share", _H100)},
-    decode_bw={"fa2": Fitted(0.594, "share", _ALL), "fa3": Fitted(0.831, "share", _ALL),
-               "fa4": Fitted(0.795, "share", _ALL), "trtllm": Fitted(1.031, "share", _ALL),
-               "flashinfer": Fitted(1.161, "share", _ALL), "triton": Fitted(0.669, "share", _ALL),
+    decode_bw={"fa2": Fitted(0.685, "share", _ALL), "fa3": Fitted(0.817, "share", _ALL),
+               "fa4": Fitted(0.793, "share", _ALL), "trtllm": Fitted(1.045, "share", _ALL),
+               "flashinfer": Fitted(1.120, "share", _ALL), "triton": Fitted(0.626, "share", _ALL),
                "sdpa": Fitted(1.0, "share", "achievable DRAM bandwidth (not fitted; checked on our H200)")},
     context_overhead_ms=Fitted(0.0096, "ms", _ALL),
-    decode_overhead_ms=Fitted(0.0001, "ms", _ALL),
-    decode_wave_ms=Fitted(0.0124, "ms", _ALL),
+    decode_overhead_ms=Fitted(0.0020, "ms", _ALL),
+    decode_wave_ms=Fitted(0.0105, "ms", _ALL),
     context_wave_ms=Fitted(0.0035, "ms", _ALL),
-    fp8_efficiency=Fitted(0.569, "share", _ALL),
-    sdpa_bwd_efficiency=Fitted(0.767, "share", _H100),
+    fp8_efficiency=Fitted(0.571, "share", _ALL),
+    sdpa_bwd_efficiency=Fitted(0.766, "share", _H100),
     mem_efficient_efficiency=Fitted(0.5, "share", "default (not measured)"),
 )
 
@@ -198,6 +198,16 @@ def wave_stretch(ctas, device: DeviceSpec, ctas_per_sm: int) -> np.ndarray:
     """Time stretch of `ctas` equal CTAs over the SMs: ceil(waves) / waves (1 once many waves run)."""
     waves = np.maximum(_f(ctas), 1.0) / (device.num_sms * ctas_per_sm)
     return np.ceil(waves) / waves
+
+
+#: the SM clock the per-wave latencies are stated at (an H100 SXM's boost clock)
+REFERENCE_CLOCK_MHZ = 1980.0
+
+
+def clock_scale(device: DeviceSpec) -> float:
+    """A decode wave's fixed latency (load a query tile, a few keys, write the result: a chain of dependent
+    instructions, not a stream) in units of the reference SM clock's."""
+    return REFERENCE_CLOCK_MHZ / device.boost_clock_mhz
 
 
 def exp_rate(device: DeviceSpec) -> float:
@@ -281,7 +291,8 @@ def generation_attention_ms(batch, kv_len, heads, kv_heads, head_dim, device: De
     flops = 4.0 * batch * kv_heads * mma_rows * keys * head_dim
     compute = flops / (_matrix_rate(device, dtype) * constants.eff(fam)) * 1e3
     waves = np.ceil(ctas / (device.num_sms * DECODE_CTAS_PER_SM))
-    return np.maximum(mem, compute) + waves * constants.decode_wave_ms.value + constants.decode_overhead_ms.value
+    return np.maximum(mem, compute) + waves * constants.decode_wave_ms.value * clock_scale(device) \
+        + constants.decode_overhead_ms.value
 
 
 def sdpa_ms(batch, seq, heads, kv_heads, head_dim, device: DeviceSpec, dtype: str = "bf16", causal: bool = True,
