@@ -137,19 +137,22 @@ def sdpa_check(data: Path, consts: A.AttentionConstants) -> pd.DataFrame:
 
 
 def fit_sdpa(data: Path, consts: A.AttentionConstants) -> A.AttentionConstants:
-    """The sdpa family's forward efficiency and the backward's, read off the H100 SDPA measurements."""
+    """The sdpa family's forward efficiency, its per-wave latency and the backward's efficiency, read off the
+    H100 SDPA measurements."""
     src = "h100_sdpa_fp8 (NVIDIA H100 80GB HBM3; one GPU)"
 
     def build(x):
         return dataclasses.replace(consts, efficiency={**consts.efficiency, "sdpa": A.Fitted(float(np.exp(x[0])),
                                                                                             "share", src)},
-                                   sdpa_bwd_efficiency=A.Fitted(float(np.exp(x[1])), "share", src))
+                                   sdpa_bwd_efficiency=A.Fitted(float(np.exp(x[1])), "share", src),
+                                   sdpa_wave_ms=A.Fitted(float(np.exp(x[2])), "ms", src))
 
     def resid(x):
         c = sdpa_check(data, build(x))
         return np.log(c["pred_ms"] / c["measured_ms"]).to_numpy()
 
-    return build(least_squares(resid, np.log([0.6, 0.5]), bounds=(np.log([0.05, 0.05]), np.log([1.5, 1.5]))).x)
+    return build(least_squares(resid, np.log([0.6, 0.5, 0.002]),
+                               bounds=(np.log([0.05, 0.05, 1e-6]), np.log([1.5, 1.5, 0.05]))).x)
 
 
 def mape(pred, meas) -> float:

@@ -132,6 +132,7 @@ class AttentionConstants:
     decode_overhead_ms: Fitted = Fitted(0.005, "ms", "default")
     decode_wave_ms: Fitted = Fitted(0.002, "ms", "default")  # a decode wave's fixed latency at the reference clock
     context_wave_ms: Fitted = Fitted(0.0, "ms", "default")  # a wave of prefill CTAs' fixed latency
+    sdpa_wave_ms: Fitted = Fitted(0.0, "ms", "default")  # the same for PyTorch SDPA's kernels
     fp8_efficiency: Fitted = Fitted(1.0, "share", "default")  # fp8 prefill's share of the bf16 efficiency
     sdpa_bwd_efficiency: Fitted = Fitted(0.5, "share", "default")
     mem_efficient_efficiency: Fitted = Fitted(0.5, "share", "default")
@@ -155,20 +156,21 @@ _H100 = "h100_sdpa_fp8 (NVIDIA H100 80GB HBM3, torch 2.11; one GPU)"
 #: FA2's paged share (~0.6), 26% with 1. No measurement has set the memory-efficient backend's efficiency
 #: (fp32, explicit masks): its default is a guess.
 CONSTANTS = AttentionConstants(
-    efficiency={"fa2": Fitted(0.670, "share", _ALL), "fa3": Fitted(0.597, "share", _ALL),
-                "fa4": Fitted(0.312, "share", _ALL), "trtllm": Fitted(0.423, "share", _ALL),
-                "flashinfer": Fitted(0.526, "share", _ALL), "triton": Fitted(0.194, "share", _ALL),
-                "sdpa": Fitted(0.966, "share", _H100)},
+    efficiency={"fa2": Fitted(0.698, "share", _ALL), "fa3": Fitted(0.693, "share", _ALL),
+                "fa4": Fitted(0.315, "share", _ALL), "trtllm": Fitted(0.459, "share", _ALL),
+                "flashinfer": Fitted(0.522, "share", _ALL), "triton": Fitted(0.185, "share", _ALL),
+                "sdpa": Fitted(0.877, "share", _H100)},
     decode_bw={"fa2": Fitted(0.685, "share", _ALL), "fa3": Fitted(0.817, "share", _ALL),
                "fa4": Fitted(0.793, "share", _ALL), "trtllm": Fitted(1.045, "share", _ALL),
                "flashinfer": Fitted(1.120, "share", _ALL), "triton": Fitted(0.626, "share", _ALL),
                "sdpa": Fitted(1.0, "share", "achievable DRAM bandwidth (not fitted; checked on our H200)")},
-    context_overhead_ms=Fitted(0.0096, "ms", _ALL),
+    context_overhead_ms=Fitted(0.0067, "ms", _ALL),
     decode_overhead_ms=Fitted(0.0020, "ms", _ALL),
     decode_wave_ms=Fitted(0.0105, "ms", _ALL),
-    context_wave_ms=Fitted(0.0035, "ms", _ALL),
-    fp8_efficiency=Fitted(0.571, "share", _ALL),
-    sdpa_bwd_efficiency=Fitted(0.766, "share", _H100),
+    context_wave_ms=Fitted(0.0073, "ms", _ALL),
+    sdpa_wave_ms=Fitted(0.0020, "ms", _H100),
+    fp8_efficiency=Fitted(0.612, "share", _ALL),
+    sdpa_bwd_efficiency=Fitted(0.634, "share", _H100),
     mem_efficient_efficiency=Fitted(0.5, "share", "default (not measured)"),
 )
 
@@ -230,24 +232,40 @@ def context_attention_ms(batch, isl, heads, kv_heads, head_dim, device: DeviceSp
     fam = kernel_family(kernel_source)
     g = generation(device, fam)
     kv = isl + prefix
-    # a short prefill gets a shorter query tile (kernels pick it by length, 16 rows at least)
-    bq = np.minimum(g.block_q, np.maximum(MIN_BLOCK_Q, 2.0 ** np.ceil(np.log2(np.maximum(isl, 1.0)))))
-    pairs = computed_pairs(isl, kv, causal, window, bq, g.block_k)
-    flops = 2.0 * batch * heads * pairs * (head_dim + vd)
+    group = np.maximum(heads / np.maximum(kv_heads, 1.0), 1.0)
     rate = _matrix_rate(device, dtype) * g.isa_fraction * constants.eff(fam) \
         * (constants.fp8_efficiency.value if dtype == "fp8" else 1.0)
-    ctas = batch * heads * np.ceil(isl / bq)
-    stretch = wave_stretch(ctas, device, g.ctas_per_sm)
-    mm = flops / rate * stretch
-    ex = batch * heads * pairs / exp_rate(device) * stretch
-    compute = np.maximum(mm, ex) if g.overlap_exp and fam not in SERIAL_SOFTMAX_FAMILIES else mm + ex
     eb, kb = DTYPE_BYTES.get(dtype, 2), DTYPE_BYTES.get(kv_dtype, 2)
     nbytes = batch * (isl * heads * (head_dim + vd) * eb + kv * kv_heads * (head_dim + vd) * kb)
     mem = kv_read_ms(nbytes, device) / 1e3
+    # one CTA per (sequence, query head, query tile), or GQA-packed: the query heads of a key/value head
+    # share a tile's rows (FA3's pack_gqa, FlashInfer, TRT-LLM), fewer CTAs when the prefill is short;
+    # the kernel runs the cheaper layout
+    per_head = _prefill_layout_ms(batch, heads, isl, kv, 1.0, causal, window, head_dim + vd, rate, mem, g, fam,
+                                  device, constants)
+    packed = _prefill_layout_ms(batch, kv_heads, isl, kv, group, causal, window, head_dim + vd, rate, mem, g, fam,
+                                device, constants)
+    return np.minimum(per_head, packed) + constants.context_overhead_ms.value
+
+
+def _prefill_layout_ms(batch, units, isl, kv, group, causal, window, qk_v_dim, rate, mem, g: Generation, fam: str,
+                       device: DeviceSpec, constants: AttentionConstants) -> np.ndarray:
+    """Kernel body (ms) when `units` (query heads, or key/value heads with their `group` query heads packed
+    into one tile's rows) each run their own query tiles. A short prefill gets a shorter query tile
+    (kernels pick it by rows, 16 at least)."""
+    rows = isl * group
+    bq = np.minimum(g.block_q, np.maximum(MIN_BLOCK_Q, 2.0 ** np.ceil(np.log2(np.maximum(rows, 1.0)))))
+    pairs = group * computed_pairs(isl, kv, causal, window, bq / group, g.block_k)  # a tile spans bq/group tokens
+    flops = 2.0 * batch * units * pairs * qk_v_dim
+    ctas = batch * units * np.ceil(rows / bq)
+    stretch = wave_stretch(ctas, device, g.ctas_per_sm)
+    mm = flops / rate * stretch
+    ex = batch * units * pairs / exp_rate(device) * stretch
+    compute = np.maximum(mm, ex) if g.overlap_exp and fam not in SERIAL_SOFTMAX_FAMILIES else mm + ex
     # every wave of CTAs pays a fixed latency (load the query tile, write the output)
     waves = np.ceil(ctas / (device.num_sms * g.ctas_per_sm))
-    fixed = waves * constants.context_wave_ms.value + constants.context_overhead_ms.value
-    return np.maximum(compute, mem) * 1e3 + fixed
+    wave_ms = constants.sdpa_wave_ms if fam == "sdpa" else constants.context_wave_ms
+    return np.maximum(compute, mem) * 1e3 + waves * wave_ms.value
 
 
 def kv_read_ms(nbytes, device: DeviceSpec, parallel_fraction=1.0) -> np.ndarray:
