@@ -75,5 +75,64 @@ def predict_serving_cmd(
     typer.echo(json.dumps(out))
 
 
+def _int_list(text: str, flag: str) -> tuple:
+    try:
+        vals = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise InputError(f"{flag} takes comma-separated positive integers, got {text!r}") from None
+    if not vals or min(vals) < 1:
+        raise InputError(f"{flag} takes comma-separated positive integers, got {text!r}")
+    return vals
+
+
+def sweep_serving_cmd(
+    config: Path = typer.Option(..., "--config", help="Hugging Face config.json of the model"),
+    devices: str = typer.Option(..., "--devices", help="comma-separated GPUs or aiconfigurator system ids"),
+    engine: str = typer.Option(..., "--engine", help="vllm, sglang or trtllm"),
+    isl: int = typer.Option(..., "--isl", help="input (prompt) tokens per request"),
+    osl: int = typer.Option(..., "--osl", help="output tokens per request"),
+    tps: str = typer.Option("1,2,4,8", "--tp", help="tensor-parallel sizes to try, comma-separated"),
+    concurrencies: str = typer.Option("1,4,16,64,256", "--concurrency", help="closed-loop concurrencies to try"),
+    precision: str = typer.Option("bf16", "--precision", help="weights: fp16, bf16, fp8, fp4 or int4"),
+    ttft_sla_ms: float = typer.Option(float("inf"), "--ttft-sla-ms", help="TTFT limit (its 95% bound must meet it)"),
+    tpot_sla_ms: float = typer.Option(float("inf"), "--tpot-sla-ms", help="TPOT limit (its 95% bound must meet it)"),
+    executor: str = typer.Option("local", "--executor", help="local, or ray (the cluster RAY_ADDRESS names, else "
+                                                              "a local one; pip install 'hybridperf[ray]')"),
+    output: Optional[Path] = typer.Option(None, "--output", help="CSV of every point"),
+    plot_path: Optional[Path] = typer.Option(None, "--plot", help="PNG of tokens/s per GPU against TPOT"),
+) -> None:
+    """Which GPU, TP and concurrency serve the model within the SLA at the most tokens/s per GPU: every
+    (device, tp, concurrency) of the grid through predict-serving; prints the best point."""
+    import pandas as pd
+    from dataclasses import asdict
+
+    from hybridperf.serving.sweep import best, plot, sweep
+
+    devs = [d.strip() for d in devices.split(",") if d.strip()]
+    if not devs:
+        raise InputError("--devices names no GPU")
+    pts = sweep(str(config), devs, engine, isl, osl, tps=_int_list(tps, "--tp"),
+                concurrencies=_int_list(concurrencies, "--concurrency"), precision=precision,
+                ttft_sla_ms=ttft_sla_ms, tpot_sla_ms=tpot_sla_ms, executor=executor)
+    ok = [p for p in pts if not p.reason]
+    for k in ("ttft", "tpot"):
+        check_predictions([getattr(p, f"{k}_ms") for p in ok], [getattr(p, f"{k}_ms") for p in ok],
+                          [getattr(p, f"{k}_hi_ms") for p in ok], f"{k.upper()} of the sweep")
+    if output is not None:
+        write_csv(pd.DataFrame([asdict(p) for p in pts]), output)
+        typer.echo(f"wrote {output}: {len(pts)} points, {len(ok)} fit")
+    if plot_path is not None:
+        if not ok:
+            raise InputError("no configuration of the sweep fits; nothing to plot")
+        plot(pts, plot_path, f"{engine}, ISL {isl} OSL {osl}")
+        typer.echo(f"wrote {plot_path}")
+    b = best(pts)
+    if b is None:
+        raise InputError(f"no (device, tp, concurrency) of the {len(pts)} meets the SLA ({len(ok)} fit in memory)")
+    typer.echo(f"best: {b.device} tp {b.tp} concurrency {b.concurrency}: {b.tokens_per_s_per_gpu:.1f} tokens/s per GPU, "
+               f"TTFT {b.ttft_ms:.1f} ms (<= {b.ttft_hi_ms:.1f}), TPOT {b.tpot_ms:.2f} ms (<= {b.tpot_hi_ms:.2f})")
+
+
 def register(app: typer.Typer) -> None:
     app.command("predict-serving")(predict_serving_cmd)
+    app.command("sweep-serving")(sweep_serving_cmd)

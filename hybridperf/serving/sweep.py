@@ -1,11 +1,14 @@
 """Which GPU, TP and concurrency meet an SLA at the best tokens/s per GPU: a grid of `predict_serving`
-calls, in-process."""
+calls, in-process or one Ray task per point (`executor="ray"`, the `ray` extra) when the grid outgrows
+one machine."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hybridperf.errors import HybridperfError
+from hybridperf.errors import HybridperfError, InputError
 from hybridperf.serving.api import predict_serving
+
+EXECUTORS = ("local", "ray")
 
 
 @dataclass(frozen=True)
@@ -24,23 +27,48 @@ class SweepPoint:
 
 def sweep(config, devices, engine: str, isl: int, osl: int, tps=(1, 2, 4, 8), concurrencies=(1, 4, 16, 64, 256),
           precision: str = "bf16", ttft_sla_ms: float = float("inf"), tpot_sla_ms: float = float("inf"),
-          conservative: bool = True, **kw) -> list[SweepPoint]:
+          conservative: bool = True, executor: str = "local", **kw) -> list[SweepPoint]:
     """Every (device, tp, concurrency); a point meets the SLA when its TTFT and TPOT (their 95% bounds when
-    `conservative`) are within the limits. Configurations that do not fit carry their reason."""
-    out = []
-    for dev in devices:
-        for tp in tps:
-            for c in concurrencies:
-                try:
-                    r = predict_serving(config, dev, engine, isl, osl, concurrency=c, tp=tp, precision=precision, **kw)
-                except HybridperfError as e:
-                    out.append(SweepPoint(str(dev), tp, c, *(float("nan"),) * 5, False, str(e)))
-                    continue
-                t = r.ttft.hi_ms if conservative else r.ttft.ms
-                d = r.tpot.hi_ms if conservative else r.tpot.ms
-                out.append(SweepPoint(str(dev), tp, c, r.ttft.ms, r.tpot.ms, r.ttft.hi_ms, r.tpot.hi_ms,
-                                      r.tokens_per_s_per_gpu, t <= ttft_sla_ms and d <= tpot_sla_ms))
-    return out
+    `conservative`) are within the limits. Configurations that do not fit carry their reason. `executor`:
+    "local" (this process) or "ray" (the cluster `RAY_ADDRESS` names, else a Ray started here; its nodes
+    need hybridperf installed)."""
+    if executor not in EXECUTORS:
+        raise InputError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
+    grid = [(str(dev), int(tp), int(c)) for dev in devices for tp in tps for c in concurrencies]
+    args = dict(config=config, engine=engine, isl=isl, osl=osl, precision=precision, ttft_sla_ms=ttft_sla_ms,
+                tpot_sla_ms=tpot_sla_ms, conservative=conservative, kw=kw)
+    if executor == "ray":
+        return _on_ray(grid, args)
+    return [_point(point, **args) for point in grid]
+
+
+def _point(point: tuple, config, engine, isl, osl, precision, ttft_sla_ms, tpot_sla_ms, conservative, kw) -> SweepPoint:
+    dev, tp, c = point
+    try:
+        r = predict_serving(config, dev, engine, isl, osl, concurrency=c, tp=tp, precision=precision, **kw)
+    except HybridperfError as e:
+        return SweepPoint(dev, tp, c, *(float("nan"),) * 5, False, str(e))
+    t = r.ttft.hi_ms if conservative else r.ttft.ms
+    d = r.tpot.hi_ms if conservative else r.tpot.ms
+    return SweepPoint(dev, tp, c, r.ttft.ms, r.tpot.ms, r.ttft.hi_ms, r.tpot.hi_ms, r.tokens_per_s_per_gpu,
+                      t <= ttft_sla_ms and d <= tpot_sla_ms)
+
+
+def _on_ray(grid: list, args: dict) -> list[SweepPoint]:
+    """One Ray task per grid point, results in grid order; a Ray started here is shut down after."""
+    try:
+        import ray  # noqa: PLC0415  (optional extra)
+    except ImportError:
+        raise InputError("the ray executor needs Ray: pip install 'hybridperf[ray]'") from None
+    started = not ray.is_initialized()
+    if started:
+        ray.init(include_dashboard=False, log_to_driver=False)
+    try:
+        task = ray.remote(_point)
+        return ray.get([task.remote(point, **args) for point in grid])
+    finally:
+        if started:
+            ray.shutdown()
 
 
 def best(points: list[SweepPoint]) -> SweepPoint | None:
