@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from hybridperf.devices import DeviceSpec, NodeSpec, get_device, list_nodes
+from hybridperf.devices.node_lookup import default_node_for_device
 from hybridperf.errors import InputError
 from hybridperf.serving.arch import Arch
 from hybridperf.serving.calibration import Calibration
@@ -57,15 +58,10 @@ class Worker:
 
 
 def node_for(device: DeviceSpec) -> NodeSpec:
-    """The catalog node of 8 `device`s (NVSwitch), else an NVSwitch box built from its NVLink bandwidth."""
-    for n in list_nodes():
-        if n.device == device.name and n.intra_topology == "nvswitch":
-            return n
-    link = float(device.link_bw_gbs or device.pcie_bw_gbs or 16.0)
-    topo = "nvswitch" if device.link_bw_gbs else "pcie"
-    return NodeSpec(name=f"8x {device.name}", device=device.name, arch=device.arch, gpus_per_node=8,
-                    intra_topology=topo, intra_bw_gbs=link, intra_latency_us=2.0, inter_bw_gbs=50.0,
-                    inter_node_bw_gbs=400.0)
+    """The catalog node of `device` (an NVSwitch one first), else the default node of 8 its spec sheet implies
+    (`devices.node_lookup`, as `predict-collective` and the training step place a bare GPU)."""
+    nodes = sorted((n for n in list_nodes() if n.device == device.name), key=lambda n: n.intra_topology != "nvswitch")
+    return nodes[0] if nodes else default_node_for_device(device)[0]
 
 
 @lru_cache(maxsize=1)
