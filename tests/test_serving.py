@@ -227,3 +227,22 @@ def test_silicon_sample_rows_predicted_fast():
     out = predict_rows(df, DATA / "model_configs")
     assert time.perf_counter() - t0 < 40 * 0.06 * 4  # well inside 60 s per 1,000 rows on a loaded machine
     assert (out.reason == "").mean() >= 0.9
+
+
+def test_more_families_map_onto_their_layer_structure():
+    base = {"hidden_size": 512, "num_hidden_layers": 8, "num_attention_heads": 8, "num_key_value_heads": 2,
+            "head_dim": 64, "vocab_size": 1000}
+    maverick = arch_from_dict({**base, "model_type": "llama4_text", "intermediate_size": 256,
+                               "intermediate_size_mlp": 1024, "num_local_experts": 16, "num_experts_per_tok": 1,
+                               "interleave_moe_layer_step": 2})
+    assert (maverick.moe_layers, maverick.dense_layers) == (4, 4)
+    assert (maverick.experts, maverick.topk, maverick.expert_ffn, maverick.shared_ffn, maverick.ffn) == \
+        (16, 1, 256, 256, 1024)
+    dsa = arch_from_dict({**MLA, "model_type": "deepseek_v32", "index_topk": 2048})
+    assert dsa.mla and dsa.max_keys == 2048
+    hybrid = arch_from_dict({**base, "model_type": "qwen3_5_text", "intermediate_size": 1024,
+                             "layer_types": ["linear_attention"] * 3 + ["full_attention"] + ["linear_attention"] * 3
+                             + ["full_attention"]})
+    assert (hybrid.experts, hybrid.linear_layers, hybrid.kv_layers) == (0, 6, 2)
+    mimo = arch_from_dict({**base, "model_type": "mimo", "intermediate_size": 1024})
+    assert mimo.experts == 0 and mimo.dense_layers == 8

@@ -5,13 +5,20 @@ through it, so both layers agree on what a config means. Serving also meets fami
 enumerator does not trace; they map onto the nearest one by their published layer structure:
 
     kimi_k2, kimi_k25      DeepSeek-V3's layers (MLA + top-k MoE), Kimi-K2's expert count
-    glm_moe_dsa            DeepSeek-V3's layers with wider heads; its sparse attention (DSA) reads at
-                           most `index_topk` keys per query
+    glm_moe_dsa,           DeepSeek-V3's layers (GLM-5: wider heads); their sparse attention (DSA) reads at
+    deepseek_v32           most `index_topk` keys per query
     minimax_m2             grouped-query attention + top-k MoE (Qwen3-MoE's layers, Mixtral's field names)
     qwen3_5_moe(_text)     Qwen3-MoE's layers, three of every four with linear attention (a fixed-size
                            state instead of a KV cache: `linear_layers`)
+    qwen3_5(_text)         Qwen3's dense layers, three of every four with linear attention
     qwen3_vl(_moe)_text    the language model of Qwen3-VL: Qwen3's (Qwen3-MoE's) layers; the vision tower
                            and its image tokens are not modelled
+    mimo                   Qwen2's layers (its multi-token-prediction layers do not run without
+                           speculative decoding)
+    llama4(_text)          a top-k MoE (`num_local_experts` of `intermediate_size`) plus a shared expert of
+                           the same width on every `interleave_moe_layer_step`-th layer, dense MLPs of
+                           `intermediate_size_mlp` between; its chunked attention is priced as full
+                           attention (the same up to `attention_chunk_size`, 8,192, tokens)
 """
 from __future__ import annotations
 
@@ -21,11 +28,13 @@ from hybridperf.errors import InputError
 from hybridperf.graphs.config import DEEPSEEK_DEFAULTS, MOE_LLAMA, config_from_dict
 
 #: families read as DeepSeek-V3 (multi-head latent attention + MoE)
-MLA_ALIASES = ("kimi_k2", "kimi_k25", "glm_moe_dsa")
+MLA_ALIASES = ("kimi_k2", "kimi_k25", "glm_moe_dsa", "deepseek_v32")
 #: families read as a grouped-query-attention MoE
 GQA_MOE_ALIASES = ("minimax_m2", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_vl_moe_text")
 #: families read as another's dense layers
-DENSE_ALIASES = {"qwen3_vl_text": "qwen3"}
+DENSE_ALIASES = {"qwen3_vl_text": "qwen3", "qwen3_5": "qwen3", "qwen3_5_text": "qwen3", "mimo": "qwen2"}
+#: families read as a GQA MoE with a shared expert interleaved with dense layers
+LLAMA4 = ("llama4", "llama4_text")
 
 
 @dataclass(frozen=True)
@@ -109,10 +118,16 @@ def arch_from_dict(raw: dict, name: str = "") -> Arch:
     mt = str(d.get("model_type", "")).lower().replace("-", "_")
     if mt in MLA_ALIASES:
         d = {**DEEPSEEK_DEFAULTS, **{k: v for k, v in d.items() if v is not None}, "model_type": "deepseek_v3"}
-        if mt == "glm_moe_dsa":  # groups do not constrain routing; `head_dim` is the indexer's
+        if mt in ("glm_moe_dsa", "deepseek_v32"):  # groups do not constrain routing; `head_dim` is the indexer's
             d = {**d, "n_group": 1, "topk_group": 1, "head_dim": None}
     elif mt in DENSE_ALIASES:
         d = {**d, "model_type": DENSE_ALIASES[mt]}
+    elif mt in LLAMA4:
+        d = {**d, "model_type": "qwen3_moe", "num_experts": d.get("num_local_experts"),
+             "moe_intermediate_size": d.get("intermediate_size"),
+             "intermediate_size": d.get("intermediate_size_mlp") or d.get("intermediate_size"),
+             "decoder_sparse_step": d.get("interleave_moe_layer_step") or 1,
+             "shared_expert_intermediate_size": d.get("intermediate_size")}
     elif mt in GQA_MOE_ALIASES:
         d = {**d, "model_type": "qwen3_moe", "num_experts": d.get("num_experts", d.get("num_local_experts")),
              "moe_intermediate_size": d.get("moe_intermediate_size", d.get("intermediate_size")),
