@@ -222,7 +222,8 @@ def _disagg(arch, device, engine, spec, isl, osl, concurrency, ec):
 def _decode_keys_ms(arch, device, engine, wk, isl, osl, per_rank):
     eng = get_engine(engine)
     cost, _ = setup_cost(arch, device, eng, wk, 1, per_rank, isl, osl)
-    return cost.decode_attn_ms(per_rank * isl, per_rank) * wk.par.pp
+    # the isl keys only: the per-sequence state reads are in the decode phase already
+    return (cost.decode_attn_ms(per_rank * isl, per_rank) - cost.decode_attn_ms(0, per_rank)) * wk.par.pp
 
 
 def _result(ttft, tpot, e2e, tps, gpus, cal: Calibration) -> ServingResult:

@@ -63,6 +63,11 @@ class Arch:
     sliding_layers: int = 0  # layers attending to `window` keys only
     window: int = 0
     linear_layers: int = 0  # linear-attention layers (fixed-size state, no KV cache)
+    lin_k_heads: int = 0  # a linear-attention layer's key heads, value heads and their widths
+    lin_v_heads: int = 0
+    lin_k_dim: int = 0
+    lin_v_dim: int = 0
+    q_gate: bool = False  # full-attention layers project a sigmoid output gate beside q (Qwen3.5)
     max_keys: int = 0  # sparse attention reads at most this many keys (0: all)
 
     @property
@@ -74,6 +79,11 @@ class Arch:
         """Layers that keep a KV cache."""
         return self.layers - self.linear_layers
 
+    def linear_state_bytes(self, tp: int) -> float:
+        """Recurrent state one sequence holds on one GPU of a `tp`-way group, over all linear-attention
+        layers: (value heads / tp) x key width x value width, fp32 (Qwen3.5's `mamba_ssm_dtype`)."""
+        return self.linear_layers * max(self.lin_v_heads / tp, 1.0) * self.lin_k_dim * self.lin_v_dim * 4.0
+
     def kv_elems_per_token(self, tp: int) -> float:
         """KV-cache elements one token adds on one GPU of a `tp`-way group (all its layers): MLA caches
         one latent (not split by TP), GQA splits its key/value heads (replicated when fewer than `tp`)."""
@@ -82,6 +92,11 @@ class Arch:
         else:
             per_layer = 2.0 * self.head_dim * max(self.kv_heads / tp, 1.0)
         return per_layer * self.kv_layers
+
+    def linear_in_width(self) -> int:
+        """Outputs of a linear-attention layer's input projections: q, k (key heads), v, z (value heads) and
+        the per-value-head decay and beta."""
+        return 2 * self.lin_k_heads * self.lin_k_dim + 2 * self.lin_v_heads * self.lin_v_dim + 2 * self.lin_v_heads
 
     def params(self) -> dict:
         """Weight elements: {"attn", "dense_mlp", "experts", "shared", "embed"} over all layers."""
@@ -93,8 +108,11 @@ class Arch:
                 self.head_dim - self.rope_dim + self.v_head_dim)
             attn = q + kv + self.heads * self.v_head_dim * h
         else:
-            attn = h * (self.heads + 2 * self.kv_heads) * self.head_dim + self.heads * self.head_dim * h
-        return {"attn": attn * self.layers, "dense_mlp": 3.0 * h * self.ffn * self.dense_layers,
+            q = self.heads * self.head_dim * (2 if self.q_gate else 1)
+            attn = h * (q + 2 * self.kv_heads * self.head_dim) + self.heads * self.head_dim * h
+        lin = h * self.linear_in_width() + self.lin_v_heads * self.lin_v_dim * h
+        return {"attn": attn * self.kv_layers + lin * self.linear_layers,
+                "dense_mlp": 3.0 * h * self.ffn * self.dense_layers,
                 "experts": 3.0 * h * self.expert_ffn * self.experts * self.moe_layers,
                 "shared": 3.0 * h * self.shared_ffn * self.moe_layers, "embed": 2.0 * h * self.vocab}
 
@@ -151,6 +169,11 @@ def arch_from_dict(raw: dict, name: str = "") -> Arch:
     types = list(d.get("layer_types") or [])
     if types:
         kw["linear_layers"] = sum(t == "linear_attention" for t in types)
+    if kw.get("linear_layers"):
+        kw.update(lin_k_heads=_int(d, "linear_num_key_heads", cfg.num_kv_heads),
+                  lin_v_heads=_int(d, "linear_num_value_heads", cfg.heads),
+                  lin_k_dim=_int(d, "linear_key_head_dim", 128), lin_v_dim=_int(d, "linear_value_head_dim", 128))
+    kw["q_gate"] = bool(d.get("attn_output_gate", False))
     if cfg.sliding_window:
         kw.update(sliding_layers=sum(t == "sliding_attention" for t in cfg.layer_types), window=cfg.sliding_window)
     return Arch(**kw)

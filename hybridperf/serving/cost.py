@@ -18,7 +18,7 @@ from hybridperf.devices import DeviceSpec, NodeSpec
 from hybridperf.errors import InputError
 from hybridperf.priors.attention import context_attention_ms, generation_attention_ms
 from hybridperf.priors.llm_gemm import GEMM_DTYPES, ROOFLINE, gemm_ms
-from hybridperf.priors.memory import memory_time_ms
+from hybridperf.priors.memory import dram_efficiency, memory_time_ms
 from hybridperf.priors.moe import moe_ms
 from hybridperf.serving.arch import Arch
 from hybridperf.serving.engines import EngineDefaults
@@ -100,6 +100,10 @@ class StepCost:
         self._grid = grid.tolist()
         self._dense = self._token_ms(grid).tolist()
         self._kv_ms = self._decode_attn_per_key()
+        # a linear-attention layer reads and writes each sequence's recurrent state once per step (decode)
+        # or per chunk (prefill), from DRAM: every sequence's state together outgrows L2
+        dram = device.mem_bw_gbs * 1e9 * dram_efficiency(device)
+        self._state_ms = 2.0 * arch.linear_state_bytes(par.tp) / par.pp / dram * 1e3
         self._prefill_cache: dict = {}
 
     # -- parts that depend on the token count only -------------------------------------------------
@@ -116,8 +120,12 @@ class StepCost:
                               + gemm_ms(n, a.v_head_dim, a.kv_lora_rank, "bfloat16", dev, constants=KERNEL_CONSTANTS))
             attn = q + kv + absorb + gemm_ms(n, h, heads * a.v_head_dim, g, dev, constants=KERNEL_CONSTANTS)
         else:
-            qkv = (a.heads + 2 * a.kv_heads) * a.head_dim / tp
+            qkv = (a.heads * (2 if a.q_gate else 1) + 2 * a.kv_heads) * a.head_dim / tp
             attn = gemm_ms(n, qkv, h, g, dev, constants=KERNEL_CONSTANTS) + gemm_ms(n, h, a.heads * a.head_dim / tp, g, dev, constants=KERNEL_CONSTANTS)
+        if a.linear_layers:  # gated delta-net projections in place of attention's on the linear layers
+            lin = gemm_ms(n, a.linear_in_width() / tp, h, g, dev, constants=KERNEL_CONSTANTS) \
+                + gemm_ms(n, h, a.lin_v_heads * a.lin_v_dim / tp, g, dev, constants=KERNEL_CONSTANTS)
+            attn = (attn * a.kv_layers + lin * a.linear_layers) / a.layers
         dense_mlp = gemm_ms(n, 2 * a.ffn / tp, h, g, dev, constants=KERNEL_CONSTANTS) + gemm_ms(n, h, a.ffn / tp, g, dev, constants=KERNEL_CONSTANTS)
         act_bytes = 2.0
         elem = memory_time_ms(n * h * act_bytes * ELEMENTWISE_PASSES, dev)
@@ -135,9 +143,6 @@ class StepCost:
             router = gemm_ms(n, a.experts, h, "bfloat16", dev, constants=KERNEL_CONSTANTS)
             moe_act = memory_time_ms(tokens * a.topk / p.moe_ep * 3.0 * a.expert_ffn / p.moe_tp * act_bytes, dev)
             total += (a.moe_layers / p.pp) * (experts + shared + router + moe_act + self._moe_comm(n))
-        if a.linear_layers:  # gated delta-net state update: read and write a (heads x dk x dv) fp32 state
-            state = a.heads / tp * 128 * 128 * 4.0 * 2
-            total += (a.linear_layers / p.pp) * memory_time_ms(n * 0 + state, dev)
         return total
 
     def _allreduce_ms(self, nbytes: np.ndarray, gpus: int) -> np.ndarray:
@@ -202,7 +207,7 @@ class StepCost:
             keys = keys * full + min(keys, seqs * a.window) * (1 - full)
         if a.max_keys:
             keys = min(keys, seqs * a.max_keys)
-        return self._kv_ms * keys
+        return self._kv_ms * keys + self._state_ms * seqs
 
     def prefill_attn_ms(self, chunk: int, prefix: int) -> float:
         key = (int(chunk), int(prefix))
@@ -217,7 +222,7 @@ class StepCost:
                                                 self.device, kv_dtype=self.kv_dtype, window=a.window, prefix=prefix))
                 frac = a.sliding_layers / a.kv_layers
                 t = t * (1 - frac) + ts * frac
-            hit = self._prefill_cache[key] = t * a.kv_layers / self.par.pp
+            hit = self._prefill_cache[key] = t * a.kv_layers / self.par.pp + self._state_ms
         return hit
 
     @lru_cache(maxsize=4096)
