@@ -77,7 +77,7 @@ def predict_serving_cmd(
 
 def _int_list(text: str, flag: str) -> tuple:
     try:
-        vals = tuple(int(v) for v in text.split(",") if v.strip())
+        vals = tuple(int(v) for v in text.split(","))
     except ValueError:
         raise InputError(f"{flag} takes comma-separated positive integers, got {text!r}") from None
     if not vals or min(vals) < 1:
@@ -97,16 +97,17 @@ def sweep_serving_cmd(
     ttft_sla_ms: float = typer.Option(float("inf"), "--ttft-sla-ms", help="TTFT limit (its 95% bound must meet it)"),
     tpot_sla_ms: float = typer.Option(float("inf"), "--tpot-sla-ms", help="TPOT limit (its 95% bound must meet it)"),
     executor: str = typer.Option("local", "--executor", help="local, or ray (the cluster RAY_ADDRESS names, else "
-                                                              "a local one; pip install 'hybridperf[ray]')"),
+                                                              "a local one; pip install 'hybridperf\\[ray]')"),
     output: Optional[Path] = typer.Option(None, "--output", help="CSV of every point"),
-    plot_path: Optional[Path] = typer.Option(None, "--plot", help="PNG of tokens/s per GPU against TPOT"),
+    plot_path: Optional[Path] = typer.Option(None, "--plot", help="PNG of tokens/s per GPU against TPOT (needs "
+                                                                  "matplotlib)"),
 ) -> None:
     """Which GPU, TP and concurrency serve the model within the SLA at the most tokens/s per GPU: every
     (device, tp, concurrency) of the grid through predict-serving; prints the best point."""
     import pandas as pd
     from dataclasses import asdict
 
-    from hybridperf.serving.sweep import best, plot, sweep
+    from hybridperf.serving.sweep import best, plot, sweep, why_none_fit
 
     devs = [d.strip() for d in devices.split(",") if d.strip()]
     if not devs:
@@ -115,15 +116,15 @@ def sweep_serving_cmd(
                 concurrencies=_int_list(concurrencies, "--concurrency"), precision=precision,
                 ttft_sla_ms=ttft_sla_ms, tpot_sla_ms=tpot_sla_ms, executor=executor)
     ok = [p for p in pts if not p.reason]
+    if not ok:
+        raise InputError(f"no configuration of the sweep fits ({why_none_fit(pts)})")
     for k in ("ttft", "tpot"):
-        check_predictions([getattr(p, f"{k}_ms") for p in ok], [getattr(p, f"{k}_ms") for p in ok],
+        check_predictions([getattr(p, f"{k}_ms") for p in ok], [getattr(p, f"{k}_lo_ms") for p in ok],
                           [getattr(p, f"{k}_hi_ms") for p in ok], f"{k.upper()} of the sweep")
     if output is not None:
         write_csv(pd.DataFrame([asdict(p) for p in pts]), output)
         typer.echo(f"wrote {output}: {len(pts)} points, {len(ok)} fit")
     if plot_path is not None:
-        if not ok:
-            raise InputError("no configuration of the sweep fits; nothing to plot")
         plot(pts, plot_path, f"{engine}, ISL {isl} OSL {osl}")
         typer.echo(f"wrote {plot_path}")
     b = best(pts)

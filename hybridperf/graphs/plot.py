@@ -8,7 +8,7 @@ import pandas as pd
 from hybridperf.errors import InputError
 
 
-def _pyplot(headless: bool):
+def pyplot(headless: bool):
     """matplotlib.pyplot, on the Agg backend when the figure only goes to a file."""
     try:
         import matplotlib
@@ -27,7 +27,7 @@ def plot_latency_vs_batch(df: pd.DataFrame, path: str | Path | None = None, titl
     `df` is a `sweep()` result (several sweeps may be concatenated). Saves to `path` when given;
     returns the matplotlib Figure.
     """
-    plt = _pyplot(path is not None)
+    plt = pyplot(path is not None)
     fig, ax = plt.subplots(figsize=(6, 4))
     for (dev, seq), g in df.groupby(["device", "seq"], sort=False):
         g = g.sort_values("batch")
@@ -51,7 +51,7 @@ def plot_device_comparison(df: pd.DataFrame, path: str | Path | None = None, tit
     """Dot plot of e2e latency per device with the 90% interval as error bars (log scale), fastest on
     top; devices the step does not fit on are drawn hollow. `df` is a `compare_devices()` result. Saves
     to `path` when given; returns the matplotlib Figure."""
-    plt = _pyplot(path is not None)
+    plt = pyplot(path is not None)
     fig, ax = plt.subplots(figsize=(7, 0.8 + 0.32 * len(df)))
     y = list(range(len(df)))[::-1]
     for yi, r in zip(y, df.to_dict("records")):

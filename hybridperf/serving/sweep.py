@@ -3,10 +3,17 @@ calls, in-process or one Ray task per point (`executor="ray"`, the `ray` extra) 
 one machine."""
 from __future__ import annotations
 
+import logging
+import math
+from collections import Counter
 from dataclasses import dataclass
 
+from hybridperf.devices import get_device
 from hybridperf.errors import HybridperfError, InputError
 from hybridperf.serving.api import predict_serving
+from hybridperf.serving.cost import PRECISIONS
+from hybridperf.serving.engines import get_engine
+from hybridperf.serving.load import as_arch
 
 EXECUTORS = ("local", "ray")
 
@@ -18,7 +25,9 @@ class SweepPoint:
     concurrency: int
     ttft_ms: float
     tpot_ms: float
+    ttft_lo_ms: float
     ttft_hi_ms: float
+    tpot_lo_ms: float
     tpot_hi_ms: float
     tokens_per_s_per_gpu: float
     meets_sla: bool
@@ -29,29 +38,41 @@ def sweep(config, devices, engine: str, isl: int, osl: int, tps=(1, 2, 4, 8), co
           precision: str = "bf16", ttft_sla_ms: float = float("inf"), tpot_sla_ms: float = float("inf"),
           conservative: bool = True, executor: str = "local", **kw) -> list[SweepPoint]:
     """Every (device, tp, concurrency); a point meets the SLA when its TTFT and TPOT (their 95% bounds when
-    `conservative`) are within the limits. Configurations that do not fit carry their reason. `executor`:
-    "local" (this process) or "ray" (the cluster `RAY_ADDRESS` names, else a Ray started here; its nodes
-    need hybridperf installed)."""
+    `conservative`) are within the limits. What the whole grid shares (model, devices, engine, lengths,
+    precision, limits) is checked first, so a bad argument is one error; a configuration that does not fit
+    carries its reason. `executor`: "local" (this process) or "ray" (the cluster `RAY_ADDRESS` names,
+    else a Ray started here; its nodes need hybridperf installed, the model and devices travel parsed)."""
     if executor not in EXECUTORS:
         raise InputError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
-    grid = [(str(dev), int(tp), int(c)) for dev in devices for tp in tps for c in concurrencies]
-    args = dict(config=config, engine=engine, isl=isl, osl=osl, precision=precision, ttft_sla_ms=ttft_sla_ms,
+    arch = as_arch(config)
+    get_engine(engine)
+    for name, v, least in (("isl", isl, 1), ("osl", osl, 2)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < least:
+            raise InputError(f"{name} must be an integer >= {least}, got {v!r}")
+    if precision not in PRECISIONS:
+        raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    for name, v in (("ttft_sla_ms", ttft_sla_ms), ("tpot_sla_ms", tpot_sla_ms)):
+        if not (isinstance(v, (int, float)) and v > 0):  # NaN fails too
+            raise InputError(f"{name} must be a positive number of ms, got {v!r}")
+    specs = [(str(dev), get_device(dev)) for dev in devices]
+    if not specs:
+        raise InputError("no device to sweep")
+    grid = [(name, spec, int(tp), int(c)) for name, spec in specs for tp in tps for c in concurrencies]
+    args = dict(arch=arch, engine=engine, isl=isl, osl=osl, precision=precision, ttft_sla_ms=ttft_sla_ms,
                 tpot_sla_ms=tpot_sla_ms, conservative=conservative, kw=kw)
-    if executor == "ray":
-        return _on_ray(grid, args)
-    return [_point(point, **args) for point in grid]
+    return _on_ray(grid, args) if executor == "ray" else [_point(point, **args) for point in grid]
 
 
-def _point(point: tuple, config, engine, isl, osl, precision, ttft_sla_ms, tpot_sla_ms, conservative, kw) -> SweepPoint:
-    dev, tp, c = point
+def _point(point: tuple, arch, engine, isl, osl, precision, ttft_sla_ms, tpot_sla_ms, conservative, kw) -> SweepPoint:
+    name, spec, tp, c = point
     try:
-        r = predict_serving(config, dev, engine, isl, osl, concurrency=c, tp=tp, precision=precision, **kw)
+        r = predict_serving(arch, spec, engine, isl, osl, concurrency=c, tp=tp, precision=precision, **kw)
     except HybridperfError as e:
-        return SweepPoint(dev, tp, c, *(float("nan"),) * 5, False, str(e))
+        return SweepPoint(name, tp, c, *(math.nan,) * 7, False, str(e))
     t = r.ttft.hi_ms if conservative else r.ttft.ms
     d = r.tpot.hi_ms if conservative else r.tpot.ms
-    return SweepPoint(dev, tp, c, r.ttft.ms, r.tpot.ms, r.ttft.hi_ms, r.tpot.hi_ms, r.tokens_per_s_per_gpu,
-                      t <= ttft_sla_ms and d <= tpot_sla_ms)
+    return SweepPoint(name, tp, c, r.ttft.ms, r.tpot.ms, r.ttft.lo_ms, r.ttft.hi_ms, r.tpot.lo_ms, r.tpot.hi_ms,
+                      r.tokens_per_s_per_gpu, t <= ttft_sla_ms and d <= tpot_sla_ms)
 
 
 def _on_ray(grid: list, args: dict) -> list[SweepPoint]:
@@ -62,13 +83,22 @@ def _on_ray(grid: list, args: dict) -> list[SweepPoint]:
         raise InputError("the ray executor needs Ray: pip install 'hybridperf[ray]'") from None
     started = not ray.is_initialized()
     if started:
-        ray.init(include_dashboard=False, log_to_driver=False)
+        ray.init(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     try:
         task = ray.remote(_point)
         return ray.get([task.remote(point, **args) for point in grid])
     finally:
         if started:
             ray.shutdown()
+
+
+def why_none_fit(points: list[SweepPoint]) -> str:
+    """The most common reason the grid's configurations did not fit, for an error message."""
+    reasons = Counter(p.reason for p in points if p.reason)
+    if not reasons:
+        return ""
+    reason, n = reasons.most_common(1)[0]
+    return f"{n} of {len(points)} points: {reason}"
 
 
 def best(points: list[SweepPoint]) -> SweepPoint | None:
@@ -79,10 +109,9 @@ def best(points: list[SweepPoint]) -> SweepPoint | None:
 
 def plot(points: list[SweepPoint], path, title: str = "") -> None:
     """Tokens/s per GPU against TPOT, one line per (device, tp); SLA-meeting points filled."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from hybridperf.graphs.plot import pyplot
 
+    plt = pyplot(headless=True)
     fig, ax = plt.subplots(figsize=(7, 5))
     groups: dict = {}
     for p in points:
