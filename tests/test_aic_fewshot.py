@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -14,15 +15,12 @@ from hybridperf.devices import get_device
 from hybridperf.transfer.aic_suggest import allocate, default_candidates, runs_dtype, suggest_rows
 from test_bad_inputs import cli, refused
 
+REPO = Path(__file__).resolve().parents[1]
 H100, A100 = get_device("NVIDIA H100 80GB HBM3"), get_device("NVIDIA A100-SXM4-80GB")
 B200, L4 = get_device("NVIDIA B200"), get_device("NVIDIA L4")
+#: docs/new-gpu.md's example: tiny rows a CPU measures in seconds, one fp8 row a CPU skips
+EXAMPLE = (REPO / "examples" / "aic_shapes_tiny.csv").read_text()
 HEADER = "op_name,m,n,k,gemm_dtype,batch_size,isl,num_heads,num_key_value_heads,head_dim,step,attn_dtype,kv_cache_dtype\n"
-TINY = HEADER + (
-    "gemm,8,64,32,bfloat16,,,,,,,,\n"
-    "gemm,16,32,64,float32,,,,,,,,\n"
-    "context_attention,,,,,2,16,4,2,16,,bfloat16,bfloat16\n"
-    "generation_attention,,,,,2,1,4,4,16,32,bfloat16,bfloat16\n"
-)
 
 
 def _collect(monkeypatch, capsys, tmp_path, text: str, *extra):
@@ -36,7 +34,7 @@ def _collect(monkeypatch, capsys, tmp_path, text: str, *extra):
 
 def test_collect_on_cpu_feeds_predict_kernels_calibration(monkeypatch, capsys, tmp_path):
     pytest.importorskip("torch")
-    (code, _, err), out = _collect(monkeypatch, capsys, tmp_path, TINY + "gemm,16,64,64,fp8,,,,,,,,\n")
+    (code, _, err), out = _collect(monkeypatch, capsys, tmp_path, EXAMPLE)
     assert code in (0, None), err
     assert "skipped 1 shapes" in err and "fp8 GEMMs need a CUDA GPU" in err  # fp8 on CPU: one reason, no traceback
     got = pd.read_csv(out)
@@ -79,7 +77,7 @@ def test_collect_bad_shapes(monkeypatch, capsys, tmp_path, text, match):
 
 def test_collect_schema_options_are_checked(monkeypatch, capsys, tmp_path):
     shapes = tmp_path / "s.csv"
-    shapes.write_text(TINY)
+    shapes.write_text(EXAMPLE)
     base = ["collect", "--shapes", shapes, "--out", tmp_path / "o.csv", "--device", "cpu"]
     refused(monkeypatch, capsys, [*base, "--schema", "vidur"], "--schema must be one of")
     refused(monkeypatch, capsys, [*base, "--schema", "aiconfigurator", "--dtype", "fp16"], "go with --schema neusight")
