@@ -87,8 +87,9 @@ def allocate(cells: pd.DataFrame, k: int) -> dict:
 def suggest_rows(predictor: AicPredictor, candidates: pd.DataFrame, device: DeviceSpec, k: int,
                  max_ms: float = 200.0) -> pd.DataFrame:
     """The `k` rows of `candidates` (aiconfigurator schema) to measure on `device`, in their order, with
-    `pred_ms`, `pred_lo_ms`, `pred_hi_ms`. Rows of dtypes the device cannot run and rows predicted
-    slower than `max_ms` are left out."""
+    `pred_ms`, `pred_lo_ms`, `pred_hi_ms`. Rows of dtypes the device cannot run, rows predicted slower
+    than `max_ms` and rows whose tensors fill over a quarter of its memory are left out (measuring stays
+    quick and fits)."""
     if k < 1:
         raise InputError(f"-k must be at least 1, got {k}")
     rows = validate(candidates, "candidates").reset_index(drop=True)
@@ -98,9 +99,10 @@ def suggest_rows(predictor: AicPredictor, candidates: pd.DataFrame, device: Devi
         raise InputError(f"{device.name} runs none of the candidates' dtypes ({', '.join(sorted(set(dts))[:4])})")
     pred = predictor.predict(rows, device)
     terms = prior_terms(rows, device, predictor.gemm_c, predictor.moe_c)
-    keep &= (pred["pred_ms"] <= max_ms).to_numpy()
+    keep &= ((pred["pred_ms"] <= max_ms) & (terms["bytes"] <= device.mem_bytes / 4)).to_numpy()
     if not keep.any():
-        raise InputError(f"every candidate is predicted slower than {max_ms:g} ms on {device.name}")
+        raise InputError(f"every candidate is predicted slower than {max_ms:g} ms or needs over a quarter of "
+                         f"{device.name}'s memory")
     regime = np.log(np.maximum(terms["compute_ms"].to_numpy(), 1e-9) / np.maximum(terms["memory_ms"].to_numpy(), 1e-9))
     size = np.log(np.maximum(pred["pred_ms"].to_numpy(), 1e-9))
     cell = pd.DataFrame({"op": rows["op_name"].to_numpy(), "dtype": dts})[keep]
