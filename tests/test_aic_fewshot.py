@@ -47,6 +47,7 @@ def test_collect_on_cpu_feeds_predict_kernels_calibration(monkeypatch, capsys, t
     code, _, err = cli(monkeypatch, capsys, ["predict-kernels", out, "--device", "NVIDIA H100 80GB HBM3",
                                              "--calibration", out, "--output", pred])
     assert code in (0, None), err
+    assert "not NVIDIA H100 80GB HBM3; its shift is applied" in err  # CPU rows calibrating a GPU: said so
     res = pd.read_csv(pred)
     assert len(res) == len(got)
     assert ((res["pred_lo_ms"] > 0) & (res["pred_lo_ms"] <= res["pred_ms"]) & (res["pred_ms"] <= res["pred_hi_ms"])).all()
