@@ -39,33 +39,33 @@ def collect(
     if schema != "neusight" and (ops or dtype):
         raise InputError("--ops and --dtype go with --schema neusight; aiconfigurator rows carry their op_name "
                          "and dtypes (gemm_dtype, attn_dtype)")
-    df, skipped, device_name = SCHEMAS[schema](shapes, out, ops=ops, device=device, warmup=warmup, repeats=repeats,
-                                               fastest=fastest, dtype=dtype or "fp32", progress=not quiet)
+    df, skipped, device_name, line = SCHEMAS[schema](shapes, out, ops=ops, device=device, warmup=warmup,
+                                                     repeats=repeats, fastest=fastest, dtype=dtype or "fp32",
+                                                     progress=not quiet)
     console = Console(stderr=True)
     if skipped:
         console.print(f"skipped {len(skipped)} shapes: {'; '.join(skipped[:3])}", soft_wrap=True,
                       highlight=False, markup=False)
     console.print(f"wrote {len(df)} kernels measured on {device_name} to {out}", highlight=False, markup=False)
-    line = host_floor_line(df) if schema == "neusight" else None
     if line:
         console.print(line, highlight=False, markup=False)
 
 
 def _neusight(shapes, out, *, ops, **kw):
-    """NeuSight-schema rows: (table, skipped shapes, device name)."""
+    """NeuSight-schema rows: (table, skipped shapes, device name, the host-floor line or None)."""
     from hybridperf.datasets.collector import collect_kernels, collect_to_csv
 
     op_list = [o.strip() for o in ops.split(",") if o.strip()] if ops else None
     df = collect_to_csv(shapes, out, ops=op_list, **kw)
-    return df, collect_kernels.last_report, df["Device"].iloc[0]
+    return df, collect_kernels.last_report, df["Device"].iloc[0], host_floor_line(df)
 
 
 def _aiconfigurator(shapes, out, *, ops, dtype, **kw):
-    """aiconfigurator-schema rows: (table, skipped rows, device name)."""
+    """aiconfigurator-schema rows: (table, skipped rows, device name, None)."""
     from hybridperf.datasets.aic_collector import collect_aic, collect_aic_to_csv
 
     df = collect_aic_to_csv(shapes, out, **kw)
-    return df, collect_aic.last_report, df["device"].iloc[0]
+    return df, collect_aic.last_report, df["device"].iloc[0], None
 
 
 #: --schema -> the collector that measures its rows
