@@ -188,6 +188,7 @@ def report(res: pd.DataFrame, args) -> str:
     k16 = summary(final[final["k"].isin([0, 16])], ["system", "op", "dtype", "k", "method"])
     cells = k16.assign(cell=[f"{m:.1f} / {c:.0f}" for m, c in zip(k16["mape"], k16["cov"])]).pivot_table(
         index=["system", "op", "dtype"], columns="method", values="cell", aggfunc="first").reset_index()
+    cells = cells[["system", "op", "dtype", "zero-shot", "suggested", "random"]]
     def cell(system=None, op=None, k=0, method="zero-shot", col="mape"):
         m = (final["k"] == k) & (final["method"] == method)
         m &= (final["system"] == system) if system else True
@@ -214,7 +215,7 @@ def report(res: pd.DataFrame, args) -> str:
         "# aiconfigurator kernels: few-shot calibration on a held-out GPU",
         "",
         f"Reproduce: `python -m experiments.transfer.aic_fewshot --rows {args.rows} --test-rows {args.test_rows}` "
-        "(about 3 min on 2 cores; the four held-out predictors are kept in `--bundles` and reused).",
+        "(about 2 min on 2 cores; the four held-out predictors are kept in `--bundles` and reused).",
         "",
         f"Each of {', '.join(AK.SYSTEMS)} is held out in turn. The predictor is fitted without it exactly as "
         "`experiments/kernels/aiconfigurator_kernels.py` fits a fold (GEMM/MoE prior constants and the four "
