@@ -279,6 +279,7 @@ class AicPredictor:
     bundle: Bundle | None = None
     manifest: dict = field(default_factory=dict)
     offsets: dict = field(default_factory=dict)  # few-shot log shifts, `op:dtype` and `op` (calibrate_to)
+    scales: dict = field(default_factory=dict)  # few-shot interval widening per op, a factor >= 1 (calibrate_to)
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> "AicPredictor":
@@ -322,6 +323,9 @@ class AicPredictor:
         q_lo, q_hi = interval_quantiles(self.manifest.get("intervals", {}), self.manifest.get("trained", {}), ops, dts,
                                         terms["kernel_family"].to_numpy(), device.arch, kinds,
                                         {**DEFAULT_WIDEN, **self.manifest.get("widen", {})})
+        for op, f in self.scales.items():
+            q_lo[ops == op] *= f
+            q_hi[ops == op] *= f
         pred = np.exp(log_pred)
         lo = np.minimum(pred * np.exp(q_lo), pred)
         hi = np.maximum(pred * np.exp(q_hi), pred)
@@ -329,13 +333,33 @@ class AicPredictor:
                             index=df.index)
 
 
-#: a few-shot shift of n measured rows is shrunk by n / (n + SHRINK_ROWS) toward zero
-SHRINK_ROWS = 5.0
+#: a few-shot shift or widening of n measured rows is shrunk by n / (n + SHRINK_ROWS): a cell's rows on a
+#: GPU the bundle never saw spread about 0.3-0.4 in log error, its median bias mostly 0.05-0.2, so a
+#: handful of rows says little (experiments/results/aic_fewshot.md: 10 beats 5)
+SHRINK_ROWS = 10.0
+#: median |log error| over the interval's half-width on its side, where a 90% interval is right and
+#: errors are normal (0.6745 / 1.645); calibration rows spread wider than this widen the interval
+MEDIAN_Z = 0.41
+#: the most an op's intervals are widened (log half-widths times this), whatever the calibration rows
+MAX_WIDEN = 4.0
 
 
-def calibrate_to(predictor: AicPredictor, measured: pd.DataFrame, device: DeviceSpec) -> AicPredictor:
-    """The predictor shifted, per (op, dtype) and per op, by the shrunken median log error of rows
-    measured on `device` (`latency`, ms): few-shot transfer to a GPU the bundle never saw."""
+def mape_shift(err) -> float:
+    """The log shift minimising the rows' mean |pred/measured - 1|: the median of the log errors
+    weighted by measured/predicted. A plain median overshoots upward, since an over-prediction's
+    percentage error is unbounded and an under-prediction's is at most 100%."""
+    e = np.asarray(err, dtype=np.float64)
+    order = np.argsort(e, kind="stable")
+    w = np.exp(-(e[order] - e.min()))
+    return float(e[order][np.searchsorted(np.cumsum(w) / w.sum(), 0.5)])
+
+
+def calibrate_to(predictor: AicPredictor, measured: pd.DataFrame, device: DeviceSpec, widen: bool = True,
+                 shrink_rows: float = SHRINK_ROWS) -> AicPredictor:
+    """The predictor shifted by rows measured on `device` (`latency`, ms): few-shot transfer to a GPU
+    the bundle never saw. Per op a shift (`mape_shift` of its rows' log errors), per (op, dtype) one
+    more from that dtype's rows, each shrunk toward the level above by n / (n + shrink_rows); with `widen`, each op's intervals
+    are widened where its rows, once shifted, spread wider than the intervals say (never narrowed)."""
     if "latency" not in measured:
         raise InputError("calibration rows need a latency column (ms)")
     y = pd.to_numeric(measured["latency"], errors="coerce").to_numpy(dtype=np.float64)
@@ -343,13 +367,22 @@ def calibrate_to(predictor: AicPredictor, measured: pd.DataFrame, device: Device
     if not ok.any():
         raise InputError("calibration rows have no positive finite latency")
     rows = measured[ok]
-    err = np.log(y[ok]) - np.log(predictor.predict(rows, device)["pred_ms"].to_numpy())
+    zero = predictor.predict(rows, device)
+    pred = zero["pred_ms"].to_numpy()
+    err = np.log(y[ok]) - np.log(pred)
     ops, dts = rows["op_name"].to_numpy(), dtype_of(rows)
-    offsets = {}
-    for op in set(ops.tolist()):
+    offsets, scales, applied = {}, {}, np.zeros(len(err))
+    for op in sorted(set(ops.tolist())):
         m = ops == op
-        offsets[op] = float(np.median(err[m]) * m.sum() / (m.sum() + SHRINK_ROWS))
-        for dt in set(dts[m].tolist()):
+        offsets[op] = mape_shift(err[m]) * m.sum() / (m.sum() + shrink_rows)
+        for dt in sorted(set(dts[m].tolist())):
             mm = m & (dts == dt)
-            offsets[f"{op}:{dt}"] = float(np.median(err[mm]) * mm.sum() / (mm.sum() + SHRINK_ROWS))
-    return AicPredictor(predictor.gemm_c, predictor.moe_c, predictor.bundle, predictor.manifest, offsets)
+            offsets[f"{op}:{dt}"] = offsets[op] + mape_shift(err[mm] - offsets[op]) * mm.sum() / (mm.sum() + shrink_rows)
+            applied[mm] = offsets[f"{op}:{dt}"]
+        if widen:
+            r = err[m] - applied[m]
+            half = np.where(r >= 0, np.log(zero["hi_ms"].to_numpy()[m] / pred[m]),
+                            np.log(pred[m] / zero["lo_ms"].to_numpy()[m]))
+            f = float(np.median(np.abs(r) / np.maximum(half, 0.05))) / MEDIAN_Z
+            scales[op] = 1.0 + min(max(f - 1.0, 0.0), MAX_WIDEN - 1.0) * m.sum() / (m.sum() + shrink_rows)
+    return AicPredictor(predictor.gemm_c, predictor.moe_c, predictor.bundle, predictor.manifest, offsets, scales)

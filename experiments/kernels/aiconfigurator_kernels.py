@@ -206,12 +206,12 @@ def fixed_graph_name(path: Path, name: str) -> None:
     onnx.save(m, str(path))
 
 
-def ship(data: pd.DataFrame, res: pd.DataFrame, out: Path) -> dict:
-    """Fit on all four systems, keep residuals that beat the prior on every held-out system, write
-    the bundle and the prior-constants data file."""
+def write_bundle(model: dict, res: pd.DataFrame, out: Path, systems, command: str) -> dict:
+    """Write `model` (a `fit` on `systems`) as an aic-kernels bundle in `out`: a family's residual only
+    where it beat the prior on every held-out system of `res` (log errors with `prior`, `resid`), scaled
+    as `choose_shrink` picks, and interval quantiles per (family, dtype) from `res`. Returns the manifest."""
     from hybridperf.residual_models.bundle import write_manifest
 
-    model = fit(data, SYSTEMS)
     out.mkdir(parents=True, exist_ok=True)
     for f in out.glob("*.onnx"):
         f.unlink()
@@ -230,19 +230,25 @@ def ship(data: pd.DataFrame, res: pd.DataFrame, out: Path) -> dict:
             model["models"][op].export_onnx(out / name)
             fixed_graph_name(out / name, f"{op}_residual")
             residuals[op] = {"file": name, "scale": shrink[op]}
-    ivs = calibrate(res)
     manifest = {
         "kind": "aic-kernels", "feature_names": list(FEATURES), "files": {r["file"]: "" for r in residuals.values()},
         "constants": {"gemm": model["gemm_c"].to_dict(), "moe": model["moe_c"].to_dict()},
-        "residuals": residuals, "ship_decisions": decisions, "intervals": ivs,
-        "trained": {"systems": list(SYSTEMS), "kernel_families": model["families"], "dtypes": model["dtypes"]},
-        "training_rows_per_system_op": T.TRAIN_ROWS, "seed": T.SEED,
-        "command": f"python -m experiments.kernels.aiconfigurator_kernels --ship {out}",
+        "residuals": residuals, "ship_decisions": decisions, "intervals": calibrate(res),
+        "trained": {"systems": list(systems), "kernel_families": model["families"], "dtypes": model["dtypes"]},
+        "training_rows_per_system_op": T.TRAIN_ROWS, "seed": T.SEED, "command": command,
     }
     write_manifest(out, manifest)
+    AicPredictor.load(out)  # verify what was written loads
+    return manifest
+
+
+def ship(data: pd.DataFrame, res: pd.DataFrame, out: Path) -> dict:
+    """Fit on all four systems, keep residuals that beat the prior on every held-out system, write
+    the bundle and the prior-constants data file."""
+    model = fit(data, SYSTEMS)
+    manifest = write_bundle(model, res, out, SYSTEMS, f"python -m experiments.kernels.aiconfigurator_kernels --ship {out}")
     consts = {"gemm": model["gemm_c"].to_dict(), "moe": model["moe_c"].to_dict()}
     (ROOT / "hybridperf" / "priors" / "data" / "aic_constants.json").write_text(json.dumps(consts, indent=1, sort_keys=True))
-    AicPredictor.load(out)  # verify what was written loads
     return manifest
 
 

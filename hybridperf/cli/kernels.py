@@ -110,6 +110,10 @@ def _predict_aiconfigurator(raw, dev, output: Path, calibration, model_bundle, p
     predictor = AicPredictor.load(model_bundle)
     if calibration is not None:
         measured = validate(read_table(calibration, "calibration file"), str(calibration))
+        elsewhere = measured_elsewhere(measured, dev)
+        if elsewhere:
+            typer.echo(f"note: {calibration} was measured on {', '.join(elsewhere[:2])}, not {dev.name}; "
+                       "its shift is applied to this device anyway", err=True)
         predictor = calibrate_to(predictor, measured, dev)
     res = predictor.predict(rows, dev, prior_only=prior_only)
     check_predictions(res["pred_ms"], res["lo_ms"], res["hi_ms"], f"predictions for {source}")
@@ -124,6 +128,26 @@ def _predict_aiconfigurator(raw, dev, output: Path, calibration, model_bundle, p
         note = accuracy_note(y, res.assign(op_class=rows["op_name"].to_numpy()))
         if note:
             typer.echo(note, err=True)
+
+
+def measured_elsewhere(measured, dev) -> list[str]:
+    """The `device` names of calibration rows (as `collect --schema aiconfigurator` writes them) that are
+    not `dev`: a calibration from another GPU, or a CPU check, would shift this device's predictions."""
+    from hybridperf.devices import get_device
+    from hybridperf.errors import HybridperfError
+
+    if "device" not in measured:
+        return []
+    names = sorted({str(d) for d in measured["device"].dropna().unique()})
+    out = []
+    for name in names:
+        try:
+            same = get_device(name).name == dev.name
+        except HybridperfError:  # a CPU, or a GPU the catalog lacks
+            same = False
+        if not same:
+            out.append(name)
+    return out
 
 
 def accuracy_note(measured, res) -> str:

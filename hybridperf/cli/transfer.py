@@ -42,7 +42,7 @@ def transfer(
 
 def suggest(
     device: str = typer.Option(..., "--device", help="The target GPU."),
-    k: int = typer.Option(16, "--k", help="How many kernels to measure."),
+    k: int = typer.Option(16, "--k", "-k", help="How many kernels to measure."),
     out: Path = typer.Option(Path("suggested_shapes.csv"), "--out", help="Shapes file for `hybridperf collect`."),
     candidates: Optional[Path] = typer.Option(
         None, "--candidates", help="Candidate kernels CSV (default: a built-in transformer grid, or with --config "
@@ -55,16 +55,26 @@ def suggest(
     seq: Optional[int] = typer.Option(None, "--seq", help="With --config: sequence length."),
     mode: str = typer.Option("inf", "--mode", help="With --config: inf, train or decode (as in predict-model)."),
     dtype: str = typer.Option("fp32", "--dtype", help="With --config: the model's dtype (as in predict-model)."),
+    schema: str = typer.Option(
+        "neusight", "--schema", help="neusight (kernels for `transfer`) or aiconfigurator (gemm and attention rows "
+        "for `predict-kernels --calibration`)."),
 ) -> None:
     """List the K kernels whose measurement on DEVICE would help transfer most; write a shapes file.
     With --config, the kernels that would help predict that model's latency most."""
+    from hybridperf.errors import InputError
+
+    if schema == "aiconfigurator":
+        if config is not None or model_bundle is not None:
+            raise InputError("--config and --model-bundle go with --schema neusight")
+        return _suggest_aic(device, k, out, candidates)
+    if schema != "neusight":
+        raise InputError(f"--schema must be neusight or aiconfigurator, got {schema!r}")
     import pandas as pd
     from rich.console import Console
     from rich.table import Table
 
     from hybridperf.atomic import write_csv
     from hybridperf.csvio import read_csv
-    from hybridperf.errors import InputError
     from hybridperf.guard import check_predictions
     from hybridperf.predictor import Predictor
     from hybridperf.transfer.suggest import default_candidates, suggest_kernels, target_shares, to_shapes_csv
@@ -107,6 +117,42 @@ def suggest(
     dt = f" --dtype {dtype}" if config is not None and dtype != "fp32" else ""
     typer.echo(f"wrote {out}; next: hybridperf collect --shapes {out}{dt} --out measured.csv, "
                f"then hybridperf transfer measured.csv --device '{device}' --out adapted/")
+
+
+def _suggest_aic(device: str, k: int, out: Path, candidates: Optional[Path]) -> None:
+    """`suggest --schema aiconfigurator`: the rows that pin `calibrate_to`'s per-(op, dtype) shifts."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from hybridperf.aic_kernels import AicPredictor
+    from hybridperf.atomic import write_csv
+    from hybridperf.csvio import read_table
+    from hybridperf.devices import get_device
+    from hybridperf.guard import check_predictions
+    from hybridperf.transfer.aic_suggest import default_candidates, suggest_rows
+
+    dev = get_device(device)
+    cand = read_table(candidates, "candidates file") if candidates else default_candidates()
+    picks = suggest_rows(AicPredictor.load(), cand, dev, k)
+    check_predictions(picks["pred_ms"], picks["pred_lo_ms"], picks["pred_hi_ms"], "suggested rows")
+    write_csv(picks, out)
+    t = Table(title=f"{len(picks)} rows to measure on {dev.name}")
+    for c in ("op_name", "shape", "dtype", "pred_ms", "90% interval"):
+        t.add_column(c)
+    for r in picks.to_dict("records"):
+        gemm = r["op_name"] == "gemm"
+        if gemm:
+            shape = f"m={r['m']:g} n={r['n']:g} k={r['k']:g}"
+        else:
+            tokens = f"isl={r['isl']:g}" if r["op_name"] == "context_attention" else f"step={r['step']:g}"
+            shape = (f"b={r['batch_size']:g} {tokens} heads={r['num_heads']:g}/{r['num_key_value_heads']:g} "
+                     f"d={r['head_dim']:g}")
+        t.add_row(r["op_name"], shape, str(r["gemm_dtype"] if gemm else r["attn_dtype"]), f"{r['pred_ms']:.4g}",
+                  f"{r['pred_lo_ms']:.3g}-{r['pred_hi_ms']:.3g}")
+    Console(stderr=True).print(t)
+    typer.echo(f"wrote {out}; next: hybridperf collect --schema aiconfigurator --shapes {out} --out measured.csv, "
+               f"then hybridperf predict-kernels ROWS.csv --device '{dev.name}' --calibration measured.csv "
+               "--output OUT.csv")
 
 
 def register(app: typer.Typer) -> None:
