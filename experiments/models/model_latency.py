@@ -315,7 +315,7 @@ def collect(labels: pd.DataFrame, cfg_dir: Path, preds: dict, kinds: dict, lib_e
                      "count": tab["count"].to_numpy(np.float64), "ood": tab["ood"].to_numpy(),
                      "fw": (tab["phase"] == "fw").to_numpy(), "group": traced_group(tab),
                      "graph_path": getattr(lab, "graph_path", None), "num_layer": int(lab.num_layer),
-                     "mem_frac": graph.memory().fraction_of(dev.mem_gb)})
+                     "mem_frac": graph.memory().fraction_of(dev)})
     return recs
 
 

@@ -63,8 +63,6 @@ def compare_cmd(
     from rich.console import Console
     from rich.table import Table
 
-    from hybridperf.graphs.memory import MemoryEstimate
-
     unit = "tokens/s" if mode != "decode" else "new tokens/s"
     t = Table(title=f"{title}: {df['mem_gb'].iloc[0]:.1f} GB needed")
     for col in ("device", "e2e ms", "90% interval", unit, "vs fastest", "memory", "fits"):
@@ -72,7 +70,7 @@ def compare_cmd(
     for r in df.to_dict("records"):
         t.add_row(r["device"] + ("" if r["validated"] else " *"), f"{r['e2e_ms']:.2f}",
                   f"{r['lo_ms']:.2f} .. {r['hi_ms']:.2f}", f"{r['tokens_per_s']:,.0f}", f"{r['vs_fastest']:.2f}x",
-                  f"{r['mem_fraction']:.0%} of {MemoryEstimate.capacity_gb(r['device_mem_gb']):.1f} GB", fit_note(r))
+                  f"{r['mem_fraction']:.0%} of {r['device_mem_gb']:.1f} GB", fit_note(r))
     console = Console()
     console.width = max(console.width, 120)  # rich falls back to 80 columns when stdout is not a terminal
     console.print(t)

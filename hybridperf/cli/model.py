@@ -162,20 +162,20 @@ def _fill_breakdown(table, bd) -> None:
 def _warn_memory(need, dev, per_gpu: bool = False) -> None:
     """Warn (stderr) when the run would not fit on `dev`, or fills it enough for allocator thrashing
     (`per_gpu`: `need` is the fullest GPU's share of a multi-GPU run)."""
-    from hybridperf.graphs.memory import OVERFLOW_FRACTION, PRESSURE_FRACTION, MemoryEstimate
+    from hybridperf.graphs.memory import OVERFLOW_FRACTION, PRESSURE_FRACTION
 
-    frac = need.fraction_of(dev.mem_gb)
+    frac = need.fraction_of(dev)
     parts = f"weights {need.weights:.1f}, gradients {need.grads:.1f}, activations {need.activations:.1f}"
     if need.optimizer:
         parts += f", optimizer state {need.optimizer:.1f}"
     who = "the fullest GPU of this run" if per_gpu else "this run"
     if frac > OVERFLOW_FRACTION:
         typer.echo(f"warning: {who} needs roughly {need.total:.0f} GB ({parts}) and {dev.name} has "
-                   f"{MemoryEstimate.capacity_gb(dev.mem_gb):.1f} GB: it would not fit; the prediction assumes it does",
+                   f"{dev.mem_bytes / 1e9:.1f} GB: it would not fit; the prediction assumes it does",
                    err=True)
     elif frac >= PRESSURE_FRACTION:
         typer.echo(f"warning: {who} needs roughly {need.total:.0f} GB ({parts}), {frac:.0%} of {dev.name}'s "
-                   f"{MemoryEstimate.capacity_gb(dev.mem_gb):.1f} GB: near capacity the caching allocator frees and "
+                   f"{dev.mem_bytes / 1e9:.1f} GB: near capacity the caching allocator frees and "
                    f"re-allocates memory, which kernels alone do not show (such runs measured 1.4-1.7x their prediction); read e2e_ms as a "
                    f"lower bound", err=True)
 

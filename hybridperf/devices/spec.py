@@ -47,6 +47,7 @@ class DeviceSpec:
     max_threads_per_sm: int = 2048
     l2_partitions: int = 1  # L2 halves that each cache for their own SMs (2 on GA100 and GH100)
     mem_type: str = "HBM2"
+    ecc_reserved: float = 0.0  # share of memory ECC takes on cards that enable it on GDDR (1/16)
     tdp_w: float = 0.0
     pcie_gen: int = 3
     pcie_bw_gbs: float = 16.0  # per direction
@@ -70,8 +71,10 @@ class DeviceSpec:
 
     @property
     def mem_bytes(self) -> float:
-        """Device memory in bytes: a spec sheet's "80 GB" is 80 GiB (an H100 reports 81,559 MiB)."""
-        return float(self.mem_gb) * DEVICE_GB_BYTES
+        """Device memory a program can allocate, in bytes: a spec sheet's "80 GB" is 80 GiB of HBM (an H100
+        reports 81,559 MiB), less what ECC reserves on a GDDR card that enables it (an L40S reports 46,068 of
+        49,152 MiB)."""
+        return float(self.mem_gb) * DEVICE_GB_BYTES * (1.0 - self.ecc_reserved)
 
     def peak(self, dtype: str = "fp32", matrix: bool = False) -> float:
         """Best dense peak in FLOP/s for `dtype`; `matrix=True` allows tensor/matrix cores."""
@@ -152,7 +155,7 @@ _DEVICE_RULES = {
     "smem_per_sm_kb": (float, 0.0, 1e5, "KB", True),
     "max_threads_per_sm": (int, 1, 1_000_000, "threads", False),
     "l2_partitions": (int, 1, 64, "partitions", False),
-    "mem_type": (str, "", None), "tdp_w": (float, 0.0, 1e5, "W (0: unknown)", False),
+    "mem_type": (str, "", None), "ecc_reserved": (float, 0.0, 0.5, "share of memory", False), "tdp_w": (float, 0.0, 1e5, "W (0: unknown)", False),
     "pcie_gen": (int, 1, 16, "", False), "pcie_bw_gbs": (float, 0.0, 1e5, "GB/s", True),
     "link_name": (str, "", None), "link_bw_gbs": (float, 0.0, 1e6, "GB/s (0: no link)", False),
     "form_factor": (str, None, None),

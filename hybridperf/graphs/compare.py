@@ -61,9 +61,9 @@ def compare_devices(config, batch: int, seq: int, devices, mode: str = "inf", pr
     rows = []
     for dev in specs:
         r = compose(graph, dev, pred).to_dict()
-        frac = need.fraction_of(dev.mem_gb)
+        frac = need.fraction_of(dev)
         rows.append({"device": dev.name, **r, "tokens_per_s": tokens * 1000.0 / r["e2e_ms"], "mem_gb": need.total,
-                     "device_mem_gb": dev.mem_gb, "mem_fraction": frac, "fits": bool(frac <= OVERFLOW_FRACTION),
+                     "device_mem_gb": dev.mem_bytes / 1e9, "mem_fraction": frac, "fits": bool(frac <= OVERFLOW_FRACTION),
                      "validated": dev.arch in MODEL_VALIDATED_ARCHS})
     df = pd.DataFrame(rows).sort_values(["fits", "e2e_ms"], ascending=[False, True], kind="stable")
     best = df.loc[df["fits"], "e2e_ms"].min() if df["fits"].any() else df["e2e_ms"].min()

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hybridperf.devices.spec import DEVICE_GB_BYTES
 from hybridperf.errors import InputError
 from hybridperf.graphs.family import family_of
 
@@ -55,15 +54,9 @@ class MemoryEstimate:
     def total(self) -> float:
         return self.weights + self.grads + self.optimizer + max(self.activations, self.step_temp)
 
-    @staticmethod
-    def capacity_gb(mem_gb: float) -> float:
-        """A device's memory in the unit estimates use (GB = 1e9 bytes): spec sheets' "80 GB" is 80 GiB."""
-        return float(mem_gb) * DEVICE_GB_BYTES / 1e9
-
-    def fraction_of(self, mem_gb: float) -> float:
-        """Share of a device with `mem_gb` (spec-sheet) GB of memory that the run needs."""
-        return self.total * 1e9 / (float(mem_gb) * DEVICE_GB_BYTES)
-
+    def fraction_of(self, device) -> float:
+        """Share of `device`'s allocatable memory (`DeviceSpec.mem_bytes`) that the run needs."""
+        return self.total * 1e9 / device.mem_bytes
 
 def _coeffs(family: str, dtype_bytes: float) -> dict:
     """Counted coefficients of model_type `family` (its `Family.activation`, or that of the counted model_type
