@@ -238,7 +238,7 @@ def main() -> None:
                      data_digest=data_digest(df[GROUP_KEYS[:4] + ["nbytes", "latency_ms"]]),
                      trained_on=sorted(df["system"].unique()),
                      metrics={"loso_cells_within_10pct": within("hybrid_mape"), "cells": len(cells)},
-                     notes="fitted by experiments/collectives_nvswitch.py --export")
+                     notes="fitted by python -m experiments.collectives.collectives_nvswitch --export")
         md += ["Shipped bundle: refit on all six systems (`--export`)."]
     (out / "collectives_nvswitch.md").write_text("\n".join(md) + "\n")
     print("\n".join(md[:8]))

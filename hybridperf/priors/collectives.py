@@ -76,7 +76,7 @@ class CollectiveConstants:
     eff_net: float = 0.90  # collectives across nodes (of the node's NIC bandwidth)
     eff_net_p2p: float = 0.90
     eff_nvls: float = 0.8  # NVLS: the NVLink rate (x spec) NCCL's NVLS model starts from
-    rank_loss: float = 0.01  # g ranks on one NVSwitch reach (1 - rank_loss / g) / (1 - rank_loss / 8) x eff_nvlink
+    rank_loss: float = 0.6  # g <= 8 ranks on one NVSwitch reach (1 - rank_loss / g) / (1 - rank_loss / 8) x eff_nvlink
     pcie_cross_socket: float = 0.5  # ring spanning both CPU sockets of an 8-GPU PCIe box
 
     def to_dict(self) -> dict:
@@ -192,8 +192,8 @@ def fabric(node: NodeSpec, p: int, g: int, c: CollectiveConstants = DEFAULT_CONS
         bw, kind = (pair * c.eff_nvlink, "nvlink") if g <= 2 else (min(pair * c.eff_nvlink, node.intra_bw_gbs * c.eff_pcie * cross), "pcie")
     else:
         bw, p2p, kind = node.intra_bw_gbs * c.eff_pcie * cross, node.intra_bw_gbs * c.eff_pcie_p2p, "pcie"
-    if topo == "nvswitch":  # eff_nvlink is the rate of 8 ranks
-        bw *= max(1.0 - c.rank_loss / max(g, 1), 0.05) / max(1.0 - c.rank_loss / 8, 0.05)
+    if topo == "nvswitch":  # eff_nvlink is the rate of 8 ranks; more (an NVL72 domain) are not faster
+        bw *= max(1.0 - c.rank_loss / min(max(g, 1), 8), 0.05) / max(1.0 - c.rank_loss / 8, 0.05)
     if g <= 1:
         bw, kind = 0.0, "none"
     arch = node_arch(node)

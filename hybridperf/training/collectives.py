@@ -91,7 +91,7 @@ def fittable(df: pd.DataFrame, nodes: dict | None = None) -> list[str]:
         if g > 1:
             pcie = node.intra_topology == "pcie" or (node.intra_topology == "nvlink_pairs" and g > 2 and not p2p)
             out.add(("eff_pcie" if pcie else "eff_nvlink") + ("_p2p" if coll == "send_recv" else ""))
-            if node.intra_topology == "nvswitch" and coll != "send_recv":
+            if node.intra_topology == "nvswitch" and coll != "send_recv" and g < 8:
                 out.add("rank_loss")
             if node.intra_topology == "pcie" and g > node.gpus_per_node // 2 and node.gpus_per_node >= 8:
                 out.add("pcie_cross_socket")
