@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
 QUICK_START = 'hybridperf predict-kernels examples/kernels.csv --device "NVIDIA H100 80GB HBM3" --output predictions.csv'
 INSTALL = "pip install ."
-TESTS = 'pip install torch==2.13.0 && pip install -e ".[train,test]" && python -m pytest -q'
+TESTS = 'pip install torch==2.13.0 && pip install -e ".[train,test,ray]" && python -m pytest -q'
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 
 
