@@ -1,6 +1,7 @@
 """Fused attention: the prior's physics, the attention-implementation registry, --attn/--amp through predict-model."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -205,3 +206,28 @@ def test_modern_models_scores_a_runs_csv(tmp_path):
     assert bool(scored.loc[1, "amp"]) and scored.loc[1, "dtype"] == "fp32"
     summ = modern_models.summary(scored)
     assert summ.iloc[-1]["runs"] == 3 and 0 <= summ.iloc[-1]["coverage_pct"] <= 100
+
+
+def test_short_gqa_prefill_packs_query_heads_into_one_tile():
+    """128 one-token prefills, 64 query heads over 2 KV heads: packed, 256 CTAs (2 waves on an H100) instead of
+    8,192 (63 waves); a long prefill and PyTorch SDPA keep one CTA per query head."""
+    dev = get_device("NVIDIA H100 80GB HBM3")
+    c = A.CONSTANTS
+    t = float(A.context_attention_ms(128, 1, 64, 2, 64, dev, kernel_source="fa3"))
+    waves = 2  # 256 CTAs over 132 SMs
+    assert t == pytest.approx(c.context_overhead_ms.value + waves * c.context_wave_ms.value, rel=0.05)
+    per_head = float(A.context_attention_ms(128, 1, 64, 64, 64, dev, kernel_source="fa3"))  # MHA: nothing to pack
+    assert per_head > 10 * t
+    sdpa = float(A.context_attention_ms(128, 1, 64, 2, 64, dev))
+    assert sdpa > 5 * t  # 63 waves at SDPA's own (shorter) wave latency
+    long = [float(A.context_attention_ms(1, 4096, 32, kv, 128, dev, kernel_source="fa3")) for kv in (8, 32)]
+    assert long[0] == pytest.approx(long[1], rel=0.02)  # the same pairs: no packed layout for a long prefill
+
+
+def test_decode_wave_latency_scales_with_the_sm_clock():
+    h100 = get_device("NVIDIA H100 80GB HBM3")
+    slow = dataclasses.replace(h100, boost_clock_mhz=h100.boost_clock_mhz / 2)
+    # latency-bound: many tiny CTAs (one key each), so the waves set the time
+    t = [float(A.generation_attention_ms(4096, 1, 8, 8, 64, d, kernel_source="trtllm")) for d in (h100, slow)]
+    over = A.CONSTANTS.decode_overhead_ms.value
+    assert (t[1] - over) == pytest.approx(2 * (t[0] - over), rel=0.05)

@@ -252,3 +252,13 @@ def test_a10g_is_its_own_device_not_the_a10():
     assert a10g.num_sms == 80 and a10.num_sms == 72
     assert a10g.peak("fp16", matrix=True) < a10.peak("fp16", matrix=True)
     assert a10g.peak("fp32") > a10.peak("fp32")
+
+
+def test_allocatable_memory_is_gib_less_ecc_on_gddr_data_center_cards():
+    """What nvidia-smi reports: H100 80 GiB (81,559 MiB, near 81,920), L40S 46,068 MiB (1/16 to ECC), RTX 4090 all."""
+    from hybridperf.devices import get_device
+
+    assert get_device("NVIDIA H100 80GB HBM3").mem_bytes == 80 * 2**30
+    assert get_device("NVIDIA L40S").mem_bytes / 2**20 == pytest.approx(46068, rel=0.001)
+    assert get_device("NVIDIA L4").mem_bytes / 2**20 == pytest.approx(23034, rel=0.001)
+    assert get_device("NVIDIA GeForce RTX 4090").mem_bytes == 24 * 2**30

@@ -149,7 +149,7 @@ def main() -> None:
     for held in SYSTEMS:
         train = df.system != held
         cal = fit(df[train], comps[comps.index.isin(df.index[train])], f"silicon_sample.csv rows of "
-                  f"{', '.join(s for s in SYSTEMS if s != held)} (experiments/serving_silicon.py)")
+                  f"{', '.join(s for s in SYSTEMS if s != held)} (experiments/serving/serving_silicon.py)")
         cals[held] = cal
         preds.append(predict_rows(df[~train], DATA / "model_configs", cal))
     pred = pd.concat(preds)
@@ -183,7 +183,7 @@ def main() -> None:
     print("\n".join(lines[:8]))
     if args.write_calibration:  # the interval of a GPU the fit has not seen: the held-out residuals' spread
         fit(df, comps, "silicon_sample.csv rows of " + ", ".join(SYSTEMS) + "; interval from their leave-one-"
-            "system-out residuals (experiments/serving_silicon.py --write-calibration)", log_quantiles(pred)).save()
+            "system-out residuals (experiments/serving/serving_silicon.py --write-calibration)", log_quantiles(pred)).save()
 
 
 if __name__ == "__main__":

@@ -12,12 +12,17 @@ Prefill (`context_attention_ms`, `sdpa_ms`):
               FA2's mma.sync reaches ~2/3 of Hopper's and Blackwell's wgmma/tcgen05 peak) x a fitted kernel
               efficiency per kernel family (`AttentionConstants.efficiency`), stretched by wave quantization
               of batch x heads x query blocks over the SMs
+    layout    one CTA per (sequence, query head, query tile); a prefill shorter than a query tile may pack
+              the query heads of a kv head into one tile's rows (FA3's pack_gqa, FlashInfer, TRT-LLM; not
+              PyTorch SDPA): batch x kv heads x packed tiles CTAs. Both are priced, the cheaper taken
     exp       one exponential per pair on the SFU (16 per SM per clock); overlapped with the GEMMs by kernels
               that ping-pong warpgroups (FA3/FA4, TRT-LLM), added to them by FA2
     memory    q, o once, k and v once per kv head, at achievable bandwidth
-    time      overhead + max(compute (+ exp), memory) + a fixed latency per wave of CTAs
+    time      overhead + max(compute (+ exp), memory) + a fixed latency per wave of CTAs (SDPA's its own)
 Decode (`generation_attention_ms`): the KV-cache read at achievable bandwidth, drawn by the CTAs in flight
-(batch x kv heads x KV splits, split-KV when batch x kv heads leaves SMs idle), plus a fixed overhead.
+(batch x kv heads x KV splits, split-KV when batch x kv heads leaves SMs idle), plus a fixed overhead and a
+fixed latency per wave of CTAs stated at a reference SM clock (`REFERENCE_CLOCK_MHZ`) and scaled by the
+GPU's clock.
 SDPA backward (`sdpa_ms(backward=True)`): 2.5x the forward's GEMM FLOPs (five GEMMs to two) plus the
 recomputed exponentials, at its own efficiency. fp32 SDPA runs PyTorch's memory-efficient kernel, whose fp32
 GEMMs run on the tensor cores as three TF32 products (`MEM_EFFICIENT_FP32_PASSES`).
@@ -123,8 +128,9 @@ class Fitted:
 @dataclass(frozen=True)
 class AttentionConstants:
     """Fitted constants of the attention prior (`experiments/kernels/attention_prior.py --write-constants` prints
-    them): kernel efficiency per family for prefill and decode, fixed per-kernel overheads, the SDPA
-    backward's efficiency and the memory-efficient backend's (fp32, explicit masks)."""
+    them): kernel efficiency per family for prefill and decode, fixed per-kernel overheads and per-wave
+    latencies (prefill, decode, PyTorch SDPA's), the fp8 share, the SDPA backward's efficiency and the
+    memory-efficient backend's (fp32, explicit masks)."""
 
     efficiency: dict = field(default_factory=dict)  # family -> Fitted (share of the ISA's matrix rate)
     decode_bw: dict = field(default_factory=dict)  # family -> Fitted (share of achievable bandwidth)
@@ -156,20 +162,20 @@ _H100 = "h100_sdpa_fp8 (NVIDIA H100 80GB HBM3, torch 2.11; one GPU)"
 #: FA2's paged share (~0.6), 26% with 1. No measurement has set the memory-efficient backend's efficiency
 #: (fp32, explicit masks): its default is a guess.
 CONSTANTS = AttentionConstants(
-    efficiency={"fa2": Fitted(0.698, "share", _ALL), "fa3": Fitted(0.693, "share", _ALL),
-                "fa4": Fitted(0.315, "share", _ALL), "trtllm": Fitted(0.459, "share", _ALL),
-                "flashinfer": Fitted(0.522, "share", _ALL), "triton": Fitted(0.185, "share", _ALL),
-                "sdpa": Fitted(0.877, "share", _H100)},
+    efficiency={"fa2": Fitted(0.722, "share", _ALL), "fa3": Fitted(0.700, "share", _ALL),
+                "fa4": Fitted(0.328, "share", _ALL), "trtllm": Fitted(0.479, "share", _ALL),
+                "flashinfer": Fitted(0.553, "share", _ALL), "triton": Fitted(0.199, "share", _ALL),
+                "sdpa": Fitted(0.879, "share", _H100)},
     decode_bw={"fa2": Fitted(0.685, "share", _ALL), "fa3": Fitted(0.817, "share", _ALL),
-               "fa4": Fitted(0.793, "share", _ALL), "trtllm": Fitted(1.045, "share", _ALL),
+               "fa4": Fitted(0.793, "share", _ALL), "trtllm": Fitted(1.041, "share", _ALL),
                "flashinfer": Fitted(1.120, "share", _ALL), "triton": Fitted(0.626, "share", _ALL),
                "sdpa": Fitted(1.0, "share", "achievable DRAM bandwidth (not fitted; checked on our H200)")},
-    context_overhead_ms=Fitted(0.0067, "ms", _ALL),
+    context_overhead_ms=Fitted(0.0072, "ms", _ALL),
     decode_overhead_ms=Fitted(0.0020, "ms", _ALL),
     decode_wave_ms=Fitted(0.0105, "ms", _ALL),
-    context_wave_ms=Fitted(0.0073, "ms", _ALL),
+    context_wave_ms=Fitted(0.0067, "ms", _ALL),
     sdpa_wave_ms=Fitted(0.0020, "ms", _H100),
-    fp8_efficiency=Fitted(0.612, "share", _ALL),
+    fp8_efficiency=Fitted(0.605, "share", _ALL),
     sdpa_bwd_efficiency=Fitted(0.634, "share", _H100),
     mem_efficient_efficiency=Fitted(0.5, "share", "default (not measured)"),
 )
@@ -243,9 +249,12 @@ def context_attention_ms(batch, isl, heads, kv_heads, head_dim, device: DeviceSp
     # the kernel runs the cheaper layout
     per_head = _prefill_layout_ms(batch, heads, isl, kv, 1.0, causal, window, head_dim + vd, rate, mem, g, fam,
                                   device, constants)
+    if fam == "sdpa":  # PyTorch's flash kernels do not pack
+        return per_head + constants.context_overhead_ms.value
     packed = _prefill_layout_ms(batch, kv_heads, isl, kv, group, causal, window, head_dim + vd, rate, mem, g, fam,
                                 device, constants)
-    return np.minimum(per_head, packed) + constants.context_overhead_ms.value
+    short = isl < g.block_q  # packing is for a prefill shorter than one query tile
+    return np.where(short, np.minimum(per_head, packed), per_head) + constants.context_overhead_ms.value
 
 
 def _prefill_layout_ms(batch, units, isl, kv, group, causal, window, qk_v_dim, rate, mem, g: Generation, fam: str,
@@ -255,9 +264,11 @@ def _prefill_layout_ms(batch, units, isl, kv, group, causal, window, qk_v_dim, r
     (kernels pick it by rows, 16 at least)."""
     rows = isl * group
     bq = np.minimum(g.block_q, np.maximum(MIN_BLOCK_Q, 2.0 ** np.ceil(np.log2(np.maximum(rows, 1.0)))))
-    pairs = group * computed_pairs(isl, kv, causal, window, bq / group, g.block_k)  # a tile spans bq/group tokens
+    per_tile = np.maximum(np.floor(bq / group), 1.0)  # whole tokens, each with its `group` query heads
+    tiles = np.ceil(isl / per_tile)
+    pairs = group * computed_pairs(isl, kv, causal, window, per_tile, g.block_k) * (bq / (per_tile * group))
     flops = 2.0 * batch * units * pairs * qk_v_dim
-    ctas = batch * units * np.ceil(rows / bq)
+    ctas = batch * units * tiles
     stretch = wave_stretch(ctas, device, g.ctas_per_sm)
     mm = flops / rate * stretch
     ex = batch * units * pairs / exp_rate(device) * stretch

@@ -94,6 +94,7 @@ class StepCost:
         self.kv_dtype = "fp8" if kv_bytes <= 1 else "bf16"
         self.collectives = collectives
         self.stage_layers = arch.layers / par.pp
+        self.prefill_source, self.decode_source = (src or None for src in engine.attention_sources(device.arch))
         # one grid for every run (not scaled to max_tokens), so that two schedules of the same iterations
         # (offline --batch and a lock-step --concurrency) interpolate the same values
         grid = np.unique(np.round(np.geomspace(1, max(max_tokens, GRID_MAX_TOKENS), GRID_POINTS)))
@@ -181,10 +182,10 @@ class StepCost:
         a, tp = self.arch, self.par.tp
         if a.mla:  # absorbed MLA: every head reads the one latent (kv_lora + rope wide)
             t = generation_attention_ms(1, 1e6, a.heads / tp, 1, a.kv_lora_rank + a.rope_dim, self.device,
-                                        kv_dtype=self.kv_dtype)
+                                        kv_dtype=self.kv_dtype, kernel_source=self.decode_source)
         else:
             t = generation_attention_ms(1, 1e6, a.heads / tp, max(a.kv_heads / tp, 1), a.head_dim, self.device,
-                                        kv_dtype=self.kv_dtype)
+                                        kv_dtype=self.kv_dtype, kernel_source=self.decode_source)
         return float(t) / 1e6 * a.kv_layers / self.par.pp
 
     # -- public ----------------------------------------------------------------------------------
@@ -216,10 +217,12 @@ class StepCost:
             a, tp = self.arch, self.par.tp
             window = a.max_keys or 0
             t = float(context_attention_ms(1, chunk, a.heads / tp, max(a.kv_heads / tp, 1), a.head_dim,
-                                           self.device, kv_dtype=self.kv_dtype, window=window, prefix=prefix))
+                                           self.device, kv_dtype=self.kv_dtype, window=window, prefix=prefix,
+                                           kernel_source=self.prefill_source))
             if a.sliding_layers and a.window:
                 ts = float(context_attention_ms(1, chunk, a.heads / tp, max(a.kv_heads / tp, 1), a.head_dim,
-                                                self.device, kv_dtype=self.kv_dtype, window=a.window, prefix=prefix))
+                                                self.device, kv_dtype=self.kv_dtype, window=a.window, prefix=prefix,
+                                                kernel_source=self.prefill_source))
                 frac = a.sliding_layers / a.kv_layers
                 t = t * (1 - frac) + ts * frac
             hit = self._prefill_cache[key] = t * a.kv_layers / self.par.pp + self._state_ms

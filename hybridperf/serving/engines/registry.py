@@ -29,6 +29,20 @@ class EngineDefaults:
     preempts: bool  # admits by the KV blocks in use and preempts (recompute) when full; else reserves in full
     custom_allreduce_max_bytes: float  # messages up to this size take the engine's one-shot NVLink all-reduce
     activation_reserve_gb: float  # memory kept for activations, CUDA graphs and the sampler
+    #: ((arch, prefill kernel_source, decode kernel_source), ...): the engine's default attention kernels per
+    #: GPU generation, in aiconfigurator's kernel_source names (`priors.attention.KERNEL_FAMILIES`)
+    attention: tuple = ()
+
+    def attention_sources(self, arch: str) -> tuple:
+        """(prefill, decode) kernel sources on a GPU of `arch` (Blackwell variants as blackwell); the
+        generation's nearest older entry when it has none, ("", "") for an engine without a table."""
+        order = ("ampere", "ada", "hopper", "blackwell")
+        arch = "blackwell" if str(arch).startswith("blackwell") else str(arch)
+        table = {a: (p, d) for a, p, d in self.attention}
+        for a in reversed(order[:order.index(arch) + 1] if arch in order else order[:1]):
+            if a in table:
+                return table[a]
+        return ("", "")
 
     def batched_tokens(self, mem_gb: float) -> int:
         tokens = self.max_batched_tokens[0][1]
