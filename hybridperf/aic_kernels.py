@@ -103,6 +103,13 @@ def validate(df: pd.DataFrame, source: str = "input") -> pd.DataFrame:
         v = out[c].to_numpy()
         if np.any(~np.isfinite(v) | (v < 0)):
             raise InputError(f"{source}: {c} must be a non-negative number")
+    attn = ops.str.endswith("_attention").to_numpy()
+    if attn.any():
+        h, kv = out["num_heads"].to_numpy()[attn], out["num_key_value_heads"].to_numpy()[attn]
+        bad_rows = (kv > h) | (np.mod(h, kv) != 0)
+        if bad_rows.any():
+            i = int(np.flatnonzero(attn)[np.argmax(bad_rows)]) + 1
+            raise InputError(f"{source}: num_key_value_heads must divide num_heads (row {i})")
     return out
 
 
