@@ -83,7 +83,7 @@ STEPS: tuple[Step, ...] = (
     _k("vidur_token_blocks", "vidur_token_blocks", "--data", "{data}", "--out", "{out}", datasets=_VID, minutes=0.5,
        results=(("report.md", "vidur_token_blocks.md"),)),
     _k("leave_one_gpu_out", "leave_one_gpu_out", "--data", "{data}", "--out", "{out}",
-       "--save-bundles", "{scratch}/logo_bundles", datasets=_NS, minutes=240,
+       "--save-bundles", "{scratch}/logo_bundles", datasets=_NS, minutes=15,
        results=(("neusight_mape.md", "neusight_mape.md"), ("neusight_mape.png", "neusight_mape.png"))),
     _k("leave_one_gpu_out_vidur", "leave_one_gpu_out", "--vidur", "--data", "{data}", "--out", "{out}",
        "--save-bundles", "{scratch}/vidur_bundles", datasets=_VID, minutes=3,
