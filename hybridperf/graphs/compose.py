@@ -283,8 +283,9 @@ def predict_table(tab: pd.DataFrame, device: DeviceSpec, predictor: Predictor) -
 
 def compose(graph: ModelGraph, dev: DeviceSpec, predictor: Predictor, correction: bool = True,
             calibration: dict | None = None) -> ModelPrediction:
-    """Predict and compose one graph on `dev` (see the module docstring for the model); callers resolve
-    the device once, at their boundary."""
+    """Predict and compose one graph on `dev` (see the module docstring for the model). Callers resolve the
+    device once, at their boundary, and pass the `DeviceSpec` (which passes through); a name is resolved here."""
+    dev = get_device(dev)
     kind = predictor_kind(predictor)
     if calibration is not None and correction and kind not in calibration:
         raise InputError(f"the composition calibration holds constants for {', '.join(sorted(calibration)) or 'no'}"
