@@ -106,10 +106,10 @@ def validate(df: pd.DataFrame, source: str = "input") -> pd.DataFrame:
     attn = ops.str.endswith("_attention").to_numpy()
     if attn.any():
         h, kv = out["num_heads"].to_numpy()[attn], out["num_key_value_heads"].to_numpy()[attn]
-        bad_rows = (kv > h) | (np.mod(h, kv) != 0)
+        bad_rows = (kv > h) | (np.mod(h, kv) != 0) | (kv != np.floor(kv)) | (h != np.floor(h))
         if bad_rows.any():
             i = int(np.flatnonzero(attn)[np.argmax(bad_rows)]) + 1
-            raise InputError(f"{source}: num_key_value_heads must divide num_heads (row {i})")
+            raise InputError(f"{source}: num_key_value_heads must be a whole number dividing num_heads (row {i})")
     return out
 
 

@@ -87,7 +87,7 @@ def test_kernel_family_and_validation():
         validate(pd.DataFrame([{"op_name": "gemm", "m": -1, "n": 2, "k": 3, "gemm_dtype": "fp8"}]))
     gqa = {"op_name": "context_attention", "batch_size": 1, "isl": 128, "head_dim": 128}
     for heads, kv in ((8, 16), (32, 12)):
-        with pytest.raises(Exception, match="must divide num_heads"):
+        with pytest.raises(Exception, match="whole number dividing num_heads"):
             validate(pd.DataFrame([{**gqa, "num_heads": heads, "num_key_value_heads": kv}]))
 
 

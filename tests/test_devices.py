@@ -262,3 +262,13 @@ def test_allocatable_memory_is_gib_less_ecc_on_gddr_data_center_cards():
     assert get_device("NVIDIA L40S").mem_bytes / 2**20 == pytest.approx(46068, rel=0.001)
     assert get_device("NVIDIA L4").mem_bytes / 2**20 == pytest.approx(23034, rel=0.001)
     assert get_device("NVIDIA GeForce RTX 4090").mem_bytes == 24 * 2**30
+
+
+def test_ecc_reserved_is_validated():
+    from hybridperf.devices import get_device
+    from hybridperf.devices.spec import DeviceSpec
+    from hybridperf.errors import SpecError
+
+    d = get_device("NVIDIA L40S").to_dict()
+    with pytest.raises(SpecError, match="ecc_reserved"):
+        DeviceSpec.from_dict({**d, "ecc_reserved": 0.7})

@@ -2,6 +2,7 @@
 skipped with its reason, and a finished step's results land in results/ under their committed names."""
 from __future__ import annotations
 
+import importlib
 import importlib.util
 from pathlib import Path
 
@@ -104,3 +105,9 @@ def test_cli_lists_the_steps_and_answers_an_unknown_one_in_one_line(capsys, monk
     assert main(["run", "--only", "nope"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: unknown step nope") and len(err.strip().splitlines()) == 1
+
+
+def test_every_step_module_imports():
+    """A renamed or removed hybridperf name breaks a step at import; catch it here, not hours into a run."""
+    for module in sorted({s.module for s in STEPS}):
+        importlib.import_module(module)

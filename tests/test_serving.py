@@ -246,3 +246,31 @@ def test_more_families_map_onto_their_layer_structure():
     assert (hybrid.experts, hybrid.linear_layers, hybrid.kv_layers) == (0, 6, 2)
     mimo = arch_from_dict({**base, "model_type": "mimo", "intermediate_size": 1024})
     assert mimo.experts == 0 and mimo.dense_layers == 8
+
+
+def test_engine_attention_kernels_per_gpu_generation():
+    vllm, sglang, trt = get_engine("vllm"), get_engine("sglang"), get_engine("trtllm")
+    assert vllm.attention_sources("hopper") == ("vllm_flash_attn_fa3", "vllm_flash_attn_fa3")
+    assert vllm.attention_sources("ada") == vllm.attention_sources("ampere")  # the nearest older entry
+    assert sglang.attention_sources("blackwell_ultra") == ("trtllm_mha", "trtllm_mha")
+    for arch in ("cdna3", "volta", "turing"):  # no table measured their kernels: PyTorch SDPA's constants
+        assert vllm.attention_sources(arch) == ("", "")
+    with pytest.raises(InputError, match="NVIDIA GPUs only"):
+        predict_serving(LLAMA, "AMD Instinct MI300X", "trtllm", 1024, 128, concurrency=4)
+
+
+def test_linear_attention_state_costs_time_and_cache_memory():
+    base = {"model_type": "qwen3_5_text", "hidden_size": 2048, "num_hidden_layers": 8, "num_attention_heads": 16,
+            "num_key_value_heads": 2, "head_dim": 256, "vocab_size": 1000, "intermediate_size": 4096,
+            "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128,
+            "linear_value_head_dim": 128, "layer_types": ["linear_attention"] * 3 + ["full_attention"]
+            + ["linear_attention"] * 3 + ["full_attention"]}
+    a = arch_from_dict(base)
+    assert a.linear_state_bytes(1) == 6 * 32 * 128 * 128 * 4.0
+    from hybridperf.devices import get_device
+    from hybridperf.serving.api import setup_cost
+
+    cost, cap = setup_cost(a, get_device("h100_sxm"), get_engine("vllm"), Worker(Parallel()), 8192, 8, 1024, 128)
+    per_token = a.kv_elems_per_token(1) * 2.0
+    assert cost.state_tokens == math.ceil(a.linear_state_bytes(1) / per_token) > 0
+    assert cost.decode_attn_ms(0, 64) == pytest.approx(64 * cost.decode_attn_ms(0, 1))  # per sequence, not per step

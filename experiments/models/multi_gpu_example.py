@@ -33,7 +33,6 @@ from hybridperf.devices import get_node  # noqa: E402
 from hybridperf.devices import get_device  # noqa: E402
 from hybridperf.graphs import build_graph, predict_model  # noqa: E402
 from hybridperf.graphs.compose import resolve_predictor  # noqa: E402
-from hybridperf.graphs.memory import DEVICE_GB_BYTES  # noqa: E402
 from hybridperf.graphs.parallel import block_params, parallel_graph, predict_parallel  # noqa: E402
 from hybridperf.predictor import Predictor  # noqa: E402
 from hybridperf.residual_models.collectives import CollectiveModel  # noqa: E402
@@ -133,7 +132,7 @@ def main(argv=None) -> int:
                 adam.append({"model": model, "node": node_label, "config": label, "Adam step ms": opt_ms,
                              "step with Adam ms": e2e, "Adam share %": 100 * opt_ms / e2e,
                              "GB per GPU (no optimizer)": mem.total - mem.optimizer, "Adam state GB": mem.optimizer,
-                             "of the GPU's memory %": 100 * mem.total * 1e9 / (gpu.mem_gb * DEVICE_GB_BYTES)})
+                             "of the GPU's memory %": 100 * mem.fraction_of(gpu)})
     adam_md = pd.DataFrame(adam).to_markdown(index=False, floatfmt=".1f")
     saving = []  # GPT-3-XL under DP4 with Adam: what recomputation and each ZeRO stage buy
     for node_label, node in NODES.items():
@@ -145,7 +144,7 @@ def main(argv=None) -> int:
             saving.append({"node": node_label, "config": label, "step ms": r.ms,
                            "exposed comm ms": r.result["comm_ms"], "weights GB": mem.weights, "grads GB": mem.grads,
                            "Adam state GB": mem.optimizer, "activations GB": mem.activations,
-                           "of the GPU's memory %": 100 * mem.total * 1e9 / (gpu.mem_gb * DEVICE_GB_BYTES)})
+                           "of the GPU's memory %": 100 * mem.fraction_of(gpu)})
     saving_md = pd.DataFrame(saving).to_markdown(index=False, floatfmt=".1f")
     elapsed = time.perf_counter() - t0
     df = pd.DataFrame(rows)

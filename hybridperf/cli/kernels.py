@@ -112,7 +112,7 @@ def _predict_aiconfigurator(raw, dev, output: Path, calibration, model_bundle, p
         measured = validate(read_table(calibration, "calibration file"), str(calibration))
         elsewhere = measured_elsewhere(measured, dev)
         if elsewhere:
-            typer.echo(f"note: {calibration} was measured on {', '.join(elsewhere[:2])}, not {dev.name}; "
+            typer.echo(f"warning: {calibration} was measured on {', '.join(elsewhere[:2])}, not {dev.name}; "
                        "its shift is applied to this device anyway", err=True)
         predictor = calibrate_to(predictor, measured, dev)
     res = predictor.predict(rows, dev, prior_only=prior_only)

@@ -7,7 +7,7 @@ What each op runs (PyTorch's own kernels, not a serving engine's; inputs created
     - bfloat16 / float16 / float32: `torch.nn.functional.linear(x, w)`;
     - fp8: as aiconfigurator's fp8 rows, the bf16 activation quantized per tensor (dynamic amax scale)
       then `torch._scaled_mm` with per-tensor scales and bf16 output, on GPUs with fp8 tensor cores
-      (compute capability 8.9+); n and k must be multiples of 16, m is padded to one.
+      (compute capability 8.9+); n and k must be multiples of 16, m is padded to a multiple of 16.
 * `context_attention`: causal `scaled_dot_product_attention` over `batch_size` sequences of `isl`
   tokens, grouped-query heads by `enable_gqa` (repeated K/V on a torch without it), `attn_dtype`.
 * `generation_attention`: one query token per sequence against a cache of `step` tokens plus itself.

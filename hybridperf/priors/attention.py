@@ -84,7 +84,7 @@ GENERATIONS = {
 
 #: kernel_source (aiconfigurator's, or ours) -> kernel family; a family maps to a generation per arch
 KERNEL_FAMILIES = {
-    "sdpa": "sdpa", "flash_attention": "fa2", "vllm_flash_attn": "fa2", "vllm_flash_attn_fa2": "fa2",
+    "sdpa": "sdpa", "torch_sdpa": "sdpa", "flash_attention": "fa2", "vllm_flash_attn": "fa2", "vllm_flash_attn_fa2": "fa2",
     "fa3": "fa3", "vllm_flash_attn_fa3": "fa3", "vllm_flash_attn_fa4": "fa4",
     "torch_flow": "trtllm", "trtllm_mha": "trtllm", "vllm_flashinfer_trtllmprefill": "trtllm",
     "vllm_flashinfer_trtllmdecode": "trtllm",
@@ -265,8 +265,9 @@ def _prefill_layout_ms(batch, units, isl, kv, group, causal, window, qk_v_dim, r
     rows = isl * group
     bq = np.minimum(g.block_q, np.maximum(MIN_BLOCK_Q, 2.0 ** np.ceil(np.log2(np.maximum(rows, 1.0)))))
     per_tile = np.maximum(np.floor(bq / group), 1.0)  # whole tokens, each with its `group` query heads
-    tiles = np.ceil(isl / per_tile)
-    pairs = group * computed_pairs(isl, kv, causal, window, per_tile, g.block_k) * (bq / (per_tile * group))
+    spans = np.ceil(group / bq)  # tiles one token's heads fill when the group is wider than a tile
+    tiles = np.ceil(isl / per_tile) * spans
+    pairs = computed_pairs(isl, kv, causal, window, per_tile, g.block_k) * (bq / per_tile) * spans
     flops = 2.0 * batch * units * pairs * qk_v_dim
     ctas = batch * units * tiles
     stretch = wave_stretch(ctas, device, g.ctas_per_sm)

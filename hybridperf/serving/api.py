@@ -81,17 +81,20 @@ def setup_cost(arch: Arch, device: DeviceSpec, eng: EngineDefaults, wk: Worker, 
     """The iteration cost model of one worker and its KV capacity (tokens per rank); InputError when the
     split is invalid, the weights do not fit or one request's KV cache does not."""
     wk.par.check(arch)
+    if eng.nvidia_only and device.vendor != "nvidia":
+        raise InputError(f"{eng.name} runs on NVIDIA GPUs only, not on {device.name}")
     moe_prec = wk.moe_precision or wk.precision
     for p in (wk.precision, moe_prec):
         if p not in PRECISIONS:
             raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {p!r}")
     free = check_weights_fit(arch, wk.par, wk.precision, moe_prec, device, eng)
     cap = int(free / kv_bytes_per_token(arch, wk.par, wk.kv_bytes) / max(eng.block_size, 1)) * max(eng.block_size, 1)
-    if cap < isl + osl:
-        raise InputError(f"the KV cache holds {cap} tokens per GPU, fewer than one request's {isl + osl}")
     max_tokens = budget + min(inflight, eng.max_running) + 1
     cost = StepCost(arch, device, node_for(device), eng, wk.par, wk.precision, moe_prec, wk.kv_bytes, _collectives(),
                     max_tokens)
+    if cap < isl + osl + cost.state_tokens:
+        raise InputError(f"the KV cache holds {cap} tokens per GPU, fewer than one request's {isl + osl}"
+                         + (f" plus its recurrent state ({cost.state_tokens} tokens' worth)" if cost.state_tokens else ""))
     return cost, cap
 
 

@@ -105,6 +105,9 @@ class StepCost:
         # or per chunk (prefill), from DRAM: every sequence's state together outgrows L2
         dram = device.mem_bw_gbs * 1e9 * dram_efficiency(device)
         self._state_ms = 2.0 * arch.linear_state_bytes(par.tp) / par.pp / dram * 1e3
+        # ... and holds it in the cache's memory while it runs: KV-cache tokens' worth per sequence
+        per_token = kv_bytes_per_token(arch, par, kv_bytes)
+        self.state_tokens = int(np.ceil(arch.linear_state_bytes(par.tp) / par.pp / per_token)) if per_token else 0
         self._prefill_cache: dict = {}
 
     # -- parts that depend on the token count only -------------------------------------------------

@@ -80,10 +80,11 @@ def simulate(cost: StepCost, eng: EngineDefaults, w: Workload, measured: int | N
     # (vLLM's `watermark`, SGLang's new-token reservation); without it a preempted request would come
     # straight back and be preempted again at the next step
     free_floor = int(WATERMARK * w.kv_capacity) if eng.preempts else 0
+    state = cost.state_tokens  # a linear-attention model's per-sequence state, held while it runs
     while finished < target:
         # admit waiting requests FCFS while KV and the running limit allow
         while waiting and len(running) < w.max_running:
-            need = waiting[0].prefill_left + waiting[0].ctx if eng.preempts else full
+            need = (waiting[0].prefill_left + waiting[0].ctx if eng.preempts else full) + state
             if used + need + free_floor > w.kv_capacity and running:
                 break
             r = waiting.pop(0)
@@ -100,7 +101,7 @@ def simulate(cost: StepCost, eng: EngineDefaults, w: Workload, measured: int | N
                 room = (w.kv_capacity - used) // len(decoders)
                 if room < 1:
                     _preempt(running, waiting)
-                    used = sum(r.ctx + r.prefill_left for r in running)
+                    used = sum(r.ctx + r.prefill_left + state for r in running)
                     continue
                 k = min(k, room)
             n = len(decoders)
@@ -155,7 +156,7 @@ def simulate(cost: StepCost, eng: EngineDefaults, w: Workload, measured: int | N
                 r.first = now
             if r.prefill_left == 0 and r.dec_left <= 0:
                 finished += 1
-                used -= r.ctx if eng.preempts else full
+                used -= (r.ctx if eng.preempts else full) + state
                 if finished > warm:
                     done.append((_diff(r.first, r.arrival), _diff(now, r.first), _diff(now, r.arrival)))
                 if w.closed_loop:

@@ -21,7 +21,7 @@ from hybridperf.devices import DeviceSpec
 from hybridperf.errors import InputError
 
 #: what a dtype needs of the device's tensor cores (a `peak_tflops` key), by the dtype's name
-NEEDS_PEAK = (("fp4", "fp4_tc"), ("fp8", "fp8_tc"), ("sq", "int8_tc"))
+NEEDS_PEAK = (("fp4", "fp4_tc"), ("fp8", "fp8_tc"), ("sq", "int8_tc"), ("bfloat16", "bf16_tc"))
 
 
 def runs_dtype(device: DeviceSpec, dtype: str) -> bool:

@@ -32,14 +32,18 @@ class EngineDefaults:
     #: ((arch, prefill kernel_source, decode kernel_source), ...): the engine's default attention kernels per
     #: GPU generation, in aiconfigurator's kernel_source names (`priors.attention.KERNEL_FAMILIES`)
     attention: tuple = ()
+    nvidia_only: bool = False  # the engine runs on NVIDIA GPUs only (TensorRT-LLM)
 
     def attention_sources(self, arch: str) -> tuple:
-        """(prefill, decode) kernel sources on a GPU of `arch` (Blackwell variants as blackwell); the
-        generation's nearest older entry when it has none, ("", "") for an engine without a table."""
+        """(prefill, decode) kernel sources on a GPU of `arch` (Blackwell variants as blackwell), the nearest
+        older generation's where the table skips one; ("", "") -- PyTorch SDPA's constants -- on a GPU the
+        table does not reach (AMD, pre-Ampere NVIDIA), whose kernels no table here measured."""
         order = ("ampere", "ada", "hopper", "blackwell")
         arch = "blackwell" if str(arch).startswith("blackwell") else str(arch)
+        if arch not in order:
+            return ("", "")
         table = {a: (p, d) for a, p, d in self.attention}
-        for a in reversed(order[:order.index(arch) + 1] if arch in order else order[:1]):
+        for a in reversed(order[:order.index(arch) + 1]):
             if a in table:
                 return table[a]
         return ("", "")
