@@ -47,7 +47,7 @@ def test_cli_writes_every_point_and_prints_the_best(tmp_path, config):
 @pytest.mark.parametrize("args, msg", [
     (["--tp", "1,x"], "--tp takes"), (["--concurrency", "0"], "--concurrency takes"),
     (["--concurrency", "1,,2"], "--concurrency takes"), (["--executor", "spark"], "executor must be one of"),
-    (["--tpot-sla-ms", "0.001"], "meets the SLA"), (["--tpot-sla-ms", "nan"], "tpot_sla_ms must be"),
+    (["--tpot-sla-ms", "0.001"], "meets the SLA"), (["--tpot-sla-ms", "nan"], "TPOT limit (--tpot-sla-ms) must be"),
     (["--engine", "bogus"], "unknown engine"), (["--osl", "1"], "osl must be"), (["--precision", "fp3"], "precision"),
     (["--devices", "nosuchgpu"], "nosuchgpu"), (["--tp", "3"], "no configuration of the sweep fits (1 of 1 points:"),
 ])

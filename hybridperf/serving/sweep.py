@@ -51,9 +51,9 @@ def sweep(config, devices, engine: str, isl: int, osl: int, tps=(1, 2, 4, 8), co
             raise InputError(f"{name} must be an integer >= {least}, got {v!r}")
     if precision not in PRECISIONS:
         raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    for name, v in (("ttft_sla_ms", ttft_sla_ms), ("tpot_sla_ms", tpot_sla_ms)):
+    for name, v in (("TTFT", ttft_sla_ms), ("TPOT", tpot_sla_ms)):
         if not (isinstance(v, (int, float)) and v > 0):  # NaN fails too
-            raise InputError(f"{name} must be a positive number of ms, got {v!r}")
+            raise InputError(f"the {name} limit (--{name.lower()}-sla-ms) must be a positive number of ms, got {v!r}")
     specs = [(str(dev), get_device(dev)) for dev in devices]
     if not specs:
         raise InputError("no device to sweep")
