@@ -250,6 +250,7 @@ def test_more_families_map_onto_their_layer_structure():
 
 def test_engine_attention_kernels_per_gpu_generation():
     vllm, sglang, trt = get_engine("vllm"), get_engine("sglang"), get_engine("trtllm")
+    assert trt.attention_sources("hopper") == trt.attention_sources("ampere") == ("torch_flow", "torch_flow")
     assert vllm.attention_sources("hopper") == ("vllm_flash_attn_fa3", "vllm_flash_attn_fa3")
     assert vllm.attention_sources("ada") == vllm.attention_sources("ampere")  # the nearest older entry
     assert sglang.attention_sources("blackwell_ultra") == ("trtllm_mha", "trtllm_mha")
