@@ -90,7 +90,7 @@ STEPS: tuple[Step, ...] = (
        results=(("vidur_mape.md", "vidur_mape.md"), ("vidur_mape.png", "vidur_mape.png"))),
     _k("leave_one_gpu_out_shipped", "leave_one_gpu_out", "--with-vidur", "--measured", _H200,
        "--measured-dtypes", "fp32,fp16", "--data", "{data}", "--out", "{out}",
-       "--save-bundles", "{scratch}/logo_bundles_vr", datasets=_NS + _VID, minutes=300,
+       "--save-bundles", "{scratch}/logo_bundles_vr", datasets=_NS + _VID, minutes=10,
        results=(("neusight_vidur_h200_mape.md", "neusight_vidur_h200_mape.md"),
                 ("neusight_vidur_h200_mape.png", "neusight_vidur_h200_mape.png"))),
     _k("training_gpu_bias", "training_gpu_bias", "--models", "--data", "{data}", "--out", "{out}/report.md",
