@@ -47,3 +47,13 @@ def test_constants_command_prints_the_table_and_json():
     assert rows and all(r["one_gpu_default"] for r in rows)
     res = runner.invoke(app, ["constants"])
     assert res.exit_code == 0 and "prior constants" in res.stdout
+
+
+def test_attention_constants_are_in_the_table_and_sdpas_are_flagged():
+    from hybridperf.priors.constants import provenance_rows
+
+    rows = {r["name"]: r for r in provenance_rows()}
+    assert rows["attention.efficiency[fa3]"]["read_off"].count(",") == 3  # four aiconfigurator systems
+    assert not rows["attention.efficiency[fa3]"]["one_gpu_default"]
+    assert rows["attention.sdpa_wave_ms"]["one_gpu_default"]  # read off our H100's SDPA rows, prices every GPU
+    assert not rows["attention.mem_efficient_efficiency"]["read_off"]  # a guess, read off nothing

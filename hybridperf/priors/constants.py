@@ -14,7 +14,7 @@ the constants read off one GPU that price every GPU.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Mapping
 
@@ -252,8 +252,34 @@ PROVENANCE: tuple[Provenance, ...] = (
 )
 
 
+def _attention_rows() -> list[dict]:
+    """The fused-attention prior's fitted constants (`attention.CONSTANTS`, each a `Fitted` naming its tables)
+    as provenance rows: four aiconfigurator systems, or PyTorch SDPA's one H100."""
+    from hybridperf.priors import attention  # noqa: PLC0415  (a sibling prior, read only for this table)
+
+    def read_off(source: str) -> tuple[str, ...]:
+        if "H100 80GB HBM3" in source:
+            return ("NVIDIA H100 80GB HBM3",)
+        if "aiconfigurator" in source:
+            return tuple(x.strip() for x in source.split(" aiconfigurator")[0].split(","))
+        return ()
+
+    c = attention.CONSTANTS
+    items = [(f"attention.efficiency[{k}]", v) for k, v in c.efficiency.items()]
+    items += [(f"attention.decode_bw[{k}]", v) for k, v in c.decode_bw.items()]
+    items += [(f"attention.{f.name}", getattr(c, f.name)) for f in fields(c)
+              if isinstance(getattr(c, f.name), attention.Fitted)]
+    rows = []
+    for name, f in items:
+        off = read_off(f.source)
+        rows.append({"name": name, "value": f.value, "unit": f.unit, "source": f.source, "read_off": ", ".join(off),
+                     "applies_to": "all", "checked_on": "", "refit": f.script if off else "",
+                     "one_gpu_default": len(off) == 1})
+    return rows
+
+
 def provenance_rows() -> list[dict]:
-    """`PROVENANCE` as printable rows, each with its current value."""
+    """`PROVENANCE` and the attention prior's fitted constants as printable rows, each with its current value."""
     rows = []
     for p in PROVENANCE:
         try:
@@ -263,4 +289,4 @@ def provenance_rows() -> list[dict]:
         rows.append({"name": p.name, "value": value, "unit": p.unit, "source": p.source,
                      "read_off": ", ".join(p.read_off), "applies_to": p.applies_to, "checked_on": p.checked_on,
                      "refit": p.refit, "one_gpu_default": p.one_gpu_default})
-    return rows
+    return rows + _attention_rows()
