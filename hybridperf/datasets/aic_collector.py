@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hybridperf.atomic import write_csv
 from hybridperf.csvio import read_table
-from hybridperf.datasets.collector import _cpu_name, _import_torch, _progress, fastest_mean, time_calls
+from hybridperf.datasets.collector import (ProgressBar, cpu_name, fastest_mean, import_torch, measure_to_csv,
+                                           time_calls)
 from hybridperf.errors import InputError
 
 _FLOAT = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
@@ -230,18 +230,18 @@ def collect_aic(shapes: pd.DataFrame, *, device: str | None = None, warmup: int 
     if repeats < 1 or not 1 <= fastest <= repeats or warmup < 0:
         raise InputError(f"need --repeats >= 1, 1 <= --fastest <= --repeats and --warmup >= 0 "
                          f"(got {repeats}, {fastest}, {warmup})")
-    torch = _import_torch()
+    torch = import_torch()
     dev = (device or ("cuda" if torch.cuda.is_available() else "cpu")).strip().lower()
     cuda = dev.startswith("cuda")
     if cuda and not torch.cuda.is_available():
         raise InputError("--device cuda: this torch build sees no CUDA device; use --device cpu")
     if not cuda and dev != "cpu":
         raise InputError(f"--device must be cuda or cpu, got {device!r}")
-    name = torch.cuda.get_device_name(torch.device(dev)).strip() if cuda else _cpu_name()
+    name = torch.cuda.get_device_name(torch.device(dev)).strip() if cuda else cpu_name()
     version = torch.__version__.split("+")[0]
     torch.manual_seed(0)
     rows, report = [], []
-    with _progress(progress, len(shapes), name) as advance, torch.no_grad():
+    with ProgressBar(progress, len(shapes), name) as advance, torch.no_grad():
         for i, (_, row) in enumerate(shapes.iterrows()):
             try:
                 fn, args, source = AIC_OPS[row["op_name"]].build(torch, row, dev)
@@ -270,15 +270,7 @@ collect_aic.last_report = []
 def collect_aic_to_csv(shapes_path: str | Path, out: str | Path, **kw) -> pd.DataFrame:
     """load_aic_shapes + collect_aic, written to `out` (CSV). Returns the table."""
     shapes = load_aic_shapes(shapes_path)
-    out = Path(out)
-    if out.parent and not out.parent.exists():
-        raise InputError(f"{out}: folder {out.parent} does not exist")
-    df = collect_aic(shapes, **kw)
-    try:
-        write_csv(df, out)
-    except OSError as e:
-        raise InputError(f"{out}: cannot write ({e.strerror})") from None
-    return df
+    return measure_to_csv(out, lambda: collect_aic(shapes, **kw))
 
 
 __all__ = ["AIC_OPS", "load_aic_shapes", "collect_aic", "collect_aic_to_csv", "time_graph", "has_fp8"]

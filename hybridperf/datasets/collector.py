@@ -49,7 +49,7 @@ TORCH_HINT = "`pip install torch==2.13.0`"
 _TORCH_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp64": "float64"}
 
 
-def _import_torch():
+def import_torch():
     try:
         import torch  # noqa: PLC0415  (lazy on purpose: the prediction path never imports torch)
     except ImportError:
@@ -122,7 +122,7 @@ def _safe_op(name) -> str | None:
         return None
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
     name = ""
     try:  # the marketing name, where Linux exposes it
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
@@ -229,7 +229,7 @@ def collect_kernels(
     if dkey not in _TORCH_DTYPES:
         raise InputError(f"--dtype {dtype!r} cannot be collected; use fp32, fp16, bf16 or fp64")
 
-    torch = _import_torch()
+    torch = import_torch()
     tdtype = getattr(torch, _TORCH_DTYPES[dkey])
     dev = (device or ("cuda" if torch.cuda.is_available() else "cpu")).strip().lower()
     cuda = dev.startswith("cuda")
@@ -244,7 +244,7 @@ def collect_kernels(
         device_name = torch.cuda.get_device_name(tdev).strip()
         cuda_version = f"cu{(torch.version.cuda or '').replace('.', '')}"
     else:
-        device_name = _cpu_name()
+        device_name = cpu_name()
         cuda_version = ""
     torch_version = "p" + torch.__version__.split("+")[0]
 
@@ -256,7 +256,7 @@ def collect_kernels(
     forms = shapes["form"] if "form" in shapes.columns else pd.Series("", index=shapes.index)
     items = list(shapes[["op", "B", "M", "N", "K", "H"]].assign(form=forms.fillna("")).itertuples(index=False))
     try:
-        with _progress(progress, len(items), device_name) as advance, torch.no_grad():
+        with ProgressBar(progress, len(items), device_name) as advance, torch.no_grad():
             for op, B, M, N, K, H, form in items:
                 op = canonical_op(op)
                 dims = [int(v) if v == v else 0 for v in (B, M, N, K, H)]
@@ -296,7 +296,7 @@ def collect_kernels(
 collect_kernels.last_report = []
 
 
-class _progress:
+class ProgressBar:
     """A rich progress bar (or nothing) yielding an `advance()` callable."""
 
     def __init__(self, enabled: bool, total: int, label: str):
@@ -320,13 +320,13 @@ class _progress:
         return False
 
 
-def collect_to_csv(shapes_path: str | Path, out: str | Path, *, ops=None, **kw) -> pd.DataFrame:
-    """load_shapes + collect_kernels, written to `out` (CSV). Returns the table."""
-    shapes = load_shapes(shapes_path, ops)
+def measure_to_csv(out: str | Path, measure) -> pd.DataFrame:
+    """`measure()`'s table written to `out` (CSV), the folder checked first so that a typo fails before the
+    measurements, not after them. Returns the table."""
     out = Path(out)
     if out.parent and not out.parent.exists():
         raise InputError(f"{out}: folder {out.parent} does not exist")
-    df = collect_kernels(shapes, source=str(out), **kw)
+    df = measure()
     try:
         write_csv(df, out)
     except OSError as e:
@@ -334,4 +334,11 @@ def collect_to_csv(shapes_path: str | Path, out: str | Path, *, ops=None, **kw) 
     return df
 
 
-__all__ = ["load_shapes", "build_op", "time_calls", "fastest_mean", "collect_kernels", "collect_to_csv"]
+def collect_to_csv(shapes_path: str | Path, out: str | Path, *, ops=None, **kw) -> pd.DataFrame:
+    """load_shapes + collect_kernels, written to `out` (CSV). Returns the table."""
+    shapes = load_shapes(shapes_path, ops)
+    return measure_to_csv(out, lambda: collect_kernels(shapes, source=str(out), **kw))
+
+
+__all__ = ["load_shapes", "build_op", "time_calls", "fastest_mean", "collect_kernels", "collect_to_csv",
+           "measure_to_csv", "import_torch", "cpu_name", "ProgressBar"]
