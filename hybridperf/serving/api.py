@@ -137,6 +137,17 @@ def blend(c: dict, key: str, wave_weight: float) -> tuple:
     return tuple(wave_weight * w + (1 - wave_weight) * s for w, s in zip(c["wave"][key], c["steady"][key]))
 
 
+def check_run(isl, osl, precision: str) -> None:
+    """A run's prompt and output lengths and weight precision; InputError naming the bad one."""
+    for name, v in (("isl", isl), ("osl", osl)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise InputError(f"{name} must be a positive integer, got {v!r}")
+    if osl < 2:
+        raise InputError("osl must be at least 2 (TPOT is the time between output tokens)")
+    if precision not in PRECISIONS:
+        raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+
+
 def predict_serving(config, device, engine: str, isl: int, osl: int, *, batch: int | None = None,
                     concurrency: int | None = None, tp: int = 1, pp: int = 1, ep: int = 1, attention_dp: int = 1,
                     moe_tp: int | None = None, precision: str = "bf16", moe_precision: str = "",
@@ -152,11 +163,9 @@ def predict_serving(config, device, engine: str, isl: int, osl: int, *, batch: i
     if (batch is None) == (concurrency is None):
         raise InputError("give exactly one of --batch and --concurrency")
     n = batch if batch is not None else concurrency
-    for name, v in (("isl", isl), ("osl", osl), ("batch/concurrency", n)):
-        if not isinstance(v, int) or v < 1:
-            raise InputError(f"{name} must be a positive integer, got {v!r}")
-    if osl < 2:
-        raise InputError("osl must be at least 2 (TPOT is the time between output tokens)")
+    check_run(isl, osl, precision)
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise InputError(f"batch/concurrency must be a positive integer, got {n!r}")
     cal = calibration or Calibration.load()
     ec = cal.engine(get_engine(engine).name)
     kvb = {"": 2.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0}.get(kv_dtype)

@@ -10,8 +10,7 @@ from dataclasses import dataclass
 
 from hybridperf.devices import get_device
 from hybridperf.errors import HybridperfError, InputError
-from hybridperf.serving.api import predict_serving
-from hybridperf.serving.cost import PRECISIONS
+from hybridperf.serving.api import check_run, predict_serving
 from hybridperf.serving.engines import get_engine
 from hybridperf.serving.load import as_arch
 
@@ -46,11 +45,7 @@ def sweep(config, devices, engine: str, isl: int, osl: int, tps=(1, 2, 4, 8), co
         raise InputError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
     arch = as_arch(config)
     get_engine(engine)
-    for name, v, least in (("isl", isl, 1), ("osl", osl, 2)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < least:
-            raise InputError(f"{name} must be an integer >= {least}, got {v!r}")
-    if precision not in PRECISIONS:
-        raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    check_run(isl, osl, precision)
     for name, v in (("TTFT", ttft_sla_ms), ("TPOT", tpot_sla_ms)):
         if not (isinstance(v, (int, float)) and v > 0):  # NaN fails too
             raise InputError(f"the {name} limit (--{name.lower()}-sla-ms) must be a positive number of ms, got {v!r}")
