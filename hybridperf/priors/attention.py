@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hybridperf.devices import DTYPE_BYTES, DeviceSpec
-from hybridperf.priors.memory import dram_efficiency, l2_hit_fraction
+from hybridperf.priors.memory import achievable_bandwidth, l2_hit_fraction
 
 #: the shortest query tile a prefill kernel uses (one MMA's rows)
 MIN_BLOCK_Q = 16.0
@@ -287,7 +287,7 @@ def kv_read_ms(nbytes, device: DeviceSpec, parallel_fraction=1.0) -> np.ndarray:
     nbytes = _f(nbytes)
     hit = l2_hit_fraction(nbytes, device)
     l2 = device.num_sms * L2_BYTES_PER_SM_CLOCK * device.boost_clock_mhz * 1e6
-    dram = device.mem_bw_gbs * 1e9 * dram_efficiency(device)
+    dram = achievable_bandwidth(device)
     return nbytes * (hit / l2 + (1.0 - hit) / dram) / np.clip(parallel_fraction, 1e-3, 1.0) * 1e3
 
 

@@ -40,7 +40,7 @@ import numpy as np
 
 from hybridperf.devices import DTYPE_BYTES, DeviceSpec
 from hybridperf.priors.constants import DEFAULT_CONSTANTS, PriorConstants
-from hybridperf.priors.memory import dram_efficiency
+from hybridperf.priors.memory import achievable_bandwidth
 from hybridperf.priors.power import sustained_flops, uses_matrix_units
 
 #: (tile_m, tile_n, blocks per SM, fraction of SM peak reached when the SM is full)
@@ -197,7 +197,7 @@ def gemm_compute(batch, m, k_out, n_red, device: DeviceSpec, dtype: str = "fp32"
     # one full wave: every SM runs occ tiles at `eff` of its peak
     wave_ms = occ * 2.0 * tm * tn * (n_chunk + overhead) / (sm_rate * eff) * 1e3
     # split-K epilogue: write and re-read the partial outputs at achievable bandwidth
-    reduce_ms = np.where(split > 1, 2.0 * split * B * M * K * 4.0 / (device.mem_bw_gbs * 1e9 * dram_efficiency(device)) * 1e3, 0.0)
+    reduce_ms = np.where(split > 1, 2.0 * split * B * M * K * 4.0 / achievable_bandwidth(device) * 1e3, 0.0)
     # split-K is only used when the output tiles cannot fill one wave and the reduction is long
     allowed = (split == 1) | ((out_tiles < slots) & (n_chunk >= 256))
     if batched:

@@ -29,6 +29,11 @@ def dram_efficiency(device: DeviceSpec) -> float:
     return HBM_EFFICIENCY
 
 
+def achievable_bandwidth(device: DeviceSpec) -> float:
+    """Bytes per second a streaming kernel moves to or from DRAM on `device`."""
+    return device.mem_bw_gbs * 1e9 * dram_efficiency(device)
+
+
 def l2_hit_fraction(working_set_bytes, device: DeviceSpec) -> np.ndarray:
     """Fraction of traffic served from L2 on repeated calls: 1 when the working set fits in the usable
     part of L2, then (usable / size)^2."""
@@ -43,7 +48,7 @@ def memory_time_ms(nbytes, device: DeviceSpec, working_set_bytes=None, parallel_
     nbytes = np.asarray(nbytes, dtype=np.float64)
     ws = nbytes if working_set_bytes is None else working_set_bytes
     h = l2_hit_fraction(ws, device)
-    bw = device.mem_bw_gbs * 1e9 * dram_efficiency(device)
+    bw = achievable_bandwidth(device)
     t = nbytes * (h / (bw * L2_SPEEDUP) + (1.0 - h) / bw)
     return t / np.clip(parallel_fraction, 1e-3, 1.0) * 1e3
 

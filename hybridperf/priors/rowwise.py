@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from hybridperf.devices import DeviceSpec
-from hybridperf.priors.memory import dram_efficiency, l2_hit_fraction
+from hybridperf.priors.memory import achievable_bandwidth, l2_hit_fraction
 
 #: re-reads all hit L2 while the rows in flight take at most this share of it ...
 REREAD_FITS_L2 = 0.4
@@ -161,7 +161,7 @@ def reread_time_ms(op_class: str, H, rows_bytes, working_set_bytes, dtype_bytes:
     blocks_per_sm = np.minimum(np.floor(device.max_threads_per_sm / threads), MAX_BLOCKS_PER_SM)
     inflight = device.num_sms * np.maximum(blocks_per_sm, 1.0) * H * dtype_bytes
     hit = np.maximum(reread_hit_fraction(inflight, device, split_l2_share), l2_hit_fraction(working_set_bytes, device))
-    bw = device.mem_bw_gbs * 1e9 * dram_efficiency(device)
+    bw = achievable_bandwidth(device)
     read_bytes = np.asarray(rows_bytes, dtype=np.float64) / 2.0
     t = rereads * read_bytes * (hit * REREAD_L2_COST + (1.0 - hit)) / bw
     return t / np.clip(parallel_fraction, 1e-3, 1.0) * 1e3, hit

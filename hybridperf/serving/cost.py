@@ -18,7 +18,7 @@ from hybridperf.devices import DeviceSpec, NodeSpec
 from hybridperf.errors import InputError
 from hybridperf.priors.attention import context_attention_ms, generation_attention_ms
 from hybridperf.priors.llm_gemm import GEMM_DTYPES, ROOFLINE, gemm_ms
-from hybridperf.priors.memory import dram_efficiency, memory_time_ms
+from hybridperf.priors.memory import achievable_bandwidth, memory_time_ms
 from hybridperf.priors.moe import moe_ms
 from hybridperf.serving.arch import Arch
 from hybridperf.serving.engines import EngineDefaults
@@ -103,7 +103,7 @@ class StepCost:
         self._kv_ms = self._decode_attn_per_key()
         # a linear-attention layer reads and writes each sequence's recurrent state once per step (decode)
         # or per chunk (prefill), from DRAM: every sequence's state together outgrows L2
-        dram = device.mem_bw_gbs * 1e9 * dram_efficiency(device)
+        dram = achievable_bandwidth(device)
         self._state_ms = 2.0 * arch.linear_state_bytes(par.tp) / par.pp / dram * 1e3
         # ... and holds it in the cache's memory while it runs: KV-cache tokens' worth per sequence
         per_token = kv_bytes_per_token(arch, par, kv_bytes)
