@@ -100,6 +100,8 @@ FA2_FAMILIES = ("fa2", "triton")
 #: GEMM time. PyTorch's SDPA is one: its head_dim-64 kernels ran at 0.5-0.8x the speed an overlapped
 #: softmax would give on the H100 (`h100_sdpa_fp8`)
 SERIAL_SOFTMAX_FAMILIES = ("fa2", "triton", "sdpa")
+#: families whose short prefills never pack a kv head's query heads into one tile: PyTorch's flash kernels
+UNPACKED_FAMILIES = ("sdpa",)
 
 
 def kernel_family(kernel_source: str | None) -> str:
@@ -249,7 +251,7 @@ def context_attention_ms(batch, isl, heads, kv_heads, head_dim, device: DeviceSp
     # the kernel runs the cheaper layout
     per_head = _prefill_layout_ms(batch, heads, isl, kv, 1.0, causal, window, head_dim + vd, rate, mem, g, fam,
                                   device, constants)
-    if fam == "sdpa":  # PyTorch's flash kernels do not pack
+    if fam in UNPACKED_FAMILIES:
         return per_head + constants.context_overhead_ms.value
     packed = _prefill_layout_ms(batch, kv_heads, isl, kv, group, causal, window, head_dim + vd, rate, mem, g, fam,
                                 device, constants)
