@@ -26,7 +26,7 @@ def predict_serving_cmd(
     ep: int = typer.Option(1, "--ep", help="expert-parallel GPUs (MoE; the rest of --tp splits inside experts)"),
     attention_dp: int = typer.Option(1, "--attention-dp", help="attention data-parallel ranks (MoE)"),
     precision: str = typer.Option("bf16", "--precision", help="weights: fp16, bf16, fp8, fp4 or int4"),
-    kv_dtype: str = typer.Option("", "--kv-dtype", help="KV cache: bf16 (default) or fp8"),
+    kv_dtype: str = typer.Option("", "--kv-dtype", help="KV cache: bf16 or fp8 (default: fp8 for fp8/fp4 weights, else bf16)"),
     as_json: bool = typer.Option(False, "--json", help="print the result as one JSON object (last line)"),
     rows: Optional[Path] = typer.Option(None, "--rows", help="CSV of runs in silicon_sample.csv's columns"),
     configs: Optional[Path] = typer.Option(None, "--configs",

@@ -12,7 +12,8 @@ from hybridperf.devices.node_lookup import default_node_for_device
 from hybridperf.errors import InputError
 from hybridperf.serving.arch import Arch
 from hybridperf.serving.calibration import Calibration
-from hybridperf.serving.cost import PRECISIONS, Parallel, StepCost, check_weights_fit, kv_bytes_per_token
+from hybridperf.serving.cost import (PRECISIONS, Parallel, StepCost, check_weights_fit, default_kv_dtype,
+                                     kv_bytes_per_token)
 from hybridperf.serving.engines import EngineDefaults, get_engine
 from hybridperf.serving.scheduler import Workload, simulate
 
@@ -168,7 +169,7 @@ def predict_serving(config, device, engine: str, isl: int, osl: int, *, batch: i
         raise InputError(f"batch/concurrency must be a positive integer, got {n!r}")
     cal = calibration or Calibration.load()
     ec = cal.engine(get_engine(engine).name)
-    kvb = {"": 2.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0}.get(kv_dtype)
+    kvb = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}.get(kv_dtype or default_kv_dtype(precision))
     if kvb is None:
         raise InputError(f"kv dtype must be bf16, fp16 or fp8, got {kv_dtype!r}")
     if disagg is not None:

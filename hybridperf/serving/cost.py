@@ -29,6 +29,15 @@ PRECISIONS = {"bf16": ("bfloat16", 2.0), "fp16": ("float16", 2.0), "fp8": ("fp8"
 #: aiconfigurator's `gemm_quant_mode` / `moe_quant_mode` -> CLI precision
 QUANT_MODES = {"float16": "fp16", "bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4",
                "int4_wo": "int4", "w4afp8": "int4", "mxfp4": "fp4", "w4a16_mxfp4": "fp4"}
+
+
+def default_kv_dtype(precision: str) -> str:
+    """The KV-cache dtype an engine runs a checkpoint of `precision` with when not told: FP8 for FP8/FP4
+    checkpoints (quantised checkpoints carry KV scales, as aiconfigurator infers from them), else BF16. With
+    a BF16 cache for them, silicon runs that measured no queueing were priced as waiting for KV space."""
+    return "fp8" if precision in ("fp8", "fp4") else "bf16"
+
+
 #: elementwise passes over the hidden state per layer (2 RMSNorms read+write, 2 residual adds, activation
 #: in/out over the MLP width counted separately, RoPE on q/k, per-token activation quantisation)
 ELEMENTWISE_PASSES = 12
@@ -264,5 +273,5 @@ def check_weights_fit(arch, par, precision, moe_precision, device, engine) -> fl
     return free
 
 
-__all__ = ["GEMM_DTYPES", "PRECISIONS", "QUANT_MODES", "Parallel", "StepCost", "check_weights_fit",
+__all__ = ["GEMM_DTYPES", "PRECISIONS", "QUANT_MODES", "Parallel", "StepCost", "check_weights_fit", "default_kv_dtype",
            "kv_bytes_per_token", "weight_bytes_per_gpu"]

@@ -18,7 +18,7 @@ import pandas as pd
 from hybridperf.errors import HybridperfError, InputError
 from hybridperf.serving.api import Worker, predict_serving
 from hybridperf.serving.calibration import Calibration
-from hybridperf.serving.cost import PRECISIONS, QUANT_MODES, Parallel
+from hybridperf.serving.cost import PRECISIONS, QUANT_MODES, Parallel, default_kv_dtype
 from hybridperf.serving.load import as_arch, resolve_config
 
 REQUIRED = ("backend", "model_path", "system", "mode", "isl", "osl")
@@ -55,11 +55,6 @@ def _precision(row, key) -> str:
     return "bf16"
 
 
-def _kv_dtype(engine: str, precision: str) -> str:
-    """TensorRT-LLM's quantised checkpoints ship an FP8 KV cache; vLLM and SGLang keep the model dtype."""
-    return "fp8" if engine == "trtllm" and precision in ("fp8", "fp4") else "bf16"
-
-
 def _worker(row, prefix: str, prec: str, moe_prec: str, kv: str) -> Worker:
     tp, adp = _int(row, f"{prefix}tp_size"), _int(row, f"{prefix}attention_dp_size")
     ep = _int(row, f"{prefix}moe_ep_size")
@@ -84,7 +79,7 @@ def row_request(row: dict, config_dir) -> dict:
     engine = str(row.get("backend", "")).strip().lower()
     path = resolve_config(str(row.get("model_path", "")), config_dir)
     prec, moe_prec = _precision(row, "gemm_quant_mode"), _precision(row, "moe_quant_mode")
-    kv = _kv_dtype(engine, prec)
+    kv = default_kv_dtype(prec)
     isl, osl = _int(row, "isl", 0), _int(row, "osl", 0)
     if isl < 1 or osl < 1:
         raise InputError("isl and osl must be positive")
