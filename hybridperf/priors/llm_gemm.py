@@ -187,18 +187,20 @@ def bandwidth_share(ctas, device: DeviceSpec) -> np.ndarray:
     return np.clip(np.asarray(ctas, dtype=np.float64) * SM_BANDWIDTH_SHARE / device.num_sms, 1e-3, 1.0)
 
 
-def gemm_parts(m, n, k, gemm_dtype: str, device: DeviceSpec) -> dict:
+def gemm_parts(m, n, k, gemm_dtype: str, device: DeviceSpec, replayed: bool = True) -> dict:
     """The GEMM's ideal times (s) at spec rates: `compute` (tiles and waves at the matrix peak),
     `memory` (A, B with its scales, C through DRAM), `quant` (the activation-quantization pass), and
     `kernels` launched, `waves`, `flops`, `bytes`: the pieces `gemm_ms` scales by fitted efficiencies
-    and the residual model reads as features."""
+    and the residual model reads as features. `replayed`: timed as the kernel tables are, the same GEMM
+    back to back, so a weight that fits in L2 is partly served from it (`l2_weight_hit`); False inside a
+    model's forward pass, where every layer's weight comes from DRAM."""
     m, n, k = (np.asarray(x, dtype=np.float64) for x in (m, n, k))
     a_bytes, b_bytes, peak_key = GEMM_DTYPES.get(gemm_dtype, GEMM_DTYPES["bfloat16"])
     peak = matrix_peak(device, peak_key)
     bw = device.mem_bw_gbs * 1e9
     compute, waves, ctas = tile_compute_s(m, n, k, peak, device)
     w_bytes = k * n * (b_bytes + SCALE_BYTES.get(gemm_dtype, 0.0))
-    hit = l2_weight_hit(k * n * b_bytes, device)
+    hit = l2_weight_hit(k * n * b_bytes, device) if replayed else 0.0
     nbytes = m * k * a_bytes + w_bytes + m * n * 2.0
     dram_bytes = nbytes - w_bytes * hit * (1.0 - 1.0 / L2_BANDWIDTH_RATIO)
     quantized = gemm_dtype in QUANTIZED_ACTIVATION
@@ -223,10 +225,10 @@ def floor_s(constants: KernelConstants, dtype: str, kernel_source: str | None, c
 
 
 def gemm_ms(m, n, k, gemm_dtype: str, device: DeviceSpec, kernel_source: str | None = None,
-            constants: KernelConstants | None = None) -> np.ndarray:
+            constants: KernelConstants | None = None, replayed: bool = True) -> np.ndarray:
     """Kernel time (ms) of an (m x k) @ (k x n) GEMM in `gemm_dtype` (a key of `GEMM_DTYPES`), with
     `constants` (default: those fitted on aiconfigurator's four shared systems; `ROOFLINE` for the
     spec sheet alone). A `kernel_source` the constants were fitted on (aiconfigurator's names) takes
-    its own efficiencies and floor."""
-    parts = gemm_parts(m, n, k, gemm_dtype, device)
+    its own efficiencies and floor. `replayed`: see `gemm_parts`."""
+    parts = gemm_parts(m, n, k, gemm_dtype, device, replayed)
     return combine_ms(parts, gemm_dtype, fitted_constants()["gemm"] if constants is None else constants, kernel_source)

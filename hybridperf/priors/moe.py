@@ -71,7 +71,7 @@ def distribution_alpha(distribution) -> np.ndarray:
 
 
 def moe_parts(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, moe_dtype: str = "bfloat16",
-              tp=1, ep=1, distribution="balanced", gated=True) -> dict:
+              tp=1, ep=1, distribution="balanced", gated=True, replayed=True) -> dict:
     """Ideal times (s) at spec rates of one MoE layer on rank 0 (`compute`, `memory`, `quant`, `kernels`)
     and the quantities the residual model reads (`routed`, `padded`, `active`, `flops`, `bytes`)."""
     t, h, f, k, e, tp, ep = (np.asarray(x, dtype=np.float64)
@@ -94,7 +94,7 @@ def moe_parts(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, 
     acts = routed * (h + (mats - 1.0) * f_local) * a_bytes * 2.0 + t * h * 2.0 * 2.0
     quant = (t * h * (2.0 + a_bytes) / bw) if moe_dtype in QUANTIZED_ACTIVATION else np.zeros_like(t)
     # replayed back to back on the same weights (no copies cycled), experts that fit in L2 stay there
-    hit = np.minimum(device.l2_mb * 1e6 / np.maximum(weights, 1.0), 1.0) ** 4 if device.l2_mb > 0 else 0.0
+    hit = np.minimum(device.l2_mb * 1e6 / np.maximum(weights, 1.0), 1.0) ** 4 if device.l2_mb > 0 and replayed else 0.0
     dram = weights * (1.0 - hit * (1.0 - 1.0 / L2_BANDWIDTH_RATIO)) + acts
     return {"compute": flops / peak, "memory": dram / bw, "quant": quant, "clock_mhz": device.boost_clock_mhz,
             "kernels": 2.0 + ROUTING_KERNELS, "routed": routed, "padded": padded, "active": active,
@@ -103,12 +103,13 @@ def moe_parts(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, 
 
 def moe_ms(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, moe_dtype: str = "bfloat16",
            tp=1, ep=1, distribution: str = "balanced", kernel_source: str | None = None,
-           constants: KernelConstants | None = None) -> np.ndarray:
+           constants: KernelConstants | None = None, replayed: bool = True) -> np.ndarray:
     """Kernel time (ms) of one MoE layer's experts on EP rank 0 (gated MLP: up+gate, then down; a
     `kernel_source` naming a non-gated kernel drops the gate). `distribution` may be one name or one
-    per row; `constants` default to those fitted on aiconfigurator's four shared systems."""
+    per row; `constants` default to those fitted on aiconfigurator's four shared systems; `replayed` as in
+    `llm_gemm.gemm_parts` (False: a model's forward pass, experts' weights from DRAM)."""
     gated = "nongated" not in str(kernel_source or "")
     parts = moe_parts(num_tokens, hidden, inter, topk, num_experts, device, moe_dtype, tp, ep,
                       np.broadcast_to(np.asarray(distribution, dtype=object), np.shape(np.asarray(num_tokens))),
-                      gated)
+                      gated, replayed)
     return combine_ms(parts, moe_dtype, fitted_constants()["moe"] if constants is None else constants, kernel_source)

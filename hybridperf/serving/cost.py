@@ -47,6 +47,12 @@ ELEMENTWISE_PASSES = 12
 #: something the realistic GEMM times expose; `experiments/serving/serving_silicon.py`)
 KERNEL_CONSTANTS = ROOFLINE
 GRID_POINTS = 64
+
+
+def _gemm(m, n, k, dtype: str, device: DeviceSpec):
+    """A GEMM of the iteration: KERNEL_CONSTANTS, its weight read from DRAM (each layer's weights once per
+    iteration; the kernel tables' replay keeps small ones in L2)."""
+    return gemm_ms(m, n, k, dtype, device, constants=KERNEL_CONSTANTS, replayed=False)
 GRID_MAX_TOKENS = 1 << 20
 
 
@@ -125,21 +131,21 @@ class StepCost:
         h, tp, g = a.hidden, p.tp, self.gemm
         if a.mla:
             heads = a.heads / tp
-            q = (gemm_ms(n, a.q_lora_rank, h, g, dev, constants=KERNEL_CONSTANTS) + gemm_ms(n, heads * a.head_dim, a.q_lora_rank, g, dev, constants=KERNEL_CONSTANTS)) \
-                if a.q_lora_rank else gemm_ms(n, heads * a.head_dim, h, g, dev, constants=KERNEL_CONSTANTS)
-            kv = gemm_ms(n, a.kv_lora_rank + a.rope_dim, h, g, dev, constants=KERNEL_CONSTANTS)
+            q = (_gemm(n, a.q_lora_rank, h, g, dev) + _gemm(n, heads * a.head_dim, a.q_lora_rank, g, dev)) \
+                if a.q_lora_rank else _gemm(n, heads * a.head_dim, h, g, dev)
+            kv = _gemm(n, a.kv_lora_rank + a.rope_dim, h, g, dev)
             # absorbed decode: q_nope -> latent and latent -> v per head (batched GEMMs over the heads)
-            absorb = heads * (gemm_ms(n, a.kv_lora_rank, a.head_dim - a.rope_dim, "bfloat16", dev, constants=KERNEL_CONSTANTS)
-                              + gemm_ms(n, a.v_head_dim, a.kv_lora_rank, "bfloat16", dev, constants=KERNEL_CONSTANTS))
-            attn = q + kv + absorb + gemm_ms(n, h, heads * a.v_head_dim, g, dev, constants=KERNEL_CONSTANTS)
+            absorb = heads * (_gemm(n, a.kv_lora_rank, a.head_dim - a.rope_dim, "bfloat16", dev)
+                              + _gemm(n, a.v_head_dim, a.kv_lora_rank, "bfloat16", dev))
+            attn = q + kv + absorb + _gemm(n, h, heads * a.v_head_dim, g, dev)
         else:
             qkv = (a.heads * (2 if a.q_gate else 1) + 2 * a.kv_heads) * a.head_dim / tp
-            attn = gemm_ms(n, qkv, h, g, dev, constants=KERNEL_CONSTANTS) + gemm_ms(n, h, a.heads * a.head_dim / tp, g, dev, constants=KERNEL_CONSTANTS)
+            attn = _gemm(n, qkv, h, g, dev) + _gemm(n, h, a.heads * a.head_dim / tp, g, dev)
         if a.linear_layers:  # gated delta-net projections in place of attention's on the linear layers
-            lin = gemm_ms(n, a.linear_in_width() / tp, h, g, dev, constants=KERNEL_CONSTANTS) \
-                + gemm_ms(n, h, a.lin_v_heads * a.lin_v_dim / tp, g, dev, constants=KERNEL_CONSTANTS)
+            lin = _gemm(n, a.linear_in_width() / tp, h, g, dev) \
+                + _gemm(n, h, a.lin_v_heads * a.lin_v_dim / tp, g, dev)
             attn = (attn * a.kv_layers + lin * a.linear_layers) / a.layers
-        dense_mlp = gemm_ms(n, 2 * a.ffn / tp, h, g, dev, constants=KERNEL_CONSTANTS) + gemm_ms(n, h, a.ffn / tp, g, dev, constants=KERNEL_CONSTANTS)
+        dense_mlp = _gemm(n, 2 * a.ffn / tp, h, g, dev) + _gemm(n, h, a.ffn / tp, g, dev)
         act_bytes = 2.0
         elem = memory_time_ms(n * h * act_bytes * ELEMENTWISE_PASSES, dev)
         mlp_act = memory_time_ms(n * 3.0 * a.ffn / tp * act_bytes, dev)
@@ -149,11 +155,11 @@ class StepCost:
         if a.experts:
             tokens = n * p.adp  # attention-DP ranks gather their tokens for the experts
             experts = moe_ms(tokens, h, a.expert_ffn, a.topk, a.experts, dev, self.moe, tp=p.moe_tp, ep=p.moe_ep,
-                             constants=KERNEL_CONSTANTS)
+                             constants=KERNEL_CONSTANTS, replayed=False)
             shared = 0.0
             if a.shared_ffn:
-                shared = gemm_ms(n, 2 * a.shared_ffn / tp, h, g, dev, constants=KERNEL_CONSTANTS) + gemm_ms(n, h, a.shared_ffn / tp, g, dev, constants=KERNEL_CONSTANTS)
-            router = gemm_ms(n, a.experts, h, "bfloat16", dev, constants=KERNEL_CONSTANTS)
+                shared = _gemm(n, 2 * a.shared_ffn / tp, h, g, dev) + _gemm(n, h, a.shared_ffn / tp, g, dev)
+            router = _gemm(n, a.experts, h, "bfloat16", dev)
             moe_act = memory_time_ms(tokens * a.topk / p.moe_ep * 3.0 * a.expert_ffn / p.moe_tp * act_bytes, dev)
             total += (a.moe_layers / p.pp) * (experts + shared + router + moe_act + self._moe_comm(n))
         return total
@@ -244,7 +250,7 @@ class StepCost:
     def sample_ms(self, n: int) -> float:
         """LM head (vocab split over TP) and sampler for `n` sampled tokens (last stage only)."""
         a = self.arch
-        head = float(gemm_ms(n, a.vocab / self.par.tp, a.hidden, "bfloat16", self.device, constants=KERNEL_CONSTANTS))
+        head = float(_gemm(n, a.vocab / self.par.tp, a.hidden, "bfloat16", self.device))
         return head + float(memory_time_ms(n * a.vocab * 4.0 * 3, self.device))
 
 
