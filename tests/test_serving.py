@@ -22,7 +22,7 @@ from hybridperf.serving.arch import arch_from_dict
 from hybridperf.serving.calibration import Calibration, EngineCalibration
 from hybridperf.serving.cost import Parallel
 from hybridperf.serving.engines import ENGINES, get_engine
-from hybridperf.serving.rows import predict_rows
+from hybridperf.serving.rows import concurrency_of, predict_rows
 from hybridperf.serving.sweep import best, plot, sweep
 
 REPO = Path(__file__).resolve().parents[1]
@@ -162,6 +162,17 @@ def test_rows_agg_disagg_and_refusals(config_dir):
     for m in ("ttft", "tpot"):
         assert ((ok[f"pred_{m}_lo_ms"] <= ok[f"pred_{m}_ms"]) & (ok[f"pred_{m}_ms"] <= ok[f"pred_{m}_hi_ms"])).all()
     assert math.isnan(out.pred_ttft_ms.iloc[2])
+
+
+def test_row_concurrency_beyond_one_instance_is_spread_over_instances():
+    src = "x; silicon_concurrency={}"
+    agg = {"mode": "agg", "batch_size": 13, "attention_dp_size": 1}
+    assert concurrency_of({**agg, "silicon_data_source": src.format(416)}) == 13  # 32 instances of 13
+    assert concurrency_of({**agg, "silicon_data_source": src.format(16)}) == 16  # not a multiple: one instance
+    assert concurrency_of({**agg, "attention_dp_size": 4, "silicon_data_source": src.format(104)}) == 52
+    assert concurrency_of(agg) == 13
+    disagg = {"mode": "disagg", "decode_batch_size": 8, "decode_num_workers": 2, "silicon_data_source": src.format(64)}
+    assert concurrency_of(disagg) == 64  # disaggregated workers share one benchmark
 
 
 def test_cli_json_and_rows(config_dir, tmp_path, monkeypatch, capsys):

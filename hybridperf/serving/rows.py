@@ -4,8 +4,9 @@ A row names an engine (`backend`), an HF id (`model_path`), a system (`system`),
 (`gemm_quant_mode`, `moe_quant_mode`, else `precision`), ISL/OSL, and either one aggregated instance
 (`tp_size`, `pp_size`, `attention_dp_size`, `moe_tp_size`, `moe_ep_size`, `batch_size` per attention-DP
 rank) or prefill and decode workers (`prefill_*`, `decode_*`, `*_num_workers`). The concurrency of the
-closed-loop benchmark is `silicon_concurrency=` in `silicon_data_source` when given, else the batch size
-times the attention-DP ranks (times the decode workers).
+closed-loop benchmark is `silicon_concurrency=` in `silicon_data_source` when given (spread over instances
+where it is a multiple of what one aggregated instance runs: `concurrency_of`), else the batch size times
+the attention-DP ranks (times the decode workers).
 """
 from __future__ import annotations
 
@@ -66,12 +67,20 @@ def _worker(row, prefix: str, prec: str, moe_prec: str, kv: str) -> Worker:
 
 
 def concurrency_of(row) -> int:
+    """Requests in flight on one instance. An aggregated row's `batch_size` per attention-DP rank bounds what
+    one instance runs, so a benchmark concurrency several times `batch_size` x attention-DP ranks was served
+    by that many instances side by side (each gets its share; queueing behind a full batch would have put
+    seconds into TTFTs measured at well under one)."""
     m = re.search(r"silicon_concurrency=(\d+)", str(row.get("silicon_data_source", "")))
-    if m:
-        return int(m.group(1))
     if row.get("mode") == "disagg":
-        return _int(row, "decode_batch_size") * _int(row, "decode_attention_dp_size") * _int(row, "decode_num_workers")
-    return _int(row, "batch_size") * _int(row, "attention_dp_size")
+        return int(m.group(1)) if m else \
+            _int(row, "decode_batch_size") * _int(row, "decode_attention_dp_size") * _int(row, "decode_num_workers")
+    per_instance = _int(row, "batch_size") * _int(row, "attention_dp_size")
+    if not m:
+        return per_instance
+    total = int(m.group(1))
+    instances = round(total / per_instance) if _num(row, "batch_size") else 1
+    return math.ceil(total / instances) if instances >= 2 else total
 
 
 def row_request(row: dict, config_dir) -> dict:
