@@ -259,6 +259,33 @@ def test_more_families_map_onto_their_layer_structure():
     assert mimo.experts == 0 and mimo.dense_layers == 8
 
 
+def test_nemotron_hybrids_map_block_by_block():
+    nemo = {"model_type": "nemotron_h", "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "head_dim": 64, "vocab_size": 1000, "intermediate_size": 512, "mlp_hidden_act": "relu2",
+            "mamba_num_heads": 8, "mamba_head_dim": 32, "n_groups": 2, "ssm_state_size": 16,
+            "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 128,
+            "moe_shared_expert_intermediate_size": 256, "moe_latent_size": 64}
+    a = arch_from_dict({**nemo, "num_hidden_layers": 6, "hybrid_override_pattern": "ME*EM-"})
+    assert (a.linear_layers, a.kv_layers, a.moe_layers, a.dense_layers) == (2, 1, 2, 1)
+    assert a.sublayer_share == 0.5 and not a.gated_mlp and a.mlp_mats == 2
+    # Mamba-2 state per sequence: heads x head_dim x state, fp32, per mixer layer
+    assert a.linear_state_bytes(1) == 2 * 8 * 32 * 16 * 4.0
+    p = a.params()
+    assert p["experts"] == 2 * 64 * 128 * 8 * 2  # two matrices per expert, in the 64-wide latent space
+    newer = arch_from_dict({**nemo, "layers_block_type": ["mamba", "moe", "attention", "moe", "mamba", "mlp"]})
+    assert newer == a
+    with pytest.raises(InputError, match="one block kind"):
+        arch_from_dict({**nemo, "num_hidden_layers": 3, "hybrid_override_pattern": "MX*"})
+    r = predict_serving(a, "h100_sxm", "vllm", 512, 64, concurrency=4, calibration=WAVES)
+    assert 0 < r.ttft.lo_ms <= r.ttft.ms <= r.ttft.hi_ms and 0 < r.tpot.ms
+    nas = arch_from_dict({"model_type": "nemotron-nas", "hidden_size": 384, "num_attention_heads": 6,
+                          "vocab_size": 1000, "num_hidden_layers": 3, "block_configs": [
+                              {"attention": {"n_heads_in_group": 3}, "ffn": {"ffn_mult": 2.0}},
+                              {"attention": {"no_op": True}, "ffn": {"ffn_mult": 1.0}},
+                              {"attention": {"n_heads_in_group": 3}, "ffn": {"no_op": True}}]})
+    assert (nas.kv_layers, nas.dense_layers, nas.kv_heads, nas.ffn) == (2, 2, 2, (512 + 256) // 2)
+
+
 def test_engine_attention_kernels_per_gpu_generation():
     vllm, sglang, trt = get_engine("vllm"), get_engine("sglang"), get_engine("trtllm")
     assert trt.attention_sources("hopper") == trt.attention_sources("ampere") == ("torch_flow", "torch_flow")

@@ -103,12 +103,12 @@ def moe_parts(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, 
 
 def moe_ms(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, moe_dtype: str = "bfloat16",
            tp=1, ep=1, distribution: str = "balanced", kernel_source: str | None = None,
-           constants: KernelConstants | None = None, replayed: bool = True) -> np.ndarray:
-    """Kernel time (ms) of one MoE layer's experts on EP rank 0 (gated MLP: up+gate, then down; a
-    `kernel_source` naming a non-gated kernel drops the gate). `distribution` may be one name or one
+           constants: KernelConstants | None = None, replayed: bool = True, gated: bool = True) -> np.ndarray:
+    """Kernel time (ms) of one MoE layer's experts on EP rank 0 (gated MLP: up+gate, then down; `gated`
+    False or a `kernel_source` naming a non-gated kernel drops the gate). `distribution` may be one name or one
     per row; `constants` default to those fitted on aiconfigurator's four shared systems; `replayed` as in
     `llm_gemm.gemm_parts` (False: a model's forward pass, experts' weights from DRAM)."""
-    gated = "nongated" not in str(kernel_source or "")
+    gated = gated and "nongated" not in str(kernel_source or "")
     parts = moe_parts(num_tokens, hidden, inter, topk, num_experts, device, moe_dtype, tp, ep,
                       np.broadcast_to(np.asarray(distribution, dtype=object), np.shape(np.asarray(num_tokens))),
                       gated, replayed)

@@ -56,7 +56,7 @@ class IterationTimer:
         if n_dec:
             gpu += c.decode_attn_ms(float(sum(decode_kv)), n_dec)
         graph = not prefills and n_dec <= self.engine.cuda_graph_max_batch
-        layers = self.arch.layers
+        layers = self.arch.layers * self.arch.sublayer_share
         comps = (gpu * pp, 0.0 if graph else layers, layers if graph else 0.0)
         return self.cal.time_ms(comps)
 

@@ -117,8 +117,10 @@ def agg_components(arch: Arch, device, engine: str, wk: Worker, isl: int, osl: i
         budget = eng.batched_tokens(device.mem_gb) if closed_loop else eng.offline_batched_tokens
     cost, cap = setup_cost(arch, device, eng, wk, budget, per_rank, isl, osl)
     common = dict(isl=isl, osl=osl, inflight=per_rank, budget=budget, kv_capacity=cap, max_running=eng.max_running)
-    # each iteration crosses every stage (GPU ms x pp) and launches every layer's kernels (x layers)
-    scale = lambda c: (c[0] * par.pp, c[1] * arch.layers, c[2] * arch.layers)  # noqa: E731
+    # each iteration crosses every stage (GPU ms x pp) and launches every layer's kernels (x layers; a block
+    # of one sublayer, as Nemotron-H's, counts half)
+    layers = arch.layers * arch.sublayer_share
+    scale = lambda c: (c[0] * par.pp, c[1] * layers, c[2] * layers)  # noqa: E731
     wave = simulate(cost, eng, Workload(closed_loop=False, **common))
     out = {"gpus": par.gpus,
            "wave": {k: scale(_mean([d[i] for d in wave])) for i, k in enumerate(("ttft", "decode", "e2e"))}}

@@ -15,6 +15,13 @@ enumerator does not trace; they map onto the nearest one by their published laye
                            and its image tokens are not modelled
     mimo                   Qwen2's layers (its multi-token-prediction layers do not run without
                            speculative decoding)
+    nemotron_h             blocks of one kind each (`hybrid_override_pattern`): Mamba-2 mixers (M) as
+                           linear-attention layers (value heads = SSM heads, key heads x width = groups x
+                           state size; an fp32 state per sequence), attention (*), non-gated ReLU^2 MLPs (-)
+                           and top-k MoE (E) with a shared expert, its experts in a `moe_latent_size`
+                           latent space where given; one residual, so one TP all-reduce, per block
+    nemotron_nas (DeciLM)  Llama layers pruned per block (`block_configs`): attention removed on some
+                           (`no_op`), each MLP its own width; priced at the blocks' mean MLP width
     llama4(_text)          a top-k MoE (`num_local_experts` of `intermediate_size`) plus a shared expert of
                            the same width on every `interleave_moe_layer_step`-th layer, dense MLPs of
                            `intermediate_size_mlp` between; its chunked attention is priced as full
@@ -22,6 +29,7 @@ enumerator does not trace; they map onto the nearest one by their published laye
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from hybridperf.errors import InputError
@@ -69,15 +77,30 @@ class Arch:
     lin_v_dim: int = 0
     q_gate: bool = False  # full-attention layers project a sigmoid output gate beside q (Qwen3.5)
     max_keys: int = 0  # sparse attention reads at most this many keys (0: all)
+    mixer_free_layers: int = 0  # blocks without attention or a linear mixer (Nemotron-H's MLP/MoE blocks)
+    mlp_free_layers: int = 0  # blocks without an MLP or MoE (Nemotron-H's mixer blocks)
+    gated_mlp: bool = True  # MLPs and experts have a gate projection (SwiGLU); False: up and down only
+    moe_latent: int = 0  # experts compute in this latent width, projected from and back to `hidden` (0: none)
+
+    @property
+    def mlp_mats(self) -> int:
+        """Weight matrices of one MLP or expert."""
+        return 3 if self.gated_mlp else 2
+
+    @property
+    def sublayer_share(self) -> float:
+        """Residual sublayers (mixers plus MLPs) per layer, over the two of a standard decoder layer: what
+        scales the norms, residual adds and TP all-reduces."""
+        return (2 * self.layers - self.mixer_free_layers - self.mlp_free_layers) / (2.0 * self.layers)
 
     @property
     def moe_layers(self) -> int:
-        return self.layers - self.dense_layers
+        return self.layers - self.dense_layers - self.mlp_free_layers
 
     @property
     def kv_layers(self) -> int:
         """Layers that keep a KV cache."""
-        return self.layers - self.linear_layers
+        return self.layers - self.linear_layers - self.mixer_free_layers
 
     def linear_state_bytes(self, tp: int) -> float:
         """Recurrent state one sequence holds on one GPU of a `tp`-way group, over all linear-attention
@@ -111,10 +134,13 @@ class Arch:
             q = self.heads * self.head_dim * (2 if self.q_gate else 1)
             attn = h * (q + 2 * self.kv_heads * self.head_dim) + self.heads * self.head_dim * h
         lin = h * self.linear_in_width() + self.lin_v_heads * self.lin_v_dim * h
+        m = float(self.mlp_mats)
+        expert_h = self.moe_latent or h
+        latent = 2.0 * h * self.moe_latent  # projections into and out of the experts' latent space
         return {"attn": attn * self.kv_layers + lin * self.linear_layers,
-                "dense_mlp": 3.0 * h * self.ffn * self.dense_layers,
-                "experts": 3.0 * h * self.expert_ffn * self.experts * self.moe_layers,
-                "shared": 3.0 * h * self.shared_ffn * self.moe_layers, "embed": 2.0 * h * self.vocab}
+                "dense_mlp": m * h * self.ffn * self.dense_layers,
+                "experts": m * expert_h * self.expert_ffn * self.experts * self.moe_layers,
+                "shared": (m * h * self.shared_ffn + latent) * self.moe_layers, "embed": 2.0 * h * self.vocab}
 
 
 def _text(d: dict) -> dict:
@@ -130,10 +156,64 @@ def _int(d: dict, key: str, default=None) -> int:
     return int(v)
 
 
+def _nemotron_h(d: dict, name: str) -> Arch:
+    """Nemotron-H: one block per character of `hybrid_override_pattern`, or per entry of the newer configs'
+    `layers_block_type` (see the module docstring)."""
+    blocks = d.get("layers_block_type")
+    if isinstance(blocks, list):
+        kinds = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
+        pattern = "".join(kinds.get(str(b), "?") for b in blocks)
+    else:
+        pattern = str(d.get("hybrid_override_pattern") or "")
+    layers = _int(d, "num_hidden_layers", len(pattern))
+    if not pattern or len(pattern) != layers or set(pattern) - set("M*-E"):
+        raise InputError(f"{name or 'config'}: Nemotron-H needs one block kind (mamba/M, attention/*, mlp/-, "
+                         f"moe/E) per layer ({layers}), got {pattern!r}")
+    count = {c: pattern.count(c) for c in "M*-E"}
+    experts = _int(d, "n_routed_experts", 0) if count["E"] else 0
+    heads = _int(d, "num_attention_heads")
+    return Arch(name=name, family="nemotron_h", hidden=_int(d, "hidden_size"), layers=layers,
+                vocab=_int(d, "vocab_size"), heads=heads, kv_heads=_int(d, "num_key_value_heads", heads),
+                head_dim=_int(d, "head_dim", d.get("attention_head_dim")),
+                v_head_dim=_int(d, "head_dim", d.get("attention_head_dim")), ffn=_int(d, "intermediate_size"),
+                dense_layers=count["-"], experts=experts, topk=_int(d, "num_experts_per_tok", 0) if experts else 0,
+                expert_ffn=_int(d, "moe_intermediate_size", 0) if experts else 0,
+                shared_ffn=_int(d, "moe_shared_expert_intermediate_size", 0) * _int(d, "n_shared_experts", 1)
+                if experts else 0,
+                linear_layers=count["M"], lin_k_heads=_int(d, "n_groups"), lin_k_dim=_int(d, "ssm_state_size"),
+                lin_v_heads=_int(d, "mamba_num_heads"), lin_v_dim=_int(d, "mamba_head_dim"),
+                mixer_free_layers=count["-"] + count["E"], mlp_free_layers=count["M"] + count["*"],
+                gated_mlp=str(d.get("mlp_hidden_act", "relu2")) not in ("relu2", "relu", "gelu"),
+                moe_latent=int(d.get("moe_latent_size") or 0) if experts else 0)
+
+
+def _nemotron_nas(d: dict, name: str) -> Arch:
+    """Llama-Nemotron (DeciLM): Llama layers whose attention may be a no-op and whose MLP width is
+    `ffn_mult` x hidden (DeciLM's rounding: 2/3 of it, up to a multiple of 256)."""
+    blocks = d.get("block_configs")
+    if not isinstance(blocks, list) or not blocks:
+        raise InputError(f"{name or 'config'}: nemotron_nas needs `block_configs`, one per layer")
+    h, heads = _int(d, "hidden_size"), _int(d, "num_attention_heads")
+    attn = [b.get("attention") or {} for b in blocks]
+    ffn = [b.get("ffn") or {} for b in blocks]
+    groups = [int(a.get("n_heads_in_group") or 0) for a in attn if not a.get("no_op")]
+    widths = [math.ceil(2 * float(f.get("ffn_mult") or 0) * h / 3 / 256) * 256 for f in ffn if not f.get("no_op")]
+    if not groups or not widths or any(a.get("replace_with_linear") for a in attn + ffn):
+        raise InputError(f"{name or 'config'}: nemotron_nas blocks with linear replacements are not modelled")
+    return Arch(name=name, family="nemotron_nas", hidden=h, layers=len(blocks), vocab=_int(d, "vocab_size"),
+                heads=heads, kv_heads=heads // max(groups[0], 1), head_dim=h // heads, v_head_dim=h // heads,
+                ffn=round(sum(widths) / len(widths)), dense_layers=len(widths),
+                mixer_free_layers=len(blocks) - len(groups), mlp_free_layers=len(blocks) - len(widths))
+
+
 def arch_from_dict(raw: dict, name: str = "") -> Arch:
     """An `Arch` from a parsed HF config; InputError for families serving cannot model."""
     d = _text(raw)
     mt = str(d.get("model_type", "")).lower().replace("-", "_")
+    if mt == "nemotron_h":
+        return _nemotron_h(d, name)
+    if mt == "nemotron_nas":
+        return _nemotron_nas(d, name)
     if mt in MLA_ALIASES:
         d = {**DEEPSEEK_DEFAULTS, **{k: v for k, v in d.items() if v is not None}, "model_type": "deepseek_v3"}
         if mt in ("glm_moe_dsa", "deepseek_v32"):  # groups do not constrain routing; `head_dim` is the indexer's

@@ -141,26 +141,31 @@ class StepCost:
         else:
             qkv = (a.heads * (2 if a.q_gate else 1) + 2 * a.kv_heads) * a.head_dim / tp
             attn = _gemm(n, qkv, h, g, dev) + _gemm(n, h, a.heads * a.head_dim / tp, g, dev)
-        if a.linear_layers:  # gated delta-net projections in place of attention's on the linear layers
-            lin = _gemm(n, a.linear_in_width() / tp, h, g, dev) \
-                + _gemm(n, h, a.lin_v_heads * a.lin_v_dim / tp, g, dev)
-            attn = (attn * a.kv_layers + lin * a.linear_layers) / a.layers
-        dense_mlp = _gemm(n, 2 * a.ffn / tp, h, g, dev) + _gemm(n, h, a.ffn / tp, g, dev)
+        mix = attn * a.kv_layers
+        if a.linear_layers:  # gated delta-net or Mamba-2 projections in place of attention's on the linear layers
+            mix += (_gemm(n, a.linear_in_width() / tp, h, g, dev)
+                    + _gemm(n, h, a.lin_v_heads * a.lin_v_dim / tp, g, dev)) * a.linear_layers
+        up = (2 if a.gated_mlp else 1) * a.ffn / tp  # gate and up projections fused
+        dense_mlp = _gemm(n, up, h, g, dev) + _gemm(n, h, a.ffn / tp, g, dev)
         act_bytes = 2.0
         elem = memory_time_ms(n * h * act_bytes * ELEMENTWISE_PASSES, dev)
-        mlp_act = memory_time_ms(n * 3.0 * a.ffn / tp * act_bytes, dev)
-        per_layer_dense = attn + elem + self._tp_allreduce(n) * 2
-        total = self.stage_layers * per_layer_dense
+        mlp_act = memory_time_ms(n * (a.mlp_mats * a.ffn / tp) * act_bytes, dev)
+        per_layer = mix / a.layers + (elem + self._tp_allreduce(n) * 2) * a.sublayer_share
+        total = self.stage_layers * per_layer
         total += (a.dense_layers / p.pp) * (dense_mlp + mlp_act)
         if a.experts:
             tokens = n * p.adp  # attention-DP ranks gather their tokens for the experts
-            experts = moe_ms(tokens, h, a.expert_ffn, a.topk, a.experts, dev, self.moe, tp=p.moe_tp, ep=p.moe_ep,
-                             constants=KERNEL_CONSTANTS, replayed=False)
+            eh = a.moe_latent or h
+            experts = moe_ms(tokens, eh, a.expert_ffn, a.topk, a.experts, dev, self.moe, tp=p.moe_tp, ep=p.moe_ep,
+                             constants=KERNEL_CONSTANTS, replayed=False, gated=a.gated_mlp)
             shared = 0.0
             if a.shared_ffn:
-                shared = _gemm(n, 2 * a.shared_ffn / tp, h, g, dev) + _gemm(n, h, a.shared_ffn / tp, g, dev)
+                shared = _gemm(n, (2 if a.gated_mlp else 1) * a.shared_ffn / tp, h, g, dev) \
+                    + _gemm(n, h, a.shared_ffn / tp, g, dev)
+            if a.moe_latent:  # into and out of the experts' latent space
+                shared += _gemm(n, eh, h, g, dev) + _gemm(n, h, eh, g, dev)
             router = _gemm(n, a.experts, h, "bfloat16", dev)
-            moe_act = memory_time_ms(tokens * a.topk / p.moe_ep * 3.0 * a.expert_ffn / p.moe_tp * act_bytes, dev)
+            moe_act = memory_time_ms(tokens * a.topk / p.moe_ep * a.mlp_mats * a.expert_ffn / p.moe_tp * act_bytes, dev)
             total += (a.moe_layers / p.pp) * (experts + shared + router + moe_act + self._moe_comm(n))
         return total
 
@@ -189,9 +194,10 @@ class StepCost:
         g = p.moe_tp * p.moe_ep
         gpn = min(g, self.node.gpus_per_node)
         copies = min(self.arch.topk, 2)
-        out = self.collectives.predict("all_to_all", n * self.arch.hidden * copies * 1.0, g, gpn, self.node,
+        width = self.arch.moe_latent or self.arch.hidden  # a latent MoE dispatches its latent activations
+        out = self.collectives.predict("all_to_all", n * width * copies * 1.0, g, gpn, self.node,
                                        timing="graph")["ms"]
-        back = self.collectives.predict("all_to_all", n * self.arch.hidden * copies * 2.0, g, gpn, self.node,
+        back = self.collectives.predict("all_to_all", n * width * copies * 2.0, g, gpn, self.node,
                                         timing="graph")["ms"]
         return out + back
 
