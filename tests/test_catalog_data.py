@@ -34,10 +34,11 @@ SYSTEM_GPUS = {
     "l40s": "NVIDIA L40S", "rtx_pro_6000": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
     "rtx_pro_6000_server": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "a100_pcie": "NVIDIA A100 80GB PCIe",
     "h100_pcie": "NVIDIA H100 PCIe", "l4": "NVIDIA L4", "a30": "NVIDIA A30",
+    "b60": "Intel(R) Arc(TM) Pro B60 Graphics",
 }
 #: system ids that also name a node, with its GPU count per NVLink/PCIe domain
 SYSTEM_NODES = {"a100_sxm": 8, "h100_sxm": 8, "h200_sxm": 8, "b200_sxm": 8, "b300_sxm": 8, "gb200": 72, "gb300": 72,
-                "l40s": 8, "rtx_pro_6000": 8, "rtx_pro_6000_server": 8}
+                "l40s": 8, "rtx_pro_6000": 8, "rtx_pro_6000_server": 8, "b60": 8}
 
 
 def _contract_names() -> list[str]:

@@ -39,7 +39,7 @@ ALIASES = {
     "nvidia h100 80gb hbm3": "NVIDIA H100 80GB HBM3",
 }
 
-ARCHS = {"pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna1", "cdna2", "cdna3", "cdna4"}
+ARCHS = {"pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna1", "cdna2", "cdna3", "cdna4", "xe2"}
 LINKS = {"", "NVLink1", "NVLink2", "NVLink3", "NVLink4", "NVLink5", "Infinity Fabric"}
 # `int8` (no _tc) is the DP4A rate of parts without int8 tensor cores; DeviceSpec.peak("int8") reads it.
 ALLOWED_PEAK_KEYS = set(PEAK_KEYS) | {"int8"}
@@ -98,12 +98,13 @@ def test_get_device_passes_spec_through():
 
 @pytest.mark.parametrize("d", DEVICES, ids=lambda d: d.name)
 def test_spec_fields_sane(d):
-    assert d.vendor in {"nvidia", "amd"}
+    assert d.vendor in {"nvidia", "amd", "intel"}
     assert d.arch in ARCHS
     assert d.link_name in LINKS
     assert d.form_factor in {"PCIe", "SXM", "OAM", "NVL"}
     assert (d.link_name == "") == (d.link_bw_gbs == 0)
-    assert d.pcie_gen in (3, 4, 5, 6) and d.pcie_bw_gbs == {3: 16, 4: 32, 5: 64, 6: 128}[d.pcie_gen]
+    x16 = {3: 16, 4: 32, 5: 64, 6: 128}[d.pcie_gen]
+    assert d.pcie_bw_gbs in (x16, x16 / 2)  # x16, or x8 (Arc Pro B60)
     for v in (d.num_sms, d.cores_per_sm, d.boost_clock_mhz, d.mem_gb, d.mem_bw_gbs, d.l2_mb,
               d.smem_per_sm_kb, d.max_threads_per_sm, d.tdp_w):
         assert v > 0

@@ -53,7 +53,7 @@ def _node_index() -> dict:
 
 #: brand words a driver or a user may put before the model name ("NVIDIA H100", "Tesla V100", "AMD
 #: Instinct MI210"); a name the catalog does not hold verbatim is looked up again without them
-_BRAND_WORDS = ("nvidia", "tesla", "geforce", "quadro", "amd", "instinct", "radeon")
+_BRAND_WORDS = ("nvidia", "tesla", "geforce", "quadro", "amd", "instinct", "radeon", "intel")
 
 
 def _lookup_device(name: str) -> DeviceSpec | None:

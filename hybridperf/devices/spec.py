@@ -33,8 +33,8 @@ class DeviceSpec:
     """
 
     name: str
-    vendor: str  # "nvidia" | "amd"
-    arch: str  # pascal, volta, turing, ampere, ada, hopper, blackwell, cdna1, cdna2, cdna3
+    vendor: str  # "nvidia" | "amd" | "intel"
+    arch: str  # pascal, volta, turing, ampere, ada, hopper, blackwell, cdna1, cdna2, cdna3, xe2
     num_sms: int  # SMs (NVIDIA) or CUs (AMD)
     boost_clock_mhz: float
     mem_gb: float
@@ -145,7 +145,7 @@ class NodeSpec:
 #: strings: (str, None, allowed values or None). Ranges are generous physical bounds, so that a typo
 #: (0 SMs, bandwidth in bytes/s) fails here rather than as an inf or a negative latency later.
 _DEVICE_RULES = {
-    "name": (str, None, None), "vendor": (str, None, ("nvidia", "amd")), "arch": (str, None, None),
+    "name": (str, None, None), "vendor": (str, None, ("nvidia", "amd", "intel")), "arch": (str, None, None),
     "num_sms": (int, 1, 100_000, "SMs/CUs", False),
     "boost_clock_mhz": (float, 0.0, 10_000.0, "MHz", True),
     "mem_gb": (float, 0.0, 1e5, "GB", True),
