@@ -255,6 +255,13 @@ def test_more_families_map_onto_their_layer_structure():
                              "layer_types": ["linear_attention"] * 3 + ["full_attention"] + ["linear_attention"] * 3
                              + ["full_attention"]})
     assert (hybrid.experts, hybrid.linear_layers, hybrid.kv_layers) == (0, 6, 2)
+    m3 = arch_from_dict({"model_type": "minimax_m3_vl", "text_config": {
+        **base, "intermediate_size": 256, "dense_intermediate_size": 1024, "shared_intermediate_size": 256,
+        "n_shared_experts": 1, "num_local_experts": 16, "num_experts_per_tok": 2, "moe_layer_freq": [0, 0] + [1] * 6,
+        "sparse_attention_config": {"use_sparse_attention": True, "sparse_topk_blocks": 4, "sparse_block_size": 64,
+                                    "sparse_local_block": 1}}})
+    assert (m3.family, m3.dense_layers, m3.moe_layers, m3.ffn, m3.expert_ffn, m3.shared_ffn, m3.max_keys) == \
+        ("minimax_m3", 2, 6, 1024, 256, 256, 5 * 64)
     mimo = arch_from_dict({**base, "model_type": "mimo", "intermediate_size": 1024})
     assert mimo.experts == 0 and mimo.dense_layers == 8
 

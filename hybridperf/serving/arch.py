@@ -15,6 +15,10 @@ enumerator does not trace; they map onto the nearest one by their published laye
                            and its image tokens are not modelled
     mimo                   Qwen2's layers (its multi-token-prediction layers do not run without
                            speculative decoding)
+    minimax_m3             grouped-query attention + top-k MoE with a shared expert after
+                           `first_k_dense_replace` dense layers (`dense_intermediate_size`); its block-sparse
+                           attention reads `sparse_topk_blocks` blocks plus the local one per query on every
+                           layer (the few dense-attention layers priced so too)
     nemotron_h             blocks of one kind each (`hybrid_override_pattern`): Mamba-2 mixers (M) as
                            linear-attention layers (value heads = SSM heads, key heads x width = groups x
                            state size; an fp32 state per sequence), attention (*), non-gated ReLU^2 MLPs (-)
@@ -38,7 +42,7 @@ from hybridperf.graphs.config import DEEPSEEK_DEFAULTS, MOE_LLAMA, config_from_d
 #: families read as DeepSeek-V3 (multi-head latent attention + MoE)
 MLA_ALIASES = ("kimi_k2", "kimi_k25", "glm_moe_dsa", "deepseek_v32")
 #: families read as a grouped-query-attention MoE
-GQA_MOE_ALIASES = ("minimax_m2", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_vl_moe_text")
+GQA_MOE_ALIASES = ("minimax_m2", "minimax_m3", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_vl_moe_text")
 #: families read as another's dense layers
 DENSE_ALIASES = {"qwen3_vl_text": "qwen3", "qwen3_5": "qwen3", "qwen3_5_text": "qwen3", "mimo": "qwen2"}
 #: families read as a GQA MoE with a shared expert interleaved with dense layers
@@ -146,7 +150,10 @@ class Arch:
 def _text(d: dict) -> dict:
     """A multimodal wrapper's language model (`text_config`), else the config itself."""
     text = d.get("text_config")
-    return {**text} if isinstance(text, dict) and "hidden_size" in text else d
+    if not (isinstance(text, dict) and "hidden_size" in text):
+        return d
+    outer = str(d.get("model_type", "")).removesuffix("_vl")  # a text config that does not name its family
+    return {"model_type": outer, **text}
 
 
 def _int(d: dict, key: str, default=None) -> int:
@@ -214,6 +221,19 @@ def arch_from_dict(raw: dict, name: str = "") -> Arch:
         return _nemotron_h(d, name)
     if mt == "nemotron_nas":
         return _nemotron_nas(d, name)
+    max_keys = 0
+    if mt == "minimax_m3":
+        sparse = d.get("sparse_attention_config") or {}
+        if isinstance(sparse, dict) and sparse.get("use_sparse_attention"):
+            max_keys = (_int(sparse, "sparse_topk_blocks") + _int(sparse, "sparse_local_block", 1)) \
+                * _int(sparse, "sparse_block_size")
+        freq = d.get("moe_layer_freq")
+        dense = [i for i, f in enumerate(freq) if not f] if isinstance(freq, list) \
+            else list(range(_int(d, "first_k_dense_replace", 0)))
+        d = {**d, "mlp_only_layers": dense,
+             "moe_intermediate_size": d.get("moe_intermediate_size") or d.get("intermediate_size"),
+             "intermediate_size": d.get("dense_intermediate_size") or d.get("intermediate_size"),
+             "shared_expert_intermediate_size": (d.get("shared_intermediate_size") or 0) * int(d.get("n_shared_experts") or 0)}
     if mt in MLA_ALIASES:
         d = {**DEEPSEEK_DEFAULTS, **{k: v for k, v in d.items() if v is not None}, "model_type": "deepseek_v3"}
         if mt in ("glm_moe_dsa", "deepseek_v32"):  # groups do not constrain routing; `head_dim` is the indexer's
@@ -246,6 +266,8 @@ def arch_from_dict(raw: dict, name: str = "") -> Arch:
                   rope_dim=_int(d, "qk_rope_head_dim"), v_head_dim=_int(d, "v_head_dim"), kv_heads=cfg.heads)
         if d.get("index_topk"):
             kw["max_keys"] = _int(d, "index_topk")
+    if max_keys:
+        kw["max_keys"] = max_keys
     types = list(d.get("layer_types") or [])
     if types:
         kw["linear_layers"] = sum(t == "linear_attention" for t in types)
