@@ -262,6 +262,16 @@ def test_more_families_map_onto_their_layer_structure():
                                     "sparse_local_block": 1}}})
     assert (m3.family, m3.dense_layers, m3.moe_layers, m3.ffn, m3.expert_ffn, m3.shared_ffn, m3.max_keys) == \
         ("minimax_m3", 2, 6, 1024, 256, 256, 5 * 64)
+    g4 = arch_from_dict({**base, "model_type": "gemma4_text", "intermediate_size": 512, "sliding_window": 256,
+                         "layer_types": ["sliding_attention"] * 3 + ["full_attention"] + ["sliding_attention"] * 3
+                         + ["full_attention"], "num_global_key_value_heads": 1, "global_head_dim": 128,
+                         "attention_k_eq_v": True, "enable_moe_block": True, "num_experts": 16, "top_k_experts": 2,
+                         "moe_intermediate_size": 128})
+    assert (g4.sliding_layers, g4.full_layers, g4.shared_ffn, g4.expert_ffn, g4.dense_layers) == (6, 2, 512, 128, 0)
+    # sliding layers cache k and v of 2 heads x 64; the full ones one tensor of 1 head x 128
+    assert g4.kv_elems_per_token(1) == 6 * 2 * 2 * 64 + 2 * 1 * 128
+    r = predict_serving(g4, "h100_sxm", "vllm", 2048, 64, concurrency=4, calibration=WAVES)
+    assert 0 < r.tpot.lo_ms <= r.tpot.ms <= r.tpot.hi_ms
     mimo = arch_from_dict({**base, "model_type": "mimo", "intermediate_size": 1024})
     assert mimo.experts == 0 and mimo.dense_layers == 8
 

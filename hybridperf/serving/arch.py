@@ -19,6 +19,9 @@ enumerator does not trace; they map onto the nearest one by their published laye
                            `first_k_dense_replace` dense layers (`dense_intermediate_size`); its block-sparse
                            attention reads `sparse_topk_blocks` blocks plus the local one per query on every
                            layer (the few dense-attention layers priced so too)
+    gemma4(_text)          Gemma's gated-GeLU layers, most with sliding-window attention; the full-attention
+                           layers have their own KV heads and head width and may use their keys as values;
+                           the MoE variant runs its dense MLP beside the experts (as a shared expert)
     nemotron_h             blocks of one kind each (`hybrid_override_pattern`): Mamba-2 mixers (M) as
                            linear-attention layers (value heads = SSM heads, key heads x width = groups x
                            state size; an fp32 state per sequence), attention (*), non-gated ReLU^2 MLPs (-)
@@ -85,6 +88,21 @@ class Arch:
     mlp_free_layers: int = 0  # blocks without an MLP or MoE (Nemotron-H's mixer blocks)
     gated_mlp: bool = True  # MLPs and experts have a gate projection (SwiGLU); False: up and down only
     moe_latent: int = 0  # experts compute in this latent width, projected from and back to `hidden` (0: none)
+    full_kv_heads: int = 0  # full-attention layers' own KV heads and head width where they differ from the
+    full_head_dim: int = 0  # sliding layers' (Gemma-4's global layers); 0: the same
+    full_k_eq_v: bool = False  # full-attention layers use their keys as values (one cached tensor)
+
+    @property
+    def full_layers(self) -> int:
+        """KV layers attending to every key (not a sliding window)."""
+        return self.kv_layers - self.sliding_layers
+
+    def attn_dims(self, full: bool) -> tuple:
+        """(KV heads, head width, cached tensors per KV head) of a full-attention or a sliding layer."""
+        if full:
+            return (self.full_kv_heads or self.kv_heads, self.full_head_dim or self.head_dim,
+                    1 if self.full_k_eq_v else 2)
+        return (self.kv_heads, self.head_dim, 2)
 
     @property
     def mlp_mats(self) -> int:
@@ -115,10 +133,12 @@ class Arch:
         """KV-cache elements one token adds on one GPU of a `tp`-way group (all its layers): MLA caches
         one latent (not split by TP), GQA splits its key/value heads (replicated when fewer than `tp`)."""
         if self.mla:
-            per_layer = self.kv_lora_rank + self.rope_dim
-        else:
-            per_layer = 2.0 * self.head_dim * max(self.kv_heads / tp, 1.0)
-        return per_layer * self.kv_layers
+            return (self.kv_lora_rank + self.rope_dim) * self.kv_layers
+        out = 0.0
+        for full, n in ((True, self.full_layers), (False, self.sliding_layers)):
+            kvh, hd, tensors = self.attn_dims(full)
+            out += tensors * hd * max(kvh / tp, 1.0) * n
+        return out
 
     def linear_in_width(self) -> int:
         """Outputs of a linear-attention layer's input projections: q, k (key heads), v, z (value heads) and
@@ -134,14 +154,18 @@ class Arch:
             kv = h * (self.kv_lora_rank + self.rope_dim) + self.kv_lora_rank * self.heads * (
                 self.head_dim - self.rope_dim + self.v_head_dim)
             attn = q + kv + self.heads * self.v_head_dim * h
+            attn = attn * self.kv_layers
         else:
-            q = self.heads * self.head_dim * (2 if self.q_gate else 1)
-            attn = h * (q + 2 * self.kv_heads * self.head_dim) + self.heads * self.head_dim * h
+            attn = 0.0
+            for full, n in ((True, self.full_layers), (False, self.sliding_layers)):
+                kvh, hd, tensors = self.attn_dims(full)
+                q = self.heads * hd * (2 if self.q_gate else 1)
+                attn += (h * (q + tensors * kvh * hd) + self.heads * hd * h) * n
         lin = h * self.linear_in_width() + self.lin_v_heads * self.lin_v_dim * h
         m = float(self.mlp_mats)
         expert_h = self.moe_latent or h
         latent = 2.0 * h * self.moe_latent  # projections into and out of the experts' latent space
-        return {"attn": attn * self.kv_layers + lin * self.linear_layers,
+        return {"attn": attn + lin * self.linear_layers,
                 "dense_mlp": m * h * self.ffn * self.dense_layers,
                 "experts": m * expert_h * self.expert_ffn * self.experts * self.moe_layers,
                 "shared": (m * h * self.shared_ffn + latent) * self.moe_layers, "embed": 2.0 * h * self.vocab}
@@ -213,6 +237,29 @@ def _nemotron_nas(d: dict, name: str) -> Arch:
                 mixer_free_layers=len(blocks) - len(groups), mlp_free_layers=len(blocks) - len(widths))
 
 
+def _gemma4(d: dict, name: str) -> Arch:
+    """Gemma-4 (see the module docstring)."""
+    types = list(d.get("layer_types") or [])
+    layers = _int(d, "num_hidden_layers")
+    if len(types) != layers or set(types) - {"sliding_attention", "full_attention"}:
+        raise InputError(f"{name or 'config'}: gemma4 needs one sliding/full layer type per layer ({layers})")
+    if int(d.get("num_kv_shared_layers") or 0) or d.get("use_double_wide_mlp"):
+        raise InputError(f"{name or 'config'}: gemma4 layers sharing KV caches or double-wide MLPs are not modelled")
+    sliding = types.count("sliding_attention")
+    moe = bool(d.get("enable_moe_block"))
+    ffn = _int(d, "intermediate_size")
+    return Arch(name=name, family="gemma4", hidden=_int(d, "hidden_size"), layers=layers, vocab=_int(d, "vocab_size"),
+                heads=_int(d, "num_attention_heads"), kv_heads=_int(d, "num_key_value_heads"),
+                head_dim=_int(d, "head_dim"), v_head_dim=_int(d, "head_dim"), ffn=ffn,
+                dense_layers=0 if moe else layers, experts=_int(d, "num_experts") if moe else 0,
+                topk=_int(d, "top_k_experts") if moe else 0,
+                expert_ffn=int(d.get("moe_intermediate_size") or d.get("expert_intermediate_size") or 0) if moe else 0,
+                shared_ffn=ffn if moe else 0, sliding_layers=sliding,
+                window=_int(d, "sliding_window") if sliding else 0,
+                full_kv_heads=int(d.get("num_global_key_value_heads") or 0),
+                full_head_dim=int(d.get("global_head_dim") or 0), full_k_eq_v=bool(d.get("attention_k_eq_v")))
+
+
 def arch_from_dict(raw: dict, name: str = "") -> Arch:
     """An `Arch` from a parsed HF config; InputError for families serving cannot model."""
     d = _text(raw)
@@ -221,6 +268,8 @@ def arch_from_dict(raw: dict, name: str = "") -> Arch:
         return _nemotron_h(d, name)
     if mt == "nemotron_nas":
         return _nemotron_nas(d, name)
+    if mt in ("gemma4", "gemma4_text"):
+        return _gemma4(d, name)
     max_keys = 0
     if mt == "minimax_m3":
         sparse = d.get("sparse_attention_config") or {}

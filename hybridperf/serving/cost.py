@@ -138,10 +138,14 @@ class StepCost:
             absorb = heads * (_gemm(n, a.kv_lora_rank, a.head_dim - a.rope_dim, "bfloat16", dev)
                               + _gemm(n, a.v_head_dim, a.kv_lora_rank, "bfloat16", dev))
             attn = q + kv + absorb + _gemm(n, h, heads * a.v_head_dim, g, dev)
+            mix = attn * a.kv_layers
         else:
-            qkv = (a.heads * (2 if a.q_gate else 1) + 2 * a.kv_heads) * a.head_dim / tp
-            attn = _gemm(n, qkv, h, g, dev) + _gemm(n, h, a.heads * a.head_dim / tp, g, dev)
-        mix = attn * a.kv_layers
+            mix = 0.0
+            for full, layers in ((True, a.full_layers), (False, a.sliding_layers)):
+                if layers:
+                    kvh, hd, tensors = a.attn_dims(full)
+                    qkv = (a.heads * (2 if a.q_gate else 1) + tensors * kvh) * hd / tp
+                    mix = mix + (_gemm(n, qkv, h, g, dev) + _gemm(n, h, a.heads * hd / tp, g, dev)) * layers
         if a.linear_layers:  # gated delta-net or Mamba-2 projections in place of attention's on the linear layers
             mix += (_gemm(n, a.linear_in_width() / tp, h, g, dev)
                     + _gemm(n, h, a.lin_v_heads * a.lin_v_dim / tp, g, dev)) * a.linear_layers
@@ -201,16 +205,23 @@ class StepCost:
                                         timing="graph")["ms"]
         return out + back
 
-    def _decode_attn_per_key(self) -> float:
-        """ms per cached key read by one decode step, over this stage's KV layers (roofline: linear)."""
+    def _decode_attn_per_key(self) -> tuple:
+        """ms per cached key read by one decode step over this stage's (full-attention, sliding) KV layers
+        (roofline: linear in the keys)."""
         a, tp = self.arch, self.par.tp
         if a.mla:  # absorbed MLA: every head reads the one latent (kv_lora + rope wide)
             t = generation_attention_ms(1, 1e6, a.heads / tp, 1, a.kv_lora_rank + a.rope_dim, self.device,
                                         kv_dtype=self.kv_dtype, kernel_source=self.decode_source)
-        else:
-            t = generation_attention_ms(1, 1e6, a.heads / tp, max(a.kv_heads / tp, 1), a.head_dim, self.device,
-                                        kv_dtype=self.kv_dtype, kernel_source=self.decode_source)
-        return float(t) / 1e6 * a.kv_layers / self.par.pp
+            return float(t) / 1e6 * a.kv_layers / self.par.pp, 0.0
+        out = []
+        for full, layers in ((True, a.full_layers), (False, a.sliding_layers)):
+            kvh, hd, tensors = a.attn_dims(full)
+            # keys that are also the values: one tensor read, as half as many KV heads of both
+            heads = max(kvh / tp, 1) * tensors / 2
+            t = generation_attention_ms(1, 1e6, a.heads / tp, heads, hd, self.device, kv_dtype=self.kv_dtype,
+                                        kernel_source=self.decode_source) if layers else 0.0
+            out.append(float(t) / 1e6 * layers / self.par.pp)
+        return tuple(out)
 
     # -- public ----------------------------------------------------------------------------------
     def tokens_ms(self, n: float) -> float:
@@ -227,29 +238,24 @@ class StepCost:
     def decode_attn_ms(self, keys: float, seqs: int) -> float:
         """Decode attention over `keys` cached keys in total (sliding and sparse layers capped)."""
         a = self.arch
-        if a.sliding_layers and a.window:
-            full = (a.kv_layers - a.sliding_layers) / a.kv_layers
-            keys = keys * full + min(keys, seqs * a.window) * (1 - full)
-        if a.max_keys:
-            keys = min(keys, seqs * a.max_keys)
-        return self._kv_ms * keys + self._state_ms * seqs
+        full_keys = min(keys, seqs * a.max_keys) if a.max_keys else keys
+        window_keys = min(keys, seqs * a.window) if a.window else keys
+        return self._kv_ms[0] * full_keys + self._kv_ms[1] * window_keys + self._state_ms * seqs
 
     def prefill_attn_ms(self, chunk: int, prefix: int) -> float:
         key = (int(chunk), int(prefix))
         hit = self._prefill_cache.get(key)
         if hit is None:
             a, tp = self.arch, self.par.tp
-            window = a.max_keys or 0
-            t = float(context_attention_ms(1, chunk, a.heads / tp, max(a.kv_heads / tp, 1), a.head_dim,
-                                           self.device, kv_dtype=self.kv_dtype, window=window, prefix=prefix,
-                                           kernel_source=self.prefill_source))
-            if a.sliding_layers and a.window:
-                ts = float(context_attention_ms(1, chunk, a.heads / tp, max(a.kv_heads / tp, 1), a.head_dim,
-                                                self.device, kv_dtype=self.kv_dtype, window=a.window, prefix=prefix,
-                                                kernel_source=self.prefill_source))
-                frac = a.sliding_layers / a.kv_layers
-                t = t * (1 - frac) + ts * frac
-            hit = self._prefill_cache[key] = t * a.kv_layers / self.par.pp + self._state_ms
+            t = 0.0
+            for full, layers in ((True, a.full_layers), (False, a.sliding_layers)):
+                if layers:
+                    kvh, hd, _ = a.attn_dims(full)
+                    window = (a.max_keys or 0) if full else a.window
+                    t += layers * float(context_attention_ms(1, chunk, a.heads / tp, max(kvh / tp, 1), hd, self.device,
+                                                             kv_dtype=self.kv_dtype, window=window, prefix=prefix,
+                                                             kernel_source=self.prefill_source))
+            hit = self._prefill_cache[key] = t / self.par.pp + self._state_ms
         return hit
 
     @lru_cache(maxsize=4096)
