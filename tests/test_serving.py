@@ -303,6 +303,21 @@ def test_nemotron_hybrids_map_block_by_block():
     assert (nas.kv_layers, nas.dense_layers, nas.kv_heads, nas.ffn) == (2, 2, 2, (512 + 256) // 2)
 
 
+def test_speculative_decoding_speeds_memory_bound_decode():
+    from hybridperf.serving.cost import Speculation
+
+    assert Speculation(3, 0.5).tokens_per_step == 1 + 0.5 + 0.25 + 0.125 and Speculation().tokens_per_step == 1
+    kw = dict(config=LLAMA, device="h100_sxm", engine="vllm", isl=512, osl=128, calibration=WAVES)
+    plain = predict_serving(**kw, concurrency=1)
+    spec = predict_serving(**kw, concurrency=1, spec_tokens=3, acceptance=0.8)
+    assert spec.tpot.ms < 0.6 * plain.tpot.ms and spec.ttft.ms == pytest.approx(plain.ttft.ms, rel=0.05)
+    # a rejected draft only costs: at acceptance near 0 speculation is slower than none
+    assert predict_serving(**kw, concurrency=1, spec_tokens=3, acceptance=0.01).tpot.ms > plain.tpot.ms
+    for bad in ({"spec_tokens": -1}, {"spec_tokens": 2, "acceptance": 1.0}):
+        with pytest.raises(InputError):
+            predict_serving(**kw, concurrency=1, **bad)
+
+
 def test_engine_attention_kernels_per_gpu_generation():
     vllm, sglang, trt = get_engine("vllm"), get_engine("sglang"), get_engine("trtllm")
     assert trt.attention_sources("hopper") == trt.attention_sources("ampere") == ("torch_flow", "torch_flow")

@@ -27,6 +27,9 @@ def predict_serving_cmd(
     attention_dp: int = typer.Option(1, "--attention-dp", help="attention data-parallel ranks (MoE)"),
     precision: str = typer.Option("bf16", "--precision", help="weights: fp16, bf16, fp8, fp4 or int4"),
     kv_dtype: str = typer.Option("", "--kv-dtype", help="KV cache: bf16 or fp8 (default: fp8 for fp8/fp4 weights, else bf16)"),
+    spec_tokens: int = typer.Option(0, "--spec-tokens",
+                                    help="speculative decoding (MTP, EAGLE): tokens drafted per decode step"),
+    acceptance: float = typer.Option(0.7, "--acceptance", help="with --spec-tokens: each draft token's acceptance rate"),
     as_json: bool = typer.Option(False, "--json", help="print the result as one JSON object (last line)"),
     rows: Optional[Path] = typer.Option(None, "--rows", help="CSV of runs in silicon_sample.csv's columns"),
     configs: Optional[Path] = typer.Option(None, "--configs",
@@ -58,7 +61,8 @@ def predict_serving_cmd(
     from hybridperf.serving import predict_serving
 
     res = predict_serving(str(config), get_device(device), engine, isl, osl, batch=batch, concurrency=concurrency,
-                          tp=tp, pp=pp, ep=ep, attention_dp=attention_dp, precision=precision, kv_dtype=kv_dtype)
+                          tp=tp, pp=pp, ep=ep, attention_dp=attention_dp, precision=precision, kv_dtype=kv_dtype,
+                          spec_tokens=spec_tokens, acceptance=acceptance)
     raw = res.to_json()
     what = f"{engine} serving {Path(config).name} on {device}"
     for k in ("ttft", "tpot", "e2e"):

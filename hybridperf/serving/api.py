@@ -12,8 +12,8 @@ from hybridperf.devices.node_lookup import default_node_for_device
 from hybridperf.errors import InputError
 from hybridperf.serving.arch import Arch
 from hybridperf.serving.calibration import Calibration
-from hybridperf.serving.cost import (PRECISIONS, Parallel, StepCost, check_weights_fit, default_kv_dtype,
-                                     kv_bytes_per_token)
+from hybridperf.serving.cost import (PRECISIONS, Parallel, Speculation, StepCost, check_weights_fit,
+                                     default_kv_dtype, kv_bytes_per_token)
 from hybridperf.serving.engines import EngineDefaults, get_engine
 from hybridperf.serving.scheduler import Workload, simulate
 
@@ -56,6 +56,7 @@ class Worker:
     precision: str = "bf16"
     moe_precision: str = ""
     kv_bytes: float = 2.0
+    spec: Speculation = Speculation()
 
 
 def node_for(device: DeviceSpec) -> NodeSpec:
@@ -91,8 +92,9 @@ def setup_cost(arch: Arch, device: DeviceSpec, eng: EngineDefaults, wk: Worker, 
     free = check_weights_fit(arch, wk.par, wk.precision, moe_prec, device, eng)
     cap = int(free / kv_bytes_per_token(arch, wk.par, wk.kv_bytes) / max(eng.block_size, 1)) * max(eng.block_size, 1)
     max_tokens = budget + min(inflight, eng.max_running) + 1
+    wk.spec.check()
     cost = StepCost(arch, device, node_for(device), eng, wk.par, wk.precision, moe_prec, wk.kv_bytes, _collectives(),
-                    max_tokens)
+                    max_tokens, wk.spec)
     if cap < isl + osl + cost.state_tokens:
         raise InputError(f"the KV cache holds {cap} tokens per GPU, fewer than one request's {isl + osl}"
                          + (f" plus its recurrent state ({cost.state_tokens} tokens' worth)" if cost.state_tokens else ""))
@@ -155,11 +157,13 @@ def predict_serving(config, device, engine: str, isl: int, osl: int, *, batch: i
                     concurrency: int | None = None, tp: int = 1, pp: int = 1, ep: int = 1, attention_dp: int = 1,
                     moe_tp: int | None = None, precision: str = "bf16", moe_precision: str = "",
                     kv_dtype: str = "", calibration: Calibration | None = None,
-                    disagg: tuple | None = None) -> ServingResult:
+                    disagg: tuple | None = None, spec_tokens: int = 0, acceptance: float = 0.7) -> ServingResult:
     """Predict one serving run. `config`: a HF config path/dict or an `Arch`; `batch` (offline
     generate, all requests at once) or `concurrency` (closed loop). MoE: experts split `ep` ways, the
     rest of the tensor-parallel group inside each expert (`moe_tp`). `disagg`: (prefill Worker, prefill
-    workers, decode Worker, decode workers), overriding the single instance."""
+    workers, decode Worker, decode workers), overriding the single instance. `spec_tokens`: speculative
+    decoding (MTP or a draft head) proposing that many tokens per step, each accepted with probability
+    `acceptance` (`cost.Speculation`)."""
     from hybridperf.serving.load import as_arch  # noqa: PLC0415  (reads configs; kept out of import time)
 
     arch = as_arch(config)
@@ -181,7 +185,7 @@ def predict_serving(config, device, engine: str, isl: int, osl: int, *, batch: i
         if moe_tp is None:
             moe_tp = max(tp * attention_dp // ep, 1)
         wk = Worker(Parallel(tp=tp, pp=pp, adp=attention_dp, moe_tp=moe_tp, moe_ep=ep), precision,
-                    moe_precision, kvb)
+                    moe_precision, kvb, Speculation(spec_tokens, acceptance))
         c = agg_components(arch, device, engine, wk, isl, osl, n, closed_loop=concurrency is not None)
         ttft = ec.time_ms(blend(c, "ttft", ec.wave_weight), ttft=True)
         tpot = ec.time_ms(blend(c, "decode", ec.wave_weight)) / max(osl - 1, 1)

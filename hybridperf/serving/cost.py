@@ -68,6 +68,26 @@ def gemm_dtype(precision: str, device: DeviceSpec) -> str:
 
 
 @dataclass(frozen=True)
+class Speculation:
+    """Speculative decoding (MTP or an EAGLE-style draft head): `tokens` drafted per step, each accepted with
+    probability `acceptance` given the ones before it; a step then emits (1 - a^(k+1)) / (1 - a) tokens."""
+
+    tokens: int = 0
+    acceptance: float = 0.7
+
+    def check(self) -> None:
+        if not isinstance(self.tokens, int) or isinstance(self.tokens, bool) or not 0 <= self.tokens <= 16:
+            raise InputError(f"speculative tokens must be an integer in [0, 16], got {self.tokens!r}")
+        if not isinstance(self.acceptance, (int, float)) or not 0.0 < self.acceptance < 1.0:
+            raise InputError(f"acceptance must be in (0, 1), got {self.acceptance!r}")
+
+    @property
+    def tokens_per_step(self) -> float | int:
+        a, k = self.acceptance, self.tokens
+        return (1.0 - a ** (k + 1)) / (1.0 - a) if k else 1
+
+
+@dataclass(frozen=True)
 class Parallel:
     """How one model instance is split: `tp` attention tensor-parallel, `adp` attention data-parallel
     ranks, `pp` pipeline stages, the experts over `moe_tp` x `moe_ep` GPUs (tp * adp == moe_tp * moe_ep)."""
@@ -101,7 +121,8 @@ class StepCost:
     """Per-iteration GPU time (ms) of one GPU of one pipeline stage; see the module docstring."""
 
     def __init__(self, arch: Arch, device: DeviceSpec, node: NodeSpec, engine: EngineDefaults, par: Parallel,
-                 precision: str, moe_precision: str, kv_bytes: float, collectives, max_tokens: int):
+                 precision: str, moe_precision: str, kv_bytes: float, collectives, max_tokens: int,
+                 spec: "Speculation | None" = None):
         self.arch, self.device, self.node, self.engine, self.par = arch, device, node, engine, par
         self.gemm = gemm_dtype(precision, self.device)
         self.moe = gemm_dtype(moe_precision, self.device)
@@ -109,6 +130,7 @@ class StepCost:
         self.kv_dtype = "fp8" if kv_bytes <= 1 else "bf16"
         self.collectives = collectives
         self.stage_layers = arch.layers / par.pp
+        self.spec = spec or Speculation()
         self.prefill_source, self.decode_source = (src or None for src in engine.attention_sources(device.arch))
         # one grid for every run (not scaled to max_tokens), so that two schedules of the same iterations
         # (offline --batch and a lock-step --concurrency) interpolate the same values
@@ -258,6 +280,18 @@ class StepCost:
             hit = self._prefill_cache[key] = t / self.par.pp + self._state_ms
         return hit
 
+    def decode_step_ms(self, n: int, keys: float) -> float:
+        """One decode step of `n` sequences holding `keys` cached keys in all: the target model over each
+        sequence's token (and, speculating, its draft tokens to verify; the keys are read once for all of
+        them), the sampler, and the draft module's passes (one layer of the model and the LM head each)."""
+        q = self.spec.tokens + 1
+        t = self.tokens_ms(n * q) + self.sample_ms(n * q) + self.decode_attn_ms(keys, n)
+        return t + self.spec.tokens * self.draft_ms(n) if self.spec.tokens else t
+
+    def draft_ms(self, n: int) -> float:
+        """One draft pass for `n` sequences: an MTP/EAGLE head of one decoder layer plus the LM head."""
+        return self.tokens_ms(n) / self.stage_layers + self.sample_ms(n)
+
     @lru_cache(maxsize=4096)
     def sample_ms(self, n: int) -> float:
         """LM head (vocab split over TP) and sampler for `n` sampled tokens (last stage only)."""
@@ -291,5 +325,5 @@ def check_weights_fit(arch, par, precision, moe_precision, device, engine) -> fl
     return free
 
 
-__all__ = ["GEMM_DTYPES", "PRECISIONS", "QUANT_MODES", "Parallel", "StepCost", "check_weights_fit", "default_kv_dtype",
-           "kv_bytes_per_token", "weight_bytes_per_gpu"]
+__all__ = ["GEMM_DTYPES", "PRECISIONS", "QUANT_MODES", "Parallel", "Speculation", "StepCost", "check_weights_fit",
+           "default_kv_dtype", "kv_bytes_per_token", "weight_bytes_per_gpu"]

@@ -7,12 +7,16 @@ the newest request when a decode step would overflow, and recomputes its context
 no prefill to schedule advance in closed form to the next completion (decode attention is linear in the
 keys), so a long output costs one step, not thousands.
 
+Speculative decoding (`cost.spec`) makes a decode step verify the drafted tokens and emit the expected
+accepted count, fractional on average, so a sequence's context and remaining output advance by that.
+
 Time is kept as a clock of components (GPU ms, eager iterations, CUDA-graph iterations) so that the
 engine's host overheads and a GPU-time scale (`calibration.EngineCalibration`) apply afterwards: the
 schedule depends on token counts only, never on how long an iteration takes.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from hybridperf.errors import InputError
@@ -96,28 +100,29 @@ def simulate(cost: StepCost, eng: EngineDefaults, w: Workload, measured: int | N
         if not prefilling:
             if not decoders:  # nothing admitted: the cache cannot hold even one request
                 raise InputError(f"the KV cache ({w.kv_capacity} tokens) cannot hold one request")
-            k = min(r.dec_left for r in decoders)
+            adv = cost.spec.tokens_per_step  # tokens each decode step emits per sequence
+            k = math.ceil(min(r.dec_left for r in decoders) / adv)  # steps
             if eng.preempts:
                 room = (w.kv_capacity - used) // len(decoders)
-                if room < 1:
+                if room < adv:
                     _preempt(running, waiting)
                     used = sum(r.ctx + r.prefill_left + state for r in running)
                     continue
-                k = min(k, room)
+                k = min(k, int(room // adv))
             n = len(decoders)
             keys0 = sum(r.ctx for r in decoders)
-            per_step = cost.tokens_ms(n) + cost.sample_ms(n) + cost.decode_attn_ms(keys0, n)
-            slope = cost.decode_attn_ms(keys0 + n, n) - cost.decode_attn_ms(keys0, n)
+            per_step = cost.decode_step_ms(n, keys0)
+            slope = cost.decode_step_ms(n, keys0 + n * adv) - per_step
             clock.gpu += k * per_step + slope * k * (k - 1) / 2.0
             if n <= eng.cuda_graph_max_batch:
                 clock.graph += k
             else:
                 clock.eager += k
             for r in decoders:
-                r.ctx += k
-                r.dec_left -= k
+                r.ctx += k * adv
+                r.dec_left -= k * adv
             if eng.preempts:
-                used += k * n
+                used += k * adv * n
         else:
             n_dec = len(decoders) if eng.mixed_batches else 0
             budget = w.budget - (n_dec if eng.budget_counts_decodes else 0)
@@ -135,14 +140,15 @@ def simulate(cost: StepCost, eng: EngineDefaults, w: Workload, measured: int | N
                 chunks += c
                 if r.prefill_left == 0 and r.first is None:
                     sampled += 1
+            q, adv = cost.spec.tokens + 1, cost.spec.tokens_per_step
             if n_dec:
-                gpu += cost.decode_attn_ms(sum(r.ctx for r in decoders), n_dec)
+                gpu += cost.decode_attn_ms(sum(r.ctx for r in decoders), n_dec) + cost.spec.tokens * cost.draft_ms(n_dec)
                 for r in decoders:
-                    r.ctx += 1
-                    r.dec_left -= 1
+                    r.ctx += adv
+                    r.dec_left -= adv
                 if eng.preempts:
-                    used += n_dec
-            gpu += cost.tokens_ms(chunks + n_dec) + cost.sample_ms(max(sampled, 1))
+                    used += n_dec * adv
+            gpu += cost.tokens_ms(chunks + n_dec * q) + cost.sample_ms(max(sampled + n_dec * (q - 1), 1))
             clock.gpu += gpu
             clock.eager += 1
             now = clock.now()
