@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from conftest import assert_one_line_error, run_cli
 from hybridperf.cli.app import app
+from hybridperf.devices import get_device
 from hybridperf.errors import InputError
 from hybridperf.serving import Worker, predict_serving
 from hybridperf.serving.adapters import IterationTimer, SGLangTimePredictor, TrtllmTimePredictor
@@ -303,6 +304,27 @@ def test_nemotron_hybrids_map_block_by_block():
     assert (nas.kv_layers, nas.dense_layers, nas.kv_heads, nas.ffn) == (2, 2, 2, (512 + 256) // 2)
 
 
+def test_deepseek_v4_compressed_attention():
+    v4 = arch_from_dict({"model_type": "deepseek_v4", "hidden_size": 512, "num_hidden_layers": 4, "vocab_size": 1000,
+                         "num_attention_heads": 8, "head_dim": 128, "q_lora_rank": 256, "o_groups": 2,
+                         "o_lora_rank": 128, "index_n_heads": 4, "index_head_dim": 32, "index_topk": 64,
+                         "sliding_window": 16, "hc_mult": 4, "compress_ratios": [0, 4, 128, 4, 0],
+                         "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 256,
+                         "n_shared_experts": 1})
+    c = v4.compressed
+    assert c.ratios == (0, 4, 128, 4) and v4.experts == 8 and v4.shared_ffn == 256
+    # per token: two CSA layers' entry and index key every 4 tokens, one HCA entry every 128 (fp8)
+    assert c.kv_bytes_per_token(1.0) == pytest.approx(2 * (128 + 32 + 4) / 4 + 128 / 128)
+    # a decode query reads each layer's window, the indexer's top-k on CSA layers and every HCA entry
+    assert c.entries_read(10_000) == pytest.approx(4 * 16 + 2 * 64 + 10_000 / 128)
+    assert c.entries_read(32768) < 0.1 * 4 * 32768  # what a full-attention MQA would read
+    h100 = get_device("h100_sxm")
+    step = [c.decode_ms(8 * ctx, 8, 8, h100, "fp8", None) for ctx in (2048, 32768)]
+    assert 0 < step[0] < step[1] < 10 * step[0]  # 16x the context: the indexer's scan grows with it, the reads less
+    r = predict_serving(v4, "h100_sxm", "sglang", 8192, 64, concurrency=8, calibration=WAVES)
+    assert 0 < r.tpot.lo_ms <= r.tpot.ms <= r.tpot.hi_ms
+
+
 def test_speculative_decoding_speeds_memory_bound_decode():
     from hybridperf.serving.cost import Speculation
 
@@ -338,7 +360,6 @@ def test_linear_attention_state_costs_time_and_cache_memory():
             + ["linear_attention"] * 3 + ["full_attention"]}
     a = arch_from_dict(base)
     assert a.linear_state_bytes(1) == 6 * 32 * 128 * 128 * 4.0
-    from hybridperf.devices import get_device
     from hybridperf.serving.api import setup_cost
 
     cost, cap = setup_cost(a, get_device("h100_sxm"), get_engine("vllm"), Worker(Parallel()), 8192, 8, 1024, 128)

@@ -19,6 +19,8 @@ enumerator does not trace; they map onto the nearest one by their published laye
                            `first_k_dense_replace` dense layers (`dense_intermediate_size`); its block-sparse
                            attention reads `sparse_topk_blocks` blocks plus the local one per query on every
                            layer (the few dense-attention layers priced so too)
+    deepseek_v4            compressed MQA attention (sliding window; CSA and HCA layers' compressed entries,
+                           `serving.compressed`) with hyper-connections, and a top-k MoE with a shared expert
     gemma4(_text)          Gemma's gated-GeLU layers, most with sliding-window attention; the full-attention
                            layers have their own KV heads and head width and may use their keys as values;
                            the MoE variant runs its dense MLP beside the experts (as a shared expert)
@@ -40,6 +42,7 @@ import math
 from dataclasses import dataclass
 
 from hybridperf.errors import InputError
+from hybridperf.serving.compressed import CompressedAttention
 from hybridperf.graphs.config import DEEPSEEK_DEFAULTS, MOE_LLAMA, config_from_dict
 
 #: families read as DeepSeek-V3 (multi-head latent attention + MoE)
@@ -91,6 +94,7 @@ class Arch:
     full_kv_heads: int = 0  # full-attention layers' own KV heads and head width where they differ from the
     full_head_dim: int = 0  # sliding layers' (Gemma-4's global layers); 0: the same
     full_k_eq_v: bool = False  # full-attention layers use their keys as values (one cached tensor)
+    compressed: CompressedAttention | None = None  # DeepSeek-V4's attention (`serving.compressed`)
 
     @property
     def full_layers(self) -> int:
@@ -134,6 +138,8 @@ class Arch:
         one latent (not split by TP), GQA splits its key/value heads (replicated when fewer than `tp`)."""
         if self.mla:
             return (self.kv_lora_rank + self.rope_dim) * self.kv_layers
+        if self.compressed:  # one byte per element: callers scale by the KV dtype (`kv_bytes_per_token`)
+            return self.compressed.kv_bytes_per_token(1.0)
         out = 0.0
         for full, n in ((True, self.full_layers), (False, self.sliding_layers)):
             kvh, hd, tensors = self.attn_dims(full)
@@ -155,6 +161,8 @@ class Arch:
                 self.head_dim - self.rope_dim + self.v_head_dim)
             attn = q + kv + self.heads * self.v_head_dim * h
             attn = attn * self.kv_layers
+        elif self.compressed:
+            attn = self.compressed.weights(h, self.heads)
         else:
             attn = 0.0
             for full, n in ((True, self.full_layers), (False, self.sliding_layers)):
@@ -260,6 +268,27 @@ def _gemma4(d: dict, name: str) -> Arch:
                 full_head_dim=int(d.get("global_head_dim") or 0), full_k_eq_v=bool(d.get("attention_k_eq_v")))
 
 
+def _deepseek_v4(d: dict, name: str) -> Arch:
+    """DeepSeek-V4: compressed MQA attention (`serving.compressed`), a top-k MoE with a shared expert on every
+    layer (the first `num_hash_layers` route by hash, at the same cost)."""
+    layers = _int(d, "num_hidden_layers")
+    ratios = tuple(int(r) for r in (d.get("compress_ratios") or [])[:layers])
+    if len(ratios) != layers or set(ratios) - {0, 4, 128}:
+        raise InputError(f"{name or 'config'}: DeepSeek-V4 needs a compress ratio of 0, 4 or 128 per layer ({layers})")
+    hd, heads = _int(d, "head_dim"), _int(d, "num_attention_heads")
+    comp = CompressedAttention(ratios=ratios, window=_int(d, "sliding_window"), head_dim=hd,
+                               q_lora=_int(d, "q_lora_rank"), o_groups=_int(d, "o_groups"),
+                               o_lora=_int(d, "o_lora_rank"), index_heads=_int(d, "index_n_heads"),
+                               index_dim=_int(d, "index_head_dim"), index_topk=_int(d, "index_topk"),
+                               hc_mult=_int(d, "hc_mult", 1))
+    return Arch(name=name, family="deepseek_v4", hidden=_int(d, "hidden_size"), layers=layers,
+                vocab=_int(d, "vocab_size"), heads=heads, kv_heads=1, head_dim=hd, v_head_dim=hd,
+                ffn=_int(d, "moe_intermediate_size"),
+                dense_layers=0, experts=_int(d, "n_routed_experts"), topk=_int(d, "num_experts_per_tok"),
+                expert_ffn=_int(d, "moe_intermediate_size"),
+                shared_ffn=_int(d, "moe_intermediate_size") * _int(d, "n_shared_experts", 1), compressed=comp)
+
+
 def arch_from_dict(raw: dict, name: str = "") -> Arch:
     """An `Arch` from a parsed HF config; InputError for families serving cannot model."""
     d = _text(raw)
@@ -270,6 +299,8 @@ def arch_from_dict(raw: dict, name: str = "") -> Arch:
         return _nemotron_nas(d, name)
     if mt in ("gemma4", "gemma4_text"):
         return _gemma4(d, name)
+    if mt in ("deepseek_v4", "deepseek_ref") or "DeepseekV4ForCausalLM" in (d.get("architectures") or []):
+        return _deepseek_v4(d, name)
     max_keys = 0
     if mt == "minimax_m3":
         sparse = d.get("sparse_attention_config") or {}

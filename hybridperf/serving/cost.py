@@ -144,7 +144,8 @@ class StepCost:
         self._state_ms = 2.0 * arch.linear_state_bytes(par.tp) / par.pp / dram * 1e3
         # ... and holds it in the cache's memory while it runs: KV-cache tokens' worth per sequence
         per_token = kv_bytes_per_token(arch, par, kv_bytes)
-        self.state_tokens = int(np.ceil(arch.linear_state_bytes(par.tp) / par.pp / per_token)) if per_token else 0
+        held = arch.linear_state_bytes(par.tp) + (arch.compressed.window_bytes(kv_bytes) if arch.compressed else 0.0)
+        self.state_tokens = int(np.ceil(held / par.pp / per_token)) if per_token else 0
         self._prefill_cache: dict = {}
 
     # -- parts that depend on the token count only -------------------------------------------------
@@ -161,6 +162,8 @@ class StepCost:
                               + _gemm(n, a.v_head_dim, a.kv_lora_rank, "bfloat16", dev))
             attn = q + kv + absorb + _gemm(n, h, heads * a.v_head_dim, g, dev)
             mix = attn * a.kv_layers
+        elif a.compressed:
+            mix = a.compressed.projections_ms(n, h, a.heads, tp, g, dev, _gemm)
         else:
             mix = 0.0
             for full, layers in ((True, a.full_layers), (False, a.sliding_layers)):
@@ -174,7 +177,8 @@ class StepCost:
         up = (2 if a.gated_mlp else 1) * a.ffn / tp  # gate and up projections fused
         dense_mlp = _gemm(n, up, h, g, dev) + _gemm(n, h, a.ffn / tp, g, dev)
         act_bytes = 2.0
-        elem = memory_time_ms(n * h * act_bytes * ELEMENTWISE_PASSES, dev)
+        streams = a.compressed.hc_mult if a.compressed else 1  # hyper-connections widen the residual stream
+        elem = memory_time_ms(n * h * act_bytes * ELEMENTWISE_PASSES * streams, dev)
         mlp_act = memory_time_ms(n * (a.mlp_mats * a.ffn / tp) * act_bytes, dev)
         per_layer = mix / a.layers + (elem + self._tp_allreduce(n) * 2) * a.sublayer_share
         total = self.stage_layers * per_layer
@@ -235,6 +239,8 @@ class StepCost:
             t = generation_attention_ms(1, 1e6, a.heads / tp, 1, a.kv_lora_rank + a.rope_dim, self.device,
                                         kv_dtype=self.kv_dtype, kernel_source=self.decode_source)
             return float(t) / 1e6 * a.kv_layers / self.par.pp, 0.0
+        if a.compressed:  # `decode_attn_ms` prices it (not linear in the keys)
+            return 0.0, 0.0
         out = []
         for full, layers in ((True, a.full_layers), (False, a.sliding_layers)):
             kvh, hd, tensors = a.attn_dims(full)
@@ -260,6 +266,9 @@ class StepCost:
     def decode_attn_ms(self, keys: float, seqs: int) -> float:
         """Decode attention over `keys` cached keys in total (sliding and sparse layers capped)."""
         a = self.arch
+        if a.compressed:
+            t = a.compressed.decode_ms(keys, seqs, a.heads / self.par.tp, self.device, self.kv_dtype, self.decode_source)
+            return t / self.par.pp + self._state_ms * seqs
         full_keys = min(keys, seqs * a.max_keys) if a.max_keys else keys
         window_keys = min(keys, seqs * a.window) if a.window else keys
         return self._kv_ms[0] * full_keys + self._kv_ms[1] * window_keys + self._state_ms * seqs
@@ -270,8 +279,11 @@ class StepCost:
         if hit is None:
             a, tp = self.arch, self.par.tp
             t = 0.0
+            if a.compressed:
+                t = a.compressed.prefill_ms(chunk, prefix, a.heads / tp, self.device, self.kv_dtype,
+                                            self.prefill_source)
             for full, layers in ((True, a.full_layers), (False, a.sliding_layers)):
-                if layers:
+                if layers and not a.compressed:
                     kvh, hd, _ = a.attn_dims(full)
                     window = (a.max_keys or 0) if full else a.window
                     t += layers * float(context_attention_ms(1, chunk, a.heads / tp, max(kvh / tp, 1), hd, self.device,

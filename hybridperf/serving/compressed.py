@@ -1,0 +1,115 @@
+"""DeepSeek-V4's compressed attention, as a serving step sees it.
+
+Every layer keeps its last `window` tokens' KV (one 512-wide vector per token, keys and values shared by
+the heads: MQA). A layer's compress ratio says what it keeps of older tokens: 0, nothing (sliding window
+only); 4 (CSA), one compressed entry per 4 tokens, of which a lightning indexer (`index_heads` heads of
+`index_dim` over per-entry index keys) picks `index_topk` per query; 128 (HCA), one entry per 128 tokens,
+all attended. The output projection is grouped low-rank (`o_groups` groups of heads to `o_lora` each);
+the residual stream is `hc_mult` copies of the hidden state (manifold hyper-connections). Cache layout as
+aiconfigurator's DeepSeek-V4 model counts it (`sdk/models/deepseek_v4.py`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hybridperf.priors.attention import context_attention_ms, generation_attention_ms
+from hybridperf.priors.llm_gemm import GEMM_DTYPES, matrix_peak
+from hybridperf.priors.memory import achievable_bandwidth
+
+#: the indexer's cached key per compressed entry: FP8 values plus one FP32 scale
+INDEX_SCALE_BYTES = 4.0
+
+
+@dataclass(frozen=True)
+class CompressedAttention:
+    ratios: tuple  # per layer: 0 (window only), 4 (CSA) or 128 (HCA)
+    window: int
+    head_dim: int
+    q_lora: int
+    o_groups: int
+    o_lora: int
+    index_heads: int
+    index_dim: int
+    index_topk: int
+    hc_mult: int
+
+    def _count(self, ratio: int) -> int:
+        return sum(r == ratio for r in self.ratios)
+
+    def kv_bytes_per_token(self, kv_bytes: float) -> float:
+        """Cache bytes one more token adds to a sequence's compressed entries (past the window)."""
+        out = 0.0
+        for r in set(self.ratios) - {0}:
+            index = (self.index_dim + INDEX_SCALE_BYTES) if r == 4 else 0.0
+            out += self._count(r) * (self.head_dim * kv_bytes + index) / r
+        return out
+
+    def window_bytes(self, kv_bytes: float) -> float:
+        """Per sequence: every layer's raw window and its compressor's FP32 running state."""
+        state = sum(2 * r * (2 if r == 4 else 1) * self.head_dim * 4.0 for r in self.ratios if r)
+        return len(self.ratios) * self.window * self.head_dim * kv_bytes + state
+
+    def entries_read(self, ctx: float) -> float:
+        """KV entries one decode query reads over all layers, `ctx` tokens cached."""
+        out = len(self.ratios) * min(ctx, self.window)
+        out += self._count(4) * min(ctx / 4.0, self.index_topk) + self._count(128) * ctx / 128.0
+        return out
+
+    def weights(self, hidden: int, heads: int) -> float:
+        """Attention weight elements over all layers: q (low-rank), the shared KV, the grouped output
+        projection, each compressed layer's compressor and each CSA layer's indexer."""
+        hd = self.head_dim
+        per_layer = hidden * self.q_lora + self.q_lora * heads * hd + hidden * hd \
+            + heads * hd * self.o_lora + self.o_groups * self.o_lora * hidden
+        compressors = sum(2 * hidden * hd for r in self.ratios if r)
+        index = self._count(4) * (self.q_lora * self.index_heads * self.index_dim + hidden * self.index_dim
+                                  + hidden * self.index_heads + 2 * hidden * self.index_dim)
+        return per_layer * len(self.ratios) + compressors + index
+
+    def projections_ms(self, n, hidden: int, heads: int, tp: int, dtype: str, device, gemm) -> np.ndarray:
+        """GEMMs of all layers' attention for `n` tokens on one GPU of a `tp`-way group (`gemm`: the
+        iteration's GEMM pricing); the shared KV and the indexer keys are computed on every rank."""
+        hd, lh = self.head_dim, heads / tp
+        groups = max(self.o_groups / tp, 1.0)
+        per_layer = gemm(n, self.q_lora, hidden, dtype, device) + gemm(n, lh * hd, self.q_lora, dtype, device) \
+            + gemm(n, hd, hidden, dtype, device) \
+            + groups * gemm(n, self.o_lora, lh * hd / groups, dtype, device) \
+            + gemm(n, hidden, groups * self.o_lora, dtype, device)
+        compress = gemm(n, 2 * hd, hidden, dtype, device)
+        index = gemm(n, self.index_heads * self.index_dim, self.q_lora, dtype, device) \
+            + gemm(n, 3 * self.index_dim + self.index_heads, hidden, dtype, device)
+        return per_layer * len(self.ratios) + compress * sum(1 for r in self.ratios if r) + index * self._count(4)
+
+    def _index_ms(self, pairs: float, keys: float, device) -> float:
+        """The indexer on one CSA layer: `pairs` (query, index key) FP8 dot products per index head, `keys`
+        cached index keys read."""
+        flops = 2.0 * pairs * self.index_heads * self.index_dim
+        read = keys * (self.index_dim + INDEX_SCALE_BYTES)
+        return (flops / matrix_peak(device, GEMM_DTYPES["fp8"][2]) + read / achievable_bandwidth(device)) * 1e3
+
+    def decode_ms(self, keys: float, seqs: int, heads: float, device, kv_dtype: str, source) -> float:
+        """One decode step of `seqs` sequences holding `keys` tokens in all, over every layer."""
+        if seqs <= 0:
+            return 0.0
+        ctx = keys / seqs
+        # MQA over shared keys and values: one tensor of head_dim per entry (half a K/V head pair)
+        per_entry = float(generation_attention_ms(1, 1e6, heads, 0.5, self.head_dim, device, kv_dtype=kv_dtype,
+                                                  kernel_source=source)) / 1e6
+        index = self._count(4) * self._index_ms(keys / 4.0, keys / 4.0, device)
+        return per_entry * seqs * self.entries_read(ctx) + index
+
+    def prefill_ms(self, chunk: int, prefix: int, heads: float, device, kv_dtype: str, source) -> float:
+        """A prefill chunk of `chunk` tokens after `prefix` cached ones, over every layer: each query attends
+        its window plus its layer's compressed entries (the indexer's top-k on CSA layers)."""
+        ctx = prefix + chunk / 2.0  # a query's mean context within the chunk
+        attended = {0: self.window, 4: self.window + min(ctx / 4.0, self.index_topk),
+                    128: self.window + ctx / 128.0}
+        t = 0.0
+        for r in set(self.ratios):
+            w = int(max(1, round(attended.get(r, self.window))))
+            t += self._count(r) * float(context_attention_ms(1, chunk, heads, 1, self.head_dim, device,
+                                                             kv_dtype=kv_dtype, window=w, prefix=prefix,
+                                                             kernel_source=source))
+        return t + self._count(4) * self._index_ms(chunk * ctx / 4.0, (prefix + chunk) / 4.0, device)
