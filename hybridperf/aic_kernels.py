@@ -20,7 +20,7 @@ from hybridperf.errors import InputError, ModelBundleError, UnknownDeviceError
 from hybridperf.priors import attention
 from hybridperf.priors.llm_gemm import (GEMM_DTYPES, TILES, KernelConstants, combine_ms, fitted_constants, floor_s,
                                         gemm_parts)
-from hybridperf.priors.moe import moe_parts
+from hybridperf.priors.moe import MATERIALIZED_COMBINE, moe_parts
 from hybridperf.residual_models.bundle import Bundle, load_bundle, shipped_models_dir
 
 OPS = ("gemm", "context_attention", "generation_attention", "moe")
@@ -156,7 +156,7 @@ def prior_terms(df: pd.DataFrame, device: DeviceSpec, gemm_c: KernelConstants | 
                 else:
                     p = moe_parts(s["num_tokens"], s["hidden_size"], s["inter_size"], s["topk"], s["num_experts"],
                                   device, dt, s["moe_tp_size"], s["moe_ep_size"], s["distribution"].astype(str),
-                                  "nongated" not in ks)
+                                  "nongated" not in ks, combine=kernel_family([ks])[0] in MATERIALIZED_COMBINE)
                     waves = p["padded"] / np.maximum(p["routed"], 1.0)
                 _fill(cols, mm, p, combine_ms(p, dt, c, ks), floor_s(c, dt, ks, device.boost_clock_mhz), waves)
         else:
@@ -213,12 +213,14 @@ def _log(x) -> np.ndarray:
 #: meets the kernel (waves over SMs, compute over memory time, working set over L2), never its name
 FEATURES = ("log_prior_ms", "log_compute_ms", "log_memory_ms", "compute_over_memory", "floor_share",
             "log_flops", "log_bytes", "log_intensity_over_ridge", "log_waves", "log_weight_over_l2", "log_aux",
-            "a_bytes", "w_bytes", "log_dim1", "log_dim2", "log_dim3", "log_dim4",
+            "a_bytes", "w_bytes", "log_dim1", "log_dim2", "log_dim3", "log_dim4", "log_dim5", "log_dim6",
             *(f"kf_{f}" for f in FAMILY_NAMES))
-#: per op: the four shape columns `log_dim*` are
-DIMS = {"gemm": ("m", "n", "k", "k"), "moe": ("num_tokens", "hidden_size", "inter_size", "topk"),
-        "context_attention": ("batch_size", "isl", "num_key_value_heads", "head_dim"),
-        "generation_attention": ("batch_size", "step", "num_key_value_heads", "head_dim")}
+#: per op: the six shape columns `log_dim*` are (None: 1); a MoE's TP and EP split say how much of its
+#: token-expert work is rank 0's and how much every rank still passes over (routing, the combine)
+DIMS = {"gemm": ("m", "n", "k", "k", None, None),
+        "moe": ("num_tokens", "hidden_size", "inter_size", "topk", "moe_tp_size", "moe_ep_size"),
+        "context_attention": ("batch_size", "isl", "num_key_value_heads", "head_dim", None, None),
+        "generation_attention": ("batch_size", "step", "num_key_value_heads", "head_dim", None, None)}
 
 
 def features(df: pd.DataFrame, terms: pd.DataFrame, device: DeviceSpec) -> np.ndarray:
@@ -235,7 +237,7 @@ def features(df: pd.DataFrame, terms: pd.DataFrame, device: DeviceSpec) -> np.nd
         terms["floor_ms"].to_numpy() / np.maximum(terms["prior_ms"].to_numpy(), 1e-12),
         _log(terms["flops"]), _log(terms["bytes"]), _log(terms["flops"]) - _log(terms["bytes"]) - np.log(ridge),
         _log(terms["waves"]), _log(terms["weight_bytes"]) - np.log(device.l2_mb * 1e6), _log(terms["aux"]),
-        ab, wb, *(_log(df[c]) for c in DIMS[op]),
+        ab, wb, *(_log(df[c]) if c else np.zeros(len(df)) for c in DIMS[op]),
         *((terms["kernel_family"].to_numpy() == f).astype(np.float64) for f in FAMILY_NAMES),
     ]
     return np.column_stack([np.asarray(c, dtype=np.float64) for c in cols]).astype(np.float32)

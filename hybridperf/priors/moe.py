@@ -27,6 +27,10 @@ from hybridperf.priors.llm_gemm import (GEMM_DTYPES, L2_BANDWIDTH_RATIO, QUANTIZ
 EXPERT_TILE_M = (16.0, 128.0)
 #: kernels a fused MoE layer launches besides its two grouped GEMMs (top-k, permute, finalize)
 ROUTING_KERNELS = 3.0
+#: kernel families whose combine sums a [tokens, topk, hidden] buffer (Triton's fused_moe then moe_sum,
+#: PyTorch's reference path, Marlin's); the others fuse the weighted sum into their last GEMM or finalize
+#: permuted rows. Held out, the prior's error grew with the bytes of that buffer over the prior's time.
+MATERIALIZED_COMBINE = ("triton", "torch", "marlin")
 
 def _power_law_moments(alpha, lo, hi, order: int) -> np.ndarray:
     """E[X^order] of a power law x^-alpha truncated to [lo, hi]."""
@@ -71,9 +75,11 @@ def distribution_alpha(distribution) -> np.ndarray:
 
 
 def moe_parts(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, moe_dtype: str = "bfloat16",
-              tp=1, ep=1, distribution="balanced", gated=True, replayed=True) -> dict:
+              tp=1, ep=1, distribution="balanced", gated=True, replayed=True, combine=False) -> dict:
     """Ideal times (s) at spec rates of one MoE layer on rank 0 (`compute`, `memory`, `quant`, `kernels`)
-    and the quantities the residual model reads (`routed`, `padded`, `active`, `flops`, `bytes`)."""
+    and the quantities the residual model reads (`routed`, `padded`, `active`, `flops`, `bytes`).
+    `combine`: the kernels materialise every token's top-k outputs and sum them (`MATERIALIZED_COMBINE`),
+    so the combine reads tokens x topk rows even of pairs whose experts live on other EP ranks."""
     t, h, f, k, e, tp, ep = (np.asarray(x, dtype=np.float64)
                              for x in (num_tokens, hidden, inter, topk, num_experts, tp, ep))
     a_bytes, w_bytes, peak_key = GEMM_DTYPES.get(moe_dtype, GEMM_DTYPES["bfloat16"])
@@ -92,6 +98,8 @@ def moe_parts(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, 
     peak = matrix_peak(device, peak_key)
     weights = active * mats * h * f_local * w_bytes
     acts = routed * (h + (mats - 1.0) * f_local) * a_bytes * 2.0 + t * h * 2.0 * 2.0
+    # a combine that sums a [tokens, topk, hidden] buffer reads every pair's row, local or not
+    acts = acts + np.where(combine, t * k * h * 2.0, 0.0)
     quant = (t * h * (2.0 + a_bytes) / bw) if moe_dtype in QUANTIZED_ACTIVATION else np.zeros_like(t)
     # replayed back to back on the same weights (no copies cycled), experts that fit in L2 stay there
     hit = np.minimum(device.l2_mb * 1e6 / np.maximum(weights, 1.0), 1.0) ** 4 if device.l2_mb > 0 and replayed else 0.0
