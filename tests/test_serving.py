@@ -250,6 +250,11 @@ def test_more_families_map_onto_their_layer_structure():
     assert (maverick.moe_layers, maverick.dense_layers) == (4, 4)
     assert (maverick.experts, maverick.topk, maverick.expert_ffn, maverick.shared_ffn, maverick.ffn) == \
         (16, 1, 256, 256, 1024)
+    k3 = arch_from_dict({**MLA, "model_type": "kimi_linear", "num_experts": 16, "num_experts_per_token": 2,
+                         "num_shared_experts": 1, "routed_expert_hidden_size": 96, "first_k_dense_replace": 1,
+                         "linear_attn_config": {"kda_layers": [1, 2, 3], "num_heads": 4, "head_dim": 32}})
+    assert k3.mla and (k3.linear_layers, k3.kv_layers, k3.experts, k3.topk, k3.moe_latent) == \
+        (3, MLA["num_hidden_layers"] - 3, 16, 2, 96)
     dsa = arch_from_dict({**MLA, "model_type": "deepseek_v32", "index_topk": 2048})
     assert dsa.mla and dsa.max_keys == 2048
     hybrid = arch_from_dict({**base, "model_type": "qwen3_5_text", "intermediate_size": 1024,

@@ -5,6 +5,9 @@ through it, so both layers agree on what a config means. Serving also meets fami
 enumerator does not trace; they map onto the nearest one by their published layer structure:
 
     kimi_k2, kimi_k25      DeepSeek-V3's layers (MLA + top-k MoE), Kimi-K2's expert count
+    kimi_linear (Kimi-K3)  DeepSeek-V3's layers, its `kda_layers` with Kimi delta attention (a linear-attention
+                           layer: `linear_layers`) in place of MLA, experts in the `routed_expert_hidden_size`
+                           latent space
     glm_moe_dsa,           DeepSeek-V3's layers (GLM-5: wider heads); their sparse attention (DSA) reads at
     deepseek_v32           most `index_topk` keys per query
     minimax_m2             grouped-query attention + top-k MoE (Qwen3-MoE's layers, Mixtral's field names)
@@ -314,7 +317,15 @@ def arch_from_dict(raw: dict, name: str = "") -> Arch:
              "moe_intermediate_size": d.get("moe_intermediate_size") or d.get("intermediate_size"),
              "intermediate_size": d.get("dense_intermediate_size") or d.get("intermediate_size"),
              "shared_expert_intermediate_size": (d.get("shared_intermediate_size") or 0) * int(d.get("n_shared_experts") or 0)}
-    if mt in MLA_ALIASES:
+    kda = []
+    if mt == "kimi_linear":  # Kimi-K3: DeepSeek-V3's MLA and MoE under other field names, most layers KDA
+        lin = d.get("linear_attn_config") or {}
+        kda = list(lin.get("kda_layers") or []) if isinstance(lin, dict) else []
+        d = {**d, "n_routed_experts": d.get("num_experts"), "num_experts_per_tok": d.get("num_experts_per_token"),
+             "n_shared_experts": d.get("num_shared_experts"), "n_group": 1, "topk_group": 1,
+             "linear_num_key_heads": lin.get("num_heads"), "linear_num_value_heads": lin.get("num_heads"),
+             "linear_key_head_dim": lin.get("head_dim"), "linear_value_head_dim": lin.get("head_dim")}
+    if mt in MLA_ALIASES or mt == "kimi_linear":
         d = {**DEEPSEEK_DEFAULTS, **{k: v for k, v in d.items() if v is not None}, "model_type": "deepseek_v3"}
         if mt in ("glm_moe_dsa", "deepseek_v32"):  # groups do not constrain routing; `head_dim` is the indexer's
             d = {**d, "n_group": 1, "topk_group": 1, "head_dim": None}
@@ -351,6 +362,9 @@ def arch_from_dict(raw: dict, name: str = "") -> Arch:
     types = list(d.get("layer_types") or [])
     if types:
         kw["linear_layers"] = sum(t == "linear_attention" for t in types)
+    if kda:
+        kw["linear_layers"] = len(kda)
+        kw["moe_latent"] = int(d.get("routed_expert_hidden_size") or 0)
     if kw.get("linear_layers"):
         kw.update(lin_k_heads=_int(d, "linear_num_key_heads", cfg.num_kv_heads),
                   lin_v_heads=_int(d, "linear_num_value_heads", cfg.heads),
