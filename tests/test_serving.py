@@ -278,6 +278,18 @@ def test_more_families_map_onto_their_layer_structure():
     assert g4.kv_elems_per_token(1) == 6 * 2 * 2 * 64 + 2 * 1 * 128
     r = predict_serving(g4, "h100_sxm", "vllm", 2048, 64, concurrency=4, calibration=WAVES)
     assert 0 < r.tpot.lo_ms <= r.tpot.ms <= r.tpot.hi_ms
+    moe = {"hidden_size": 512, "num_attention_heads": 8, "vocab_size": 1000, "intermediate_size": 1024,
+           "n_routed_experts": 16, "num_experts_per_tok": 2, "moe_intermediate_size": 128, "sliding_window": 64}
+    v2 = arch_from_dict({**moe, "model_type": "mimo_v2_flash", "num_hidden_layers": 4, "num_key_value_heads": 1,
+                         "head_dim": 96, "v_head_dim": 64, "swa_num_key_value_heads": 2, "swa_head_dim": 96,
+                         "swa_v_head_dim": 64, "hybrid_layer_pattern": [0, 1, 1, 0], "moe_layer_freq": [0, 1, 1, 1]})
+    assert (v2.full_layers, v2.sliding_layers, v2.dense_layers, v2.moe_layers) == (2, 2, 1, 3)
+    # keys 96 and values 64 wide: full layers cache 1 KV head, sliding ones 2
+    assert v2.kv_elems_per_token(1) == 2 * (96 + 64) * 1 + 2 * (96 + 64) * 2
+    step = arch_from_dict({**moe, "model_type": "step3p7", "num_hidden_layers": 4, "num_key_value_heads": 2,
+                           "head_dim": 64, "first_k_dense_replace": 1, "share_expert_dim": 128, "n_shared_experts": 1,
+                           "layer_types": ["full_attention"] + ["sliding_attention"] * 3})
+    assert (step.full_layers, step.sliding_layers, step.dense_layers, step.shared_ffn) == (1, 3, 1, 128)
     mimo = arch_from_dict({**base, "model_type": "mimo", "intermediate_size": 1024})
     assert mimo.experts == 0 and mimo.dense_layers == 8
 

@@ -24,6 +24,8 @@ enumerator does not trace; they map onto the nearest one by their published laye
                            layer (the few dense-attention layers priced so too)
     deepseek_v4            compressed MQA attention (sliding window; CSA and HCA layers' compressed entries,
                            `serving.compressed`) with hyper-connections, and a top-k MoE with a shared expert
+    mimo_v2_flash,         a top-k MoE whose full-attention layers sit among sliding-window ones, each kind
+    step3p7                with its own KV heads (MiMo-V2: 192-wide keys, 128-wide values), dense first layers
     gemma4(_text)          Gemma's gated-GeLU layers, most with sliding-window attention; the full-attention
                            layers have their own KV heads and head width and may use their keys as values;
                            the MoE variant runs its dense MLP beside the experts (as a shared expert)
@@ -105,11 +107,15 @@ class Arch:
         return self.kv_layers - self.sliding_layers
 
     def attn_dims(self, full: bool) -> tuple:
-        """(KV heads, head width, cached tensors per KV head) of a full-attention or a sliding layer."""
+        """(KV heads, query/key head width, value head width, cached widths per KV head over the key width:
+        2 when keys and values are alike, 1 when the keys are the values) of a full-attention or a
+        sliding layer."""
+        kvh, hd, vd = self.kv_heads, self.head_dim, self.v_head_dim
         if full:
-            return (self.full_kv_heads or self.kv_heads, self.full_head_dim or self.head_dim,
-                    1 if self.full_k_eq_v else 2)
-        return (self.kv_heads, self.head_dim, 2)
+            kvh, hd, vd = self.full_kv_heads or kvh, self.full_head_dim or hd, self.full_head_dim or vd
+            if self.full_k_eq_v:
+                return (kvh, hd, hd, 1.0)
+        return (kvh, hd, vd, (hd + vd) / hd)
 
     @property
     def mlp_mats(self) -> int:
@@ -145,7 +151,7 @@ class Arch:
             return self.compressed.kv_bytes_per_token(1.0)
         out = 0.0
         for full, n in ((True, self.full_layers), (False, self.sliding_layers)):
-            kvh, hd, tensors = self.attn_dims(full)
+            kvh, hd, _, tensors = self.attn_dims(full)
             out += tensors * hd * max(kvh / tp, 1.0) * n
         return out
 
@@ -169,9 +175,9 @@ class Arch:
         else:
             attn = 0.0
             for full, n in ((True, self.full_layers), (False, self.sliding_layers)):
-                kvh, hd, tensors = self.attn_dims(full)
+                kvh, hd, vd, tensors = self.attn_dims(full)
                 q = self.heads * hd * (2 if self.q_gate else 1)
-                attn += (h * (q + tensors * kvh * hd) + self.heads * hd * h) * n
+                attn += (h * (q + tensors * kvh * hd) + self.heads * vd * h) * n
         lin = h * self.linear_in_width() + self.lin_v_heads * self.lin_v_dim * h
         m = float(self.mlp_mats)
         expert_h = self.moe_latent or h
@@ -292,6 +298,45 @@ def _deepseek_v4(d: dict, name: str) -> Arch:
                 shared_ffn=_int(d, "moe_intermediate_size") * _int(d, "n_shared_experts", 1), compressed=comp)
 
 
+def _hybrid_window_moe(d: dict, name: str, family: str, full: list, **kw) -> Arch:
+    """A top-k MoE whose layers attend either all keys or a sliding window (`full`: a bool per layer)."""
+    layers = _int(d, "num_hidden_layers", len(full))
+    if len(full) != layers:
+        raise InputError(f"{name or 'config'}: {family} needs one attention kind per layer ({layers}), got {len(full)}")
+    sliding = layers - sum(full)
+    return Arch(name=name, family=family, hidden=_int(d, "hidden_size"), layers=layers, vocab=_int(d, "vocab_size"),
+                heads=_int(d, "num_attention_heads"), sliding_layers=sliding,
+                window=_int(d, "sliding_window") if sliding else 0, experts=_int(d, "n_routed_experts",
+                                                                                  d.get("num_experts")),
+                topk=_int(d, "num_experts_per_tok"), expert_ffn=_int(d, "moe_intermediate_size"), **kw)
+
+
+def _mimo_v2(d: dict, name: str) -> Arch:
+    """MiMo-V2-Flash: full-attention layers (`hybrid_layer_pattern` 0) among sliding-window ones (1), each
+    kind with its own KV heads; 192-wide keys, 128-wide values; dense first layers (`moe_layer_freq` 0)."""
+    pattern, freq = list(d.get("hybrid_layer_pattern") or []), list(d.get("moe_layer_freq") or [])
+    dense = sum(not f for f in freq)
+    return _hybrid_window_moe(d, name, "mimo_v2_flash", [not p for p in pattern],
+                              kv_heads=_int(d, "swa_num_key_value_heads", d.get("num_key_value_heads")),
+                              head_dim=_int(d, "swa_head_dim", d.get("head_dim")),
+                              v_head_dim=_int(d, "swa_v_head_dim", d.get("v_head_dim")),
+                              full_kv_heads=_int(d, "num_key_value_heads"), ffn=_int(d, "intermediate_size"),
+                              dense_layers=dense, shared_ffn=_int(d, "moe_intermediate_size") * int(
+                                  d.get("n_shared_experts") or 0))
+
+
+def _step3p7(d: dict, name: str) -> Arch:
+    """Step-3.7-Flash: full and sliding-window layers (`layer_types`), dense first layers, a shared expert."""
+    types = list(d.get("layer_types") or [])
+    if set(types) - {"full_attention", "sliding_attention"}:
+        raise InputError(f"{name or 'config'}: step3p7 layer types must be full_attention or sliding_attention")
+    hd = _int(d, "head_dim")
+    return _hybrid_window_moe(d, name, "step3p7", [t == "full_attention" for t in types],
+                              kv_heads=_int(d, "num_key_value_heads"), head_dim=hd, v_head_dim=hd,
+                              ffn=_int(d, "intermediate_size"), dense_layers=_int(d, "first_k_dense_replace", 0),
+                              shared_ffn=_int(d, "share_expert_dim", 0) * int(d.get("n_shared_experts") or 0))
+
+
 def arch_from_dict(raw: dict, name: str = "") -> Arch:
     """An `Arch` from a parsed HF config; InputError for families serving cannot model."""
     d = _text(raw)
@@ -302,6 +347,10 @@ def arch_from_dict(raw: dict, name: str = "") -> Arch:
         return _nemotron_nas(d, name)
     if mt in ("gemma4", "gemma4_text"):
         return _gemma4(d, name)
+    if mt == "mimo_v2_flash":
+        return _mimo_v2(d, name)
+    if mt == "step3p7":
+        return _step3p7(d, name)
     if mt in ("deepseek_v4", "deepseek_ref") or "DeepseekV4ForCausalLM" in (d.get("architectures") or []):
         return _deepseek_v4(d, name)
     max_keys = 0

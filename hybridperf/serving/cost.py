@@ -168,9 +168,9 @@ class StepCost:
             mix = 0.0
             for full, layers in ((True, a.full_layers), (False, a.sliding_layers)):
                 if layers:
-                    kvh, hd, tensors = a.attn_dims(full)
+                    kvh, hd, vd, tensors = a.attn_dims(full)
                     qkv = (a.heads * (2 if a.q_gate else 1) + tensors * kvh) * hd / tp
-                    mix = mix + (_gemm(n, qkv, h, g, dev) + _gemm(n, h, a.heads * hd / tp, g, dev)) * layers
+                    mix = mix + (_gemm(n, qkv, h, g, dev) + _gemm(n, h, a.heads * vd / tp, g, dev)) * layers
         if a.linear_layers:  # gated delta-net or Mamba-2 projections in place of attention's on the linear layers
             mix += (_gemm(n, a.linear_in_width() / tp, h, g, dev)
                     + _gemm(n, h, a.lin_v_heads * a.lin_v_dim / tp, g, dev)) * a.linear_layers
@@ -243,8 +243,8 @@ class StepCost:
             return 0.0, 0.0
         out = []
         for full, layers in ((True, a.full_layers), (False, a.sliding_layers)):
-            kvh, hd, tensors = a.attn_dims(full)
-            # keys that are also the values: one tensor read, as half as many KV heads of both
+            kvh, hd, _, tensors = a.attn_dims(full)
+            # the cached widths read per key as KV heads of two key-wide tensors (keys that are the values: half)
             heads = max(kvh / tp, 1) * tensors / 2
             t = generation_attention_ms(1, 1e6, a.heads / tp, heads, hd, self.device, kv_dtype=self.kv_dtype,
                                         kernel_source=self.decode_source) if layers else 0.0
@@ -284,7 +284,7 @@ class StepCost:
                                             self.prefill_source)
             for full, layers in ((True, a.full_layers), (False, a.sliding_layers)):
                 if layers and not a.compressed:
-                    kvh, hd, _ = a.attn_dims(full)
+                    kvh, hd, _, _ = a.attn_dims(full)
                     window = (a.max_keys or 0) if full else a.window
                     t += layers * float(context_attention_ms(1, chunk, a.heads / tp, max(kvh / tp, 1), hd, self.device,
                                                              kv_dtype=self.kv_dtype, window=window, prefix=prefix,
