@@ -170,6 +170,8 @@ def test_row_concurrency_beyond_one_instance_is_spread_over_instances():
     agg = {"mode": "agg", "batch_size": 13, "attention_dp_size": 1}
     assert concurrency_of({**agg, "silicon_data_source": src.format(416)}) == 13  # 32 instances of 13
     assert concurrency_of({**agg, "silicon_data_source": src.format(16)}) == 16  # not a multiple: one instance
+    assert concurrency_of({**agg, "silicon_data_source": src.format(20)}) == 20
+    assert concurrency_of({**agg, "silicon_data_source": src.format(13)}) == 13
     assert concurrency_of({**agg, "attention_dp_size": 4, "silicon_data_source": src.format(104)}) == 52
     assert concurrency_of(agg) == 13
     disagg = {"mode": "disagg", "decode_batch_size": 8, "decode_num_workers": 2, "silicon_data_source": src.format(64)}
@@ -274,8 +276,8 @@ def test_more_families_map_onto_their_layer_structure():
                          "attention_k_eq_v": True, "enable_moe_block": True, "num_experts": 16, "top_k_experts": 2,
                          "moe_intermediate_size": 128})
     assert (g4.sliding_layers, g4.full_layers, g4.shared_ffn, g4.expert_ffn, g4.dense_layers) == (6, 2, 512, 128, 0)
-    # sliding layers cache k and v of 2 heads x 64; the full ones one tensor of 1 head x 128
-    assert g4.kv_elems_per_token(1) == 6 * 2 * 2 * 64 + 2 * 1 * 128
+    # full layers cache one tensor of 1 head x 128 per token; sliding ones k and v of 2 heads x 64 for their window
+    assert g4.kv_elems_per_token(1) == 2 * 1 * 128 and g4.window_elems(1) == 6 * 2 * 2 * 64 * 256
     r = predict_serving(g4, "h100_sxm", "vllm", 2048, 64, concurrency=4, calibration=WAVES)
     assert 0 < r.tpot.lo_ms <= r.tpot.ms <= r.tpot.hi_ms
     moe = {"hidden_size": 512, "num_attention_heads": 8, "vocab_size": 1000, "intermediate_size": 1024,
@@ -284,8 +286,8 @@ def test_more_families_map_onto_their_layer_structure():
                          "head_dim": 96, "v_head_dim": 64, "swa_num_key_value_heads": 2, "swa_head_dim": 96,
                          "swa_v_head_dim": 64, "hybrid_layer_pattern": [0, 1, 1, 0], "moe_layer_freq": [0, 1, 1, 1]})
     assert (v2.full_layers, v2.sliding_layers, v2.dense_layers, v2.moe_layers) == (2, 2, 1, 3)
-    # keys 96 and values 64 wide: full layers cache 1 KV head, sliding ones 2
-    assert v2.kv_elems_per_token(1) == 2 * (96 + 64) * 1 + 2 * (96 + 64) * 2
+    # keys 96 and values 64 wide: full layers cache 1 KV head per token, sliding ones 2 over their window
+    assert v2.kv_elems_per_token(1) == 2 * (96 + 64) * 1 and v2.window_elems(1) == 2 * (96 + 64) * 2 * 64
     step = arch_from_dict({**moe, "model_type": "step3p7", "num_hidden_layers": 4, "num_key_value_heads": 2,
                            "head_dim": 64, "first_k_dense_replace": 1, "share_expert_dim": 128, "n_shared_experts": 1,
                            "layer_types": ["full_attention"] + ["sliding_attention"] * 3})
@@ -355,6 +357,14 @@ def test_speculative_decoding_speeds_memory_bound_decode():
     for bad in ({"spec_tokens": -1}, {"spec_tokens": 2, "acceptance": 1.0}):
         with pytest.raises(InputError):
             predict_serving(**kw, concurrency=1, **bad)
+    # a cache just large enough for one request: the last speculative step may overfill it, never loop
+    from hybridperf.serving.scheduler import Workload, simulate
+    from hybridperf.serving.api import Worker, setup_cost
+    from hybridperf.serving.cost import Speculation as Spec
+    cost, _ = setup_cost(arch_from_dict(LLAMA), get_device("h100_sxm"), get_engine("vllm"),
+                         Worker(Parallel(), spec=Spec(3, 0.9)), 2048, 1, 512, 128)
+    done = simulate(cost, get_engine("vllm"), Workload(512, 128, 1, True, 2048, 512 + 128 + 3, 8))
+    assert len(done) == 2
 
 
 def test_engine_attention_kernels_per_gpu_generation():

@@ -59,7 +59,7 @@ def components(df: pd.DataFrame) -> pd.DataFrame:
 #: wave weight); the prefill scale and the per-request TTFT constant stay per engine. Fitted per engine, the
 #: shared four moved with each system's mix of models and engine versions (sglang's eager time 0 on one
 #: system, 1.1 ms per layer on the other) and held-out TPOT was 1.3 points worse
-SHARED = ("s", "e", "g", "a")
+SHARED_PARAMS = ("s", "e", "g", "a")
 PARAMS = ("s", "e", "g", "k", "a", "sp")  # gpu_scale, eager_ms, graph_ms, ttft_ms, wave_weight, prefill_scale
 LOWER = dict(s=0.5, e=0, g=0, k=0, a=0, sp=0.5)
 UPPER = dict(s=5, e=2, g=1, k=1000, a=1, sp=5)
@@ -68,14 +68,14 @@ START = dict(s=1.5, e=0.05, g=0.02, k=20.0, a=0.5, sp=1.5)
 
 def fit_engines(c: pd.DataFrame) -> dict:
     """Least squares on log(predicted / measured) of TTFT and TPOT over every engine's rows at once (soft-L1:
-    the few runs an engine version or a benchmark hiccup put far off weigh less), the SHARED parameters one
+    the few runs an engine version or a benchmark hiccup put far off weigh less), the SHARED_PARAMS one
     value for all engines, each bounded to a physical range. Engines with fewer than 5 rows are left out."""
     engines = sorted(e for e, g in c.groupby("engine") if len(g) >= 5)
     c = c[c.engine.isin(engines)]
     who = c.engine.map({e: i for i, e in enumerate(engines)}).to_numpy()
     slots, x0, lo, hi = {}, [], [], []
     for p in PARAMS:
-        n = 1 if p in SHARED else len(engines)
+        n = 1 if p in SHARED_PARAMS else len(engines)
         slots[p] = (len(x0), n)
         x0 += [START[p]] * n
         lo += [LOWER[p]] * n

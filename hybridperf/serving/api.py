@@ -95,7 +95,7 @@ def setup_cost(arch: Arch, device: DeviceSpec, eng: EngineDefaults, wk: Worker, 
     wk.spec.check()
     cost = StepCost(arch, device, node_for(device), eng, wk.par, wk.precision, moe_prec, wk.kv_bytes, _collectives(),
                     max_tokens, wk.spec)
-    if cap < isl + osl + cost.state_tokens:
+    if cap < isl + osl + wk.spec.tokens + cost.state_tokens:
         raise InputError(f"the KV cache holds {cap} tokens per GPU, fewer than one request's {isl + osl}"
                          + (f" plus its recurrent state ({cost.state_tokens} tokens' worth)" if cost.state_tokens else ""))
     return cost, cap
@@ -179,6 +179,8 @@ def predict_serving(config, device, engine: str, isl: int, osl: int, *, batch: i
     if kvb is None:
         raise InputError(f"kv dtype must be bf16, fp16 or fp8, got {kv_dtype!r}")
     if disagg is not None:
+        if spec_tokens:
+            raise InputError("speculative decoding is not modelled for disaggregated workers")
         ttft, tpot, gpus = _disagg(arch, device, engine, disagg, isl, osl, n, ec)
         e2e = ttft + tpot * (osl - 1)
     else:

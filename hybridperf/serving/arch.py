@@ -143,17 +143,28 @@ class Arch:
         return self.linear_layers * max(self.lin_v_heads / tp, 1.0) * self.lin_k_dim * self.lin_v_dim * 4.0
 
     def kv_elems_per_token(self, tp: int) -> float:
-        """KV-cache elements one token adds on one GPU of a `tp`-way group (all its layers): MLA caches
-        one latent (not split by TP), GQA splits its key/value heads (replicated when fewer than `tp`)."""
+        """KV-cache elements one token adds on one GPU of a `tp`-way group (all its layers but sliding-window
+        ones, whose window is `window_elems` per sequence): MLA caches one latent (not split by TP), GQA
+        splits its key/value heads (replicated when fewer than `tp`)."""
         if self.mla:
             return (self.kv_lora_rank + self.rope_dim) * self.kv_layers
         if self.compressed:  # one byte per element: callers scale by the KV dtype (`kv_bytes_per_token`)
             return self.compressed.kv_bytes_per_token(1.0)
-        out = 0.0
-        for full, n in ((True, self.full_layers), (False, self.sliding_layers)):
-            kvh, hd, _, tensors = self.attn_dims(full)
-            out += tensors * hd * max(kvh / tp, 1.0) * n
+        kvh, hd, _, tensors = self.attn_dims(True)
+        out = tensors * hd * max(kvh / tp, 1.0) * self.full_layers
+        if not self.window or not self.full_layers:  # no window, or every layer windowed: priced per token
+            kvh, hd, _, tensors = self.attn_dims(False)
+            out += tensors * hd * max(kvh / tp, 1.0) * self.sliding_layers
         return out
+
+    def window_elems(self, tp: int) -> float:
+        """KV-cache elements a sequence's sliding-window layers hold on one GPU: the window's keys and values
+        (engines keep a windowed cache for them: vLLM's hybrid allocator, SGLang's SWA pool, TensorRT-LLM's
+        cyclic cache)."""
+        if not (self.sliding_layers and self.window and self.full_layers):
+            return 0.0
+        kvh, hd, _, tensors = self.attn_dims(False)
+        return tensors * hd * max(kvh / tp, 1.0) * self.sliding_layers * self.window
 
     def linear_in_width(self) -> int:
         """Outputs of a linear-attention layer's input projections: q, k (key heads), v, z (value heads) and
@@ -246,8 +257,10 @@ def _nemotron_nas(d: dict, name: str) -> Arch:
     ffn = [b.get("ffn") or {} for b in blocks]
     groups = [int(a.get("n_heads_in_group") or 0) for a in attn if not a.get("no_op")]
     widths = [math.ceil(2 * float(f.get("ffn_mult") or 0) * h / 3 / 256) * 256 for f in ffn if not f.get("no_op")]
-    if not groups or not widths or any(a.get("replace_with_linear") for a in attn + ffn):
-        raise InputError(f"{name or 'config'}: nemotron_nas blocks with linear replacements are not modelled")
+    if not groups or not widths or any(a.get("replace_with_linear") for a in attn + ffn) or len(set(groups)) > 1 \
+            or any(a.get("window_length") for a in attn):
+        raise InputError(f"{name or 'config'}: nemotron_nas blocks with linear replacements, windows or differing "
+                         "KV groups are not modelled")
     return Arch(name=name, family="nemotron_nas", hidden=h, layers=len(blocks), vocab=_int(d, "vocab_size"),
                 heads=heads, kv_heads=heads // max(groups[0], 1), head_dim=h // heads, v_head_dim=h // heads,
                 ffn=round(sum(widths) / len(widths)), dense_layers=len(widths),

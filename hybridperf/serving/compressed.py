@@ -39,7 +39,8 @@ class CompressedAttention:
         return sum(r == ratio for r in self.ratios)
 
     def kv_bytes_per_token(self, kv_bytes: float) -> float:
-        """Cache bytes one more token adds to a sequence's compressed entries (past the window)."""
+        """Cache bytes one more token adds to a sequence's compressed entries (past the window): entries in the
+        cache dtype (`kv_bytes` per element), the indexer's keys in FP8."""
         out = 0.0
         for r in set(self.ratios) - {0}:
             index = (self.index_dim + INDEX_SCALE_BYTES) if r == 4 else 0.0
@@ -94,9 +95,9 @@ class CompressedAttention:
         if seqs <= 0:
             return 0.0
         ctx = keys / seqs
-        # MQA over shared keys and values: one tensor of head_dim per entry (half a K/V head pair)
-        per_entry = float(generation_attention_ms(1, 1e6, heads, 0.5, self.head_dim, device, kv_dtype=kv_dtype,
-                                                  kernel_source=source)) / 1e6
+        # MQA over shared keys and values: one tensor of head_dim per entry, the bytes of half a K/V head pair
+        per_entry = float(generation_attention_ms(1, 1e6, heads, 1, self.head_dim, device, kv_dtype=kv_dtype,
+                                                  kernel_source=source)) / 1e6 / 2
         index = self._count(4) * self._index_ms(keys / 4.0, keys / 4.0, device)
         return per_entry * seqs * self.entries_read(ctx) + index
 

@@ -42,18 +42,19 @@ def default_kv_dtype(precision: str) -> str:
 #: in/out over the MLP width counted separately, RoPE on q/k, per-token activation quantisation)
 ELEMENTWISE_PASSES = 12
 #: GEMM and MoE at the spec-sheet roofline, as the engine calibration was fitted: with the constants
-#: fitted on aiconfigurator's kernel tables the held-out TPOT error rose from 29.8% to 46.6% (the
-#: calibration's GPU-time scale sits at its 0.5 bound either way: the iteration model over-counts
-#: something the realistic GEMM times expose; `experiments/serving/serving_silicon.py`)
+#: fitted on aiconfigurator's kernel tables the held-out TPOT error rose from 29.8% to 46.6% (the prefill
+#: GPU-time scales of vLLM and TensorRT-LLM sit at their 0.5 bound either way: the iteration model
+#: over-counts something the realistic GEMM times expose; `experiments/serving/serving_silicon.py`).
+#: The MoE prior's combine term (`priors.moe.MATERIALIZED_COMBINE`) is left out here for the same reason.
 KERNEL_CONSTANTS = ROOFLINE
 GRID_POINTS = 64
+GRID_MAX_TOKENS = 1 << 20
 
 
 def _gemm(m, n, k, dtype: str, device: DeviceSpec):
     """A GEMM of the iteration: KERNEL_CONSTANTS, its weight read from DRAM (each layer's weights once per
     iteration; the kernel tables' replay keeps small ones in L2)."""
     return gemm_ms(m, n, k, dtype, device, constants=KERNEL_CONSTANTS, replayed=False)
-GRID_MAX_TOKENS = 1 << 20
 
 
 def gemm_dtype(precision: str, device: DeviceSpec) -> str:
@@ -144,7 +145,8 @@ class StepCost:
         self._state_ms = 2.0 * arch.linear_state_bytes(par.tp) / par.pp / dram * 1e3
         # ... and holds it in the cache's memory while it runs: KV-cache tokens' worth per sequence
         per_token = kv_bytes_per_token(arch, par, kv_bytes)
-        held = arch.linear_state_bytes(par.tp) + (arch.compressed.window_bytes(kv_bytes) if arch.compressed else 0.0)
+        held = arch.linear_state_bytes(par.tp) + arch.window_elems(par.tp) * kv_bytes \
+            + (arch.compressed.window_bytes(kv_bytes) if arch.compressed else 0.0)
         self.state_tokens = int(np.ceil(held / par.pp / per_token)) if per_token else 0
         self._prefill_cache: dict = {}
 
@@ -244,11 +246,11 @@ class StepCost:
         out = []
         for full, layers in ((True, a.full_layers), (False, a.sliding_layers)):
             kvh, hd, _, tensors = a.attn_dims(full)
-            # the cached widths read per key as KV heads of two key-wide tensors (keys that are the values: half)
-            heads = max(kvh / tp, 1) * tensors / 2
-            t = generation_attention_ms(1, 1e6, a.heads / tp, heads, hd, self.device, kv_dtype=self.kv_dtype,
-                                        kernel_source=self.decode_source) if layers else 0.0
-            out.append(float(t) / 1e6 * layers / self.par.pp)
+            t = generation_attention_ms(1, 1e6, a.heads / tp, max(kvh / tp, 1), hd, self.device,
+                                        kv_dtype=self.kv_dtype, kernel_source=self.decode_source) if layers else 0.0
+            # per key, bytes of the cached widths over a key-and-value pair of key width (keys that are the values:
+            # half); a fractional KV head would also cut the probe's parallelism, not only its bytes
+            out.append(float(t) / 1e6 * tensors / 2 * layers / self.par.pp)
         return tuple(out)
 
     # -- public ----------------------------------------------------------------------------------
@@ -322,6 +324,9 @@ def weight_bytes_per_gpu(arch: Arch, par: Parallel, precision: str, moe_precisio
 
 
 def kv_bytes_per_token(arch: Arch, par: Parallel, kv_bytes: float) -> float:
+    """KV-cache bytes one more token of a sequence adds on one GPU (past any sliding window)."""
+    if arch.compressed:  # its indexer keys are FP8 whatever the cache dtype
+        return arch.compressed.kv_bytes_per_token(kv_bytes) / par.pp
     return arch.kv_elems_per_token(par.tp) * kv_bytes / par.pp
 
 

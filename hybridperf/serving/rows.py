@@ -68,9 +68,9 @@ def _worker(row, prefix: str, prec: str, moe_prec: str, kv: str) -> Worker:
 
 def concurrency_of(row) -> int:
     """Requests in flight on one instance. An aggregated row's `batch_size` per attention-DP rank bounds what
-    one instance runs, so a benchmark concurrency several times `batch_size` x attention-DP ranks was served
-    by that many instances side by side (each gets its share; queueing behind a full batch would have put
-    seconds into TTFTs measured at well under one)."""
+    one instance runs, so a benchmark concurrency that is a multiple of `batch_size` x attention-DP ranks was
+    served by that many instances side by side (each gets its share; queueing behind a full batch would have
+    put seconds into TTFTs measured at well under one)."""
     m = re.search(r"silicon_concurrency=(\d+)", str(row.get("silicon_data_source", "")))
     if row.get("mode") == "disagg":
         return int(m.group(1)) if m else \
@@ -79,8 +79,9 @@ def concurrency_of(row) -> int:
     if not m:
         return per_instance
     total = int(m.group(1))
-    instances = round(total / per_instance) if _num(row, "batch_size") else 1
-    return math.ceil(total / instances) if instances >= 2 else total
+    if _num(row, "batch_size") and total > per_instance and total % per_instance == 0:
+        return per_instance
+    return total
 
 
 def row_request(row: dict, config_dir) -> dict:

@@ -104,11 +104,11 @@ def simulate(cost: StepCost, eng: EngineDefaults, w: Workload, measured: int | N
             k = math.ceil(min(r.dec_left for r in decoders) / adv)  # steps
             if eng.preempts:
                 room = (w.kv_capacity - used) // len(decoders)
-                if room < adv:
+                if room < 1:
                     _preempt(running, waiting)
                     used = sum(r.ctx + r.prefill_left + state for r in running)
                     continue
-                k = min(k, int(room // adv))
+                k = max(1, min(k, int(room // adv)))  # a last speculative step may overfill by under `adv`
             n = len(decoders)
             keys0 = sum(r.ctx for r in decoders)
             per_step = cost.decode_step_ms(n, keys0)
