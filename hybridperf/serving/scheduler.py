@@ -4,8 +4,9 @@ Each iteration runs every decoding sequence one token plus prefill chunks under 
 (`EngineDefaults.mixed_batches`: with the decodes, else instead of them). Requests wait while the KV
 cache or the running-sequence limit is full; an engine that admits by the blocks in use (vLLM) preempts
 the newest request when a decode step would overflow, and recomputes its context later. Stretches with
-no prefill to schedule advance in closed form to the next completion (decode attention is linear in the
-keys), so a long output costs one step, not thousands.
+no prefill to schedule advance in closed form to the next completion (decode attention is taken as linear
+in the keys, at its slope where the stretch starts: exact for dense attention, a tangent for sparse and
+compressed attention), so a long output costs one step, not thousands.
 
 Speculative decoding (`cost.spec`) makes a decode step verify the drafted tokens and emit the expected
 accepted count, fractional on average, so a sequence's context and remaining output advance by that.
