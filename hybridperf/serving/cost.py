@@ -300,11 +300,14 @@ class StepCost:
         them), the sampler, and the draft module's passes (one layer of the model and the LM head each)."""
         q = self.spec.tokens + 1
         t = self.tokens_ms(n * q) + self.sample_ms(n * q) + self.decode_attn_ms(keys, n)
-        return t + self.spec.tokens * self.draft_ms(n) if self.spec.tokens else t
+        return t + self.spec.tokens * self.draft_ms(n, keys) if self.spec.tokens else t
 
-    def draft_ms(self, n: int) -> float:
-        """One draft pass for `n` sequences: an MTP/EAGLE head of one decoder layer plus the LM head."""
-        return self.tokens_ms(n) / self.stage_layers + self.sample_ms(n)
+    def draft_ms(self, n: int, keys: float) -> float:
+        """One draft pass for `n` sequences holding `keys` cached keys: an MTP/EAGLE head of one decoder layer
+        (its attention over its own cache of the context) plus the LM head. It runs on the last pipeline
+        stage only, so it is divided by the stages the iteration's time is later multiplied by."""
+        layer = (self.tokens_ms(n) + self.decode_attn_ms(keys, n)) / self.stage_layers
+        return (layer + self.sample_ms(n)) / self.par.pp
 
     @lru_cache(maxsize=4096)
     def sample_ms(self, n: int) -> float:
