@@ -55,8 +55,14 @@ class Worker:
     par: Parallel
     precision: str = "bf16"
     moe_precision: str = ""
-    kv_bytes: float = 2.0
+    kv_bytes: float | None = None  # bytes per cached element; None: `default_kv_dtype` of the precision
     spec: Speculation = Speculation()
+
+    @property
+    def cache_bytes(self) -> float:
+        if self.kv_bytes is not None:
+            return self.kv_bytes
+        return 1.0 if default_kv_dtype(self.precision) == "fp8" else 2.0
 
 
 def node_for(device: DeviceSpec) -> NodeSpec:
@@ -90,10 +96,10 @@ def setup_cost(arch: Arch, device: DeviceSpec, eng: EngineDefaults, wk: Worker, 
         if p not in PRECISIONS:
             raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {p!r}")
     free = check_weights_fit(arch, wk.par, wk.precision, moe_prec, device, eng)
-    cap = int(free / kv_bytes_per_token(arch, wk.par, wk.kv_bytes) / max(eng.block_size, 1)) * max(eng.block_size, 1)
+    cap = int(free / kv_bytes_per_token(arch, wk.par, wk.cache_bytes) / max(eng.block_size, 1)) * max(eng.block_size, 1)
     max_tokens = budget + min(inflight, eng.max_running) + 1
     wk.spec.check()
-    cost = StepCost(arch, device, node_for(device), eng, wk.par, wk.precision, moe_prec, wk.kv_bytes, _collectives(),
+    cost = StepCost(arch, device, node_for(device), eng, wk.par, wk.precision, moe_prec, wk.cache_bytes, _collectives(),
                     max_tokens, wk.spec)
     if cap < isl + osl + wk.spec.tokens + cost.state_tokens:
         raise InputError(f"the KV cache holds {cap} tokens per GPU, fewer than one request's {isl + osl}"
@@ -234,7 +240,7 @@ def _disagg(arch, device, engine, spec, isl, osl, concurrency, ec):
     pf = agg_components(arch, dev, engine, pw, isl, 1, per_worker, closed_loop=False,
                         budget=eng.batched_tokens(dev.mem_gb))
     node = node_for(dev)
-    kv_total = kv_bytes_per_token(arch, Parallel(), dw.kv_bytes) * isl
+    kv_total = kv_bytes_per_token(arch, Parallel(), dw.cache_bytes) * isl
     xfer = KV_TRANSFER_LATENCY_MS + kv_total / (node.inter_bw_gbs * 1e9 * min(pw.par.gpus, dw.par.gpus)) * 1e3
     ttft = ec.time_ms(pf["wave"]["ttft"], ttft=True) + xfer
     return ttft, tpot, n_p * pw.par.gpus + n_d * dw.par.gpus
