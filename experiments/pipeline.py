@@ -125,7 +125,7 @@ STEPS: tuple[Step, ...] = (
     _m("run_calibration", "run_calibration", "--data", "{data}", "--out", "{out}", datasets=_NS, minutes=1,
        results=(("report.md", "run_calibration.md"), ("run_calibration.png", "run_calibration.png"))),
     _k("aiconfigurator_kernels", "aiconfigurator_kernels", "--data", "{data}", "--out",
-       "{out}/aiconfigurator_kernels.md", datasets=("aiconfigurator",), minutes=10,
+       "{out}/aiconfigurator_kernels.md", datasets=("aiconfigurator",), minutes=2,
        results=(("aiconfigurator_kernels.md", "aiconfigurator_kernels.md"),
                 ("aiconfigurator_kernels.png", "aiconfigurator_kernels.png"))),
     _t("aic_fewshot", "aic_fewshot", "--data", "{data}", "--out", "{out}/aic_fewshot.md", "--bundles", "{out}/bundles",
