@@ -28,7 +28,7 @@ import pandas as pd
 
 from hybridperf.csvio import read_table
 from hybridperf.datasets.collector import (ProgressBar, cpu_name, fastest_mean, import_torch, measure_to_csv,
-                                           time_calls)
+                                           resolve_device, time_calls)
 from hybridperf.errors import InputError
 
 _FLOAT = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
@@ -231,12 +231,8 @@ def collect_aic(shapes: pd.DataFrame, *, device: str | None = None, warmup: int 
         raise InputError(f"need --repeats >= 1, 1 <= --fastest <= --repeats and --warmup >= 0 "
                          f"(got {repeats}, {fastest}, {warmup})")
     torch = import_torch()
-    dev = (device or ("cuda" if torch.cuda.is_available() else "cpu")).strip().lower()
+    dev = resolve_device(torch, device)
     cuda = dev.startswith("cuda")
-    if cuda and not torch.cuda.is_available():
-        raise InputError("--device cuda: this torch build sees no CUDA device; use --device cpu")
-    if not cuda and dev != "cpu":
-        raise InputError(f"--device must be cuda or cpu, got {device!r}")
     name = torch.cuda.get_device_name(torch.device(dev)).strip() if cuda else cpu_name()
     version = torch.__version__.split("+")[0]
     torch.manual_seed(0)

@@ -166,6 +166,17 @@ def build_op(torch, op: str, B: int, M: int, N: int, K: int, H: int, device: str
     raise InputError(f"collector cannot build op {op!r}")
 
 
+def resolve_device(torch, device: str | None) -> str:
+    """The torch device a collector measures on ("cuda", "cuda:N" or "cpu"; default cuda when torch sees one);
+    InputError for anything else or for cuda without a CUDA build."""
+    dev = (device or ("cuda" if torch.cuda.is_available() else "cpu")).strip().lower()
+    if dev.startswith("cuda") and not torch.cuda.is_available():
+        raise InputError("--device cuda: this torch build sees no CUDA device; use --device cpu")
+    if not dev.startswith("cuda") and dev != "cpu":
+        raise InputError(f"--device must be cuda or cpu, got {device!r}")
+    return dev
+
+
 def time_calls(torch, fn, args, *, cuda: bool, warmup: int, repeats: int) -> list[float]:
     """Per-call latencies (ms) of `repeats` calls of fn(*args) after `warmup` untimed calls."""
     for _ in range(warmup):
@@ -231,12 +242,8 @@ def collect_kernels(
 
     torch = import_torch()
     tdtype = getattr(torch, _TORCH_DTYPES[dkey])
-    dev = (device or ("cuda" if torch.cuda.is_available() else "cpu")).strip().lower()
+    dev = resolve_device(torch, device)
     cuda = dev.startswith("cuda")
-    if cuda and not torch.cuda.is_available():
-        raise InputError("--device cuda: this torch build sees no CUDA device; use --device cpu")
-    if not cuda and dev != "cpu":
-        raise InputError(f"--device must be cuda or cpu, got {device!r}")
     if cuda:
         tdev = torch.device(dev)
         if tdev.index is not None:
