@@ -280,17 +280,18 @@ class StepCost:
         hit = self._prefill_cache.get(key)
         if hit is None:
             a, tp = self.arch, self.par.tp
-            t = 0.0
             if a.compressed:
                 t = a.compressed.prefill_ms(chunk, prefix, a.heads / tp, self.device, self.kv_dtype,
                                             self.prefill_source)
-            for full, layers in ((True, a.full_layers), (False, a.sliding_layers)):
-                if layers and not a.compressed:
-                    kvh, hd, _, _ = a.attn_dims(full)
-                    window = (a.max_keys or 0) if full else a.window
-                    t += layers * float(context_attention_ms(1, chunk, a.heads / tp, max(kvh / tp, 1), hd, self.device,
-                                                             kv_dtype=self.kv_dtype, window=window, prefix=prefix,
-                                                             kernel_source=self.prefill_source))
+            else:
+                t = 0.0
+                for full, layers in ((True, a.full_layers), (False, a.sliding_layers)):
+                    if layers:
+                        kvh, hd, _, _ = a.attn_dims(full)
+                        window = (a.max_keys or 0) if full else a.window
+                        t += layers * float(context_attention_ms(1, chunk, a.heads / tp, max(kvh / tp, 1), hd,
+                                                                 self.device, kv_dtype=self.kv_dtype, window=window,
+                                                                 prefix=prefix, kernel_source=self.prefill_source))
             hit = self._prefill_cache[key] = t / self.par.pp + self._state_ms
         return hit
 
