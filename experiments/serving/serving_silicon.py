@@ -21,7 +21,7 @@ from scipy.optimize import least_squares
 from hybridperf.errors import HybridperfError
 from hybridperf.serving.api import Worker, agg_components
 from hybridperf.serving.calibration import Calibration, EngineCalibration
-from hybridperf.serving.cost import Parallel
+from hybridperf.serving.cost import KV_DTYPE_BYTES, Parallel
 from hybridperf.serving.engines import get_engine
 from hybridperf.serving.rows import concurrency_of, predict_rows, row_request
 
@@ -41,7 +41,7 @@ def components(df: pd.DataFrame) -> pd.DataFrame:
         try:
             req = row_request(row, DATA / "model_configs")
             wk = Worker(Parallel(req["tp"], req["pp"], req["attention_dp"], req["moe_tp"], req["ep"]),
-                        req["precision"], req["moe_precision"], 1.0 if req["kv_dtype"] == "fp8" else 2.0)
+                        req["precision"], req["moe_precision"], KV_DTYPE_BYTES[req["kv_dtype"]])
             c = agg_components(req["config"], req["device"], req["engine"], wk, req["isl"], req["osl"],
                                req["concurrency"], closed_loop=True)
         except HybridperfError:

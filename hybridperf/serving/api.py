@@ -12,8 +12,8 @@ from hybridperf.devices.node_lookup import default_node_for_device
 from hybridperf.errors import InputError
 from hybridperf.serving.arch import Arch
 from hybridperf.serving.calibration import Calibration
-from hybridperf.serving.cost import (PRECISIONS, Parallel, Speculation, StepCost, check_weights_fit,
-                                     default_kv_dtype, kv_bytes_per_token)
+from hybridperf.serving.cost import (KV_DTYPE_BYTES, PRECISIONS, Parallel, Speculation, StepCost,
+                                     check_weights_fit, default_kv_dtype, kv_bytes_per_token)
 from hybridperf.serving.engines import EngineDefaults, get_engine
 from hybridperf.serving.scheduler import Workload, simulate
 
@@ -62,7 +62,7 @@ class Worker:
     def cache_bytes(self) -> float:
         if self.kv_bytes is not None:
             return self.kv_bytes
-        return 1.0 if default_kv_dtype(self.precision) == "fp8" else 2.0
+        return KV_DTYPE_BYTES[default_kv_dtype(self.precision)]
 
 
 def node_for(device: DeviceSpec) -> NodeSpec:
@@ -181,7 +181,7 @@ def predict_serving(config, device, engine: str, isl: int, osl: int, *, batch: i
         raise InputError(f"batch/concurrency must be a positive integer, got {n!r}")
     cal = calibration or Calibration.load()
     ec = cal.engine(get_engine(engine).name)
-    kvb = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}.get(kv_dtype or default_kv_dtype(precision))
+    kvb = KV_DTYPE_BYTES.get(kv_dtype or default_kv_dtype(precision))
     if kvb is None:
         raise InputError(f"kv dtype must be bf16, fp16 or fp8, got {kv_dtype!r}")
     if disagg is not None:

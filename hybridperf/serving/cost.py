@@ -31,6 +31,10 @@ QUANT_MODES = {"float16": "fp16", "bfloat16": "bf16", "fp8": "fp8", "fp8_block":
                "int4_wo": "int4", "w4afp8": "int4", "mxfp4": "fp4", "w4a16_mxfp4": "fp4"}
 
 
+#: bytes per cached element of each KV-cache dtype
+KV_DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
+
+
 def default_kv_dtype(precision: str) -> str:
     """The KV-cache dtype an engine runs a checkpoint of `precision` with when not told: FP8 for FP8/FP4
     checkpoints (quantised checkpoints carry KV scales, as aiconfigurator infers from them), else BF16. With
@@ -346,5 +350,5 @@ def check_weights_fit(arch, par, precision, moe_precision, device, engine) -> fl
     return free
 
 
-__all__ = ["GEMM_DTYPES", "PRECISIONS", "QUANT_MODES", "Parallel", "Speculation", "StepCost", "check_weights_fit",
-           "default_kv_dtype", "kv_bytes_per_token", "weight_bytes_per_gpu"]
+__all__ = ["GEMM_DTYPES", "KV_DTYPE_BYTES", "PRECISIONS", "QUANT_MODES", "Parallel", "Speculation", "StepCost",
+           "check_weights_fit", "default_kv_dtype", "kv_bytes_per_token", "weight_bytes_per_gpu"]

@@ -19,7 +19,7 @@ import pandas as pd
 from hybridperf.errors import HybridperfError, InputError
 from hybridperf.serving.api import Worker, predict_serving
 from hybridperf.serving.calibration import Calibration
-from hybridperf.serving.cost import PRECISIONS, QUANT_MODES, Parallel, default_kv_dtype
+from hybridperf.serving.cost import KV_DTYPE_BYTES, PRECISIONS, QUANT_MODES, Parallel, default_kv_dtype
 from hybridperf.serving.load import as_arch, resolve_config
 
 REQUIRED = ("backend", "model_path", "system", "mode", "isl", "osl")
@@ -63,7 +63,7 @@ def _worker(row, prefix: str, prec: str, moe_prec: str, kv: str) -> Worker:
     if moe_tp * ep != tp * adp:
         moe_tp = max(tp * adp // ep, 1)
     return Worker(Parallel(tp=tp, pp=_int(row, f"{prefix}pp_size"), adp=adp, moe_tp=moe_tp, moe_ep=ep), prec,
-                  moe_prec, 1.0 if kv == "fp8" else 2.0)
+                  moe_prec, KV_DTYPE_BYTES[kv])
 
 
 def concurrency_of(row) -> int:
