@@ -13,7 +13,8 @@ from conftest import assert_one_line_error, run_cli
 from hybridperf.aic_kernels import AicPredictor, calibrate_to, kernel_family, validate
 from hybridperf.datasets.aiconfigurator import SYSTEM_DEVICES, canonical, load_kernels
 from hybridperf.devices import get_device
-from hybridperf.priors.llm_gemm import ROOFLINE, fitted_constants, gemm_ms, l2_weight_hit, matrix_peak, tile_compute_s
+from hybridperf.priors.llm_gemm import (ROOFLINE, fitted_constants, gemm_ms, l2_output_hit, l2_weight_hit, matrix_peak,
+                                        tile_compute_s)
 from hybridperf.priors.moe import moe_ms, rank0_share
 
 REPO = Path(__file__).resolve().parents[1]
@@ -64,6 +65,17 @@ def test_waves_and_fallback_peaks():
     b = replace(B200, peak_tflops=spec, tdp_w=0)
     assert matrix_peak(b, "fp4") == pytest.approx(2 * matrix_peak(b, "fp8"))
     assert 0 < l2_weight_hit(np.array([1e6]), H100)[0] <= 1 and l2_weight_hit(np.array([1e9]), H100)[0] < 0.01
+
+
+def test_replayed_output_stays_in_l2_on_inline_ecc_gddr_cards_only():
+    """A 64 MB output cycled with small inputs stays in L40S's 96 MB L2, a 1 GB one does not; H100 (HBM)
+    writes every output to DRAM; a replayed small-k GEMM is faster on L40S for it."""
+    l40s = get_device("NVIDIA L40S")
+    hit = l2_output_hit(np.array([64e6, 1e9]), np.array([1e6, 1e6]), l40s)
+    assert hit[0] == 1.0 and hit[1] < 0.01
+    assert l2_output_hit(np.array([64e6]), np.array([1e6]), H100)[0] == 0.0
+    m, n, k = 2048, 12288, 64
+    assert gemm_ms(m, n, k, "bfloat16", l40s) < 0.7 * gemm_ms(m, n, k, "bfloat16", l40s, replayed=False)
 
 
 def test_moe_skew_and_shards():

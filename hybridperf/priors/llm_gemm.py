@@ -159,6 +159,21 @@ def l2_weight_hit(weight_bytes, device: DeviceSpec) -> np.ndarray:
     return np.minimum(l2 / footprint, 1.0) ** 4
 
 
+def l2_output_hit(out_bytes, in_bytes, device: DeviceSpec) -> np.ndarray:
+    """Share of a replayed GEMM's output writes L2 absorbs. Every copy the timing cycles through writes
+    the same freed-and-reused output buffer, so while it fits in L2 beside the copies' inputs its dirty
+    lines are overwritten in place and never reach DRAM. Counted on GDDR cards with inline ECC only
+    (`ecc_reserved` > 0: L4, L40S, A10, A40, T4), where a DRAM write is the slow path: L40S's
+    small-k GEMMs write 1.4 TB/s while their outputs fit its 96 MB L2 and 0.55 TB/s beyond, where
+    A100, H100 and B200 (HBM, side-band ECC) show no such step at their L2 sizes."""
+    out = np.maximum(np.asarray(out_bytes, dtype=np.float64), 1.0)
+    l2 = device.l2_mb * 1e6
+    if l2 <= 0 or device.ecc_reserved <= 0:
+        return np.zeros_like(out)
+    copies = np.minimum(5.0, np.maximum(np.ceil(l2 / np.maximum(in_bytes, 1.0)), 1.0))
+    return np.minimum(l2 / (out + copies * in_bytes), 1.0) ** 4
+
+
 def tile_compute_s(m, n, k, peak: float, device: DeviceSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(seconds, waves, CTAs) of the best tile of the device's architecture at 100% of `peak`: each
     wave runs one tile per SM for `2*tm*tn*k` FLOPs at the per-SM rate; with fewer tiles than SMs
@@ -201,8 +216,9 @@ def gemm_parts(m, n, k, gemm_dtype: str, device: DeviceSpec, replayed: bool = Tr
     compute, waves, ctas = tile_compute_s(m, n, k, peak, device)
     w_bytes = k * n * (b_bytes + SCALE_BYTES.get(gemm_dtype, 0.0))
     hit = l2_weight_hit(k * n * b_bytes, device) if replayed else 0.0
+    out_hit = l2_output_hit(m * n * 2.0, m * k * a_bytes + k * n * b_bytes, device) if replayed else 0.0
     nbytes = m * k * a_bytes + w_bytes + m * n * 2.0
-    dram_bytes = nbytes - w_bytes * hit * (1.0 - 1.0 / L2_BANDWIDTH_RATIO)
+    dram_bytes = nbytes - (w_bytes * hit + m * n * 2.0 * out_hit) * (1.0 - 1.0 / L2_BANDWIDTH_RATIO)
     quantized = gemm_dtype in QUANTIZED_ACTIVATION
     quant = (m * k * (2.0 + a_bytes) / bw) if quantized else np.zeros_like(m)
     return {"compute": compute, "memory": dram_bytes / (bw * bandwidth_share(ctas, device)), "quant": quant,
