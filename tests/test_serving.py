@@ -23,7 +23,7 @@ from hybridperf.serving.arch import arch_from_dict
 from hybridperf.serving.calibration import Calibration, EngineCalibration
 from hybridperf.serving.cost import Parallel
 from hybridperf.serving.engines import ENGINES, get_engine
-from hybridperf.serving.rows import concurrency_of, predict_rows
+from hybridperf.serving.rows import concurrency_of, predict_rows, row_request
 from hybridperf.serving.sweep import best, plot, sweep
 
 REPO = Path(__file__).resolve().parents[1]
@@ -163,6 +163,22 @@ def test_rows_agg_disagg_and_refusals(config_dir):
     for m in ("ttft", "tpot"):
         assert ((ok[f"pred_{m}_lo_ms"] <= ok[f"pred_{m}_ms"]) & (ok[f"pred_{m}_ms"] <= ok[f"pred_{m}_hi_ms"])).all()
     assert math.isnan(out.pred_ttft_ms.iloc[2])
+
+
+def test_row_whose_tp_column_holds_tp_times_ep_runs_on_one_node(config_dir):
+    """tp_size 64 = TP 8 x EP 8 on an 8-GPU B200 node is one 8-GPU instance with whole experts; a TP 8 x EP 8
+    split that fits one node, and a product that does not match moe_tp x ep, are read as written."""
+    row = {"silicon_data_source": "x; silicon_concurrency=32", "system": "b200_sxm", "isl": 1024, "osl": 128,
+           "backend": "trtllm", "model_path": "moonshotai/Kimi-K2", "mode": "agg", "precision": "fp8",
+           "batch_size": 32, "pp_size": 1, "attention_dp_size": 1}
+    req = row_request({**row, "tp_size": 64, "moe_tp_size": 8, "moe_ep_size": 8}, config_dir)
+    assert (req["tp"], req["attention_dp"], req["moe_tp"], req["ep"]) == (8, 1, 1, 8)
+    req = row_request({**row, "tp_size": 1, "attention_dp_size": 16, "moe_tp_size": 4, "moe_ep_size": 4}, config_dir)
+    assert (req["tp"], req["attention_dp"], req["moe_tp"], req["ep"]) == (1, 4, 1, 4)
+    req = row_request({**row, "tp_size": 8, "moe_tp_size": 1, "moe_ep_size": 8}, config_dir)
+    assert (req["tp"], req["moe_tp"], req["ep"]) == (8, 1, 8)
+    req = row_request({**row, "tp_size": 16, "moe_tp_size": 1, "moe_ep_size": 16}, config_dir)
+    assert (req["tp"], req["moe_tp"], req["ep"]) == (16, 1, 16)
 
 
 def test_row_concurrency_beyond_one_instance_is_spread_over_instances():

@@ -17,7 +17,8 @@ from pathlib import Path
 import pandas as pd
 
 from hybridperf.errors import HybridperfError, InputError
-from hybridperf.serving.api import Worker, predict_serving
+from hybridperf.devices import get_device
+from hybridperf.serving.api import Worker, node_for, predict_serving
 from hybridperf.serving.calibration import Calibration
 from hybridperf.serving.cost import KV_DTYPE_BYTES, PRECISIONS, QUANT_MODES, Parallel, default_kv_dtype
 from hybridperf.serving.load import as_arch, resolve_config
@@ -56,14 +57,33 @@ def _precision(row, key) -> str:
     return "bf16"
 
 
-def _worker(row, prefix: str, prec: str, moe_prec: str, kv: str) -> Worker:
+def _worker(row, prefix: str, prec: str, moe_prec: str, kv: str, node_gpus: int) -> Worker:
     tp, adp = _int(row, f"{prefix}tp_size"), _int(row, f"{prefix}attention_dp_size")
     ep = _int(row, f"{prefix}moe_ep_size")
     moe_tp = _int(row, f"{prefix}moe_tp_size", max(tp * adp // ep, 1))
+    tp, adp, moe_tp = _tp_times_ep(tp, adp, moe_tp, ep, _int(row, f"{prefix}pp_size"), node_gpus)
     if moe_tp * ep != tp * adp:
         moe_tp = max(tp * adp // ep, 1)
     return Worker(Parallel(tp=tp, pp=_int(row, f"{prefix}pp_size"), adp=adp, moe_tp=moe_tp, moe_ep=ep), prec,
                   moe_prec, KV_DTYPE_BYTES[kv])
+
+
+def _tp_times_ep(tp: int, adp: int, moe_tp: int, ep: int, pp: int, node_gpus: int) -> tuple[int, int, int]:
+    """(tp, adp, moe_tp) of an instance whose TP (or attention-DP) column holds its TP x EP: more GPUs than
+    one node while that product equals moe_tp x ep with both above 1. silicon_sample.csv writes runs so
+    (ids `..._tp8_ep8_...` with tp_size 64 and moe_tp_size 8 on the 8-GPU b200_sxm, their measurements
+    repeated under tp_size 8); no engine serves one aggregated instance over tensor parallelism across
+    nodes. The EP ranks are then the instance's GPUs, each expert whole (moe_tp 1)."""
+    gpus = tp * adp
+    if gpus * pp <= node_gpus or ep < 2 or moe_tp < 2 or moe_tp * ep != gpus:
+        return tp, adp, moe_tp
+    if tp > 1 and tp % ep == 0:
+        tp //= ep
+    elif adp % ep == 0:
+        adp //= ep
+    else:
+        return tp, adp, moe_tp
+    return tp, adp, max(tp * adp // ep, 1)
 
 
 def concurrency_of(row) -> int:
@@ -95,12 +115,13 @@ def row_request(row: dict, config_dir) -> dict:
         raise InputError("isl and osl must be positive")
     req = dict(config=as_arch(path), device=str(row.get("system")), engine=engine, isl=isl, osl=osl,
                concurrency=concurrency_of(row), precision=prec, moe_precision=moe_prec, kv_dtype=kv)
+    node_gpus = node_for(get_device(req["device"])).gpus_per_node
     if str(row.get("mode")) == "disagg":
-        pw = _worker(row, "prefill_", prec, moe_prec, kv)
-        dw = _worker(row, "decode_", prec, moe_prec, kv)
+        pw = _worker(row, "prefill_", prec, moe_prec, kv, node_gpus)
+        dw = _worker(row, "decode_", prec, moe_prec, kv, node_gpus)
         req["disagg"] = (pw, _int(row, "prefill_num_workers", None), dw, _int(row, "decode_num_workers", None))
     else:
-        w = _worker(row, "", prec, moe_prec, kv)
+        w = _worker(row, "", prec, moe_prec, kv, node_gpus)
         req.update(tp=w.par.tp, pp=w.par.pp, ep=w.par.moe_ep, attention_dp=w.par.adp, moe_tp=w.par.moe_tp)
     return req
 
