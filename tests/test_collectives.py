@@ -558,3 +558,15 @@ def test_nvswitch_bus_bandwidth_grows_with_ranks_up_to_eight():
     wide = replace(node, gpus_per_node=72)
     assert fabric(wide, 72, 72, c).intra_bw == pytest.approx(bw[8])
     assert fabric(node, 2, 2, replace(c, rank_loss=0.0)).intra_bw == pytest.approx(bw[8])
+
+
+def test_trays_of_an_nvl72_rack_share_its_nvlink_domain():
+    """On GB200-NVL72, 4 GPUs per host tray: 8 or 72 ranks at 4 per host meet over NVLink (as one node of 8 or
+    72), 144 over two racks; an 8-GPU DGX's --gpus-per-node keeps its meaning."""
+    rack, dgx = get_node("gb200"), get_node("DGX-H100")
+    assert check_shape("all_reduce", 8, 4, rack) == (8, 8)
+    assert check_shape("all_reduce", 72, 4, rack) == (72, 72)
+    assert check_shape("all_reduce", 144, 4, rack) == (144, 72)
+    assert check_shape("all_reduce", 16, 8, dgx) == (16, 8)
+    per_host = collective_time_ms("all_reduce", [64 << 20], 8, 4, rack)
+    assert per_host[0] == collective_time_ms("all_reduce", [64 << 20], 8, 8, rack)[0]

@@ -57,7 +57,12 @@ def predict_collective(
     if gpus < 1:
         raise InputError(f"--gpus must be >= 1, got {gpus}")
     node, note = resolve_node(device)
-    check_shape(coll, gpus, gpus_per_node, node)
+    _, ranks_per_node = check_shape(coll, gpus, gpus_per_node, node)
+    if gpus_per_node and ranks_per_node != gpus_per_node:
+        typer.echo(f"note: {node.name} is an NVLink domain of {node.gpus_per_node} GPUs over hosts of "
+                   f"{node.gpus_per_host}; {gpus} ranks at {gpus_per_node} per host talk over NVLink "
+                   f"{ranks_per_node} at a time", err=True)
+        gpus_per_node = ranks_per_node
     impl = impl.strip().lower()
     if str(timing).strip().lower() == "auto":
         timing = "graph" if (is_system_id(device) or impl != "nccl") else "call"

@@ -137,7 +137,20 @@ def check_shape(collective: str, gpus: int, gpus_per_node: int | None, node: Nod
         raise InputError(f"node {node.name} has {node.gpus_per_node} GPUs; --gpus-per-node {g} is too many")
     if collective == "send_recv" and p < 2:
         raise InputError("send_recv needs --gpus >= 2")
-    return p, g
+    return p, nvlink_domain_ranks(p, g, node)
+
+
+def nvlink_domain_ranks(gpus: int, gpus_per_node: int, node: NodeSpec) -> int:
+    """Ranks that meet over the node's own fabric. On a domain of several hosts (an NVL72 rack: 4 GPUs per
+    tray and host, 72 per NVLink domain), `gpus_per_node` up to a host's GPUs counts GPUs per host, and
+    ranks on different trays of one rack still talk over NVLink: the domain holds all of them, or a whole
+    number of domains do."""
+    host, domain = node.gpus_per_host, node.gpus_per_node
+    if not host or gpus_per_node > host or host >= domain or gpus <= gpus_per_node:
+        return gpus_per_node
+    if gpus <= domain:
+        return gpus
+    return domain if gpus % domain == 0 else gpus_per_node
 
 
 def as_bytes(nbytes) -> np.ndarray:
