@@ -153,6 +153,10 @@ def test_nvls_on_hopper_and_blackwell_nvswitch_only():
     ring_only = DEFAULT_CONSTANTS.updated(eff_nvls=0.01)
     assert collective_time_ms("all_reduce", [1e9], 8, 8, get_node("DGX-H100"))[0] < \
         collective_time_ms("all_reduce", [1e9], 8, 8, get_node("DGX-H100"), ring_only)[0]
+    # NVLS runs at the ring's NVLink efficiency (x eff_nvls), so a slower fitted link slows it alike
+    slow_links = DEFAULT_CONSTANTS.updated(eff_nvlink=DEFAULT_CONSTANTS.eff_nvlink / 2)
+    assert collective_time_ms("all_reduce", [1e9], 8, 8, get_node("DGX-H100"), slow_links)[0] > \
+        1.8 * collective_time_ms("all_reduce", [1e9], 8, 8, get_node("DGX-H100"))[0]
 
 
 def test_nvl72_domain_is_one_node():

@@ -17,7 +17,7 @@ Candidates, p ranks, g per node, N = p / g nodes:
     tree      all_reduce only: double binary tree, bus x 0.92 (x 1/3.8 LL, x 7/9 LL128 in one node) and
               half the bus rate as algorithm bandwidth; NCCL's size correction factors applied.
     nvls      NVLink SHARP (Hopper/Blackwell NVSwitch, one node; reduction inside the switch): Simple,
-              NVLink spec x eff_nvls x NCCL's nvlsEfficiency x 15/16, all_reduce pipelines two operations (x2); a 25 us
+              NVLink spec x eff_nvlink x eff_nvls x NCCL's nvlsEfficiency x 15/16, all_reduce pipelines two operations (x2); a 25 us
               fixed latency makes it a large-message algorithm.
     nvls_tree NVLS inside nodes + a tree across nodes (all_reduce, N > 1).
     pat       all_gather / reduce_scatter with one GPU per node (N = p): log-latency, bus x 0.75.
@@ -75,7 +75,7 @@ class CollectiveConstants:
     eff_pcie_p2p: float = 0.75
     eff_net: float = 0.90  # collectives across nodes (of the node's NIC bandwidth)
     eff_net_p2p: float = 0.90
-    eff_nvls: float = 0.8  # NVLS: the NVLink rate (x spec) NCCL's NVLS model starts from
+    eff_nvls: float = 1.0  # NVLS's link rate over the rings' (eff_nvlink), 1 as NCCL's tuner has it until fitted
     rank_loss: float = 0.6  # g <= 8 ranks on one NVSwitch reach (1 - rank_loss / g) / (1 - rank_loss / 8) x eff_nvlink
     pcie_cross_socket: float = 0.5  # ring spanning both CPU sockets of an 8-GPU PCIe box
 
@@ -95,7 +95,7 @@ DEFAULT_CONSTANTS = CollectiveConstants()
 #: what NCCL's tuner believes: its graph search's link rates (SM80-SM100 NVLink ~0.8 of spec, PCI_BW
 #: 24 of 32 GB/s), the NIC at line rate, its own latency tables
 TUNER_CONSTANTS = replace(DEFAULT_CONSTANTS, lat_scale=1.0, launch_us=0.0, eff_nvlink=0.8, eff_nvlink_p2p=0.8,
-                          eff_pcie=0.75, eff_pcie_p2p=0.75, eff_net=1.0, eff_net_p2p=1.0, eff_nvls=0.8, rank_loss=0.0)
+                          eff_pcie=0.75, eff_pcie_p2p=0.75, eff_net=1.0, eff_net_p2p=1.0, eff_nvls=1.0, rank_loss=0.0)
 
 
 def canonical_collective(name: str) -> str:
@@ -297,7 +297,7 @@ def nccl_model_us(coll: str, alg: str, pr: str, n: np.ndarray, f: Fabric, c: Col
         bus = {"LL": min(bus / 3.8, llmax), "LL128": bus * (7 / 9 if N == 1 else 120 / 128), "Simple": bus}[pr]
         algbw = 0.5 * bus * (_tree_correction(n, k) if c is TUNER_CONSTANTS else 1.0)  # the pick only: keeps t monotone
     elif alg in ("nvls", "nvls_tree"):
-        intra = f.nvlink_spec * c.eff_nvls * _NVLS_EFF[f.arch] * NVLS_CHANNEL_FACTOR
+        intra = f.nvlink_spec * c.eff_nvlink * c.eff_nvls * _NVLS_EFF[f.arch] * NVLS_CHANNEL_FACTOR
         intra *= 2.0 if coll == "all_reduce" else (g - 1) / g
         if alg == "nvls":
             lat = hw_in

@@ -36,7 +36,7 @@ BOUNDS = {
     "eff_pcie_p2p": (0.2, 1.5),
     "eff_net": (0.05, 1.2),
     "eff_net_p2p": (0.05, 1.2),
-    "eff_nvls": (0.1, 1.2),
+    "eff_nvls": (0.2, 2.0),
     "rank_loss": (0.01, 1.6),
     "pcie_cross_socket": (0.05, 1.0),
 }
