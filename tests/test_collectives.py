@@ -28,6 +28,7 @@ from hybridperf.priors.collectives import (
     check_shape,
     collective_time_ms,
     custom_all_reduce_ms,
+    per_host_to_domain,
     prior_terms,
 )
 from hybridperf.residual_models.collectives import FEATURE_NAMES, CollectiveModel, collective_features, default_bundle_dir
@@ -565,12 +566,19 @@ def test_nvswitch_bus_bandwidth_grows_with_ranks_up_to_eight():
 
 
 def test_trays_of_an_nvl72_rack_share_its_nvlink_domain():
-    """On GB200-NVL72, 4 GPUs per host tray: 8 or 72 ranks at 4 per host meet over NVLink (as one node of 8 or
-    72), 144 over two racks; an 8-GPU DGX's --gpus-per-node keeps its meaning."""
+    """On GB200-NVL72, 4 GPUs per host tray: `predict-collective` prices 8 or 72 ranks at 4 per host as one
+    NVLink domain, 144 as two racks, and refuses 76; the library's gpus_per_node keeps meaning ranks per
+    domain (a send/recv between two racks stays on InfiniBand); an 8-GPU DGX is untouched."""
     rack, dgx = get_node("gb200"), get_node("DGX-H100")
-    assert check_shape("all_reduce", 8, 4, rack) == (8, 8)
-    assert check_shape("all_reduce", 72, 4, rack) == (72, 72)
-    assert check_shape("all_reduce", 144, 4, rack) == (144, 72)
-    assert check_shape("all_reduce", 16, 8, dgx) == (16, 8)
-    per_host = collective_time_ms("all_reduce", [64 << 20], 8, 4, rack)
-    assert per_host[0] == collective_time_ms("all_reduce", [64 << 20], 8, 8, rack)[0]
+    assert [per_host_to_domain(p, 4, rack) for p in (4, 8, 72, 144)] == [4, 8, 72, 72]
+    assert per_host_to_domain(16, 8, dgx) == 8 and per_host_to_domain(16, 8, rack) == 8
+    with pytest.raises(InputError, match="part of another"):
+        per_host_to_domain(76, 4, rack)
+    assert check_shape("all_reduce", 8, 4, rack) == (8, 4)
+    assert collective_time_ms("send_recv", [64 << 20], 2, 1, rack)[0] > \
+        5 * collective_time_ms("send_recv", [64 << 20], 2, 2, rack)[0]
+    ms = [json.loads(_cli("--collective", "all_reduce", "--bytes", "64MiB", "--gpus", 8, "--gpus-per-node", g,
+                          "--device", "gb200", "--json").stdout.strip().splitlines()[-1])["ms"] for g in (4, 8)]
+    assert ms[0] == ms[1]
+    bad = _cli("--collective", "all_reduce", "--bytes", "64MiB", "--gpus", 76, "--gpus-per-node", 4, "--device", "gb200")
+    assert bad.exit_code != 0 and "part of another" in str(bad.exception)

@@ -179,6 +179,14 @@ def test_row_whose_tp_column_holds_tp_times_ep_runs_on_one_node(config_dir):
     assert (req["tp"], req["moe_tp"], req["ep"]) == (8, 1, 8)
     req = row_request({**row, "tp_size": 16, "moe_tp_size": 1, "moe_ep_size": 16}, config_dir)
     assert (req["tp"], req["moe_tp"], req["ep"]) == (16, 1, 16)
+    # pipeline stages across nodes are real: TP 8 x PP 2 with experts 2 x 4 stays as written
+    req = row_request({**row, "tp_size": 8, "pp_size": 2, "moe_tp_size": 2, "moe_ep_size": 4}, config_dir)
+    assert (req["tp"], req["pp"], req["moe_tp"], req["ep"]) == (8, 2, 2, 4)
+    # experts split finer than the EP (moe_tp 2 < ep 8), or no moe_tp_size column: read as written
+    req = row_request({**row, "tp_size": 16, "moe_tp_size": 2, "moe_ep_size": 8}, config_dir)
+    assert (req["tp"], req["moe_tp"], req["ep"]) == (16, 2, 8)
+    req = row_request({**row, "tp_size": 16, "moe_ep_size": 2}, config_dir)
+    assert (req["tp"], req["moe_tp"], req["ep"]) == (16, 8, 2)
 
 
 def test_row_concurrency_beyond_one_instance_is_spread_over_instances():

@@ -47,7 +47,8 @@ def predict_collective(
 ) -> None:
     """Predict the latency of one NCCL collective (or an engine's all-reduce) on a node or several."""
     from hybridperf.datasets.aiconfigurator_comm import is_system_id
-    from hybridperf.priors.collectives import ENGINES, canonical_collective, check_shape, check_timing
+    from hybridperf.priors.collectives import (ENGINES, canonical_collective, check_shape, check_timing,
+                                               per_host_to_domain)
     from hybridperf.residual_models.collectives import CollectiveModel, predict_collective
 
     if prior_only and model_bundle is not None:
@@ -57,12 +58,14 @@ def predict_collective(
     if gpus < 1:
         raise InputError(f"--gpus must be >= 1, got {gpus}")
     node, note = resolve_node(device)
-    _, ranks_per_node = check_shape(coll, gpus, gpus_per_node, node)
-    if gpus_per_node and ranks_per_node != gpus_per_node:
-        typer.echo(f"note: {node.name} is an NVLink domain of {node.gpus_per_node} GPUs over hosts of "
-                   f"{node.gpus_per_host}; {gpus} ranks at {gpus_per_node} per host talk over NVLink "
-                   f"{ranks_per_node} at a time", err=True)
-        gpus_per_node = ranks_per_node
+    check_shape(coll, gpus, gpus_per_node, node)
+    if gpus_per_node:
+        per_domain = per_host_to_domain(gpus, gpus_per_node, node)
+        if per_domain != gpus_per_node:
+            typer.echo(f"note: {node.name} is an NVLink domain of {node.gpus_per_node} GPUs over hosts of "
+                       f"{node.gpus_per_host}; {gpus} ranks at {gpus_per_node} per host talk over NVLink "
+                       f"{per_domain} at a time", err=True)
+            gpus_per_node = per_domain
     impl = impl.strip().lower()
     if str(timing).strip().lower() == "auto":
         timing = "graph" if (is_system_id(device) or impl != "nccl") else "call"

@@ -126,7 +126,7 @@ def _positive_int(value, flag: str) -> int:
 
 
 def check_shape(collective: str, gpus: int, gpus_per_node: int | None, node: NodeSpec) -> tuple[int, int]:
-    """Validate (gpus, gpus_per_node) against the node; returns them."""
+    """Validate (gpus, gpus_per_node) against the node; returns them (gpus_per_node filled in when None)."""
     p = _positive_int(gpus, "--gpus")
     g = min(p, node.gpus_per_node) if gpus_per_node is None else _positive_int(gpus_per_node, "--gpus-per-node")
     if g > p:
@@ -137,20 +137,25 @@ def check_shape(collective: str, gpus: int, gpus_per_node: int | None, node: Nod
         raise InputError(f"node {node.name} has {node.gpus_per_node} GPUs; --gpus-per-node {g} is too many")
     if collective == "send_recv" and p < 2:
         raise InputError("send_recv needs --gpus >= 2")
-    return p, nvlink_domain_ranks(p, g, node)
+    return p, g
 
 
-def nvlink_domain_ranks(gpus: int, gpus_per_node: int, node: NodeSpec) -> int:
-    """Ranks that meet over the node's own fabric. On a domain of several hosts (an NVL72 rack: 4 GPUs per
-    tray and host, 72 per NVLink domain), `gpus_per_node` up to a host's GPUs counts GPUs per host, and
-    ranks on different trays of one rack still talk over NVLink: the domain holds all of them, or a whole
-    number of domains do."""
+def per_host_to_domain(gpus: int, gpus_per_host: int, node: NodeSpec) -> int:
+    """Ranks per NVLink domain of `gpus` ranks placed `gpus_per_host` to a host (tray) of a domain that spans
+    several hosts (an NVL72 rack: 4 GPUs per tray, 72 per domain): ranks on different trays of one rack
+    still talk over NVLink, so one domain holds them all, or a whole number of full domains do. Other
+    nodes, or more per host than a host has, keep `gpus_per_host`; InputError for ranks that fill some
+    racks and part of another."""
     host, domain = node.gpus_per_host, node.gpus_per_node
-    if not host or gpus_per_node > host or host >= domain or gpus <= gpus_per_node:
-        return gpus_per_node
+    if node.intra_topology != "nvswitch" or not host or gpus_per_host > host or host >= domain \
+            or gpus <= gpus_per_host:
+        return gpus_per_host
     if gpus <= domain:
         return gpus
-    return domain if gpus % domain == 0 else gpus_per_node
+    if gpus % domain:
+        raise InputError(f"{gpus} ranks at {gpus_per_host} per host fill {gpus // domain} {node.name} domain(s) of "
+                         f"{domain} GPUs and part of another: use a multiple of {domain}, or --gpus-per-node {domain}")
+    return domain
 
 
 def as_bytes(nbytes) -> np.ndarray:
@@ -174,7 +179,7 @@ class Fabric:
     intra_p2p_bw: float  # one GPU's point-to-point rate inside the node
     intra_kind: str  # nvlink | pcie | none
     nvls: bool  # NVLink SHARP available (Hopper+ NVSwitch)
-    nvlink_spec: float  # the GPU's NVLink spec rate (NVLS scales it by its own efficiency)
+    nvlink_spec: float  # the GPU's NVLink spec rate (NVLS: x eff_nvlink x eff_nvls)
     node_bw: float  # the node's NICs as the g GPUs share them (collectives)
     net_p2p_bw: float  # one GPU's flow to another node
 

@@ -163,7 +163,7 @@ def l2_output_hit(out_bytes, in_bytes, device: DeviceSpec) -> np.ndarray:
     """Share of a replayed GEMM's output writes L2 absorbs. Every copy the timing cycles through writes
     the same freed-and-reused output buffer, so while it fits in L2 beside the copies' inputs its dirty
     lines are overwritten in place and never reach DRAM. Counted on GDDR cards with inline ECC only
-    (`ecc_reserved` > 0: L4, L40S, A10, A40, T4), where a DRAM write is the slow path: L40S's
+    (`ecc_reserved` > 0: L4, L40, L40S, A10, A10G, A40, T4), where a DRAM write is the slow path: L40S's
     small-k GEMMs write 1.4 TB/s while their outputs fit its 96 MB L2 and 0.55 TB/s beyond, where
     A100, H100 and B200 (HBM, side-band ECC) show no such step at their L2 sizes."""
     out = np.maximum(np.asarray(out_bytes, dtype=np.float64), 1.0)

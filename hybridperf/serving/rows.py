@@ -61,21 +61,22 @@ def _worker(row, prefix: str, prec: str, moe_prec: str, kv: str, node_gpus: int)
     tp, adp = _int(row, f"{prefix}tp_size"), _int(row, f"{prefix}attention_dp_size")
     ep = _int(row, f"{prefix}moe_ep_size")
     moe_tp = _int(row, f"{prefix}moe_tp_size", max(tp * adp // ep, 1))
-    tp, adp, moe_tp = _tp_times_ep(tp, adp, moe_tp, ep, _int(row, f"{prefix}pp_size"), node_gpus)
+    if _num(row, f"{prefix}moe_tp_size") is not None:
+        tp, adp, moe_tp = _tp_times_ep(tp, adp, moe_tp, ep, node_gpus)
     if moe_tp * ep != tp * adp:
         moe_tp = max(tp * adp // ep, 1)
     return Worker(Parallel(tp=tp, pp=_int(row, f"{prefix}pp_size"), adp=adp, moe_tp=moe_tp, moe_ep=ep), prec,
                   moe_prec, KV_DTYPE_BYTES[kv])
 
 
-def _tp_times_ep(tp: int, adp: int, moe_tp: int, ep: int, pp: int, node_gpus: int) -> tuple[int, int, int]:
-    """(tp, adp, moe_tp) of an instance whose TP (or attention-DP) column holds its TP x EP: more GPUs than
-    one node while that product equals moe_tp x ep with both above 1. silicon_sample.csv writes runs so
-    (ids `..._tp8_ep8_...` with tp_size 64 and moe_tp_size 8 on the 8-GPU b200_sxm, their measurements
-    repeated under tp_size 8); no engine serves one aggregated instance over tensor parallelism across
-    nodes. The EP ranks are then the instance's GPUs, each expert whole (moe_tp 1)."""
+def _tp_times_ep(tp: int, adp: int, moe_tp: int, ep: int, node_gpus: int) -> tuple[int, int, int]:
+    """(tp, adp, moe_tp) of an instance whose TP (or attention-DP) column holds its TP x EP: one pipeline stage
+    spans more GPUs than a node while that product equals the given moe_tp x ep, ep > 1 and moe_tp a multiple
+    of ep. silicon_sample.csv writes runs so (ids `..._tp8_ep8_...` with tp_size 64 and moe_tp_size 8 on the
+    8-GPU b200_sxm, their measurements repeated under tp_size 8); no engine runs one stage's tensor
+    parallelism across nodes. The EP ranks are then the stage's GPUs, each expert whole (moe_tp 1)."""
     gpus = tp * adp
-    if gpus * pp <= node_gpus or ep < 2 or moe_tp < 2 or moe_tp * ep != gpus:
+    if gpus <= node_gpus or ep < 2 or moe_tp < ep or moe_tp % ep or moe_tp * ep != gpus:
         return tp, adp, moe_tp
     if tp > 1 and tp % ep == 0:
         tp //= ep
