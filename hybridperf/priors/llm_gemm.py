@@ -146,17 +146,22 @@ def matrix_peak(device: DeviceSpec, peak_key: str) -> float:
     return min(peak, device.tdp_w / (pj * OPERAND_ENERGY.get(peak_key, 1.0) * 1e-12))
 
 
-def l2_weight_hit(weight_bytes, device: DeviceSpec) -> np.ndarray:
-    """Share of a GEMM's weight reads served by L2 under aiconfigurator's timing: it cycles through
-    `copies = min(5, ceil(L2 / weight))` copies of the weight so that most come from DRAM; when the
-    copies fit in L2 all hit, else LRU-like replacement leaves (L2 / footprint)^4 of them (L40S's 96 MB
-    L2 still serves a quarter of a cycled 128 MB weight)."""
-    w = np.maximum(np.asarray(weight_bytes, dtype=np.float64), 1.0)
+def _replay_hit(cycled_bytes, device: DeviceSpec, resident_bytes=0.0) -> np.ndarray:
+    """Share of L2 hits under aiconfigurator's timing, which cycles through `copies = min(5, ceil(L2 /
+    cycled))` copies of `cycled_bytes` (beside `resident_bytes` every copy shares) so that most come from
+    DRAM: when the footprint fits in L2 all hit, else LRU-like replacement leaves (L2 / footprint)^4."""
+    cycled = np.maximum(np.asarray(cycled_bytes, dtype=np.float64), 1.0)
     l2 = device.l2_mb * 1e6
     if l2 <= 0:
-        return np.zeros_like(w)
-    footprint = np.minimum(5.0, np.maximum(np.ceil(l2 / w), 1.0)) * w
-    return np.minimum(l2 / footprint, 1.0) ** 4
+        return np.zeros_like(cycled + resident_bytes)
+    copies = np.minimum(5.0, np.maximum(np.ceil(l2 / cycled), 1.0))
+    return np.minimum(l2 / (resident_bytes + copies * cycled), 1.0) ** 4
+
+
+def l2_weight_hit(weight_bytes, device: DeviceSpec) -> np.ndarray:
+    """Share of a GEMM's weight reads served by L2 under aiconfigurator's timing (`_replay_hit`: L40S's 96 MB
+    L2 still serves a quarter of a cycled 128 MB weight)."""
+    return _replay_hit(weight_bytes, device)
 
 
 def l2_output_hit(out_bytes, in_bytes, device: DeviceSpec) -> np.ndarray:
@@ -167,11 +172,9 @@ def l2_output_hit(out_bytes, in_bytes, device: DeviceSpec) -> np.ndarray:
     small-k GEMMs write 1.4 TB/s while their outputs fit its 96 MB L2 and 0.55 TB/s beyond, where
     A100, H100 and B200 (HBM, side-band ECC) show no such step at their L2 sizes."""
     out = np.maximum(np.asarray(out_bytes, dtype=np.float64), 1.0)
-    l2 = device.l2_mb * 1e6
-    if l2 <= 0 or device.ecc_reserved <= 0:
+    if device.ecc_reserved <= 0:
         return np.zeros_like(out)
-    copies = np.minimum(5.0, np.maximum(np.ceil(l2 / np.maximum(in_bytes, 1.0)), 1.0))
-    return np.minimum(l2 / (out + copies * in_bytes), 1.0) ** 4
+    return _replay_hit(in_bytes, device, resident_bytes=out)
 
 
 def tile_compute_s(m, n, k, peak: float, device: DeviceSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
