@@ -136,6 +136,8 @@ STEPS: tuple[Step, ...] = (
     _k("attention_prior", "attention_prior", "--data", "{data}", "--out", "{out}/attention_prior.md",
        datasets=("aiconfigurator",), minutes=5,
        results=(("attention_prior.md", "attention_prior.md"), ("attention_prior.png", "attention_prior.png"))),
+    _k("mla_decode", "mla_decode", "--data", "{data}", "--out", "{out}/mla_decode.md", datasets=("aiconfigurator",),
+       minutes=0.5, results=(("mla_decode.md", "mla_decode.md"), ("mla_decode.png", "mla_decode.png"))),
     _m("modern_models", "modern_models", _H200 + "/modern/models.csv", "--device", "NVIDIA H200",
        "--out", "{out}/modern_models.md", minutes=1, results=(("modern_models.md", "modern_models.md"),)),
     _m("modern_models_h100", "modern_models", str(MEASURED / "h100") + "/modern/models.csv", "--device",

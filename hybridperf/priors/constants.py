@@ -253,9 +253,9 @@ PROVENANCE: tuple[Provenance, ...] = (
 
 
 def _attention_rows() -> list[dict]:
-    """The fused-attention prior's fitted constants (`attention.CONSTANTS`, each a `Fitted` naming its tables)
-    as provenance rows: four aiconfigurator systems, or PyTorch SDPA's one H100."""
-    from hybridperf.priors import attention  # noqa: PLC0415  (a sibling prior, read only for this table)
+    """The fused-attention and MLA priors' fitted constants (`attention.CONSTANTS`, `mla.CONSTANTS`, each a
+    `Fitted` naming its tables) as provenance rows: aiconfigurator systems, or PyTorch SDPA's one H100."""
+    from hybridperf.priors import attention, mla  # noqa: PLC0415  (sibling priors, read only for this table)
 
     def read_off(source: str) -> tuple[str, ...]:
         if "H100 80GB HBM3" in source:
@@ -269,6 +269,7 @@ def _attention_rows() -> list[dict]:
     items += [(f"attention.decode_bw[{k}]", v) for k, v in c.decode_bw.items()]
     items += [(f"attention.{f.name}", getattr(c, f.name)) for f in fields(c)
               if isinstance(getattr(c, f.name), attention.Fitted)]
+    items += [(f"mla.{f.name}", getattr(mla.CONSTANTS, f.name)) for f in fields(mla.CONSTANTS)]
     rows = []
     for name, f in items:
         off = read_off(f.source)

@@ -19,6 +19,7 @@ from hybridperf.errors import InputError
 from hybridperf.priors.attention import context_attention_ms, generation_attention_ms
 from hybridperf.priors.llm_gemm import GEMM_DTYPES, ROOFLINE, gemm_ms
 from hybridperf.priors.memory import achievable_bandwidth, memory_time_ms
+from hybridperf.priors.mla import mla_decode_ms
 from hybridperf.priors.moe import moe_ms
 from hybridperf.serving.arch import Arch
 from hybridperf.serving.engines import EngineDefaults
@@ -242,8 +243,8 @@ class StepCost:
         (roofline: linear in the keys)."""
         a, tp = self.arch, self.par.tp
         if a.mla:  # absorbed MLA: every head reads the one latent (kv_lora + rope wide)
-            t = generation_attention_ms(1, 1e6, a.heads / tp, 1, a.kv_lora_rank + a.rope_dim, self.device,
-                                        kv_dtype=self.kv_dtype, kernel_source=self.decode_source)
+            t = mla_decode_ms(1, 1e6, a.heads / tp, a.kv_lora_rank, a.rope_dim, self.device, self.kv_dtype,
+                              self.decode_source)
             return float(t) / 1e6 * a.kv_layers / self.par.pp, 0.0
         if a.compressed:  # `decode_attn_ms` prices it (not linear in the keys)
             return 0.0, 0.0
@@ -291,11 +292,12 @@ class StepCost:
                 t = 0.0
                 for full, layers in ((True, a.full_layers), (False, a.sliding_layers)):
                     if layers:
-                        kvh, hd, _, _ = a.attn_dims(full)
+                        kvh, hd, vd, _ = a.attn_dims(full)
                         window = (a.max_keys or 0) if full else a.window
                         t += layers * float(context_attention_ms(1, chunk, a.heads / tp, max(kvh / tp, 1), hd,
                                                                  self.device, kv_dtype=self.kv_dtype, window=window,
-                                                                 prefix=prefix, kernel_source=self.prefill_source))
+                                                                 prefix=prefix, kernel_source=self.prefill_source,
+                                                                 v_dim=vd))
             hit = self._prefill_cache[key] = t / self.par.pp + self._state_ms
         return hit
 
