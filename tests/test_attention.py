@@ -231,3 +231,17 @@ def test_decode_wave_latency_scales_with_the_sm_clock():
     t = [float(A.generation_attention_ms(4096, 1, 8, 8, 64, d, kernel_source="trtllm")) for d in (h100, slow)]
     over = A.CONSTANTS.decode_overhead_ms.value
     assert (t[1] - over) == pytest.approx(2 * (t[0] - over), rel=0.05)
+
+
+def test_tensorrt_llm_decode_of_a_large_query_group_falls_back_to_one_kv_pass_per_query_head():
+    def t(heads, src):
+        return float(A.generation_attention_ms(64, 8192, heads, 1, 128, H100, kernel_source=src))
+    # XQA packs up to 32 query heads of a KV head: the KV cache is read once
+    assert t(32, "torch_flow") < 2.0 * t(8, "torch_flow")
+    # beyond, masked MHA reads it once per query head, the repeats from L2
+    assert t(64, "torch_flow") > 10.0 * t(32, "torch_flow")
+    l2 = H100.num_sms * A.L2_BYTES_PER_SM_CLOCK * H100.boost_clock_mhz * 1e6
+    passes = 64 * 2.0 * 64 * 8192 * 128 * 2 / (l2 * A.CONSTANTS.mmha_l2_share.value) * 1e3
+    assert t(64, "torch_flow") == pytest.approx(passes, rel=0.2)
+    # other engines' decode kernels (FlashInfer, TensorRT-LLM's FMHA in SGLang) keep one pass
+    assert t(64, "trtllm_mha") < 3.0 * t(32, "trtllm_mha")

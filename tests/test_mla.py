@@ -52,6 +52,9 @@ def test_other_gpus_keep_the_generic_decode_prior():
     got = M.mla_decode_ms(8, 4096, 16, 512, 64, A100, "bf16", "torch_flow")
     want = generation_attention_ms(8, 4096, 16, 1, 576, A100, kv_dtype="bf16", kernel_source="torch_flow")
     assert float(got) == float(want)
+    # 128 query heads over one latent is no GQA group that TensorRT-LLM's XQA fallback would apply to
+    wide = M.mla_decode_ms(8, 4096, 128, 512, 64, A100, "bf16", "torch_flow")
+    assert float(wide) < 4 * float(got)
 
 
 def test_serving_prices_mla_decode_with_the_mla_prior_and_prefill_values_at_their_width():

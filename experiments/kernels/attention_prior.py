@@ -88,8 +88,9 @@ def _roofline(g, dev, table, adt, kdt) -> np.ndarray:
 
 
 def fit(train: pd.DataFrame, source: str) -> A.AttentionConstants:
-    """Kernel efficiency per family (context rows), decode bandwidth share per family (generation rows)
-    and the two overheads, by least squares on log(pred / measured)."""
+    """Kernel efficiency per family (context rows), decode bandwidth share per family (generation rows),
+    the overheads and per-wave latencies, the fp8 share and the masked-MHA fallback's L2 share, by least
+    squares on log(pred / measured)."""
     fams = sorted({A.kernel_family(s) for s in train["kernel_source"].unique()})
     y = np.log(train["latency"].to_numpy())
 
@@ -103,16 +104,19 @@ def fit(train: pd.DataFrame, source: str) -> A.AttentionConstants:
                                    decode_overhead_ms=A.Fitted(float(np.exp(x[2 * n + 1])), "ms", source),
                                    decode_wave_ms=A.Fitted(float(np.exp(x[2 * n + 2])), "ms", source),
                                    fp8_efficiency=A.Fitted(float(np.exp(x[2 * n + 3])), "share", source),
-                                   context_wave_ms=A.Fitted(float(np.exp(x[2 * n + 4])), "ms", source))
+                                   context_wave_ms=A.Fitted(float(np.exp(x[2 * n + 4])), "ms", source),
+                                   mmha_l2_share=A.Fitted(float(np.exp(x[2 * n + 5])), "share", source))
 
     def resid(x):
         return np.log(predict(train, build(x))) - y
 
     x0 = np.concatenate([np.log(np.full(len(fams), 0.6)), np.log(np.full(len(fams), 0.8)),
-                         np.log([0.005, 0.005, 0.002, 0.8, 0.002])])
+                         np.log([0.005, 0.005, 0.002, 0.8, 0.002, 0.6])])
     res = least_squares(resid, x0, loss="soft_l1", f_scale=0.2, max_nfev=60,
-                        bounds=(np.concatenate([np.full(2 * len(fams), np.log(0.05)), np.log([1e-4, 1e-4, 1e-5, 0.2, 1e-6])]),
-                                np.concatenate([np.full(2 * len(fams), np.log(1.5)), np.log([0.1, 0.1, 0.05, 1.5, 0.05])])))
+                        bounds=(np.concatenate([np.full(2 * len(fams), np.log(0.05)),
+                                                np.log([1e-4, 1e-4, 1e-5, 0.2, 1e-6, 0.05])]),
+                                np.concatenate([np.full(2 * len(fams), np.log(1.5)),
+                                                np.log([0.1, 0.1, 0.05, 1.5, 0.05, 1.5])])))
     return build(res.x)
 
 

@@ -75,7 +75,7 @@ def generic(df: pd.DataFrame) -> np.ndarray:
     for (sysname, fw, kv), idx in df.groupby(["system", "fw", "kv"]).indices.items():
         g, dev = df.iloc[idx], get_device(sysname)
         out[idx] = generation_attention_ms(g["batch_size"], g["step"], g["num_heads"], 1, KV_LORA + ROPE, dev,
-                                           kv_dtype=kv, kernel_source=decode_source(fw, dev))
+                                           kv_dtype=kv, kernel_source=decode_source(fw, dev), gqa_kernel=False)
     return out
 
 

@@ -22,7 +22,8 @@ Prefill (`context_attention_ms`, `sdpa_ms`):
 Decode (`generation_attention_ms`): the KV-cache read at achievable bandwidth, drawn by the CTAs in flight
 (batch x kv heads x KV splits, split-KV when batch x kv heads leaves SMs idle), plus a fixed overhead and a
 fixed latency per wave of CTAs stated at a reference SM clock (`REFERENCE_CLOCK_MHZ`) and scaled by the
-GPU's clock.
+GPU's clock. TensorRT-LLM's own decode falls back from XQA to one pass per query head beyond 32 query heads
+per KV head (`XQA_MAX_GROUP`), its repeated passes read from L2 at a fitted share of L2 bandwidth.
 SDPA backward (`sdpa_ms(backward=True)`): 2.5x the forward's GEMM FLOPs (five GEMMs to two) plus the
 recomputed exponentials, at its own efficiency. fp32 SDPA runs PyTorch's memory-efficient kernel, whose fp32
 GEMMs run on the tensor cores as three TF32 products (`MEM_EFFICIENT_FP32_PASSES`).
@@ -141,6 +142,7 @@ class AttentionConstants:
     decode_wave_ms: Fitted = Fitted(0.002, "ms", "default")  # a decode wave's fixed latency at the reference clock
     context_wave_ms: Fitted = Fitted(0.0, "ms", "default")  # a wave of prefill CTAs' fixed latency
     sdpa_wave_ms: Fitted = Fitted(0.0, "ms", "default")  # the same for PyTorch SDPA's kernels
+    mmha_l2_share: Fitted = Fitted(0.6, "share", "default")  # of L2 bandwidth, TensorRT-LLM's masked-MHA decode
     fp8_efficiency: Fitted = Fitted(1.0, "share", "default")  # fp8 prefill's share of the bf16 efficiency
     sdpa_bwd_efficiency: Fitted = Fitted(0.5, "share", "default")
     mem_efficient_efficiency: Fitted = Fitted(0.5, "share", "default")
@@ -164,20 +166,21 @@ _H100 = "h100_sdpa_fp8 (NVIDIA H100 80GB HBM3, torch 2.11; one GPU)"
 #: FA2's paged share (~0.6), 26% with 1. No measurement has set the memory-efficient backend's efficiency
 #: (fp32, explicit masks): its default is a guess.
 CONSTANTS = AttentionConstants(
-    efficiency={"fa2": Fitted(0.722, "share", _ALL), "fa3": Fitted(0.700, "share", _ALL),
-                "fa4": Fitted(0.328, "share", _ALL), "trtllm": Fitted(0.479, "share", _ALL),
+    efficiency={"fa2": Fitted(0.723, "share", _ALL), "fa3": Fitted(0.702, "share", _ALL),
+                "fa4": Fitted(0.328, "share", _ALL), "trtllm": Fitted(0.483, "share", _ALL),
                 "flashinfer": Fitted(0.553, "share", _ALL), "triton": Fitted(0.199, "share", _ALL),
                 "sdpa": Fitted(0.879, "share", _H100)},
-    decode_bw={"fa2": Fitted(0.685, "share", _ALL), "fa3": Fitted(0.817, "share", _ALL),
-               "fa4": Fitted(0.793, "share", _ALL), "trtllm": Fitted(1.041, "share", _ALL),
-               "flashinfer": Fitted(1.120, "share", _ALL), "triton": Fitted(0.626, "share", _ALL),
+    decode_bw={"fa2": Fitted(0.678, "share", _ALL), "fa3": Fitted(0.808, "share", _ALL),
+               "fa4": Fitted(0.791, "share", _ALL), "trtllm": Fitted(1.052, "share", _ALL),
+               "flashinfer": Fitted(1.117, "share", _ALL), "triton": Fitted(0.616, "share", _ALL),
                "sdpa": Fitted(1.0, "share", "achievable DRAM bandwidth (not fitted; checked on our H200)")},
     context_overhead_ms=Fitted(0.0072, "ms", _ALL),
     decode_overhead_ms=Fitted(0.0020, "ms", _ALL),
-    decode_wave_ms=Fitted(0.0105, "ms", _ALL),
-    context_wave_ms=Fitted(0.0067, "ms", _ALL),
+    decode_wave_ms=Fitted(0.0103, "ms", _ALL),
+    context_wave_ms=Fitted(0.0068, "ms", _ALL),
     sdpa_wave_ms=Fitted(0.0020, "ms", _H100),
-    fp8_efficiency=Fitted(0.605, "share", _ALL),
+    fp8_efficiency=Fitted(0.602, "share", _ALL),
+    mmha_l2_share=Fitted(0.401, "share", _ALL),
     sdpa_bwd_efficiency=Fitted(0.634, "share", _H100),
     mem_efficient_efficiency=Fitted(0.5, "share", "default (not measured)"),
 )
@@ -295,6 +298,12 @@ def kv_read_ms(nbytes, device: DeviceSpec, parallel_fraction=1.0) -> np.ndarray:
 
 #: decode CTAs resident per SM (small CTAs: one (sequence, kv head, split) each)
 DECODE_CTAS_PER_SM = 4
+#: TensorRT-LLM's own attention op (aiconfigurator's `torch_flow`) decodes with XQA, which packs up to this many
+#: query heads of a KV head into one CTA; a larger group falls back to masked MHA, one pass over the KV cache per
+#: query head at bf16 width (an fp8 cache takes as long), the group's passes re-reading it from L2. All four GPUs'
+#: tables show the cliff: 10-60x slower than XQA's one pass at 48-128 query heads per KV head, not at 32
+XQA_MAX_GROUP = 32
+XQA_SOURCES = ("torch_flow",)
 
 
 def decode_splits(batch, kv_heads, kv_len, device: DeviceSpec, min_chunk: int = 256) -> np.ndarray:
@@ -307,8 +316,10 @@ def decode_splits(batch, kv_heads, kv_len, device: DeviceSpec, min_chunk: int = 
 
 def generation_attention_ms(batch, kv_len, heads, kv_heads, head_dim, device: DeviceSpec, dtype: str = "bf16",
                             kv_dtype: str = "bf16", window=0, kernel_source: str | None = None,
-                            constants: AttentionConstants = CONSTANTS, q_len=1) -> np.ndarray:
-    """Kernel time (ms) of one decode step's attention: `q_len` (1) query tokens per sequence."""
+                            constants: AttentionConstants = CONSTANTS, q_len=1, gqa_kernel: bool = True) -> np.ndarray:
+    """Kernel time (ms) of one decode step's attention: `q_len` (1) query tokens per sequence. `gqa_kernel`:
+    the engine's MHA/GQA decode kernel runs it (False for MLA, which TensorRT-LLM decodes in its own kernels:
+    no XQA fallback)."""
     batch, kv_len, heads, kv_heads, head_dim, window = (
         _f(x) for x in (batch, kv_len, heads, kv_heads, head_dim, window))
     fam = kernel_family(kernel_source)
@@ -317,8 +328,16 @@ def generation_attention_ms(batch, kv_len, heads, kv_heads, head_dim, device: De
     ctas = batch * kv_heads * decode_splits(batch, kv_heads, keys, device)
     par = np.minimum(ctas / (2.0 * device.num_sms), 1.0)
     mem = kv_read_ms(nbytes, device, par) / constants.bw(fam)
+    group = heads / np.maximum(kv_heads, 1.0)
+    if gqa_kernel and kernel_source in XQA_SOURCES:
+        # masked MHA: one CTA per (sequence, query head) streams that head's pass at bf16 width from L2
+        l2 = device.num_sms * L2_BYTES_PER_SM_CLOCK * device.boost_clock_mhz * 1e6
+        passes = batch * 2.0 * keys * heads * head_dim * 2.0
+        fill = np.minimum(batch * heads / device.num_sms, 1.0)
+        mmha = passes / (l2 * constants.mmha_l2_share.value * fill) * 1e3
+        mem = np.where(group > XQA_MAX_GROUP, np.maximum(mem, mmha), mem)
     # GQA packs a kv head's query heads into one MMA's rows; MHA wastes all but one of 16 rows
-    rows = np.maximum(heads / np.maximum(kv_heads, 1.0) * _f(q_len), 1.0)
+    rows = np.maximum(group * _f(q_len), 1.0)
     mma_rows = np.ceil(rows / 16.0) * 16.0
     flops = 4.0 * batch * kv_heads * mma_rows * keys * head_dim
     compute = flops / (_matrix_rate(device, dtype) * constants.eff(fam)) * 1e3

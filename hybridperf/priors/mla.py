@@ -62,7 +62,7 @@ def mla_decode_ms(batch, kv_len, heads, kv_lora: int, rope: int, device: DeviceS
     width = float(kv_lora + rope)
     if not native_mla(device):
         return generation_attention_ms(batch, kv_len, heads, 1, width, device, kv_dtype=kv_dtype,
-                                       kernel_source=kernel_source)
+                                       kernel_source=kernel_source, gqa_kernel=False)
     nbytes = batch * kv_len * width * DTYPE_BYTES.get(kv_dtype, 2) + batch * heads * (width + kv_lora) * 2.0
     mem = kv_read_ms(nbytes, device) / constants.bw_share.value
     mma = kv_dtype if device.arch.startswith("blackwell") else "bf16"
