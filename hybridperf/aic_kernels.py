@@ -3,7 +3,7 @@ generation_attention, moe; CONTRACT.md section 1): prior x exp(residual) with a 
 
 Runs on numpy, pandas and onnxruntime only. The bundle (`exported_models/aic_kernels`, built by
 `python -m experiments.kernels.aiconfigurator_kernels --ship exported_models/aic_kernels`) holds the fitted
-prior constants, per-family residual models where they beat the prior on every held-out system, and
+prior constants, per-family residual models where they beat the prior held out, and
 split-conformal interval quantiles per (family, dtype), widened for an architecture, kernel family or
 dtype no training system ran.
 """

@@ -9,7 +9,7 @@ held-out GPU sets them.
     python -m experiments.kernels.aiconfigurator_kernels --ship exported_models/aic_kernels   # also the bundle
 
 `--ship` fits the prior constants and residuals on all four systems, ships a family's residual only
-where it beat the prior on every held-out system, and stores per (family, dtype) interval quantiles
+where it beat the prior held out (`SHIP_TOLERANCE`), and stores per (family, dtype) interval quantiles
 from the outer leave-one-out residuals; it also rewrites hybridperf/priors/data/aic_constants.json.
 Deterministic (seeded samples, single-threaded-equivalent trees).
 """
@@ -32,6 +32,10 @@ from hybridperf.training import aic_kernels as T
 SYSTEMS = ("a100_sxm", "h100_sxm", "l40s", "b200_sxm")
 #: factors a family's residual may be scaled by, chosen on held-out systems (inner folds when evaluating)
 SHRINKS = (1.0, 0.5)
+#: a residual ships when it lowers the mean held-out MAPE over the GPUs and raises no GPU's by more than this
+#: many points: under a strict "better on every GPU", a generation-attention residual that gained 2-8 points on
+#: three GPUs was dropped for a 0.4-point loss on the fourth
+SHIP_TOLERANCE = 1.0
 ROOT = REPO
 
 
@@ -208,7 +212,7 @@ def fixed_graph_name(path: Path, name: str) -> None:
 
 def write_bundle(model: dict, res: pd.DataFrame, out: Path, systems, command: str) -> dict:
     """Write `model` (a `fit` on `systems`) as an aic-kernels bundle in `out`: a family's residual only
-    where it beat the prior on every held-out system of `res` (log errors with `prior`, `resid`), scaled
+    where it beat the prior on the held-out systems of `res` (log errors with `prior`, `resid`; `SHIP_TOLERANCE`), scaled
     as `choose_shrink` picks, and interval quantiles per (family, dtype) from `res`. Returns the manifest."""
     from hybridperf.residual_models.bundle import write_manifest
 
@@ -225,7 +229,7 @@ def write_bundle(model: dict, res: pd.DataFrame, out: Path, systems, command: st
         hyb, pri = per_system_mape(r, "hybrid"), per_system_mape(r, "prior")
         decisions[op] = {s: {"hybrid_mape": round(hyb[s], 2), "prior_mape": round(pri[s], 2),
                              "residual_scale": shrink[op]} for s in hyb.index}
-        if (hyb < pri).all():
+        if hyb.mean() < pri.mean() and (hyb - pri).max() <= SHIP_TOLERANCE:
             name = f"{op}_residual_xgb.onnx"
             model["models"][op].export_onnx(out / name)
             fixed_graph_name(out / name, f"{op}_residual")
@@ -243,7 +247,7 @@ def write_bundle(model: dict, res: pd.DataFrame, out: Path, systems, command: st
 
 
 def ship(data: pd.DataFrame, res: pd.DataFrame, out: Path) -> dict:
-    """Fit on all four systems, keep residuals that beat the prior on every held-out system, write
+    """Fit on all four systems, keep residuals that beat the prior held out (`SHIP_TOLERANCE`), write
     the bundle and the prior-constants data file."""
     model = fit(data, SYSTEMS)
     manifest = write_bundle(model, res, out, SYSTEMS, f"python -m experiments.kernels.aiconfigurator_kernels --ship {out}")
@@ -289,7 +293,8 @@ def report(tab: pd.DataFrame, res: pd.DataFrame, speed: str, args, shipped: dict
     ship_line = ""
     if shipped is not None:
         kept = shipped["residuals"]
-        ship_line = "Shipped residuals (beat the prior on every held-out GPU): " + (
+        ship_line = (f"Shipped residuals (lower mean held-out MAPE than the prior, no GPU worse by more than "
+                     f"{SHIP_TOLERANCE:g} point): ") + (
             ", ".join(f"{op} (scaled by {v['scale']})" for op, v in sorted(kept.items())) or "none") + "."
         if set(kept) != set(OPS):
             ship_line += (" The other families predict with the prior and its intervals; their `hybrid` "
