@@ -366,6 +366,9 @@ def test_deepseek_v4_compressed_attention():
     assert 0 < step[0] < step[1] < 10 * step[0]  # 16x the context: the indexer's scan grows with it, the reads less
     r = predict_serving(v4, "h100_sxm", "sglang", 8192, 64, concurrency=8, calibration=WAVES)
     assert 0 < r.tpot.lo_ms <= r.tpot.ms <= r.tpot.hi_ms
+    # TensorRT-LLM decodes it in its own kernel: 64 query heads over one entry take no XQA fallback
+    wide = [c.decode_ms(8 * 32768, 8, h, h100, "fp8", "torch_flow") for h in (32, 64)]
+    assert wide[1] < 2.5 * wide[0]
 
 
 def test_speculative_decoding_speeds_memory_bound_decode():

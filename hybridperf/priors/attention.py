@@ -228,7 +228,7 @@ def exp_rate(device: DeviceSpec) -> float:
     return device.num_sms * SFU_PER_SM_CLOCK * device.boost_clock_mhz * 1e6
 
 
-def _matrix_rate(device: DeviceSpec, dtype: str) -> float:
+def matrix_rate(device: DeviceSpec, dtype: str) -> float:
     half = device.peak("fp16" if dtype in ("fp16", "float16") else "bf16", matrix=True)
     return max(device.peak("fp8", matrix=True), half) if dtype in ("fp8", "float8") else half
 
@@ -244,7 +244,7 @@ def context_attention_ms(batch, isl, heads, kv_heads, head_dim, device: DeviceSp
     g = generation(device, fam)
     kv = isl + prefix
     group = np.maximum(heads / np.maximum(kv_heads, 1.0), 1.0)
-    rate = _matrix_rate(device, dtype) * g.isa_fraction * constants.eff(fam) \
+    rate = matrix_rate(device, dtype) * g.isa_fraction * constants.eff(fam) \
         * (constants.fp8_efficiency.value if dtype == "fp8" else 1.0)
     eb, kb = DTYPE_BYTES.get(dtype, 2), DTYPE_BYTES.get(kv_dtype, 2)
     nbytes = batch * (isl * heads * (head_dim + vd) * eb + kv * kv_heads * (head_dim + vd) * kb)
@@ -285,15 +285,19 @@ def _prefill_layout_ms(batch, units, isl, kv, group, causal, window, qk_v_dim, r
     return np.maximum(compute, mem) * 1e3 + waves * wave_ms.value
 
 
+def l2_bandwidth(device: DeviceSpec) -> float:
+    """Bytes per second the SMs load from L2 (L2_BYTES_PER_SM_CLOCK per SM per clock)."""
+    return device.num_sms * L2_BYTES_PER_SM_CLOCK * device.boost_clock_mhz * 1e6
+
+
 def kv_read_ms(nbytes, device: DeviceSpec, parallel_fraction=1.0) -> np.ndarray:
     """Time (ms) to stream `nbytes` of keys and values that a repeated call finds in L2 as far as they fit
     (`l2_hit_fraction`): L2 at L2_BYTES_PER_SM_CLOCK per SM, DRAM at achievable bandwidth. Ada's 96 MB L2
     holds a decode step's whole cache up to ~50 MB, read several times faster than its GDDR6."""
     nbytes = _f(nbytes)
     hit = l2_hit_fraction(nbytes, device)
-    l2 = device.num_sms * L2_BYTES_PER_SM_CLOCK * device.boost_clock_mhz * 1e6
     dram = achievable_bandwidth(device)
-    return nbytes * (hit / l2 + (1.0 - hit) / dram) / np.clip(parallel_fraction, 1e-3, 1.0) * 1e3
+    return nbytes * (hit / l2_bandwidth(device) + (1.0 - hit) / dram) / np.clip(parallel_fraction, 1e-3, 1.0) * 1e3
 
 
 #: decode CTAs resident per SM (small CTAs: one (sequence, kv head, split) each)
@@ -316,10 +320,10 @@ def decode_splits(batch, kv_heads, kv_len, device: DeviceSpec, min_chunk: int = 
 
 def generation_attention_ms(batch, kv_len, heads, kv_heads, head_dim, device: DeviceSpec, dtype: str = "bf16",
                             kv_dtype: str = "bf16", window=0, kernel_source: str | None = None,
-                            constants: AttentionConstants = CONSTANTS, q_len=1, gqa_kernel: bool = True) -> np.ndarray:
-    """Kernel time (ms) of one decode step's attention: `q_len` (1) query tokens per sequence. `gqa_kernel`:
-    the engine's MHA/GQA decode kernel runs it (False for MLA, which TensorRT-LLM decodes in its own kernels:
-    no XQA fallback)."""
+                            constants: AttentionConstants = CONSTANTS, q_len=1, xqa_fallback: bool = True) -> np.ndarray:
+    """Kernel time (ms) of one decode step's attention: `q_len` (1) query tokens per sequence. `xqa_fallback`:
+    whether TensorRT-LLM's fallback beyond `XQA_MAX_GROUP` applies (False for MLA and DeepSeek-V4's attention,
+    which it decodes in kernels of their own)."""
     batch, kv_len, heads, kv_heads, head_dim, window = (
         _f(x) for x in (batch, kv_len, heads, kv_heads, head_dim, window))
     fam = kernel_family(kernel_source)
@@ -329,18 +333,17 @@ def generation_attention_ms(batch, kv_len, heads, kv_heads, head_dim, device: De
     par = np.minimum(ctas / (2.0 * device.num_sms), 1.0)
     mem = kv_read_ms(nbytes, device, par) / constants.bw(fam)
     group = heads / np.maximum(kv_heads, 1.0)
-    if gqa_kernel and kernel_source in XQA_SOURCES:
+    if xqa_fallback and kernel_source in XQA_SOURCES:
         # masked MHA: one CTA per (sequence, query head) streams that head's pass at bf16 width from L2
-        l2 = device.num_sms * L2_BYTES_PER_SM_CLOCK * device.boost_clock_mhz * 1e6
         passes = batch * 2.0 * keys * heads * head_dim * 2.0
         fill = np.minimum(batch * heads / device.num_sms, 1.0)
-        mmha = passes / (l2 * constants.mmha_l2_share.value * fill) * 1e3
+        mmha = passes / (l2_bandwidth(device) * constants.mmha_l2_share.value * fill) * 1e3
         mem = np.where(group > XQA_MAX_GROUP, np.maximum(mem, mmha), mem)
     # GQA packs a kv head's query heads into one MMA's rows; MHA wastes all but one of 16 rows
     rows = np.maximum(group * _f(q_len), 1.0)
     mma_rows = np.ceil(rows / 16.0) * 16.0
     flops = 4.0 * batch * kv_heads * mma_rows * keys * head_dim
-    compute = flops / (_matrix_rate(device, dtype) * constants.eff(fam)) * 1e3
+    compute = flops / (matrix_rate(device, dtype) * constants.eff(fam)) * 1e3
     waves = np.ceil(ctas / (device.num_sms * DECODE_CTAS_PER_SM))
     return np.maximum(mem, compute) + waves * constants.decode_wave_ms.value * clock_scale(device) \
         + constants.decode_overhead_ms.value
@@ -368,7 +371,7 @@ def sdpa_ms(batch, seq, heads, kv_heads, head_dim, device: DeviceSpec, dtype: st
         scale = constants.eff("sdpa") / constants.mem_efficient_efficiency.value
         if dtype == "fp32":  # three TF32 products on the tensor cores (or the fp32 lanes, if faster)
             tc = _fp32_rate(device)
-            scale *= _matrix_rate(device, "bf16") / tc
+            scale *= matrix_rate(device, "bf16") / tc
         body = body * scale
     if backward:
         body = body * 2.5 * constants.eff("sdpa") / constants.sdpa_bwd_efficiency.value

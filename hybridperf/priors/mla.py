@@ -23,10 +23,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from hybridperf.devices import DTYPE_BYTES, DeviceSpec
-from hybridperf.priors.attention import Fitted, _matrix_rate, clock_scale, generation_attention_ms, kv_read_ms
+from hybridperf.priors.attention import Fitted, clock_scale, generation_attention_ms, kv_read_ms, matrix_rate
 
-#: shared memory per SM the native MLA kernels need (a 64-head query tile and its latent tiles, bf16);
-#: Hopper and B200/B300/GB200 have 228 KB, consumer Blackwell (sm_120) 100 KB
+#: shared memory per SM the native MLA kernels are built for (their query and latent tiles); Hopper and
+#: B200/B300/GB200 have 228 KB, consumer Blackwell (sm_120) 100 KB
 NATIVE_MIN_SMEM_KB = 200.0
 
 
@@ -62,10 +62,10 @@ def mla_decode_ms(batch, kv_len, heads, kv_lora: int, rope: int, device: DeviceS
     width = float(kv_lora + rope)
     if not native_mla(device):
         return generation_attention_ms(batch, kv_len, heads, 1, width, device, kv_dtype=kv_dtype,
-                                       kernel_source=kernel_source, gqa_kernel=False)
+                                       kernel_source=kernel_source, xqa_fallback=False)
     nbytes = batch * kv_len * width * DTYPE_BYTES.get(kv_dtype, 2) + batch * heads * (width + kv_lora) * 2.0
     mem = kv_read_ms(nbytes, device) / constants.bw_share.value
     mma = kv_dtype if device.arch.startswith("blackwell") else "bf16"
     flops = 2.0 * batch * kv_len * heads * (width + kv_lora)
-    compute = flops / (_matrix_rate(device, mma) * constants.efficiency.value) * 1e3
+    compute = flops / (matrix_rate(device, mma) * constants.efficiency.value) * 1e3
     return np.maximum(mem, compute) + constants.overhead_ms.value * clock_scale(device)

@@ -97,7 +97,7 @@ class CompressedAttention:
         ctx = keys / seqs
         # MQA over shared keys and values: one tensor of head_dim per entry, the bytes of half a K/V head pair
         per_entry = float(generation_attention_ms(1, 1e6, heads, 1, self.head_dim, device, kv_dtype=kv_dtype,
-                                                  kernel_source=source)) / 1e6 / 2
+                                                  kernel_source=source, xqa_fallback=False)) / 1e6 / 2
         index = self._count(4) * self._index_ms(keys / 4.0, keys / 4.0, device)
         return per_entry * seqs * self.entries_read(ctx) + index
 

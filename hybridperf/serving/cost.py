@@ -249,9 +249,12 @@ class StepCost:
         if a.compressed:  # `decode_attn_ms` prices it (not linear in the keys)
             return 0.0, 0.0
         out = []
+        # probed at a batch that fills the SMs: a kernel of one CTA per sequence and head (TensorRT-LLM's
+        # masked-MHA fallback) is slower per key with few sequences than with the many a step decodes
+        seqs = self.device.num_sms
         for full, layers in ((True, a.full_layers), (False, a.sliding_layers)):
             kvh, hd, _, tensors = a.attn_dims(full)
-            t = generation_attention_ms(1, 1e6, a.heads / tp, max(kvh / tp, 1), hd, self.device,
+            t = generation_attention_ms(seqs, 1e6 / seqs, a.heads / tp, max(kvh / tp, 1), hd, self.device,
                                         kv_dtype=self.kv_dtype, kernel_source=self.decode_source) if layers else 0.0
             # per key, bytes of the cached widths over a key-and-value pair of key width (keys that are the values:
             # half); a fractional KV head would also cut the probe's parallelism, not only its bytes
