@@ -237,7 +237,9 @@ def write_bundle(model: dict, res: pd.DataFrame, out: Path, systems, command: st
     manifest = {
         "kind": "aic-kernels", "feature_names": list(FEATURES), "files": {r["file"]: "" for r in residuals.values()},
         "constants": {"gemm": model["gemm_c"].to_dict(), "moe": model["moe_c"].to_dict()},
-        "residuals": residuals, "ship_decisions": decisions, "intervals": calibrate(res),
+        "residuals": residuals, "ship_decisions": decisions,
+        "ship_rule": {"lower_mean_mape": True, "max_points_worse_on_any_gpu": SHIP_TOLERANCE},
+        "intervals": calibrate(res),
         "trained": {"systems": list(systems), "kernel_families": model["families"], "dtypes": model["dtypes"]},
         "training_rows_per_system_op": T.TRAIN_ROWS, "seed": T.SEED, "command": command,
     }

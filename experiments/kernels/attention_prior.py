@@ -1,7 +1,7 @@
 """Attention prior, leave-one-GPU-out (issue 58): fit `hybridperf.priors.attention`'s constants (kernel
-efficiency and decode bandwidth share per kernel family, fixed overheads) on three of aiconfigurator's four
-systems (A100, H100, L40S, B200) and report the held-out system's error per (table, dtype), beside the
-spec-sheet roofline. The SDPA forward and backward constants are read off our H100 measurements
+efficiency and decode bandwidth share per kernel family, fixed overheads, TensorRT-LLM's masked-MHA L2 share)
+on three of aiconfigurator's four systems (A100, H100, L40S, B200) and report the held-out system's error per
+(table, dtype), beside the spec-sheet roofline, and on the rows of TensorRT-LLM's XQA fallback. The SDPA forward and backward constants are read off our H100 measurements
 (`../shared/datasets/measured/h100_sdpa_fp8`, one GPU: their errors there are in-sample and say so).
 
     python -m experiments.kernels.attention_prior --data ../shared/datasets --out experiments/results/attention_prior.md
@@ -176,7 +176,7 @@ def main() -> None:
         c = fit_sdpa(a.data, fit(sample(df, FIT_ROWS), ", ".join(SYSTEMS)))
         print(c)
         return
-    rows, by_fw = [], []
+    rows, by_fw, xqa = [], [], []
     for held in SYSTEMS:
         consts = fit(sample(df[df["system"] != held], FIT_ROWS), ", ".join(s for s in SYSTEMS if s != held))
         test = sample(df[df["system"] == held], EVAL_ROWS)
@@ -191,20 +191,33 @@ def main() -> None:
             by_fw.append({"held_out": held, "table": keys[0], "framework": keys[1], "kernel_source": keys[2],
                           "rows": len(g), "prior_mape": mape(g["pred"], g["latency"]),
                           "roofline_mape": mape(g["roof"], g["latency"])})
+        xqa.append(fallback_rows(df[df["system"] == held], consts) | {"held_out": held})
         print(held, "done", flush=True)
     res, fwres = pd.DataFrame(rows), pd.DataFrame(by_fw)
     sd = sdpa_check(a.data, A.CONSTANTS)  # the shipped constants, read off these rows
-    write_report(a.out, res, fwres, sd)
+    write_report(a.out, res, fwres, sd, pd.DataFrame(xqa)[["held_out", "rows", "prior_mape", "median_ratio",
+                                                           "rule_off_mape", "rule_off_median_ratio"]])
     plot(a.out.with_suffix(".png"), res)
 
 
-def write_report(out: Path, res: pd.DataFrame, fwres: pd.DataFrame, sd: pd.DataFrame) -> None:
+def fallback_rows(df: pd.DataFrame, consts: A.AttentionConstants) -> dict:
+    """Every decode row of TensorRT-LLM's own kernel with more query heads per KV head than XQA packs: the
+    prior's error, and with the fallback rule off (same constants, the masked-MHA term made free)."""
+    g = df[(df["table"] == "generation") & df["kernel_source"].isin(A.XQA_SOURCES)
+           & (df["num_heads"] / df["num_key_value_heads"] > A.XQA_MAX_GROUP)]
+    off = dataclasses.replace(consts, mmha_l2_share=A.Fitted(1e12, "share", "rule off"))
+    on_r, off_r = predict(g, consts) / g["latency"].to_numpy(), predict(g, off) / g["latency"].to_numpy()
+    return {"rows": len(g), "prior_mape": float(np.mean(np.abs(on_r - 1)) * 100), "median_ratio": float(np.median(on_r)),
+            "rule_off_mape": float(np.mean(np.abs(off_r - 1)) * 100), "rule_off_median_ratio": float(np.median(off_r))}
+
+
+def write_report(out: Path, res: pd.DataFrame, fwres: pd.DataFrame, sd: pd.DataFrame, xqa: pd.DataFrame) -> None:
     fmt = {"prior_mape": "{:.1f}".format, "roofline_mape": "{:.1f}".format, "median_ratio": "{:.2f}".format}
     lines = ["# Attention prior, leave-one-GPU-out", "",
              "`python -m experiments.kernels.attention_prior --data ../shared/datasets --out experiments/results/attention_prior.md`",
              "", "Each system's rows are predicted by `hybridperf.priors.attention` with constants (kernel efficiency and",
-             "decode bandwidth share per kernel family, fixed overheads and per-wave latencies, the fp8 share) fitted on the",
-             "other three systems only. No residual",
+             "decode bandwidth share per kernel family, fixed overheads and per-wave latencies, the fp8 share, the L2 share",
+             "of TensorRT-LLM's masked-MHA fallback) fitted on the other three systems only. No residual",
              "model and no interval: this is the prior alone (MAPE, %), beside a spec-sheet roofline (causal pairs at the",
              "peak matrix rate, or the KV cache at peak bandwidth). Up to 20,000 sampled rows per cell (seed 0).",
              "`median_ratio` is the median of predicted / measured. Kernel families seen on one system only (FA3,",
@@ -213,6 +226,10 @@ def write_report(out: Path, res: pd.DataFrame, fwres: pd.DataFrame, sd: pd.DataF
              res.to_markdown(index=False, floatfmt=".1f") if _has_tabulate() else res.to_string(index=False, formatters=fmt),
              "", "## Per held-out system, table and kernel source", "",
              fwres.to_markdown(index=False, floatfmt=".1f") if _has_tabulate() else fwres.to_string(index=False),
+             "", f"## TensorRT-LLM decode beyond {A.XQA_MAX_GROUP} query heads per KV head (every such row)", "",
+             "XQA packs up to that many query heads of a KV head; beyond, the kernel falls back to masked MHA, one",
+             "pass per query head (`priors/attention.py`). `rule_off`: the same fold's constants without that rule.", "",
+             xqa.to_markdown(index=False, floatfmt=".2f") if _has_tabulate() else xqa.to_string(index=False),
              "", "## PyTorch SDPA on the H100 (in-sample: the sdpa constants are read off these 14 rows)", "",
              f"forward MAPE {mape(sd[sd.op == 'sdpa_fwd'].pred_ms, sd[sd.op == 'sdpa_fwd'].measured_ms):.1f}%, "
              f"forward+backward MAPE {mape(sd[sd.op != 'sdpa_fwd'].pred_ms, sd[sd.op != 'sdpa_fwd'].measured_ms):.1f}%",

@@ -274,7 +274,8 @@ def _attention_rows() -> list[dict]:
     for name, f in items:
         off = read_off(f.source)
         rows.append({"name": name, "value": f.value, "unit": f.unit, "source": f.source, "read_off": ", ".join(off),
-                     "applies_to": "all", "checked_on": "", "refit": f.script if off else "",
+                     "applies_to": "Hopper, data-center Blackwell" if name.startswith("mla.") else "all",
+                     "checked_on": "", "refit": f.script if off else "",
                      "one_gpu_default": len(off) == 1})
     return rows
 
