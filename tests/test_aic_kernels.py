@@ -15,7 +15,7 @@ from hybridperf.datasets.aiconfigurator import SYSTEM_DEVICES, canonical, load_k
 from hybridperf.devices import get_device
 from hybridperf.priors.llm_gemm import (ROOFLINE, fitted_constants, gemm_ms, l2_output_hit, l2_weight_hit, matrix_peak,
                                         tile_compute_s)
-from hybridperf.priors.moe import moe_ms, rank0_share
+from hybridperf.priors.moe import moe_ms, moe_parts, rank0_share
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "datasets"
@@ -86,6 +86,16 @@ def test_moe_skew_and_shards():
     assert moe_ms(4096, 7168, 2048, 8, 256, H100, "fp8_block", 1, 32) < bal
     assert rank0_share(np.array([4096.0]), 8, 256, 1, 1.2)[0] == 1.0
     assert 1 / 8 < rank0_share(np.array([4096.0]), 8, 256, 8, 1.2)[0] <= 1.0
+
+
+def test_short_k_experts_spend_more_of_their_time_filling_tiles():
+    """Per FLOP, a TP-split expert's down projection (k = its local width) costs more than a wide one's."""
+    def compute_per_flop(inter, tp):
+        p = moe_parts(np.array([16384.0]), 4096, inter, 8, 128, H100, "bfloat16", tp, 1)
+        return float(p["compute"][0] / p["flops"][0])
+    wide, split = compute_per_flop(4096, 1), compute_per_flop(4096, 16)
+    assert 1.2 < split / wide < 1.4  # k 256 against 4096 on the down projection, a third of the FLOPs
+    assert compute_per_flop(32768, 1) == pytest.approx(compute_per_flop(16384, 1), rel=0.02)  # long k: no effect
 
 
 def test_kernel_family_and_validation():

@@ -8,7 +8,8 @@ collector samples expert loads from a power law on [1, 0.8 * tokens] and swaps t
 rank 0, so rank 0 carries the expected maximum of `ep` group sums), each local expert's rows padded to
 the grouped GEMM's tile, the experts' weights read once per active expert (decode is bound by them; the collector replays the
 same layer, so experts that fit in L2 are served from it),
-the gated MLP (up and gate, then down; `nongated` kernels have no gate), and a routing/permute pass
+the gated MLP (up and gate, then down; `nongated` kernels have no gate; each tile's pipeline fill and drain
+weighs on short-k experts, `TILE_FILL_K`), and a routing/permute pass
 over the activations. Efficiencies and floors are measured data (`KernelConstants`), passed explicitly.
 
 Kernel time only (no host floor, no all-to-all). Vectorised over numpy arrays.
@@ -31,6 +32,10 @@ ROUTING_KERNELS = 3.0
 #: PyTorch's reference path, Marlin's); the others fuse the weighted sum into their last GEMM or finalize
 #: permuted rows. Held out, the prior's error grew with the bytes of that buffer over the prior's time.
 MATERIALIZED_COMBINE = ("triton", "torch", "marlin")
+#: k-elements of main-loop time a grouped-GEMM tile spends filling and draining its pipeline (the few stages
+#: of 64-128 that CUTLASS's and Triton's MoE kernels prefetch); a design figure, not fitted
+TILE_FILL_K = 256.0
+
 
 def _power_law_moments(alpha, lo, hi, order: int) -> np.ndarray:
     """E[X^order] of a power law x^-alpha truncated to [lo, hi]."""
@@ -104,7 +109,10 @@ def moe_parts(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, 
     # replayed back to back on the same weights (no copies cycled), experts that fit in L2 stay there
     hit = np.minimum(device.l2_mb * 1e6 / np.maximum(weights, 1.0), 1.0) ** 4 if device.l2_mb > 0 and replayed else 0.0
     dram = weights * (1.0 - hit * (1.0 - 1.0 / L2_BANDWIDTH_RATIO)) + acts
-    return {"compute": flops / peak, "memory": dram / bw, "quant": quant, "clock_mhz": device.boost_clock_mhz,
+    # each tile pays its pipeline's fill and drain on top of k: short-k experts (the down projection of a
+    # narrow or TP-split expert) run their tensor cores a smaller share of the time
+    fill = ((mats - 1.0) * (1.0 + TILE_FILL_K / h) + (1.0 + TILE_FILL_K / f_local)) / mats
+    return {"compute": flops * fill / peak, "memory": dram / bw, "quant": quant, "clock_mhz": device.boost_clock_mhz,
             "kernels": 2.0 + ROUTING_KERNELS, "routed": routed, "padded": padded, "active": active,
             "flops": flops, "bytes": weights + acts, "weight_bytes": weights, "peak": peak}
 
