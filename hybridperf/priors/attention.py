@@ -305,7 +305,7 @@ DECODE_CTAS_PER_SM = 4
 #: TensorRT-LLM's own attention op (aiconfigurator's `torch_flow`) decodes with XQA, which packs up to this many
 #: query heads of a KV head into one CTA; a larger group falls back to masked MHA, one pass over the KV cache per
 #: query head at bf16 width (an fp8 cache takes as long), the group's passes re-reading it from L2. All four GPUs'
-#: tables show the cliff: 10-60x slower than XQA's one pass at 48-128 query heads per KV head, not at 32
+#: tables show the cliff: 6-60x slower than XQA's one pass at 48-128 query heads per KV head, not at 32
 XQA_MAX_GROUP = 32
 XQA_SOURCES = ("torch_flow",)
 
