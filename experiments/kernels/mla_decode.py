@@ -59,13 +59,14 @@ def predict(df: pd.DataFrame, consts: M.MlaConstants) -> np.ndarray:
     for (sysname, fw, kv), idx in df.groupby(["system", "fw", "kv"]).indices.items():
         g, dev = df.iloc[idx], get_device(sysname)
         out[idx] = M.mla_decode_ms(g["batch_size"], cached(g), g["num_heads"], KV_LORA, ROPE, dev, kv,
-                                   decode_source(fw, dev), consts)
+                                   kernel_sources(fw, dev)[1], consts)
     return out
 
 
-def decode_source(fw: str, dev) -> str | None:
-    """The framework's decode kernel source on `dev`, as serving takes it (`EngineDefaults.attention`)."""
-    return get_engine(fw).attention_sources(dev.arch)[1] or None
+def kernel_sources(fw: str, dev) -> tuple:
+    """The framework's (prefill, decode) kernel sources on `dev` as serving takes them (`StepCost`: None, PyTorch
+    SDPA's constants, where `EngineDefaults.attention` has no entry)."""
+    return tuple(src or None for src in get_engine(fw).attention_sources(dev.arch))
 
 
 def generic(df: pd.DataFrame) -> np.ndarray:
@@ -75,7 +76,7 @@ def generic(df: pd.DataFrame) -> np.ndarray:
     for (sysname, fw, kv), idx in df.groupby(["system", "fw", "kv"]).indices.items():
         g, dev = df.iloc[idx], get_device(sysname)
         out[idx] = generation_attention_ms(g["batch_size"], cached(g), g["num_heads"], 1, KV_LORA + ROPE, dev,
-                                           kv_dtype=kv, kernel_source=decode_source(fw, dev), xqa_fallback=False)
+                                           kv_dtype=kv, kernel_source=kernel_sources(fw, dev)[1], xqa_fallback=False)
     return out
 
 
@@ -87,7 +88,7 @@ def prefill(df: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (sysname, fw, kv), g in df.groupby(["system", "fw", "kv"]):
         dev = get_device(sysname)
-        src = get_engine(fw).attention_sources(dev.arch)[0] or None
+        src = kernel_sources(fw, dev)[0]
         args = (g["batch_size"], g["isl"], g["num_heads"], g["num_heads"], 192, dev)
         new = context_attention_ms(*args, kv_dtype=kv, kernel_source=src, v_dim=128)
         old = context_attention_ms(*args, kv_dtype=kv, kernel_source=src)
