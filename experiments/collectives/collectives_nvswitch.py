@@ -57,9 +57,9 @@ CAVEATS = """## Reading these numbers
   its 2-node send/recv profile); no other system has multi-node all-reduce rows, so these cells are a
   spec-and-defaults test only.
 - b200_sxm all-reduce: NCCL's tuner picks NVLS (NVLink SHARP) for large messages on a Blackwell
-  NVSwitch; the measured all-reduce reaches 1.15-1.2x the all-gather's bus bandwidth, not the 1.6-1.75x
-  NCCL's own NVLS rate implies. Held out, NVLS runs at the rings' fitted NVLink efficiency (eff_nvls 1);
-  the shipped bundle fits eff_nvls on B200 (0.8 of the rings' rate).
+  NVSwitch; the measured all-reduce reaches 1.1-1.2x the all-gather's bus bandwidth, as A100's ring
+  all-reduce does, not the 1.6-1.75x NCCL's own NVLS rate implies. NVLS is charged the all-reduce ring's
+  fitted rate x eff_nvls: 1 held out, fitted on B200 in the shipped bundle.
 - Intervals: per held-out system, the 90% band is the other systems' held-out log-errors of the same
   stratum (send/recv or the rest, NVSwitch or other fabric; the coarser one where fewer than two other
   systems fall in it), never its own.

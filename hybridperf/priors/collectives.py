@@ -13,12 +13,15 @@ bandwidths: spec x fitted efficiency, and the latencies x `lat_scale`).
 Candidates, p ranks, g per node, N = p / g nodes:
     ring      LL / LL128 / Simple; all_reduce 2(p-1) steps, all_gather / reduce_scatter p-1 steps;
               algorithm bandwidth = bus bandwidth x p / steps. Bus: the GPU's links in one node, the
-              node's NICs across nodes.
+              node's NICs across nodes. On an NVSwitch, fewer than 8 ranks lose bandwidth (rank_loss),
+              an all-reduce's ring less so (rank_loss_allreduce, eff_allreduce).
     tree      all_reduce only: double binary tree, bus x 0.92 (x 1/3.8 LL, x 7/9 LL128 in one node) and
               half the bus rate as algorithm bandwidth; NCCL's size correction factors applied.
-    nvls      NVLink SHARP (Hopper/Blackwell NVSwitch, one node; reduction inside the switch): Simple,
-              NVLink spec x eff_nvlink x eff_nvls x NCCL's nvlsEfficiency x 15/16, all_reduce pipelines two operations (x2); a 25 us
-              fixed latency makes it a large-message algorithm.
+    nvls      NVLink SHARP (Hopper/Blackwell NVSwitch, one node; reduction inside the switch): Simple. The
+              tuner rates it at NVLink x nvlsEfficiency x 15/16 (x2 for all_reduce, which pipelines two
+              operations); it achieves the same links' ring rate x eff_nvls (1 until fitted: aiconfigurator's
+              B200 all-reduce reaches 1.1-1.2x its all-gather's bus bandwidth, as A100's ring all-reduce
+              does, not the 1.6x NCCL's rate implies). A 25 us fixed latency makes it a large-message algorithm.
     nvls_tree NVLS inside nodes + a tree across nodes (all_reduce, N > 1).
     pat       all_gather / reduce_scatter with one GPU per node (N = p): log-latency, bus x 0.75.
     collnet   in-network reduction (InfiniBand SHARP): only with a SHARP plugin, which catalog nodes
@@ -75,8 +78,10 @@ class CollectiveConstants:
     eff_pcie_p2p: float = 0.75
     eff_net: float = 0.90  # collectives across nodes (of the node's NIC bandwidth)
     eff_net_p2p: float = 0.90
-    eff_nvls: float = 1.0  # NVLS's link rate over the rings' (eff_nvlink), 1 as NCCL's tuner has it until fitted
+    eff_nvls: float = 1.0  # what NVLS achieves over the same links' ring, 1 until fitted
     rank_loss: float = 0.6  # g <= 8 ranks on one NVSwitch reach (1 - rank_loss / g) / (1 - rank_loss / 8) x eff_nvlink
+    eff_allreduce: float = 1.0  # an all-reduce's ring on an NVSwitch over an all-gather's, at 8 ranks
+    rank_loss_allreduce: float = 0.6  # rank_loss of that all-reduce ring
     pcie_cross_socket: float = 0.5  # ring spanning both CPU sockets of an 8-GPU PCIe box
 
     def to_dict(self) -> dict:
@@ -95,7 +100,8 @@ DEFAULT_CONSTANTS = CollectiveConstants()
 #: what NCCL's tuner believes: its graph search's link rates (SM80-SM100 NVLink ~0.8 of spec, PCI_BW
 #: 24 of 32 GB/s), the NIC at line rate, its own latency tables
 TUNER_CONSTANTS = replace(DEFAULT_CONSTANTS, lat_scale=1.0, launch_us=0.0, eff_nvlink=0.8, eff_nvlink_p2p=0.8,
-                          eff_pcie=0.75, eff_pcie_p2p=0.75, eff_net=1.0, eff_net_p2p=1.0, eff_nvls=1.0, rank_loss=0.0)
+                          eff_pcie=0.75, eff_pcie_p2p=0.75, eff_net=1.0, eff_net_p2p=1.0, eff_nvls=1.0, rank_loss=0.0,
+                          eff_allreduce=1.0, rank_loss_allreduce=0.0)
 
 
 def canonical_collective(name: str) -> str:
@@ -176,6 +182,7 @@ class Fabric:
     nodes: int
     arch: int  # NCCL's compute-capability index: 0 Volta-, 1 Ampere/Ada, 2 Hopper, 3 Blackwell
     intra_bw: float  # ring bus bandwidth among the g local GPUs; 0 if g == 1
+    allreduce_gain: float  # an all-reduce ring's bus bandwidth over intra_bw
     intra_p2p_bw: float  # one GPU's point-to-point rate inside the node
     intra_kind: str  # nvlink | pcie | none
     nvls: bool  # NVLink SHARP available (Hopper+ NVSwitch)
@@ -210,16 +217,24 @@ def fabric(node: NodeSpec, p: int, g: int, c: CollectiveConstants = DEFAULT_CONS
         bw, kind = (pair * c.eff_nvlink, "nvlink") if g <= 2 else (min(pair * c.eff_nvlink, node.intra_bw_gbs * c.eff_pcie * cross), "pcie")
     else:
         bw, p2p, kind = node.intra_bw_gbs * c.eff_pcie * cross, node.intra_bw_gbs * c.eff_pcie_p2p, "pcie"
+    gain = 1.0
     if topo == "nvswitch":  # eff_nvlink is the rate of 8 ranks; more (an NVL72 domain) are not faster
-        bw *= max(1.0 - c.rank_loss / min(max(g, 1), 8), 0.05) / max(1.0 - c.rank_loss / 8, 0.05)
+        ranks = _rank_factor(c.rank_loss, g)
+        bw *= ranks
+        gain = c.eff_allreduce * _rank_factor(c.rank_loss_allreduce, g) / ranks
     if g <= 1:
         bw, kind = 0.0, "none"
     arch = node_arch(node)
     cap = node.inter_node_bw_gbs if node.inter_node_bw_gbs > 0 else node.gpus_per_node * node.inter_bw_gbs
     per_gpu = node.nic_line_gbs if (c is TUNER_CONSTANTS and node.nic_line_gbs > 0) else node.inter_bw_gbs
-    return Fabric(p=p, g=g, nodes=p // g, arch=arch, intra_bw=bw, intra_p2p_bw=p2p, intra_kind=kind,
+    return Fabric(p=p, g=g, nodes=p // g, arch=arch, intra_bw=bw, allreduce_gain=gain, intra_p2p_bw=p2p, intra_kind=kind,
                   nvls=topo == "nvswitch" and arch >= 2 and g >= 2, nvlink_spec=node.intra_bw_gbs,
                   node_bw=min(cap, g * per_gpu) * c.eff_net, net_p2p_bw=min(cap, per_gpu) * c.eff_net_p2p)
+
+
+def _rank_factor(loss: float, g: int) -> float:
+    """Bus bandwidth of g ranks on one NVSwitch over that of 8 (more, as in an NVL72 domain, are not faster)."""
+    return max(1.0 - loss / min(max(g, 1), 8), 0.05) / max(1.0 - loss / 8, 0.05)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -287,7 +302,8 @@ def nccl_model_us(coll: str, alg: str, pr: str, n: np.ndarray, f: Fabric, c: Col
     nsteps = 2 * (p - 1) if coll == "all_reduce" else p - 1
     hw_in = _HW_LAT["nvlink" if f.intra_kind == "nvlink" else "pcie"][alg][k]
     hw_net = _HW_LAT["net"]["tree" if g == 1 else alg][k]
-    bus = (min(f.intra_bw, f.node_bw) if g > 1 else f.node_bw) if N > 1 else f.intra_bw
+    ring_bus = f.intra_bw * (f.allreduce_gain if coll == "all_reduce" else 1.0)
+    bus = (min(ring_bus, f.node_bw) if g > 1 else f.node_bw) if N > 1 else ring_bus
     llmax = _LL_MAX_BW[f.arch if N == 1 else 1][min(N, 3) - 1]
     lat = _BASE_LAT[alg][k]
     if alg == "ring":
@@ -302,8 +318,11 @@ def nccl_model_us(coll: str, alg: str, pr: str, n: np.ndarray, f: Fabric, c: Col
         bus = {"LL": min(bus / 3.8, llmax), "LL128": bus * (7 / 9 if N == 1 else 120 / 128), "Simple": bus}[pr]
         algbw = 0.5 * bus * (_tree_correction(n, k) if c is TUNER_CONSTANTS else 1.0)  # the pick only: keeps t monotone
     elif alg in ("nvls", "nvls_tree"):
-        intra = f.nvlink_spec * c.eff_nvlink * c.eff_nvls * _NVLS_EFF[f.arch] * NVLS_CHANNEL_FACTOR
-        intra *= 2.0 if coll == "all_reduce" else (g - 1) / g
+        if c is TUNER_CONSTANTS:  # NCCL's own NVLS rate
+            intra = f.nvlink_spec * c.eff_nvlink * _NVLS_EFF[f.arch] * NVLS_CHANNEL_FACTOR
+            intra *= 2.0 if coll == "all_reduce" else (g - 1) / g
+        else:  # achieved: the same links' ring rate x eff_nvls, in the units NCCL converts below
+            intra = ring_bus * c.eff_nvls * (1.0 if coll == "all_reduce" else g / (g - 1))
         if alg == "nvls":
             lat = hw_in
             algbw = intra * p / nsteps if coll == "all_reduce" else intra

@@ -38,6 +38,8 @@ BOUNDS = {
     "eff_net_p2p": (0.05, 1.2),
     "eff_nvls": (0.2, 2.0),
     "rank_loss": (0.01, 1.6),
+    "eff_allreduce": (0.5, 2.0),
+    "rank_loss_allreduce": (0.01, 1.6),
 }
 
 
@@ -92,6 +94,8 @@ def fittable(df: pd.DataFrame, nodes: dict | None = None) -> list[str]:
             out.add(("eff_pcie" if pcie else "eff_nvlink") + ("_p2p" if coll == "send_recv" else ""))
             if node.intra_topology == "nvswitch" and coll != "send_recv" and g < 8:
                 out.add("rank_loss")
+            if node.intra_topology == "nvswitch" and coll == "all_reduce":
+                out.update(("eff_allreduce", "rank_loss_allreduce") if g < 8 else ("eff_allreduce",))
     # pcie_cross_socket keeps its physical default: the one 8-GPU PCIe box measured (aiconfigurator's l40s) has
     # no GPU peer-to-peer at all (5 GB/s bus bandwidth on 4 GPUs of one socket, 1.5 on 8), so a value fitted
     # there (0.07) would describe that box, not a ring crossing sockets, and price every 8-GPU PCIe box so
