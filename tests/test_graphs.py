@@ -102,6 +102,9 @@ def test_composition_drops_harness_floor_and_adds_gap():
     # a per-kernel lower bound (eager dispatch) and a scale
     t = in_model_ms([0.01, 1.0], [0.026, 0.056], scale=2.0, gap_ms=0.002, cpu_ms=0.015)
     assert t == pytest.approx([0.015, 2 * 0.944 + 0.002])
+    # kernels a C++ loop launches (the grouped-GEMM fallback) pay their device time only
+    t = in_model_ms([0.01, 1.0], [0.026, 0.056], scale=2.0, gap_ms=0.002, cpu_ms=0.015, looped=[True, True])
+    assert t == pytest.approx([0.0, 2 * 0.944])
 
 
 FAMILIES = [

@@ -10,7 +10,7 @@ from hybridperf.devices import get_device
 from hybridperf.errors import InputError
 from hybridperf.graphs import build_graph, load_config, predict_model
 from hybridperf.graphs.compose import predict_table
-from hybridperf.graphs.grouped import launch_grouped_gemms, one_grouped_kernel
+from hybridperf.graphs.grouped import launch_grouped_gemms, native_loop, one_grouped_kernel
 from hybridperf.graphs.primitives import expert_groups
 from hybridperf.predictor import Predictor
 
@@ -22,7 +22,7 @@ MOE = {"mixtral": {"model_type": "mixtral", **SMALL, "num_local_experts": 4, "nu
        "qwen3_moe": {"model_type": "qwen3_moe", **SMALL, "num_experts": 4, "num_experts_per_tok": 2,
                      "moe_intermediate_size": 32, "norm_topk_prob": True},
        "gpt_oss": {"model_type": "gpt_oss", **SMALL, "num_local_experts": 4, "num_experts_per_tok": 2}}
-H100, A100 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"
+H100, A100, V100 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "Tesla V100-PCIE-32GB"
 
 
 def _per_layer(cfg, mode, dtype="fp32", batch=2, seq=8):
@@ -92,6 +92,23 @@ def test_grouped_gemm_is_one_kernel_only_for_bf16_on_hopper_class_devices():
     # the predicted table launches what the device runs
     prior = Predictor.prior_only()
     assert (predict_table(tab, get_device(A100), prior).loc[tab["grouped"].to_numpy(), "op"] == "linear").all()
+
+
+@pytest.mark.parametrize("device,native", [(H100, True), (A100, True), (V100, False)])
+def test_fallback_gemms_of_atens_loop_cost_their_device_time_only(device, native):
+    """fp32 experts run PyTorch's grouped-GEMM fallback: ATen launches one GEMM per expert from C++, with no
+    eager dispatch gap or host floor each; below sm80 transformers loops in Python and each GEMM pays both."""
+    cfg = {**MOE["qwen3_moe"], "num_experts": 16, "num_experts_per_tok": 4, "moe_intermediate_size": 128,
+           "hidden_size": 256}
+    k = predict_model(cfg, 4, 64, "inf", device, predictor=Predictor.prior_only(), dtype="fp32").kernels
+    loop = (k["name"].str.startswith("experts.") & (k["op"] == "linear")).to_numpy()
+    assert loop.sum() == 2 and (native_loop(k)[loop] == native).all() and not native_loop(k)[~loop].any()
+    assert (k.loc[loop, "count"] == 2 * 16).all()  # 2 layers x one GEMM per expert (256 x 4 pairs hit all 16)
+    device_ms = np.maximum(k["pred_ms"] - k["floor_ms"], 0.0).to_numpy()[loop]
+    if native:
+        assert k.loc[loop, "t_ms"].to_numpy() == pytest.approx(device_ms)
+    else:
+        assert (k.loc[loop, "t_ms"].to_numpy() > device_ms).all()
 
 
 def test_moe_predicts_and_experts_cost_what_their_tokens_do():

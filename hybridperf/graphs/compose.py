@@ -14,6 +14,8 @@ launch, so the composition is
   * `gap`: ms per launched kernel (launch gap / eager dispatch), device-agnostic;
   * `scale`: device-time scale (1 when not fitted); `cpu`: optional lower bound per kernel, the eager
     dispatch cost when the GPU starves (0 when not fitted);
+  * a GEMM of the grouped-GEMM fallback's C++ loop (`hybridperf.graphs.grouped`, `native_loop`) costs
+    t_k = scale * max(pred_k - floor_k, 0): no eager dispatch of its own;
   * `log_bias[mode]`: optional per-mode residual scalar (0 when not fitted).
 
 The constants live in `hybridperf.graphs.calibration`, per kernel-predictor kind ('prior', 'bundle'),
@@ -45,7 +47,7 @@ from hybridperf.devices import DeviceSpec, get_device
 from hybridperf.errors import InputError, ModelBundleError
 from hybridperf.graphs.attention import FUSED_LOG_HALF_WIDTH, FUSED_OPS, fused_attention_ms
 from hybridperf.graphs.calibration import CALIBRATION
-from hybridperf.graphs.grouped import launch_grouped_gemms
+from hybridperf.graphs.grouped import launch_grouped_gemms, native_loop
 from hybridperf.graphs.kernels import build_graph
 from hybridperf.graphs.misc import MISC_LOG_HALF_WIDTH, misc_latency_ms
 from hybridperf.graphs.model_graph import ModelGraph
@@ -92,11 +94,11 @@ def composition_params(kind: str, mode: str, calibration: dict | None = None, co
 
 
 def device_time_and_launches(tab: pd.DataFrame) -> tuple[float, float]:
-    """(kernel device time in ms, launched kernels) of a predicted kernel table (`predict_table`'s
-    columns): the sum of max(pred - harness floor, 0) x count, and the sum of counts."""
+    """(kernel device time in ms, eager launches) of a predicted kernel table (`predict_table`'s
+    columns): the sum of max(pred - harness floor, 0) x count, and the sum of counts but `native_loop`'s."""
     count = tab["count"].to_numpy(np.float64)
     dev = np.maximum(tab["pred_ms"].to_numpy() - tab["floor_ms"].to_numpy(), 0.0)
-    return float(np.sum(dev * count)), float(count.sum())
+    return float(np.sum(dev * count)), float(count[~native_loop(tab)].sum())
 
 
 def posterior_interval(device_ms: float, launches: float, scale: float, gap_ms: float,
@@ -119,13 +121,15 @@ def harness_floor_ms(ops) -> np.ndarray:
 
 
 def in_model_ms(pred_ms, floor_ms, scale: float = 1.0, gap_ms: float = DEFAULT_GAP_MS, cpu_ms: float = 0.0,
-                raw: bool = False) -> np.ndarray:
-    """Per-launch time of kernels inside a model: max(scale * max(pred - floor, 0) + gap, cpu)."""
+                raw: bool = False, looped=None) -> np.ndarray:
+    """Per-launch time of kernels inside a model: max(scale * max(pred - floor, 0) + gap, cpu), or
+    scale * max(pred - floor, 0) where `looped` (a C++ loop launches them, `grouped.native_loop`)."""
     pred_ms = np.asarray(pred_ms, dtype=np.float64)
     if raw:
         return pred_ms.copy()
-    dev = np.maximum(pred_ms - np.asarray(floor_ms, dtype=np.float64), 0.0)
-    return np.maximum(scale * dev + gap_ms, cpu_ms)
+    dev = scale * np.maximum(pred_ms - np.asarray(floor_ms, dtype=np.float64), 0.0)
+    eager = np.maximum(dev + gap_ms, cpu_ms)
+    return eager if looped is None else np.where(np.asarray(looped, dtype=bool), dev, eager)
 
 
 def predictor_kind(predictor: Predictor) -> str:
@@ -296,7 +300,7 @@ def compose(graph: ModelGraph, dev: DeviceSpec, predictor: Predictor, correction
     tab = predict_kernels_of(graph, dev, predictor)
     par = composition_params(kind, COMPOSITION_MODE.get(graph.mode, graph.mode), calibration, correction)
     t = in_model_ms(tab["pred_ms"].to_numpy(), tab["floor_ms"].to_numpy(), par["scale"], par["gap_ms"],
-                    par["cpu_ms"], par["raw"])
+                    par["cpu_ms"], par["raw"], native_loop(tab))
     tab["t_ms"] = t
     tab["total_ms"] = t * tab["count"].to_numpy()
     log_bias = par["log_bias"]
