@@ -545,7 +545,8 @@ def test_cli_timing_and_impl():
 def test_system_ids():
     from hybridperf.datasets.aiconfigurator_comm import is_system_id
 
-    assert all(is_system_id(x) for x in ("h100_sxm", "b200_sxm", "gb200", "l40s", "H200_SXM", "b300_sxm"))
+    assert all(is_system_id(x) for x in ("h100_sxm", "b200_sxm", "gb200", "l40s", "H200_SXM", "b300_sxm", "l4", "a30",
+                                         "a100_pcie", "rtx_pro_6000_server"))
     assert not any(is_system_id(x) for x in ("DGX-H100", "a100_dgx", "h100_pairwise_nvlink", "NVIDIA L40S"))
 
 

@@ -28,11 +28,17 @@ SYSTEM_NODES = {"a100_sxm": "DGX-A100", "b200_sxm": "DGX-B200", "l40s": "8xL40S-
                 "h200_sxm": "HGX-H200", "gb200": "GB200-NVL72", "gb300": "GB300-NVL72"}
 
 
+#: every system id aiconfigurator ships tables for (its `systems/*.yaml` names)
+SYSTEM_IDS = ("a100_pcie", "a100_sxm", "a30", "b200_sxm", "b300_sxm", "b60", "gb200", "gb300", "h100_pcie", "h100_sxm",
+              "h200_sxm", "l4", "l40s", "rtx_pro_6000_server")
+
+
 def is_system_id(name: str) -> bool:
-    """An aiconfigurator system id (`h100_sxm`, `b200_sxm`, `gb200`, `l40s`, ...): those tables
+    """An aiconfigurator system id (`h100_sxm`, `b200_sxm`, `gb200`, `l40s`, `l4`, `a30`, ...): those tables
     time collectives in a loop of launches or a CUDA graph ("graph" timing)."""
     key = str(name).strip().lower()
-    return key in SYSTEM_NODES or bool(re.fullmatch(r"[a-z]*\d+[a-z]*_(sxm|pcie|nvl)\w*|gb\d+\w*|l40s?|rtx_pro_\w+", key))
+    return key in SYSTEM_NODES or key in SYSTEM_IDS or \
+        bool(re.fullmatch(r"[a-z]*\d+[a-z]*_(sxm|pcie|nvl)\w*|gb\d+\w*|rtx_pro_\w+", key))
 
 
 _DTYPE_BYTES = {"half": 2, "float16": 2, "bfloat16": 2, "int8": 1, "float": 4, "float32": 4, "fp8": 1}
