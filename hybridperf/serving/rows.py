@@ -60,8 +60,8 @@ def _precision(row, key) -> str:
 def _worker(row, prefix: str, prec: str, moe_prec: str, kv: str, node_gpus: int) -> Worker:
     tp, adp = _int(row, f"{prefix}tp_size"), _int(row, f"{prefix}attention_dp_size")
     ep = _int(row, f"{prefix}moe_ep_size")
-    moe_tp = _int(row, f"{prefix}moe_tp_size", max(tp * adp // ep, 1))
-    if _num(row, f"{prefix}moe_tp_size") is not None:
+    moe_tp = _int(row, f"{prefix}moe_tp_size", 0)  # 0: not given
+    if moe_tp:
         tp, adp, moe_tp = _tp_times_ep(tp, adp, moe_tp, ep, node_gpus)
     if moe_tp * ep != tp * adp:
         moe_tp = max(tp * adp // ep, 1)
