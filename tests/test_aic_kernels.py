@@ -244,3 +244,26 @@ def test_blank_dtype_and_empty_cache_rows_predict():
     assert res["pred_ms"].iloc[0] == pytest.approx(res["pred_ms"].iloc[1], rel=0.5)
     w = np.log(res["hi_ms"] / res["lo_ms"])
     assert w.iloc[0] > w.iloc[1]
+
+
+def test_eager_timed_block_fp8_is_the_slower_of_host_and_gpu():
+    """vLLM's block-fp8 linears are timed without a CUDA graph: a call costs the host's dispatch or the GPU's
+    work, whichever is slower (not their sum), and fitting reads the host's time off the flat small shapes."""
+    from hybridperf.training.aic_kernels import fit_constants
+
+    src = "DeepGemmFp8BlockScaledMMKernel"
+    m = np.array([1.0, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384] * 8)
+    n = np.repeat([2048.0, 4096, 7168, 8192, 16384, 24576, 1536, 3072], 15)
+    k = np.repeat([7168.0, 4096, 2048, 8192, 7168, 1536, 7168, 1536], 15)
+    gpu = gemm_ms(m, n, k, "fp8_block", H100, "deepgemm", constants=ROOFLINE)
+    rows = pd.DataFrame({"system": "h100_sxm", "op_name": "gemm", "gemm_dtype": "fp8_block", "kernel_source": src,
+                         "m": m, "n": n, "k": k, "latency_ms": np.maximum(gpu, 0.15)})
+    c = fit_constants(rows, "gemm", ["h100_sxm"], "test")
+    assert c.host_s("fp8_block", src) == pytest.approx(150e-6, rel=0.02)
+    assert c.host_s("fp8_block", "TritonFp8BlockScaledMMKernel") == pytest.approx(150e-6, rel=0.02)  # dtype's
+    assert c.value("floor_kcycles", "fp8_block", src) < 20  # a kernel's floor, not the host's 150 us
+    pred = gemm_ms(m, n, k, "fp8_block", H100, src, constants=c)
+    assert np.abs(pred[m <= 16] / 0.15 - 1).max() < 0.02
+    i = np.argmax(gpu)  # 1.3 ms of GPU work hides the host: no 150 us on top
+    assert pred[i] == pytest.approx(gemm_ms(m[i], n[i], k[i], "fp8_block", H100, "deepgemm", constants=c), rel=0.01)
+

@@ -6,7 +6,8 @@ The physics: the matrix unit's rate for the dtype, tiles of the architecture's k
 waves over the SMs (split-K fills the machine when there are fewer tiles than SMs), DRAM traffic of the
 operands (small-M decode GEMMs are bound by the weight's bytes), a separate pass that quantizes the bf16
 activation for fp8/fp8_block/nvfp4 (dynamic scales, as the frameworks' linears do), and a per-kernel
-floor inside a CUDA graph. How much of the spec-sheet rate a dtype's kernels reach is measured data
+floor inside a CUDA graph; a path timed without a graph (`eager_timed`) costs at least the host's
+dispatch. How much of the spec-sheet rate a dtype's kernels reach is measured data
 (`KernelConstants`, fitted by `hybridperf.training.aic_kernels` with its provenance), passed explicitly.
 
 Kernel time only (inside a CUDA graph: no host dispatch). Vectorised over numpy arrays.
@@ -75,6 +76,17 @@ TILES = {
 #: rate is twice its fp8 rate (B200 sheet: 9 PF fp4 dense, 4.5 PF fp8); a GPU without fp8/fp4 units
 #: (Ampere) runs those kernels by upcasting, at the 16-bit rate.
 PEAK_FALLBACK = {"fp4": (("fp8", 2.0), ("bf16", 1.0)), "fp8": (("bf16", 1.0),), "int8": (("bf16", 1.0),)}
+#: an eager call's time is the slower of the host's dispatch and the GPU's work, which overlap (the host
+#: enqueues the next call while the GPU runs this one): (gpu^P + host^P)^(1/P), a near-max
+HOST_OVERLAP_P = 4.0
+
+
+def eager_timed(gemm_dtype: str, kernel_source: str | None) -> bool:
+    """Whether aiconfigurator timed this path without a CUDA graph, so that a call costs at least the
+    host's dispatch of the framework's Python path: vLLM's block-fp8 linears (its collector sets
+    `use_cuda_graph=False` for fp8_block; the rows name vLLM's kernel classes, `*Fp8BlockScaledMMKernel`),
+    flat at 60-350 us per call up to shapes whose GPU time exceeds it."""
+    return gemm_dtype == "fp8_block" and str(kernel_source or "").endswith("Fp8BlockScaledMMKernel")
 
 
 @dataclass(frozen=True)
@@ -82,13 +94,15 @@ class KernelConstants:
     """What fraction of the spec-sheet matrix rate and DRAM bandwidth a dtype's kernels reach, and the
     per-kernel floor inside a CUDA graph in thousands of GPU cycles at the boost clock (launch and drain
     are clocked work: A100 4.5 us at 1410 MHz, H100 3.1 at 1980, L40S 2.7 at 2520 are all ~6k cycles),
-    per dtype and kernel source; read off measured tables (`fitted_on`, by `source`)."""
+    per dtype and kernel source, and the host's dispatch per call (us) of `eager_timed` paths (a host
+    CPU's time, not GPU cycles); read off measured tables (`fitted_on`, by `source`)."""
 
     compute_eff: tuple[tuple[str, float], ...]
     memory_eff: tuple[tuple[str, float], ...]
     floor_kcycles: tuple[tuple[str, float], ...]
     fitted_on: tuple[str, ...] = ()
     source: str = ""
+    host_us: tuple[tuple[str, float], ...] = ()
 
     def value(self, field: str, dtype: str, kernel_source: str | None = None) -> float:
         """The constant of `dtype` run by `kernel_source` where fitted, else of the dtype, else of its
@@ -97,14 +111,22 @@ class KernelConstants:
         keys = ([f"{dtype}|{kernel_source}"] if kernel_source else []) + [dtype, *DTYPE_KIN.get(dtype, ()), "bfloat16"]
         return float(next((table[k] for k in keys if k in table), 1.0))
 
+    def host_s(self, dtype: str, kernel_source: str | None) -> float:
+        """Host dispatch per call (s) of an `eager_timed` path: its own where fitted, else its dtype's
+        (over the fitted eager paths), else 0 (constants fitted on no eager path)."""
+        table = dict(self.host_us)
+        return float(table.get(f"{dtype}|{kernel_source}", table.get(dtype, 0.0))) * 1e-6
+
     def to_dict(self) -> dict:
-        return {"compute_eff": dict(self.compute_eff), "memory_eff": dict(self.memory_eff),
-                "floor_kcycles": dict(self.floor_kcycles), "fitted_on": list(self.fitted_on), "source": self.source}
+        d = {"compute_eff": dict(self.compute_eff), "memory_eff": dict(self.memory_eff),
+             "floor_kcycles": dict(self.floor_kcycles), "fitted_on": list(self.fitted_on), "source": self.source}
+        return {**d, "host_us": dict(self.host_us)} if self.host_us else d
 
     @classmethod
     def from_dict(cls, d: dict) -> "KernelConstants":
         return cls(tuple(sorted(d["compute_eff"].items())), tuple(sorted(d["memory_eff"].items())),
-                   tuple(sorted(d["floor_kcycles"].items())), tuple(d.get("fitted_on", ())), d.get("source", ""))
+                   tuple(sorted(d["floor_kcycles"].items())), tuple(d.get("fitted_on", ())), d.get("source", ""),
+                   tuple(sorted(d.get("host_us", {}).items())))
 
 
 #: spec-sheet roofline: every rate reached, no floor
@@ -231,11 +253,15 @@ def gemm_parts(m, n, k, gemm_dtype: str, device: DeviceSpec, replayed: bool = Tr
 
 def combine_ms(parts: dict, dtype: str, constants: KernelConstants, kernel_source: str | None = None) -> np.ndarray:
     """Kernel time (ms) from `gemm_parts`-style pieces: the slower of math and memory at the dtype's
-    (and kernel source's) fitted efficiencies, plus the quantization pass and one floor per kernel."""
+    (and kernel source's) fitted efficiencies, plus the quantization pass and one floor per kernel; an
+    `eager_timed` path takes the near-max of that and the host's dispatch."""
     ce, me = (constants.value(f, dtype, kernel_source) for f in ("compute_eff", "memory_eff"))
     body = ((parts["compute"] / ce) ** OVERLAP_P + (parts["memory"] / me) ** OVERLAP_P) ** (1.0 / OVERLAP_P) \
         + parts["quant"] / me
-    return (body + parts["kernels"] * floor_s(constants, dtype, kernel_source, parts["clock_mhz"])) * 1e3
+    gpu = body + parts["kernels"] * floor_s(constants, dtype, kernel_source, parts["clock_mhz"])
+    if eager_timed(dtype, kernel_source):
+        gpu = (gpu ** HOST_OVERLAP_P + constants.host_s(dtype, kernel_source) ** HOST_OVERLAP_P) ** (1.0 / HOST_OVERLAP_P)
+    return gpu * 1e3
 
 
 def floor_s(constants: KernelConstants, dtype: str, kernel_source: str | None, clock_mhz: float) -> float:

@@ -14,7 +14,7 @@ import pandas as pd
 from hybridperf.aic_kernels import FEATURES, dtype_of, features, prior_terms
 from hybridperf.devices import get_device
 from hybridperf.datasets.aiconfigurator import SYSTEM_DEVICES
-from hybridperf.priors.llm_gemm import ROOFLINE, KernelConstants
+from hybridperf.priors.llm_gemm import ROOFLINE, KernelConstants, eager_timed
 
 #: a row is compute-bound (memory-bound) when its ideal compute time is this many times its memory time
 #: (or the reverse) and its measured time this many times the floor
@@ -23,8 +23,10 @@ BOUND_RATIO = 3.0
 #: this percentile's smallest (a median over "tiny" rows let a few pathological shapes set it)
 SMALLEST_PCT = 10
 #: a dtype's floor for a kernel source never fitted: this percentile over the fitted sources' floors
-#: (a few framework paths, e.g. vLLM's fp8_block linears, carry 60-350 us of extra kernels; most 3-6 us)
 FALLBACK_FLOOR_PCT = 25
+#: an eager-timed path (`eager_timed`) is bound by the GPU, for its efficiencies, where its measured time
+#: is this many times its host dispatch
+EAGER_GPU_RATIO = 3.0
 #: a dtype gets constants of its own (for kernel sources never fitted) only from this many fitted
 #: (dtype, kernel source) entries; from fewer, its kin's or bfloat16's stand in (one framework's path,
 #: e.g. SGLang's int8 weight-only linear on H100, is no guide to another's)
@@ -51,27 +53,36 @@ def _gmean(x) -> float:
     return float(np.exp(np.mean(np.log(x)))) if len(x) else np.nan
 
 
-def _fit_group(c, mem, q, y, n_k, clock_mhz) -> tuple[float, float, float]:
-    """(compute eff, memory eff, floor in thousands of cycles) of one (system, dtype, kernel source)'s rows; NaN where
-    too few rows are bound by that term."""
+def _fit_group(c, mem, q, y, n_k, clock_mhz, eager=False) -> tuple[float, float, float, float]:
+    """(compute eff, memory eff, floor in thousands of cycles, host dispatch in us) of one (system, dtype,
+    kernel source)'s rows; NaN where too few rows are bound by that term. An `eager` path's tiny rows set its
+    host dispatch (their time is the host's, which hides the kernels' floor), its GPU-bound rows the rest."""
     body = np.maximum(c, mem) + q
     tiny = body <= np.percentile(body, SMALLEST_PCT)
-    floor = np.percentile(y[tiny] - body[tiny], 25) / n_k if tiny.sum() >= 10 else np.nan
-    floor = max(floor, 0.0005) if np.isfinite(floor) else floor
-    f_ms = (floor if np.isfinite(floor) else 0.004) * n_k
-    cb = (c > BOUND_RATIO * mem) & (y > 10 * f_ms)
-    mb = (mem > BOUND_RATIO * c) & (y > 5 * f_ms)
+    host = np.nan
+    if eager:
+        host = np.percentile(y[tiny], 25) if tiny.sum() >= 10 else np.nan
+        floor, f_ms = np.nan, 0.004 * n_k
+        gpu = y > EAGER_GPU_RATIO * host if np.isfinite(host) else np.ones(len(y), dtype=bool)
+    else:
+        floor = np.percentile(y[tiny] - body[tiny], 25) / n_k if tiny.sum() >= 10 else np.nan
+        floor = max(floor, 0.0005) if np.isfinite(floor) else floor
+        f_ms = (floor if np.isfinite(floor) else 0.004) * n_k
+        gpu = np.ones(len(y), dtype=bool)
+    cb = (c > BOUND_RATIO * mem) & (y > 10 * f_ms) & gpu
+    mb = (mem > BOUND_RATIO * c) & (y > 5 * f_ms) & gpu
     eff_m = np.median(mem[mb] / np.maximum(y[mb] - f_ms, 1e-6)) if mb.sum() >= 10 else np.nan
     qe = q / (eff_m if np.isfinite(eff_m) else 0.7)
     eff_c = np.median(c[cb] / np.maximum(y[cb] - f_ms - qe[cb], 1e-6)) if cb.sum() >= 10 else np.nan
-    return eff_c, eff_m, floor * clock_mhz
+    return eff_c, eff_m, floor * clock_mhz, host * 1e3
 
 
 def fit_constants(df: pd.DataFrame, op: str, systems, source: str) -> KernelConstants:
     """Efficiencies and per-kernel floor of `op` (gemm or moe) from the rows of `systems` in `df`
     (canonical aiconfigurator rows), keyed `dtype|kernel_source` (geometric mean over the systems that
     ran it) and `dtype` (the median over its kernel sources and systems, the floor's lower quartile,
-    so one slow framework path does not set a dtype's value)."""
+    so one slow framework path does not set a dtype's value; the host dispatch of eager paths, the
+    median over the eager paths)."""
     rows = df[(df["op_name"] == op) & df["system"].isin(list(systems))]
     per: dict[str, list] = {}
     for system, g in rows.groupby("system", observed=True):
@@ -83,25 +94,29 @@ def fit_constants(df: pd.DataFrame, op: str, systems, source: str) -> KernelCons
         y = g["latency_ms"].to_numpy()
         for key in sorted(set(keys)):
             m = keys == key
+            dt, src = key.split("|", 1)
             per.setdefault(key, []).append(_fit_group(arr["compute_ms"][m], arr["memory_ms"][m], arr["aux"][m], y[m],
-                                                      float(n_k[m][0]), get_device(SYSTEM_DEVICES[system]).boost_clock_mhz))
-    tables: list[dict] = [{}, {}, {}]
+                                                      float(n_k[m][0]), get_device(SYSTEM_DEVICES[system]).boost_clock_mhz,
+                                                      op == "gemm" and eager_timed(dt, src)))
+    tables: list[dict] = [{}, {}, {}, {}]
     for key, vals in per.items():
         for i, table in enumerate(tables):
             v = _gmean([x[i] for x in vals])
             if np.isfinite(v):
                 table[key] = v
-    for table, pct in zip(tables, (FALLBACK_EFF_PCT, FALLBACK_EFF_PCT, FALLBACK_FLOOR_PCT)):
+    for table, pct, least in zip(tables, (FALLBACK_EFF_PCT, FALLBACK_EFF_PCT, FALLBACK_FLOOR_PCT, 50),
+                                 (MIN_SOURCES, MIN_SOURCES, MIN_SOURCES, 1)):
         by_dtype: dict[str, list] = {}
         for key, v in table.items():
             by_dtype.setdefault(key.split("|")[0], []).append(v)
-        table.update({dt: float(np.percentile(v, pct)) for dt, v in by_dtype.items() if len(v) >= MIN_SOURCES})
+        table.update({dt: float(np.percentile(v, pct)) for dt, v in by_dtype.items() if len(v) >= least})
     out = []
-    for table, name in zip(tables, ("compute_eff", "memory_eff", "floor_kcycles")):
+    for table, name in zip(tables[:3], ("compute_eff", "memory_eff", "floor_kcycles")):
         table.setdefault("bfloat16", DEFAULT_BF16[name])
         cap = 1.0 if name != "floor_kcycles" else np.inf
         out.append(tuple(sorted((k, round(min(v, cap), 4)) for k, v in table.items())))
-    return KernelConstants(*out, tuple(sorted(systems)), source)
+    host = tuple(sorted((k, round(v, 2)) for k, v in tables[3].items()))
+    return KernelConstants(*out, tuple(sorted(systems)), source, host)
 
 
 def predict_terms(df: pd.DataFrame, gemm_c: KernelConstants, moe_c: KernelConstants) -> pd.DataFrame:
