@@ -19,7 +19,7 @@ from hybridperf.devices import DeviceSpec, dtype_key
 from hybridperf.errors import InputError, ModelBundleError, UnknownDeviceError
 from hybridperf.priors import attention
 from hybridperf.priors.llm_gemm import (GEMM_DTYPES, TILES, KernelConstants, combine_ms, fitted_constants, floor_s,
-                                        gemm_parts)
+                                        gemm_parts, kernel_dtype)
 from hybridperf.priors.moe import MATERIALIZED_COMBINE, moe_parts
 from hybridperf.residual_models.bundle import Bundle, load_bundle, shipped_models_dir
 
@@ -133,7 +133,7 @@ def prior_terms(df: pd.DataFrame, device: DeviceSpec, gemm_c: KernelConstants | 
     moe_c = fitted_constants()["moe"] if moe_c is None else moe_c
     n = len(df)
     cols = {k: np.full(n, np.nan) for k in ("prior_ms", "compute_ms", "memory_ms", "floor_ms", "flops", "bytes",
-                                            "waves", "weight_bytes", "aux")}
+                                            "waves", "weight_bytes", "aux", "kernels")}
     ops = df["op_name"].to_numpy()
     fam = kernel_family(df["kernel_source"])
     for op in OPS:
@@ -151,8 +151,9 @@ def prior_terms(df: pd.DataFrame, device: DeviceSpec, gemm_c: KernelConstants | 
                 s = df.loc[mm]
                 c = gemm_c if op == "gemm" else moe_c
                 if op == "gemm":
-                    p = gemm_parts(s["m"], s["n"], s["k"], dt, device)
+                    p = gemm_parts(s["m"], s["n"], s["k"], dt, device, kernel_source=ks)
                     waves = p["waves"]
+                    dt = kernel_dtype(dt, ks)
                 else:
                     p = moe_parts(s["num_tokens"], s["hidden_size"], s["inter_size"], s["topk"], s["num_experts"],
                                   device, dt, s["moe_tp_size"], s["moe_ep_size"], s["distribution"].astype(str),
@@ -203,6 +204,7 @@ def _fill(cols, mask, parts, prior_ms, floor_s, waves) -> None:
     cols["floor_ms"][mask] = parts["kernels"] * floor_s * 1e3
     cols["flops"][mask], cols["bytes"][mask] = parts["flops"], parts["bytes"]
     cols["waves"][mask], cols["weight_bytes"][mask], cols["aux"][mask] = waves, parts["weight_bytes"], parts["quant"] * 1e3
+    cols["kernels"][mask] = parts["kernels"]
 
 
 def _log(x) -> np.ndarray:

@@ -267,3 +267,12 @@ def test_eager_timed_block_fp8_is_the_slower_of_host_and_gpu():
     i = np.argmax(gpu)  # 1.3 ms of GPU work hides the host: no 150 us on top
     assert pred[i] == pytest.approx(gemm_ms(m[i], n[i], k[i], "fp8_block", H100, "deepgemm", constants=c), rel=0.01)
 
+
+def test_sglang_int8_wo_is_w8a8_behind_an_unfused_quantization():
+    """aiconfigurator's SGLang int8_wo rows run int8 tensor cores after nine eager PyTorch ops quantize the
+    activation: at large m*k that pass, not the weight, sets the time; TRT-LLM's weight-only plugin is untouched."""
+    wo = gemm_ms(4096, 2048, 7168, "int8_wo", H100, "trt_flow", constants=ROOFLINE)
+    sg = gemm_ms(4096, 2048, 7168, "int8_wo", H100, "sglang", constants=ROOFLINE)
+    extra_ms = 4096 * 7168 * (47 - 3) / (H100.mem_bw_gbs * 1e9) * 1e3  # over a fused 3-byte quantization
+    assert sg[()] == pytest.approx(extra_ms + gemm_ms(4096, 2048, 7168, "sq", H100, constants=ROOFLINE), rel=0.01)
+    assert sg > 2 * wo

@@ -7,7 +7,8 @@ waves over the SMs (split-K fills the machine when there are fewer tiles than SM
 operands (small-M decode GEMMs are bound by the weight's bytes), a separate pass that quantizes the bf16
 activation for fp8/fp8_block/nvfp4 (dynamic scales, as the frameworks' linears do), and a per-kernel
 floor inside a CUDA graph; a path timed without a graph (`eager_timed`) costs at least the host's
-dispatch. How much of the spec-sheet rate a dtype's kernels reach is measured data
+dispatch, and a path whose dtype names another computation runs that one (`UNFUSED_PATHS`). How much
+of the spec-sheet rate a dtype's kernels reach is measured data
 (`KernelConstants`, fitted by `hybridperf.training.aic_kernels` with its provenance), passed explicitly.
 
 Kernel time only (inside a CUDA graph: no host dispatch). Vectorised over numpy arrays.
@@ -40,6 +41,21 @@ GEMM_DTYPES = {
 }
 #: dtypes whose bf16 activation a separate kernel quantizes before the GEMM
 QUANTIZED_ACTIVATION = frozenset({"fp8", "fp8_block", "nvfp4", "sq", "w4afp8", "w4a8_mxfp4_mxfp8"})
+#: framework paths whose rows' dtype names another computation: (gemm dtype, kernel source) -> (dtype its
+#: kernels run, bytes per activation element its unfused quantization moves, that pass's kernels).
+#: aiconfigurator's SGLang `int8_wo` rows (its collector up to SGLang 0.5.6, kernel source "sglang") are
+#: W8A8: the bf16 activation is quantized per token in nine eager PyTorch ops inside the graph (fp32
+#: upcast 2+4 bytes, abs 8, amax 4, two scalar ops per row, divide 8, round 8, clamp 8, int8 cast 5),
+#: then sgl-kernel's int8_scaled_mm runs on int8 tensor cores; H100 rows scale with m*k as that pass does
+#: (4096x4096x4096: 437 us, of which 0.8 GB of quantization traffic is ~300), not as a weight-only GEMM.
+UNFUSED_PATHS = {("int8_wo", "sglang"): ("sq", 47.0, 9.0)}
+
+
+def kernel_dtype(gemm_dtype: str, kernel_source: str | None) -> str:
+    """The dtype whose kernels (and fitted constants) a row's path runs (`UNFUSED_PATHS`)."""
+    return UNFUSED_PATHS.get((gemm_dtype, str(kernel_source or "")), (gemm_dtype,))[0]
+
+
 #: bytes of scale per weight element: 1 fp8 scale per 16 (nvfp4), 1 fp32 per 128x128 block, 1 bf16 per 128-group
 SCALE_BYTES = {"nvfp4": 1 / 16, "fp8_block": 4 / 16384, "int4_wo": 2 / 128, "w4a16_mxfp4": 1 / 32,
                "w4a8_mxfp4_mxfp8": 1 / 32, "w4afp8": 2 / 128}
@@ -227,14 +243,18 @@ def bandwidth_share(ctas, device: DeviceSpec) -> np.ndarray:
     return np.clip(np.asarray(ctas, dtype=np.float64) * SM_BANDWIDTH_SHARE / device.num_sms, 1e-3, 1.0)
 
 
-def gemm_parts(m, n, k, gemm_dtype: str, device: DeviceSpec, replayed: bool = True) -> dict:
+def gemm_parts(m, n, k, gemm_dtype: str, device: DeviceSpec, replayed: bool = True,
+               kernel_source: str | None = None) -> dict:
     """The GEMM's ideal times (s) at spec rates: `compute` (tiles and waves at the matrix peak),
     `memory` (A, B with its scales, C through DRAM), `quant` (the activation-quantization pass), and
     `kernels` launched, `waves`, `flops`, `bytes`: the pieces `gemm_ms` scales by fitted efficiencies
     and the residual model reads as features. `replayed`: timed as the kernel tables are, the same GEMM
     back to back, so a weight that fits in L2 is partly served from it (`l2_weight_hit`); False inside a
-    model's forward pass, where every layer's weight comes from DRAM."""
+    model's forward pass, where every layer's weight comes from DRAM. `kernel_source`: a path of
+    `UNFUSED_PATHS` runs its own dtype's kernels after its unfused quantization pass."""
     m, n, k = (np.asarray(x, dtype=np.float64) for x in (m, n, k))
+    unfused = UNFUSED_PATHS.get((gemm_dtype, str(kernel_source or "")))
+    gemm_dtype = unfused[0] if unfused else gemm_dtype
     a_bytes, b_bytes, peak_key = GEMM_DTYPES.get(gemm_dtype, GEMM_DTYPES["bfloat16"])
     peak = matrix_peak(device, peak_key)
     bw = device.mem_bw_gbs * 1e9
@@ -245,9 +265,9 @@ def gemm_parts(m, n, k, gemm_dtype: str, device: DeviceSpec, replayed: bool = Tr
     nbytes = m * k * a_bytes + w_bytes + m * n * 2.0
     dram_bytes = nbytes - (w_bytes * hit + m * n * 2.0 * out_hit) * (1.0 - 1.0 / L2_BANDWIDTH_RATIO)
     quantized = gemm_dtype in QUANTIZED_ACTIVATION
-    quant = (m * k * (2.0 + a_bytes) / bw) if quantized else np.zeros_like(m)
-    return {"compute": compute, "memory": dram_bytes / (bw * bandwidth_share(ctas, device)), "quant": quant,
-            "clock_mhz": device.boost_clock_mhz, "kernels": 2.0 if quantized else 1.0,
+    quant_bytes, quant_kernels = unfused[1:] if unfused else ((2.0 + a_bytes, 1.0) if quantized else (0.0, 0.0))
+    return {"compute": compute, "memory": dram_bytes / (bw * bandwidth_share(ctas, device)),
+            "quant": m * k * quant_bytes / bw, "clock_mhz": device.boost_clock_mhz, "kernels": 1.0 + quant_kernels,
             "waves": waves, "flops": 2.0 * m * n * k, "bytes": nbytes, "weight_bytes": w_bytes, "peak": peak}
 
 
@@ -260,7 +280,8 @@ def combine_ms(parts: dict, dtype: str, constants: KernelConstants, kernel_sourc
         + parts["quant"] / me
     gpu = body + parts["kernels"] * floor_s(constants, dtype, kernel_source, parts["clock_mhz"])
     if eager_timed(dtype, kernel_source):
-        gpu = (gpu ** HOST_OVERLAP_P + constants.host_s(dtype, kernel_source) ** HOST_OVERLAP_P) ** (1.0 / HOST_OVERLAP_P)
+        host = constants.host_s(dtype, kernel_source)
+        gpu = (gpu ** HOST_OVERLAP_P + host ** HOST_OVERLAP_P) ** (1.0 / HOST_OVERLAP_P)
     return gpu * 1e3
 
 
@@ -275,5 +296,6 @@ def gemm_ms(m, n, k, gemm_dtype: str, device: DeviceSpec, kernel_source: str | N
     `constants` (default: those fitted on aiconfigurator's four shared systems; `ROOFLINE` for the
     spec sheet alone). A `kernel_source` the constants were fitted on (aiconfigurator's names) takes
     its own efficiencies and floor. `replayed`: see `gemm_parts`."""
-    parts = gemm_parts(m, n, k, gemm_dtype, device, replayed)
-    return combine_ms(parts, gemm_dtype, fitted_constants()["gemm"] if constants is None else constants, kernel_source)
+    parts = gemm_parts(m, n, k, gemm_dtype, device, replayed, kernel_source)
+    constants = fitted_constants()["gemm"] if constants is None else constants
+    return combine_ms(parts, kernel_dtype(gemm_dtype, kernel_source), constants, kernel_source)

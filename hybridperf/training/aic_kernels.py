@@ -14,7 +14,7 @@ import pandas as pd
 from hybridperf.aic_kernels import FEATURES, dtype_of, features, prior_terms
 from hybridperf.devices import get_device
 from hybridperf.datasets.aiconfigurator import SYSTEM_DEVICES
-from hybridperf.priors.llm_gemm import ROOFLINE, KernelConstants, eager_timed
+from hybridperf.priors.llm_gemm import ROOFLINE, KernelConstants, eager_timed, kernel_dtype
 
 #: a row is compute-bound (memory-bound) when its ideal compute time is this many times its memory time
 #: (or the reverse) and its measured time this many times the floor
@@ -88,16 +88,18 @@ def fit_constants(df: pd.DataFrame, op: str, systems, source: str) -> KernelCons
     for system, g in rows.groupby("system", observed=True):
         g = g.reset_index(drop=True)
         t = prior_terms(g, get_device(SYSTEM_DEVICES[system]), ROOFLINE, ROOFLINE)
-        n_k = np.where(t["aux"].to_numpy() > 0, 2.0, 1.0) if op == "gemm" else np.full(len(g), 5.0)
-        keys = dtype_of(g) + "|" + g["kernel_source"].astype(str).to_numpy().astype(object)
+        n_k = t["kernels"].to_numpy() if op == "gemm" else np.full(len(g), 5.0)
+        srcs = g["kernel_source"].astype(str).to_numpy().astype(object)
+        dts = [kernel_dtype(d, s) for d, s in zip(dtype_of(g), srcs)] if op == "gemm" else dtype_of(g)
+        keys = np.asarray(dts, dtype=object) + "|" + srcs
         arr = {k: t[k].to_numpy() for k in ("compute_ms", "memory_ms", "aux")}
         y = g["latency_ms"].to_numpy()
         for key in sorted(set(keys)):
             m = keys == key
             dt, src = key.split("|", 1)
+            clock = get_device(SYSTEM_DEVICES[system]).boost_clock_mhz
             per.setdefault(key, []).append(_fit_group(arr["compute_ms"][m], arr["memory_ms"][m], arr["aux"][m], y[m],
-                                                      float(n_k[m][0]), get_device(SYSTEM_DEVICES[system]).boost_clock_mhz,
-                                                      op == "gemm" and eager_timed(dt, src)))
+                                                      float(n_k[m][0]), clock, op == "gemm" and eager_timed(dt, src)))
     tables: list[dict] = [{}, {}, {}, {}]
     for key, vals in per.items():
         for i, table in enumerate(tables):
