@@ -187,6 +187,9 @@ def test_row_whose_tp_column_holds_tp_times_ep_runs_on_one_node(config_dir):
     assert (req["tp"], req["moe_tp"], req["ep"]) == (16, 2, 8)
     req = row_request({**row, "tp_size": 16, "moe_ep_size": 2}, config_dir)
     assert (req["tp"], req["moe_tp"], req["ep"]) == (16, 8, 2)
+    for blank in (0, ""):  # a zero or empty moe_tp_size is no moe_tp_size: no TP x EP rewrite
+        req = row_request({**row, "tp_size": 64, "moe_tp_size": blank, "moe_ep_size": 8}, config_dir)
+        assert (req["tp"], req["moe_tp"], req["ep"]) == (64, 8, 8)
 
 
 def test_row_concurrency_beyond_one_instance_is_spread_over_instances():

@@ -28,7 +28,8 @@ SYSTEM_NODES = {"a100_sxm": "DGX-A100", "b200_sxm": "DGX-B200", "l40s": "8xL40S-
                 "h200_sxm": "HGX-H200", "gb200": "GB200-NVL72", "gb300": "GB300-NVL72"}
 
 
-#: every system id aiconfigurator ships tables for (its `systems/*.yaml` names)
+#: the system ids aiconfigurator ships tables for (its `systems/*.yaml` names in late 2026); others of the
+#: same shapes (`h20_3e`, `rtx_5090`, ...) match the pattern below
 SYSTEM_IDS = ("a100_pcie", "a100_sxm", "a30", "b200_sxm", "b300_sxm", "b60", "gb200", "gb300", "h100_pcie", "h100_sxm",
               "h200_sxm", "l4", "l40s", "rtx_pro_6000_server")
 
@@ -38,7 +39,7 @@ def is_system_id(name: str) -> bool:
     time collectives in a loop of launches or a CUDA graph ("graph" timing)."""
     key = str(name).strip().lower()
     return key in SYSTEM_NODES or key in SYSTEM_IDS or \
-        bool(re.fullmatch(r"[a-z]*\d+[a-z]*_(sxm|pcie|nvl)\w*|gb\d+\w*|rtx_pro_\w+", key))
+        bool(re.fullmatch(r"[a-z]*\d+[a-z]*_(sxm|pcie|nvl|\d+e)\w*|gb\d+\w*|l40s?|rtx_?(pro)?_?\d*\w*", key))
 
 
 _DTYPE_BYTES = {"half": 2, "float16": 2, "bfloat16": 2, "int8": 1, "float": 4, "float32": 4, "fp8": 1}

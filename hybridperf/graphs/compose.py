@@ -15,7 +15,7 @@ launch, so the composition is
   * `scale`: device-time scale (1 when not fitted); `cpu`: optional lower bound per kernel, the eager
     dispatch cost when the GPU starves (0 when not fitted);
   * a GEMM of the grouped-GEMM fallback's C++ loop (`hybridperf.graphs.grouped`, `native_loop`) costs
-    t_k = scale * max(pred_k - floor_k, 0): no eager dispatch of its own;
+    t_k = max(scale * max(pred_k - floor_k, 0), LOOP_LAUNCH_MS): no eager Python dispatch of its own;
   * `log_bias[mode]`: optional per-mode residual scalar (0 when not fitted).
 
 The constants live in `hybridperf.graphs.calibration`, per kernel-predictor kind ('prior', 'bundle'),
@@ -66,6 +66,9 @@ OOD_WIDEN = 0.25
 Z90 = 1.6449  # standard normal 95% quantile: half-width of a central 90% interval in sd
 #: per-kernel launch gap (ms) used when the calibration has no fitted constants for a predictor kind
 DEFAULT_GAP_MS = 0.01
+#: the least a GEMM of the grouped-GEMM fallback's C++ loop costs: ATen's dispatch and the kernel launch from
+#: C++ (a few us, a design figure), so a loop of tiny GEMMs is bound by its host, not by zero
+LOOP_LAUNCH_MS = 0.004
 #: graph modes composed with another mode's constants: a decode step is an eager no_grad forward, as
 #: inference is (no decode step has been measured to fit its own)
 COMPOSITION_MODE = {"decode": "inf"}
@@ -123,13 +126,14 @@ def harness_floor_ms(ops) -> np.ndarray:
 def in_model_ms(pred_ms, floor_ms, scale: float = 1.0, gap_ms: float = DEFAULT_GAP_MS, cpu_ms: float = 0.0,
                 raw: bool = False, looped=None) -> np.ndarray:
     """Per-launch time of kernels inside a model: max(scale * max(pred - floor, 0) + gap, cpu), or
-    scale * max(pred - floor, 0) where `looped` (a C++ loop launches them, `grouped.native_loop`)."""
+    max(scale * max(pred - floor, 0), LOOP_LAUNCH_MS) where `looped` (a C++ loop launches them,
+    `grouped.native_loop`)."""
     pred_ms = np.asarray(pred_ms, dtype=np.float64)
     if raw:
         return pred_ms.copy()
     dev = scale * np.maximum(pred_ms - np.asarray(floor_ms, dtype=np.float64), 0.0)
     eager = np.maximum(dev + gap_ms, cpu_ms)
-    return eager if looped is None else np.where(np.asarray(looped, dtype=bool), dev, eager)
+    return eager if looped is None else np.where(np.asarray(looped, dtype=bool), np.maximum(dev, LOOP_LAUNCH_MS), eager)
 
 
 def predictor_kind(predictor: Predictor) -> str:
