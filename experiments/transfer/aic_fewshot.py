@@ -31,11 +31,12 @@ KS = (0, 4, 8, 16, 32)
 SEEDS = (0, 1, 2)
 
 
-def held_out_predictor(data: pd.DataFrame, held: str, out: Path) -> AicPredictor:
+def held_out_predictor(data: pd.DataFrame, held: str, out: Path, reuse: bool = False) -> AicPredictor:
     """The aic predictor fitted without `held`: constants and residuals on the other three systems,
     residuals kept and intervals set by an inner leave-one-out over those three (as the outer folds of
-    aiconfigurator_kernels do), written as a bundle in `out` (reused when there) and loaded back."""
-    if (out / "manifest.json").is_file():
+    aiconfigurator_kernels do), written as a bundle in `out` and loaded back. `reuse`: load a bundle already
+    in `out` instead (it is stale once the priors change, so only on request)."""
+    if reuse and (out / "manifest.json").is_file():
         return AicPredictor.load(out)
     train = [s for s in AK.SYSTEMS if s != held]
     inner = pd.concat([AK.held_out_errors(data, i, [s for s in train if s != i])[0] for i in train])
@@ -99,11 +100,12 @@ VARIANTS = {"median shift (before)": median_shift,
             "MAPE shift + widen (calibrate_to)": calibrate_to}
 
 
-def run_gpu(data: pd.DataFrame, held: str, test_rows: int, bundles: Path, log=print) -> pd.DataFrame:
+def run_gpu(data: pd.DataFrame, held: str, test_rows: int, bundles: Path, log=print,
+            reuse: bool = False) -> pd.DataFrame:
     """Scores of every (k, method, seed, calibration variant) on `held`'s test rows."""
     t0 = time.time()
     device = get_device(SYSTEM_DEVICES[held])
-    base = held_out_predictor(data, held, bundles / held)
+    base = held_out_predictor(data, held, bundles / held, reuse)
     log(f"{held}: predictor without it ready in {time.time() - t0:.0f} s", flush=True)
     pool, test = split(as_measured(data[data["system"] == held]), test_rows)
     pool = pool.assign(_pos=np.arange(len(pool)))
@@ -215,7 +217,7 @@ def report(res: pd.DataFrame, args) -> str:
         "# aiconfigurator kernels: few-shot calibration on a held-out GPU",
         "",
         f"Reproduce: `python -m experiments.transfer.aic_fewshot --rows {args.rows} --test-rows {args.test_rows}` "
-        "(about 2 min on 2 cores; the four held-out predictors are kept in `--bundles` and reused).",
+        "(a few minutes on 2 cores; the four held-out predictors are refitted and kept in `--bundles`).",
         "",
         f"Each of {', '.join(AK.SYSTEMS)} is held out in turn. The predictor is fitted without it exactly as "
         "`experiments/kernels/aiconfigurator_kernels.py` fits a fold (GEMM/MoE prior constants and the four "
@@ -264,12 +266,14 @@ def main() -> None:
     ap.add_argument("--test-rows", type=int, default=2000, help="test rows per held-out (system, op family)")
     ap.add_argument("--systems", default=",".join(AK.SYSTEMS))
     ap.add_argument("--out", default=str(RESULTS / "aic_fewshot.md"))
-    ap.add_argument("--bundles", default=str(OUT / "aic_fewshot_bundles"),
-                    help="where the held-out predictors are written (reused when there)")
+    ap.add_argument("--bundles", default=str(OUT / "aic_fewshot_bundles"), help="where the held-out predictors are written")
+    ap.add_argument("--reuse-bundles", action="store_true",
+                    help="load the held-out predictors already in --bundles instead of refitting (stale once the priors change)")
     args = ap.parse_args()
     t0 = time.time()
     data = T.sample(load_kernels(args.data, systems=AK.SYSTEMS), args.rows)
-    res = pd.concat([run_gpu(data, s, args.test_rows, Path(args.bundles)) for s in args.systems.split(",")])
+    res = pd.concat([run_gpu(data, s, args.test_rows, Path(args.bundles), reuse=args.reuse_bundles)
+                     for s in args.systems.split(",")])
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     res.to_csv(Path(args.bundles) / "scores.csv.gz", index=False)
