@@ -150,14 +150,14 @@ def test_nvls_on_hopper_and_blackwell_nvswitch_only():
         assert "nvls" not in set(prior_terms("all_reduce", SIZES, 8, 8, get_node(name))["algorithm"]), name
     multi = set(prior_terms("all_reduce", SIZES, 16, 8, get_node("DGX-B200"))["algorithm"])
     assert "nvls" not in multi and "nvls_tree" in multi
-    # NCCL picks NVLS by its own rate; what it achieves is the ring all-reduce's rate x eff_nvls
+    # NCCL picks NVLS by its own rate; what it achieves is the ring all-reduce's rate x nvls_gain
     node = get_node("DGX-H100")
     ring = prior_terms("all_reduce", [1e9], 8, 8, replace(node, arch="ampere"))
     assert ring["algorithm"][0] == "ring"
     assert collective_time_ms("all_reduce", [1e9], 8, 8, node)[0] == pytest.approx(ring["ms"][0], rel=0.05)
-    faster = DEFAULT_CONSTANTS.updated(eff_nvls=1.5)
+    faster = DEFAULT_CONSTANTS.updated(nvls_gain=1.5)
     assert collective_time_ms("all_reduce", [1e9], 8, 8, node, faster)[0] < ring["ms"][0] / 1.4
-    # NVLS runs at the ring's NVLink efficiency (x eff_nvls), so a slower fitted link slows it alike
+    # NVLS runs at the ring's NVLink efficiency (x nvls_gain), so a slower fitted link slows it alike
     slow_links = DEFAULT_CONSTANTS.updated(eff_nvlink=DEFAULT_CONSTANTS.eff_nvlink / 2)
     assert collective_time_ms("all_reduce", [1e9], 8, 8, get_node("DGX-H100"), slow_links)[0] > \
         1.8 * collective_time_ms("all_reduce", [1e9], 8, 8, get_node("DGX-H100"))[0]
@@ -463,8 +463,9 @@ def test_cli_one_line_error_and_no_training_imports():
 
 
 def test_fittable_constants_follow_nccl_picks():
-    """eff_nvls is fitted only where NCCL's tuner runs NVLS on the training rows; floors only on
-    call-timed rows."""
+    """nvls_gain is fitted only where NCCL's tuner runs NVLS on the training rows; floors only on
+    call-timed rows; the all-reduce ring's own constants only on one NVSwitch node's all-reduce rows
+    (its rank loss below 8 ranks)."""
     pytest.importorskip("scipy")
     import pandas as pd
 
@@ -475,9 +476,15 @@ def test_fittable_constants_follow_nccl_picks():
         return pd.DataFrame({"system": system, "collective": "all_reduce", "nbytes": n, "gpus": p,
                              "gpus_per_node": g, "latency_ms": 1.0, "timing": timing})
 
-    assert "eff_nvls" in fittable(rows("b200_sxm", 8, 8))
-    assert "eff_nvls" not in fittable(rows("a100_sxm", 8, 8))
+    assert "nvls_gain" in fittable(rows("b200_sxm", 8, 8))
+    assert "nvls_gain" not in fittable(rows("a100_sxm", 8, 8))
     assert {"eff_allreduce", "rank_loss_allreduce"} <= set(fittable(rows("a100_sxm", 4, 4)))
+    eight = set(fittable(rows("a100_sxm", 8, 8)))
+    assert "eff_allreduce" in eight and "rank_loss_allreduce" not in eight
+    ring_ar = {"eff_allreduce", "rank_loss_allreduce"}
+    assert not ring_ar & set(fittable(rows("a100_dgx", 16, 8, "call")))
+    assert not ring_ar & set(fittable(rows("l40s", 4, 4)))
+    assert not ring_ar & set(fittable(rows("a100_sxm", 4, 4).assign(collective="all_gather")))
     assert "floor_us" not in fittable(rows("a100_sxm", 8, 8)) and "launch_us" in fittable(rows("a100_sxm", 8, 8))
     assert "floor_us" in fittable(rows("a100_dgx", 16, 8, "call")) and "eff_net" in fittable(rows("a100_dgx", 16, 8, "call"))
 
@@ -546,7 +553,7 @@ def test_system_ids():
     from hybridperf.datasets.aiconfigurator_comm import is_system_id
 
     assert all(is_system_id(x) for x in ("h100_sxm", "b200_sxm", "gb200", "l40s", "H200_SXM", "b300_sxm", "l4", "a30",
-                                         "a100_pcie", "rtx_pro_6000_server"))
+                                         "a100_pcie", "rtx_pro_6000_server", "l40", "h20_3e", "rtx_5090"))
     assert not any(is_system_id(x) for x in ("DGX-H100", "a100_dgx", "h100_pairwise_nvlink", "NVIDIA L40S"))
 
 

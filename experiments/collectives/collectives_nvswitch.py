@@ -58,8 +58,10 @@ CAVEATS = """## Reading these numbers
   spec-and-defaults test only.
 - b200_sxm all-reduce: NCCL's tuner picks NVLS (NVLink SHARP) for large messages on a Blackwell
   NVSwitch; the measured all-reduce reaches 1.1-1.2x the all-gather's bus bandwidth, as A100's ring
-  all-reduce does, not the 1.6-1.75x NCCL's own NVLS rate implies. NVLS is charged the all-reduce ring's
-  fitted rate x eff_nvls: 1 held out, fitted on B200 in the shipped bundle.
+  all-reduce does, not the 1.6-1.75x NCCL's own NVLS rate implies (in all four NCCL versions of the
+  tables, 2.27-2.29). NVLS is charged the all-reduce ring's fitted rate x nvls_gain: 1 held out, fitted
+  on B200 in the shipped bundle. No Hopper NVLS rows are in ../shared: if a Hopper NVSwitch gains more
+  from NVLS than B200's tables do, its large all-reduces come out too slow.
 - Intervals: per held-out system, the 90% band is the other systems' held-out log-errors of the same
   stratum (send/recv or the rest, NVSwitch or other fabric; the coarser one where fewer than two other
   systems fall in it), never its own.

@@ -13,13 +13,14 @@ bandwidths: spec x fitted efficiency, and the latencies x `lat_scale`).
 Candidates, p ranks, g per node, N = p / g nodes:
     ring      LL / LL128 / Simple; all_reduce 2(p-1) steps, all_gather / reduce_scatter p-1 steps;
               algorithm bandwidth = bus bandwidth x p / steps. Bus: the GPU's links in one node, the
-              node's NICs across nodes. On an NVSwitch, fewer than 8 ranks lose bandwidth (rank_loss),
-              an all-reduce's ring less so (rank_loss_allreduce, eff_allreduce).
+              node's NICs across nodes. On an NVSwitch, fewer than 8 ranks lose bandwidth (rank_loss); an
+              all-reduce's ring has its own 8-rank rate (eff_allreduce, over the other collectives') and
+              loses less with fewer ranks (rank_loss_allreduce).
     tree      all_reduce only: double binary tree, bus x 0.92 (x 1/3.8 LL, x 7/9 LL128 in one node) and
               half the bus rate as algorithm bandwidth; NCCL's size correction factors applied.
     nvls      NVLink SHARP (Hopper/Blackwell NVSwitch, one node; reduction inside the switch): Simple. The
               tuner rates it at NVLink x nvlsEfficiency x 15/16 (x2 for all_reduce, which pipelines two
-              operations); it achieves the same links' ring rate x eff_nvls (1 until fitted: aiconfigurator's
+              operations); it achieves the same links' ring rate x nvls_gain (1 until fitted: aiconfigurator's
               B200 all-reduce reaches 1.1-1.2x its all-gather's bus bandwidth, as A100's ring all-reduce
               does, not the 1.6x NCCL's rate implies). A 25 us fixed latency makes it a large-message algorithm.
     nvls_tree NVLS inside nodes + a tree across nodes (all_reduce, N > 1).
@@ -78,7 +79,7 @@ class CollectiveConstants:
     eff_pcie_p2p: float = 0.75
     eff_net: float = 0.90  # collectives across nodes (of the node's NIC bandwidth)
     eff_net_p2p: float = 0.90
-    eff_nvls: float = 1.0  # what NVLS achieves over the same links' ring, 1 until fitted
+    nvls_gain: float = 1.0  # NVLS's achieved rate over the same links' all-reduce ring's, 1 until fitted
     rank_loss: float = 0.6  # g <= 8 ranks on one NVSwitch reach (1 - rank_loss / g) / (1 - rank_loss / 8) x eff_nvlink
     eff_allreduce: float = 1.0  # an all-reduce's ring on an NVSwitch over an all-gather's, at 8 ranks
     rank_loss_allreduce: float = 0.6  # rank_loss of that all-reduce ring
@@ -100,7 +101,7 @@ DEFAULT_CONSTANTS = CollectiveConstants()
 #: what NCCL's tuner believes: its graph search's link rates (SM80-SM100 NVLink ~0.8 of spec, PCI_BW
 #: 24 of 32 GB/s), the NIC at line rate, its own latency tables
 TUNER_CONSTANTS = replace(DEFAULT_CONSTANTS, lat_scale=1.0, launch_us=0.0, eff_nvlink=0.8, eff_nvlink_p2p=0.8,
-                          eff_pcie=0.75, eff_pcie_p2p=0.75, eff_net=1.0, eff_net_p2p=1.0, eff_nvls=1.0, rank_loss=0.0,
+                          eff_pcie=0.75, eff_pcie_p2p=0.75, eff_net=1.0, eff_net_p2p=1.0, nvls_gain=1.0, rank_loss=0.0,
                           eff_allreduce=1.0, rank_loss_allreduce=0.0)
 
 
@@ -186,7 +187,7 @@ class Fabric:
     intra_p2p_bw: float  # one GPU's point-to-point rate inside the node
     intra_kind: str  # nvlink | pcie | none
     nvls: bool  # NVLink SHARP available (Hopper+ NVSwitch)
-    nvlink_spec: float  # the GPU's NVLink spec rate (NVLS: x eff_nvlink x eff_nvls)
+    nvlink_spec: float  # the GPU's NVLink spec rate (NCCL's tuner rates NVLS from it)
     node_bw: float  # the node's NICs as the g GPUs share them (collectives)
     net_p2p_bw: float  # one GPU's flow to another node
 
@@ -227,8 +228,8 @@ def fabric(node: NodeSpec, p: int, g: int, c: CollectiveConstants = DEFAULT_CONS
     arch = node_arch(node)
     cap = node.inter_node_bw_gbs if node.inter_node_bw_gbs > 0 else node.gpus_per_node * node.inter_bw_gbs
     per_gpu = node.nic_line_gbs if (c is TUNER_CONSTANTS and node.nic_line_gbs > 0) else node.inter_bw_gbs
-    return Fabric(p=p, g=g, nodes=p // g, arch=arch, intra_bw=bw, allreduce_gain=gain, intra_p2p_bw=p2p, intra_kind=kind,
-                  nvls=topo == "nvswitch" and arch >= 2 and g >= 2, nvlink_spec=node.intra_bw_gbs,
+    return Fabric(p=p, g=g, nodes=p // g, arch=arch, intra_bw=bw, allreduce_gain=gain, intra_p2p_bw=p2p,
+                  intra_kind=kind, nvls=topo == "nvswitch" and arch >= 2 and g >= 2, nvlink_spec=node.intra_bw_gbs,
                   node_bw=min(cap, g * per_gpu) * c.eff_net, net_p2p_bw=min(cap, per_gpu) * c.eff_net_p2p)
 
 
@@ -321,8 +322,8 @@ def nccl_model_us(coll: str, alg: str, pr: str, n: np.ndarray, f: Fabric, c: Col
         if c is TUNER_CONSTANTS:  # NCCL's own NVLS rate
             intra = f.nvlink_spec * c.eff_nvlink * _NVLS_EFF[f.arch] * NVLS_CHANNEL_FACTOR
             intra *= 2.0 if coll == "all_reduce" else (g - 1) / g
-        else:  # achieved: the same links' ring rate x eff_nvls, in the units NCCL converts below
-            intra = ring_bus * c.eff_nvls * (1.0 if coll == "all_reduce" else g / (g - 1))
+        else:  # achieved: the same links' ring rate x nvls_gain, in the units NCCL converts below
+            intra = ring_bus * c.nvls_gain * (1.0 if coll == "all_reduce" else g / (g - 1))
         if alg == "nvls":
             lat = hw_in
             algbw = intra * p / nsteps if coll == "all_reduce" else intra

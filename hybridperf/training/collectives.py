@@ -36,7 +36,7 @@ BOUNDS = {
     "eff_pcie_p2p": (0.2, 1.5),
     "eff_net": (0.05, 1.2),
     "eff_net_p2p": (0.05, 1.2),
-    "eff_nvls": (0.2, 2.0),
+    "nvls_gain": (0.2, 2.0),
     "rank_loss": (0.01, 1.6),
     "eff_allreduce": (0.5, 2.0),
     "rank_loss_allreduce": (0.01, 1.6),
@@ -86,7 +86,7 @@ def fittable(df: pd.DataFrame, nodes: dict | None = None) -> list[str]:
             out.add("launch_us")
         t = prior_terms(coll, grp["nbytes"].to_numpy(), int(p), int(g), node, timing=tm)
         if "nvls" in set(t["algorithm"]) or "nvls_tree" in set(t["algorithm"]):
-            out.add("eff_nvls")
+            out.add("nvls_gain")
         if p > g:
             out.add("eff_net_p2p" if p2p else "eff_net")
         if g > 1:
@@ -94,7 +94,7 @@ def fittable(df: pd.DataFrame, nodes: dict | None = None) -> list[str]:
             out.add(("eff_pcie" if pcie else "eff_nvlink") + ("_p2p" if coll == "send_recv" else ""))
             if node.intra_topology == "nvswitch" and coll != "send_recv" and g < 8:
                 out.add("rank_loss")
-            if node.intra_topology == "nvswitch" and coll == "all_reduce":
+            if node.intra_topology == "nvswitch" and coll == "all_reduce" and p == g:  # across nodes the NICs bind
                 out.update(("eff_allreduce", "rank_loss_allreduce") if g < 8 else ("eff_allreduce",))
     # pcie_cross_socket keeps its physical default: the one 8-GPU PCIe box measured (aiconfigurator's l40s) has
     # no GPU peer-to-peer at all (5 GB/s bus bandwidth on 4 GPUs of one socket, 1.5 on 8), so a value fitted
