@@ -143,15 +143,17 @@ def prior_terms(df: pd.DataFrame, device: DeviceSpec, gemm_c: KernelConstants | 
         sub = df.loc[m]
         if op in ("gemm", "moe"):
             dcol = "gemm_dtype" if op == "gemm" else "moe_dtype"
-            keys = sub[dcol].astype(str) + "\x00" + sub["kernel_source"].astype(str)
-            for key in sorted(set(keys)):
-                dt, ks = key.split("\x00")
+            # the framework: whose collector timed the row (`llm_gemm.replay_copies`)
+            fw = sub["framework"].fillna("").astype(str) if "framework" in sub.columns else [""] * len(sub)
+            codes, groups = pd.MultiIndex.from_arrays([sub[dcol].astype(str), sub["kernel_source"].astype(str), fw]).factorize()
+            for i in np.argsort([str(g) for g in groups]):
+                dt, ks, framework = groups[i]
                 mm = np.zeros(n, dtype=bool)
-                mm[np.flatnonzero(m)[(keys == key).to_numpy()]] = True
+                mm[np.flatnonzero(m)[codes == i]] = True
                 s = df.loc[mm]
                 c = gemm_c if op == "gemm" else moe_c
                 if op == "gemm":
-                    p = gemm_parts(s["m"], s["n"], s["k"], dt, device, kernel_source=ks)
+                    p = gemm_parts(s["m"], s["n"], s["k"], dt, device, kernel_source=ks, framework=framework)
                     waves = p["waves"]
                     dt = kernel_dtype(dt, ks)
                 else:

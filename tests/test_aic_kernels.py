@@ -276,3 +276,20 @@ def test_sglang_int8_wo_is_w8a8_behind_an_unfused_quantization():
     extra_ms = 4096 * 7168 * (47 - 3) / (H100.mem_bw_gbs * 1e9) * 1e3  # over a fused 3-byte quantization
     assert sg[()] == pytest.approx(extra_ms + gemm_ms(4096, 2048, 7168, "sq", H100, constants=ROOFLINE), rel=0.01)
     assert sg > 2 * wo
+
+
+def test_l2_hits_follow_the_copies_each_framework_cycles():
+    """TensorRT-LLM's collector cycles min(5, ceil(L2 / weight)) weight copies, SGLang's and vLLM's six (vLLM's
+    fp8_block and nvfp4 one): a 16 MB weight on H100's 50 MB L2 mostly hits under TensorRT-LLM's timing, not
+    under six copies (96 MB), and stays in L2 under one."""
+    from hybridperf.priors.llm_gemm import gemm_parts, replay_copies
+
+    assert replay_copies("TRTLLM", "fp8") is None and replay_copies("SGLang", "fp8") == 6
+    assert replay_copies("VLLM", "bfloat16") == 6 and replay_copies("VLLM", "fp8_block") == 1
+    def mem(fw, dtype="bfloat16", replayed=True):  # a 16.8 MB weight: 4096 x 2048 in bf16, 8192 x 2048 in fp8
+        n = 4096 if dtype == "bfloat16" else 8192
+        return gemm_parts(8, n, 2048, dtype, H100, replayed=replayed, framework=fw)["memory"][()]
+
+    assert mem("TRTLLM") < 0.6 * mem("VLLM") and mem("VLLM") == mem("SGLang")
+    assert mem("VLLM", "fp8_block") < 0.6 * mem("SGLang", "fp8_block")
+    assert mem("TRTLLM", replayed=False) == mem("VLLM", replayed=False)  # inside a model: DRAM either way

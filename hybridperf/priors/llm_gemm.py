@@ -184,25 +184,40 @@ def matrix_peak(device: DeviceSpec, peak_key: str) -> float:
     return min(peak, device.tdp_w / (pj * OPERAND_ENERGY.get(peak_key, 1.0) * 1e-12))
 
 
-def _replay_hit(cycled_bytes, device: DeviceSpec, resident_bytes=0.0) -> np.ndarray:
-    """Share of L2 hits under aiconfigurator's timing, which cycles through `copies = min(5, ceil(L2 /
-    cycled))` copies of `cycled_bytes` (beside `resident_bytes` every copy shares) so that most come from
-    DRAM: when the footprint fits in L2 all hit, else LRU-like replacement leaves (L2 / footprint)^4."""
+def replay_copies(framework: str | None, gemm_dtype: str) -> float | None:
+    """Copies of a GEMM's operands aiconfigurator's collector for `framework` cycles through per timed call
+    (their `collect_gemm.py`'s `outside_loop_count`): SGLang 6 (its memory budget allows six at every table
+    shape), vLLM 6 but 1 for its fp8_block and nvfp4 linears; None for TensorRT-LLM's min(5, ceil(L2 /
+    weight)) and any other source (`_replay_hit`)."""
+    fw = str(framework or "").strip().lower()
+    if fw == "sglang":
+        return 6.0
+    if fw == "vllm":
+        return 1.0 if gemm_dtype in ("fp8_block", "nvfp4") else 6.0
+    return None
+
+
+def _replay_hit(cycled_bytes, device: DeviceSpec, resident_bytes=0.0, copies: float | None = None) -> np.ndarray:
+    """Share of L2 hits under aiconfigurator's timing, which cycles through `copies` copies of `cycled_bytes`
+    (beside `resident_bytes` every copy shares; TensorRT-LLM's min(5, ceil(L2 / cycled)) when None) so that
+    most come from DRAM: when the footprint fits in L2 all hit, else LRU-like replacement leaves
+    (L2 / footprint)^4."""
     cycled = np.maximum(np.asarray(cycled_bytes, dtype=np.float64), 1.0)
     l2 = device.l2_mb * 1e6
     if l2 <= 0:
         return np.zeros_like(cycled + resident_bytes)
-    copies = np.minimum(5.0, np.maximum(np.ceil(l2 / cycled), 1.0))
+    if copies is None:
+        copies = np.minimum(5.0, np.maximum(np.ceil(l2 / cycled), 1.0))
     return np.minimum(l2 / (resident_bytes + copies * cycled), 1.0) ** 4
 
 
-def l2_weight_hit(weight_bytes, device: DeviceSpec) -> np.ndarray:
+def l2_weight_hit(weight_bytes, device: DeviceSpec, copies: float | None = None) -> np.ndarray:
     """Share of a GEMM's weight reads served by L2 under aiconfigurator's timing (`_replay_hit`: L40S's 96 MB
     L2 still serves a quarter of a cycled 128 MB weight)."""
-    return _replay_hit(weight_bytes, device)
+    return _replay_hit(weight_bytes, device, copies=copies)
 
 
-def l2_output_hit(out_bytes, in_bytes, device: DeviceSpec) -> np.ndarray:
+def l2_output_hit(out_bytes, in_bytes, device: DeviceSpec, copies: float | None = None) -> np.ndarray:
     """Share of a replayed GEMM's output writes L2 absorbs. Every copy the timing cycles through writes
     the same freed-and-reused output buffer, so while it fits in L2 beside the copies' inputs its dirty
     lines are overwritten in place and never reach DRAM. Counted on GDDR cards with inline ECC only
@@ -212,7 +227,7 @@ def l2_output_hit(out_bytes, in_bytes, device: DeviceSpec) -> np.ndarray:
     out = np.maximum(np.asarray(out_bytes, dtype=np.float64), 1.0)
     if device.ecc_reserved <= 0:
         return np.zeros_like(out)
-    return _replay_hit(in_bytes, device, resident_bytes=out)
+    return _replay_hit(in_bytes, device, resident_bytes=out, copies=copies)
 
 
 def tile_compute_s(m, n, k, peak: float, device: DeviceSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -244,14 +259,15 @@ def bandwidth_share(ctas, device: DeviceSpec) -> np.ndarray:
 
 
 def gemm_parts(m, n, k, gemm_dtype: str, device: DeviceSpec, replayed: bool = True,
-               kernel_source: str | None = None) -> dict:
+               kernel_source: str | None = None, framework: str | None = None) -> dict:
     """The GEMM's ideal times (s) at spec rates: `compute` (tiles and waves at the matrix peak),
     `memory` (A, B with its scales, C through DRAM), `quant` (the activation-quantization pass), and
     `kernels` launched, `waves`, `flops`, `bytes`: the pieces `gemm_ms` scales by fitted efficiencies
     and the residual model reads as features. `replayed`: timed as the kernel tables are, the same GEMM
     back to back, so a weight that fits in L2 is partly served from it (`l2_weight_hit`); False inside a
-    model's forward pass, where every layer's weight comes from DRAM. `kernel_source`: a path of
-    `UNFUSED_PATHS` runs its own dtype's kernels after its unfused quantization pass."""
+    model's forward pass, where every layer's weight comes from DRAM; `framework`: whose collector timed
+    it, for the copies it cycles (`replay_copies`). `kernel_source`: a path of `UNFUSED_PATHS` runs its own
+    dtype's kernels after its unfused quantization pass."""
     m, n, k = (np.asarray(x, dtype=np.float64) for x in (m, n, k))
     unfused = UNFUSED_PATHS.get((gemm_dtype, str(kernel_source or "")))
     gemm_dtype = unfused[0] if unfused else gemm_dtype
@@ -260,8 +276,9 @@ def gemm_parts(m, n, k, gemm_dtype: str, device: DeviceSpec, replayed: bool = Tr
     bw = device.mem_bw_gbs * 1e9
     compute, waves, ctas = tile_compute_s(m, n, k, peak, device)
     w_bytes = k * n * (b_bytes + SCALE_BYTES.get(gemm_dtype, 0.0))
-    hit = l2_weight_hit(k * n * b_bytes, device) if replayed else 0.0
-    out_hit = l2_output_hit(m * n * 2.0, m * k * a_bytes + k * n * b_bytes, device) if replayed else 0.0
+    copies = replay_copies(framework, gemm_dtype)
+    hit = l2_weight_hit(k * n * b_bytes, device, copies) if replayed else 0.0
+    out_hit = l2_output_hit(m * n * 2.0, m * k * a_bytes + k * n * b_bytes, device, copies) if replayed else 0.0
     nbytes = m * k * a_bytes + w_bytes + m * n * 2.0
     dram_bytes = nbytes - (w_bytes * hit + m * n * 2.0 * out_hit) * (1.0 - 1.0 / L2_BANDWIDTH_RATIO)
     quantized = gemm_dtype in QUANTIZED_ACTIVATION
