@@ -257,12 +257,25 @@ def dtype_of(df: pd.DataFrame) -> np.ndarray:
     return np.where(ops == "gemm", col("gemm_dtype"), np.where(ops == "moe", col("moe_dtype"), attn)).astype(object)
 
 
+def run_dtype_of(df: pd.DataFrame) -> np.ndarray:
+    """`dtype_of`, with each GEMM row's dtype replaced by the one its kernels run (`llm_gemm.kernel_dtype`:
+    SGLang's int8_wo rows are W8A8): what a training system's rows teach and a new row is checked against."""
+    dts = dtype_of(df)
+    gemm = (df["op_name"].astype(str) == "gemm").to_numpy()
+    if "kernel_source" in df and gemm.any():
+        srcs = df["kernel_source"].astype(str).to_numpy()[gemm]
+        dts[gemm] = [kernel_dtype(d, k) for d, k in zip(dts[gemm], srcs)]
+    return dts
+
+
 def interval_quantiles(ivs: dict, trained: dict, ops, dts, families, arch: str, kinds: dict,
-                       widen: dict = DEFAULT_WIDEN) -> tuple[np.ndarray, np.ndarray]:
+                       widen: dict = DEFAULT_WIDEN, run_dts=None) -> tuple[np.ndarray, np.ndarray]:
     """(q_lo, q_hi) per row, log: the conformal quantiles of the row's `op:kind:dtype` (else `op:kind`,
     else FALLBACK_Q), widened for an architecture without a tile model, and, where `trained` lists
-    them, for a dtype or kernel family no training system ran."""
+    them, for a dtype (the one its kernels run, `run_dts`; `dts` when None) or kernel family no training
+    system ran."""
     ops, dts, families = (np.asarray(x, dtype=object) for x in (ops, dts, families))
+    run_dts = dts if run_dts is None else np.asarray(run_dts, dtype=object)
     q_lo, q_hi = np.full(len(ops), FALLBACK_Q[0]), np.full(len(ops), FALLBACK_Q[1])
     for op, kind in kinds.items():
         m = ops == op
@@ -272,14 +285,13 @@ def interval_quantiles(ivs: dict, trained: dict, ops, dts, families, arch: str, 
             if iv is not None:
                 q_lo[mm], q_hi[mm] = iv["q_lo"], iv["q_hi"]
             extra = widen["arch"] if arch not in TILES else 0.0
-            if trained and dt not in trained.get("dtypes", {}).get(op, []):
-                extra += widen["dtype"]
             q_lo[mm] -= extra
             q_hi[mm] += extra
         if trained:
-            new = m & ~np.isin(families, list(trained.get("kernel_families", {}).get(op, [])))
-            q_lo[new] -= widen["kernel_family"]
-            q_hi[new] += widen["kernel_family"]
+            for key, what in (("dtypes", run_dts), ("kernel_families", families)):
+                new = m & ~np.isin(what, list(trained.get(key, {}).get(op, [])))
+                q_lo[new] -= widen["dtype" if key == "dtypes" else "kernel_family"]
+                q_hi[new] += widen["dtype" if key == "dtypes" else "kernel_family"]
     return q_lo, q_hi
 
 
@@ -335,7 +347,7 @@ class AicPredictor:
                 log_pred[mm] += self.offsets.get(f"{op}:{dt}", self.offsets.get(op, 0.0))
         q_lo, q_hi = interval_quantiles(self.manifest.get("intervals", {}), self.manifest.get("trained", {}), ops, dts,
                                         terms["kernel_family"].to_numpy(), device.arch, kinds,
-                                        {**DEFAULT_WIDEN, **self.manifest.get("widen", {})})
+                                        {**DEFAULT_WIDEN, **self.manifest.get("widen", {})}, run_dtype_of(df))
         for op, f in self.scales.items():
             q_lo[ops == op] *= f
             q_hi[ops == op] *= f

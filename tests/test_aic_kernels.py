@@ -293,3 +293,19 @@ def test_l2_hits_follow_the_copies_each_framework_cycles():
     assert mem("TRTLLM") < 0.6 * mem("VLLM") and mem("VLLM") == mem("SGLang")
     assert mem("VLLM", "fp8_block") < 0.6 * mem("SGLang", "fp8_block")
     assert mem("TRTLLM", replayed=False) == mem("VLLM", replayed=False)  # inside a model: DRAM either way
+
+
+def test_dtype_widening_follows_the_kernels_a_row_runs():
+    """SGLang's int8_wo rows run W8A8 (`sq`) kernels: training on them teaches `sq`, not weight-only int8, so a
+    TensorRT-LLM weight-only int8 row is a dtype never trained on (its interval widened) and an SGLang one is not."""
+    from hybridperf.aic_kernels import DEFAULT_WIDEN, dtype_of, interval_quantiles, run_dtype_of
+
+    rows = pd.DataFrame({"op_name": ["gemm", "gemm"], "gemm_dtype": ["int8_wo", "int8_wo"],
+                         "kernel_source": ["sglang", "trt_flow_/weight_only_quant_matmul_L257/PLUGIN_V2_0"]})
+    assert list(run_dtype_of(rows)) == ["sq", "int8_wo"] and list(dtype_of(rows)) == ["int8_wo", "int8_wo"]
+    trained = {"dtypes": {"gemm": ["sq"]}, "kernel_families": {"gemm": ["torch", "trt_plugin"]}}
+    iv = {"gemm:prior:int8_wo": {"q_lo": -0.2, "q_hi": 0.2}}
+    q_lo, q_hi = interval_quantiles(iv, trained, rows["op_name"], dtype_of(rows), ["torch", "trt_plugin"], "hopper",
+                                    {"gemm": "prior"}, run_dts=run_dtype_of(rows))
+    assert q_hi.tolist() == pytest.approx([0.2, 0.2 + DEFAULT_WIDEN["dtype"]])
+    assert q_lo.tolist() == pytest.approx([-0.2, -0.2 - DEFAULT_WIDEN["dtype"]])

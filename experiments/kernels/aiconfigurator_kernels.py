@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.common import DATA, REPO
-from hybridperf.aic_kernels import FEATURES, OPS, AicPredictor, dtype_of, interval_quantiles
+from hybridperf.aic_kernels import FEATURES, OPS, AicPredictor, dtype_of, interval_quantiles, run_dtype_of
 from hybridperf.datasets.aiconfigurator import SYSTEM_DEVICES, load_kernels
 from hybridperf.training import aic_kernels as T
 
@@ -55,7 +55,7 @@ def fit(train: pd.DataFrame, systems) -> dict:
         y = np.log(rows["latency_ms"].to_numpy()[m]) - np.log(terms["prior_ms"].to_numpy()[m])
         models[op] = T.fit_residual(X, y)
     fams = {op: sorted(set(terms["kernel_family"][(rows["op_name"] == op).to_numpy()])) for op in OPS}
-    dts = {op: sorted(set(dtype_of(rows[(rows["op_name"] == op).to_numpy()]))) for op in OPS}
+    dts = {op: sorted(set(run_dtype_of(rows[(rows["op_name"] == op).to_numpy()]))) for op in OPS}
     return {"gemm_c": gemm_c, "moe_c": moe_c, "models": models, "families": fams, "dtypes": dts}
 
 
@@ -148,7 +148,7 @@ def intervals(ivs: dict, model: dict, rows: pd.DataFrame, kind: str, arch: str) 
     """(q_lo, q_hi) per row, by the lookup and widening `AicPredictor.predict` applies."""
     trained = {"dtypes": model["dtypes"], "kernel_families": model["families"]}
     return interval_quantiles(ivs, trained, rows["op_name"].to_numpy(), dtype_of(rows), model["_family"].to_numpy(),
-                              arch, {op: kind for op in OPS})
+                              arch, {op: kind for op in OPS}, run_dts=run_dtype_of(rows))
 
 
 def held_out_errors(data: pd.DataFrame, held: str, train_systems) -> pd.DataFrame:
