@@ -34,7 +34,8 @@ REQUIRED = {
 NUMERIC = ("m", "n", "k", "batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "step",
            "window_size", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
            "moe_ep_size")
-TEXT = ("gemm_dtype", "moe_dtype", "attn_dtype", "kv_cache_dtype", "distribution", "kernel_source")
+TEXT = ("gemm_dtype", "moe_dtype", "attn_dtype", "kv_cache_dtype", "distribution", "kernel_source", "framework",
+        "version")
 DEFAULTS = {"window_size": 0, "step": 0, "isl": 1, "moe_tp_size": 1, "moe_ep_size": 1,
             "attn_dtype": "bfloat16", "kv_cache_dtype": "bfloat16", "distribution": "balanced", "kernel_source": ""}
 #: kernel family of a `kernel_source` string: the first keyword it contains
@@ -143,17 +144,19 @@ def prior_terms(df: pd.DataFrame, device: DeviceSpec, gemm_c: KernelConstants | 
         sub = df.loc[m]
         if op in ("gemm", "moe"):
             dcol = "gemm_dtype" if op == "gemm" else "moe_dtype"
-            # the framework: whose collector timed the row (`llm_gemm.replay_copies`)
-            fw = sub["framework"].fillna("").astype(str) if "framework" in sub.columns else [""] * len(sub)
-            codes, groups = pd.MultiIndex.from_arrays([sub[dcol].astype(str), sub["kernel_source"].astype(str), fw]).factorize()
-            for i in np.argsort([str(g) for g in groups]):
-                dt, ks, framework = groups[i]
+            # whose collector timed the row, and which version (`llm_gemm.replay_copies`)
+            version = sub["version"].astype(str) if "version" in sub.columns else [""] * len(sub)
+            codes, groups = pd.MultiIndex.from_arrays([sub[dcol].astype(str), sub["kernel_source"].astype(str),
+                                                      framework_of(sub), version]).factorize()
+            for i in range(len(groups)):
+                dt, ks, framework, ver = groups[i]
                 mm = np.zeros(n, dtype=bool)
                 mm[np.flatnonzero(m)[codes == i]] = True
                 s = df.loc[mm]
                 c = gemm_c if op == "gemm" else moe_c
                 if op == "gemm":
-                    p = gemm_parts(s["m"], s["n"], s["k"], dt, device, kernel_source=ks, framework=framework)
+                    p = gemm_parts(s["m"], s["n"], s["k"], dt, device, kernel_source=ks, framework=framework,
+                                   version=ver)
                     waves = p["waves"]
                     dt = kernel_dtype(dt, ks)
                 else:
@@ -247,6 +250,27 @@ def features(df: pd.DataFrame, terms: pd.DataFrame, device: DeviceSpec) -> np.nd
     return np.column_stack([np.asarray(c, dtype=np.float64) for c in cols]).astype(np.float32)
 
 
+#: a framework read off a kernel source where a row does not name it: (prefix or suffix, framework)
+SOURCE_FRAMEWORKS = (("sglang", "SGLang"), ("vllm", "VLLM"), ("torch.nn.functional.linear", "VLLM"),
+                     ("torch_flow", "TRTLLM"), ("trt_flow", "TRTLLM"), ("deepgemm", "TRTLLM"),
+                     ("moe_torch_flow", "TRTLLM"))
+
+
+def framework_of(df: pd.DataFrame) -> np.ndarray:
+    """Each row's framework: its `framework` cell, else read off its kernel source (SOURCE_FRAMEWORKS, and
+    vLLM's kernel classes, `...Kernel`), else ""."""
+    given = df["framework"].astype(str).to_numpy(object) if "framework" in df else np.full(len(df), "", dtype=object)
+    blank = given == ""
+    if not blank.any():
+        return given
+    srcs = df["kernel_source"].astype(str).to_numpy(object)
+    read = {src: next((fw for key, fw in SOURCE_FRAMEWORKS if src.startswith(key)),
+                      "VLLM" if src.endswith("Kernel") else "") for src in set(srcs[blank].tolist())}
+    out = given.copy()
+    out[blank] = [read[src] for src in srcs[blank]]
+    return out
+
+
 def dtype_of(df: pd.DataFrame) -> np.ndarray:
     """Each row's dtype label (gemm_dtype, moe_dtype, or attention's `attn/kv` pair)."""
     def col(c):
@@ -288,10 +312,10 @@ def interval_quantiles(ivs: dict, trained: dict, ops, dts, families, arch: str, 
             q_lo[mm] -= extra
             q_hi[mm] += extra
         if trained:
-            for key, what in (("dtypes", run_dts), ("kernel_families", families)):
+            for key, what, by in (("dtypes", run_dts, widen["dtype"]), ("kernel_families", families, widen["kernel_family"])):
                 new = m & ~np.isin(what, list(trained.get(key, {}).get(op, [])))
-                q_lo[new] -= widen["dtype" if key == "dtypes" else "kernel_family"]
-                q_hi[new] += widen["dtype" if key == "dtypes" else "kernel_family"]
+                q_lo[new] -= by
+                q_hi[new] += by
     return q_lo, q_hi
 
 

@@ -284,7 +284,8 @@ def test_l2_hits_follow_the_copies_each_framework_cycles():
     under six copies (96 MB), and stays in L2 under one."""
     from hybridperf.priors.llm_gemm import gemm_parts, replay_copies
 
-    assert replay_copies("TRTLLM", "fp8") is None and replay_copies("SGLang", "fp8") == 6
+    assert replay_copies("TRTLLM", "fp8", "1.3.0rc20") is None and replay_copies("TRTLLM", "fp8", "1.0.0") == 5
+    assert replay_copies("SGLang", "fp8", "0.5.14") == 6 and replay_copies("SGLang", "fp8", "0.5.6.post2") == 1
     assert replay_copies("VLLM", "bfloat16") == 6 and replay_copies("VLLM", "fp8_block") == 1
     def mem(fw, dtype="bfloat16", replayed=True):  # a 16.8 MB weight: 4096 x 2048 in bf16, 8192 x 2048 in fp8
         n = 4096 if dtype == "bfloat16" else 8192
@@ -309,3 +310,24 @@ def test_dtype_widening_follows_the_kernels_a_row_runs():
                                     {"gemm": "prior"}, run_dts=run_dtype_of(rows))
     assert q_hi.tolist() == pytest.approx([0.2, 0.2 + DEFAULT_WIDEN["dtype"]])
     assert q_lo.tolist() == pytest.approx([-0.2, -0.2 - DEFAULT_WIDEN["dtype"]])
+
+
+def test_prior_terms_read_the_framework_a_row_names_or_its_kernel_source():
+    """The copies a row's collector cycled follow its `framework` (and version) column, else its kernel source
+    (vLLM's kernel classes, SGLang's `sglang*`, TensorRT-LLM's `torch_flow`); a blank or categorical framework
+    cell is read off the kernel source too."""
+    from hybridperf.aic_kernels import framework_of, prior_terms
+
+    base = {"op_name": "gemm", "m": 8, "n": 4096, "k": 2048, "gemm_dtype": "bfloat16"}
+    rows = pd.DataFrame([{**base, "kernel_source": "torch_flow", "framework": "TRTLLM"},
+                         {**base, "kernel_source": "torch.nn.functional.linear", "framework": "VLLM"},
+                         {**base, "kernel_source": "torch_flow", "framework": None},
+                         {**base, "kernel_source": "torch.nn.functional.linear", "framework": None}])
+    rows["framework"] = rows["framework"].astype("category")
+    rows = validate(rows)
+    assert list(framework_of(rows)) == ["TRTLLM", "VLLM", "TRTLLM", "VLLM"]
+    mem = prior_terms(rows, H100)["memory_ms"].to_numpy()
+    assert mem[0] == mem[2] and mem[1] == mem[3] and mem[0] < 0.6 * mem[1]  # 3 copies fit H100's L2, 6 do not
+    assert list(framework_of(rows.drop(columns="framework"))) == ["TRTLLM", "VLLM", "TRTLLM", "VLLM"]
+    assert list(framework_of(pd.DataFrame({"kernel_source": ["DeepGemmFp8BlockScaledMMKernel", "sglang_torch_linear",
+                                                              "mystery"]}))) == ["VLLM", "SGLang", ""]

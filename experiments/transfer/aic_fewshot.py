@@ -266,9 +266,10 @@ def main() -> None:
     ap.add_argument("--test-rows", type=int, default=2000, help="test rows per held-out (system, op family)")
     ap.add_argument("--systems", default=",".join(AK.SYSTEMS))
     ap.add_argument("--out", default=str(RESULTS / "aic_fewshot.md"))
-    ap.add_argument("--bundles", default=str(OUT / "aic_fewshot_bundles"), help="where the held-out predictors are written")
-    ap.add_argument("--reuse-bundles", action="store_true",
-                    help="load the held-out predictors already in --bundles instead of refitting (stale once the priors change)")
+    ap.add_argument("--bundles", default=str(OUT / "aic_fewshot_bundles"),
+                    help="where the held-out predictors are written")
+    ap.add_argument("--reuse-bundles", action="store_true", help="load the held-out predictors already in "
+                    "--bundles instead of refitting (stale once the priors change)")
     args = ap.parse_args()
     t0 = time.time()
     data = T.sample(load_kernels(args.data, systems=AK.SYSTEMS), args.rows)

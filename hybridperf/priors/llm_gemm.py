@@ -11,11 +11,13 @@ dispatch, and a path whose dtype names another computation runs that one (`UNFUS
 of the spec-sheet rate a dtype's kernels reach is measured data
 (`KernelConstants`, fitted by `hybridperf.training.aic_kernels` with its provenance), passed explicitly.
 
-Kernel time only (inside a CUDA graph: no host dispatch). Vectorised over numpy arrays.
+Kernel time (inside a CUDA graph: no host dispatch, but for the `eager_timed` paths). Vectorised over numpy
+arrays.
 """
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -184,16 +186,25 @@ def matrix_peak(device: DeviceSpec, peak_key: str) -> float:
     return min(peak, device.tdp_w / (pj * OPERAND_ENERGY.get(peak_key, 1.0) * 1e-12))
 
 
-def replay_copies(framework: str | None, gemm_dtype: str) -> float | None:
-    """Copies of a GEMM's operands aiconfigurator's collector for `framework` cycles through per timed call
-    (their `collect_gemm.py`'s `outside_loop_count`): SGLang 6 (its memory budget allows six at every table
-    shape), vLLM 6 but 1 for its fp8_block and nvfp4 linears; None for TensorRT-LLM's min(5, ceil(L2 /
-    weight)) and any other source (`_replay_hit`)."""
-    fw = str(framework or "").strip().lower()
+def _version(text) -> tuple:
+    """(major, minor, patch) of a version string such as `1.3.0rc20` or `0.5.6.post2`; () if none."""
+    return tuple(int(x) for x in re.findall(r"\d+", str(text or ""))[:3])
+
+
+def replay_copies(framework: str | None, gemm_dtype: str, version: str | None = None) -> float | None:
+    """Copies of a GEMM's operands aiconfigurator's collector for `framework` cycled per timed call when it
+    measured `version`'s tables (their `collect_gemm.py`'s `outside_loop_count`): SGLang 6 (as many as its
+    memory budget allows, six wherever L2 could matter), 1 before 0.5.7 (one op replayed); vLLM 6, but 1 for
+    its fp8_block and nvfp4 linears; TensorRT-LLM 5 before 1.3, then min(5, ceil(L2 / weight)) (None, as for
+    any other source: `_replay_hit`). The version cut-offs are the collector changes' dates (January and
+    March 2026) read against the tables' versions."""
+    fw, v = str(framework or "").strip().lower(), _version(version)
     if fw == "sglang":
-        return 6.0
+        return 1.0 if v and v < (0, 5, 7) else 6.0
     if fw == "vllm":
         return 1.0 if gemm_dtype in ("fp8_block", "nvfp4") else 6.0
+    if fw == "trtllm" and v and v < (1, 3):
+        return 5.0
     return None
 
 
@@ -259,16 +270,17 @@ def bandwidth_share(ctas, device: DeviceSpec) -> np.ndarray:
 
 
 def gemm_parts(m, n, k, gemm_dtype: str, device: DeviceSpec, replayed: bool = True,
-               kernel_source: str | None = None, framework: str | None = None) -> dict:
+               kernel_source: str | None = None, framework: str | None = None, version: str | None = None) -> dict:
     """The GEMM's ideal times (s) at spec rates: `compute` (tiles and waves at the matrix peak),
     `memory` (A, B with its scales, C through DRAM), `quant` (the activation-quantization pass), and
     `kernels` launched, `waves`, `flops`, `bytes`: the pieces `gemm_ms` scales by fitted efficiencies
     and the residual model reads as features. `replayed`: timed as the kernel tables are, the same GEMM
     back to back, so a weight that fits in L2 is partly served from it (`l2_weight_hit`); False inside a
-    model's forward pass, where every layer's weight comes from DRAM; `framework`: whose collector timed
-    it, for the copies it cycles (`replay_copies`). `kernel_source`: a path of `UNFUSED_PATHS` runs its own
-    dtype's kernels after its unfused quantization pass."""
+    model's forward pass, where every layer's weight comes from DRAM; `framework` and `version`: whose
+    collector timed it, for the copies it cycles (`replay_copies`). `kernel_source`: a path of `UNFUSED_PATHS`
+    runs its own dtype's kernels after its unfused quantization pass."""
     m, n, k = (np.asarray(x, dtype=np.float64) for x in (m, n, k))
+    copies = replay_copies(framework, gemm_dtype, version)
     unfused = UNFUSED_PATHS.get((gemm_dtype, str(kernel_source or "")))
     gemm_dtype = unfused[0] if unfused else gemm_dtype
     a_bytes, b_bytes, peak_key = GEMM_DTYPES.get(gemm_dtype, GEMM_DTYPES["bfloat16"])
@@ -276,7 +288,6 @@ def gemm_parts(m, n, k, gemm_dtype: str, device: DeviceSpec, replayed: bool = Tr
     bw = device.mem_bw_gbs * 1e9
     compute, waves, ctas = tile_compute_s(m, n, k, peak, device)
     w_bytes = k * n * (b_bytes + SCALE_BYTES.get(gemm_dtype, 0.0))
-    copies = replay_copies(framework, gemm_dtype)
     hit = l2_weight_hit(k * n * b_bytes, device, copies) if replayed else 0.0
     out_hit = l2_output_hit(m * n * 2.0, m * k * a_bytes + k * n * b_bytes, device, copies) if replayed else 0.0
     nbytes = m * k * a_bytes + w_bytes + m * n * 2.0

@@ -27,6 +27,8 @@ FALLBACK_FLOOR_PCT = 25
 #: an eager-timed path (`eager_timed`) is bound by the GPU, for its efficiencies, where its measured time
 #: is this many times its host dispatch
 EAGER_GPU_RATIO = 3.0
+#: per-kernel floor (ms) assumed where a group's rows cannot set one (eager paths, too few tiny rows)
+DEFAULT_FLOOR_MS = 0.004
 #: a dtype gets constants of its own (for kernel sources never fitted) only from this many fitted
 #: (dtype, kernel source) entries; from fewer, its kin's or bfloat16's stand in (one framework's path,
 #: e.g. SGLang's int8 weight-only linear on H100, is no guide to another's)
@@ -62,12 +64,12 @@ def _fit_group(c, mem, q, y, n_k, clock_mhz, eager=False) -> tuple[float, float,
     host = np.nan
     if eager:
         host = np.percentile(y[tiny], 25) if tiny.sum() >= 10 else np.nan
-        floor, f_ms = np.nan, 0.004 * n_k
+        floor, f_ms = np.nan, DEFAULT_FLOOR_MS * n_k
         gpu = y > EAGER_GPU_RATIO * host if np.isfinite(host) else np.ones(len(y), dtype=bool)
     else:
         floor = np.percentile(y[tiny] - body[tiny], 25) / n_k if tiny.sum() >= 10 else np.nan
         floor = max(floor, 0.0005) if np.isfinite(floor) else floor
-        f_ms = (floor if np.isfinite(floor) else 0.004) * n_k
+        f_ms = (floor if np.isfinite(floor) else DEFAULT_FLOOR_MS) * n_k
         gpu = np.ones(len(y), dtype=bool)
     cb = (c > BOUND_RATIO * mem) & (y > 10 * f_ms) & gpu
     mb = (mem > BOUND_RATIO * c) & (y > 5 * f_ms) & gpu
