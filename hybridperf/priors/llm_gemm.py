@@ -319,11 +319,12 @@ def floor_s(constants: KernelConstants, dtype: str, kernel_source: str | None, c
 
 
 def gemm_ms(m, n, k, gemm_dtype: str, device: DeviceSpec, kernel_source: str | None = None,
-            constants: KernelConstants | None = None, replayed: bool = True) -> np.ndarray:
+            constants: KernelConstants | None = None, replayed: bool = True, framework: str | None = None,
+            version: str | None = None) -> np.ndarray:
     """Kernel time (ms) of an (m x k) @ (k x n) GEMM in `gemm_dtype` (a key of `GEMM_DTYPES`), with
     `constants` (default: those fitted on aiconfigurator's four shared systems; `ROOFLINE` for the
     spec sheet alone). A `kernel_source` the constants were fitted on (aiconfigurator's names) takes
-    its own efficiencies and floor. `replayed`: see `gemm_parts`."""
-    parts = gemm_parts(m, n, k, gemm_dtype, device, replayed, kernel_source)
+    its own efficiencies and floor. `replayed`, `framework`, `version`: see `gemm_parts`."""
+    parts = gemm_parts(m, n, k, gemm_dtype, device, replayed, kernel_source, framework, version)
     constants = fitted_constants()["gemm"] if constants is None else constants
     return combine_ms(parts, kernel_dtype(gemm_dtype, kernel_source), constants, kernel_source)
