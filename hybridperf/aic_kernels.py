@@ -312,7 +312,8 @@ def interval_quantiles(ivs: dict, trained: dict, ops, dts, families, arch: str, 
             q_lo[mm] -= extra
             q_hi[mm] += extra
         if trained:
-            for key, what, by in (("dtypes", run_dts, widen["dtype"]), ("kernel_families", families, widen["kernel_family"])):
+            for key, what, by in (("dtypes", run_dts, widen["dtype"]),
+                                  ("kernel_families", families, widen["kernel_family"])):
                 new = m & ~np.isin(what, list(trained.get(key, {}).get(op, [])))
                 q_lo[new] -= by
                 q_hi[new] += by
