@@ -117,6 +117,12 @@ class Arch:
                 return (kvh, hd, hd, 1.0)
         return (kvh, hd, vd, (hd + vd) / hd)
 
+    def attention_kinds(self) -> tuple:
+        """(full, layers, `attn_dims`) of the full-attention layers, then of the sliding-window ones (either
+        may count 0 layers)."""
+        kinds = ((True, self.full_layers), (False, self.sliding_layers))
+        return tuple((full, n, self.attn_dims(full)) for full, n in kinds)
+
     @property
     def mlp_mats(self) -> int:
         """Weight matrices of one MLP or expert."""
@@ -185,8 +191,7 @@ class Arch:
             attn = self.compressed.weights(h, self.heads)
         else:
             attn = 0.0
-            for full, n in ((True, self.full_layers), (False, self.sliding_layers)):
-                kvh, hd, vd, tensors = self.attn_dims(full)
+            for _, n, (kvh, hd, vd, tensors) in self.attention_kinds():
                 q = self.heads * hd * (2 if self.q_gate else 1)
                 attn += (h * (q + tensors * kvh * hd) + self.heads * vd * h) * n
         lin = h * self.linear_in_width() + self.lin_v_heads * self.lin_v_dim * h

@@ -173,9 +173,8 @@ class StepCost:
             mix = a.compressed.projections_ms(n, h, a.heads, tp, g, dev, _gemm)
         else:
             mix = 0.0
-            for full, layers in ((True, a.full_layers), (False, a.sliding_layers)):
+            for _, layers, (kvh, hd, vd, tensors) in a.attention_kinds():
                 if layers:
-                    kvh, hd, vd, tensors = a.attn_dims(full)
                     qkv = (a.heads * (2 if a.q_gate else 1) + tensors * kvh) * hd / tp
                     mix = mix + (_gemm(n, qkv, h, g, dev) + _gemm(n, h, a.heads * vd / tp, g, dev)) * layers
         if a.linear_layers:  # gated delta-net or Mamba-2 projections in place of attention's on the linear layers
@@ -252,8 +251,7 @@ class StepCost:
         # probed at a batch that fills the SMs: a kernel of one CTA per sequence and head (TensorRT-LLM's
         # masked-MHA fallback) is slower per key with few sequences than with the many a step decodes
         seqs = self.device.num_sms
-        for full, layers in ((True, a.full_layers), (False, a.sliding_layers)):
-            kvh, hd, _, tensors = a.attn_dims(full)
+        for _, layers, (kvh, hd, _, tensors) in a.attention_kinds():
             t = generation_attention_ms(seqs, 1e6 / seqs, a.heads / tp, max(kvh / tp, 1), hd, self.device,
                                         kv_dtype=self.kv_dtype, kernel_source=self.decode_source) if layers else 0.0
             # per key, bytes of the cached widths over a key-and-value pair of key width (keys that are the values:
@@ -293,9 +291,8 @@ class StepCost:
                                             self.prefill_source)
             else:
                 t = 0.0
-                for full, layers in ((True, a.full_layers), (False, a.sliding_layers)):
+                for full, layers, (kvh, hd, vd, _) in a.attention_kinds():
                     if layers:
-                        kvh, hd, vd, _ = a.attn_dims(full)
                         window = (a.max_keys or 0) if full else a.window
                         t += layers * float(context_attention_ms(1, chunk, a.heads / tp, max(kvh / tp, 1), hd,
                                                                  self.device, kv_dtype=self.kv_dtype, window=window,
