@@ -31,6 +31,15 @@ def add_out_argument(ap: argparse.ArgumentParser, name: str) -> None:
     ap.add_argument("--out", default=str(OUT / name), help=f"output (default {OUT / name})")
 
 
+def aiconfigurator_data(data) -> Path:
+    """`data` as a Path once it holds aiconfigurator's tables (`aiconfigurator/` below it); else exit with
+    one error line."""
+    data = Path(data)
+    if not (data / "aiconfigurator").is_dir():
+        raise SystemExit(f"error: no aiconfigurator data under {data}")
+    return data
+
+
 def ape(pred, meas) -> np.ndarray:
     """Absolute percentage error of each prediction, in percent."""
     return np.abs(np.asarray(pred, dtype=float) / np.asarray(meas, dtype=float) - 1.0) * 100

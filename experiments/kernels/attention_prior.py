@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from experiments.common import DATA, RESULTS
+from experiments.common import RESULTS, add_data_argument, aiconfigurator_data
 from hybridperf.devices import get_device
 from hybridperf.priors import attention as A
 
@@ -165,12 +165,11 @@ def mape(pred, meas) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", type=Path, default=DATA)
+    add_data_argument(ap)
     ap.add_argument("--out", type=Path, default=RESULTS / "attention_prior.md")
     ap.add_argument("--write-constants", action="store_true", help="print the all-GPU fit instead of the report")
     a = ap.parse_args()
-    if not (a.data / "aiconfigurator").is_dir():
-        raise SystemExit(f"error: no aiconfigurator data under {a.data}")
+    a.data = aiconfigurator_data(a.data)
     df = load_tables(a.data)
     if a.write_constants:
         c = fit_sdpa(a.data, fit(sample(df, FIT_ROWS), ", ".join(SYSTEMS)))

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from experiments.common import DATA, RESULTS, ape
+from experiments.common import RESULTS, add_data_argument, aiconfigurator_data, ape
 from hybridperf.devices import get_device
 from hybridperf.priors import mla as M
 from hybridperf.priors.attention import Fitted, context_attention_ms, generation_attention_ms
@@ -202,12 +202,11 @@ def plot(path: Path, cells: pd.DataFrame) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", type=Path, default=DATA)
+    add_data_argument(ap)
     ap.add_argument("--out", type=Path, default=RESULTS / "mla_decode.md")
     ap.add_argument("--write-constants", action="store_true", help="print the fit on every native GPU instead")
     a = ap.parse_args()
-    if not (a.data / "aiconfigurator").is_dir():
-        raise SystemExit(f"error: no aiconfigurator data under {a.data}")
+    a.data = aiconfigurator_data(a.data)
     df = load_tables(a.data)
     if a.write_constants:
         native = [s for s in SYSTEMS if M.native_mla(get_device(s))]
