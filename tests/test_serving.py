@@ -3,6 +3,7 @@ parallel splits, disaggregation, intervals, the `--rows` table, the simulator ad
 Small models made here; the silicon-sample check skips without ../shared/datasets."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -16,11 +17,11 @@ from typer.testing import CliRunner
 from conftest import assert_one_line_error, run_cli
 from hybridperf.cli.app import app
 from hybridperf.devices import get_device
-from hybridperf.errors import InputError
+from hybridperf.errors import InputError, ModelBundleError
 from hybridperf.serving import Worker, predict_serving
 from hybridperf.serving.adapters import IterationTimer, SGLangTimePredictor, TrtllmTimePredictor
 from hybridperf.serving.arch import arch_from_dict
-from hybridperf.serving.calibration import Calibration, EngineCalibration
+from hybridperf.serving.calibration import WORKERS_INFERRED, Calibration, EngineCalibration
 from hybridperf.serving.cost import Parallel
 from hybridperf.serving.engines import ENGINES, get_engine
 from hybridperf.serving.rows import concurrency_of, predict_rows, row_request
@@ -120,6 +121,25 @@ def test_moe_parallel_and_disagg():
     assert more["ttft_ms"] < dis["ttft_ms"]  # a second prefill worker halves the wave's prefill queue
     with pytest.raises(InputError, match="moe_tp"):
         predict_serving(engine="vllm", concurrency=1, tp=8, ep=16, moe_tp=1, **kw)
+
+
+def test_inferred_workers_take_their_stratum_interval(tmp_path):
+    """A disaggregated run without its worker counts gets its stratum's quantiles, the rest the pooled ones;
+    a calibration file naming a stratum the code does not know is refused."""
+    wide = {"ttft": (-1.0, 2.0), "tpot": (-1.0, 0.7)}
+    cal = dataclasses.replace(WAVES, stratum_quantiles={WORKERS_INFERRED: wide})
+    kw = dict(config=MLA, device="b200_sxm", engine="sglang", isl=1024, osl=256, precision="fp4", concurrency=64,
+              calibration=cal)
+    w = Worker(Parallel(tp=1, adp=8, moe_ep=8), "fp4", "fp4", 1.0)
+    given, guessed = predict_serving(disagg=(w, 1, w, 1), **kw), predict_serving(disagg=(w, 1, w, None), **kw)
+    assert (given.stratum, guessed.stratum) == ("", WORKERS_INFERRED)
+    assert given.tpot.hi_ms / given.tpot.ms == pytest.approx(math.exp(0.3))
+    assert guessed.tpot.hi_ms / guessed.tpot.ms == pytest.approx(math.exp(0.7))
+    assert Calibration.from_json(cal.to_json()) == cal
+    bad = tmp_path / "cal.json"
+    bad.write_text(json.dumps(cal.to_json() | {"stratum_quantiles": {"typo": wide}}))
+    with pytest.raises(ModelBundleError, match="typo"):
+        Calibration.load(bad)
 
 
 def test_bad_arguments():

@@ -105,26 +105,38 @@ def fit_engines(c: pd.DataFrame) -> dict:
     return out
 
 
-def log_quantiles(pred: pd.DataFrame) -> dict:
-    """5% and 95% quantiles of log(measured / predicted) per metric over the predicted rows."""
+#: rows a stratum needs for quantiles of its own (else its runs take the pooled ones)
+MIN_STRATUM_ROWS = 30
+
+
+def log_quantiles(pred: pd.DataFrame) -> tuple[dict, dict]:
+    """5% and 95% quantiles of log(measured / predicted) per metric over the predicted rows outside any
+    stratum, and per stratum (`interval_stratum`) with at least MIN_STRATUM_ROWS rows over its own."""
     ok = pred[pred.reason == ""]
-    return {m: (float(np.quantile(np.log(ok[f"silicon_{m}_ms"] / ok[f"pred_{m}_ms"]), 0.05)),
-                float(np.quantile(np.log(ok[f"silicon_{m}_ms"] / ok[f"pred_{m}_ms"]), 0.95))) for m in ("ttft", "tpot")}
+
+    def q(g):
+        return {m: tuple(float(np.quantile(np.log(g[f"silicon_{m}_ms"] / g[f"pred_{m}_ms"]), p)) for p in (0.05, 0.95))
+                for m in ("ttft", "tpot")}
+    strata = ok["interval_stratum"].fillna("")
+    return q(ok[strata == ""]), {k: q(g) for k, g in ok[strata != ""].groupby(strata[strata != ""])
+                                 if len(g) >= MIN_STRATUM_ROWS}
 
 
-def fit(df: pd.DataFrame, comps: pd.DataFrame, provenance: str, quantiles: dict | None = None) -> Calibration:
-    """Engine constants fitted on `df`'s agg rows; the interval from `quantiles`, else from `df`'s own rows."""
+def fit(df: pd.DataFrame, comps: pd.DataFrame, provenance: str, quantiles: tuple | None = None) -> Calibration:
+    """Engine constants fitted on `df`'s agg rows; the intervals (`log_quantiles`) from `quantiles`, else
+    from `df`'s own rows."""
     engines = fit_engines(comps)
     if quantiles is None:
         quantiles = log_quantiles(predict_rows(df, DATA / "model_configs", Calibration(engines=engines)))
-    return Calibration(engines=engines, log_quantiles=quantiles, provenance=provenance)
+    return Calibration(engines=engines, log_quantiles=quantiles[0], stratum_quantiles=quantiles[1],
+                       provenance=provenance)
 
 
-def score(pred: pd.DataFrame) -> pd.DataFrame:
+def score(pred: pd.DataFrame, keys=("system", "backend", "mode")) -> pd.DataFrame:
     rows = []
-    for (sys_, be, mode), g in pred.groupby(["system", "backend", "mode"]):
+    for k, g in pred.groupby(list(keys)):
         ok = g[g.reason == ""]
-        rec = {"system": sys_, "backend": be, "mode": mode, "rows": len(g), "predicted": len(ok) / len(g)}
+        rec = dict(zip(keys, k)) | {"rows": len(g), "predicted": len(ok) / len(g)}
         for m in ("ttft", "tpot"):
             meas, p = ok[f"silicon_{m}_ms"], ok[f"pred_{m}_ms"]
             rec[f"{m}_mape"] = float(np.mean(np.abs(p / meas - 1))) * 100 if len(ok) else np.nan
@@ -217,13 +229,19 @@ def main() -> None:
              f"{tot['ttft_median_ape']:.1f}%), coverage {tot['ttft_cov']:.1f}%; TPOT MAPE {tot['tpot_mape']:.1f}% "
              f"(median APE {tot['tpot_median_ape']:.1f}%), coverage {tot['tpot_cov']:.1f}%. "
              f"Targets: >= 90% predicted, TPOT <= 12%, TTFT <= 20%, coverage 80-95%.", "",
-             table.to_markdown(index=False, floatfmt=".1f"), "", "Calibration fitted per held-out system:", ""]
+             table.to_markdown(index=False, floatfmt=".1f"), "",
+             "Per interval stratum (`interval_stratum`: a disaggregated run without its worker counts has "
+             "quantiles of its own, from the other system's such runs):", "",
+             score(pred.assign(interval_stratum=pred["interval_stratum"].fillna("").replace("", "other runs")),
+                   ("interval_stratum",)).to_markdown(index=False, floatfmt=".1f"),
+             "", "Calibration fitted per held-out system:", ""]
     for held, cal in cals.items():
         eng = "; ".join(f"{k}: scale {v.prefill_scale:.2f}/{v.gpu_scale:.2f}, eager {v.eager_ms * 1e3:.0f} "
                         f"us/layer, graph {v.graph_ms * 1e3:.0f} us/layer, ttft {v.ttft_ms:.1f} ms, "
                         f"wave weight {v.wave_weight:.2f}"
                         for k, v in cal.engines.items())
-        q = ", ".join(f"{k} [{lo:.2f}, {hi:.2f}]" for k, (lo, hi) in cal.log_quantiles.items())
+        q = "; ".join(f"{name or 'other runs'}: " + ", ".join(f"{k} [{lo:.2f}, {hi:.2f}]" for k, (lo, hi) in qs.items())
+                      for name, qs in [("", cal.log_quantiles), *cal.stratum_quantiles.items()])
         lines.append(f"- scoring {held}: {eng}; log-residual 5/95%: {q}")
     lines += ["", "Refused rows:", ""] + ([f"- {n} x {r}" for r, n in reasons.items()] or ["- none"])
     lines += ["", "Runs identical but for their output length, at concurrency <= 8 (a request's TTFT is its own "

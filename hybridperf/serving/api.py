@@ -11,7 +11,7 @@ from hybridperf.devices import DeviceSpec, NodeSpec, get_device, list_nodes
 from hybridperf.devices.node_lookup import default_node_for_device
 from hybridperf.errors import InputError
 from hybridperf.serving.arch import Arch
-from hybridperf.serving.calibration import Calibration
+from hybridperf.serving.calibration import WORKERS_INFERRED, Calibration
 from hybridperf.serving.cost import (KV_DTYPE_BYTES, PRECISIONS, Parallel, Speculation, StepCost,
                                      check_weights_fit, default_kv_dtype, kv_bytes_per_token)
 from hybridperf.serving.engines import EngineDefaults, get_engine
@@ -38,6 +38,7 @@ class ServingResult:
     tokens_per_s: float
     tokens_per_s_per_gpu: float
     gpus: int
+    stratum: str = ""  # the interval's stratum (`calibration.STRATA`); "" for the pooled one
 
     def to_json(self) -> dict:
         out = {}
@@ -189,7 +190,9 @@ def predict_serving(config, device, engine: str, isl: int, osl: int, *, batch: i
             raise InputError("speculative decoding is not modelled for disaggregated workers")
         ttft, tpot, gpus = _disagg(arch, device, engine, disagg, isl, osl, n, ec)
         e2e = ttft + tpot * (osl - 1)
+        stratum = WORKERS_INFERRED if not (disagg[1] and disagg[3]) else ""
     else:
+        stratum = ""
         if moe_tp is None:
             moe_tp = max(tp * attention_dp // ep, 1)
         wk = Worker(Parallel(tp=tp, pp=pp, adp=attention_dp, moe_tp=moe_tp, moe_ep=ep), precision,
@@ -206,7 +209,7 @@ def predict_serving(config, device, engine: str, isl: int, osl: int, *, batch: i
         tps = concurrency * osl / (ttft + tpot * (osl - 1)) * 1e3
     else:
         tps = batch * osl / e2e * 1e3
-    return _result(ttft, tpot, e2e, tps, gpus, cal)
+    return _result(ttft, tpot, e2e, tps, gpus, cal, stratum)
 
 
 #: decode sequences one attention rank of a disaggregated decode worker holds when a run does not say how
@@ -253,15 +256,17 @@ def _decode_keys_ms(arch, device, engine, wk, isl, osl, per_rank):
     return (cost.decode_attn_ms(per_rank * isl, per_rank) - cost.decode_attn_ms(0, per_rank)) * wk.par.pp
 
 
-def _result(ttft, tpot, e2e, tps, gpus, cal: Calibration) -> ServingResult:
+def _result(ttft, tpot, e2e, tps, gpus, cal: Calibration, stratum: str) -> ServingResult:
+    q = cal.quantiles(stratum)
+
     def lat(v, metric):
-        lo, hi = cal.log_quantiles[metric]
+        lo, hi = q[metric]
         return Latency(v, v * math.exp(min(lo, 0.0)), v * math.exp(max(hi, 0.0)))
 
-    lo_t, hi_t = cal.log_quantiles["ttft"]
-    lo_d, hi_d = cal.log_quantiles["tpot"]
+    lo_t, hi_t = q["ttft"]
+    lo_d, hi_d = q["tpot"]
     e_lo = min(lo_t, lo_d, 0.0)
     e_hi = max(hi_t, hi_d, 0.0)
     return ServingResult(ttft=lat(ttft, "ttft"), tpot=lat(tpot, "tpot"),
                          e2e=Latency(e2e, e2e * math.exp(e_lo), e2e * math.exp(e_hi)),
-                         tokens_per_s=tps, tokens_per_s_per_gpu=tps / gpus, gpus=gpus)
+                         tokens_per_s=tps, tokens_per_s_per_gpu=tps / gpus, gpus=gpus, stratum=stratum)

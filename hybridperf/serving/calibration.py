@@ -4,7 +4,7 @@ Per engine: scales on the priors' GPU time (kernels below roofline) before and a
 the launch/host time per layer of an eager and of a CUDA-graph iteration, a per-request constant in TTFT
 (HTTP, tokenizer, detokenizer, first scheduler pass) and how close a closed loop stays to lock-step waves
 (`api.blend`); per metric: the 5% and 95% quantiles of log(measured / predicted), which make the central
-90% interval. `experiments/serving/serving_silicon.py` fits them on some systems' rows of
+90% interval, with quantiles of their own for a stratum of runs that spreads differently (`STRATA`). `experiments/serving/serving_silicon.py` fits them on some systems' rows of
 aiconfigurator's silicon_sample.csv and writes `calibration.json` for the CLI: engine constants from all
 systems, interval quantiles from the leave-one-system-out residuals (the spread on a GPU the fit has not
 seen); its held-out scores fit on every system but the one scored and pass that `Calibration` explicitly.
@@ -18,6 +18,11 @@ from pathlib import Path
 from hybridperf.errors import ModelBundleError
 
 DEFAULT_PATH = Path(__file__).with_name("calibration.json")
+#: interval strata with quantiles of their own: a disaggregated run whose worker counts were not given (the
+#: decode batch per worker, and with it TPOT, is a guess; silicon_sample.csv's rows so are 2-3x as spread
+#: in TPOT as the rest)
+WORKERS_INFERRED = "disagg_workers_inferred"
+STRATA = (WORKERS_INFERRED,)
 
 
 @dataclass(frozen=True)
@@ -43,18 +48,32 @@ class Calibration:
     # metric ("ttft", "tpot") -> (q05, q95) of log(measured / predicted)
     log_quantiles: dict = field(default_factory=lambda: {"ttft": (-0.5, 0.5), "tpot": (-0.3, 0.3)})
     provenance: str = "uncalibrated physics"
+    stratum_quantiles: dict = field(default_factory=dict)  # stratum of STRATA -> its own log_quantiles
 
     def engine(self, name: str) -> EngineCalibration:
         return self.engines.get(name, EngineCalibration())
 
+    def quantiles(self, stratum: str = "") -> dict:
+        """(q05, q95) per metric of runs of `stratum` ("" or one without quantiles of its own: all runs)."""
+        return self.stratum_quantiles.get(stratum, self.log_quantiles)
+
     def to_json(self) -> dict:
-        return {"engines": {k: asdict(v) for k, v in self.engines.items()},
-                "log_quantiles": {k: list(v) for k, v in self.log_quantiles.items()}, "provenance": self.provenance}
+        def q(d):
+            return {k: list(v) for k, v in d.items()}
+        return {"engines": {k: asdict(v) for k, v in self.engines.items()}, "log_quantiles": q(self.log_quantiles),
+                "stratum_quantiles": {k: q(v) for k, v in self.stratum_quantiles.items()},
+                "provenance": self.provenance}
 
     @classmethod
     def from_json(cls, d: dict) -> "Calibration":
+        def q(d):
+            return {k: tuple(v) for k, v in d.items()}
+        unknown = set(d.get("stratum_quantiles", {})) - set(STRATA)
+        if unknown:
+            raise KeyError(f"unknown interval strata {sorted(unknown)}")
         return cls(engines={k: EngineCalibration(**v) for k, v in d["engines"].items()},
-                   log_quantiles={k: tuple(v) for k, v in d["log_quantiles"].items()}, provenance=d["provenance"])
+                   log_quantiles=q(d["log_quantiles"]), provenance=d["provenance"],
+                   stratum_quantiles={k: q(v) for k, v in d.get("stratum_quantiles", {}).items()})
 
     @classmethod
     def load(cls, path: str | Path = DEFAULT_PATH) -> "Calibration":

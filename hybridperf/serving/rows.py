@@ -24,8 +24,9 @@ from hybridperf.serving.cost import KV_DTYPE_BYTES, PRECISIONS, QUANT_MODES, Par
 from hybridperf.serving.load import as_arch, resolve_config
 
 REQUIRED = ("backend", "model_path", "system", "mode", "isl", "osl")
+#: `interval_stratum`: which calibration quantiles made the row's interval (`calibration.STRATA`; empty: all runs')
 PRED_COLUMNS = ("pred_ttft_ms", "pred_ttft_lo_ms", "pred_ttft_hi_ms", "pred_tpot_ms", "pred_tpot_lo_ms",
-                "pred_tpot_hi_ms", "reason")
+                "pred_tpot_hi_ms", "reason", "interval_stratum")
 
 
 def _num(row, key, default=None):
@@ -139,9 +140,9 @@ def predict_rows(df: pd.DataFrame, config_dir, calibration: Calibration | None =
     for row in df.to_dict("records"):
         try:
             r = predict_serving(**row_request(row, config_dir), calibration=cal)
-            vals = (r.ttft.ms, r.ttft.lo_ms, r.ttft.hi_ms, r.tpot.ms, r.tpot.lo_ms, r.tpot.hi_ms, "")
+            vals = (r.ttft.ms, r.ttft.lo_ms, r.ttft.hi_ms, r.tpot.ms, r.tpot.lo_ms, r.tpot.hi_ms, "", r.stratum)
         except HybridperfError as e:
-            vals = (float("nan"),) * 6 + (str(e).replace("\n", " "),)
+            vals = (float("nan"),) * 6 + (str(e).replace("\n", " "), "")
         for c, v in zip(PRED_COLUMNS, vals):
             out[c].append(v)
     res = df.copy()
