@@ -186,8 +186,9 @@ def test_rows_agg_disagg_and_refusals(config_dir):
 
 
 def test_row_whose_tp_column_holds_tp_times_ep_runs_on_one_node(config_dir):
-    """tp_size 64 = TP 8 x EP 8 on an 8-GPU B200 node is one 8-GPU instance with whole experts; a TP 8 x EP 8
-    split that fits one node, and a product that does not match moe_tp x ep, are read as written."""
+    """tp_size 64 = TP 8 x EP 8 on an 8-GPU B200 node is one 8-GPU instance with whole experts, and so is vLLM's
+    TP x EP written into the attention-DP and EP columns; a split that fits one node, and a product that
+    does not match moe_tp x ep, are read as written."""
     row = {"silicon_data_source": "x; silicon_concurrency=32", "system": "b200_sxm", "isl": 1024, "osl": 128,
            "backend": "trtllm", "model_path": "moonshotai/Kimi-K2", "mode": "agg", "precision": "fp8",
            "batch_size": 32, "pp_size": 1, "attention_dp_size": 1}
@@ -199,6 +200,11 @@ def test_row_whose_tp_column_holds_tp_times_ep_runs_on_one_node(config_dir):
     assert (req["tp"], req["moe_tp"], req["ep"]) == (8, 1, 8)
     req = row_request({**row, "tp_size": 16, "moe_tp_size": 1, "moe_ep_size": 16}, config_dir)
     assert (req["tp"], req["moe_tp"], req["ep"]) == (16, 1, 16)
+    # vLLM's TP 4 with EP (`..._tp4_ep4_...`) written as attention-DP 4 and EP 16: one 4-GPU instance
+    req = row_request({**row, "tp_size": 4, "attention_dp_size": 4, "moe_tp_size": 1, "moe_ep_size": 16}, config_dir)
+    assert (req["tp"], req["attention_dp"], req["moe_tp"], req["ep"]) == (4, 1, 1, 4)
+    req = row_request({**row, "tp_size": 2, "attention_dp_size": 4, "moe_tp_size": 1, "moe_ep_size": 8}, config_dir)
+    assert (req["tp"], req["attention_dp"], req["ep"]) == (2, 4, 8)  # fits one node: as written
     # pipeline stages across nodes are real: TP 8 x PP 2 with experts 2 x 4 stays as written
     req = row_request({**row, "tp_size": 8, "pp_size": 2, "moe_tp_size": 2, "moe_ep_size": 4}, config_dir)
     assert (req["tp"], req["pp"], req["moe_tp"], req["ep"]) == (8, 2, 2, 4)

@@ -63,29 +63,37 @@ def _worker(row, prefix: str, prec: str, moe_prec: str, kv: str, node_gpus: int)
     ep = _int(row, f"{prefix}moe_ep_size")
     moe_tp = _int(row, f"{prefix}moe_tp_size", 0)  # 0: not given
     if moe_tp:
-        tp, adp, moe_tp = _tp_times_ep(tp, adp, moe_tp, ep, node_gpus)
+        tp, adp, moe_tp, ep = _tp_times_ep(tp, adp, moe_tp, ep, node_gpus)
     if moe_tp * ep != tp * adp:
         moe_tp = max(tp * adp // ep, 1)
     return Worker(Parallel(tp=tp, pp=_int(row, f"{prefix}pp_size"), adp=adp, moe_tp=moe_tp, moe_ep=ep), prec,
                   moe_prec, KV_DTYPE_BYTES[kv])
 
 
-def _tp_times_ep(tp: int, adp: int, moe_tp: int, ep: int, node_gpus: int) -> tuple[int, int, int]:
-    """(tp, adp, moe_tp) of an instance whose TP (or attention-DP) column holds its TP x EP: one pipeline stage
-    spans more GPUs than a node while that product equals the given moe_tp x ep, ep > 1 and moe_tp a multiple
-    of ep. silicon_sample.csv writes runs so (ids `..._tp8_ep8_...` with tp_size 64 and moe_tp_size 8 on the
-    8-GPU b200_sxm, their measurements repeated under tp_size 8); no engine runs one stage's tensor
-    parallelism across nodes. The EP ranks are then the stage's GPUs, each expert whole (moe_tp 1)."""
+def _tp_times_ep(tp: int, adp: int, moe_tp: int, ep: int, node_gpus: int) -> tuple[int, int, int, int]:
+    """(tp, adp, moe_tp, ep) of an instance whose columns hold its TP x EP: one pipeline stage spans more GPUs
+    than a node, which no engine's tensor parallelism does. silicon_sample.csv writes runs so in two ways:
+    - the TP (or attention-DP) column holds TP x EP, equal to the given moe_tp x ep, ep > 1 and moe_tp a
+      multiple of ep (ids `..._tp8_ep8_...` with tp_size 64 and moe_tp_size 8 on the 8-GPU b200_sxm, their
+      measurements repeated under tp_size 8). The EP ranks are then the stage's GPUs, each expert whole;
+    - vLLM's runs with expert parallelism (ids `..._tp4_ep4_...`): the attention-DP column holds the EP
+      (dividing the TP) and moe_ep_size TP x EP, moe_tp 1. vLLM splits the experts over the TP group's GPUs
+      (`--enable-expert-parallel`), so the instance is `tp` GPUs with EP over them.
+    Anything else is read as written."""
     gpus = tp * adp
-    if gpus <= node_gpus or ep < 2 or moe_tp < ep or moe_tp % ep or moe_tp * ep != gpus:
-        return tp, adp, moe_tp
+    if gpus <= node_gpus or ep < 2:
+        return tp, adp, moe_tp, ep
+    if moe_tp == 1 and ep == gpus and tp > 1 and adp > 1 and tp % adp == 0:
+        return tp, 1, 1, tp
+    if moe_tp < ep or moe_tp % ep or moe_tp * ep != gpus:
+        return tp, adp, moe_tp, ep
     if tp > 1 and tp % ep == 0:
         tp //= ep
     elif adp % ep == 0:
         adp //= ep
     else:
-        return tp, adp, moe_tp
-    return tp, adp, max(tp * adp // ep, 1)
+        return tp, adp, moe_tp, ep
+    return tp, adp, max(tp * adp // ep, 1), ep
 
 
 def concurrency_of(row) -> int:
