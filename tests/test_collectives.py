@@ -610,3 +610,16 @@ def test_trays_of_an_nvl72_rack_share_its_nvlink_domain():
     assert ms[0] == ms[1]
     bad = _cli("--collective", "all_reduce", "--bytes", "64MiB", "--gpus", 76, "--gpus-per-node", 4, "--device", "gb200")
     assert bad.exit_code != 0 and "part of another" in str(bad.exception)
+
+
+def test_pipeline_fill_slows_messages_below_fill_bytes_only():
+    """The first `fill_bytes` of a message move at 1 / (1 + fill_share) of the rate: a message well under
+    fill_bytes takes about (1 + share) x its transfer time, one far beyond it nearly the plain time."""
+    node = get_node("DGX-A100")
+    base = replace(DEFAULT_CONSTANTS, fill_share=0.001, lat_scale=0.3, launch_us=0.1)
+    slow = replace(base, fill_share=0.5, fill_bytes=float(2**26))
+    sizes = np.array([2.0**24, 2.0**34])
+    t0 = collective_time_ms("all_gather", sizes, 8, 8, node, base, "graph")
+    t1 = collective_time_ms("all_gather", sizes, 8, 8, node, slow, "graph")
+    assert 1.3 < t1[0] / t0[0] < 1.5
+    assert 1.0 < t1[1] / t0[1] < 1.01

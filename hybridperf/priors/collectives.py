@@ -84,6 +84,9 @@ class CollectiveConstants:
     eff_allreduce: float = 1.0  # an all-reduce's ring on an NVSwitch over an all-gather's, at 8 ranks
     rank_loss_allreduce: float = 0.6  # rank_loss of that all-reduce ring
     pcie_cross_socket: float = 0.5  # ring spanning both CPU sockets of an 8-GPU PCIe box
+    # filling NCCL's pipeline: the first `fill_bytes` of a message move at 1 / (1 + fill_share) of the rate
+    fill_share: float = 0.001
+    fill_bytes: float = 4 * 2**20
 
     def to_dict(self) -> dict:
         return {k: float(v) for k, v in asdict(self).items()}
@@ -299,7 +302,7 @@ def nccl_model_us(coll: str, alg: str, pr: str, n: np.ndarray, f: Fabric, c: Col
             t_in = (g - 1) / p * n / (1e3 * f.intra_bw * eff) if g > 1 else 0 * n  # all links busy, as a ring
             t_net = g * (p - g) / p * n / (1e3 * f.node_bw * eff) if N > 1 else 0 * n
             t = np.maximum(t_in, t_net)
-        return np.where(use, lat + t, np.inf)
+        return np.where(use, lat + t * _fill(n, t, c), np.inf)
     nsteps = 2 * (p - 1) if coll == "all_reduce" else p - 1
     hw_in = _HW_LAT["nvlink" if f.intra_kind == "nvlink" else "pcie"][alg][k]
     hw_net = _HW_LAT["net"]["tree" if g == 1 else alg][k]
@@ -334,7 +337,16 @@ def nccl_model_us(coll: str, alg: str, pr: str, n: np.ndarray, f: Fabric, c: Col
     else:  # pat
         lat += math.log2(N) * hw_net / 3.5 + p * 2.8
         algbw = 0.75 * bus
-    return c.lat_scale * lat + n / (1e3 * algbw)
+    t = n / (1e3 * algbw)
+    return c.lat_scale * lat + t * _fill(n, t, c)
+
+
+def _fill(n: np.ndarray, t: np.ndarray, c: CollectiveConstants) -> np.ndarray:
+    """Factor on a message's transfer time for the pipeline's fill: 1 + fill_share x min(n, fill_bytes) / n
+    (none for NCCL's own tuner model)."""
+    if c is TUNER_CONSTANTS:
+        return 1.0
+    return 1.0 + c.fill_share * np.minimum(n, c.fill_bytes) / np.maximum(n, 1.0)
 
 
 def _tree_correction(n: np.ndarray, k: int) -> np.ndarray:

@@ -40,6 +40,8 @@ BOUNDS = {
     "rank_loss": (0.01, 1.6),
     "eff_allreduce": (0.5, 2.0),
     "rank_loss_allreduce": (0.01, 1.6),
+    "fill_share": (0.001, 3.0),
+    "fill_bytes": (2.0**16, 2.0**28),
 }
 
 
@@ -76,7 +78,7 @@ def row_weights(df: pd.DataFrame) -> np.ndarray:
 
 def fittable(df: pd.DataFrame, nodes: dict | None = None) -> list[str]:
     """The constants that rows of `df` actually exercise (the others keep their defaults)."""
-    out = {"lat_scale"}
+    out = {"lat_scale", "fill_share", "fill_bytes"}
     for (system, coll, p, g, tm), grp in df.groupby(GROUP_KEYS, sort=False):
         node = node_for(system, nodes)
         p2p = coll in ("send_recv", "all_to_all")
