@@ -4,10 +4,11 @@ Per engine: scales on the priors' GPU time (kernels below roofline) before and a
 the launch/host time per layer of an eager and of a CUDA-graph iteration, a per-request constant in TTFT
 (HTTP, tokenizer, detokenizer, first scheduler pass) and how close a closed loop stays to lock-step waves
 (`api.blend`); per metric: the 5% and 95% quantiles of log(measured / predicted), which make the central
-90% interval, with quantiles of their own for a stratum of runs that spreads differently (`STRATA`). `experiments/serving/serving_silicon.py` fits them on some systems' rows of
-aiconfigurator's silicon_sample.csv and writes `calibration.json` for the CLI: engine constants from all
-systems, interval quantiles from the leave-one-system-out residuals (the spread on a GPU the fit has not
-seen); its held-out scores fit on every system but the one scored and pass that `Calibration` explicitly.
+90% interval, with quantiles of their own for a stratum of runs that spreads differently (`STRATA`).
+`experiments/serving/serving_silicon.py` fits them on some systems' rows of aiconfigurator's
+silicon_sample.csv and writes `calibration.json` for the CLI: engine constants from all systems, interval
+quantiles from the leave-one-system-out residuals (the spread on a GPU the fit has not seen); its held-out
+scores fit on every system but the one scored and pass that `Calibration` explicitly.
 """
 from __future__ import annotations
 
