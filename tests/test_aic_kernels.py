@@ -13,8 +13,8 @@ from conftest import assert_one_line_error, run_cli
 from hybridperf.aic_kernels import AicPredictor, calibrate_to, kernel_family, validate
 from hybridperf.datasets.aiconfigurator import SYSTEM_DEVICES, canonical, load_kernels
 from hybridperf.devices import get_device
-from hybridperf.priors.llm_gemm import (ROOFLINE, fitted_constants, gemm_ms, l2_output_hit, l2_weight_hit, matrix_peak,
-                                        tile_compute_s)
+from hybridperf.priors.llm_gemm import (ROOFLINE, KernelConstants, fitted_constants, gemm_ms, l2_output_hit,
+                                        l2_weight_hit, matrix_peak, tile_compute_s)
 from hybridperf.priors.moe import moe_ms, moe_parts, rank0_share
 
 REPO = Path(__file__).resolve().parents[1]
@@ -331,3 +331,17 @@ def test_prior_terms_read_the_framework_a_row_names_or_its_kernel_source():
     assert list(framework_of(rows.drop(columns="framework"))) == ["TRTLLM", "VLLM", "TRTLLM", "VLLM"]
     assert list(framework_of(pd.DataFrame({"kernel_source": ["DeepGemmFp8BlockScaledMMKernel", "sglang_torch_linear",
                                                               "mystery"]}))) == ["VLLM", "SGLang", ""]
+
+
+def test_unfitted_dtype_takes_its_kin_on_the_same_kernel_source():
+    """nvfp4 through TensorRT-LLM's generic `torch_flow` path, fitted nowhere, takes fp8's constants on that
+    path (the same wrapper's launches) before fp8's over every source, and a source of its own falls to fp8."""
+    c = KernelConstants(compute_eff=(("bfloat16", 0.9), ("fp8", 0.8), ("fp8|torch_flow", 0.7)),
+                        memory_eff=(("bfloat16", 0.9),),
+                        floor_kcycles=(("bfloat16", 4.0), ("fp8", 5.0), ("fp8|torch_flow", 13.0)))
+    assert c.value("floor_kcycles", "nvfp4", "torch_flow") == 13.0
+    assert c.value("floor_kcycles", "nvfp4", "sglang_flashinfer_cutedsl_nvfp4") == 5.0
+    assert c.value("compute_eff", "nvfp4", "torch_flow") == 0.7
+    fitted = KernelConstants(compute_eff=(("nvfp4", 0.6), ("fp8|torch_flow", 0.7)), memory_eff=(),
+                             floor_kcycles=())
+    assert fitted.value("compute_eff", "nvfp4", "torch_flow") == 0.6  # the dtype's own fit comes first

@@ -124,9 +124,13 @@ class KernelConstants:
 
     def value(self, field: str, dtype: str, kernel_source: str | None = None) -> float:
         """The constant of `dtype` run by `kernel_source` where fitted, else of the dtype, else of its
-        nearest fitted kin (`DTYPE_KIN`), else of bfloat16."""
+        nearest fitted kin (`DTYPE_KIN`) run by the same kernel source (a framework's generic path, such as
+        TensorRT-LLM's `torch_flow`, wraps every dtype in the same launches), else of that kin, else of
+        bfloat16."""
         table = dict(getattr(self, field))
-        keys = ([f"{dtype}|{kernel_source}"] if kernel_source else []) + [dtype, *DTYPE_KIN.get(dtype, ()), "bfloat16"]
+        kin = DTYPE_KIN.get(dtype, ())
+        keys = ([f"{dtype}|{kernel_source}"] if kernel_source else []) + [dtype] \
+            + ([f"{k}|{kernel_source}" for k in kin] if kernel_source else []) + [*kin, "bfloat16"]
         return float(next((table[k] for k in keys if k in table), 1.0))
 
     def host_s(self, dtype: str, kernel_source: str | None) -> float:
