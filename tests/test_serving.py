@@ -205,6 +205,9 @@ def test_row_whose_tp_column_holds_tp_times_ep_runs_on_one_node(config_dir):
     assert (req["tp"], req["attention_dp"], req["moe_tp"], req["ep"]) == (4, 1, 1, 4)
     req = row_request({**row, "tp_size": 2, "attention_dp_size": 4, "moe_tp_size": 1, "moe_ep_size": 8}, config_dir)
     assert (req["tp"], req["attention_dp"], req["ep"]) == (2, 4, 8)  # fits one node: as written
+    # a GB200 NVL72 domain is 72 GPUs, but tp_size 64 = TP 8 x EP 8 there too
+    req = row_request({**row, "system": "gb200", "tp_size": 64, "moe_tp_size": 8, "moe_ep_size": 8}, config_dir)
+    assert (req["tp"], req["attention_dp"], req["moe_tp"], req["ep"]) == (8, 1, 1, 8)
     # pipeline stages across nodes are real: TP 8 x PP 2 with experts 2 x 4 stays as written
     req = row_request({**row, "tp_size": 8, "pp_size": 2, "moe_tp_size": 2, "moe_ep_size": 4}, config_dir)
     assert (req["tp"], req["pp"], req["moe_tp"], req["ep"]) == (8, 2, 2, 4)

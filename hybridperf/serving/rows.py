@@ -70,9 +70,15 @@ def _worker(row, prefix: str, prec: str, moe_prec: str, kv: str, node_gpus: int)
                   moe_prec, KV_DTYPE_BYTES[kv])
 
 
+#: GPUs beyond which a row's TP x attention-DP product is taken for the TP x EP pattern even inside one
+#: NVLink domain (GB200/GB300 NVL72: 72 GPUs): the tables' runs use TP groups of at most 8
+MAX_STAGE_GPUS = 8
+
+
 def _tp_times_ep(tp: int, adp: int, moe_tp: int, ep: int, node_gpus: int) -> tuple[int, int, int, int]:
     """(tp, adp, moe_tp, ep) of an instance whose columns hold its TP x EP: one pipeline stage spans more GPUs
-    than a node, which no engine's tensor parallelism does. silicon_sample.csv writes runs so in two ways:
+    than a node (or than 8 inside a rack-scale NVLink domain, `MAX_STAGE_GPUS`), which these exports' engines
+    never ran as one tensor-parallel group. silicon_sample.csv writes runs so in two ways:
     - the TP (or attention-DP) column holds TP x EP, equal to the given moe_tp x ep, ep > 1 and moe_tp a
       multiple of ep (ids `..._tp8_ep8_...` with tp_size 64 and moe_tp_size 8 on the 8-GPU b200_sxm, their
       measurements repeated under tp_size 8). The EP ranks are then the stage's GPUs, each expert whole;
@@ -81,7 +87,7 @@ def _tp_times_ep(tp: int, adp: int, moe_tp: int, ep: int, node_gpus: int) -> tup
       (`--enable-expert-parallel`), so the instance is `tp` GPUs with EP over them.
     Anything else is read as written."""
     gpus = tp * adp
-    if gpus <= node_gpus or ep < 2:
+    if gpus <= min(node_gpus, MAX_STAGE_GPUS) or ep < 2:
         return tp, adp, moe_tp, ep
     if moe_tp == 1 and ep == gpus and tp > 1 and adp > 1 and tp % adp == 0:
         return tp, 1, 1, tp
