@@ -140,6 +140,12 @@ def test_inferred_workers_take_their_stratum_interval(tmp_path):
     bad.write_text(json.dumps(cal.to_json() | {"stratum_quantiles": {"typo": wide}}))
     with pytest.raises(ModelBundleError, match="typo"):
         Calibration.load(bad)
+    bad.write_text(json.dumps(cal.to_json() | {"stratum_quantiles": {WORKERS_INFERRED: {"tpot": (-1.0, 0.7)}}}))
+    with pytest.raises(ModelBundleError, match="ttft"):
+        Calibration.load(bad)
+    old = {k: v for k, v in cal.to_json().items() if k != "stratum_quantiles"}  # a file from before strata
+    bad.write_text(json.dumps(old))
+    assert Calibration.load(bad).quantiles(WORKERS_INFERRED) == WAVES.log_quantiles
 
 
 def test_bad_arguments():
@@ -201,7 +207,8 @@ def test_row_whose_tp_column_holds_tp_times_ep_runs_on_one_node(config_dir):
     req = row_request({**row, "tp_size": 16, "moe_tp_size": 1, "moe_ep_size": 16}, config_dir)
     assert (req["tp"], req["moe_tp"], req["ep"]) == (16, 1, 16)
     # vLLM's TP 4 with EP (`..._tp4_ep4_...`) written as attention-DP 4 and EP 16: one 4-GPU instance
-    req = row_request({**row, "tp_size": 4, "attention_dp_size": 4, "moe_tp_size": 1, "moe_ep_size": 16}, config_dir)
+    req = row_request({**row, "backend": "vllm", "tp_size": 4, "attention_dp_size": 4, "moe_tp_size": 1,
+                       "moe_ep_size": 16}, config_dir)
     assert (req["tp"], req["attention_dp"], req["moe_tp"], req["ep"]) == (4, 1, 1, 4)
     req = row_request({**row, "tp_size": 2, "attention_dp_size": 4, "moe_tp_size": 1, "moe_ep_size": 8}, config_dir)
     assert (req["tp"], req["attention_dp"], req["ep"]) == (2, 4, 8)  # fits one node: as written

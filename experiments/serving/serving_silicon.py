@@ -111,15 +111,16 @@ MIN_STRATUM_ROWS = 30
 
 def log_quantiles(pred: pd.DataFrame) -> tuple[dict, dict]:
     """5% and 95% quantiles of log(measured / predicted) per metric over the predicted rows outside any
-    stratum, and per stratum (`interval_stratum`) with at least MIN_STRATUM_ROWS rows over its own."""
+    stratum (`interval_stratum`), and per stratum over its own rows; a stratum of fewer than MIN_STRATUM_ROWS
+    rows joins the pooled ones."""
     ok = pred[pred.reason == ""]
 
     def q(g):
         return {m: tuple(float(np.quantile(np.log(g[f"silicon_{m}_ms"] / g[f"pred_{m}_ms"]), p)) for p in (0.05, 0.95))
                 for m in ("ttft", "tpot")}
     strata = ok["interval_stratum"].fillna("")
-    return q(ok[strata == ""]), {k: q(g) for k, g in ok[strata != ""].groupby(strata[strata != ""])
-                                 if len(g) >= MIN_STRATUM_ROWS}
+    strata = strata.where(strata.map(strata.value_counts()) >= MIN_STRATUM_ROWS, "")  # too few: pooled
+    return q(ok[strata == ""]), {k: q(g) for k, g in ok[strata != ""].groupby(strata[strata != ""])}
 
 
 def fit(df: pd.DataFrame, comps: pd.DataFrame, provenance: str, quantiles: tuple | None = None) -> Calibration:

@@ -85,6 +85,7 @@ class CollectiveConstants:
     rank_loss_allreduce: float = 0.6  # rank_loss of that all-reduce ring
     pcie_cross_socket: float = 0.5  # ring spanning both CPU sockets of an 8-GPU PCIe box
     # filling NCCL's pipeline: the first `fill_bytes` of a message move at 1 / (1 + fill_share) of the rate
+    # (the default is the fit's lower bound, not 0: the fit searches in log space)
     fill_share: float = 0.001
     fill_bytes: float = 4 * 2**20
 
@@ -302,7 +303,7 @@ def nccl_model_us(coll: str, alg: str, pr: str, n: np.ndarray, f: Fabric, c: Col
             t_in = (g - 1) / p * n / (1e3 * f.intra_bw * eff) if g > 1 else 0 * n  # all links busy, as a ring
             t_net = g * (p - g) / p * n / (1e3 * f.node_bw * eff) if N > 1 else 0 * n
             t = np.maximum(t_in, t_net)
-        return np.where(use, lat + t * _fill(n, t, c), np.inf)
+        return np.where(use, lat + t * _fill(n, c), np.inf)
     nsteps = 2 * (p - 1) if coll == "all_reduce" else p - 1
     hw_in = _HW_LAT["nvlink" if f.intra_kind == "nvlink" else "pcie"][alg][k]
     hw_net = _HW_LAT["net"]["tree" if g == 1 else alg][k]
@@ -338,10 +339,10 @@ def nccl_model_us(coll: str, alg: str, pr: str, n: np.ndarray, f: Fabric, c: Col
         lat += math.log2(N) * hw_net / 3.5 + p * 2.8
         algbw = 0.75 * bus
     t = n / (1e3 * algbw)
-    return c.lat_scale * lat + t * _fill(n, t, c)
+    return c.lat_scale * lat + t * _fill(n, c)
 
 
-def _fill(n: np.ndarray, t: np.ndarray, c: CollectiveConstants) -> np.ndarray:
+def _fill(n: np.ndarray, c: CollectiveConstants) -> np.ndarray:
     """Factor on a message's transfer time for the pipeline's fill: 1 + fill_share x min(n, fill_bytes) / n
     (none for NCCL's own tuner model)."""
     if c is TUNER_CONSTANTS:

@@ -38,7 +38,7 @@ class ServingResult:
     tokens_per_s: float
     tokens_per_s_per_gpu: float
     gpus: int
-    stratum: str = ""  # the interval's stratum (`calibration.STRATA`); "" for the pooled one
+    stratum: str = ""  # the run's interval stratum (`calibration.STRATA`, "" none): its own quantiles where calibrated
 
     def to_json(self) -> dict:
         out = {}
@@ -190,7 +190,7 @@ def predict_serving(config, device, engine: str, isl: int, osl: int, *, batch: i
             raise InputError("speculative decoding is not modelled for disaggregated workers")
         ttft, tpot, gpus = _disagg(arch, device, engine, disagg, isl, osl, n, ec)
         e2e = ttft + tpot * (osl - 1)
-        stratum = WORKERS_INFERRED if not (disagg[1] and disagg[3]) else ""
+        stratum = WORKERS_INFERRED if not disagg[3] else ""  # the decode batch per worker is a guess
     else:
         stratum = ""
         if moe_tp is None:

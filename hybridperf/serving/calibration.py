@@ -59,22 +59,22 @@ class Calibration:
         return self.stratum_quantiles.get(stratum, self.log_quantiles)
 
     def to_json(self) -> dict:
-        def q(d):
-            return {k: list(v) for k, v in d.items()}
-        return {"engines": {k: asdict(v) for k, v in self.engines.items()}, "log_quantiles": q(self.log_quantiles),
-                "stratum_quantiles": {k: q(v) for k, v in self.stratum_quantiles.items()},
+        return {"engines": {k: asdict(v) for k, v in self.engines.items()}, "log_quantiles": _lists(self.log_quantiles),
+                "stratum_quantiles": {k: _lists(v) for k, v in self.stratum_quantiles.items()},
                 "provenance": self.provenance}
 
     @classmethod
     def from_json(cls, d: dict) -> "Calibration":
-        def q(d):
-            return {k: tuple(v) for k, v in d.items()}
-        unknown = set(d.get("stratum_quantiles", {})) - set(STRATA)
+        strata = d.get("stratum_quantiles", {})
+        unknown = set(strata) - set(STRATA)
         if unknown:
             raise KeyError(f"unknown interval strata {sorted(unknown)}")
+        for k, v in strata.items():
+            if set(v) != set(d["log_quantiles"]):
+                raise KeyError(f"interval stratum {k} has quantiles for {sorted(v)}, not {sorted(d['log_quantiles'])}")
         return cls(engines={k: EngineCalibration(**v) for k, v in d["engines"].items()},
-                   log_quantiles=q(d["log_quantiles"]), provenance=d["provenance"],
-                   stratum_quantiles={k: q(v) for k, v in d.get("stratum_quantiles", {}).items()})
+                   log_quantiles=_tuples(d["log_quantiles"]), provenance=d["provenance"],
+                   stratum_quantiles={k: _tuples(v) for k, v in strata.items()})
 
     @classmethod
     def load(cls, path: str | Path = DEFAULT_PATH) -> "Calibration":
@@ -85,3 +85,11 @@ class Calibration:
 
     def save(self, path: str | Path = DEFAULT_PATH) -> None:
         Path(path).write_text(json.dumps(self.to_json(), indent=1, sort_keys=True) + "\n")
+
+
+def _lists(q: dict) -> dict:
+    return {k: list(v) for k, v in q.items()}
+
+
+def _tuples(q: dict) -> dict:
+    return {k: tuple(v) for k, v in q.items()}

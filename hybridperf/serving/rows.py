@@ -24,7 +24,8 @@ from hybridperf.serving.cost import KV_DTYPE_BYTES, PRECISIONS, QUANT_MODES, Par
 from hybridperf.serving.load import as_arch, resolve_config
 
 REQUIRED = ("backend", "model_path", "system", "mode", "isl", "osl")
-#: `interval_stratum`: which calibration quantiles made the row's interval (`calibration.STRATA`; empty: all runs')
+#: `interval_stratum`: the run's interval stratum (`calibration.STRATA`; its own quantiles where calibrated, else the
+#: pooled ones; empty: none)
 PRED_COLUMNS = ("pred_ttft_ms", "pred_ttft_lo_ms", "pred_ttft_hi_ms", "pred_tpot_ms", "pred_tpot_lo_ms",
                 "pred_tpot_hi_ms", "reason", "interval_stratum")
 
@@ -83,7 +84,8 @@ def _tp_times_ep(tp: int, adp: int, moe_tp: int, ep: int, node_gpus: int) -> tup
       multiple of ep (ids `..._tp8_ep8_...` with tp_size 64 and moe_tp_size 8 on the 8-GPU b200_sxm, their
       measurements repeated under tp_size 8). The EP ranks are then the stage's GPUs, each expert whole;
     - vLLM's runs with expert parallelism (ids `..._tp4_ep4_...`): the attention-DP column holds the EP
-      (dividing the TP) and moe_ep_size TP x EP, moe_tp 1. vLLM splits the experts over the TP group's GPUs
+      (dividing the TP) and moe_ep_size TP x EP, moe_tp 1 (only vLLM rows have that shape; it is read so
+      whatever the backend). vLLM splits the experts over the TP group's GPUs
       (`--enable-expert-parallel`), so the instance is `tp` GPUs with EP over them.
     Anything else is read as written."""
     gpus = tp * adp
