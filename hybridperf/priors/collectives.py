@@ -106,7 +106,7 @@ DEFAULT_CONSTANTS = CollectiveConstants()
 #: 24 of 32 GB/s), the NIC at line rate, its own latency tables
 TUNER_CONSTANTS = replace(DEFAULT_CONSTANTS, lat_scale=1.0, launch_us=0.0, eff_nvlink=0.8, eff_nvlink_p2p=0.8,
                           eff_pcie=0.75, eff_pcie_p2p=0.75, eff_net=1.0, eff_net_p2p=1.0, nvls_gain=1.0, rank_loss=0.0,
-                          eff_allreduce=1.0, rank_loss_allreduce=0.0)
+                          eff_allreduce=1.0, rank_loss_allreduce=0.0, fill_share=0.0)
 
 
 def canonical_collective(name: str) -> str:
@@ -344,9 +344,7 @@ def nccl_model_us(coll: str, alg: str, pr: str, n: np.ndarray, f: Fabric, c: Col
 
 def _fill(n: np.ndarray, c: CollectiveConstants) -> np.ndarray:
     """Factor on a message's transfer time for the pipeline's fill: 1 + fill_share x min(n, fill_bytes) / n
-    (none for NCCL's own tuner model)."""
-    if c is TUNER_CONSTANTS:
-        return 1.0
+    (1 for NCCL's own tuner model, whose fill_share is 0)."""
     return 1.0 + c.fill_share * np.minimum(n, c.fill_bytes) / np.maximum(n, 1.0)
 
 

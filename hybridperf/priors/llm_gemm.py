@@ -286,7 +286,7 @@ def gemm_parts(m, n, k, gemm_dtype: str, device: DeviceSpec, replayed: bool = Tr
     m, n, k = (np.asarray(x, dtype=np.float64) for x in (m, n, k))
     copies = replay_copies(framework, gemm_dtype, version)
     unfused = UNFUSED_PATHS.get((gemm_dtype, str(kernel_source or "")))
-    gemm_dtype = unfused[0] if unfused else gemm_dtype
+    gemm_dtype = kernel_dtype(gemm_dtype, kernel_source)
     a_bytes, b_bytes, peak_key = GEMM_DTYPES.get(gemm_dtype, GEMM_DTYPES["bfloat16"])
     peak = matrix_peak(device, peak_key)
     bw = device.mem_bw_gbs * 1e9

@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from hybridperf.aic_kernels import FEATURES, dtype_of, features, prior_terms
+from hybridperf.aic_kernels import FEATURES, features, prior_terms, run_dtype_of
 from hybridperf.devices import get_device
 from hybridperf.datasets.aiconfigurator import SYSTEM_DEVICES
-from hybridperf.priors.llm_gemm import ROOFLINE, KernelConstants, eager_timed, kernel_dtype
+from hybridperf.priors.llm_gemm import ROOFLINE, KernelConstants, eager_timed
 
 #: a row is compute-bound (memory-bound) when its ideal compute time is this many times its memory time
 #: (or the reverse) and its measured time this many times the floor
@@ -89,19 +89,18 @@ def fit_constants(df: pd.DataFrame, op: str, systems, source: str) -> KernelCons
     per: dict[str, list] = {}
     for system, g in rows.groupby("system", observed=True):
         g = g.reset_index(drop=True)
-        t = prior_terms(g, get_device(SYSTEM_DEVICES[system]), ROOFLINE, ROOFLINE)
+        device = get_device(SYSTEM_DEVICES[system])
+        t = prior_terms(g, device, ROOFLINE, ROOFLINE)
         n_k = t["kernels"].to_numpy() if op == "gemm" else np.full(len(g), 5.0)
-        srcs = g["kernel_source"].astype(str).to_numpy().astype(object)
-        dts = [kernel_dtype(d, s) for d, s in zip(dtype_of(g), srcs)] if op == "gemm" else dtype_of(g)
-        keys = np.asarray(dts, dtype=object) + "|" + srcs
+        keys = run_dtype_of(g) + "|" + g["kernel_source"].astype(str).to_numpy().astype(object)
         arr = {k: t[k].to_numpy() for k in ("compute_ms", "memory_ms", "aux")}
         y = g["latency_ms"].to_numpy()
         for key in sorted(set(keys)):
             m = keys == key
             dt, src = key.split("|", 1)
-            clock = get_device(SYSTEM_DEVICES[system]).boost_clock_mhz
             per.setdefault(key, []).append(_fit_group(arr["compute_ms"][m], arr["memory_ms"][m], arr["aux"][m], y[m],
-                                                      float(n_k[m][0]), clock, op == "gemm" and eager_timed(dt, src)))
+                                                      float(n_k[m][0]), device.boost_clock_mhz,
+                                                      op == "gemm" and eager_timed(dt, src)))
     tables: list[dict] = [{}, {}, {}, {}]
     for key, vals in per.items():
         for i, table in enumerate(tables):
