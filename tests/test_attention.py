@@ -233,6 +233,17 @@ def test_decode_wave_latency_scales_with_the_sm_clock():
     assert (t[1] - over) == pytest.approx(2 * (t[0] - over), rel=0.05)
 
 
+def test_blackwell_ultra_doubles_the_softmax_exponential_rate():
+    b200, b300 = get_device("B200"), get_device("B300")
+    per_sm_clock = [A.exp_rate(d) / (d.num_sms * d.boost_clock_mhz * 1e6) for d in (b200, b300)]
+    assert per_sm_clock == [16.0, 32.0]
+    # an exponential-bound prefill (fp8, head_dim 64) runs faster on the faster SFUs alone
+    same_but_sfu = dataclasses.replace(b200, sfu_exp_per_sm_clock=32.0)
+    t = [float(A.context_attention_ms(4, 8192, 32, 8, 64, d, dtype="fp8", kv_dtype="fp8", kernel_source="trtllm"))
+         for d in (b200, same_but_sfu)]
+    assert t[1] < 0.9 * t[0]
+
+
 def test_tensorrt_llm_decode_of_a_large_query_group_falls_back_to_one_kv_pass_per_query_head():
     def t(heads, src):
         return float(A.generation_attention_ms(64, 8192, heads, 1, 128, H100, kernel_source=src))

@@ -48,6 +48,7 @@ class DeviceSpec:
     l2_partitions: int = 1  # L2 halves that each cache for their own SMs (2 on GA100 and GH100)
     mem_type: str = "HBM2"
     ecc_reserved: float = 0.0  # share of memory ECC takes on cards that enable it on GDDR (1/16)
+    sfu_exp_per_sm_clock: float = 16.0  # MUFU.EX2 exponentials per SM per clock (softmax); 32 on Blackwell Ultra
     tdp_w: float = 0.0
     pcie_gen: int = 3
     pcie_bw_gbs: float = 16.0  # per direction
@@ -155,7 +156,9 @@ _DEVICE_RULES = {
     "smem_per_sm_kb": (float, 0.0, 1e5, "KB", True),
     "max_threads_per_sm": (int, 1, 1_000_000, "threads", False),
     "l2_partitions": (int, 1, 64, "partitions", False),
-    "mem_type": (str, "", None), "ecc_reserved": (float, 0.0, 0.5, "share of memory", False), "tdp_w": (float, 0.0, 1e5, "W (0: unknown)", False),
+    "mem_type": (str, "", None), "ecc_reserved": (float, 0.0, 0.5, "share of memory", False),
+    "sfu_exp_per_sm_clock": (float, 0.0, 1024.0, "exponentials per SM per clock", True),
+    "tdp_w": (float, 0.0, 1e5, "W (0: unknown)", False),
     "pcie_gen": (int, 1, 16, "", False), "pcie_bw_gbs": (float, 0.0, 1e5, "GB/s", True),
     "link_name": (str, "", None), "link_bw_gbs": (float, 0.0, 1e6, "GB/s (0: no link)", False),
     "form_factor": (str, None, None),

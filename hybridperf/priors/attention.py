@@ -44,8 +44,6 @@ from hybridperf.priors.memory import achievable_bandwidth, l2_hit_fraction
 MIN_BLOCK_Q = 16.0
 #: L2 bytes an SM can load per clock (32 B/clk/SM on Ampere to Blackwell)
 L2_BYTES_PER_SM_CLOCK = 32.0
-#: SFU exponentials per SM per clock (MUFU.EX2; sm_80 to sm_100)
-SFU_PER_SM_CLOCK = 16.0
 #: PyTorch's memory-efficient attention in fp32 multiplies as three TF32 products on the tensor cores
 #: (cutlass OpMultiplyAddFastF32), keeping fp32 accuracy at a third of the TF32 rate
 MEM_EFFICIENT_FP32_PASSES = 3.0
@@ -224,8 +222,9 @@ def clock_scale(device: DeviceSpec) -> float:
 
 
 def exp_rate(device: DeviceSpec) -> float:
-    """Exponentials per second on the SFUs."""
-    return device.num_sms * SFU_PER_SM_CLOCK * device.boost_clock_mhz * 1e6
+    """Exponentials per second on the SFUs (`sfu_exp_per_sm_clock`: 16 per SM per clock from sm_80 to sm_100,
+    twice that on Blackwell Ultra)."""
+    return device.num_sms * device.sfu_exp_per_sm_clock * device.boost_clock_mhz * 1e6
 
 
 def matrix_rate(device: DeviceSpec, dtype: str) -> float:
