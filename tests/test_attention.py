@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from hybridperf.cli.app import app
 from hybridperf.devices import get_device
-from hybridperf.errors import InputError
+from hybridperf.errors import InputError, SpecError
 from hybridperf.graphs import build_graph, predict_model
 from hybridperf.graphs.attention import IMPLEMENTATIONS, NO_SDPA
 from hybridperf.graphs.parallel import predict_parallel
@@ -242,6 +242,20 @@ def test_blackwell_ultra_doubles_the_softmax_exponential_rate():
     t = [float(A.context_attention_ms(4, 8192, 32, 8, 64, d, dtype="fp8", kv_dtype="fp8", kernel_source="trtllm"))
          for d in (b200, same_but_sfu)]
     assert t[1] < 0.9 * t[0]
+
+
+def test_sm120_blackwell_runs_mma_sync_kernels_at_its_full_tensor_rate():
+    pro = get_device("rtx_pro_6000_server")
+    assert (pro.arch, pro.kernel_arch, get_device("B200").kernel_arch) == ("blackwell", "ada", "blackwell")
+    assert A.generation(pro, "fa2").isa_fraction == 1.0  # no wgmma/tcgen05 to fall short of
+    as_datacenter = dataclasses.replace(pro, tensor_isa="")
+    assert A.generation(as_datacenter, "fa2").isa_fraction == 0.5
+    # a compute-bound FlashAttention-2 prefill is priced at the whole mma.sync rate, not half of it
+    t = [float(A.context_attention_ms(8, 8192, 32, 8, 128, d, kernel_source="vllm_flash_attn"))
+         for d in (pro, as_datacenter)]
+    assert t[0] < 0.7 * t[1]
+    with pytest.raises(SpecError, match="tensor_isa"):
+        dataclasses.replace(pro, tensor_isa="hmma")
 
 
 def test_tensorrt_llm_decode_of_a_large_query_group_falls_back_to_one_kv_pass_per_query_head():

@@ -49,6 +49,7 @@ class DeviceSpec:
     mem_type: str = "HBM2"
     ecc_reserved: float = 0.0  # share of memory ECC takes on cards that enable it on GDDR (1/16)
     sfu_exp_per_sm_clock: float = 16.0  # MUFU.EX2 exponentials per SM per clock (softmax); 32 on Blackwell Ultra
+    tensor_isa: str = ""  # "mma": the tensor cores take mma.sync only (sm_120 Blackwell); "": the arch's own
     tdp_w: float = 0.0
     pcie_gen: int = 3
     pcie_bw_gbs: float = 16.0  # per direction
@@ -69,6 +70,15 @@ class DeviceSpec:
                 raise SpecError(f"field peak_tflops has key {key!r}; allowed keys: {', '.join(PEAK_KEYS)}")
             check_number(value, f"peak_tflops.{key}", float, 0.0, 1e6, "TFLOP/s")
         check_number(peaks.get("fp32"), "peak_tflops.fp32", float, 0.0, 1e6, "TFLOP/s", lo_open=True)
+
+    @property
+    def kernel_arch(self) -> str:
+        """The architecture whose kernel designs (GEMM tiles, fused attention, grouped GEMMs) run on this part:
+        Blackwell variants as blackwell; a Hopper/Blackwell-generation part whose tensor cores take mma.sync
+        only (`tensor_isa` "mma": GeForce and RTX PRO Blackwell, sm_120, have no wgmma or tcgen05) as ada,
+        whose kernels (FlashAttention-2, CUTLASS mma.sync GEMMs) are what it runs."""
+        arch = "blackwell" if self.arch.startswith("blackwell") else self.arch
+        return "ada" if self.tensor_isa == "mma" and arch in ("hopper", "blackwell") else arch
 
     @property
     def mem_bytes(self) -> float:
@@ -161,7 +171,7 @@ _DEVICE_RULES = {
     "tdp_w": (float, 0.0, 1e5, "W (0: unknown)", False),
     "pcie_gen": (int, 1, 16, "", False), "pcie_bw_gbs": (float, 0.0, 1e5, "GB/s", True),
     "link_name": (str, "", None), "link_bw_gbs": (float, 0.0, 1e6, "GB/s (0: no link)", False),
-    "form_factor": (str, None, None),
+    "form_factor": (str, None, None), "tensor_isa": (str, "", ("", "mma", "wgmma", "tcgen05")),
 }
 TOPOLOGIES = ("nvswitch", "nvlink_pairs", "pcie", "mesh")
 _NODE_RULES = {

@@ -34,7 +34,7 @@ PYTHON_LOOP_ARCHS = {("nvidia", "pascal"), ("nvidia", "volta"), ("nvidia", "turi
 
 def one_grouped_kernel(device: DeviceSpec, dtype: str) -> bool:
     """Whether grouped_mm runs as one kernel on `device` for operands of `dtype`."""
-    return dtype == "bf16" and (device.vendor, device.arch) in ONE_KERNEL_ARCHS
+    return dtype == "bf16" and (device.vendor, device.kernel_arch) in ONE_KERNEL_ARCHS
 
 
 def launch_grouped_gemms(tab: pd.DataFrame, device: DeviceSpec) -> pd.DataFrame:

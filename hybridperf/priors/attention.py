@@ -111,8 +111,7 @@ def kernel_family(kernel_source: str | None) -> str:
 
 
 def generation(device: DeviceSpec, family: str) -> Generation:
-    arch = device.arch if device.arch in ("ampere", "ada", "hopper", "blackwell") else \
-        ("blackwell" if device.arch.startswith("blackwell") else "ampere")
+    arch = device.kernel_arch if device.kernel_arch in ("ampere", "ada", "hopper", "blackwell") else "ampere"
     return GENERATIONS[("fa2" if family in FA2_FAMILIES else "native", arch)]
 
 

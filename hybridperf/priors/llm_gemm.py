@@ -249,7 +249,7 @@ def tile_compute_s(m, n, k, peak: float, device: DeviceSpec) -> tuple[np.ndarray
     """(seconds, waves, CTAs) of the best tile of the device's architecture at 100% of `peak`: each
     wave runs one tile per SM for `2*tm*tn*k` FLOPs at the per-SM rate; with fewer tiles than SMs
     split-K spreads the reduction over up to `SMs / tiles` SMs, in chunks of at least `SPLIT_K_CHUNK`."""
-    tiles = TILES.get(device.arch, TILES["hopper"])
+    tiles = TILES.get(device.kernel_arch, TILES["hopper"])
     sms = float(device.num_sms)
     per_sm = peak / sms
     best = None

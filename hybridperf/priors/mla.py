@@ -51,7 +51,7 @@ CONSTANTS = MlaConstants(bw_share=Fitted(0.807, "share", _TABLES, _SCRIPT),
 def native_mla(device: DeviceSpec) -> bool:
     """Whether `device` runs the dedicated MLA decode kernels (Hopper, data-center Blackwell)."""
     return (device.vendor == "nvidia" and device.smem_per_sm_kb >= NATIVE_MIN_SMEM_KB
-            and (device.arch == "hopper" or device.arch.startswith("blackwell")))
+            and device.kernel_arch in ("hopper", "blackwell"))
 
 
 def mla_decode_ms(batch, kv_len, heads, kv_lora: int, rope: int, device: DeviceSpec, kv_dtype: str = "bf16",
@@ -65,7 +65,7 @@ def mla_decode_ms(batch, kv_len, heads, kv_lora: int, rope: int, device: DeviceS
                                        kernel_source=kernel_source, xqa_fallback=False)
     nbytes = batch * kv_len * width * DTYPE_BYTES.get(kv_dtype, 2) + batch * heads * (width + kv_lora) * 2.0
     mem = kv_read_ms(nbytes, device) / constants.bw_share.value
-    mma = kv_dtype if device.arch.startswith("blackwell") else "bf16"
+    mma = kv_dtype if device.kernel_arch == "blackwell" else "bf16"
     flops = 2.0 * batch * kv_len * heads * (width + kv_lora)
     compute = flops / (matrix_rate(device, mma) * constants.efficiency.value) * 1e3
     return np.maximum(mem, compute) + constants.overhead_ms.value * clock_scale(device)

@@ -137,7 +137,7 @@ class StepCost:
         self.collectives = collectives
         self.stage_layers = arch.layers / par.pp
         self.spec = spec or Speculation()
-        self.prefill_source, self.decode_source = (src or None for src in engine.attention_sources(device.arch))
+        self.prefill_source, self.decode_source = (src or None for src in engine.attention_sources(device.kernel_arch))
         # one grid for every run (not scaled to max_tokens), so that two schedules of the same iterations
         # (offline --batch and a lock-step --concurrency) interpolate the same values
         grid = np.unique(np.round(np.geomspace(1, max(max_tokens, GRID_MAX_TOKENS), GRID_POINTS)))
