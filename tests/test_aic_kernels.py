@@ -345,3 +345,15 @@ def test_unfitted_dtype_takes_its_kin_on_the_same_kernel_source():
     fitted = KernelConstants(compute_eff=(("nvfp4", 0.6), ("fp8|torch_flow", 0.7)), memory_eff=(),
                              floor_kcycles=())
     assert fitted.value("compute_eff", "nvfp4", "torch_flow") == 0.6  # the dtype's own fit comes first
+
+
+def test_aiconfigurator_modes_no_shared_table_holds_are_priced_by_their_physics():
+    """fp8 with a precomputed activation scale skips the quantization pass; NVFP4 weights dequantized on
+    Hopper stream 4-bit weights into the bf16 MMA, as weight-only int4 does; unknown names still price as bf16."""
+    decode = (16, 8192, 8192)
+    fp8, static = (float(gemm_ms(*decode, dt, H100)) for dt in ("fp8", "fp8_static"))
+    assert static < fp8
+    wo = [float(gemm_ms(*decode, dt, H100)) for dt in ("nvfp4_wo", "int4_wo", "bfloat16")]
+    assert wo[0] == pytest.approx(wo[1], rel=0.15) and wo[0] < 0.6 * wo[2]
+    grouped = [float(moe_ms(64, 4096, 1536, 8, 128, B200, dt)) for dt in ("w4a8_mxfp4_mxfp8_trtllm", "w4a8_mxfp4_mxfp8")]
+    assert grouped[0] == pytest.approx(grouped[1], rel=0.3)

@@ -180,11 +180,16 @@ def test_rows_agg_disagg_and_refusals(config_dir):
          "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4", "prefill_tp_size": 8, "prefill_moe_tp_size": 1,
          "prefill_moe_ep_size": 8, "decode_tp_size": 8, "decode_moe_ep_size": 8, "decode_num_workers": 1},
         {**base, "backend": "vllm", "model_path": "acme/Unknown-7B", "mode": "agg", "tp_size": 1},
+        {**base, "backend": "trtllm", "model_path": "meta-llama/Llama-3.1-8B-Instruct", "mode": "agg", "tp_size": 1,
+         "gemm_quant_mode": "nvfp4_wo", "batch_size": 8},  # aiconfigurator's Hopper NVFP4 weight-only mode
+        {**base, "backend": "trtllm", "model_path": "meta-llama/Llama-3.1-8B-Instruct", "mode": "agg", "tp_size": 1,
+         "gemm_quant_mode": "fp9", "batch_size": 8},
     ])
     out = predict_rows(rows, config_dir, WAVES)
+    assert out.reason.iloc[3] == "" and out.reason.iloc[4] == "unsupported gemm_quant_mode 'fp9'"
     assert list(out.columns[: len(rows.columns)]) == list(rows.columns)
     assert out.reason.iloc[2].startswith("no config for acme/Unknown-7B")
-    ok = out.iloc[:2]
+    ok = out.iloc[[0, 1, 3]]
     assert (ok.reason == "").all()
     for m in ("ttft", "tpot"):
         assert ((ok[f"pred_{m}_lo_ms"] <= ok[f"pred_{m}_ms"]) & (ok[f"pred_{m}_ms"] <= ok[f"pred_{m}_hi_ms"])).all()

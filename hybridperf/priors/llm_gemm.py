@@ -40,9 +40,20 @@ GEMM_DTYPES = {
     "w4afp8": (1.0, 0.5, "fp8"),
     "w4a16_mxfp4": (2.0, 0.5, "bf16"),
     "w4a8_mxfp4_mxfp8": (1.0, 0.5, "fp8"),
+    # aiconfigurator's modes none of the four shared systems' tables holds (sdk/common.py's GEMMQuantMode and
+    # MoEQuantMode): fp8 with a precomputed activation scale (its quantization timed apart) or TRT's
+    # out-of-the-box fp8; NVFP4 weights dequantized into the bf16 MMA (Hopper); Blackwell's trtllm-gen MXFP4 x
+    # MXFP8 MoE; Hopper's CUTLASS MXFP4 weight-only MoE
+    "fp8_static": (1.0, 1.0, "fp8"),
+    "fp8_ootb": (1.0, 1.0, "fp8"),
+    "nvfp4_wo": (2.0, 0.5, "bf16"),
+    "w4a16_nvfp4": (2.0, 0.5, "bf16"),
+    "w4a8_mxfp4_mxfp8_trtllm": (1.0, 0.5, "fp8"),
+    "w4a16_mxfp4_cutlass": (2.0, 0.5, "bf16"),
 }
 #: dtypes whose bf16 activation a separate kernel quantizes before the GEMM
-QUANTIZED_ACTIVATION = frozenset({"fp8", "fp8_block", "nvfp4", "sq", "w4afp8", "w4a8_mxfp4_mxfp8"})
+QUANTIZED_ACTIVATION = frozenset({"fp8", "fp8_block", "nvfp4", "sq", "w4afp8", "w4a8_mxfp4_mxfp8", "fp8_ootb",
+                                  "w4a8_mxfp4_mxfp8_trtllm"})
 #: framework paths whose rows' dtype names another computation: (gemm dtype, kernel source) -> (dtype its
 #: kernels run, bytes per activation element its unfused quantization moves, that pass's kernels).
 #: aiconfigurator's SGLang `int8_wo` rows (its collector up to SGLang 0.5.6, kernel source "sglang") are
@@ -60,7 +71,8 @@ def kernel_dtype(gemm_dtype: str, kernel_source: str | None) -> str:
 
 #: bytes of scale per weight element: 1 fp8 scale per 16 (nvfp4), 1 fp32 per 128x128 block, 1 bf16 per 128-group
 SCALE_BYTES = {"nvfp4": 1 / 16, "fp8_block": 4 / 16384, "int4_wo": 2 / 128, "w4a16_mxfp4": 1 / 32,
-               "w4a8_mxfp4_mxfp8": 1 / 32, "w4afp8": 2 / 128}
+               "w4a8_mxfp4_mxfp8": 1 / 32, "w4afp8": 2 / 128, "nvfp4_wo": 1 / 16, "w4a16_nvfp4": 1 / 16,
+               "w4a8_mxfp4_mxfp8_trtllm": 1 / 32, "w4a16_mxfp4_cutlass": 1 / 32}
 
 #: smallest slice of the reduction one SM takes under split-K (k elements)
 SPLIT_K_CHUNK = 256
@@ -79,7 +91,9 @@ OPERAND_ENERGY = {"fp8": 0.5, "int8": 0.5, "fp4": 0.25}
 #: (nvfp4 held out with Blackwell), its kin's stand in
 DTYPE_KIN = {"nvfp4": ("fp8",), "fp8_block": ("fp8",), "w4a8_mxfp4_mxfp8": ("fp8",), "w4afp8": ("fp8",),
              "sq": ("fp8",), "float16": ("bfloat16",), "int4_wo": ("int8_wo",), "int8_wo": ("int4_wo",),
-             "w4a16_mxfp4": ("int4_wo", "int8_wo")}
+             "w4a16_mxfp4": ("int4_wo", "int8_wo"), "fp8_static": ("fp8",), "fp8_ootb": ("fp8",),
+             "nvfp4_wo": ("int4_wo", "w4a16_mxfp4"), "w4a16_nvfp4": ("int4_wo", "w4a16_mxfp4"),
+             "w4a8_mxfp4_mxfp8_trtllm": ("w4a8_mxfp4_mxfp8", "fp8"), "w4a16_mxfp4_cutlass": ("w4a16_mxfp4", "int4_wo")}
 #: per-architecture matrix-unit tiles (rows of M, columns of N) the GEMM libraries choose among, and the
 #: fraction of the per-SM rate a tile sustains (smaller tiles re-read more operands per FLOP):
 #: Ampere/Ada mma.sync CTA tiles, Hopper wgmma 64xN per warpgroup (128x128 / 128x256 CTAs),

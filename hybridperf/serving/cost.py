@@ -26,10 +26,15 @@ from hybridperf.serving.engines import EngineDefaults
 
 #: CLI precision -> (GEMM dtype of `llm_gemm.GEMM_DTYPES`, bytes per weight element)
 PRECISIONS = {"bf16": ("bfloat16", 2.0), "fp16": ("float16", 2.0), "fp8": ("fp8", 1.0), "fp4": ("nvfp4", 0.5625),
-              "int4": ("int4_wo", 0.5625)}
+              "int8": ("int8_wo", 1.0), "int4": ("int4_wo", 0.5625)}
 #: aiconfigurator's `gemm_quant_mode` / `moe_quant_mode` -> CLI precision
 QUANT_MODES = {"float16": "fp16", "bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4",
-               "int4_wo": "int4", "w4afp8": "int4", "mxfp4": "fp4", "w4a16_mxfp4": "fp4"}
+               "int4_wo": "int4", "w4afp8": "int4", "mxfp4": "fp4", "w4a16_mxfp4": "fp4",
+               # modes no run in ../shared uses (aiconfigurator's sdk/common.py): 8-bit weights and activations
+               # as fp8, NVFP4 weights dequantized on Hopper as 4-bit weight-only, MXFP4 MoE variants as fp4
+               "fp8_static": "fp8", "fp8_ootb": "fp8", "sq": "fp8", "int8_wo": "int8", "nvfp4_wo": "int4",
+               "w4a16_nvfp4": "int4", "w4a8_mxfp4_mxfp8": "fp4", "w4a8_mxfp4_mxfp8_trtllm": "fp4",
+               "w4a16_mxfp4_cutlass": "fp4"}
 
 
 #: bytes per cached element of each KV-cache dtype
