@@ -114,12 +114,16 @@ def validate(df: pd.DataFrame, source: str = "input") -> pd.DataFrame:
     return out
 
 
+#: aiconfigurator's attention dtype names that are another's (FMHAQuantMode.fp8_block: SGLang's wide-EP fp8)
+ATTN_DTYPE_ALIASES = {"fp8_block": "fp8"}
+
+
 def _attn_dtype(series) -> np.ndarray:
     """aiconfigurator dtype names -> the short keys the attention prior reads (unknown: bf16)."""
     out = []
     for s in np.asarray(series, dtype=object):
         try:
-            out.append(dtype_key(str(s)))
+            out.append(dtype_key(ATTN_DTYPE_ALIASES.get(str(s), str(s))))
         except UnknownDeviceError:  # an unknown name: priced as bf16, its interval widened
             out.append("bf16")
     return np.asarray(out, dtype=object)

@@ -357,3 +357,12 @@ def test_aiconfigurator_modes_no_shared_table_holds_are_priced_by_their_physics(
     assert wo[0] == pytest.approx(wo[1], rel=0.15) and wo[0] < 0.6 * wo[2]
     grouped = [float(moe_ms(64, 4096, 1536, 8, 128, B200, dt)) for dt in ("w4a8_mxfp4_mxfp8_trtllm", "w4a8_mxfp4_mxfp8")]
     assert grouped[0] == pytest.approx(grouped[1], rel=0.3)
+
+
+def test_sglang_wide_ep_fp8_block_attention_is_fp8_attention():
+    from hybridperf.aic_kernels import prior_terms
+    row = {"op_name": "context_attention", "batch_size": 4, "isl": 8192, "num_heads": 32, "num_key_value_heads": 8,
+           "head_dim": 128, "kv_cache_dtype": "fp8", "kernel_source": "fa3", "framework": "SGLang"}
+    rows = validate(pd.DataFrame([{**row, "attn_dtype": d} for d in ("fp8_block", "fp8", "bfloat16")]), "test")
+    t = prior_terms(rows, H100, fitted_constants()["gemm"], fitted_constants()["moe"])["prior_ms"].to_numpy()
+    assert t[0] == t[1] < t[2]
