@@ -9,7 +9,7 @@ chunk; and the LM head plus sampler per sampled token.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -17,6 +17,7 @@ import numpy as np
 from hybridperf.devices import DeviceSpec, NodeSpec
 from hybridperf.errors import InputError
 from hybridperf.priors.attention import context_attention_ms, generation_attention_ms
+from hybridperf.priors.collectives import custom_all_reduce_ms
 from hybridperf.priors.llm_gemm import GEMM_DTYPES, ROOFLINE, gemm_ms
 from hybridperf.priors.memory import achievable_bandwidth, memory_time_ms
 from hybridperf.priors.mla import mla_decode_ms
@@ -211,14 +212,14 @@ class StepCost:
         return total
 
     def _allreduce_ms(self, nbytes: np.ndarray, gpus: int) -> np.ndarray:
-        nccl = self.collectives.predict("all_reduce", nbytes, gpus, min(gpus, self.node.gpus_per_node),
-                                        self.node, timing="graph")["ms"]
+        """The engine's all-reduce: its own one-/two-shot kernel up to its size limit where every pair of
+        GPUs is linked, NCCL otherwise (`priors.collectives.custom_all_reduce_ms`, the fitted constants)."""
         if gpus > self.node.gpus_per_node:
-            return nccl
-        # one-shot custom all-reduce: every GPU reads the others' buffers over NVLink
-        link = max(self.node.intra_bw_gbs, 1.0) * 1e9
-        custom = 0.008 + nbytes * (gpus - 1) / gpus * 2.0 / link * 1e3
-        return np.where(nbytes <= self.engine.custom_allreduce_max_bytes, np.minimum(custom, nccl), nccl)
+            return self.collectives.predict("all_reduce", nbytes, gpus, self.node.gpus_per_node, self.node,
+                                            timing="graph")["ms"]
+        c = self.collectives
+        limit = replace(c.custom, max_bytes=float(self.engine.custom_allreduce_max_bytes))
+        return custom_all_reduce_ms(nbytes, gpus, self.node, self.engine.name, c.constants, limit)
 
     def _tp_allreduce(self, n: np.ndarray) -> np.ndarray:
         if self.par.tp == 1:
