@@ -375,7 +375,7 @@ class AicPredictor:
                 mm = m & (dts == dt)
                 log_pred[mm] += self.offsets.get(f"{op}:{dt}", self.offsets.get(op, 0.0))
         q_lo, q_hi = interval_quantiles(self.manifest.get("intervals", {}), self.manifest.get("trained", {}), ops, dts,
-                                        terms["kernel_family"].to_numpy(), device.arch, kinds,
+                                        terms["kernel_family"].to_numpy(), device.kernel_arch, kinds,
                                         {**DEFAULT_WIDEN, **self.manifest.get("widen", {})}, run_dtype_of(df))
         for op, f in self.scales.items():
             q_lo[ops == op] *= f

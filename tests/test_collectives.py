@@ -221,6 +221,10 @@ def test_custom_all_reduce():
     assert custom_all_reduce_ms(n, 2, l40s, "vllm")[0] < custom_all_reduce_ms(n, 2, l40s, "nccl")[0]
     with pytest.raises(InputError):
         custom_all_reduce_ms(n, 8, node, "deepspeed")
+    # vLLM's and SGLang's kernels exist for 2, 4, 6 and 8 ranks: TP16 in an NVL72 domain is NCCL's
+    nvl72 = get_node("gb200")
+    np.testing.assert_allclose(custom_all_reduce_ms(n, 16, nvl72, "vllm"), custom_all_reduce_ms(n, 16, nvl72, "nccl"))
+    assert custom_all_reduce_ms(n, 8, nvl72, "vllm")[0] < custom_all_reduce_ms(n, 8, nvl72, "nccl")[0]
 
 
 def test_topology_aware_bandwidth():

@@ -273,3 +273,7 @@ def test_ecc_reserved_is_validated():
     d = get_device("NVIDIA L40S").to_dict()
     with pytest.raises(SpecError, match="ecc_reserved"):
         DeviceSpec.from_dict({**d, "ecc_reserved": 0.7})
+    for field, bad in (("tensor_isa", "wgmma"), ("sfu_exp_per_sm_clock", 0.0)):
+        with pytest.raises(SpecError, match=field):
+            DeviceSpec.from_dict({**d, field: bad})
+    assert DeviceSpec.from_dict({**d, "tensor_isa": "mma"}).kernel_arch == "ada"

@@ -66,7 +66,7 @@ def predict(df: pd.DataFrame, consts: M.MlaConstants) -> np.ndarray:
 def kernel_sources(fw: str, dev) -> tuple:
     """The framework's (prefill, decode) kernel sources on `dev` as serving takes them (`StepCost`: None, PyTorch
     SDPA's constants, where `EngineDefaults.attention` has no entry)."""
-    return tuple(src or None for src in get_engine(fw).attention_sources(dev.arch))
+    return tuple(src or None for src in get_engine(fw).attention_sources(dev.kernel_arch))
 
 
 def generic(df: pd.DataFrame) -> np.ndarray:

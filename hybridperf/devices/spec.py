@@ -171,7 +171,7 @@ _DEVICE_RULES = {
     "tdp_w": (float, 0.0, 1e5, "W (0: unknown)", False),
     "pcie_gen": (int, 1, 16, "", False), "pcie_bw_gbs": (float, 0.0, 1e5, "GB/s", True),
     "link_name": (str, "", None), "link_bw_gbs": (float, 0.0, 1e6, "GB/s (0: no link)", False),
-    "form_factor": (str, None, None), "tensor_isa": (str, "", ("", "mma", "wgmma", "tcgen05")),
+    "form_factor": (str, None, None), "tensor_isa": (str, "", ("", "mma")),
 }
 TOPOLOGIES = ("nvswitch", "nvlink_pairs", "pcie", "mesh")
 _NODE_RULES = {
@@ -217,7 +217,7 @@ def _validate(spec, rules: dict) -> None:
             empty_ok, choices = rule[1] == "", rule[2]
             if not isinstance(value, str) or (not value.strip() and not empty_ok) \
                     or (choices is not None and value not in choices):
-                what = f"one of {', '.join(choices)}" if choices else "a string" + ("" if empty_ok else " (not empty)")
+                what = f"one of {', '.join(map(repr, choices))}" if choices else "a string" + ("" if empty_ok else " (not empty)")
                 raise SpecError(f"field {name} is {value!r}; allowed: {what}")
             continue
         object.__setattr__(spec, name, check_number(value, name, *rule))

@@ -15,7 +15,7 @@ Prefill (`context_attention_ms`, `sdpa_ms`):
     layout    one CTA per (sequence, query head, query tile); a prefill shorter than a query tile may pack
               the query heads of a kv head into one tile's rows (FA3's pack_gqa, FlashInfer, TRT-LLM; not
               PyTorch SDPA): batch x kv heads x packed tiles CTAs. Both are priced, the cheaper taken
-    exp       one exponential per pair on the SFU (16 per SM per clock); overlapped with the GEMMs by kernels
+    exp       one exponential per pair on the SFU (`sfu_exp_per_sm_clock` per SM per clock); overlapped with the GEMMs by kernels
               that ping-pong warpgroups (FA3/FA4, TRT-LLM), added to them by FA2
     memory    q, o once, k and v once per kv head, at achievable bandwidth
     time      overhead + max(compute (+ exp), memory) + a fixed latency per wave of CTAs (SDPA's its own)

@@ -400,6 +400,8 @@ def collective_time_ms(collective: str, nbytes, gpus: int, gpus_per_node: int | 
 # the engines' own all-reduce kernels (vLLM / SGLang custom all-reduce, TensorRT-LLM one/two-shot)
 
 ENGINES = ("nccl", "vllm", "sglang", "trtllm")
+#: world sizes an engine's custom all-reduce runs on (vLLM's and SGLang's `_SUPPORTED_WORLD_SIZES`); NCCL otherwise
+CUSTOM_WORLD_SIZES = {"vllm": (2, 4, 6, 8), "sglang": (2, 4, 6, 8)}
 
 
 @dataclass(frozen=True)
@@ -407,8 +409,9 @@ class CustomAllReduceConstants:
     """One-shot: every rank reads the p-1 peers' buffers over its links and reduces locally,
     lat_us + (p-1) n / B. Two-shot: reduce-scatter then all-gather through peer memory,
     2 lat_us + 2 (p-1)/p n / B. B = the GPU's link spec (NVLink, or PCIe for two PCIe GPUs) x eff.
-    Engines pick the cheaper of the two, and NCCL above their size limit (vLLM/SGLang 8 MiB by
-    default) or where not every pair of GPUs is linked (more than two GPUs on PCIe or bridged pairs)."""
+    Engines pick the cheaper of the two, and NCCL above their size limit (8 MiB: vLLM's and SGLang's
+    default; TensorRT-LLM's tables meet NCCL from 8 MiB too), where not every pair of GPUs is linked (more
+    than two GPUs on PCIe or bridged pairs), or on a world size their kernels lack (`CUSTOM_WORLD_SIZES`)."""
 
     lat_us: float = 4.0
     eff: float = 0.7
@@ -433,8 +436,9 @@ def custom_all_reduce_ms(nbytes, gpus: int, node: NodeSpec, engine: str = "vllm"
     n = as_bytes(nbytes)
     p, g = check_shape("all_reduce", gpus, None, node)
     nccl = prior_terms("all_reduce", n, p, g, node, constants, "graph")["ms"]
-    if eng == "nccl" or p == 1 or p != g or (node.intra_topology not in ("nvswitch", "mesh") and p > 2):
-        return nccl  # the engines need every pair linked (NVSwitch, a mesh) or just two GPUs
+    if eng == "nccl" or p == 1 or p != g or (node.intra_topology not in ("nvswitch", "mesh") and p > 2) \
+            or p not in CUSTOM_WORLD_SIZES.get(eng, (p,)):
+        return nccl  # the engines need every pair linked (NVSwitch, a mesh) or just two GPUs, and their world sizes
     k = custom or CustomAllReduceConstants()
     pair = node.pair_bw_gbs or node.intra_bw_gbs
     link = {"nvswitch": node.intra_bw_gbs, "mesh": min(node.intra_bw_gbs, (p - 1) * pair)}.get(node.intra_topology, pair)

@@ -9,7 +9,7 @@ chunk; and the LM head plus sampler per sampled token.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -17,7 +17,6 @@ import numpy as np
 from hybridperf.devices import DeviceSpec, NodeSpec
 from hybridperf.errors import InputError
 from hybridperf.priors.attention import context_attention_ms, generation_attention_ms
-from hybridperf.priors.collectives import custom_all_reduce_ms
 from hybridperf.priors.llm_gemm import GEMM_DTYPES, ROOFLINE, gemm_ms
 from hybridperf.priors.memory import achievable_bandwidth, memory_time_ms
 from hybridperf.priors.mla import mla_decode_ms
@@ -27,15 +26,16 @@ from hybridperf.serving.engines import EngineDefaults
 
 #: CLI precision -> (GEMM dtype of `llm_gemm.GEMM_DTYPES`, bytes per weight element)
 PRECISIONS = {"bf16": ("bfloat16", 2.0), "fp16": ("float16", 2.0), "fp8": ("fp8", 1.0), "fp4": ("nvfp4", 0.5625),
-              "int8": ("int8_wo", 1.0), "int4": ("int4_wo", 0.5625)}
+              "int8": ("sq", 1.0), "int4": ("int4_wo", 0.5625)}
 #: aiconfigurator's `gemm_quant_mode` / `moe_quant_mode` -> CLI precision
 QUANT_MODES = {"float16": "fp16", "bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4",
-               "int4_wo": "int4", "w4afp8": "int4", "mxfp4": "fp4", "w4a16_mxfp4": "fp4",
-               # modes no run in ../shared uses (aiconfigurator's sdk/common.py): 8-bit weights and activations
-               # as fp8, NVFP4 weights dequantized on Hopper as 4-bit weight-only, MXFP4 MoE variants as fp4
-               "fp8_static": "fp8", "fp8_ootb": "fp8", "sq": "fp8", "int8_wo": "int8", "nvfp4_wo": "int4",
-               "w4a16_nvfp4": "int4", "w4a8_mxfp4_mxfp8": "fp4", "w4a8_mxfp4_mxfp8_trtllm": "fp4",
-               "w4a16_mxfp4_cutlass": "fp4"}
+               "int4_wo": "int4", "w4afp8": "int4", "mxfp4": "fp4",
+               # modes no run in ../shared uses (aiconfigurator's sdk/common.py): fp8 variants as fp8, int8
+               # (SmoothQuant W8A8; weight-only int8 by its weight bytes) as int8, 4-bit weights over bf16
+               # activations (NVFP4 dequantized on Hopper, MXFP4) as int4, MXFP4 x MXFP8 as fp4
+               "fp8_static": "fp8", "fp8_ootb": "fp8", "sq": "int8", "int8_wo": "int8", "nvfp4_wo": "int4",
+               "w4a16_nvfp4": "int4", "w4a16_mxfp4": "int4", "w4a16_mxfp4_cutlass": "int4",
+               "w4a8_mxfp4_mxfp8": "fp4", "w4a8_mxfp4_mxfp8_trtllm": "fp4"}
 
 
 #: bytes per cached element of each KV-cache dtype
@@ -72,7 +72,7 @@ def gemm_dtype(precision: str, device: DeviceSpec) -> str:
     """GEMM dtype of a weight precision on `device`: FP4 or FP8 weights on a GPU without those tensor cores
     run weight-only kernels (dequantised to BF16 in the GEMM, as vLLM's Marlin kernels do on Ampere)."""
     dt = PRECISIONS[precision][0]
-    if dt == "nvfp4" and not (device.peak_tflops.get("fp4_tc") or device.arch == "blackwell"):
+    if dt == "nvfp4" and not (device.peak_tflops.get("fp4_tc") or device.arch.startswith("blackwell")):
         return "int4_wo"  # (a Blackwell spec without its fp4 peak is priced at 2x fp8: llm_gemm.PEAK_FALLBACK)
     if dt == "fp8" and not device.peak_tflops.get("fp8_tc"):
         return "int8_wo"
@@ -212,14 +212,12 @@ class StepCost:
         return total
 
     def _allreduce_ms(self, nbytes: np.ndarray, gpus: int) -> np.ndarray:
-        """The engine's all-reduce: its own one-/two-shot kernel up to its size limit where every pair of
-        GPUs is linked, NCCL otherwise (`priors.collectives.custom_all_reduce_ms`, the fitted constants)."""
+        """The engine's all-reduce: its own one-/two-shot kernel for small messages where every pair of GPUs
+        is linked, NCCL otherwise (the collective model's `--impl` prediction, with its fitted constants)."""
         if gpus > self.node.gpus_per_node:
             return self.collectives.predict("all_reduce", nbytes, gpus, self.node.gpus_per_node, self.node,
                                             timing="graph")["ms"]
-        c = self.collectives
-        limit = replace(c.custom, max_bytes=float(self.engine.custom_allreduce_max_bytes))
-        return custom_all_reduce_ms(nbytes, gpus, self.node, self.engine.name, c.constants, limit)
+        return self.collectives.predict_custom_all_reduce(nbytes, gpus, self.node, self.engine.name)["ms"]
 
     def _tp_allreduce(self, n: np.ndarray) -> np.ndarray:
         if self.par.tp == 1:

@@ -27,7 +27,6 @@ class EngineDefaults:
     mixed_batches: bool
     budget_counts_decodes: bool
     preempts: bool  # admits by the KV blocks in use and preempts (recompute) when full; else reserves in full
-    custom_allreduce_max_bytes: float  # messages up to this size take the engine's one-shot NVLink all-reduce
     activation_reserve_gb: float  # memory kept for activations, CUDA graphs and the sampler
     #: ((arch, prefill kernel_source, decode kernel_source), ...): the engine's default attention kernels per
     #: GPU generation, in aiconfigurator's kernel_source names (`priors.attention.KERNEL_FAMILIES`)

@@ -7,5 +7,5 @@ from hybridperf.serving.engines.registry import EngineDefaults, register
 SGLANG = register(EngineDefaults(
     name="sglang", max_batched_tokens=((0, 2048), (60, 8192), (160, 16384)), offline_batched_tokens=16384,
     max_running=1024, cuda_graph_max_batch=512, mem_utilization=0.88, block_size=1, mixed_batches=False,
-    budget_counts_decodes=False, preempts=True, custom_allreduce_max_bytes=8 * 2**20, activation_reserve_gb=5.0,
+    budget_counts_decodes=False, preempts=True, activation_reserve_gb=5.0,
     attention=(("ampere", "flashinfer", "flashinfer"), ("hopper", "fa3", "fa3"), ("blackwell", "trtllm_mha", "trtllm_mha"))))

@@ -7,5 +7,5 @@ from hybridperf.serving.engines.registry import EngineDefaults, register
 TRTLLM = register(EngineDefaults(
     name="trtllm", max_batched_tokens=((0, 8192),), offline_batched_tokens=8192, max_running=2048,
     cuda_graph_max_batch=512, mem_utilization=0.9, block_size=32, mixed_batches=True, budget_counts_decodes=True,
-    preempts=False, custom_allreduce_max_bytes=16 * 2**20, activation_reserve_gb=4.0,
+    preempts=False, activation_reserve_gb=4.0,
     attention=(("ampere", "torch_flow", "torch_flow"),), nvidia_only=True))
