@@ -1,7 +1,8 @@
 """Held-out serving accuracy on aiconfigurator's silicon runs (H100 and B200 rows of silicon_sample.csv).
 
 Each system is scored with a calibration (per-engine prefill GPU-time scale and TTFT constant; a decode
-GPU-time scale, eager/graph iteration overheads and wave weight shared by the engines; interval quantiles) fitted on the other system's rows only. Reports the share of rows
+GPU-time scale, eager/graph iteration overheads and wave weight shared by the engines; interval quantiles from
+its rows each predicted with its model left out) fitted on the other system's rows only. Reports the share of rows
 predicted (refusals with reasons), TTFT/TPOT MAPE and 90%-interval coverage per (system, backend, mode),
 writes experiments/results/serving_silicon.{md,png}, and with --write-calibration stores the calibration
 fitted on all systems as hybridperf/serving/calibration.json (what the CLI uses).
@@ -123,12 +124,27 @@ def log_quantiles(pred: pd.DataFrame) -> tuple[dict, dict]:
     return q(ok[strata == ""]), {k: q(g) for k, g in ok[strata != ""].groupby(strata[strata != ""])}
 
 
+def out_of_model_predictions(df: pd.DataFrame, comps: pd.DataFrame, engines: dict) -> pd.DataFrame:
+    """Every row of `df` predicted by engine constants fitted without its model's rows (leave one model out;
+    an engine whose only model is the one left out keeps `engines`' constants): a residual spread that
+    holds what a system of new models and engine versions does to the prediction, which in-sample residuals
+    do not."""
+    models = df["model_path"].fillna("")
+    preds = []
+    for model in sorted(models.unique()):
+        out = models == model
+        fold = fit_engines(comps[comps.index.isin(df.index[~out])])
+        cal = Calibration(engines={**engines, **fold})
+        preds.append(predict_rows(df[out], DATA / "model_configs", cal))
+    return pd.concat(preds).loc[df.index]
+
+
 def fit(df: pd.DataFrame, comps: pd.DataFrame, provenance: str, quantiles: tuple | None = None) -> Calibration:
     """Engine constants fitted on `df`'s agg rows; the intervals (`log_quantiles`) from `quantiles`, else
-    from `df`'s own rows."""
+    from `df`'s own rows each predicted with its model left out of the fit."""
     engines = fit_engines(comps)
     if quantiles is None:
-        quantiles = log_quantiles(predict_rows(df, DATA / "model_configs", Calibration(engines=engines)))
+        quantiles = log_quantiles(out_of_model_predictions(df, comps, engines))
     return Calibration(engines=engines, log_quantiles=quantiles[0], stratum_quantiles=quantiles[1],
                        provenance=provenance)
 
