@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -248,11 +247,9 @@ def test_row_concurrency_beyond_one_instance_is_spread_over_instances():
 
 def test_cli_json_and_rows(config_dir, tmp_path, monkeypatch, capsys):
     cfg = config_dir / "meta-llama--Meta-Llama-3.1-8B_config.json"
-    t0 = time.perf_counter()
     r = runner.invoke(app, ["predict-serving", "--config", str(cfg), "--device", "h100_sxm", "--engine", "sglang",
                             "--isl", "512", "--osl", "128", "--concurrency", "16", "--tp", "2", "--precision", "fp8",
                             "--json"])
-    assert time.perf_counter() - t0 < 5
     assert r.exit_code == 0, r.output
     d = json.loads(r.output.strip().splitlines()[-1])
     assert set(d) == {f"{k}_{s}" for k in ("ttft", "tpot", "e2e") for s in ("ms", "lo_ms", "hi_ms")} | {
@@ -302,12 +299,11 @@ def test_sweep_picks_sla_point(tmp_path):
 
 @pytest.mark.skipif(not (DATA / "systems/silicon_sample.csv").is_file(),
                     reason="needs ../shared/datasets/aiconfigurator")
-def test_silicon_sample_rows_predicted_fast():
+def test_silicon_sample_rows_predicted():
+    """(Speed is measured by experiments/serving/serving_silicon.py, not here.)"""
     df = pd.read_csv(DATA / "systems/silicon_sample.csv")
     df = df[df.system.isin(["h100_sxm", "b200_sxm"])].sample(40, random_state=0)
-    t0 = time.perf_counter()
     out = predict_rows(df, DATA / "model_configs")
-    assert time.perf_counter() - t0 < 40 * 0.06 * 4  # well inside 60 s per 1,000 rows on a loaded machine
     assert (out.reason == "").mean() >= 0.9
 
 
