@@ -13,6 +13,10 @@ from hybridperf.errors import InputError
 from hybridperf.guard import check_predictions
 
 
+#: what `--precision` takes (`serving.cost.PRECISIONS`), for both serving commands
+PRECISION_HELP = "weights: fp16, bf16, fp8, fp4, int8 (W8A8) or int4 (weight-only)"
+
+
 def predict_serving_cmd(
     config: Optional[Path] = typer.Option(None, "--config", help="Hugging Face config.json of the model"),
     device: Optional[str] = typer.Option(None, "--device", help="catalog GPU or aiconfigurator system id (h100_sxm)"),
@@ -25,7 +29,7 @@ def predict_serving_cmd(
     pp: int = typer.Option(1, "--pp", help="pipeline stages"),
     ep: int = typer.Option(1, "--ep", help="expert-parallel GPUs (MoE; the rest of --tp splits inside experts)"),
     attention_dp: int = typer.Option(1, "--attention-dp", help="attention data-parallel ranks (MoE)"),
-    precision: str = typer.Option("bf16", "--precision", help="weights: fp16, bf16, fp8, fp4, int8 (W8A8) or int4 (weight-only)"),
+    precision: str = typer.Option("bf16", "--precision", help=PRECISION_HELP),
     kv_dtype: str = typer.Option("", "--kv-dtype", help="KV cache: bf16 or fp8 (default: fp8 for fp8/fp4 weights, else bf16)"),
     spec_tokens: int = typer.Option(0, "--spec-tokens",
                                     help="speculative decoding (MTP, EAGLE): tokens drafted per decode step"),
@@ -97,7 +101,7 @@ def sweep_serving_cmd(
     osl: int = typer.Option(..., "--osl", help="output tokens per request"),
     tps: str = typer.Option("1,2,4,8", "--tp", help="tensor-parallel sizes to try, comma-separated"),
     concurrencies: str = typer.Option("1,4,16,64,256", "--concurrency", help="closed-loop concurrencies to try"),
-    precision: str = typer.Option("bf16", "--precision", help="weights: fp16, bf16, fp8, fp4, int8 (W8A8) or int4 (weight-only)"),
+    precision: str = typer.Option("bf16", "--precision", help=PRECISION_HELP),
     ttft_sla_ms: float = typer.Option(float("inf"), "--ttft-sla-ms", help="TTFT limit (its 95% bound must meet it)"),
     tpot_sla_ms: float = typer.Option(float("inf"), "--tpot-sla-ms", help="TPOT limit (its 95% bound must meet it)"),
     executor: str = typer.Option("local", "--executor", help="local, or ray (the cluster RAY_ADDRESS names, else "

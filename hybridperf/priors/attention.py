@@ -111,8 +111,8 @@ def kernel_family(kernel_source: str | None) -> str:
 
 
 def generation(device: DeviceSpec, family: str) -> Generation:
-    arch = device.kernel_arch if device.kernel_arch in ("ampere", "ada", "hopper", "blackwell") else "ampere"
-    return GENERATIONS[("fa2" if family in FA2_FAMILIES else "native", arch)]
+    kind = "fa2" if family in FA2_FAMILIES else "native"
+    return GENERATIONS.get((kind, device.kernel_arch), GENERATIONS[(kind, "ampere")])
 
 
 @dataclass(frozen=True)
