@@ -17,6 +17,7 @@ import numpy as np
 from hybridperf.devices import DeviceSpec, NodeSpec
 from hybridperf.errors import InputError
 from hybridperf.priors.attention import context_attention_ms, generation_attention_ms
+from hybridperf.priors.collectives import custom_all_reduce_ms
 from hybridperf.priors.llm_gemm import GEMM_DTYPES, ROOFLINE, gemm_ms
 from hybridperf.priors.memory import achievable_bandwidth, memory_time_ms
 from hybridperf.priors.mla import mla_decode_ms
@@ -217,7 +218,8 @@ class StepCost:
         if gpus > self.node.gpus_per_node:
             return self.collectives.predict("all_reduce", nbytes, gpus, self.node.gpus_per_node, self.node,
                                             timing="graph")["ms"]
-        return self.collectives.predict_custom_all_reduce(nbytes, gpus, self.node, self.engine.name)["ms"]
+        c = self.collectives  # its prediction without the interval, which serving does not use
+        return custom_all_reduce_ms(nbytes, gpus, self.node, self.engine.name, c.constants, c.custom)
 
     def _tp_allreduce(self, n: np.ndarray) -> np.ndarray:
         if self.par.tp == 1:
