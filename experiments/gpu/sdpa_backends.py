@@ -1,0 +1,115 @@
+"""Which PyTorch SDPA backend transformers' default `sdpa` attention runs on this GPU, and what each backend
+costs: whole-model steps under each backend forced (`torch.nn.attention.sdpa_kernel`) and under the
+default, one SDPA call's host and device time per backend, and the host's dispatch cost of a tiny op.
+
+Two lendings of the same H100 type (torch 2.11, transformers 5.17, the same `measure_modern` script) timed
+Llama-3-8B's bf16 SDPA decode at 21.5 and 42.7 ms while its eager decode took 33 ms on both; the second
+lease's profile ran cuDNN's SDPA kernels. This separates the backend from the host.
+
+    python -m experiments.gpu.sdpa_backends --out experiments/data/measured/h100/sdpa_backends   # on a GPU
+
+Method: models built as `measure_modern.build_model` (random bf16 weights on the GPU), steps as
+`measure_modern.model_step`, timed by `measure_modern.call_ms` (CUDA events around one call, mean of the
+fastest half). `sdpa_call` rows: 200 back-to-back calls of one decode-shaped SDPA; `host_us` = wall time of
+the loop / 200 without synchronising inside it (the host's cost per call when the GPU keeps up),
+`device_us` = CUDA events around the same loop / 200. `tiny_add` times `torch.add(a, b, out=c)` on 16
+elements the same way: the host's per-op dispatch and launch cost.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import platform
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+from experiments.gpu.measure_modern import build_model, call_ms, model_step
+
+MODELS = ["llama3_8b", "qwen3_1_7b"]
+#: (mode, batch, seq)
+RUNS = [("decode", 1, 1024), ("decode", 8, 2048), ("decode", 32, 1024), ("inf", 1, 512), ("inf", 4, 1024)]
+BACKENDS = ["default", "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION"]
+COLUMNS = ["what", "model", "mode", "batch", "seq", "backend", "measured_ms", "host_us", "device_us", "note"]
+
+
+def backend_ctx(torch, name: str):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return nullcontext() if name == "default" else sdpa_kernel([getattr(SDPBackend, name)])
+
+
+def loop_us(torch, fn, calls: int = 200) -> tuple[float, float]:
+    """(host us per call, device us per call) of `calls` back-to-back calls of `fn`."""
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    t0 = time.perf_counter()
+    a.record()
+    for _ in range(calls):
+        fn()
+    host = (time.perf_counter() - t0) / calls * 1e6
+    b.record()
+    torch.cuda.synchronize()
+    return host, a.elapsed_time(b) / calls * 1e3
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--budget-s", type=float, default=300.0, help="stop starting new models after this")
+    args = ap.parse_args(argv)
+    import torch
+    import transformers
+
+    t0 = time.time()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), platform.processor())
+    env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
+           "cudnn": torch.backends.cudnn.version(), "transformers": transformers.__version__, "cpu": cpu}
+    (out / "env.json").write_text(json.dumps(env, indent=2) + "\n")
+    F = torch.nn.functional
+    with (out / "backends.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, COLUMNS)
+        w.writeheader()
+        a, b, c = (torch.randn(16, device="cuda") for _ in range(3))
+        host, dev = loop_us(torch, lambda: torch.add(a, b, out=c), 2000)
+        w.writerow({"what": "tiny_add", "host_us": round(host, 2), "device_us": round(dev, 2)})
+        q = torch.randn(8, 32, 1, 128, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(8, 8, 2048, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        for name in BACKENDS:
+            try:
+                with backend_ctx(torch, name), torch.no_grad():
+                    host, dev = loop_us(torch, lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
+                w.writerow({"what": "sdpa_call", "batch": 8, "seq": 2048, "backend": name, "host_us": round(host, 2),
+                            "device_us": round(dev, 2)})
+            except RuntimeError as e:
+                w.writerow({"what": "sdpa_call", "batch": 8, "seq": 2048, "backend": name, "note": str(e)[:100]})
+        f.flush()
+        for model_name in MODELS:
+            if time.time() - t0 > args.budget_s:
+                break
+            model, _ = build_model(torch, model_name, None, "bf16", "sdpa")
+            for mode, batch, seq in RUNS:
+                for name in BACKENDS:
+                    row = {"what": "model", "model": model_name, "mode": mode, "batch": batch, "seq": seq, "backend": name}
+                    try:
+                        with backend_ctx(torch, name):
+                            step = model_step(torch, model, mode, batch, seq)
+                            row["measured_ms"] = round(call_ms(torch, step)[0], 4)
+                    except RuntimeError as e:  # a backend that refuses the shape or the mask
+                        row["note"] = str(e).splitlines()[0][:100]
+                    w.writerow(row)
+                    f.flush()
+                    print(row, flush=True)
+            del model
+            torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
