@@ -62,6 +62,18 @@ def test_collect_only_fp8_on_cpu_is_one_error_line(monkeypatch, capsys, tmp_path
     assert not (tmp_path / "o.csv").exists()
 
 
+def test_quantize_fp8_maps_the_amax_onto_e4m3_and_round_trips():
+    torch = pytest.importorskip("torch")
+    from hybridperf.datasets.aic_collector import E4M3_MAX, quantize_fp8
+
+    x = torch.randn(32, 64, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    xq, scale = quantize_fp8(torch, x)
+    assert xq.dtype == torch.float8_e4m3fn and scale.dtype == torch.float32 and scale.dim() == 0
+    assert float(xq.float().abs().max()) == E4M3_MAX  # the largest element lands on e4m3's largest value
+    back = xq.float() * scale
+    assert torch.allclose(back, x.float(), rtol=0.07, atol=float(scale) * 2)  # e4m3 keeps 3 mantissa bits
+
+
 @pytest.mark.parametrize("text, match", [
     ("op_name,m,n,k,gemm_dtype\nmoe,1,2,3,bfloat16\n", "cannot be collected"),
     ("m,n,k\n1,2,3\n", "no op_name column"),

@@ -83,17 +83,26 @@ def _gemm(torch, row, device):
         raise Unsupported(f"fp8 GEMMs need a CUDA GPU with fp8 tensor cores (compute capability 8.9+); this is {device}")
     if n % 16 or k % 16:
         raise Unsupported("fp8 GEMMs (torch._scaled_mm) need n and k multiples of 16")
-    f8 = torch.float8_e4m3fn
     x = torch.randn(-(-m // 16) * 16, k, device=device, dtype=torch.bfloat16)
-    w = torch.randn(n, k, device=device, dtype=torch.bfloat16).to(f8)
+    w = torch.randn(n, k, device=device, dtype=torch.bfloat16).to(torch.float8_e4m3fn)
     one = torch.ones((), device=device, dtype=torch.float32)
 
     def linear_fp8(x, w, scale_w):
-        scale_x = x.abs().amax().float().clamp(min=1e-12) / E4M3_MAX
-        xq = (x.float() / scale_x).to(f8)
+        xq, scale_x = quantize_fp8(torch, x)
         return torch._scaled_mm(xq, w.t(), scale_a=scale_x, scale_b=scale_w, out_dtype=torch.bfloat16)
 
     return linear_fp8, (x, w, one), "torch._scaled_mm"
+
+
+def quantize_fp8(torch, x):
+    """(e4m3 tensor, fp32 scale): dynamic per-tensor quantization in as few passes as torch allows, one
+    max reduction and one scaled cast written straight to fp8, as the engines' fused quantization does
+    (vLLM's `scaled_fp8_quant`: a max reduction, then a quantize kernel). Materializing `x.abs()` and an
+    fp32 copy, as a first version did, made the H100's small-m rows 2-3x slower than vLLM's."""
+    scale = torch.linalg.vector_norm(x, ord=float("inf"), dtype=torch.float32) / E4M3_MAX
+    xq = torch.empty(x.shape, device=x.device, dtype=torch.float8_e4m3fn)
+    torch.div(x, scale, out=xq)
+    return xq, scale
 
 
 def _sdpa(torch, q, k, v, causal: bool):
@@ -269,4 +278,4 @@ def collect_aic_to_csv(shapes_path: str | Path, out: str | Path, **kw) -> pd.Dat
     return measure_to_csv(out, lambda: collect_aic(shapes, **kw))
 
 
-__all__ = ["AIC_OPS", "load_aic_shapes", "collect_aic", "collect_aic_to_csv", "time_graph", "has_fp8"]
+__all__ = ["AIC_OPS", "load_aic_shapes", "collect_aic", "collect_aic_to_csv", "time_graph", "has_fp8", "quantize_fp8"]
