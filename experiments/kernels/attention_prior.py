@@ -2,7 +2,8 @@
 efficiency and decode bandwidth share per kernel family, fixed overheads, TensorRT-LLM's masked-MHA L2 share)
 on three of aiconfigurator's four systems (A100, H100, L40S, B200) and report the held-out system's error per
 (table, dtype), beside the spec-sheet roofline, and on the rows of TensorRT-LLM's XQA fallback. The SDPA forward and backward constants are read off our H100 measurements
-(`../shared/datasets/measured/h100_sdpa_fp8`, one GPU: their errors there are in-sample and say so).
+(`../shared/datasets/measured/h100_sdpa_fp8`, one GPU: their errors there are in-sample and say so), its
+one-query decode latency off our H200's SDPA decode kernels (`experiments/data/measured/h200/modern`).
 
     python -m experiments.kernels.attention_prior --data ../shared/datasets --out experiments/results/attention_prior.md
     python -m experiments.kernels.attention_prior --data ../shared/datasets --write-constants   # the all-GPU fit
@@ -21,7 +22,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from experiments.common import RESULTS, add_data_argument, aiconfigurator_data
+from experiments.common import REPO, RESULTS, add_data_argument, aiconfigurator_data
 from hybridperf.devices import get_device
 from hybridperf.priors import attention as A
 
@@ -159,6 +160,25 @@ def fit_sdpa(data: Path, consts: A.AttentionConstants) -> A.AttentionConstants:
                                bounds=(np.log([0.05, 0.05, 1e-6]), np.log([1.5, 1.5, 0.05]))).x)
 
 
+def fit_sdpa_decode(consts: A.AttentionConstants) -> A.AttentionConstants:
+    """PyTorch SDPA's one-query decode latency per wave, read off our H200's graph-timed SDPA decode kernels
+    (the H100's are left to score it)."""
+    k = pd.read_csv(REPO / "experiments" / "data" / "measured" / "h200" / "modern" / "kernels.csv")
+    k = k[k["op"] == "sdpa_decode"]
+    dev = get_device("NVIDIA H200")
+
+    def build(x):
+        return dataclasses.replace(consts, sdpa_decode_wave_ms=A.Fitted(float(np.exp(x[0])), "ms", A._H200))
+
+    def resid(x):
+        c = build(x)
+        pred = [float(np.ravel(A.sdpa_ms(r.batch, 1, r.heads, r.kv_heads, r.head_dim, dev, kv_seq=r.kv_len,
+                                         backend="decode", constants=c))[0]) for r in k.itertuples()]
+        return np.log(np.array(pred) / k["latency_ms"].to_numpy())
+
+    return build(least_squares(resid, np.log([0.004]), bounds=(np.log([1e-6]), np.log([0.05]))).x)
+
+
 def mape(pred, meas) -> float:
     return float(np.mean(np.abs(pred / meas - 1.0)) * 100.0)
 
@@ -172,7 +192,7 @@ def main() -> None:
     a.data = aiconfigurator_data(a.data)
     df = load_tables(a.data)
     if a.write_constants:
-        c = fit_sdpa(a.data, fit(sample(df, FIT_ROWS), ", ".join(SYSTEMS)))
+        c = fit_sdpa_decode(fit_sdpa(a.data, fit(sample(df, FIT_ROWS), ", ".join(SYSTEMS))))
         print(c)
         return
     rows, by_fw, xqa = [], [], []

@@ -139,6 +139,7 @@ class AttentionConstants:
     decode_wave_ms: Fitted = Fitted(0.002, "ms", "default")  # a decode wave's fixed latency at the reference clock
     context_wave_ms: Fitted = Fitted(0.0, "ms", "default")  # a wave of prefill CTAs' fixed latency
     sdpa_wave_ms: Fitted = Fitted(0.0, "ms", "default")  # the same for PyTorch SDPA's kernels
+    sdpa_decode_wave_ms: Fitted = Fitted(0.004, "ms", "default")  # PyTorch SDPA's one-query kernel, per wave
     mmha_l2_share: Fitted = Fitted(0.6, "share", "default")  # of L2 bandwidth, TensorRT-LLM's masked-MHA decode
     fp8_efficiency: Fitted = Fitted(1.0, "share", "default")  # fp8 prefill's share of the bf16 efficiency
     sdpa_bwd_efficiency: Fitted = Fitted(0.5, "share", "default")
@@ -155,12 +156,14 @@ class AttentionConstants:
 
 _ALL = "a100_sxm, h100_sxm, l40s, b200_sxm aiconfigurator attention tables (all frameworks)"
 _H100 = "h100_sdpa_fp8 (NVIDIA H100 80GB HBM3, torch 2.11; one GPU)"
+_H200 = "our H200's graph-timed SDPA decode kernels (experiments/data/measured/h200/modern, torch 2.11; one GPU)"
 #: shipped constants, `python -m experiments.kernels.attention_prior --write-constants`: fitted on all four
 #: aiconfigurator systems (prefill, decode) and on the H100 SDPA measurements (sdpa, its backward); the same
 #: fit's held-out errors are in experiments/results/attention_prior.md. PyTorch's one-query SDPA reads a
 #: contiguous KV cache, not pages: it is taken to stream at achievable DRAM bandwidth (share 1, not fitted);
-#: checked on our H200's SDPA decode kernels (`experiments/kernels/h200_modern_kernels.py`): 86% MAPE with
-#: FA2's paged share (~0.6), 26% with 1. No measurement has set the memory-efficient backend's efficiency
+#: checked on our H200's SDPA decode kernels (`experiments/kernels/modern_kernels.py`): 86% MAPE with
+#: FA2's paged share (~0.6), 26% with 1. Its per-wave latency is read off those H200 kernels: the engines'
+#: (10 us a wave and 2 us a call) made a 3 us call on our H100 cost 12 us. No measurement has set the memory-efficient backend's efficiency
 #: (fp32, explicit masks): its default is a guess.
 CONSTANTS = AttentionConstants(
     efficiency={"fa2": Fitted(0.723, "share", _ALL), "fa3": Fitted(0.702, "share", _ALL),
@@ -176,6 +179,7 @@ CONSTANTS = AttentionConstants(
     decode_wave_ms=Fitted(0.0103, "ms", _ALL),
     context_wave_ms=Fitted(0.0068, "ms", _ALL),
     sdpa_wave_ms=Fitted(0.0020, "ms", _H100),
+    sdpa_decode_wave_ms=Fitted(0.00386, "ms", _H200),
     fp8_efficiency=Fitted(0.602, "share", _ALL),
     mmha_l2_share=Fitted(0.401, "share", _ALL),
     sdpa_bwd_efficiency=Fitted(0.634, "share", _H100),
@@ -343,6 +347,8 @@ def generation_attention_ms(batch, kv_len, heads, kv_heads, head_dim, device: De
     flops = 4.0 * batch * kv_heads * mma_rows * keys * head_dim
     compute = flops / (matrix_rate(device, dtype) * constants.eff(fam)) * 1e3
     waves = np.ceil(ctas / (device.num_sms * DECODE_CTAS_PER_SM))
+    if fam == "sdpa":  # a bare kernel: no engine's per-call work in its timed region
+        return np.maximum(mem, compute) + waves * constants.sdpa_decode_wave_ms.value * clock_scale(device)
     return np.maximum(mem, compute) + waves * constants.decode_wave_ms.value * clock_scale(device) \
         + constants.decode_overhead_ms.value
 

@@ -1,12 +1,14 @@
-"""The LLM-stack kernel priors on a GPU none of them was fitted on: the bf16 and fp8 GEMMs and PyTorch SDPA
-kernels we timed on a lent H200 (`experiments/data/measured/h200/modern/kernels.csv`, CUDA-graph replay,
-method in its README), against `hybridperf.priors.llm_gemm` and `hybridperf.priors.attention` (fitted on
-aiconfigurator's A100, H100, L40S and B200 tables and, for SDPA, on H100 measurements) and a spec-sheet
-roofline. No constant here is read off the H200.
+"""The LLM-stack kernel priors on the bf16 and fp8 GEMMs and PyTorch SDPA kernels we timed on a lent H200 or
+H100 (`experiments/data/measured/<gpu>/modern/kernels.csv`, CUDA-graph replay, method in its README), against
+`hybridperf.priors.llm_gemm` and `hybridperf.priors.attention` and a spec-sheet roofline.
 
-    python -m experiments.kernels.h200_modern_kernels [--out DIR]
+What each GPU's rows were fitted on (`FITTED_ON`): the H200 is in no fit but SDPA decode's per-wave latency,
+read off its decode rows; the H100's GEMM constants and SDPA forward constants come from H100 tables
+(aiconfigurator's and `h100_sdpa_fp8`), so only its SDPA decode rows are held out.
 
-Writes h200_modern_kernels.md to --out (default experiments/results).
+    python -m experiments.kernels.modern_kernels [--gpu h200|h100] [--out DIR]
+
+Writes <gpu>_modern_kernels.md to --out (default experiments/results).
 """
 from __future__ import annotations
 
@@ -21,7 +23,12 @@ from hybridperf.devices import get_device
 from hybridperf.priors.attention import sdpa_ms
 from hybridperf.priors.llm_gemm import gemm_ms
 
-DEVICE = "NVIDIA H200"
+#: --gpu -> (device, which of its rows a constant was read off)
+GPUS = {"h200": ("NVIDIA H200", "SDPA decode's per-wave latency was read off these `sdpa_decode` rows; nothing "
+                 "else here was fitted on the H200."),
+        "h100": ("NVIDIA H100 80GB HBM3", "The GEMM constants were fitted on aiconfigurator's tables of four "
+                 "GPUs, the H100's among them, and the SDPA forward/backward constants on `h100_sdpa_fp8` (an "
+                 "H100): only the `sdpa_decode` rows are held out (their latency was read off the H200).")}
 GEMM_DTYPE = {"bf16": "bfloat16", "fp8": "fp8"}
 #: the kernel source aiconfigurator's tables name for a plain torch GEMM (cuBLAS through torch)
 TORCH_SOURCE = "torch"
@@ -64,12 +71,14 @@ def predict(k: pd.DataFrame, device) -> pd.DataFrame:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--kernels", default=str(MEASURED / "h200" / "modern" / "kernels.csv"))
+    ap.add_argument("--gpu", choices=sorted(GPUS), default="h200")
     ap.add_argument("--out", default=str(RESULTS))
     a = ap.parse_args(argv)
-    k = pd.read_csv(a.kernels)
+    device, fitted = GPUS[a.gpu]
+    path = MEASURED / a.gpu / "modern" / "kernels.csv"
+    k = pd.read_csv(path)
     k = k[k["latency_ms"].notna() & (k["latency_ms"] > 0)]
-    res = predict(k, get_device(DEVICE))
+    res = predict(k, get_device(device))
     res["prior_ape"] = ape(res["pred_ms"], res["latency_ms"])
     res["roofline_ape"] = ape(res["roofline_ms"], res["latency_ms"])
     res["ratio"] = res["pred_ms"] / res["latency_ms"]
@@ -79,16 +88,16 @@ def main(argv=None) -> int:
                                                                                       "m > 128"))
     by_m = small.groupby(["family", "regime"]).agg(rows=("prior_ape", "size"), prior_mape=("prior_ape", "mean"),
                                                   median_ratio=("ratio", "median"))
-    md = ["# LLM-stack kernel priors on our H200 (never fitted on it)", "",
-          "Reproduce: `python -m experiments.kernels.h200_modern_kernels`. Kernels: "
-          "`experiments/data/measured/h200/modern/kernels.csv` (CUDA-graph replay; `sdpa_fwd_bwd` per call). "
-          "MAPE = mean |pred / measured - 1| (%); `median_ratio` = median pred / measured.", "",
+    md = [f"# LLM-stack kernel priors on our {a.gpu.upper()} kernels", "",
+          f"Reproduce: `python -m experiments.kernels.modern_kernels --gpu {a.gpu}`. Kernels: "
+          f"`experiments/data/measured/{a.gpu}/modern/kernels.csv` (CUDA-graph replay; `sdpa_fwd_bwd` per call). "
+          f"MAPE = mean |pred / measured - 1| (%); `median_ratio` = median pred / measured. {fitted}", "",
           tab.round(2).reset_index().to_markdown(index=False), "",
           "## GEMMs by rows (decode-like m <= 128 against prefill-like)", "",
           by_m.round(2).reset_index().to_markdown(index=False), ""]
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "h200_modern_kernels.md").write_text("\n".join(md))
+    (out / f"{a.gpu}_modern_kernels.md").write_text("\n".join(md))
     print("\n".join(md))
     return 0
 
