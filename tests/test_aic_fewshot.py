@@ -170,3 +170,17 @@ def test_calibrate_to_widens_only_where_rows_spread_wider():
     assert (np.log(res["hi_ms"] / res["lo_ms"]) > np.log(zero["hi_ms"] / zero["lo_ms"])).all()
     assert ((res["lo_ms"] > 0) & (res["lo_ms"] <= res["pred_ms"]) & (res["pred_ms"] <= res["hi_ms"])).all()
     assert calibrate_to(p, wide, H100, widen=False).scales == {}
+
+
+def test_a_torch_calibration_shifts_only_rows_torch_timed():
+    p = AicPredictor.load()
+    engine = validate(default_candidates().iloc[::7].reset_index(drop=True)).assign(framework="VLLM")
+    torch_rows = engine.assign(framework="torch")
+    zero_engine, zero_torch = p.predict(engine, H100), p.predict(torch_rows, H100)
+    slow = torch_rows.assign(latency=zero_torch["pred_ms"].to_numpy() * 2.0)  # our kernels ran 2x the prediction
+    cal = calibrate_to(p, slow, H100)
+    assert cal.predict(engine, H100)["pred_ms"].to_numpy() == pytest.approx(zero_engine["pred_ms"].to_numpy())
+    moved = cal.predict(torch_rows, H100)["pred_ms"].to_numpy() / zero_torch["pred_ms"].to_numpy()
+    assert (moved > 1.3).all()  # 2x, shrunk toward 1 by n / (n + 10) per op and dtype
+    back = calibrate_to(p, engine.assign(latency=zero_engine["pred_ms"].to_numpy() * 2.0), H100)
+    assert (back.predict(engine, H100)["pred_ms"].to_numpy() > 1.3 * zero_engine["pred_ms"].to_numpy()).all()
