@@ -148,6 +148,11 @@ STEPS: tuple[Step, ...] = (
     _m("modern_models_h100", "modern_models", str(MEASURED / "h100") + "/modern/models.csv", "--device",
        "NVIDIA H100 80GB HBM3", "--out", "{out}/modern_models_h100.md", minutes=1,
        results=(("modern_models_h100.md", "modern_models_h100.md"),)),
+    *[_m(f"modern_models_h100_{tag}", "modern_models", str(MEASURED / "h100") + f"/{csv}", "--device",
+         "NVIDIA H100 80GB HBM3", "--out", f"{{out}}/modern_models_h100_{tag}.md", minutes=1,
+         results=((f"modern_models_h100_{tag}.md", f"modern_models_h100_{tag}.md"),))
+      for tag, csv in (("lease2", "modern/models_second_lease.csv"), ("tf517", "moe_transformers/models_tf517.csv"),
+                       ("tf524", "moe_transformers/models_tf524.csv"))],
     Step("serving_silicon", "experiments.serving.serving_silicon", ("--out", "{out}"), datasets=("aiconfigurator",),
          minutes=4, results=(("serving_silicon.md", "serving_silicon.md"), ("serving_silicon.png", "serving_silicon.png"))),
     Step("serving_sweep", "experiments.serving.serving_sweep", ("--out", "{out}"), datasets=("aiconfigurator",),
