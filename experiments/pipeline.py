@@ -174,6 +174,8 @@ STEPS: tuple[Step, ...] = (
     _g("measure_modern", "measure_modern", "--out", "{out}", gpu=True, minutes=8),
     _g("sdpa_collect", "sdpa_collect", "--out", "{out}/kernels.csv", gpu=True, minutes=3),
     _g("vocab_alignment_check", "vocab_alignment_check", "--out", "{out}", gpu=True, minutes=1),
+    _g("moe_profile", "moe_profile", "--out", "{out}", gpu=True, minutes=1),
+    _g("sdpa_backends", "sdpa_backends", "--out", "{out}", gpu=True, minutes=3),
 )
 
 
