@@ -153,6 +153,8 @@ STEPS: tuple[Step, ...] = (
          results=((f"modern_models_h100_{tag}.md", f"modern_models_h100_{tag}.md"),))
       for tag, csv in (("lease2", "modern/models_second_lease.csv"), ("tf517", "moe_transformers/models_tf517.csv"),
                        ("tf524", "moe_transformers/models_tf524.csv"))],
+    _m("host_floor", "host_floor", "--out", "{out}/host_floor.md", minutes=6,
+       results=(("host_floor.md", "host_floor.md"),)),
     Step("serving_silicon", "experiments.serving.serving_silicon", ("--out", "{out}"), datasets=("aiconfigurator",),
          minutes=4, results=(("serving_silicon.md", "serving_silicon.md"), ("serving_silicon.png", "serving_silicon.png"))),
     Step("serving_sweep", "experiments.serving.serving_sweep", ("--out", "{out}"), datasets=("aiconfigurator",),
