@@ -184,3 +184,21 @@ def test_a_torch_calibration_shifts_only_rows_torch_timed():
     assert (moved > 1.3).all()  # 2x, shrunk toward 1 by n / (n + 10) per op and dtype
     back = calibrate_to(p, engine.assign(latency=zero_engine["pred_ms"].to_numpy() * 2.0), H100)
     assert (back.predict(engine, H100)["pred_ms"].to_numpy() > 1.3 * zero_engine["pred_ms"].to_numpy()).all()
+
+
+def test_predict_kernels_says_when_a_calibration_cannot_shift_the_rows(monkeypatch, capsys, tmp_path):
+    pytest.importorskip("torch")
+    (code, _, err), measured = _collect(monkeypatch, capsys, tmp_path, EXAMPLE)
+    assert code in (0, None), err
+    engine = tmp_path / "engine.csv"
+    pd.read_csv(measured).drop(columns=["latency"]).assign(framework="VLLM").to_csv(engine, index=False)
+    args = ["predict-kernels", engine, "--device", "NVIDIA H100 80GB HBM3", "--calibration", measured]
+    code, _, err = cli(monkeypatch, capsys, [*args, "--output", tmp_path / "a.csv"])
+    assert code in (0, None), err
+    assert "timed by PyTorch's own kernels and these rows by a serving engine's kernels" in err
+    zero = tmp_path / "zero.csv"
+    cli(monkeypatch, capsys, ["predict-kernels", engine, "--device", "NVIDIA H100 80GB HBM3", "--output", zero])
+    assert pd.read_csv(tmp_path / "a.csv")["pred_ms"].tolist() == pd.read_csv(zero)["pred_ms"].tolist()
+    code, _, err = cli(monkeypatch, capsys, ["predict-kernels", measured, "--device", "NVIDIA H100 80GB HBM3",
+                                             "--calibration", measured, "--output", tmp_path / "b.csv"])
+    assert "a calibration shifts only" not in err  # torch rows calibrating torch rows: nothing to say

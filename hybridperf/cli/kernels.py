@@ -97,7 +97,7 @@ def _predict_aiconfigurator(raw, dev, output: Path, calibration, model_bundle, p
     """predict-kernels on rows in aiconfigurator's schema (hybridperf.aic_kernels)."""
     import numpy as np
 
-    from hybridperf.aic_kernels import AicPredictor, calibrate_to, validate
+    from hybridperf.aic_kernels import AicPredictor, calibrate_to, harness_of, validate
 
     from hybridperf.priors.llm_gemm import GEMM_DTYPES
 
@@ -115,6 +115,10 @@ def _predict_aiconfigurator(raw, dev, output: Path, calibration, model_bundle, p
             typer.echo(f"warning: {calibration} was measured on {', '.join(elsewhere[:2])}, not {dev.name}; "
                        "its shift is applied to this device anyway", err=True)
         predictor = calibrate_to(predictor, measured, dev)
+        if not set(harness_of(measured)) & set(harness_of(rows)):
+            typer.echo(f"note: {calibration} was timed by {harness_name(measured)} and these rows by "
+                       f"{harness_name(rows)}; a calibration shifts only rows of its own harness, so these "
+                       "predictions are zero-shot", err=True)
     res = predictor.predict(rows, dev, prior_only=prior_only)
     check_predictions(res["pred_ms"], res["lo_ms"], res["hi_ms"], f"predictions for {source}")
     out = raw.copy()
@@ -128,6 +132,13 @@ def _predict_aiconfigurator(raw, dev, output: Path, calibration, model_bundle, p
         note = accuracy_note(y, res.assign(op_class=rows["op_name"].to_numpy()))
         if note:
             typer.echo(note, err=True)
+
+
+def harness_name(rows) -> str:
+    """Who timed rows, in words: PyTorch's own kernels (`collect`), or a serving engine's."""
+    from hybridperf.aic_kernels import TORCH_HARNESS, harness_of
+
+    return "PyTorch's own kernels" if (harness_of(rows) == TORCH_HARNESS).all() else "a serving engine's kernels"
 
 
 def measured_elsewhere(measured, dev) -> list[str]:
