@@ -409,7 +409,8 @@ TORCH_HARNESS = "torch|"
 def harness_of(df: pd.DataFrame) -> np.ndarray:
     """Each row's calibration harness: TORCH_HARNESS for rows PyTorch's own kernels timed (framework
     `torch`), "" for a serving engine's rows."""
-    return np.where(framework_of(df) == "torch", TORCH_HARNESS, "").astype(object)
+    torch_rows = pd.Series(framework_of(df), dtype=object).astype(str).str.strip().str.lower() == "torch"
+    return np.where(torch_rows.to_numpy(), TORCH_HARNESS, "").astype(object)
 
 
 def mape_shift(err) -> float:

@@ -403,7 +403,7 @@ def test_deepseek_v4_compressed_attention():
     assert c.entries_read(32768) < 0.1 * 4 * 32768  # what a full-attention MQA would read
     h100 = get_device("h100_sxm")
     step = [c.decode_ms(8 * ctx, 8, 8, h100, "fp8", None) for ctx in (2048, 32768)]
-    assert 0 < step[0] < step[1] < 16 * step[0]  # 16x the context: the indexer's scan grows with it, the reads less
+    assert 0 < step[0] < step[1] < 10 * step[0]  # 16x the context: the indexer's scan grows with it, the reads less
     r = predict_serving(v4, "h100_sxm", "sglang", 8192, 64, concurrency=8, calibration=WAVES)
     assert 0 < r.tpot.lo_ms <= r.tpot.ms <= r.tpot.hi_ms
     # TensorRT-LLM decodes it in its own kernel: 64 query heads over one entry take no XQA fallback

@@ -91,6 +91,9 @@ KERNEL_FAMILIES = {
     "vllm_flashinfer_fidecode": "flashinfer", "torch_flow_flashinfer": "flashinfer",
     "triton": "triton", "vllm_triton_attn": "triton",
 }
+#: kernel sources naming PyTorch's own SDPA (a bare kernel); an unnamed source (None) is a serving engine's
+#: fallback and keeps the engines' per-call decode overhead
+SDPA_SOURCES = ("sdpa", "torch_sdpa")
 #: families whose Hopper/Blackwell code reaches no more than FA2's mma.sync: FA2 itself, and the Triton
 #: attention kernels of vLLM and SGLang. PyTorch's SDPA (torch 2.11) is not among them: on the H100 its causal
 #: forward reached 600 TFLOP/s (`h100_sdpa_fp8`), beyond what mma.sync can
@@ -347,7 +350,7 @@ def generation_attention_ms(batch, kv_len, heads, kv_heads, head_dim, device: De
     flops = 4.0 * batch * kv_heads * mma_rows * keys * head_dim
     compute = flops / (matrix_rate(device, dtype) * constants.eff(fam)) * 1e3
     waves = np.ceil(ctas / (device.num_sms * DECODE_CTAS_PER_SM))
-    if fam == "sdpa":  # a bare kernel: no engine's per-call work in its timed region
+    if kernel_source in SDPA_SOURCES:  # a bare kernel: no engine's per-call work in its timed region
         return np.maximum(mem, compute) + waves * constants.sdpa_decode_wave_ms.value * clock_scale(device)
     return np.maximum(mem, compute) + waves * constants.decode_wave_ms.value * clock_scale(device) \
         + constants.decode_overhead_ms.value
