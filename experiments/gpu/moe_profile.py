@@ -4,7 +4,9 @@ per profiler key (an aten op or a kernel), its calls, host (self CPU) time and d
 `predict-model` under-predicts bf16 MoE runs by 15-25% (`experiments/RESULTS.md`, section 8); this profile
 places the missing time among the router, the expert dispatch and the grouped GEMMs. Models are built
 as `measure_modern.build_model` does (random weights on the GPU, few layers), steps as
-`measure_modern.model_step`; `e2e_ms` is the CUDA-event time of one step (`measure_modern.call_ms`).
+`measure_modern.model_step`; `e2e_ms` is the CUDA-event time of one step (`measure_modern.call_ms`). An aten
+op's self device time is its kernels' time, so sum `device_ms` over kernel rows (`is_kernel`) or over aten
+rows, not both.
 
     python -m experiments.gpu.moe_profile --out experiments/data/measured/h100/moe_profile   # on a GPU
 """
@@ -70,7 +72,7 @@ def main(argv=None) -> int:
                     w.writerow({**tag, **r})
                 f.flush()
                 print(tag, flush=True)
-            del model
+            del model, step  # the step's closure holds the model too
             torch.cuda.empty_cache()
     return 0
 

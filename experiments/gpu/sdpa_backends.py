@@ -12,7 +12,8 @@ Method: models built as `measure_modern.build_model` (random bf16 weights on the
 `measure_modern.model_step`, timed by `measure_modern.call_ms` (CUDA events around one call, mean of the
 fastest half). `sdpa_call` rows: 200 back-to-back calls of one decode-shaped SDPA; `host_us` = wall time of
 the loop / 200 without synchronising inside it (the host's cost per call when the GPU keeps up),
-`device_us` = CUDA events around the same loop / 200. `tiny_add` times `torch.add(a, b, out=c)` on 16
+`device_us` = CUDA events around the same loop / 200 (the device's pace, or the host's where the host is
+slower). `tiny_add` times `torch.add(a, b, out=c)` on 16
 elements the same way: the host's per-op dispatch and launch cost.
 """
 from __future__ import annotations
@@ -94,6 +95,7 @@ def main(argv=None) -> int:
             if time.time() - t0 > args.budget_s:
                 break
             model, _ = build_model(torch, model_name, None, "bf16", "sdpa")
+            step = None
             for mode, batch, seq in RUNS:
                 for name in BACKENDS:
                     row = {"what": "model", "model": model_name, "mode": mode, "batch": batch, "seq": seq, "backend": name}
@@ -106,7 +108,7 @@ def main(argv=None) -> int:
                     w.writerow(row)
                     f.flush()
                     print(row, flush=True)
-            del model
+            del model, step  # the step's closure holds the model too
             torch.cuda.empty_cache()
     return 0
 

@@ -2,7 +2,7 @@
 H100 (`experiments/data/measured/<gpu>/modern/kernels.csv`, CUDA-graph replay, method in its README), against
 `hybridperf.priors.llm_gemm` and `hybridperf.priors.attention` and a spec-sheet roofline.
 
-What each GPU's rows were fitted on (`FITTED_ON`): the H200 is in no fit but SDPA decode's per-wave latency,
+What each GPU's rows were fitted on (`GPUS`): the H200 is in no fit but SDPA decode's per-wave latency,
 read off its decode rows; the H100's GEMM constants and SDPA forward constants come from H100 tables
 (aiconfigurator's and `h100_sdpa_fp8`), so only its SDPA decode rows are held out.
 
