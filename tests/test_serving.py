@@ -460,3 +460,23 @@ def test_linear_attention_state_costs_time_and_cache_memory():
     per_token = a.kv_elems_per_token(1) * 2.0
     assert cost.state_tokens == math.ceil(a.linear_state_bytes(1) / per_token) > 0
     assert cost.decode_attn_ms(0, 64) == pytest.approx(64 * cost.decode_attn_ms(0, 1))  # per sequence, not per step
+
+
+def test_monotone_mape_fit_is_the_best_non_decreasing_fit():
+    from itertools import product
+
+    import numpy as np
+
+    from experiments.serving.serving_silicon import monotone_mape_fit
+
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        x = rng.integers(1, 5, 6)
+        y = rng.uniform(1.0, 10.0, 6)
+        fit = monotone_mape_fit(x, y)
+        order = np.argsort(x, kind="stable")
+        assert np.all(np.diff(fit[order]) >= 0) and all(len(set(fit[x == v])) == 1 for v in set(x))
+        ux = np.unique(x)
+        best = min(np.mean(np.abs(np.array(levels)[np.searchsorted(ux, x)] / y - 1))
+                   for levels in product(np.unique(y), repeat=len(ux)) if np.all(np.diff(levels) >= 0))
+        assert np.mean(np.abs(fit / y - 1)) == pytest.approx(best)  # L1 optima sit on data values
