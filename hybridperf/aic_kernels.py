@@ -47,10 +47,17 @@ FAMILY_NAMES = tuple(sorted({f for _, f in KERNEL_FAMILIES} | {"other"}))
 #: log half-width added to each side of an interval for what leave-one-GPU-out never tested: an
 #: architecture the tile model does not know (the four training GPUs are four NVIDIA architectures,
 #: so the conformal quantiles already hold a new NVIDIA one), a kernel family or dtype no training
-#: system ran. Chosen, not fitted: the order of the per-GPU median bias in leave-one-GPU-out (0.1-0.4)
-DEFAULT_WIDEN = {"arch": 0.25, "kernel_family": 0.15, "dtype": 0.25}
+#: system ran, a memory technology (HBM, GDDR: `memory_family`) no training GPU had. Chosen, not
+#: fitted: the order of the per-GPU median bias in leave-one-GPU-out (0.1-0.4)
+DEFAULT_WIDEN = {"arch": 0.25, "kernel_family": 0.15, "dtype": 0.25, "memory": 0.25}
 #: the interval of a family/dtype the bundle has no quantiles for (log), a wide default
 FALLBACK_Q = (-0.6, 0.6)
+
+
+def memory_family(device: DeviceSpec) -> str:
+    """`gddr` or `hbm`: the memory a GPU's kernels stream from, which sets their bandwidth, latency and the
+    weight of its L2 (a GDDR card's large L2 serves what an HBM part streams from DRAM)."""
+    return "gddr" if str(device.mem_type).strip().upper().startswith(("GDDR", "LPDDR")) else "hbm"
 
 
 def kernel_family(source) -> np.ndarray:
@@ -297,11 +304,11 @@ def run_dtype_of(df: pd.DataFrame) -> np.ndarray:
 
 
 def interval_quantiles(ivs: dict, trained: dict, ops, dts, families, arch: str, kinds: dict,
-                       widen: dict = DEFAULT_WIDEN, run_dts=None) -> tuple[np.ndarray, np.ndarray]:
+                       widen: dict = DEFAULT_WIDEN, run_dts=None, memory: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(q_lo, q_hi) per row, log: the conformal quantiles of the row's `op:kind:dtype` (else `op:kind`,
     else FALLBACK_Q), widened for an architecture without a tile model, and, where `trained` lists
     them, for a dtype (the one its kernels run, `run_dts`; `dts` when None) or kernel family no training
-    system ran."""
+    system ran, or a memory family (`memory`) no training GPU had."""
     ops, dts, families = (np.asarray(x, dtype=object) for x in (ops, dts, families))
     run_dts = dts if run_dts is None else np.asarray(run_dts, dtype=object)
     q_lo, q_hi = np.full(len(ops), FALLBACK_Q[0]), np.full(len(ops), FALLBACK_Q[1])
@@ -313,6 +320,8 @@ def interval_quantiles(ivs: dict, trained: dict, ops, dts, families, arch: str, 
             if iv is not None:
                 q_lo[mm], q_hi[mm] = iv["q_lo"], iv["q_hi"]
             extra = widen["arch"] if arch not in TILES else 0.0
+            if memory is not None and trained.get("memory") and memory not in trained["memory"]:
+                extra += widen.get("memory", 0.0)
             q_lo[mm] -= extra
             q_hi[mm] += extra
         if trained:
@@ -376,7 +385,8 @@ class AicPredictor:
                 log_pred[mm] += self.offsets.get(f"{h}{op}:{dt}", self.offsets.get(f"{h}{op}", 0.0))
         q_lo, q_hi = interval_quantiles(self.manifest.get("intervals", {}), self.manifest.get("trained", {}), ops, dts,
                                         terms["kernel_family"].to_numpy(), device.kernel_arch, kinds,
-                                        {**DEFAULT_WIDEN, **self.manifest.get("widen", {})}, run_dtype_of(df))
+                                        {**DEFAULT_WIDEN, **self.manifest.get("widen", {})}, run_dtype_of(df),
+                                        memory_family(device))
         scaled = np.char.add(harness.astype(str), ops.astype(str))
         for key, f in self.scales.items():
             q_lo[scaled == key] *= f

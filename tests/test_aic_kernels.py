@@ -366,3 +366,20 @@ def test_sglang_wide_ep_fp8_block_attention_is_fp8_attention():
     rows = validate(pd.DataFrame([{**row, "attn_dtype": d} for d in ("fp8_block", "fp8", "bfloat16")]), "test")
     t = prior_terms(rows, H100, fitted_constants()["gemm"], fitted_constants()["moe"])["prior_ms"].to_numpy()
     assert t[0] == t[1] < t[2]
+
+
+def test_memory_widening_follows_the_memory_the_training_gpus_had():
+    from hybridperf.aic_kernels import memory_family
+
+    l40s = get_device("NVIDIA L40S")
+    assert memory_family(l40s) == "gddr" and memory_family(H100) == "hbm"
+    p = AicPredictor.load()
+    rows = validate(pd.DataFrame(ROWS))
+    hbm_only = AicPredictor(p.gemm_c, p.moe_c, p.bundle, {**p.manifest, "trained": {**p.manifest["trained"],
+                                                                                     "memory": ["hbm"]}})
+    both = AicPredictor(p.gemm_c, p.moe_c, p.bundle, {**p.manifest, "trained": {**p.manifest["trained"],
+                                                                                 "memory": ["gddr", "hbm"]}})
+    width = lambda r: np.log(r["hi_ms"] / r["lo_ms"]).to_numpy()  # noqa: E731
+    assert width(hbm_only.predict(rows, l40s)) == pytest.approx(width(both.predict(rows, l40s)) + 0.5)
+    assert width(hbm_only.predict(rows, H100)) == pytest.approx(width(both.predict(rows, H100)))
+    assert hbm_only.predict(rows, l40s)["pred_ms"].tolist() == both.predict(rows, l40s)["pred_ms"].tolist()

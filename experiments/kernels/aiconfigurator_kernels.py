@@ -25,8 +25,9 @@ import numpy as np
 import pandas as pd
 
 from experiments.common import DATA, REPO
-from hybridperf.aic_kernels import FEATURES, OPS, AicPredictor, dtype_of, interval_quantiles, run_dtype_of
+from hybridperf.aic_kernels import FEATURES, OPS, AicPredictor, dtype_of, interval_quantiles, memory_family, run_dtype_of
 from hybridperf.datasets.aiconfigurator import SYSTEM_DEVICES, load_kernels
+from hybridperf.devices import get_device
 from hybridperf.training import aic_kernels as T
 
 SYSTEMS = ("a100_sxm", "h100_sxm", "l40s", "b200_sxm")
@@ -56,14 +57,14 @@ def fit(train: pd.DataFrame, systems) -> dict:
         models[op] = T.fit_residual(X, y)
     fams = {op: sorted(set(terms["kernel_family"][(rows["op_name"] == op).to_numpy()])) for op in OPS}
     dts = {op: sorted(set(run_dtype_of(rows[(rows["op_name"] == op).to_numpy()]))) for op in OPS}
-    return {"gemm_c": gemm_c, "moe_c": moe_c, "models": models, "families": fams, "dtypes": dts}
+    memory = sorted({memory_family(get_device(SYSTEM_DEVICES[s])) for s in systems})
+    return {"gemm_c": gemm_c, "moe_c": moe_c, "models": models, "families": fams, "dtypes": dts, "memory": memory}
 
 
 def spec_roofline_ms(rows: pd.DataFrame) -> np.ndarray:
     """The spec-sheet roofline of each row on its system's GPU: max(FLOPs / spec matrix peak of the
     dtype, DRAM bytes / spec bandwidth), no tiles, floors, power cap or caches (MoE: an even share of
     token-expert pairs on rank 0; attention: the causal pairs)."""
-    from hybridperf.devices import get_device
     from hybridperf.priors.llm_gemm import GEMM_DTYPES, spec_matrix_peak
 
     out = np.zeros(len(rows))
@@ -144,11 +145,12 @@ def calibrate(errs: pd.DataFrame) -> dict:
     return out
 
 
-def intervals(ivs: dict, model: dict, rows: pd.DataFrame, kind: str, arch: str) -> tuple[np.ndarray, np.ndarray]:
-    """(q_lo, q_hi) per row, by the lookup and widening `AicPredictor.predict` applies."""
-    trained = {"dtypes": model["dtypes"], "kernel_families": model["families"]}
+def intervals(ivs: dict, model: dict, rows: pd.DataFrame, kind: str, device) -> tuple[np.ndarray, np.ndarray]:
+    """(q_lo, q_hi) per row on `device` (a DeviceSpec), by the lookup and widening `AicPredictor.predict` applies."""
+    trained = {"dtypes": model["dtypes"], "kernel_families": model["families"], "memory": model["memory"]}
     return interval_quantiles(ivs, trained, rows["op_name"].to_numpy(), dtype_of(rows), model["_family"].to_numpy(),
-                              arch, {op: kind for op in OPS}, run_dts=run_dtype_of(rows))
+                              device.kernel_arch, {op: kind for op in OPS}, run_dts=run_dtype_of(rows),
+                              memory=memory_family(device))
 
 
 def held_out_errors(data: pd.DataFrame, held: str, train_systems) -> pd.DataFrame:
@@ -165,7 +167,6 @@ def held_out_errors(data: pd.DataFrame, held: str, train_systems) -> pd.DataFram
 def run(data: pd.DataFrame, log=print) -> tuple[pd.DataFrame, dict]:
     """Outer leave-one-GPU-out with inner-calibrated intervals; returns per-row results and the
     outer residuals for shipping."""
-    from hybridperf.devices import get_device
 
     results = []
     for held in SYSTEMS:
@@ -178,9 +179,9 @@ def run(data: pd.DataFrame, log=print) -> tuple[pd.DataFrame, dict]:
         err = with_shrink(err, shrink).assign(shrink=err["op"].map(shrink).to_numpy())
         model["_family"] = err["family"]
         rows = data.loc[err.index]
-        arch = get_device(SYSTEM_DEVICES[held]).arch
+        device = get_device(SYSTEM_DEVICES[held])
         for kind in ("prior", "hybrid"):
-            lo, hi = intervals(ivs, model, rows, kind, arch)
+            lo, hi = intervals(ivs, model, rows, kind, device)
             err[f"cov_{kind}"] = (err[kind] >= lo) & (err[kind] <= hi)
         results.append(err)
         log(f"held out {held}: {time.time() - t0:.0f} s", flush=True)
@@ -240,7 +241,8 @@ def write_bundle(model: dict, res: pd.DataFrame, out: Path, systems, command: st
         "residuals": residuals, "ship_decisions": decisions,
         "ship_rule": {"lower_mean_mape": True, "max_points_worse_on_any_gpu": SHIP_TOLERANCE},
         "intervals": calibrate(res),
-        "trained": {"systems": list(systems), "kernel_families": model["families"], "dtypes": model["dtypes"]},
+        "trained": {"systems": list(systems), "kernel_families": model["families"], "dtypes": model["dtypes"],
+                    "memory": model["memory"]},
         "training_rows_per_system_op": T.TRAIN_ROWS, "seed": T.SEED, "command": command,
     }
     write_manifest(out, manifest)
