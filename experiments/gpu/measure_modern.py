@@ -12,6 +12,8 @@ row, so a run cut short keeps what it measured. Method (written into README.md b
   `decode` = one new token per sequence against a cache of `seq` tokens (the cache is cropped back after
   each step). 2 warm-ups, then up to 8 calls within ~1.5 s; `measured_ms` is the mean of the fastest
   half, `median_ms` the median.
+- env.json: the GPU and software, and `host_op_us`, this host's time to dispatch one tiny eager op (2,000
+  `torch.add` calls on 16 elements, no sync between them): host-bound runs move with it (`../data/measured/h100/`).
 - kernels: each call captured `GRAPH_CALLS` times in one CUDA graph, the graph replayed 3 times after a
   warm-up; `latency_ms` = fastest replay / GRAPH_CALLS (kernel time back to back, no host launch cost,
   as aiconfigurator's collectors time kernels inside graphs).
@@ -119,6 +121,22 @@ def call_ms(torch, step, budget_s: float = 1.5, max_calls: int = 8) -> tuple[flo
     times.sort()
     half = times[: max(1, len(times) // 2)]
     return sum(half) / len(half), times[len(times) // 2], len(times)
+
+
+def loop_us(torch, fn, calls: int = 200) -> tuple[float, float]:
+    """(host us per call, device us per call) of `calls` back-to-back calls of `fn`."""
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    t0 = time.perf_counter()
+    a.record()
+    for _ in range(calls):
+        fn()
+    host = (time.perf_counter() - t0) / calls * 1e6
+    b.record()
+    torch.cuda.synchronize()
+    return host, a.elapsed_time(b) / calls * 1e3
 
 
 def measure_gemms(torch, rows: Rows, deadline: float, shapes=(GEMM_NK, GEMM_M)) -> None:
@@ -331,6 +349,8 @@ def main(argv=None) -> int:
     env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
            "transformers": transformers.__version__,
            "sms": torch.cuda.get_device_properties(0).multi_processor_count}
+    a, b, c = (torch.randn(16, device="cuda") for _ in range(3))
+    env["host_op_us"] = round(loop_us(torch, lambda: torch.add(a, b, out=c), 2000)[0], 2)  # this host's dispatch
     (out / "env.json").write_text(json.dumps(env, indent=2) + "\n")
     torch.backends.cuda.matmul.allow_tf32 = False
     krows = Rows(out / "kernels.csv", ["op", "dtype", "m", "n", "k", "batch", "q_len", "kv_len", "heads", "kv_heads",

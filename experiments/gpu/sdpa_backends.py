@@ -26,7 +26,7 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
-from experiments.gpu.measure_modern import build_model, call_ms, model_step
+from experiments.gpu.measure_modern import build_model, call_ms, loop_us, model_step
 
 MODELS = ["llama3_8b", "qwen3_1_7b"]
 #: (mode, batch, seq)
@@ -39,22 +39,6 @@ def backend_ctx(torch, name: str):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     return nullcontext() if name == "default" else sdpa_kernel([getattr(SDPBackend, name)])
-
-
-def loop_us(torch, fn, calls: int = 200) -> tuple[float, float]:
-    """(host us per call, device us per call) of `calls` back-to-back calls of `fn`."""
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    t0 = time.perf_counter()
-    a.record()
-    for _ in range(calls):
-        fn()
-    host = (time.perf_counter() - t0) / calls * 1e6
-    b.record()
-    torch.cuda.synchronize()
-    return host, a.elapsed_time(b) / calls * 1e3
 
 
 def main(argv=None) -> int:
