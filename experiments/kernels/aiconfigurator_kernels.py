@@ -167,7 +167,6 @@ def held_out_errors(data: pd.DataFrame, held: str, train_systems) -> pd.DataFram
 def run(data: pd.DataFrame, log=print) -> tuple[pd.DataFrame, dict]:
     """Outer leave-one-GPU-out with inner-calibrated intervals; returns per-row results and the
     outer residuals for shipping."""
-
     results = []
     for held in SYSTEMS:
         train = [s for s in SYSTEMS if s != held]

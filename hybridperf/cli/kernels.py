@@ -115,9 +115,10 @@ def _predict_aiconfigurator(raw, dev, output: Path, calibration, model_bundle, p
             typer.echo(f"warning: {calibration} was measured on {', '.join(elsewhere[:2])}, not {dev.name}; "
                        "its shift is applied to this device anyway", err=True)
         predictor = calibrate_to(predictor, measured, dev)
-        if not set(harness_of(measured)) & set(harness_of(rows)):
-            typer.echo(f"note: {calibration} was timed by {harness_name(measured)} and these rows by "
-                       f"{harness_name(rows)}; a calibration shifts only rows of its own harness, so these "
+        timed_by, predicted = harness_of(measured), harness_of(rows)
+        if not set(timed_by) & set(predicted):
+            typer.echo(f"note: {calibration} was timed by {harness_name(timed_by)} and these rows by "
+                       f"{harness_name(predicted)}; a calibration shifts only rows of its own harness, so these "
                        "predictions are zero-shot", err=True)
     res = predictor.predict(rows, dev, prior_only=prior_only)
     check_predictions(res["pred_ms"], res["lo_ms"], res["hi_ms"], f"predictions for {source}")
@@ -134,11 +135,12 @@ def _predict_aiconfigurator(raw, dev, output: Path, calibration, model_bundle, p
             typer.echo(note, err=True)
 
 
-def harness_name(rows) -> str:
-    """Who timed rows, in words: PyTorch's own kernels (`collect`), or a serving engine's."""
-    from hybridperf.aic_kernels import TORCH_HARNESS, harness_of
+def harness_name(harness) -> str:
+    """Who timed rows of these harnesses (`aic_kernels.harness_of`), in words: PyTorch's own kernels
+    (`collect`), or a serving engine's."""
+    from hybridperf.aic_kernels import TORCH_HARNESS
 
-    return "PyTorch's own kernels" if (harness_of(rows) == TORCH_HARNESS).all() else "a serving engine's kernels"
+    return "PyTorch's own kernels" if (harness == TORCH_HARNESS).all() else "a serving engine's kernels"
 
 
 def measured_elsewhere(measured, dev) -> list[str]:
