@@ -18,6 +18,7 @@ from hybridperf.cli.app import app
 from hybridperf.devices import get_device
 from hybridperf.errors import InputError, ModelBundleError
 from hybridperf.serving import Worker, predict_serving
+from hybridperf.serving.api import agg_components
 from hybridperf.serving.adapters import IterationTimer, SGLangTimePredictor, TrtllmTimePredictor
 from hybridperf.serving.arch import arch_from_dict
 from hybridperf.serving.calibration import WORKERS_INFERRED, Calibration, EngineCalibration
@@ -83,6 +84,19 @@ def test_batch_and_concurrency_agree_on_one_wave(engine):
     assert loop.ttft.ms == pytest.approx(off.ttft.ms, rel=1e-3)
     assert loop.tpot.ms == pytest.approx(off.tpot.ms, rel=1e-3)
     assert loop.tokens_per_s == pytest.approx(off.tokens_per_s, rel=0.05)
+
+
+def test_staggered_clients_prefill_one_request_at_a_time():
+    """A closed loop on an engine whose clients drift apart (vLLM) prefills each new request on its own, so
+    its steady-state TTFT is close to one request's prefill at any concurrency that fits; an engine whose
+    requests keep their lock-step (SGLang) prefills the whole wave together."""
+    kw = dict(device="h100_sxm", wk=Worker(Parallel(1, 1, 1, 1, 1), "bf16", "", 2), isl=1024, osl=256,
+              closed_loop=True)
+    arch = arch_from_dict(LLAMA)
+    ttft = {(e, n): agg_components(arch, engine=e, inflight=n, **kw)["steady"]["ttft"][0]
+            for e in ("vllm", "sglang") for n in (1, 16)}
+    assert ttft[("vllm", 16)] < 2 * ttft[("vllm", 1)]
+    assert ttft[("sglang", 16)] > 4 * ttft[("sglang", 1)]
 
 
 def test_latency_grows_with_load_and_tp_helps():

@@ -76,6 +76,9 @@ def simulate(cost: StepCost, eng: EngineDefaults, w: Workload, measured: int | N
     waiting = [_Req(w.isl, w.osl, clock.now()) for _ in range(w.inflight)]
     running: list = []  # admitted requests (prefilling or decoding), admission order
     used = 0  # KV tokens held (non-preempting engines: reserved in full at admission)
+    state = cost.state_tokens  # a linear-attention model's per-sequence state, held while it runs
+    if w.closed_loop and eng.staggered_clients:
+        running, waiting, used = _staggered(w, eng.preempts, state, clock.now())
     done: list = []
     warm = w.inflight if w.closed_loop else 0
     target = warm + (measured or 2 * w.inflight) if w.closed_loop else w.inflight
@@ -85,7 +88,6 @@ def simulate(cost: StepCost, eng: EngineDefaults, w: Workload, measured: int | N
     # (vLLM's `watermark`, SGLang's new-token reservation); without it a preempted request would come
     # straight back and be preempted again at the next step
     free_floor = int(WATERMARK * w.kv_capacity) if eng.preempts else 0
-    state = cost.state_tokens  # a linear-attention model's per-sequence state, held while it runs
     while finished < target:
         # admit waiting requests FCFS while KV and the running limit allow
         while waiting and len(running) < w.max_running:
@@ -173,6 +175,25 @@ def simulate(cost: StepCost, eng: EngineDefaults, w: Workload, measured: int | N
                 still.append(r)
         running = still
     return done
+
+
+def _staggered(w: Workload, preempts: bool, state: int, now: tuple) -> tuple[list, list, int]:
+    """The steady state of a closed loop whose requests have drifted out of the lock-step of their common
+    start (`EngineDefaults.staggered_clients`): the `inflight` requests spread evenly over their output, so
+    each one that finishes is replaced by a prefill of its own. Those the KV cache cannot hold wait as fresh
+    requests. Returns (running, waiting, KV tokens used)."""
+    running, waiting, used = [], [], 0
+    for i in range(w.inflight):
+        r = _Req(w.isl, w.osl, now)
+        out = (i * (w.osl - 1)) // w.inflight  # tokens already decoded
+        need = (w.isl + out if preempts else w.isl + w.osl) + state
+        if len(running) >= w.max_running or used + need > w.kv_capacity:
+            waiting.append(r)
+            continue
+        r.prefill_left, r.ctx, r.dec_left, r.first, r.admitted = 0, w.isl + out, w.osl - 1 - out, now, True
+        running.append(r)
+        used += need
+    return running, waiting, used
 
 
 def _preempt(running: list, waiting: list) -> None:

@@ -32,6 +32,9 @@ class EngineDefaults:
     #: GPU generation, in aiconfigurator's kernel_source names (`priors.attention.KERNEL_FAMILIES`)
     attention: tuple = ()
     nvidia_only: bool = False  # the engine runs on NVIDIA GPUs only (TensorRT-LLM)
+    #: a closed-loop benchmark's requests drift apart on this engine (each new one prefilled on its own, TTFT
+    #: nearly flat in concurrency), else they keep the lock-step of their common start
+    staggered_clients: bool = False
 
     def attention_sources(self, arch: str) -> tuple:
         """(prefill, decode) kernel sources on a GPU of `arch` (Blackwell variants as blackwell), the nearest

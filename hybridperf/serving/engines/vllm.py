@@ -6,6 +6,6 @@ from hybridperf.serving.engines.registry import EngineDefaults, register
 VLLM = register(EngineDefaults(
     name="vllm", max_batched_tokens=((0, 2048), (70, 8192)), offline_batched_tokens=16384, max_running=1024,
     cuda_graph_max_batch=512, mem_utilization=0.9, block_size=16, mixed_batches=True, budget_counts_decodes=True,
-    preempts=True, activation_reserve_gb=4.0,
+    preempts=True, activation_reserve_gb=4.0, staggered_clients=True,
     attention=(("ampere", "vllm_flash_attn", "vllm_flash_attn"), ("hopper", "vllm_flash_attn_fa3", "vllm_flash_attn_fa3"),
                ("blackwell", "vllm_flashinfer_trtllmprefill", "vllm_flashinfer_trtllmdecode"))))
