@@ -18,7 +18,7 @@ from hybridperf.cli.app import app
 from hybridperf.devices import get_device
 from hybridperf.errors import InputError, ModelBundleError
 from hybridperf.serving import Worker, predict_serving
-from hybridperf.serving.api import agg_components
+from hybridperf.serving.api import agg_components, node_for
 from hybridperf.serving.adapters import IterationTimer, SGLangTimePredictor, TrtllmTimePredictor
 from hybridperf.serving.arch import arch_from_dict
 from hybridperf.serving.calibration import WORKERS_INFERRED, Calibration, EngineCalibration
@@ -97,6 +97,14 @@ def test_staggered_clients_prefill_one_request_at_a_time():
             for e in ("vllm", "sglang") for n in (1, 16)}
     assert ttft[("vllm", 16)] < 2 * ttft[("vllm", 1)]
     assert ttft[("sglang", 16)] > 4 * ttft[("sglang", 1)]
+
+
+def test_serving_node_holds_a_tp_group_of_eight():
+    """A GPU whose only catalog node is a profiled 4-GPU box (Vidur's A100 PCIe pairs) serves TP8 in the
+    default node of 8 its spec sheet implies, not across two such boxes; NVSwitch nodes come first."""
+    assert node_for(get_device("a100_pcie")).gpus_per_node == 8
+    assert node_for(get_device("h100_sxm")).intra_topology == "nvswitch"
+    assert node_for(get_device("gb200")).gpus_per_node == 72
 
 
 def test_latency_grows_with_load_and_tp_helps():

@@ -67,10 +67,13 @@ class Worker:
 
 
 def node_for(device: DeviceSpec) -> NodeSpec:
-    """The catalog node of `device` (an NVSwitch one first), else the default node of 8 its spec sheet implies
-    (`devices.node_lookup`, as `predict-collective` and the training step place a bare GPU)."""
-    nodes = sorted((n for n in list_nodes() if n.device == device.name), key=lambda n: n.intra_topology != "nvswitch")
-    return nodes[0] if nodes else default_node_for_device(device)[0]
+    """The node a serving instance of `device` runs on: an NVSwitch one first, then the one holding the most
+    GPUs (a TP group stays inside it), a catalog node before the default node of 8 its spec sheet implies
+    (`devices.node_lookup`, as `predict-collective` and the training step place a bare GPU). A profiled
+    4-GPU box (Vidur's A100 PCIe pairs, whose network between boxes was a profiling cluster's) does not
+    stand for a server of 8."""
+    nodes = [n for n in list_nodes() if n.device == device.name] + [default_node_for_device(device)[0]]
+    return min(nodes, key=lambda n: (n.intra_topology != "nvswitch", -n.gpus_per_node))
 
 
 @lru_cache(maxsize=1)
