@@ -153,6 +153,9 @@ STEPS: tuple[Step, ...] = (
          results=((f"modern_models_h100_{tag}.md", f"modern_models_h100_{tag}.md"),))
       for tag, csv in (("lease2", "modern/models_second_lease.csv"), ("tf517", "moe_transformers/models_tf517.csv"),
                        ("tf524", "moe_transformers/models_tf524.csv"))],
+    _m("gpu_pair", "gpu_pair", str(MEASURED / "h100") + "/modern/models.csv", "NVIDIA H100 80GB HBM3",
+       _H200 + "/modern/models.csv", "NVIDIA H200", "--out", "{out}/gpu_pair.md", minutes=1,
+       results=(("gpu_pair.md", "gpu_pair.md"),)),
     _m("host_floor", "host_floor", "--out", "{out}/host_floor.md", minutes=6,
        results=(("host_floor.md", "host_floor.md"),)),
     Step("serving_silicon", "experiments.serving.serving_silicon", ("--out", "{out}"), datasets=("aiconfigurator",),
