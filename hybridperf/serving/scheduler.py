@@ -32,7 +32,8 @@ WATERMARK = 0.05
 @dataclass(frozen=True)
 class Workload:
     """`inflight` requests of `isl` prompt and `osl` output tokens on one rank; `closed_loop`: each finished
-    request is replaced at once (a benchmark at fixed concurrency), else all start together (offline)."""
+    request is replaced at once (a benchmark at fixed concurrency; started together, or spread over their
+    output on an engine whose clients drift apart), else all start together (offline)."""
 
     isl: int
     osl: int
