@@ -18,11 +18,11 @@ from hybridperf.cli.app import app
 from hybridperf.devices import get_device
 from hybridperf.errors import InputError, ModelBundleError
 from hybridperf.serving import Worker, predict_serving
-from hybridperf.serving.api import agg_components, node_for
+from hybridperf.serving.api import agg_components, node_for, setup_cost
 from hybridperf.serving.adapters import IterationTimer, SGLangTimePredictor, TrtllmTimePredictor
 from hybridperf.serving.arch import arch_from_dict
 from hybridperf.serving.calibration import WORKERS_INFERRED, Calibration, EngineCalibration
-from hybridperf.serving.cost import Parallel
+from hybridperf.serving.cost import Parallel, kv_bytes_per_token
 from hybridperf.serving.engines import ENGINES, get_engine
 from hybridperf.serving.rows import concurrency_of, predict_rows, row_request
 from hybridperf.serving.sweep import best, plot, sweep
@@ -431,6 +431,22 @@ def test_deepseek_v4_compressed_attention():
     # TensorRT-LLM decodes it in its own kernel: 64 query heads over one entry take no XQA fallback
     wide = [c.decode_ms(8 * 32768, 8, h, h100, "fp8", "torch_flow") for h in (32, 64)]
     assert wide[1] < 2.5 * wide[0]
+
+
+def test_dsa_indexer_scores_every_cached_key():
+    """GLM-5 / DeepSeek-V3.2: sparse attention reads at most `index_topk` keys per query, but the lightning
+    indexer reads every cached key's FP8 index key on every layer, so decode keeps growing past the top-k
+    and each token caches its index key beside the latent."""
+    cfg = {**MLA, "model_type": "glm_moe_dsa", "index_topk": 2048, "index_n_heads": 32, "index_head_dim": 128}
+    dsa, plain = arch_from_dict(cfg), arch_from_dict({k: v for k, v in cfg.items() if not k.startswith("index")})
+    assert dsa.max_keys == 2048 and (dsa.index_heads, dsa.index_dim) == (32, 128) and plain.index_heads == 0
+    par = Parallel(8, 1, 1, 8, 1)
+    assert kv_bytes_per_token(dsa, par, 1.0) == pytest.approx(kv_bytes_per_token(plain, par, 1.0) + 132 * 61)
+    b200 = get_device("b200_sxm")
+    cost, _ = setup_cost(dsa, b200, get_engine("sglang"), Worker(par, "fp8", "fp8", 1.0), 4096, 8, 4096, 64)
+    short, long = (cost.decode_attn_ms(8 * ctx, 8) for ctx in (4096, 65536))
+    assert 2.0 * short < long  # 16x the context: the top-k reads stay, the index scan grows
+    assert cost.prefill_attn_ms(4096, 4096) > cost.prefill_attn_ms(4096, 0) > 0
 
 
 def test_speculative_decoding_speeds_memory_bound_decode():

@@ -47,7 +47,7 @@ import math
 from dataclasses import dataclass
 
 from hybridperf.errors import InputError
-from hybridperf.serving.compressed import CompressedAttention
+from hybridperf.serving.compressed import INDEX_SCALE_BYTES, CompressedAttention
 from hybridperf.graphs.config import DEEPSEEK_DEFAULTS, MOE_LLAMA, config_from_dict
 
 #: families read as DeepSeek-V3 (multi-head latent attention + MoE)
@@ -92,6 +92,10 @@ class Arch:
     lin_v_dim: int = 0
     q_gate: bool = False  # full-attention layers project a sigmoid output gate beside q (Qwen3.5)
     max_keys: int = 0  # sparse attention reads at most this many keys (0: all)
+    #: DSA's lightning indexer (GLM-5, DeepSeek-V3.2): its heads and width, FP8 scores of every cached key
+    #: on every layer, of which the top `max_keys` are attended (0: none)
+    index_heads: int = 0
+    index_dim: int = 0
     mixer_free_layers: int = 0  # blocks without attention or a linear mixer (Nemotron-H's MLP/MoE blocks)
     mlp_free_layers: int = 0  # blocks without an MLP or MoE (Nemotron-H's mixer blocks)
     gated_mlp: bool = True  # MLPs and experts have a gate projection (SwiGLU); False: up and down only
@@ -163,6 +167,10 @@ class Arch:
             out += tensors * hd * max(kvh / tp, 1.0) * self.sliding_layers
         return out
 
+    def index_bytes_per_token(self) -> float:
+        """Bytes of DSA's FP8 index keys one token adds over all layers (not split by TP)."""
+        return (self.index_dim + INDEX_SCALE_BYTES) * self.kv_layers if self.index_heads else 0.0
+
     def window_elems(self, tp: int) -> float:
         """KV-cache elements a sequence's sliding-window layers hold on one GPU: the window's keys and values
         (engines keep a windowed cache for them: vLLM's hybrid allocator, SGLang's SWA pool, TensorRT-LLM's
@@ -186,6 +194,8 @@ class Arch:
             kv = h * (self.kv_lora_rank + self.rope_dim) + self.kv_lora_rank * self.heads * (
                 self.head_dim - self.rope_dim + self.v_head_dim)
             attn = q + kv + self.heads * self.v_head_dim * h
+            # the indexer's query (from q's low-rank), key and per-head weight projections
+            attn += self.index_heads * self.index_dim * (self.q_lora_rank or h) + h * (self.index_dim + self.index_heads)
             attn = attn * self.kv_layers
         elif self.compressed:
             attn = self.compressed.weights(h, self.heads)
@@ -423,7 +433,8 @@ def arch_from_dict(raw: dict, name: str = "") -> Arch:
         kw.update(mla=True, q_lora_rank=int(d.get("q_lora_rank") or 0), kv_lora_rank=_int(d, "kv_lora_rank"),
                   rope_dim=_int(d, "qk_rope_head_dim"), v_head_dim=_int(d, "v_head_dim"), kv_heads=cfg.heads)
         if d.get("index_topk"):
-            kw["max_keys"] = _int(d, "index_topk")
+            kw.update(max_keys=_int(d, "index_topk"), index_heads=_int(d, "index_n_heads", 0),
+                      index_dim=_int(d, "index_head_dim", 0))
     if max_keys:
         kw["max_keys"] = max_keys
     types = list(d.get("layer_types") or [])

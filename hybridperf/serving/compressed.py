@@ -22,6 +22,14 @@ from hybridperf.priors.memory import achievable_bandwidth
 INDEX_SCALE_BYTES = 4.0
 
 
+def indexer_ms(pairs: float, keys: float, heads: int, dim: int, device) -> float:
+    """A lightning indexer on one layer (DeepSeek-V3.2's and GLM-5's DSA, DeepSeek-V4's CSA): `pairs` (query,
+    index key) FP8 dot products per index head, `keys` cached FP8 index keys read once."""
+    flops = 2.0 * pairs * heads * dim
+    read = keys * (dim + INDEX_SCALE_BYTES)
+    return (flops / matrix_peak(device, GEMM_DTYPES["fp8"][2]) + read / achievable_bandwidth(device)) * 1e3
+
+
 @dataclass(frozen=True)
 class CompressedAttention:
     ratios: tuple  # per layer: 0 (window only), 4 (CSA) or 128 (HCA)
@@ -84,11 +92,7 @@ class CompressedAttention:
         return per_layer * len(self.ratios) + compress * sum(1 for r in self.ratios if r) + index * self._count(4)
 
     def _index_ms(self, pairs: float, keys: float, device) -> float:
-        """The indexer on one CSA layer: `pairs` (query, index key) FP8 dot products per index head, `keys`
-        cached index keys read."""
-        flops = 2.0 * pairs * self.index_heads * self.index_dim
-        read = keys * (self.index_dim + INDEX_SCALE_BYTES)
-        return (flops / matrix_peak(device, GEMM_DTYPES["fp8"][2]) + read / achievable_bandwidth(device)) * 1e3
+        return indexer_ms(pairs, keys, self.index_heads, self.index_dim, device)
 
     def decode_ms(self, keys: float, seqs: int, heads: float, device, kv_dtype: str, source) -> float:
         """One decode step of `seqs` sequences holding `keys` tokens in all, over every layer."""

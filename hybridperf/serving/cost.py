@@ -23,6 +23,7 @@ from hybridperf.priors.memory import achievable_bandwidth, memory_time_ms
 from hybridperf.priors.mla import mla_decode_ms
 from hybridperf.priors.moe import moe_ms
 from hybridperf.serving.arch import Arch
+from hybridperf.serving.compressed import indexer_ms
 from hybridperf.serving.engines import EngineDefaults
 
 #: CLI precision -> (GEMM dtype of `llm_gemm.GEMM_DTYPES`, bytes per weight element)
@@ -151,6 +152,9 @@ class StepCost:
         self._grid = grid.tolist()
         self._dense = self._token_ms(grid).tolist()
         self._kv_ms = self._decode_attn_per_key()
+        # DSA's indexer scores every cached key (one query per sequence in decode), whatever `max_keys` attends
+        self._index_ms = indexer_ms(1e6, 1e6, arch.index_heads, arch.index_dim, device) / 1e6 \
+            * arch.kv_layers / par.pp if arch.index_heads else 0.0
         # a linear-attention layer reads and writes each sequence's recurrent state once per step (decode)
         # or per chunk (prefill), from DRAM: every sequence's state together outgrows L2
         dram = achievable_bandwidth(device)
@@ -175,6 +179,9 @@ class StepCost:
             absorb = heads * (_gemm(n, a.kv_lora_rank, a.head_dim - a.rope_dim, "bfloat16", dev)
                               + _gemm(n, a.v_head_dim, a.kv_lora_rank, "bfloat16", dev))
             attn = q + kv + absorb + _gemm(n, h, heads * a.v_head_dim, g, dev)
+            if a.index_heads:  # DSA's indexer projections, on every TP rank
+                attn = attn + _gemm(n, a.index_heads * a.index_dim, a.q_lora_rank or h, g, dev) \
+                    + _gemm(n, a.index_dim + a.index_heads, h, g, dev)
             mix = attn * a.kv_layers
         elif a.compressed:
             mix = a.compressed.projections_ms(n, h, a.heads, tp, g, dev, _gemm)
@@ -285,7 +292,8 @@ class StepCost:
             return t / self.par.pp + self._state_ms * seqs
         full_keys = min(keys, seqs * a.max_keys) if a.max_keys else keys
         window_keys = min(keys, seqs * a.window) if a.window else keys
-        return self._kv_ms[0] * full_keys + self._kv_ms[1] * window_keys + self._state_ms * seqs
+        return self._kv_ms[0] * full_keys + self._kv_ms[1] * window_keys + self._state_ms * seqs \
+            + self._index_ms * keys
 
     def prefill_attn_ms(self, chunk: int, prefix: int) -> float:
         key = (int(chunk), int(prefix))
@@ -304,6 +312,9 @@ class StepCost:
                                                                  self.device, kv_dtype=self.kv_dtype, window=window,
                                                                  prefix=prefix, kernel_source=self.prefill_source,
                                                                  v_dim=vd))
+            if a.index_heads:  # each query of the chunk scores every key before it
+                t += a.kv_layers * indexer_ms(chunk * (prefix + chunk / 2.0), prefix + chunk, a.index_heads,
+                                              a.index_dim, self.device)
             hit = self._prefill_cache[key] = t / self.par.pp + self._state_ms
         return hit
 
@@ -343,7 +354,7 @@ def kv_bytes_per_token(arch: Arch, par: Parallel, kv_bytes: float) -> float:
     """KV-cache bytes one more token of a sequence adds on one GPU (past any sliding window)."""
     if arch.compressed:  # its indexer keys are FP8 whatever the cache dtype
         return arch.compressed.kv_bytes_per_token(kv_bytes) / par.pp
-    return arch.kv_elems_per_token(par.tp) * kv_bytes / par.pp
+    return (arch.kv_elems_per_token(par.tp) * kv_bytes + arch.index_bytes_per_token()) / par.pp
 
 
 def check_weights_fit(arch, par, precision, moe_precision, device, engine) -> float:
