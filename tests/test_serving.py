@@ -22,7 +22,7 @@ from hybridperf.serving.api import agg_components, node_for, setup_cost
 from hybridperf.serving.adapters import IterationTimer, SGLangTimePredictor, TrtllmTimePredictor
 from hybridperf.serving.arch import arch_from_dict
 from hybridperf.serving.calibration import WORKERS_INFERRED, Calibration, EngineCalibration
-from hybridperf.serving.cost import Parallel, kv_bytes_per_token
+from hybridperf.serving.cost import Parallel, kv_bytes_per_token, weight_bytes_per_gpu
 from hybridperf.serving.engines import ENGINES, get_engine
 from hybridperf.serving.rows import concurrency_of, predict_rows, row_request
 from hybridperf.serving.sweep import best, plot, sweep
@@ -97,6 +97,19 @@ def test_staggered_clients_prefill_one_request_at_a_time():
             for e in ("vllm", "sglang") for n in (1, 16)}
     assert ttft[("vllm", 16)] < 2 * ttft[("vllm", 1)]
     assert ttft[("sglang", 16)] > 4 * ttft[("sglang", 1)]
+
+
+def test_staggered_start_fits_the_cache_and_spreads_what_fits():
+    """When the KV cache holds fewer requests than the concurrency, the staggered start admits as many as fit
+    under the preempting engine's watermark, spread over the whole output, the least advanced last (the
+    newest, which vLLM's preemption takes first); the rest wait."""
+    from hybridperf.serving.scheduler import WATERMARK, Workload, _staggered
+    w = Workload(isl=100, osl=2001, inflight=200, closed_loop=True, budget=8192, kv_capacity=70_000, max_running=1024)
+    running, waiting, used = _staggered(w, True, 0, (0.0, 0.0, 0.0))
+    assert len(running) + len(waiting) == 200 and 0 < len(running) < 200
+    assert used == sum(r.ctx for r in running) and used + WATERMARK * w.kv_capacity <= w.kv_capacity
+    done = [w.osl - 1 - r.dec_left for r in running]
+    assert done == sorted(done, reverse=True) and done[-1] == 0 and done[0] > 0.9 * (w.osl - 1) * (1 - 1 / len(done))
 
 
 def test_serving_node_holds_a_tp_group_of_eight():
@@ -438,15 +451,23 @@ def test_dsa_indexer_scores_every_cached_key():
     indexer reads every cached key's FP8 index key on every layer, so decode keeps growing past the top-k
     and each token caches its index key beside the latent."""
     cfg = {**MLA, "model_type": "glm_moe_dsa", "index_topk": 2048, "index_n_heads": 32, "index_head_dim": 128}
-    dsa, plain = arch_from_dict(cfg), arch_from_dict({k: v for k, v in cfg.items() if not k.startswith("index")})
-    assert dsa.max_keys == 2048 and (dsa.index_heads, dsa.index_dim) == (32, 128) and plain.index_heads == 0
+    dsa = arch_from_dict(cfg)
+    plain = arch_from_dict({k: v for k, v in cfg.items() if k not in ("index_n_heads", "index_head_dim")})
+    assert dsa.max_keys == plain.max_keys == 2048 and (dsa.index_heads, dsa.index_dim) == (32, 128)
+    assert plain.index_heads == 0 and plain.index_bytes_per_token() == 0  # no indexer given: none priced
+    with pytest.raises(InputError, match="index_head_dim"):
+        arch_from_dict({k: v for k, v in cfg.items() if k != "index_head_dim"})
     par = Parallel(8, 1, 1, 8, 1)
     assert kv_bytes_per_token(dsa, par, 1.0) == pytest.approx(kv_bytes_per_token(plain, par, 1.0) + 132 * 61)
+    # its projections are whole on every TP rank
+    grown = weight_bytes_per_gpu(dsa, par, "fp8", "fp8") - weight_bytes_per_gpu(plain, par, "fp8", "fp8")
+    assert grown == pytest.approx(dsa.params()["index"] * 1.0) and grown > 0
     b200 = get_device("b200_sxm")
-    cost, _ = setup_cost(dsa, b200, get_engine("sglang"), Worker(par, "fp8", "fp8", 1.0), 4096, 8, 4096, 64)
-    short, long = (cost.decode_attn_ms(8 * ctx, 8) for ctx in (4096, 65536))
+    costs = [setup_cost(a, b200, get_engine("sglang"), Worker(par, "fp8", "fp8", 1.0), 4096, 8, 4096, 64)[0]
+             for a in (dsa, plain)]
+    short, long = (costs[0].decode_attn_ms(8 * ctx, 8) for ctx in (4096, 65536))
     assert 2.0 * short < long  # 16x the context: the top-k reads stay, the index scan grows
-    assert cost.prefill_attn_ms(4096, 4096) > cost.prefill_attn_ms(4096, 0) > 0
+    assert costs[0].prefill_attn_ms(4096, 65536) > costs[1].prefill_attn_ms(4096, 65536) > 0
 
 
 def test_speculative_decoding_speeds_memory_bound_decode():

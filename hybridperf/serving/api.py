@@ -119,8 +119,8 @@ def agg_components(arch: Arch, device, engine: str, wk: Worker, isl: int, osl: i
                    closed_loop: bool, budget: int | None = None) -> dict:
     """Schedule one aggregated instance: per-request means of the (gpu_ms, eager layer launches, graph layer
     launches) of TTFT, of the decode phase and of e2e, for all requests starting at once ("wave", with
-    "last_ttft"/"last_decode": the request that finishes last) and, in a closed loop, for the staggered
-    steady state ("steady")."""
+    "last_ttft"/"last_decode": the request that finishes last) and, in a closed loop, for its steady state
+    ("steady"; `scheduler.simulate`)."""
     eng = get_engine(engine)
     device = get_device(device)
     par = wk.par
@@ -146,7 +146,8 @@ def agg_components(arch: Arch, device, engine: str, wk: Worker, isl: int, osl: i
 
 def blend(c: dict, key: str, wave_weight: float) -> tuple:
     """A closed loop at fixed ISL/OSL sits between lock-step waves (everyone finishes together and
-    re-arrives together) and a staggered steady state; `wave_weight` (calibrated) says where."""
+    re-arrives together) and its steady state (the lock-step of a common start kept, or, on an engine whose
+    clients drift apart, requests spread over their output); `wave_weight` (calibrated) says where."""
     if "steady" not in c:
         return c["wave"][key]
     return tuple(wave_weight * w + (1 - wave_weight) * s for w, s in zip(c["wave"][key], c["steady"][key]))
@@ -225,7 +226,8 @@ def _disagg(arch, device, engine, spec, isl, osl, concurrency, ec):
     """Prefill and decode workers under a closed loop at fixed ISL/OSL: the requests stay in waves (a
     wave decodes together and finishes together), so each wave's prefills arrive at once and queue on
     the prefill ranks. TTFT is the wave's mean prefill completion plus the KV transfer; TPOT the decode
-    step of a worker holding its share of the wave, with `isl` keys already cached per request. Worker
+    step of a worker holding its share of the wave (its closed loop as `agg_components` schedules it: spread
+    over the output on an engine whose clients drift apart), with `isl` keys already cached per request. Worker
     counts left out (None) follow from the decode batch limit and from matching the prefill throughput
     to the decode throughput."""
     pw, n_p, dw, n_d = spec

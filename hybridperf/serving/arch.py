@@ -186,7 +186,8 @@ class Arch:
         return 2 * self.lin_k_heads * self.lin_k_dim + 2 * self.lin_v_heads * self.lin_v_dim + 2 * self.lin_v_heads
 
     def params(self) -> dict:
-        """Weight elements: {"attn", "dense_mlp", "experts", "shared", "embed"} over all layers."""
+        """Weight elements: {"attn", "dense_mlp", "experts", "shared", "embed", "index"} over all layers
+        ("index": DSA's indexer projections, which every TP rank holds whole)."""
         h = self.hidden
         if self.mla:
             q = (h * self.q_lora_rank + self.q_lora_rank * self.heads * self.head_dim) if self.q_lora_rank \
@@ -194,8 +195,6 @@ class Arch:
             kv = h * (self.kv_lora_rank + self.rope_dim) + self.kv_lora_rank * self.heads * (
                 self.head_dim - self.rope_dim + self.v_head_dim)
             attn = q + kv + self.heads * self.v_head_dim * h
-            # the indexer's query (from q's low-rank), key and per-head weight projections
-            attn += self.index_heads * self.index_dim * (self.q_lora_rank or h) + h * (self.index_dim + self.index_heads)
             attn = attn * self.kv_layers
         elif self.compressed:
             attn = self.compressed.weights(h, self.heads)
@@ -211,7 +210,9 @@ class Arch:
         return {"attn": attn + lin * self.linear_layers,
                 "dense_mlp": m * h * self.ffn * self.dense_layers,
                 "experts": m * expert_h * self.expert_ffn * self.experts * self.moe_layers,
-                "shared": (m * h * self.shared_ffn + latent) * self.moe_layers, "embed": 2.0 * h * self.vocab}
+                "shared": (m * h * self.shared_ffn + latent) * self.moe_layers, "embed": 2.0 * h * self.vocab,
+                "index": (self.index_heads * self.index_dim * (self.q_lora_rank or h)
+                          + h * (self.index_dim + self.index_heads)) * self.kv_layers}
 
 
 def _text(d: dict) -> dict:
@@ -435,6 +436,8 @@ def arch_from_dict(raw: dict, name: str = "") -> Arch:
         if d.get("index_topk"):
             kw.update(max_keys=_int(d, "index_topk"), index_heads=_int(d, "index_n_heads", 0),
                       index_dim=_int(d, "index_head_dim", 0))
+            if bool(kw["index_heads"]) != bool(kw["index_dim"]):
+                raise InputError(f"{name or 'config'}: a DSA indexer needs both index_n_heads and index_head_dim")
     if max_keys:
         kw["max_keys"] = max_keys
     types = list(d.get("layer_types") or [])

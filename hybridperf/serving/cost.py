@@ -343,10 +343,12 @@ class StepCost:
 
 def weight_bytes_per_gpu(arch: Arch, par: Parallel, precision: str, moe_precision: str) -> float:
     """Weight bytes one GPU holds: attention/dense/shared split over TP (replicated over attention-DP
-    ranks), experts over moe_tp x moe_ep, the embedding and LM head over TP, layers over PP."""
+    ranks), experts over moe_tp x moe_ep, a DSA indexer whole on every rank, the embedding and LM head over
+    TP, layers over PP."""
     p = arch.params()
     wb, mb = PRECISIONS[precision][1], PRECISIONS[moe_precision][1]
-    layers = (p["attn"] + p["dense_mlp"] + p["shared"]) / par.tp * wb + p["experts"] / (par.moe_tp * par.moe_ep) * mb
+    layers = (p["attn"] + p["dense_mlp"] + p["shared"]) / par.tp * wb + p["experts"] / (par.moe_tp * par.moe_ep) * mb \
+        + p["index"] * wb
     return layers / par.pp + p["embed"] / par.tp * 2.0
 
 

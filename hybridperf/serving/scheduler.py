@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from hybridperf.errors import InputError
 from hybridperf.serving.cost import StepCost
 from hybridperf.serving.engines import EngineDefaults
@@ -180,21 +182,31 @@ def simulate(cost: StepCost, eng: EngineDefaults, w: Workload, measured: int | N
 
 def _staggered(w: Workload, preempts: bool, state: int, now: tuple) -> tuple[list, list, int]:
     """The steady state of a closed loop whose requests have drifted out of the lock-step of their common
-    start (`EngineDefaults.staggered_clients`): the `inflight` requests spread evenly over their output, so
-    each one that finishes is replaced by a prefill of its own. Those the KV cache cannot hold wait as fresh
-    requests. Returns (running, waiting, KV tokens used)."""
-    running, waiting, used = [], [], 0
-    for i in range(w.inflight):
-        r = _Req(w.isl, w.osl, now)
-        out = (i * (w.osl - 1)) // w.inflight  # tokens already decoded
-        need = (w.isl + out if preempts else w.isl + w.osl) + state
-        if len(running) >= w.max_running or used + need > w.kv_capacity:
-            waiting.append(r)
-            continue
-        r.prefill_left, r.ctx, r.dec_left, r.first, r.admitted = 0, w.isl + out, w.osl - 1 - out, now, True
-        running.append(r)
-        used += need
-    return running, waiting, used
+    start (`EngineDefaults.staggered_clients`): as many requests as the running limit and the KV cache (less
+    the preempting engines' watermark) hold, spread evenly over their output and admitted most advanced
+    first, so each one that finishes is replaced by a prefill of its own; the rest wait as fresh requests.
+    Returns (running, waiting, KV tokens used)."""
+    floor = int(WATERMARK * w.kv_capacity) if preempts else 0
+
+    def needs(m: int) -> np.ndarray:
+        out = np.arange(m) * (w.osl - 1) // m  # tokens already decoded
+        return out, (w.isl + out if preempts else np.full(m, w.isl + w.osl)) + state
+
+    lo, hi = 0, min(w.inflight, w.max_running)  # the most requests that fit, by bisection
+    while lo < hi:
+        m = (lo + hi + 1) // 2
+        if needs(m)[1].sum() + floor <= w.kv_capacity:
+            lo = m
+        else:
+            hi = m - 1
+    running = []
+    if lo:
+        outs, need = needs(lo)
+        for out in outs[::-1].tolist():
+            r = _Req(w.isl, w.osl, now)
+            r.prefill_left, r.ctx, r.dec_left, r.first, r.admitted = 0, w.isl + out, w.osl - 1 - out, now, True
+            running.append(r)
+    return running, [_Req(w.isl, w.osl, now) for _ in range(w.inflight - lo)], int(need.sum()) if lo else 0
 
 
 def _preempt(running: list, waiting: list) -> None:
