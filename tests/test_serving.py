@@ -59,6 +59,10 @@ def test_engines_registered_and_named():
     with pytest.raises(InputError):
         get_engine("tgi")
     assert get_engine("sglang").batched_tokens(180) > get_engine("sglang").batched_tokens(80)
+    # vLLM's defaults: 8192 tokens and 1024 sequences from 70 GiB, except on A100s (2048 and 256, offline 8192)
+    vllm = get_engine("vllm")
+    assert vllm.limits(get_device("h100_sxm")) == (8192, 16384, 1024)
+    assert vllm.limits(get_device("a100_sxm")) == vllm.limits(get_device("l40s")) == (2048, 8192, 256)
 
 
 def test_arch_families():

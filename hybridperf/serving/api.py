@@ -101,7 +101,7 @@ def setup_cost(arch: Arch, device: DeviceSpec, eng: EngineDefaults, wk: Worker, 
             raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {p!r}")
     free = check_weights_fit(arch, wk.par, wk.precision, moe_prec, device, eng)
     cap = int(free / kv_bytes_per_token(arch, wk.par, wk.cache_bytes) / max(eng.block_size, 1)) * max(eng.block_size, 1)
-    max_tokens = budget + min(inflight, eng.max_running) + 1
+    max_tokens = budget + min(inflight, eng.limits(device)[2]) + 1
     wk.spec.check()
     cost = StepCost(arch, device, node_for(device), eng, wk.par, wk.precision, moe_prec, wk.cache_bytes, _collectives(),
                     max_tokens, wk.spec)
@@ -125,10 +125,11 @@ def agg_components(arch: Arch, device, engine: str, wk: Worker, isl: int, osl: i
     device = get_device(device)
     par = wk.par
     per_rank = max(1, math.ceil(inflight / par.adp / par.pp))
+    serving_tokens, offline_tokens, max_running = eng.limits(device)
     if budget is None:
-        budget = eng.batched_tokens(device.mem_gb) if closed_loop else eng.offline_batched_tokens
+        budget = serving_tokens if closed_loop else offline_tokens
     cost, cap = setup_cost(arch, device, eng, wk, budget, per_rank, isl, osl)
-    common = dict(isl=isl, osl=osl, inflight=per_rank, budget=budget, kv_capacity=cap, max_running=eng.max_running)
+    common = dict(isl=isl, osl=osl, inflight=per_rank, budget=budget, kv_capacity=cap, max_running=max_running)
     # each iteration crosses every stage (GPU ms x pp) and launches every layer's kernels (x layers; a block
     # of one sublayer, as Nemotron-H's, counts half)
     layers = arch.layers * arch.sublayer_share
@@ -240,13 +241,13 @@ def _disagg(arch, device, engine, spec, isl, osl, concurrency, ec):
     tpot = (ec.time_ms(blend(d, "decode", ec.wave_weight)) / max(osl - 1, 1)) + ec.gpu_scale * _decode_keys_ms(
         arch, dev, engine, dw, isl, osl, per_rank)
     if not n_p:
-        burst = max(1, eng.batched_tokens(dev.mem_gb) // isl) * pw.par.adp
+        burst = max(1, eng.limits(dev)[0] // isl) * pw.par.adp
         full = agg_components(arch, dev, engine, pw, isl, 1, burst, closed_loop=False)
         rate = burst / ec.time_ms(full["wave"]["last_ttft"], ttft=True)  # requests per ms of one prefill worker
         n_p = max(1, math.ceil(concurrency / max(osl - 1, 1) / tpot / rate))
     per_worker = max(1, math.ceil(concurrency / n_p))
     pf = agg_components(arch, dev, engine, pw, isl, 1, per_worker, closed_loop=False,
-                        budget=eng.batched_tokens(dev.mem_gb))
+                        budget=eng.limits(dev)[0])
     node = node_for(dev)
     kv_total = kv_bytes_per_token(arch, Parallel(), dw.cache_bytes) * isl
     xfer = KV_TRANSFER_LATENCY_MS + kv_total / (node.inter_bw_gbs * 1e9 * min(pw.par.gpus, dw.par.gpus)) * 1e3

@@ -50,6 +50,22 @@ class EngineDefaults:
                 return table[a]
         return ("", "")
 
+    #: GPUs the engine keeps to its smallest defaults whatever their memory (lowercase name fragments: vLLM
+    #: gives an A100 80GB a 40 GB card's), and those defaults' offline budget and running limit (0: the same)
+    small_defaults_for: tuple = ()
+    small_offline_tokens: int = 0
+    small_max_running: int = 0
+
+    def limits(self, device) -> tuple[int, int, int]:
+        """(max batched tokens when serving, offline, most running sequences) on `device` (a DeviceSpec)."""
+        named = any(s in str(device.name).lower() for s in self.small_defaults_for)
+        small = named or len(self.max_batched_tokens) < 2 or device.mem_gb < self.max_batched_tokens[1][0]
+        tokens = self.max_batched_tokens[0][1] if named else self.batched_tokens(device.mem_gb)
+        if small:
+            return tokens, self.small_offline_tokens or self.offline_batched_tokens, \
+                self.small_max_running or self.max_running
+        return tokens, self.offline_batched_tokens, self.max_running
+
     def batched_tokens(self, mem_gb: float) -> int:
         tokens = self.max_batched_tokens[0][1]
         for min_gb, t in self.max_batched_tokens:
