@@ -63,6 +63,11 @@ def test_engines_registered_and_named():
     vllm = get_engine("vllm")
     assert vllm.limits(get_device("h100_sxm")) == (8192, 16384, 1024)
     assert vllm.limits(get_device("a100_sxm")) == vllm.limits(get_device("l40s")) == (2048, 8192, 256)
+    # SGLang's CUDA graphs: up to 256 sequences below TP 4 on an 80 GB GPU, 32 on a 48 GB one, 512 on a B200
+    sglang = get_engine("sglang")
+    assert [sglang.graph_batch(get_device(d), tp) for d, tp in (("h100_sxm", 2), ("h100_sxm", 8), ("l40s", 1),
+                                                                ("b200_sxm", 1))] == [256, 512, 32, 512]
+    assert sglang.limits(get_device("l40s"))[0] == 4096 and vllm.graph_batch(get_device("l40s"), 1) == 512
 
 
 def test_arch_families():
@@ -108,7 +113,8 @@ def test_staggered_start_fits_the_cache_and_spreads_what_fits():
     under the preempting engine's watermark, spread over the whole output, the least advanced last (the
     newest, which vLLM's preemption takes first); the rest wait."""
     from hybridperf.serving.scheduler import WATERMARK, Workload, _staggered
-    w = Workload(isl=100, osl=2001, inflight=200, closed_loop=True, budget=8192, kv_capacity=70_000, max_running=1024)
+    w = Workload(isl=100, osl=2001, inflight=200, closed_loop=True, budget=8192, kv_capacity=70_000, max_running=1024,
+                 graph_batch=512)
     running, waiting, used = _staggered(w, True, 0, (0.0, 0.0, 0.0))
     assert len(running) + len(waiting) == 200 and 0 < len(running) < 200
     assert used == sum(r.ctx for r in running) and used + WATERMARK * w.kv_capacity <= w.kv_capacity
@@ -493,7 +499,7 @@ def test_speculative_decoding_speeds_memory_bound_decode():
     from hybridperf.serving.cost import Speculation as Spec
     cost, _ = setup_cost(arch_from_dict(LLAMA), get_device("h100_sxm"), get_engine("vllm"),
                          Worker(Parallel(), spec=Spec(3, 0.9)), 2048, 1, 512, 128)
-    done = simulate(cost, get_engine("vllm"), Workload(512, 128, 1, True, 2048, 512 + 128 + 3, 8))
+    done = simulate(cost, get_engine("vllm"), Workload(512, 128, 1, True, 2048, 512 + 128 + 3, 8, 512))
     assert len(done) == 2
 
 

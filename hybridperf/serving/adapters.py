@@ -55,7 +55,7 @@ class IterationTimer:
         gpu += sum(c.prefill_attn_ms(int(n), int(p)) for n, p in prefills if n > 0)
         if n_dec:
             gpu += c.decode_attn_ms(float(sum(decode_kv)), n_dec)
-        graph = not prefills and n_dec <= self.engine.cuda_graph_max_batch
+        graph = not prefills and n_dec <= self.engine.graph_batch(self.device, self.worker.par.tp)
         layers = self.arch.layers * self.arch.sublayer_share
         comps = (gpu * pp, 0.0 if graph else layers, layers if graph else 0.0)
         return self.cal.time_ms(comps)

@@ -129,7 +129,8 @@ def agg_components(arch: Arch, device, engine: str, wk: Worker, isl: int, osl: i
     if budget is None:
         budget = serving_tokens if closed_loop else offline_tokens
     cost, cap = setup_cost(arch, device, eng, wk, budget, per_rank, isl, osl)
-    common = dict(isl=isl, osl=osl, inflight=per_rank, budget=budget, kv_capacity=cap, max_running=max_running)
+    common = dict(isl=isl, osl=osl, inflight=per_rank, budget=budget, kv_capacity=cap, max_running=max_running,
+                  graph_batch=eng.graph_batch(device, par.tp))
     # each iteration crosses every stage (GPU ms x pp) and launches every layer's kernels (x layers; a block
     # of one sublayer, as Nemotron-H's, counts half)
     layers = arch.layers * arch.sublayer_share

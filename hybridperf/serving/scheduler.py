@@ -44,6 +44,7 @@ class Workload:
     budget: int  # max batched tokens per iteration
     kv_capacity: int  # KV-cache tokens that fit on this rank
     max_running: int
+    graph_batch: int  # decode batches up to this size replay a CUDA graph
 
 
 class _Clock:
@@ -120,7 +121,7 @@ def simulate(cost: StepCost, eng: EngineDefaults, w: Workload, measured: int | N
             per_step = cost.decode_step_ms(n, keys0)
             slope = cost.decode_step_ms(n, keys0 + n * adv) - per_step
             clock.gpu += k * per_step + slope * k * (k - 1) / 2.0
-            if n <= eng.cuda_graph_max_batch:
+            if n <= w.graph_batch:
                 clock.graph += k
             else:
                 clock.eager += k

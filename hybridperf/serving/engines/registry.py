@@ -50,6 +50,9 @@ class EngineDefaults:
                 return table[a]
         return ("", "")
 
+    #: ((min GPU memory GB, CUDA-graph max decode batch below TP 4, from TP 4), ...) ascending, the last that fits
+    #: applies; none: `cuda_graph_max_batch` everywhere (SGLang captures fewer batch sizes on smaller GPUs)
+    cuda_graph_tiers: tuple = ()
     #: GPUs the engine keeps to its smallest defaults whatever their memory (lowercase name fragments: vLLM
     #: gives an A100 80GB a 40 GB card's), and those defaults' offline budget and running limit (0: the same)
     small_defaults_for: tuple = ()
@@ -65,6 +68,14 @@ class EngineDefaults:
             return tokens, self.small_offline_tokens or self.offline_batched_tokens, \
                 self.small_max_running or self.max_running
         return tokens, self.offline_batched_tokens, self.max_running
+
+    def graph_batch(self, device, tp: int) -> int:
+        """Largest decode batch replayed from a CUDA graph on `device` with `tp`-way tensor parallelism."""
+        out = self.cuda_graph_max_batch
+        for min_gb, small_tp, large_tp in self.cuda_graph_tiers:
+            if device.mem_gb >= min_gb:
+                out = small_tp if tp < 4 else large_tp
+        return out
 
     def batched_tokens(self, mem_gb: float) -> int:
         tokens = self.max_batched_tokens[0][1]
