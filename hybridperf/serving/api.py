@@ -241,14 +241,15 @@ def _disagg(arch, device, engine, spec, isl, osl, concurrency, ec):
     d = agg_components(arch, dev, engine, dw, 1, osl, per_rank * dw.par.adp, closed_loop=True)
     tpot = (ec.time_ms(blend(d, "decode", ec.wave_weight)) / max(osl - 1, 1)) + ec.gpu_scale * _decode_keys_ms(
         arch, dev, engine, dw, isl, osl, per_rank)
+    serving_tokens = eng.limits(dev)[0]
     if not n_p:
-        burst = max(1, eng.limits(dev)[0] // isl) * pw.par.adp
+        burst = max(1, serving_tokens // isl) * pw.par.adp
         full = agg_components(arch, dev, engine, pw, isl, 1, burst, closed_loop=False)
         rate = burst / ec.time_ms(full["wave"]["last_ttft"], ttft=True)  # requests per ms of one prefill worker
         n_p = max(1, math.ceil(concurrency / max(osl - 1, 1) / tpot / rate))
     per_worker = max(1, math.ceil(concurrency / n_p))
     pf = agg_components(arch, dev, engine, pw, isl, 1, per_worker, closed_loop=False,
-                        budget=eng.limits(dev)[0])
+                        budget=serving_tokens)
     node = node_for(dev)
     kv_total = kv_bytes_per_token(arch, Parallel(), dw.cache_bytes) * isl
     xfer = KV_TRANSFER_LATENCY_MS + kv_total / (node.inter_bw_gbs * 1e9 * min(pw.par.gpus, dw.par.gpus)) * 1e3
