@@ -20,7 +20,7 @@ from hybridperf.errors import InputError, ModelBundleError, UnknownDeviceError
 from hybridperf.priors import attention
 from hybridperf.priors.llm_gemm import (GEMM_DTYPES, TILES, KernelConstants, combine_ms, fitted_constants, floor_s,
                                         gemm_parts, kernel_dtype)
-from hybridperf.priors.moe import MATERIALIZED_COMBINE, moe_parts
+from hybridperf.priors.moe import MATERIALIZED_COMBINE, WARP_MMA, ZERO_FILLED, computes_remote_pairs, moe_parts
 from hybridperf.residual_models.bundle import Bundle, load_bundle, shipped_models_dir
 
 OPS = ("gemm", "context_attention", "generation_attention", "moe")
@@ -39,10 +39,10 @@ TEXT = ("gemm_dtype", "moe_dtype", "attn_dtype", "kv_cache_dtype", "distribution
 DEFAULTS = {"window_size": 0, "step": 0, "isl": 1, "moe_tp_size": 1, "moe_ep_size": 1,
             "attn_dtype": "bfloat16", "kv_cache_dtype": "bfloat16", "distribution": "balanced", "kernel_source": ""}
 #: kernel family of a `kernel_source` string: the first keyword it contains
-KERNEL_FAMILIES = (("deepgemm", "deepgemm"), ("marlin", "marlin"), ("triton", "triton"), ("cutlass", "cutlass"),
-                   ("cutedsl", "flashinfer"), ("flashinfer", "flashinfer"), ("trtllm", "trtllm"), ("xqa", "trtllm"),
-                   ("plugin", "trt_plugin"), ("fa3", "flash_attn"), ("flash", "flash_attn"), ("nongated", "trtllm"),
-                   ("torch", "torch"), ("linear", "torch"), ("sglang", "torch"), ("vllm", "torch"))
+KERNEL_FAMILIES = (("deepgemm", "deepgemm"), ("marlin", "marlin"), ("oaitriton", "triton_kernels"), ("triton", "triton"),
+                   ("cutlass", "cutlass"), ("cutedsl", "flashinfer"), ("flashinfer", "flashinfer"), ("trtllm", "trtllm"),
+                   ("xqa", "trtllm"), ("plugin", "trt_plugin"), ("fa3", "flash_attn"), ("flash", "flash_attn"),
+                   ("nongated", "trtllm"), ("torch", "torch"), ("linear", "torch"), ("sglang", "torch"), ("vllm", "torch"))
 FAMILY_NAMES = tuple(sorted({f for _, f in KERNEL_FAMILIES} | {"other"}))
 #: log half-width added to each side of an interval for what leave-one-GPU-out never tested: an
 #: architecture the tile model does not know (the four training GPUs are four NVIDIA architectures,
@@ -173,7 +173,10 @@ def prior_terms(df: pd.DataFrame, device: DeviceSpec, gemm_c: KernelConstants | 
                 else:
                     p = moe_parts(s["num_tokens"], s["hidden_size"], s["inter_size"], s["topk"], s["num_experts"],
                                   device, dt, s["moe_tp_size"], s["moe_ep_size"], s["distribution"].astype(str),
-                                  "nongated" not in ks, combine=kernel_family([ks])[0] in MATERIALIZED_COMBINE)
+                                  "nongated" not in ks, combine=kernel_family([ks])[0] in MATERIALIZED_COMBINE,
+                                  zero_fill=kernel_family([ks])[0] in ZERO_FILLED,
+                                  warp_mma=kernel_family([ks])[0] in WARP_MMA,
+                                  whole_tokens=computes_remote_pairs(framework, ver))
                     waves = p["padded"] / np.maximum(p["routed"], 1.0)
                 _fill(cols, mm, p, combine_ms(p, dt, c, ks), floor_s(c, dt, ks, device.boost_clock_mhz), waves)
         else:

@@ -204,7 +204,23 @@ def matrix_peak(device: DeviceSpec, peak_key: str) -> float:
     return min(peak, device.tdp_w / (pj * OPERAND_ENERGY.get(peak_key, 1.0) * 1e-12))
 
 
-def _version(text) -> tuple:
+#: dense FLOPs per SM per clock of warp-level MMA (`mma.sync`, Ampere's instruction, which Hopper and
+#: Blackwell keep beside their warpgroup / tensor-memory MMA): 1024 FMA of 16-bit operands, twice that of
+#: 8-bit ones (sm_89 on)
+WARP_MMA_FLOPS_PER_CLOCK = {"bfloat16": 2048.0, "fp16": 2048.0, "fp8": 4096.0, "int8": 4096.0}
+
+
+def warp_mma_peak(device: DeviceSpec, peak_key: str) -> float:
+    """Matrix FLOP/s of kernels built on warp-level MMA (Marlin by design, Triton below 64-row tiles): at
+    most the SMs x clock x `WARP_MMA_FLOPS_PER_CLOCK`, a cap that binds on Hopper and Blackwell only."""
+    peak = matrix_peak(device, peak_key)
+    per_clock = WARP_MMA_FLOPS_PER_CLOCK.get(peak_key, WARP_MMA_FLOPS_PER_CLOCK["bfloat16"])
+    if device.vendor != "nvidia" or device.num_sms <= 0 or device.boost_clock_mhz <= 0:
+        return peak
+    return min(peak, device.num_sms * device.boost_clock_mhz * 1e6 * per_clock)
+
+
+def version_tuple(text) -> tuple:
     """(major, minor, patch) of a version string such as `1.3.0rc20` or `0.5.6.post2`; () if none."""
     return tuple(int(x) for x in re.findall(r"\d+", str(text or ""))[:3])
 
@@ -216,7 +232,7 @@ def replay_copies(framework: str | None, gemm_dtype: str, version: str | None = 
     its fp8_block and nvfp4 linears; TensorRT-LLM 5 before 1.3, then min(5, ceil(L2 / weight)) (None, as for
     any other source: `_replay_hit`). The version cut-offs are the collector changes' dates (January and
     March 2026) read against the tables' versions."""
-    fw, v = str(framework or "").strip().lower(), _version(version)
+    fw, v = str(framework or "").strip().lower(), version_tuple(version)
     if fw == "sglang":
         return 1.0 if v and v < (0, 5, 7) else 6.0
     if fw == "vllm":

@@ -4,13 +4,12 @@ aiconfigurator's `moe` tables time them: `num_tokens` tokens of width `hidden` r
 ways across experts, weights in `moe_dtype`; the time is EP rank 0's.
 
 The physics: the token-expert pairs rank 0 computes (balanced: an even share; `power_law_<alpha>`: the
-collector samples expert loads from a power law on [1, 0.8 * tokens] and swaps the heaviest rank into
-rank 0, so rank 0 carries the expected maximum of `ep` group sums), each local expert's rows padded to
-the grouped GEMM's tile, the experts' weights read once per active expert (decode is bound by them; the collector replays the
-same layer, so experts that fit in L2 are served from it),
-the gated MLP (up and gate, then down; `nongated` kernels have no gate; each tile's pipeline fill and drain
-weighs on short-k experts, `TILE_FILL_K`), and a routing/permute pass
-over the activations. Efficiencies and floors are measured data (`KernelConstants`), passed explicitly.
+collector's draw of expert loads, whose heaviest rank it swaps into rank 0, `moe_routing`), each local
+expert's rows padded to the grouped GEMM's tile, the experts' weights read once per active expert
+(decode is bound by them; the collector replays the same layer, so experts that fit in L2 are served
+from it), the gated MLP (up and gate, then down; `nongated` kernels have no gate; each tile's pipeline
+fill and drain weighs on short-k experts, `TILE_FILL_K`), and a routing/permute pass over the
+activations. Efficiencies and floors are measured data (`KernelConstants`), passed explicitly.
 
 Kernel time only (no host floor, no all-to-all). Vectorised over numpy arrays.
 """
@@ -20,7 +19,9 @@ import numpy as np
 
 from hybridperf.devices import DeviceSpec
 from hybridperf.priors.llm_gemm import (GEMM_DTYPES, L2_BANDWIDTH_RATIO, QUANTIZED_ACTIVATION, SCALE_BYTES,
-                                        KernelConstants, combine_ms, fitted_constants, matrix_peak)
+                                        KernelConstants, combine_ms, fitted_constants, matrix_peak, version_tuple,
+                                        warp_mma_peak)
+from hybridperf.priors.moe_routing import balanced_rank0_tokens, skewed_rank0
 
 #: rows of the grouped GEMM's tile each local expert's tokens are padded to: the kernels pick the
 #: smallest power of two covering an expert's tokens within these bounds (Triton's fused MoE picks
@@ -32,6 +33,26 @@ ROUTING_KERNELS = 3.0
 #: PyTorch's reference path, Marlin's); the others fuse the weighted sum into their last GEMM or finalize
 #: permuted rows. Held out, the prior's error grew with the bytes of that buffer over the prior's time.
 MATERIALIZED_COMBINE = ("triton", "torch", "marlin")
+#: kernel families whose grouped GEMMs write zero rows for the pairs of other EP ranks' experts (Triton's
+#: fused_moe: `write_zeros_to_output`), so their intermediate buffers cost every pair
+ZERO_FILLED = ("triton",)
+#: kernel families built on warp-level MMA (`llm_gemm.warp_mma_peak`): Marlin's, and Triton's fused MoE,
+#: whose 16-64-row expert tiles are below the 64 rows of a Hopper warpgroup MMA
+WARP_MMA = ("triton", "marlin")
+#: SGLang's MoE collector before 0.5.14 timed EP rank 0 on the tokens with a pair on it and kept all their
+#: top-k pairs (the other ranks' experts' ids clamped to local expert 0), so rank 0 computes tokens x topk
+#: pairs: its 0.5.10 tables run 8192 tokens in the same time from EP 1 to EP 8 (balanced routing gives every
+#: token a pair on each rank of 32 experts or more) where 0.5.14's halve with each doubling
+WHOLE_TOKENS_BEFORE = {"sglang": (0, 5, 14)}
+
+
+def computes_remote_pairs(framework: str | None, version: str | None) -> bool:
+    """Whether `framework`'s MoE tables of `version` price rank 0 with every pair of its tokens
+    (`WHOLE_TOKENS_BEFORE`)."""
+    v, cut = version_tuple(version), WHOLE_TOKENS_BEFORE.get(str(framework or "").strip().lower())
+    return bool(cut and v and v < cut)
+
+
 #: k-elements of main-loop time a grouped-GEMM tile spends filling and draining its pipeline (the few stages
 #: of 64-128 that CUTLASS's and Triton's MoE kernels prefetch); a design figure, not fitted
 TILE_FILL_K = 256.0
@@ -48,7 +69,7 @@ def _power_law_moments(alpha, lo, hi, order: int) -> np.ndarray:
 
 def rank0_share(tokens, topk, experts, ep, alpha) -> np.ndarray:
     """Expected share of all token-expert pairs that EP rank 0 gets: 1/ep when balanced (alpha 0),
-    else the expected largest of `ep` sums of experts/ep power-law loads over the expected total
+    else (for shapes `moe_routing` cannot draw: experts not divisible by ep) the expected largest of `ep` sums of experts/ep power-law loads over the expected total
     (normal approximation of each sum, sqrt(2 ln ep) for the largest of ep)."""
     t, k, e, ep, alpha = (np.asarray(x, dtype=np.float64) for x in (tokens, topk, experts, ep, alpha))
     skew = alpha > 0
@@ -80,11 +101,15 @@ def distribution_alpha(distribution) -> np.ndarray:
 
 
 def moe_parts(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, moe_dtype: str = "bfloat16",
-              tp=1, ep=1, distribution="balanced", gated=True, replayed=True, combine=False) -> dict:
+              tp=1, ep=1, distribution="balanced", gated=True, replayed=True, combine=False,
+              zero_fill=False, whole_tokens=False, warp_mma=False) -> dict:
     """Ideal times (s) at spec rates of one MoE layer on rank 0 (`compute`, `memory`, `quant`, `kernels`)
     and the quantities the residual model reads (`routed`, `padded`, `active`, `flops`, `bytes`).
     `combine`: the kernels materialise every token's top-k outputs and sum them (`MATERIALIZED_COMBINE`),
-    so the combine reads tokens x topk rows even of pairs whose experts live on other EP ranks."""
+    so the combine reads tokens x topk rows even of pairs whose experts live on other EP ranks;
+    `zero_fill`: they also fill those pairs' rows of their intermediate buffers (`ZERO_FILLED`).
+    `whole_tokens`: rank 0 computes all top-k pairs of every token with a pair on it, the other ranks'
+    pairs on one local expert (`computes_remote_pairs`)."""
     t, h, f, k, e, tp, ep = (np.asarray(x, dtype=np.float64)
                              for x in (num_tokens, hidden, inter, topk, num_experts, tp, ep))
     a_bytes, w_bytes, peak_key = GEMM_DTYPES.get(moe_dtype, GEMM_DTYPES["bfloat16"])
@@ -93,17 +118,38 @@ def moe_parts(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, 
     mats = np.where(gated, 3.0, 2.0)
     f_local = f / tp
     local = np.maximum(e / ep, 1.0)
-    routed = np.minimum(rank0_share(t, k, e, ep, distribution_alpha(distribution)) * t * k, local * t)
+    alpha = distribution_alpha(distribution)
+    routed = np.minimum(rank0_share(t, k, e, ep, alpha) * t * k, local * t)
     active = np.minimum(local, np.maximum(routed, 1.0))
     per_expert = routed / active
     tile = np.clip(2.0 ** np.ceil(np.log2(np.maximum(per_expert, 1.0))), *EXPERT_TILE_M)
     padded = active * np.ceil(per_expert / tile) * tile
+    # skewed routing: rank 0's experts as the collector draws them (moe_routing)
+    drawn = (alpha > 0) & (np.mod(e, np.maximum(ep, 1.0)) == 0) & (t >= 1)
+    whole = np.asarray(whole_tokens, dtype=bool) & (ep > 1) & (np.mod(e, np.maximum(ep, 1.0)) == 0) & (t >= 1)
+    sk = {}
+    if np.any(drawn):
+        sk = skewed_rank0(np.where(drawn, t, 1.0), k, e, ep, np.where(drawn, alpha, 0.0), EXPERT_TILE_M,
+                          touching=bool(np.any(whole & drawn)))
+        routed, active, padded = (np.where(drawn, sk[key], v) for key, v in
+                                  (("routed", routed), ("active", active), ("padded", padded)))
+    if np.any(whole):
+        touching = balanced_rank0_tokens(np.where(whole & ~drawn, t, 1.0), k, e, np.where(whole & ~drawn, ep, 1.0))
+        if sk:
+            touching = np.where(drawn, sk["tokens"], touching)
+        remote = np.clip(touching * k - routed, 0.0, None)
+        tile = np.clip(2.0 ** np.ceil(np.log2(np.maximum(routed / active, 1.0))), *EXPERT_TILE_M)
+        padded = np.where(whole, padded + np.ceil(remote / tile) * tile, padded)
+        routed = np.where(whole, routed + remote, routed)
+        t = np.where(whole, touching, t)
     flops = 2.0 * padded * h * mats * f_local
     bw = device.mem_bw_gbs * 1e9
-    peak = matrix_peak(device, peak_key)
+    peak = warp_mma_peak(device, peak_key) if warp_mma else matrix_peak(device, peak_key)
     weights = active * mats * h * f_local * w_bytes
-    acts = routed * (h + (mats - 1.0) * f_local) * a_bytes * 2.0 + t * h * 2.0 * 2.0
-    # a combine that sums a [tokens, topk, hidden] buffer reads every pair's row, local or not
+    # Triton's fused MoE writes zeros for the pairs whose experts live on other EP ranks into its
+    # [tokens x topk, width] buffers, and runs its activation over every row of them
+    pairs = np.where(zero_fill, np.maximum(t * k, routed), routed)
+    acts = pairs * (h + (mats - 1.0) * f_local) * a_bytes * 2.0 + t * h * 2.0 * 2.0
     acts = acts + np.where(combine, t * k * h * 2.0, 0.0)
     quant = (t * h * (2.0 + a_bytes) / bw) if moe_dtype in QUANTIZED_ACTIVATION else np.zeros_like(t)
     # replayed back to back on the same weights (no copies cycled), experts that fit in L2 stay there
