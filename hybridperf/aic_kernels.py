@@ -118,6 +118,13 @@ def validate(df: pd.DataFrame, source: str = "input") -> pd.DataFrame:
         if bad_rows.any():
             i = int(np.flatnonzero(attn)[np.argmax(bad_rows)]) + 1
             raise InputError(f"{source}: num_key_value_heads must be a whole number dividing num_heads (row {i})")
+    moe = (ops == "moe").to_numpy()
+    if moe.any():
+        e, k, ep = (out[c].to_numpy()[moe] for c in ("num_experts", "topk", "moe_ep_size"))
+        bad_rows = (k > e) | (ep > e)
+        if bad_rows.any():
+            i = int(np.flatnonzero(moe)[np.argmax(bad_rows)]) + 1
+            raise InputError(f"{source}: moe rows need topk and moe_ep_size no larger than num_experts (row {i})")
     return out
 
 

@@ -111,6 +111,11 @@ def test_kernel_family_and_validation():
     for heads, kv in ((8, 16), (32, 12)):
         with pytest.raises(Exception, match="whole number dividing num_heads"):
             validate(pd.DataFrame([{**gqa, "num_heads": heads, "num_key_value_heads": kv}]))
+    moe = {"op_name": "moe", "num_tokens": 64, "hidden_size": 4096, "inter_size": 1536, "moe_dtype": "bfloat16"}
+    for topk, experts, ep in ((16, 8, 1), (8, 128, 256)):
+        with pytest.raises(Exception, match="no larger than num_experts"):
+            validate(pd.DataFrame([{**moe, "topk": topk, "num_experts": experts, "moe_ep_size": ep}]))
+    assert list(kernel_family(["vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic"])) == ["triton_kernels"]
 
 
 BUNDLE = REPO / "exported_models" / "aic_kernels"
