@@ -20,7 +20,8 @@ from hybridperf.errors import InputError, ModelBundleError, UnknownDeviceError
 from hybridperf.priors import attention
 from hybridperf.priors.llm_gemm import (GEMM_DTYPES, TILES, KernelConstants, combine_ms, fitted_constants, floor_s,
                                         gemm_parts, kernel_dtype)
-from hybridperf.priors.moe import MATERIALIZED_COMBINE, WARP_MMA, ZERO_FILLED, computes_remote_pairs, moe_parts
+from hybridperf.priors.moe import (MATERIALIZED_COMBINE, WARP_MMA, ZERO_FILLED, computes_remote_pairs,
+                                   distribution_alpha, moe_parts)
 from hybridperf.residual_models.bundle import Bundle, load_bundle, shipped_models_dir
 
 OPS = ("gemm", "context_attention", "generation_attention", "moe")
@@ -120,11 +121,18 @@ def validate(df: pd.DataFrame, source: str = "input") -> pd.DataFrame:
             raise InputError(f"{source}: num_key_value_heads must be a whole number dividing num_heads (row {i})")
     moe = (ops == "moe").to_numpy()
     if moe.any():
-        e, k, ep = (out[c].to_numpy()[moe] for c in ("num_experts", "topk", "moe_ep_size"))
-        bad_rows = (k > e) | (ep > e)
-        if bad_rows.any():
-            i = int(np.flatnonzero(moe)[np.argmax(bad_rows)]) + 1
-            raise InputError(f"{source}: moe rows need topk and moe_ep_size no larger than num_experts (row {i})")
+        e, k, tp, ep = (out[c].to_numpy()[moe] for c in ("num_experts", "topk", "moe_tp_size", "moe_ep_size"))
+        checks = (((e != np.floor(e)) | (k != np.floor(k)) | (tp != np.floor(tp)) | (ep != np.floor(ep)),
+                   "whole numbers of experts, topk, moe_tp_size and moe_ep_size"),
+                  ((k > e) | (ep > e), "topk and moe_ep_size no larger than num_experts"))
+        for bad_rows, what in checks:
+            if bad_rows.any():
+                row = int(np.flatnonzero(moe)[np.argmax(bad_rows)]) + 1
+                raise InputError(f"{source}: moe rows need {what} (row {row})")
+        try:
+            distribution_alpha(out["distribution"].to_numpy()[moe])
+        except ValueError as err:
+            raise InputError(f"{source}: {err}") from None
     return out
 
 
@@ -178,12 +186,11 @@ def prior_terms(df: pd.DataFrame, device: DeviceSpec, gemm_c: KernelConstants | 
                     waves = p["waves"]
                     dt = kernel_dtype(dt, ks)
                 else:
+                    kf = kernel_family([ks])[0]
                     p = moe_parts(s["num_tokens"], s["hidden_size"], s["inter_size"], s["topk"], s["num_experts"],
                                   device, dt, s["moe_tp_size"], s["moe_ep_size"], s["distribution"].astype(str),
-                                  "nongated" not in ks, combine=kernel_family([ks])[0] in MATERIALIZED_COMBINE,
-                                  zero_fill=kernel_family([ks])[0] in ZERO_FILLED,
-                                  warp_mma=kernel_family([ks])[0] in WARP_MMA,
-                                  whole_tokens=computes_remote_pairs(framework, ver))
+                                  "nongated" not in ks, combine=kf in MATERIALIZED_COMBINE, zero_fill=kf in ZERO_FILLED,
+                                  warp_mma=kf in WARP_MMA, whole_tokens=computes_remote_pairs(framework, ver))
                     waves = p["padded"] / np.maximum(p["routed"], 1.0)
                 _fill(cols, mm, p, combine_ms(p, dt, c, ks), floor_s(c, dt, ks, device.boost_clock_mhz), waves)
         else:

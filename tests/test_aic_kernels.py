@@ -15,7 +15,7 @@ from hybridperf.datasets.aiconfigurator import SYSTEM_DEVICES, canonical, load_k
 from hybridperf.devices import get_device
 from hybridperf.priors.llm_gemm import (ROOFLINE, KernelConstants, fitted_constants, gemm_ms, l2_output_hit,
                                         l2_weight_hit, matrix_peak, tile_compute_s)
-from hybridperf.priors.moe import moe_ms, moe_parts, rank0_share
+from hybridperf.priors.moe import distribution_alpha, moe_ms, moe_parts, rank0_share
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "datasets"
@@ -115,6 +115,14 @@ def test_kernel_family_and_validation():
     for topk, experts, ep in ((16, 8, 1), (8, 128, 256)):
         with pytest.raises(Exception, match="no larger than num_experts"):
             validate(pd.DataFrame([{**moe, "topk": topk, "num_experts": experts, "moe_ep_size": ep}]))
+    for topk, experts, ep in ((0.5, 8, 1), (2, 7.5, 1), (2, 8, 2.5)):
+        with pytest.raises(Exception, match="whole numbers"):
+            validate(pd.DataFrame([{**moe, "topk": topk, "num_experts": experts, "moe_ep_size": ep}]))
+    for name in ("power_law_x", "power_law_-1", "power_law_200"):
+        with pytest.raises(Exception, match="alpha in"):
+            validate(pd.DataFrame([{**moe, "topk": 8, "num_experts": 128, "distribution": name}]))
+    ok = validate(pd.DataFrame([{**moe, "topk": 8, "num_experts": 128, "distribution": "power_law_1.2_eplb"}]))
+    assert distribution_alpha(ok["distribution"].to_numpy())[0] == 0.0  # EPLB spreads the load over the ranks
     assert list(kernel_family(["vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic"])) == ["triton_kernels"]
 
 

@@ -16,7 +16,8 @@ def _reference(tokens, topk, experts, ep, alpha):
     many = tokens * topk > experts
     lo, hi = (1.0, 0.8 * tokens) if many else (0.01, 2.0)
     out = []
-    for row in u:
+    ties = R.tie_break(experts)
+    for row, tie in zip(u, ties):
         x = R._power_law(row, alpha, lo, max(hi, 1.5 * lo))
         c = np.round(x / x.sum() * tokens * topk)
         over = int(np.clip(c - tokens, 0, None).sum())
@@ -43,7 +44,7 @@ def _reference(tokens, topk, experts, ep, alpha):
         heavy = c.sum(1).argmax()
         c[[0, heavy]] = c[[heavy, 0]]
         flat = c.ravel()
-        order = np.argsort(-flat, kind="stable")  # the collector's `_assign_experts_from_counts`
+        order = np.argsort(-flat - tie)  # the collector's `_assign_experts_from_counts`, ties at random
         ids = np.repeat(order, flat[order].astype(int)).reshape(topk, tokens).T
         local = experts // ep
         mine = c[0]
@@ -54,7 +55,8 @@ def _reference(tokens, topk, experts, ep, alpha):
 
 
 @pytest.mark.parametrize("shape", [(4, 8, 128, 8, 1.2), (16, 8, 256, 8, 1.01), (64, 8, 128, 4, 1.2),
-                                   (1024, 8, 128, 8, 1.2), (2048, 8, 256, 256, 1.2), (8192, 2, 8, 2, 1.2)])
+                                   (1024, 8, 128, 8, 1.2), (2048, 8, 256, 256, 1.2), (8192, 2, 8, 2, 1.2),
+                                   (10, 15, 16, 4, 1.01)])
 def test_vectorised_routing_matches_the_one_pair_at_a_time_procedure(shape):
     t, k, e, ep, a = shape
     got = R.skewed_rank0(np.array([t]), k, e, ep, a, EXPERT_TILE_M, touching=True)

@@ -21,7 +21,7 @@ from hybridperf.devices import DeviceSpec
 from hybridperf.priors.llm_gemm import (GEMM_DTYPES, L2_BANDWIDTH_RATIO, QUANTIZED_ACTIVATION, SCALE_BYTES,
                                         KernelConstants, combine_ms, fitted_constants, matrix_peak, version_tuple,
                                         warp_mma_peak)
-from hybridperf.priors.moe_routing import balanced_rank0_tokens, skewed_rank0
+from hybridperf.priors.moe_routing import MAX_EXPERTS, balanced_rank0_tokens, skewed_rank0
 
 #: rows of the grouped GEMM's tile each local expert's tokens are padded to: the kernels pick the
 #: smallest power of two covering an expert's tokens within these bounds (Triton's fused MoE picks
@@ -48,7 +48,7 @@ WHOLE_TOKENS_BEFORE = {"sglang": (0, 5, 14)}
 
 def computes_remote_pairs(framework: str | None, version: str | None) -> bool:
     """Whether `framework`'s MoE tables of `version` price rank 0 with every pair of its tokens
-    (`WHOLE_TOKENS_BEFORE`)."""
+    (`WHOLE_TOKENS_BEFORE`); a row without a version is taken as a current collector's."""
     v, cut = version_tuple(version), WHOLE_TOKENS_BEFORE.get(str(framework or "").strip().lower())
     return bool(cut and v and v < cut)
 
@@ -68,9 +68,11 @@ def _power_law_moments(alpha, lo, hi, order: int) -> np.ndarray:
 
 
 def rank0_share(tokens, topk, experts, ep, alpha) -> np.ndarray:
-    """Expected share of all token-expert pairs that EP rank 0 gets: 1/ep when balanced (alpha 0),
-    else (for shapes `moe_routing` cannot draw: experts not divisible by ep) the expected largest of `ep` sums of experts/ep power-law loads over the expected total
-    (normal approximation of each sum, sqrt(2 ln ep) for the largest of ep)."""
+    """Expected share of all token-expert pairs that EP rank 0 gets: 1/ep when balanced (alpha 0), else
+    the expected largest of `ep` sums of experts/ep power-law loads over the expected total (normal
+    approximation of each sum, sqrt(2 ln ep) for the largest of ep). Used where `moe_routing` does not
+    draw: fewer than one token, sizes that are not whole numbers, experts not divisible by ep or more
+    than `moe_routing.MAX_EXPERTS`."""
     t, k, e, ep, alpha = (np.asarray(x, dtype=np.float64) for x in (tokens, topk, experts, ep, alpha))
     skew = alpha > 0
     a = np.where(skew, np.where(np.abs(alpha - 1.0) < 1e-3, 1.001, alpha), 1.5)
@@ -85,18 +87,28 @@ def rank0_share(tokens, topk, experts, ep, alpha) -> np.ndarray:
     return np.where(skew & (ep > 1), np.clip(share, 1.0 / ep, 1.0), 1.0 / ep)
 
 
+#: alpha of the steepest power-law routing priced (the collector's tables use 1.01 and 1.2)
+MAX_ALPHA = 20.0
+
+
 def distribution_alpha(distribution) -> np.ndarray:
-    """`balanced` -> 0, `power_law_<alpha>` -> alpha, per row."""
+    """`balanced` (or any name but a power law) -> 0, `power_law_<alpha>` -> alpha, per row; an EPLB-balanced
+    power law (`power_law_<alpha>_eplb`: TensorRT-LLM's large-EP tables) spreads its load over the ranks ->
+    0. ValueError on a power law whose alpha is not a number in (0, MAX_ALPHA]."""
     shape = np.shape(np.asarray(distribution, dtype=object))
     d = np.atleast_1d(np.asarray(distribution, dtype=object)).ravel()
     out = np.zeros(d.shape)
     for name in set(d.tolist()):
-        s = str(name)
-        if s.startswith("power_law_"):
-            try:
-                out[d == name] = float(s[len("power_law_"):])
-            except ValueError:
-                out[d == name] = 1.2
+        s = str(name).strip()
+        if not s.startswith("power_law_") or s.endswith("_eplb"):
+            continue
+        try:
+            alpha = float(s[len("power_law_"):])
+        except ValueError:
+            alpha = float("nan")
+        if not 0.0 < alpha <= MAX_ALPHA:
+            raise ValueError(f"distribution {s!r}: expected power_law_<alpha> with alpha in (0, {MAX_ALPHA:g}]")
+        out[d == name] = alpha
     return out.reshape(shape)
 
 
@@ -124,9 +136,11 @@ def moe_parts(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, 
     per_expert = routed / active
     tile = np.clip(2.0 ** np.ceil(np.log2(np.maximum(per_expert, 1.0))), *EXPERT_TILE_M)
     padded = active * np.ceil(per_expert / tile) * tile
-    # skewed routing: rank 0's experts as the collector draws them (moe_routing)
-    drawn = (alpha > 0) & (np.mod(e, np.maximum(ep, 1.0)) == 0) & (t >= 1)
-    whole = np.asarray(whole_tokens, dtype=bool) & (ep > 1) & (np.mod(e, np.maximum(ep, 1.0)) == 0) & (t >= 1)
+    # skewed routing: rank 0's experts as the collector draws them (moe_routing), where it can draw
+    whole_number = (e == np.floor(e)) & (ep == np.floor(ep)) & (k == np.floor(k))
+    drawable = whole_number & (np.mod(e, np.maximum(ep, 1.0)) == 0) & (t >= 1) & (k >= 1) & (e <= MAX_EXPERTS)
+    drawn = (alpha > 0) & drawable
+    whole = np.asarray(whole_tokens, dtype=bool) & (ep > 1) & drawable
     sk = {}
     if np.any(drawn):
         sk = skewed_rank0(np.where(drawn, t, 1.0), k, e, ep, np.where(drawn, alpha, 0.0), EXPERT_TILE_M,
@@ -134,7 +148,11 @@ def moe_parts(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, 
         routed, active, padded = (np.where(drawn, sk[key], v) for key, v in
                                   (("routed", routed), ("active", active), ("padded", padded)))
     if np.any(whole):
-        touching = balanced_rank0_tokens(np.where(whole & ~drawn, t, 1.0), k, e, np.where(whole & ~drawn, ep, 1.0))
+        bt, bk, be, bep, whole, drawn = np.broadcast_arrays(t, k, e, ep, whole, drawn)
+        touching = bt.copy()
+        need = whole & ~drawn
+        if need.any():
+            touching[need] = balanced_rank0_tokens(bt[need], bk[need], be[need], bep[need])
         if sk:
             touching = np.where(drawn, sk["tokens"], touching)
         remote = np.clip(touching * k - routed, 0.0, None)

@@ -2,12 +2,13 @@
 
 aiconfigurator's collectors (`power_law_logits_v3`) draw each expert's load from a power law x^-alpha
 on [1, 0.8 * tokens] (on [0.01, 2] when tokens x topk <= experts), scale the loads to tokens x topk
-pairs, round, cap each expert at `tokens` (one pair per token), hand the overflow and the rounding
-remainder back one pair at a time round-robin over the EP ranks to each rank's least loaded expert,
-and swap the most loaded rank into rank 0. A MoE kernel's time depends on that rank's pairs
-(`routed`), on how many of its experts get any (`active`: each is a weight read in decode) and on the
-rows its grouped GEMM pads them to (`padded`). The expectation is taken over `SAMPLES` draws from a
-fixed seed, so a prediction is deterministic. Balanced routing gives every rank an even share.
+pairs, round, cap each expert at `tokens` (one pair per token), hand the overflow and a positive
+rounding remainder back one pair at a time round-robin over the EP ranks to each rank's least loaded
+expert (a negative remainder is taken from each rank's most loaded one), and swap the most loaded rank
+into rank 0. A MoE kernel's time depends on that rank's pairs (`routed`), on how many of its experts
+get any (`active`: each is a weight read in decode) and on the rows its grouped GEMM pads them to
+(`padded`). The expectation is taken over `SAMPLES` draws from a fixed seed, so a prediction is
+deterministic. Balanced routing gives every rank an even share.
 """
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import numpy as np
 
 #: draws the expectation averages over (the collector times five and reports their mean)
 SAMPLES = 16
+#: most experts drawn (a draw costs SAMPLES x experts per shape); beyond, `moe.rank0_share`'s analytic share
+MAX_EXPERTS = 4096
 _SEED = 20240601
 #: expectations already drawn in this process, per tile bounds (fits price the same rows many times)
 _MEMO: dict[tuple, dict[tuple, np.ndarray]] = {}
@@ -22,9 +25,10 @@ _MEMO_LIMIT = 500_000
 
 
 def _power_law(u: np.ndarray, alpha: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Inverse-CDF draws of x^-alpha on [lo, hi] from uniforms `u` (the collector's `sample_power_law`)."""
+    """Inverse-CDF draws of x^-alpha on [lo, hi] from uniforms `u` (the collector's `sample_power_law`,
+    rearranged so that a steep alpha does not overflow)."""
     a = 1.0 - alpha
-    return ((hi ** a - lo ** a) * u + lo ** a) ** (1.0 / a)
+    return lo * (((hi / lo) ** a - 1.0) * u + 1.0) ** (1.0 / a)
 
 
 def _level(c: np.ndarray, q: np.ndarray, cap: np.ndarray, up: bool) -> np.ndarray:
@@ -62,24 +66,28 @@ def _level(c: np.ndarray, q: np.ndarray, cap: np.ndarray, up: bool) -> np.ndarra
 
 
 def _round_robin(c: np.ndarray, total: np.ndarray, cap: np.ndarray, up: bool) -> np.ndarray:
-    """Hand `total` units (per combination and draw) to the EP ranks of `c` (..., ep, local) in turn, each
-    rank's share water-filled into its own experts (capped at `cap`); a rank that cannot take its share
-    passes it on."""
-    ep = c.shape[-2]
+    """Hand `total` units (per combination and draw) to the EP ranks of `c` (..., ep, local) in turn, one
+    per rank with room per round from rank 0 on, each rank's units water-filled into its own experts
+    (capped at `cap`); whole rounds go at once, until a rank fills."""
     left = total.astype(np.float64)
     capr = np.broadcast_to(cap[..., None], c.shape[:-1])
-    for _ in range(ep + 1):
+    for _ in range(c.shape[-2] + 1):
         if not np.any(left > 0):
             break
-        share = np.floor(left[..., None] / ep) + (np.arange(ep) < (left % ep)[..., None])
         room = ((cap[..., None, None] - c) if up else c).sum(-1)
-        take = np.minimum(share, room)
-        busy = take.sum(-1) > 0
+        open_ = room > 0
+        n_open = open_.sum(-1)
+        rounds = np.floor(left / np.maximum(n_open, 1))
+        least = np.where(open_, room, np.inf).min(-1)
+        whole = np.minimum(rounds, least)  # rounds every open rank can still take
+        rest = np.where(rounds < least, left - rounds * n_open, 0.0)  # a last, partial round
+        share = np.where(open_, whole[..., None] + (np.cumsum(open_, -1) <= rest[..., None]), 0.0)
+        busy = share.sum(-1) > 0
         if not busy.any():
             break
         c = c.copy()
-        c[busy] = _level(c[busy], take[busy], capr[busy], up)
-        left = left - take.sum(-1)
+        c[busy] = _level(c[busy], share[busy], capr[busy], up)
+        left = left - share.sum(-1)
     return c
 
 
@@ -110,13 +118,21 @@ def _drawn_counts(tokens: np.ndarray, topk: np.ndarray, experts: int, ep: int, a
     return c
 
 
+def tie_break(experts: int) -> np.ndarray:
+    """(SAMPLES, experts) seeded offsets in [0, 0.5) per draw that order experts of equal load at random,
+    as the collector's unstable sort of the loads does (a fixed order would bias how many tokens rank 0's
+    experts reach)."""
+    return np.random.default_rng(_SEED + 1).random((SAMPLES, experts)) * 0.5
+
+
 def _tokens_touching_rank0(counts: np.ndarray, tokens: np.ndarray) -> np.ndarray:
     """Tokens with at least one pair on rank 0 (C, S), under the collector's assignment: experts sorted by
-    load, each expert's pairs a run of the flat list that is read as [topk, tokens], so token i takes
-    positions i, i + tokens, ...: a run [a, a + n) covers the tokens a mod tokens onwards, n of them."""
+    load (ties at random, `tie_break`), each expert's pairs a run of the flat list that is read as [topk,
+    tokens], so token i takes positions i, i + tokens, ...: a run [a, a + n) covers the tokens a mod
+    tokens onwards, n of them."""
     C, S, ep, local = counts.shape
     flat = counts.reshape(C, S, ep * local)
-    order = np.argsort(-flat, axis=-1, kind="stable")
+    order = np.argsort(-flat - tie_break(ep * local), axis=-1)
     before = np.cumsum(np.take_along_axis(flat, order, axis=-1), axis=-1)
     place = np.empty_like(order)
     np.put_along_axis(place, order, np.arange(ep * local), axis=-1)
@@ -179,8 +195,6 @@ def skewed_rank0(tokens, topk, experts, ep, alpha, tile_bounds: tuple[float, flo
     if skew.any():
         keys, inverse = np.unique(flat[skew], axis=0, return_inverse=True)
         memo = _MEMO.setdefault(tuple(tile_bounds), {})
-        if len(memo) > _MEMO_LIMIT:
-            memo.clear()
         todo = np.array([tuple(key) not in memo or (touching and np.isnan(memo[tuple(key)][3]))
                          for key in keys.tolist()], dtype=bool)
         for ei, pi in np.unique(keys[todo, 2:4], axis=0):
@@ -191,4 +205,6 @@ def skewed_rank0(tokens, topk, experts, ep, alpha, tile_bounds: tuple[float, flo
                 memo.update(zip(map(tuple, kk.tolist()), _expected(counts, kk[:, 0], tile_bounds, touching)))
         values = np.array([memo[tuple(key)] for key in keys.tolist()])
         out.reshape(-1, len(KEYS))[np.flatnonzero(skew)] = values[inverse.ravel()]
+        if len(memo) > _MEMO_LIMIT:
+            memo.clear()
     return {key: out[..., j] for j, key in enumerate(KEYS)}
