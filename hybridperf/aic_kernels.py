@@ -19,7 +19,7 @@ from hybridperf.devices import DeviceSpec, dtype_key
 from hybridperf.errors import InputError, ModelBundleError, UnknownDeviceError
 from hybridperf.priors import attention
 from hybridperf.priors.llm_gemm import (GEMM_DTYPES, TILES, KernelConstants, combine_ms, fitted_constants, floor_s,
-                                        gemm_parts, kernel_dtype)
+                                        gemm_parts, kernel_dtype, split_reduce_s)
 from hybridperf.priors.moe import (MATERIALIZED_COMBINE, WARP_MMA, ZERO_FILLED, computes_remote_pairs,
                                    distribution_alpha, moe_parts)
 from hybridperf.residual_models.bundle import Bundle, load_bundle, shipped_models_dir
@@ -159,8 +159,8 @@ def prior_terms(df: pd.DataFrame, device: DeviceSpec, gemm_c: KernelConstants | 
     gemm_c = fitted_constants()["gemm"] if gemm_c is None else gemm_c
     moe_c = fitted_constants()["moe"] if moe_c is None else moe_c
     n = len(df)
-    cols = {k: np.full(n, np.nan) for k in ("prior_ms", "compute_ms", "memory_ms", "floor_ms", "flops", "bytes",
-                                            "waves", "weight_bytes", "aux", "kernels")}
+    cols = {k: np.full(n, np.nan) for k in ("prior_ms", "compute_ms", "memory_ms", "floor_ms", "fixed_ms", "flops",
+                                            "bytes", "waves", "weight_bytes", "aux", "kernels")}
     ops = df["op_name"].to_numpy()
     fam = kernel_family(df["kernel_source"])
     for op in OPS:
@@ -192,7 +192,7 @@ def prior_terms(df: pd.DataFrame, device: DeviceSpec, gemm_c: KernelConstants | 
                                   "nongated" not in ks, combine=kf in MATERIALIZED_COMBINE, zero_fill=kf in ZERO_FILLED,
                                   warp_mma=kf in WARP_MMA, whole_tokens=computes_remote_pairs(framework, ver))
                     waves = p["padded"] / np.maximum(p["routed"], 1.0)
-                _fill(cols, mm, p, combine_ms(p, dt, c, ks), floor_s(c, dt, ks, device.boost_clock_mhz), waves)
+                _fill(cols, mm, p, combine_ms(p, dt, c, ks), floor_s(c, dt, ks, device.boost_clock_mhz), waves, c)
         else:
             a_dt, kv_dt = _attn_dtype(sub["attn_dtype"]), _attn_dtype(sub["kv_cache_dtype"])
             srcs = sub["kernel_source"].astype(str).to_numpy()
@@ -220,7 +220,7 @@ def prior_terms(df: pd.DataFrame, device: DeviceSpec, gemm_c: KernelConstants | 
                 cols["prior_ms"][mm] = t
                 cols["compute_ms"][mm] = flops / device.peak(key[0], matrix=True) * 1e3
                 cols["memory_ms"][mm] = nbytes / (device.mem_bw_gbs * 1e9) * 1e3
-                cols["floor_ms"][mm] = 0.0
+                cols["floor_ms"][mm] = cols["fixed_ms"][mm] = 0.0
                 cols["flops"][mm], cols["bytes"][mm] = flops, nbytes
                 cols["waves"][mm] = np.ceil(b.to_numpy() * h.to_numpy() * np.ceil(q / 128.0) / device.num_sms)
                 cols["weight_bytes"][mm] = nbytes
@@ -230,11 +230,12 @@ def prior_terms(df: pd.DataFrame, device: DeviceSpec, gemm_c: KernelConstants | 
     return out
 
 
-def _fill(cols, mask, parts, prior_ms, floor_s, waves) -> None:
+def _fill(cols, mask, parts, prior_ms, floor_s, waves, constants) -> None:
     cols["prior_ms"][mask] = prior_ms
     cols["compute_ms"][mask] = parts["compute"] * 1e3
     cols["memory_ms"][mask] = parts["memory"] * 1e3
-    cols["floor_ms"][mask] = parts["kernels"] * floor_s * 1e3
+    cols["fixed_ms"][mask] = split_reduce_s(parts, constants) * 1e3
+    cols["floor_ms"][mask] = parts["kernels"] * floor_s * 1e3 + cols["fixed_ms"][mask]
     cols["flops"][mask], cols["bytes"][mask] = parts["flops"], parts["bytes"]
     cols["waves"][mask], cols["weight_bytes"][mask], cols["aux"][mask] = waves, parts["weight_bytes"], parts["quant"] * 1e3
     cols["kernels"][mask] = parts["kernels"]

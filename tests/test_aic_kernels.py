@@ -55,8 +55,8 @@ def test_gemm_regimes():
 def test_waves_and_fallback_peaks():
     """One row more than a full wave of 128x256 tiles costs ~half a wave more whatever the tile; B200's
     fp4 rate falls back to 2x fp8."""
-    t1, w1, _ = tile_compute_s(np.array([128.0 * 132]), np.array([256.0]), np.array([4096.0]), 1e15, H100)
-    t2, w2, _ = tile_compute_s(np.array([128.0 * 132 + 1]), np.array([256.0]), np.array([4096.0]), 1e15, H100)
+    t1, w1, _, _ = tile_compute_s(np.array([128.0 * 132]), np.array([256.0]), np.array([4096.0]), 1e15, H100)
+    t2, w2, _, _ = tile_compute_s(np.array([128.0 * 132 + 1]), np.array([256.0]), np.array([4096.0]), 1e15, H100)
     assert w1[0] == 1 and w2[0] > 1 and t2[0] > 1.3 * t1[0]
     spec = dict(B200.peak_tflops)
     spec.pop("fp4_tc", None)
@@ -396,3 +396,20 @@ def test_memory_widening_follows_the_memory_the_training_gpus_had():
     assert width(hbm_only.predict(rows, l40s)) == pytest.approx(width(both.predict(rows, l40s)) + 0.5)
     assert width(hbm_only.predict(rows, H100)) == pytest.approx(width(both.predict(rows, H100)))
     assert hbm_only.predict(rows, l40s)["pred_ms"].tolist() == both.predict(rows, l40s)["pred_ms"].tolist()
+
+
+def test_split_k_reduction_latency_grows_with_each_halving():
+    """A long-k GEMM with few output tiles splits k over the SMs; reducing the partial sums costs
+    `reduce_kcycles` per halving of the split, nothing without a split, and survives a round trip."""
+    from dataclasses import replace
+
+    from hybridperf.priors.llm_gemm import KernelConstants, gemm_parts, split_reduce_s
+
+    c = replace(KernelConstants((("bfloat16", 1.0),), (("bfloat16", 1.0),), (("bfloat16", 0.0),)), reduce_kcycles=1.0)
+    assert KernelConstants.from_dict(c.to_dict()) == c
+    p = gemm_parts(np.array([16.0, 16.0, 8192.0]), np.array([64.0, 64.0, 8192.0]), np.array([1024.0, 16384.0, 8192.0]),
+                   "bfloat16", H100)
+    lat = split_reduce_s(p, c)
+    assert lat[2] == 0.0  # a full machine of tiles: no split
+    assert 0.0 < lat[0] < lat[1]
+    assert lat[1] - lat[0] == pytest.approx(np.log2(16384 / 1024) * 1e3 / (H100.boost_clock_mhz * 1e6))

@@ -135,6 +135,7 @@ class KernelConstants:
     fitted_on: tuple[str, ...] = ()
     source: str = ""
     host_us: tuple[tuple[str, float], ...] = ()
+    reduce_kcycles: float = 0.0  # per halving level of a split-K reduction (`split_reduce_s`)
 
     def value(self, field: str, dtype: str, kernel_source: str | None = None) -> float:
         """The constant of `dtype` run by `kernel_source` where fitted, else of the dtype, else of its
@@ -156,13 +157,14 @@ class KernelConstants:
     def to_dict(self) -> dict:
         d = {"compute_eff": dict(self.compute_eff), "memory_eff": dict(self.memory_eff),
              "floor_kcycles": dict(self.floor_kcycles), "fitted_on": list(self.fitted_on), "source": self.source}
-        return {**d, "host_us": dict(self.host_us)} if self.host_us else d
+        d = {**d, "host_us": dict(self.host_us)} if self.host_us else d
+        return {**d, "reduce_kcycles": self.reduce_kcycles} if self.reduce_kcycles else d
 
     @classmethod
     def from_dict(cls, d: dict) -> "KernelConstants":
         return cls(tuple(sorted(d["compute_eff"].items())), tuple(sorted(d["memory_eff"].items())),
                    tuple(sorted(d["floor_kcycles"].items())), tuple(d.get("fitted_on", ())), d.get("source", ""),
-                   tuple(sorted(d.get("host_us", {}).items())))
+                   tuple(sorted(d.get("host_us", {}).items())), float(d.get("reduce_kcycles", 0.0)))
 
 
 #: spec-sheet roofline: every rate reached, no floor
@@ -275,8 +277,8 @@ def l2_output_hit(out_bytes, in_bytes, device: DeviceSpec, copies: float | None 
     return _replay_hit(in_bytes, device, resident_bytes=out, copies=copies)
 
 
-def tile_compute_s(m, n, k, peak: float, device: DeviceSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(seconds, waves, CTAs) of the best tile of the device's architecture at 100% of `peak`: each
+def tile_compute_s(m, n, k, peak: float, device: DeviceSpec) -> tuple[np.ndarray, ...]:
+    """(seconds, waves, CTAs, split-K factor) of the best tile of the device's architecture at 100% of `peak`: each
     wave runs one tile per SM for `2*tm*tn*k` FLOPs at the per-SM rate; with fewer tiles than SMs
     split-K spreads the reduction over up to `SMs / tiles` SMs, in chunks of at least `SPLIT_K_CHUNK`."""
     tiles = TILES.get(device.kernel_arch, TILES["hopper"])
@@ -289,11 +291,11 @@ def tile_compute_s(m, n, k, peak: float, device: DeviceSpec) -> tuple[np.ndarray
         split = np.clip(np.minimum(np.floor(sms / count), np.ceil(k / SPLIT_K_CHUNK)), 1.0, None)
         t = waves * 2.0 * tm * tn * k / split / (per_sm * eff)
         if best is None:
-            best = [t, waves, count * split]
+            best = [t, waves, count * split, split]
         else:
             better = t < best[0]
-            best = [np.where(better, new, old) for new, old in zip((t, waves, count * split), best)]
-    return best[0], best[1], best[2]
+            best = [np.where(better, new, old) for new, old in zip((t, waves, count * split, split), best)]
+    return best[0], best[1], best[2], best[3]
 
 
 def bandwidth_share(ctas, device: DeviceSpec) -> np.ndarray:
@@ -307,7 +309,7 @@ def gemm_parts(m, n, k, gemm_dtype: str, device: DeviceSpec, replayed: bool = Tr
                kernel_source: str | None = None, framework: str | None = None, version: str | None = None) -> dict:
     """The GEMM's ideal times (s) at spec rates: `compute` (tiles and waves at the matrix peak),
     `memory` (A, B with its scales, C through DRAM), `quant` (the activation-quantization pass), and
-    `kernels` launched, `waves`, `flops`, `bytes`: the pieces `gemm_ms` scales by fitted efficiencies
+    `kernels` launched, `split_levels` (log2 of the split-K factor), `waves`, `flops`, `bytes`: the pieces `gemm_ms` scales by fitted efficiencies
     and the residual model reads as features. `replayed`: timed as the kernel tables are, the same GEMM
     back to back, so a weight that fits in L2 is partly served from it (`l2_weight_hit`); False inside a
     model's forward pass, where every layer's weight comes from DRAM; `framework` and `version`: whose
@@ -320,7 +322,7 @@ def gemm_parts(m, n, k, gemm_dtype: str, device: DeviceSpec, replayed: bool = Tr
     a_bytes, b_bytes, peak_key = GEMM_DTYPES.get(gemm_dtype, GEMM_DTYPES["bfloat16"])
     peak = matrix_peak(device, peak_key)
     bw = device.mem_bw_gbs * 1e9
-    compute, waves, ctas = tile_compute_s(m, n, k, peak, device)
+    compute, waves, ctas, split = tile_compute_s(m, n, k, peak, device)
     w_bytes = k * n * (b_bytes + SCALE_BYTES.get(gemm_dtype, 0.0))
     hit = l2_weight_hit(k * n * b_bytes, device, copies) if replayed else 0.0
     out_hit = l2_output_hit(m * n * 2.0, m * k * a_bytes + k * n * b_bytes, device, copies) if replayed else 0.0
@@ -330,6 +332,7 @@ def gemm_parts(m, n, k, gemm_dtype: str, device: DeviceSpec, replayed: bool = Tr
     quant_bytes, quant_kernels = unfused[1:] if unfused else ((2.0 + a_bytes, 1.0) if quantized else (0.0, 0.0))
     return {"compute": compute, "memory": dram_bytes / (bw * bandwidth_share(ctas, device)),
             "quant": m * k * quant_bytes / bw, "clock_mhz": device.boost_clock_mhz, "kernels": 1.0 + quant_kernels,
+            "split_levels": np.log2(split),
             "waves": waves, "flops": 2.0 * m * n * k, "bytes": nbytes, "weight_bytes": w_bytes, "peak": peak}
 
 
@@ -340,11 +343,19 @@ def combine_ms(parts: dict, dtype: str, constants: KernelConstants, kernel_sourc
     ce, me = (constants.value(f, dtype, kernel_source) for f in ("compute_eff", "memory_eff"))
     body = ((parts["compute"] / ce) ** OVERLAP_P + (parts["memory"] / me) ** OVERLAP_P) ** (1.0 / OVERLAP_P) \
         + parts["quant"] / me
-    gpu = body + parts["kernels"] * floor_s(constants, dtype, kernel_source, parts["clock_mhz"])
+    gpu = body + parts["kernels"] * floor_s(constants, dtype, kernel_source, parts["clock_mhz"]) \
+        + split_reduce_s(parts, constants)
     if eager_timed(dtype, kernel_source):
         host = constants.host_s(dtype, kernel_source)
         gpu = (gpu ** HOST_OVERLAP_P + host ** HOST_OVERLAP_P) ** (1.0 / HOST_OVERLAP_P)
     return gpu * 1e3
+
+
+def split_reduce_s(parts: dict, constants: KernelConstants) -> np.ndarray:
+    """Latency (s) of reducing a split-K GEMM's partial sums: `reduce_kcycles` per halving of the split
+    factor (dependent round trips through L2; fitted on the training GPUs' small-n, long-k GEMMs, whose
+    time grows by about that much each time k doubles while their tiles and bytes stay few)."""
+    return np.asarray(parts.get("split_levels", 0.0)) * constants.reduce_kcycles * 1e3 / (parts["clock_mhz"] * 1e6)
 
 
 def floor_s(constants: KernelConstants, dtype: str, kernel_source: str | None, clock_mhz: float) -> float:

@@ -8,6 +8,8 @@ mean over systems, so each GPU counts once whatever its table's size.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 
@@ -38,6 +40,8 @@ FALLBACK_EFF_PCT = 50
 #: bfloat16's constants where no training row prices them (a table without bf16 rows)
 DEFAULT_BF16 = {"compute_eff": 0.7, "memory_eff": 0.75, "floor_kcycles": 6.0}
 #: rows per (system, op family) the residual models train on (a deterministic sample)
+#: candidate split-K reduction steps (thousands of cycles per halving); 0 prices no reduction
+REDUCE_KCYCLES_GRID = (0.0, 0.4, 0.8, 1.2, 1.6, 2.0)
 TRAIN_ROWS = 15_000
 SEED = 0
 
@@ -84,17 +88,33 @@ def fit_constants(df: pd.DataFrame, op: str, systems, source: str) -> KernelCons
     (canonical aiconfigurator rows), keyed `dtype|kernel_source` (geometric mean over the systems that
     ran it) and `dtype` (the median over its kernel sources and systems, the floor's lower quartile,
     so one slow framework path does not set a dtype's value; the host dispatch of eager paths, the
-    median over the eager paths)."""
+    median over the eager paths). A GEMM's split-K reduction step (`reduce_kcycles`) is the one of
+    `REDUCE_KCYCLES_GRID` whose fitted constants price these rows best (MAPE)."""
+    if op != "gemm":
+        return _fit_constants(df, op, systems, source, 0.0)
+    rows = df[(df["op_name"] == op) & df["system"].isin(list(systems))]
+    best = None
+    for step in REDUCE_KCYCLES_GRID:
+        c = _fit_constants(df, op, systems, source, step)
+        pred = predict_terms(rows, c, c)["prior_ms"].to_numpy()
+        err = float(np.mean(np.abs(pred / rows["latency_ms"].to_numpy() - 1.0)))
+        if best is None or err < best[0]:
+            best = (err, c)
+    return best[1]
+
+
+def _fit_constants(df: pd.DataFrame, op: str, systems, source: str, reduce_kcycles: float) -> KernelConstants:
     rows = df[(df["op_name"] == op) & df["system"].isin(list(systems))]
     per: dict[str, list] = {}
+    priced = replace(ROOFLINE, reduce_kcycles=reduce_kcycles)
     for system, g in rows.groupby("system", observed=True):
         g = g.reset_index(drop=True)
         device = get_device(SYSTEM_DEVICES[system])
-        t = prior_terms(g, device, ROOFLINE, ROOFLINE)
+        t = prior_terms(g, device, priced, priced)
         n_k = t["kernels"].to_numpy() if op == "gemm" else np.full(len(g), 5.0)
         keys = run_dtype_of(g) + "|" + g["kernel_source"].astype(str).to_numpy().astype(object)
         arr = {k: t[k].to_numpy() for k in ("compute_ms", "memory_ms", "aux")}
-        y = g["latency_ms"].to_numpy()
+        y = g["latency_ms"].to_numpy() - np.nan_to_num(t["fixed_ms"].to_numpy())  # less the split-K reduction
         for key in sorted(set(keys)):
             m = keys == key
             dt, src = key.split("|", 1)
@@ -119,7 +139,7 @@ def fit_constants(df: pd.DataFrame, op: str, systems, source: str) -> KernelCons
         cap = 1.0 if name != "floor_kcycles" else np.inf
         out.append(tuple(sorted((k, round(min(v, cap), 4)) for k, v in table.items())))
     host = tuple(sorted((k, round(v, 2)) for k, v in tables[3].items()))
-    return KernelConstants(*out, tuple(sorted(systems)), source, host)
+    return KernelConstants(*out, tuple(sorted(systems)), source, host, reduce_kcycles)
 
 
 def predict_terms(df: pd.DataFrame, gemm_c: KernelConstants, moe_c: KernelConstants) -> pd.DataFrame:
