@@ -40,10 +40,11 @@ TEXT = ("gemm_dtype", "moe_dtype", "attn_dtype", "kv_cache_dtype", "distribution
 DEFAULTS = {"window_size": 0, "step": 0, "isl": 1, "moe_tp_size": 1, "moe_ep_size": 1,
             "attn_dtype": "bfloat16", "kv_cache_dtype": "bfloat16", "distribution": "balanced", "kernel_source": ""}
 #: kernel family of a `kernel_source` string: the first keyword it contains
-KERNEL_FAMILIES = (("deepgemm", "deepgemm"), ("marlin", "marlin"), ("oaitriton", "triton_kernels"), ("triton", "triton"),
-                   ("cutlass", "cutlass"), ("cutedsl", "flashinfer"), ("flashinfer", "flashinfer"), ("trtllm", "trtllm"),
-                   ("xqa", "trtllm"), ("plugin", "trt_plugin"), ("fa3", "flash_attn"), ("flash", "flash_attn"),
-                   ("nongated", "trtllm"), ("torch", "torch"), ("linear", "torch"), ("sglang", "torch"), ("vllm", "torch"))
+KERNEL_FAMILIES = (("deepgemm", "deepgemm"), ("marlin", "marlin"), ("oaitriton", "triton_kernels"),
+                   ("triton", "triton"), ("cutlass", "cutlass"), ("cutedsl", "flashinfer"), ("flashinfer", "flashinfer"),
+                   ("trtllm", "trtllm"), ("xqa", "trtllm"), ("plugin", "trt_plugin"), ("fa3", "flash_attn"),
+                   ("flash", "flash_attn"), ("nongated", "trtllm"), ("torch", "torch"), ("linear", "torch"),
+                   ("sglang", "torch"), ("vllm", "torch"))
 FAMILY_NAMES = tuple(sorted({f for _, f in KERNEL_FAMILIES} | {"other"}))
 #: log half-width added to each side of an interval for what leave-one-GPU-out never tested: an
 #: architecture the tile model does not know (the four training GPUs are four NVIDIA architectures,
@@ -154,8 +155,9 @@ def _attn_dtype(series) -> np.ndarray:
 def prior_terms(df: pd.DataFrame, device: DeviceSpec, gemm_c: KernelConstants | None = None,
                 moe_c: KernelConstants | None = None) -> pd.DataFrame:
     """Per row: `prior_ms` and the physics terms the residual models read (`compute_ms`, `memory_ms`,
-    `floor_ms`, `flops`, `bytes`, `waves`, ...). Rows are priced in groups of one (op, dtype, kernel
-    source); constants default to the fitted ones (`fitted_constants`)."""
+    `floor_ms` (the kernels' floors and `fixed_ms`, a split-K GEMM's reduction), `flops`, `bytes`, `waves`,
+    ...). Rows are priced in groups of one (op, dtype, kernel source); constants default to the fitted
+    ones (`fitted_constants`)."""
     gemm_c = fitted_constants()["gemm"] if gemm_c is None else gemm_c
     moe_c = fitted_constants()["moe"] if moe_c is None else moe_c
     n = len(df)
@@ -237,7 +239,8 @@ def _fill(cols, mask, parts, prior_ms, floor_s, waves, constants) -> None:
     cols["fixed_ms"][mask] = split_reduce_s(parts, constants) * 1e3
     cols["floor_ms"][mask] = parts["kernels"] * floor_s * 1e3 + cols["fixed_ms"][mask]
     cols["flops"][mask], cols["bytes"][mask] = parts["flops"], parts["bytes"]
-    cols["waves"][mask], cols["weight_bytes"][mask], cols["aux"][mask] = waves, parts["weight_bytes"], parts["quant"] * 1e3
+    cols["waves"][mask], cols["weight_bytes"][mask] = waves, parts["weight_bytes"]
+    cols["aux"][mask] = parts["quant"] * 1e3
     cols["kernels"][mask] = parts["kernels"]
 
 
@@ -379,7 +382,7 @@ class AicPredictor:
         try:
             c = m["constants"]
             return cls(KernelConstants.from_dict(c["gemm"]), KernelConstants.from_dict(c["moe"]), b, m)
-        except (KeyError, TypeError, AttributeError):
+        except (KeyError, TypeError, AttributeError, ValueError):
             raise ModelBundleError(f"{root}: manifest has no valid prior constants") from None
 
     def predict(self, df: pd.DataFrame, device: DeviceSpec, prior_only: bool = False) -> pd.DataFrame:

@@ -74,8 +74,8 @@ def test_rank0_is_the_heaviest_rank_and_within_its_bounds():
     assert np.isnan(R.skewed_rank0(np.array([t]), k, e, ep, 0.0, EXPERT_TILE_M)["routed"][0])  # balanced: not drawn
 
 
-@pytest.mark.parametrize("shape", [(1, 8, 128, 8), (16, 8, 256, 8), (16, 8, 256, 16), (100, 6, 64, 4), (8192, 8, 256, 16),
-                                   (300, 22, 512, 64)])
+@pytest.mark.parametrize("shape", [(1, 8, 128, 8), (16, 8, 256, 8), (16, 8, 256, 16), (100, 6, 64, 4),
+                                   (8192, 8, 256, 16), (300, 22, 512, 64)])
 def test_balanced_tokens_on_rank0_follow_the_collectors_pattern(shape):
     t, k, e, ep = shape
     stride = -(-e // k)
@@ -120,6 +120,7 @@ def test_warp_mma_kernels_are_capped_on_hopper_not_on_ampere():
 
 def test_zero_filled_buffers_cost_every_pair_only_under_expert_parallelism():
     def nbytes(ep, zero_fill):
-        return moe_parts(np.array([4096.0]), 4096, 1536, 8, 128, H100, "bfloat16", 1, ep, zero_fill=zero_fill)["bytes"][0]
+        p = moe_parts(np.array([4096.0]), 4096, 1536, 8, 128, H100, "bfloat16", 1, ep, zero_fill=zero_fill)
+        return p["bytes"][0]
     assert nbytes(1, True) == nbytes(1, False)
     assert nbytes(8, True) > nbytes(8, False)

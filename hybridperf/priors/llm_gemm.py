@@ -126,8 +126,9 @@ class KernelConstants:
     """What fraction of the spec-sheet matrix rate and DRAM bandwidth a dtype's kernels reach, and the
     per-kernel floor inside a CUDA graph in thousands of GPU cycles at the boost clock (launch and drain
     are clocked work: A100 4.5 us at 1410 MHz, H100 3.1 at 1980, L40S 2.7 at 2520 are all ~6k cycles),
-    per dtype and kernel source, and the host's dispatch per call (us) of `eager_timed` paths (a host
-    CPU's time, not GPU cycles); read off measured tables (`fitted_on`, by `source`)."""
+    per dtype and kernel source, the host's dispatch per call (us) of `eager_timed` paths (a host CPU's
+    time, not GPU cycles), and a split-K reduction's cycles per doubling of the split (`split_reduce_s`);
+    read off measured tables (`fitted_on`, by `source`)."""
 
     compute_eff: tuple[tuple[str, float], ...]
     memory_eff: tuple[tuple[str, float], ...]
@@ -135,7 +136,11 @@ class KernelConstants:
     fitted_on: tuple[str, ...] = ()
     source: str = ""
     host_us: tuple[tuple[str, float], ...] = ()
-    reduce_kcycles: float = 0.0  # per halving level of a split-K reduction (`split_reduce_s`)
+    reduce_kcycles: float = 0.0  # per doubling of a split-K factor (`split_reduce_s`)
+
+    def __post_init__(self):
+        if not (np.isfinite(self.reduce_kcycles) and self.reduce_kcycles >= 0):
+            raise ValueError(f"reduce_kcycles must be a finite number >= 0, not {self.reduce_kcycles!r}")
 
     def value(self, field: str, dtype: str, kernel_source: str | None = None) -> float:
         """The constant of `dtype` run by `kernel_source` where fitted, else of the dtype, else of its
@@ -307,12 +312,12 @@ def bandwidth_share(ctas, device: DeviceSpec) -> np.ndarray:
 
 def gemm_parts(m, n, k, gemm_dtype: str, device: DeviceSpec, replayed: bool = True,
                kernel_source: str | None = None, framework: str | None = None, version: str | None = None) -> dict:
-    """The GEMM's ideal times (s) at spec rates: `compute` (tiles and waves at the matrix peak),
-    `memory` (A, B with its scales, C through DRAM), `quant` (the activation-quantization pass), and
-    `kernels` launched, `split_levels` (log2 of the split-K factor), `waves`, `flops`, `bytes`: the pieces `gemm_ms` scales by fitted efficiencies
-    and the residual model reads as features. `replayed`: timed as the kernel tables are, the same GEMM
-    back to back, so a weight that fits in L2 is partly served from it (`l2_weight_hit`); False inside a
-    model's forward pass, where every layer's weight comes from DRAM; `framework` and `version`: whose
+    """The GEMM's ideal times (s) at spec rates: `compute` (tiles and waves at the matrix peak), `memory` (A, B with
+    its scales, C through DRAM), `quant` (the activation-quantization pass), and `kernels` launched,
+    `split_levels` (log2 of the split-K factor), `waves`, `flops`, `bytes`: the pieces `gemm_ms` scales by
+    fitted efficiencies and the residual model reads as features. `replayed`: timed as the kernel tables are,
+    the same GEMM back to back, so a weight that fits in L2 is partly served from it (`l2_weight_hit`); False
+    inside a model's forward pass, where every layer's weight comes from DRAM; `framework` and `version`: whose
     collector timed it, for the copies it cycles (`replay_copies`). `kernel_source`: a path of `UNFUSED_PATHS`
     runs its own dtype's kernels after its unfused quantization pass."""
     m, n, k = (np.asarray(x, dtype=np.float64) for x in (m, n, k))
@@ -352,9 +357,10 @@ def combine_ms(parts: dict, dtype: str, constants: KernelConstants, kernel_sourc
 
 
 def split_reduce_s(parts: dict, constants: KernelConstants) -> np.ndarray:
-    """Latency (s) of reducing a split-K GEMM's partial sums: `reduce_kcycles` per halving of the split
-    factor (dependent round trips through L2; fitted on the training GPUs' small-n, long-k GEMMs, whose
-    time grows by about that much each time k doubles while their tiles and bytes stay few)."""
+    """Latency (s) of reducing a split-K GEMM's partial sums: `reduce_kcycles` per doubling of the split
+    factor (dependent round trips through L2). The small-n, long-k GEMMs of every training GPU grow by
+    about that much each time k doubles while their tiles and bytes stay few; the value is chosen per fit
+    from a grid by the training rows' MAPE (`training.aic_kernels.fit_constants`)."""
     return np.asarray(parts.get("split_levels", 0.0)) * constants.reduce_kcycles * 1e3 / (parts["clock_mhz"] * 1e6)
 
 

@@ -39,9 +39,9 @@ MIN_SOURCES = 2
 FALLBACK_EFF_PCT = 50
 #: bfloat16's constants where no training row prices them (a table without bf16 rows)
 DEFAULT_BF16 = {"compute_eff": 0.7, "memory_eff": 0.75, "floor_kcycles": 6.0}
-#: rows per (system, op family) the residual models train on (a deterministic sample)
-#: candidate split-K reduction steps (thousands of cycles per halving); 0 prices no reduction
+#: candidate split-K reduction steps (thousands of cycles per doubling of the split); 0 prices no reduction
 REDUCE_KCYCLES_GRID = (0.0, 0.4, 0.8, 1.2, 1.6, 2.0)
+#: rows per (system, op family) the residual models train on (a deterministic sample)
 TRAIN_ROWS = 15_000
 SEED = 0
 
@@ -59,15 +59,17 @@ def _gmean(x) -> float:
     return float(np.exp(np.mean(np.log(x)))) if len(x) else np.nan
 
 
-def _fit_group(c, mem, q, y, n_k, clock_mhz, eager=False) -> tuple[float, float, float, float]:
+def _fit_group(c, mem, q, y, n_k, clock_mhz, eager=False, fixed=0.0) -> tuple[float, float, float, float]:
     """(compute eff, memory eff, floor in thousands of cycles, host dispatch in us) of one (system, dtype,
-    kernel source)'s rows; NaN where too few rows are bound by that term. An `eager` path's tiny rows set its
-    host dispatch (their time is the host's, which hides the kernels' floor), its GPU-bound rows the rest."""
+    kernel source)'s rows, whose measured times `y` less their priced fixed latency `fixed` the GPU terms
+    are read from; NaN where too few rows are bound by that term. An `eager` path's tiny rows set its host
+    dispatch (their whole time is the host's, which hides the kernels' floor and reduction), its GPU-bound
+    rows the rest."""
     body = np.maximum(c, mem) + q
     tiny = body <= np.percentile(body, SMALLEST_PCT)
     host = np.nan
     if eager:
-        host = np.percentile(y[tiny], 25) if tiny.sum() >= 10 else np.nan
+        host = np.percentile((y + fixed)[tiny], 25) if tiny.sum() >= 10 else np.nan
         floor, f_ms = np.nan, DEFAULT_FLOOR_MS * n_k
         gpu = y > EAGER_GPU_RATIO * host if np.isfinite(host) else np.ones(len(y), dtype=bool)
     else:
@@ -89,16 +91,16 @@ def fit_constants(df: pd.DataFrame, op: str, systems, source: str) -> KernelCons
     ran it) and `dtype` (the median over its kernel sources and systems, the floor's lower quartile,
     so one slow framework path does not set a dtype's value; the host dispatch of eager paths, the
     median over the eager paths). A GEMM's split-K reduction step (`reduce_kcycles`) is the one of
-    `REDUCE_KCYCLES_GRID` whose fitted constants price these rows best (MAPE)."""
+    `REDUCE_KCYCLES_GRID` whose fitted constants price these rows best (MAPE, each system counting once)."""
     if op != "gemm":
         return _fit_constants(df, op, systems, source, 0.0)
     rows = df[(df["op_name"] == op) & df["system"].isin(list(systems))]
     best = None
     for step in REDUCE_KCYCLES_GRID:
         c = _fit_constants(df, op, systems, source, step)
-        pred = predict_terms(rows, c, c)["prior_ms"].to_numpy()
-        err = float(np.mean(np.abs(pred / rows["latency_ms"].to_numpy() - 1.0)))
-        if best is None or err < best[0]:
+        ape = np.abs(predict_terms(rows, c, c)["prior_ms"].to_numpy() / rows["latency_ms"].to_numpy() - 1.0)
+        err = float(np.nanmean(pd.Series(ape, index=rows.index).groupby(rows["system"], observed=True).mean()))
+        if best is None or (np.isfinite(err) and not err >= best[0]):
             best = (err, c)
     return best[1]
 
@@ -114,13 +116,14 @@ def _fit_constants(df: pd.DataFrame, op: str, systems, source: str, reduce_kcycl
         n_k = t["kernels"].to_numpy() if op == "gemm" else np.full(len(g), 5.0)
         keys = run_dtype_of(g) + "|" + g["kernel_source"].astype(str).to_numpy().astype(object)
         arr = {k: t[k].to_numpy() for k in ("compute_ms", "memory_ms", "aux")}
-        y = g["latency_ms"].to_numpy() - np.nan_to_num(t["fixed_ms"].to_numpy())  # less the split-K reduction
+        fixed = np.nan_to_num(t["fixed_ms"].to_numpy())  # the priced split-K reduction
+        y = g["latency_ms"].to_numpy() - fixed
         for key in sorted(set(keys)):
             m = keys == key
             dt, src = key.split("|", 1)
             per.setdefault(key, []).append(_fit_group(arr["compute_ms"][m], arr["memory_ms"][m], arr["aux"][m], y[m],
                                                       float(n_k[m][0]), device.boost_clock_mhz,
-                                                      op == "gemm" and eager_timed(dt, src)))
+                                                      op == "gemm" and eager_timed(dt, src), fixed[m]))
     tables: list[dict] = [{}, {}, {}, {}]
     for key, vals in per.items():
         for i, table in enumerate(tables):
