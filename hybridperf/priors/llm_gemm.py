@@ -283,9 +283,9 @@ def l2_output_hit(out_bytes, in_bytes, device: DeviceSpec, copies: float | None 
 
 
 def tile_compute_s(m, n, k, peak: float, device: DeviceSpec) -> tuple[np.ndarray, ...]:
-    """(seconds, waves, CTAs, split-K factor) of the best tile of the device's architecture at 100% of `peak`: each
-    wave runs one tile per SM for `2*tm*tn*k` FLOPs at the per-SM rate; with fewer tiles than SMs
-    split-K spreads the reduction over up to `SMs / tiles` SMs, in chunks of at least `SPLIT_K_CHUNK`."""
+    """(seconds, waves, CTAs, split-K factor) of the best tile of the device's architecture at 100% of
+    `peak`: each wave runs one tile per SM for `2*tm*tn*k` FLOPs at the per-SM rate; with fewer tiles than
+    SMs split-K spreads the reduction over up to `SMs / tiles` SMs, in chunks of at least `SPLIT_K_CHUNK`."""
     tiles = TILES.get(device.kernel_arch, TILES["hopper"])
     sms = float(device.num_sms)
     per_sm = peak / sms
@@ -312,8 +312,8 @@ def bandwidth_share(ctas, device: DeviceSpec) -> np.ndarray:
 
 def gemm_parts(m, n, k, gemm_dtype: str, device: DeviceSpec, replayed: bool = True,
                kernel_source: str | None = None, framework: str | None = None, version: str | None = None) -> dict:
-    """The GEMM's ideal times (s) at spec rates: `compute` (tiles and waves at the matrix peak), `memory` (A, B with
-    its scales, C through DRAM), `quant` (the activation-quantization pass), and `kernels` launched,
+    """The GEMM's ideal times (s) at spec rates: `compute` (tiles and waves at the matrix peak), `memory` (A,
+    B with its scales, C through DRAM), `quant` (the activation-quantization pass), and `kernels` launched,
     `split_levels` (log2 of the split-K factor), `waves`, `flops`, `bytes`: the pieces `gemm_ms` scales by
     fitted efficiencies and the residual model reads as features. `replayed`: timed as the kernel tables are,
     the same GEMM back to back, so a weight that fits in L2 is partly served from it (`l2_weight_hit`); False

@@ -21,7 +21,7 @@ from hybridperf.devices import DeviceSpec
 from hybridperf.priors.llm_gemm import (GEMM_DTYPES, L2_BANDWIDTH_RATIO, QUANTIZED_ACTIVATION, SCALE_BYTES,
                                         KernelConstants, combine_ms, fitted_constants, matrix_peak, version_tuple,
                                         warp_mma_peak)
-from hybridperf.priors.moe_routing import MAX_EXPERTS, balanced_rank0_tokens, skewed_rank0
+from hybridperf.priors.moe_routing import MAX_EXPERTS, balanced_rank0_tokens, expert_tile, skewed_rank0
 
 #: rows of the grouped GEMM's tile each local expert's tokens are padded to: the kernels pick the
 #: smallest power of two covering an expert's tokens within these bounds (Triton's fused MoE picks
@@ -134,7 +134,7 @@ def moe_parts(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, 
     routed = np.minimum(rank0_share(t, k, e, ep, alpha) * t * k, local * t)
     active = np.minimum(local, np.maximum(routed, 1.0))
     per_expert = routed / active
-    tile = np.clip(2.0 ** np.ceil(np.log2(np.maximum(per_expert, 1.0))), *EXPERT_TILE_M)
+    tile = expert_tile(per_expert, EXPERT_TILE_M)
     padded = active * np.ceil(per_expert / tile) * tile
     # skewed routing: rank 0's experts as the collector draws them (moe_routing), where it can draw
     whole_number = (e == np.floor(e)) & (ep == np.floor(ep)) & (k == np.floor(k))
@@ -156,7 +156,7 @@ def moe_parts(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, 
         if sk:
             touching = np.where(drawn, sk["tokens"], touching)
         remote = np.clip(touching * k - routed, 0.0, None)
-        tile = np.clip(2.0 ** np.ceil(np.log2(np.maximum(routed / active, 1.0))), *EXPERT_TILE_M)
+        tile = expert_tile(routed / active, EXPERT_TILE_M)
         padded = np.where(whole, padded + np.ceil(remote / tile) * tile, padded)
         routed = np.where(whole, routed + remote, routed)
         t = np.where(whole, touching, t)

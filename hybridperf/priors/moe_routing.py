@@ -169,13 +169,19 @@ def balanced_rank0_tokens(tokens, topk, experts, ep) -> np.ndarray:
     return values[inverse.ravel()].reshape(t.shape)
 
 
+def expert_tile(rows_per_expert, bounds: tuple[float, float]) -> np.ndarray:
+    """Rows of the grouped GEMM's tile for experts of `rows_per_expert` rows: the smallest power of two
+    covering them, within `bounds` (`moe.EXPERT_TILE_M`)."""
+    return np.clip(2.0 ** np.ceil(np.log2(np.maximum(rows_per_expert, 1.0))), *bounds)
+
+
 def _expected(counts: np.ndarray, tokens: np.ndarray, tile_bounds: tuple[float, float], touching: bool) -> np.ndarray:
     """(C, 4): mean routed pairs, active experts, padded rows and (when `touching`, else NaN) tokens
     touching rank 0 over the draws of `counts` (C, S, ep, local, rank 0 first)."""
     mine = counts[..., 0, :]
     routed = mine.sum(-1)
     active = np.maximum((mine > 0).sum(-1), 1)
-    tile = np.clip(2.0 ** np.ceil(np.log2(np.maximum(routed / active, 1.0))), *tile_bounds)[..., None]
+    tile = expert_tile(routed / active, tile_bounds)[..., None]
     padded = (np.ceil(mine / tile) * tile).sum(-1)
     near = _tokens_touching_rank0(counts, tokens).mean(-1) if touching else np.full(len(counts), np.nan)
     return np.stack([routed.mean(-1), active.mean(-1), padded.mean(-1), near], -1)
