@@ -92,12 +92,13 @@ def fit_constants(df: pd.DataFrame, op: str, systems, source: str) -> KernelCons
     so one slow framework path does not set a dtype's value; the host dispatch of eager paths, the
     median over the eager paths). A GEMM's split-K reduction step (`reduce_kcycles`) is the one of
     `REDUCE_KCYCLES_GRID` whose fitted constants price these rows best (MAPE, each system counting once)."""
-    if op != "gemm":
-        return _fit_constants(df, op, systems, source, 0.0)
     rows = df[(df["op_name"] == op) & df["system"].isin(list(systems))]
+    priced = _roofline_terms(rows)
+    if op != "gemm":
+        return _fit_constants(priced, op, systems, source, 0.0)
     best = None
     for step in REDUCE_KCYCLES_GRID:
-        c = _fit_constants(df, op, systems, source, step)
+        c = _fit_constants(priced, op, systems, source, step)
         ape = np.abs(predict_terms(rows, c, c)["prior_ms"].to_numpy() / rows["latency_ms"].to_numpy() - 1.0)
         err = float(np.nanmean(pd.Series(ape, index=rows.index).groupby(rows["system"], observed=True).mean()))
         if best is None or (np.isfinite(err) and not err >= best[0]):
@@ -105,18 +106,25 @@ def fit_constants(df: pd.DataFrame, op: str, systems, source: str) -> KernelCons
     return best[1]
 
 
-def _fit_constants(df: pd.DataFrame, op: str, systems, source: str, reduce_kcycles: float) -> KernelConstants:
-    rows = df[(df["op_name"] == op) & df["system"].isin(list(systems))]
-    per: dict[str, list] = {}
-    priced = replace(ROOFLINE, reduce_kcycles=reduce_kcycles)
+def _roofline_terms(rows: pd.DataFrame) -> list:
+    """Per system of `rows`: (rows, device, their roofline terms), the split-K reduction priced at one
+    thousand cycles per doubling (`fixed_ms`, which scales with the step)."""
+    unit = replace(ROOFLINE, reduce_kcycles=1.0)
+    out = []
     for system, g in rows.groupby("system", observed=True):
         g = g.reset_index(drop=True)
         device = get_device(SYSTEM_DEVICES[system])
-        t = prior_terms(g, device, priced, priced)
+        out.append((g, device, prior_terms(g, device, unit, unit)))
+    return out
+
+
+def _fit_constants(priced: list, op: str, systems, source: str, reduce_kcycles: float) -> KernelConstants:
+    per: dict[str, list] = {}
+    for g, device, t in priced:
         n_k = t["kernels"].to_numpy() if op == "gemm" else np.full(len(g), 5.0)
         keys = run_dtype_of(g) + "|" + g["kernel_source"].astype(str).to_numpy().astype(object)
         arr = {k: t[k].to_numpy() for k in ("compute_ms", "memory_ms", "aux")}
-        fixed = np.nan_to_num(t["fixed_ms"].to_numpy())  # the priced split-K reduction
+        fixed = reduce_kcycles * np.nan_to_num(t["fixed_ms"].to_numpy())  # the priced split-K reduction
         y = g["latency_ms"].to_numpy() - fixed
         for key in sorted(set(keys)):
             m = keys == key
