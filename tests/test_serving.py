@@ -115,7 +115,7 @@ def test_staggered_start_fits_the_cache_and_spreads_what_fits():
     from hybridperf.serving.scheduler import WATERMARK, Workload, _staggered
     w = Workload(isl=100, osl=2001, inflight=200, closed_loop=True, budget=8192, kv_capacity=70_000, max_running=1024,
                  graph_batch=512)
-    running, waiting, used = _staggered(w, True, 0, (0.0, 0.0, 0.0))
+    running, waiting, used = _staggered(w, True, int(WATERMARK * w.kv_capacity), 0, (0.0, 0.0, 0.0))
     assert len(running) + len(waiting) == 200 and 0 < len(running) < 200
     assert used == sum(r.ctx for r in running) and used + WATERMARK * w.kv_capacity <= w.kv_capacity
     done = [w.osl - 1 - r.dec_left for r in running]

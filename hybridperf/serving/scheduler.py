@@ -81,17 +81,17 @@ def simulate(cost: StepCost, eng: EngineDefaults, w: Workload, measured: int | N
     running: list = []  # admitted requests (prefilling or decoding), admission order
     used = 0  # KV tokens held (non-preempting engines: reserved in full at admission)
     state = cost.state_tokens  # a linear-attention model's per-sequence state, held while it runs
+    # admitting by the blocks in use keeps a watermark free for the running decodes to grow into
+    # (vLLM's `watermark`, SGLang's new-token reservation); without it a preempted request would come
+    # straight back and be preempted again at the next step
+    free_floor = int(WATERMARK * w.kv_capacity) if eng.preempts else 0
     if w.closed_loop and eng.staggered_clients:
-        running, waiting, used = _staggered(w, eng.preempts, state, clock.now())
+        running, waiting, used = _staggered(w, eng.preempts, free_floor, state, clock.now())
     done: list = []
     warm = w.inflight if w.closed_loop else 0
     target = warm + (measured or 2 * w.inflight) if w.closed_loop else w.inflight
     finished = 0
     full = w.isl + w.osl
-    # admitting by the blocks in use keeps a watermark free for the running decodes to grow into
-    # (vLLM's `watermark`, SGLang's new-token reservation); without it a preempted request would come
-    # straight back and be preempted again at the next step
-    free_floor = int(WATERMARK * w.kv_capacity) if eng.preempts else 0
     while finished < target:
         # admit waiting requests FCFS while KV and the running limit allow
         while waiting and len(running) < w.max_running:
@@ -181,15 +181,14 @@ def simulate(cost: StepCost, eng: EngineDefaults, w: Workload, measured: int | N
     return done
 
 
-def _staggered(w: Workload, preempts: bool, state: int, now: tuple) -> tuple[list, list, int]:
+def _staggered(w: Workload, preempts: bool, floor: int, state: int, now: tuple) -> tuple[list, list, int]:
     """The steady state of a closed loop whose requests have drifted out of the lock-step of their common
     start (`EngineDefaults.staggered_clients`): as many requests as the running limit and the KV cache (less
     the preempting engines' watermark) hold, spread evenly over their output and admitted most advanced
     first, so each one that finishes is replaced by a prefill of its own; the rest wait as fresh requests.
-    Returns (running, waiting, KV tokens used)."""
-    floor = int(WATERMARK * w.kv_capacity) if preempts else 0
+    `floor`: the KV tokens admission keeps free. Returns (running, waiting, KV tokens used)."""
 
-    def needs(m: int) -> np.ndarray:
+    def needs(m: int) -> tuple[np.ndarray, np.ndarray]:
         out = np.arange(m) * (w.osl - 1) // m  # tokens already decoded
         return out, (w.isl + out if preempts else np.full(m, w.isl + w.osl)) + state
 
