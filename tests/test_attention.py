@@ -208,6 +208,34 @@ def test_modern_models_scores_a_runs_csv(tmp_path):
     assert summ.iloc[-1]["runs"] == 3 and 0 <= summ.iloc[-1]["coverage_pct"] <= 100
 
 
+def test_modern_models_leaves_untimed_runs_out(tmp_path):
+    """A run that ran out of memory has no time: it is left out and counted, not scored as an interval miss."""
+    from experiments.models import modern_models
+
+    (tmp_path / "llama.json").write_text(json.dumps(LLAMA))
+    runs = pd.DataFrame({"config": ["llama.json"] * 2, "layers": [2, 2], "batch": [2, 4], "seq": [128, 256],
+                         "mode": ["inf", "train"], "dtype": ["bf16", "fp32"], "attn": ["sdpa", "sdpa"],
+                         "amp": [False, True], "measured_ms": [1.0, None], "note": ["", "out of memory"]})
+    runs.to_csv(tmp_path / "runs.csv", index=False)
+    out = tmp_path / "r.md"
+    modern_models.main([str(tmp_path / "runs.csv"), "--device", "NVIDIA H200", "--prior-only", "--out", str(out)])
+    text = out.read_text()
+    assert "1 rows without a time" in text
+    summary_all = next(line for line in text.splitlines() if line.startswith("| all"))
+    cells = [c.strip() for c in summary_all.strip("|").split("|")]
+    assert float(cells[4]) == 1 and float(cells[7]) in (0.0, 100.0)  # runs, coverage of the one timed run
+
+
+def test_measure_modern_models_argument():
+    from experiments.gpu.measure_modern import MODELS, parse_models
+
+    assert parse_models("") == list(MODELS)
+    assert parse_models("phi3_mini, gpt_oss_20b:8") == [("phi3_mini", None), ("gpt_oss_20b", 8)]
+    assert parse_models("mixtral_8x7b") == [("mixtral_8x7b", dict(MODELS)["mixtral_8x7b"])]
+    with pytest.raises(SystemExit, match="error: no config"):
+        parse_models("no_such_model")
+
+
 def test_short_gqa_prefill_packs_query_heads_into_one_tile():
     """128 one-token prefills, 64 query heads over 2 KV heads: packed, 256 CTAs (2 waves on an H100) instead of
     8,192 (63 waves); a long prefill and PyTorch SDPA keep one CTA per query head."""

@@ -9,9 +9,10 @@ row, so a run cut short keeps what it measured. Method (written into README.md b
   (bf16; `amp` rows keep fp32 weights and run the step under `torch.autocast(bfloat16)`),
   `attn_implementation` sdpa or eager. CUDA events around one call: `inf` = forward under no_grad,
   `train` = forward + cross-entropy (labels = inputs) + backward (gradients accumulate in .grad),
-  `decode` = one new token per sequence against a cache of `seq` tokens (the cache is cropped back after
-  each step). 2 warm-ups, then up to 8 calls within ~1.5 s; `measured_ms` is the mean of the fastest
-  half, `median_ms` the median.
+  `decode` = one new token per sequence against a cache of `seq` tokens (it grows a token a call, at most
+  10 over the run, as in generate(); runs saved before 2026-11-27 cropped it back, see
+  `../data/measured/h100/families/README.md`). 2 warm-ups, then up to 8 calls within ~1.5 s; `measured_ms`
+  is the mean of the fastest half, `median_ms` the median.
 - env.json: the GPU and software, and `host_op_us`, this host's time to dispatch one tiny eager op (2,000
   `torch.add` calls on 16 elements, no sync between them): host-bound runs move with it (`../data/measured/h100/`).
 - kernels: each call captured `GRAPH_CALLS` times in one CUDA graph, the graph replayed 3 times after a
@@ -202,17 +203,18 @@ def measure_sdpa(torch, rows: Rows, deadline: float, shapes=(SDPA_PREFILL, SDPA_
     torch.cuda.empty_cache()
 
 
-def build_model(torch, name: str, layers, dtype: str, attn: str):
+def build_model(torch, name: str, layers, dtype: str, attn: str, device: str = "cuda"):
     import transformers as tf
 
     raw = json.loads((CONFIGS / f"{name}.json").read_text())
+    raw = raw.get("text_config", raw)  # a multimodal config (Gemma 3): its language model, as predict-model prices
     if layers:
         raw["num_hidden_layers" if "num_hidden_layers" in raw else "n_layer"] = layers
     raw.pop("architectures", None)
     conf = tf.AutoConfig.for_model(raw.pop("model_type"), **raw)
     conf._attn_implementation = attn
     torch_dtype = torch.float32 if dtype == "fp32" else torch.bfloat16
-    with torch.device("cuda"):
+    with torch.device(device):
         model = tf.AutoModelForCausalLM.from_config(conf, dtype=torch_dtype)
     return model, conf.num_hidden_layers
 
@@ -221,8 +223,7 @@ def model_step(torch, model, mode: str, batch: int, seq: int, amp: bool = False,
                extra_labels: dict | None = None):
     """One call as the contract times it: a forward under no_grad (`inf`); forward + cross-entropy (labels =
     inputs, plus `extra_labels`) + backward (`train`, under bf16 autocast with `amp`); or one new token per
-    sequence against a cache of `seq` tokens (`decode`: prefilled once, not timed; the cache is cropped
-    back to `seq` after each step, which launches no kernel)."""
+    sequence against a cache of `seq` tokens (`decode`: prefilled once, not timed)."""
     ids = torch.randint(0, model.config.vocab_size, (batch, seq), device=device)
     if mode == "decode":
         model.eval()
@@ -230,10 +231,9 @@ def model_step(torch, model, mode: str, batch: int, seq: int, amp: bool = False,
             cache = model(input_ids=ids, use_cache=True).past_key_values
         nxt = ids[:, :1].contiguous()
 
-        def step():
-            with torch.no_grad():
+        def step():  # the cache grows a token a call, as in generate(): cropped back, it would be a strided view,
+            with torch.no_grad():  # and the next step's torch.cat of the cache would run PyTorch's slow strided kernel
                 model(input_ids=nxt, past_key_values=cache, use_cache=True)
-            cache.crop(seq - cache.get_seq_length())  # negative: drop the new token (transformers 4.4x-5.x)
         return step
     if mode == "inf":
         model.eval()
@@ -255,31 +255,48 @@ def model_step(torch, model, mode: str, batch: int, seq: int, amp: bool = False,
     return step
 
 
+def build_default(torch, name: str, layers, dtype: str, attn: str):
+    """`build_model`, falling back to eager as transformers' default does for a family without SDPA
+    (Gemma 2, gpt-oss): (model, layers, the attn it runs, a note saying so)."""
+    try:
+        return (*build_model(torch, name, layers, dtype, attn), attn, "")
+    except ValueError as e:
+        if attn != "sdpa" or "scaled_dot_product_attention" not in str(e):
+            raise
+    return (*build_model(torch, name, layers, dtype, "eager"), "eager", "sdpa unsupported: transformers' default")
+
+
 #: (model, layers) x (mode, batch, seq) whose summed kernel time (`--runs profile`) is recorded
 PROFILE_MODELS = [("llama3_8b", None), ("qwen3_8b", None), ("qwen3_30b_a3b", 8), ("mixtral_8x7b", 4)]
 PROFILE_RUNS = [("decode", 1, 1024), ("decode", 8, 1024), ("decode", 32, 2048), ("decode", 64, 1024),
                 ("decode", 128, 512), ("decode", 256, 512), ("inf", 1, 2048), ("inf", 4, 2048), ("inf", 1, 256)]
 
 
-def measure_kernel_sums(torch, rows: Rows, deadline: float) -> None:
+def measure_kernel_sums(torch, rows: Rows, deadline: float, models=tuple(PROFILE_MODELS)) -> None:
     """GPU busy time of one step (torch.profiler: the union of the device intervals, mean of 3 steps):
     the device time a CUDA-graph engine pays, without the eager host overhead in `measured_ms`."""
     from torch.profiler import ProfilerActivity, profile
 
-    for name, layers in PROFILE_MODELS:
+    for name, layers in models:
         if time.time() > deadline:
             return
-        model, n_layers = build_model(torch, name, layers, "bf16", "sdpa")
+        model, n_layers, attn, _ = build_default(torch, name, layers, "bf16", "sdpa")
         for mode, b, s in PROFILE_RUNS:
             if time.time() > deadline:
                 break
-            step = model_step(torch, model, mode, b, s, False)
-            step()
-            torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                for _ in range(3):
-                    step()
+            try:
+                step = model_step(torch, model, mode, b, s, False)
+                step()
                 torch.cuda.synchronize()
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    for _ in range(3):
+                        step()
+                    torch.cuda.synchronize()
+            except Exception as e:  # out of memory, or a mode the family refuses: keep the other runs
+                rows.add(model=name, layers=n_layers, batch=b, seq=s, mode=mode, dtype="bf16", attn=attn,
+                         note=f"kernel_sum: {type(e).__name__}")
+                torch.cuda.empty_cache()
+                continue
             spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
                            if e.device_type == torch.autograd.DeviceType.CUDA)
             total_us, end = 0.0, float("-inf")  # the union of the device intervals: annotations overlap kernels
@@ -288,16 +305,26 @@ def measure_kernel_sums(torch, rows: Rows, deadline: float) -> None:
                     total_us += stop - max(start, end)
                     end = stop
             kernels = spans
-            rows.add(model=name, layers=n_layers, batch=b, seq=s, mode=mode, dtype="bf16", attn="sdpa", amp=False,
+            rows.add(model=name, layers=n_layers, batch=b, seq=s, mode=mode, dtype="bf16", attn=attn, amp=False,
                      measured_ms=round(total_us / 3e3, 4), calls=len(kernels) // 3, note="kernel_sum")
         del model
         torch.cuda.empty_cache()
 
 
-def measure_models(torch, rows: Rows, deadline: float, runs_set=RUNS, only=()) -> None:
-    for name, layers in MODELS:
-        if only and name not in only:
-            continue
+def parse_models(spec: str, default=tuple(MODELS)) -> list[tuple[str, int | None]]:
+    """`--models`: comma-separated `config[:layers]` (any config in examples/configs); empty = `default`."""
+    known = dict(MODELS)
+    picked = []
+    for item in filter(None, (x.strip() for x in spec.split(","))):
+        name, _, layers = item.partition(":")
+        if not (CONFIGS / f"{name}.json").is_file():
+            raise SystemExit(f"error: no config {name}.json in {CONFIGS}")
+        picked.append((name, int(layers) if layers else known.get(name)))
+    return picked or list(default)
+
+
+def measure_models(torch, rows: Rows, deadline: float, runs_set=RUNS, models=tuple(MODELS)) -> None:
+    for name, layers in models:
         groups = {}
         for run in runs_set:  # one model build per (dtype, attn)
             groups.setdefault((run[1], run[2]), []).append(run)
@@ -305,7 +332,7 @@ def measure_models(torch, rows: Rows, deadline: float, runs_set=RUNS, only=()) -
             if time.time() > deadline:
                 return
             try:
-                model, n_layers = build_model(torch, name, layers, dtype, attn)
+                model, n_layers, attn, note = build_default(torch, name, layers, dtype, attn)
             except Exception as e:  # an unsupported family or a config transformers refuses
                 rows.add(model=name, dtype=dtype, attn=attn, note=f"build: {type(e).__name__}: {str(e)[:80]}")
                 continue
@@ -321,10 +348,13 @@ def measure_models(torch, rows: Rows, deadline: float, runs_set=RUNS, only=()) -
                     peak = torch.cuda.max_memory_allocated() / 1e9
                     rows.add(model=name, layers=n_layers, batch=b, seq=s, mode=mode, dtype=dtype, attn=attn,
                              amp=amp, measured_ms=round(mean, 4), median_ms=round(med, 4), calls=n,
-                             peak_gb=round(peak, 2))
+                             peak_gb=round(peak, 2), note=note)
                 except torch.cuda.OutOfMemoryError:
                     rows.add(model=name, layers=n_layers, batch=b, seq=s, mode=mode, dtype=dtype, attn=attn,
                              amp=amp, note="out of memory")
+                except Exception as e:  # a mode this family's transformers code refuses: keep the others
+                    rows.add(model=name, layers=n_layers, batch=b, seq=s, mode=mode, dtype=dtype, attn=attn,
+                             amp=amp, note=f"{type(e).__name__}: {str(e).splitlines()[0][:80] if str(e) else ''}")
                 model.zero_grad(set_to_none=True)
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats()
@@ -337,9 +367,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--budget-s", type=float, default=400.0, help="stop starting new measurements after this")
     ap.add_argument("--kernel-share", type=float, default=0.25, help="share of the budget for kernels")
-    ap.add_argument("--runs", choices=("main", "extra", "profile"), default="main", help="which set of shapes and model runs")
-    ap.add_argument("--models", default="", help="comma-separated subset of the models (default: all)")
+    ap.add_argument("--runs", choices=("main", "extra", "decode", "profile"), default="main",
+                    help="which set of shapes and model runs (decode: the decode runs of main and extra)")
+    ap.add_argument("--models", default="", help="comma-separated config[:layers] of examples/configs "
+                    "(default: MODELS, big MoE models cut to a few layers)")
     args = ap.parse_args(argv)
+    models = parse_models(args.models, PROFILE_MODELS if args.runs == "profile" else MODELS)
     import torch
     import transformers
 
@@ -362,10 +395,10 @@ def main(argv=None) -> int:
     mrows = Rows(out / "models.csv", ["model", "layers", "batch", "seq", "mode", "dtype", "attn", "amp",
                                       "measured_ms", "median_ms", "calls", "peak_gb", "note"])
     if args.runs == "profile":
-        measure_kernel_sums(torch, mrows, t0 + args.budget_s)
+        measure_kernel_sums(torch, mrows, t0 + args.budget_s, models)
     else:
-        measure_models(torch, mrows, t0 + args.budget_s, RUNS if args.runs == "main" else RUNS_EXTRA,
-                       tuple(m for m in args.models.split(",") if m))
+        runs = {"main": RUNS, "extra": RUNS_EXTRA, "decode": [r for r in RUNS + RUNS_EXTRA if r[0] == "decode"]}
+        measure_models(torch, mrows, t0 + args.budget_s, runs[args.runs], models)
     env["seconds"] = round(time.time() - t0, 1)
     (out / "env.json").write_text(json.dumps(env, indent=2) + "\n")
     print(f"done in {env['seconds']} s")

@@ -6,9 +6,11 @@ places the missing time among the router, the expert dispatch and the grouped GE
 as `measure_modern.build_model` does (random weights on the GPU, few layers), steps as
 `measure_modern.model_step`; `e2e_ms` is the CUDA-event time of one step (`measure_modern.call_ms`). An aten
 op's self device time is its kernels' time, so sum `device_ms` over kernel rows (`is_kernel`) or over aten
-rows, not both.
+rows, not both. `--models` and `--runs` profile any config of examples/configs at any shape (a family
+without SDPA runs eager, as transformers' default does).
 
     python -m experiments.gpu.moe_profile --out experiments/data/measured/h100/moe_profile   # on a GPU
+    python -m experiments.gpu.moe_profile --out DIR --models gpt_oss_20b:4,phi3_mini:4 --runs inf:4:2048,decode:64:1024
 """
 from __future__ import annotations
 
@@ -17,13 +19,14 @@ import csv
 import json
 from pathlib import Path
 
-from experiments.gpu.measure_modern import build_model, call_ms, model_step
+from experiments.gpu.measure_modern import build_default, call_ms, model_step, parse_models
 
 #: (config, decoder layers built): two MoE families and a dense control
 MODELS = [("qwen3_30b_a3b", 4), ("mixtral_8x7b", 2), ("llama3_8b", 4)]
 #: (mode, batch, seq)
 RUNS = [("inf", 4, 2048), ("inf", 1, 256), ("decode", 8, 1024), ("decode", 64, 1024)]
-COLUMNS = ["model", "layers", "mode", "batch", "seq", "e2e_ms", "key", "is_kernel", "calls", "cpu_ms", "device_ms"]
+COLUMNS = ["model", "layers", "attn", "mode", "batch", "seq", "e2e_ms", "key", "is_kernel", "calls", "cpu_ms",
+           "device_ms"]
 
 
 def profile_rows(torch, step, steps: int = 3) -> list[dict]:
@@ -51,7 +54,14 @@ def profile_rows(torch, step, steps: int = 3) -> list[dict]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
+    ap.add_argument("--models", default="", help="comma-separated config[:layers] (default: MODELS)")
+    ap.add_argument("--runs", default="", help="comma-separated mode:batch:seq (default: RUNS)")
     args = ap.parse_args(argv)
+    models = parse_models(args.models, MODELS)
+    try:
+        runs = [(m, int(b), int(s)) for m, b, s in (r.split(":") for r in args.runs.split(",") if r)] or RUNS
+    except ValueError:
+        raise SystemExit(f"error: --runs takes mode:batch:seq items, got {args.runs!r}") from None
     import torch
     import transformers
 
@@ -62,17 +72,20 @@ def main(argv=None) -> int:
     with (out / "profile.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, COLUMNS)
         w.writeheader()
-        for name, layers in MODELS:
-            model, n_layers = build_model(torch, name, layers, "bf16", "sdpa")
-            for mode, b, s in RUNS:
+        for name, layers in models:
+            model, n_layers, attn, _ = build_default(torch, name, layers, "bf16", "sdpa")
+            for mode, b, s in runs:
                 step = model_step(torch, model, mode, b, s)
                 e2e = call_ms(torch, step)[0]
-                tag = {"model": name, "layers": n_layers, "mode": mode, "batch": b, "seq": s, "e2e_ms": round(e2e, 4)}
+                tag = {"model": name, "layers": n_layers, "attn": attn, "mode": mode, "batch": b, "seq": s,
+                       "e2e_ms": round(e2e, 4)}
                 for r in profile_rows(torch, step):
                     w.writerow({**tag, **r})
                 f.flush()
                 print(tag, flush=True)
-            del model, step  # the step's closure holds the model too
+                del step  # its closure holds the cache
+                torch.cuda.empty_cache()
+            del model
             torch.cuda.empty_cache()
     return 0
 
