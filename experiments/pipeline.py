@@ -152,7 +152,7 @@ STEPS: tuple[Step, ...] = (
          "NVIDIA H100 80GB HBM3", "--out", f"{{out}}/modern_models_h100_{tag}.md", minutes=1,
          results=((f"modern_models_h100_{tag}.md", f"modern_models_h100_{tag}.md"),))
       for tag, csv in (("lease2", "modern/models_second_lease.csv"), ("tf517", "moe_transformers/models_tf517.csv"),
-                       ("tf524", "moe_transformers/models_tf524.csv"))],
+                       ("tf524", "moe_transformers/models_tf524.csv"), ("families", "families/models.csv"))],
     _m("gpu_pair", "gpu_pair", str(MEASURED / "h100") + "/modern/models.csv", "NVIDIA H100 80GB HBM3",
        _H200 + "/modern/models.csv", "NVIDIA H200", "--out", "{out}/gpu_pair.md", minutes=1,
        results=(("gpu_pair.md", "gpu_pair.md"),)),

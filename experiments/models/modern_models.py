@@ -104,9 +104,15 @@ def main(argv=None) -> None:
     if "device" not in runs.columns and a.device is None:
         raise SystemExit("error: give --device or a device column")
     predictor = Predictor.prior_only() if a.prior_only else resolve_predictor(warn=False)
-    scored = score(runs, a.runs.parent, a.configs, a.device, predictor, a.default_attn)
-    args = [f'"{x}"' if " " in x else x for x in (sys.argv[1:] if argv is None else argv)]
-    text = report(scored, summary(scored), str(a.runs), " ".join(["python -m experiments.models.modern_models", *args]))
+    timed = runs[pd.to_numeric(runs["measured_ms"], errors="coerce") > 0]
+    scored = score(timed, a.runs.parent, a.configs, a.device, predictor, a.default_attn)
+    local = str(REPO) + "/"  # the report names paths inside the repository relative to it
+    args = [f'"{x}"' if " " in x else x.replace(local, "") for x in (sys.argv[1:] if argv is None else argv)]
+    text = report(scored, summary(scored), str(a.runs).replace(local, ""),
+                  " ".join(["python -m experiments.models.modern_models", *args]))
+    if len(timed) < len(runs):
+        text += (f"\n{len(runs) - len(timed)} rows without a time (out of memory, or a step transformers refused; "
+                 "their `note`) are left out.\n")
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text(text)
