@@ -304,3 +304,21 @@ def test_tensorrt_llm_decode_of_a_large_query_group_falls_back_to_one_kv_pass_pe
     own = [float(A.generation_attention_ms(64, 8192, h, 1, 128, H100, kernel_source="torch_flow", xqa_fallback=False))
            for h in (32, 64)]
     assert own[1] < 3.0 * own[0]
+
+
+def test_phi3_sliding_window_masks_sdpa_and_caps_the_cache():
+    """Phi-3 slides every layer's window when its config sets one, as Mistral does: past the window
+    transformers hands SDPA an explicit mask (every tile computed, the efficient backend) and a decode step
+    attends to the window only."""
+    from hybridperf.graphs.attention import explicit_mask
+    from hybridperf.graphs.config import config_from_dict, kv_length
+
+    phi3 = {**LLAMA, "model_type": "phi3", "sliding_window": 255}
+    cfg = config_from_dict(phi3, source="test")
+    assert cfg.sliding_window == 255 and kv_length(cfg, 1024) == 255 and kv_length(cfg, 100) == 101
+    assert explicit_mask(cfg, {"S_kv": 256}) and not explicit_mask(cfg, {"S_kv": 255})
+    no_window = config_from_dict({**phi3, "sliding_window": None}, source="test")
+    assert no_window.sliding_window == 0 and kv_length(no_window, 1024) == 1025
+    specs = {s: set(build_graph(cfg, 2, s, dtype="bf16", attn="sdpa").kernel_table().query("op == 'attention'")["attn"])
+             for s in (255, 256)}
+    assert specs[255] == {"flash;kvh=2;vd=64;causal=1"} and specs[256] == {"efficient;kvh=2;vd=64;causal=0"}

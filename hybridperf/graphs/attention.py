@@ -35,7 +35,7 @@ import pandas as pd
 
 from hybridperf.devices import DeviceSpec
 from hybridperf.errors import InputError
-from hybridperf.graphs.config import ModelConfig
+from hybridperf.graphs.config import EVERY_LAYER_SLIDING, ModelConfig
 from hybridperf.priors.attention import sdpa_ms
 
 F32 = 4
@@ -89,7 +89,7 @@ def explicit_mask(cfg: ModelConfig, call: dict) -> bool:
     """Whether transformers hands SDPA a mask: T5's bias, or a sliding window shorter than the keys."""
     if cfg.family in BIAS_MASK:
         return True
-    window = cfg.sliding_window if (cfg.family == "mistral" or "sliding_attention" in cfg.layer_types) else 0
+    window = cfg.sliding_window if (cfg.family in EVERY_LAYER_SLIDING or "sliding_attention" in cfg.layer_types) else 0
     return bool(window) and call["S_kv"] > window
 
 

@@ -23,8 +23,8 @@ Supported `model_type`s (the architectures of NeuSight's DLmodel_configs):
                          scales its embeddings by sqrt(hidden), multiplies its norms by (1 + weight) in
                          fp32, gates with GELU and ties its LM head; phi3 fuses q/k/v into one GEMM and
                          gate/up into another, and may rotate only part of each head
-                         (`partial_rotary_factor`). Mistral's sliding window is not modelled (it
-                         changes nothing for seq <= sliding_window under eager attention).
+                         (`partial_rotary_factor`). Mistral and Phi-3 slide every layer's window when
+                         the config sets `sliding_window` (transformers' mask and cache then do).
     gemma2, gemma3_text  Gemma's layer with "sandwich" norms (a further RMSNorm on the attention output and
                          on the MLP output, before each residual add) and sliding-window layers
                          (`layer_types`; by default every other layer in gemma2, five of every six in
@@ -67,6 +67,8 @@ MOE_LLAMA = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss")
 GEMMA = ("gemma", "gemma2", "gemma3_text")
 #: Gemma 2 and 3: sandwich norms and sliding-window layers (`ModelConfig.layer_types`)
 SLIDING_GEMMA = ("gemma2", "gemma3_text")
+#: families whose every layer slides its window when the config sets `sliding_window` (no `layer_types`)
+EVERY_LAYER_SLIDING = ("mistral", "phi3")
 #: families whose `layer_types` mix sliding-window and full attention
 SLIDING_LAYERS = (*SLIDING_GEMMA, "gpt_oss")
 #: HF's `sliding_window` default of each SLIDING_LAYERS family
@@ -157,9 +159,9 @@ class ModelConfig:
 
     @property
     def sliding_window(self) -> int:
-        """Keys a sliding-window layer attends to (0: none): Mistral's `sliding_window` (every layer), or Gemma 2
-        and 3's (their sliding layers; HF's default 4096 when the key is absent, none when it is null)."""
-        if self.family == "mistral":
+        """Keys a sliding-window layer attends to (0: none): Mistral's and Phi-3's `sliding_window` (every layer),
+        or Gemma 2 and 3's (their sliding layers; HF's default 4096 when the key is absent, none when it is null)."""
+        if self.family in EVERY_LAYER_SLIDING:
             return int(self.raw.get("sliding_window") or 0)
         if self.family in SLIDING_LAYERS:
             return int(self.raw.get("sliding_window", SLIDING_WINDOW_DEFAULT[self.family]) or 0)
@@ -417,6 +419,7 @@ def load_config(config) -> ModelConfig:
 
 def kv_length(cfg: ModelConfig, seq: int, sliding: bool = False) -> int:
     """Keys each new token attends to after `seq` cached tokens: seq + 1, or at most the sliding window in
-    Mistral's layers and in Gemma 2 and 3's `sliding` layers (HF's sliding cache keeps window - 1 tokens)."""
-    window = cfg.sliding_window if cfg.family == "mistral" or sliding else 0
+    Mistral's and Phi-3's layers and in Gemma 2 and 3's `sliding` layers (HF's sliding cache keeps window - 1
+    tokens)."""
+    window = cfg.sliding_window if cfg.family in EVERY_LAYER_SLIDING or sliding else 0
     return min(seq + 1, window) if window else seq + 1

@@ -21,7 +21,7 @@ them and compares with this module):
   * before the layers, position ids, the causal mask and (Llama) the rotary table: 12-19 tiny kernels.
 
 HF's half-precision upcasts (RMSNorm, Llama's and OPT's softmax, GPT-Neo's QK^T) are the prefill's.
-Mistral's sliding-window cache keeps the last `sliding_window` tokens at most, and so do Gemma 2 and 3's
+Mistral's and Phi-3's sliding-window caches keep the last `sliding_window` tokens at most, and so do Gemma 2 and 3's
 sliding layers; the other families keep them all (GPT-Neo's local layers included: their window is in the
 mask, not the cache). DeepSeek-V3 caches its key/value latent and re-expands it every step (`families.deepseek`).
 
