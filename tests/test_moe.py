@@ -243,3 +243,24 @@ def test_gpt_oss_sinks_biases_and_sliding_layers():
         from hybridperf.graphs.parallel import predict_parallel
 
         predict_parallel(MOE["gpt_oss"], 4, 64, "train", "DGX-H100", tp=2)
+
+
+def test_gpt_oss_sink_attention_runs_unvectorised_kernels():
+    """The sink's concatenation (an expanded, strided input) always takes PyTorch's unvectorised path; the softmax
+    over kv + 1 keys does when a row is longer than 1,024 and not a whole number of 16-byte vectors, and so
+    does its backward (1.5x its bytes). Their time is bound by SMs x clock unless DRAM is slower."""
+    from hybridperf.graphs.layers.attention_core import row_softmax
+    from hybridperf.graphs.misc import STRIDED_BYTES_PER_SM_CYCLE, misc_latency_ms
+    from hybridperf.priors.memory import memory_time_ms
+
+    t = build_graph({**MOE["gpt_oss"], "max_position_embeddings": 4096}, 2, 2048, "train", dtype="bf16").kernel_table()
+    full = t[t["block"] == "layer"].set_index("name")
+    assert full.loc["attn.sink_cat", "op"] == "misc:strided"
+    assert full.loc["attn.softmax", "op"] == "misc:strided"  # 2,049 wide
+    assert full.loc["attn.softmax.bw", "nbytes"] == pytest.approx(1.5 * full.loc["attn.softmax", "nbytes"])
+    assert row_softmax("s", 4, 2048)["op"] == "softmax" and row_softmax("s", 4, 1023)["op"] == "softmax"
+    assert row_softmax("s", 4, 2052, fp32=True)["op"] == "softmax" and row_softmax("s", 4, 2052)["op"] == "misc:strided"
+    h100, l40s = get_device("NVIDIA H100 80GB HBM3"), get_device("L40S")
+    ms = misc_latency_ms(["strided", "copy"], [1e9, 1e9], h100)
+    assert ms[0] == pytest.approx(1e9 / (STRIDED_BYTES_PER_SM_CYCLE * 132 * 1980e6) * 1e3) and ms[0] > 3 * ms[1]
+    assert misc_latency_ms(["strided"], [1e9], l40s)[0] == pytest.approx(memory_time_ms([1e9], l40s)[0])

@@ -15,6 +15,7 @@ that `hybridperf.graphs.misc` turns into an analytic memory-bound estimate:
     misc:gather        embedding lookup: read the selected rows + indices, write the output
     misc:embedding_bw  embedding backward: zero the (V, h) gradient + scatter-add the token grads
     misc:copy          .contiguous()/.reshape() of a permuted tensor: strided read + write
+    misc:strided       a kernel on PyTorch's unvectorised path (generic strided torch.cat, misaligned softmax)
     misc:reduce        a reduction (bias gradient = sum over tokens, T5 LayerNorm variance): read once
     misc:mask          building attention masks / position ids (arange, full, cumsum, masked_fill, ...)
     misc:route         MoE routing bookkeeping (argmax, one_hot, cumsum, capacity mask, max)

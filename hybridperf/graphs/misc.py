@@ -15,6 +15,11 @@ for access patterns worse than streaming:
     index         2.0   boolean-mask indexing (nonzero + gather/scatter)
     cast          1.0   .to() between a half dtype and fp32 (streams both widths)
 
+`strided` kernels run PyTorch's unvectorised CUDA paths: the generic `CatArrayBatchedCopy` of a
+concatenation with a non-contiguous input (a cropped cache, an expanded tensor), a softmax over rows whose
+width breaks 16-byte alignment. Their per-element index arithmetic, not DRAM, bounds them: bytes read and
+written at `STRIDED_BYTES_PER_SM_CYCLE` x SMs x clock, or the streaming time when that is longer.
+
 The interval of a misc kernel is a fixed +-50% band in log space (no learned model).
 """
 from __future__ import annotations
@@ -27,6 +32,10 @@ from hybridperf.priors.memory import memory_time_ms
 KIND_FACTOR = {"gather": 1.0, "embedding_bw": 1.5, "copy": 1.25, "reduce": 1.0, "mask": 1.0, "route": 1.0,
                "index": 2.0, "cast": 1.0}
 MISC_LOG_HALF_WIDTH = np.log(1.5)
+#: bytes read and written per SM and clock cycle by an unvectorised kernel, bf16: the H100's strided cache
+#: concatenations, 0.67-0.68 TB/s at every decode shape of four models (132 SMs at 1,980 MHz;
+#: `experiments/data/measured/h100/families/op_profile.csv`)
+STRIDED_BYTES_PER_SM_CYCLE = 2.58
 
 
 def misc_latency_ms(kinds, nbytes, device: DeviceSpec) -> np.ndarray:
@@ -34,4 +43,9 @@ def misc_latency_ms(kinds, nbytes, device: DeviceSpec) -> np.ndarray:
     `nbytes` bytes."""
     nbytes = np.asarray(nbytes, dtype=np.float64)
     factor = np.array([KIND_FACTOR.get(k, 1.0) for k in kinds], dtype=np.float64)
-    return factor * memory_time_ms(nbytes, device)
+    t = factor * memory_time_ms(nbytes, device)
+    strided = np.array([k == "strided" for k in kinds], dtype=bool)
+    if strided.any() and device.num_sms > 0 and device.boost_clock_mhz > 0:
+        rate = STRIDED_BYTES_PER_SM_CYCLE * device.num_sms * device.boost_clock_mhz * 1e6  # bytes per second
+        t[strided] = np.maximum(t[strided], nbytes[strided] / rate * 1e3)
+    return t

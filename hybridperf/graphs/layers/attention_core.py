@@ -54,8 +54,9 @@ def attention_scores(p, rows, width, scale_op, mask_op, softmax_fp32=False, qk_f
     """Scale, soft-cap, mask and softmax of (rows, width) attention scores, with `attention_core`'s upcasts
     (`qk_fp32`: the scores are fp32 already; `softmax_fp32`: softmax(dtype=float32) between casts).
     `mask_op`: ops, or (op, tag) pairs; tag 'where' has a backward kernel, a mask add none. `sinks`
-    (GPT-OSS, the number of heads): each row gains its head's sink logit (torch.cat), its maximum is
-    subtracted, and the softmax runs over width + 1 (the sink's probability is dropped, a slice)."""
+    (GPT-OSS, the number of heads): each row gains its head's sink logit (torch.cat of an expanded, hence
+    strided, tensor: PyTorch's unvectorised concatenation), its maximum is subtracted, and the softmax runs
+    over width + 1, unvectorised when that breaks 16-byte rows (the sink's probability is dropped, a slice)."""
     ks = [vec(f"{p}.scale", scale_op, rows, width, fp32=qk_fp32)] if scale_op else []
     if softcap:
         ks += soft_cap(f"{p}.softcap", rows, width)
@@ -63,12 +64,12 @@ def attention_scores(p, rows, width, scale_op, mask_op, softmax_fp32=False, qk_f
         op, tag = op if isinstance(op, tuple) else (op, "")
         ks.append(vec(f"{p}.mask{i}", op, rows, width, tag=tag, fp32=qk_fp32))
     if sinks:  # the sink column is a parameter (one logit per head) broadcast to every row
-        return ks + [_k(f"{p}.sink_cat", "misc:copy", nbytes=2 * rows * (width + 1) * F32, params=sinks,
+        return ks + [_k(f"{p}.sink_cat", "misc:strided", nbytes=2 * rows * (width + 1) * F32, params=sinks,
                         tag="sink_cat"),
                      *grad_sums(f"{p}.sink_logits", rows, width + 1, 2, train),
                      misc(f"{p}.sink_max", "reduce", rows * (width + 1) * F32, tag="row_max"),
                      vec(f"{p}.sink_sub", "add", rows, width + 1, tag="sub_broadcast"),
-                     vec(f"{p}.softmax", "softmax", rows, width + 1),
+                     row_softmax(f"{p}.softmax", rows, width + 1, qk_fp32),
                      *slice_grads(f"{p}.sink_drop", rows, width + 1, 1, train)]
     if qk_fp32:
         return ks + [vec(f"{p}.softmax", "softmax", rows, width, fp32=True), cast(f"{p}.softmax_out", rows * width)]
@@ -76,6 +77,16 @@ def attention_scores(p, rows, width, scale_op, mask_op, softmax_fp32=False, qk_f
         return ks + [cast(f"{p}.softmax_in", rows * width, dtypes=("bf16",)),
                      vec(f"{p}.softmax", "softmax", rows, width, fp32=True), cast(f"{p}.softmax_out", rows * width)]
     return ks + [vec(f"{p}.softmax", "softmax", rows, width)]
+
+
+def row_softmax(p, rows, width, fp32=False) -> dict:
+    """Softmax over (rows, width): PyTorch's vectorised kernels (the learned softmax) unless a row longer than a
+    warp's persistent softmax (1,024) is not a whole number of 16-byte vectors; then its unvectorised kernel
+    reads and writes every element (`misc:strided`; its backward reads two tensors and writes one)."""
+    per_vector = 4 if fp32 else 8  # elements in 16 bytes
+    if width <= 1024 or width % per_vector == 0:
+        return vec(p, "softmax", rows, width, fp32=fp32)
+    return misc(p, "strided", 2 * rows * width * F32, tag="strided_softmax", fp32=fp32)
 
 
 def soft_cap(p, rows, width) -> list:
