@@ -264,3 +264,14 @@ def test_gpt_oss_sink_attention_runs_unvectorised_kernels():
     ms = misc_latency_ms(["strided", "copy"], [1e9, 1e9], h100)
     assert ms[0] == pytest.approx(1e9 / (STRIDED_BYTES_PER_SM_CYCLE * 132 * 1980e6) * 1e3) and ms[0] > 3 * ms[1]
     assert misc_latency_ms(["strided"], [1e9], l40s)[0] == pytest.approx(memory_time_ms([1e9], l40s)[0])
+
+
+def test_full_sliding_window_cache_is_concatenated_strided():
+    """Once `seq` passes the window - 1 tokens a sliding layer keeps, its cache is a slice of the last step's
+    keys and values: the decode step's torch.cat of it is unvectorised; below, and in full layers, a plain copy."""
+    def cache_ops(seq):
+        d = build_graph(MOE["gpt_oss"], 2, seq, "decode").kernel_table()
+        return d[d["name"] == "attn.cache_k"].set_index("block")["op"].to_dict()
+
+    assert cache_ops(127) == {"layer": "misc:copy"}  # 127 cached tokens: no sliding block yet
+    assert cache_ops(400) == {"sliding_layer": "misc:strided", "layer": "misc:copy"}

@@ -50,8 +50,10 @@ def decode_setup(cfg: ModelConfig, B: int, kv: int, n: int) -> list:
 
 
 def cached_attention(p: str, cfg: ModelConfig, B: int, kv: int, scale_op, mask_ops, q_copy=False, softmax_fp32=False,
-               qk_fp32=False, softcap=False, sinks=False) -> list:
-    """Cache update, (repeat_kv), QK^T, scale, (soft-cap), mask, softmax and AV of one new token per sequence."""
+               qk_fp32=False, softcap=False, sinks=False, strided_cache=False) -> list:
+    """Cache update, (repeat_kv), QK^T, scale, (soft-cap), mask, softmax and AV of one new token per sequence.
+    `strided_cache`: a full sliding-window cache is a slice of the last step's keys and values, so its torch.cat
+    takes PyTorch's unvectorised strided path (`misc:strided`)."""
     heads, hd, kvh = cfg.heads, cfg.head_dim, cfg.num_kv_heads
     bh = B * heads
     cache = 2 * B * kvh * hd * kv * F32  # torch.cat reads the cache and the new token, writes them together
@@ -66,5 +68,6 @@ def cached_attention(p: str, cfg: ModelConfig, B: int, kv: int, scale_op, mask_o
     ks.append({**bmm(f"{p}.qk", bh, 1, hd, kv), "fp32": qk_fp32})
     ks += attention_scores(p, bh, kv, scale_op, mask_ops, softmax_fp32, qk_fp32, softcap, sinks and cfg.heads)
     ks.append(bmm(f"{p}.av", bh, 1, kv, hd))
-    return [misc(f"{p}.cache_k", "copy", cache), misc(f"{p}.cache_v", "copy", cache),
+    kind = "strided" if strided_cache else "copy"
+    return [misc(f"{p}.cache_k", kind, cache), misc(f"{p}.cache_v", kind, cache),
             *mark_call(ks, B=B, S=1, S_kv=kv, heads=heads, kv_heads=kvh, hd=hd, vd=hd, train=False)]

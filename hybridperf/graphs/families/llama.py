@@ -1,7 +1,7 @@
 """Llama-like decoders (Llama, Mistral, Qwen, Gemma, Phi-3, Mixtral, Qwen-MoE, GPT-OSS)."""
 from __future__ import annotations
 
-from hybridperf.graphs.config import LLAMA_LIKE, MOE_LLAMA, ModelConfig, kv_length
+from hybridperf.graphs.config import EVERY_LAYER_SLIDING, LLAMA_LIKE, MOE_LLAMA, ModelConfig, kv_length
 from hybridperf.graphs.decode import cached_attention, decode_setup
 from hybridperf.graphs.family import Family
 from hybridperf.graphs.layers.attention_core import attention_core, soft_cap
@@ -63,10 +63,11 @@ def decode(cfg: ModelConfig, B: int, seq: int) -> list:
     pre = [gather("embed_tokens", B, h, V), *([vec("embed_scale", "mulu", B, h)] if gemma else []),
            *decode_setup(cfg, B, kv, FAMILY.setup_kernels[cfg.family])]
 
-    def attn(keys):
+    def attn(keys, slides):  # a sliding layer's cache is a strided slice once `seq` passed the window - 1 it keeps
         return [*rms_norm("input_norm", B, h, unit_offset=gemma, fp32_weight=v["oss"]), *llama_qkv(cfg, B),
                 *cached_attention("attn", cfg, B, keys, "mulu", ("addu",), softmax_fp32=not v["oss"],
-                                  softcap=v["softcap"], sinks=v["oss"]),
+                                  softcap=v["softcap"], sinks=v["oss"],
+                                  strided_cache=slides and seq >= cfg.sliding_window > 0),
                 linear("o_proj", B, cfg.heads * cfg.head_dim, h, bias=v["o_bias"]),
                 *(rms_norm("post_attn_norm", B, h, unit_offset=True) if v["sandwich"] else []),
                 vec("resid_add1", "add", B, h), *rms_norm("post_norm", B, h, unit_offset=gemma, fp32_weight=v["oss"])]
@@ -76,8 +77,9 @@ def decode(cfg: ModelConfig, B: int, seq: int) -> list:
             *(soft_cap("logit_softcap", B, V) if v["final_softcap"] else [])]
     # the B new tokens pass the MLP (a top-k MoE's sparse layers route them); Gemma 2 and 3's sliding
     # layers attend to their window only, once the cache is longer (block `sliding_layer`)
-    sliding = attn(kv_sliding) if kv_sliding != kv else None
-    return [Block("embeddings", 1, pre, "pre"), *llama_layer_blocks(cfg, attn(kv), B, sliding_attn=sliding),
+    sliding = attn(kv_sliding, True) if kv_sliding != kv else None
+    full = attn(kv, cfg.family in EVERY_LAYER_SLIDING)
+    return [Block("embeddings", 1, pre, "pre"), *llama_layer_blocks(cfg, full, B, sliding_attn=sliding),
             Block("head", 1, post, "post")]
 
 
