@@ -322,3 +322,13 @@ def test_phi3_sliding_window_masks_sdpa_and_caps_the_cache():
     specs = {s: set(build_graph(cfg, 2, s, dtype="bf16", attn="sdpa").kernel_table().query("op == 'attention'")["attn"])
              for s in (255, 256)}
     assert specs[255] == {"flash;kvh=2;vd=64;causal=1"} and specs[256] == {"efficient;kvh=2;vd=64;causal=0"}
+
+
+def test_rotate_half_concatenates_slices_unvectorised():
+    """rotate_half's torch.cat joins two slices of each head (and Phi-3's its rotated and passed parts): PyTorch's
+    strided concatenation, not the vectorised copy of contiguous inputs."""
+    t = build_graph(LLAMA, 2, 64, dtype="bf16", attn="sdpa").kernel_table().set_index("name")
+    assert t.loc["q_rope_cat", "op"] == t.loc["k_rope_cat", "op"] == "misc:strided"
+    phi3 = build_graph({**LLAMA, "model_type": "phi3", "partial_rotary_factor": 0.5}, 2, 64, dtype="bf16",
+                       attn="sdpa").kernel_table()
+    assert set(phi3.loc[phi3["name"].str.endswith("rope_pass"), "op"]) == {"misc:strided"}

@@ -31,15 +31,16 @@ def cat_rope(p: str, tok: int, heads: int, hd: int, rot: int, train: bool) -> li
     autograd adds the two parts into the projection's (one full-width add)."""
     return [*_rope(f"{p}_rope", tok, heads * rot), *grad_sums(f"{p}_rope_x", tok, heads * rot, 3, train),
             *slice_grads(f"{p}_rope_x", tok, heads * rot, 2, train),
-            misc(f"{p}_rope_pass", "copy", 2 * tok * heads * hd * F32),
+            misc(f"{p}_rope_pass", "strided", 2 * tok * heads * hd * F32),  # the passed part is a slice
             *grad_sums(f"{p}_rope_parts", tok, heads * hd, 2, train),
             *slice_grads(f"{p}_rope_parts", tok, heads * hd, 2 if rot < hd else 1, train)]  # no rest: one slice
 
 
 def _rope(p, tok, width):
-    """apply_rotary_pos_emb on one projection: x*cos, -x2 (half), cat(-x2, x1), rot*sin, sum."""
+    """apply_rotary_pos_emb on one projection: x*cos, -x2 (half), cat(-x2, x1), rot*sin, sum. x1 is a slice of a
+    head, so rotate_half's torch.cat takes PyTorch's unvectorised strided path (`misc:strided`)."""
     return [vec(f"{p}_cos", "mul", tok, width, tag="constant"), vec(f"{p}_neg", "mulu", tok, width // 2),
-            misc(f"{p}_cat", "copy", 2 * tok * width * F32), vec(f"{p}_sin", "mul", tok, width, tag="constant"),
+            misc(f"{p}_cat", "strided", 2 * tok * width * F32), vec(f"{p}_sin", "mul", tok, width, tag="constant"),
             vec(f"{p}_add", "add", tok, width)]
 
 
