@@ -209,21 +209,26 @@ def test_modern_models_scores_a_runs_csv(tmp_path):
 
 
 def test_modern_models_leaves_untimed_runs_out(tmp_path):
-    """A run that ran out of memory has no time: it is left out and counted, not scored as an interval miss."""
+    """A run that ran out of memory has no time: it is left out, not scored as an interval miss; a run measured
+    twice counts once, at the mean of its times; a CSV with no time at all is a one-line error."""
     from experiments.models import modern_models
 
     (tmp_path / "llama.json").write_text(json.dumps(LLAMA))
-    runs = pd.DataFrame({"config": ["llama.json"] * 2, "layers": [2, 2], "batch": [2, 4], "seq": [128, 256],
-                         "mode": ["inf", "train"], "dtype": ["bf16", "fp32"], "attn": ["sdpa", "sdpa"],
-                         "amp": [False, True], "measured_ms": [1.0, None], "note": ["", "out of memory"]})
+    runs = pd.DataFrame({"config": ["llama.json"] * 3, "layers": [2, 2, 2], "batch": [2, 2, 4], "seq": [128, 128, 256],
+                         "mode": ["inf", "inf", "train"], "dtype": ["bf16", "bf16", "fp32"], "attn": ["sdpa"] * 3,
+                         "amp": [False, False, True], "measured_ms": [1.0, 3.0, None],
+                         "note": ["", "", "out of memory"]})
     runs.to_csv(tmp_path / "runs.csv", index=False)
     out = tmp_path / "r.md"
     modern_models.main([str(tmp_path / "runs.csv"), "--device", "NVIDIA H200", "--prior-only", "--out", str(out)])
-    text = out.read_text()
-    assert "1 rows without a time" in text
-    summary_all = next(line for line in text.splitlines() if line.startswith("| all"))
-    cells = [c.strip() for c in summary_all.strip("|").split("|")]
-    assert float(cells[4]) == 1 and float(cells[7]) in (0.0, 100.0)  # runs, coverage of the one timed run
+    assert "3 rows, 1 runs" in out.read_text()
+    scored = modern_models.score(runs, tmp_path, CONFIGS, "NVIDIA H200", PRIOR)
+    assert len(scored) == 1 and scored.loc[0, "measured_ms"] == 2.0
+    assert modern_models.summary(scored).iloc[-1]["runs"] == 1
+    with pytest.raises(SystemExit, match="^error: no run"):
+        modern_models.score(runs.assign(measured_ms=None), tmp_path, CONFIGS, "NVIDIA H200", PRIOR)
+    with pytest.raises(SystemExit, match="^error: the runs CSV has no measured_ms"):
+        modern_models.score(runs.drop(columns="measured_ms"), tmp_path, CONFIGS, "NVIDIA H200", PRIOR)
 
 
 def test_measure_modern_models_argument():
@@ -316,12 +321,18 @@ def test_phi3_sliding_window_masks_sdpa_and_caps_the_cache():
     phi3 = {**LLAMA, "model_type": "phi3", "sliding_window": 255}
     cfg = config_from_dict(phi3, source="test")
     assert cfg.sliding_window == 255 and kv_length(cfg, 1024) == 255 and kv_length(cfg, 100) == 101
-    assert explicit_mask(cfg, {"S_kv": 256}) and not explicit_mask(cfg, {"S_kv": 255})
+    assert explicit_mask(cfg, {"S_kv": 255}) and not explicit_mask(cfg, {"S_kv": 254})
     no_window = config_from_dict({**phi3, "sliding_window": None}, source="test")
     assert no_window.sliding_window == 0 and kv_length(no_window, 1024) == 1025
+    assert config_from_dict({**LLAMA, "model_type": "phi3"}, source="test").sliding_window == 0  # HF: None
+    assert config_from_dict({**LLAMA, "model_type": "mistral"}, source="test").sliding_window == 4096  # HF's default
     specs = {s: set(build_graph(cfg, 2, s, dtype="bf16", attn="sdpa").kernel_table().query("op == 'attention'")["attn"])
-             for s in (255, 256)}
-    assert specs[255] == {"flash;kvh=2;vd=64;causal=1"} and specs[256] == {"efficient;kvh=2;vd=64;causal=0"}
+             for s in (254, 255)}
+    assert specs[254] == {"flash;kvh=2;vd=64;causal=1"} and specs[255] == {"efficient;kvh=2;vd=64;causal=0"}
+    prefill = build_graph(cfg, 2, 255, dtype="bf16", attn="sdpa").kernel_table()["name"]
+    decode = build_graph(cfg, 2, 1024, mode="decode", dtype="bf16", attn="sdpa").kernel_table()["name"]
+    assert prefill.str.endswith("repeat_k").any()  # a masked prefill repeats k and v; a decode step packs q instead
+    assert not decode.str.endswith("repeat_k").any() and decode.str.startswith("setup_").any()  # the mask is built
 
 
 def test_rotate_half_concatenates_slices_unvectorised():

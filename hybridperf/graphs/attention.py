@@ -86,11 +86,12 @@ def backend(cfg: ModelConfig, dtype: str, call: dict, explicit_mask: bool) -> st
 
 
 def explicit_mask(cfg: ModelConfig, call: dict) -> bool:
-    """Whether transformers hands SDPA a mask: T5's bias, or a sliding window shorter than the keys."""
+    """Whether transformers hands SDPA a mask: T5's bias, or a sliding window no longer than the keys
+    (`masking_utils`: a window of `w` keys is masked from `w` keys on, a decode step's full window included)."""
     if cfg.family in BIAS_MASK:
         return True
     window = cfg.sliding_window if (cfg.family in EVERY_LAYER_SLIDING or "sliding_attention" in cfg.layer_types) else 0
-    return bool(window) and call["S_kv"] > window
+    return bool(window) and call["S_kv"] >= window
 
 
 def attn_spec(backend_name: str, kv_heads: int, vd: int, causal: bool) -> str:
@@ -110,7 +111,8 @@ def _fused(call: dict, be: str, causal: bool, mask: bool) -> list:
     B, S, Skv, H, hd, vd = call["B"], call["S"], call["S_kv"], call["heads"], call["hd"], call["vd"]
     spec = attn_spec(be, call["kv_heads"], vd, causal)
     out = []
-    if mask and call["kv_heads"] < H:  # with a mask transformers repeats k and v itself (no enable_gqa)
+    if mask and call["kv_heads"] < H and S > 1:  # with a mask transformers repeats k and v itself (no enable_gqa;
+        # a decode step packs the query heads of each key/value head instead)
         rep = B * (call["kv_heads"] + H) * hd * Skv * F32
         out += [misc("attn.repeat_k", "copy", rep, tag="repeat"), misc("attn.repeat_v", "copy", rep, tag="repeat")]
     out.append({**_k("attn.sdpa", "attention", B, S, Skv, hd, H), "attn": spec})

@@ -71,8 +71,8 @@ SLIDING_GEMMA = ("gemma2", "gemma3_text")
 EVERY_LAYER_SLIDING = ("mistral", "phi3")
 #: families whose `layer_types` mix sliding-window and full attention
 SLIDING_LAYERS = (*SLIDING_GEMMA, "gpt_oss")
-#: HF's `sliding_window` default of each SLIDING_LAYERS family
-SLIDING_WINDOW_DEFAULT = {"gemma2": 4096, "gemma3_text": 4096, "gpt_oss": 128}
+#: HF's `sliding_window` default when a config omits the key (none for the families not listed)
+SLIDING_WINDOW_DEFAULT = {"gemma2": 4096, "gemma3_text": 4096, "gpt_oss": 128, "mistral": 4096}
 LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", *GEMMA, "phi3", *MOE_LLAMA)
 #: T5-style encoder-decoders (T5 is Switch without the expert layers)
 ENCODER_DECODER = ("switch_transformers", "t5")
@@ -160,11 +160,10 @@ class ModelConfig:
     @property
     def sliding_window(self) -> int:
         """Keys a sliding-window layer attends to (0: none): Mistral's and Phi-3's `sliding_window` (every layer),
-        or Gemma 2 and 3's (their sliding layers; HF's default 4096 when the key is absent, none when it is null)."""
-        if self.family in EVERY_LAYER_SLIDING:
-            return int(self.raw.get("sliding_window") or 0)
-        if self.family in SLIDING_LAYERS:
-            return int(self.raw.get("sliding_window", SLIDING_WINDOW_DEFAULT[self.family]) or 0)
+        or Gemma 2 and 3's and GPT-OSS's (their sliding layers); HF's default (`SLIDING_WINDOW_DEFAULT`) when the
+        key is absent, none when it is null."""
+        if self.family in (*EVERY_LAYER_SLIDING, *SLIDING_LAYERS):
+            return int(self.raw.get("sliding_window", SLIDING_WINDOW_DEFAULT.get(self.family)) or 0)
         return 0
 
     @property
