@@ -10,9 +10,9 @@ row, so a run cut short keeps what it measured. Method (written into README.md b
   `attn_implementation` sdpa or eager. CUDA events around one call: `inf` = forward under no_grad,
   `train` = forward + cross-entropy (labels = inputs) + backward (gradients accumulate in .grad),
   `decode` = one new token per sequence against a cache of `seq` tokens (it grows a token a call, at most
-  10 over the run, as in generate(); runs saved before 2026-11-27 cropped it back, see
-  `../data/measured/h100/families/README.md`). 2 warm-ups, then up to 8 calls within ~1.5 s; `measured_ms`
-  is the mean of the fastest half, `median_ms` the median.
+  `DECODE_GROWTH` over the run, as in generate(); every run saved so far cropped it back wherever
+  transformers could, see `../data/measured/h100/families/README.md`). 2 warm-ups, then up to 8 calls within
+  ~1.5 s; `measured_ms` is the mean of the fastest half, `median_ms` the median.
 - env.json: the GPU and software, and `host_op_us`, this host's time to dispatch one tiny eager op (2,000
   `torch.add` calls on 16 elements, no sync between them): host-bound runs move with it (`../data/measured/h100/`).
 - kernels: each call captured `GRAPH_CALLS` times in one CUDA graph, the graph replayed 3 times after a
@@ -203,7 +203,7 @@ def measure_sdpa(torch, rows: Rows, deadline: float, shapes=(SDPA_PREFILL, SDPA_
     torch.cuda.empty_cache()
 
 
-def build_model(torch, name: str, layers, dtype: str, attn: str, device: str = "cuda"):
+def build_model(torch, name: str, layers, dtype: str, attn: str):
     import transformers as tf
 
     raw = json.loads((CONFIGS / f"{name}.json").read_text())
@@ -214,9 +214,20 @@ def build_model(torch, name: str, layers, dtype: str, attn: str, device: str = "
     conf = tf.AutoConfig.for_model(raw.pop("model_type"), **raw)
     conf._attn_implementation = attn
     torch_dtype = torch.float32 if dtype == "fp32" else torch.bfloat16
-    with torch.device(device):
+    with torch.device("cuda"):
         model = tf.AutoModelForCausalLM.from_config(conf, dtype=torch_dtype)
     return model, conf.num_hidden_layers
+
+
+#: tokens a decode run's cache grows by at most (2 warm-ups and up to 8 timed calls)
+DECODE_GROWTH = 10
+MODES = ("inf", "train", "decode")
+
+
+def past_positions(model, mode: str, seq: int) -> bool:
+    """Whether a run would index past the model's position table (a device-side assert that ends the process)."""
+    limit = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", 0)
+    return bool(limit) and seq + (DECODE_GROWTH if mode == "decode" else 0) > limit
 
 
 def model_step(torch, model, mode: str, batch: int, seq: int, amp: bool = False, device: str = "cuda",
@@ -224,6 +235,8 @@ def model_step(torch, model, mode: str, batch: int, seq: int, amp: bool = False,
     """One call as the contract times it: a forward under no_grad (`inf`); forward + cross-entropy (labels =
     inputs, plus `extra_labels`) + backward (`train`, under bf16 autocast with `amp`); or one new token per
     sequence against a cache of `seq` tokens (`decode`: prefilled once, not timed)."""
+    if mode not in MODES:
+        raise ValueError(f"mode {mode!r} is not one of {', '.join(MODES)}")
     ids = torch.randint(0, model.config.vocab_size, (batch, seq), device=device)
     if mode == "decode":
         model.eval()
@@ -280,10 +293,16 @@ def measure_kernel_sums(torch, rows: Rows, deadline: float, models=tuple(PROFILE
     for name, layers in models:
         if time.time() > deadline:
             return
-        model, n_layers, attn, _ = build_default(torch, name, layers, "bf16", "sdpa")
+        try:
+            model, n_layers, attn, _ = build_default(torch, name, layers, "bf16", "sdpa")
+        except Exception as e:  # a config transformers refuses: profile the other models
+            rows.add(model=name, note=f"kernel_sum build: {type(e).__name__}")
+            continue
         for mode, b, s in PROFILE_RUNS:
             if time.time() > deadline:
                 break
+            if past_positions(model, mode, s):
+                continue
             try:
                 step = model_step(torch, model, mode, b, s, False)
                 step()
@@ -319,12 +338,15 @@ def parse_models(spec: str, default=tuple(MODELS)) -> list[tuple[str, int | None
         name, _, layers = item.partition(":")
         if not (CONFIGS / f"{name}.json").is_file():
             raise SystemExit(f"error: no config {name}.json in {CONFIGS}")
+        if layers and not (layers.isdigit() and int(layers) > 0):
+            raise SystemExit(f"error: {item!r}: the layers after ':' are a positive whole number")
         picked.append((name, int(layers) if layers else known.get(name)))
     return picked or list(default)
 
 
 def measure_models(torch, rows: Rows, deadline: float, runs_set=RUNS, models=tuple(MODELS)) -> None:
     for name, layers in models:
+        done = set()  # (mode, dtype, attn, amp, batch, seq) measured: an eager fallback repeats no eager run
         groups = {}
         for run in runs_set:  # one model build per (dtype, attn)
             groups.setdefault((run[1], run[2]), []).append(run)
@@ -336,12 +358,12 @@ def measure_models(torch, rows: Rows, deadline: float, runs_set=RUNS, models=tup
             except Exception as e:  # an unsupported family or a config transformers refuses
                 rows.add(model=name, dtype=dtype, attn=attn, note=f"build: {type(e).__name__}: {str(e)[:80]}")
                 continue
-            limit = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", 0)
             for mode, _, _, amp, b, s in runs:
                 if time.time() > deadline:
                     break
-                if limit and s + (mode == "decode") > limit:  # past the position table: a device-side assert
+                if past_positions(model, mode, s) or (mode, dtype, attn, amp, b, s) in done:
                     continue
+                done.add((mode, dtype, attn, amp, b, s))
                 try:
                     step = model_step(torch, model, mode, b, s, amp)
                     mean, med, n = call_ms(torch, step)

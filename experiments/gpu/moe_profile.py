@@ -19,7 +19,7 @@ import csv
 import json
 from pathlib import Path
 
-from experiments.gpu.measure_modern import build_default, call_ms, model_step, parse_models
+from experiments.gpu.measure_modern import MODES, build_default, call_ms, model_step, parse_models, past_positions
 
 #: (config, decoder layers built): two MoE families and a dense control
 MODELS = [("qwen3_30b_a3b", 4), ("mixtral_8x7b", 2), ("llama3_8b", 4)]
@@ -62,6 +62,8 @@ def main(argv=None) -> int:
         runs = [(m, int(b), int(s)) for m, b, s in (r.split(":") for r in args.runs.split(",") if r)] or RUNS
     except ValueError:
         raise SystemExit(f"error: --runs takes mode:batch:seq items, got {args.runs!r}") from None
+    if any(m not in MODES or b < 1 or s < 1 for m, b, s in runs):
+        raise SystemExit(f"error: --runs: modes are {', '.join(MODES)}, batch and seq positive; got {args.runs!r}")
     import torch
     import transformers
 
@@ -75,6 +77,9 @@ def main(argv=None) -> int:
         for name, layers in models:
             model, n_layers, attn, _ = build_default(torch, name, layers, "bf16", "sdpa")
             for mode, b, s in runs:
+                if past_positions(model, mode, s):
+                    print(f"skipped {name} {mode} {b}x{s}: past the model's position table", flush=True)
+                    continue
                 step = model_step(torch, model, mode, b, s)
                 e2e = call_ms(torch, step)[0]
                 tag = {"model": name, "layers": n_layers, "attn": attn, "mode": mode, "batch": b, "seq": s,

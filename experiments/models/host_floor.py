@@ -42,8 +42,7 @@ def scores(grid=GRID_US) -> pd.DataFrame:
             for host, (csv, gpu) in HOSTS.items():
                 path = MEASURED / csv
                 runs = pd.read_csv(path)
-                timed = runs[pd.to_numeric(runs["measured_ms"], errors="coerce") > 0]
-                s = score(timed, path.parent, REPO / "examples" / "configs", gpu, predictor)
+                s = score(runs, path.parent, REPO / "examples" / "configs", gpu, predictor)
                 rows.append({"host": host, "floor_us": us, "runs": len(s), "mape": float(s["err_pct"].abs().mean()),
                              "coverage": float(s["covered"].mean() * 100)})
     finally:

@@ -46,11 +46,29 @@ def _config_path(row: dict, csv_dir: Path, configs: Path) -> Path:
     return configs / f"{str(row['model']).strip()}.json"
 
 
+#: what makes two rows the same run (those present in a CSV); a repeated measurement of one is averaged
+RUN_KEYS = ("config", "model", "layers", "batch", "seq", "mode", "dtype", "attn", "amp", "recompute", "device", "cache")
+
+
+def timed_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """The rows with a measured time (an out-of-memory or refused run has none), each run once: the mean of its
+    repeated measurements."""
+    if "measured_ms" not in runs.columns:
+        raise SystemExit("error: the runs CSV has no measured_ms column")
+    timed = runs.assign(measured_ms=pd.to_numeric(runs["measured_ms"], errors="coerce"))
+    timed = timed[timed["measured_ms"] > 0]
+    if timed.empty:
+        raise SystemExit("error: no run in the CSV has a positive measured_ms")
+    keys = [c for c in RUN_KEYS if c in timed.columns]
+    return timed.groupby(keys, dropna=False, sort=False, as_index=False)["measured_ms"].mean()
+
+
 def score(runs: pd.DataFrame, csv_dir: Path, configs: Path, device: str | None, predictor: Predictor,
           default_attn: str = "sdpa") -> pd.DataFrame:
-    """Each run with pred_ms, lo_ms, hi_ms, err_pct and covered (`default_attn` where a run names none)."""
+    """Each timed run (`timed_runs`) with pred_ms, lo_ms, hi_ms, err_pct and covered (`default_attn` where a run
+    names none)."""
     out = []
-    for r in runs.to_dict("records"):
+    for r in timed_runs(runs).to_dict("records"):
         cfg = load_config(_config_path(r, csv_dir, configs))
         if pd.notna(r.get("layers")) and str(r.get("layers")).strip():
             cfg = dataclasses.replace(cfg, layers=int(r["layers"]))
@@ -75,15 +93,15 @@ def summary(scored: pd.DataFrame) -> pd.DataFrame:
                           "median_err_pct": float(np.median(g["err_pct"])),
                           "coverage_pct": float(np.mean(g["covered"]) * 100.0)})
 
-    keys = ["mode", "dtype", "attn", "amp"]
-    rows = [{**dict(zip(keys, k)), **one(g)} for k, g in scored.groupby(keys, sort=True)]
+    keys = ["mode", "dtype", "attn", "amp", *(["cache"] if "cache" in scored.columns else [])]
+    rows = [{**dict(zip(keys, k)), **one(g)} for k, g in scored.fillna({"cache": "-"}).groupby(keys, sort=True)]
     rows.append({**{k: "all" for k in keys}, **one(scored)})
     return pd.DataFrame(rows)
 
 
 def report(scored: pd.DataFrame, summ: pd.DataFrame, source: str, command: str) -> str:
-    cols = [c for c in ("model", "config", "layers", "batch", "seq", "mode", "dtype", "attn", "amp", "measured_ms",
-                        "pred_ms", "lo_ms", "hi_ms", "err_pct", "covered") if c in scored.columns]
+    cols = [c for c in ("model", "config", "layers", "batch", "seq", "mode", "dtype", "attn", "amp", "cache",
+                        "measured_ms", "pred_ms", "lo_ms", "hi_ms", "err_pct", "covered") if c in scored.columns]
     return "\n".join(["# predict-model on modern whole-model runs", "",
                       f"Runs: `{source}`. Reproduce: `{command}`.", "",
                       "## Summary", "", summ.to_markdown(index=False, floatfmt=".1f"), "", "## Runs", "",
@@ -104,15 +122,14 @@ def main(argv=None) -> None:
     if "device" not in runs.columns and a.device is None:
         raise SystemExit("error: give --device or a device column")
     predictor = Predictor.prior_only() if a.prior_only else resolve_predictor(warn=False)
-    timed = runs[pd.to_numeric(runs["measured_ms"], errors="coerce") > 0]
-    scored = score(timed, a.runs.parent, a.configs, a.device, predictor, a.default_attn)
+    scored = score(runs, a.runs.parent, a.configs, a.device, predictor, a.default_attn)
     local = str(REPO) + "/"  # the report names paths inside the repository relative to it
     args = [f'"{x}"' if " " in x else x.replace(local, "") for x in (sys.argv[1:] if argv is None else argv)]
     text = report(scored, summary(scored), str(a.runs).replace(local, ""),
                   " ".join(["python -m experiments.models.modern_models", *args]))
-    if len(timed) < len(runs):
-        text += (f"\n{len(runs) - len(timed)} rows without a time (out of memory, or a step transformers refused; "
-                 "their `note`) are left out.\n")
+    if len(scored) < len(runs):
+        text += (f"\n{len(runs)} rows, {len(scored)} runs: rows without a time (out of memory, or a step transformers "
+                 "refused; their `note`) are left out, and a run measured more than once counts once (the mean).\n")
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text(text)
