@@ -33,7 +33,7 @@ KIND_FACTOR = {"gather": 1.0, "embedding_bw": 1.5, "copy": 1.25, "reduce": 1.0, 
                "index": 2.0, "cast": 1.0}
 MISC_LOG_HALF_WIDTH = np.log(1.5)
 #: bytes read and written per SM and clock cycle by an unvectorised kernel, bf16: the H100's strided cache
-#: concatenations, 0.67-0.68 TB/s at every decode shape of four models (132 SMs at 1,980 MHz;
+#: concatenations, 0.67-0.69 TB/s at every decode shape of Phi-3, Mistral and Qwen1.5-MoE (132 SMs at 1,980 MHz;
 #: `experiments/data/measured/h100/families/op_profile.csv`)
 STRIDED_BYTES_PER_SM_CYCLE = 2.58
 
