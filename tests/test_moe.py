@@ -250,7 +250,7 @@ def test_gpt_oss_sink_attention_runs_unvectorised_kernels():
     over kv + 1 keys does when a row is longer than 1,024 and not a whole number of 16-byte vectors, and so
     does its backward (1.5x its bytes). Their time is bound by SMs x clock unless DRAM is slower."""
     from hybridperf.graphs.layers.attention_core import row_softmax
-    from hybridperf.graphs.misc import STRIDED_BYTES_PER_SM_CYCLE, misc_latency_ms
+    from hybridperf.graphs.misc import STRIDED_ACCESSES_PER_SM_CYCLE, misc_latency_ms
     from hybridperf.priors.memory import memory_time_ms
 
     t = build_graph({**MOE["gpt_oss"], "max_position_embeddings": 4096}, 2, 2048, "train", dtype="bf16").kernel_table()
@@ -258,12 +258,22 @@ def test_gpt_oss_sink_attention_runs_unvectorised_kernels():
     assert full.loc["attn.sink_cat", "op"] == "misc:strided"
     assert full.loc["attn.softmax", "op"] == "misc:strided"  # 2,049 wide
     assert full.loc["attn.softmax.bw", "nbytes"] == pytest.approx(1.5 * full.loc["attn.softmax", "nbytes"])
-    assert row_softmax("s", 4, 2048)["op"] == "softmax" and row_softmax("s", 4, 1023)["op"] == "softmax"
-    assert row_softmax("s", 4, 2052, fp32=True)["op"] == "softmax" and row_softmax("s", 4, 2052)["op"] == "misc:strided"
+    widths = (1023, 1537, 2048, 4096, 10000, 10001)
+    paths = {w: (row_softmax("s", 4, w)["op"], row_softmax("s", 4, w)["tag"]) for w in widths}
+    assert paths == {1023: ("softmax", ""), 1537: ("softmax", "strided_softmax_bw"), 2048: ("softmax", ""),
+                     4096: ("misc:strided", "strided_softmax_fw"), 10000: ("softmax", ""),
+                     10001: ("misc:strided", "strided_softmax")}  # PyTorch's forward and backward dispatch
+    assert row_softmax("s", 4, 10004, fp32=True)["op"] == "softmax" and row_softmax("s", 4, 10004)["op"] != "softmax"
     h100, l40s = get_device("NVIDIA H100 80GB HBM3"), get_device("L40S")
-    ms = misc_latency_ms(["strided", "copy"], [1e9, 1e9], h100)
-    assert ms[0] == pytest.approx(1e9 / (STRIDED_BYTES_PER_SM_CYCLE * 132 * 1980e6) * 1e3) and ms[0] > 3 * ms[1]
+    ms = misc_latency_ms(["strided", "copy"], [1e9, 1e9], h100)  # bf16: 5e8 elements
+    assert ms[0] == pytest.approx(5e8 / (STRIDED_ACCESSES_PER_SM_CYCLE * 132 * 1980e6) * 1e3) and ms[0] > 3 * ms[1]
+    assert misc_latency_ms(["strided"], [2e9], h100, elem_bytes=4.0)[0] == pytest.approx(ms[0])  # per element
     assert misc_latency_ms(["strided"], [1e9], l40s)[0] == pytest.approx(memory_time_ms([1e9], l40s)[0])
+    oss = {**MOE["gpt_oss"], "max_position_embeddings": 4096}
+    amp = build_graph(oss, 1, 2048, "train", dtype="fp32", amp=True).kernel_table().set_index("name")
+    assert amp.loc["attn.softmax", ["op", "dtype"]].tolist() == ["misc:strided", "fp32"]  # autocast's fp32 list
+    fused = build_graph(oss, 1, 2048, dtype="bf16", fused=True).kernel_table()
+    assert "misc:strided" not in set(fused["op"])  # a compiler's kernels, not PyTorch's unvectorised ones
 
 
 def test_full_sliding_window_cache_is_concatenated_strided():

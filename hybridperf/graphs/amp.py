@@ -22,7 +22,7 @@ from __future__ import annotations
 LOW_PRECISION_OPS = ("linear", "bmm", "attention", "attention_bw")
 #: ops autocast runs in fp32 (its fp32 list: norms, softmax, log_softmax)
 FP32_OPS = ("ln", "softmax")
-FP32_TAGS = ("residual",)
+FP32_TAGS = ("residual", "strided_softmax", "strided_softmax_fw")  # the last two: a softmax PyTorch runs unvectorised
 #: an RMSNorm's casts to fp32 and back to its input's dtype: no-ops on the fp32 residual stream
 NORM_CASTS = (".to_fp32", ".to_half")
 

@@ -8,8 +8,8 @@ Mappings onto the vocabulary (each is a documented approximation):
     backward of a product with a constant (RoPE)     -> one mul
     backward of repeat_kv's copy (grouped-query)     -> the layout copy, and a sum over each group
     backward of x ** e (powu)                        -> pow, mul by e, mul by the gradient
-    backward of softmax / LayerNorm over H           -> softmax / ln over 2H (~2x the bytes); of an
-                                                        unvectorised softmax, 1.5x its bytes, unvectorised
+    backward of softmax / LayerNorm over H           -> softmax / ln over 2H (~2x the bytes); where PyTorch's
+                                                        backward is unvectorised (`row_softmax`), its 3 tensors
     backward of a GEMM                               -> two GEMMs of the same FLOPs (dX and dW)
     backward of a broadcast product (tag broadcast)  -> both products, then the broadcast operand's
     (RMSNorm's x * rsqrt and weight * x, MoE weights)   gradient summed over the broadcast dimension
@@ -57,8 +57,10 @@ def backward_kernels(k: dict) -> list:
         return [vec(n + ".bw", "mulu", k["B"], k["H"]), misc(n + ".bw_sum", "reduce", k["B"] * k["H"] * F32)]
     if tag == "row_max":  # max(dim) keeps its indices: the gradient is scattered into zeros
         return [misc(n + ".bw_zeros", "mask", k["nbytes"]), misc(n + ".bw", "index", k["nbytes"])]
-    if tag == "strided_softmax":  # dx = y * (dy - sum(y * dy)): reads y and dy, writes dx, unvectorised too
-        return [misc(n + ".bw", "strided", 1.5 * k["nbytes"])]
+    if tag in ("strided_softmax", "strided_softmax_bw"):  # dx = y * (dy - sum(y * dy)), unvectorised
+        return [misc(n + ".bw", "strided", 3 * k["B"] * k["H"] * F32)]  # reads y and dy, writes dx
+    if tag == "strided_softmax_fw":  # an unvectorised forward, a vectorised backward
+        return [_k(n + ".bw", "softmax", k["B"], H=2 * k["H"])]
     if tag == "sink_cat":  # the broadcast sink column's gradient summed over batch and rows
         return [misc(n + ".bw", "reduce", k["nbytes"] / 2)]
     if tag in ("clamp", "clamp_max"):  # where(lo <= x <= hi, grad, 0): a scalar, the compares, their and, where

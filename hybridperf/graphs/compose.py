@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hybridperf.devices import DeviceSpec, get_device
+from hybridperf.devices import DTYPE_BYTES, DeviceSpec, get_device
 from hybridperf.errors import InputError, ModelBundleError
 from hybridperf.graphs.attention import FUSED_LOG_HALF_WIDTH, FUSED_OPS, fused_attention_ms
 from hybridperf.graphs.calibration import CALIBRATION
@@ -292,7 +292,8 @@ def predict_table(tab: pd.DataFrame, device: DeviceSpec, predictor: Predictor) -
     mi = np.setdiff1d(np.arange(len(tab)), np.concatenate([vi, fi]))
     if len(mi):
         kinds = [s.split(":", 1)[1] for s in tab["op"].iloc[mi]]
-        m = misc_latency_ms(kinds, tab["nbytes"].iloc[mi].to_numpy(), device)
+        elem_bytes = [DTYPE_BYTES.get(d, 2.0) for d in tab["dtype"].iloc[mi]]
+        m = misc_latency_ms(kinds, tab["nbytes"].iloc[mi].to_numpy(), device, np.asarray(elem_bytes, dtype=float))
         pred[mi] = m
         lo[mi] = m * np.exp(-MISC_LOG_HALF_WIDTH)
         hi[mi] = m * np.exp(MISC_LOG_HALF_WIDTH)

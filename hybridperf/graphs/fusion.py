@@ -50,7 +50,8 @@ def fuse_pointwise(kernels: list) -> list:
       * such a run also folds into a following softmax or LayerNorm over the same rows (BERT's
         scale + mask + softmax, residual add + LayerNorm), unless its output has another consumer
         (tag `residual`: a pre-LN model's residual stream, read again by the next residual add);
-      * GEMMs, copies, `where` and the misc kernels are left as they are and end a run;
+      * GEMMs, copies, `where` and the misc kernels are left as they are and end a run (PyTorch's unvectorised
+        kernels, `misc:strided`, become the compiler's copy or softmax);
       * dtype casts (`cast`) disappear: the compiler converts in registers, so a fused kernel reads
         and writes the model's dtype even where eager code upcasts.
     """
@@ -66,6 +67,8 @@ def fuse_pointwise(kernels: list) -> list:
     for k in kernels:
         if k["op"] == "misc:cast":
             continue
+        if k["op"] == "misc:strided":  # a compiler generates its own kernels: no PyTorch unvectorised path
+            k = {**k, "op": "softmax"} if k["tag"].startswith("strided_softmax") else {**k, "op": "misc:copy"}
         same = bool(chain) and (k["B"], k["H"]) == (chain[-1]["B"], chain[-1]["H"])
         open_end = bool(chain) and chain[-1].get("tag", "") != "residual"
         if _fusible(k):

@@ -16,9 +16,9 @@ for access patterns worse than streaming:
     cast          1.0   .to() between a half dtype and fp32 (streams both widths)
 
 `strided` kernels run PyTorch's unvectorised CUDA paths: the generic `CatArrayBatchedCopy` of a
-concatenation with a non-contiguous input (a cropped cache, an expanded tensor), a softmax over rows whose
-width breaks 16-byte alignment. Their per-element index arithmetic, not DRAM, bounds them: bytes read and
-written at `STRIDED_BYTES_PER_SM_CYCLE` x SMs x clock, or the streaming time when that is longer.
+concatenation with a non-contiguous input (a slice, an expanded tensor), the scalar-load softmax
+(`layers.attention_core.row_softmax`). Their per-element work, not DRAM, bounds them: elements read and
+written at `STRIDED_ACCESSES_PER_SM_CYCLE` x SMs x clock, or the streaming time when that is longer.
 
 The interval of a misc kernel is a fixed +-50% band in log space (no learned model).
 """
@@ -32,20 +32,22 @@ from hybridperf.priors.memory import memory_time_ms
 KIND_FACTOR = {"gather": 1.0, "embedding_bw": 1.5, "copy": 1.25, "reduce": 1.0, "mask": 1.0, "route": 1.0,
                "index": 2.0, "cast": 1.0}
 MISC_LOG_HALF_WIDTH = np.log(1.5)
-#: bytes read and written per SM and clock cycle by an unvectorised kernel, bf16: the H100's strided cache
+#: elements read or written per SM and clock cycle by an unvectorised kernel: the H100's strided bf16 cache
 #: concatenations, 0.67-0.69 TB/s at every decode shape of Phi-3, Mistral and Qwen1.5-MoE (132 SMs at 1,980 MHz;
-#: `experiments/data/measured/h100/families/op_profile.csv`)
-STRIDED_BYTES_PER_SM_CYCLE = 2.58
+#: `experiments/data/measured/h100/families/op_profile.csv`); its bf16 softmax over 2,049-wide rows ran 0.72.
+#: Measured in bf16 only: a wider element is assumed to cost the same per element
+STRIDED_ACCESSES_PER_SM_CYCLE = 1.29
 
 
-def misc_latency_ms(kinds, nbytes, device: DeviceSpec) -> np.ndarray:
+def misc_latency_ms(kinds, nbytes, device: DeviceSpec, elem_bytes=2.0) -> np.ndarray:
     """Device time (ms, no launch floor) of misc kernels of `kinds` (without the 'misc:' prefix) moving
-    `nbytes` bytes."""
+    `nbytes` bytes of `elem_bytes`-byte elements (a number or one per kernel)."""
     nbytes = np.asarray(nbytes, dtype=np.float64)
     factor = np.array([KIND_FACTOR.get(k, 1.0) for k in kinds], dtype=np.float64)
     t = factor * memory_time_ms(nbytes, device)
     strided = np.array([k == "strided" for k in kinds], dtype=bool)
     if strided.any() and device.num_sms > 0 and device.boost_clock_mhz > 0:
-        rate = STRIDED_BYTES_PER_SM_CYCLE * device.num_sms * device.boost_clock_mhz * 1e6  # bytes per second
-        t[strided] = np.maximum(t[strided], nbytes[strided] / rate * 1e3)
+        rate = STRIDED_ACCESSES_PER_SM_CYCLE * device.num_sms * device.boost_clock_mhz * 1e6  # elements per second
+        elems = nbytes / np.broadcast_to(np.asarray(elem_bytes, dtype=np.float64), nbytes.shape)
+        t[strided] = np.maximum(t[strided], elems[strided] / rate * 1e3)
     return t

@@ -80,13 +80,17 @@ def attention_scores(p, rows, width, scale_op, mask_op, softmax_fp32=False, qk_f
 
 
 def row_softmax(p, rows, width, fp32=False) -> dict:
-    """Softmax over (rows, width): PyTorch's vectorised kernels (the learned softmax) unless a row longer than a
-    warp's persistent softmax (1,024) is not a whole number of 16-byte vectors; then its unvectorised kernel
-    reads and writes every element (`misc:strided`; its backward reads two tensors and writes one)."""
-    per_vector = 4 if fp32 else 8  # elements in 16 bytes
-    if width <= 1024 or width % per_vector == 0:
-        return vec(p, "softmax", rows, width, fp32=fp32)
-    return misc(p, "strided", 2 * rows * width * F32, tag="strided_softmax", fp32=fp32)
+    """Softmax over (rows, width) as PyTorch's CUDA dispatch runs it (`SoftMax.cu`): the forward's warp kernel
+    up to 2,048 wide, then its scalar-load register kernel up to 9,216 (unvectorised, `misc:strided`), then
+    vectorised kernels unless a row is not a whole number of 16-byte vectors; the backward's warp kernel up
+    to 1,024 wide, then vectorised kernels unless misaligned. Tags tell the backward which path it takes."""
+    misaligned = width % (4 if fp32 else 8) != 0  # elements in 16 bytes
+    fw_strided = 2048 < width <= 9216 or (width > 9216 and misaligned)
+    bw_strided = width > 1024 and misaligned
+    if fw_strided:
+        return _k(p, "misc:strided", rows, H=width, nbytes=2 * rows * width * F32, fp32=fp32,
+                  tag="strided_softmax" if bw_strided else "strided_softmax_fw")
+    return vec(p, "softmax", rows, width, tag="strided_softmax_bw" if bw_strided else "", fp32=fp32)
 
 
 def soft_cap(p, rows, width) -> list:
