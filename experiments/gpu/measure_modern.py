@@ -325,7 +325,8 @@ def measure_kernel_sums(torch, rows: Rows, deadline: float, models=tuple(PROFILE
                     end = stop
             kernels = spans
             rows.add(model=name, layers=n_layers, batch=b, seq=s, mode=mode, dtype="bf16", attn=attn, amp=False,
-                     measured_ms=round(total_us / 3e3, 4), calls=len(kernels) // 3, note="kernel_sum")
+                     measured_ms=round(total_us / 3e3, 4), calls=len(kernels) // 3, note="kernel_sum",
+                     cache="grown" if mode == "decode" else "")
         del model
         torch.cuda.empty_cache()
 
@@ -370,7 +371,7 @@ def measure_models(torch, rows: Rows, deadline: float, runs_set=RUNS, models=tup
                     peak = torch.cuda.max_memory_allocated() / 1e9
                     rows.add(model=name, layers=n_layers, batch=b, seq=s, mode=mode, dtype=dtype, attn=attn,
                              amp=amp, measured_ms=round(mean, 4), median_ms=round(med, 4), calls=n,
-                             peak_gb=round(peak, 2), note=note)
+                             peak_gb=round(peak, 2), note=note, cache="grown" if mode == "decode" else "")
                 except torch.cuda.OutOfMemoryError:
                     rows.add(model=name, layers=n_layers, batch=b, seq=s, mode=mode, dtype=dtype, attn=attn,
                              amp=amp, note="out of memory")
@@ -415,7 +416,7 @@ def main(argv=None) -> int:
     measure_sdpa(torch, krows, kdead, (SDPA_PREFILL_EXTRA, SDPA_DECODE_EXTRA) if extra else (SDPA_PREFILL, SDPA_DECODE))
     measure_gemms(torch, krows, kdead, (GEMM_NK_EXTRA, GEMM_M_EXTRA) if extra else (GEMM_NK, GEMM_M))
     mrows = Rows(out / "models.csv", ["model", "layers", "batch", "seq", "mode", "dtype", "attn", "amp",
-                                      "measured_ms", "median_ms", "calls", "peak_gb", "note"])
+                                      "measured_ms", "median_ms", "calls", "peak_gb", "cache", "note"])
     if args.runs == "profile":
         measure_kernel_sums(torch, mrows, t0 + args.budget_s, models)
     else:

@@ -6,7 +6,8 @@ mode's bias; no per-kernel host floor.
 A whole-model run's error mixes the kernels' and the host's; on an eager host-bound step the host dominates
 (`experiments/RESULTS.md`, section 11). This separates them. Input: a CSV with `model` (a config name in
 `--configs`), `layers`, `batch`, `seq`, `mode`, `dtype`, `attn` and the busy time as `measured_ms` (with
-`note = kernel_sum`, as `measure_modern --runs profile` writes it) or `device_busy_ms`; optional `cache`.
+`note = kernel_sum`, as `measure_modern --runs profile` writes it) or `device_busy_ms`; optional `cache`. A
+step measured more than once counts once, at its mean.
 
     python -m experiments.models.device_time experiments/data/measured/h100/families/kernel_sums.csv \
         --device "NVIDIA H100 80GB HBM3" --out experiments/results/device_time_h100_families.md
@@ -38,7 +39,10 @@ def busy_runs(runs: pd.DataFrame) -> pd.DataFrame:
     runs = runs[runs["measured_ms"] > 0]
     if runs.empty:
         raise SystemExit("error: no row of the CSV has a positive busy time")
-    return runs.reset_index(drop=True)
+    if "cache" not in runs.columns:
+        runs = runs.assign(cache="")
+    keys = ["model", "layers", "batch", "seq", "mode", "dtype", "attn", "cache"]  # a repeated step counts once
+    return runs.fillna({"cache": ""}).groupby(keys, sort=False, as_index=False)["measured_ms"].mean()
 
 
 def predicted_device_ms(runs: pd.DataFrame, configs: Path, device: str, predictor) -> np.ndarray:
@@ -64,10 +68,6 @@ def main(argv=None) -> int:
     runs = busy_runs(pd.read_csv(a.runs))
     runs["pred_ms"] = predicted_device_ms(runs, a.configs, a.device, resolve_predictor(warn=False))
     runs["err_pct"] = (runs["pred_ms"] / runs["measured_ms"] - 1.0) * 100.0
-    if "cache" not in runs.columns:
-        runs["cache"] = ""
-    runs["cache"] = runs["cache"].fillna("")
-
     def stats(by):
         return runs.groupby(by).agg(runs=("err_pct", "size"), mape_pct=("err_pct", lambda e: e.abs().mean()),
                                     median_err_pct=("err_pct", "median")).reset_index()

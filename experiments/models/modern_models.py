@@ -105,7 +105,7 @@ def report(scored: pd.DataFrame, summ: pd.DataFrame, source: str, command: str) 
     return "\n".join(["# predict-model on modern whole-model runs", "",
                       f"Runs: `{source}`. Reproduce: `{command}`.", "",
                       "## Summary", "", summ.to_markdown(index=False, floatfmt=".1f"), "", "## Runs", "",
-                      scored[cols].to_markdown(index=False, floatfmt=".3g"), ""])
+                      scored[cols].fillna({"cache": ""}).to_markdown(index=False, floatfmt=".3g"), ""])
 
 
 def main(argv=None) -> None:
