@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.common import REPO
+from experiments.models.modern_models import timed_runs
 from hybridperf.devices import get_device
 from hybridperf.graphs.compose import (COMPOSITION_MODE, composition_params, device_time_and_launches,
                                        predict_kernels_of, predictor_kind, resolve_predictor)
@@ -30,19 +31,13 @@ from hybridperf.graphs.request import ModelRequest
 
 
 def busy_runs(runs: pd.DataFrame) -> pd.DataFrame:
-    """The rows with a positive busy time, in `measured_ms`."""
+    """The rows with a positive busy time, in `measured_ms`, each step once (`modern_models.timed_runs`)."""
     if "device_busy_ms" in runs.columns:
         runs = runs.rename(columns={"device_busy_ms": "measured_ms"})
     if "measured_ms" not in runs.columns:
         raise SystemExit("error: the CSV has neither measured_ms nor device_busy_ms")
-    runs = runs.assign(measured_ms=pd.to_numeric(runs["measured_ms"], errors="coerce"))
-    runs = runs[runs["measured_ms"] > 0]
-    if runs.empty:
-        raise SystemExit("error: no row of the CSV has a positive busy time")
-    if "cache" not in runs.columns:
-        runs = runs.assign(cache="")
-    keys = ["model", "layers", "batch", "seq", "mode", "dtype", "attn", "cache"]  # a repeated step counts once
-    return runs.fillna({"cache": ""}).groupby(keys, sort=False, as_index=False)["measured_ms"].mean()
+    timed = timed_runs(runs)
+    return timed.assign(cache=timed["cache"].fillna("") if "cache" in timed.columns else "")
 
 
 def predicted_device_ms(runs: pd.DataFrame, configs: Path, device: str, predictor) -> np.ndarray:
