@@ -35,7 +35,7 @@ import pandas as pd
 
 from hybridperf.devices import DeviceSpec
 from hybridperf.errors import InputError
-from hybridperf.graphs.config import EVERY_LAYER_SLIDING, ModelConfig
+from hybridperf.graphs.config import ModelConfig
 from hybridperf.priors.attention import sdpa_ms
 
 F32 = 4
@@ -90,7 +90,7 @@ def explicit_mask(cfg: ModelConfig, call: dict) -> bool:
     (`masking_utils`: a window of `w` keys is masked from `w` keys on, a decode step's full window included)."""
     if cfg.family in BIAS_MASK:
         return True
-    window = cfg.sliding_window if (cfg.family in EVERY_LAYER_SLIDING or "sliding_attention" in cfg.layer_types) else 0
+    window = cfg.sliding_window if (cfg.every_layer_slides or "sliding_attention" in cfg.layer_types) else 0
     return bool(window) and call["S_kv"] >= window
 
 

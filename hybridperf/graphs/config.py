@@ -158,6 +158,11 @@ class ModelConfig:
         return sum(1 for i in range(self.layers) if i not in dense and (i + 1) % step == 0)
 
     @property
+    def every_layer_slides(self) -> bool:
+        """Whether every layer attends to a sliding window (Mistral, Phi-3 with `sliding_window` set)."""
+        return self.family in EVERY_LAYER_SLIDING and self.sliding_window > 0
+
+    @property
     def sliding_window(self) -> int:
         """Keys a sliding-window layer attends to (0: none): Mistral's and Phi-3's `sliding_window` (every layer),
         or Gemma 2 and 3's and GPT-OSS's (their sliding layers); HF's default (`SLIDING_WINDOW_DEFAULT`) when the
@@ -420,5 +425,5 @@ def kv_length(cfg: ModelConfig, seq: int, sliding: bool = False) -> int:
     """Keys each new token attends to after `seq` cached tokens: seq + 1, or at most the sliding window in
     Mistral's and Phi-3's layers and in Gemma 2 and 3's `sliding` layers (HF's sliding cache keeps window - 1
     tokens)."""
-    window = cfg.sliding_window if cfg.family in EVERY_LAYER_SLIDING or sliding else 0
+    window = cfg.sliding_window if cfg.every_layer_slides or sliding else 0
     return min(seq + 1, window) if window else seq + 1

@@ -8,7 +8,7 @@ import pandas as pd
 
 from hybridperf.devices import DTYPE_BYTES
 from hybridperf.graphs.backward import accumulation_kernels, backward_kernels, tensor_numels
-from hybridperf.graphs.config import EVERY_LAYER_SLIDING, ModelConfig, kv_length
+from hybridperf.graphs.config import ModelConfig, kv_length
 from hybridperf.graphs.memory import MemoryEstimate, saved_activation_bytes, score_saved_bytes
 from hybridperf.graphs.optimizer_specs import optimizer_state_bytes
 from hybridperf.graphs.family import family_of
@@ -110,8 +110,7 @@ class ModelGraph:
         head_dim) tensors per layer (or the family's `kv_cache_width`). Sliding-window layers (Gemma 2 and 3's,
         GPT-OSS's, and with a window every layer of Mistral and Phi-3) keep their window's last tokens only."""
         cfg = self.config
-        every = cfg.family in EVERY_LAYER_SLIDING and cfg.sliding_window  # Mistral's and Phi-3's windows
-        sliding = cfg.total_layers if every else cfg.layer_types.count("sliding_attention")
+        sliding = cfg.total_layers if cfg.every_layer_slides else cfg.layer_types.count("sliding_attention")
         if self.mode == "decode":
             tokens, sliding_tokens = kv_length(cfg, self.seq), kv_length(cfg, self.seq, sliding=True)
         elif not family_of(cfg.family).causal_lm or not cfg.raw.get("use_cache", True):

@@ -1,7 +1,7 @@
 """Llama-like decoders (Llama, Mistral, Qwen, Gemma, Phi-3, Mixtral, Qwen-MoE, GPT-OSS)."""
 from __future__ import annotations
 
-from hybridperf.graphs.config import EVERY_LAYER_SLIDING, LLAMA_LIKE, MOE_LLAMA, ModelConfig, kv_length
+from hybridperf.graphs.config import LLAMA_LIKE, MOE_LLAMA, ModelConfig, kv_length
 from hybridperf.graphs.decode import cached_attention, decode_setup
 from hybridperf.graphs.family import Family
 from hybridperf.graphs.layers.attention_core import attention_core, soft_cap
@@ -79,7 +79,7 @@ def decode(cfg: ModelConfig, B: int, seq: int) -> list:
     # the B new tokens pass the MLP (a top-k MoE's sparse layers route them); Gemma 2 and 3's sliding
     # layers attend to their window only, once the cache is longer (block `sliding_layer`)
     sliding = attn(kv_sliding, True) if kv_sliding != kv else None
-    full = attn(kv, cfg.family in EVERY_LAYER_SLIDING)
+    full = attn(kv, cfg.every_layer_slides)
     return [Block("embeddings", 1, pre, "pre"), *llama_layer_blocks(cfg, full, B, sliding_attn=sliding),
             Block("head", 1, post, "post")]
 
