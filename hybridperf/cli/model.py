@@ -20,7 +20,7 @@ def predict_model_cmd(
                             "in the key/value cache"),
     mode: str = typer.Option("inf", "--mode", help="inf (one forward, no_grad), train (forward + backward) or "
                              "decode (one generated token per sequence against a key/value cache of --seq tokens, "
-                             "HF eager generation; not validated)"),
+                             "HF eager generation; held-out accuracy in experiments/RESULTS.md section 11)"),
     device: str = typer.Option(..., "--device", help="catalog device name/alias or a JSON spec path"),
     as_json: bool = typer.Option(False, "--json", help="print the result as one JSON object (last line)"),
     breakdown: bool = typer.Option(False, "--breakdown", help="print a table of time per op class"),

@@ -373,7 +373,7 @@ def predict_model(config, batch: int, seq: int, mode: str = "inf", device="NVIDI
     `ms` with its 90% interval [`lo_ms`, `hi_ms`], `fw_ms`, `bw_ms` (0 for inf), the kernel table and
     `breakdown()`; `to_dict()` is the contract's {"e2e_ms", "lo_ms", "hi_ms", "fw_ms", "bw_ms"}.
     `predictor=None` uses the shipped kernel bundle when present, else the analytical prior.
-    `dtype`: fp32 (NeuSight's semantics, validated) or the model cast to fp16/bf16 (not validated).
+    `dtype`: fp32 (NeuSight's semantics) or the model cast to fp16/bf16 (both scored held out: RESULTS.md 4, 11).
     `fused`: inference with pointwise chains fused as torch.compile does (`fusion.fuse_pointwise`).
     `optimizer` (train): add one optimizer step (sgd, sgd-momentum, adam, adamw, adam-fused;
     `hybridperf.graphs.optimizer`) to the total and report it as `opt_ms`.
