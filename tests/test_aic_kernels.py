@@ -67,6 +67,21 @@ def test_waves_and_fallback_peaks():
     assert 0 < l2_weight_hit(np.array([1e6]), H100)[0] <= 1 and l2_weight_hit(np.array([1e9]), H100)[0] < 0.01
 
 
+def test_vllm_cutlass_fp8_runs_its_own_tile_unsplit():
+    """vLLM's CUTLASS fp8 at m = 8 on H100 runs one 16 x 64 (swapped) tile per 64 columns of n and never
+    splits k, where the generic path splits a decode GEMM's k over idle SMs; on B200 its tile is 128 wide."""
+    m, n, k = np.array([8.0]), np.array([3072.0]), np.array([51200.0])
+    _, _, ctas, split = tile_compute_s(m, n, k, 1e15, H100, "CutlassFP8ScaledMMLinearKernel")
+    assert ctas[0] == 48 and split[0] == 1
+    _, _, ctas_generic, split_generic = tile_compute_s(m, n, k, 1e15, H100)
+    assert split_generic[0] > 1 and ctas_generic[0] > 48
+    _, _, ctas_b200, _ = tile_compute_s(m, n, k, 1e15, B200, "CutlassFP8ScaledMMLinearKernel")
+    assert ctas_b200[0] == 24
+    # past m = 128 the kernel's 128 x 128 tile: 16 x 24 tiles for a 2048 x 3072 output
+    _, _, ctas_big, _ = tile_compute_s(np.array([2048.0]), n, k, 1e15, H100, "CutlassFP8ScaledMMLinearKernel")
+    assert ctas_big[0] == 16 * 24
+
+
 def test_replayed_output_stays_in_l2_on_inline_ecc_gddr_cards_only():
     """A 64 MB output cycled with small inputs stays in L40S's 96 MB L2, a 1 GB one does not; H100 (HBM)
     writes every output to DRAM; a replayed small-k GEMM is faster on L40S for it."""
