@@ -286,7 +286,8 @@ def l2_output_hit(out_bytes, in_bytes, device: DeviceSpec, copies: float | None 
 #: kernel sources that dispatch one fixed tile per range of m and never split k: vLLM's CUTLASS fp8
 #: `cutlass_scaled_mm` (csrc/quantization/w8a8/cutlass: scaled_mm_c2x_sm89_fp8_dispatch.cuh,
 #: c3x/scaled_mm_sm90_fp8_dispatch.cuh, c3x/scaled_mm_sm100_fp8_dispatch.cuh; small m swaps A and B so
-#: that the tile's wide side runs over n). Per architecture: (largest m, tile rows of m, tile columns of n)
+#: that the tile's wide side runs over n). Per architecture (another takes Ada's CUTLASS 2.x ranges): (largest m,
+#: tile rows of m, tile columns of n)
 FIXED_TILE_SOURCES = {
     "CutlassFP8ScaledMMLinearKernel": {
         "ada": ((16, 16, 64), (32, 32, 64), (64, 64, 64), (256, 64, 128), (np.inf, 128, 128)),
