@@ -132,6 +132,15 @@ def write_csv(df, path: str | Path, **kwargs) -> None:
             df.to_csv(tmp, **kwargs)
 
 
+def write_table(df, path: str | Path) -> None:
+    """`df` as parquet where `path` ends in .parquet or .pq, else as CSV (`write_csv`), atomically."""
+    if Path(path).suffix.lower() in (".parquet", ".pq"):
+        with atomic_path(path) as tmp:
+            df.to_parquet(tmp, index=False)
+    else:
+        write_csv(df, path)
+
+
 def write_text(path: str | Path, text: str) -> None:
     """`Path(path).write_text(text)`, atomically."""
     with atomic_path(path) as tmp:

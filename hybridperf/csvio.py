@@ -17,6 +17,8 @@ def read_csv(path: str | Path, what: str = "input file", **kwargs) -> pd.DataFra
     than the header (pandas would quietly turn the first column into an index) and a header that names
     a column twice (pandas would rename the second `X.1`, and one of them would be silently ignored)."""
     p = Path(path)
+    if p.is_dir():
+        raise InputError(f"{what} {p} is a directory, not a file")
     if not p.is_file():
         raise InputError(f"{what} not found: {p}")
     kwargs.setdefault("index_col", False)
@@ -67,6 +69,8 @@ def read_table(path: str | Path, what: str = "input file") -> pd.DataFrame:
     p = Path(path)
     if p.suffix.lower() not in (".parquet", ".pq"):
         return read_csv(p, what)
+    if p.is_dir():
+        raise InputError(f"{what} {p} is a directory, not a file")
     if not p.is_file():
         raise InputError(f"{what} not found: {p}")
     try:

@@ -43,7 +43,7 @@ def check_predictions(pred, lo=None, hi=None, what: str = "prediction", max_valu
         bad = ~np.isfinite(a) | (a <= 0) | (a > max_value)
         if bad.any():
             i = int(np.argmax(bad))
-            raise OutputGuardError(f"{what}: the {name} of row {i + 1} is {a[i]:.6g}, not a finite number in "
+            raise OutputGuardError(f"{what}: the {name}{_row(i, n)} is {a[i]:.6g}, not a finite number in "
                                    f"(0, {max_value:g}]; the input or a spec/model file is out of range")
     p = arrays["prediction"]
     for name, ok in (("lower bound", lambda b: b <= p * (1 + 1e-9)), ("upper bound", lambda b: b >= p * (1 - 1e-9))):
@@ -51,8 +51,13 @@ def check_predictions(pred, lo=None, hi=None, what: str = "prediction", max_valu
             bad = ~ok(arrays[name])
             if bad.any():
                 i = int(np.argmax(bad))
-                raise OutputGuardError(f"{what}: row {i + 1} has its {name} {arrays[name][i]:.6g} on the wrong side "
+                raise OutputGuardError(f"{what}: the {name}{_row(i, n)} {arrays[name][i]:.6g} is on the wrong side "
                                        f"of its prediction {p[i]:.6g} (an inverted interval)")
+
+
+def _row(i: int, n: int) -> str:
+    """' of row i+1' where there are several predictions, nothing for one."""
+    return f" of row {i + 1}" if n > 1 else ""
 
 
 def _array(x) -> np.ndarray:

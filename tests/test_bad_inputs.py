@@ -425,3 +425,37 @@ def test_plot_without_matplotlib_is_one_line(monkeypatch, capsys, tmp_path):
     refused(monkeypatch, capsys, ["compare", "--config", CONFIG, "--batch", 1, "--seq", 16, "--devices", "H100,L4",
                                   "--prior-only", "--output", out, "--plot", plot], "matplotlib")
     assert not out.exists() and not plot.exists()
+
+
+# ---------------------------------------------------------------------------------------------------
+# arguments a newcomer gets wrong
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--bytes", "1e400", "--gpus", 8], "finite"),
+    (["--bytes", "0.5", "--gpus", 8], "at least one byte"),
+    (["--bytes", "64MiB", "--gpus", 1], "--gpus must be >= 2"),
+    (["--bytes", "64MiB", "--gpus", 9], "whole nodes of 8"),
+])
+def test_collective_arguments_are_refused_in_one_line(monkeypatch, capsys, args, match):
+    line = refused(monkeypatch, capsys, ["predict-collective", "--collective", "all_reduce", "--device", "DGX-H100",
+                                         *args], match)
+    assert "row 1" not in line
+
+
+def test_kernels_input_directory_is_refused_and_parquet_output_is_parquet(monkeypatch, capsys, tmp_path, kernels_csv):
+    refused(monkeypatch, capsys, ["predict-kernels", tmp_path, "--device", "H100", "--output", tmp_path / "o.csv",
+                                  "--prior-only"], "is a directory")
+    out = tmp_path / "o.parquet"
+    code, _, err = cli(monkeypatch, capsys, ["predict-kernels", kernels_csv, "--device", "H100", "--output", out,
+                                             "--prior-only"])
+    assert code in (0, None), err
+    assert len(pd.read_parquet(out)) == 3
+
+
+def test_serving_ep_on_a_dense_model_and_zero_on_inference_are_refused(monkeypatch, capsys):
+    refused(monkeypatch, capsys, ["predict-serving", "--config", REPO / "examples" / "configs" / "llama3_8b.json",
+                                  "--device", "h100_sxm", "--engine", "vllm", "--isl", 128, "--osl", 16,
+                                  "--concurrency", 4, "--ep", 8], "no experts")
+    refused(monkeypatch, capsys, ["predict-model", "--config", CONFIG, "--batch", 2, "--seq", 16, "--mode", "inf",
+                                  "--device", "H100", "--zero", 2, "--prior-only"], "ZeRO-2")

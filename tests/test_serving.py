@@ -163,7 +163,7 @@ def test_moe_parallel_and_disagg():
     dis = _check(predict_serving(engine="sglang", concurrency=64, disagg=(w, 1, w, 1), **kw))
     more = _check(predict_serving(engine="sglang", concurrency=64, disagg=(w, 2, w, 1), **kw))
     assert more["ttft_ms"] < dis["ttft_ms"]  # a second prefill worker halves the wave's prefill queue
-    with pytest.raises(InputError, match="moe_tp"):
+    with pytest.raises(InputError, match="expert-TP 1 x --ep 16"):
         predict_serving(engine="vllm", concurrency=1, tp=8, ep=16, moe_tp=1, **kw)
 
 

@@ -23,8 +23,10 @@ def parse_bytes(text: str) -> float:
     if not m or unit not in _UNITS:
         raise InputError(f"--bytes must be a positive number of bytes (e.g. 65536, 6.4e7, 64MiB), got {text!r}")
     value = float(m.group(1)) * _UNITS[unit]
-    if not value > 0 or value != value or value == float("inf"):
-        raise InputError(f"--bytes must be > 0, got {text!r}")
+    if value != value or value == float("inf"):
+        raise InputError(f"--bytes must be a finite number of bytes, got {text!r}")
+    if not value >= 1:
+        raise InputError(f"--bytes must be at least one byte, got {text!r}")
     return value
 
 
@@ -55,8 +57,8 @@ def predict_collective(
         raise InputError("--model-bundle and --prior-only are mutually exclusive")
     coll = canonical_collective(collective)
     n = parse_bytes(nbytes)
-    if gpus < 1:
-        raise InputError(f"--gpus must be >= 1, got {gpus}")
+    if gpus < 2:
+        raise InputError(f"--gpus must be >= 2: a collective on one rank moves nothing, got {gpus}")
     node, note = resolve_node(device)
     check_shape(coll, gpus, gpus_per_node, node)
     if gpus_per_node:
@@ -81,7 +83,7 @@ def predict_collective(
         typer.echo(note, err=True)
     model = CollectiveModel.prior_only() if prior_only else CollectiveModel.load(model_bundle)
     out = predict_collective(coll, n, gpus, gpus_per_node, node, model, timing, impl)
-    check_predictions(out["ms"], out["lo_ms"], out["hi_ms"], f"{coll} on {node.name}")
+    check_predictions(out["ms"], out["lo_ms"], out["hi_ms"], f"{coll} on {device} ({node.name})")
     out = {k: (round(v, 6) if v >= 1e-3 else float(f"{v:.6g}")) for k, v in out.items()}
     if as_json:
         typer.echo(json.dumps(out))

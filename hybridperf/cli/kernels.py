@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from hybridperf.atomic import write_csv
+from hybridperf.atomic import write_table
 from hybridperf.csvio import integers_restored, read_csv, read_table
 from hybridperf.errors import InputError
 from hybridperf.guard import check_predictions
@@ -20,7 +20,7 @@ def predict_kernels(
         ..., help="Kernels (CSV or parquet): NeuSight test-CSV columns (OPName, B, M, N, K, H [, dtype]) or "
                   "aiconfigurator's perf-table columns (op_name gemm|context_attention|generation_attention|moe, ...)."),
     device: str = typer.Option(..., "--device", help="Catalog name/alias or a JSON spec path."),
-    output: Path = typer.Option(..., "--output", help="Where to write the predictions CSV."),
+    output: Path = typer.Option(..., "--output", help="Where to write the predictions: CSV, or parquet by a .parquet suffix."),
     calibration: Optional[Path] = typer.Option(
         None, "--calibration", help="Kernels measured on the target device (with Latency, ms) for few-shot transfer."
     ),
@@ -74,7 +74,7 @@ def predict_kernels(
     out["pred_ms"] = res["pred_ms"].to_numpy()
     out["pred_lo_ms"] = res["lo_ms"].to_numpy()
     out["pred_hi_ms"] = res["hi_ms"].to_numpy()
-    write_csv(out, output)
+    write_table(out, output)
     typer.echo(f"wrote {len(out)} predictions for {dev.name} to {output}", err=True)
     note = accuracy_note(kernels["latency_ms"].to_numpy(), res)
     if note:
@@ -126,7 +126,7 @@ def _predict_aiconfigurator(raw, dev, output: Path, calibration, model_bundle, p
     out["pred_ms"] = res["pred_ms"].to_numpy()
     out["pred_lo_ms"] = res["lo_ms"].to_numpy()
     out["pred_hi_ms"] = res["hi_ms"].to_numpy()
-    write_csv(out, output)
+    write_table(out, output)
     typer.echo(f"wrote {len(out)} predictions for {dev.name} to {output}", err=True)
     if "latency" in raw.columns:
         y = np.asarray(__import__("pandas").to_numeric(raw["latency"], errors="coerce"), dtype=np.float64)

@@ -139,7 +139,8 @@ def sweep_serving_cmd(
     if b is None:
         raise InputError(f"no (device, tp, concurrency) of the {len(pts)} meets the SLA ({len(ok)} fit in memory)")
     typer.echo(f"best: {b.device} tp {b.tp} concurrency {b.concurrency}: {b.tokens_per_s_per_gpu:.1f} tokens/s per GPU, "
-               f"TTFT {b.ttft_ms:.1f} ms (<= {b.ttft_hi_ms:.1f}), TPOT {b.tpot_ms:.2f} ms (<= {b.tpot_hi_ms:.2f})")
+               f"TTFT {b.ttft_ms:.1f} ms (90% interval up to {b.ttft_hi_ms:.1f}), TPOT {b.tpot_ms:.2f} ms "
+               f"(up to {b.tpot_hi_ms:.2f})")
 
 
 def register(app: typer.Typer) -> None:

@@ -143,6 +143,9 @@ def check_shape(collective: str, gpus: int, gpus_per_node: int | None, node: Nod
     if g > p:
         raise InputError(f"--gpus-per-node ({g}) exceeds --gpus ({p})")
     if p % g:
+        if gpus_per_node is None:
+            raise InputError(f"--gpus ({p}) beyond one {node.name} fills whole nodes of {g} GPUs: use a multiple of "
+                             f"{g}, or --gpus-per-node to place fewer on each")
         raise InputError(f"--gpus ({p}) must be a multiple of --gpus-per-node ({g})")
     if g > node.gpus_per_node:
         raise InputError(f"node {node.name} has {node.gpus_per_node} GPUs; --gpus-per-node {g} is too many")
