@@ -17,6 +17,16 @@ from hybridperf.guard import check_predictions
 PRECISION_HELP = "weights: fp16, bf16, fp8, fp4, int8 (W8A8) or int4 (weight-only)"
 
 
+def _note_weight_only(precision: str, dev) -> None:
+    """Say so on stderr when the GPU lacks the precision's tensor cores and its weights run weight-only."""
+    from hybridperf.serving.cost import PRECISIONS, gemm_dtype
+
+    dt = gemm_dtype(precision, dev)
+    if precision in PRECISIONS and dt != PRECISIONS[precision][0]:
+        typer.echo(f"note: {dev.name} has no {precision} tensor cores; {precision} weights are priced as weight-only "
+                   f"GEMMs dequantized to bf16 ({dt}), as Marlin-style kernels run them", err=True)
+
+
 def predict_serving_cmd(
     config: Optional[Path] = typer.Option(None, "--config", help="Hugging Face config.json of the model"),
     device: Optional[str] = typer.Option(None, "--device", help="catalog GPU or aiconfigurator system id (h100_sxm)"),
@@ -64,9 +74,11 @@ def predict_serving_cmd(
     from hybridperf.devices import get_device
     from hybridperf.serving import predict_serving
 
-    res = predict_serving(str(config), get_device(device), engine, isl, osl, batch=batch, concurrency=concurrency,
+    dev = get_device(device)
+    res = predict_serving(str(config), dev, engine, isl, osl, batch=batch, concurrency=concurrency,
                           tp=tp, pp=pp, ep=ep, attention_dp=attention_dp, precision=precision, kv_dtype=kv_dtype,
                           spec_tokens=spec_tokens, acceptance=acceptance)
+    _note_weight_only(precision, dev)
     raw = res.to_json()
     what = f"{engine} serving {Path(config).name} on {device}"
     for k in ("ttft", "tpot", "e2e"):
