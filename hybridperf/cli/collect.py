@@ -39,6 +39,9 @@ def collect(
     if schema != "neusight" and (ops or dtype):
         raise InputError("--ops and --dtype go with --schema neusight; aiconfigurator rows carry their op_name "
                          "and dtypes (gemm_dtype, attn_dtype)")
+    if device is None and not _cuda_available():
+        Console(stderr=True).print("note: no CUDA GPU here, so these kernels are timed on the CPU; `transfer` adapts "
+                                   "to GPUs only (pass --device cpu to silence this)", highlight=False, markup=False)
     df, skipped, device_name, line = SCHEMAS[schema](shapes, out, ops=ops, device=device, warmup=warmup,
                                                      repeats=repeats, fastest=fastest, dtype=dtype or "fp32",
                                                      progress=not quiet)
@@ -49,6 +52,14 @@ def collect(
     console.print(f"wrote {len(df)} kernels measured on {device_name} to {out}", highlight=False, markup=False)
     if line:
         console.print(line, highlight=False, markup=False)
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:  # the collector itself says torch is missing
+        return True
+    return torch.cuda.is_available()
 
 
 def _neusight(shapes, out, *, ops, **kw):
