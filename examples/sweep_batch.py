@@ -15,7 +15,8 @@ CONFIG = Path(__file__).with_name("configs") / "gpt2_large.json"
 DEVICES = ("NVIDIA H100 80GB HBM3", "NVIDIA A100 80GB PCIe", "NVIDIA L4")
 
 if __name__ == "__main__":
-    df = pd.concat([sweep(CONFIG, batches=[1, 2, 4, 8, 16], seqs=[1024], mode="inf", device=d, dtype="bf16") for d in DEVICES])
+    df = pd.concat([sweep(CONFIG, batches=[1, 2, 4, 8, 16], seqs=[1024], mode="inf", device=d, dtype="bf16")
+                    for d in DEVICES])
     df["ms_per_sequence"] = df["e2e_ms"] / df["batch"]
     print(df[["device", "batch", "e2e_ms", "lo_ms", "hi_ms", "ms_per_sequence"]].round(1).to_string(index=False))
     df.to_csv("sweep_gpt2_large.csv", index=False)

@@ -51,8 +51,8 @@ def check_predictions(pred, lo=None, hi=None, what: str = "prediction", max_valu
             bad = ~ok(arrays[name])
             if bad.any():
                 i = int(np.argmax(bad))
-                raise OutputGuardError(f"{what}: the {name}{_row(i, n)} {arrays[name][i]:.6g} is on the wrong side "
-                                       f"of its prediction {p[i]:.6g} (an inverted interval)")
+                raise OutputGuardError(f"{what}: the {name}{_row(i, n)} ({arrays[name][i]:.6g}) is on the wrong side "
+                                       f"of its prediction ({p[i]:.6g}): an inverted interval")
 
 
 def _row(i: int, n: int) -> str:

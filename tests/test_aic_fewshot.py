@@ -96,6 +96,22 @@ def test_collect_schema_options_are_checked(monkeypatch, capsys, tmp_path):
     refused(monkeypatch, capsys, [*base, "--schema", "aiconfigurator", "--dtype", "fp16"], "go with --schema neusight")
 
 
+def test_collect_says_when_it_timed_the_cpu(monkeypatch, capsys, tmp_path):
+    """Without --device on a machine without CUDA, the rows are the CPU's and the output says so; a refusal
+    stays one line."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    shapes = tmp_path / "s.csv"
+    shapes.write_text(HEADER + "gemm,16,64,64,bfloat16,,,,,,,,\n")
+    code, _, err = cli(monkeypatch, capsys, ["collect", "--schema", "aiconfigurator", "--shapes", shapes, "--out",
+                                             tmp_path / "m.csv", "--quiet", "--warmup", "1", "--repeats", "3",
+                                             "--fastest", "1"])
+    assert code in (0, None), err
+    assert "timed on the CPU" in err
+    refused(monkeypatch, capsys, ["collect", "--schema", "aiconfigurator", "--shapes", tmp_path / "missing.csv",
+                                  "--out", tmp_path / "x.csv"])
+
+
 def test_collect_module_does_not_import_torch():
     import subprocess
 

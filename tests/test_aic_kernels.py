@@ -13,8 +13,8 @@ from conftest import assert_one_line_error, run_cli
 from hybridperf.aic_kernels import AicPredictor, calibrate_to, kernel_family, validate
 from hybridperf.datasets.aiconfigurator import SYSTEM_DEVICES, canonical, load_kernels
 from hybridperf.devices import get_device
-from hybridperf.priors.llm_gemm import (ROOFLINE, KernelConstants, fitted_constants, gemm_ms, l2_output_hit,
-                                        l2_weight_hit, matrix_peak, tile_compute_s)
+from hybridperf.priors.llm_gemm import (FIXED_TILE_SOURCES, ROOFLINE, KernelConstants, fitted_constants, gemm_ms,
+                                        l2_output_hit, l2_weight_hit, matrix_peak, tile_compute_s)
 from hybridperf.priors.moe import distribution_alpha, moe_ms, moe_parts, rank0_share
 
 REPO = Path(__file__).resolve().parents[1]
@@ -71,15 +71,21 @@ def test_vllm_cutlass_fp8_runs_its_own_tile_unsplit():
     """vLLM's CUTLASS fp8 at m = 8 on H100 runs one 16 x 64 (swapped) tile per 64 columns of n and never
     splits k, where the generic path splits a decode GEMM's k over idle SMs; on B200 its tile is 128 wide."""
     m, n, k = np.array([8.0]), np.array([3072.0]), np.array([51200.0])
-    _, _, ctas, split = tile_compute_s(m, n, k, 1e15, H100, "CutlassFP8ScaledMMLinearKernel")
+    vllm = FIXED_TILE_SOURCES[("fp8", "CutlassFP8ScaledMMLinearKernel")]
+    _, _, ctas, split = tile_compute_s(m, n, k, 1e15, H100, vllm)
     assert ctas[0] == 48 and split[0] == 1
     _, _, ctas_generic, split_generic = tile_compute_s(m, n, k, 1e15, H100)
     assert split_generic[0] > 1 and ctas_generic[0] > 48
-    _, _, ctas_b200, _ = tile_compute_s(m, n, k, 1e15, B200, "CutlassFP8ScaledMMLinearKernel")
+    _, _, ctas_b200, _ = tile_compute_s(m, n, k, 1e15, B200, vllm)
     assert ctas_b200[0] == 24
     # past m = 128 the kernel's 128 x 128 tile: 16 x 24 tiles for a 2048 x 3072 output
-    _, _, ctas_big, _ = tile_compute_s(np.array([2048.0]), n, k, 1e15, H100, "CutlassFP8ScaledMMLinearKernel")
+    _, _, ctas_big, _ = tile_compute_s(np.array([2048.0]), n, k, 1e15, H100, vllm)
     assert ctas_big[0] == 16 * 24
+    # no dispatch on Ampere (vLLM runs no CUTLASS fp8 there), and a bf16 row of that source: the generic path
+    a100 = get_device("NVIDIA A100-SXM4-80GB")
+    assert tile_compute_s(m, n, k, 1e15, a100, vllm)[3][0] == tile_compute_s(m, n, k, 1e15, a100)[3][0]
+    bf16 = gemm_ms(8, 3072, 51200, "bfloat16", H100, "CutlassFP8ScaledMMLinearKernel", constants=ROOFLINE)
+    assert bf16 == pytest.approx(gemm_ms(8, 3072, 51200, "bfloat16", H100, constants=ROOFLINE))
 
 
 def test_replayed_output_stays_in_l2_on_inline_ecc_gddr_cards_only():

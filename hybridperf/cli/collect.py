@@ -39,9 +39,6 @@ def collect(
     if schema != "neusight" and (ops or dtype):
         raise InputError("--ops and --dtype go with --schema neusight; aiconfigurator rows carry their op_name "
                          "and dtypes (gemm_dtype, attn_dtype)")
-    if device is None and not _cuda_available():
-        Console(stderr=True).print("note: no CUDA GPU here, so these kernels are timed on the CPU; `transfer` adapts "
-                                   "to GPUs only (pass --device cpu to silence this)", highlight=False, markup=False)
     df, skipped, device_name, line = SCHEMAS[schema](shapes, out, ops=ops, device=device, warmup=warmup,
                                                      repeats=repeats, fastest=fastest, dtype=dtype or "fp32",
                                                      progress=not quiet)
@@ -50,16 +47,20 @@ def collect(
         console.print(f"skipped {len(skipped)} shapes: {'; '.join(skipped[:3])}", soft_wrap=True,
                       highlight=False, markup=False)
     console.print(f"wrote {len(df)} kernels measured on {device_name} to {out}", highlight=False, markup=False)
+    if device is None and _defaulted_to_cpu():
+        console.print("note: no CUDA GPU here, so these kernels were timed on the CPU; `transfer` adapts to GPUs "
+                      "only (--device cpu silences this)", soft_wrap=True, highlight=False, markup=False)
     if line:
         console.print(line, highlight=False, markup=False)
 
 
-def _cuda_available() -> bool:
-    try:
-        import torch
-    except ImportError:  # the collector itself says torch is missing
-        return True
-    return torch.cuda.is_available()
+def _defaulted_to_cpu() -> bool:
+    """Whether the collector's default device (`resolve_device`) is the CPU here."""
+    import torch
+
+    from hybridperf.datasets.collector import resolve_device
+
+    return resolve_device(torch, None) == "cpu"
 
 
 def _neusight(shapes, out, *, ops, **kw):

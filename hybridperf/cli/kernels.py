@@ -20,7 +20,8 @@ def predict_kernels(
         ..., help="Kernels (CSV or parquet): NeuSight test-CSV columns (OPName, B, M, N, K, H [, dtype]) or "
                   "aiconfigurator's perf-table columns (op_name gemm|context_attention|generation_attention|moe, ...)."),
     device: str = typer.Option(..., "--device", help="Catalog name/alias or a JSON spec path."),
-    output: Path = typer.Option(..., "--output", help="Where to write the predictions: CSV, or parquet by a .parquet suffix."),
+    output: Path = typer.Option(..., "--output",
+                                help="Where to write the predictions: CSV, or parquet by a .parquet or .pq suffix."),
     calibration: Optional[Path] = typer.Option(
         None, "--calibration", help="Kernels measured on the target device (with Latency, ms) for few-shot transfer."
     ),

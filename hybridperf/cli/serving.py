@@ -22,7 +22,7 @@ def _note_weight_only(precision: str, dev) -> None:
     from hybridperf.serving.cost import PRECISIONS, gemm_dtype
 
     dt = gemm_dtype(precision, dev)
-    if precision in PRECISIONS and dt != PRECISIONS[precision][0]:
+    if dt != PRECISIONS[precision][0]:
         typer.echo(f"note: {dev.name} has no {precision} tensor cores; {precision} weights are priced as weight-only "
                    f"GEMMs dequantized to bf16 ({dt}), as Marlin-style kernels run them", err=True)
 
@@ -75,6 +75,11 @@ def predict_serving_cmd(
     from hybridperf.serving import predict_serving
 
     dev = get_device(device)
+    if ep > 1:
+        from hybridperf.serving.load import as_arch
+
+        if not as_arch(str(config)).experts:
+            raise InputError(f"--ep {ep}: {Path(config).name} has no experts to split; leave --ep at 1")
     res = predict_serving(str(config), dev, engine, isl, osl, batch=batch, concurrency=concurrency,
                           tp=tp, pp=pp, ep=ep, attention_dp=attention_dp, precision=precision, kv_dtype=kv_dtype,
                           spec_tokens=spec_tokens, acceptance=acceptance)

@@ -286,10 +286,10 @@ def l2_output_hit(out_bytes, in_bytes, device: DeviceSpec, copies: float | None 
 #: kernel sources that dispatch one fixed tile per range of m and never split k: vLLM's CUTLASS fp8
 #: `cutlass_scaled_mm` (csrc/quantization/w8a8/cutlass: scaled_mm_c2x_sm89_fp8_dispatch.cuh,
 #: c3x/scaled_mm_sm90_fp8_dispatch.cuh, c3x/scaled_mm_sm100_fp8_dispatch.cuh; small m swaps A and B so
-#: that the tile's wide side runs over n). Per architecture (another takes Ada's CUTLASS 2.x ranges): (largest m,
-#: tile rows of m, tile columns of n)
+#: that the tile's wide side runs over n; the dispatch's narrower tiles for small n are not modelled).
+#: (gemm dtype, kernel source) -> per architecture it runs on: (largest m, tile rows of m, tile columns of n)
 FIXED_TILE_SOURCES = {
-    "CutlassFP8ScaledMMLinearKernel": {
+    ("fp8", "CutlassFP8ScaledMMLinearKernel"): {
         "ada": ((16, 16, 64), (32, 32, 64), (64, 64, 64), (256, 64, 128), (np.inf, 128, 128)),
         "hopper": ((16, 16, 64), (64, 64, 64), (128, 64, 128), (np.inf, 128, 128)),
         "blackwell": ((16, 32, 128), (64, 64, 128), (256, 128, 128), (np.inf, 256, 128)),
@@ -297,10 +297,10 @@ FIXED_TILE_SOURCES = {
 }
 
 
-def _fixed_tiles(m, kernel_source: str | None, device: DeviceSpec):
-    """(tile rows, tile columns) per element of `m` for a `FIXED_TILE_SOURCES` source, else None."""
-    table = FIXED_TILE_SOURCES.get(str(kernel_source or ""), {})
-    ranges = table.get(device.kernel_arch) or table.get("ada")
+def _fixed_tiles(m, fixed: dict | None, device: DeviceSpec):
+    """(tile rows, tile columns) per element of `m` from a `FIXED_TILE_SOURCES` entry, else None (no entry, or
+    an architecture the kernel has no dispatch for)."""
+    ranges = (fixed or {}).get(device.kernel_arch)
     if not ranges:
         return None
     m = np.asarray(m, dtype=np.float64)
@@ -310,17 +310,16 @@ def _fixed_tiles(m, kernel_source: str | None, device: DeviceSpec):
     return tm, tn
 
 
-def tile_compute_s(m, n, k, peak: float, device: DeviceSpec,
-                   kernel_source: str | None = None) -> tuple[np.ndarray, ...]:
+def tile_compute_s(m, n, k, peak: float, device: DeviceSpec, fixed: dict | None = None) -> tuple[np.ndarray, ...]:
     """(seconds, waves, CTAs, split-K factor) of the best tile of the device's architecture at 100% of
     `peak`: each wave runs one tile per SM for `2*tm*tn*k` FLOPs at the per-SM rate; with fewer tiles than
     SMs split-K spreads the reduction over up to `SMs / tiles` SMs, in chunks of at least `SPLIT_K_CHUNK`.
-    A `FIXED_TILE_SOURCES` kernel runs its own tile for the row's m, unsplit."""
+    A kernel of `FIXED_TILE_SOURCES` (`fixed`: its entry) runs its own tile for the row's m, unsplit."""
     sms = float(device.num_sms)
     per_sm = peak / sms
-    fixed = _fixed_tiles(m, kernel_source, device)
-    if fixed is not None:
-        tm, tn = fixed
+    own = _fixed_tiles(m, fixed, device)
+    if own is not None:
+        tm, tn = own
         count = np.ceil(m / tm) * np.ceil(n / tn)
         waves = np.maximum(np.ceil(count / sms), 1.0)
         return waves * 2.0 * tm * tn * k / per_sm, waves, count, np.ones_like(count)
@@ -363,7 +362,8 @@ def gemm_parts(m, n, k, gemm_dtype: str, device: DeviceSpec, replayed: bool = Tr
     a_bytes, b_bytes, peak_key = GEMM_DTYPES.get(gemm_dtype, GEMM_DTYPES["bfloat16"])
     peak = matrix_peak(device, peak_key)
     bw = device.mem_bw_gbs * 1e9
-    compute, waves, ctas, split = tile_compute_s(m, n, k, peak, device, kernel_source)
+    compute, waves, ctas, split = tile_compute_s(m, n, k, peak, device,
+                                                 FIXED_TILE_SOURCES.get((gemm_dtype, str(kernel_source or ""))))
     w_bytes = k * n * (b_bytes + SCALE_BYTES.get(gemm_dtype, 0.0))
     hit = l2_weight_hit(k * n * b_bytes, device, copies) if replayed else 0.0
     out_hit = l2_output_hit(m * n * 2.0, m * k * a_bytes + k * n * b_bytes, device, copies) if replayed else 0.0

@@ -155,11 +155,16 @@ def blend(c: dict, key: str, wave_weight: float) -> tuple:
     return tuple(wave_weight * w + (1 - wave_weight) * s for w, s in zip(c["wave"][key], c["steady"][key]))
 
 
+def _positive_ints(**named) -> None:
+    """InputError naming the first value that is not a positive integer."""
+    for name, v in named.items():
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise InputError(f"{name.replace('_', '-')} must be a positive integer, got {v!r}")
+
+
 def check_run(isl, osl, precision: str) -> None:
     """A run's prompt and output lengths and weight precision; InputError naming the bad one."""
-    for name, v in (("isl", isl), ("osl", osl)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise InputError(f"{name} must be a positive integer, got {v!r}")
+    _positive_ints(isl=isl, osl=osl)
     if osl < 2:
         raise InputError("osl must be at least 2 (TPOT is the time between output tokens)")
     if precision not in PRECISIONS:
@@ -180,6 +185,7 @@ def predict_serving(config, device, engine: str, isl: int, osl: int, *, batch: i
     from hybridperf.serving.load import as_arch  # noqa: PLC0415  (reads configs; kept out of import time)
 
     arch = as_arch(config)
+    _positive_ints(tp=tp, pp=pp, ep=ep, attention_dp=attention_dp)
     if (batch is None) == (concurrency is None):
         raise InputError("give exactly one of --batch and --concurrency")
     n = batch if batch is not None else concurrency

@@ -120,11 +120,10 @@ class Parallel:
         for k in ("tp", "pp", "adp", "moe_tp", "moe_ep"):
             if getattr(self, k) < 1:
                 raise InputError(f"{k} must be >= 1, got {getattr(self, k)}")
-        if not arch.experts and self.moe_ep > 1:
-            raise InputError(f"--ep {self.moe_ep}: this model has no experts to split; leave --ep at 1")
         if arch.experts and self.moe_tp * self.moe_ep != self.tp * self.adp:
-            raise InputError(f"the experts' GPUs (expert-TP {self.moe_tp} x --ep {self.moe_ep}) must be the attention's "
-                             f"(--tp x --attention-dp = {self.tp * self.adp}): --ep must divide --tp x --attention-dp")
+            raise InputError(f"the experts' GPUs (expert-TP {self.moe_tp} x --ep {self.moe_ep}) must be the "
+                             f"attention's (--tp x --attention-dp = {self.tp * self.adp}): --ep must divide "
+                             f"--tp x --attention-dp")
         if arch.heads % self.tp:
             raise InputError(f"{arch.heads} attention heads do not split {self.tp} ways")
         if self.pp > arch.layers:
