@@ -459,3 +459,13 @@ def test_serving_ep_on_a_dense_model_and_zero_on_inference_are_refused(monkeypat
                                   "--concurrency", 4, "--ep", 8], "no experts")
     refused(monkeypatch, capsys, ["predict-model", "--config", CONFIG, "--batch", 2, "--seq", 16, "--mode", "inf",
                                   "--device", "H100", "--zero", 2, "--prior-only"], "ZeRO-2")
+
+
+def test_serving_says_when_weights_run_weight_only(monkeypatch, capsys):
+    """fp4 weights on a GPU without fp4 tensor cores are priced weight-only, and the CLI says so on stderr."""
+    args = ["predict-serving", "--config", REPO / "examples" / "configs" / "llama3_8b.json", "--engine", "vllm",
+            "--isl", 128, "--osl", 16, "--concurrency", 4, "--precision", "fp4", "--json", "--device"]
+    code, _, err = cli(monkeypatch, capsys, [*args, "h100_sxm"])
+    assert code in (0, None) and "no fp4 tensor cores" in err, err
+    code, _, err = cli(monkeypatch, capsys, [*args, "b200_sxm"])
+    assert code in (0, None) and "tensor cores" not in err, err

@@ -143,6 +143,10 @@ def sweep_serving_cmd(
     ok = [p for p in pts if not p.reason]
     if not ok:
         raise InputError(f"no configuration of the sweep fits ({why_none_fit(pts)})")
+    from hybridperf.devices import get_device
+
+    for name in devs:
+        _note_weight_only(precision, get_device(name))
     for k in ("ttft", "tpot"):
         check_predictions([getattr(p, f"{k}_ms") for p in ok], [getattr(p, f"{k}_lo_ms") for p in ok],
                           [getattr(p, f"{k}_hi_ms") for p in ok], f"{k.upper()} of the sweep")
