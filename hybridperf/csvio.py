@@ -11,16 +11,22 @@ import pandas as pd
 from hybridperf.errors import InputError
 
 
-def read_csv(path: str | Path, what: str = "input file", **kwargs) -> pd.DataFrame:
-    """`pd.read_csv(path, **kwargs)`; a missing, unreadable or malformed file raises InputError naming it
-    (`what` says what the file is, for the not-found message). Malformed includes rows with more fields
-    than the header (pandas would quietly turn the first column into an index) and a header that names
-    a column twice (pandas would rename the second `X.1`, and one of them would be silently ignored)."""
+def _existing_file(path: str | Path, what: str) -> Path:
+    """`path` as a Path; InputError naming `what` when it is a directory or does not exist."""
     p = Path(path)
     if p.is_dir():
         raise InputError(f"{what} {p} is a directory, not a file")
     if not p.is_file():
         raise InputError(f"{what} not found: {p}")
+    return p
+
+
+def read_csv(path: str | Path, what: str = "input file", **kwargs) -> pd.DataFrame:
+    """`pd.read_csv(path, **kwargs)`; a missing, unreadable or malformed file raises InputError naming it
+    (`what` says what the file is, for the not-found message). Malformed includes rows with more fields
+    than the header (pandas would quietly turn the first column into an index) and a header that names
+    a column twice (pandas would rename the second `X.1`, and one of them would be silently ignored)."""
+    p = _existing_file(path, what)
     kwargs.setdefault("index_col", False)
     try:
         _check_header(p)
@@ -66,13 +72,9 @@ def integers_restored(df: pd.DataFrame) -> pd.DataFrame:
 
 def read_table(path: str | Path, what: str = "input file") -> pd.DataFrame:
     """A CSV or, by its `.parquet`/`.pq` suffix, a parquet table; one-line InputError on failure."""
-    p = Path(path)
-    if p.suffix.lower() not in (".parquet", ".pq"):
-        return read_csv(p, what)
-    if p.is_dir():
-        raise InputError(f"{what} {p} is a directory, not a file")
-    if not p.is_file():
-        raise InputError(f"{what} not found: {p}")
+    if Path(path).suffix.lower() not in (".parquet", ".pq"):
+        return read_csv(path, what)
+    p = _existing_file(path, what)
     try:
         return pd.read_parquet(p)
     except Exception as e:  # pyarrow raises its own error types for a malformed file
