@@ -303,11 +303,9 @@ def _fixed_tiles(m, fixed: dict | None, device: DeviceSpec):
     ranges = (fixed or {}).get(device.kernel_arch)
     if not ranges:
         return None
-    m = np.asarray(m, dtype=np.float64)
-    tm, tn = np.full(m.shape, float(ranges[-1][1])), np.full(m.shape, float(ranges[-1][2]))
-    for top, rows, cols in reversed(ranges):
-        tm, tn = np.where(m <= top, rows, tm), np.where(m <= top, cols, tn)
-    return tm, tn
+    tops, rows, cols = (np.array(c, dtype=np.float64) for c in zip(*ranges))
+    i = np.searchsorted(tops, np.asarray(m, dtype=np.float64))  # the first range whose largest m covers m
+    return rows[i], cols[i]
 
 
 def tile_compute_s(m, n, k, peak: float, device: DeviceSpec, fixed: dict | None = None) -> tuple[np.ndarray, ...]:
