@@ -14,7 +14,7 @@ from hybridperf.aic_kernels import AicPredictor, calibrate_to, kernel_family, va
 from hybridperf.datasets.aiconfigurator import SYSTEM_DEVICES, canonical, load_kernels
 from hybridperf.devices import get_device
 from hybridperf.priors.llm_gemm import (FIXED_TILE_SOURCES, ROOFLINE, KernelConstants, fitted_constants, gemm_ms,
-                                        l2_output_hit, l2_weight_hit, matrix_peak, tile_compute_s)
+                                        l2_output_hit, l2_weight_hit, matrix_peak, tile_compute_s, warp_mma_peak)
 from hybridperf.priors.moe import distribution_alpha, moe_ms, moe_parts, rank0_share
 
 REPO = Path(__file__).resolve().parents[1]
@@ -86,6 +86,33 @@ def test_vllm_cutlass_fp8_runs_its_own_tile_unsplit():
     assert tile_compute_s(m, n, k, 1e15, a100, vllm)[3][0] == tile_compute_s(m, n, k, 1e15, a100)[3][0]
     bf16 = gemm_ms(8, 3072, 51200, "bfloat16", H100, "CutlassFP8ScaledMMLinearKernel", constants=ROOFLINE)
     assert bf16 == pytest.approx(gemm_ms(8, 3072, 51200, "bfloat16", H100, constants=ROOFLINE))
+
+
+def test_weight_only_gemms_run_warp_mma_on_blackwell():
+    """TensorRT-LLM's weight-only GEMMs run their Sm80 (mma.sync) kernels on Blackwell: a compute-bound int4_wo GEMM
+    there is held to the warp-level MMA rate, well below bf16's tcgen05 one; on Hopper (its own wgmma kernels) it
+    keeps bf16's rate."""
+    flops = 2.0 * 8192 ** 3
+    int4_b200 = float(gemm_ms(8192, 8192, 8192, "int4_wo", B200, constants=ROOFLINE))
+    assert flops / (int4_b200 * 1e-3) <= warp_mma_peak(B200, "bf16") * 1.0001
+    assert int4_b200 > 2 * float(gemm_ms(8192, 8192, 8192, "bfloat16", B200, constants=ROOFLINE))
+    assert float(gemm_ms(8192, 8192, 8192, "int4_wo", H100, constants=ROOFLINE)) == pytest.approx(
+        float(gemm_ms(8192, 8192, 8192, "bfloat16", H100, constants=ROOFLINE)), rel=0.05)
+
+
+def test_gemm_memory_efficiency_read_off_decode_shapes():
+    """A decode GEMM's compute term pays m padded to a tile, so its memory time is only ~2x it: the GEMM fit reads
+    the memory efficiency off such rows (`GEMM_MEMORY_BOUND_RATIO`), where at the compute-bound ratio (3x) it would
+    find none and take a default."""
+    from hybridperf.training.aic_kernels import BOUND_RATIO, GEMM_MEMORY_BOUND_RATIO, _fit_group
+
+    rng = np.random.default_rng(0)
+    c = np.exp(rng.uniform(np.log(1e-4), np.log(1.0), 200))
+    mem = 2.4 * c  # decode-like: memory-bound, 2.4x the padded compute
+    y = mem / 0.8  # 80% of bandwidth
+    eff_m = _fit_group(c, mem, np.zeros(200), y, 1.0, 1980.0, mem_ratio=GEMM_MEMORY_BOUND_RATIO)[1]
+    assert eff_m == pytest.approx(0.8, rel=0.1)
+    assert np.isnan(_fit_group(c, mem, np.zeros(200), y, 1.0, 1980.0, mem_ratio=BOUND_RATIO)[1])
 
 
 def test_replayed_output_stays_in_l2_on_inline_ecc_gddr_cards_only():

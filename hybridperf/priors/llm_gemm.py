@@ -65,6 +65,11 @@ QUANTIZED_ACTIVATION = frozenset({"fp8", "fp8_block", "nvfp4", "sq", "w4afp8", "
 UNFUSED_PATHS = {("int8_wo", "sglang"): ("sq", 47.0, 9.0)}
 
 
+#: weight-only dense GEMMs (TensorRT-LLM's fpA_intB): on Blackwell they run its Sm80 kernels, warp-level MMA
+#: (`dispatch_to_arch` sends sm_100 and up there; `warp_mma_peak`), not tcgen05
+WARP_MMA_ON_BLACKWELL = frozenset({"int4_wo", "int8_wo"})
+
+
 def kernel_dtype(gemm_dtype: str, kernel_source: str | None) -> str:
     """The dtype whose kernels (and fitted constants) a row's path runs (`UNFUSED_PATHS`)."""
     return UNFUSED_PATHS.get((gemm_dtype, str(kernel_source or "")), (gemm_dtype,))[0]
@@ -77,9 +82,9 @@ SCALE_BYTES = {"nvfp4": 1 / 16, "fp8_block": 4 / 16384, "int4_wo": 2 / 128, "w4a
 
 #: smallest slice of the reduction one SM takes under split-K (k elements)
 SPLIT_K_CHUNK = 256
-#: DRAM bandwidth one SM can draw, in multiples of its fair share (bandwidth / SMs): H100 decode GEMMs
-#: of one 128-column tile stream ~1.3 TB/s from 64 split-K blocks
-SM_BANDWIDTH_SHARE = 2.0
+#: DRAM bandwidth one SM can draw, in multiples of its fair share (bandwidth / SMs): vLLM's unsplit CUTLASS fp8
+#: decode GEMMs of few tiles draw at least 75 GB/s a block on H100 and 148 on B200, ~3x their share
+SM_BANDWIDTH_SHARE = 3.0
 #: math and memory of one kernel overlap imperfectly: body = (compute^P + memory^P)^(1/P), which is
 #: the slower term alone when they differ and 1.26x it when they are equal (P = 3)
 OVERLAP_P = 3.0
@@ -359,6 +364,8 @@ def gemm_parts(m, n, k, gemm_dtype: str, device: DeviceSpec, replayed: bool = Tr
     gemm_dtype = kernel_dtype(gemm_dtype, kernel_source)
     a_bytes, b_bytes, peak_key = GEMM_DTYPES.get(gemm_dtype, GEMM_DTYPES["bfloat16"])
     peak = matrix_peak(device, peak_key)
+    if gemm_dtype in WARP_MMA_ON_BLACKWELL and device.kernel_arch == "blackwell":
+        peak = warp_mma_peak(device, peak_key)
     bw = device.mem_bw_gbs * 1e9
     compute, waves, ctas, split = tile_compute_s(m, n, k, peak, device,
                                                  FIXED_TILE_SOURCES.get((gemm_dtype, str(kernel_source or ""))))

@@ -21,6 +21,10 @@ from hybridperf.priors.llm_gemm import ROOFLINE, KernelConstants, eager_timed
 #: a row is compute-bound (memory-bound) when its ideal compute time is this many times its memory time
 #: (or the reverse) and its measured time this many times the floor
 BOUND_RATIO = 3.0
+#: a GEMM is memory-bound for its memory efficiency at this smaller ratio: a decode GEMM's compute term pays its
+#: m padded to a whole tile, so a 4k x 16k weight read by m <= 16 on B200 sits at 2.3x, and at 3x only tiny-k shapes,
+#: bound by writing their output, set the efficiency (B200 sgl-kernel fp8: 0.36, against 0.7 of bandwidth in decode)
+GEMM_MEMORY_BOUND_RATIO = 2.0
 #: the floor: the lower quartile of measured minus ideal time over the rows whose ideal time is among
 #: this percentile's smallest (a median over "tiny" rows let a few pathological shapes set it)
 SMALLEST_PCT = 10
@@ -59,10 +63,11 @@ def _gmean(x) -> float:
     return float(np.exp(np.mean(np.log(x)))) if len(x) else np.nan
 
 
-def _fit_group(c, mem, q, y, n_k, clock_mhz, eager=False, fixed=0.0) -> tuple[float, float, float, float]:
+def _fit_group(c, mem, q, y, n_k, clock_mhz, eager=False, fixed=0.0,
+               mem_ratio: float = BOUND_RATIO) -> tuple[float, float, float, float]:
     """(compute eff, memory eff, floor in thousands of cycles, host dispatch in us) of one (system, dtype,
     kernel source)'s rows, whose measured times `y` less their priced fixed latency `fixed` the GPU terms
-    are read from; NaN where too few rows are bound by that term. An `eager` path's tiny rows set its host
+    are read from; NaN where too few rows are bound by that term (memory: by `mem_ratio`). An `eager` path's tiny rows set its host
     dispatch (their whole time is the host's, which hides the kernels' floor and reduction), its GPU-bound
     rows the rest."""
     body = np.maximum(c, mem) + q
@@ -78,7 +83,7 @@ def _fit_group(c, mem, q, y, n_k, clock_mhz, eager=False, fixed=0.0) -> tuple[fl
         f_ms = (floor if np.isfinite(floor) else DEFAULT_FLOOR_MS) * n_k
         gpu = np.ones(len(y), dtype=bool)
     cb = (c > BOUND_RATIO * mem) & (y > 10 * f_ms) & gpu
-    mb = (mem > BOUND_RATIO * c) & (y > 5 * f_ms) & gpu
+    mb = (mem > mem_ratio * c) & (y > 5 * f_ms) & gpu
     eff_m = np.median(mem[mb] / np.maximum(y[mb] - f_ms, 1e-6)) if mb.sum() >= 10 else np.nan
     qe = q / (eff_m if np.isfinite(eff_m) else 0.7)
     eff_c = np.median(c[cb] / np.maximum(y[cb] - f_ms - qe[cb], 1e-6)) if cb.sum() >= 10 else np.nan
@@ -131,7 +136,8 @@ def _fit_constants(priced: list, op: str, systems, source: str, reduce_kcycles: 
             dt, src = key.split("|", 1)
             per.setdefault(key, []).append(_fit_group(arr["compute_ms"][m], arr["memory_ms"][m], arr["aux"][m], y[m],
                                                       float(n_k[m][0]), device.boost_clock_mhz,
-                                                      op == "gemm" and eager_timed(dt, src), fixed[m]))
+                                                      op == "gemm" and eager_timed(dt, src), fixed[m],
+                                                      GEMM_MEMORY_BOUND_RATIO if op == "gemm" else BOUND_RATIO))
     tables: list[dict] = [{}, {}, {}, {}]
     for key, vals in per.items():
         for i, table in enumerate(tables):
