@@ -167,6 +167,35 @@ def test_moe_parallel_and_disagg():
         predict_serving(engine="vllm", concurrency=1, tp=8, ep=16, moe_tp=1, **kw)
 
 
+def test_per_head_products_run_as_one_batched_gemm():
+    """MLA's absorbed per-head products are one batched launch: 128 heads of a 32-token (32 x 128) @ (128 x 512)
+    product cost about what one GEMM 128x as wide does, far less than 128 separate few-tile GEMMs, and no less
+    than one head's."""
+    from hybridperf.serving.cost import _bmm, _gemm
+
+    b200 = get_device("b200_sxm")
+    batched = float(_bmm(128, 32, 512, 128, "bfloat16", b200))
+    one = float(_gemm(32, 512, 128, "bfloat16", b200))
+    assert one <= batched < 128 * one / 5
+    assert batched >= float(_gemm(32, 128 * 512, 128, "bfloat16", b200))
+
+
+def test_attention_dp_dispatch_counts_distinct_expert_ranks():
+    """Under attention-DP a token goes once to each EP rank holding one of its experts: top-8 over 8 ranks
+    reaches 5.25 of them on average, top-2 1.875, so top-8's dispatch moves more bytes (a flat two copies per token
+    priced both alike); without attention-DP there is no dispatch."""
+    import numpy as np
+
+    def comm(topk, adp=8):
+        arch = arch_from_dict({**MLA, "num_experts_per_tok": topk})
+        wk = Worker(Parallel(tp=8 // adp, adp=adp, moe_ep=8), "fp4", "fp4", 1.0)
+        cost, _ = setup_cost(arch, get_device("b200_sxm"), get_engine("trtllm"), wk, 8192, 64, 1024, 256)
+        return float(cost._moe_comm(np.array([64.0]))[0])
+
+    assert comm(8) > comm(2) > 0
+    assert comm(8, adp=1) == 0
+
+
 def test_inferred_workers_take_their_stratum_interval(tmp_path):
     """A disaggregated run without its worker counts gets its stratum's quantiles, the rest the pooled ones;
     a calibration file naming a stratum the code does not know is refused."""

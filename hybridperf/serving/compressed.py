@@ -77,14 +77,15 @@ class CompressedAttention:
                                   + hidden * self.index_heads + 2 * hidden * self.index_dim)
         return per_layer * len(self.ratios) + compressors + index
 
-    def projections_ms(self, n, hidden: int, heads: int, tp: int, dtype: str, device, gemm) -> np.ndarray:
-        """GEMMs of all layers' attention for `n` tokens on one GPU of a `tp`-way group (`gemm`: the
-        iteration's GEMM pricing); the shared KV and the indexer keys are computed on every rank."""
+    def projections_ms(self, n, hidden: int, heads: int, tp: int, dtype: str, device, gemm, bmm) -> np.ndarray:
+        """GEMMs of all layers' attention for `n` tokens on one GPU of a `tp`-way group (`gemm`, `bmm`: the
+        iteration's GEMM and batched-GEMM pricing); the shared KV and the indexer keys are computed on every
+        rank."""
         hd, lh = self.head_dim, heads / tp
         groups = max(self.o_groups / tp, 1.0)
         per_layer = gemm(n, self.q_lora, hidden, dtype, device) + gemm(n, lh * hd, self.q_lora, dtype, device) \
             + gemm(n, hd, hidden, dtype, device) \
-            + groups * gemm(n, self.o_lora, lh * hd / groups, dtype, device) \
+            + bmm(groups, n, self.o_lora, lh * hd / groups, dtype, device) \
             + gemm(n, hidden, groups * self.o_lora, dtype, device)
         compress = gemm(n, 2 * hd, hidden, dtype, device)
         index = gemm(n, self.index_heads * self.index_dim, self.q_lora, dtype, device) \

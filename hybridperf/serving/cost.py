@@ -55,9 +55,8 @@ def default_kv_dtype(precision: str) -> str:
 #: in/out over the MLP width counted separately, RoPE on q/k, per-token activation quantisation)
 ELEMENTWISE_PASSES = 12
 #: GEMM and MoE at the spec-sheet roofline, as the engine calibration was fitted: with the constants
-#: fitted on aiconfigurator's kernel tables the held-out TPOT error rose from 29.8% to 46.6% (the prefill
-#: GPU-time scales of vLLM and TensorRT-LLM sit at their 0.5 bound either way: the iteration model
-#: over-counts something the realistic GEMM times expose; `experiments/serving/serving_silicon.py`).
+#: fitted on aiconfigurator's kernel tables the held-out TPOT error rises from 23.6% to 43.9%
+#: (`experiments/serving/serving_silicon.py`).
 #: The MoE prior's combine term (`priors.moe.MATERIALIZED_COMBINE`) is left out here for the same reason.
 KERNEL_CONSTANTS = ROOFLINE
 GRID_POINTS = 64
@@ -68,6 +67,13 @@ def _gemm(m, n, k, dtype: str, device: DeviceSpec):
     """A GEMM of the iteration: KERNEL_CONSTANTS, its weight read from DRAM (each layer's weights once per
     iteration; the kernel tables' replay keeps small ones in L2)."""
     return gemm_ms(m, n, k, dtype, device, constants=KERNEL_CONSTANTS, replayed=False)
+
+
+def _bmm(batch, m, n, k, dtype: str, device: DeviceSpec):
+    """`batch` independent (m x k) @ (k x n) products in one batched launch (the engines' torch.bmm over heads):
+    all their tiles share the SMs, as one GEMM `batch` times as wide does, plus the other products' own inputs.
+    Priced one by one, each few-tile product would draw a sliver of the bandwidth and a whole wave."""
+    return _gemm(m, batch * n, k, dtype, device) + memory_time_ms(np.maximum(batch - 1, 0) * m * k * 2.0, device)
 
 
 def gemm_dtype(precision: str, device: DeviceSpec) -> str:
@@ -177,15 +183,15 @@ class StepCost:
                 if a.q_lora_rank else _gemm(n, heads * a.head_dim, h, g, dev)
             kv = _gemm(n, a.kv_lora_rank + a.rope_dim, h, g, dev)
             # absorbed decode: q_nope -> latent and latent -> v per head (batched GEMMs over the heads)
-            absorb = heads * (_gemm(n, a.kv_lora_rank, a.head_dim - a.rope_dim, "bfloat16", dev)
-                              + _gemm(n, a.v_head_dim, a.kv_lora_rank, "bfloat16", dev))
+            absorb = _bmm(heads, n, a.kv_lora_rank, a.head_dim - a.rope_dim, "bfloat16", dev) \
+                + _bmm(heads, n, a.v_head_dim, a.kv_lora_rank, "bfloat16", dev)
             attn = q + kv + absorb + _gemm(n, h, heads * a.v_head_dim, g, dev)
             if a.index_heads:  # DSA's indexer projections, on every TP rank
                 attn = attn + _gemm(n, a.index_heads * a.index_dim, a.q_lora_rank or h, g, dev) \
                     + _gemm(n, a.index_dim + a.index_heads, h, g, dev)
             mix = attn * a.kv_layers
         elif a.compressed:
-            mix = a.compressed.projections_ms(n, h, a.heads, tp, g, dev, _gemm)
+            mix = a.compressed.projections_ms(n, h, a.heads, tp, g, dev, _gemm, _bmm)
         else:
             mix = 0.0
             for _, layers, (kvh, hd, vd, tensors) in a.attention_kinds():
@@ -236,14 +242,17 @@ class StepCost:
 
     def _moe_comm(self, n: np.ndarray) -> np.ndarray:
         """Expert dispatch and combine under attention data-parallel: an all-to-all each way over the MoE
-        group (DeepEP-style: FP8 tokens out, BF16 results back, copies to other nodes deduplicated, taken
-        as two per token). Without attention-DP the TP all-reduce already combines the experts."""
+        group (DeepEP-style: FP8 tokens out, BF16 results back). A token goes once to every rank holding a slice
+        of one of its experts: of `moe_ep` expert ranks, top-k experts drawn at random land on
+        R (1 - (1 - 1/R)^k) of them (5.25 for top-8 over 8), each split over `moe_tp` ranks. Without
+        attention-DP the TP all-reduce already combines the experts."""
         p = self.par
         if p.adp == 1:
             return np.zeros_like(n, dtype=float)
         g = p.moe_tp * p.moe_ep
         gpn = min(g, self.node.gpus_per_node)
-        copies = min(self.arch.topk, 2)
+        ranks = float(p.moe_ep)
+        copies = p.moe_tp * ranks * (1.0 - (1.0 - 1.0 / ranks) ** self.arch.topk)
         width = self.arch.moe_latent or self.arch.hidden  # a latent MoE dispatches its latent activations
         out = self.collectives.predict("all_to_all", n * width * copies * 1.0, g, gpn, self.node,
                                        timing="graph")["ms"]
