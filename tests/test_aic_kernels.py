@@ -109,10 +109,20 @@ def test_gemm_memory_efficiency_read_off_decode_shapes():
     rng = np.random.default_rng(0)
     c = np.exp(rng.uniform(np.log(1e-4), np.log(1.0), 200))
     mem = 2.4 * c  # decode-like: memory-bound, 2.4x the padded compute
-    y = mem / 0.8  # 80% of bandwidth
+    y = mem / 0.5  # half the bandwidth (not bf16's default 0.75)
     eff_m = _fit_group(c, mem, np.zeros(200), y, 1.0, 1980.0, mem_ratio=GEMM_MEMORY_BOUND_RATIO)[1]
-    assert eff_m == pytest.approx(0.8, rel=0.1)
+    assert eff_m == pytest.approx(0.5, rel=0.1)
     assert np.isnan(_fit_group(c, mem, np.zeros(200), y, 1.0, 1980.0, mem_ratio=BOUND_RATIO)[1])
+    # and the fit of GEMM constants uses that ratio, MoE's the compute-bound one
+    from hybridperf.training.aic_kernels import _fit_constants
+
+    rows = pd.DataFrame({"op_name": "gemm", "gemm_dtype": "bfloat16", "moe_dtype": "bfloat16", "kernel_source": "x",
+                         "latency_ms": y})
+    terms = pd.DataFrame({"compute_ms": c, "memory_ms": mem, "aux": 0.0, "fixed_ms": 0.0, "kernels": 1.0})
+    gemm = _fit_constants([(rows, H100, terms)], "gemm", ["h100_sxm"], "test", 0.0)
+    assert gemm.value("memory_eff", "bfloat16", "x") == pytest.approx(0.5, rel=0.1)
+    moe = _fit_constants([(rows.assign(op_name="moe"), H100, terms)], "moe", ["h100_sxm"], "test", 0.0)
+    assert "bfloat16|x" not in dict(moe.memory_eff)
 
 
 def test_replayed_output_stays_in_l2_on_inline_ecc_gddr_cards_only():
