@@ -167,33 +167,48 @@ def test_moe_parallel_and_disagg():
         predict_serving(engine="vllm", concurrency=1, tp=8, ep=16, moe_tp=1, **kw)
 
 
-def test_per_head_products_run_as_one_batched_gemm():
+def test_per_head_products_run_as_one_batched_gemm(monkeypatch):
     """MLA's absorbed per-head products are one batched launch: 128 heads of a 32-token (32 x 128) @ (128 x 512)
     product cost about what one GEMM 128x as wide does, far less than 128 separate few-tile GEMMs, and no less
-    than one head's."""
-    from hybridperf.serving.cost import _bmm, _gemm
+    than one head's; an MLA iteration prices them so."""
+    import hybridperf.serving.cost as cost_mod
 
     b200 = get_device("b200_sxm")
-    batched = float(_bmm(128, 32, 512, 128, "bfloat16", b200))
-    one = float(_gemm(32, 512, 128, "bfloat16", b200))
+    batched = float(cost_mod._bmm(128, 32, 512, 128, "bfloat16", b200))
+    one = float(cost_mod._gemm(32, 512, 128, "bfloat16", b200))
     assert one <= batched < 128 * one / 5
-    assert batched >= float(_gemm(32, 128 * 512, 128, "bfloat16", b200))
+    assert batched >= float(cost_mod._gemm(32, 128 * 512, 128, "bfloat16", b200))
+    calls = []
+    real = cost_mod._bmm
+    monkeypatch.setattr(cost_mod, "_bmm", lambda batch, *a: calls.append(batch) or real(batch, *a))
+    wk = Worker(Parallel(tp=8, moe_tp=8), "fp8", "fp8", 1.0)
+    cost, _ = setup_cost(arch_from_dict(MLA), b200, get_engine("vllm"), wk, 8192, 8, 1024, 256)
+    cost._token_ms(__import__("numpy").array([32.0]))
+    assert calls and all(b == MLA["num_attention_heads"] / 8 for b in calls)
 
 
 def test_attention_dp_dispatch_counts_distinct_expert_ranks():
     """Under attention-DP a token goes once to each EP rank holding one of its experts: top-8 over 8 ranks
-    reaches 5.25 of them on average, top-2 1.875, so top-8's dispatch moves more bytes (a flat two copies per token
-    priced both alike); without attention-DP there is no dispatch."""
+    reaches 5.25 of them on average, top-2 1.875 (a flat two copies per token priced both alike), DeepSeek-V3's
+    top-8 within 4 of 8 groups 4; an attention TP group scatters its tokens first, so each of its ranks sends
+    half at TP 2; without attention-DP there is no dispatch."""
     import numpy as np
 
-    def comm(topk, adp=8):
+    from hybridperf.serving.cost import expert_ranks
+
+    assert expert_ranks(8, 8) == pytest.approx(5.2511, abs=1e-3)
+    assert expert_ranks(8, 8, groups=8, topk_groups=4) == pytest.approx(4.0)
+    assert expert_ranks(64, 8, groups=8, topk_groups=4) == pytest.approx(7.5)
+
+    def comm(topk, tp=1, adp=8):
         arch = arch_from_dict({**MLA, "num_experts_per_tok": topk})
-        wk = Worker(Parallel(tp=8 // adp, adp=adp, moe_ep=8), "fp4", "fp4", 1.0)
+        wk = Worker(Parallel(tp=tp, adp=adp, moe_ep=8), "fp4", "fp4", 1.0)
         cost, _ = setup_cost(arch, get_device("b200_sxm"), get_engine("trtllm"), wk, 8192, 64, 1024, 256)
         return float(cost._moe_comm(np.array([64.0]))[0])
 
     assert comm(8) > comm(2) > 0
-    assert comm(8, adp=1) == 0
+    assert comm(8, tp=2, adp=4) < comm(8)
+    assert comm(8, tp=8, adp=1) == 0
 
 
 def test_inferred_workers_take_their_stratum_interval(tmp_path):

@@ -307,6 +307,7 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     plot(pred, out.with_suffix(".png"))
     reasons = pred[pred.reason != ""].groupby("reason").size().sort_values(ascending=False)
+    agg = pred[pred["mode"] == "agg"]
     lines = ["# Serving: held-out accuracy on aiconfigurator's silicon runs", "",
              "Reproduce: `python -m experiments.serving.serving_silicon` (each system scored with a calibration "
              "fitted on the other system only; physics from the project's kernel priors and collective model).", "",
@@ -319,6 +320,10 @@ def main() -> None:
              "quantiles of its own, from the other system's such runs):", "",
              score(pred.assign(interval_stratum=pred["interval_stratum"].fillna("").replace("", "other runs")),
                    ("interval_stratum",)).to_markdown(index=False, floatfmt=".1f"),
+             "", "Aggregated runs by attention data-parallelism (attention-DP runs pay the experts' dispatch and "
+             "combine):", "",
+             score(agg.assign(attention_dp=np.where(agg["attention_dp_size"].fillna(1) > 1, "attention-DP", "none")),
+                   ("attention_dp",)).to_markdown(index=False, floatfmt=".1f"),
              "", "Calibration fitted per held-out system:", ""]
     for held, cal in cals.items():
         eng = "; ".join(f"{k}: scale {v.prefill_scale:.2f}/{v.gpu_scale:.2f}, eager {v.eager_ms * 1e3:.0f} "

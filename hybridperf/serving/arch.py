@@ -77,6 +77,10 @@ class Arch:
     dense_layers: int
     experts: int = 0
     topk: int = 0
+    #: group-limited routing (DeepSeek-V3's n_group / topk_group): a token's experts come from `topk_groups` of
+    #: `expert_groups` groups of consecutive experts (1 / 1: unlimited)
+    expert_groups: int = 1
+    topk_groups: int = 1
     expert_ffn: int = 0
     shared_ffn: int = 0
     mla: bool = False
@@ -430,6 +434,9 @@ def arch_from_dict(raw: dict, name: str = "") -> Arch:
     if moe:
         shared = cfg.shared_ffn or int(d.get("shared_expert_intermediate_size") or 0) * (mt != "qwen3_moe")
         kw.update(experts=cfg.num_experts, topk=cfg.experts_per_token, expert_ffn=cfg.expert_ffn, shared_ffn=shared)
+        groups, picked = int(d.get("n_group") or 1), int(d.get("topk_group") or 1)
+        if 1 <= picked < groups and cfg.num_experts % groups == 0:
+            kw.update(expert_groups=groups, topk_groups=picked)
     if cfg.family == "deepseek_v3":
         kw.update(mla=True, q_lora_rank=int(d.get("q_lora_rank") or 0), kv_lora_rank=_int(d, "kv_lora_rank"),
                   rope_dim=_int(d, "qk_rope_head_dim"), v_head_dim=_int(d, "v_head_dim"), kv_heads=cfg.heads)

@@ -73,7 +73,9 @@ def _bmm(batch, m, n, k, dtype: str, device: DeviceSpec):
     """`batch` independent (m x k) @ (k x n) products in one batched launch (the engines' torch.bmm over heads):
     all their tiles share the SMs, as one GEMM `batch` times as wide does, plus the other products' own inputs.
     Priced one by one, each few-tile product would draw a sliver of the bandwidth and a whole wave."""
-    return _gemm(m, batch * n, k, dtype, device) + memory_time_ms(np.maximum(batch - 1, 0) * m * k * 2.0, device)
+    batch = np.maximum(batch, 1.0)
+    a_bytes = GEMM_DTYPES.get(dtype, GEMM_DTYPES["bfloat16"])[0]
+    return _gemm(m, batch * n, k, dtype, device) + memory_time_ms((batch - 1.0) * m * k * a_bytes, device)
 
 
 def gemm_dtype(precision: str, device: DeviceSpec) -> str:
@@ -243,16 +245,16 @@ class StepCost:
     def _moe_comm(self, n: np.ndarray) -> np.ndarray:
         """Expert dispatch and combine under attention data-parallel: an all-to-all each way over the MoE
         group (DeepEP-style: FP8 tokens out, BF16 results back). A token goes once to every rank holding a slice
-        of one of its experts: of `moe_ep` expert ranks, top-k experts drawn at random land on
-        R (1 - (1 - 1/R)^k) of them (5.25 for top-8 over 8), each split over `moe_tp` ranks. Without
-        attention-DP the TP all-reduce already combines the experts."""
+        of one of its experts (`expert_ranks`), each split over `moe_tp` ranks; an attention TP group's ranks
+        hold the same tokens and scatter them before dispatching, each sending its 1/tp. Without attention-DP
+        the TP all-reduce already combines the experts."""
         p = self.par
         if p.adp == 1:
             return np.zeros_like(n, dtype=float)
         g = p.moe_tp * p.moe_ep
         gpn = min(g, self.node.gpus_per_node)
-        ranks = float(p.moe_ep)
-        copies = p.moe_tp * ranks * (1.0 - (1.0 - 1.0 / ranks) ** self.arch.topk)
+        a = self.arch
+        copies = p.moe_tp * expert_ranks(p.moe_ep, a.topk, a.expert_groups, a.topk_groups) / p.tp
         width = self.arch.moe_latent or self.arch.hidden  # a latent MoE dispatches its latent activations
         out = self.collectives.predict("all_to_all", n * width * copies * 1.0, g, gpn, self.node,
                                        timing="graph")["ms"]
@@ -367,6 +369,21 @@ def kv_bytes_per_token(arch: Arch, par: Parallel, kv_bytes: float) -> float:
     if arch.compressed:  # its indexer keys are FP8 whatever the cache dtype
         return arch.compressed.kv_bytes_per_token(kv_bytes) / par.pp
     return (arch.kv_elems_per_token(par.tp) * kv_bytes + arch.index_bytes_per_token()) / par.pp
+
+
+def expert_ranks(ranks: int, topk: int, groups: int = 1, topk_groups: int = 1) -> float:
+    """Expected distinct ranks, of `ranks` holding equal shares of the experts, that a token's `topk` experts
+    (drawn at random) live on: R (1 - (1 - 1/R)^k), 5.25 for top-8 over 8. Under group-limited routing its
+    experts come from `topk_groups` of `groups` groups: over at least one rank per group, k / topk_groups
+    experts in each chosen group's R / groups ranks (DeepSeek-V3, top-8 in 4 of 8 groups over 8 ranks: 4);
+    with fewer ranks than groups, the chosen groups' ranks."""
+    r = float(ranks)
+    if groups <= 1 or topk_groups >= groups:
+        return r * (1.0 - (1.0 - 1.0 / r) ** topk)
+    if r >= groups:
+        per = r / groups
+        return topk_groups * per * (1.0 - (1.0 - 1.0 / per) ** (topk / topk_groups))
+    return r * (1.0 - (1.0 - 1.0 / r) ** topk_groups)
 
 
 def check_weights_fit(arch, par, precision, moe_precision, device, engine) -> float:
