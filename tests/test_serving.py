@@ -199,6 +199,7 @@ def test_attention_dp_dispatch_counts_distinct_expert_ranks():
     assert expert_ranks(8, 8) == pytest.approx(5.2511, abs=1e-3)
     assert expert_ranks(8, 8, groups=8, topk_groups=4) == pytest.approx(4.0)
     assert expert_ranks(64, 8, groups=8, topk_groups=4) == pytest.approx(7.5)
+    assert expert_ranks(8, 2, experts=8) == pytest.approx(2.0)  # two distinct experts, one per rank
 
     def comm(topk, tp=1, adp=8):
         arch = arch_from_dict({**MLA, "num_experts_per_tok": topk})

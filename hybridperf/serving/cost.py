@@ -9,6 +9,7 @@ chunk; and the LM head plus sampler per sampled token.
 from __future__ import annotations
 
 import bisect
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -254,7 +255,7 @@ class StepCost:
         g = p.moe_tp * p.moe_ep
         gpn = min(g, self.node.gpus_per_node)
         a = self.arch
-        copies = p.moe_tp * expert_ranks(p.moe_ep, a.topk, a.expert_groups, a.topk_groups) / p.tp
+        copies = p.moe_tp * expert_ranks(p.moe_ep, a.topk, a.expert_groups, a.topk_groups, a.experts) / p.tp
         width = self.arch.moe_latent or self.arch.hidden  # a latent MoE dispatches its latent activations
         out = self.collectives.predict("all_to_all", n * width * copies * 1.0, g, gpn, self.node,
                                        timing="graph")["ms"]
@@ -371,14 +372,17 @@ def kv_bytes_per_token(arch: Arch, par: Parallel, kv_bytes: float) -> float:
     return (arch.kv_elems_per_token(par.tp) * kv_bytes + arch.index_bytes_per_token()) / par.pp
 
 
-def expert_ranks(ranks: int, topk: int, groups: int = 1, topk_groups: int = 1) -> float:
+def expert_ranks(ranks: int, topk: int, groups: int = 1, topk_groups: int = 1, experts: int = 0) -> float:
     """Expected distinct ranks, of `ranks` holding equal shares of the experts, that a token's `topk` experts
-    (drawn at random) live on: R (1 - (1 - 1/R)^k), 5.25 for top-8 over 8. Under group-limited routing its
-    experts come from `topk_groups` of `groups` groups: over at least one rank per group, k / topk_groups
-    experts in each chosen group's R / groups ranks (DeepSeek-V3, top-8 in 4 of 8 groups over 8 ranks: 4);
-    with fewer ranks than groups, the chosen groups' ranks."""
+    (drawn at random) live on: R (1 - C(E - E/R, k) / C(E, k)) of `experts` E (2 for Mixtral's top-2 of 8 over
+    8 ranks), R (1 - (1 - 1/R)^k) when E is not given or not split evenly (5.25 for top-8 over 8). Under
+    group-limited routing its experts come from `topk_groups` of `groups` groups: over at least one rank per
+    group, k / topk_groups experts in each chosen group's R / groups ranks (DeepSeek-V3, top-8 in 4 of 8 groups
+    over 8 ranks: 4); with fewer ranks than groups, the chosen groups' ranks."""
     r = float(ranks)
     if groups <= 1 or topk_groups >= groups:
+        if experts and experts % ranks == 0 and topk <= experts:
+            return r * (1.0 - math.comb(experts - experts // ranks, topk) / math.comb(experts, topk))
         return r * (1.0 - (1.0 - 1.0 / r) ** topk)
     if r >= groups:
         per = r / groups
