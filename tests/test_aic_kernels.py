@@ -125,6 +125,30 @@ def test_gemm_memory_efficiency_read_off_decode_shapes():
     assert "bfloat16|x" not in dict(moe.memory_eff)
 
 
+def test_constants_prefer_the_same_architecture():
+    """A kernel source's constants fitted on GPUs of the row's kernel architecture come first (the same kernels on
+    the same SMs: an H200 takes the H100's), then the source's over every architecture, then the dtype's on that
+    architecture, then the dtype's; a fit writes the per-architecture keys beside the pooled ones."""
+    c = KernelConstants(compute_eff=(("bfloat16", 0.6), ("bfloat16@hopper", 0.65), ("bfloat16|x", 0.5),
+                                     ("bfloat16|x@hopper", 0.8)), memory_eff=(), floor_kcycles=())
+    assert c.value("compute_eff", "bfloat16", "x", "hopper") == 0.8
+    assert c.value("compute_eff", "bfloat16", "x", "ada") == 0.5
+    assert c.value("compute_eff", "bfloat16", "x") == 0.5
+    assert c.value("compute_eff", "bfloat16", "y", "hopper") == 0.65
+    assert c.value("compute_eff", "bfloat16", "y", "ada") == 0.6
+    from hybridperf.training.aic_kernels import _fit_constants
+
+    rng = np.random.default_rng(1)
+    comp = np.exp(rng.uniform(np.log(1e-3), np.log(1.0), 200))
+    terms = pd.DataFrame({"compute_ms": comp, "memory_ms": comp / 10, "aux": 0.0, "fixed_ms": 0.0, "kernels": 1.0})
+    rows = pd.DataFrame({"op_name": "gemm", "gemm_dtype": "bfloat16", "kernel_source": "x"}, index=range(200))
+    fit = _fit_constants([(rows.assign(latency_ms=comp / 0.9), H100, terms),
+                          (rows.assign(latency_ms=comp / 0.6), B200, terms)], "gemm", ["h100_sxm", "b200_sxm"], "t", 0.0)
+    assert fit.value("compute_eff", "bfloat16", "x", "hopper") == pytest.approx(0.9, rel=0.05)
+    assert fit.value("compute_eff", "bfloat16", "x", "blackwell") == pytest.approx(0.6, rel=0.05)
+    assert fit.value("compute_eff", "bfloat16", "x") == pytest.approx((0.9 * 0.6) ** 0.5, rel=0.05)
+
+
 def test_replayed_output_stays_in_l2_on_inline_ecc_gddr_cards_only():
     """A 64 MB output cycled with small inputs stays in L40S's 96 MB L2, a 1 GB one does not; H100 (HBM)
     writes every output to DRAM; a replayed small-k GEMM is faster on L40S for it."""

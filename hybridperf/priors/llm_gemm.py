@@ -148,22 +148,25 @@ class KernelConstants:
         if not (np.isfinite(self.reduce_kcycles) and self.reduce_kcycles >= 0):
             raise ValueError(f"reduce_kcycles must be a finite number >= 0, not {self.reduce_kcycles!r}")
 
-    def value(self, field: str, dtype: str, kernel_source: str | None = None) -> float:
-        """The constant of `dtype` run by `kernel_source` where fitted, else of the dtype, else of its
-        nearest fitted kin (`DTYPE_KIN`) run by the same kernel source (a framework's generic path, such as
-        TensorRT-LLM's `torch_flow`, wraps every dtype in the same launches), else of that kin, else of
+    def value(self, field: str, dtype: str, kernel_source: str | None = None, arch: str | None = None) -> float:
+        """The constant of `dtype` run by `kernel_source` where fitted, on GPUs of the kernel architecture
+        `arch` first (`key@arch`: the same kernels on the same SMs), else of the dtype (on `arch` first),
+        else of its nearest fitted kin (`DTYPE_KIN`) run by the same kernel source (a framework's generic path,
+        such as TensorRT-LLM's `torch_flow`, wraps every dtype in the same launches), else of that kin, else of
         bfloat16."""
         table = dict(getattr(self, field))
         kin = DTYPE_KIN.get(dtype, ())
-        keys = ([f"{dtype}|{kernel_source}"] if kernel_source else []) + [dtype] \
+        own = [f"{dtype}|{kernel_source}"] if kernel_source else []
+        keys = [*(f"{k}@{arch}" for k in own if arch), *own, *([f"{dtype}@{arch}"] if arch else []), dtype] \
             + ([f"{k}|{kernel_source}" for k in kin] if kernel_source else []) + [*kin, "bfloat16"]
         return float(next((table[k] for k in keys if k in table), 1.0))
 
-    def host_s(self, dtype: str, kernel_source: str | None) -> float:
-        """Host dispatch per call (s) of an `eager_timed` path: its own where fitted, else its dtype's
-        (over the fitted eager paths), else 0 (constants fitted on no eager path)."""
+    def host_s(self, dtype: str, kernel_source: str | None, arch: str | None = None) -> float:
+        """Host dispatch per call (s) of an `eager_timed` path: its own where fitted (on `arch` first), else
+        its dtype's (over the fitted eager paths), else 0 (constants fitted on no eager path)."""
         table = dict(self.host_us)
-        return float(table.get(f"{dtype}|{kernel_source}", table.get(dtype, 0.0))) * 1e-6
+        key = f"{dtype}|{kernel_source}"
+        return float(table.get(f"{key}@{arch}", table.get(key, table.get(dtype, 0.0)))) * 1e-6
 
     def to_dict(self) -> dict:
         d = {"compute_eff": dict(self.compute_eff), "memory_eff": dict(self.memory_eff),
@@ -378,7 +381,7 @@ def gemm_parts(m, n, k, gemm_dtype: str, device: DeviceSpec, replayed: bool = Tr
     quant_bytes, quant_kernels = unfused[1:] if unfused else ((2.0 + a_bytes, 1.0) if quantized else (0.0, 0.0))
     return {"compute": compute, "memory": dram_bytes / (bw * bandwidth_share(ctas, device)),
             "quant": m * k * quant_bytes / bw, "clock_mhz": device.boost_clock_mhz, "kernels": 1.0 + quant_kernels,
-            "split_levels": np.log2(split),
+            "split_levels": np.log2(split), "arch": device.kernel_arch,
             "waves": waves, "flops": 2.0 * m * n * k, "bytes": nbytes, "weight_bytes": w_bytes, "peak": peak}
 
 
@@ -386,13 +389,14 @@ def combine_ms(parts: dict, dtype: str, constants: KernelConstants, kernel_sourc
     """Kernel time (ms) from `gemm_parts`-style pieces: the slower of math and memory at the dtype's
     (and kernel source's) fitted efficiencies, plus the quantization pass and one floor per kernel; an
     `eager_timed` path takes the near-max of that and the host's dispatch."""
-    ce, me = (constants.value(f, dtype, kernel_source) for f in ("compute_eff", "memory_eff"))
+    arch = parts.get("arch")
+    ce, me = (constants.value(f, dtype, kernel_source, arch) for f in ("compute_eff", "memory_eff"))
     body = ((parts["compute"] / ce) ** OVERLAP_P + (parts["memory"] / me) ** OVERLAP_P) ** (1.0 / OVERLAP_P) \
         + parts["quant"] / me
-    gpu = body + parts["kernels"] * floor_s(constants, dtype, kernel_source, parts["clock_mhz"]) \
+    gpu = body + parts["kernels"] * floor_s(constants, dtype, kernel_source, parts["clock_mhz"], arch) \
         + split_reduce_s(parts, constants)
     if eager_timed(dtype, kernel_source):
-        host = constants.host_s(dtype, kernel_source)
+        host = constants.host_s(dtype, kernel_source, arch)
         gpu = (gpu ** HOST_OVERLAP_P + host ** HOST_OVERLAP_P) ** (1.0 / HOST_OVERLAP_P)
     return gpu * 1e3
 
@@ -405,9 +409,10 @@ def split_reduce_s(parts: dict, constants: KernelConstants) -> np.ndarray:
     return np.asarray(parts.get("split_levels", 0.0)) * constants.reduce_kcycles * 1e3 / (parts["clock_mhz"] * 1e6)
 
 
-def floor_s(constants: KernelConstants, dtype: str, kernel_source: str | None, clock_mhz: float) -> float:
-    """One kernel's floor (s) on a GPU of boost clock `clock_mhz`."""
-    return constants.value("floor_kcycles", dtype, kernel_source) * 1e3 / (clock_mhz * 1e6)
+def floor_s(constants: KernelConstants, dtype: str, kernel_source: str | None, clock_mhz: float,
+            arch: str | None = None) -> float:
+    """One kernel's floor (s) on a GPU of boost clock `clock_mhz` and kernel architecture `arch`."""
+    return constants.value("floor_kcycles", dtype, kernel_source, arch) * 1e3 / (clock_mhz * 1e6)
 
 
 def gemm_ms(m, n, k, gemm_dtype: str, device: DeviceSpec, kernel_source: str | None = None,

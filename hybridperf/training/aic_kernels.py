@@ -95,8 +95,9 @@ def fit_constants(df: pd.DataFrame, op: str, systems, source: str) -> KernelCons
     (canonical aiconfigurator rows), keyed `dtype|kernel_source` (geometric mean over the systems that
     ran it) and `dtype` (the median over its kernel sources and systems, the floor's lower quartile,
     so one slow framework path does not set a dtype's value; the host dispatch of eager paths, the
-    median over the eager paths). A GEMM's split-K reduction step (`reduce_kcycles`) is the one of
-    `REDUCE_KCYCLES_GRID` whose fitted constants price these rows best (MAPE, each system counting once)."""
+    median over the eager paths), each also per kernel architecture (`key@arch`). A GEMM's split-K reduction
+    step (`reduce_kcycles`) is the one of `REDUCE_KCYCLES_GRID` whose pooled constants price these rows best
+    (MAPE, each system counting once): what a GPU of an architecture outside the fit is priced with."""
     rows = df[(df["op_name"] == op) & df["system"].isin(list(systems))]
     priced = _roofline_terms(rows)
     if op != "gemm":
@@ -104,11 +105,21 @@ def fit_constants(df: pd.DataFrame, op: str, systems, source: str) -> KernelCons
     best = None
     for step in REDUCE_KCYCLES_GRID:
         c = _fit_constants(priced, op, systems, source, step)
-        ape = np.abs(predict_terms(rows, c, c)["prior_ms"].to_numpy() / rows["latency_ms"].to_numpy() - 1.0)
+        pooled = _pooled(c)
+        ape = np.abs(predict_terms(rows, pooled, pooled)["prior_ms"].to_numpy() / rows["latency_ms"].to_numpy() - 1.0)
         err = float(np.nanmean(pd.Series(ape, index=rows.index).groupby(rows["system"], observed=True).mean()))
         if best is None or (np.isfinite(err) and not err >= best[0]):
             best = (err, c)
     return best[1]
+
+
+def _pooled(c: KernelConstants) -> KernelConstants:
+    """`c` without its per-architecture keys."""
+    def drop(table):
+        return tuple((k, v) for k, v in table if "@" not in k)
+
+    return replace(c, compute_eff=drop(c.compute_eff), memory_eff=drop(c.memory_eff),
+                   floor_kcycles=drop(c.floor_kcycles), host_us=drop(c.host_us))
 
 
 def _roofline_terms(rows: pd.DataFrame) -> list:
@@ -134,10 +145,11 @@ def _fit_constants(priced: list, op: str, systems, source: str, reduce_kcycles: 
         for key in sorted(set(keys)):
             m = keys == key
             dt, src = key.split("|", 1)
-            per.setdefault(key, []).append(_fit_group(arr["compute_ms"][m], arr["memory_ms"][m], arr["aux"][m], y[m],
-                                                      float(n_k[m][0]), device.boost_clock_mhz,
-                                                      op == "gemm" and eager_timed(dt, src), fixed[m],
-                                                      GEMM_MEMORY_BOUND_RATIO if op == "gemm" else BOUND_RATIO))
+            fitted = _fit_group(arr["compute_ms"][m], arr["memory_ms"][m], arr["aux"][m], y[m], float(n_k[m][0]),
+                                device.boost_clock_mhz, op == "gemm" and eager_timed(dt, src), fixed[m],
+                                GEMM_MEMORY_BOUND_RATIO if op == "gemm" else BOUND_RATIO)
+            per.setdefault(key, []).append(fitted)  # over every system that ran it
+            per.setdefault(f"{key}@{device.kernel_arch}", []).append(fitted)  # over its architecture's systems
     tables: list[dict] = [{}, {}, {}, {}]
     for key, vals in per.items():
         for i, table in enumerate(tables):
@@ -147,8 +159,9 @@ def _fit_constants(priced: list, op: str, systems, source: str, reduce_kcycles: 
     for table, pct, least in zip(tables, (FALLBACK_EFF_PCT, FALLBACK_EFF_PCT, FALLBACK_FLOOR_PCT, 50),
                                  (MIN_SOURCES, MIN_SOURCES, MIN_SOURCES, 1)):
         by_dtype: dict[str, list] = {}
-        for key, v in table.items():
-            by_dtype.setdefault(key.split("|")[0], []).append(v)
+        for key, v in table.items():  # a dtype's value over its sources, and over its sources on one architecture
+            dt, arch = key.split("|")[0], key.partition("@")[2]
+            by_dtype.setdefault(f"{dt}@{arch}" if arch else dt, []).append(v)
         table.update({dt: float(np.percentile(v, pct)) for dt, v in by_dtype.items() if len(v) >= least})
     out = []
     for table, name in zip(tables[:3], ("compute_eff", "memory_eff", "floor_kcycles")):
