@@ -194,7 +194,7 @@ def prior_terms(df: pd.DataFrame, device: DeviceSpec, gemm_c: KernelConstants | 
                                   "nongated" not in ks, combine=kf in MATERIALIZED_COMBINE, zero_fill=kf in ZERO_FILLED,
                                   warp_mma=kf in WARP_MMA, whole_tokens=computes_remote_pairs(framework, ver))
                     waves = p["padded"] / np.maximum(p["routed"], 1.0)
-                _fill(cols, mm, p, combine_ms(p, dt, c, ks), floor_s(c, dt, ks, device.boost_clock_mhz, device.kernel_arch), waves, c)
+                _fill(cols, mm, p, combine_ms(p, dt, c, ks), floor_s(c, dt, ks, p["clock_mhz"], p["arch"]), waves, c)
         else:
             a_dt, kv_dt = _attn_dtype(sub["attn_dtype"]), _attn_dtype(sub["kv_cache_dtype"])
             srcs = sub["kernel_source"].astype(str).to_numpy()

@@ -142,8 +142,8 @@ def test_constants_prefer_the_same_architecture():
     comp = np.exp(rng.uniform(np.log(1e-3), np.log(1.0), 200))
     terms = pd.DataFrame({"compute_ms": comp, "memory_ms": comp / 10, "aux": 0.0, "fixed_ms": 0.0, "kernels": 1.0})
     rows = pd.DataFrame({"op_name": "gemm", "gemm_dtype": "bfloat16", "kernel_source": "x"}, index=range(200))
-    fit = _fit_constants([(rows.assign(latency_ms=comp / 0.9), H100, terms),
-                          (rows.assign(latency_ms=comp / 0.6), B200, terms)], "gemm", ["h100_sxm", "b200_sxm"], "t", 0.0)
+    priced = [(rows.assign(latency_ms=comp / 0.9), H100, terms), (rows.assign(latency_ms=comp / 0.6), B200, terms)]
+    fit = _fit_constants(priced, "gemm", ["h100_sxm", "b200_sxm"], "t", 0.0)
     assert fit.value("compute_eff", "bfloat16", "x", "hopper") == pytest.approx(0.9, rel=0.05)
     assert fit.value("compute_eff", "bfloat16", "x", "blackwell") == pytest.approx(0.6, rel=0.05)
     assert fit.value("compute_eff", "bfloat16", "x") == pytest.approx((0.9 * 0.6) ** 0.5, rel=0.05)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -167,6 +167,15 @@ class KernelConstants:
         table = dict(self.host_us)
         key = f"{dtype}|{kernel_source}"
         return float(table.get(f"{key}@{arch}", table.get(key, table.get(dtype, 0.0)))) * 1e-6
+
+    def pooled(self) -> "KernelConstants":
+        """These constants without their per-architecture keys (`key@arch`): what a GPU of an architecture
+        outside the fit is priced with."""
+        def drop(table):
+            return tuple((k, v) for k, v in table if "@" not in k)
+
+        return replace(self, compute_eff=drop(self.compute_eff), memory_eff=drop(self.memory_eff),
+                       floor_kcycles=drop(self.floor_kcycles), host_us=drop(self.host_us))
 
     def to_dict(self) -> dict:
         d = {"compute_eff": dict(self.compute_eff), "memory_eff": dict(self.memory_eff),

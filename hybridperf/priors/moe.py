@@ -177,8 +177,8 @@ def moe_parts(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, 
     # narrow or TP-split expert) run their tensor cores a smaller share of the time
     fill = ((mats - 1.0) * (1.0 + TILE_FILL_K / h) + (1.0 + TILE_FILL_K / f_local)) / mats
     return {"compute": flops * fill / peak, "memory": dram / bw, "quant": quant, "clock_mhz": device.boost_clock_mhz,
-            "arch": device.kernel_arch, "kernels": 2.0 + ROUTING_KERNELS, "routed": routed, "padded": padded, "active": active,
-            "flops": flops, "bytes": weights + acts, "weight_bytes": weights, "peak": peak}
+            "arch": device.kernel_arch, "kernels": 2.0 + ROUTING_KERNELS, "routed": routed, "padded": padded,
+            "active": active, "flops": flops, "bytes": weights + acts, "weight_bytes": weights, "peak": peak}
 
 
 def moe_ms(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, moe_dtype: str = "bfloat16",

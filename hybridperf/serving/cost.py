@@ -256,7 +256,7 @@ class StepCost:
         gpn = min(g, self.node.gpus_per_node)
         a = self.arch
         copies = p.moe_tp * expert_ranks(p.moe_ep, a.topk, a.expert_groups, a.topk_groups, a.experts) / p.tp
-        width = self.arch.moe_latent or self.arch.hidden  # a latent MoE dispatches its latent activations
+        width = a.moe_latent or a.hidden  # a latent MoE dispatches its latent activations
         out = self.collectives.predict("all_to_all", n * width * copies * 1.0, g, gpn, self.node,
                                        timing="graph")["ms"]
         back = self.collectives.predict("all_to_all", n * width * copies * 2.0, g, gpn, self.node,

@@ -67,9 +67,9 @@ def _fit_group(c, mem, q, y, n_k, clock_mhz, eager=False, fixed=0.0,
                mem_ratio: float = BOUND_RATIO) -> tuple[float, float, float, float]:
     """(compute eff, memory eff, floor in thousands of cycles, host dispatch in us) of one (system, dtype,
     kernel source)'s rows, whose measured times `y` less their priced fixed latency `fixed` the GPU terms
-    are read from; NaN where too few rows are bound by that term (memory: by `mem_ratio`). An `eager` path's tiny rows set its host
-    dispatch (their whole time is the host's, which hides the kernels' floor and reduction), its GPU-bound
-    rows the rest."""
+    are read from; NaN where too few rows are bound by that term (memory: by `mem_ratio`). An `eager` path's
+    tiny rows set its host dispatch (their whole time is the host's, which hides the kernels' floor and
+    reduction), its GPU-bound rows the rest."""
     body = np.maximum(c, mem) + q
     tiny = body <= np.percentile(body, SMALLEST_PCT)
     host = np.nan
@@ -105,21 +105,12 @@ def fit_constants(df: pd.DataFrame, op: str, systems, source: str) -> KernelCons
     best = None
     for step in REDUCE_KCYCLES_GRID:
         c = _fit_constants(priced, op, systems, source, step)
-        pooled = _pooled(c)
+        pooled = c.pooled()
         ape = np.abs(predict_terms(rows, pooled, pooled)["prior_ms"].to_numpy() / rows["latency_ms"].to_numpy() - 1.0)
         err = float(np.nanmean(pd.Series(ape, index=rows.index).groupby(rows["system"], observed=True).mean()))
         if best is None or (np.isfinite(err) and not err >= best[0]):
             best = (err, c)
     return best[1]
-
-
-def _pooled(c: KernelConstants) -> KernelConstants:
-    """`c` without its per-architecture keys."""
-    def drop(table):
-        return tuple((k, v) for k, v in table if "@" not in k)
-
-    return replace(c, compute_eff=drop(c.compute_eff), memory_eff=drop(c.memory_eff),
-                   floor_kcycles=drop(c.floor_kcycles), host_us=drop(c.host_us))
 
 
 def _roofline_terms(rows: pd.DataFrame) -> list:
