@@ -373,6 +373,20 @@ def test_sglang_int8_wo_is_w8a8_behind_an_unfused_quantization():
     assert sg > 2 * wo
 
 
+def test_collectors_fp8_path_pays_its_four_quantization_kernels():
+    """`collect`'s fp8 rows quantize in four PyTorch kernels moving 5 bytes per activation element (amax read,
+    then read and fp8 write) before `torch._scaled_mm`; the engines' fused quantization is one 3-byte kernel."""
+    from hybridperf.priors.llm_gemm import gemm_parts
+    ours, fused = (gemm_parts(4096, 2048, 7168, "fp8", H100, kernel_source=s) for s in ("torch._scaled_mm", "sglang"))
+    assert ours["kernels"] == 5.0 and fused["kernels"] == 2.0
+    assert ours["quant"] == pytest.approx(fused["quant"] * 5.0 / 3.0)
+    c = KernelConstants(compute_eff=(("bfloat16", 1.0),), memory_eff=(("bfloat16", 1.0),),
+                        floor_kcycles=(("bfloat16", 6.0),))
+    gap_ms = gemm_ms(1, 2048, 512, "fp8", H100, "torch._scaled_mm", constants=c) - gemm_ms(1, 2048, 512, "fp8", H100,
+                                                                                             constants=c)
+    assert gap_ms == pytest.approx(3 * 6e3 / (H100.boost_clock_mhz * 1e6) * 1e3, rel=0.05)  # three more floors
+
+
 def test_l2_hits_follow_the_copies_each_framework_cycles():
     """TensorRT-LLM's collector cycles min(5, ceil(L2 / weight)) weight copies, SGLang's and vLLM's six (vLLM's
     fp8_block and nvfp4 one): a 16 MB weight on H100's 50 MB L2 mostly hits under TensorRT-LLM's timing, not
@@ -440,6 +454,9 @@ def test_unfitted_dtype_takes_its_kin_on_the_same_kernel_source():
     fitted = KernelConstants(compute_eff=(("nvfp4", 0.6), ("fp8|torch_flow", 0.7)), memory_eff=(),
                              floor_kcycles=())
     assert fitted.value("compute_eff", "nvfp4", "torch_flow") == 0.6  # the dtype's own fit comes first
+    on_arch = KernelConstants(compute_eff=(("fp8", 0.8), ("fp8@hopper", 0.6)), memory_eff=(), floor_kcycles=())
+    assert on_arch.value("compute_eff", "fp8_static", "torch._scaled_mm", "hopper") == 0.6  # the kin on its arch
+    assert on_arch.value("compute_eff", "fp8_static", "torch._scaled_mm", "ampere") == 0.8
 
 
 def test_aiconfigurator_modes_no_shared_table_holds_are_priced_by_their_physics():

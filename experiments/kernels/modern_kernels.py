@@ -29,9 +29,9 @@ GPUS = {"h200": ("NVIDIA H200", "SDPA decode's per-wave latency was read off the
         "h100": ("NVIDIA H100 80GB HBM3", "The GEMM constants were fitted on aiconfigurator's tables of four "
                  "GPUs, the H100's among them, and the SDPA forward/backward constants on `h100_sdpa_fp8` (an "
                  "H100): only the `sdpa_decode` rows are held out (their latency was read off the H200).")}
-GEMM_DTYPE = {"bf16": "bfloat16", "fp8": "fp8"}
-#: the kernel source aiconfigurator's tables name for a plain torch GEMM (cuBLAS through torch)
-TORCH_SOURCE = "torch"
+#: the rows' dtype -> (aiconfigurator's gemm dtype, kernel source): bf16 as the plain torch GEMM (cuBLAS through
+#: torch); fp8 as `torch._scaled_mm` on inputs quantized before the graph (`fp8_static`: no quantization timed)
+GEMM_PATH = {"bf16": ("bfloat16", "torch"), "fp8": ("fp8_static", "torch._scaled_mm")}
 
 
 def _roofline(flops, nbytes, device, key: str) -> float:
@@ -44,10 +44,8 @@ def predict(k: pd.DataFrame, device) -> pd.DataFrame:
     for r in k.itertuples():
         if r.op == "gemm":
             m, n, kk = np.array([r.m]), np.array([r.n]), np.array([r.k])
-            try:
-                p = float(gemm_ms(m, n, kk, GEMM_DTYPE[r.dtype], device, kernel_source=TORCH_SOURCE)[0])
-            except (KeyError, ValueError):  # a source the fitted constants do not know: the default one
-                p = float(gemm_ms(m, n, kk, GEMM_DTYPE[r.dtype], device)[0])
+            dtype, source = GEMM_PATH[r.dtype]
+            p = float(gemm_ms(m, n, kk, dtype, device, kernel_source=source)[0])
             eb = 2.0 if r.dtype == "bf16" else 1.0
             roof = _roofline(2.0 * r.m * r.n * r.k, eb * (r.m * r.k + r.k * r.n) + 2.0 * r.m * r.n, device,
                              "bf16" if r.dtype == "bf16" else "fp8")

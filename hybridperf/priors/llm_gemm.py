@@ -62,7 +62,9 @@ QUANTIZED_ACTIVATION = frozenset({"fp8", "fp8_block", "nvfp4", "sq", "w4afp8", "
 #: upcast 2+4 bytes, abs 8, amax 4, two scalar ops per row, divide 8, round 8, clamp 8, int8 cast 5),
 #: then sgl-kernel's int8_scaled_mm runs on int8 tensor cores; H100 rows scale with m*k as that pass does
 #: (4096x4096x4096: 437 us, of which 0.8 GB of quantization traffic is ~300), not as a weight-only GEMM.
-UNFUSED_PATHS = {("int8_wo", "sglang"): ("sq", 47.0, 9.0)}
+#: `collect`'s fp8 rows (`datasets.aic_collector.quantize_fp8`) quantize in four PyTorch kernels: the amax
+#: reduction (reads 2 bytes), two scalar ops on the scale, and the scaled cast (reads 2, writes 1).
+UNFUSED_PATHS = {("int8_wo", "sglang"): ("sq", 47.0, 9.0), ("fp8", "torch._scaled_mm"): ("fp8", 5.0, 4.0)}
 
 
 #: weight-only dense GEMMs (TensorRT-LLM's fpA_intB): on Blackwell they run its Sm80 kernels, warp-level MMA
@@ -152,13 +154,14 @@ class KernelConstants:
         """The constant of `dtype` run by `kernel_source` where fitted, on GPUs of the kernel architecture
         `arch` first (`key@arch`: the same kernels on the same SMs), else of the dtype (on `arch` first),
         else of its nearest fitted kin (`DTYPE_KIN`) run by the same kernel source (a framework's generic path,
-        such as TensorRT-LLM's `torch_flow`, wraps every dtype in the same launches), else of that kin, else of
-        bfloat16."""
+        such as TensorRT-LLM's `torch_flow`, wraps every dtype in the same launches), else of that kin (on `arch`
+        first), else of bfloat16."""
         table = dict(getattr(self, field))
         kin = DTYPE_KIN.get(dtype, ())
         own = [f"{dtype}|{kernel_source}"] if kernel_source else []
         keys = [*(f"{k}@{arch}" for k in own if arch), *own, *([f"{dtype}@{arch}"] if arch else []), dtype] \
-            + ([f"{k}|{kernel_source}" for k in kin] if kernel_source else []) + [*kin, "bfloat16"]
+            + ([f"{k}|{kernel_source}" for k in kin] if kernel_source else []) \
+            + [*(f"{k}@{arch}" for k in kin if arch), *kin, "bfloat16"]
         return float(next((table[k] for k in keys if k in table), 1.0))
 
     def host_s(self, dtype: str, kernel_source: str | None, arch: str | None = None) -> float:
