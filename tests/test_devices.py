@@ -80,6 +80,10 @@ def test_aliases_resolve(alias, name):
     ("NVIDIA A100-PCIE-80GB", "NVIDIA A100 80GB PCIe"),
     ("NVIDIA Tesla T4", "Tesla T4"),
     ("nvidia l4", "NVIDIA L4"),
+    ("H100 80GB HBM3", "NVIDIA H100 80GB HBM3"),  # the catalog name's brand word left out
+    ("B300 SXM6 AC", "NVIDIA B300 SXM6 AC"),
+    ("V100S-PCIE-32GB", "Tesla V100S-PCIE-32GB"),
+    ("Instinct MI300X", "AMD Instinct MI300X"),
 ])
 def test_brand_words_are_optional(written, name):
     assert get_device(written).name == name

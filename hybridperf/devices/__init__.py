@@ -56,15 +56,33 @@ def _node_index() -> dict:
 _BRAND_WORDS = ("nvidia", "tesla", "geforce", "quadro", "amd", "instinct", "radeon", "intel")
 
 
+def _debrand(key: str) -> str:
+    """A normalised name without its leading brand words."""
+    brand = next((b for b in _BRAND_WORDS if key.startswith(b) and len(key) > len(b)), None)
+    return key if brand is None else _debrand(key[len(brand):])
+
+
+@cache
+def _debranded_index() -> dict:
+    """Brand-free name/alias -> entry, for a query that leaves out a brand word the catalog name carries
+    ("H100 80GB HBM3"); a key two GPUs share after dropping brands answers to neither."""
+    idx: dict = {}
+    for it in _catalog_devices():
+        for key in {_debrand(_norm(k)) for k in (it.name, *it.aliases)}:
+            idx[key] = it if idx.get(key, it) is it else None
+    return idx
+
+
 def _lookup_device(name: str) -> DeviceSpec | None:
-    """The catalog GPU `name` denotes: verbatim (normalised), else with leading brand words removed."""
+    """The catalog GPU `name` denotes: verbatim (normalised), else with leading brand words removed from it,
+    from the catalog's names, or from both."""
     key = _norm(name)
     index = _device_index()
     hit = index.get(key)
     while hit is None:
         brand = next((b for b in _BRAND_WORDS if key.startswith(b) and len(key) > len(b)), None)
         if brand is None:
-            return None
+            return _debranded_index().get(_debrand(_norm(name)))
         key = key[len(brand):]
         hit = index.get(key)
     return hit
