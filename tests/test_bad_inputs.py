@@ -435,6 +435,7 @@ def test_plot_without_matplotlib_is_one_line(monkeypatch, capsys, tmp_path):
 @pytest.mark.parametrize("args, match", [
     (["--bytes", "1e400", "--gpus", 8], "finite"),
     (["--bytes", "0.5", "--gpus", 8], "at least one byte"),
+    (["--bytes", "1.5", "--gpus", 8], "whole number of bytes"),
     (["--bytes", "64MiB", "--gpus", 1], "--gpus must be >= 2"),
     (["--bytes", "64MiB", "--gpus", 9], "whole nodes of 8"),
 ])

@@ -27,7 +27,9 @@ def parse_bytes(text: str) -> float:
         raise InputError(f"--bytes must be a finite number of bytes, got {text!r}")
     if not value >= 1:
         raise InputError(f"--bytes must be at least one byte, got {text!r}")
-    return value
+    if abs(value - round(value)) > 1e-9 * value:  # 0.1MB is 100000 bytes give or take float rounding
+        raise InputError(f"--bytes must be a whole number of bytes, got {text!r} ({value:g} bytes)")
+    return float(round(value))
 
 
 def predict_collective(
