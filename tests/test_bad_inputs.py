@@ -137,6 +137,27 @@ def test_string_in_an_integer_config_field_is_refused(monkeypatch, capsys, tmp_p
                                   "--prior-only", "--json"], "n_positions")
 
 
+@pytest.mark.parametrize("field, value", [("n_positions", 0), ("n_positions", -5), ("max_position_embeddings", 0)])
+def test_position_table_of_no_positions_is_refused_not_unlimited(monkeypatch, capsys, tmp_path, field, value):
+    cfg = tmp_path / "config.json"
+    raw = {k: v for k, v in json.loads(CONFIG.read_text()).items() if k != "n_positions"}
+    cfg.write_text(json.dumps({**raw, field: value}))
+    refused(monkeypatch, capsys, ["predict-model", "--config", cfg, "--batch", 1, "--seq", 128, "--mode", "inf",
+                                  "--device", "H100", "--prior-only", "--json"], field)
+
+
+@pytest.mark.parametrize("model_type, rows", [("llama", 0), ("roberta", 2)])
+def test_other_families_refuse_a_table_of_no_positions(model_type, rows):
+    """Llama-likes read max_position_embeddings as given; RoBERTa's 2 rows are the padding index's."""
+    from hybridperf.errors import InputError
+    from hybridperf.graphs.config import config_from_dict
+
+    cfg = {"model_type": model_type, "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
+           "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": rows}
+    with pytest.raises(InputError, match="max_position_embeddings"):
+        config_from_dict(cfg)
+
+
 # ---------------------------------------------------------------------------------------------------
 # the output guard
 

@@ -223,6 +223,13 @@ def _count(value, key: str, source: str) -> int:
     return int(value)
 
 
+def config_positions(d: dict, source: str, *keys: str, default: int = 0) -> int:
+    """The positions the first of `keys` the config gives states (`default` where it gives none): a positive
+    integer, since a table of 0 positions is a broken config, not an unlimited one."""
+    key = next((k for k in keys if d.get(k) is not None), None)
+    return default if key is None else _pos_int(d[key], key, source)
+
+
 #: HF's defaults of the MoE families (MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig in transformers 5.23)
 _MOE_DEFAULTS = {"mixtral": (8, 2), "qwen2_moe": (60, 4), "qwen3_moe": (128, 8), "deepseek_v3": (256, 8),
                  "gpt_oss": (128, 4)}
@@ -340,23 +347,25 @@ def config_from_dict(d: dict, source: str = "config") -> ModelConfig:
         inner = _get(d, "n_inner", "intermediate_size")
         ffn = _pos_int(inner, "n_inner", source) if inner else 4 * hidden
         act = str(_get(d, "activation_function", default="gelu_new"))
-        maxpos = int(_get(d, "n_positions", "max_position_embeddings", default=0) or 0)
+        maxpos = config_positions(d, source, "n_positions", "max_position_embeddings")
     elif mt in ("gpt_neox", "bert", *ROBERTA_LIKE):
         hidden = need(("hidden_size",), "hidden size")
         heads = need(("num_attention_heads",), "head count")
         layers = need(("num_hidden_layers",), "layer count")
         ffn = need(("intermediate_size",), "intermediate size")
         act = str(_get(d, "hidden_act", default="gelu"))
-        maxpos = int(_get(d, "max_position_embeddings", default=2048 if mt == "gpt_neox" else 512) or 0)
-        if mt in ROBERTA_LIKE and maxpos:  # positions start after the padding index (514 rows hold 512 tokens)
+        maxpos = config_positions(d, source, "max_position_embeddings", default=2048 if mt == "gpt_neox" else 512)
+        if mt in ROBERTA_LIKE:  # positions start after the padding index (514 rows hold 512 tokens)
             maxpos -= int(_get(d, "pad_token_id", default=1) or 0) + 1
+            if maxpos < 1:
+                raise InputError(f"{source}: max_position_embeddings leaves no position after the padding index")
     elif mt == "opt":
         hidden = need(("hidden_size",), "hidden size")
         heads = need(("num_attention_heads",), "head count")
         layers = need(("num_hidden_layers",), "layer count")
         ffn = need(("ffn_dim",), "ffn_dim")
         act = str(_get(d, "activation_function", default="relu"))
-        maxpos = int(_get(d, "max_position_embeddings", default=2048) or 0)
+        maxpos = config_positions(d, source, "max_position_embeddings", default=2048)
         if _get(d, "word_embed_proj_dim") is not None:  # OPT-350m embeds narrower (graphs.families.opt.opt_layout)
             _pos_int(d["word_embed_proj_dim"], "word_embed_proj_dim", source)
     elif mt in LLAMA_LIKE:
@@ -377,7 +386,7 @@ def config_from_dict(d: dict, source: str = "config") -> ModelConfig:
         act = _get(d, "hidden_activation", "hidden_act") if mt in SLIDING_GEMMA else _get(d, "hidden_act")
         return ModelConfig(family=mt, hidden=hidden, heads=heads, layers=layers, ffn=ffn, vocab=vocab,
                            head_dim=head_dim, activation=str(act or ("gelu_pytorch_tanh" if mt in GEMMA else "silu")),
-                           max_positions=int(_get(d, "max_position_embeddings", default=0) or 0),
+                           max_positions=config_positions(d, source, "max_position_embeddings"),
                            kv_heads=kv, name=name, raw=d, **moe)
     else:  # switch_transformers, t5
         hidden = need(("d_model",), "d_model")
