@@ -92,6 +92,9 @@ def test_decode_memory_holds_the_cache_and_mistral_keeps_its_window():
       "intermediate_size": 128, "vocab_size": 100}, {}, "causal LM"),
     (CONFIGS["gpt2"], {"fused": True}, "inference only"),
     (CONFIGS["gpt2"], {"seq": 512}, "seq \\+ 1 = 513 exceeds"),
+    # an encoder beyond its positions: no length would make it decode, so that is what is said
+    ({"model_type": "bert", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 1,
+      "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 512}, {"seq": 100_000}, "causal LM"),
 ])
 def test_decode_refuses_what_it_does_not_model(config, kwargs, match):
     seq = kwargs.pop("seq", 16)

@@ -88,8 +88,12 @@ def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str = "f
     batch, seq = int(batch), int(seq)
     if mode not in MODES:
         raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    family = family_of(cfg.family)
+    if mode == "decode" and family.decode is None:  # before the position limit: no length helps a non-causal LM
+        raise InputError(f"a decode step needs a decoder-only causal LM ({', '.join(decode_families())}); "
+                         f"{cfg.family} has none")
     positions = seq + 1 if mode == "decode" else seq  # a decode step's new token takes position seq
-    if cfg.max_positions and positions > cfg.max_positions and family_of(cfg.family).position_limited:
+    if cfg.max_positions and positions > cfg.max_positions and family.position_limited:
         raise InputError(f"{'seq + 1' if mode == 'decode' else 'seq'} = {positions} exceeds the model's maximum of "
                          f"{cfg.max_positions} positions")
     train = mode == "train"
@@ -102,11 +106,7 @@ def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str = "f
         optimizer = str(optimizer).strip().lower()
     if recompute and not train:
         raise InputError("activation recomputation belongs to training (--mode train)")
-    family = family_of(cfg.family)
     if mode == "decode":
-        if family.decode is None:
-            raise InputError(f"a decode step needs a decoder-only causal LM ({', '.join(decode_families())}); "
-                             f"{cfg.family} has none")
         blocks = family.decode(cfg, batch, seq)
     else:
         blocks = family.forward(cfg, batch, seq, train)
