@@ -230,6 +230,13 @@ def config_positions(d: dict, source: str, *keys: str, default: int = 0) -> int:
     return default if key is None else _pos_int(d[key], key, source)
 
 
+def check_positions(positions: int, max_positions: int, what: str) -> None:
+    """InputError when a sequence needs more positions than the model's table holds (`max_positions`; 0: the
+    config states no limit): HF models cannot index past it, and serving engines refuse such a request."""
+    if max_positions and positions > max_positions:
+        raise InputError(f"{what} = {positions} exceeds the model's maximum of {max_positions} positions")
+
+
 #: HF's defaults of the MoE families (MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig in transformers 5.23)
 _MOE_DEFAULTS = {"mixtral": (8, 2), "qwen2_moe": (60, 4), "qwen3_moe": (128, 8), "deepseek_v3": (256, 8),
                  "gpt_oss": (128, 4)}

@@ -37,7 +37,7 @@ from hybridperf.errors import InputError
 from hybridperf.graphs import families  # noqa: F401  registers every family module
 from hybridperf.graphs.attention import attention_impl
 from hybridperf.graphs.backward import tensor_numels  # noqa: F401  (re-exported: this module's former contents)
-from hybridperf.graphs.config import ModelConfig, load_config  # noqa: F401
+from hybridperf.graphs.config import ModelConfig, check_positions, load_config  # noqa: F401
 from hybridperf.graphs.family import decode_families, family_of
 from hybridperf.graphs.fusion import fuse_pointwise
 from hybridperf.graphs.optimizer_specs import optimizer_spec
@@ -92,10 +92,9 @@ def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str = "f
     if mode == "decode" and family.decode is None:  # before the position limit: no length helps a non-causal LM
         raise InputError(f"a decode step needs a decoder-only causal LM ({', '.join(decode_families())}); "
                          f"{cfg.family} has none")
-    positions = seq + 1 if mode == "decode" else seq  # a decode step's new token takes position seq
-    if cfg.max_positions and positions > cfg.max_positions and family.position_limited:
-        raise InputError(f"{'seq + 1' if mode == 'decode' else 'seq'} = {positions} exceeds the model's maximum of "
-                         f"{cfg.max_positions} positions")
+    if family.position_limited:  # a decode step's new token takes position seq
+        positions, what = (seq + 1, "seq + 1") if mode == "decode" else (seq, "seq")
+        check_positions(positions, cfg.max_positions, what)
     train = mode == "train"
     if fused and mode != "inf":
         raise InputError("fused kernels are modelled for inference only (--mode inf); training and decode run eager")

@@ -10,6 +10,7 @@ from functools import lru_cache
 from hybridperf.devices import DeviceSpec, NodeSpec, get_device, list_nodes
 from hybridperf.devices.node_lookup import default_node_for_device
 from hybridperf.errors import InputError
+from hybridperf.graphs.config import check_positions
 from hybridperf.serving.arch import Arch
 from hybridperf.serving.calibration import WORKERS_INFERRED, Calibration
 from hybridperf.serving.cost import (KV_DTYPE_BYTES, PRECISIONS, Parallel, Speculation, StepCost,
@@ -162,11 +163,13 @@ def _positive_ints(**named) -> None:
             raise InputError(f"{name.replace('_', '-')} must be a positive integer, got {v!r}")
 
 
-def check_run(isl, osl, precision: str) -> None:
-    """A run's prompt and output lengths and weight precision; InputError naming the bad one."""
+def check_run(arch: Arch, isl, osl, precision: str) -> None:
+    """A run's prompt and output lengths and weight precision; InputError naming the bad one. A request longer
+    than the model's positions is refused, as the engines refuse it (vLLM's max_model_len)."""
     _positive_ints(isl=isl, osl=osl)
     if osl < 2:
         raise InputError("osl must be at least 2 (TPOT is the time between output tokens)")
+    check_positions(isl + osl, arch.max_positions, "isl + osl")
     if precision not in PRECISIONS:
         raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
 
@@ -189,7 +192,7 @@ def predict_serving(config, device, engine: str, isl: int, osl: int, *, batch: i
     if (batch is None) == (concurrency is None):
         raise InputError("give exactly one of --batch and --concurrency")
     n = batch if batch is not None else concurrency
-    check_run(isl, osl, precision)
+    check_run(arch, isl, osl, precision)
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise InputError(f"batch/concurrency must be a positive integer, got {n!r}")
     cal = calibration or Calibration.load()

@@ -44,11 +44,11 @@ enumerator does not trace; they map onto the nearest one by their published laye
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hybridperf.errors import InputError
 from hybridperf.serving.compressed import INDEX_SCALE_BYTES, CompressedAttention
-from hybridperf.graphs.config import DEEPSEEK_DEFAULTS, MOE_LLAMA, config_from_dict
+from hybridperf.graphs.config import DEEPSEEK_DEFAULTS, MOE_LLAMA, config_from_dict, config_positions
 
 #: families read as DeepSeek-V3 (multi-head latent attention + MoE)
 MLA_ALIASES = ("kimi_k2", "kimi_k25", "glm_moe_dsa", "deepseek_v32")
@@ -108,6 +108,9 @@ class Arch:
     full_head_dim: int = 0  # sliding layers' (Gemma-4's global layers); 0: the same
     full_k_eq_v: bool = False  # full-attention layers use their keys as values (one cached tensor)
     compressed: CompressedAttention | None = None  # DeepSeek-V4's attention (`serving.compressed`)
+    #: the longest request (prompt plus output) the engines accept: the config's max_position_embeddings, already
+    #: the extended length where it declares rope scaling (0: it states none)
+    max_positions: int = 0
 
     @property
     def full_layers(self) -> int:
@@ -371,8 +374,15 @@ def _step3p7(d: dict, name: str) -> Arch:
 
 
 def arch_from_dict(raw: dict, name: str = "") -> Arch:
-    """An `Arch` from a parsed HF config; InputError for families serving cannot model."""
+    """An `Arch` from a parsed HF config; InputError for families serving cannot model. Its max_positions is what
+    vLLM's max_model_len defaults to, whatever the family."""
     d = _text(raw)
+    positions = config_positions(d, name or "config", "max_position_embeddings")
+    return replace(_family_arch(d, name), max_positions=positions)
+
+
+def _family_arch(d: dict, name: str) -> Arch:
+    """The layers of the language-model config `d`, by its family."""
     mt = str(d.get("model_type", "")).lower().replace("-", "_")
     if mt == "nemotron_h":
         return _nemotron_h(d, name)

@@ -45,7 +45,7 @@ def sweep(config, devices, engine: str, isl: int, osl: int, tps=(1, 2, 4, 8), co
         raise InputError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
     arch = as_arch(config)
     get_engine(engine)
-    check_run(isl, osl, precision)
+    check_run(arch, isl, osl, precision)
     for name, v in (("TTFT", ttft_sla_ms), ("TPOT", tpot_sla_ms)):
         if not (isinstance(v, (int, float)) and v > 0):  # NaN fails too
             raise InputError(f"the {name} limit (--{name.lower()}-sla-ms) must be a positive number of ms, got {v!r}")
