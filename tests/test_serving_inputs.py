@@ -88,3 +88,60 @@ def test_rows_beyond_the_positions_get_a_reason(tmp_path):
     assert out.reason.iloc[0] == "" and out.pred_ttft_ms.iloc[0] > 0
     assert out.reason.iloc[1] == "isl + osl = 9000 exceeds the model's maximum of 8192 positions"
     assert math.isnan(out.pred_ttft_ms.iloc[1])
+
+
+@pytest.fixture
+def configs(tmp_path):
+    d = tmp_path / "configs"
+    d.mkdir()
+    (d / "meta-llama--Meta-Llama-3-8B_config.json").write_text(json.dumps(LLAMA3))
+    return d
+
+
+AGG = {"backend": "vllm", "model_path": "meta-llama/Meta-Llama-3-8B", "system": "h100_sxm", "mode": "agg",
+       "isl": 1024, "osl": 128, "tp_size": 1, "batch_size": 4}
+DISAGG = {**AGG, "mode": "disagg", "tp_size": None, "batch_size": None, "prefill_tp_size": 1, "decode_tp_size": 1,
+          "prefill_num_workers": 1, "decode_num_workers": 1, "decode_batch_size": 4}
+
+
+@pytest.mark.parametrize("row, reason", [
+    ({**AGG, "tp_size": 0}, "tp_size must be a positive integer, got 0"),
+    ({**AGG, "tp_size": -2}, "tp_size must be a positive integer, got -2"),
+    ({**AGG, "batch_size": 0}, "batch_size must be a positive integer, got 0"),
+    ({**AGG, "pp_size": 1.5}, "pp_size must be a positive integer, got 1.5"),
+    ({**AGG, "osl": 100.5}, "osl must be a positive integer, got 100.5"),
+    ({**AGG, "isl": 0}, "isl must be a positive integer, got 0"),
+    ({**AGG, "attention_dp_size": 0}, "attention_dp_size must be a positive integer, got 0"),
+    ({**AGG, "moe_ep_size": -1}, "moe_ep_size must be a positive integer or 0 (not given), got -1"),
+    ({**AGG, "mode": "weird"}, "mode must be one of agg, disagg, got 'weird'"),
+    ({**DISAGG, "decode_num_workers": 0}, "decode_num_workers must be a positive integer, got 0"),
+    ({**DISAGG, "prefill_tp_size": 0}, "prefill_tp_size must be a positive integer, got 0"),
+])
+def test_bad_count_or_mode_leaves_the_row_unpredicted(configs, row, reason):
+    out = predict_rows(pd.DataFrame([AGG, row, DISAGG]), configs, CAL)
+    assert list(out.reason) == ["", reason, ""]
+    assert math.isnan(out.pred_tpot_ms.iloc[1]) and (out.pred_tpot_ms.iloc[[0, 2]] > 0).all()
+
+
+def test_empty_cells_and_zero_moe_columns_keep_meaning_not_given(configs):
+    """An agg row's empty prefill/decode columns, a disagg row's empty tp_size, an empty mode (agg) and
+    moe_tp_size/moe_ep_size 0 (how silicon_sample.csv writes a dense run) predict as they always did."""
+    plain = predict_rows(pd.DataFrame([AGG, DISAGG]), configs, CAL)
+    blank = predict_rows(pd.DataFrame([{**AGG, "mode": None, "moe_tp_size": 0, "moe_ep_size": 0,
+                                        "prefill_tp_size": float("nan")},
+                                       {**DISAGG, "prefill_moe_tp_size": 0, "decode_moe_ep_size": 0}]), configs, CAL)
+    assert list(blank.reason) == ["", ""]
+    pd.testing.assert_series_equal(plain.pred_tpot_ms, blank.pred_tpot_ms)
+
+
+def test_cli_rows_report_the_bad_row_and_predict_the_rest(monkeypatch, capsys, configs, tmp_path):
+    from hybridperf.cli.app import main
+
+    rows, out = tmp_path / "runs.csv", tmp_path / "out.csv"
+    pd.DataFrame([AGG, {**AGG, "tp_size": 0}, DISAGG]).to_csv(rows, index=False)
+    monkeypatch.setattr("sys.argv", ["hybridperf", "predict-serving", "--rows", str(rows), "--configs", str(configs),
+                                     "--output", str(out)])
+    main()
+    assert "2 of 3 rows predicted" in capsys.readouterr().out
+    got = pd.read_csv(out, keep_default_na=False)
+    assert list(got.reason) == ["", "tp_size must be a positive integer, got 0", ""]

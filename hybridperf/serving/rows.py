@@ -30,9 +30,14 @@ PRED_COLUMNS = ("pred_ttft_ms", "pred_ttft_lo_ms", "pred_ttft_hi_ms", "pred_tpot
                 "pred_tpot_hi_ms", "reason", "interval_stratum")
 
 
+def _empty(v) -> bool:
+    """A cell that does not give a value: missing, NaN (pandas' empty cell) or ""."""
+    return v is None or (isinstance(v, float) and math.isnan(v)) or v == ""
+
+
 def _num(row, key, default=None):
     v = row.get(key)
-    if v is None or (isinstance(v, float) and math.isnan(v)) or v == "":
+    if _empty(v):
         return default
     try:
         return float(v)
@@ -40,9 +45,32 @@ def _num(row, key, default=None):
         raise InputError(f"column {key!r}: not a number: {v!r}") from None
 
 
+#: count columns whose 0 means "not given", as silicon_sample.csv writes them (dense runs, some vLLM runs)
+ZERO_IS_EMPTY = ("moe_tp_size", "moe_ep_size")
+MODES = ("agg", "disagg")
+
+
 def _int(row, key, default=1) -> int:
+    """A count column: `default` where the cell is empty (or 0 in a ZERO_IS_EMPTY column), else a positive
+    whole number; InputError naming the column, since a 0 or a fraction read as something else would predict
+    a run nobody made."""
     v = _num(row, key, None)
-    return int(v) if v is not None and v > 0 else default
+    zero_ok = key.removeprefix("prefill_").removeprefix("decode_") in ZERO_IS_EMPTY
+    if v is None or (v == 0 and zero_ok):
+        return default
+    if not (v >= 1 and float(v).is_integer()):
+        raise InputError(f"{key} must be a positive integer{' or 0 (not given)' if zero_ok else ''}, got {v:g}")
+    return int(v)
+
+
+def _mode(row) -> str:
+    """The row's mode, agg or disagg; an empty cell is agg (as it always was), anything else an InputError."""
+    mode = row.get("mode")
+    if _empty(mode):
+        return "agg"
+    if mode not in MODES:
+        raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    return mode
 
 
 def _precision(row, key) -> str:
@@ -110,7 +138,7 @@ def concurrency_of(row) -> int:
     served by that many instances side by side (each gets its share; queueing behind a full batch would have
     put seconds into TTFTs measured at well under one)."""
     m = re.search(r"silicon_concurrency=(\d+)", str(row.get("silicon_data_source", "")))
-    if row.get("mode") == "disagg":
+    if _mode(row) == "disagg":
         return int(m.group(1)) if m else \
             _int(row, "decode_batch_size") * _int(row, "decode_attention_dp_size") * _int(row, "decode_num_workers")
     per_instance = _int(row, "batch_size") * _int(row, "attention_dp_size")
@@ -128,13 +156,13 @@ def row_request(row: dict, config_dir) -> dict:
     path = resolve_config(str(row.get("model_path", "")), config_dir)
     prec, moe_prec = _precision(row, "gemm_quant_mode"), _precision(row, "moe_quant_mode")
     kv = default_kv_dtype(prec)
-    isl, osl = _int(row, "isl", 0), _int(row, "osl", 0)
-    if isl < 1 or osl < 1:
-        raise InputError("isl and osl must be positive")
+    isl, osl = _int(row, "isl", None), _int(row, "osl", None)
+    if isl is None or osl is None:
+        raise InputError("isl and osl must be given")
     req = dict(config=as_arch(path), device=str(row.get("system")), engine=engine, isl=isl, osl=osl,
                concurrency=concurrency_of(row), precision=prec, moe_precision=moe_prec, kv_dtype=kv)
     node_gpus = node_for(get_device(req["device"])).gpus_per_node
-    if str(row.get("mode")) == "disagg":
+    if _mode(row) == "disagg":
         pw = _worker(row, "prefill_", prec, moe_prec, kv, node_gpus)
         dw = _worker(row, "decode_", prec, moe_prec, kv, node_gpus)
         req["disagg"] = (pw, _int(row, "prefill_num_workers", None), dw, _int(row, "decode_num_workers", None))
