@@ -42,14 +42,34 @@ def _mode(target: Path, default: int) -> int:
         return default & ~umask
 
 
-def _make_parent(target: Path) -> None:
-    """Create `target`'s folder; a file where a folder should be is ENOTDIR naming that file."""
+def _existing_folder(target: Path) -> Path:
+    """The nearest folder above `target` that exists; a file where a folder should be is ENOTDIR naming it."""
     for folder in target.parents:
         if folder.exists():
             if not folder.is_dir():
                 raise NotADirectoryError(20, "Not a directory", str(folder))
-            break
+            return folder
+    return Path(".")
+
+
+def _make_parent(target: Path) -> None:
+    """Create `target`'s folder; a file where a folder should be is ENOTDIR naming that file."""
+    _existing_folder(target)
     target.parent.mkdir(parents=True, exist_ok=True)
+
+
+def check_writable(path: str | Path) -> None:
+    """Raise the OSError `atomic_path(path)` would meet, without writing anything: a folder at `path`, a file
+    where one of its folders should be, a folder that cannot be written. A command calls it on its output
+    paths before its work, so that a bad one fails first, not after a first output was written."""
+    target = Path(path)
+    if _is_special(target):
+        return
+    if target.is_dir():
+        raise IsADirectoryError(21, "Is a directory", str(target))
+    folder = _existing_folder(target)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PermissionError(13, "Permission denied", str(target))
 
 
 @contextlib.contextmanager
@@ -65,9 +85,8 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
             e.filename = e.filename or str(target)
             raise
         return
-    if target.is_dir():
-        raise IsADirectoryError(21, "Is a directory", str(target))
-    _make_parent(target)
+    check_writable(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
     try:
         # ".NAME~random.SUFFIX": the same extension as the target, for writers that infer a format from it
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.stem}~", suffix=target.suffix)

@@ -491,3 +491,56 @@ def test_serving_says_when_weights_run_weight_only(monkeypatch, capsys):
     assert code in (0, None) and "no fp4 tensor cores" in err, err
     code, _, err = cli(monkeypatch, capsys, [*args, "b200_sxm"])
     assert code in (0, None) and "tensor cores" not in err, err
+
+
+# ---------------------------------------------------------------------------------------------------
+# --plot and --output paths, refused before any work or output
+
+
+def _plotting_commands(tmp_path):
+    llama = tmp_path / "llama.json"
+    llama.write_text(json.dumps({"model_type": "llama", "hidden_size": 512, "num_attention_heads": 8,
+                                 "num_hidden_layers": 2, "intermediate_size": 1024, "vocab_size": 1000}))
+    return {"sweep-serving": ["sweep-serving", "--config", llama, "--devices", "h100_sxm", "--engine", "vllm",
+                              "--isl", 128, "--osl", 16, "--tp", 1, "--concurrency", 1],
+            "compare": ["compare", "--config", CONFIG, "--batch", 1, "--seq", 16, "--devices", "H100",
+                        "--prior-only"]}
+
+
+@pytest.mark.parametrize("command", ["sweep-serving", "compare"])
+@pytest.mark.parametrize("plot, output, match", [
+    ("p.txt", "out.csv", "matplotlib cannot write .txt files"),
+    ("file/p.png", "out.csv", "Not a directory"),
+    ("p.png", "file/out.csv", "Not a directory"),
+    ("p.png", "folder", "Is a directory"),
+])
+def test_bad_plot_or_output_path_is_refused_before_anything_is_written(monkeypatch, capsys, tmp_path, command, plot,
+                                                                       output, match):
+    pytest.importorskip("matplotlib")
+    args = _plotting_commands(tmp_path)[command]
+    (tmp_path / "file").write_text("")
+    (tmp_path / "folder").mkdir()
+    before = sorted(tmp_path.rglob("*"))
+    code, _, err = cli(monkeypatch, capsys, [*args, "--output", tmp_path / output, "--plot", tmp_path / plot])
+    assert code == 2 and err.startswith("error:") and len(err.strip().splitlines()) == 1, err
+    assert match in err
+    assert sorted(tmp_path.rglob("*")) == before  # the CSV was not written before the plot failed
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")
+def test_plot_into_a_read_only_folder_is_refused_first(monkeypatch, capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    ro = tmp_path / "ro"
+    ro.mkdir(mode=0o555)
+    code, _, err = cli(monkeypatch, capsys, [*_plotting_commands(tmp_path)["sweep-serving"], "--output",
+                                             tmp_path / "s.csv", "--plot", ro / "p.png"])
+    assert code == 2 and "Permission denied" in err and not (tmp_path / "s.csv").exists()
+
+
+def test_plot_path_that_matplotlib_writes_is_accepted(monkeypatch, capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    code, _, err = cli(monkeypatch, capsys, [*_plotting_commands(tmp_path)["sweep-serving"], "--output",
+                                             tmp_path / "s.csv", "--plot", tmp_path / "new" / "p.SVG"])
+    assert code == 0, err
+    assert (tmp_path / "new" / "p.SVG").read_text().lstrip().startswith("<?xml")
+    assert not [p for p in (tmp_path / "new").iterdir() if p.name != "p.SVG"]  # no temporary file left

@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from hybridperf.atomic import atomic_path, write_csv
+from hybridperf.cli.outputs import check_outputs
 from hybridperf.guard import check_predictions
 
 
@@ -40,6 +41,7 @@ def compare_cmd(
     from hybridperf.graphs.compose import resolve_predictor
 
     check_model_args(config, batch, seq, mode, model_bundle, prior_only)
+    check_outputs(output, plot)
     specs = resolve_devices(devices)  # fail on an unknown device before loading a bundle
     predictor = resolve_predictor(model_bundle, prior_only)
     for spec in specs:

@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from hybridperf.atomic import write_csv
+from hybridperf.cli.outputs import check_outputs
 from hybridperf.errors import InputError
 from hybridperf.guard import check_predictions
 
@@ -55,6 +56,7 @@ def predict_serving_cmd(
     if rows is not None:
         if configs is None or output is None:
             raise InputError("--rows needs --configs CONFIG_DIR and --output OUT.csv")
+        check_outputs(output)
         from hybridperf.csvio import read_csv
         from hybridperf.serving.rows import predict_rows
 
@@ -134,6 +136,7 @@ def sweep_serving_cmd(
 
     from hybridperf.serving.sweep import best, plot, sweep, why_none_fit
 
+    check_outputs(output, plot_path)
     devs = [d.strip() for d in devices.split(",") if d.strip()]
     if not devs:
         raise InputError("--devices names no GPU")

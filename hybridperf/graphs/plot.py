@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from hybridperf.atomic import check_writable
 from hybridperf.errors import InputError
 
 
@@ -19,6 +20,20 @@ def pyplot(headless: bool):
     except ImportError:
         raise InputError("plotting needs matplotlib: pip install matplotlib") from None
     return plt
+
+
+def check_plot_path(path: str | Path) -> None:
+    """Refuse, before any work or output, a plot matplotlib cannot write: matplotlib missing, a format (the
+    suffix; none is PNG) it has no writer for, or a path that cannot be written (`atomic.check_writable`)."""
+    pyplot(headless=True)
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    fmt = Path(path).suffix[1:].lower()
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if fmt and fmt not in formats:
+        raise InputError(f"--plot {path}: matplotlib cannot write .{fmt} files; use one of "
+                         f"{', '.join(sorted(formats))}")
+    check_writable(path)
 
 
 def plot_latency_vs_batch(df: pd.DataFrame, path: str | Path | None = None, title: str = ""):

@@ -8,6 +8,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
+from hybridperf.atomic import atomic_path
 from hybridperf.devices import get_device
 from hybridperf.errors import HybridperfError, InputError
 from hybridperf.serving.api import check_run, predict_serving
@@ -122,5 +123,6 @@ def plot(points: list[SweepPoint], path, title: str = "") -> None:
            title=title or "serving sweep (filled: meets SLA)")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
