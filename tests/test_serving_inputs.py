@@ -1,5 +1,6 @@
-"""Serving inputs refused rather than run as something else: a request longer than the model's positions, and
-(`--rows`) a count column that is 0, negative or fractional, or an unknown mode."""
+"""Serving inputs refused rather than run as something else: a request longer than the model's positions,
+(`--rows`) a count column that is 0, negative or fractional, or an unknown mode, and an acceptance rate without
+speculative decoding."""
 from __future__ import annotations
 
 import json
@@ -145,3 +146,18 @@ def test_cli_rows_report_the_bad_row_and_predict_the_rest(monkeypatch, capsys, c
     assert "2 of 3 rows predicted" in capsys.readouterr().out
     got = pd.read_csv(out, keep_default_na=False)
     assert list(got.reason) == ["", "tp_size must be a positive integer, got 0", ""]
+
+
+def test_acceptance_without_speculation_is_refused(monkeypatch, capsys, llama3):
+    with pytest.raises(InputError, match="--acceptance 0.8 applies only with --spec-tokens > 0"):
+        predict_serving(LLAMA3, "h100_sxm", "vllm", 1024, 128, concurrency=1, acceptance=0.8, calibration=CAL)
+    plain = predict_serving(LLAMA3, "h100_sxm", "vllm", 1024, 128, concurrency=1, calibration=CAL)
+    assert predict_serving(LLAMA3, "h100_sxm", "vllm", 1024, 128, concurrency=1, acceptance=0.7,
+                           calibration=CAL) == plain  # the default, given explicitly
+    assert predict_serving(LLAMA3, "h100_sxm", "vllm", 1024, 128, concurrency=1, spec_tokens=2, acceptance=0.8,
+                           calibration=CAL).tpot.ms < plain.tpot.ms
+    code, err = run_cli(monkeypatch, capsys, ["predict-serving", "--config", llama3, "--device", "h100_sxm",
+                                              "--engine", "vllm", "--isl", 1024, "--osl", 128, "--concurrency", 1,
+                                              "--acceptance", 0.8])
+    assert_one_line_error(code, err)
+    assert "--spec-tokens" in err

@@ -195,6 +195,8 @@ def predict_serving(config, device, engine: str, isl: int, osl: int, *, batch: i
     check_run(arch, isl, osl, precision)
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise InputError(f"batch/concurrency must be a positive integer, got {n!r}")
+    if not spec_tokens and acceptance != Speculation.acceptance:  # a rate given for drafts that are never made
+        raise InputError(f"--acceptance {acceptance} applies only with --spec-tokens > 0 (speculative decoding)")
     cal = calibration or Calibration.load()
     ec = cal.engine(get_engine(engine).name)
     kvb = KV_DTYPE_BYTES.get(kv_dtype or default_kv_dtype(precision))
