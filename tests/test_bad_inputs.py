@@ -544,3 +544,9 @@ def test_plot_path_that_matplotlib_writes_is_accepted(monkeypatch, capsys, tmp_p
     assert code == 0, err
     assert (tmp_path / "new" / "p.SVG").read_text().lstrip().startswith("<?xml")
     assert not [p for p in (tmp_path / "new").iterdir() if p.name != "p.SVG"]  # no temporary file left
+
+
+def test_parallel_decode_is_refused_before_the_device_note(monkeypatch, capsys):
+    """A GPU name given where a node is wanted prints a note; a parallel decode is refused before it, in one line."""
+    refused(monkeypatch, capsys, ["predict-model", "--config", CONFIG, "--batch", 1, "--seq", 16, "--mode", "decode",
+                                  "--tp", 2, "--device", "H100"], "one GPU")

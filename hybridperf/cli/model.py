@@ -194,9 +194,10 @@ def _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, 
     if bucket_mb is not None and not bucket_mb > 0:
         raise InputError(f"--bucket-mb must be > 0, got {bucket_mb}")
     from hybridperf.cli.devices import note_generic_spec
-    from hybridperf.graphs.tensor_parallel import validate_zero
+    from hybridperf.graphs.tensor_parallel import refuse_decode, validate_zero
 
-    validate_zero(zero, mode, dp or 1, pp or 1, optimizer)  # a refusal is one line, before any note
+    refuse_decode(mode)  # a refusal is one line, before any note
+    validate_zero(zero, mode, dp or 1, pp or 1, optimizer)
     node, dev, note = resolve_parallel_device(device)  # fail on an unknown device before loading bundles
     if note:
         typer.echo(note, err=True)

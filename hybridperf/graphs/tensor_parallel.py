@@ -67,12 +67,17 @@ def default_microbatches(per_rank_batch: int, pp: int) -> int:
     return 1
 
 
+def refuse_decode(mode: str) -> None:
+    """InputError for a parallel decode step: the decode graph is one GPU's."""
+    if mode == "decode":
+        raise InputError("a decode step is modelled on one GPU; --dp/--tp/--pp are not supported with --mode decode")
+
+
 def validate(cfg: ModelConfig, batch: int, mode: str, dp: int, tp: int, pp: int, microbatches) -> int:
     """Check the parallel configuration; returns the number of micro-batches. InputError otherwise."""
     if mode not in MODES:
         raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    if mode == "decode":
-        raise InputError("a decode step is modelled on one GPU; --dp/--tp/--pp are not supported with --mode decode")
+    refuse_decode(mode)
     if batch % dp:
         raise InputError(f"batch {batch} is not divisible by dp={dp} (batch is the global batch)")
     per_rank = batch // dp
