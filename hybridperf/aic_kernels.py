@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from hybridperf.datasets.aic_collector import FLOAT_DTYPES
+from hybridperf.datasets.schema import shown
 from hybridperf.devices import DeviceSpec, dtype_key
 from hybridperf.errors import InputError, ModelBundleError, UnknownDeviceError
 from hybridperf.priors import attention
@@ -74,9 +76,67 @@ def kernel_family(source) -> np.ndarray:
     return out
 
 
+#: numeric columns each op reads besides its REQUIRED ones (DEFAULTS fills them where absent)
+OPTIONAL = {"gemm": (), "context_attention": ("step", "window_size"), "generation_attention": ("isl", "window_size"),
+            "moe": ("moe_tp_size", "moe_ep_size")}
+#: of the sizes, those that may be 0: no cached prefix, no sliding window
+MAY_BE_ZERO = ("step", "window_size")
+#: the column naming each op's dtype: the GEMM and MoE priors read `GEMM_DTYPES`, attention `attn_key`
+DTYPE_COLUMNS = {"gemm": ("gemm_dtype",), "moe": ("moe_dtype",),
+                 "context_attention": ("attn_dtype", "kv_cache_dtype"),
+                 "generation_attention": ("attn_dtype", "kv_cache_dtype")}
+#: GEMM and MoE dtype names the priors take: `GEMM_DTYPES`, and the float names `collect --schema aiconfigurator`
+#: writes (float32, bf16, ...), which are priced as bfloat16 with a widened interval (the CLI says so)
+GEMM_DTYPE_NAMES = frozenset(GEMM_DTYPES) | frozenset(FLOAT_DTYPES)
+#: aiconfigurator's attention and KV-cache dtype names (FMHAQuantMode, KVCacheQuantMode)
+ATTN_DTYPES = ("bfloat16", "float16", "fp8", "fp8_block", "int8")
+#: aiconfigurator's attention dtype names that are another's (FMHAQuantMode.fp8_block: SGLang's wide-EP fp8)
+ATTN_DTYPE_ALIASES = {"fp8_block": "fp8"}
+
+
+def _numbers(s: pd.Series) -> np.ndarray:
+    """A column's cells as float64, NaN where a cell is blank, text or True/False (pandas would read True
+    as 1, a size no one meant)."""
+    if pd.api.types.is_bool_dtype(s):
+        return np.full(len(s), np.nan)
+    if pd.api.types.is_numeric_dtype(s):
+        return s.to_numpy(dtype=np.float64, na_value=np.nan)
+    cells = s.astype(object)
+    flags = np.fromiter((isinstance(v, (bool, np.bool_)) for v in cells), bool, len(cells))
+    return pd.to_numeric(cells.where(~flags), errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def _refuse(df: pd.DataFrame, source: str, bad: np.ndarray, what: str, col: str | None = None) -> None:
+    """One-line InputError on the first row of `bad`: what it needs, its row (1-based) and its `col` cell as
+    written."""
+    if bad.any():
+        i = int(np.argmax(bad))
+        got = f", got {shown(df[col].iloc[i])}" if col in df else ""
+        raise InputError(f"{source}: {what} (row {i + 1}{got})")
+
+
+def attn_key(name) -> str | None:
+    """The attention prior's short key (bf16, fp8, ...) of a dtype name (ATTN_DTYPE_ALIASES, or any
+    spelling `dtype_key` reads), None for a name it does not know."""
+    try:
+        return dtype_key(ATTN_DTYPE_ALIASES.get(str(name), str(name)))
+    except UnknownDeviceError:
+        return None
+
+
+def _dtype_known(op: str, name: str) -> bool:
+    """Whether the prior of `op` prices dtype `name`; a blank cell is priced as bf16, its interval widened."""
+    if name == "":
+        return True
+    return name in GEMM_DTYPE_NAMES if op in ("gemm", "moe") else attn_key(name) is not None
+
+
 def validate(df: pd.DataFrame, source: str = "input") -> pd.DataFrame:
-    """A copy of the rows with every column the priors read, numeric ones as float64; one-line
-    InputError on an unknown op, a missing column, a non-finite or non-positive size."""
+    """A copy of the rows with every column the priors read, numeric ones as float64. One-line InputError,
+    naming the row and column, on what they cannot price rather than a guess: an unknown op, dtype or
+    routing distribution, a missing column, a size that is not a positive whole number (`step`,
+    `window_size`: non-negative; True/False is no size), MoE experts that EP does not split evenly, a
+    `latency` neither blank nor positive and finite (it would leave the score silently)."""
     if "op_name" not in df:
         raise InputError(f"{source}: no op_name column")
     out = df.copy()
@@ -99,57 +159,49 @@ def validate(df: pd.DataFrame, source: str = "input") -> pd.DataFrame:
             s = out[c].astype(object)
             out[c] = s.where(s.notna(), DEFAULTS.get(c, "")).astype(str)
     for c in NUMERIC:
-        out[c] = pd.to_numeric(out[c], errors="coerce").astype(np.float64) if c in out else np.nan
-    for op in set(ops):
+        out[c] = _numbers(out[c]) if c in out else np.nan
+    for op in sorted(set(ops)):
         m = (ops == op).to_numpy()
-        need = [c for c in REQUIRED[op] if c in NUMERIC and c != "step"]
-        need += ["moe_tp_size", "moe_ep_size"] if op == "moe" else []
-        for c in need:
+        for c in [*(c for c in REQUIRED[op] if c in NUMERIC), *OPTIONAL[op]]:
             v = out[c].to_numpy()
-            bad_rows = m & ~(np.isfinite(v) & (v > 0))
-            if bad_rows.any():
-                raise InputError(f"{source}: {op} rows need a positive finite {c} (row {int(np.argmax(bad_rows)) + 1})")
-    for c in ("window_size", "step"):
-        v = out[c].to_numpy()
-        if np.any(~np.isfinite(v) | (v < 0)):
-            raise InputError(f"{source}: {c} must be a non-negative number")
+            sign = "non-negative" if c in MAY_BE_ZERO else "positive finite"
+            _refuse(df, source, m & ~(np.isfinite(v) & ((v >= 0) if c in MAY_BE_ZERO else (v > 0))),
+                    f"{op} rows need a {sign} {c}", c)
+            _refuse(df, source, m & (v != np.floor(v)), f"{op} rows need a whole number {c}", c)
+        for c in DTYPE_COLUMNS[op]:
+            names = out[c].to_numpy()
+            unknown = [d for d in set(names[m].tolist()) if not _dtype_known(op, d)]
+            known = sorted(GEMM_DTYPE_NAMES) if op in ("gemm", "moe") else ATTN_DTYPES
+            _refuse(df, source, m & np.isin(names, unknown),
+                    f"{op} rows' {c} is none the priors know ({', '.join(known)})", c)
     attn = ops.str.endswith("_attention").to_numpy()
-    if attn.any():
-        h, kv = out["num_heads"].to_numpy()[attn], out["num_key_value_heads"].to_numpy()[attn]
-        bad_rows = (kv > h) | (np.mod(h, kv) != 0) | (kv != np.floor(kv)) | (h != np.floor(h))
-        if bad_rows.any():
-            i = int(np.flatnonzero(attn)[np.argmax(bad_rows)]) + 1
-            raise InputError(f"{source}: num_key_value_heads must be a whole number dividing num_heads (row {i})")
     moe = (ops == "moe").to_numpy()
-    if moe.any():
-        e, k, tp, ep = (out[c].to_numpy()[moe] for c in ("num_experts", "topk", "moe_tp_size", "moe_ep_size"))
-        checks = (((e != np.floor(e)) | (k != np.floor(k)) | (tp != np.floor(tp)) | (ep != np.floor(ep)),
-                   "whole numbers of experts, topk, moe_tp_size and moe_ep_size"),
-                  ((k > e) | (ep > e), "topk and moe_ep_size no larger than num_experts"))
-        for bad_rows, what in checks:
-            if bad_rows.any():
-                row = int(np.flatnonzero(moe)[np.argmax(bad_rows)]) + 1
-                raise InputError(f"{source}: moe rows need {what} (row {row})")
+    h, kv, e, k, ep = (out[c].to_numpy() for c in ("num_heads", "num_key_value_heads", "num_experts", "topk",
+                                                     "moe_ep_size"))
+    with np.errstate(invalid="ignore"):  # the other ops' rows are NaN there
+        _refuse(df, source, attn & ((kv > h) | (np.mod(h, kv) != 0)),
+                "num_key_value_heads must be a whole number dividing num_heads", "num_key_value_heads")
+        _refuse(df, source, moe & ((k > e) | (ep > e)), "moe rows need topk and moe_ep_size no larger than num_experts")
+        _refuse(df, source, moe & (np.mod(e, ep) != 0), "moe rows need a moe_ep_size dividing num_experts",
+                "moe_ep_size")
+    names = out["distribution"].to_numpy()
+    for name in sorted(set(names[moe].tolist())):
         try:
-            distribution_alpha(out["distribution"].to_numpy()[moe])
+            distribution_alpha([name])
         except ValueError as err:
-            raise InputError(f"{source}: {err}") from None
+            _refuse(df, source, moe & (names == name), str(err))
+    if "latency" in df:
+        written = df["latency"].notna().to_numpy() & (df["latency"].astype(str).str.strip() != "").to_numpy()
+        y = _numbers(df["latency"])
+        _refuse(df, source, written & ~(np.isfinite(y) & (y > 0)),
+                "latency must be blank or a positive, finite number of ms", "latency")
     return out
 
 
-#: aiconfigurator's attention dtype names that are another's (FMHAQuantMode.fp8_block: SGLang's wide-EP fp8)
-ATTN_DTYPE_ALIASES = {"fp8_block": "fp8"}
-
-
 def _attn_dtype(series) -> np.ndarray:
-    """aiconfigurator dtype names -> the short keys the attention prior reads (unknown: bf16)."""
-    out = []
-    for s in np.asarray(series, dtype=object):
-        try:
-            out.append(dtype_key(ATTN_DTYPE_ALIASES.get(str(s), str(s))))
-        except UnknownDeviceError:  # an unknown name: priced as bf16, its interval widened
-            out.append("bf16")
-    return np.asarray(out, dtype=object)
+    """aiconfigurator dtype names -> the short keys the attention prior reads (a blank cell: bf16, its
+    interval widened)."""
+    return np.asarray([attn_key(s) or "bf16" for s in np.asarray(series, dtype=object)], dtype=object)
 
 
 def prior_terms(df: pd.DataFrame, device: DeviceSpec, gemm_c: KernelConstants | None = None,

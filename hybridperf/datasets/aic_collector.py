@@ -31,8 +31,9 @@ from hybridperf.datasets.collector import (ProgressBar, cpu_name, fastest_mean, 
                                            resolve_device, time_calls)
 from hybridperf.errors import InputError
 
-_FLOAT = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
-          "float32": "float32", "fp32": "float32"}
+#: the float dtype names `collect` measures (gemm and attention rows), as torch's dtype names
+FLOAT_DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
+                "float32": "float32", "fp32": "float32"}
 #: fp8's largest e4m3 value: the per-tensor scale maps the activation's amax onto it
 E4M3_MAX = 448.0
 
@@ -56,7 +57,7 @@ def _ints(row, cols) -> list[int]:
 
 
 def _float_dtype(torch, name: str, what: str):
-    key = _FLOAT.get(str(name).strip().lower())
+    key = FLOAT_DTYPES.get(str(name).strip().lower())
     if key is None:
         raise Unsupported(f"{what} {name} cannot be collected by torch here (bfloat16, float16 or float32; "
                           "fp8 only for gemm)")
@@ -126,7 +127,7 @@ def _attention_inputs(torch, row, device, q_len: int, kv_len: int):
     if float(row["window_size"]) > 0:
         raise Unsupported("sliding-window attention is not collected (SDPA would need an explicit mask)")
     dtype = _float_dtype(torch, row["attn_dtype"], "attn_dtype")
-    if _FLOAT.get(str(row["kv_cache_dtype"]).strip().lower()) != str(dtype).split(".")[-1]:
+    if FLOAT_DTYPES.get(str(row["kv_cache_dtype"]).strip().lower()) != str(dtype).split(".")[-1]:
         raise Unsupported(f"kv_cache_dtype {row['kv_cache_dtype']} differs from attn_dtype {row['attn_dtype']}; "
                           "torch SDPA runs one dtype")
     kw = {"device": device, "dtype": dtype}

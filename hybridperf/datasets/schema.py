@@ -25,7 +25,7 @@ COLUMNS = ("op", "op_class", "dtype", *SHAPE_COLUMNS, "flops", "bytes", "device"
            "form", "source")
 
 
-def _shown(v) -> str:
+def shown(v) -> str:
     """A bad value as the user wrote it (no numpy reprs)."""
     if v is None or (isinstance(v, float) and np.isnan(v)) or (hasattr(v, "dtype") and pd.isna(v)):
         return "empty/NaN"
@@ -109,7 +109,7 @@ def canonicalize(
     form = df["form"].astype(object) if "form" in df.columns else pd.Series(None, index=df.index, dtype=object)
     df["form"] = np.where(lin, form.where(form.notna(), LINEAR_FORMS[0]).astype(str).str.strip().str.lower(), "")
     for i in df.index[lin & ~df["form"].isin(LINEAR_FORMS)]:
-        problems.append((i, f"unknown linear form {_shown(form.loc[i])} (expected one of {', '.join(LINEAR_FORMS)})"))
+        problems.append((i, f"unknown linear form {shown(form.loc[i])} (expected one of {', '.join(LINEAR_FORMS)})"))
 
     gemm = df["op"].isin(GEMM_OPS)
     fused = df["op"].isin(FUSED_OPS)
@@ -119,20 +119,20 @@ def canonicalize(
             x = df[c]
             bad = mask & ~(x > 0)
             for i in df.index[bad]:
-                problems.append((i, f"shape {c} must be a positive number, got {_shown(raw.loc[i].get(c, 'missing'))}"))
+                problems.append((i, f"shape {c} must be a positive number, got {shown(raw.loc[i].get(c, 'missing'))}"))
             # a tensor dimension is a whole, finite number of elements
             for i in df.index[mask & (x > 0) & ~(np.isfinite(x) & (x == np.floor(x)))]:
-                problems.append((i, f"shape {c} must be a whole number of elements, got {_shown(raw.loc[i].get(c))}"))
+                problems.append((i, f"shape {c} must be a whole number of elements, got {shown(raw.loc[i].get(c))}"))
             for i in df.index[mask & np.isfinite(x) & (x > MAX_DIM)]:
-                problems.append((i, f"shape {c} must be at most 2^40 elements, got {_shown(raw.loc[i].get(c))}"))
+                problems.append((i, f"shape {c} must be at most 2^40 elements, got {shown(raw.loc[i].get(c))}"))
     lat = df["latency_ms"]
     finite = lat.notna() & np.isfinite(lat)
     if require_latency:
         for i in df.index[~((lat > 0) & finite)]:
-            problems.append((i, f"latency must be a positive, finite number of ms, got {_shown(lat.loc[i])}"))
+            problems.append((i, f"latency must be a positive, finite number of ms, got {shown(lat.loc[i])}"))
     else:
         for i in df.index[lat.notna() & ~((lat > 0) & finite)]:
-            problems.append((i, f"latency must be positive and finite, got {_shown(lat.loc[i])}"))
+            problems.append((i, f"latency must be positive and finite, got {shown(lat.loc[i])}"))
 
     report = [f"{_where(source, i)}: {why}" for i, why in sorted(problems)]
     canonicalize.last_report = report

@@ -92,23 +92,26 @@ MAX_ALPHA = 20.0
 
 
 def distribution_alpha(distribution) -> np.ndarray:
-    """`balanced` (or any name but a power law) -> 0, `power_law_<alpha>` -> alpha, per row; an EPLB-balanced
-    power law (`power_law_<alpha>_eplb`: TensorRT-LLM's large-EP tables) spreads its load over the ranks ->
-    0. ValueError on a power law whose alpha is not a number in (0, MAX_ALPHA]."""
+    """`balanced` -> 0, `power_law_<alpha>` -> alpha, per row; an EPLB-balanced power law
+    (`power_law_<alpha>_eplb`: TensorRT-LLM's large-EP tables) spreads its load over the ranks -> 0.
+    ValueError on any other name, or a power law whose alpha is not a number in (0, MAX_ALPHA]: a routing the
+    prior does not know would be priced as balanced without a word."""
     shape = np.shape(np.asarray(distribution, dtype=object))
     d = np.atleast_1d(np.asarray(distribution, dtype=object)).ravel()
     out = np.zeros(d.shape)
     for name in set(d.tolist()):
         s = str(name).strip()
-        if not s.startswith("power_law_") or s.endswith("_eplb"):
+        if s == "balanced":
             continue
+        law = s.removeprefix("power_law_").removesuffix("_eplb") if s.startswith("power_law_") else ""
         try:
-            alpha = float(s[len("power_law_"):])
+            alpha = float(law)
         except ValueError:
             alpha = float("nan")
         if not 0.0 < alpha <= MAX_ALPHA:
-            raise ValueError(f"distribution {s!r}: expected power_law_<alpha> with alpha in (0, {MAX_ALPHA:g}]")
-        out[d == name] = alpha
+            raise ValueError(f"distribution {s!r}: expected balanced, power_law_<alpha> or power_law_<alpha>_eplb "
+                             f"with alpha in (0, {MAX_ALPHA:g}]")
+        out[d == name] = 0.0 if s.endswith("_eplb") else alpha
     return out.reshape(shape)
 
 
