@@ -20,8 +20,8 @@ from hybridperf.datasets.schema import shown
 from hybridperf.devices import DeviceSpec, dtype_key
 from hybridperf.errors import InputError, ModelBundleError, UnknownDeviceError
 from hybridperf.priors import attention
-from hybridperf.priors.llm_gemm import (GEMM_DTYPES, TILES, KernelConstants, combine_ms, fitted_constants, floor_s,
-                                        gemm_parts, kernel_dtype, split_reduce_s)
+from hybridperf.priors.llm_gemm import (GEMM_DTYPES, TILES, KernelConstants, combine_ms, device_dtype, fitted_constants,
+                                        floor_s, gemm_parts, kernel_dtype, split_reduce_s)
 from hybridperf.priors.moe import (MATERIALIZED_COMBINE, WARP_MMA, ZERO_FILLED, computes_remote_pairs,
                                    distribution_alpha, moe_parts)
 from hybridperf.residual_models.bundle import Bundle, load_bundle, shipped_models_dir
@@ -238,7 +238,6 @@ def prior_terms(df: pd.DataFrame, device: DeviceSpec, gemm_c: KernelConstants | 
                     p = gemm_parts(s["m"], s["n"], s["k"], dt, device, kernel_source=ks, framework=framework,
                                    version=ver)
                     waves = p["waves"]
-                    dt = kernel_dtype(dt, ks)
                 else:
                     kf = kernel_family([ks])[0]
                     p = moe_parts(s["num_tokens"], s["hidden_size"], s["inter_size"], s["topk"], s["num_experts"],
@@ -246,6 +245,7 @@ def prior_terms(df: pd.DataFrame, device: DeviceSpec, gemm_c: KernelConstants | 
                                   "nongated" not in ks, combine=kf in MATERIALIZED_COMBINE, zero_fill=kf in ZERO_FILLED,
                                   warp_mma=kf in WARP_MMA, whole_tokens=computes_remote_pairs(framework, ver))
                     waves = p["padded"] / np.maximum(p["routed"], 1.0)
+                dt = p["dtype"]  # the one its kernels run on this device
                 _fill(cols, mm, p, combine_ms(p, dt, c, ks), floor_s(c, dt, ks, p["clock_mhz"], p["arch"]), waves, c)
         else:
             a_dt, kv_dt = _attn_dtype(sub["attn_dtype"]), _attn_dtype(sub["kv_cache_dtype"])
@@ -319,6 +319,8 @@ def features(df: pd.DataFrame, terms: pd.DataFrame, device: DeviceSpec) -> np.nd
     op = str(df["op_name"].iloc[0]) if len(df) else "gemm"
     ridge = device.peak("bf16", matrix=True) / (device.mem_bw_gbs * 1e9)
     dt = df[{"gemm": "gemm_dtype", "moe": "moe_dtype"}.get(op, "kv_cache_dtype")].astype(str).to_numpy()
+    if op in ("gemm", "moe"):  # the operands its kernels read on this device (`llm_gemm.device_dtype`)
+        dt = np.array([device_dtype(d, device) for d in dt], dtype=object)
     ab = np.array([GEMM_DTYPES.get(d, (2.0, 2.0, ""))[0] for d in dt])
     wb = np.array([GEMM_DTYPES.get(d, (2.0, 2.0, ""))[1] if op in ("gemm", "moe") else
                    (1.0 if "8" in d else 2.0) for d in dt])
@@ -365,14 +367,20 @@ def dtype_of(df: pd.DataFrame) -> np.ndarray:
     return np.where(ops == "gemm", col("gemm_dtype"), np.where(ops == "moe", col("moe_dtype"), attn)).astype(object)
 
 
-def run_dtype_of(df: pd.DataFrame) -> np.ndarray:
+def run_dtype_of(df: pd.DataFrame, device: DeviceSpec | None = None) -> np.ndarray:
     """`dtype_of`, with each GEMM row's dtype replaced by the one its kernels run (`llm_gemm.kernel_dtype`:
-    SGLang's int8_wo rows are W8A8): what a training system's rows teach and a new row is checked against."""
+    SGLang's int8_wo rows are W8A8), and on `device` each GEMM and MoE row's by the one that GPU runs
+    (`llm_gemm.device_dtype`: nvfp4 weight-only without FP4 units): what a training system's rows teach and a
+    new row is checked against."""
     dts = dtype_of(df)
-    gemm = (df["op_name"].astype(str) == "gemm").to_numpy()
+    ops = df["op_name"].astype(str).to_numpy()
+    gemm = ops == "gemm"
     if "kernel_source" in df and gemm.any():
         srcs = df["kernel_source"].astype(str).to_numpy()[gemm]
-        dts[gemm] = [kernel_dtype(d, k) for d, k in zip(dts[gemm], srcs)]
+        dts[gemm] = [kernel_dtype(d, k, device) for d, k in zip(dts[gemm], srcs)]
+    moe = ops == "moe"
+    if device is not None and moe.any():
+        dts[moe] = [device_dtype(d, device) for d in dts[moe]]
     return dts
 
 
@@ -458,7 +466,7 @@ class AicPredictor:
                 log_pred[mm] += self.offsets.get(f"{h}{op}:{dt}", self.offsets.get(f"{h}{op}", 0.0))
         q_lo, q_hi = interval_quantiles(self.manifest.get("intervals", {}), self.manifest.get("trained", {}), ops, dts,
                                         terms["kernel_family"].to_numpy(), device.kernel_arch, kinds,
-                                        {**DEFAULT_WIDEN, **self.manifest.get("widen", {})}, run_dtype_of(df),
+                                        {**DEFAULT_WIDEN, **self.manifest.get("widen", {})}, run_dtype_of(df, device),
                                         memory_family(device))
         scaled = np.char.add(harness.astype(str), ops.astype(str))
         for key, f in self.scales.items():

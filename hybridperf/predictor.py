@@ -122,7 +122,7 @@ def check_runs_on(kernels: pd.DataFrame, device: DeviceSpec) -> None:
         raise InputError(f"data row {i + 1}: no {keys.iloc[i]} {kernels['op'].iloc[i]} kernel is modelled: only GEMMs "
                          f"take {', '.join(MATMUL_ONLY_DTYPES)} operands (PyTorch has no fp8 element-wise, softmax or "
                          "LayerNorm kernels); give the dtype the op runs in (fp16, bf16, fp32)")
-    if device.peak_tflops.get("fp8_tc", 0.0) > 0:
+    if device.has_matrix_units("fp8"):
         return
     fp8 = kernels["op"].isin(GEMM_OPS).to_numpy() & (keys == "fp8").to_numpy()
     if fp8.any():

@@ -1,7 +1,8 @@
-"""`predict-kernels` on aiconfigurator rows refuses what the priors cannot price, with one line naming the
-row and column, rather than pricing a guess."""
+"""`predict-kernels` on aiconfigurator rows prices only what a GPU can run and refuses what it cannot price:
+fp4 on GPUs without FP4 units runs weight-only (said once), bad rows are one-line errors."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -10,10 +11,13 @@ import pytest
 from conftest import assert_one_line_error
 from hybridperf.aic_kernels import prior_terms, validate
 from hybridperf.devices import get_device
+from hybridperf.priors.llm_gemm import gemm_ms, gemm_parts, matrix_peak, spec_matrix_peak
+from hybridperf.priors.moe import moe_ms
 from test_bad_inputs import cli
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "aiconfigurator" / "systems" / "data"
-H100 = get_device("NVIDIA H100 80GB HBM3")
+H100, B200, A100 = (get_device(n) for n in ("NVIDIA H100 80GB HBM3", "NVIDIA B200", "NVIDIA A100-SXM4-80GB"))
+NO_FP4 = [get_device(n) for n in ("NVIDIA H100 80GB HBM3", "NVIDIA L40S", "NVIDIA L4", "NVIDIA A100-SXM4-80GB")]
 GEMM = {"op_name": "gemm", "m": 8192, "n": 8192, "k": 8192, "gemm_dtype": "bfloat16"}
 MOE = {"op_name": "moe", "num_tokens": 64, "hidden_size": 4096, "inter_size": 1536, "topk": 2, "num_experts": 8,
        "moe_dtype": "bfloat16"}
@@ -26,6 +30,47 @@ def _predict(monkeypatch, capsys, tmp_path, rows, device="h100_sxm", *extra, nam
     frame.to_parquet(inp) if name.endswith(".parquet") else frame.to_csv(inp, index=False)
     code, _, err = cli(monkeypatch, capsys, ["predict-kernels", inp, "--device", device, "--output", out, *extra])
     return code, err, out
+
+
+@pytest.mark.parametrize("dev", NO_FP4, ids=lambda d: d.name)
+def test_nvfp4_without_fp4_units_runs_weight_only(dev):
+    """A compute-bound nvfp4 GEMM on a GPU without FP4 tensor cores is no faster than fp8 (it was 2x fp8, above
+    H100's dense fp8 peak): it runs as NVFP4 weights dequantized into the 16-bit MMA, GEMM and MoE alike."""
+    big = (8192, 8192, 8192)
+    nvfp4, fp8, wo = (float(gemm_ms(*big, dt, dev)) for dt in ("nvfp4", "fp8", "nvfp4_wo"))
+    assert nvfp4 == wo and nvfp4 >= 0.99 * min(fp8, float(gemm_ms(*big, "bfloat16", dev)))
+    assert 2 * 8192 ** 3 / (nvfp4 * 1e-3) <= max(spec_matrix_peak(dev, "fp8"), spec_matrix_peak(dev, "bf16"))
+    assert spec_matrix_peak(dev, "fp4") == spec_matrix_peak(dev, "bf16")
+    assert float(moe_ms(8192, 4096, 1536, 8, 128, dev, "nvfp4")) == float(moe_ms(8192, 4096, 1536, 8, 128, dev,
+                                                                                   "nvfp4_wo"))
+    rows = validate(pd.DataFrame([{**GEMM, "gemm_dtype": d} for d in ("nvfp4", "nvfp4_wo")]))
+    assert prior_terms(rows, dev)["prior_ms"].nunique() == 1  # the constants of the kernels it runs, too
+
+
+def test_fp4_units_keep_fp4():
+    """B200 (and a Blackwell spec without its fp4 figure, at 2x fp8) keeps the FP4 rate; so do sm_120 parts and
+    CDNA4, which have FP4 units."""
+    assert gemm_parts(8192, 8192, 8192, "nvfp4", B200)["dtype"] == "nvfp4"
+    assert float(gemm_ms(8192, 8192, 8192, "nvfp4", B200)) < 0.7 * float(gemm_ms(8192, 8192, 8192, "fp8", B200))
+    bare = replace(B200, peak_tflops={k: v for k, v in B200.peak_tflops.items() if k != "fp4_tc"}, tdp_w=0)
+    assert bare.has_matrix_units("fp4") and matrix_peak(bare, "fp4") == pytest.approx(2 * matrix_peak(bare, "fp8"))
+    assert get_device("NVIDIA GeForce RTX 5090").has_matrix_units("fp4")
+    assert get_device("AMD Instinct MI355X").has_matrix_units("fp4")
+    assert not H100.has_matrix_units("fp4") and not get_device("AMD Instinct MI300X").has_matrix_units("fp4")
+    assert H100.has_matrix_units("fp8") and not A100.has_matrix_units("fp8")
+
+
+def test_predict_kernels_notes_weight_only_fp4_once(monkeypatch, capsys, tmp_path):
+    rows = [{**GEMM, "gemm_dtype": "nvfp4"}, {**GEMM, "m": 16, "gemm_dtype": "nvfp4"}, {**MOE, "moe_dtype": "nvfp4"}]
+    code, err, out = _predict(monkeypatch, capsys, tmp_path, rows)
+    assert code in (0, None), err
+    notes = [ln for ln in err.splitlines() if "no fp4 matrix units" in ln]
+    assert len(notes) == 1 and notes[0].startswith("note:") and "nvfp4_wo" in notes[0]
+    pred = pd.read_csv(out)["pred_ms"]
+    fp8 = _predict(monkeypatch, capsys, tmp_path, [{**GEMM, "gemm_dtype": "fp8"}])[2]
+    assert pred.iloc[0] >= pd.read_csv(fp8)["pred_ms"].iloc[0]
+    code, err, _ = _predict(monkeypatch, capsys, tmp_path, rows, "b200_sxm")
+    assert code in (0, None) and "fp4 matrix units" not in err
 
 
 @pytest.mark.parametrize("rows, name, where", [

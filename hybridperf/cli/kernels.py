@@ -100,14 +100,7 @@ def _predict_aiconfigurator(raw, dev, output: Path, calibration, model_bundle, p
 
     from hybridperf.aic_kernels import AicPredictor, calibrate_to, harness_of, validate
 
-    from hybridperf.priors.llm_gemm import GEMM_DTYPES
-
     rows = validate(raw, source)
-    unknown = sorted({str(d) for op, col in (("gemm", "gemm_dtype"), ("moe", "moe_dtype")) if col in rows
-                      for d in rows.loc[rows["op_name"] == op, col].unique() if str(d) not in GEMM_DTYPES})
-    if unknown:
-        typer.echo(f"note: dtype(s) {', '.join(unknown[:5])} are not modelled; those rows are priced as bfloat16 "
-                   f"with a widened interval (known: {', '.join(sorted(GEMM_DTYPES))})", err=True)
     predictor = AicPredictor.load(model_bundle)
     if calibration is not None:
         measured = validate(read_table(calibration, "calibration file"), str(calibration))
@@ -123,12 +116,15 @@ def _predict_aiconfigurator(raw, dev, output: Path, calibration, model_bundle, p
                        "predictions are zero-shot", err=True)
     res = predictor.predict(rows, dev, prior_only=prior_only)
     check_predictions(res["pred_ms"], res["lo_ms"], res["hi_ms"], f"predictions for {source}")
+    notes = dtype_notes(rows, dev)
     out = raw.copy()
     out["pred_ms"] = res["pred_ms"].to_numpy()
     out["pred_lo_ms"] = res["lo_ms"].to_numpy()
     out["pred_hi_ms"] = res["hi_ms"].to_numpy()
     write_table(out, output)
     typer.echo(f"wrote {len(out)} predictions for {dev.name} to {output}", err=True)
+    for note in notes:
+        typer.echo(note, err=True)
     if "latency" in raw.columns:
         y = np.asarray(__import__("pandas").to_numeric(raw["latency"], errors="coerce"), dtype=np.float64)
         note = accuracy_note(y, res.assign(op_class=rows["op_name"].to_numpy()))
@@ -162,6 +158,30 @@ def measured_elsewhere(measured, dev) -> list[str]:
         if not same:
             out.append(name)
     return out
+
+
+def dtype_notes(rows, dev) -> list[str]:
+    """One `note:` line per way validated aiconfigurator rows are priced other than their dtype says, once
+    per run: a GEMM/MoE dtype the prior does not model (a blank cell, `collect`'s float32) as bfloat16; on
+    a GPU without FP4 matrix units, an fp4-activation dtype as its weight-only counterpart
+    (`llm_gemm.device_dtype`, as `predict-serving --precision fp4` prices it)."""
+    from hybridperf.aic_kernels import DTYPE_COLUMNS
+    from hybridperf.priors.llm_gemm import GEMM_DTYPES, device_dtype
+
+    pairs = sorted({(op, str(d)) for op in set(rows["op_name"]) for d in
+                    rows.loc[rows["op_name"] == op, DTYPE_COLUMNS[op][0]].unique()})
+    gemm_like = [(op, d) for op, d in pairs if op in ("gemm", "moe")]
+    notes = []
+    unknown = sorted({repr(d) for _, d in gemm_like if d not in GEMM_DTYPES})
+    if unknown:
+        notes.append(f"note: GEMM/MoE dtype(s) {', '.join(unknown)} are not modelled; those rows are priced as "
+                     "bfloat16 with a widened interval (a --calibration with rows of the same dtype shifts them)")
+    weight_only = {d: device_dtype(d, dev) for _, d in gemm_like if device_dtype(d, dev) != d}
+    if weight_only:
+        notes.append(f"note: {dev.name} has no fp4 matrix units; {', '.join(sorted(weight_only))} rows are priced "
+                     f"as weight-only {', '.join(sorted(set(weight_only.values())))} (4-bit weights dequantized into "
+                     "the 16-bit MMA), as engines run NVFP4 checkpoints there")
+    return notes
 
 
 def accuracy_note(measured, res) -> str:

@@ -98,6 +98,13 @@ class DeviceSpec:
             best = self.peak_tflops.get("fp32", 0.0)
         return best * 1e12
 
+    def has_matrix_units(self, dtype: str) -> bool:
+        """Whether the part's tensor/matrix cores take `dtype` operands (fp8, fp4, int8, ...): a `<dtype>_tc`
+        peak, or, for fp4, a Blackwell part (data-center or sm_120) whose spec lacks that figure. Engines run
+        an fp8 or fp4 checkpoint on a GPU without them weight-only, dequantized into the 16-bit MMA."""
+        key = _dtype_key(dtype)
+        return self.peak_tflops.get(f"{key}_tc", 0.0) > 0 or (key == "fp4" and self.arch.startswith("blackwell"))
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d["aliases"] = list(self.aliases)

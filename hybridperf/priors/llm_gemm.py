@@ -72,9 +72,25 @@ UNFUSED_PATHS = {("int8_wo", "sglang"): ("sq", 47.0, 9.0), ("fp8", "torch._scale
 WARP_MMA_ON_BLACKWELL = frozenset({"int4_wo", "int8_wo"})
 
 
-def kernel_dtype(gemm_dtype: str, kernel_source: str | None) -> str:
-    """The dtype whose kernels (and fitted constants) a row's path runs (`UNFUSED_PATHS`)."""
-    return UNFUSED_PATHS.get((gemm_dtype, str(kernel_source or "")), (gemm_dtype,))[0]
+#: dtypes whose activations only FP4 matrix units take -> the weight-only mode engines run such a checkpoint in
+#: on a GPU without them (Hopper, Ada, Ampere): 4-bit weights dequantized into the 16-bit MMA (aiconfigurator's
+#: `nvfp4_wo`; its MoE twin `w4a16_nvfp4` is priced the same). Priced at 2x fp8 there, an 8192^3 nvfp4 GEMM
+#: on H100 came out at 2,100 TFLOP/s, above the board's dense fp8 peak.
+FP4_WEIGHT_ONLY = {"nvfp4": "nvfp4_wo"}
+
+
+def device_dtype(dtype: str, device: DeviceSpec) -> str:
+    """The dtype `device` runs `dtype` as: an FP4-activation dtype on a GPU without FP4 matrix units
+    (`DeviceSpec.has_matrix_units`, the rule `serving.cost.gemm_dtype` follows) as its weight-only
+    counterpart (`FP4_WEIGHT_ONLY`), any other as itself."""
+    return dtype if device.has_matrix_units("fp4") else FP4_WEIGHT_ONLY.get(dtype, dtype)
+
+
+def kernel_dtype(gemm_dtype: str, kernel_source: str | None, device: DeviceSpec | None = None) -> str:
+    """The dtype whose kernels (and fitted constants) a row's path runs (`UNFUSED_PATHS`), on `device`
+    where given (`device_dtype`)."""
+    dt = UNFUSED_PATHS.get((gemm_dtype, str(kernel_source or "")), (gemm_dtype,))[0]
+    return dt if device is None else device_dtype(dt, device)
 
 
 #: bytes of scale per weight element: 1 fp8 scale per 16 (nvfp4), 1 fp32 per 128x128 block, 1 bf16 per 128-group
@@ -113,8 +129,9 @@ TILES = {
     "blackwell": ((256, 256, 1.0), (256, 128, 0.97), (128, 256, 0.97), (128, 128, 0.9), (64, 128, 0.8)),
 }
 #: matrix peak of a dtype a catalog entry lacks, as a multiple of another peak: Blackwell's fp4 tensor
-#: rate is twice its fp8 rate (B200 sheet: 9 PF fp4 dense, 4.5 PF fp8); a GPU without fp8/fp4 units
-#: (Ampere) runs those kernels by upcasting, at the 16-bit rate.
+#: rate is twice its fp8 rate (B200 sheet: 9 PF fp4 dense, 4.5 PF fp8), which only a part with FP4 units
+#: (`DeviceSpec.has_matrix_units`: a Blackwell spec without its fp4 figure) reaches; a GPU without fp8/fp4
+#: units (Ampere; fp4 before Blackwell) runs those kernels by upcasting, at the 16-bit rate.
 PEAK_FALLBACK = {"fp4": (("fp8", 2.0), ("bf16", 1.0)), "fp8": (("bf16", 1.0),), "int8": (("bf16", 1.0),)}
 #: an eager call's time is the slower of the host's dispatch and the GPU's work, which overlap (the host
 #: enqueues the next call while the GPU runs this one): (gpu^P + host^P)^(1/P), a near-max
@@ -216,7 +233,8 @@ def spec_matrix_peak(device: DeviceSpec, peak_key: str) -> float:
     for other, ratio in PEAK_FALLBACK.get(peak_key, ()):
         if rate > 0:
             break
-        rate = device.peak_tflops.get(f"{other}_tc", 0.0) * ratio
+        if ratio <= 1.0 or device.has_matrix_units(peak_key):  # a faster rate needs the dtype's own units
+            rate = device.peak_tflops.get(f"{other}_tc", 0.0) * ratio
     return rate * 1e12 if rate > 0 else device.peak(peak_key if peak_key != "fp4" else "bf16", matrix=True)
 
 
@@ -372,11 +390,12 @@ def gemm_parts(m, n, k, gemm_dtype: str, device: DeviceSpec, replayed: bool = Tr
     the same GEMM back to back, so a weight that fits in L2 is partly served from it (`l2_weight_hit`); False
     inside a model's forward pass, where every layer's weight comes from DRAM; `framework` and `version`: whose
     collector timed it, for the copies it cycles (`replay_copies`). `kernel_source`: a path of `UNFUSED_PATHS`
-    runs its own dtype's kernels after its unfused quantization pass."""
+    runs its own dtype's kernels after its unfused quantization pass. `dtype`: the one the kernels run on this
+    device (`kernel_dtype`), whose fitted constants price them."""
     m, n, k = (np.asarray(x, dtype=np.float64) for x in (m, n, k))
     copies = replay_copies(framework, gemm_dtype, version)
     unfused = UNFUSED_PATHS.get((gemm_dtype, str(kernel_source or "")))
-    gemm_dtype = kernel_dtype(gemm_dtype, kernel_source)
+    gemm_dtype = kernel_dtype(gemm_dtype, kernel_source, device)
     a_bytes, b_bytes, peak_key = GEMM_DTYPES.get(gemm_dtype, GEMM_DTYPES["bfloat16"])
     peak = matrix_peak(device, peak_key)
     if gemm_dtype in WARP_MMA_ON_BLACKWELL and device.kernel_arch == "blackwell":
@@ -394,7 +413,8 @@ def gemm_parts(m, n, k, gemm_dtype: str, device: DeviceSpec, replayed: bool = Tr
     return {"compute": compute, "memory": dram_bytes / (bw * bandwidth_share(ctas, device)),
             "quant": m * k * quant_bytes / bw, "clock_mhz": device.boost_clock_mhz, "kernels": 1.0 + quant_kernels,
             "split_levels": np.log2(split), "arch": device.kernel_arch,
-            "waves": waves, "flops": 2.0 * m * n * k, "bytes": nbytes, "weight_bytes": w_bytes, "peak": peak}
+            "waves": waves, "flops": 2.0 * m * n * k, "bytes": nbytes, "weight_bytes": w_bytes, "peak": peak,
+            "dtype": gemm_dtype}
 
 
 def combine_ms(parts: dict, dtype: str, constants: KernelConstants, kernel_source: str | None = None) -> np.ndarray:
@@ -436,4 +456,4 @@ def gemm_ms(m, n, k, gemm_dtype: str, device: DeviceSpec, kernel_source: str | N
     its own efficiencies and floor. `replayed`, `framework`, `version`: see `gemm_parts`."""
     parts = gemm_parts(m, n, k, gemm_dtype, device, replayed, kernel_source, framework, version)
     constants = fitted_constants()["gemm"] if constants is None else constants
-    return combine_ms(parts, kernel_dtype(gemm_dtype, kernel_source), constants, kernel_source)
+    return combine_ms(parts, parts["dtype"], constants, kernel_source)

@@ -19,8 +19,8 @@ import numpy as np
 
 from hybridperf.devices import DeviceSpec
 from hybridperf.priors.llm_gemm import (GEMM_DTYPES, L2_BANDWIDTH_RATIO, QUANTIZED_ACTIVATION, SCALE_BYTES,
-                                        KernelConstants, combine_ms, fitted_constants, matrix_peak, version_tuple,
-                                        warp_mma_peak)
+                                        KernelConstants, combine_ms, device_dtype, fitted_constants, matrix_peak,
+                                        version_tuple, warp_mma_peak)
 from hybridperf.priors.moe_routing import MAX_EXPERTS, balanced_rank0_tokens, expert_tile, skewed_rank0
 
 #: rows of the grouped GEMM's tile each local expert's tokens are padded to: the kernels pick the
@@ -124,7 +124,9 @@ def moe_parts(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, 
     so the combine reads tokens x topk rows even of pairs whose experts live on other EP ranks;
     `zero_fill`: they also fill those pairs' rows of their intermediate buffers (`ZERO_FILLED`).
     `whole_tokens`: rank 0 computes all top-k pairs of every token with a pair on it, the other ranks'
-    pairs on one local expert (`computes_remote_pairs`)."""
+    pairs on one local expert (`computes_remote_pairs`). `dtype`: the one the kernels run on this device
+    (`llm_gemm.device_dtype`: NVFP4 experts run weight-only on a GPU without FP4 units)."""
+    moe_dtype = device_dtype(moe_dtype, device)
     t, h, f, k, e, tp, ep = (np.asarray(x, dtype=np.float64)
                              for x in (num_tokens, hidden, inter, topk, num_experts, tp, ep))
     a_bytes, w_bytes, peak_key = GEMM_DTYPES.get(moe_dtype, GEMM_DTYPES["bfloat16"])
@@ -181,7 +183,8 @@ def moe_parts(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, 
     fill = ((mats - 1.0) * (1.0 + TILE_FILL_K / h) + (1.0 + TILE_FILL_K / f_local)) / mats
     return {"compute": flops * fill / peak, "memory": dram / bw, "quant": quant, "clock_mhz": device.boost_clock_mhz,
             "arch": device.kernel_arch, "kernels": 2.0 + ROUTING_KERNELS, "routed": routed, "padded": padded,
-            "active": active, "flops": flops, "bytes": weights + acts, "weight_bytes": weights, "peak": peak}
+            "active": active, "flops": flops, "bytes": weights + acts, "weight_bytes": weights, "peak": peak,
+            "dtype": moe_dtype}
 
 
 def moe_ms(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, moe_dtype: str = "bfloat16",
@@ -195,4 +198,5 @@ def moe_ms(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, moe
     parts = moe_parts(num_tokens, hidden, inter, topk, num_experts, device, moe_dtype, tp, ep,
                       np.broadcast_to(np.asarray(distribution, dtype=object), np.shape(np.asarray(num_tokens))),
                       gated, replayed)
-    return combine_ms(parts, moe_dtype, fitted_constants()["moe"] if constants is None else constants, kernel_source)
+    return combine_ms(parts, parts["dtype"], fitted_constants()["moe"] if constants is None else constants,
+                      kernel_source)

@@ -83,9 +83,9 @@ def gemm_dtype(precision: str, device: DeviceSpec) -> str:
     """GEMM dtype of a weight precision on `device`: FP4 or FP8 weights on a GPU without those tensor cores
     run weight-only kernels (dequantised to BF16 in the GEMM, as vLLM's Marlin kernels do on Ampere)."""
     dt = PRECISIONS[precision][0]
-    if dt == "nvfp4" and not (device.peak_tflops.get("fp4_tc") or device.arch.startswith("blackwell")):
+    if dt == "nvfp4" and not device.has_matrix_units("fp4"):
         return "int4_wo"  # (a Blackwell spec without its fp4 peak is priced at 2x fp8: llm_gemm.PEAK_FALLBACK)
-    if dt == "fp8" and not device.peak_tflops.get("fp8_tc"):
+    if dt == "fp8" and not device.has_matrix_units("fp8"):
         return "int8_wo"
     return dt
 
