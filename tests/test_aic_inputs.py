@@ -1,5 +1,6 @@
 """`predict-kernels` on aiconfigurator rows prices only what a GPU can run and refuses what it cannot price:
-fp4 on GPUs without FP4 units runs weight-only (said once), bad rows are one-line errors."""
+fp4 on GPUs without FP4 units runs weight-only, fp8 without fp8 units at the 16-bit rate (each said once),
+bad rows are one-line errors."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -71,6 +72,18 @@ def test_predict_kernels_notes_weight_only_fp4_once(monkeypatch, capsys, tmp_pat
     assert pred.iloc[0] >= pd.read_csv(fp8)["pred_ms"].iloc[0]
     code, err, _ = _predict(monkeypatch, capsys, tmp_path, rows, "b200_sxm")
     assert code in (0, None) and "fp4 matrix units" not in err
+
+
+def test_predict_kernels_notes_fp8_at_the_16_bit_rate(monkeypatch, capsys, tmp_path):
+    """fp8 on a GPU without fp8 units is priced at the 16-bit rate, as engines run it (W8A16), and said once."""
+    rows = [{**GEMM, "m": 4096, "n": 4096, "k": 4096, "gemm_dtype": d} for d in ("fp8", "fp8", "bfloat16")]
+    code, err, out = _predict(monkeypatch, capsys, tmp_path, rows, "a100_sxm")
+    assert code in (0, None), err
+    notes = [ln for ln in err.splitlines() if "no fp8 matrix units" in ln]
+    assert len(notes) == 1 and notes[0].startswith("note:") and "16-bit" in notes[0]
+    assert spec_matrix_peak(A100, "fp8") == spec_matrix_peak(A100, "bf16")
+    code, err, _ = _predict(monkeypatch, capsys, tmp_path, rows, "h100_sxm")
+    assert code in (0, None) and "fp8 matrix units" not in err
 
 
 @pytest.mark.parametrize("rows, name, where", [
