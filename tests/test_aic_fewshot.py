@@ -44,8 +44,10 @@ def test_collect_on_cpu_feeds_predict_kernels_calibration(monkeypatch, capsys, t
     assert {"device", "torch_version", "framework", "version"} <= set(got.columns)
     validate(got)  # valid aiconfigurator rows
     pred = tmp_path / "pred.csv"
-    code, _, err = cli(monkeypatch, capsys, ["predict-kernels", out, "--device", "NVIDIA H100 80GB HBM3",
-                                             "--calibration", out, "--output", pred])
+    args = ["predict-kernels", out, "--device", "NVIDIA H100 80GB HBM3", "--calibration", out, "--output", pred]
+    refused(monkeypatch, capsys, args, "--allow-other-device")  # CPU rows would shift a GPU's: as transfer refuses
+    assert not pred.exists()
+    code, _, err = cli(monkeypatch, capsys, [*args, "--allow-other-device"])
     assert code in (0, None), err
     assert "not NVIDIA H100 80GB HBM3; its shift is applied" in err  # CPU rows calibrating a GPU: said so
     res = pd.read_csv(pred)
@@ -208,7 +210,8 @@ def test_predict_kernels_says_when_a_calibration_cannot_shift_the_rows(monkeypat
     assert code in (0, None), err
     engine = tmp_path / "engine.csv"
     pd.read_csv(measured).drop(columns=["latency"]).assign(framework="VLLM").to_csv(engine, index=False)
-    args = ["predict-kernels", engine, "--device", "NVIDIA H100 80GB HBM3", "--calibration", measured]
+    args = ["predict-kernels", engine, "--device", "NVIDIA H100 80GB HBM3", "--calibration", measured,
+            "--allow-other-device"]  # measured on this machine's CPU
     code, _, err = cli(monkeypatch, capsys, [*args, "--output", tmp_path / "a.csv"])
     assert code in (0, None), err
     assert "timed by PyTorch's own kernels and these rows by a serving engine's kernels" in err
@@ -216,5 +219,6 @@ def test_predict_kernels_says_when_a_calibration_cannot_shift_the_rows(monkeypat
     cli(monkeypatch, capsys, ["predict-kernels", engine, "--device", "NVIDIA H100 80GB HBM3", "--output", zero])
     assert pd.read_csv(tmp_path / "a.csv")["pred_ms"].tolist() == pd.read_csv(zero)["pred_ms"].tolist()
     code, _, err = cli(monkeypatch, capsys, ["predict-kernels", measured, "--device", "NVIDIA H100 80GB HBM3",
-                                             "--calibration", measured, "--output", tmp_path / "b.csv"])
+                                             "--calibration", measured, "--allow-other-device",
+                                             "--output", tmp_path / "b.csv"])
     assert "a calibration shifts only" not in err  # torch rows calibrating torch rows: nothing to say

@@ -1,6 +1,6 @@
 """`predict-kernels` on aiconfigurator rows prices only what a GPU can run and refuses what it cannot price:
 fp4 on GPUs without FP4 units runs weight-only, fp8 without fp8 units at the 16-bit rate (each said once),
-bad rows are one-line errors."""
+bad rows and other devices' calibrations are one-line errors."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -123,3 +123,19 @@ def test_real_tables_stay_valid(table):
     df = pd.read_parquet(SHARED / "h100_sxm" / table)
     rows = validate(df, table)
     assert len(rows) == len(df)
+
+
+def test_calibration_from_another_device_is_refused(monkeypatch, capsys, tmp_path):
+    """Rows measured on a CPU (or another GPU) would move this GPU's predictions by their errors: refused as
+    `transfer` refuses them, unless --allow-other-device, which applies them with a warning."""
+    cal = tmp_path / "aic_measured.csv"
+    pd.DataFrame([{**GEMM, "m": m, "latency": 5.0, "device": "AMD EPYC 7B13", "framework": "torch"}
+                  for m in (64, 1024, 8192)]).to_csv(cal, index=False)
+    rows = [{**GEMM, "framework": "torch"}]
+    code, err, out = _predict(monkeypatch, capsys, tmp_path, rows, "h100_sxm", "--calibration", cal)
+    assert_one_line_error(code, err)
+    assert "AMD EPYC 7B13" in err and "--allow-other-device" in err and not out.exists()
+    code, err, out = _predict(monkeypatch, capsys, tmp_path, rows, "h100_sxm", "--calibration", cal,
+                              "--allow-other-device")
+    assert code in (0, None), err
+    assert "warning:" in err and out.exists()

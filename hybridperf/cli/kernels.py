@@ -30,7 +30,7 @@ def predict_kernels(
     allow_other_device: bool = typer.Option(
         False, "--allow-other-device",
         help="Use a bundle adapted (by `hybridperf transfer`) to another GPU anyway: its corrections were measured "
-             "there, not on DEVICE."),
+             "there, not on DEVICE; with aiconfigurator rows, also a --calibration measured on another device."),
     timing: str = typer.Option(
         "call", "--timing",
         help="How latency is measured: 'call' = CUDA events around one eager PyTorch call (NeuSight, "
@@ -57,7 +57,8 @@ def predict_kernels(
     note_generic_spec(dev)
     raw = read_table(input_csv)
     if is_aiconfigurator(raw):
-        return _predict_aiconfigurator(raw, dev, output, calibration, model_bundle, prior_only, str(input_csv))
+        return _predict_aiconfigurator(raw, dev, output, calibration, model_bundle, prior_only, str(input_csv),
+                                       allow_other_device)
     kernels = canonicalize(raw, source=str(input_csv), timing=check_timing(timing), host=check_host(host))
     predictor = Predictor.prior_only() if prior_only else Predictor.load(model_bundle)
     predictor.check_device(dev, allow_other_device)
@@ -94,20 +95,26 @@ def is_aiconfigurator(raw) -> bool:
     return "op_name" in raw.columns and "OPName" not in raw.columns
 
 
-def _predict_aiconfigurator(raw, dev, output: Path, calibration, model_bundle, prior_only: bool, source: str) -> None:
+def _predict_aiconfigurator(raw, dev, output: Path, calibration, model_bundle, prior_only: bool, source: str,
+                            allow_other_device: bool) -> None:
     """predict-kernels on rows in aiconfigurator's schema (hybridperf.aic_kernels)."""
     import numpy as np
 
     from hybridperf.aic_kernels import AicPredictor, calibrate_to, harness_of, validate
+    from hybridperf.transfer.adapt import measured_elsewhere
 
     rows = validate(raw, source)
     predictor = AicPredictor.load(model_bundle)
     if calibration is not None:
         measured = validate(read_table(calibration, "calibration file"), str(calibration))
         elsewhere = measured_elsewhere(measured, dev)
+        if elsewhere and not allow_other_device:
+            raise InputError(f"{calibration} was measured on {', '.join(elsewhere[:2])}, not {dev.name}: its shift "
+                             "would move this device's rows by another's errors; calibrate with rows measured on "
+                             "the target GPU (or fix --device, or pass --allow-other-device)")
         if elsewhere:
             typer.echo(f"warning: {calibration} was measured on {', '.join(elsewhere[:2])}, not {dev.name}; "
-                       "its shift is applied to this device anyway", err=True)
+                       "its shift is applied to this device anyway (--allow-other-device)", err=True)
         predictor = calibrate_to(predictor, measured, dev)
         timed_by, predicted = harness_of(measured), harness_of(rows)
         if not set(timed_by) & set(predicted):
@@ -138,26 +145,6 @@ def harness_name(harness) -> str:
     from hybridperf.aic_kernels import TORCH_HARNESS
 
     return "PyTorch's own kernels" if (harness == TORCH_HARNESS).all() else "a serving engine's kernels"
-
-
-def measured_elsewhere(measured, dev) -> list[str]:
-    """The `device` names of calibration rows (as `collect --schema aiconfigurator` writes them) that are
-    not `dev`: a calibration from another GPU, or a CPU check, would shift this device's predictions."""
-    from hybridperf.devices import get_device
-    from hybridperf.errors import HybridperfError
-
-    if "device" not in measured:
-        return []
-    names = sorted({str(d) for d in measured["device"].dropna().unique()})
-    out = []
-    for name in names:
-        try:
-            same = get_device(name).name == dev.name
-        except HybridperfError:  # a CPU, or a GPU the catalog lacks
-            same = False
-        if not same:
-            out.append(name)
-    return out
 
 
 def dtype_notes(rows, dev) -> list[str]:

@@ -387,17 +387,27 @@ def recalibrate(intervals: dict, loo: dict, coverage: float = 0.9, shift_sd: flo
     return out
 
 
-def _check_measured_on(measured: pd.DataFrame, dev: DeviceSpec) -> None:
-    """InputError when calibration rows name another device than the target (e.g. a CPU collection)."""
+def measured_elsewhere(measured: pd.DataFrame, dev: DeviceSpec) -> list[str]:
+    """The `device` names of calibration rows (as `collect` writes them) that are not `dev`: a calibration
+    from another GPU, or a CPU check, would shift this device's predictions by another's errors."""
     names = measured["device"].dropna().astype(str).str.strip() if "device" in measured.columns else pd.Series([], dtype=str)
+    out = []
     for name in sorted(set(names) - {""}):
         try:
             same = get_device(name).name == dev.name
-        except HybridperfError:
+        except HybridperfError:  # a CPU, or a GPU the catalog lacks
             same = False
         if not same:
-            raise InputError(f"calibration rows were measured on {name!r}, not on {dev.name}: transfer needs "
-                             "kernels measured on the target GPU (fix --device, or the rows' Device column)")
+            out.append(name)
+    return out
+
+
+def _check_measured_on(measured: pd.DataFrame, dev: DeviceSpec) -> None:
+    """InputError when calibration rows name another device than the target (e.g. a CPU collection)."""
+    elsewhere = measured_elsewhere(measured, dev)
+    if elsewhere:
+        raise InputError(f"calibration rows were measured on {elsewhere[0]!r}, not on {dev.name}: transfer needs "
+                         "kernels measured on the target GPU (fix --device, or the rows' Device column)")
 
 
 def choose_batched_tiles(predictor, measured: pd.DataFrame, dev: DeviceSpec, prior: TransferPrior | None = None,
