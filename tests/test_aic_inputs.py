@@ -1,11 +1,12 @@
 """`predict-kernels` on aiconfigurator rows prices only what a GPU can run and refuses what it cannot price:
 fp4 on GPUs without FP4 units runs weight-only, fp8 without fp8 units at the 16-bit rate (each said once),
-bad rows and other devices' calibrations are one-line errors."""
+bad rows and other devices' calibrations are one-line errors, integer shapes stay integers."""
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -139,3 +140,20 @@ def test_calibration_from_another_device_is_refused(monkeypatch, capsys, tmp_pat
                               "--allow-other-device")
     assert code in (0, None), err
     assert "warning:" in err and out.exists()
+
+
+def test_integer_shapes_stay_integers(monkeypatch, capsys, tmp_path):
+    """Mixed ops leave blanks in each other's columns; the sizes are written as the input wrote them."""
+    rows = [GEMM, {"op_name": "context_attention", "batch_size": 4, "isl": 1024, "num_heads": 32,
+                   "num_key_value_heads": 8, "head_dim": 128, "step": 0}]
+    code, err, out = _predict(monkeypatch, capsys, tmp_path, rows)
+    assert code in (0, None), err
+    lines = out.read_text().splitlines()
+    assert lines[1].startswith("gemm,8192,8192,8192,bfloat16,,") and ",4,1024,32,8,128,0," in lines[2]
+    sug = tmp_path / "suggested.csv"
+    code, _, err = cli(monkeypatch, capsys, ["suggest", "--schema", "aiconfigurator", "--device", "h100_sxm",
+                                              "-k", "6", "--out", sug])
+    assert code in (0, None), err
+    picks = pd.read_csv(sug, dtype=str, keep_default_na=False)
+    sizes = picks[["m", "n", "k", "batch_size", "isl", "num_heads", "head_dim"]].to_numpy().ravel()
+    assert not any("." in v for v in sizes) and np.isin(["gemm", "context_attention"], picks["op_name"]).all()

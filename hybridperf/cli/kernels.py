@@ -124,7 +124,7 @@ def _predict_aiconfigurator(raw, dev, output: Path, calibration, model_bundle, p
     res = predictor.predict(rows, dev, prior_only=prior_only)
     check_predictions(res["pred_ms"], res["lo_ms"], res["hi_ms"], f"predictions for {source}")
     notes = dtype_notes(rows, dev)
-    out = raw.copy()
+    out = integers_restored(raw)  # shapes stay integers where another op's blank cells made pandas read floats
     out["pred_ms"] = res["pred_ms"].to_numpy()
     out["pred_lo_ms"] = res["lo_ms"].to_numpy()
     out["pred_hi_ms"] = res["hi_ms"].to_numpy()

@@ -126,7 +126,7 @@ def _suggest_aic(device: str, k: int, out: Path, candidates: Optional[Path]) -> 
 
     from hybridperf.aic_kernels import AicPredictor
     from hybridperf.atomic import write_csv
-    from hybridperf.csvio import read_table
+    from hybridperf.csvio import integers_restored, read_table
     from hybridperf.devices import get_device
     from hybridperf.guard import check_predictions
     from hybridperf.transfer.aic_suggest import default_candidates, suggest_rows
@@ -135,7 +135,7 @@ def _suggest_aic(device: str, k: int, out: Path, candidates: Optional[Path]) -> 
     cand = read_table(candidates, "candidates file") if candidates else default_candidates()
     picks = suggest_rows(AicPredictor.load(), cand, dev, k)
     check_predictions(picks["pred_ms"], picks["pred_lo_ms"], picks["pred_hi_ms"], "suggested rows")
-    write_csv(picks, out)
+    write_csv(integers_restored(picks), out)  # each op's blanks in the others' columns made its sizes floats
     t = Table(title=f"{len(picks)} rows to measure on {dev.name}")
     for c in ("op_name", "shape", "dtype", "pred_ms", "90% interval"):
         t.add_column(c)
