@@ -64,6 +64,16 @@ def test_cli_json_csv_and_plot(tmp_path):
     assert png.stat().st_size > 1000
 
 
+def test_plot_without_a_suffix_is_a_png_at_that_path(tmp_path):
+    """No suffix means PNG (docs/compare.md): the file itself holds it, with no temporary left beside it."""
+    plot = tmp_path / "rank"
+    r = runner.invoke(app, ["compare", "--config", str(TINY), "--batch", "1", "--seq", "64", "--devices", "L4,H100",
+                            "--prior-only", "--plot", str(plot)])
+    assert r.exit_code == 0, r.output
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["rank"]
+
+
 def test_cli_table_notes_emulated_bf16():
     r = runner.invoke(app, ["compare", "--config", str(TINY), "--batch", "1", "--seq", "64", "--devices",
                             "H100,Tesla T4", "--dtype", "bf16", "--prior-only"])

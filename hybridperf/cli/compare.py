@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from hybridperf.atomic import atomic_path, write_csv
+from hybridperf.atomic import write_csv
 from hybridperf.cli.outputs import check_outputs
 from hybridperf.guard import check_predictions
 
@@ -54,8 +54,7 @@ def compare_cmd(
     if plot is not None:
         from hybridperf.graphs.plot import plot_device_comparison
 
-        with atomic_path(plot) as tmp:
-            plot_device_comparison(df, tmp, title=title)
+        plot_device_comparison(df, plot, title=title)
     if output is not None:
         write_csv(df, output)
     if as_json:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from hybridperf.atomic import check_writable
+from hybridperf.atomic import atomic_path, check_writable
 from hybridperf.errors import InputError
 
 
@@ -36,6 +36,13 @@ def check_plot_path(path: str | Path) -> None:
     check_writable(path)
 
 
+def save_figure(fig, path: str | Path, dpi: int = 120) -> None:
+    """Write `fig` to `path` atomically, in the format its suffix names (PNG without one): given a temporary
+    name without a suffix, matplotlib would write NAME.png beside it and leave `path` empty."""
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=dpi, format=Path(path).suffix[1:].lower() or "png")
+
+
 def plot_latency_vs_batch(df: pd.DataFrame, path: str | Path | None = None, title: str = ""):
     """Line plot of e2e latency (with the 90% band) against batch size, one line per (device, seq).
 
@@ -58,7 +65,7 @@ def plot_latency_vs_batch(df: pd.DataFrame, path: str | Path | None = None, titl
         ax.set_title(title)
     fig.tight_layout()
     if path is not None:
-        fig.savefig(path, dpi=120)
+        save_figure(fig, path)
     return fig
 
 
@@ -80,5 +87,5 @@ def plot_device_comparison(df: pd.DataFrame, path: str | Path | None = None, tit
         ax.set_title(title, fontsize=10)
     fig.tight_layout()
     if path is not None:
-        fig.savefig(path, dpi=120)
+        save_figure(fig, path)
     return fig

@@ -8,7 +8,6 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-from hybridperf.atomic import atomic_path
 from hybridperf.devices import get_device
 from hybridperf.errors import HybridperfError, InputError
 from hybridperf.serving.api import check_run, predict_serving
@@ -105,7 +104,7 @@ def best(points: list[SweepPoint]) -> SweepPoint | None:
 
 def plot(points: list[SweepPoint], path, title: str = "") -> None:
     """Tokens/s per GPU against TPOT, one line per (device, tp); SLA-meeting points filled."""
-    from hybridperf.graphs.plot import pyplot
+    from hybridperf.graphs.plot import pyplot, save_figure
 
     plt = pyplot(headless=True)
     fig, ax = plt.subplots(figsize=(7, 5))
@@ -123,6 +122,5 @@ def plot(points: list[SweepPoint], path, title: str = "") -> None:
            title=title or "serving sweep (filled: meets SLA)")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
