@@ -51,6 +51,17 @@ def test_rope_scaled_config_takes_its_stated_positions():
         check_run(arch, 131_000, 1000, "bf16")
 
 
+@pytest.mark.parametrize("rope, limit", [
+    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}, 131072),  # Qwen3's long mode
+    ({"type": "linear", "factor": 2.0}, 16384),
+    ({"rope_type": "dynamic", "factor": 4.0}, 32768),
+    ({"rope_type": "default"}, 8192),
+])
+def test_rope_scaling_stretches_the_positions_as_vllm_does(rope, limit):
+    """vLLM's max_model_len: yarn's original length x factor, linear and dynamic the positions x factor."""
+    assert arch_from_dict({**LLAMA3, "rope_scaling": rope}).max_positions == limit
+
+
 def test_families_outside_the_graph_parser_read_their_positions_too():
     nemo = {"model_type": "nemotron_h", "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
             "head_dim": 64, "vocab_size": 1000, "intermediate_size": 512, "mamba_num_heads": 8,

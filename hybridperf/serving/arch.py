@@ -375,10 +375,30 @@ def _step3p7(d: dict, name: str) -> Arch:
 
 def arch_from_dict(raw: dict, name: str = "") -> Arch:
     """An `Arch` from a parsed HF config; InputError for families serving cannot model. Its max_positions is what
-    vLLM's max_model_len defaults to, whatever the family."""
+    vLLM's max_model_len defaults to, whatever the family (`engine_max_positions`)."""
     d = _text(raw)
     positions = config_positions(d, name or "config", "max_position_embeddings")
-    return replace(_family_arch(d, name), max_positions=positions)
+    return replace(_family_arch(d, name), max_positions=engine_max_positions(d, positions))
+
+
+#: rope scalings whose config already states the extended length in max_position_embeddings
+_STATED_LENGTH_ROPE = ("default", "llama3", "longrope", "su", "mrope")
+
+
+def engine_max_positions(d: dict, positions: int) -> int:
+    """The longest request an engine admits by default (vLLM's max_model_len): the config's positions, stretched by
+    a rope scaling that does not state its extended length (yarn: its original length x factor; linear and
+    dynamic: the positions x factor)."""
+    rope = d.get("rope_scaling") or d.get("rope_parameters")
+    if not positions or not isinstance(rope, dict):
+        return positions
+    kind = str(rope.get("rope_type", rope.get("type", "default")))
+    factor = rope.get("factor")
+    if kind in _STATED_LENGTH_ROPE or not isinstance(factor, (int, float)) or isinstance(factor, bool) or factor < 1:
+        return positions
+    base = rope.get("original_max_position_embeddings") if kind == "yarn" else positions
+    base = base if isinstance(base, int) and not isinstance(base, bool) and base > 0 else positions
+    return max(positions, int(base * factor))
 
 
 def _family_arch(d: dict, name: str) -> Arch:
