@@ -92,6 +92,9 @@ GEMM_DTYPE_NAMES = frozenset(GEMM_DTYPES) | frozenset(FLOAT_DTYPES)
 ATTN_DTYPES = ("bfloat16", "float16", "fp8", "fp8_block", "int8")
 #: aiconfigurator's attention dtype names that are another's (FMHAQuantMode.fp8_block: SGLang's wide-EP fp8)
 ATTN_DTYPE_ALIASES = {"fp8_block": "fp8"}
+#: attention and KV-cache dtype names the attention prior takes: aiconfigurator's, and the float names `collect`
+#: writes (float32 priced as bfloat16 with a widened interval, as for GEMMs)
+ATTN_DTYPE_NAMES = frozenset(ATTN_DTYPES) | frozenset(FLOAT_DTYPES)
 
 
 def _numbers(s: pd.Series) -> np.ndarray:
@@ -128,7 +131,9 @@ def _dtype_known(op: str, name: str) -> bool:
     """Whether the prior of `op` prices dtype `name`; a blank cell is priced as bf16, its interval widened."""
     if name == "":
         return True
-    return name in GEMM_DTYPE_NAMES if op in ("gemm", "moe") else attn_key(name) is not None
+    if op in ("gemm", "moe"):
+        return name in GEMM_DTYPE_NAMES
+    return name in ATTN_DTYPE_NAMES
 
 
 def validate(df: pd.DataFrame, source: str = "input") -> pd.DataFrame:
@@ -171,7 +176,7 @@ def validate(df: pd.DataFrame, source: str = "input") -> pd.DataFrame:
         for c in DTYPE_COLUMNS[op]:
             names = out[c].to_numpy()
             unknown = [d for d in set(names[m].tolist()) if not _dtype_known(op, d)]
-            known = sorted(GEMM_DTYPE_NAMES) if op in ("gemm", "moe") else ATTN_DTYPES
+            known = sorted(GEMM_DTYPE_NAMES if op in ("gemm", "moe") else ATTN_DTYPE_NAMES)
             _refuse(df, source, m & np.isin(names, unknown),
                     f"{op} rows' {c} is none the priors know ({', '.join(known)})", c)
     attn = ops.str.endswith("_attention").to_numpy()

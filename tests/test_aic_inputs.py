@@ -97,6 +97,9 @@ def test_predict_kernels_notes_fp8_at_the_16_bit_rate(monkeypatch, capsys, tmp_p
     ([{**GEMM, "latency": 1.0}, {**GEMM, "latency": -1}], "rows.csv", "latency"),
     ([{"op_name": "context_attention", "batch_size": 1, "isl": 128, "num_heads": 8, "num_key_value_heads": 8,
        "head_dim": 128, "attn_dtype": "fp7"}], "rows.csv", "attn_dtype is none the priors know"),
+    ([{"op_name": "generation_attention", "batch_size": 1, "isl": 1, "step": 128, "num_heads": 8,
+       "num_key_value_heads": 8, "head_dim": 128, "kv_cache_dtype": "fp64"}], "rows.csv",
+     "kv_cache_dtype is none the priors know"),  # a spelling dtype_key reads, but no attention kernel's
 ])
 def test_rows_the_priors_cannot_price_are_refused(monkeypatch, capsys, tmp_path, rows, name, where):
     """Each was priced before (True as 1, 8.5, fp7 as bf16, zipf as balanced, EP 3 of 8 experts) or dropped from
@@ -110,9 +113,14 @@ def test_rows_the_priors_cannot_price_are_refused(monkeypatch, capsys, tmp_path,
 def test_blank_cells_and_collected_float_names_still_predict():
     """A blank latency is a row to predict, `collect`'s float32 rows price (as bf16, noted), EPLB power laws
     route as balanced."""
-    rows = validate(pd.DataFrame([{**GEMM, "latency": None, "gemm_dtype": "float32"},
-                                  {**MOE, "moe_ep_size": 4, "distribution": "power_law_1.2_eplb", "latency": 0.1}]))
-    assert len(prior_terms(rows, H100)) == 2
+    attn = {"op_name": "context_attention", "batch_size": 1, "isl": 128, "num_heads": 8, "num_key_value_heads": 8,
+            "head_dim": 128, "attn_dtype": "float32", "kv_cache_dtype": "float32"}
+    eplb = {**MOE, "moe_ep_size": 4, "distribution": "power_law_1.2_eplb", "latency": 0.1}
+    rows = validate(pd.DataFrame([{**GEMM, "latency": None, "gemm_dtype": "float32"}, attn, eplb,
+                                  {**eplb, "distribution": "balanced"}]))
+    terms = prior_terms(rows, H100)
+    assert len(terms) == 4
+    assert terms.iloc[2].to_dict() == terms.iloc[3].to_dict()
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/datasets/aiconfigurator not found")
