@@ -66,25 +66,30 @@ def test_predict_kernels_notes_weight_only_fp4_once(monkeypatch, capsys, tmp_pat
     rows = [{**GEMM, "gemm_dtype": "nvfp4"}, {**GEMM, "m": 16, "gemm_dtype": "nvfp4"}, {**MOE, "moe_dtype": "nvfp4"}]
     code, err, out = _predict(monkeypatch, capsys, tmp_path, rows)
     assert code in (0, None), err
-    notes = [ln for ln in err.splitlines() if "no fp4 matrix units" in ln]
-    assert len(notes) == 1 and notes[0].startswith("note:") and "nvfp4_wo" in notes[0]
+    notes = [ln for ln in err.splitlines() if "priced weight-only" in ln]
+    assert len(notes) == 1 and notes[0].startswith("note:") and "nvfp4 as nvfp4_wo" in notes[0]
     pred = pd.read_csv(out)["pred_ms"]
     fp8 = _predict(monkeypatch, capsys, tmp_path, [{**GEMM, "gemm_dtype": "fp8"}])[2]
     assert pred.iloc[0] >= pd.read_csv(fp8)["pred_ms"].iloc[0]
     code, err, _ = _predict(monkeypatch, capsys, tmp_path, rows, "b200_sxm")
-    assert code in (0, None) and "fp4 matrix units" not in err
+    assert code in (0, None) and "weight-only" not in err
 
 
-def test_predict_kernels_notes_fp8_at_the_16_bit_rate(monkeypatch, capsys, tmp_path):
-    """fp8 on a GPU without fp8 units is priced at the 16-bit rate, as engines run it (W8A16), and said once."""
-    rows = [{**GEMM, "m": 4096, "n": 4096, "k": 4096, "gemm_dtype": d} for d in ("fp8", "fp8", "bfloat16")]
+def test_fp8_without_fp8_units_runs_weight_only_as_serving_prices_it(monkeypatch, capsys, tmp_path):
+    """fp8 GEMMs on a GPU without fp8 units are priced as W8A16 (int8_wo, Marlin's path), the mode predict-serving
+    prices an fp8 checkpoint in there, and said once; fp8 attention there computes at the 16-bit rate."""
+    from hybridperf.serving.cost import gemm_dtype
+    attn = {"op_name": "context_attention", "batch_size": 1, "isl": 128, "num_heads": 8, "num_key_value_heads": 8,
+            "head_dim": 128, "attn_dtype": "fp8", "kv_cache_dtype": "fp8"}
+    rows = [*({**GEMM, "m": 4096, "n": 4096, "k": 4096, "gemm_dtype": d} for d in ("fp8", "fp8", "int8_wo")), attn]
     code, err, out = _predict(monkeypatch, capsys, tmp_path, rows, "a100_sxm")
     assert code in (0, None), err
-    notes = [ln for ln in err.splitlines() if "no fp8 matrix units" in ln]
-    assert len(notes) == 1 and notes[0].startswith("note:") and "16-bit" in notes[0]
-    assert spec_matrix_peak(A100, "fp8") == spec_matrix_peak(A100, "bf16")
+    notes = [ln for ln in err.splitlines() if ln.startswith("note:")]
+    assert sum("fp8 as int8_wo" in n for n in notes) == 1 and sum("attention fp8" in n for n in notes) == 1, err
+    pred = pd.read_csv(out)["pred_ms"]
+    assert pred.iloc[0] == pred.iloc[2] and gemm_dtype("fp8", A100) == "int8_wo"
     code, err, _ = _predict(monkeypatch, capsys, tmp_path, rows, "h100_sxm")
-    assert code in (0, None) and "fp8 matrix units" not in err
+    assert code in (0, None) and "weight-only" not in err and "attention fp8" not in err
 
 
 @pytest.mark.parametrize("rows, name, where", [

@@ -150,9 +150,9 @@ def harness_name(harness) -> str:
 def dtype_notes(rows, dev) -> list[str]:
     """One `note:` line per way validated aiconfigurator rows are priced other than their dtype says, once
     per run: a GEMM/MoE dtype the prior does not model (a blank cell, `collect`'s float32) as bfloat16; on
-    a GPU without FP4 matrix units, an fp4-activation dtype as its weight-only counterpart
-    (`llm_gemm.device_dtype`, as `predict-serving --precision fp4` prices it); on one without fp8 units,
-    fp8 math at the 16-bit rate (`llm_gemm.PEAK_FALLBACK`)."""
+    a GPU without FP4 or FP8 matrix units, such a dtype as the weight-only mode engines run it in
+    (`llm_gemm.device_dtype`, the rule `predict-serving` follows); fp8 attention without fp8 units at the
+    16-bit rate (`llm_gemm.PEAK_FALLBACK`)."""
     from hybridperf.aic_kernels import DTYPE_COLUMNS, attn_key
     from hybridperf.priors.llm_gemm import GEMM_DTYPES, device_dtype
 
@@ -164,17 +164,15 @@ def dtype_notes(rows, dev) -> list[str]:
     if unknown:
         notes.append(f"note: GEMM/MoE dtype(s) {', '.join(unknown)} are not modelled; those rows are priced as "
                      "bfloat16 with a widened interval (a --calibration with rows of the same dtype shifts them)")
-    weight_only = {d: device_dtype(d, dev) for _, d in gemm_like if device_dtype(d, dev) != d}
+    weight_only = sorted({f"{d} as {device_dtype(d, dev)}" for _, d in gemm_like if device_dtype(d, dev) != d})
     if weight_only:
-        notes.append(f"note: {dev.name} has no fp4 matrix units; {', '.join(sorted(weight_only))} rows are priced "
-                     f"as weight-only {', '.join(sorted(set(weight_only.values())))} (4-bit weights dequantized into "
-                     "the 16-bit MMA), as engines run NVFP4 checkpoints there")
-    fp8 = [f"{op} {d}" for op, d in pairs if not dev.has_matrix_units("fp8") and
-           (GEMM_DTYPES.get(device_dtype(d, dev), GEMM_DTYPES["bfloat16"])[2] == "fp8" if op in ("gemm", "moe")
-            else attn_key(d) == "fp8")]
-    if fp8:
+        notes.append(f"note: {dev.name} lacks the matrix units of some rows' dtypes; they are priced weight-only, as "
+                     f"engines run such checkpoints there (weights dequantized into the 16-bit MMA): "
+                     f"{', '.join(weight_only)}")
+    fp8 = sorted({f"{op} {d}" for op, d in pairs if op.endswith("attention") and attn_key(d) == "fp8"})
+    if fp8 and not dev.has_matrix_units("fp8"):
         notes.append(f"note: {dev.name} has no fp8 matrix units; {', '.join(fp8)} rows are priced at its 16-bit "
-                     "matrix rate, as engines run fp8 checkpoints there (weight-only W8A16, e.g. Marlin)")
+                     "matrix rate")
     return notes
 
 

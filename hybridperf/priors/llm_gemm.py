@@ -72,18 +72,20 @@ UNFUSED_PATHS = {("int8_wo", "sglang"): ("sq", 47.0, 9.0), ("fp8", "torch._scale
 WARP_MMA_ON_BLACKWELL = frozenset({"int4_wo", "int8_wo"})
 
 
-#: dtypes whose activations only FP4 matrix units take -> the weight-only mode engines run such a checkpoint in
-#: on a GPU without them (Hopper, Ada, Ampere): 4-bit weights dequantized into the 16-bit MMA (aiconfigurator's
-#: `nvfp4_wo`; its MoE twin `w4a16_nvfp4` is priced the same). Priced at 2x fp8 there, an 8192^3 nvfp4 GEMM
-#: on H100 came out at 2,100 TFLOP/s, above the board's dense fp8 peak.
-FP4_WEIGHT_ONLY = {"nvfp4": "nvfp4_wo"}
+#: dtypes whose activations need matrix units a GPU may lack -> (those units, the weight-only mode engines run such
+#: a checkpoint in without them): NVFP4 as 4-bit weights dequantized into the 16-bit MMA (aiconfigurator's
+#: `nvfp4_wo`; its MoE twin `w4a16_nvfp4` is priced the same), FP8 as 8-bit weights (vLLM's Marlin on Ampere).
+#: The 2x-fp8 peak an FP4 dtype would otherwise take put an 8192^3 nvfp4 GEMM on H100 above its fp8 peak.
+WEIGHT_ONLY_WITHOUT_UNITS = {"nvfp4": ("fp4", "nvfp4_wo"), "fp8": ("fp8", "int8_wo"), "fp8_block": ("fp8", "int8_wo"),
+                             "fp8_static": ("fp8", "int8_wo"), "fp8_ootb": ("fp8", "int8_wo")}
 
 
 def device_dtype(dtype: str, device: DeviceSpec) -> str:
-    """The dtype `device` runs `dtype` as: an FP4-activation dtype on a GPU without FP4 matrix units
-    (`DeviceSpec.has_matrix_units`, the rule `serving.cost.gemm_dtype` follows) as its weight-only
-    counterpart (`FP4_WEIGHT_ONLY`), any other as itself."""
-    return dtype if device.has_matrix_units("fp4") else FP4_WEIGHT_ONLY.get(dtype, dtype)
+    """The dtype `device` runs `dtype` as: one whose activations need matrix units the GPU lacks
+    (`DeviceSpec.has_matrix_units`) as its weight-only mode (`WEIGHT_ONLY_WITHOUT_UNITS`), any other as
+    itself. The one rule of `predict-kernels` and `predict-serving`."""
+    units, weight_only = WEIGHT_ONLY_WITHOUT_UNITS.get(dtype, ("", dtype))
+    return weight_only if units and not device.has_matrix_units(units) else dtype
 
 
 def kernel_dtype(gemm_dtype: str, kernel_source: str | None, device: DeviceSpec | None = None) -> str:

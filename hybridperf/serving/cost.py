@@ -19,7 +19,7 @@ from hybridperf.devices import DeviceSpec, NodeSpec
 from hybridperf.errors import InputError
 from hybridperf.priors.attention import context_attention_ms, generation_attention_ms
 from hybridperf.priors.collectives import custom_all_reduce_ms
-from hybridperf.priors.llm_gemm import GEMM_DTYPES, ROOFLINE, gemm_ms
+from hybridperf.priors.llm_gemm import GEMM_DTYPES, ROOFLINE, device_dtype, gemm_ms
 from hybridperf.priors.memory import achievable_bandwidth, memory_time_ms
 from hybridperf.priors.mla import mla_decode_ms
 from hybridperf.priors.moe import moe_ms
@@ -81,13 +81,8 @@ def _bmm(batch, m, n, k, dtype: str, device: DeviceSpec):
 
 def gemm_dtype(precision: str, device: DeviceSpec) -> str:
     """GEMM dtype of a weight precision on `device`: FP4 or FP8 weights on a GPU without those tensor cores
-    run weight-only kernels (dequantised to BF16 in the GEMM, as vLLM's Marlin kernels do on Ampere)."""
-    dt = PRECISIONS[precision][0]
-    if dt == "nvfp4" and not device.has_matrix_units("fp4"):
-        return "int4_wo"  # (a Blackwell spec without its fp4 peak is priced at 2x fp8: llm_gemm.PEAK_FALLBACK)
-    if dt == "fp8" and not device.has_matrix_units("fp8"):
-        return "int8_wo"
-    return dt
+    run weight-only kernels (`llm_gemm.device_dtype`)."""
+    return device_dtype(PRECISIONS[precision][0], device)
 
 
 @dataclass(frozen=True)
