@@ -181,14 +181,16 @@ def validate(df: pd.DataFrame, source: str = "input") -> pd.DataFrame:
                     f"{op} rows' {c} is none the priors know ({', '.join(known)})", c)
     attn = ops.str.endswith("_attention").to_numpy()
     moe = (ops == "moe").to_numpy()
-    h, kv, e, k, ep = (out[c].to_numpy() for c in ("num_heads", "num_key_value_heads", "num_experts", "topk",
-                                                     "moe_ep_size"))
+    h, kv, e, k, ep, tp, inter = (out[c].to_numpy() for c in ("num_heads", "num_key_value_heads", "num_experts",
+                                                                "topk", "moe_ep_size", "moe_tp_size", "inter_size"))
     with np.errstate(invalid="ignore"):  # the other ops' rows are NaN there
         _refuse(df, source, attn & ((kv > h) | (np.mod(h, kv) != 0)),
                 "num_key_value_heads must be a whole number dividing num_heads", "num_key_value_heads")
         _refuse(df, source, moe & ((k > e) | (ep > e)), "moe rows need topk and moe_ep_size no larger than num_experts")
         _refuse(df, source, moe & (np.mod(e, ep) != 0), "moe rows need a moe_ep_size dividing num_experts",
                 "moe_ep_size")
+        _refuse(df, source, moe & (np.mod(inter, tp) != 0), "moe rows need a moe_tp_size dividing inter_size",
+                "moe_tp_size")
     names = out["distribution"].to_numpy()
     for name in sorted(set(names[moe].tolist())):
         try:

@@ -99,6 +99,7 @@ def test_fp8_without_fp8_units_runs_weight_only_as_serving_prices_it(monkeypatch
     ([{**GEMM, "gemm_dtype": "fp7"}], "rows.csv", "gemm_dtype is none the priors know (bf16, bfloat16"),
     ([{**MOE, "distribution": "zipf"}], "rows.csv", "distribution 'zipf'"),
     ([{**MOE, "moe_ep_size": 3}], "rows.csv", "moe_ep_size dividing num_experts (row 1, got 3)"),
+    ([{**MOE, "moe_tp_size": 5000}], "rows.csv", "moe_tp_size dividing inter_size (row 1, got 5000)"),
     ([{**GEMM, "latency": 1.0}, {**GEMM, "latency": -1}], "rows.csv", "latency"),
     ([{"op_name": "context_attention", "batch_size": 1, "isl": 128, "num_heads": 8, "num_key_value_heads": 8,
        "head_dim": 128, "attn_dtype": "fp7"}], "rows.csv", "attn_dtype is none the priors know"),

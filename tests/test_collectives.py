@@ -43,12 +43,17 @@ HYP = settings(max_examples=60, deadline=None, derandomize=True, suppress_health
 
 # ---------------------------------------------------------------------------------------------- catalog
 
+#: desktop units of one GPU, networked to each other (DGX Spark)
+ONE_GPU_NODES = ("DGX-Spark",)
+
+
 def test_every_node_device_resolves():
     for node in NODES:
         dev = get_device(node.device)
         assert dev.name == node.device, node.name
         assert node.intra_topology in TOPOLOGIES, node.name
-        assert node.gpus_per_node >= 1 and node.intra_bw_gbs > 0 and node.inter_bw_gbs > 0, node.name
+        assert node.gpus_per_node >= 2 or node.name in ONE_GPU_NODES, node.name
+        assert node.intra_bw_gbs > 0 and node.inter_bw_gbs > 0, node.name
         if node.intra_topology in ("nvlink_pairs", "mesh"):
             assert node.pair_bw_gbs > 0, node.name
 

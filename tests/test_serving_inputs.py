@@ -136,12 +136,14 @@ def test_bad_count_or_mode_leaves_the_row_unpredicted(configs, row, reason):
 
 
 def test_empty_cells_and_zero_moe_columns_keep_meaning_not_given(configs):
-    """An agg row's empty prefill/decode columns, a disagg row's empty tp_size, an empty mode (agg) and
-    moe_tp_size/moe_ep_size 0 (how silicon_sample.csv writes a dense run) predict as they always did."""
+    """An agg row's empty prefill/decode columns, a disagg row's empty tp_size, an empty mode (agg), a mode in
+    other case and spacing, and moe_tp_size/moe_ep_size 0 (how silicon_sample.csv writes a dense run) predict
+    as their plain rows do."""
     plain = predict_rows(pd.DataFrame([AGG, DISAGG]), configs, CAL)
     blank = predict_rows(pd.DataFrame([{**AGG, "mode": None, "moe_tp_size": 0, "moe_ep_size": 0,
                                         "prefill_tp_size": float("nan")},
-                                       {**DISAGG, "prefill_moe_tp_size": 0, "decode_moe_ep_size": 0}]), configs, CAL)
+                                       {**DISAGG, "mode": " Disagg", "prefill_moe_tp_size": 0,
+                                        "decode_moe_ep_size": 0}]), configs, CAL)
     assert list(blank.reason) == ["", ""]
     pd.testing.assert_series_equal(plain.pred_tpot_ms, blank.pred_tpot_ms)
 

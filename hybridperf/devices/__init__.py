@@ -56,10 +56,16 @@ def _node_index() -> dict:
 _BRAND_WORDS = ("nvidia", "tesla", "geforce", "quadro", "amd", "instinct", "radeon", "intel")
 
 
+def _without_brand(key: str) -> str | None:
+    """A normalised name with its first brand word removed, None when it starts with none."""
+    brand = next((b for b in _BRAND_WORDS if key.startswith(b) and len(key) > len(b)), None)
+    return None if brand is None else key[len(brand):]
+
+
 def _debrand(key: str) -> str:
     """A normalised name without its leading brand words."""
-    brand = next((b for b in _BRAND_WORDS if key.startswith(b) and len(key) > len(b)), None)
-    return key if brand is None else _debrand(key[len(brand):])
+    rest = _without_brand(key)
+    return key if rest is None else _debrand(rest)
 
 
 @cache
@@ -80,10 +86,9 @@ def _lookup_device(name: str) -> DeviceSpec | None:
     index = _device_index()
     hit = index.get(key)
     while hit is None:
-        brand = next((b for b in _BRAND_WORDS if key.startswith(b) and len(key) > len(b)), None)
-        if brand is None:
+        key = _without_brand(key)
+        if key is None:
             return _debranded_index().get(_debrand(_norm(name)))
-        key = key[len(brand):]
         hit = index.get(key)
     return hit
 

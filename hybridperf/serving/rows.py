@@ -64,10 +64,12 @@ def _int(row, key, default=1) -> int:
 
 
 def _mode(row) -> str:
-    """The row's mode, agg or disagg; an empty cell is agg (as it always was), anything else an InputError."""
+    """The row's mode, agg or disagg (case and spaces aside, as `backend`); an empty cell is agg, a run on one
+    instance; anything else an InputError."""
     mode = row.get("mode")
     if _empty(mode):
         return "agg"
+    mode = str(mode).strip().lower()
     if mode not in MODES:
         raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     return mode
