@@ -85,16 +85,15 @@ MAY_BE_ZERO = ("step", "window_size")
 DTYPE_COLUMNS = {"gemm": ("gemm_dtype",), "moe": ("moe_dtype",),
                  "context_attention": ("attn_dtype", "kv_cache_dtype"),
                  "generation_attention": ("attn_dtype", "kv_cache_dtype")}
-#: GEMM and MoE dtype names the priors take: `GEMM_DTYPES`, and the float names `collect --schema aiconfigurator`
-#: writes (float32, bf16, ...), which are priced as bfloat16 with a widened interval (the CLI says so)
-GEMM_DTYPE_NAMES = frozenset(GEMM_DTYPES) | frozenset(FLOAT_DTYPES)
-#: aiconfigurator's attention and KV-cache dtype names (FMHAQuantMode, KVCacheQuantMode)
-ATTN_DTYPES = ("bfloat16", "float16", "fp8", "fp8_block", "int8")
 #: aiconfigurator's attention dtype names that are another's (FMHAQuantMode.fp8_block: SGLang's wide-EP fp8)
 ATTN_DTYPE_ALIASES = {"fp8_block": "fp8"}
-#: attention and KV-cache dtype names the attention prior takes: aiconfigurator's, and the float names `collect`
-#: writes (float32 priced as bfloat16 with a widened interval, as for GEMMs)
-ATTN_DTYPE_NAMES = frozenset(ATTN_DTYPES) | frozenset(FLOAT_DTYPES)
+#: dtype names each op's prior takes: the GEMM and MoE priors `GEMM_DTYPES`, attention aiconfigurator's attention
+#: and KV-cache names (FMHAQuantMode, KVCacheQuantMode); each also the float names `collect --schema
+#: aiconfigurator` writes (float32, bf16, ...), float32 priced as bfloat16 with a widened interval (the CLI says so)
+_MATMUL_NAMES = frozenset(GEMM_DTYPES) | frozenset(FLOAT_DTYPES)
+_ATTN_NAMES = frozenset({"bfloat16", "float16", "fp8", "fp8_block", "int8"}) | frozenset(FLOAT_DTYPES)
+DTYPE_NAMES = {"gemm": _MATMUL_NAMES, "moe": _MATMUL_NAMES, "context_attention": _ATTN_NAMES,
+               "generation_attention": _ATTN_NAMES}
 
 
 def _numbers(s: pd.Series) -> np.ndarray:
@@ -125,15 +124,6 @@ def attn_key(name) -> str | None:
         return dtype_key(ATTN_DTYPE_ALIASES.get(str(name), str(name)))
     except UnknownDeviceError:
         return None
-
-
-def _dtype_known(op: str, name: str) -> bool:
-    """Whether the prior of `op` prices dtype `name`; a blank cell is priced as bf16, its interval widened."""
-    if name == "":
-        return True
-    if op in ("gemm", "moe"):
-        return name in GEMM_DTYPE_NAMES
-    return name in ATTN_DTYPE_NAMES
 
 
 def validate(df: pd.DataFrame, source: str = "input") -> pd.DataFrame:
@@ -173,12 +163,11 @@ def validate(df: pd.DataFrame, source: str = "input") -> pd.DataFrame:
             _refuse(df, source, m & ~(np.isfinite(v) & ((v >= 0) if c in MAY_BE_ZERO else (v > 0))),
                     f"{op} rows need a {sign} {c}", c)
             _refuse(df, source, m & (v != np.floor(v)), f"{op} rows need a whole number {c}", c)
-        for c in DTYPE_COLUMNS[op]:
+        for c in DTYPE_COLUMNS[op]:  # a blank cell is priced as bf16, its interval widened
             names = out[c].to_numpy()
-            unknown = [d for d in set(names[m].tolist()) if not _dtype_known(op, d)]
-            known = sorted(GEMM_DTYPE_NAMES if op in ("gemm", "moe") else ATTN_DTYPE_NAMES)
+            unknown = [d for d in set(names[m].tolist()) if d != "" and d not in DTYPE_NAMES[op]]
             _refuse(df, source, m & np.isin(names, unknown),
-                    f"{op} rows' {c} is none the priors know ({', '.join(known)})", c)
+                    f"{op} rows' {c} is none the priors know ({', '.join(sorted(DTYPE_NAMES[op]))})", c)
     attn = ops.str.endswith("_attention").to_numpy()
     moe = (ops == "moe").to_numpy()
     h, kv, e, k, ep, tp, inter = (out[c].to_numpy() for c in ("num_heads", "num_key_value_heads", "num_experts",
