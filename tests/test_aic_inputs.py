@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 from conftest import assert_one_line_error
-from hybridperf.aic_kernels import prior_terms, validate
+from hybridperf.aic_kernels import prior_terms
+from hybridperf.aic_rows import validate
 from hybridperf.devices import get_device
 from hybridperf.priors.llm_gemm import gemm_ms, gemm_parts, matrix_peak, spec_matrix_peak
 from hybridperf.priors.moe import moe_ms

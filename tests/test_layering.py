@@ -9,7 +9,7 @@ The order, lowest first (a module may import its own layer and every layer below
     priors          the analytical models (roofline, GEMM tiles, memory, launch floor, collectives)
     residual_models features and the ONNX bundle runtime
     predictor       prior x residual with intervals: the kernel prediction path (and aic_kernels, the same
-                    for aiconfigurator's perf-table schema)
+                    for aiconfigurator's perf-table schema, whose rows aic_rows checks)
     transfer        few-shot adaptation of the predictor to a new GPU (suggest, adapt, export)
     graphs          model families -> kernel graphs, composition, parallelism
     serving         engine schedulers over the graphs' step times
@@ -35,7 +35,7 @@ LAYERS = (
     ("hybridperf.datasets",),
     ("hybridperf.priors",),
     ("hybridperf.residual_models",),
-    ("hybridperf.predictor", "hybridperf.aic_kernels"),  # aic_kernels: the aiconfigurator-schema kernel predictor
+    ("hybridperf.predictor", "hybridperf.aic_kernels", "hybridperf.aic_rows"),  # aiconfigurator rows and predictor
     ("hybridperf.transfer",),
     ("hybridperf.graphs",),
     ("hybridperf.serving",),

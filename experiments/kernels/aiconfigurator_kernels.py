@@ -25,7 +25,8 @@ import numpy as np
 import pandas as pd
 
 from experiments.common import DATA, REPO
-from hybridperf.aic_kernels import FEATURES, OPS, AicPredictor, dtype_of, interval_quantiles, memory_family, run_dtype_of
+from hybridperf.aic_kernels import FEATURES, AicPredictor, dtype_of, interval_quantiles, memory_family, run_dtype_of
+from hybridperf.aic_rows import OPS
 from hybridperf.datasets.aiconfigurator import SYSTEM_DEVICES, load_kernels
 from hybridperf.devices import get_device
 from hybridperf.training import aic_kernels as T

@@ -21,7 +21,8 @@ import pandas as pd
 
 from experiments.common import DATA, OUT, RESULTS
 from experiments.kernels import aiconfigurator_kernels as AK
-from hybridperf.aic_kernels import AicPredictor, calibrate_to, dtype_of, mape_shift, validate
+from hybridperf.aic_kernels import AicPredictor, calibrate_to, dtype_of, mape_shift
+from hybridperf.aic_rows import validate
 from hybridperf.datasets.aiconfigurator import SYSTEM_DEVICES, load_kernels
 from hybridperf.devices import get_device
 from hybridperf.training import aic_kernels as T

@@ -100,7 +100,8 @@ def _predict_aiconfigurator(raw, dev, output: Path, calibration, model_bundle, p
     """predict-kernels on rows in aiconfigurator's schema (hybridperf.aic_kernels)."""
     import numpy as np
 
-    from hybridperf.aic_kernels import AicPredictor, calibrate_to, harness_of, validate
+    from hybridperf.aic_kernels import AicPredictor, calibrate_to, harness_of
+    from hybridperf.aic_rows import validate
     from hybridperf.transfer.adapt import measured_elsewhere
 
     rows = validate(raw, source)
@@ -153,7 +154,7 @@ def dtype_notes(rows, dev) -> list[str]:
     a GPU without FP4 or FP8 matrix units, such a dtype as the weight-only mode engines run it in
     (`llm_gemm.device_dtype`, the rule `predict-serving` follows); fp8 attention without fp8 units at the
     16-bit rate (`llm_gemm.PEAK_FALLBACK`)."""
-    from hybridperf.aic_kernels import DTYPE_COLUMNS, attn_key
+    from hybridperf.aic_rows import DTYPE_COLUMNS, attn_key
     from hybridperf.priors.llm_gemm import GEMM_DTYPES, device_dtype
 
     pairs = sorted({(op, str(d)) for op in set(rows["op_name"]) for d in

@@ -16,7 +16,8 @@ import itertools
 import numpy as np
 import pandas as pd
 
-from hybridperf.aic_kernels import AicPredictor, dtype_of, prior_terms, validate
+from hybridperf.aic_kernels import AicPredictor, dtype_of, prior_terms
+from hybridperf.aic_rows import validate
 from hybridperf.devices import DeviceSpec
 from hybridperf.errors import InputError
 
