@@ -102,7 +102,7 @@ def _predict_aiconfigurator(raw, dev, output: Path, calibration, model_bundle, p
 
     from hybridperf.aic_kernels import AicPredictor, calibrate_to, harness_of
     from hybridperf.aic_rows import validate
-    from hybridperf.transfer.adapt import measured_elsewhere
+    from hybridperf.datasets.schema import measured_elsewhere
 
     rows = validate(raw, source)
     predictor = AicPredictor.load(model_bundle)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from hybridperf.devices import DTYPE_BYTES, dtype_key
+from hybridperf.devices import DTYPE_BYTES, DeviceSpec, dtype_key, get_device
 from hybridperf.errors import HybridperfError, InputError
 from hybridperf.ops import FUSED_OPS, GEMM_OPS, LINEAR_FORMS, OP_CLASS, canonical_op, op_work
 from hybridperf.timing import DEFAULT_HOST, HOSTS, TIMINGS, check_host, check_timing
@@ -175,3 +175,18 @@ def validate(df: pd.DataFrame, *, require_latency: bool = True) -> pd.DataFrame:
     if require_latency and not (df["latency_ms"] > 0).all():
         raise InputError("kernel table has NaN or non-positive latency_ms")
     return df
+
+
+def measured_elsewhere(measured: pd.DataFrame, dev: DeviceSpec) -> list[str]:
+    """The `device` names of calibration rows (as `collect` writes them) that are not `dev`: a calibration
+    from another GPU, or a CPU check, would shift this device's predictions by another's errors."""
+    names = measured["device"].dropna().astype(str).str.strip() if "device" in measured.columns else pd.Series([], dtype=str)
+    out = []
+    for name in sorted(set(names) - {""}):
+        try:
+            same = get_device(name).name == dev.name
+        except HybridperfError:  # a CPU, or a GPU the catalog lacks
+            same = False
+        if not same:
+            out.append(name)
+    return out

@@ -56,7 +56,8 @@ import numpy as np
 import pandas as pd
 
 from hybridperf.devices import DeviceSpec, get_device
-from hybridperf.errors import HybridperfError, InputError
+from hybridperf.errors import InputError
+from hybridperf.datasets.schema import measured_elsewhere
 from hybridperf.predictor import DEVICE_SHIFT_SD, device_shift_q90, ood_widening
 from hybridperf.priors.gemm import batched_tile_hypotheses
 from hybridperf.priors.launch import row_timing
@@ -384,21 +385,6 @@ def recalibrate(intervals: dict, loo: dict, coverage: float = 0.9, shift_sd: flo
         out[oc] = map_regimes(iv, {**iv, "q_lo": q_lo, "q_hi": q_hi, "q_center": (q_lo + q_hi) / 2,
                                    "ood_ref": ref[oc], "calibration_rows": int(len(loo[oc])),
                                    "device_shift_q90": device_shift_q90(len(loo[oc]), half[oc], shift_sd)})
-    return out
-
-
-def measured_elsewhere(measured: pd.DataFrame, dev: DeviceSpec) -> list[str]:
-    """The `device` names of calibration rows (as `collect` writes them) that are not `dev`: a calibration
-    from another GPU, or a CPU check, would shift this device's predictions by another's errors."""
-    names = measured["device"].dropna().astype(str).str.strip() if "device" in measured.columns else pd.Series([], dtype=str)
-    out = []
-    for name in sorted(set(names) - {""}):
-        try:
-            same = get_device(name).name == dev.name
-        except HybridperfError:  # a CPU, or a GPU the catalog lacks
-            same = False
-        if not same:
-            out.append(name)
     return out
 
 
