@@ -22,15 +22,20 @@ def pyplot(headless: bool):
     return plt
 
 
+def plot_format(path: str | Path) -> str:
+    """The image format a plot path names: its suffix, PNG without one."""
+    return Path(path).suffix[1:].lower() or "png"
+
+
 def check_plot_path(path: str | Path) -> None:
     """Refuse, before any work or output, a plot matplotlib cannot write: matplotlib missing, a format (the
     suffix; none is PNG) it has no writer for, or a path that cannot be written (`atomic.check_writable`)."""
     pyplot(headless=True)
     from matplotlib.backend_bases import FigureCanvasBase
 
-    fmt = Path(path).suffix[1:].lower()
+    fmt = plot_format(path)
     formats = FigureCanvasBase.get_supported_filetypes()
-    if fmt and fmt not in formats:
+    if fmt not in formats:
         raise InputError(f"--plot {path}: matplotlib cannot write .{fmt} files; use one of "
                          f"{', '.join(sorted(formats))}")
     check_writable(path)
@@ -40,7 +45,7 @@ def save_figure(fig, path: str | Path, dpi: int = 120) -> None:
     """Write `fig` to `path` atomically, in the format its suffix names (PNG without one): given a temporary
     name without a suffix, matplotlib would write NAME.png beside it and leave `path` empty."""
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=dpi, format=Path(path).suffix[1:].lower() or "png")
+        fig.savefig(tmp, dpi=dpi, format=plot_format(path))
 
 
 def plot_latency_vs_batch(df: pd.DataFrame, path: str | Path | None = None, title: str = ""):
