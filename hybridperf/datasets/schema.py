@@ -180,7 +180,8 @@ def validate(df: pd.DataFrame, *, require_latency: bool = True) -> pd.DataFrame:
 def measured_elsewhere(measured: pd.DataFrame, dev: DeviceSpec) -> list[str]:
     """The `device` names of calibration rows (as `collect` writes them) that are not `dev`: a calibration
     from another GPU, or a CPU check, would shift this device's predictions by another's errors."""
-    names = measured["device"].dropna().astype(str).str.strip() if "device" in measured.columns else pd.Series([], dtype=str)
+    names = measured["device"].dropna().astype(str).str.strip() if "device" in measured.columns \
+        else pd.Series([], dtype=str)
     out = []
     for name in sorted(set(names) - {""}):
         try:
