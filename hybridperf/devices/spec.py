@@ -50,6 +50,7 @@ class DeviceSpec:
     ecc_reserved: float = 0.0  # share of memory ECC takes on cards that enable it on GDDR (1/16)
     sfu_exp_per_sm_clock: float = 16.0  # MUFU.EX2 exponentials per SM per clock (softmax); 32 on Blackwell Ultra
     tensor_isa: str = ""  # "mma": the tensor cores take mma.sync only (sm_120 Blackwell); "": the arch's own
+    compute_capability: str = ""  # "9.0" as torch.cuda.get_device_capability() gives it (NVIDIA); "": not recorded
     tdp_w: float = 0.0
     pcie_gen: int = 3
     pcie_bw_gbs: float = 16.0  # per direction
@@ -179,6 +180,7 @@ _DEVICE_RULES = {
     "pcie_gen": (int, 1, 16, "", False), "pcie_bw_gbs": (float, 0.0, 1e5, "GB/s", True),
     "link_name": (str, "", None), "link_bw_gbs": (float, 0.0, 1e6, "GB/s (0: no link)", False),
     "form_factor": (str, None, None), "tensor_isa": (str, "", ("", "mma")),
+    "compute_capability": (str, "", None),
 }
 TOPOLOGIES = ("nvswitch", "nvlink_pairs", "pcie", "mesh")
 _NODE_RULES = {
