@@ -18,6 +18,8 @@ row, so a run cut short keeps what it measured. Method (written into README.md b
 - kernels: each call captured `GRAPH_CALLS` times in one CUDA graph, the graph replayed 3 times after a
   warm-up; `latency_ms` = fastest replay / GRAPH_CALLS (kernel time back to back, no host launch cost,
   as aiconfigurator's collectors time kernels inside graphs).
+- `--runs graph` (`graph_decode.py`): decode steps over a StaticCache replayed from a CUDA graph, as serving
+  engines run decode, beside the same step run eagerly and its profiled busy time.
 
     python -m experiments.gpu.measure_modern --out experiments/data/measured/h200/modern --budget-s 400
 """
@@ -285,11 +287,28 @@ PROFILE_RUNS = [("decode", 1, 1024), ("decode", 8, 1024), ("decode", 32, 2048), 
                 ("decode", 128, 512), ("decode", 256, 512), ("inf", 1, 2048), ("inf", 4, 2048), ("inf", 1, 256)]
 
 
+def busy_time(torch, step, steps: int = 3) -> tuple[float, int]:
+    """(GPU busy ms of one `step()`, device events a step): torch.profiler's device intervals over `steps`
+    steps, their union (annotations overlap kernels) over `steps`."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
+                   if e.device_type == torch.autograd.DeviceType.CUDA)
+    total_us, end = 0.0, float("-inf")
+    for start, stop in spans:
+        if stop > end:
+            total_us += stop - max(start, end)
+            end = stop
+    return round(total_us / (steps * 1e3), 4), len(spans) // steps
+
+
 def measure_kernel_sums(torch, rows: Rows, deadline: float, models=tuple(PROFILE_MODELS)) -> None:
     """GPU busy time of one step (torch.profiler: the union of the device intervals, mean of 3 steps):
     the device time a CUDA-graph engine pays, without the eager host overhead in `measured_ms`."""
-    from torch.profiler import ProfilerActivity, profile
-
     for name, layers in models:
         if time.time() > deadline:
             return
@@ -307,26 +326,14 @@ def measure_kernel_sums(torch, rows: Rows, deadline: float, models=tuple(PROFILE
                 step = model_step(torch, model, mode, b, s, False)
                 step()
                 torch.cuda.synchronize()
-                with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                    for _ in range(3):
-                        step()
-                    torch.cuda.synchronize()
+                busy_ms, calls = busy_time(torch, step)
             except Exception as e:  # out of memory, or a mode the family refuses: keep the other runs
                 rows.add(model=name, layers=n_layers, batch=b, seq=s, mode=mode, dtype="bf16", attn=attn,
                          note=f"kernel_sum: {type(e).__name__}")
                 torch.cuda.empty_cache()
                 continue
-            spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
-                           if e.device_type == torch.autograd.DeviceType.CUDA)
-            total_us, end = 0.0, float("-inf")  # the union of the device intervals: annotations overlap kernels
-            for start, stop in spans:
-                if stop > end:
-                    total_us += stop - max(start, end)
-                    end = stop
-            kernels = spans
             rows.add(model=name, layers=n_layers, batch=b, seq=s, mode=mode, dtype="bf16", attn=attn, amp=False,
-                     measured_ms=round(total_us / 3e3, 4), calls=len(kernels) // 3, note="kernel_sum",
-                     cache="grown" if mode == "decode" else "")
+                     measured_ms=busy_ms, calls=calls, note="kernel_sum", cache="grown" if mode == "decode" else "")
         del model
         torch.cuda.empty_cache()
 
@@ -390,12 +397,13 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--budget-s", type=float, default=400.0, help="stop starting new measurements after this")
     ap.add_argument("--kernel-share", type=float, default=0.25, help="share of the budget for kernels")
-    ap.add_argument("--runs", choices=("main", "extra", "decode", "profile"), default="main",
-                    help="which set of shapes and model runs (decode: the decode runs of main and extra)")
+    ap.add_argument("--runs", choices=("main", "extra", "decode", "profile", "graph"), default="main",
+                    help="which set of shapes and model runs (decode: the decode runs of main and extra; "
+                    "profile: GPU busy time of steps; graph: decode steps replayed from a CUDA graph)")
     ap.add_argument("--models", default="", help="comma-separated config[:layers] of examples/configs "
                     "(default: MODELS, big MoE models cut to a few layers)")
     args = ap.parse_args(argv)
-    models = parse_models(args.models, PROFILE_MODELS if args.runs == "profile" else MODELS)
+    models = parse_models(args.models, PROFILE_MODELS if args.runs in ("profile", "graph") else MODELS)
     import torch
     import transformers
 
@@ -417,8 +425,11 @@ def main(argv=None) -> int:
     measure_gemms(torch, krows, kdead, (GEMM_NK_EXTRA, GEMM_M_EXTRA) if extra else (GEMM_NK, GEMM_M))
     mrows = Rows(out / "models.csv", ["model", "layers", "batch", "seq", "mode", "dtype", "attn", "amp",
                                       "measured_ms", "median_ms", "calls", "peak_gb", "cache", "note"])
-    if args.runs == "profile":
-        measure_kernel_sums(torch, mrows, t0 + args.budget_s, models)
+    if args.runs in ("profile", "graph"):
+        from experiments.gpu.graph_decode import measure_graph_decode
+
+        measure = measure_kernel_sums if args.runs == "profile" else measure_graph_decode
+        measure(torch, mrows, t0 + args.budget_s, models)
     else:
         runs = {"main": RUNS, "extra": RUNS_EXTRA, "decode": [r for r in RUNS + RUNS_EXTRA if r[0] == "decode"]}
         measure_models(torch, mrows, t0 + args.budget_s, runs[args.runs], models)

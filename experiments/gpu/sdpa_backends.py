@@ -14,7 +14,11 @@ fastest half). `sdpa_call` rows: 200 back-to-back calls of one decode-shaped SDP
 the loop / 200 without synchronising inside it (the host's cost per call when the GPU keeps up),
 `device_us` = CUDA events around the same loop / 200 (the device's pace, or the host's where the host is
 slower). `tiny_add` times `torch.add(a, b, out=c)` on 16
-elements the same way: the host's per-op dispatch and launch cost.
+elements the same way: the host's per-op dispatch and launch cost. `grow_call` rows: GROW_CALLS successive
+decode-shaped SDPA calls whose keys and values are one token longer each call (built beforehand, as a
+growing cache hands them over), each timed by the wall clock with a synchronize on both sides:
+`host_us` is the first call, `device_us` the median of the others (a backend that builds an execution plan
+per new shape pays it on every call); `seq` is the first call's key length.
 """
 from __future__ import annotations
 
@@ -32,6 +36,10 @@ MODELS = ["llama3_8b", "qwen3_1_7b"]
 #: (mode, batch, seq)
 RUNS = [("decode", 1, 1024), ("decode", 8, 2048), ("decode", 32, 1024), ("inf", 1, 512), ("inf", 4, 1024)]
 BACKENDS = ["default", "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION"]
+#: decode-shaped SDPA calls over a growing key length: (batch, heads, kv_heads, head_dim, first key length)
+GROW_SHAPES = [(8, 32, 8, 128, 2048), (1, 32, 8, 128, 1024), (64, 16, 16, 128, 512), (8, 8, 4, 256, 2048),
+               (128, 28, 4, 128, 256)]
+GROW_CALLS = 8
 COLUMNS = ["what", "model", "mode", "batch", "seq", "backend", "measured_ms", "host_us", "device_us", "note"]
 
 
@@ -39,6 +47,34 @@ def backend_ctx(torch, name: str):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     return nullcontext() if name == "default" else sdpa_kernel([getattr(SDPBackend, name)])
+
+
+def grow_calls(torch):
+    """`grow_call` rows (module docstring), per GROW_SHAPES shape and backend."""
+    F = torch.nn.functional
+    for b, h, kvh, d, kv0 in GROW_SHAPES:
+        q = torch.randn(b, h, 1, d, device="cuda", dtype=torch.bfloat16)
+        for j, name in enumerate(BACKENDS):  # each backend its own key lengths: no plan another one built
+            first = kv0 + j * GROW_CALLS
+            kvs = [[torch.randn(b, kvh, first + i, d, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+                   for i in range(GROW_CALLS)]
+            row = {"what": "grow_call", "batch": b, "seq": first, "backend": name, "note": f"heads {h}/{kvh} dim {d}"}
+            times = []
+            try:
+                with backend_ctx(torch, name), torch.no_grad():
+                    for k, v in kvs:
+                        torch.cuda.synchronize()
+                        t = time.perf_counter()
+                        F.scaled_dot_product_attention(q, k, v, enable_gqa=h != kvh)
+                        torch.cuda.synchronize()
+                        times.append((time.perf_counter() - t) * 1e6)
+                rest = sorted(times[1:])
+                row.update(host_us=round(times[0], 1), device_us=round(rest[len(rest) // 2], 1))
+            except RuntimeError as e:
+                row["note"] += "; " + str(e).splitlines()[0][:80]
+            yield row
+            del kvs
+            torch.cuda.empty_cache()
 
 
 def main(argv=None) -> int:
@@ -74,6 +110,9 @@ def main(argv=None) -> int:
                             "device_us": round(dev, 2)})
             except RuntimeError as e:
                 w.writerow({"what": "sdpa_call", "batch": 8, "seq": 2048, "backend": name, "note": str(e)[:100]})
+        f.flush()
+        for row in grow_calls(torch):
+            w.writerow(row)
         f.flush()
         for model_name in MODELS:
             if time.time() - t0 > args.budget_s:
