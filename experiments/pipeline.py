@@ -152,10 +152,12 @@ STEPS: tuple[Step, ...] = (
          "NVIDIA H100 80GB HBM3", "--out", f"{{out}}/modern_models_h100_{tag}.md", minutes=1,
          results=((f"modern_models_h100_{tag}.md", f"modern_models_h100_{tag}.md"),))
       for tag, csv in (("lease2", "modern/models_second_lease.csv"), ("tf517", "moe_transformers/models_tf517.csv"),
-                       ("tf524", "moe_transformers/models_tf524.csv"), ("families", "families/models.csv"))],
+                       ("tf524", "moe_transformers/models_tf524.csv"), ("families", "families/models.csv"),
+                       ("generate", "generate_decode/models.csv"))],
     *[_m(f"device_time_{tag}", "device_time", str(MEASURED / csv), "--device", gpu, "--out",
          f"{{out}}/device_time_{tag}.md", minutes=1, results=((f"device_time_{tag}.md", f"device_time_{tag}.md"),))
       for tag, csv, gpu in (("h100_families", "h100/families/kernel_sums.csv", "NVIDIA H100 80GB HBM3"),
+                            ("h100_generate", "h100/generate_decode/kernel_sums.csv", "NVIDIA H100 80GB HBM3"),
                             ("h200", "h200/modern/models_device_time.csv", "NVIDIA H200"))],
     _m("gpu_pair", "gpu_pair", str(MEASURED / "h100") + "/modern/models.csv", "NVIDIA H100 80GB HBM3",
        _H200 + "/modern/models.csv", "NVIDIA H200", "--out", "{out}/gpu_pair.md", minutes=1,

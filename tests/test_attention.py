@@ -343,3 +343,57 @@ def test_rotate_half_concatenates_slices_unvectorised():
     phi3 = build_graph({**LLAMA, "model_type": "phi3", "partial_rotary_factor": 0.5}, 2, 64, dtype="bf16",
                        attn="sdpa").kernel_table()
     assert set(phi3.loc[phi3["name"].str.endswith("rope_pass"), "op"]) == {"misc:strided"}
+
+
+def test_decode_on_cudnn_first_gpus_builds_one_plan_per_growing_attention_shape():
+    """PyTorch runs cuDNN attention first on compute capability 9.0 and 10.0 only, and cuDNN builds a plan per new
+    key length: a half-precision SDPA decode step there pays one build per distinct shape whose keys grow, none
+    for a full sliding window (its length is fixed), none in fp32, eager or inference, none once cached."""
+    from hybridperf.graphs.attention import CUDNN_PLAN_MS, cudnn_plan_builds
+    from hybridperf.graphs.compose import predict_kernels_of
+
+    def builds(cfg, seq, device, mode="decode", dtype="bf16", attn="sdpa"):
+        graph = build_graph(cfg, 2, seq, mode=mode, dtype=dtype, attn=attn)
+        return cudnn_plan_builds(predict_kernels_of(graph, device, PRIOR), device)
+
+    assert [get_device(n).compute_capability for n in ("H100", "B200", "B300", "A100-SXM4-80GB")] == \
+        ["9.0", "10.0", "10.3", "8.0"]
+    assert builds(LLAMA, 512, H100) == builds(LLAMA, 512, B200) == 1
+    assert builds(LLAMA, 512, A100) == builds(LLAMA, 512, get_device("B300")) == 0
+    assert builds(LLAMA, 512, H100, dtype="fp32") == builds(LLAMA, 512, H100, attn="eager") == 0
+    assert builds(LLAMA, 512, H100, mode="inf") == 0
+    phi3 = {**LLAMA, "model_type": "phi3", "sliding_window": 255}
+    assert builds(phi3, 100, H100) == 1 and builds(phi3, 1024, H100) == 0
+    gemma3 = json.loads((CONFIGS / "gemma3_4b.json").read_text())
+    assert builds(gemma3, 4096, H100) == 1  # its global layers grow; the sliding ones keep their window
+    kw = dict(mode="decode", device=H100, predictor=PRIOR, dtype="bf16")
+    built, cached = (predict_model(LLAMA, 2, 512, cudnn_plans=p, **kw) for p in ("build", "cached"))
+    assert built.plan_ms == CUDNN_PLAN_MS and cached.plan_ms == 0.0
+    assert built.ms == pytest.approx(cached.ms + CUDNN_PLAN_MS) and built.lo_ms <= built.ms <= built.hi_ms
+    assert built.lo_ms < cached.ms + CUDNN_PLAN_MS and "cudnn_plans" in set(built.breakdown()["group"])
+    assert predict_model(LLAMA, 2, 512, device=A100, predictor=PRIOR, mode="decode", dtype="bf16").plan_ms == 0.0
+    with pytest.raises(InputError, match="build, cached"):
+        predict_model(LLAMA, 2, 512, cudnn_plans="sometimes", **kw)
+
+
+def test_cli_cudnn_plans(tmp_path):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps(LLAMA))
+    base = ["predict-model", "--config", str(cfg), "--batch", "2", "--seq", "128", "--mode", "decode", "--dtype",
+            "bf16", "--device", "H100", "--json", "--prior-only"]
+    runner = CliRunner()
+    built, cached = (runner.invoke(app, base + extra) for extra in ([], ["--cudnn-plans", "cached"]))
+    assert built.exit_code == cached.exit_code == 0, built.output
+    assert "cuDNN plan building" in built.stderr and "cuDNN plan" not in cached.stderr
+    e2e = [json.loads(r.stdout.strip().splitlines()[-1])["e2e_ms"] for r in (built, cached)]
+    assert e2e[0] > e2e[1] + 30.0
+    bad = runner.invoke(app, base + ["--cudnn-plans", "never"])
+    assert bad.exit_code != 0 and "build, cached" in str(bad.exception)
+
+
+def test_modern_models_prices_plans_only_for_a_grown_cache():
+    from experiments.models.modern_models import cudnn_plans
+
+    assert cudnn_plans({"cache": "grown"}) == "build"
+    assert cudnn_plans({"cache": "grown", "cudnn_plans": "cached"}) == "cached"
+    assert cudnn_plans({"cache": "cropped"}) == cudnn_plans({}) == "cached"

@@ -7,6 +7,8 @@ Input: a CSV of measured runs, one per row, with columns
     layers       optional: the layer count the run used (overrides the config's)
     batch, seq   sequences and tokens (decode: tokens already in the cache)
     mode         inf | train | decode
+    cache        optional (decode): grown (a token a call, as generate() does) | cropped (back to `seq` each call)
+    cudnn_plans  optional (decode): cached where an earlier run of the process met the same key lengths
     dtype        fp32 | fp16 | bf16 (the model's dtype; fp32 with amp)
     attn         sdpa | eager (transformers' attn_implementation)
     amp          true | false (fp32 weights under bf16 autocast)
@@ -47,7 +49,10 @@ def _config_path(row: dict, csv_dir: Path, configs: Path) -> Path:
 
 
 #: what makes two rows the same run (those present in a CSV); a repeated measurement of one is averaged
-RUN_KEYS = ("config", "model", "layers", "batch", "seq", "mode", "dtype", "attn", "amp", "recompute", "device", "cache")
+RUN_KEYS = ("config", "model", "layers", "batch", "seq", "mode", "dtype", "attn", "amp", "recompute", "device", "cache",
+            "cudnn_plans")
+#: optional columns a summary groups by: how a decode row's cache was kept, whether its cuDNN plans were built
+GROUPS = ("cache", "cudnn_plans")
 
 
 def timed_runs(runs: pd.DataFrame) -> pd.DataFrame:
@@ -61,6 +66,14 @@ def timed_runs(runs: pd.DataFrame) -> pd.DataFrame:
         raise SystemExit("error: no run in the CSV has a positive measured_ms")
     keys = [c for c in RUN_KEYS if c in timed.columns]
     return timed.groupby(keys, dropna=False, sort=False, as_index=False)["measured_ms"].mean()
+
+
+def cudnn_plans(run: dict) -> str:
+    """Whether a decode run's steps built cuDNN plans: only a cache that grew (`cache = grown`; a cropped one
+    repeats one key length, whose plan the first call built) whose key lengths no earlier run of the process
+    met (`cudnn_plans` is not `cached`). Runs saved before the `cache` column all cropped theirs."""
+    grown = str(run.get("cache", "")).strip() == "grown"
+    return "build" if grown and str(run.get("cudnn_plans", "")).strip() != "cached" else "cached"
 
 
 def score(runs: pd.DataFrame, csv_dir: Path, configs: Path, device: str | None, predictor: Predictor,
@@ -77,7 +90,7 @@ def score(runs: pd.DataFrame, csv_dir: Path, configs: Path, device: str | None, 
         dtype = "fp32" if amp else str(r.get("dtype", "fp32")).strip()
         recompute = str(r.get("recompute", "false")).strip().lower() in _TRUE
         req = ModelRequest(cfg, int(r["batch"]), int(r["seq"]), str(r.get("mode", "inf")).strip(), dtype, attn, amp,
-                           recompute=recompute)
+                           recompute=recompute, cudnn_plans=cudnn_plans(r))
         dev = r.get("device") if isinstance(r.get("device"), str) and r.get("device").strip() else device
         p = predict_request(req, dev, predictor)
         m = float(r["measured_ms"])
@@ -93,19 +106,20 @@ def summary(scored: pd.DataFrame) -> pd.DataFrame:
                           "median_err_pct": float(np.median(g["err_pct"])),
                           "coverage_pct": float(np.mean(g["covered"]) * 100.0)})
 
-    keys = ["mode", "dtype", "attn", "amp", *(["cache"] if "cache" in scored.columns else [])]
-    rows = [{**dict(zip(keys, k)), **one(g)} for k, g in scored.fillna({"cache": "-"}).groupby(keys, sort=True)]
+    keys = ["mode", "dtype", "attn", "amp", *(c for c in GROUPS if c in scored.columns)]
+    filled = scored.fillna(dict.fromkeys(GROUPS, "-"))
+    rows = [{**dict(zip(keys, k)), **one(g)} for k, g in filled.groupby(keys, sort=True)]
     rows.append({**{k: "all" for k in keys}, **one(scored)})
     return pd.DataFrame(rows)
 
 
 def report(scored: pd.DataFrame, summ: pd.DataFrame, source: str, command: str) -> str:
-    cols = [c for c in ("model", "config", "layers", "batch", "seq", "mode", "dtype", "attn", "amp", "cache",
+    cols = [c for c in ("model", "config", "layers", "batch", "seq", "mode", "dtype", "attn", "amp", *GROUPS,
                         "measured_ms", "pred_ms", "lo_ms", "hi_ms", "err_pct", "covered") if c in scored.columns]
     return "\n".join(["# predict-model on modern whole-model runs", "",
                       f"Runs: `{source}`. Reproduce: `{command}`.", "",
                       "## Summary", "", summ.to_markdown(index=False, floatfmt=".1f"), "", "## Runs", "",
-                      scored[cols].fillna({"cache": ""}).to_markdown(index=False, floatfmt=".3g"), ""])
+                      scored[cols].fillna(dict.fromkeys(GROUPS, "")).to_markdown(index=False, floatfmt=".3g"), ""])
 
 
 def main(argv=None) -> None:

@@ -42,6 +42,10 @@ def predict_model_cmd(
                              "scaled_dot_product_attention kernel) or eager (materialized scores; NeuSight's labels)"),
     amp: bool = typer.Option(False, "--amp", help="fp32 weights under torch.autocast(bfloat16): GEMMs and attention in "
                              "bf16 with the weight casts of every forward, norms/softmax/loss in fp32, fp32 gradients"),
+    cudnn_plans: str = typer.Option(
+        "build", "--cudnn-plans", help="decode with SDPA on GPUs where PyTorch (2.11+) runs cuDNN attention first "
+        "(H100, H200, B200): build (each step's key length is new to the process, as in a first generate(): cuDNN "
+        "builds a plan per attention shape on the host, ~39 ms each) or cached (an earlier pass ran these lengths)"),
     fused: bool = typer.Option(False, "--fused", help="inference as torch.compile runs it: chains of element-wise "
                                "ops fused into one kernel, also into a following softmax/LayerNorm (NeuSight's "
                                "-fusion runs)"),
@@ -67,6 +71,9 @@ def predict_model_cmd(
     from hybridperf.graphs.compose import predict_model, resolve_predictor
 
     check_model_args(config, batch, seq, mode, model_bundle, prior_only)
+    from hybridperf.graphs.attention import check_cudnn_plans
+
+    cudnn_plans = check_cudnn_plans(cudnn_plans)
     if any(v is not None for v in (dp, tp, pp, microbatches, overlap, bucket_mb, zero)):
         if fused:
             raise InputError("--fused is not modelled with --dp/--tp/--pp (training runs eager)")
@@ -83,11 +90,11 @@ def predict_model_cmd(
     predictor.check_device(dev, allow_other_device)
     calibration = _calibrate(measured_runs, dev, predictor)
     res = predict_model(str(config), batch, seq, mode, dev, predictor, dtype=dtype, fused=fused, optimizer=optimizer,
-                        recompute=recompute, calibration=calibration, attn=attn, amp=amp)
+                        recompute=recompute, calibration=calibration, attn=attn, amp=amp, cudnn_plans=cudnn_plans)
     raw = res.to_dict()
     check_predictions(raw["e2e_ms"], raw["lo_ms"], raw["hi_ms"], f"{config.name} on {dev.name}")
     check_parts(raw, f"{config.name} on {dev.name}")
-    typer.echo(f"assumes: {_assumptions(res.graph)}", err=True)
+    typer.echo(f"assumes: {_assumptions(res.graph, res.plan_ms)}", err=True)
     need = res.graph.memory()
     _warn_memory(need, dev)
     out = {k: _round(v) for k, v in raw.items()}
@@ -112,15 +119,16 @@ def _round(v: float) -> float:
     return round(v, 4) if abs(v) >= 1e-3 else float(f"{v:.4g}")
 
 
-def _assumptions(graph) -> str:
-    """The execution a prediction assumed, in one line (dtype policy, attention implementation)."""
+def _assumptions(graph, plan_ms: float = 0.0) -> str:
+    """The execution a prediction assumed, in one line (dtype policy, attention implementation, cuDNN plans)."""
     from hybridperf.graphs.attention import NO_SDPA
 
     prec = "fp32 weights under bf16 autocast" if graph.amp else f"{graph.dtype} model"
     attn = graph.attn
     if attn == "sdpa" and graph.config.family in NO_SDPA:
         attn = f"eager ({graph.config.family} has no SDPA path in transformers)"
-    return f"{prec}, {attn} attention, eager PyTorch (transformers)"
+    plans = f", {plan_ms:.1f} ms of cuDNN plan building (new key lengths; --cudnn-plans cached)" if plan_ms else ""
+    return f"{prec}, {attn} attention, eager PyTorch (transformers){plans}"
 
 
 def check_model_args(config: Path, batch: int, seq: int, mode: str, model_bundle, prior_only: bool) -> None:

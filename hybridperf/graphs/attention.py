@@ -22,6 +22,8 @@ implementation rewrites those spans in the built blocks:
          `enable_gqa`) keeps the eager span. A decode step (one query row) is bound by its KV-cache read.
          Families transformers runs without SDPA (Gemma 2, GPT-OSS, Switch, GPT-Neo) fall back to eager, as
          transformers' default does.
+         cuDNN plans: where PyTorch runs cuDNN attention first (compute capability 9.0 and 10.0: H100, H200,
+         B200), cuDNN builds an execution plan per new attention shape on the host (`cudnn_plan_builds`).
 
 Adding an implementation (flash_attention_2, paged decode) is one `AttentionImpl` entry in `IMPLEMENTATIONS`.
 """
@@ -51,11 +53,23 @@ BIAS_MASK = ("t5",)
 DECODE_MASK_SETUP = 10
 #: log half-width of a fused kernel's interval: checked only on one GPU (H100 SDPA), on others a prior alone
 FUSED_LOG_HALF_WIDTH = float(np.log(1.4))
+#: compute capabilities on which PyTorch (2.11, cuDNN >= 9.15.1) tries cuDNN attention before FlashAttention
+#: (`check_prefer_cudnn_attention` in aten/src/ATen/native/transformers/cuda/sdp_utils.cpp)
+CUDNN_FIRST = ("9.0", "10.0")
+#: host time (ms) cuDNN takes to build one SDPA execution plan: median of 8 decode-shaped calls over a growing key
+#: length at five shapes (batch 1-128, 8-32 heads, head dim 128-256: 36.4-40.1 ms each) on our H100's host
+#: (`experiments/data/measured/h100/generate_decode/backends.csv`); CPU-bound, so another host's differs
+CUDNN_PLAN_MS = 38.6
+#: widest head dimension cuDNN's SDPA takes
+CUDNN_MAX_HEAD_DIM = 256
+#: a decode step's cuDNN plans: `build` (the process meets these key lengths for the first time: every step of a
+#: first `generate()`), `cached` (an earlier pass over the same batch and key lengths built them)
+CUDNN_PLAN_MODES = ("build", "cached")
 
 
 def mark_call(kernels: list, **shape) -> list:
-    """Mark the kernels of one eager attention call with its shape (B, S, S_kv, heads, kv_heads, hd, vd, train),
-    so that an implementation can replace them."""
+    """Mark the kernels of one eager attention call with its shape (B, S, S_kv, heads, kv_heads, hd, vd, train;
+    a decode step's also `sliding`), so that an implementation can replace them."""
     call = dict(shape)
     return [{**k, "attn_call": call} for k in kernels]
 
@@ -87,10 +101,13 @@ def backend(cfg: ModelConfig, dtype: str, call: dict, explicit_mask: bool) -> st
 
 def explicit_mask(cfg: ModelConfig, call: dict) -> bool:
     """Whether transformers hands SDPA a mask: T5's bias, or a sliding window no longer than the keys
-    (`masking_utils`: a window of `w` keys is masked from `w` keys on, a decode step's full window included)."""
+    (`masking_utils`: a window of `w` keys is masked from `w` keys on, a decode step's full window included).
+    A call marked `sliding=False` is a full-attention layer (a decode step of Gemma 3's global layers)."""
     if cfg.family in BIAS_MASK:
         return True
-    window = cfg.sliding_window if (cfg.every_layer_slides or "sliding_attention" in cfg.layer_types) else 0
+    layer_slides = call.get("sliding", True)
+    window = cfg.sliding_window if layer_slides and (cfg.every_layer_slides or "sliding_attention" in cfg.layer_types) \
+        else 0
     return bool(window) and call["S_kv"] >= window
 
 
@@ -182,6 +199,31 @@ def attention_impl(name: str) -> AttentionImpl:
     if key not in IMPLEMENTATIONS:
         raise InputError(f"unknown attention implementation {name!r}; one of {', '.join(IMPLEMENTATIONS)}")
     return IMPLEMENTATIONS[key]
+
+
+def check_cudnn_plans(mode: str) -> str:
+    key = str(mode).strip().lower()
+    if key not in CUDNN_PLAN_MODES:
+        raise InputError(f"unknown cuDNN plan mode {mode!r}; one of {', '.join(CUDNN_PLAN_MODES)}")
+    return key
+
+
+def cudnn_plan_builds(tab: pd.DataFrame, device: DeviceSpec) -> int:
+    """cuDNN execution plans one decode step builds on `device`: its distinct half-precision SDPA decode shapes
+    whose keys grow a token a step (no explicit mask; a full sliding window keeps its length, so its plan is
+    built once). cuDNN keys a plan by batch, heads, head dims and key length (`MHAParams`,
+    aten/src/ATen/native/cudnn/MHA.cpp), so each step of `generate()` over key lengths the process has not
+    run before builds one per shape, on the host, whichever layer asks first; none where PyTorch does not
+    run cuDNN attention first (`CUDNN_FIRST`)."""
+    if device.compute_capability not in CUDNN_FIRST or "attn" not in tab.columns:
+        return 0
+    rows = tab[(tab["op"] == "attention") & tab["dtype"].isin(("fp16", "bf16"))]
+    keys = set()
+    for r in rows.itertuples(index=False):
+        s = parse_spec(r.attn)
+        if s["backend"] == "decode" and s["causal"] and r.K <= CUDNN_MAX_HEAD_DIM:
+            keys.add((r.B, r.H, s["kv_heads"], r.K, s["vd"], r.N))
+    return len(keys)
 
 
 def fused_attention_ms(rows: pd.DataFrame, device: DeviceSpec) -> np.ndarray:

@@ -45,7 +45,8 @@ import pandas as pd
 
 from hybridperf.devices import DTYPE_BYTES, DeviceSpec, get_device
 from hybridperf.errors import InputError, ModelBundleError
-from hybridperf.graphs.attention import FUSED_LOG_HALF_WIDTH, FUSED_OPS, fused_attention_ms
+from hybridperf.graphs.attention import (CUDNN_PLAN_MS, FUSED_LOG_HALF_WIDTH, FUSED_OPS, check_cudnn_plans,
+                                         cudnn_plan_builds, fused_attention_ms)
 from hybridperf.graphs.calibration import CALIBRATION
 from hybridperf.graphs.grouped import launch_grouped_gemms, native_loop
 from hybridperf.graphs.kernels import build_graph
@@ -198,6 +199,7 @@ class ModelPrediction:
     log_bias: float
     kind: str
     opt_ms: float = 0.0  # the optimizer step (graphs with an optimizer only)
+    plan_ms: float = 0.0  # host time building cuDNN attention plans (a decode step's new key lengths), in fw_ms
 
     def to_dict(self) -> dict:
         """The contract's {"e2e_ms", "lo_ms", "hi_ms", "fw_ms", "bw_ms"}, plus "opt_ms" with an optimizer."""
@@ -222,7 +224,12 @@ class ModelPrediction:
         t["total"] = t.sum(axis=1)
         t["share"] = t["total"] / max(t["total"].sum(), 1e-12)
         order = [g for g in GROUPS if g in t.index] + [g for g in t.index if g not in GROUPS]
-        return t.loc[order].rename_axis("group").reset_index()
+        t = t.loc[order]
+        if self.plan_ms > 0:  # host time, no kernel: a row of its own
+            t.loc["cudnn_plans"] = 0.0
+            t.loc["cudnn_plans", ["fw", "total"]] = self.plan_ms
+        t["share"] = t["total"] / max(t["total"].sum(), 1e-12)
+        return t.rename_axis("group").reset_index()
 
 
 def graph_kernels(graph: ModelGraph, device: DeviceSpec) -> pd.DataFrame:
@@ -307,10 +314,12 @@ def predict_table(tab: pd.DataFrame, device: DeviceSpec, predictor: Predictor) -
 
 
 def compose(graph: ModelGraph, dev: DeviceSpec, predictor: Predictor, correction: bool = True,
-            calibration: dict | None = None) -> ModelPrediction:
+            calibration: dict | None = None, cudnn_plans: str = "build") -> ModelPrediction:
     """Predict and compose one graph on `dev` (see the module docstring for the model). Callers resolve the
-    device once, at their boundary, and pass the `DeviceSpec` (which passes through); a name is resolved here."""
+    device once, at their boundary, and pass the `DeviceSpec` (which passes through); a name is resolved here.
+    `cudnn_plans` (decode): whether the step builds its cuDNN attention plans (`graphs.attention.CUDNN_PLAN_MODES`)."""
     dev = get_device(dev)
+    cudnn_plans = check_cudnn_plans(cudnn_plans)
     kind = predictor_kind(predictor)
     if calibration is not None and correction and kind not in calibration:
         raise InputError(f"the composition calibration holds constants for {', '.join(sorted(calibration)) or 'no'}"
@@ -328,7 +337,10 @@ def compose(graph: ModelGraph, dev: DeviceSpec, predictor: Predictor, correction
     scale = float(np.exp(log_bias))
     total = tab["total_ms"].to_numpy()
     phase = tab["phase"].to_numpy()
-    fw = float(total[phase == "fw"].sum()) * scale
+    # a decode step's new key lengths each build a cuDNN plan on the host where PyTorch runs cuDNN attention
+    builds = graph.mode == "decode" and correction and cudnn_plans == "build"
+    plan_ms = CUDNN_PLAN_MS * cudnn_plan_builds(tab, dev) if builds else 0.0
+    fw = float(total[phase == "fw"].sum()) * scale + plan_ms
     bw = float(total[np.isin(phase, BACKWARD_PHASES)].sum()) * scale
     opt = float(total[phase == "opt"].sum()) * scale
     e2e = fw + bw + opt
@@ -347,11 +359,14 @@ def compose(graph: ModelGraph, dev: DeviceSpec, predictor: Predictor, correction
     else:
         q_lo, q_hi = float(np.sum(w * l_k)), float(np.sum(w * u_k))
     q_lo, q_hi = min(q_lo, 0.0), max(q_hi, 0.0)
-    host = host_bound_share(tab, par)
+    # host-bound kernels and plan building run at the host's speed, up to HOST_SPREAD slower; plans up to as
+    # much faster (another source's host built one in 23-37 ms)
+    host = (host_bound_share(tab, par) * (e2e - plan_ms) + plan_ms) / e2e
     q_hi = float(np.log((1.0 - host) * np.exp(q_hi) + host * max(np.exp(q_hi), HOST_SPREAD)))
-    return ModelPrediction(graph=graph, kernels=tab, ms=e2e, lo_ms=e2e * float(np.exp(q_lo)),
+    lo = (e2e - plan_ms + plan_ms / HOST_SPREAD) * float(np.exp(q_lo))
+    return ModelPrediction(graph=graph, kernels=tab, ms=e2e, lo_ms=lo,
                            hi_ms=e2e * float(np.exp(q_hi)), fw_ms=fw, bw_ms=bw, log_bias=log_bias, kind=kind,
-                           opt_ms=opt)
+                           opt_ms=opt, plan_ms=plan_ms)
 
 
 def predict_request(request: ModelRequest, device, predictor: Predictor | None = None, correction: bool = True,
@@ -359,13 +374,15 @@ def predict_request(request: ModelRequest, device, predictor: Predictor | None =
     """Predict one `ModelRequest` on `device` (a DeviceSpec, name or JSON spec path, resolved here once):
     `compose` of its graph."""
     pred = predictor if predictor is not None else resolve_predictor()
-    return compose(request.graph(), get_device(device), pred, correction=correction, calibration=calibration)
+    return compose(request.graph(), get_device(device), pred, correction=correction, calibration=calibration,
+                   cudnn_plans=request.cudnn_plans)
 
 
 def predict_model(config, batch: int, seq: int, mode: str = "inf", device="NVIDIA H100 80GB HBM3",
                   predictor: Predictor | None = None, correction: bool = True, dtype: str = "fp32",
                   fused: bool = False, optimizer: str | None = None, recompute: bool = False,
-                  calibration: dict | None = None, attn: str = DEFAULT_ATTN, amp: bool = False) -> ModelPrediction:
+                  calibration: dict | None = None, attn: str = DEFAULT_ATTN, amp: bool = False,
+                  cudnn_plans: str = "build") -> ModelPrediction:
     """Whole-model latency of one forward (`inf`) or forward+backward (`train`) pass, or one decode step:
     `predict_request` of the `ModelRequest` these arguments make.
 
@@ -382,17 +399,20 @@ def predict_model(config, batch: int, seq: int, mode: str = "inf", device="NVIDI
     (`hybridperf.graphs.measured_runs.calibrate_from_runs`, with the same `predictor`); default: shipped.
     `attn`: transformers' attention implementation, `sdpa` (its default) or `eager` (NeuSight's labels:
     dtype fp32, attn eager); `amp`: fp32 weights under bf16 autocast (`hybridperf.graphs.amp`).
+    `cudnn_plans` (decode with SDPA where PyTorch runs cuDNN attention first: H100, H200, B200): `build` (the
+    step's key lengths are new to the process, as in a first `generate()`) or `cached`.
     """
-    req = ModelRequest(config, batch, seq, mode, dtype, attn, amp, fused, optimizer, recompute)
+    req = ModelRequest(config, batch, seq, mode, dtype, attn, amp, fused, optimizer, recompute, cudnn_plans)
     return predict_request(req, device, predictor, correction, calibration)
 
 
 def sweep(config, batches, seqs, mode: str = "inf", device="NVIDIA H100 80GB HBM3",
           predictor: Predictor | None = None, dtype: str = "fp32", fused: bool = False,
           optimizer: str | None = None, recompute: bool = False, calibration: dict | None = None,
-          attn: str = DEFAULT_ATTN, amp: bool = False) -> pd.DataFrame:
+          attn: str = DEFAULT_ATTN, amp: bool = False, cudnn_plans: str = "build") -> pd.DataFrame:
     """Predictions over the grid batches x seqs: columns batch, seq, mode, device, e2e/lo/hi/fw/bw_ms
-    (and opt_ms with an `optimizer`; `fused`, `optimizer`, `recompute`, `calibration`: as in `predict_model`)."""
+    (and opt_ms with an `optimizer`; `fused`, `optimizer`, `recompute`, `calibration`, `cudnn_plans`: as in
+    `predict_model`)."""
     from hybridperf.graphs.config import load_config
 
     cfg = load_config(config)
@@ -409,6 +429,6 @@ def sweep(config, batches, seqs, mode: str = "inf", device="NVIDIA H100 80GB HBM
         for b in batches:
             graph = build_graph(cfg, b, s, mode, dtype, fused=fused, optimizer=optimizer, recompute=recompute,
                                 attn=attn, amp=amp)
-            r = compose(graph, dev, pred, calibration=calibration).to_dict()
+            r = compose(graph, dev, pred, calibration=calibration, cudnn_plans=cudnn_plans).to_dict()
             rows.append({"batch": int(b), "seq": int(s), "mode": mode, "device": dev.name, **r})
     return pd.DataFrame(rows)

@@ -50,11 +50,12 @@ def decode_setup(cfg: ModelConfig, B: int, kv: int, n: int) -> list:
 
 
 def cached_attention(p: str, cfg: ModelConfig, B: int, kv: int, scale_op, mask_ops, q_copy=False, softmax_fp32=False,
-               qk_fp32=False, softcap=False, sinks=False, strided_cache=False, strided_values=False) -> list:
+               qk_fp32=False, softcap=False, sinks=False, strided_cache=False, strided_values=False,
+               sliding=False) -> list:
     """Cache update, (repeat_kv), QK^T, scale, (soft-cap), mask, softmax and AV of one new token per sequence.
     A torch.cat with a strided input takes PyTorch's unvectorised path (`misc:strided`): `strided_cache`, a full
     sliding-window cache (a slice of the last step's keys and values); `strided_values`, new values sliced out
-    of a fused projection (Phi-3's, at batch > 1)."""
+    of a fused projection (Phi-3's, at batch > 1). `sliding`: a sliding-window layer (its call is marked so)."""
     heads, hd, kvh = cfg.heads, cfg.head_dim, cfg.num_kv_heads
     bh = B * heads
     cache = 2 * B * kvh * hd * kv * F32  # torch.cat reads the cache and the new token, writes them together
@@ -71,4 +72,4 @@ def cached_attention(p: str, cfg: ModelConfig, B: int, kv: int, scale_op, mask_o
     ks.append(bmm(f"{p}.av", bh, 1, kv, hd))
     kind = "strided" if strided_cache else "copy"
     return [misc(f"{p}.cache_k", kind, cache), misc(f"{p}.cache_v", "strided" if strided_values else kind, cache),
-            *mark_call(ks, B=B, S=1, S_kv=kv, heads=heads, kv_heads=kvh, hd=hd, vd=hd, train=False)]
+            *mark_call(ks, B=B, S=1, S_kv=kv, heads=heads, kv_heads=kvh, hd=hd, vd=hd, train=False, sliding=sliding)]

@@ -68,7 +68,7 @@ def decode(cfg: ModelConfig, B: int, seq: int) -> list:
                 *cached_attention("attn", cfg, B, keys, "mulu", ("addu",), softmax_fp32=not v["oss"],
                                   softcap=v["softcap"], sinks=v["oss"],
                                   strided_cache=slides and seq >= cfg.sliding_window > 0,
-                                  strided_values=cfg.family == "phi3" and B > 1),
+                                  strided_values=cfg.family == "phi3" and B > 1, sliding=slides),
                 linear("o_proj", B, cfg.heads * cfg.head_dim, h, bias=v["o_bias"]),
                 *(rms_norm("post_attn_norm", B, h, unit_offset=True) if v["sandwich"] else []),
                 vec("resid_add1", "add", B, h), *rms_norm("post_norm", B, h, unit_offset=gemma, fp32_weight=v["oss"])]
