@@ -397,3 +397,34 @@ def test_modern_models_prices_plans_only_for_a_grown_cache():
     assert cudnn_plans({"cache": "grown"}) == "build"
     assert cudnn_plans({"cache": "grown", "cudnn_plans": "cached"}) == "cached"
     assert cudnn_plans({"cache": "cropped"}) == cudnn_plans({}) == "cached"
+
+
+def test_a_cuda_graph_step_has_no_host_and_a_decode_step_writes_a_static_cache():
+    """--launch graph composes the kernels without their host: each costs its device time, at least its op class's
+    profiler-timed floor, plus the replay's gap; a decode step then writes one token per layer in place instead of
+    concatenating the cache, and builds no cuDNN plan."""
+    from hybridperf.graphs.compose import GRAPH_GAP_MS, graph_launch_ms, predict_kernels_of
+    from hybridperf.priors.launch import KERNEL_FLOOR_MS
+
+    kw = dict(mode="decode", dtype="bf16", attn="sdpa")
+    eager, graph = (build_graph(LLAMA, 8, 1024, launch=launch, **kw) for launch in ("eager", "graph"))
+    cache = lambda g: g.kernel_table().set_index("name").loc["attn.cache_k"]  # noqa: E731
+    assert cache(eager)["nbytes"] == pytest.approx(cache(graph)["nbytes"] * 1025)
+    assert graph.launch == "graph" and eager.launch == "eager"
+    tab = predict_kernels_of(graph, H100, PRIOR)
+    t = graph_launch_ms(tab)
+    assert (t >= KERNEL_FLOOR_MS["elementwise"] + GRAPH_GAP_MS - 1e-12).all()
+    p_eager = predict_model(LLAMA, 8, 1024, device=H100, predictor=PRIOR, **kw)
+    p_graph = predict_model(LLAMA, 8, 1024, device=H100, predictor=PRIOR, launch="graph", **kw)
+    assert p_graph.plan_ms == 0.0 and p_graph.lo_ms <= p_graph.ms <= p_graph.hi_ms
+    assert p_graph.ms == pytest.approx(float(np.sum(t * tab["count"].to_numpy())))
+    assert p_graph.ms < p_eager.ms - p_eager.plan_ms  # no host dispatch
+    with pytest.raises(InputError, match="eager, graph"):
+        build_graph(LLAMA, 8, 1024, launch="compiled", **kw)
+    r = CliRunner().invoke(app, ["predict-model", "--config", str(CONFIGS / "qwen3_0_6b.json"), "--batch", "4",
+                                 "--seq", "256", "--mode", "decode", "--dtype", "bf16", "--device", "H100",
+                                 "--prior-only", "--launch", "graph", "--json"])
+    assert r.exit_code == 0 and "one CUDA graph" in r.stderr, r.output
+    bad = CliRunner().invoke(app, ["predict-model", "--config", str(CONFIGS / "qwen3_0_6b.json"), "--batch", "4",
+                                   "--seq", "256", "--device", "H100", "--launch", "graph", "--tp", "2"])
+    assert bad.exit_code != 0 and "--launch graph" in str(bad.exception)

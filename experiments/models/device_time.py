@@ -1,7 +1,7 @@
 """Score the GPU side of `predict-model` alone: each step's measured GPU busy time (torch.profiler, the union of
-the kernels' device intervals) against the composition without its host: the kernels' device time
-(`compose.device_time_and_launches`) times the composition's scale, plus its per-launch device gap, times the
-mode's bias; no per-kernel host floor.
+the kernels' device intervals) against its kernels composed as a CUDA graph replays them (`predict-model --launch
+graph`, `compose.graph_launch_ms`: each kernel's device time, at least its op class's profiler-timed floor, plus
+the replay's gap), over the step's own cache as it was kept.
 
 A whole-model run's error mixes the kernels' and the host's; on an eager host-bound step the host dominates
 (`experiments/RESULTS.md`, section 11). This separates them. Input: a CSV with `model` (a config name in
@@ -24,8 +24,7 @@ import pandas as pd
 from experiments.common import REPO
 from experiments.models.modern_models import timed_runs
 from hybridperf.devices import get_device
-from hybridperf.graphs.compose import (COMPOSITION_MODE, composition_params, device_time_and_launches,
-                                       predict_kernels_of, predictor_kind, resolve_predictor)
+from hybridperf.graphs.compose import graph_launch_ms, predict_kernels_of, resolve_predictor
 from hybridperf.graphs.config import load_config
 from hybridperf.graphs.request import ModelRequest
 
@@ -41,15 +40,15 @@ def busy_runs(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def predicted_device_ms(runs: pd.DataFrame, configs: Path, device: str, predictor) -> np.ndarray:
+    """Each run's GPU busy time as a CUDA graph would replay its kernels (`compose.graph_launch_ms`: device time,
+    at least each kernel's profiler-timed floor, plus the replay's gap), over the run's own (dynamic) cache."""
     dev = get_device(device)
-    kind = predictor_kind(predictor)
     out = []
     for r in runs.to_dict("records"):
         cfg = dataclasses.replace(load_config(configs / f"{r['model']}.json"), layers=int(r["layers"]))
         req = ModelRequest(cfg, int(r["batch"]), int(r["seq"]), r["mode"], r["dtype"], r["attn"], False)
-        par = composition_params(kind, COMPOSITION_MODE.get(r["mode"], r["mode"]))
-        kernel_ms, launches = device_time_and_launches(predict_kernels_of(req.graph(), dev, predictor))
-        out.append((kernel_ms * par["scale"] + launches * par["gap_ms"]) * np.exp(par["log_bias"]))
+        tab = predict_kernels_of(req.graph(), dev, predictor)
+        out.append(float(np.sum(graph_launch_ms(tab) * tab["count"].to_numpy())))
     return np.array(out)
 
 
@@ -70,9 +69,9 @@ def main(argv=None) -> int:
     text = "\n".join([
         "# predict-model's kernels against measured GPU busy time (no host)", "",
         f"Runs: `{src}` on {a.device}. Reproduce: `python -m experiments.models.device_time {src} --device "
-        f"\"{a.device}\"`. Predicted: the composition without its host (kernels' device time and per-launch gaps, "
-        "no per-kernel host floor). `cache`: how a decode row's cache was kept (cropped: a strided view, as no "
-        "`generate()` keeps it).", "",
+        f"\"{a.device}\"`. Predicted: the kernels as a CUDA graph replays them (device time, at least "
+        "a profiler-timed kernel's floor, plus the replay's gap). `cache`: how a decode row's cache was kept "
+        "(cropped: a strided view, as no `generate()` keeps it).", "",
         f"All {len(runs)} runs: MAPE {runs['err_pct'].abs().mean():.1f}%, "
         f"median error {runs['err_pct'].median():+.1f}%.",
         "", stats(["mode", "cache"]).to_markdown(index=False, floatfmt=".1f"), "",

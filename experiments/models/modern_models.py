@@ -77,9 +77,9 @@ def cudnn_plans(run: dict) -> str:
 
 
 def score(runs: pd.DataFrame, csv_dir: Path, configs: Path, device: str | None, predictor: Predictor,
-          default_attn: str = "sdpa") -> pd.DataFrame:
+          default_attn: str = "sdpa", launch: str = "eager") -> pd.DataFrame:
     """Each timed run (`timed_runs`) with pred_ms, lo_ms, hi_ms, err_pct and covered (`default_attn` where a run
-    names none)."""
+    names none; `launch`: how every run issued its kernels)."""
     out = []
     for r in timed_runs(runs).to_dict("records"):
         cfg = load_config(_config_path(r, csv_dir, configs))
@@ -90,7 +90,7 @@ def score(runs: pd.DataFrame, csv_dir: Path, configs: Path, device: str | None, 
         dtype = "fp32" if amp else str(r.get("dtype", "fp32")).strip()
         recompute = str(r.get("recompute", "false")).strip().lower() in _TRUE
         req = ModelRequest(cfg, int(r["batch"]), int(r["seq"]), str(r.get("mode", "inf")).strip(), dtype, attn, amp,
-                           recompute=recompute, cudnn_plans=cudnn_plans(r))
+                           recompute=recompute, cudnn_plans=cudnn_plans(r), launch=launch)
         dev = r.get("device") if isinstance(r.get("device"), str) and r.get("device").strip() else device
         p = predict_request(req, dev, predictor)
         m = float(r["measured_ms"])
@@ -130,13 +130,21 @@ def main(argv=None) -> None:
     ap.add_argument("--prior-only", action="store_true")
     ap.add_argument("--default-attn", default="sdpa", help="attention of runs without an attn column (older files "
                     "such as experiments/data/measured/*/models.csv were measured eager)")
+    ap.add_argument("--launch", default="eager", choices=("eager", "graph"),
+                    help="how the runs issued their kernels (graph: replayed from a CUDA graph)")
+    ap.add_argument("--note", default=None, help="score only the rows whose note column is this (graph_decode.csv: "
+                    "graph)")
     ap.add_argument("--out", type=Path, default=None, help="markdown report (default: print it)")
     a = ap.parse_args(argv)
     runs = pd.read_csv(a.runs)
+    if a.note is not None:
+        if "note" not in runs.columns:
+            raise SystemExit("error: --note given, but the runs CSV has no note column")
+        runs = runs[runs["note"] == a.note]
     if "device" not in runs.columns and a.device is None:
         raise SystemExit("error: give --device or a device column")
     predictor = Predictor.prior_only() if a.prior_only else resolve_predictor(warn=False)
-    scored = score(runs, a.runs.parent, a.configs, a.device, predictor, a.default_attn)
+    scored = score(runs, a.runs.parent, a.configs, a.device, predictor, a.default_attn, a.launch)
     local = str(REPO) + "/"  # the report names paths inside the repository relative to it
     args = [f'"{x}"' if " " in x else x.replace(local, "") for x in (sys.argv[1:] if argv is None else argv)]
     text = report(scored, summary(scored), str(a.runs).replace(local, ""),

@@ -46,6 +46,10 @@ def predict_model_cmd(
         "build", "--cudnn-plans", help="decode with SDPA on GPUs where PyTorch (2.11+) runs cuDNN attention first "
         "(H100, H200, B200): build (each step's key length is new to the process, as in a first generate(): cuDNN "
         "builds a plan per attention shape on the host, ~39 ms each) or cached (an earlier pass ran these lengths)"),
+    launch: str = typer.Option(
+        "eager", "--launch", help="eager (PyTorch dispatches every kernel from Python, transformers' default) or "
+        "graph (the step replayed from one CUDA graph, as serving engines run decode and torch.compile's "
+        "reduce-overhead mode a step: no host between kernels; a decode step over a static cache)"),
     fused: bool = typer.Option(False, "--fused", help="inference as torch.compile runs it: chains of element-wise "
                                "ops fused into one kernel, also into a following softmax/LayerNorm (NeuSight's "
                                "-fusion runs)"),
@@ -75,8 +79,9 @@ def predict_model_cmd(
 
     cudnn_plans = check_cudnn_plans(cudnn_plans)
     if any(v is not None for v in (dp, tp, pp, microbatches, overlap, bucket_mb, zero)):
-        if fused:
-            raise InputError("--fused is not modelled with --dp/--tp/--pp (training runs eager)")
+        if fused or launch != "eager":
+            raise InputError(f"{'--fused' if fused else '--launch graph'} is not modelled with --dp/--tp/--pp "
+                             "(training runs eager)")
         _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, model_bundle, prior_only,
                               dp, tp, pp, microbatches, overlap, bucket_mb, dtype, optimizer, recompute, zero or 0,
                               measured_runs, allow_other_device, attn, amp)
@@ -90,7 +95,8 @@ def predict_model_cmd(
     predictor.check_device(dev, allow_other_device)
     calibration = _calibrate(measured_runs, dev, predictor)
     res = predict_model(str(config), batch, seq, mode, dev, predictor, dtype=dtype, fused=fused, optimizer=optimizer,
-                        recompute=recompute, calibration=calibration, attn=attn, amp=amp, cudnn_plans=cudnn_plans)
+                        recompute=recompute, calibration=calibration, attn=attn, amp=amp, cudnn_plans=cudnn_plans,
+                        launch=launch)
     raw = res.to_dict()
     check_predictions(raw["e2e_ms"], raw["lo_ms"], raw["hi_ms"], f"{config.name} on {dev.name}")
     check_parts(raw, f"{config.name} on {dev.name}")
@@ -128,7 +134,9 @@ def _assumptions(graph, plan_ms: float = 0.0) -> str:
     if attn == "sdpa" and graph.config.family in NO_SDPA:
         attn = f"eager ({graph.config.family} has no SDPA path in transformers)"
     plans = f", {plan_ms:.1f} ms of cuDNN plan building (new key lengths; --cudnn-plans cached)" if plan_ms else ""
-    return f"{prec}, {attn} attention, eager PyTorch (transformers){plans}"
+    launch = "one CUDA graph (no host)" + (", static cache" if graph.mode == "decode" else "") \
+        if graph.launch == "graph" else "eager PyTorch (transformers)"
+    return f"{prec}, {attn} attention, {launch}{plans}"
 
 
 def check_model_args(config: Path, batch: int, seq: int, mode: str, model_bundle, prior_only: bool) -> None:

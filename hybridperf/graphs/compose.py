@@ -82,6 +82,10 @@ COMPOSITION_MODE = {"decode": "inf"}
 #: composition constants were fitted on NeuSight's labels with that host's floors, and a kernel's
 #: device time inside a model does not depend on which host's floor was added and removed
 HARNESS_HOST = "neusight"
+#: what a kernel replayed from a CUDA graph costs beyond its busy time: median (graph replay - profiled busy
+#: time) / kernels over 34 static-cache decode steps of six models on our H100 (0.18-0.66 us;
+#: `experiments/data/measured/h100/generate_decode/graph_decode.csv`)
+GRAPH_GAP_MS = 0.00029
 
 
 def composition_params(kind: str, mode: str, calibration: dict | None = None, correction: bool = True) -> dict:
@@ -140,6 +144,15 @@ def in_model_ms(pred_ms, floor_ms, scale: float = 1.0, gap_ms: float = DEFAULT_G
     dev = scale * np.maximum(pred_ms - np.asarray(floor_ms, dtype=np.float64), 0.0)
     eager = np.maximum(dev + gap_ms, cpu_ms)
     return eager if looped is None else np.where(np.asarray(looped, dtype=bool), np.maximum(dev, LOOP_LAUNCH_MS), eager)
+
+
+def graph_launch_ms(tab: pd.DataFrame) -> np.ndarray:
+    """Per-launch time of kernels replayed from a CUDA graph: no host, so each kernel costs its device time but
+    at least a profiler-timed kernel's floor of its op class (`priors.launch.KERNEL_FLOOR_MS`, read off Vidur's
+    A100 profiles), plus the gap between back-to-back kernels (`GRAPH_GAP_MS`)."""
+    dev = np.maximum(tab["pred_ms"].to_numpy() - tab["floor_ms"].to_numpy(), 0.0)
+    floors = np.array([launch_floor_ms(OP_CLASS.get(op, "misc"), "kernel") for op in tab["op"]], dtype=np.float64)
+    return np.maximum(dev, floors) + GRAPH_GAP_MS
 
 
 def host_bound_share(tab: pd.DataFrame, par: dict) -> float:
@@ -317,7 +330,8 @@ def compose(graph: ModelGraph, dev: DeviceSpec, predictor: Predictor, correction
             calibration: dict | None = None, cudnn_plans: str = "build") -> ModelPrediction:
     """Predict and compose one graph on `dev` (see the module docstring for the model). Callers resolve the
     device once, at their boundary, and pass the `DeviceSpec` (which passes through); a name is resolved here.
-    `cudnn_plans` (decode): whether the step builds its cuDNN attention plans (`graphs.attention.CUDNN_PLAN_MODES`)."""
+    `cudnn_plans` (decode): whether the step builds its cuDNN attention plans (`graphs.attention.CUDNN_PLAN_MODES`).
+    A graph launched as one CUDA graph (`graph.launch`) is composed without its host (`graph_launch_ms`)."""
     dev = get_device(dev)
     cudnn_plans = check_cudnn_plans(cudnn_plans)
     kind = predictor_kind(predictor)
@@ -327,10 +341,17 @@ def compose(graph: ModelGraph, dev: DeviceSpec, predictor: Predictor, correction
     fitted_on = (calibration or {}).get(kind, {}).get("device") if correction else None
     if fitted_on is not None and fitted_on != dev.name:
         raise InputError(f"the composition calibration was fitted to runs on {fitted_on}, not {dev.name}")
+    graph_launch = graph.launch == "graph" and correction
+    if graph_launch and calibration is not None:
+        raise InputError("constants fitted to measured runs compose eager steps; a CUDA-graph step has no host to fit")
     tab = predict_kernels_of(graph, dev, predictor)
-    par = composition_params(kind, COMPOSITION_MODE.get(graph.mode, graph.mode), calibration, correction)
-    t = in_model_ms(tab["pred_ms"].to_numpy(), tab["floor_ms"].to_numpy(), par["scale"], par["gap_ms"],
-                    par["cpu_ms"], par["raw"], native_loop(tab))
+    if graph_launch:  # no host: device time only, the fallback interval of the kernels' own
+        par = {"raw": False, "scale": 1.0, "gap_ms": 0.0, "cpu_ms": 0.0, "log_bias": 0.0}
+        t = graph_launch_ms(tab)
+    else:
+        par = composition_params(kind, COMPOSITION_MODE.get(graph.mode, graph.mode), calibration, correction)
+        t = in_model_ms(tab["pred_ms"].to_numpy(), tab["floor_ms"].to_numpy(), par["scale"], par["gap_ms"],
+                        par["cpu_ms"], par["raw"], native_loop(tab))
     tab["t_ms"] = t
     tab["total_ms"] = t * tab["count"].to_numpy()
     log_bias = par["log_bias"]
@@ -338,7 +359,7 @@ def compose(graph: ModelGraph, dev: DeviceSpec, predictor: Predictor, correction
     total = tab["total_ms"].to_numpy()
     phase = tab["phase"].to_numpy()
     # a decode step's new key lengths each build a cuDNN plan on the host where PyTorch runs cuDNN attention
-    builds = graph.mode == "decode" and correction and cudnn_plans == "build"
+    builds = graph.mode == "decode" and correction and cudnn_plans == "build" and not graph_launch
     plan_ms = CUDNN_PLAN_MS * cudnn_plan_builds(tab, dev) if builds else 0.0
     fw = float(total[phase == "fw"].sum()) * scale + plan_ms
     bw = float(total[np.isin(phase, BACKWARD_PHASES)].sum()) * scale
@@ -382,7 +403,7 @@ def predict_model(config, batch: int, seq: int, mode: str = "inf", device="NVIDI
                   predictor: Predictor | None = None, correction: bool = True, dtype: str = "fp32",
                   fused: bool = False, optimizer: str | None = None, recompute: bool = False,
                   calibration: dict | None = None, attn: str = DEFAULT_ATTN, amp: bool = False,
-                  cudnn_plans: str = "build") -> ModelPrediction:
+                  cudnn_plans: str = "build", launch: str = "eager") -> ModelPrediction:
     """Whole-model latency of one forward (`inf`) or forward+backward (`train`) pass, or one decode step:
     `predict_request` of the `ModelRequest` these arguments make.
 
@@ -401,18 +422,21 @@ def predict_model(config, batch: int, seq: int, mode: str = "inf", device="NVIDI
     dtype fp32, attn eager); `amp`: fp32 weights under bf16 autocast (`hybridperf.graphs.amp`).
     `cudnn_plans` (decode with SDPA where PyTorch runs cuDNN attention first: H100, H200, B200): `build` (the
     step's key lengths are new to the process, as in a first `generate()`) or `cached`.
+    `launch`: `eager` (PyTorch dispatches every kernel: transformers' default) or `graph` (the step replayed from
+    one CUDA graph, without its host; a decode step over a static cache).
     """
-    req = ModelRequest(config, batch, seq, mode, dtype, attn, amp, fused, optimizer, recompute, cudnn_plans)
+    req = ModelRequest(config, batch, seq, mode, dtype, attn, amp, fused, optimizer, recompute, cudnn_plans, launch)
     return predict_request(req, device, predictor, correction, calibration)
 
 
 def sweep(config, batches, seqs, mode: str = "inf", device="NVIDIA H100 80GB HBM3",
           predictor: Predictor | None = None, dtype: str = "fp32", fused: bool = False,
           optimizer: str | None = None, recompute: bool = False, calibration: dict | None = None,
-          attn: str = DEFAULT_ATTN, amp: bool = False, cudnn_plans: str = "build") -> pd.DataFrame:
+          attn: str = DEFAULT_ATTN, amp: bool = False, cudnn_plans: str = "build", launch: str = "eager"
+          ) -> pd.DataFrame:
     """Predictions over the grid batches x seqs: columns batch, seq, mode, device, e2e/lo/hi/fw/bw_ms
-    (and opt_ms with an `optimizer`; `fused`, `optimizer`, `recompute`, `calibration`, `cudnn_plans`: as in
-    `predict_model`)."""
+    (and opt_ms with an `optimizer`; `fused`, `optimizer`, `recompute`, `calibration`, `cudnn_plans`, `launch`:
+    as in `predict_model`)."""
     from hybridperf.graphs.config import load_config
 
     cfg = load_config(config)
@@ -428,7 +452,7 @@ def sweep(config, batches, seqs, mode: str = "inf", device="NVIDIA H100 80GB HBM
     for s in seqs:
         for b in batches:
             graph = build_graph(cfg, b, s, mode, dtype, fused=fused, optimizer=optimizer, recompute=recompute,
-                                attn=attn, amp=amp)
+                                attn=attn, amp=amp, launch=launch)
             r = compose(graph, dev, pred, calibration=calibration, cudnn_plans=cudnn_plans).to_dict()
             rows.append({"batch": int(b), "seq": int(s), "mode": mode, "device": dev.name, **r})
     return pd.DataFrame(rows)

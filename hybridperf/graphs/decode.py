@@ -71,5 +71,22 @@ def cached_attention(p: str, cfg: ModelConfig, B: int, kv: int, scale_op, mask_o
     ks += attention_scores(p, bh, kv, scale_op, mask_ops, softmax_fp32, qk_fp32, softcap, sinks and cfg.heads)
     ks.append(bmm(f"{p}.av", bh, 1, kv, hd))
     kind = "strided" if strided_cache else "copy"
-    return [misc(f"{p}.cache_k", kind, cache), misc(f"{p}.cache_v", "strided" if strided_values else kind, cache),
+    return [cache_row(f"{p}.cache_k", kind, cache, kv), cache_row(f"{p}.cache_v", "strided" if strided_values else kind,
+                                                               cache, kv),
             *mark_call(ks, B=B, S=1, S_kv=kv, heads=heads, kv_heads=kvh, hd=hd, vd=hd, train=False, sliding=sliding)]
+
+
+def cache_row(name: str, kind: str, nbytes: float, cache_len: int) -> dict:
+    """A dynamic cache's torch.cat of `cache_len` tokens (read and written again every step), marked with its
+    length so that `static_cache` can rewrite it."""
+    return {**misc(name, kind, nbytes), "cache_len": int(cache_len)}
+
+
+def static_cache(blocks: list) -> list:
+    """A decode step over a static cache (transformers' StaticCache; a CUDA graph needs its fixed addresses):
+    each layer writes its new token's keys and values in place (`index_copy_`), where a dynamic cache
+    concatenates the whole cache again."""
+    for blk in blocks:
+        blk.kernels = [{**k, "op": "misc:copy", "nbytes": k["nbytes"] / k["cache_len"]} if k.get("cache_len") else k
+                       for k in blk.kernels]
+    return blocks

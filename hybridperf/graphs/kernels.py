@@ -38,10 +38,11 @@ from hybridperf.graphs import families  # noqa: F401  registers every family mod
 from hybridperf.graphs.attention import attention_impl
 from hybridperf.graphs.backward import tensor_numels  # noqa: F401  (re-exported: this module's former contents)
 from hybridperf.graphs.config import ModelConfig, check_positions, load_config  # noqa: F401
+from hybridperf.graphs.decode import static_cache
 from hybridperf.graphs.family import decode_families, family_of
 from hybridperf.graphs.fusion import fuse_pointwise
 from hybridperf.graphs.optimizer_specs import optimizer_spec
-from hybridperf.graphs.model_graph import (KERNEL_COLUMNS, MODES, ModelGraph, kernel_group,  # noqa: F401
+from hybridperf.graphs.model_graph import (KERNEL_COLUMNS, LAUNCHES, MODES, ModelGraph, kernel_group,  # noqa: F401
                                            param_numels)  # noqa: F401  (re-exported)
 from hybridperf.graphs.primitives import (F32, MODEL_DTYPES, Block, _k, cast,  # noqa: F401
                                          expert_groups, linear, ln, vec)
@@ -58,7 +59,7 @@ def loss_kernels(cfg: ModelConfig, B, S) -> list:
 
 def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str = "fp32", fused: bool = False,
                 optimizer: str | None = None, recompute: bool = False, attn: str = "eager",
-                amp: bool = False) -> ModelGraph:
+                amp: bool = False, launch: str = "eager") -> ModelGraph:
     """The kernel graph of one forward (`inf`) or forward+backward (`train`) pass, or of one decode step
     (`decode`: `batch` sequences, one new token each, `seq` tokens in the cache), every float tensor
     in `dtype` (fp32 as NeuSight measured; fp16/bf16 = the model cast to that dtype, GEMMs on tensor
@@ -68,8 +69,12 @@ def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str = "f
     optimizer step (`hybridperf.graphs.optimizer`; its kernels depend on the device, so the composition
     adds them). `recompute` (train only): activation checkpointing of every transformer layer. `attn`: the
     attention implementation (`hybridperf.graphs.attention`; this graph's default is eager, a request's sdpa).
-    `amp`: an fp32 model under bf16 autocast (`hybridperf.graphs.amp`)."""
+    `amp`: an fp32 model under bf16 autocast (`hybridperf.graphs.amp`). `launch`: eager or graph
+    (`model_graph.LAUNCHES`; a graph-launched decode step writes a static cache, `decode.static_cache`)."""
     cfg = load_config(config)
+    if str(launch).strip().lower() not in LAUNCHES:
+        raise InputError(f"unknown launch {launch!r}; one of {', '.join(LAUNCHES)}")
+    launch = str(launch).strip().lower()
     impl = attention_impl(attn)
     dtype = dtype_key(dtype)
     if dtype not in MODEL_DTYPES:
@@ -107,6 +112,8 @@ def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str = "f
         raise InputError("activation recomputation belongs to training (--mode train)")
     if mode == "decode":
         blocks = family.decode(cfg, batch, seq)
+        if launch == "graph":
+            blocks = static_cache(blocks)
     else:
         blocks = family.forward(cfg, batch, seq, train)
     blocks = impl.rewrite(blocks, cfg, dtype, mode)
@@ -119,7 +126,7 @@ def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str = "f
     if fused:
         blocks = [Block(b.name, b.count, fuse_pointwise(b.kernels), b.kind) for b in blocks]
     return ModelGraph(cfg, batch, seq, mode, blocks, dtype, fused=bool(fused), optimizer=optimizer,
-                      recompute=bool(recompute), amp=bool(amp), attn=impl.name)
+                      recompute=bool(recompute), amp=bool(amp), attn=impl.name, launch=launch)
 
 
 def layer_gemms(config, batch: int, seq: int, mode: str = "inf", block: str = "layer") -> pd.DataFrame:

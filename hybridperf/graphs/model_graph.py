@@ -24,6 +24,10 @@ KERNEL_COLUMNS = ("block", "name", "op", "B", "M", "N", "K", "H", "nbytes", "ext
 #: inf: one forward of batch x seq tokens; train: forward + backward; decode: one generated token per
 #: sequence against a key/value cache of seq tokens (`hybridperf.graphs.decode`)
 MODES = ("inf", "train", "decode")
+#: eager: PyTorch dispatches every kernel from Python (transformers' default); graph: the step is replayed from
+#: one CUDA graph, as serving engines run decode and torch.compile(mode="reduce-overhead") runs a step (a decode
+#: step then writes a static cache)
+LAUNCHES = ("eager", "graph")
 
 
 @dataclass
@@ -39,6 +43,7 @@ class ModelGraph:
     recompute: bool = False  # train: every layer checkpointed, its forward re-run in the backward (phase rc)
     amp: bool = False  # fp32 weights under bf16 autocast (`hybridperf.graphs.amp`; dtype is then bf16)
     attn: str = "eager"  # attention implementation (`hybridperf.graphs.attention`)
+    launch: str = "eager"  # how kernels are issued: eager PyTorch dispatch or one CUDA graph (`LAUNCHES`)
 
     @property
     def dtype_bytes(self) -> float:

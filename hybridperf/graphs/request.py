@@ -16,8 +16,9 @@ class ModelRequest:
     """A model run: `config` (HF config.json path, dict or ModelConfig), `batch` sequences of `seq` tokens,
     `mode` (inf, train, decode), the model `dtype` (fp32, fp16, bf16; with `amp`, fp32 weights under bf16
     autocast), the attention implementation `attn` (eager, sdpa), and the options `fused`, `optimizer`,
-    `recompute` of `hybridperf.graphs.build_graph`, and for a decode step `cudnn_plans` (build, cached:
-    `hybridperf.graphs.attention.CUDNN_PLAN_MODES`). NeuSight's labels are dtype fp32, attn eager."""
+    `recompute`, `launch` (eager, graph: one CUDA graph) of `hybridperf.graphs.build_graph`, and for a decode
+    step `cudnn_plans` (build, cached: `hybridperf.graphs.attention.CUDNN_PLAN_MODES`). NeuSight's labels are
+    dtype fp32, attn eager."""
 
     config: Any
     batch: int
@@ -30,7 +31,9 @@ class ModelRequest:
     optimizer: str | None = None
     recompute: bool = False
     cudnn_plans: str = "build"
+    launch: str = "eager"
 
     def graph(self) -> ModelGraph:
         return build_graph(self.config, self.batch, self.seq, self.mode, self.dtype, fused=self.fused,
-                           optimizer=self.optimizer, recompute=self.recompute, attn=self.attn, amp=self.amp)
+                           optimizer=self.optimizer, recompute=self.recompute, attn=self.attn, amp=self.amp,
+                           launch=self.launch)

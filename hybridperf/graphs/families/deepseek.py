@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from hybridperf.graphs.attention import mark_call
 from hybridperf.graphs.config import ModelConfig, kv_length
-from hybridperf.graphs.decode import decode_setup
+from hybridperf.graphs.decode import cache_row, decode_setup
 from hybridperf.graphs.family import Family
 from hybridperf.graphs.layers.attention_core import attention_scores
 from hybridperf.graphs.layers.llama import llama_layer_blocks
@@ -34,8 +34,8 @@ def _mla(cfg: ModelConfig, B: int, kv: int) -> list:
     nope, rope, v, r = d["qk_nope"], d["qk_rope"], d["v"], d["kv_lora"]
     qk = nope + rope
     return [*mla_query_and_latent(cfg, B),
-            misc("attn.cache_latent", "copy", 2 * B * kv * r * F32),
-            misc("attn.cache_rope", "copy", 2 * B * kv * rope * F32),
+            cache_row("attn.cache_latent", "copy", 2 * B * kv * r * F32, kv),
+            cache_row("attn.cache_rope", "copy", 2 * B * kv * rope * F32, kv),
             linear("kv_b_proj", B * kv, r, H * (nope + v), bias=False),
             misc("k_nope_copy", "copy", 2 * B * kv * H * nope * F32),
             misc("k_rope_copy", "copy", 2 * B * kv * H * rope * F32),
