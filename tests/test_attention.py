@@ -428,3 +428,59 @@ def test_a_cuda_graph_step_has_no_host_and_a_decode_step_writes_a_static_cache()
     bad = CliRunner().invoke(app, ["predict-model", "--config", str(CONFIGS / "qwen3_0_6b.json"), "--batch", "4",
                                    "--seq", "256", "--device", "H100", "--launch", "graph", "--tp", "2"])
     assert bad.exit_code != 0 and "--launch graph" in str(bad.exception)
+
+
+def test_static_cache_adds_its_position_kernels_and_masks_the_buffer():
+    from hybridperf.graphs.decode import STATIC_CACHE_KERNELS
+
+    kw = dict(mode="decode", dtype="bf16", attn="sdpa")
+    eager, graph = (build_graph(LLAMA, 8, 1024, launch=launch, **kw).kernel_table() for launch in ("eager", "graph"))
+    layers = LLAMA["num_hidden_layers"]
+    per_layer = lambda t: int(t.loc[t["block"] == "layer", "count"].sum())  # noqa: E731
+    assert per_layer(graph) - per_layer(eager) == len(STATIC_CACHE_KERNELS) * layers
+    assert set(graph.loc[graph["op"] == "attention", "attn"]) == {"decode;kvh=2;vd=64;causal=0"}  # masked
+    assert set(eager.loc[eager["op"] == "attention", "attn"]) == {"decode;kvh=2;vd=64;causal=1"}
+
+
+def test_gemma3_sliding_layers_are_masked_from_window_keys_on():
+    """transformers masks a sliding layer once its keys reach the window, also when the cache still holds them all
+    (seq = window - 1): the sliding layers split off then, masked; the global ones stay unmasked."""
+    gemma3 = json.loads((CONFIGS / "gemma3_4b.json").read_text())
+    window = gemma3.get("text_config", gemma3)["sliding_window"]
+
+    def specs(seq):
+        t = build_graph(gemma3, 1, seq, mode="decode", dtype="bf16", attn="sdpa").kernel_table()
+        return dict(zip(t.loc[t["op"] == "attention", "block"], t.loc[t["op"] == "attention", "attn"]))
+
+    assert set(specs(window - 2)) == {"layer"} and specs(window - 2)["layer"].endswith("causal=1")
+    for seq in (window - 1, window):
+        s = specs(seq)
+        assert s["layer"].endswith("causal=1") and s["sliding_layer"].endswith("causal=0")
+
+
+def test_compare_and_measured_runs_know_the_cudnn_plans(tmp_path):
+    from hybridperf.graphs.compare import compare_devices
+    from hybridperf.graphs.measured_runs import calibrate_from_runs, read_runs
+
+    kw = dict(mode="decode", predictor=PRIOR, dtype="bf16")
+    built = compare_devices(LLAMA, 2, 512, ["H100", "A100-SXM4-80GB"], **kw).set_index("device")
+    cached = compare_devices(LLAMA, 2, 512, ["H100", "A100-SXM4-80GB"], cudnn_plans="cached", **kw).set_index("device")
+    assert built.loc[H100.name, "plan_ms"] > 0 and cached.loc[H100.name, "plan_ms"] == 0
+    assert built.loc[A100.name, "e2e_ms"] == pytest.approx(cached.loc[A100.name, "e2e_ms"])
+    cfg = tmp_path / "llama.json"
+    cfg.write_text(json.dumps(LLAMA))
+    pred = predict_model(LLAMA, 2, 512, device=H100, **kw)
+    runs = tmp_path / "runs.csv"
+    pd.DataFrame({"config": ["llama.json"] * 2, "batch": [2, 2], "seq": [512, 512], "mode": ["decode"] * 2,
+                  "dtype": ["bf16"] * 2, "attn": ["sdpa"] * 2, "cudnn_plans": ["build", "cached"],
+                  "latency_ms": [pred.ms, pred.ms - pred.plan_ms]}).to_csv(runs, index=False)
+    cal = calibrate_from_runs(read_runs(runs), H100, PRIOR)
+    again = predict_model(LLAMA, 2, 512, device=H100, calibration=cal, **kw)
+    assert again.ms == pytest.approx(pred.ms, rel=0.05)  # the plan is not counted twice
+    pd.read_csv(runs).assign(latency_ms=1.0).to_csv(runs, index=False)
+    with pytest.raises(InputError, match="cudnn_plans = cached"):
+        calibrate_from_runs(read_runs(runs), H100, PRIOR)
+    bad = pd.read_csv(runs).assign(cudnn_plans="sometimes")
+    bad.to_csv(runs, index=False)
+    with pytest.raises(InputError, match="runs.csv:2: unknown cuDNN plan mode"):
+        read_runs(runs)

@@ -283,5 +283,6 @@ def test_full_sliding_window_cache_is_concatenated_strided():
         d = build_graph(MOE["gpt_oss"], 2, seq, "decode").kernel_table()
         return d[d["name"] == "attn.cache_k"].set_index("block")["op"].to_dict()
 
-    assert cache_ops(127) == {"layer": "misc:copy"}  # 127 cached tokens: no sliding block yet
+    assert cache_ops(126) == {"layer": "misc:copy"}  # 127 keys: no sliding block yet
+    assert cache_ops(127) == {"sliding_layer": "misc:copy", "layer": "misc:copy"}  # 128 keys: masked, not yet a slice
     assert cache_ops(400) == {"sliding_layer": "misc:strided", "layer": "misc:copy"}

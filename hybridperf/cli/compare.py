@@ -24,6 +24,8 @@ def compare_cmd(
     fused: bool = typer.Option(False, "--fused", help="inference as torch.compile runs it, as in predict-model"),
     attn: str = typer.Option("sdpa", "--attn", help="sdpa (transformers' default) or eager, as in predict-model"),
     amp: bool = typer.Option(False, "--amp", help="fp32 weights under bf16 autocast, as in predict-model"),
+    cudnn_plans: str = typer.Option("build", "--cudnn-plans", help="decode: build or cached, as in predict-model"),
+    launch: str = typer.Option("eager", "--launch", help="eager or graph (one CUDA graph), as in predict-model"),
     optimizer: Optional[str] = typer.Option(None, "--optimizer", help="train: add one optimizer step"),
     recompute: bool = typer.Option(False, "--recompute", help="train: activation checkpointing of every layer"),
     model_bundle: Optional[Path] = typer.Option(None, "--model-bundle", help="kernel bundle directory to use"),
@@ -41,13 +43,17 @@ def compare_cmd(
     from hybridperf.graphs.compose import resolve_predictor
 
     check_model_args(config, batch, seq, mode, model_bundle, prior_only)
+    from hybridperf.graphs.attention import check_cudnn_plans
+
+    cudnn_plans = check_cudnn_plans(cudnn_plans)
     check_outputs(output, plot)
     specs = resolve_devices(devices)  # fail on an unknown device before loading a bundle
     predictor = resolve_predictor(model_bundle, prior_only)
     for spec in specs:
         predictor.check_device(spec, allow_other_device)
     df = compare_devices(str(config), batch, seq, specs, mode, predictor, dtype=dtype, fused=fused,
-                         optimizer=optimizer, recompute=recompute, attn=attn, amp=amp)
+                         optimizer=optimizer, recompute=recompute, attn=attn, amp=amp, cudnn_plans=cudnn_plans,
+                         launch=launch)
     check_predictions(df["e2e_ms"], df["lo_ms"], df["hi_ms"], f"{config.name} per device")
     check_predictions(df["tokens_per_s"], what=f"{config.name} tokens/s", max_value=float("inf"))
     title = f"{config.stem} {mode} B={batch} S={seq} {dtype}"
@@ -57,6 +63,12 @@ def compare_cmd(
         plot_device_comparison(df, plot, title=title)
     if output is not None:
         write_csv(df, output)
+    planning = df.loc[df["plan_ms"] > 0, "device"].tolist()
+    if planning:  # a software effect on some GPUs only: say so beside any ranking
+        typer.echo(f"note: {len(planning)} device(s) run cuDNN attention first ({', '.join(planning)}); each of their "
+                   f"decode steps includes {df['plan_ms'].max():.1f} ms of host-side cuDNN plan building (new key "
+                   "lengths, as in a first generate()); pass --cudnn-plans cached for a process that ran them before",
+                   err=True)
     if as_json:
         print(json.dumps([{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}
                           for r in df.to_dict("records")]))

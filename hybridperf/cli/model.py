@@ -19,8 +19,9 @@ def predict_model_cmd(
     seq: int = typer.Option(..., "--seq", help="sequence length (tokens); with --mode decode, the tokens already "
                             "in the key/value cache"),
     mode: str = typer.Option("inf", "--mode", help="inf (one forward, no_grad), train (forward + backward) or "
-                             "decode (one generated token per sequence against a key/value cache of --seq tokens, "
-                             "HF eager generation; held-out accuracy in experiments/RESULTS.md section 11)"),
+                             "decode (one generated token per sequence against a key/value cache of --seq tokens: "
+                             "a step of HF generate(), or of a CUDA graph with --launch graph; held-out accuracy in "
+                             "experiments/RESULTS.md section 11)"),
     device: str = typer.Option(..., "--device", help="catalog device name/alias or a JSON spec path"),
     as_json: bool = typer.Option(False, "--json", help="print the result as one JSON object (last line)"),
     breakdown: bool = typer.Option(False, "--breakdown", help="print a table of time per op class"),
@@ -79,9 +80,10 @@ def predict_model_cmd(
 
     cudnn_plans = check_cudnn_plans(cudnn_plans)
     if any(v is not None for v in (dp, tp, pp, microbatches, overlap, bucket_mb, zero)):
-        if fused or launch != "eager":
-            raise InputError(f"{'--fused' if fused else '--launch graph'} is not modelled with --dp/--tp/--pp "
-                             "(training runs eager)")
+        if fused:
+            raise InputError("--fused is not modelled with --dp/--tp/--pp (training runs eager)")
+        if launch != "eager":
+            raise InputError("--launch graph is not modelled with --dp/--tp/--pp (a parallel step runs eager)")
         _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, model_bundle, prior_only,
                               dp, tp, pp, microbatches, overlap, bucket_mb, dtype, optimizer, recompute, zero or 0,
                               measured_runs, allow_other_device, attn, amp)
@@ -101,6 +103,9 @@ def predict_model_cmd(
     check_predictions(raw["e2e_ms"], raw["lo_ms"], raw["hi_ms"], f"{config.name} on {dev.name}")
     check_parts(raw, f"{config.name} on {dev.name}")
     typer.echo(f"assumes: {_assumptions(res.graph, res.plan_ms)}", err=True)
+    if res.graph.launch == "graph" and mode != "decode":
+        typer.echo("note: --launch graph was checked against CUDA-graph decode steps only (RESULTS.md section 11)",
+                   err=True)
     need = res.graph.memory()
     _warn_memory(need, dev)
     out = {k: _round(v) for k, v in raw.items()}
@@ -133,7 +138,8 @@ def _assumptions(graph, plan_ms: float = 0.0) -> str:
     attn = graph.attn
     if attn == "sdpa" and graph.config.family in NO_SDPA:
         attn = f"eager ({graph.config.family} has no SDPA path in transformers)"
-    plans = f", {plan_ms:.1f} ms of cuDNN plan building (new key lengths; --cudnn-plans cached)" if plan_ms else ""
+    plans = (f", {plan_ms:.1f} ms of host-side cuDNN plan building for new key lengths (--cudnn-plans cached "
+             "drops it)") if plan_ms else ""
     launch = "one CUDA graph (no host)" + (", static cache" if graph.mode == "decode" else "") \
         if graph.launch == "graph" else "eager PyTorch (transformers)"
     return f"{prec}, {attn} attention, {launch}{plans}"

@@ -56,8 +56,8 @@ FUSED_LOG_HALF_WIDTH = float(np.log(1.4))
 #: compute capabilities on which PyTorch (2.11, cuDNN >= 9.15.1) tries cuDNN attention before FlashAttention
 #: (`check_prefer_cudnn_attention` in aten/src/ATen/native/transformers/cuda/sdp_utils.cpp)
 CUDNN_FIRST = ("9.0", "10.0")
-#: host time (ms) cuDNN takes to build one SDPA execution plan: median of 8 decode-shaped calls over a growing key
-#: length at five shapes (batch 1-128, 8-32 heads, head dim 128-256: 36.4-40.1 ms each) on our H100's host
+#: host time (ms) cuDNN takes to build one SDPA execution plan: the median over five decode shapes (batch 1-128,
+#: 8-32 heads, head dim 128-256; each the median of 7 calls over a growing key length: 36.6-39.6 ms) on our H100's host
 #: (`experiments/data/measured/h100/generate_decode/backends.csv`); CPU-bound, so another host's differs
 CUDNN_PLAN_MS = 38.6
 #: widest head dimension cuDNN's SDPA takes
@@ -102,8 +102,9 @@ def backend(cfg: ModelConfig, dtype: str, call: dict, explicit_mask: bool) -> st
 def explicit_mask(cfg: ModelConfig, call: dict) -> bool:
     """Whether transformers hands SDPA a mask: T5's bias, or a sliding window no longer than the keys
     (`masking_utils`: a window of `w` keys is masked from `w` keys on, a decode step's full window included).
-    A call marked `sliding=False` is a full-attention layer (a decode step of Gemma 3's global layers)."""
-    if cfg.family in BIAS_MASK:
+    A call marked `sliding=False` is a full-attention layer (a decode step of Gemma 3's global layers); one marked
+    `static` reads a static cache, whose unwritten slots a mask hides."""
+    if cfg.family in BIAS_MASK or call.get("static"):
         return True
     layer_slides = call.get("sliding", True)
     window = cfg.sliding_window if layer_slides and (cfg.every_layer_slides or "sliding_attention" in cfg.layer_types) \

@@ -20,7 +20,7 @@ from hybridperf.graphs.memory import OVERFLOW_FRACTION, PRESSURE_FRACTION
 from hybridperf.predictor import Predictor
 
 COLUMNS = ("device", "e2e_ms", "lo_ms", "hi_ms", "fw_ms", "bw_ms", "tokens_per_s", "mem_gb", "device_mem_gb",
-           "mem_fraction", "fits", "vs_fastest", "validated")
+           "mem_fraction", "fits", "vs_fastest", "validated", "plan_ms")
 #: architectures whose whole-model predictions were scored on a GPU held out of fitting
 #: (experiments/RESULTS.md: NeuSight's labels on Pascal, Volta, Turing, Ampere and CDNA 1-2; our H100 and
 #: H200 runs on Hopper). Ada and Blackwell were checked on kernel tables only (aiconfigurator's L40S, B200).
@@ -47,24 +47,28 @@ def resolve_devices(devices) -> list[DeviceSpec]:
 
 def compare_devices(config, batch: int, seq: int, devices, mode: str = "inf", predictor: Predictor | None = None,
                     dtype: str = "fp32", fused: bool = False, optimizer: str | None = None,
-                    recompute: bool = False, attn: str = DEFAULT_ATTN, amp: bool = False) -> pd.DataFrame:
+                    recompute: bool = False, attn: str = DEFAULT_ATTN, amp: bool = False, cudnn_plans: str = "build",
+                    launch: str = "eager") -> pd.DataFrame:
     """One row per device, fastest first: the contract's latencies (ms, 90% interval), tokens per second
     (batch x seq per step; batch per step in decode), the memory the step needs against the device's,
     whether it fits (needs at most `OVERFLOW_FRACTION` of it), e2e relative to the fastest device that
-    fits, and whether the device's architecture has whole-model runs scored held out (`validated`). `devices`: as `resolve_devices`. `attn`, `amp`: as in `predict_model`."""
+    fits, whether the device's architecture has whole-model runs scored held out (`validated`), and the host
+    time its decode step spends building cuDNN plans (`plan_ms`). `devices`: as `resolve_devices`. `attn`,
+    `amp`, `cudnn_plans`, `launch`: as in `predict_model`."""
     specs = resolve_devices(devices)
     graph = build_graph(config, batch, seq, mode, dtype, fused=fused, optimizer=optimizer, recompute=recompute,
-                        attn=attn, amp=amp)
+                        attn=attn, amp=amp, launch=launch)
     need = graph.memory()
     pred = predictor if predictor is not None else resolve_predictor()
     tokens = batch if mode == "decode" else batch * seq
     rows = []
     for dev in specs:
-        r = compose(graph, dev, pred).to_dict()
+        res = compose(graph, dev, pred, cudnn_plans=cudnn_plans)
+        r = res.to_dict()
         frac = need.fraction_of(dev)
         rows.append({"device": dev.name, **r, "tokens_per_s": tokens * 1000.0 / r["e2e_ms"], "mem_gb": need.total,
                      "device_mem_gb": dev.mem_bytes / 1e9, "mem_fraction": frac, "fits": bool(frac <= OVERFLOW_FRACTION),
-                     "validated": dev.arch in MODEL_VALIDATED_ARCHS})
+                     "validated": dev.arch in MODEL_VALIDATED_ARCHS, "plan_ms": res.plan_ms})
     df = pd.DataFrame(rows).sort_values(["fits", "e2e_ms"], ascending=[False, True], kind="stable")
     best = df.loc[df["fits"], "e2e_ms"].min() if df["fits"].any() else df["e2e_ms"].min()
     df["vs_fastest"] = df["e2e_ms"] / best

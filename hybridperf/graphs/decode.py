@@ -82,11 +82,26 @@ def cache_row(name: str, kind: str, nbytes: float, cache_len: int) -> dict:
     return {**misc(name, kind, nbytes), "cache_len": int(cache_len)}
 
 
+#: the small kernels a StaticCache layer adds to a decode step: the write positions (arange + the cache's length),
+#: the length's in-place update, and a `where` (CPU trace of transformers 5.23's StaticLayer.update and its mask)
+STATIC_CACHE_KERNELS = ("positions", "offset", "length_update", "where")
+
+
 def static_cache(blocks: list) -> list:
     """A decode step over a static cache (transformers' StaticCache; a CUDA graph needs its fixed addresses):
     each layer writes its new token's keys and values in place (`index_copy_`), where a dynamic cache
-    concatenates the whole cache again."""
+    concatenates the whole cache again, launches `STATIC_CACHE_KERNELS`, and hands SDPA a mask over the
+    whole buffer (its calls are marked `static`)."""
     for blk in blocks:
-        blk.kernels = [{**k, "op": "misc:copy", "nbytes": k["nbytes"] / k["cache_len"]} if k.get("cache_len") else k
-                       for k in blk.kernels]
+        out = []
+        for k in blk.kernels:
+            if "attn_call" in k:
+                k["attn_call"]["static"] = True  # one dict per call, shared by its kernels
+            if not k.get("cache_len"):
+                out.append(k)
+                continue
+            if k["name"].endswith(("cache_k", "cache_latent")):  # once per layer, before its first write
+                out += [misc(f"{k['name']}_{n}", "mask", 64) for n in STATIC_CACHE_KERNELS]
+            out.append({**k, "op": "misc:copy", "nbytes": k["nbytes"] / k["cache_len"]})
+        blk.kernels = out
     return blocks

@@ -26,7 +26,9 @@ re-estimates them and scores the method with each device's own labels held out.
 Runs CSV (`read_runs`): `config` (a HF config.json, relative to the CSV's folder or absolute), `batch`,
 `seq`, `latency_ms` (measured end-to-end ms); optional `mode` (inf|train|decode, default inf), `dtype`
 (fp32|fp16|bf16), `fused`, `recompute`, `optimizer`, `layers` (override the config's layer count), `attn`
-(eager|sdpa; default eager, how the runs measured so far were made), `amp` (fp32 weights under bf16 autocast).
+(eager|sdpa; default eager, how the runs measured so far were made), `amp` (fp32 weights under bf16 autocast),
+`cudnn_plans` (a decode run: build, the default as in `predict-model`, or cached; the host time of the cuDNN plans
+a run built is taken off its latency before the fit, which composes kernels and launches only).
 """
 from __future__ import annotations
 
@@ -46,7 +48,7 @@ from hybridperf.graphs.compose import (
     predictor_kind,
 )
 from hybridperf.graphs.config import load_config
-from hybridperf.graphs.attention import ATTN_IMPLEMENTATIONS
+from hybridperf.graphs.attention import ATTN_IMPLEMENTATIONS, CUDNN_PLAN_MS, check_cudnn_plans, cudnn_plan_builds
 from hybridperf.graphs.kernels import build_graph
 from hybridperf.graphs.model_graph import MODES
 
@@ -101,16 +103,22 @@ def read_runs(path: str | Path) -> pd.DataFrame:
         attn = str(r.get("attn", "eager")).strip().lower() if pd.notna(r.get("attn", "eager")) else "eager"
         if attn not in ATTN_IMPLEMENTATIONS:
             raise InputError(f"{where}: attn must be one of {', '.join(ATTN_IMPLEMENTATIONS)}, got {r.get('attn')!r}")
+        plans = r.get("cudnn_plans", "build")
+        try:
+            plans = check_cudnn_plans(plans if pd.notna(plans) and str(plans).strip() else "build")
+        except InputError as e:
+            raise InputError(f"{where}: {e}") from None
         rows.append({"config": str(cfg), "batch": ints["batch"], "seq": ints["seq"], "layers": ints.get("layers"),
                      "mode": mode, "dtype": str(dtype).strip() if pd.notna(dtype) else "fp32",
                      "optimizer": str(opt).strip() if pd.notna(opt) and str(opt).strip() else None,
-                     "attn": attn, **flags, "latency_ms": float(lat), "line": i + 2})
+                     "attn": attn, **flags, "cudnn_plans": plans, "latency_ms": float(lat), "line": i + 2})
     return pd.DataFrame(rows)
 
 
 def run_terms(runs: pd.DataFrame, device, predictor) -> pd.DataFrame:
-    """Per run: its kernels' device time `device_ms` (sum of max(pred - harness floor, 0) x count) and
-    launched kernels `launches`, predicted on `device` with `predictor` (runs as `read_runs` returns)."""
+    """Per run: its kernels' device time `device_ms` (sum of max(pred - harness floor, 0) x count), launched
+    kernels `launches` and the host time of the cuDNN plans it built `plan_ms`, predicted on `device` with
+    `predictor` (runs as `read_runs` returns)."""
     device = get_device(device)
     out = []
     for r in runs.to_dict("records"):
@@ -123,8 +131,15 @@ def run_terms(runs: pd.DataFrame, device, predictor) -> pd.DataFrame:
                                 attn=r.get("attn", "eager"), amp=bool(r.get("amp", False)))
         except InputError as e:
             raise InputError(f"run on line {r.get('line', '?')}: {e}") from None
-        dev_ms, launches = device_time_and_launches(predict_kernels_of(graph, device, predictor))
-        out.append({"device_ms": dev_ms, "launches": launches})
+        tab = predict_kernels_of(graph, device, predictor)
+        dev_ms, launches = device_time_and_launches(tab)
+        builds = r["mode"] == "decode" and r.get("cudnn_plans", "build") == "build"
+        plan_ms = CUDNN_PLAN_MS * cudnn_plan_builds(tab, device) if builds else 0.0
+        if plan_ms >= r["latency_ms"]:
+            raise InputError(f"run on line {r.get('line', '?')}: it took {r['latency_ms']:g} ms, less than the "
+                             f"{plan_ms:g} ms of cuDNN plans its decode step builds on {device.name} with new key "
+                             "lengths; give it cudnn_plans = cached if its process ran them before")
+        out.append({"device_ms": dev_ms, "launches": launches, "plan_ms": plan_ms})
     return pd.DataFrame(out, index=runs.index)
 
 
@@ -165,7 +180,7 @@ def calibrate_from_runs(runs, device, predictor, calibration: dict | None = None
     base = {m: composition_params(kind, m, calibration) for m in ("inf", "train")}
     terms = run_terms(runs, dev, predictor)
     bias = np.where(runs["mode"].to_numpy() == "train", base["train"]["log_bias"], base["inf"]["log_bias"])
-    th, cov = fit_posterior(terms["device_ms"], terms["launches"], runs["latency_ms"], bias,
+    th, cov = fit_posterior(terms["device_ms"], terms["launches"], runs["latency_ms"] - terms["plan_ms"], bias,
                             base["inf"]["scale"], base["inf"]["gap_ms"])
     out = {"scale": base["inf"]["scale"] * float(np.exp(th[0])), "gap_ms": base["inf"]["gap_ms"] * float(np.exp(th[1])),
            "cpu_ms": 0.0, "variant": "measured-runs", "n_runs": int(len(runs)), "device": dev.name,

@@ -78,7 +78,9 @@ def decode(cfg: ModelConfig, B: int, seq: int) -> list:
             *(soft_cap("logit_softcap", B, V) if v["final_softcap"] else [])]
     # the B new tokens pass the MLP (a top-k MoE's sparse layers route them); Gemma 2 and 3's sliding
     # layers attend to their window only, once the cache is longer (block `sliding_layer`)
-    sliding = attn(kv_sliding, True) if kv_sliding != kv else None
+    mixed = not cfg.every_layer_slides and "sliding_attention" in cfg.layer_types
+    # from `window` keys on transformers masks the sliding layers, also while their cache still holds them all
+    sliding = attn(kv_sliding, True) if kv_sliding != kv or (mixed and kv >= cfg.sliding_window > 0) else None
     full = attn(kv, cfg.every_layer_slides)
     return [Block("embeddings", 1, pre, "pre"), *llama_layer_blocks(cfg, full, B, sliding_attn=sliding),
             Block("head", 1, post, "post")]
