@@ -227,6 +227,14 @@ def cudnn_plan_builds(tab: pd.DataFrame, device: DeviceSpec) -> int:
     return len(keys)
 
 
+def cudnn_plan_ms(tab: pd.DataFrame, device: DeviceSpec, mode: str, cudnn_plans: str) -> float:
+    """Host time (ms) a step of `mode` spends building cuDNN plans on `device`: `cudnn_plan_builds` x CUDNN_PLAN_MS
+    for a decode step whose plans are built (`cudnn_plans`), else 0."""
+    if mode != "decode" or check_cudnn_plans(cudnn_plans) != "build":
+        return 0.0
+    return CUDNN_PLAN_MS * cudnn_plan_builds(tab, device)
+
+
 def fused_attention_ms(rows: pd.DataFrame, device: DeviceSpec) -> np.ndarray:
     """Device time (ms) of `attention` / `attention_bw` rows of a kernel table (their `attn` spec)."""
     out = np.zeros(len(rows))

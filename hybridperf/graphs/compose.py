@@ -45,8 +45,8 @@ import pandas as pd
 
 from hybridperf.devices import DTYPE_BYTES, DeviceSpec, get_device
 from hybridperf.errors import InputError, ModelBundleError
-from hybridperf.graphs.attention import (CUDNN_PLAN_MS, FUSED_LOG_HALF_WIDTH, FUSED_OPS, check_cudnn_plans,
-                                         cudnn_plan_builds, fused_attention_ms)
+from hybridperf.graphs.attention import FUSED_LOG_HALF_WIDTH, FUSED_OPS, check_cudnn_plans, cudnn_plan_ms, \
+    fused_attention_ms
 from hybridperf.graphs.calibration import CALIBRATION
 from hybridperf.graphs.grouped import launch_grouped_gemms, native_loop
 from hybridperf.graphs.kernels import build_graph
@@ -56,7 +56,7 @@ from hybridperf.graphs.optimizer import optimizer_table, param_numels
 from hybridperf.graphs.request import DEFAULT_ATTN, ModelRequest
 from hybridperf.ops import GEMM_OPS, OP_CLASS
 from hybridperf.predictor import Predictor, shipped_models_dir
-from hybridperf.priors.launch import launch_floor_ms
+from hybridperf.priors.launch import floors_ms, launch_floor_ms
 from hybridperf.priors.memory import memory_time_ms
 
 GROUPS = ("linear", "bmm", "attention", "elementwise", "softmax", "layernorm", "embedding", "memory")
@@ -151,8 +151,8 @@ def graph_launch_ms(tab: pd.DataFrame) -> np.ndarray:
     at least a profiler-timed kernel's floor of its op class (`priors.launch.KERNEL_FLOOR_MS`, read off Vidur's
     A100 profiles), plus the gap between back-to-back kernels (`GRAPH_GAP_MS`)."""
     dev = np.maximum(tab["pred_ms"].to_numpy() - tab["floor_ms"].to_numpy(), 0.0)
-    floors = np.array([launch_floor_ms(OP_CLASS.get(op, "misc"), "kernel") for op in tab["op"]], dtype=np.float64)
-    return np.maximum(dev, floors) + GRAPH_GAP_MS
+    classes = [OP_CLASS.get(op, "misc") for op in tab["op"]]
+    return np.maximum(dev, floors_ms(classes, ["kernel"] * len(classes))) + GRAPH_GAP_MS
 
 
 def host_bound_share(tab: pd.DataFrame, par: dict) -> float:
@@ -359,8 +359,7 @@ def compose(graph: ModelGraph, dev: DeviceSpec, predictor: Predictor, correction
     total = tab["total_ms"].to_numpy()
     phase = tab["phase"].to_numpy()
     # a decode step's new key lengths each build a cuDNN plan on the host where PyTorch runs cuDNN attention
-    builds = graph.mode == "decode" and correction and cudnn_plans == "build" and not graph_launch
-    plan_ms = CUDNN_PLAN_MS * cudnn_plan_builds(tab, dev) if builds else 0.0
+    plan_ms = cudnn_plan_ms(tab, dev, graph.mode, cudnn_plans) if correction and not graph_launch else 0.0
     fw = float(total[phase == "fw"].sum()) * scale + plan_ms
     bw = float(total[np.isin(phase, BACKWARD_PHASES)].sum()) * scale
     opt = float(total[phase == "opt"].sum()) * scale

@@ -72,9 +72,10 @@ def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str = "f
     `amp`: an fp32 model under bf16 autocast (`hybridperf.graphs.amp`). `launch`: eager or graph
     (`model_graph.LAUNCHES`; a graph-launched decode step writes a static cache, `decode.static_cache`)."""
     cfg = load_config(config)
-    if str(launch).strip().lower() not in LAUNCHES:
+    key = str(launch).strip().lower()
+    if key not in LAUNCHES:
         raise InputError(f"unknown launch {launch!r}; one of {', '.join(LAUNCHES)}")
-    launch = str(launch).strip().lower()
+    launch = key
     impl = attention_impl(attn)
     dtype = dtype_key(dtype)
     if dtype not in MODEL_DTYPES:

@@ -48,7 +48,7 @@ from hybridperf.graphs.compose import (
     predictor_kind,
 )
 from hybridperf.graphs.config import load_config
-from hybridperf.graphs.attention import ATTN_IMPLEMENTATIONS, CUDNN_PLAN_MS, check_cudnn_plans, cudnn_plan_builds
+from hybridperf.graphs.attention import ATTN_IMPLEMENTATIONS, check_cudnn_plans, cudnn_plan_ms
 from hybridperf.graphs.kernels import build_graph
 from hybridperf.graphs.model_graph import MODES
 
@@ -133,8 +133,7 @@ def run_terms(runs: pd.DataFrame, device, predictor) -> pd.DataFrame:
             raise InputError(f"run on line {r.get('line', '?')}: {e}") from None
         tab = predict_kernels_of(graph, device, predictor)
         dev_ms, launches = device_time_and_launches(tab)
-        builds = r["mode"] == "decode" and r.get("cudnn_plans", "build") == "build"
-        plan_ms = CUDNN_PLAN_MS * cudnn_plan_builds(tab, device) if builds else 0.0
+        plan_ms = cudnn_plan_ms(tab, device, r["mode"], r.get("cudnn_plans", "build"))
         if plan_ms >= r["latency_ms"]:
             raise InputError(f"run on line {r.get('line', '?')}: it took {r['latency_ms']:g} ms, less than the "
                              f"{plan_ms:g} ms of cuDNN plans its decode step builds on {device.name} with new key "
