@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import time
 
-from experiments.gpu.measure_modern import PROFILE_MODELS, Rows, build_default, busy_time, past_positions
+from experiments.gpu.measure_modern import (PROFILE_MODELS, Rows, build_default, busy_time, capture, past_positions,
+                                            timed_ms)
 
 #: (batch, tokens in the cache) of the decode steps `--runs graph` replays from a CUDA graph
 GRAPH_DECODE = [(1, 1024), (8, 2048), (32, 1024), (64, 512), (128, 256), (16, 4096)]
@@ -44,34 +45,10 @@ def static_decode_step(torch, model, batch: int, seq: int, device: str = "cuda")
     return step, reset
 
 
-def timed_ms(torch, run, reset, replays: int = REPLAYS) -> float:
-    """Fastest of `replays` CUDA-event timings of `run()`, each after `reset()` outside the events."""
-    best = float("inf")
-    for _ in range(replays):
-        reset()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        run()
-        b.record()
-        torch.cuda.synchronize()
-        best = min(best, a.elapsed_time(b))
-    return best
-
-
 def graph_replay_ms(torch, step, reset) -> float:
     """The step captured alone in one CUDA graph (after 2 warm-ups on the capture stream), its fastest replay."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            reset()
-            step()
-    torch.cuda.current_stream().wait_stream(s)
-    reset()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        step()
-    ms = timed_ms(torch, g.replay, reset)
+    g = capture(torch, step, reset=reset)
+    ms = timed_ms(torch, g.replay, reset, REPLAYS)
     del g
     return ms
 
@@ -100,7 +77,8 @@ def measure_graph_decode(torch, rows: Rows, deadline: float, models=tuple(PROFIL
                 for _ in range(2):
                     reset()
                     step()
-                rows.add(**row, measured_ms=round(timed_ms(torch, step, reset), 4), calls=REPLAYS, note="eager")
+                eager = timed_ms(torch, step, reset, REPLAYS)
+                rows.add(**row, measured_ms=round(eager, 4), calls=REPLAYS, note="eager")
                 busy = []
                 for _ in range(3):
                     reset()

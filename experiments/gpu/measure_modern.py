@@ -82,28 +82,48 @@ class Rows:
             csv.writer(f).writerow([row.get(c, "") for c in self.columns])
 
 
-def graph_ms(torch, fn) -> float:
-    """Kernel time of `fn()` (ms): GRAPH_CALLS calls in one CUDA graph, fastest of 3 replays."""
+def _no_reset() -> None:
+    pass
+
+
+def capture(torch, fn, calls: int = 1, reset=_no_reset):
+    """A CUDA graph of `calls` calls of `fn()`, captured after 2 warm-ups on the capture stream (`reset()` before
+    each warm-up and before the capture)."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
         for _ in range(2):
+            reset()
             fn()
     torch.cuda.current_stream().wait_stream(s)
+    reset()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        for _ in range(GRAPH_CALLS):
+        for _ in range(calls):
             fn()
-    g.replay()
-    torch.cuda.synchronize()
+    return g
+
+
+def timed_ms(torch, run, reset=_no_reset, replays: int = 3) -> float:
+    """Fastest of `replays` CUDA-event timings of `run()`, each after `reset()` outside the events."""
     best = float("inf")
-    for _ in range(3):
+    for _ in range(replays):
+        reset()
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        g.replay()
+        run()
         b.record()
         torch.cuda.synchronize()
         best = min(best, a.elapsed_time(b))
+    return best
+
+
+def graph_ms(torch, fn) -> float:
+    """Kernel time of `fn()` (ms): GRAPH_CALLS calls in one CUDA graph, fastest of 3 replays after a warm one."""
+    g = capture(torch, fn, GRAPH_CALLS)
+    g.replay()
+    torch.cuda.synchronize()
+    best = timed_ms(torch, g.replay)
     del g
     return best / GRAPH_CALLS
 
