@@ -573,7 +573,8 @@ def test_linear_attention_state_costs_time_and_cache_memory():
     cost, cap = setup_cost(a, get_device("h100_sxm"), get_engine("vllm"), Worker(Parallel()), 8192, 8, 1024, 128)
     per_token = a.kv_elems_per_token(1) * 2.0
     assert cost.state_tokens == math.ceil(a.linear_state_bytes(1) / per_token) > 0
-    assert cost.decode_attn_ms(0, 64) == pytest.approx(64 * cost.decode_attn_ms(0, 1))  # per sequence, not per step
+    d = cost.decode_attn_ms  # per sequence, not per step (above the attention kernels' floors)
+    assert d(0, 64) - d(0, 32) == pytest.approx(16 * (d(0, 4) - d(0, 2))) and d(0, 4) > d(0, 2)
 
 
 def test_monotone_mape_fit_is_the_best_non_decreasing_fit():
@@ -594,3 +595,22 @@ def test_monotone_mape_fit_is_the_best_non_decreasing_fit():
         best = min(np.mean(np.abs(np.array(levels)[np.searchsorted(ux, x)] / y - 1))
                    for levels in product(np.unique(y), repeat=len(ux)) if np.all(np.diff(levels) >= 0))
         assert np.mean(np.abs(fit / y - 1)) == pytest.approx(best)  # L1 optima sit on data values
+
+
+def test_every_kernel_of_an_iteration_takes_at_least_the_floor():
+    """A tiny model's iteration is its kernels' floors: four GEMMs, ELEMENTWISE_KERNELS and an activation per layer,
+    at KERNEL_FLOOR_KCYCLES of the GPU's clock; a large batch's time is its work, not floors."""
+    from hybridperf.serving.cost import ELEMENTWISE_KERNELS, kernel_floor_ms
+
+    tiny = dict(LLAMA, hidden_size=64, num_attention_heads=2, num_key_value_heads=1, intermediate_size=128,
+                num_hidden_layers=4, vocab_size=256)
+    for gpu in ("h100_sxm", "b200_sxm"):
+        device = get_device(gpu)
+        cost, _ = setup_cost(arch_from_dict(tiny), device, get_engine("vllm"), Worker(Parallel()), 8192, 8, 128, 16)
+        floor = kernel_floor_ms(device)
+        assert floor == pytest.approx(4.0 / device.boost_clock_mhz)
+        assert cost.tokens_ms(1) == pytest.approx(4 * (4 + ELEMENTWISE_KERNELS + 1) * floor, rel=1e-3)
+        assert cost.decode_attn_ms(16, 1) == pytest.approx(4 * floor)  # one attention kernel per layer
+    big, _ = setup_cost(arch_from_dict(LLAMA), get_device("h100_sxm"), get_engine("vllm"), Worker(Parallel()),
+                        8192, 8, 128, 16)
+    assert big.tokens_ms(4096) > 100 * 32 * 8 * kernel_floor_ms(get_device("h100_sxm"))

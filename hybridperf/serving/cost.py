@@ -4,7 +4,8 @@ An iteration runs `n` tokens (prefill chunks plus one token per decoding sequenc
 stage. Its time splits into parts that depend on `n` alone (GEMMs, fused MoE, norms/activations/RoPE/
 quantize, the TP all-reduces, the MoE all-gather/reduce-scatter under attention data-parallel), tabulated
 once on a grid of `n` and interpolated; decode attention, linear in the keys read; prefill attention per
-chunk; and the LM head plus sampler per sampled token.
+chunk; and the LM head plus sampler per sampled token. Every kernel takes at least a launch-and-drain floor
+(`KERNEL_FLOOR_KCYCLES`), which is what a small decode batch's iteration is made of.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from hybridperf.priors.collectives import custom_all_reduce_ms
 from hybridperf.priors.llm_gemm import GEMM_DTYPES, ROOFLINE, device_dtype, gemm_ms
 from hybridperf.priors.memory import achievable_bandwidth, memory_time_ms
 from hybridperf.priors.mla import mla_decode_ms
-from hybridperf.priors.moe import moe_ms
+from hybridperf.priors.moe import ROUTING_KERNELS, moe_ms
 from hybridperf.serving.arch import Arch
 from hybridperf.serving.compressed import indexer_ms
 from hybridperf.serving.engines import EngineDefaults
@@ -60,14 +61,32 @@ ELEMENTWISE_PASSES = 12
 #: (`experiments/serving/serving_silicon.py`).
 #: The MoE prior's combine term (`priors.moe.MATERIALIZED_COMBINE`) is left out here for the same reason.
 KERNEL_CONSTANTS = ROOFLINE
+#: a kernel's floor inside a CUDA graph, in thousands of GPU cycles at the boost clock (launch and drain are
+#: clocked work, `llm_gemm.KernelConstants`): aiconfigurator's A100 and L40S GEMM tables, systems serving is
+#: not scored on, fit 3.8 and 4.1. Every kernel of an iteration takes at least this long.
+KERNEL_FLOOR_KCYCLES = 4.0
+#: elementwise kernels per layer over which its ELEMENTWISE_PASSES spread (two fused residual-add norms, RoPE)
+ELEMENTWISE_KERNELS = 3
+#: kernels of the sampler (logits softmax, top-k/top-p, the draw)
+SAMPLER_KERNELS = 3
 GRID_POINTS = 64
 GRID_MAX_TOKENS = 1 << 20
 
 
+def kernel_floor_ms(device: DeviceSpec) -> float:
+    """KERNEL_FLOOR_KCYCLES at `device`'s boost clock (0 where the catalog gives no clock)."""
+    return KERNEL_FLOOR_KCYCLES / device.boost_clock_mhz if device.boost_clock_mhz > 0 else 0.0
+
+
+def _floored(t, kernels, device: DeviceSpec):
+    """`kernels` kernels sharing `t` ms of work evenly, each at least the kernel floor."""
+    return np.maximum(t, kernels * kernel_floor_ms(device))
+
+
 def _gemm(m, n, k, dtype: str, device: DeviceSpec):
     """A GEMM of the iteration: KERNEL_CONSTANTS, its weight read from DRAM (each layer's weights once per
-    iteration; the kernel tables' replay keeps small ones in L2)."""
-    return gemm_ms(m, n, k, dtype, device, constants=KERNEL_CONSTANTS, replayed=False)
+    iteration; the kernel tables' replay keeps small ones in L2), at least the kernel floor."""
+    return _floored(gemm_ms(m, n, k, dtype, device, constants=KERNEL_CONSTANTS, replayed=False), 1, device)
 
 
 def _bmm(batch, m, n, k, dtype: str, device: DeviceSpec):
@@ -203,8 +222,8 @@ class StepCost:
         dense_mlp = _gemm(n, up, h, g, dev) + _gemm(n, h, a.ffn / tp, g, dev)
         act_bytes = 2.0
         streams = a.compressed.hc_mult if a.compressed else 1  # hyper-connections widen the residual stream
-        elem = memory_time_ms(n * h * act_bytes * ELEMENTWISE_PASSES * streams, dev)
-        mlp_act = memory_time_ms(n * (a.mlp_mats * a.ffn / tp) * act_bytes, dev)
+        elem = _floored(memory_time_ms(n * h * act_bytes * ELEMENTWISE_PASSES * streams, dev), ELEMENTWISE_KERNELS, dev)
+        mlp_act = _floored(memory_time_ms(n * (a.mlp_mats * a.ffn / tp) * act_bytes, dev), 1, dev)
         per_layer = mix / a.layers + (elem + self._tp_allreduce(n) * 2) * a.sublayer_share
         total = self.stage_layers * per_layer
         total += (a.dense_layers / p.pp) * (dense_mlp + mlp_act)
@@ -216,11 +235,14 @@ class StepCost:
             shared = 0.0
             if a.shared_ffn:
                 shared = _gemm(n, (2 if a.gated_mlp else 1) * a.shared_ffn / tp, h, g, dev) \
-                    + _gemm(n, h, a.shared_ffn / tp, g, dev)
+                    + _gemm(n, h, a.shared_ffn / tp, g, dev) + kernel_floor_ms(dev)  # and its activation
             if a.moe_latent:  # into and out of the experts' latent space
                 shared += _gemm(n, eh, h, g, dev) + _gemm(n, h, eh, g, dev)
             router = _gemm(n, a.experts, h, "bfloat16", dev)
-            moe_act = memory_time_ms(tokens * a.topk / p.moe_ep * a.mlp_mats * a.expert_ffn / p.moe_tp * act_bytes, dev)
+            # the grouped GEMMs and the routing kernels (top-k, sort, combine), each at least the floor
+            experts = _floored(experts, 2, dev) + ROUTING_KERNELS * kernel_floor_ms(dev)
+            moe_act = _floored(memory_time_ms(tokens * a.topk / p.moe_ep * a.mlp_mats * a.expert_ffn / p.moe_tp
+                                              * act_bytes, dev), 1, dev)
             total += (a.moe_layers / p.pp) * (experts + shared + router + moe_act + self._moe_comm(n))
         return total
 
@@ -300,8 +322,9 @@ class StepCost:
             return t / self.par.pp + self._state_ms * seqs
         full_keys = min(keys, seqs * a.max_keys) if a.max_keys else keys
         window_keys = min(keys, seqs * a.window) if a.window else keys
-        return self._kv_ms[0] * full_keys + self._kv_ms[1] * window_keys + self._state_ms * seqs \
-            + self._index_ms * keys
+        floor = kernel_floor_ms(self.device) / self.par.pp  # per layer's attention and recurrence kernel
+        attn = max(self._kv_ms[0] * full_keys + self._kv_ms[1] * window_keys, a.kv_layers * floor)
+        return attn + max(self._state_ms * seqs, a.linear_layers * floor) + self._index_ms * keys
 
     def prefill_attn_ms(self, chunk: int, prefix: int) -> float:
         key = (int(chunk), int(prefix))
@@ -346,7 +369,7 @@ class StepCost:
         """LM head (vocab split over TP) and sampler for `n` sampled tokens (last stage only)."""
         a = self.arch
         head = float(_gemm(n, a.vocab / self.par.tp, a.hidden, "bfloat16", self.device))
-        return head + float(memory_time_ms(n * a.vocab * 4.0 * 3, self.device))
+        return head + float(_floored(memory_time_ms(n * a.vocab * 4.0 * 3, self.device), SAMPLER_KERNELS, self.device))
 
 
 def weight_bytes_per_gpu(arch: Arch, par: Parallel, precision: str, moe_precision: str) -> float:
