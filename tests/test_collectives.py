@@ -632,3 +632,27 @@ def test_pipeline_fill_slows_messages_below_fill_bytes_only():
     t1 = collective_time_ms("all_gather", sizes, 8, 8, node, slow, "graph")
     assert 1.3 < t1[0] / t0[0] < 1.5
     assert 1.0 < t1[1] / t0[1] < 1.01
+
+
+def test_send_recv_has_its_own_latency_and_never_outruns_its_link():
+    """send/recv's latency is `lat_p2p_us` (NCCL's p2p path, no ring step); the fit may not credit a GPU with
+    sending faster than its links' per-direction rate, so the shipped bundle's large messages stay under it."""
+    pytest.importorskip("scipy")
+    from hybridperf.training.collectives import BOUNDS, fittable
+
+    assert max(BOUNDS[k][1] for k in ("eff_nvlink_p2p", "eff_pcie_p2p", "eff_net_p2p")) <= 1.0
+    node = get_node("DGX-H100")
+    c = replace(DEFAULT_CONSTANTS, fill_share=0.0)
+    for lat in (3.0, 12.0):
+        t = prior_terms("send_recv", np.array([64.0]), 2, 2, node, constants=replace(c, lat_p2p_us=lat), timing="graph")
+        assert t["ms"][0] * 1e3 == pytest.approx(lat + c.launch_us, rel=0.05)
+    import pandas as pd
+
+    rows = pd.DataFrame({"system": "a100_dgx", "collective": "send_recv", "nbytes": [4096, 2**26], "gpus": 2,
+                         "gpus_per_node": 2, "latency_ms": 1.0, "timing": "call"})
+    assert "lat_p2p_us" in fittable(rows) and "lat_p2p_us" not in fittable(rows.assign(collective="all_gather"))
+    model = CollectiveModel.load()
+    for name in ("DGX-A100", "DGX-H100", "b200_sxm"):
+        link = get_node(name).intra_bw_gbs
+        ms = model.predict("send_recv", [2.0**30], 2, 2, get_node(name))["ms"][0]
+        assert 2.0**30 / (ms * 1e-3) / 1e9 <= link

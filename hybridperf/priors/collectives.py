@@ -73,6 +73,7 @@ class CollectiveConstants:
     floor_p2p_sharpness: float = 4.0
     launch_us: float = 2.0  # graph timing: per-kernel overhead beyond NCCL's modelled latency
     lat_scale: float = 1.3  # achieved / NCCL-modelled latency
+    lat_p2p_us: float = 6.0  # send/recv's own latency (NCCL's p2p path, no ring step); across nodes plus the network's
     eff_nvlink: float = 0.78  # collectives over NVLink/NVSwitch/mesh (ring bus bandwidth / spec)
     eff_nvlink_p2p: float = 0.85  # send/recv and all-to-all over NVLink
     eff_pcie: float = 0.70  # collectives whose ring crosses PCIe
@@ -300,6 +301,7 @@ def nccl_model_us(coll: str, alg: str, pr: str, n: np.ndarray, f: Fabric, c: Col
         net_lat = _HW_LAT["net"]["ring"][k] if N > 1 else 0.0
         lat = c.lat_scale * (_BASE_LAT["ring"][k] + _HW_LAT[f.intra_kind if f.intra_kind != "none" else "pcie"]["ring"][k] + net_lat)
         if coll == "send_recv":
+            lat = c.lat_p2p_us + c.lat_scale * net_lat
             bw = f.intra_p2p_bw if g >= 2 else f.net_p2p_bw
             t = n / (1e3 * bw * eff)
         else:

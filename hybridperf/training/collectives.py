@@ -30,12 +30,13 @@ BOUNDS = {
     "floor_p2p_sharpness": (1.0, 12.0),
     "launch_us": (0.1, 20.0),
     "lat_scale": (0.3, 4.0),
+    "lat_p2p_us": (0.5, 50.0),
     "eff_nvlink": (0.2, 1.1),
-    "eff_nvlink_p2p": (0.2, 1.5),
+    "eff_nvlink_p2p": (0.2, 1.0),
     "eff_pcie": (0.2, 1.1),
-    "eff_pcie_p2p": (0.2, 1.5),
+    "eff_pcie_p2p": (0.2, 1.0),
     "eff_net": (0.05, 1.2),
-    "eff_net_p2p": (0.05, 1.2),
+    "eff_net_p2p": (0.05, 1.0),
     "nvls_gain": (0.2, 2.0),
     "rank_loss": (0.01, 1.6),
     "eff_allreduce": (0.5, 2.0),
@@ -89,6 +90,8 @@ def fittable(df: pd.DataFrame, nodes: dict | None = None) -> list[str]:
         t = prior_terms(coll, grp["nbytes"].to_numpy(), int(p), int(g), node, timing=tm)
         if "nvls" in set(t["algorithm"]) or "nvls_tree" in set(t["algorithm"]):
             out.add("nvls_gain")
+        if coll == "send_recv":
+            out.add("lat_p2p_us")
         if p > g:
             out.add("eff_net_p2p" if p2p else "eff_net")
         if g > 1:
