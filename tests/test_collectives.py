@@ -637,7 +637,6 @@ def test_pipeline_fill_slows_messages_below_fill_bytes_only():
 def test_send_recv_has_its_own_latency_and_never_outruns_its_link():
     """send/recv's latency is `lat_p2p_us` (NCCL's p2p path, no ring step); the fit may not credit a GPU with
     sending faster than its links' per-direction rate, so the shipped bundle's large messages stay under it."""
-    pytest.importorskip("scipy")
     from hybridperf.training.collectives import BOUNDS, fittable
 
     assert max(BOUNDS[k][1] for k in ("eff_nvlink_p2p", "eff_pcie_p2p", "eff_net_p2p")) <= 1.0

@@ -75,7 +75,7 @@ class CollectiveConstants:
     lat_scale: float = 1.3  # achieved / NCCL-modelled latency
     lat_p2p_us: float = 6.0  # send/recv's own latency (NCCL's p2p path, no ring step); across nodes plus the network's
     eff_nvlink: float = 0.78  # collectives over NVLink/NVSwitch/mesh (ring bus bandwidth / spec)
-    eff_nvlink_p2p: float = 0.85  # send/recv and all-to-all over NVLink
+    eff_nvlink_p2p: float = 0.85  # send/recv over NVLink (all-to-all runs on eff_nvlink's ring rate)
     eff_pcie: float = 0.70  # collectives whose ring crosses PCIe
     eff_pcie_p2p: float = 0.75
     eff_net: float = 0.90  # collectives across nodes (of the node's NIC bandwidth)

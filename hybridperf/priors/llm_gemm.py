@@ -152,7 +152,7 @@ def eager_timed(gemm_dtype: str, kernel_source: str | None) -> bool:
 class KernelConstants:
     """What fraction of the spec-sheet matrix rate and DRAM bandwidth a dtype's kernels reach, and the
     per-kernel floor inside a CUDA graph in thousands of GPU cycles at the boost clock (launch and drain
-    are clocked work: A100 4.5 us at 1410 MHz, H100 3.1 at 1980, L40S 2.7 at 2520 are all ~6k cycles),
+    are clocked work: the shipped fits are 3.8-4.6k cycles, 2-3 us at these GPUs' boost clocks),
     per dtype and kernel source, the host's dispatch per call (us) of `eager_timed` paths (a host CPU's
     time, not GPU cycles), and a split-K reduction's cycles per doubling of the split (`split_reduce_s`);
     read off measured tables (`fitted_on`, by `source`)."""

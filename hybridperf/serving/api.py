@@ -271,8 +271,10 @@ def _disagg(arch, device, engine, spec, isl, osl, concurrency, ec):
 def _decode_keys_ms(arch, device, engine, wk, isl, osl, per_rank):
     eng = get_engine(engine)
     cost, _ = setup_cost(arch, device, eng, wk, 1, per_rank, isl, osl)
-    # the isl keys only: the per-sequence state reads are in the decode phase already
-    return (cost.decode_attn_ms(per_rank * isl, per_rank) - cost.decode_attn_ms(0, per_rank)) * wk.par.pp
+    # the isl keys only, over the keys the decode phase reads at its mean step (osl / 2 a sequence): its per-sequence
+    # state reads and the attention kernels' floors are in the decode phase already
+    own = per_rank * osl / 2.0
+    return (cost.decode_attn_ms(own + per_rank * isl, per_rank) - cost.decode_attn_ms(own, per_rank)) * wk.par.pp
 
 
 def _result(ttft, tpot, e2e, tps, gpus, cal: Calibration, stratum: str) -> ServingResult:

@@ -4,8 +4,9 @@ An iteration runs `n` tokens (prefill chunks plus one token per decoding sequenc
 stage. Its time splits into parts that depend on `n` alone (GEMMs, fused MoE, norms/activations/RoPE/
 quantize, the TP all-reduces, the MoE all-gather/reduce-scatter under attention data-parallel), tabulated
 once on a grid of `n` and interpolated; decode attention, linear in the keys read; prefill attention per
-chunk; and the LM head plus sampler per sampled token. Every kernel takes at least a launch-and-drain floor
-(`KERNEL_FLOOR_KCYCLES`), which is what a small decode batch's iteration is made of.
+chunk; and the LM head plus sampler per sampled token. The GEMMs, norms, activations, fused MoE, decode attention
+and sampler kernels each take at least a launch-and-drain floor (`KERNEL_FLOOR_KCYCLES`), which much of a small
+decode batch's iteration is made of (compressed attention, DSA's indexer scan and prefill attention carry none).
 """
 from __future__ import annotations
 
@@ -63,7 +64,7 @@ ELEMENTWISE_PASSES = 12
 KERNEL_CONSTANTS = ROOFLINE
 #: a kernel's floor inside a CUDA graph, in thousands of GPU cycles at the boost clock (launch and drain are
 #: clocked work, `llm_gemm.KernelConstants`): aiconfigurator's A100 and L40S GEMM tables, systems serving is
-#: not scored on, fit 3.8 and 4.1. Every kernel of an iteration takes at least this long.
+#: not scored on, fit 3.8 and 4.1. The iteration's kernels (module docstring) take at least this long.
 KERNEL_FLOOR_KCYCLES = 4.0
 #: elementwise kernels per layer over which its ELEMENTWISE_PASSES spread (two fused residual-add norms, RoPE)
 ELEMENTWISE_KERNELS = 3
@@ -235,14 +236,14 @@ class StepCost:
             shared = 0.0
             if a.shared_ffn:
                 shared = _gemm(n, (2 if a.gated_mlp else 1) * a.shared_ffn / tp, h, g, dev) \
-                    + _gemm(n, h, a.shared_ffn / tp, g, dev) + kernel_floor_ms(dev)  # and its activation
+                    + _gemm(n, h, a.shared_ffn / tp, g, dev) \
+                    + _floored(memory_time_ms(n * a.mlp_mats * a.shared_ffn / tp * act_bytes, dev), 1, dev)
             if a.moe_latent:  # into and out of the experts' latent space
                 shared += _gemm(n, eh, h, g, dev) + _gemm(n, h, eh, g, dev)
             router = _gemm(n, a.experts, h, "bfloat16", dev)
-            # the grouped GEMMs and the routing kernels (top-k, sort, combine), each at least the floor
+            # the grouped GEMMs and the routing kernels (top-k, permute, finalize), each at least the floor
             experts = _floored(experts, 2, dev) + ROUTING_KERNELS * kernel_floor_ms(dev)
-            moe_act = _floored(memory_time_ms(tokens * a.topk / p.moe_ep * a.mlp_mats * a.expert_ffn / p.moe_tp
-                                              * act_bytes, dev), 1, dev)
+            moe_act = memory_time_ms(tokens * a.topk / p.moe_ep * a.mlp_mats * a.expert_ffn / p.moe_tp * act_bytes, dev)
             total += (a.moe_layers / p.pp) * (experts + shared + router + moe_act + self._moe_comm(n))
         return total
 

@@ -93,7 +93,7 @@ def fittable(df: pd.DataFrame, nodes: dict | None = None) -> list[str]:
         if coll == "send_recv":
             out.add("lat_p2p_us")
         if p > g:
-            out.add("eff_net_p2p" if p2p else "eff_net")
+            out.add("eff_net_p2p" if coll == "send_recv" else "eff_net")  # all-to-all crosses on node_bw
         if g > 1:
             pcie = node.intra_topology == "pcie" or (node.intra_topology == "nvlink_pairs" and g > 2 and not p2p)
             out.add(("eff_pcie" if pcie else "eff_nvlink") + ("_p2p" if coll == "send_recv" else ""))
