@@ -619,3 +619,13 @@ def test_every_kernel_of_an_iteration_takes_at_least_the_floor(monkeypatch):
     big.append(setup_cost(arch_from_dict(LLAMA), h100, get_engine("vllm"), Worker(Parallel()), 8192, 8, 128, 16)[0])
     assert big[0].tokens_ms(4096) == pytest.approx(big[1].tokens_ms(4096), rel=1e-3)
     assert big[0].tokens_ms(1) > 1.05 * big[1].tokens_ms(1)  # ... which a single token's kernels are not
+
+
+def test_pipeline_stages_split_the_layers_and_run_the_lm_head_once():
+    """An iteration's time is a stage's time x pp: the layers split over the stages, the LM head and sampler run
+    on the last stage only, so pp stages of one step add up to the one-stage step."""
+    h100 = get_device("h100_sxm")
+    one, two = (setup_cost(arch_from_dict(LLAMA), h100, get_engine("vllm"), Worker(Parallel(pp=pp)), 8192, 8, 128,
+                           16)[0] for pp in (1, 2))
+    assert 2 * two.sample_ms(8) == pytest.approx(one.sample_ms(8))
+    assert 2 * two.decode_step_ms(8, 8 * 1024) == pytest.approx(one.decode_step_ms(8, 8 * 1024), rel=1e-6)

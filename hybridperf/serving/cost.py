@@ -363,14 +363,16 @@ class StepCost:
         (its attention over its own cache of the context) plus the LM head. It runs on the last pipeline
         stage only, so it is divided by the stages the iteration's time is later multiplied by."""
         layer = (self.tokens_ms(n) + self.decode_attn_ms(keys, n)) / self.stage_layers
-        return (layer + self.sample_ms(n)) / self.par.pp
+        return layer / self.par.pp + self.sample_ms(n)
 
     @lru_cache(maxsize=4096)
     def sample_ms(self, n: int) -> float:
-        """LM head (vocab split over TP) and sampler for `n` sampled tokens (last stage only)."""
+        """LM head (vocab split over TP) and sampler for `n` sampled tokens. They run on the last pipeline stage
+        only, so this is divided by the stages a stage's iteration time is later multiplied by."""
         a = self.arch
         head = float(_gemm(n, a.vocab / self.par.tp, a.hidden, "bfloat16", self.device))
-        return head + float(_floored(memory_time_ms(n * a.vocab * 4.0 * 3, self.device), SAMPLER_KERNELS, self.device))
+        sampler = float(_floored(memory_time_ms(n * a.vocab * 4.0 * 3, self.device), SAMPLER_KERNELS, self.device))
+        return (head + sampler) / self.par.pp
 
 
 def weight_bytes_per_gpu(arch: Arch, par: Parallel, precision: str, moe_precision: str) -> float:
