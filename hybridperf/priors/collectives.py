@@ -299,12 +299,13 @@ def nccl_model_us(coll: str, alg: str, pr: str, n: np.ndarray, f: Fabric, c: Col
         use = per_peer <= NCCL_P2P_LL_THRESHOLD if pr == "LL" else per_peer > NCCL_P2P_LL_THRESHOLD
         eff = 0.5 if pr == "LL" else 1.0
         net_lat = _HW_LAT["net"]["ring"][k] if N > 1 else 0.0
-        lat = c.lat_scale * (_BASE_LAT["ring"][k] + _HW_LAT[f.intra_kind if f.intra_kind != "none" else "pcie"]["ring"][k] + net_lat)
         if coll == "send_recv":
             lat = c.lat_p2p_us + c.lat_scale * net_lat
             bw = f.intra_p2p_bw if g >= 2 else f.net_p2p_bw
             t = n / (1e3 * bw * eff)
         else:
+            hw = _HW_LAT[f.intra_kind if f.intra_kind != "none" else "pcie"]["ring"][k]
+            lat = c.lat_scale * (_BASE_LAT["ring"][k] + hw + net_lat)
             t_in = (g - 1) / p * n / (1e3 * f.intra_bw * eff) if g > 1 else 0 * n  # all links busy, as a ring
             t_net = g * (p - g) / p * n / (1e3 * f.node_bw * eff) if N > 1 else 0 * n
             t = np.maximum(t_in, t_net)

@@ -177,6 +177,9 @@ class StepCost:
         self._grid = grid.tolist()
         self._dense = self._token_ms(grid).tolist()
         self._kv_ms = self._decode_attn_per_key()
+        # a decode step's attention kernels and linear-attention recurrences on this stage, each at least the floor
+        floor = kernel_floor_ms(device) / par.pp
+        self._attn_floor_ms, self._state_floor_ms = arch.kv_layers * floor, arch.linear_layers * floor
         # DSA's indexer scores every cached key (one query per sequence in decode), whatever `max_keys` attends
         self._index_ms = indexer_ms(1e6, 1e6, arch.index_heads, arch.index_dim, device) / 1e6 \
             * arch.kv_layers / par.pp if arch.index_heads else 0.0
@@ -323,9 +326,8 @@ class StepCost:
             return t / self.par.pp + self._state_ms * seqs
         full_keys = min(keys, seqs * a.max_keys) if a.max_keys else keys
         window_keys = min(keys, seqs * a.window) if a.window else keys
-        floor = kernel_floor_ms(self.device) / self.par.pp  # per layer's attention and recurrence kernel
-        attn = max(self._kv_ms[0] * full_keys + self._kv_ms[1] * window_keys, a.kv_layers * floor)
-        return attn + max(self._state_ms * seqs, a.linear_layers * floor) + self._index_ms * keys
+        attn = max(self._kv_ms[0] * full_keys + self._kv_ms[1] * window_keys, self._attn_floor_ms)
+        return attn + max(self._state_ms * seqs, self._state_floor_ms) + self._index_ms * keys
 
     def prefill_attn_ms(self, chunk: int, prefix: int) -> float:
         key = (int(chunk), int(prefix))
