@@ -25,13 +25,14 @@ from hybridperf.errors import InputError
 
 #: aiconfigurator system id -> catalog node
 SYSTEM_NODES = {"a100_sxm": "DGX-A100", "b200_sxm": "DGX-B200", "l40s": "8xL40S-PCIe", "h100_sxm": "DGX-H100",
-                "h200_sxm": "HGX-H200", "gb200": "GB200-NVL72", "gb300": "GB300-NVL72"}
+                "h200_sxm": "HGX-H200", "gb200": "GB200-NVL72", "gb200_sxm": "GB200-NVL72", "gb300": "GB300-NVL72",
+                "gb300_sxm": "GB300-NVL72"}
 
 
 #: the system ids aiconfigurator ships tables for (its `systems/*.yaml` names in late 2026); others of the
 #: same shapes (`h20_3e`, `rtx_5090`, ...) match the pattern below
-SYSTEM_IDS = ("a100_pcie", "a100_sxm", "a30", "b200_sxm", "b300_sxm", "b60", "gb200", "gb300", "h100_pcie", "h100_sxm",
-              "h200_sxm", "l4", "l40s", "rtx_pro_6000_server")
+SYSTEM_IDS = ("a100_pcie", "a100_sxm", "a30", "b200_sxm", "b300_sxm", "b60", "gb200", "gb200_sxm", "gb300", "gb300_sxm",
+              "h100_pcie", "h100_sxm", "h200_sxm", "l4", "l40s", "rtx_pro_6000_server")
 
 
 def is_system_id(name: str) -> bool:
