@@ -479,3 +479,13 @@ def test_split_rate_of_a_scored_gpu_comes_from_its_architectures_other_gpus():
     assert dict(fitted_constants("NVIDIA H100 80GB HBM3").split_rate_exponent) == constants.split_rate_table()
     assert constants.split_rate_table(exclude_device="NVIDIA A100-PCIE-40GB") == {
         "hopper": constants.SPLIT_RATE_FITS["hopper"]["NVIDIA H200"]}
+
+
+def test_four_bit_matrix_rate_under_the_power_cap():
+    """4-bit MMA moves a quarter of 16-bit's bits per FLOP: on every Blackwell part it sustains more than 8-bit,
+    and Blackwell Ultra's wider 4-bit datapath puts a B300 above a GB200 (13.5 vs 10 PF on their sheets)."""
+    for name in ("b200_sxm", "b300_sxm", "gb200", "gb300", "rtx_pro_6000_server"):
+        dev = get_device(name)
+        assert sustained_flops(dev, "fp4", True) > sustained_flops(dev, "fp8", True) > sustained_flops(dev, "bf16", True)
+    b200, b300, gb200 = (sustained_flops(get_device(n), "fp4", True) for n in ("b200_sxm", "b300_sxm", "gb200"))
+    assert b300 > gb200 > b200 and b300 <= get_device("b300_sxm").peak("fp4", matrix=True)

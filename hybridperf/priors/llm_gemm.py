@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from hybridperf.devices import DeviceSpec
-from hybridperf.priors.power import DEFAULT_MATRIX_ENERGY_RATIO, MATRIX_ENERGY_RATIO, VECTOR_PJ_PER_FLOP
+from hybridperf.priors.power import matrix_pj_per_flop
 
 #: gemm dtype -> (bytes per A element, bytes per B (weight) element, peak key of the math)
 GEMM_DTYPES = {
@@ -111,8 +111,6 @@ OVERLAP_P = 3.0
 #: L2 bandwidth over DRAM bandwidth, for weight bytes L2 serves (a modelling choice: 2.5-4x on
 #: A100/H100 microbenchmarks; the fitted memory efficiency absorbs the rest)
 L2_BANDWIDTH_RATIO = 3.0
-#: matrix-unit energy per FLOP by operand width, relative to 16-bit operands (bits moved per FLOP)
-OPERAND_ENERGY = {"fp8": 0.5, "int8": 0.5, "fp4": 0.25}
 #: dtypes whose kernels behave most alike, nearest first: where a dtype's constants were never fitted
 #: (nvfp4 held out with Blackwell), its kin's stand in
 DTYPE_KIN = {"nvfp4": ("fp8",), "fp8_block": ("fp8",), "w4a8_mxfp4_mxfp8": ("fp8",), "w4afp8": ("fp8",),
@@ -248,8 +246,7 @@ def matrix_peak(device: DeviceSpec, peak_key: str) -> float:
     peak = spec_matrix_peak(device, peak_key)
     if device.tdp_w <= 0:
         return peak
-    pj = VECTOR_PJ_PER_FLOP.get(device.arch, 10.0) * MATRIX_ENERGY_RATIO.get(device.arch, DEFAULT_MATRIX_ENERGY_RATIO)
-    return min(peak, device.tdp_w / (pj * OPERAND_ENERGY.get(peak_key, 1.0) * 1e-12))
+    return min(peak, device.tdp_w / (matrix_pj_per_flop(device, peak_key) * 1e-12))
 
 
 #: dense FLOPs per SM per clock of warp-level MMA (`mma.sync`, Ampere's instruction, which Hopper and

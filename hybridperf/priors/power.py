@@ -44,9 +44,24 @@ VECTOR_PJ_PER_FLOP = {
 MATRIX_ENERGY_RATIO = {"volta": 0.19, "turing": 0.19, "ada": 0.22, "hopper": 0.085}
 DEFAULT_MATRIX_ENERGY_RATIO = 0.1
 #: matrix-unit energy per FLOP by operand type, relative to 16-bit operands: fp32 matrix units
-#: (AMD MFMA) save less; 8-bit operands move half the bits per FLOP
-MATRIX_ENERGY_BY_DTYPE = {"fp32": 5.0, "fp8": 0.5, "int8": 0.5}
+#: (AMD MFMA) save less; 8-bit operands move half the bits per FLOP, 4-bit a quarter
+MATRIX_ENERGY_BY_DTYPE = {"fp32": 5.0, "fp8": 0.5, "int8": 0.5, "fp4": 0.25, "int4": 0.25}
 _DEFAULT_PJ = 10.0
+
+
+def matrix_pj_per_flop(device: DeviceSpec, dtype: str) -> float:
+    """Board pJ per dense matrix-unit FLOP of `dtype`. A part whose 4-bit peak is more than twice its 8-bit
+    one (Blackwell Ultra: B300 13.5 PF fp4 over 4.5 fp8, B200 9 over 4.5) packs more 4-bit MMA into the same
+    SMs, clock and power: its energy per 4-bit FLOP shrinks by that excess, an engineering estimate (no
+    measurement of a B300 anchors it), without which a 1,100 W B300 sustained 1.1x a B200's fp4 rate,
+    not the 1.5x its sheet gives."""
+    key = dtype_key(dtype)
+    pj = VECTOR_PJ_PER_FLOP.get(device.arch, _DEFAULT_PJ) * MATRIX_ENERGY_RATIO.get(device.arch, DEFAULT_MATRIX_ENERGY_RATIO) \
+        * MATRIX_ENERGY_BY_DTYPE.get(key, 1.0)
+    fp4, fp8 = device.peak_tflops.get("fp4_tc", 0.0), device.peak_tflops.get("fp8_tc", 0.0)
+    if key in ("fp4", "int4") and fp8 > 0 and fp4 > 2.0 * fp8:
+        pj *= 2.0 * fp8 / fp4
+    return pj
 
 
 #: SMs with 128 FP32 lanes and four single-issue schedulers (GA10x, Ada, Hopper, Blackwell) need an
@@ -95,8 +110,6 @@ def sustained_flops(device: DeviceSpec, dtype: str = "fp32", matrix: bool = Fals
     peak = issue_limited_peak(device, dtype, matrix)
     if device.tdp_w <= 0:
         return peak
-    pj = VECTOR_PJ_PER_FLOP.get(device.arch, _DEFAULT_PJ)
-    if uses_matrix_units(device, dtype, matrix):
-        pj *= MATRIX_ENERGY_RATIO.get(device.arch, DEFAULT_MATRIX_ENERGY_RATIO) \
-            * MATRIX_ENERGY_BY_DTYPE.get(dtype_key(dtype), 1.0)
+    pj = matrix_pj_per_flop(device, dtype) if uses_matrix_units(device, dtype, matrix) \
+        else VECTOR_PJ_PER_FLOP.get(device.arch, _DEFAULT_PJ)
     return min(peak, device.tdp_w / (pj * 1e-12))
