@@ -56,8 +56,8 @@ def matrix_pj_per_flop(device: DeviceSpec, dtype: str) -> float:
     measurement of a B300 anchors it), without which a 1,100 W B300 sustained 1.1x a B200's fp4 rate,
     not the 1.5x its sheet gives."""
     key = dtype_key(dtype)
-    pj = VECTOR_PJ_PER_FLOP.get(device.arch, _DEFAULT_PJ) * MATRIX_ENERGY_RATIO.get(device.arch, DEFAULT_MATRIX_ENERGY_RATIO) \
-        * MATRIX_ENERGY_BY_DTYPE.get(key, 1.0)
+    pj = VECTOR_PJ_PER_FLOP.get(device.arch, _DEFAULT_PJ) \
+        * MATRIX_ENERGY_RATIO.get(device.arch, DEFAULT_MATRIX_ENERGY_RATIO) * MATRIX_ENERGY_BY_DTYPE.get(key, 1.0)
     fp4, fp8 = device.peak_tflops.get("fp4_tc", 0.0), device.peak_tflops.get("fp8_tc", 0.0)
     if key in ("fp4", "int4") and fp8 > 0 and fp4 > 2.0 * fp8:
         pj *= 2.0 * fp8 / fp4
