@@ -235,7 +235,6 @@ class ModelPrediction:
                 t[ph] = 0.0
         t = t[list(phases)]
         t["total"] = t.sum(axis=1)
-        t["share"] = t["total"] / max(t["total"].sum(), 1e-12)
         order = [g for g in GROUPS if g in t.index] + [g for g in t.index if g not in GROUPS]
         t = t.loc[order]
         if self.plan_ms > 0:  # host time, no kernel: a row of its own
