@@ -566,6 +566,8 @@ def test_system_ids():
     assert not any(is_system_id(x) for x in ("DGX-H100", "a100_dgx", "h100_pairwise_nvlink", "NVIDIA L40S"))
     # aiconfigurator names its GB200 system gb200_sxm (4-GPU trays of one NVL72 NVLink domain)
     assert get_device("gb200_sxm").name == "NVIDIA GB200" and get_node("gb200_sxm").gpus_per_node == 72
+    # the H800's NVSwitch board: the H100's but for its NVLink (400 GB/s both ways)
+    assert get_node("h800_sxm").device == "NVIDIA H800" and get_node("h800_sxm").intra_bw_gbs == 200.0
 
 
 def test_interval_strata_by_fabric(tmp_path):
