@@ -173,7 +173,8 @@ def osl_pair_spread(df: pd.DataFrame, max_concurrency: int = 8) -> pd.DataFrame:
     agg["conc"] = [concurrency_of(r) for r in agg.to_dict("records")]
     keys = ["system", "backend", "backend_version", "model_path", "gemm_quant_mode", "moe_quant_mode", "tp_size",
             "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size", "isl", "conc"]
-    agg = agg[agg["conc"] <= max_concurrency].fillna({k: "" for k in keys})
+    agg = agg[agg["conc"] <= max_concurrency]
+    agg = agg.assign(**{k: agg[k].astype(object).fillna("") for k in keys})  # NaN keys group as one "" value
     rows = []
     for k, g in agg.groupby(keys):
         v = g.groupby("osl")["silicon_ttft_ms"].median().to_numpy()
