@@ -57,11 +57,12 @@ CAVEATS = """## Reading these numbers
   its 2-node send/recv profile); no other system has multi-node all-reduce rows, so these cells are a
   spec-and-defaults test only.
 - b200_sxm all-reduce: NCCL's tuner picks NVLS (NVLink SHARP) for large messages on a Blackwell
-  NVSwitch; the measured all-reduce reaches 1.1-1.2x the all-gather's bus bandwidth, as A100's ring
-  all-reduce does, not the 1.6-1.75x NCCL's own NVLS rate implies (in all four NCCL versions of the
-  tables, 2.27-2.29). NVLS is charged the all-reduce ring's fitted rate x nvls_gain: 1 held out, fitted
-  on B200 in the shipped bundle. No Hopper NVLS rows are in ../shared: if a Hopper NVSwitch gains more
-  from NVLS than B200's tables do, its large all-reduces come out too slow.
+  NVSwitch. An NVLS all-reduce is charged the switch's traffic, n (1 + 1/g) per direction, at the links'
+  fitted rate x NCCL's nvlsEfficiency x nvls_gain after its own latency (nvls_lat_gain x 25 us), the
+  ring's time where that is faster (few ranks); held out, with no NVLS rows in the fit, both gains are 1.
+  B200's 8-rank all-reduce takes about 97 us + n / 434 GB/s from 32 to 512 MB, slower than its ring
+  below ~100 MB. No Hopper NVLS rows are in ../shared; the form agrees with public H100 reports (ring
+  speed on 2-4 ranks, 420-480 GB/s bus bandwidth on 5-8: NCCL issue 1455), which no fit here saw.
 - Intervals: per held-out system, the 90% band is the other systems' held-out log-errors of the same
   stratum (send/recv or the rest, NVSwitch or other fabric; the coarser one where fewer than two other
   systems fall in it), never its own.

@@ -20,9 +20,9 @@ Candidates, p ranks, g per node, N = p / g nodes:
               half the bus rate as algorithm bandwidth; NCCL's size correction factors applied.
     nvls      NVLink SHARP (Hopper/Blackwell NVSwitch, one node; reduction inside the switch): Simple. The
               tuner rates it at NVLink x nvlsEfficiency x 15/16 (x2 for all_reduce, which pipelines two
-              operations); it achieves the same links' ring rate x nvls_gain (1 until fitted: aiconfigurator's
-              B200 all-reduce reaches 1.1-1.2x its all-gather's bus bandwidth, as A100's ring all-reduce
-              does, not the 1.6x NCCL's rate implies). A 25 us fixed latency makes it a large-message algorithm.
+              operations). An all-reduce achieves the better of the ring's rate and the switch's, which moves
+              n (1 + 1/g) per direction (`_nvls_all_reduce_bus`); an all-gather or reduce-scatter the ring's.
+              A 25 us fixed latency makes it a large-message algorithm.
     nvls_tree NVLS inside nodes + a tree across nodes (all_reduce, N > 1).
     pat       all_gather / reduce_scatter with one GPU per node (N = p): log-latency, bus x 0.75.
     collnet   in-network reduction (InfiniBand SHARP): only with a SHARP plugin, which catalog nodes
@@ -73,14 +73,17 @@ class CollectiveConstants:
     floor_p2p_sharpness: float = 4.0
     launch_us: float = 2.0  # graph timing: per-kernel overhead beyond NCCL's modelled latency
     lat_scale: float = 1.3  # achieved / NCCL-modelled latency
-    lat_p2p_us: float = 6.0  # send/recv's own latency (NCCL's p2p path, no ring step); across nodes plus the network's
+    # send/recv's own latency (NCCL's p2p path, no ring step), across nodes plus the network's; fitted only on
+    # graph-timed rows (none in ../shared: a per-call floor hides it)
+    lat_p2p_us: float = 6.0
     eff_nvlink: float = 0.78  # collectives over NVLink/NVSwitch/mesh (ring bus bandwidth / spec)
     eff_nvlink_p2p: float = 0.85  # send/recv over NVLink (all-to-all runs on eff_nvlink's ring rate)
     eff_pcie: float = 0.70  # collectives whose ring crosses PCIe
     eff_pcie_p2p: float = 0.75
     eff_net: float = 0.90  # collectives across nodes (of the node's NIC bandwidth)
     eff_net_p2p: float = 0.90
-    nvls_gain: float = 1.0  # NVLS's achieved rate over the same links' all-reduce ring's, 1 until fitted
+    nvls_gain: float = 1.0  # NVLS all-reduce's achieved link rate over eff_nvlink x nvlsEfficiency, 1 until fitted
+    nvls_lat_gain: float = 1.0  # NVLS all-reduce's achieved fixed latency over NCCL's (25 us), 1 until fitted
     rank_loss: float = 0.6  # g <= 8 ranks on one NVSwitch reach (1 - rank_loss / g) / (1 - rank_loss / 8) x eff_nvlink
     eff_allreduce: float = 1.0  # an all-reduce's ring on an NVSwitch over an all-gather's, at 8 ranks
     rank_loss_allreduce: float = 0.6  # rank_loss of that all-reduce ring
@@ -332,10 +335,15 @@ def nccl_model_us(coll: str, alg: str, pr: str, n: np.ndarray, f: Fabric, c: Col
         if c is TUNER_CONSTANTS:  # NCCL's own NVLS rate
             intra = f.nvlink_spec * c.eff_nvlink * _NVLS_EFF[f.arch] * NVLS_CHANNEL_FACTOR
             intra *= 2.0 if coll == "all_reduce" else (g - 1) / g
-        else:  # achieved: the same links' ring rate x nvls_gain, in the units NCCL converts below
-            intra = ring_bus * c.nvls_gain * (1.0 if coll == "all_reduce" else g / (g - 1))
+        elif coll == "all_reduce":  # achieved, in the units NCCL converts below: see _nvls_all_reduce_bus
+            intra = _nvls_all_reduce_bus(f, g, c)
+            if alg == "nvls" and intra <= ring_bus:  # few ranks: NCCL's NVLS runs at the ring's speed
+                return nccl_model_us(coll, "ring", pr, n, f, c)
+            intra = max(ring_bus, intra)
+        else:  # an NVLS all-gather moves what a ring does: the ring's rate
+            intra = ring_bus * g / (g - 1)
         if alg == "nvls":
-            lat = hw_in
+            lat = hw_in * (c.nvls_lat_gain if c is not TUNER_CONSTANTS and coll == "all_reduce" else 1.0)
             algbw = intra * p / nsteps if coll == "all_reduce" else intra
         else:
             lat += hw_in + 2 * math.log2(N) * hw_net
@@ -346,6 +354,18 @@ def nccl_model_us(coll: str, alg: str, pr: str, n: np.ndarray, f: Fabric, c: Col
         algbw = 0.75 * bus
     t = n / (1e3 * algbw)
     return c.lat_scale * lat + t * _fill(n, c)
+
+
+def _nvls_all_reduce_bus(f: Fabric, g: int, c: CollectiveConstants) -> float:
+    """NVLS all-reduce's bus bandwidth on g ranks: each rank sends its buffer into the switch and takes the
+    reduced buffer back through multicast, n (1 + 1/g) per direction, at the links' fitted rate x NCCL's
+    nvlsEfficiency of the generation x nvls_gain (1 until fitted): algorithm bandwidth B / (1 + 1/g), bus
+    bandwidth B 2 (g - 1) / (g + 1). Below ~5 ranks that is slower than a ring, and NCCL's NVLS then runs at
+    the ring's speed (H100: 365-370 GB/s bus bandwidth on 2-4 ranks, 420-480 on 5-8, NCCL issue 1455). Its
+    fixed latency is its own (`nvls_lat_gain`): B200's 8-rank all-reduce takes ~97 us + n / 434 GB/s from
+    32 MB to 512 MB, slower than its ring below ~100 MB."""
+    rate = f.nvlink_spec * c.eff_nvlink * _NVLS_EFF[f.arch] * c.nvls_gain
+    return rate * 2.0 * (g - 1) / (g + 1)
 
 
 def _fill(n: np.ndarray, c: CollectiveConstants) -> np.ndarray:

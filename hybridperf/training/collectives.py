@@ -38,11 +38,12 @@ BOUNDS = {
     "eff_net": (0.05, 1.2),
     "eff_net_p2p": (0.05, 1.0),
     "nvls_gain": (0.2, 2.0),
+    "nvls_lat_gain": (0.2, 10.0),
     "rank_loss": (0.01, 1.6),
     "eff_allreduce": (0.5, 2.0),
     "rank_loss_allreduce": (0.01, 1.6),
-    "fill_share": (0.001, 3.0),
-    "fill_bytes": (2.0**16, 2.0**28),
+    "fill_share": (0.001, 1.0),
+    "fill_bytes": (2.0**20, 2.0**28),  # NCCL's chunks x channels: MBs, not one 64 KiB step
 }
 
 
@@ -89,8 +90,8 @@ def fittable(df: pd.DataFrame, nodes: dict | None = None) -> list[str]:
             out.add("launch_us")
         t = prior_terms(coll, grp["nbytes"].to_numpy(), int(p), int(g), node, timing=tm)
         if "nvls" in set(t["algorithm"]) or "nvls_tree" in set(t["algorithm"]):
-            out.add("nvls_gain")
-        if coll == "send_recv":
+            out.update(("nvls_gain", "nvls_lat_gain") if coll == "all_reduce" else ())
+        if coll == "send_recv" and tm == "graph":  # per call, the floor hides it: the fit traded the two off
             out.add("lat_p2p_us")
         if p > g:
             out.add("eff_net_p2p" if coll == "send_recv" else "eff_net")  # all-to-all crosses on node_bw
