@@ -170,6 +170,12 @@ def test_nvls_on_hopper_and_blackwell_nvswitch_only():
     assert bus > 1.2 * ring_bus  # 8 ranks: the switch wins; 2 ranks: the ring
     faster = c.updated(nvls_gain=1.5)
     assert collective_time_ms("all_reduce", n, 8, 8, node, faster)[0] == pytest.approx(t / 1.5, rel=0.02)
+    # NVLS's fixed latency is its own: it moves a small NVLS all-reduce, not a large one
+    mid, slow_start = np.array([2.0**25]), c.updated(nvls_lat_gain=4.0)
+    assert prior_terms("all_reduce", mid, 8, 8, node)["algorithm"][0] == "nvls"
+    base = collective_time_ms("all_reduce", mid, 8, 8, node)[0]
+    dt = collective_time_ms("all_reduce", mid, 8, 8, node, slow_start)[0] - base
+    assert dt * 1e3 == pytest.approx(3 * 25.0 * c.lat_scale, rel=0.01)
     # both rates follow the fitted link efficiency
     slow_links = c.updated(eff_nvlink=c.eff_nvlink / 2)
     assert collective_time_ms("all_reduce", n, 8, 8, node, slow_links)[0] == pytest.approx(2 * t, rel=0.05)
@@ -492,8 +498,10 @@ def test_fittable_constants_follow_nccl_picks():
         return pd.DataFrame({"system": system, "collective": "all_reduce", "nbytes": n, "gpus": p,
                              "gpus_per_node": g, "latency_ms": 1.0, "timing": timing})
 
-    assert "nvls_gain" in fittable(rows("b200_sxm", 8, 8))
-    assert "nvls_gain" not in fittable(rows("a100_sxm", 8, 8))
+    assert {"nvls_gain", "nvls_lat_gain"} <= set(fittable(rows("b200_sxm", 8, 8)))
+    assert not {"nvls_gain", "nvls_lat_gain"} & set(fittable(rows("a100_sxm", 8, 8)))
+    # an NVLS all-gather runs at the ring's rate: nothing of NVLS to fit
+    assert "nvls_gain" not in fittable(rows("b200_sxm", 8, 8).assign(collective="all_gather"))
     assert {"eff_allreduce", "rank_loss_allreduce"} <= set(fittable(rows("a100_sxm", 4, 4)))
     eight = set(fittable(rows("a100_sxm", 8, 8)))
     assert "eff_allreduce" in eight and "rank_loss_allreduce" not in eight
