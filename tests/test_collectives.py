@@ -500,6 +500,9 @@ def test_fittable_constants_follow_nccl_picks():
 
     assert {"nvls_gain", "nvls_lat_gain"} <= set(fittable(rows("b200_sxm", 8, 8)))
     assert not {"nvls_gain", "nvls_lat_gain"} & set(fittable(rows("a100_sxm", 8, 8)))
+    # across nodes (NVLS-tree) the switch's rate is used, its one-node latency is not
+    tree = set(fittable(rows("b200_sxm", 16, 8)))
+    assert "nvls_gain" in tree and "nvls_lat_gain" not in tree
     # an NVLS all-gather runs at the ring's rate: nothing of NVLS to fit
     assert "nvls_gain" not in fittable(rows("b200_sxm", 8, 8).assign(collective="all_gather"))
     assert {"eff_allreduce", "rank_loss_allreduce"} <= set(fittable(rows("a100_sxm", 4, 4)))

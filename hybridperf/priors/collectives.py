@@ -343,7 +343,7 @@ def nccl_model_us(coll: str, alg: str, pr: str, n: np.ndarray, f: Fabric, c: Col
         else:  # an NVLS all-gather moves what a ring does: the ring's rate
             intra = ring_bus * g / (g - 1)
         if alg == "nvls":
-            lat = hw_in * (c.nvls_lat_gain if c is not TUNER_CONSTANTS and coll == "all_reduce" else 1.0)
+            lat = hw_in * (c.nvls_lat_gain if coll == "all_reduce" else 1.0)  # the tuner's gain is 1
             algbw = intra * p / nsteps if coll == "all_reduce" else intra
         else:
             lat += hw_in + 2 * math.log2(N) * hw_net

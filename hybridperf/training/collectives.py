@@ -89,8 +89,9 @@ def fittable(df: pd.DataFrame, nodes: dict | None = None) -> list[str]:
         else:
             out.add("launch_us")
         t = prior_terms(coll, grp["nbytes"].to_numpy(), int(p), int(g), node, timing=tm)
-        if "nvls" in set(t["algorithm"]) or "nvls_tree" in set(t["algorithm"]):
-            out.update(("nvls_gain", "nvls_lat_gain") if coll == "all_reduce" else ())
+        algs = set(t["algorithm"])
+        if coll == "all_reduce" and algs & {"nvls", "nvls_tree"}:
+            out.update(("nvls_gain", "nvls_lat_gain") if "nvls" in algs else ("nvls_gain",))  # its latency: one node
         if coll == "send_recv" and tm == "graph":  # per call, the floor hides it: the fit traded the two off
             out.add("lat_p2p_us")
         if p > g:
