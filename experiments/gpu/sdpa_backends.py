@@ -30,9 +30,9 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
-from experiments.gpu.measure_modern import build_model, call_ms, loop_us, model_step
+from experiments.gpu.measure_modern import build_model, call_ms, loop_us, model_step, parse_models
 
-MODELS = ["llama3_8b", "qwen3_1_7b"]
+MODELS = [("llama3_8b", None), ("qwen3_1_7b", None)]
 #: (mode, batch, seq)
 RUNS = [("decode", 1, 1024), ("decode", 8, 2048), ("decode", 32, 1024), ("inf", 1, 512), ("inf", 4, 1024)]
 BACKENDS = ["default", "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION"]
@@ -81,7 +81,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--budget-s", type=float, default=300.0, help="stop starting new models after this")
+    ap.add_argument("--models", default="", help="comma-separated config[:layers] of examples/configs (default: MODELS)")
     args = ap.parse_args(argv)
+    models = parse_models(args.models, MODELS)
     import torch
     import transformers
 
@@ -114,10 +116,10 @@ def main(argv=None) -> int:
         for row in grow_calls(torch):
             w.writerow(row)
         f.flush()
-        for model_name in MODELS:
+        for model_name, layers in models:
             if time.time() - t0 > args.budget_s:
                 break
-            model, _ = build_model(torch, model_name, None, "bf16", "sdpa")
+            model, _ = build_model(torch, model_name, layers, "bf16", "sdpa")
             step = None
             for mode, batch, seq in RUNS:
                 for name in BACKENDS:
