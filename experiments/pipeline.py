@@ -153,11 +153,15 @@ STEPS: tuple[Step, ...] = (
          results=((f"modern_models_h100_{tag}.md", f"modern_models_h100_{tag}.md"),))
       for tag, csv in (("lease2", "modern/models_second_lease.csv"), ("tf517", "moe_transformers/models_tf517.csv"),
                        ("tf524", "moe_transformers/models_tf524.csv"), ("families", "families/models.csv"),
-                       ("generate", "generate_decode/models.csv"))],
+                       ("generate", "generate_decode/models.csv"), ("families_2", "families_2/models.csv"))],
     *[_m(f"graph_decode_{gpu}", "modern_models", str(MEASURED / gpu) + "/generate_decode/graph_decode.csv", "--device",
          name, "--note", "graph", "--launch", "graph", "--out", f"{{out}}/graph_decode_{gpu}.md", minutes=0.5,
          results=((f"graph_decode_{gpu}.md", f"graph_decode_{gpu}.md"),))
       for gpu, name in (("h100", "NVIDIA H100 80GB HBM3"), ("h200", "NVIDIA H200"))],
+    _m("graph_decode_h100_families_2", "modern_models", str(MEASURED / "h100") + "/families_2/graph_decode.csv",
+       "--device", "NVIDIA H100 80GB HBM3", "--note", "graph", "--launch", "graph", "--out",
+       "{out}/graph_decode_h100_families_2.md", minutes=0.5,
+       results=(("graph_decode_h100_families_2.md", "graph_decode_h100_families_2.md"),)),
     _m("modern_models_h200_generate", "modern_models", _H200 + "/generate_decode/models.csv", "--device", "NVIDIA H200",
        "--out", "{out}/modern_models_h200_generate.md", minutes=0.5,
        results=(("modern_models_h200_generate.md", "modern_models_h200_generate.md"),)),
@@ -165,6 +169,7 @@ STEPS: tuple[Step, ...] = (
          f"{{out}}/device_time_{tag}.md", minutes=1, results=((f"device_time_{tag}.md", f"device_time_{tag}.md"),))
       for tag, csv, gpu in (("h100_families", "h100/families/kernel_sums.csv", "NVIDIA H100 80GB HBM3"),
                             ("h100_generate", "h100/generate_decode/kernel_sums.csv", "NVIDIA H100 80GB HBM3"),
+                            ("h100_families_2", "h100/families_2/kernel_sums.csv", "NVIDIA H100 80GB HBM3"),
                             ("h200", "h200/modern/models_device_time.csv", "NVIDIA H200"))],
     _m("gpu_pair", "gpu_pair", str(MEASURED / "h100") + "/modern/models.csv", "NVIDIA H100 80GB HBM3",
        _H200 + "/modern/models.csv", "NVIDIA H200", "--out", "{out}/gpu_pair.md", minutes=1,

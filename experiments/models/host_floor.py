@@ -1,7 +1,7 @@
 """The per-kernel host floor (`cpu_ms` of `graphs/calibration.py`) chosen leave-one-host-out: each lent
 machine's whole-model runs are scored with the floor that does best on the other machines' runs, among a grid.
 
-The floor is the host's, not the GPU's: four lent H100/H200 machines took 14 to 29 us a transformers kernel
+The floor is the host's, not the GPU's: lent H100/H200 machines took 14 to about 39 us a transformers kernel
 with the same software (`experiments/data/measured/h100/modern/README.md`). The shipped 14 us was read off the
 H200's host; this asks whether another value would carry better to a host never seen.
 
@@ -21,12 +21,13 @@ from experiments.models.modern_models import score
 from hybridperf.graphs.compose import resolve_predictor
 
 H100, H200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
-#: host -> (runs CSV under experiments/data/measured, GPU); transformers 5.17 except the last two (5.24)
+#: host -> (runs CSV under experiments/data/measured, GPU); transformers 5.17 except the last three (5.24)
 HOSTS = {"H200 lease": ("h200/modern/models.csv", H200), "H100 lease 1": ("h100/modern/models.csv", H100),
          "H100 lease 2": ("h100/modern/models_second_lease.csv", H100),
          "H100 lease 4": ("h100/moe_transformers/models_tf524.csv", H100),
-         "H100 lease 5": ("h100/families/models.csv", H100)}
-GRID_US = (10.0, 14.0, 18.0, 22.0, 26.0)
+         "H100 lease 5": ("h100/families/models.csv", H100),
+         "H100 lease 7": ("h100/families_2/models.csv", H100)}
+GRID_US = (10.0, 14.0, 18.0, 22.0, 26.0, 32.0, 38.0)
 
 
 def scores(grid=GRID_US) -> pd.DataFrame:
