@@ -79,16 +79,33 @@ def _layer(t: pd.DataFrame, phase: str = "fw") -> pd.DataFrame:
 def test_sdpa_replaces_the_eager_span_with_one_fused_kernel():
     eager = build_graph(GPT2, 2, 16, "inf", "bf16", attn="eager").kernel_table()
     sdpa = build_graph(GPT2, 2, 16, "inf", "bf16", attn="sdpa").kernel_table()
-    # transformers 5.24 (TorchDispatchMode): GPT-2 25 -> 17 kernels per layer
-    assert (len(_layer(eager)), len(_layer(sdpa))) == (25, 17)
+    # transformers 5.24 (TorchDispatchMode, use_cache=False): GPT-2 25 -> 17 kernels per layer, and the two
+    # torch.cat of the DynamicCache transformers builds by default
+    assert (len(_layer(eager)), len(_layer(sdpa))) == (25, 19)
     lay = _layer(sdpa)
+    fills = lay[lay["name"].str.startswith("attn.cache_fill")]  # each reads and writes 2 x 16 tokens x 256 in bf16
+    assert list(fills["op"]) == ["misc:strided"] * 2 and (fills["nbytes"] == 2 * 2 * 16 * GPT2["n_embd"] * 2).all()
     assert (lay["op"] == "attention").sum() == 1 and not lay["op"].isin(["softmax", "bmm"]).any()
     assert lay.loc[lay["op"] == "attention", "attn"].str.startswith("flash").all()
     mha = {**LLAMA, "num_key_value_heads": 8}  # fp32 without grouped-query attention: the efficient backend
     llama = _layer(build_graph(mha, 2, 16, "inf", "fp32", attn="sdpa").kernel_table())
-    assert len(llama) == 34 and llama["attn"].str.startswith("efficient").any()  # Llama: 42 -> 34
+    assert len(llama) == 36 and llama["attn"].str.startswith("efficient").any()  # Llama: 42 -> 34, + 2 cache cats
     dec = build_graph(mha, 2, 16, "decode", "fp32", attn="sdpa").kernel_table()
     assert len(_layer(dec)) == 36 and dec["attn"].str.startswith("decode").any()  # decode: 42 (GQA) -> 36
+
+
+def test_the_cache_fill_is_a_causal_lm_forward_s_alone():
+    """No cache under gradient checkpointing (transformers turns it off), in a decode step (its own cache
+    kernels) or in an encoder."""
+    def fills(g):
+        return int(g.kernel_table()["name"].str.startswith("attn.cache_fill").sum())
+
+    assert fills(build_graph(LLAMA, 2, 64, "train", "bf16", attn="sdpa")) == 2
+    assert fills(build_graph(LLAMA, 2, 64, "train", "bf16", attn="sdpa", recompute=True)) == 0
+    assert fills(build_graph(LLAMA, 2, 64, "decode", "bf16", attn="sdpa")) == 0
+    bert = {"model_type": "bert", "hidden_size": 256, "num_attention_heads": 4, "num_hidden_layers": 2,
+            "intermediate_size": 1024, "vocab_size": 1000, "max_position_embeddings": 512}
+    assert fills(build_graph(bert, 2, 64, "inf", "bf16", attn="sdpa")) == 0
 
 
 def test_sdpa_training_has_a_fused_backward_and_eager_is_unchanged():
@@ -140,9 +157,10 @@ def test_amp_runs_gemms_in_bf16_with_fp32_weights():
     assert (t.loc[t["phase"] == "acc", "dtype"] == "fp32").all()
     with pytest.raises(InputError, match="fp32"):
         build_graph(cfg, 1, 64, "train", "bf16", amp=True)
-    # CPU autocast trace of a Llama layer with SDPA (transformers 5.24): 48 kernels, 14 of them casts
+    # CPU autocast trace of a Llama layer with SDPA (transformers 5.24, use_cache=False): 48 kernels, 14 of them
+    # casts; transformers' default cache adds its two torch.cat
     lay = _layer(build_graph(LLAMA, 2, 16, "inf", "fp32", attn="sdpa", amp=True).kernel_table())
-    assert len(lay) == 48 and (lay["op"] == "misc:cast").sum() == 14
+    assert len(lay) == 50 and (lay["op"] == "misc:cast").sum() == 14
 
 
 def test_tensor_parallel_shards_the_fused_kernel():

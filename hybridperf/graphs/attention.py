@@ -13,7 +13,8 @@ implementation rewrites those spans in the built blocks:
          cast back). The mask is skipped (`is_causal`, or no mask for BERT-like encoders), so the causal-mask
          kernels before the layers go too; grouped-query attention passes `enable_gqa` (no repeat_kv copies),
          and the output lands in (batch, seq, heads, dim) layout (no merge copy: CPU TorchDispatchMode trace of
-         transformers 5.24, Llama: 42 -> 34 kernels per layer, decode 42 -> 36).
+         transformers 5.24, Llama: 42 -> 34 kernels per layer, decode 42 -> 36). A causal LM's forward still
+         concatenates its keys and values into the DynamicCache transformers builds (`cache_fill`).
          Backend (PyTorch's sdp_utils): `flash` in half precision without a mask (FlashAttention-2, or cuDNN
          attention where PyTorch prefers it: Hopper, Blackwell); `efficient`
          (memory-efficient) in fp32, with an explicit mask (a sliding window shorter than the sequence,
@@ -122,13 +123,32 @@ def parse_spec(spec: str) -> dict:
     return {"backend": parts[0], "kv_heads": int(kv["kvh"]), "vd": int(kv["vd"]), "causal": kv["causal"] == "1"}
 
 
-def _fused(call: dict, be: str, causal: bool, mask: bool) -> list:
-    """The SDPA kernels of one call (forward row; backward-only rows for training)."""
+#: tag of the key/value cache fill of a causal LM's prefill or training forward (`build_graph` drops it under
+#: activation checkpointing, where transformers turns the cache off)
+CACHE_FILL = "cache_fill"
+
+
+def cache_fill(call: dict) -> list:
+    """transformers 5.x builds a DynamicCache in every causal LM forward (`use_cache` defaults to the config's,
+    True), and its first update concatenates each layer's keys and values onto an empty tensor: two copies of
+    the head-split views, on PyTorch's unvectorised `torch.cat` path (`misc:strided`; in eager multi-head attention
+    its k and v layout copies stand for them). H100 op profile (`measured/h100/families_2/op_profile_prefill.csv`): two
+    `aten::cat` per layer beyond RoPE's in Llama, GPT-2, OPT and Pythia prefill."""
+    from hybridperf.graphs.primitives import misc
+
+    elems = call["B"] * call["S_kv"] * call["kv_heads"]
+    return [misc("attn.cache_fill_k", "strided", 2 * elems * call["hd"] * F32, tag=CACHE_FILL),
+            misc("attn.cache_fill_v", "strided", 2 * elems * call["vd"] * F32, tag=CACHE_FILL)]
+
+
+def _fused(call: dict, be: str, causal: bool, mask: bool, fills_cache: bool = False) -> list:
+    """The SDPA kernels of one call (forward row; backward-only rows for training), after the key/value cache
+    fill of a causal LM's forward (`fills_cache`)."""
     from hybridperf.graphs.primitives import _k, misc
 
     B, S, Skv, H, hd, vd = call["B"], call["S"], call["S_kv"], call["heads"], call["hd"], call["vd"]
     spec = attn_spec(be, call["kv_heads"], vd, causal)
-    out = []
+    out = cache_fill(call) if fills_cache else []
     if mask and call["kv_heads"] < H and S > 1:  # with a mask transformers repeats k and v itself (no enable_gqa;
         # a decode step packs the query heads of each key/value head instead)
         rep = B * (call["kv_heads"] + H) * hd * Skv * F32
@@ -149,6 +169,7 @@ def _sdpa(blocks, cfg, dtype, mode):
     if cfg.family in NO_SDPA:
         return blocks
     causal = cfg.family not in BIDIRECTIONAL
+    fills_cache = mode != "decode" and family_of(cfg.family).causal_lm  # a decode step's cache is its own
     out, any_mask = [], False
     for blk in blocks:
         ks, i = [], 0
@@ -165,7 +186,7 @@ def _sdpa(blocks, cfg, dtype, mode):
             mask = explicit_mask(cfg, call)
             any_mask |= mask
             be = backend(cfg, dtype, call, mask)
-            ks += blk.kernels[i:j] if be == "math" else _fused(call, be, causal and not mask, mask)
+            ks += blk.kernels[i:j] if be == "math" else _fused(call, be, causal and not mask, mask, fills_cache)
             i = j
         out.append(Block(blk.name, blk.count, ks, blk.kind))
     if any_mask or cfg.family in BIAS_MASK:

@@ -35,7 +35,7 @@ import pandas as pd
 from hybridperf.devices import dtype_key
 from hybridperf.errors import InputError
 from hybridperf.graphs import families  # noqa: F401  registers every family module
-from hybridperf.graphs.attention import attention_impl
+from hybridperf.graphs.attention import CACHE_FILL, attention_impl
 from hybridperf.graphs.backward import tensor_numels  # noqa: F401  (re-exported: this module's former contents)
 from hybridperf.graphs.config import ModelConfig, check_positions, load_config  # noqa: F401
 from hybridperf.graphs.decode import static_cache
@@ -118,6 +118,8 @@ def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str = "f
     else:
         blocks = family.forward(cfg, batch, seq, train)
     blocks = impl.rewrite(blocks, cfg, dtype, mode)
+    if recompute:  # transformers turns the key/value cache off under gradient checkpointing
+        blocks = [Block(b.name, b.count, [k for k in b.kernels if k["tag"] != CACHE_FILL], b.kind) for b in blocks]
     if train:
         blocks.append(Block("loss", 1, loss_kernels(cfg, batch, seq), "post"))
     if amp:
