@@ -94,18 +94,26 @@ def test_sdpa_replaces_the_eager_span_with_one_fused_kernel():
     assert len(_layer(dec)) == 36 and dec["attn"].str.startswith("decode").any()  # decode: 42 (GQA) -> 36
 
 
-def test_the_cache_fill_is_a_causal_lm_forward_s_alone():
-    """No cache under gradient checkpointing (transformers turns it off), in a decode step (its own cache
-    kernels) or in an encoder."""
+def test_cache_fill_only_in_causal_lm_prefill_and_training():
+    """Keys and values of the key/value heads (grouped-query: 2 of 8 heads here), fp32 keys under AMP (RoPE's);
+    none under gradient checkpointing or a config's use_cache=false (transformers turns the cache off), in a
+    decode step (its own cache kernels) or in an encoder."""
     def fills(g):
-        return int(g.kernel_table()["name"].str.startswith("attn.cache_fill").sum())
+        t = g.kernel_table()
+        return t[t["name"].str.startswith("attn.cache_fill")]
 
-    assert fills(build_graph(LLAMA, 2, 64, "train", "bf16", attn="sdpa")) == 2
-    assert fills(build_graph(LLAMA, 2, 64, "train", "bf16", attn="sdpa", recompute=True)) == 0
-    assert fills(build_graph(LLAMA, 2, 64, "decode", "bf16", attn="sdpa")) == 0
+    f = fills(build_graph(LLAMA, 2, 64, "train", "bf16", attn="sdpa"))
+    assert list(f["name"]) == ["attn.cache_fill_k", "attn.cache_fill_v"] and (f["phase"] == "fw").all()
+    assert (f["nbytes"] == 2 * 2 * 64 * 2 * 64 * 2).all()  # read + write, 128 tokens x 2 heads x 64, bf16
+    amp = fills(build_graph(LLAMA, 2, 64, "inf", "fp32", attn="sdpa", amp=True)).set_index("name")["dtype"]
+    assert (amp["attn.cache_fill_k"], amp["attn.cache_fill_v"]) == ("fp32", "bf16")
+    assert fills(build_graph(LLAMA, 2, 64, "inf", "fp32", attn="sdpa")).shape[0] == 2  # math backend: eager span
+    assert fills(build_graph(LLAMA, 2, 64, "train", "bf16", attn="sdpa", recompute=True)).empty
+    assert fills(build_graph({**LLAMA, "use_cache": False}, 2, 64, "inf", "bf16", attn="sdpa")).empty
+    assert fills(build_graph(LLAMA, 2, 64, "decode", "bf16", attn="sdpa")).empty
     bert = {"model_type": "bert", "hidden_size": 256, "num_attention_heads": 4, "num_hidden_layers": 2,
             "intermediate_size": 1024, "vocab_size": 1000, "max_position_embeddings": 512}
-    assert fills(build_graph(bert, 2, 64, "inf", "bf16", attn="sdpa")) == 0
+    assert fills(build_graph(bert, 2, 64, "inf", "bf16", attn="sdpa")).empty
 
 
 def test_sdpa_training_has_a_fused_backward_and_eager_is_unchanged():

@@ -81,7 +81,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--budget-s", type=float, default=300.0, help="stop starting new models after this")
-    ap.add_argument("--models", default="", help="comma-separated config[:layers] of examples/configs (default: MODELS)")
+    ap.add_argument("--models", default="",
+                    help="comma-separated config[:layers] of examples/configs (default: MODELS)")
     args = ap.parse_args(argv)
     models = parse_models(args.models, MODELS)
     import torch

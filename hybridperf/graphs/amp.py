@@ -10,7 +10,8 @@ embeddings and residual adds take fp32 operands). The graph is the bf16 one rewr
   * a GEMM whose input comes off an fp32 kernel casts that input (each consumer casts its own copy), and SDPA
     casts q and k, which RoPE's fp32 cos/sin left in fp32;
   * norms (their upcasts vanish: the stream is fp32 already), RoPE, softmax, embeddings, residual adds and
-    gradient accumulation run in fp32, and so do a MoE's grouped expert GEMMs, which autocast does not cast;
+    gradient accumulation run in fp32, and so do a MoE's grouped expert GEMMs, which autocast does not cast,
+    and the key cache's copy of RoPE's fp32 keys;
   * weights, gradients and the optimizer step are fp32 (`ModelGraph.amp`).
 
 Checked against a CPU autocast trace (TorchDispatchMode, transformers 5.24, Llama with SDPA): 48 kernels per
@@ -29,7 +30,7 @@ NORM_CASTS = (".to_fp32", ".to_half")
 
 def amp_blocks(blocks: list) -> list:
     """Blocks of a bf16 graph rewritten as autocast runs an fp32 model (module docstring)."""
-    from hybridperf.graphs.attention import parse_spec
+    from hybridperf.graphs.attention import CACHE_FILL, parse_spec
     from hybridperf.graphs.primitives import BACKWARD_ONLY, Block, cast
 
     out = []
@@ -61,7 +62,8 @@ def amp_blocks(blocks: list) -> list:
             prev_gemm = False
             rope = "rope" in name
             rotary |= rope
-            if op in FP32_OPS or k.get("tag") in FP32_TAGS or op == "misc:gather" or rope \
+            rotated_keys = rotary and k.get("tag") == CACHE_FILL and name.endswith("_k")  # the cache copies them
+            if op in FP32_OPS or k.get("tag") in FP32_TAGS or op == "misc:gather" or rope or rotated_keys \
                     or (k.get("tag") == "broadcast" and name.endswith(".weight")):
                 k = {**k, "fp32": True}
             if k.get("tag") == "grouped":

@@ -141,7 +141,7 @@ def cache_fill(call: dict) -> list:
             misc("attn.cache_fill_v", "strided", 2 * elems * call["vd"] * F32, tag=CACHE_FILL)]
 
 
-def _fused(call: dict, be: str, causal: bool, mask: bool, fills_cache: bool = False) -> list:
+def _fused(call: dict, be: str, causal: bool, mask: bool, fills_cache: bool) -> list:
     """The SDPA kernels of one call (forward row; backward-only rows for training), after the key/value cache
     fill of a causal LM's forward (`fills_cache`)."""
     from hybridperf.graphs.primitives import _k, misc
@@ -169,7 +169,8 @@ def _sdpa(blocks, cfg, dtype, mode):
     if cfg.family in NO_SDPA:
         return blocks
     causal = cfg.family not in BIDIRECTIONAL
-    fills_cache = mode != "decode" and family_of(cfg.family).causal_lm  # a decode step's cache is its own
+    # a decode step's cache is its own; a config may turn the cache off
+    fills_cache = mode != "decode" and family_of(cfg.family).causal_lm and bool(cfg.raw.get("use_cache", True))
     out, any_mask = [], False
     for blk in blocks:
         ks, i = [], 0
@@ -186,7 +187,10 @@ def _sdpa(blocks, cfg, dtype, mode):
             mask = explicit_mask(cfg, call)
             any_mask |= mask
             be = backend(cfg, dtype, call, mask)
-            ks += blk.kernels[i:j] if be == "math" else _fused(call, be, causal and not mask, mask, fills_cache)
+            if be == "math":  # the eager span, after the cache fill
+                ks += (cache_fill(call) if fills_cache else []) + blk.kernels[i:j]
+            else:
+                ks += _fused(call, be, causal and not mask, mask, fills_cache)
             i = j
         out.append(Block(blk.name, blk.count, ks, blk.kind))
     if any_mask or cfg.family in BIAS_MASK:
