@@ -95,7 +95,8 @@ def test_sdpa_replaces_the_eager_span_with_one_fused_kernel():
 
 
 def test_cache_fill_only_in_causal_lm_prefill_and_training():
-    """Keys and values of the key/value heads (grouped-query: 2 of 8 heads here), fp32 keys under AMP (RoPE's);
+    """Keys and values of the key/value heads (grouped-query: 2 of 8 heads here), fp32 keys under AMP (RoPE's),
+    and in eager grouped-query attention too;
     none under gradient checkpointing or a config's use_cache=false (transformers turns the cache off), in a
     decode step (its own cache kernels) or in an encoder."""
     def fills(g):
@@ -108,6 +109,8 @@ def test_cache_fill_only_in_causal_lm_prefill_and_training():
     amp = fills(build_graph(LLAMA, 2, 64, "inf", "fp32", attn="sdpa", amp=True)).set_index("name")["dtype"]
     assert (amp["attn.cache_fill_k"], amp["attn.cache_fill_v"]) == ("fp32", "bf16")
     assert fills(build_graph(LLAMA, 2, 64, "inf", "fp32", attn="sdpa")).shape[0] == 2  # math backend: eager span
+    assert fills(build_graph(LLAMA, 2, 64, "inf", "bf16", attn="eager")).shape[0] == 2  # before repeat_kv's copies
+    assert fills(build_graph(GPT2, 2, 64, "inf", "fp32", attn="eager")).empty  # multi-head: its k/v copies are them
     assert fills(build_graph(LLAMA, 2, 64, "train", "bf16", attn="sdpa", recompute=True)).empty
     assert fills(build_graph({**LLAMA, "use_cache": False}, 2, 64, "inf", "bf16", attn="sdpa")).empty
     assert fills(build_graph(LLAMA, 2, 64, "decode", "bf16", attn="sdpa")).empty

@@ -511,9 +511,10 @@ def test_opt_350m_projects_its_narrow_embeddings_and_normalises_after_the_adds()
     assert sum(param_numels(build_graph(small, 2, 8, "train"))) == 107_136
 
 
-#: a small llama-shaped config in each llama-like family's keys
+#: a small llama-shaped config in each llama-like family's keys, without the key/value cache, as the traces ran
 LLAMA_SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
-               "head_dim": 16, "vocab_size": 100, "max_position_embeddings": 512, "num_hidden_layers": 2}
+               "head_dim": 16, "vocab_size": 100, "max_position_embeddings": 512, "num_hidden_layers": 2,
+               "use_cache": False}
 
 
 def _per_layer_and_outside(cfg, mode, dtype="fp32", layers_key="num_hidden_layers"):

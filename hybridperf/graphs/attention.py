@@ -84,8 +84,33 @@ class AttentionImpl:
     doc: str
 
 
+def fills_cache(cfg: ModelConfig, mode: str) -> bool:
+    """Whether a pass fills transformers' DynamicCache (`cache_fill`): a causal LM's prefill or training forward
+    (a decode step's cache has kernels of its own) unless its config turns `use_cache` off."""
+    from hybridperf.graphs.family import family_of
+
+    return mode != "decode" and family_of(cfg.family).causal_lm and bool(cfg.raw.get("use_cache", True))
+
+
 def _eager(blocks, cfg, dtype, mode):
-    return blocks
+    """The marked spans as they are, after the cache fill of each grouped-query call (whose `repeat_kv` copies
+    follow; in multi-head attention the k and v layout copies are the cache's concatenations)."""
+    if not fills_cache(cfg, mode):
+        return blocks
+    from hybridperf.graphs.primitives import Block
+
+    out = []
+    for blk in blocks:
+        ks, seen = [], set()
+        for k in blk.kernels:
+            call = k.get("attn_call")
+            if call is not None and id(call) not in seen:
+                seen.add(id(call))
+                if call["kv_heads"] < call["heads"]:
+                    ks += cache_fill(call)
+            ks.append(k)
+        out.append(Block(blk.name, blk.count, ks, blk.kind))
+    return out
 
 
 def backend(cfg: ModelConfig, dtype: str, call: dict, explicit_mask: bool) -> str:
@@ -132,8 +157,9 @@ def cache_fill(call: dict) -> list:
     """transformers 5.x builds a DynamicCache in every causal LM forward (`use_cache` defaults to the config's,
     True), and its first update concatenates each layer's keys and values onto an empty tensor: two copies of
     the head-split views, on PyTorch's unvectorised `torch.cat` path (`misc:strided`; in eager multi-head attention
-    its k and v layout copies stand for them). H100 op profile (`measured/h100/families_2/op_profile_prefill.csv`): two
-    `aten::cat` per layer beyond RoPE's in Llama, GPT-2, OPT and Pythia prefill."""
+    its k and v layout copies stand for them). H100 op profiles (`measured/h100/families_2/op_profile_prefill.csv`,
+    `families/op_profile.csv`): two `aten::cat` per layer beyond RoPE's in Llama, GPT-2, OPT, Pythia and Mistral
+    prefill (SDPA) and gpt-oss's (eager)."""
     from hybridperf.graphs.primitives import misc
 
     elems = call["B"] * call["S_kv"] * call["kv_heads"]
@@ -166,11 +192,10 @@ def _sdpa(blocks, cfg, dtype, mode):
     from hybridperf.graphs.family import family_of
     from hybridperf.graphs.primitives import Block
 
-    if cfg.family in NO_SDPA:
-        return blocks
+    if cfg.family in NO_SDPA:  # transformers' default runs them eager
+        return _eager(blocks, cfg, dtype, mode)
     causal = cfg.family not in BIDIRECTIONAL
-    # a decode step's cache is its own; a config may turn the cache off
-    fills_cache = mode != "decode" and family_of(cfg.family).causal_lm and bool(cfg.raw.get("use_cache", True))
+    fills = fills_cache(cfg, mode)
     out, any_mask = [], False
     for blk in blocks:
         ks, i = [], 0
@@ -188,9 +213,9 @@ def _sdpa(blocks, cfg, dtype, mode):
             any_mask |= mask
             be = backend(cfg, dtype, call, mask)
             if be == "math":  # the eager span, after the cache fill
-                ks += (cache_fill(call) if fills_cache else []) + blk.kernels[i:j]
+                ks += (cache_fill(call) if fills else []) + blk.kernels[i:j]
             else:
-                ks += _fused(call, be, causal and not mask, mask, fills_cache)
+                ks += _fused(call, be, causal and not mask, mask, fills)
             i = j
         out.append(Block(blk.name, blk.count, ks, blk.kind))
     if any_mask or cfg.family in BIAS_MASK:
