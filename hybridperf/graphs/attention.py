@@ -92,25 +92,31 @@ def fills_cache(cfg: ModelConfig, mode: str) -> bool:
     return mode != "decode" and family_of(cfg.family).causal_lm and bool(cfg.raw.get("use_cache", True))
 
 
+def rewrite_calls(blocks, per_call) -> list:
+    """`blocks` with each marked call's span of kernels replaced by `per_call(call, span)`."""
+    from hybridperf.graphs.primitives import Block
+
+    out = []
+    for blk in blocks:
+        ks, i = [], 0
+        while i < len(blk.kernels):
+            call = blk.kernels[i].get("attn_call")
+            j = i + 1
+            while call is not None and j < len(blk.kernels) and blk.kernels[j].get("attn_call") is call:
+                j += 1
+            ks += blk.kernels[i:j] if call is None else per_call(call, blk.kernels[i:j])
+            i = j
+        out.append(Block(blk.name, blk.count, ks, blk.kind))
+    return out
+
+
 def _eager(blocks, cfg, dtype, mode):
     """The marked spans as they are, after the cache fill of each grouped-query call (whose `repeat_kv` copies
     follow; in multi-head attention the k and v layout copies are the cache's concatenations)."""
     if not fills_cache(cfg, mode):
         return blocks
-    from hybridperf.graphs.primitives import Block
-
-    out = []
-    for blk in blocks:
-        ks, seen = [], set()
-        for k in blk.kernels:
-            call = k.get("attn_call")
-            if call is not None and id(call) not in seen:
-                seen.add(id(call))
-                if call["kv_heads"] < call["heads"]:
-                    ks += cache_fill(call)
-            ks.append(k)
-        out.append(Block(blk.name, blk.count, ks, blk.kind))
-    return out
+    return rewrite_calls(blocks, lambda call, span: (cache_fill(call) if call["kv_heads"] < call["heads"] else [])
+                         + span)
 
 
 def backend(cfg: ModelConfig, dtype: str, call: dict, explicit_mask: bool) -> str:
@@ -167,14 +173,13 @@ def cache_fill(call: dict) -> list:
             misc("attn.cache_fill_v", "strided", 2 * elems * call["vd"] * F32, tag=CACHE_FILL)]
 
 
-def _fused(call: dict, be: str, causal: bool, mask: bool, fills_cache: bool) -> list:
-    """The SDPA kernels of one call (forward row; backward-only rows for training), after the key/value cache
-    fill of a causal LM's forward (`fills_cache`)."""
+def _fused(call: dict, be: str, causal: bool, mask: bool) -> list:
+    """The SDPA kernels of one call (forward row; backward-only rows for training)."""
     from hybridperf.graphs.primitives import _k, misc
 
     B, S, Skv, H, hd, vd = call["B"], call["S"], call["S_kv"], call["heads"], call["hd"], call["vd"]
     spec = attn_spec(be, call["kv_heads"], vd, causal)
-    out = cache_fill(call) if fills_cache else []
+    out = []
     if mask and call["kv_heads"] < H and S > 1:  # with a mask transformers repeats k and v itself (no enable_gqa;
         # a decode step packs the query heads of each key/value head instead)
         rep = B * (call["kv_heads"] + H) * hd * Skv * F32
@@ -190,35 +195,22 @@ def _fused(call: dict, be: str, causal: bool, mask: bool, fills_cache: bool) -> 
 
 def _sdpa(blocks, cfg, dtype, mode):
     from hybridperf.graphs.family import family_of
-    from hybridperf.graphs.primitives import Block
 
     if cfg.family in NO_SDPA:  # transformers' default runs them eager
         return _eager(blocks, cfg, dtype, mode)
     causal = cfg.family not in BIDIRECTIONAL
     fills = fills_cache(cfg, mode)
-    out, any_mask = [], False
-    for blk in blocks:
-        ks, i = [], 0
-        while i < len(blk.kernels):
-            k = blk.kernels[i]
-            call = k.get("attn_call")
-            if call is None:
-                ks.append(k)
-                i += 1
-                continue
-            j = i
-            while j < len(blk.kernels) and blk.kernels[j].get("attn_call") is call:
-                j += 1
-            mask = explicit_mask(cfg, call)
-            any_mask |= mask
-            be = backend(cfg, dtype, call, mask)
-            if be == "math":  # the eager span, after the cache fill
-                ks += (cache_fill(call) if fills else []) + blk.kernels[i:j]
-            else:
-                ks += _fused(call, be, causal and not mask, mask, fills)
-            i = j
-        out.append(Block(blk.name, blk.count, ks, blk.kind))
-    if any_mask or cfg.family in BIAS_MASK:
+    masked = []
+
+    def fused(call, span):  # the call's cache fill, then SDPA's kernels (the eager span under `math`)
+        mask = explicit_mask(cfg, call)
+        masked.append(mask)
+        be = backend(cfg, dtype, call, mask)
+        kernels = span if be == "math" else _fused(call, be, causal and not mask, mask)
+        return (cache_fill(call) if fills else []) + kernels
+
+    out = rewrite_calls(blocks, fused)
+    if any(masked) or cfg.family in BIAS_MASK:
         return out
     # the mask is skipped: drop the kernels that build it before the layers
     drop_setup = DECODE_MASK_SETUP if mode == "decode" and family_of(cfg.family).causal_lm else 0
