@@ -128,6 +128,8 @@ STEPS: tuple[Step, ...] = (
        "{out}/aiconfigurator_kernels.md", datasets=("aiconfigurator",), minutes=2,
        results=(("aiconfigurator_kernels.md", "aiconfigurator_kernels.md"),
                 ("aiconfigurator_kernels.png", "aiconfigurator_kernels.png"))),
+    _k("aic_noise_floor", "aic_noise_floor", "--data", "{data}", "--out", "{out}", datasets=("aiconfigurator",),
+       minutes=2, results=(("aic_noise_floor.md", "aic_noise_floor.md"),)),
     _t("aic_fewshot", "aic_fewshot", "--data", "{data}", "--out", "{out}/aic_fewshot.md", "--bundles", "{out}/bundles",
        datasets=("aiconfigurator",), minutes=6,
        results=(("aic_fewshot.md", "aic_fewshot.md"), ("aic_fewshot.png", "aic_fewshot.png"))),
