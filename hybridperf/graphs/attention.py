@@ -154,8 +154,8 @@ def parse_spec(spec: str) -> dict:
     return {"backend": parts[0], "kv_heads": int(kv["kvh"]), "vd": int(kv["vd"]), "causal": kv["causal"] == "1"}
 
 
-#: tag of the key/value cache fill of a causal LM's prefill or training forward (`build_graph` drops it under
-#: activation checkpointing, where transformers turns the cache off)
+#: tag of the key/value cache fill of a causal LM's prefill or training forward (`amp` copies the keys in fp32 by
+#: it; under activation checkpointing `build_graph` turns the cache off, as transformers does)
 CACHE_FILL = "cache_fill"
 
 

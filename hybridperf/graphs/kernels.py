@@ -30,12 +30,14 @@ runs it, NeuSight's `-fusion` runs).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import pandas as pd
 
 from hybridperf.devices import dtype_key
 from hybridperf.errors import InputError
 from hybridperf.graphs import families  # noqa: F401  registers every family module
-from hybridperf.graphs.attention import CACHE_FILL, attention_impl
+from hybridperf.graphs.attention import attention_impl
 from hybridperf.graphs.backward import tensor_numels  # noqa: F401  (re-exported: this module's former contents)
 from hybridperf.graphs.config import ModelConfig, check_positions, load_config  # noqa: F401
 from hybridperf.graphs.decode import static_cache
@@ -117,9 +119,9 @@ def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str = "f
             blocks = static_cache(blocks)
     else:
         blocks = family.forward(cfg, batch, seq, train)
-    blocks = impl.rewrite(blocks, cfg, dtype, mode)
-    if recompute:  # transformers turns the key/value cache off under gradient checkpointing
-        blocks = [Block(b.name, b.count, [k for k in b.kernels if k["tag"] != CACHE_FILL], b.kind) for b in blocks]
+    # transformers turns the key/value cache off under gradient checkpointing, as a config's use_cache false does
+    no_cache = dataclasses.replace(cfg, raw={**cfg.raw, "use_cache": False}) if recompute else cfg
+    blocks = impl.rewrite(blocks, no_cache, dtype, mode)
     if train:
         blocks.append(Block("loss", 1, loss_kernels(cfg, batch, seq), "post"))
     if amp:
