@@ -30,7 +30,7 @@ import pandas as pd
 
 from experiments.common import DATA, RESULTS
 from hybridperf.aic_kernels import dtype_of
-from hybridperf.aic_rows import OPTIONAL, REQUIRED
+from hybridperf.aic_rows import DTYPE_COLUMNS, OPTIONAL, REQUIRED
 from hybridperf.priors.moe import computes_remote_pairs
 
 #: kernel sources whose bf16/fp16 GEMM is `torch.nn.functional.linear` (cuBLAS) in the framework's collector
@@ -43,8 +43,7 @@ EXTRA_SHAPE = {"moe": ("distribution",)}
 
 def shape_columns(op: str) -> list[str]:
     """The columns that make two rows of `op` the same call (dtype columns left to the cell)."""
-    dtype_cols = {"gemm_dtype", "moe_dtype"}
-    return [c for c in (*REQUIRED[op], *OPTIONAL[op], *EXTRA_SHAPE.get(op, ())) if c not in dtype_cols]
+    return [c for c in (*REQUIRED[op], *OPTIONAL[op], *EXTRA_SHAPE.get(op, ())) if c not in DTYPE_COLUMNS[op]]
 
 
 def same_call(a: tuple, b: tuple, op: str, dtype: str) -> str | None:
@@ -94,7 +93,9 @@ def pair_errors(rows: pd.DataFrame) -> pd.DataFrame:
 def with_hybrid(floors: pd.DataFrame, res: pd.DataFrame) -> pd.DataFrame:
     """`floors` beside the held-out hybrid's MAPE per (system, op, dtype) (`aiconfigurator_kernels.run`'s rows,
     log errors in `hybrid`) and whether the cell's floor leaves room for 10%."""
-    mape = (np.abs(np.exp(-res["hybrid"]) - 1) * 100).groupby([res["system"], res["op"], res["dtype"]]).mean()
+    from experiments.kernels.aiconfigurator_kernels import ape
+
+    mape = pd.Series(ape(res["hybrid"]), index=res.index).groupby([res["system"], res["op"], res["dtype"]]).mean()
     out = floors.merge(mape.rename("hybrid_mape").reset_index(), on=["system", "op", "dtype"], how="left")
     out["verdict"] = np.where(out["floor"] >= 10, "floor over 10%",
                               np.where(out["hybrid_mape"] - out["floor"] > 2, "model's error", "near floor"))

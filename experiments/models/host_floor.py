@@ -13,7 +13,6 @@ a smaller one is the obvious candidate there.
 from __future__ import annotations
 
 import argparse
-import importlib
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +20,7 @@ import pandas as pd
 
 from experiments.common import MEASURED, REPO, RESULTS
 from experiments.models.modern_models import score
+from hybridperf.graphs.calibration import CALIBRATION
 from hybridperf.graphs.compose import resolve_predictor
 
 H100, H200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
@@ -36,17 +36,22 @@ GAP_GRID_US = (2.5, 5.0)
 KEY = ["floor_us", "gap_us"]
 
 
+def shipped_us() -> tuple[float, float]:
+    """The shipped (floor, gap) in us."""
+    c = CALIBRATION["bundle"]
+    return round(c["cpu_ms"] * 1e3, 2), round(c["gap_ms"] * 1e3, 2)
+
+
 def scores(grid=GRID_US, gaps=GAP_GRID_US) -> pd.DataFrame:
     """MAPE and coverage per (host, floor, gap in us); the shipped gap is always in the grid."""
-    calibration = importlib.import_module("hybridperf.graphs.calibration").CALIBRATION
-    saved = {kind: (c["cpu_ms"], c["gap_ms"]) for kind, c in calibration.items()}
-    shipped_gap = round(calibration["bundle"]["gap_ms"] * 1e3, 2)
+    saved = {kind: (c["cpu_ms"], c["gap_ms"]) for kind, c in CALIBRATION.items()}
+    shipped_gap = shipped_us()[1]
     predictor = resolve_predictor(warn=False)
     rows = []
     try:
         for us in grid:
             for gap in sorted({*gaps, shipped_gap}):
-                for c in calibration.values():
+                for c in CALIBRATION.values():
                     c["cpu_ms"], c["gap_ms"] = us / 1e3, gap / 1e3
                 for host, (csv, gpu) in HOSTS.items():
                     path = MEASURED / csv
@@ -56,7 +61,7 @@ def scores(grid=GRID_US, gaps=GAP_GRID_US) -> pd.DataFrame:
                                  "coverage": float(s["covered"].mean() * 100)})
     finally:
         for kind, (cpu, gap) in saved.items():
-            calibration[kind]["cpu_ms"], calibration[kind]["gap_ms"] = cpu, gap
+            CALIBRATION[kind]["cpu_ms"], CALIBRATION[kind]["gap_ms"] = cpu, gap
     return pd.DataFrame(rows)
 
 
@@ -82,16 +87,16 @@ def main(argv=None) -> int:
     wide["mean over hosts"] = wide.mean(axis=1).round(1)
     lo = leave_one_host_out(tab)
     h100 = lo["held-out host"] != "H200 lease"  # the shipped 14 us was read off the H200's host
-    shipped_gap = tab["gap_us"].max()  # the shipped 8.41 us is the largest in the grid
-    shipped = tab[(tab["floor_us"] == 14.0) & (tab["gap_us"] == shipped_gap) & (tab["host"] != "H200 lease")]
+    shipped_floor, shipped_gap = shipped_us()
+    shipped = tab[(tab["floor_us"] == shipped_floor) & (tab["gap_us"] == shipped_gap) & (tab["host"] != "H200 lease")]
     text = "\n".join([
         "# The per-kernel host floor and launch gap, leave one host out", "",
         "Reproduce: `python -m experiments.models.host_floor`. `predict-model` MAPE % of each lent machine's "
         "whole-model runs per (floor, gap) (rows); then each host scored with the pair best on the others.", "",
         wide.reset_index().to_markdown(index=False), "",
         lo.to_markdown(index=False), "",
-        f"On the {int(h100.sum())} H100 hosts, which the shipped 14 us (read off the H200's host) never saw: mean MAPE "
-        f"{shipped['mape'].mean():.1f}% with it and the {shipped_gap:g} us gap "
+        f"On the {int(h100.sum())} H100 hosts, which the shipped {shipped_floor:g} us (read off the H200's host) never "
+        f"saw: mean MAPE {shipped['mape'].mean():.1f}% with it and the {shipped_gap:g} us gap "
         f"(coverage {np.mean(shipped['coverage']):.1f}%), "
         f"{lo.loc[h100, 'MAPE %'].mean():.1f}% with the pair chosen on the other hosts. `H100 lease 4` holds only "
         "MoE runs under transformers 5.24, so its column also carries that model family's own error; `H100 lease 5` "
