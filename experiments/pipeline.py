@@ -201,6 +201,7 @@ STEPS: tuple[Step, ...] = (
     _g("vocab_alignment_check", "vocab_alignment_check", "--out", "{out}", gpu=True, minutes=1),
     _g("moe_profile", "moe_profile", "--out", "{out}", gpu=True, minutes=1),
     _g("sdpa_backends", "sdpa_backends", "--out", "{out}", gpu=True, minutes=3),
+    _g("host_probe", "host_probe", "--out", "{out}", gpu=True, minutes=3),
 )
 
 

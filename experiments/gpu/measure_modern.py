@@ -225,7 +225,7 @@ def measure_sdpa(torch, rows: Rows, deadline: float, shapes=(SDPA_PREFILL, SDPA_
     torch.cuda.empty_cache()
 
 
-def build_model(torch, name: str, layers, dtype: str, attn: str):
+def build_model(torch, name: str, layers, dtype: str, attn: str, device: str = "cuda"):
     import transformers as tf
 
     raw = json.loads((CONFIGS / f"{name}.json").read_text())
@@ -236,7 +236,7 @@ def build_model(torch, name: str, layers, dtype: str, attn: str):
     conf = tf.AutoConfig.for_model(raw.pop("model_type"), **raw)
     conf._attn_implementation = attn
     torch_dtype = torch.float32 if dtype == "fp32" else torch.bfloat16
-    with torch.device("cuda"):
+    with torch.device(device):
         model = tf.AutoModelForCausalLM.from_config(conf, dtype=torch_dtype)
     return model, conf.num_hidden_layers
 
@@ -290,15 +290,16 @@ def model_step(torch, model, mode: str, batch: int, seq: int, amp: bool = False,
     return step
 
 
-def build_default(torch, name: str, layers, dtype: str, attn: str):
+def build_default(torch, name: str, layers, dtype: str, attn: str, device: str = "cuda"):
     """`build_model`, falling back to eager as transformers' default does for a family without SDPA
     (Gemma 2, gpt-oss): (model, layers, the attn it runs, a note saying so)."""
     try:
-        return (*build_model(torch, name, layers, dtype, attn), attn, "")
+        return (*build_model(torch, name, layers, dtype, attn, device), attn, "")
     except ValueError as e:
         if attn != "sdpa" or "scaled_dot_product_attention" not in str(e):
             raise
-    return (*build_model(torch, name, layers, dtype, "eager"), "eager", "sdpa unsupported: transformers' default")
+    return (*build_model(torch, name, layers, dtype, "eager", device), "eager",
+            "sdpa unsupported: transformers' default")
 
 
 #: (model, layers) x (mode, batch, seq) whose summed kernel time (`--runs profile`) is recorded
