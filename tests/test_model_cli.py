@@ -168,3 +168,28 @@ def test_memory_estimate_counts_parameters_once():
     t = build_graph(TINY, 2, 128, "train").memory()
     assert t.grads == t.weights and t.activations > m.activations
     assert t.total == pytest.approx(t.weights + t.grads + t.activations)
+
+
+@pytest.mark.parametrize("fields,expect", [({"torch_dtype": "bfloat16"}, "bf16"), ({"dtype": "float16"}, "fp16"),
+                                           ({}, "fp32"), ({"torch_dtype": "float8_e4m3fn"}, "fp32")])
+def test_without_dtype_the_model_is_built_in_the_configs_dtype(tmp_path, fields, expect):
+    """transformers 5's from_config builds a Hub config in its dtype/torch_dtype (bf16 for most LLMs)."""
+    from hybridperf.graphs.config import built_dtype
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({**json.loads(TINY.read_text()), **fields}))
+    assert built_dtype(cfg)[0] == expect
+    args = ("--config", cfg, "--batch", 2, "--seq", 128, "--mode", "inf", "--device", "H100-SXM", "--json",
+            "--prior-only")
+    default, cast = _run(*args), _run(*args, "--dtype", expect)
+    assert default.exit_code == 0 and cast.exit_code == 0, default.output
+    assert _last_json(default.stdout) == _last_json(cast.stdout)
+    assert f"{expect} model (" in default.stderr and f"{expect} model (" not in cast.stderr
+
+
+def test_a_multimodal_configs_dtype_is_read_above_its_text_config():
+    from hybridperf.graphs.config import built_dtype
+
+    text = {"model_type": "gemma3_text", "hidden_size": 64}
+    assert built_dtype({"model_type": "gemma3", "torch_dtype": "bfloat16", "text_config": text})[0] == "bf16"
+    assert built_dtype({"model_type": "gemma3", "text_config": {**text, "dtype": "float16"}})[0] == "fp16"

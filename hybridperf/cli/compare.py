@@ -20,7 +20,8 @@ def compare_cmd(
     devices: str = typer.Option(
         "all", "--devices", help="comma-separated catalog names, aliases or JSON spec paths, or 'all' (every "
         "catalog GPU)"),
-    dtype: str = typer.Option("fp32", "--dtype", help="fp32, fp16 or bf16, as in predict-model"),
+    dtype: Optional[str] = typer.Option(
+        None, "--dtype", help="fp32, fp16 or bf16; default: the config's dtype, else fp32, as in predict-model"),
     fused: bool = typer.Option(False, "--fused", help="inference as torch.compile runs it, as in predict-model"),
     attn: str = typer.Option("sdpa", "--attn", help="sdpa (transformers' default) or eager, as in predict-model"),
     amp: bool = typer.Option(False, "--amp", help="fp32 weights under bf16 autocast, as in predict-model"),
@@ -38,11 +39,12 @@ def compare_cmd(
 ) -> None:
     """Rank GPUs for one model step: latency with its 90% interval, tokens/s and whether it fits in memory,
     fastest first. Single-GPU runs; use predict-model --dp/--tp/--pp for several GPUs."""
-    from hybridperf.cli.model import check_model_args
+    from hybridperf.cli.model import check_model_args, model_dtype
     from hybridperf.graphs.compare import compare_devices, fit_note, resolve_devices
     from hybridperf.graphs.compose import resolve_predictor
 
     check_model_args(config, batch, seq, mode, model_bundle, prior_only)
+    dtype, dtype_why = model_dtype(config, dtype, amp)
     from hybridperf.graphs.attention import check_cudnn_plans
 
     cudnn_plans = check_cudnn_plans(cudnn_plans)
@@ -51,6 +53,8 @@ def compare_cmd(
     predictor = resolve_predictor(model_bundle, prior_only)
     for spec in specs:
         predictor.check_device(spec, allow_other_device)
+    if dtype_why:
+        typer.echo(f"note: a {dtype} model ({dtype_why})", err=True)
     df = compare_devices(str(config), batch, seq, specs, mode, predictor, dtype=dtype, fused=fused,
                          optimizer=optimizer, recompute=recompute, attn=attn, amp=amp, cudnn_plans=cudnn_plans,
                          launch=launch)

@@ -37,8 +37,10 @@ def predict_model_cmd(
     overlap: Optional[bool] = typer.Option(
         None, "--overlap/--no-overlap", help="overlap the DP gradient all-reduce with the backward (default on)"),
     bucket_mb: Optional[float] = typer.Option(None, "--bucket-mb", help="DP gradient bucket size in MiB (default 25)"),
-    dtype: str = typer.Option("fp32", "--dtype", help="fp32 (with --attn eager: NeuSight's semantics, validated on its "
-                              "labels), or the model cast to fp16/bf16 (GEMMs on tensor cores)"),
+    dtype: Optional[str] = typer.Option(
+        None, "--dtype", help="the model cast to fp32, fp16 or bf16 (GEMMs on tensor cores); default: the dtype "
+        "transformers 5 builds the config in, its dtype/torch_dtype (bf16 for most Hub LLMs), else fp32. "
+        "--dtype fp32 --attn eager is NeuSight's setup, validated on its labels"),
     attn: str = typer.Option("sdpa", "--attn", help="transformers' attn_implementation: sdpa (its default: one fused "
                              "scaled_dot_product_attention kernel) or eager (materialized scores; NeuSight's labels)"),
     amp: bool = typer.Option(False, "--amp", help="fp32 weights under torch.autocast(bfloat16): GEMMs and attention in "
@@ -79,6 +81,7 @@ def predict_model_cmd(
     from hybridperf.graphs.attention import check_cudnn_plans
 
     cudnn_plans = check_cudnn_plans(cudnn_plans)
+    dtype, dtype_why = model_dtype(config, dtype, amp)
     if any(v is not None for v in (dp, tp, pp, microbatches, overlap, bucket_mb, zero)):
         if fused:
             raise InputError("--fused is not modelled with --dp/--tp/--pp (training runs eager)")
@@ -86,7 +89,7 @@ def predict_model_cmd(
             raise InputError("--launch graph is not modelled with --dp/--tp/--pp (a parallel step runs eager)")
         _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, model_bundle, prior_only,
                               dp, tp, pp, microbatches, overlap, bucket_mb, dtype, optimizer, recompute, zero or 0,
-                              measured_runs, allow_other_device, attn, amp)
+                              measured_runs, allow_other_device, attn, amp, dtype_why)
         return
     from hybridperf.cli.devices import note_generic_spec
     from hybridperf.devices import get_device
@@ -102,7 +105,7 @@ def predict_model_cmd(
     raw = res.to_dict()
     check_predictions(raw["e2e_ms"], raw["lo_ms"], raw["hi_ms"], f"{config.name} on {dev.name}")
     check_parts(raw, f"{config.name} on {dev.name}")
-    typer.echo(f"assumes: {_assumptions(res.graph, res.plan_ms)}", err=True)
+    typer.echo(f"assumes: {_assumptions(res.graph, res.plan_ms, dtype_why)}", err=True)
     if res.graph.launch == "graph" and mode != "decode":
         typer.echo("note: --launch graph was checked against CUDA-graph decode steps only (RESULTS.md section 11)",
                    err=True)
@@ -130,11 +133,25 @@ def _round(v: float) -> float:
     return round(v, 4) if abs(v) >= 1e-3 else float(f"{v:.4g}")
 
 
-def _assumptions(graph, plan_ms: float = 0.0) -> str:
+def model_dtype(config: Path, dtype: str | None, amp: bool) -> tuple[str, str]:
+    """(model dtype, why, "" when given): `--dtype`, fp32 under --amp, else the dtype transformers builds the
+    config in (`graphs.config.built_dtype`)."""
+    if dtype is not None:
+        return dtype, ""
+    if amp:
+        return "fp32", ""
+    from hybridperf.graphs.config import built_dtype
+
+    dtype, why = built_dtype(config)
+    return dtype, f"{why}; --dtype to cast"
+
+
+def _assumptions(graph, plan_ms: float = 0.0, dtype_why: str = "") -> str:
     """The execution a prediction assumed, in one line (dtype policy, attention implementation, cuDNN plans)."""
     from hybridperf.graphs.attention import NO_SDPA
 
     prec = "fp32 weights under bf16 autocast" if graph.amp else f"{graph.dtype} model"
+    prec += f" ({dtype_why})" if dtype_why else ""
     attn = graph.attn
     if attn == "sdpa" and graph.config.family in NO_SDPA:
         attn = f"eager ({graph.config.family} has no SDPA path in transformers)"
@@ -205,7 +222,7 @@ def _warn_memory(need, dev, per_gpu: bool = False) -> None:
 def _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, model_bundle, prior_only,
                           dp, tp, pp, microbatches, overlap, bucket_mb, dtype, optimizer=None,
                           recompute=False, zero=0, measured_runs=None, allow_other_device=False, attn="sdpa",
-                          amp=False) -> None:
+                          amp=False, dtype_why="") -> None:
     from hybridperf.graphs.compose import resolve_predictor
     from hybridperf.graphs.parallel import DEFAULT_BUCKET_MB, predict_parallel, resolve_parallel_device
     from hybridperf.residual_models.collectives import CollectiveModel
@@ -236,7 +253,7 @@ def _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, 
     r = res.result
     check_predictions(r["e2e_ms"], r["lo_ms"], r["hi_ms"], f"{config.name} on {r['gpus']} x {dev.name}")
     check_parts(r, f"{config.name} on {r['gpus']} x {dev.name}")
-    typer.echo(f"assumes: {_assumptions(res.prediction.graph)}", err=True)
+    typer.echo(f"assumes: {_assumptions(res.prediction.graph, dtype_why=dtype_why)}", err=True)
     _warn_memory(res.memory, dev, per_gpu=True)
     out = {k: (_round(v) if isinstance(v, float) else v) for k, v in r.items()}
     out["mem_gb_per_gpu"] = round(res.memory.total, 2)

@@ -54,7 +54,9 @@ def suggest(
     batch: Optional[int] = typer.Option(None, "--batch", help="With --config: batch size."),
     seq: Optional[int] = typer.Option(None, "--seq", help="With --config: sequence length."),
     mode: str = typer.Option("inf", "--mode", help="With --config: inf, train or decode (as in predict-model)."),
-    dtype: str = typer.Option("fp32", "--dtype", help="With --config: the model's dtype (as in predict-model)."),
+    dtype: Optional[str] = typer.Option(
+        None, "--dtype", help="With --config: the model's dtype (default: the config's, else fp32, as in "
+        "predict-model)."),
     schema: str = typer.Option(
         "neusight", "--schema", help="neusight (kernels for `transfer`) or aiconfigurator (gemm and attention rows "
         "for `predict-kernels --calibration`)."),
@@ -85,8 +87,13 @@ def suggest(
         from hybridperf.graphs import build_graph
         from hybridperf.graphs.compose import model_kernel_requests
 
+        from hybridperf.cli.model import model_dtype
+
         if batch is None or seq is None:
             raise InputError("--config needs --batch and --seq")
+        if not config.is_file():
+            raise InputError(f"config file not found: {config}")
+        dtype = model_dtype(config, dtype, False)[0]
         target = model_kernel_requests(build_graph(config, batch, seq, mode, dtype), device)
         own = target[target["OPName"].isin(COLLECTABLE_OPS) & (target["dtype"] == dtype)]
         if candidates is None and own.empty:

@@ -437,6 +437,23 @@ def load_config(config) -> ModelConfig:
     return config_from_dict(read_json_object(path), source=str(path))
 
 
+#: a config's `dtype` (transformers 5) or `torch_dtype` (4.x) -> the model dtype of `build_graph`
+CONFIG_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+
+
+def built_dtype(config) -> tuple[str, str]:
+    """(model dtype, why) of a HF config (path or dict) as transformers 5's `from_config` builds it: the config's
+    `dtype` (or the older `torch_dtype`, at the top or in a multimodal config's `text_config`) where that names
+    float32, float16 or bfloat16, else PyTorch's default float32."""
+    raw = read_json_object(Path(config)) if isinstance(config, (str, Path)) else config
+    for where in (raw, raw.get("text_config") if isinstance(raw.get("text_config"), dict) else {}):
+        for key in ("dtype", "torch_dtype"):
+            name = str(where.get(key, "")).removeprefix("torch.")
+            if name in CONFIG_DTYPES:
+                return CONFIG_DTYPES[name], f"the config's {key}"
+    return "fp32", "PyTorch's default: the config names no float32/float16/bfloat16 dtype"
+
+
 def kv_length(cfg: ModelConfig, seq: int, sliding: bool = False) -> int:
     """Keys each new token attends to after `seq` cached tokens: seq + 1, or at most the sliding window in
     Mistral's and Phi-3's layers and in Gemma 2 and 3's `sliding` layers (HF's sliding cache keeps window - 1
