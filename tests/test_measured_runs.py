@@ -148,3 +148,12 @@ def test_runs_may_override_the_layer_count_on_some_rows_only(tmp_path):
     terms = run_terms(runs, DEVICE, p)
     assert terms["device_ms"].iloc[1] > terms["device_ms"].iloc[0]  # more layers, more kernels
     assert terms["launches"].iloc[1] > terms["launches"].iloc[0]
+
+
+def test_a_run_without_a_dtype_takes_its_configs_as_predict_model_does(tmp_path):
+    cfg = tmp_path / "bf16.json"
+    cfg.write_text(json.dumps({**json.loads(TINY.read_text()), "torch_dtype": "bfloat16"}))
+    runs = read_runs(_runs_csv(tmp_path, [{"config": str(cfg), "batch": 2, "seq": 64, "latency_ms": 1.0},
+                                          {"config": str(cfg), "batch": 2, "seq": 64, "latency_ms": 1.0, "amp": True},
+                                          {"config": str(TINY), "batch": 2, "seq": 64, "latency_ms": 1.0}]))
+    assert runs["dtype"].tolist() == ["bf16", "fp32", "fp32"]

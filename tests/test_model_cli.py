@@ -171,7 +171,8 @@ def test_memory_estimate_counts_parameters_once():
 
 
 @pytest.mark.parametrize("fields,expect", [({"torch_dtype": "bfloat16"}, "bf16"), ({"dtype": "float16"}, "fp16"),
-                                           ({}, "fp32"), ({"torch_dtype": "float8_e4m3fn"}, "fp32")])
+                                           ({"torch_dtype": "half"}, "fp16"), ({}, "fp32"),
+                                           ({"torch_dtype": "auto"}, "fp32")])
 def test_without_dtype_the_model_is_built_in_the_configs_dtype(tmp_path, fields, expect):
     """transformers 5's from_config builds a Hub config in its dtype/torch_dtype (bf16 for most LLMs)."""
     from hybridperf.graphs.config import built_dtype
@@ -187,9 +188,18 @@ def test_without_dtype_the_model_is_built_in_the_configs_dtype(tmp_path, fields,
     assert f"{expect} model (" in default.stderr and f"{expect} model (" not in cast.stderr
 
 
-def test_a_multimodal_configs_dtype_is_read_above_its_text_config():
+def test_only_the_top_level_dtype_counts_and_an_unpriced_one_is_refused(tmp_path):
+    """from_config applies the outer config's dtype to a multimodal config's text_config; float64 is no dtype
+    predict-model prices (a one-line error, not a silent fp32)."""
     from hybridperf.graphs.config import built_dtype
 
     text = {"model_type": "gemma3_text", "hidden_size": 64}
     assert built_dtype({"model_type": "gemma3", "torch_dtype": "bfloat16", "text_config": text})[0] == "bf16"
-    assert built_dtype({"model_type": "gemma3", "text_config": {**text, "dtype": "float16"}})[0] == "fp16"
+    assert built_dtype({"model_type": "gemma3", "text_config": {**text, "dtype": "float16"}})[0] == "fp32"
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({**json.loads(TINY.read_text()), "torch_dtype": "float64"}))
+    r = _run("--config", cfg, "--batch", 2, "--seq", 128, "--device", "H100-SXM", "--json", "--prior-only")
+    assert r.exit_code != 0 and "float64" in str(r.exception or r.output)
+    ok = _run("--config", cfg, "--batch", 2, "--seq", 128, "--device", "H100-SXM", "--json", "--prior-only",
+              "--dtype", "float16")
+    assert ok.exit_code == 0, ok.output

@@ -134,13 +134,15 @@ def _round(v: float) -> float:
 
 
 def model_dtype(config: Path, dtype: str | None, amp: bool) -> tuple[str, str]:
-    """(model dtype, why, "" when given): `--dtype`, fp32 under --amp, else the dtype transformers builds the
-    config in (`graphs.config.built_dtype`)."""
+    """(model dtype, why, "" when given): `--dtype` (any common spelling), fp32 under --amp, else the dtype
+    transformers builds the config in (`graphs.config.built_dtype`)."""
+    from hybridperf.devices.spec import dtype_key
+    from hybridperf.graphs.config import built_dtype
+
     if dtype is not None:
-        return dtype, ""
+        return dtype_key(dtype), ""
     if amp:
         return "fp32", ""
-    from hybridperf.graphs.config import built_dtype
 
     dtype, why = built_dtype(config)
     return dtype, f"{why}; --dtype to cast"

@@ -437,21 +437,28 @@ def load_config(config) -> ModelConfig:
     return config_from_dict(read_json_object(path), source=str(path))
 
 
-#: a config's `dtype` (transformers 5) or `torch_dtype` (4.x) -> the model dtype of `build_graph`
-CONFIG_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
-
-
 def built_dtype(config) -> tuple[str, str]:
     """(model dtype, why) of a HF config (path or dict) as transformers 5's `from_config` builds it: the config's
-    `dtype` (or the older `torch_dtype`, at the top or in a multimodal config's `text_config`) where that names
-    float32, float16 or bfloat16, else PyTorch's default float32."""
+    top-level `dtype` (or the older `torch_dtype`), which it also applies to a multimodal config's sub-configs,
+    else PyTorch's default float32. InputError where that dtype is not one `build_graph` prices."""
+    from hybridperf.devices.spec import dtype_key
+    from hybridperf.errors import HybridperfError
+    from hybridperf.graphs.primitives import MODEL_DTYPES
+
     raw = read_json_object(Path(config)) if isinstance(config, (str, Path)) else config
-    for where in (raw, raw.get("text_config") if isinstance(raw.get("text_config"), dict) else {}):
-        for key in ("dtype", "torch_dtype"):
-            name = str(where.get(key, "")).removeprefix("torch.")
-            if name in CONFIG_DTYPES:
-                return CONFIG_DTYPES[name], f"the config's {key}"
-    return "fp32", "PyTorch's default: the config names no float32/float16/bfloat16 dtype"
+    for key in ("dtype", "torch_dtype"):
+        name = raw.get(key)
+        try:
+            dtype = dtype_key(name) if isinstance(name, str) else None
+        except HybridperfError:  # "auto" or a name torch lacks: from_config would not build with it either
+            dtype = None
+        if dtype is None:
+            continue
+        if dtype not in MODEL_DTYPES:
+            raise InputError(f"the config's {key} {name!r} is not a model dtype predict-model prices "
+                             f"({', '.join(MODEL_DTYPES)}): pass --dtype")
+        return dtype, f"the config's {key}"
+    return "fp32", "PyTorch's default: the config names no dtype"
 
 
 def kv_length(cfg: ModelConfig, seq: int, sliding: bool = False) -> int:

@@ -23,12 +23,13 @@ composition (between-device spread of the mean log error, and the pooled within-
 SIGMA_GAP is an assumption (hosts differ by up to ~5x per launch). `experiments/models/run_calibration.py`
 re-estimates them and scores the method with each device's own labels held out.
 
-Runs CSV (`read_runs`): `config` (a HF config.json, relative to the CSV's folder or absolute), `batch`,
-`seq`, `latency_ms` (measured end-to-end ms); optional `mode` (inf|train|decode, default inf), `dtype`
-(fp32|fp16|bf16), `fused`, `recompute`, `optimizer`, `layers` (override the config's layer count), `attn`
-(eager|sdpa; default eager, how the runs measured so far were made), `amp` (fp32 weights under bf16 autocast),
-`cudnn_plans` (a decode run: build, the default as in `predict-model`, or cached; the host time of the cuDNN plans
-a run built is taken off its latency before the fit, which composes kernels and launches only).
+Runs CSV (`read_runs`): `config` (a HF config.json, relative to the CSV's folder or absolute), `batch`, `seq`,
+`latency_ms` (measured end-to-end ms); optional `mode` (inf|train|decode, default inf), `dtype` (fp32|fp16|bf16;
+default: the config's, as `predict-model`, fp32 under `amp`), `fused`, `recompute`, `optimizer`, `layers` (override
+the config's layer count), `attn` (eager|sdpa; default eager, how the runs measured so far were made), `amp` (fp32
+weights under bf16 autocast), `cudnn_plans` (a decode run: build, the default as in `predict-model`, or cached; the
+host time of the cuDNN plans a run built is taken off its latency before the fit, which composes kernels and
+launches only).
 """
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ from hybridperf.graphs.compose import (
     predict_kernels_of,
     predictor_kind,
 )
-from hybridperf.graphs.config import load_config
+from hybridperf.graphs.config import built_dtype, load_config
 from hybridperf.graphs.attention import ATTN_IMPLEMENTATIONS, check_cudnn_plans, cudnn_plan_ms
 from hybridperf.graphs.kernels import build_graph
 from hybridperf.graphs.model_graph import MODES
@@ -109,10 +110,21 @@ def read_runs(path: str | Path) -> pd.DataFrame:
         except InputError as e:
             raise InputError(f"{where}: {e}") from None
         rows.append({"config": str(cfg), "batch": ints["batch"], "seq": ints["seq"], "layers": ints.get("layers"),
-                     "mode": mode, "dtype": str(dtype).strip() if pd.notna(dtype) else "fp32",
+                     "mode": mode, "dtype": str(dtype).strip() if pd.notna(dtype) else _built_dtype(cfg, flags, where),
                      "optimizer": str(opt).strip() if pd.notna(opt) and str(opt).strip() else None,
                      "attn": attn, **flags, "cudnn_plans": plans, "latency_ms": float(lat), "line": i + 2})
     return pd.DataFrame(rows)
+
+
+def _built_dtype(cfg, flags: dict, where: str) -> str:
+    """A run's model dtype where its row names none: fp32 under amp, else the config's as transformers builds it
+    (`predict-model`'s default too)."""
+    if flags["amp"]:
+        return "fp32"
+    try:
+        return built_dtype(cfg)[0]
+    except InputError as e:
+        raise InputError(f"{where}: {e}") from None
 
 
 def run_terms(runs: pd.DataFrame, device, predictor) -> pd.DataFrame:
