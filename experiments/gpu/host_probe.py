@@ -35,12 +35,14 @@ MODELS = ["llama3_8b", "qwen3_8b", "qwen3_0_6b", "mistral_7b", "qwen2_5_7b", "ph
           "qwen2_5_1_5b", "qwen3_1_7b"]
 LAYERS = (2, 4)
 #: (mode, attn, batch, seq)
-RUNS = [("decode", "sdpa", 1, 256), ("inf", "sdpa", 1, 64), ("decode", "eager", 1, 256), ("train", "sdpa", 1, 64)]
+RUNS = [("decode", "sdpa", 1, 256), ("inf", "sdpa", 1, 64), ("train", "sdpa", 1, 64), ("decode", "eager", 1, 256)]
+#: timed calls per run, after 3 warm-ups
+CALLS = 8
 COLUMNS = ["model", "layers", "mode", "attn", "batch", "seq", "cpu_ms", "wall_ms", "calls", "kernels", "aten_ops",
            "modules", "note"]
 
 
-def host_ms(torch, step, sync, calls: int = 8) -> tuple[float, float]:
+def host_ms(torch, step, sync, calls: int = CALLS) -> tuple[float, float]:
     """(median ms until `step()` returns, median ms until the device is done) over `calls` calls after 3 warm-ups."""
     for _ in range(3):
         step()
@@ -124,7 +126,7 @@ def main(argv=None) -> int:
                     cpu_ms, wall_ms = host_ms(torch, step, sync)
                     kernels = busy_time(torch, step, steps=1)[1] if cuda else ""
                     ops, modules = op_and_module_calls(torch, step)
-                    rows.add(**{**base, "attn": ran}, cpu_ms=round(cpu_ms, 4), wall_ms=round(wall_ms, 4), calls=8,
+                    rows.add(**{**base, "attn": ran}, cpu_ms=round(cpu_ms, 4), wall_ms=round(wall_ms, 4), calls=CALLS,
                              kernels=kernels, aten_ops=ops, modules=modules, note=note)
                     model.zero_grad(set_to_none=True)
                 except Exception as e:  # a family or mode transformers refuses, or out of memory: keep the others

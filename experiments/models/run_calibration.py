@@ -50,13 +50,15 @@ def empirical_bayes(resid: np.ndarray, device: np.ndarray) -> tuple[float, float
 
 
 def score_group(meas, dev_ms, launches, bias, ood, model, scale, gap, s_scale, s_run, zero_lo, zero_hi,
-                rng) -> list[dict]:
+                rng, zero_ms=None) -> list[dict]:
     """Leave-one-run-out within one group of runs: rows of (k, ape, covered, same_model) for every target
-    and draw; `same_model`: a calibration run is of the target's model (another batch, length or mode)."""
+    and draw; `same_model`: a calibration run is of the target's model (another batch, length or mode).
+    `zero_ms`: the zero-shot predictions (k = 0) where they are not scale x device time + gap x launches
+    (`predict_model`'s, whose per-kernel host floor no calibration from runs keeps)."""
     rows = []
     n = len(meas)
     for i in range(n):
-        zero = np.exp(bias[i]) * (scale * dev_ms[i] + gap * launches[i])
+        zero = zero_ms[i] if zero_ms is not None else np.exp(bias[i]) * (scale * dev_ms[i] + gap * launches[i])
         rows.append({"k": 0, "ape": abs(zero / meas[i] - 1), "covered": zero_lo[i] <= meas[i] <= zero_hi[i],
                      "same_model": False})
         others = [j for j in range(n) if j != i]
@@ -132,7 +134,7 @@ def measured_rows(rng) -> pd.DataFrame:
             k = p.kernels
             dev_ms, launches = device_time_and_launches(k)
             ood = float(np.sum(k["total_ms"] * k["ood"]) / k["total_ms"].sum())  # weighted as compose() does
-            terms.append({"D": dev_ms, "N": launches, "ood": ood, "lo": p.lo_ms, "hi": p.hi_ms,
+            terms.append({"D": dev_ms, "N": launches, "ood": ood, "ms": p.ms, "lo": p.lo_ms, "hi": p.hi_ms,
                           "half": r["dtype"] != "fp32"})
         tt = pd.DataFrame(terms)
         par = {m: composition_params("bundle", m) for m in ("inf", "train")}
@@ -141,7 +143,7 @@ def measured_rows(rng) -> pd.DataFrame:
             bias = np.where(runs["mode"].to_numpy()[idx] == "train", par["train"]["log_bias"], par["inf"]["log_bias"])
             for r in score_group(runs["measured_ms"].to_numpy()[idx], g["D"].to_numpy(), g["N"].to_numpy(), bias,
                                  g["ood"].to_numpy(), runs["model"].to_numpy()[idx], par["inf"]["scale"], par["inf"]["gap_ms"], SIGMA_SCALE, SIGMA_RUN,
-                                 g["lo"].to_numpy(), g["hi"].to_numpy(), rng):
+                                 g["lo"].to_numpy(), g["hi"].to_numpy(), rng, zero_ms=g["ms"].to_numpy()):
                 rows.append({"source": "our runs", "device": target, "group": "fp16/bf16" if half else "fp32", **r})
     return pd.DataFrame(rows)
 

@@ -4,9 +4,10 @@
     t_k = max(scale * max(pred_k - floor_k, 0) + gap_ms, cpu_ms),  e2e = exp(log_bias[mode]) * sum t_k count_k
 
 `scale`, `log_bias` and the interval `q_lo`/`q_hi` (90%, log space: the 5% / 95% quantiles of the
-leave-one-device-out residuals) are fitted on ALL of NeuSight's eager whole-model labels (every label device),
-so they are meant for GPUs outside the label set; `variant` names the constants that were free there (only the
-gap: a fitted scale, per-kernel CPU bound or per-mode log bias did not help on held-out devices). Regenerate with
+leave-one-device-out residuals, under NeuSight's own fitted gap and no host floor) are fitted on ALL of NeuSight's
+eager whole-model labels (every label device), so they are meant for GPUs outside the label set; `variant` names
+the constants that were free there (only the gap: a fitted scale, per-kernel CPU bound or per-mode log bias did not
+help on held-out devices). Regenerate with
 `python -m experiments.models.model_latency --bundles experiments/out/logo_bundles --write-calibration`, which also
 reports the leave-one-device-out accuracy these numbers do not see. A kind missing here means
 `compose.DEFAULT_GAP_MS` and an interval built from the kernels' own intervals.
@@ -16,7 +17,7 @@ of a transformers 5.x model in eager PyTorch, binding where the GPU idles) are t
 (2022 hosts, fp32, transformers 4.x: a gap of 8.41 us there): the pair with the lowest mean MAPE over the
 whole-model runs of six lent H100/H200 machines, picked from a grid by
 `python -m experiments.models.host_floor --write`, which also reports each machine scored with the pair chosen on
-the other five (the same pair on every fold). Those hosts dispatched a kernel in 14 to 39 us
+the other five (the same pair on every fold). Those hosts dispatched a kernel in 14 to 42 us
 (`compose.HOST_SPREAD`, `compose.HOST_FASTEST` bound the interval by them).
 """
 from __future__ import annotations
