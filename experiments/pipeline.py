@@ -176,7 +176,7 @@ STEPS: tuple[Step, ...] = (
     _m("gpu_pair", "gpu_pair", str(MEASURED / "h100") + "/modern/models.csv", "NVIDIA H100 80GB HBM3",
        _H200 + "/modern/models.csv", "NVIDIA H200", "--out", "{out}/gpu_pair.md", minutes=1,
        results=(("gpu_pair.md", "gpu_pair.md"),)),
-    _m("host_floor", "host_floor", "--out", "{out}/host_floor.md", minutes=10,
+    _m("host_floor", "host_floor", "--out", "{out}/host_floor.md", minutes=14,
        results=(("host_floor.md", "host_floor.md"),)),
     Step("serving_silicon", "experiments.serving.serving_silicon", ("--out", "{out}"), datasets=("aiconfigurator",),
          minutes=4, results=(("serving_silicon.md", "serving_silicon.md"), ("serving_silicon.png", "serving_silicon.png"))),

@@ -77,8 +77,8 @@ LOOP_LAUNCH_MS = 0.004
 HOST_SPREAD = 2.0
 #: how much faster than `cpu_ms` another host dispatches a transformers kernel: the fastest hosts lent (the H200's
 #: and the first H100 lease's) took about 14 us, 0.78 of the 18 us floor, and their runs scatter below that. A run's
-#: lower bound lets its host-bound time run this fast: the narrowest of 0.66 / 0.72 / 0.78 under which each set of
-#: lent-machine runs is covered >= 85% (chosen on those runs: `experiments/RESULTS.md` section 11)
+#: lower bound lets its host-bound time run this fast: the narrowest of 0.66 / 0.72 / 0.78 / 1 under which each set of
+#: lent-machine runs is covered >= 85% (`python -m experiments.models.host_floor`, `results/host_floor.md`)
 HOST_FASTEST = 0.72
 #: graph modes composed with another mode's constants: a decode step is an eager no_grad forward, as
 #: inference is (no decode step has been measured to fit its own)
