@@ -81,7 +81,7 @@ def suggest(
     from hybridperf.predictor import Predictor
     from hybridperf.transfer.suggest import default_candidates, suggest_kernels, target_shares, to_shapes_csv
 
-    target = None
+    target, dtype_why = None, ""
     if config is not None:
         from hybridperf.cli.model import model_dtype
         from hybridperf.datasets.collector import COLLECTABLE_OPS
@@ -92,7 +92,7 @@ def suggest(
             raise InputError("--config needs --batch and --seq")
         if not config.is_file():
             raise InputError(f"config file not found: {config}")
-        dtype = model_dtype(config, dtype, False)[0]
+        dtype, dtype_why = model_dtype(config, dtype, False)
         target = model_kernel_requests(build_graph(config, batch, seq, mode, dtype), device)
         own = target[target["OPName"].isin(COLLECTABLE_OPS) & (target["dtype"] == dtype)]
         if candidates is None and own.empty:
@@ -121,7 +121,8 @@ def suggest(
         t.add_row(r.op, fmt(r.B), fmt(r.M), fmt(r.N), fmt(r.K), fmt(r.H), f"{r.pred_ms:.4g}", f"{r.lo_ms:.3g}-{r.hi_ms:.3g}")
     Console(stderr=True).print(t)
     dt = f" --dtype {dtype}" if config is not None and dtype != "fp32" else ""
-    typer.echo(f"wrote {out}; next: hybridperf collect --shapes {out}{dt} --out measured.csv, "
+    model = f" for a {dtype} model ({dtype_why})" if dtype_why else ""
+    typer.echo(f"wrote {out}{model}; next: hybridperf collect --shapes {out}{dt} --out measured.csv, "
                f"then hybridperf transfer measured.csv --device '{device}' --out adapted/")
 
 
