@@ -143,7 +143,6 @@ def model_dtype(config: Path, dtype: str | None, amp: bool) -> tuple[str, str]:
         return dtype_key(dtype), ""
     if amp:
         return "fp32", ""
-
     dtype, why = built_dtype(config)
     return dtype, f"{why}; --dtype to cast"
 
