@@ -39,9 +39,10 @@ def compare_cmd(
 ) -> None:
     """Rank GPUs for one model step: latency with its 90% interval, tokens/s and whether it fits in memory,
     fastest first. Single-GPU runs; use predict-model --dp/--tp/--pp for several GPUs."""
-    from hybridperf.cli.model import check_model_args, model_dtype
+    from hybridperf.cli.model import check_model_args
     from hybridperf.graphs.compare import compare_devices, fit_note, resolve_devices
     from hybridperf.graphs.compose import resolve_predictor
+    from hybridperf.graphs.config import model_dtype
 
     check_model_args(config, batch, seq, mode, model_bundle, prior_only)
     dtype, dtype_why = model_dtype(config, dtype, amp)

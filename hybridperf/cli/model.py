@@ -79,6 +79,7 @@ def predict_model_cmd(
 
     check_model_args(config, batch, seq, mode, model_bundle, prior_only)
     from hybridperf.graphs.attention import check_cudnn_plans
+    from hybridperf.graphs.config import model_dtype
 
     cudnn_plans = check_cudnn_plans(cudnn_plans)
     dtype, dtype_why = model_dtype(config, dtype, amp)
@@ -131,20 +132,6 @@ def predict_model_cmd(
 def _round(v: float) -> float:
     """4 decimals, but never down to 0 (a 3e-5 ms kernel-sized step still prints a positive number)."""
     return round(v, 4) if abs(v) >= 1e-3 else float(f"{v:.4g}")
-
-
-def model_dtype(config: Path, dtype: str | None, amp: bool) -> tuple[str, str]:
-    """(model dtype, why, "" when given): `--dtype` (any common spelling), fp32 under --amp, else the dtype
-    transformers builds the config in (`graphs.config.built_dtype`)."""
-    from hybridperf.devices.spec import dtype_key
-    from hybridperf.graphs.config import built_dtype
-
-    if dtype is not None:
-        return dtype_key(dtype), ""
-    if amp:
-        return "fp32", ""
-    dtype, why = built_dtype(config)
-    return dtype, f"{why}; --dtype to cast"
 
 
 def _assumptions(graph, plan_ms: float = 0.0, dtype_why: str = "") -> str:

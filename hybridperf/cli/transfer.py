@@ -83,10 +83,10 @@ def suggest(
 
     target, dtype_why = None, ""
     if config is not None:
-        from hybridperf.cli.model import model_dtype
         from hybridperf.datasets.collector import COLLECTABLE_OPS
         from hybridperf.graphs import build_graph
         from hybridperf.graphs.compose import model_kernel_requests
+        from hybridperf.graphs.config import model_dtype
 
         if batch is None or seq is None:
             raise InputError("--config needs --batch and --seq")

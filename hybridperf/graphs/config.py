@@ -461,6 +461,19 @@ def built_dtype(config) -> tuple[str, str]:
     return "fp32", "PyTorch's default: the config names no dtype"
 
 
+def model_dtype(config, dtype: str | None = None, amp: bool = False) -> tuple[str, str]:
+    """(model dtype, why; "" when given) of a run: `dtype` (any common spelling), fp32 under `amp` (fp32 weights
+    under autocast), else the dtype transformers builds the config in (`built_dtype`)."""
+    from hybridperf.devices.spec import dtype_key
+
+    if dtype is not None:
+        return dtype_key(dtype), ""
+    if amp:
+        return "fp32", ""
+    dtype, why = built_dtype(config)
+    return dtype, f"{why}; --dtype to cast"
+
+
 def kv_length(cfg: ModelConfig, seq: int, sliding: bool = False) -> int:
     """Keys each new token attends to after `seq` cached tokens: seq + 1, or at most the sliding window in
     Mistral's and Phi-3's layers and in Gemma 2 and 3's `sliding` layers (HF's sliding cache keeps window - 1

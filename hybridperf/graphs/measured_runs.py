@@ -48,7 +48,7 @@ from hybridperf.graphs.compose import (
     predict_kernels_of,
     predictor_kind,
 )
-from hybridperf.graphs.config import built_dtype, load_config
+from hybridperf.graphs.config import load_config, model_dtype
 from hybridperf.graphs.attention import ATTN_IMPLEMENTATIONS, check_cudnn_plans, cudnn_plan_ms
 from hybridperf.graphs.kernels import build_graph
 from hybridperf.graphs.model_graph import MODES
@@ -117,12 +117,9 @@ def read_runs(path: str | Path) -> pd.DataFrame:
 
 
 def _built_dtype(cfg, flags: dict, where: str) -> str:
-    """A run's model dtype where its row names none: fp32 under amp, else the config's as transformers builds it
-    (`predict-model`'s default too)."""
-    if flags["amp"]:
-        return "fp32"
+    """A run's model dtype where its row names none, as `predict-model` defaults it (`graphs.config.model_dtype`)."""
     try:
-        return built_dtype(cfg)[0]
+        return model_dtype(cfg, amp=flags["amp"])[0]
     except InputError as e:
         raise InputError(f"{where}: {e}") from None
 
