@@ -57,6 +57,12 @@ def shipped_us() -> tuple[float, float]:
     return round(c["cpu_ms"] * 1e3, 2), round(c["gap_ms"] * 1e3, 2)
 
 
+def score_runs(csv: str, gpu: str, predictor) -> pd.DataFrame:
+    """`modern_models.score` of one run set (a CSV under experiments/data/measured) on `gpu`."""
+    path = MEASURED / csv
+    return score(pd.read_csv(path), path.parent, REPO / "examples" / "configs", gpu, predictor)
+
+
 def scores(grid=GRID_US, gaps=GAP_GRID_US) -> pd.DataFrame:
     """MAPE and coverage per (host, floor, gap in us); the shipped pair is always in the grid."""
     saved = {kind: (c["cpu_ms"], c["gap_ms"]) for kind, c in CALIBRATION.items()}
@@ -69,8 +75,7 @@ def scores(grid=GRID_US, gaps=GAP_GRID_US) -> pd.DataFrame:
                 for c in CALIBRATION.values():
                     c["cpu_ms"], c["gap_ms"] = us / 1e3, gap / 1e3
                 for host, (csv, gpu) in HOSTS.items():
-                    path = MEASURED / csv
-                    s = score(pd.read_csv(path), path.parent, REPO / "examples" / "configs", gpu, predictor)
+                    s = score_runs(csv, gpu, predictor)
                     rows.append({"host": host, "floor_us": us, "gap_us": gap, "runs": len(s),
                                  "mape": float(s["err_pct"].abs().mean()),
                                  "coverage": float(s["covered"].mean() * 100)})
@@ -90,8 +95,7 @@ def fastest_coverage(grid=FASTEST_GRID) -> pd.DataFrame:
         for share in grid:
             compose.HOST_FASTEST = share
             for name, (csv, gpu) in {**HOSTS, **MORE_RUNS}.items():
-                path = MEASURED / csv
-                s = score(pd.read_csv(path), path.parent, REPO / "examples" / "configs", gpu, predictor)
+                s = score_runs(csv, gpu, predictor)
                 rows.append({"runs": name, "fastest": share, "n": len(s), "coverage": float(s["covered"].mean() * 100)})
     finally:
         compose.HOST_FASTEST = saved
@@ -162,7 +166,8 @@ def main(argv=None) -> int:
         wide.reset_index().to_markdown(index=False), "",
         lo.to_markdown(index=False), "",
         f"Held out, the {len(lo)} hosts average {lo['MAPE %'].mean():.1f}% MAPE ({lo['coverage %'].mean():.1f}% "
-        f"coverage with the interval's fastest host, which is chosen on these runs: below); the {int(h100.sum())} H100 hosts {lo.loc[h100, 'MAPE %'].mean():.1f}% and "
+        f"coverage with the interval's fastest host, which is chosen on these runs: below); the {int(h100.sum())} "
+        f"H100 hosts {lo.loc[h100, 'MAPE %'].mean():.1f}% and "
         f"{lo.loc[h100, 'coverage %'].mean():.1f}%, against {base['mape'].mean():.1f}% and "
         f"{base['coverage'].mean():.1f}% with {BASELINE_US[0]:g} us read off the H200's host and the "
         f"{BASELINE_US[1]:g} us gap fitted on NeuSight's labels. `H100 lease 4` holds only "
