@@ -186,7 +186,7 @@ STEPS: tuple[Step, ...] = (
        results=(("report.md", "multi_gpu.md"),)),
     _m("activation_memory", "activation_memory", "--out", "{out}/activation_memory.csv", torch=True, minutes=1),
     Step("collectives_nvswitch", "experiments.collectives.collectives_nvswitch",
-         ("--data", "{data}", "--out", "{out}"), datasets=_VID + ("aiconfigurator",), minutes=10,
+         ("--data", "{data}", "--out", "{out}"), datasets=_VID + ("aiconfigurator",), minutes=12,
          results=(("collectives_nvswitch.md", "collectives_nvswitch.md"),
                   ("collectives_nvswitch.png", "collectives_nvswitch.png"))),
     _g("graph_trace", "graph_trace", "--out", "{out}/graph_trace.csv", torch=True, minutes=1,
