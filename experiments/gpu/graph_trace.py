@@ -12,10 +12,10 @@ The graph is not meant to equal this trace everywhere, and the script says where
     validate (BERT, GPT-2, GPT-Neo, OPT, Switch) follow NeuSight's traced graphs, not transformers 5.23:
     5.23 launches more tiny kernels outside the layers (mask and position-id bookkeeping), and its
     attention differs in a kernel or two per layer (e.g. OPT's scale of 1.0).
-  * Families added after NeuSight's (GPT-NeoX, Qwen3, Gemma 1-3, Phi-3, T5, RoBERTa, OPT-350m's layout, and the
-    MoE decoders Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3, GPT-OSS) were built from this trace: their forward
-    layers match it exactly, and `tests/test_graphs.py` / `tests/test_moe.py` pin the counts. So do their training
-    layers (GPT-NeoX, the llama-likes and the MoE decoders), in fp32 and bf16.
+  * Families added after NeuSight's (GPT-NeoX, Qwen3, Gemma 1-3, Phi-3, Granite, T5, RoBERTa, OPT-350m's layout,
+    and the MoE decoders Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3, GPT-OSS) were built from this trace: their
+    forward layers match it exactly, and `tests/test_graphs.py` / `tests/test_moe.py` pin the counts. So do their
+    training layers (GPT-NeoX, the llama-likes and the MoE decoders), in fp32 and bf16.
   * A view's backward that scatters into a zero-filled gradient (ATen's slice_backward, select_backward:
     RoPE's halves, Phi-3's fused q/k/v) is two kernels, a fill and a copy, and is counted as two.
   * Ops that only allocate (`aten.empty*`) launch no kernel and are not counted.
@@ -38,6 +38,9 @@ _LLAMA = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
           "head_dim": 16, "vocab_size": 100, "max_position_embeddings": 512}
 _T5 = {"d_model": 64, "d_kv": 16, "d_ff": 128, "num_heads": 4, "vocab_size": 100, "decoder_start_token_id": 0,
        "pad_token_id": 0}
+#: Granite's multipliers (granite-3.3-8b's): each runs a kernel whatever its value
+_GRANITE = {"embedding_multiplier": 12.0, "residual_multiplier": 0.22, "logits_scaling": 16.0,
+            "attention_multiplier": 0.0078125}
 #: 4 experts, 2 per token: with 16 tokens every expert receives some
 _MOE = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
 _BERT = {"hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100, "pad_token_id": 1}
@@ -64,6 +67,8 @@ MODELS = {
     "gemma2": ({"model_type": "gemma2", **_LLAMA}, ("num_hidden_layers",), "Gemma2ForCausalLM", "Gemma2ForCausalLM"),
     "gemma3": ({"model_type": "gemma3_text", **_LLAMA}, ("num_hidden_layers",), "Gemma3ForCausalLM",
                "Gemma3ForCausalLM"),
+    "granite": ({"model_type": "granite", **_LLAMA, **_GRANITE}, ("num_hidden_layers",), "GraniteForCausalLM",
+                "GraniteForCausalLM"),
     "phi3": ({"model_type": "phi3", **_LLAMA, "pad_token_id": 0, "partial_rotary_factor": 0.5}, ("num_hidden_layers",),
              "Phi3ForCausalLM", "Phi3ForCausalLM"),
     "mixtral": ({"model_type": "mixtral", **_LLAMA, "num_local_experts": 4, "num_experts_per_tok": 2},

@@ -34,6 +34,10 @@ Supported `model_type`s (the architectures of NeuSight's DLmodel_configs):
                          gemma3 normalises each head of q and k and builds a rotary table per layer type.
                          A multimodal `gemma3` config is read as its language model (`text_config`, with
                          Gemma3TextConfig's defaults); the vision tower is not modelled.
+    granite              Llama's layer with IBM Granite's scalings, each one more kernel: the embeddings times
+                         `embedding_multiplier`, each sublayer's output times `residual_multiplier` before its
+                         residual add, the logits divided by `logits_scaling` (`attention_multiplier` replaces
+                         the score scale: no kernel of its own).
     mixtral, qwen2_moe,  Llama's attention (qwen2_moe: Qwen2's q/k/v biases, qwen3_moe: Qwen3's q/k norms)
     qwen3_moe            with a top-k mixture of experts in place of the MLP: a softmax router over
                          `num_local_experts` / `num_experts` experts, `num_experts_per_tok` experts per
@@ -73,7 +77,7 @@ EVERY_LAYER_SLIDING = ("mistral", "phi3")
 SLIDING_LAYERS = (*SLIDING_GEMMA, "gpt_oss")
 #: HF's `sliding_window` default when a config omits the key (none for the families not listed)
 SLIDING_WINDOW_DEFAULT = {"gemma2": 4096, "gemma3_text": 4096, "gpt_oss": 128, "mistral": 4096}
-LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", *GEMMA, "phi3", *MOE_LLAMA)
+LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", *GEMMA, "phi3", "granite", *MOE_LLAMA)
 #: T5-style encoder-decoders (T5 is Switch without the expert layers)
 ENCODER_DECODER = ("switch_transformers", "t5")
 #: BERT's encoder with RoBERTa's position ids and heads

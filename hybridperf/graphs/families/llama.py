@@ -1,4 +1,4 @@
-"""Llama-like decoders (Llama, Mistral, Qwen, Gemma, Phi-3, Mixtral, Qwen-MoE, GPT-OSS)."""
+"""Llama-like decoders (Llama, Mistral, Qwen, Gemma, Phi-3, Granite, Mixtral, Qwen-MoE, GPT-OSS)."""
 from __future__ import annotations
 
 from hybridperf.graphs.config import LLAMA_LIKE, MOE_LLAMA, ModelConfig, kv_length
@@ -6,8 +6,8 @@ from hybridperf.graphs.decode import cached_attention, decode_setup
 from hybridperf.graphs.family import Family
 from hybridperf.graphs.layers.attention_core import attention_core, soft_cap
 from hybridperf.graphs.layers.grads import grad_cat, grad_sums
-from hybridperf.graphs.layers.llama import (llama_layer_blocks, llama_layout_copies, llama_qkv, llama_variant,
-                                            second_rotary_table)
+from hybridperf.graphs.layers.llama import (granite_scale, llama_layer_blocks, llama_layout_copies, llama_qkv,
+                                            llama_variant, second_rotary_table)
 from hybridperf.graphs.layers.norms import rms_norm
 from hybridperf.graphs.layers.rope import causal_and_rotary_setup
 from hybridperf.graphs.memory import moe_layer_extra_bytes
@@ -30,7 +30,7 @@ def forward(cfg: ModelConfig, B, S, train) -> list:
     gemma = v["gemma"]
     # embeddings, the causal mask (full, triu, arange compare, mul, expand+clone) and the rotary tables
     pre = [gather("embed_tokens", tok, h, V), *([vec("embed_scale", "mulu", tok, h)] if gemma else []),
-           *causal_and_rotary_setup(B, S, cfg.head_dim),
+           *granite_scale("embed_multiplier", tok, h, v), *causal_and_rotary_setup(B, S, cfg.head_dim),
            *[misc(f"sliding_mask_{i}", "mask", 2 * S * S * F32)
              for i in range(SLIDING_MASK_KERNELS.get(cfg.family, 0))],
            *second_rotary_table(cfg, tok)]
@@ -47,10 +47,11 @@ def forward(cfg: ModelConfig, B, S, train) -> list:
             attn += grad_cat("k_layout", tok * cfg.heads * cfg.head_dim, train)
     attn += [linear("o_proj", tok, cfg.heads * cfg.head_dim, h, bias=v["o_bias"]),
              *(rms_norm("post_attn_norm", tok, h, train, True) if v["sandwich"] else []),
-             vec("resid_add1", "add", tok, h, tag="residual"),
+             *granite_scale("resid_scale1", tok, h, v), vec("resid_add1", "add", tok, h, tag="residual"),
              *grad_sums("resid_mid", tok, h, 2, train), *rms_norm("post_norm", tok, h, train, gemma, oss)]
     post = [*rms_norm("final_norm", tok, h, train, gemma, oss), linear("lm_head", tok, h, V, bias=False),
-            *(soft_cap("logit_softcap", tok, V) if v["final_softcap"] else [])]
+            *(soft_cap("logit_softcap", tok, V) if v["final_softcap"] else []),
+            *granite_scale("logits_scaling", tok, V, v, "divu")]
     return [Block("embeddings", 1, pre, "pre"), *llama_layer_blocks(cfg, attn, tok, train),
             Block("head", 1, post, "post")]
 
@@ -61,7 +62,7 @@ def decode(cfg: ModelConfig, B: int, seq: int) -> list:
     gemma = v["gemma"]
     kv, kv_sliding = kv_length(cfg, seq), kv_length(cfg, seq, sliding=True)
     pre = [gather("embed_tokens", B, h, V), *([vec("embed_scale", "mulu", B, h)] if gemma else []),
-           *decode_setup(cfg, B, kv, FAMILY.setup_kernels[cfg.family])]
+           *granite_scale("embed_multiplier", B, h, v), *decode_setup(cfg, B, kv, FAMILY.setup_kernels[cfg.family])]
 
     def attn(keys, slides):  # a sliding layer's cache is a strided slice once `seq` passed the window - 1 it keeps
         return [*rms_norm("input_norm", B, h, unit_offset=gemma, fp32_weight=v["oss"]), *llama_qkv(cfg, B),
@@ -71,11 +72,13 @@ def decode(cfg: ModelConfig, B: int, seq: int) -> list:
                                   strided_values=cfg.family == "phi3" and B > 1, sliding=slides),
                 linear("o_proj", B, cfg.heads * cfg.head_dim, h, bias=v["o_bias"]),
                 *(rms_norm("post_attn_norm", B, h, unit_offset=True) if v["sandwich"] else []),
-                vec("resid_add1", "add", B, h), *rms_norm("post_norm", B, h, unit_offset=gemma, fp32_weight=v["oss"])]
+                *granite_scale("resid_scale1", B, h, v), vec("resid_add1", "add", B, h),
+                *rms_norm("post_norm", B, h, unit_offset=gemma, fp32_weight=v["oss"])]
 
     post = [*rms_norm("final_norm", B, h, unit_offset=gemma, fp32_weight=v["oss"]),
             linear("lm_head", B, h, V, bias=False),
-            *(soft_cap("logit_softcap", B, V) if v["final_softcap"] else [])]
+            *(soft_cap("logit_softcap", B, V) if v["final_softcap"] else []),
+            *granite_scale("logits_scaling", B, V, v, "divu")]
     # the B new tokens pass the MLP (a top-k MoE's sparse layers route them); Gemma 2 and 3's sliding
     # layers attend to their window only, once the cache is longer (block `sliding_layer`)
     mixed = not cfg.every_layer_slides and "sliding_attention" in cfg.layer_types
@@ -103,6 +106,7 @@ ACTIVATION = {
     "mistral": "llama",
     "qwen2": "llama",
     "phi3": "llama",
+    "granite": "llama",
     "mixtral": "llama",
     "qwen2_moe": "llama",
     "qwen3_moe": "qwen3",

@@ -17,8 +17,8 @@ def llama_variant(cfg: ModelConfig) -> dict:
     each head of q and k before RoPE (qwen3, qwen3_moe and gemma3), Gemma's (1 + weight) norms and
     sqrt(hidden)-scaled embeddings, Gemma 2 and 3's sandwich norms (`sandwich`), Gemma 2's soft-capped scores
     and logits (`softcap`, `final_softcap`; HF's defaults when the keys are absent), a rotary table per layer
-    type (gemma3), and Phi-3's fused q/k/v and gate/up GEMMs with RoPE on the first `partial_rotary_factor`
-    of each head."""
+    type (gemma3), Phi-3's fused q/k/v and gate/up GEMMs with RoPE on the first `partial_rotary_factor`
+    of each head, and Granite's multipliers on the embeddings, the sublayer outputs and the logits."""
     oss = cfg.family == "gpt_oss"
     qkv_bias = cfg.family == "qwen2" or bool(cfg.raw.get("attention_bias", oss))  # GptOssConfig: on by default
     if cfg.family == "qwen2_moe":  # Qwen2MoeConfig's own key, on by default
@@ -31,8 +31,13 @@ def llama_variant(cfg: ModelConfig) -> dict:
             "softcap": bool(cfg.raw.get("attn_logit_softcapping", 50.0 if gemma2 else None)),
             "final_softcap": bool(cfg.raw.get("final_logit_softcapping", 30.0 if gemma2 else None)),
             "rotary_tables": len(set(cfg.layer_types)) if cfg.family == "gemma3_text" else 1,
-            "fused": cfg.family == "phi3", "oss": oss, "o_bias": oss and qkv_bias,
+            "fused": cfg.family == "phi3", "oss": oss, "o_bias": oss and qkv_bias, "granite": cfg.family == "granite",
             "rotary_dim": rotary_dim(cfg, 1.0) if cfg.family == "phi3" else cfg.head_dim}
+
+
+def granite_scale(name: str, rows: int, width: int, variant: dict, op: str = "mulu") -> list:
+    """Granite's scaling of a [rows, width] tensor by one of its config's multipliers (none elsewhere)."""
+    return [vec(name, op, rows, width)] if variant["granite"] else []
 
 
 def second_rotary_table(cfg: ModelConfig, rows: int) -> list:
@@ -107,7 +112,7 @@ def llama_layer_blocks(cfg: ModelConfig, attn: list, tok: int, train: bool = Fal
     h = cfg.hidden
     v = llama_variant(cfg)
     end = [*(rms_norm("post_ffw_norm", tok, h, train, True) if v["sandwich"] else []),
-           vec("resid_add2", "add", tok, h, tag="residual")]
+           *granite_scale("resid_scale2", tok, h, v), vec("resid_add2", "add", tok, h, tag="residual")]
     # the normed x feeds gate and up (Phi-3: one fused GEMM)
     dense = [*grad_sums("post_norm_out", tok, h, 1 if v["fused"] else 2, train), *llama_mlp(cfg, tok, train)]
     sparse = cfg.sparse_layers
