@@ -1,7 +1,7 @@
 """Count the kernels of one Hugging Face eager decode step and compare them with `--mode decode`'s graph.
 
 For small random-weight GPT-2, GPT-Neo, GPT-NeoX, OPT (and OPT-350m's layout), Llama (with grouped-query and with
-multi-head attention), Qwen3, Gemma, Phi-3 and Granite models, in fp32 and bf16: prefill 8 tokens with
+multi-head attention), Qwen3, Gemma, Phi-3, Granite and OLMo 2 models, in fp32 and bf16: prefill 8 tokens with
 `use_cache=True`, then run one decode step `model(next_ids, past_key_values=cache)` under
 TorchDispatchMode and record every ATen op that
 launches a kernel (views, transposes, expands and slices launch none). A 4-layer minus a 2-layer model
@@ -49,6 +49,8 @@ CONFIGS = {
     "granite": {"model_type": "granite", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
                 "num_key_value_heads": 2, "vocab_size": 100, "max_position_embeddings": 512,
                 "embedding_multiplier": 12.0, "residual_multiplier": 0.22, "logits_scaling": 16.0},
+    "olmo2": {"model_type": "olmo2", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 100, "max_position_embeddings": 512},
     "mixtral": {"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
                 "num_key_value_heads": 2, "vocab_size": 100, "max_position_embeddings": 512, "num_local_experts": 4,
                 "num_experts_per_tok": 2},

@@ -38,6 +38,9 @@ Supported `model_type`s (the architectures of NeuSight's DLmodel_configs):
                          `embedding_multiplier`, each sublayer's output times `residual_multiplier` before its
                          residual add, the logits divided by `logits_scaling` (`attention_multiplier` replaces
                          the score scale: no kernel of its own).
+    olmo2                OLMo 2: Llama's attention and MLP with the norms moved to their outputs (an RMSNorm on
+                         each sublayer's output before its residual add, none on its input) and an RMSNorm over
+                         the whole q and k projections; its norms multiply the weight in fp32, as GPT-OSS's.
     mixtral, qwen2_moe,  Llama's attention (qwen2_moe: Qwen2's q/k/v biases, qwen3_moe: Qwen3's q/k norms)
     qwen3_moe            with a top-k mixture of experts in place of the MLP: a softmax router over
                          `num_local_experts` / `num_experts` experts, `num_experts_per_tok` experts per
@@ -77,7 +80,9 @@ EVERY_LAYER_SLIDING = ("mistral", "phi3")
 SLIDING_LAYERS = (*SLIDING_GEMMA, "gpt_oss")
 #: HF's `sliding_window` default when a config omits the key (none for the families not listed)
 SLIDING_WINDOW_DEFAULT = {"gemma2": 4096, "gemma3_text": 4096, "gpt_oss": 128, "mistral": 4096}
-LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", *GEMMA, "phi3", "granite", *MOE_LLAMA)
+LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", *GEMMA, "phi3", "granite", "olmo2", *MOE_LLAMA)
+#: llama-likes whose rotary cos and sin stay fp32 in a half-precision model (RoPE runs in fp32, then casts q, k back)
+FP32_ROTARY = ("olmo2",)
 #: T5-style encoder-decoders (T5 is Switch without the expert layers)
 ENCODER_DECODER = ("switch_transformers", "t5")
 #: BERT's encoder with RoBERTa's position ids and heads

@@ -1,4 +1,4 @@
-"""Llama-like decoders (Llama, Mistral, Qwen, Gemma, Phi-3, Granite, Mixtral, Qwen-MoE, GPT-OSS)."""
+"""Llama-like decoders (Llama, Mistral, Qwen, Gemma, Phi-3, Granite, OLMo 2, Mixtral, Qwen-MoE, GPT-OSS)."""
 from __future__ import annotations
 
 from hybridperf.graphs.config import LLAMA_LIKE, MOE_LLAMA, ModelConfig, kv_length
@@ -34,9 +34,12 @@ def forward(cfg: ModelConfig, B, S, train) -> list:
            *[misc(f"sliding_mask_{i}", "mask", 2 * S * S * F32)
              for i in range(SLIDING_MASK_KERNELS.get(cfg.family, 0))],
            *second_rotary_table(cfg, tok)]
-    oss = v["oss"]
-    attn = [*grad_sums("resid_in", tok, h, 2, train), *rms_norm("input_norm", tok, h, train, gemma, oss),
-            *grad_sums("input_norm_out", tok, h, 1 if v["fused"] else 3, train), *llama_qkv(cfg, tok, train)]
+    oss, olmo = v["oss"], v["olmo2"]
+    if olmo:  # no norm before the attention: q, k, v and the residual add read the layer's input
+        attn = [*grad_sums("resid_in", tok, h, 4, train), *llama_qkv(cfg, tok, train)]
+    else:
+        attn = [*grad_sums("resid_in", tok, h, 2, train), *rms_norm("input_norm", tok, h, train, gemma, oss),
+                *grad_sums("input_norm_out", tok, h, 1 if v["fused"] else 3, train), *llama_qkv(cfg, tok, train)]
     attn += attention_core("attn", B, S, cfg.heads, cfg.head_dim, train, scale_op="mulu", mask_op=("addu",),
                             dropout=False, softmax_fp32=not v["oss"], layout=llama_layout_copies(cfg),
                             softcap=v["softcap"], kv_groups=cfg.heads // cfg.num_kv_heads, sinks=v["oss"])
@@ -47,9 +50,11 @@ def forward(cfg: ModelConfig, B, S, train) -> list:
             attn += grad_cat("k_layout", tok * cfg.heads * cfg.head_dim, train)
     attn += [linear("o_proj", tok, cfg.heads * cfg.head_dim, h, bias=v["o_bias"]),
              *(rms_norm("post_attn_norm", tok, h, train, True) if v["sandwich"] else []),
+             *(rms_norm("post_attn_norm", tok, h, train, fp32_weight=True) if olmo else []),
              *granite_scale("resid_scale1", tok, h, v), vec("resid_add1", "add", tok, h, tag="residual"),
-             *grad_sums("resid_mid", tok, h, 2, train), *rms_norm("post_norm", tok, h, train, gemma, oss)]
-    post = [*rms_norm("final_norm", tok, h, train, gemma, oss), linear("lm_head", tok, h, V, bias=False),
+             *grad_sums("resid_mid", tok, h, 3 if olmo else 2, train),
+             *([] if olmo else rms_norm("post_norm", tok, h, train, gemma, oss))]
+    post = [*rms_norm("final_norm", tok, h, train, gemma, oss or olmo), linear("lm_head", tok, h, V, bias=False),
             *(soft_cap("logit_softcap", tok, V) if v["final_softcap"] else []),
             *granite_scale("logits_scaling", tok, V, v, "divu")]
     return [Block("embeddings", 1, pre, "pre"), *llama_layer_blocks(cfg, attn, tok, train),
@@ -64,18 +69,22 @@ def decode(cfg: ModelConfig, B: int, seq: int) -> list:
     pre = [gather("embed_tokens", B, h, V), *([vec("embed_scale", "mulu", B, h)] if gemma else []),
            *granite_scale("embed_multiplier", B, h, v), *decode_setup(cfg, B, kv, FAMILY.setup_kernels[cfg.family])]
 
+    olmo = v["olmo2"]
+
     def attn(keys, slides):  # a sliding layer's cache is a strided slice once `seq` passed the window - 1 it keeps
-        return [*rms_norm("input_norm", B, h, unit_offset=gemma, fp32_weight=v["oss"]), *llama_qkv(cfg, B),
+        return [*([] if olmo else rms_norm("input_norm", B, h, unit_offset=gemma, fp32_weight=v["oss"])),
+                *llama_qkv(cfg, B),
                 *cached_attention("attn", cfg, B, keys, "mulu", ("addu",), softmax_fp32=not v["oss"],
                                   softcap=v["softcap"], sinks=v["oss"],
                                   strided_cache=slides and seq >= cfg.sliding_window > 0,
                                   strided_values=cfg.family == "phi3" and B > 1, sliding=slides),
                 linear("o_proj", B, cfg.heads * cfg.head_dim, h, bias=v["o_bias"]),
                 *(rms_norm("post_attn_norm", B, h, unit_offset=True) if v["sandwich"] else []),
+                *(rms_norm("post_attn_norm", B, h, fp32_weight=True) if olmo else []),
                 *granite_scale("resid_scale1", B, h, v), vec("resid_add1", "add", B, h),
-                *rms_norm("post_norm", B, h, unit_offset=gemma, fp32_weight=v["oss"])]
+                *([] if olmo else rms_norm("post_norm", B, h, unit_offset=gemma, fp32_weight=v["oss"]))]
 
-    post = [*rms_norm("final_norm", B, h, unit_offset=gemma, fp32_weight=v["oss"]),
+    post = [*rms_norm("final_norm", B, h, unit_offset=gemma, fp32_weight=v["oss"] or olmo),
             linear("lm_head", B, h, V, bias=False),
             *(soft_cap("logit_softcap", B, V) if v["final_softcap"] else []),
             *granite_scale("logits_scaling", B, V, v, "divu")]
@@ -107,6 +116,7 @@ ACTIVATION = {
     "qwen2": "llama",
     "phi3": "llama",
     "granite": "llama",
+    "olmo2": "qwen3",
     "mixtral": "llama",
     "qwen2_moe": "llama",
     "qwen3_moe": "qwen3",

@@ -3,8 +3,8 @@ the layers."""
 from __future__ import annotations
 
 from hybridperf.graphs.config import ModelConfig
-from hybridperf.graphs.layers.grads import grad_cat, grad_sums, slice_grads
-from hybridperf.graphs.primitives import F32, misc, vec
+from hybridperf.graphs.layers.grads import grad_cast, grad_cat, grad_sums, slice_grads
+from hybridperf.graphs.primitives import F32, cast, misc, vec
 
 
 def rotary_dim(cfg: ModelConfig, default_fraction: float) -> int:
@@ -36,12 +36,20 @@ def cat_rope(p: str, tok: int, heads: int, hd: int, rot: int, train: bool) -> li
             *slice_grads(f"{p}_rope_parts", tok, heads * hd, 2 if rot < hd else 1, train)]  # no rest: one slice
 
 
-def _rope(p, tok, width):
+def _rope(p, tok, width, fp32_tables=False, train=False):
     """apply_rotary_pos_emb on one projection: x*cos, -x2 (half), cat(-x2, x1), rot*sin, sum. x1 is a slice of a
-    head, so rotate_half's torch.cat takes PyTorch's unvectorised strided path (`misc:strided`)."""
-    return [vec(f"{p}_cos", "mul", tok, width, tag="constant"), vec(f"{p}_neg", "mulu", tok, width // 2),
-            misc(f"{p}_cat", "strided", 2 * tok * width * F32), vec(f"{p}_sin", "mul", tok, width, tag="constant"),
-            vec(f"{p}_add", "add", tok, width)]
+    head, so rotate_half's torch.cat takes PyTorch's unvectorised strided path (`misc:strided`).
+    `fp32_tables` (OLMo 2): cos and sin stay fp32 in a half-precision model, so the products and the sum run
+    in fp32 and the result is cast back to x's dtype; the backward casts the two products' gradients down
+    (the cast's own backward is the generic one)."""
+    ks = [vec(f"{p}_cos", "mul", tok, width, tag="constant", fp32=fp32_tables),
+          vec(f"{p}_neg", "mulu", tok, width // 2), misc(f"{p}_cat", "strided", 2 * tok * width * F32),
+          vec(f"{p}_sin", "mul", tok, width, tag="constant", fp32=fp32_tables),
+          vec(f"{p}_add", "add", tok, width, fp32=fp32_tables)]
+    if not fp32_tables:
+        return ks
+    return ks + [cast(f"{p}_to_half", tok * width),
+                 *grad_cast(f"{p}_cos", tok * width, train), *grad_cast(f"{p}_sin", tok * width, train)]
 
 
 def halves_rope(p: str, rows: int, width: int, train: bool = False, strided: bool = True) -> list:
