@@ -26,6 +26,15 @@ def test_a_vision_language_config_is_its_language_model():
         config_from_dict({"model_type": "qwen3_vl"})
 
 
+def test_mistral3_is_its_mistral_language_model():
+    """Mistral Small 3.x: transformers' Mistral3ForConditionalGeneration runs, on text alone, exactly the kernels
+    of its Mistral (TorchDispatchMode, transformers 5.24: 42 a layer and 40 outside in both)."""
+    mistral = {**QWEN3, "model_type": "mistral"}
+    m3 = {"model_type": "mistral3", "text_config": mistral, "vision_config": {"model_type": "pixtral"}}
+    assert config_from_dict(m3) == config_from_dict(mistral)
+    assert _rows(config_from_dict(m3)) == _rows(config_from_dict(mistral))
+
+
 def test_kimi_k2_is_read_as_deepseek_v3():
     ds = {"model_type": "deepseek_v3", "hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 32,
           "num_attention_heads": 4, "num_key_value_heads": 4, "num_hidden_layers": 2, "vocab_size": 1000,

@@ -315,7 +315,8 @@ def _sliding_fields(d: dict, layers: int, source: str) -> None:
 
 #: vision-language wrappers whose text-only forward is their language model (`text_config`), read as that
 #: model_type (the vision tower runs no kernel for text input)
-LANGUAGE_MODEL_OF = {"qwen3_vl": "qwen3", "qwen3_vl_moe": "qwen3_moe", "qwen2_vl": "qwen2", "qwen2_5_vl": "qwen2"}
+LANGUAGE_MODEL_OF = {"qwen3_vl": "qwen3", "qwen3_vl_moe": "qwen3_moe", "qwen2_vl": "qwen2", "qwen2_5_vl": "qwen2",
+                     "mistral3": "mistral"}
 #: model_types that name a supported architecture under another name (their `architectures` say so)
 SAME_ARCHITECTURE = {"kimi_k2": "deepseek_v3"}
 
