@@ -526,7 +526,8 @@ def _per_layer_and_outside(cfg, mode, dtype="fp32", layers_key="num_hidden_layer
 @pytest.mark.parametrize("family,fp32,bf16,train", [("llama", 42, 48, 131), ("qwen3", 54, 64, 173),
                                                      ("gemma", 44, 52, 133), ("gemma2", 61, 75, 183),
                                                      ("gemma3_text", 72, 92, 221), ("phi3", 40, 46, 132),
-                                                     ("granite", 44, 50, 135), ("olmo2", 54, 66, 173)])
+                                                     ("granite", 44, 50, 135), ("olmo2", 54, 66, 173),
+                                                     ("olmo3", 54, 66, 173)])
 def test_llama_like_layers_launch_what_hf_eager_launches(family, fp32, bf16, train):
     """Kernels per layer of one forward, and of a training step whose backward accumulates into an existing
     `.grad` (NeuSight's timed steps), as TorchDispatchMode counts them on HF eager models (transformers
@@ -541,7 +542,8 @@ def test_llama_like_layers_launch_what_hf_eager_launches(family, fp32, bf16, tra
     backward q's and k's gradients are laid back by copies of their own, and its normed inputs have one
     reader each (no gradient sums). Granite scales each sublayer's output before its residual add (one
     multiply each, and one more in the backward). OLMo 2 norms each sublayer's output instead of its input and
-    the whole q and k projections, and in bf16 runs RoPE in fp32 (cast back per projection).
+    the whole q and k projections, and in bf16 runs RoPE in fp32 (cast back per projection); OLMo 3's sliding
+    layers launch what OLMo 2's do.
     RoPE's slices send their gradients back through ATen's slice_backward (a zero fill and a copy each,
     counted as two kernels by the trace)."""
     cfg = {"model_type": family, **LLAMA_SMALL}

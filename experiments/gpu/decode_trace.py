@@ -1,7 +1,7 @@
 """Count the kernels of one Hugging Face eager decode step and compare them with `--mode decode`'s graph.
 
 For small random-weight GPT-2, GPT-Neo, GPT-NeoX, OPT (and OPT-350m's layout), Llama (with grouped-query and with
-multi-head attention), Qwen3, Gemma, Phi-3, Granite and OLMo 2 models, in fp32 and bf16: prefill 8 tokens with
+multi-head attention), Qwen3, Gemma, Phi-3, Granite and OLMo 2 and 3 models, in fp32 and bf16: prefill 8 tokens with
 `use_cache=True`, then run one decode step `model(next_ids, past_key_values=cache)` under
 TorchDispatchMode and record every ATen op that
 launches a kernel (views, transposes, expands and slices launch none). A 4-layer minus a 2-layer model
@@ -51,6 +51,9 @@ CONFIGS = {
                 "embedding_multiplier": 12.0, "residual_multiplier": 0.22, "logits_scaling": 16.0},
     "olmo2": {"model_type": "olmo2", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
               "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 100, "max_position_embeddings": 512},
+    "olmo3": {"model_type": "olmo3", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 100, "max_position_embeddings": 512,
+              "sliding_window": 4},  # shorter than the 8 cached tokens: the sliding layers' cache is cropped
     "mixtral": {"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
                 "num_key_value_heads": 2, "vocab_size": 100, "max_position_embeddings": 512, "num_local_experts": 4,
                 "num_experts_per_tok": 2},
@@ -78,6 +81,8 @@ def with_layers(cfg: dict, layers: int) -> dict:
     out = {**cfg, LAYER_KEY.get(cfg["model_type"], "num_hidden_layers"): layers}
     if cfg["model_type"] == "gpt_neo":  # global and local layers alternate, as released
         out["attention_types"] = [[["global", "local"], layers // 2]]
+    if cfg["model_type"] == "olmo3":  # every layer sliding (HF's default makes every 4th full, which the 2- and
+        out["layer_types"] = ["sliding_attention"] * layers  # 4-layer difference would count as per-layer)
     return out
 
 
@@ -123,7 +128,7 @@ def graph_kernels(cfg: dict, dtype: str, batch: int = 2, past: int = 8) -> tuple
     from hybridperf.graphs import build_graph
 
     t = build_graph(with_layers(cfg, 2), batch, past, "decode", dtype=dtype).kernel_table()
-    in_layer = t["block"] == "layer"
+    in_layer = t["block"].isin(("layer", "sliding_layer"))  # each config here has one kind of layer
     return int(in_layer.sum()), int((~in_layer).sum())
 
 

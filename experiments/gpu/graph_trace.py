@@ -12,10 +12,10 @@ The graph is not meant to equal this trace everywhere, and the script says where
     validate (BERT, GPT-2, GPT-Neo, OPT, Switch) follow NeuSight's traced graphs, not transformers 5.23:
     5.23 launches more tiny kernels outside the layers (mask and position-id bookkeeping), and its
     attention differs in a kernel or two per layer (e.g. OPT's scale of 1.0).
-  * Families added after NeuSight's (GPT-NeoX, Qwen3, Gemma 1-3, Phi-3, Granite, OLMo 2, T5, RoBERTa, OPT-350m's
-    layout, and the MoE decoders Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3, GPT-OSS) were built from this trace:
-    their forward layers match it exactly, and `tests/test_graphs.py` / `tests/test_moe.py` pin the counts. So do
-    their training layers (GPT-NeoX, the llama-likes and the MoE decoders), in fp32 and bf16.
+  * Families added after NeuSight's (GPT-NeoX, Qwen3, Gemma 1-3, Phi-3, Granite, OLMo 2 and 3, T5, RoBERTa,
+    OPT-350m's layout, and the MoE decoders Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3, GPT-OSS) were built from
+    this trace: their forward layers match it exactly, and `tests/test_graphs.py` / `tests/test_moe.py` pin the
+    counts. So do their training layers (GPT-NeoX, the llama-likes and the MoE decoders), in fp32 and bf16.
   * A view's backward that scatters into a zero-filled gradient (ATen's slice_backward, select_backward:
     RoPE's halves, Phi-3's fused q/k/v) is two kernels, a fill and a copy, and is counted as two.
   * Ops that only allocate (`aten.empty*`) launch no kernel and are not counted.
@@ -70,6 +70,7 @@ MODELS = {
     "granite": ({"model_type": "granite", **_LLAMA, **_GRANITE}, ("num_hidden_layers",), "GraniteForCausalLM",
                 "GraniteForCausalLM"),
     "olmo2": ({"model_type": "olmo2", **_LLAMA}, ("num_hidden_layers",), "Olmo2ForCausalLM", "Olmo2ForCausalLM"),
+    "olmo3": ({"model_type": "olmo3", **_LLAMA}, ("num_hidden_layers",), "Olmo3ForCausalLM", "Olmo3ForCausalLM"),
     "phi3": ({"model_type": "phi3", **_LLAMA, "pad_token_id": 0, "partial_rotary_factor": 0.5}, ("num_hidden_layers",),
              "Phi3ForCausalLM", "Phi3ForCausalLM"),
     "mixtral": ({"model_type": "mixtral", **_LLAMA, "num_local_experts": 4, "num_experts_per_tok": 2},

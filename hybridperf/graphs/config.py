@@ -38,9 +38,10 @@ Supported `model_type`s (the architectures of NeuSight's DLmodel_configs):
                          `embedding_multiplier`, each sublayer's output times `residual_multiplier` before its
                          residual add, the logits divided by `logits_scaling` (`attention_multiplier` replaces
                          the score scale: no kernel of its own).
-    olmo2                OLMo 2: Llama's attention and MLP with the norms moved to their outputs (an RMSNorm on
+    olmo2, olmo3         OLMo 2: Llama's attention and MLP with the norms moved to their outputs (an RMSNorm on
                          each sublayer's output before its residual add, none on its input) and an RMSNorm over
                          the whole q and k projections; its norms multiply the weight in fp32, as GPT-OSS's.
+                         OLMo 3 adds sliding-window layers (`layer_types`; by default three of every four).
     mixtral, qwen2_moe,  Llama's attention (qwen2_moe: Qwen2's q/k/v biases, qwen3_moe: Qwen3's q/k norms)
     qwen3_moe            with a top-k mixture of experts in place of the MLP: a softmax router over
                          `num_local_experts` / `num_experts` experts, `num_experts_per_tok` experts per
@@ -77,12 +78,12 @@ SLIDING_GEMMA = ("gemma2", "gemma3_text")
 #: families whose every layer slides its window when the config sets `sliding_window` (no `layer_types`)
 EVERY_LAYER_SLIDING = ("mistral", "phi3")
 #: families whose `layer_types` mix sliding-window and full attention
-SLIDING_LAYERS = (*SLIDING_GEMMA, "gpt_oss")
+SLIDING_LAYERS = (*SLIDING_GEMMA, "gpt_oss", "olmo3")
 #: HF's `sliding_window` default when a config omits the key (none for the families not listed)
-SLIDING_WINDOW_DEFAULT = {"gemma2": 4096, "gemma3_text": 4096, "gpt_oss": 128, "mistral": 4096}
-LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", *GEMMA, "phi3", "granite", "olmo2", *MOE_LLAMA)
+SLIDING_WINDOW_DEFAULT = {"gemma2": 4096, "gemma3_text": 4096, "gpt_oss": 128, "mistral": 4096, "olmo3": 4096}
+LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", *GEMMA, "phi3", "granite", "olmo2", "olmo3", *MOE_LLAMA)
 #: llama-likes whose rotary cos and sin stay fp32 in a half-precision model (RoPE runs in fp32, then casts q, k back)
-FP32_ROTARY = ("olmo2",)
+FP32_ROTARY = ("olmo2", "olmo3")
 #: T5-style encoder-decoders (T5 is Switch without the expert layers)
 ENCODER_DECODER = ("switch_transformers", "t5")
 #: BERT's encoder with RoBERTa's position ids and heads
@@ -184,13 +185,14 @@ class ModelConfig:
     def layer_types(self) -> tuple:
         """Each decoder layer's attention, "full_attention" or "sliding_attention" (SLIDING_LAYERS; every other
         family: all full): the config's `layer_types`, or HF's default, gemma2 and gpt_oss sliding on even layers
-        and gemma3 on all but every `sliding_window_pattern`-th (6). No sliding layer without a `sliding_window`."""
+        and gemma3 and olmo3 on all but every `sliding_window_pattern`-th (6) and every 4th. No sliding layer
+        without a `sliding_window`."""
         if self.family not in SLIDING_LAYERS or not self.sliding_window:
             return ("full_attention",) * self.layers
         given = self.raw.get("layer_types")
         if given:
             return tuple(given)
-        step = int(self.raw.get("sliding_window_pattern") or 6) if self.family == "gemma3_text" else 2
+        step = {"gemma3_text": int(self.raw.get("sliding_window_pattern") or 6), "olmo3": 4}.get(self.family, 2)
         return tuple("sliding_attention" if (i + 1) % step else "full_attention" for i in range(self.layers))
 
     @property

@@ -17,7 +17,7 @@ from hybridperf.graphs.primitives import F32, Block, gather, linear, misc, vec
 #: families that build a sliding-window causal mask beside the causal one (Qwen2MoeModel even when no layer
 #: uses it; Gemma 2 and 3 for their sliding layers), and its kernels in a prefill forward (TorchDispatchMode,
 #: transformers 5.23)
-SLIDING_MASK_KERNELS = {"qwen2_moe": 23, "gemma2": 23, "gemma3_text": 23,
+SLIDING_MASK_KERNELS = {"qwen2_moe": 23, "gemma2": 23, "gemma3_text": 23, "olmo3": 23,
                         "gpt_oss": 6}  # 14 for the mask, net of 8 position and padding checks Llama's path has
 
 
@@ -117,6 +117,7 @@ ACTIVATION = {
     "phi3": "llama",
     "granite": "llama",
     "olmo2": "qwen3",
+    "olmo3": "qwen3",
     "mixtral": "llama",
     "qwen2_moe": "llama",
     "qwen3_moe": "qwen3",
@@ -135,7 +136,7 @@ def saved_extra(cfg: ModelConfig, tok: int, eb: float) -> list:
 #: mask too in Qwen2-MoE (unused there), Gemma 2 and 3 and GPT-OSS
 FAMILY = Family(tuple(f for f in LLAMA_LIKE if f != "deepseek_v3"), forward, decode,
                 setup_kernels={**{f: 19 for f in LLAMA_LIKE if f != "deepseek_v3"},
-                               "qwen2_moe": 34, "gemma2": 34, "gemma3_text": 34, "gpt_oss": 33},
+                               "qwen2_moe": 34, "gemma2": 34, "gemma3_text": 34, "olmo3": 34, "gpt_oss": 33},
                 tensor_parallel=tuple(f for f in LLAMA_LIKE if f not in MOE_LLAMA),  # MoE experts: dp only
                 activation=ACTIVATION, saved_extra=saved_extra, position_limited=True,
                 softmax_fp32=tuple(f for f in LLAMA_LIKE if f not in ("deepseek_v3", "gpt_oss")))

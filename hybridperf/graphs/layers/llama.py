@@ -33,7 +33,7 @@ def llama_variant(cfg: ModelConfig) -> dict:
             "final_softcap": bool(cfg.raw.get("final_logit_softcapping", 30.0 if gemma2 else None)),
             "rotary_tables": len(set(cfg.layer_types)) if cfg.family == "gemma3_text" else 1,
             "fused": cfg.family == "phi3", "oss": oss, "o_bias": oss and qkv_bias, "granite": cfg.family == "granite",
-            "olmo2": cfg.family == "olmo2",
+            "olmo2": cfg.family in ("olmo2", "olmo3"),
             "rotary_dim": rotary_dim(cfg, 1.0) if cfg.family == "phi3" else cfg.head_dim}
 
 
