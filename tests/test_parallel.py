@@ -167,6 +167,14 @@ def test_tp_kernels_are_megatron_shards():
     assert fl(g) == pytest.approx(fl(full) / tp)
 
 
+def test_granite_scales_each_ranks_slice_of_the_logits():
+    cfg = {"model_type": "granite", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+           "num_key_value_heads": 4, "num_hidden_layers": 2, "vocab_size": 1000, "max_position_embeddings": 512}
+    t = parallel_graph(cfg, 2, 64, "train", 4).kernel_table().set_index("name")
+    assert t.loc["logits_scaling", "H"] == t.loc["logits_scaling.bw", "H"] == 1000 // 4
+    assert t.loc["resid_scale1", "H"] == 64  # the residual stream is replicated
+
+
 def test_pipeline_formula_and_bubble():
     d = predict_parallel(TINY, 16, 128, "train", "DGX-H100", pp=2, microbatches=4, predictor=PRIOR,
                          collective_model=CPRIOR)

@@ -42,6 +42,7 @@ Supported `model_type`s (the architectures of NeuSight's DLmodel_configs):
                          each sublayer's output before its residual add, none on its input) and an RMSNorm over
                          the whole q and k projections; its norms multiply the weight in fp32, as GPT-OSS's.
                          OLMo 3 adds sliding-window layers (`layer_types`; by default three of every four).
+                         Under --tp the q/k norms' reduction across ranks is not priced (two per layer, tiny).
     mixtral, qwen2_moe,  Llama's attention (qwen2_moe: Qwen2's q/k/v biases, qwen3_moe: Qwen3's q/k norms)
     qwen3_moe            with a top-k mixture of experts in place of the MLP: a softmax router over
                          `num_local_experts` / `num_experts` experts, `num_experts_per_tok` experts per

@@ -48,7 +48,8 @@ _VOCAB_HEAD = {"lm_head", "decoder", "embed_out"}
 _VOCAB_LOSS = {"log_softmax", "nll"}
 
 
-_VOCAB_LOGITS = ("logit_softcap_",)  # Gemma 2's soft-cap of the logits, on each rank's vocabulary slice
+#: elementwise work on the logits, on each rank's vocabulary slice: Gemma 2's soft-cap, Granite's scaling
+_VOCAB_LOGITS = ("logit_softcap_", "logits_scaling")
 
 
 def _pos_int(v, what: str) -> int:
