@@ -749,6 +749,15 @@ def test_half_precision_tensor_parallel_collectives_halve():
     assert c16.result["tp_comm_ms"] < c32.result["tp_comm_ms"]
 
 
+@pytest.mark.parametrize("dtype,kernels", [("fp32", 265), ("bf16", 317)])
+def test_olmo3_with_both_layer_types_builds_a_rotary_table_for_each(dtype, kernels):
+    """A 4-layer OLMo 3 as released (three sliding layers, then a full one; window 4 < the 8 cached tokens): one
+    decode step launches what TorchDispatchMode counts on transformers 5.24, the second rotary table included."""
+    cfg = {**LLAMA_SMALL, "model_type": "olmo3", "num_hidden_layers": 4, "sliding_window": 4, "use_cache": True,
+           "layer_types": ["sliding_attention"] * 3 + ["full_attention"]}
+    assert int(build_graph(cfg, 2, 8, "decode", dtype=dtype).kernel_table()["count"].sum()) == kernels
+
+
 def test_saved_activations_match_the_cpu_autograd_counts():
     """The per-family formula reproduces the saved-tensor bytes counted with autograd hooks on the CPU
     (experiments/models/activation_memory.py, shipped as experiments/data/activation_memory.csv)."""
@@ -756,7 +765,7 @@ def test_saved_activations_match_the_cpu_autograd_counts():
 
     counts = pd.read_csv(Path(__file__).resolve().parents[1] / "experiments" / "data" / "activation_memory.csv")
     assert set(counts["family"]) == {"bert", "gpt2", "gpt_neo", "gpt_neox", "llama", "opt", "qwen3", "gemma", "gemma2",
-                                     "gemma3_text"}
+                                     "gemma3_text", "olmo2"}
     assert set(counts["dtype"]) == {"fp32", "bf16"}
     for r in counts.itertuples():
         for layers, measured in ((2, r.saved_2_layers), (4, r.saved_4_layers)):

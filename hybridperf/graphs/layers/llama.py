@@ -31,7 +31,7 @@ def llama_variant(cfg: ModelConfig) -> dict:
             "gemma": cfg.family in GEMMA, "sandwich": cfg.family in SLIDING_GEMMA,
             "softcap": bool(cfg.raw.get("attn_logit_softcapping", 50.0 if gemma2 else None)),
             "final_softcap": bool(cfg.raw.get("final_logit_softcapping", 30.0 if gemma2 else None)),
-            "rotary_tables": len(set(cfg.layer_types)) if cfg.family == "gemma3_text" else 1,
+            "rotary_tables": len(set(cfg.layer_types)) if cfg.family in ("gemma3_text", "olmo3") else 1,
             "fused": cfg.family == "phi3", "oss": oss, "o_bias": oss and qkv_bias, "granite": cfg.family == "granite",
             "olmo2": cfg.family in ("olmo2", "olmo3"),
             "rotary_dim": rotary_dim(cfg, 1.0) if cfg.family == "phi3" else cfg.head_dim}
@@ -43,13 +43,14 @@ def granite_scale(name: str, rows: int, width: int, variant: dict, op: str = "mu
 
 
 def second_rotary_table(cfg: ModelConfig, rows: int) -> list:
-    """Gemma 3 with both layer types builds a rotary table per type (local and global theta): the second
-    one's position cast, freqs, cat, cos, sin and two scalings, and in a half-precision model three casts
-    (TorchDispatchMode, transformers 5.23; prefill and decode alike, over `rows` tokens)."""
+    """Gemma 3 and OLMo 3 with both layer types build a rotary table per type: the second one's position cast,
+    freqs, cat, cos, sin and two scalings, and in a half-precision model Gemma's three casts (OLMo's tables stay
+    fp32: one cast) (TorchDispatchMode, transformers 5.23-5.24; prefill and decode alike, over `rows` tokens)."""
     if llama_variant(cfg)["rotary_tables"] < 2:
         return []
+    casts = 1 if cfg.family in FP32_ROTARY else 3
     return [*(misc(f"rotary_local_{i}", "mask", 2 * rows * cfg.head_dim * F32) for i in range(7)),
-            *(cast(f"rotary_local_cast_{i}", rows * cfg.head_dim) for i in range(3))]
+            *(cast(f"rotary_local_cast_{i}", rows * cfg.head_dim) for i in range(casts))]
 
 
 def llama_layout_copies(cfg: ModelConfig) -> tuple:
