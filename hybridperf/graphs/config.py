@@ -335,6 +335,9 @@ def config_from_dict(d: dict, source: str = "config") -> ModelConfig:
         text = d.get("text_config")
         if not isinstance(text, dict):
             raise InputError(f"{source}: a {mt} config needs a 'text_config' object (its language model)")
+        inner = text.get("model_type")
+        if mt == "mistral3" and inner not in (None, "mistral"):  # Ministral 3 wraps its own ministral3 layers
+            raise InputError(f"{source}: a mistral3 config whose language model is {inner!r} is not supported")
         mt = LANGUAGE_MODEL_OF[mt]
         d = {**text, "model_type": mt}
     mt = SAME_ARCHITECTURE.get(mt, mt)
