@@ -71,9 +71,11 @@ FAMILIES = {
     # Gemma 2 (soft-capped scores, sliding and full layers alternating) and Gemma 3 (q/k norms)
     "gemma2": _family("gemma2"),
     "gemma3_text": _family("gemma3_text"),
+    # OLMo 2: norms on the sublayer outputs and over the whole q and k projections, fp32 RoPE tables
+    "olmo2": _family("olmo2"),
 }
 #: families whose config sets head_dim on its own (Qwen3 128, Gemma 256 by default): counted at hidden / heads
-OWN_HEAD_DIM = ("qwen3", "gemma", "gemma2", "gemma3_text")
+OWN_HEAD_DIM = ("qwen3", "gemma", "gemma2", "gemma3_text", "olmo2")
 
 
 #: model dtypes counted: fp32, and bf16 for both 16-bit dtypes (fp16 saves the same tensors: HF's upcasts
