@@ -83,8 +83,8 @@ SLIDING_LAYERS = (*SLIDING_GEMMA, "gpt_oss", "olmo3")
 #: HF's `sliding_window` default when a config omits the key (none for the families not listed)
 SLIDING_WINDOW_DEFAULT = {"gemma2": 4096, "gemma3_text": 4096, "gpt_oss": 128, "mistral": 4096, "olmo3": 4096}
 LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", *GEMMA, "phi3", "granite", "olmo2", "olmo3", *MOE_LLAMA)
-#: llama-likes whose rotary cos and sin stay fp32 in a half-precision model (RoPE runs in fp32, then casts q, k back)
-FP32_ROTARY = ("olmo2", "olmo3")
+#: OLMo 2 and 3: norms on the sublayer outputs and over whole q/k projections; rotary tables kept fp32 in 16-bit models
+OLMO = ("olmo2", "olmo3")
 #: T5-style encoder-decoders (T5 is Switch without the expert layers)
 ENCODER_DECODER = ("switch_transformers", "t5")
 #: BERT's encoder with RoBERTa's position ids and heads

@@ -31,7 +31,7 @@ step is the `decode` of its module in `hybridperf.graphs.families`.
 from __future__ import annotations
 
 from hybridperf.graphs.attention import mark_call
-from hybridperf.graphs.config import FP32_ROTARY, LLAMA_LIKE, ModelConfig
+from hybridperf.graphs.config import LLAMA_LIKE, OLMO, ModelConfig
 from hybridperf.graphs.layers.attention_core import attention_scores
 from hybridperf.graphs.layers.llama import second_rotary_table
 from hybridperf.graphs.primitives import F32, bmm, cast, misc
@@ -45,7 +45,7 @@ def decode_setup(cfg: ModelConfig, B: int, kv: int, n: int) -> list:
     rotary models, the rotary cos/sin before the first layer (counted; all tiny), and those models' casts."""
     ks = [misc(f"setup_{i}", "mask", 2 * B * kv * 8) for i in range(n)]
     if cfg.family in (*LLAMA_LIKE, "gpt_neox"):  # rotary tables: cast like Llama's (fp32 ones: the mask only)
-        ks += [cast(f"setup_cast_{i}", B * kv) for i in range(1 if cfg.family in FP32_ROTARY else LLAMA_SETUP_CASTS)]
+        ks += [cast(f"setup_cast_{i}", B * kv) for i in range(1 if cfg.family in OLMO else LLAMA_SETUP_CASTS)]
     return ks + (second_rotary_table(cfg, B) if cfg.family in LLAMA_LIKE else [])
 
 

@@ -48,7 +48,7 @@ from dataclasses import dataclass, replace
 
 from hybridperf.errors import InputError
 from hybridperf.serving.compressed import INDEX_SCALE_BYTES, CompressedAttention
-from hybridperf.graphs.config import DEEPSEEK_DEFAULTS, MOE_LLAMA, config_from_dict, config_positions
+from hybridperf.graphs.config import DEEPSEEK_DEFAULTS, LLAMA_LIKE, MOE_LLAMA, config_from_dict, config_positions
 
 #: families read as DeepSeek-V3 (multi-head latent attention + MoE)
 MLA_ALIASES = ("kimi_k2", "kimi_k25", "glm_moe_dsa", "deepseek_v32")
@@ -454,9 +454,7 @@ def _family_arch(d: dict, name: str) -> Arch:
              "moe_intermediate_size": d.get("moe_intermediate_size", d.get("intermediate_size")),
              "intermediate_size": d.get("intermediate_size") or d.get("moe_intermediate_size")}
     cfg = config_from_dict({k: v for k, v in d.items() if v is not None}, source=name or "config")
-    if cfg.decoder_layers or cfg.family not in (*MOE_LLAMA, "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma",
-                                                "gemma2", "gemma3_text", "granite", "olmo2",
-                                                "olmo3"):
+    if cfg.decoder_layers or cfg.family not in LLAMA_LIKE:
         raise InputError(f"{name or 'config'}: model_type {mt!r} is not a decoder-only LLM serving can model")
     moe = cfg.family in MOE_LLAMA
     kw = dict(name=name, family=mt, hidden=cfg.hidden, layers=cfg.layers, vocab=cfg.vocab, heads=cfg.heads,

@@ -1,4 +1,4 @@
-"""Llama-like decoders (Llama, Mistral, Qwen, Gemma, Phi-3, Granite, OLMo 2, Mixtral, Qwen-MoE, GPT-OSS)."""
+"""Llama-like decoders (Llama, Mistral, Qwen, Gemma, Phi-3, Granite, OLMo 2 and 3, Mixtral, Qwen-MoE, GPT-OSS)."""
 from __future__ import annotations
 
 from hybridperf.graphs.config import LLAMA_LIKE, MOE_LLAMA, ModelConfig, kv_length
@@ -15,8 +15,8 @@ from hybridperf.graphs.primitives import F32, Block, gather, linear, misc, vec
 
 
 #: families that build a sliding-window causal mask beside the causal one (Qwen2MoeModel even when no layer
-#: uses it; Gemma 2 and 3 for their sliding layers), and its kernels in a prefill forward (TorchDispatchMode,
-#: transformers 5.23)
+#: uses it; Gemma 2 and 3 and OLMo 3 for their sliding layers), and its kernels in a prefill forward
+#: (TorchDispatchMode, transformers 5.23-5.24)
 SLIDING_MASK_KERNELS = {"qwen2_moe": 23, "gemma2": 23, "gemma3_text": 23, "olmo3": 23,
                         "gpt_oss": 6}  # 14 for the mask, net of 8 position and padding checks Llama's path has
 
@@ -34,7 +34,7 @@ def forward(cfg: ModelConfig, B, S, train) -> list:
            *[misc(f"sliding_mask_{i}", "mask", 2 * S * S * F32)
              for i in range(SLIDING_MASK_KERNELS.get(cfg.family, 0))],
            *second_rotary_table(cfg, tok)]
-    oss, olmo = v["oss"], v["olmo2"]
+    oss, olmo = v["oss"], v["olmo"]
     if olmo:  # no norm before the attention: q, k, v and the residual add read the layer's input
         attn = [*grad_sums("resid_in", tok, h, 4, train), *llama_qkv(cfg, tok, train)]
     else:
@@ -69,7 +69,7 @@ def decode(cfg: ModelConfig, B: int, seq: int) -> list:
     pre = [gather("embed_tokens", B, h, V), *([vec("embed_scale", "mulu", B, h)] if gemma else []),
            *granite_scale("embed_multiplier", B, h, v), *decode_setup(cfg, B, kv, FAMILY.setup_kernels[cfg.family])]
 
-    olmo = v["olmo2"]
+    olmo = v["olmo"]
 
     def attn(keys, slides):  # a sliding layer's cache is a strided slice once `seq` passed the window - 1 it keeps
         return [*([] if olmo else rms_norm("input_norm", B, h, unit_offset=gemma, fp32_weight=v["oss"])),
@@ -88,7 +88,7 @@ def decode(cfg: ModelConfig, B: int, seq: int) -> list:
             linear("lm_head", B, h, V, bias=False),
             *(soft_cap("logit_softcap", B, V) if v["final_softcap"] else []),
             *granite_scale("logits_scaling", B, V, v, "divu")]
-    # the B new tokens pass the MLP (a top-k MoE's sparse layers route them); Gemma 2 and 3's sliding
+    # the B new tokens pass the MLP (a top-k MoE's sparse layers route them); Gemma 2 and 3's and OLMo 3's sliding
     # layers attend to their window only, once the cache is longer (block `sliding_layer`)
     mixed = not cfg.every_layer_slides and "sliding_attention" in cfg.layer_types
     # from `window` keys on transformers masks the sliding layers, also while their cache still holds them all
@@ -134,7 +134,7 @@ def saved_extra(cfg: ModelConfig, tok: int, eb: float) -> list:
 
 
 #: a decode step's setup kernels: position ids, the causal mask and the rotary cos/sin (19), and a sliding-window
-#: mask too in Qwen2-MoE (unused there), Gemma 2 and 3 and GPT-OSS
+#: mask too in Qwen2-MoE (unused there), Gemma 2 and 3, OLMo 3 and GPT-OSS
 FAMILY = Family(tuple(f for f in LLAMA_LIKE if f != "deepseek_v3"), forward, decode,
                 setup_kernels={**{f: 19 for f in LLAMA_LIKE if f != "deepseek_v3"},
                                "qwen2_moe": 34, "gemma2": 34, "gemma3_text": 34, "olmo3": 34, "gpt_oss": 33},

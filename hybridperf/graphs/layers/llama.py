@@ -2,7 +2,7 @@
 and decode graphs, and by DeepSeek-V3's layers)."""
 from __future__ import annotations
 
-from hybridperf.graphs.config import FP32_ROTARY, GEMMA, SLIDING_GEMMA, ModelConfig
+from hybridperf.graphs.config import GEMMA, OLMO, SLIDING_GEMMA, ModelConfig
 from hybridperf.graphs.layers.activation import mlp_activation
 from hybridperf.graphs.layers.grads import grad_cat, grad_sums, slice_grads
 from hybridperf.graphs.layers.moe import moe_block
@@ -19,7 +19,7 @@ def llama_variant(cfg: ModelConfig) -> dict:
     and logits (`softcap`, `final_softcap`; HF's defaults when the keys are absent), a rotary table per layer
     type (gemma3), Phi-3's fused q/k/v and gate/up GEMMs with RoPE on the first `partial_rotary_factor`
     of each head, Granite's multipliers on the embeddings, the sublayer outputs and the logits, and OLMo 2's
-    norms on the sublayer outputs (`olmo2`: none on their inputs) and over the whole q and k projections."""
+    norms on the sublayer outputs (`olmo`: none on their inputs) and over the whole q and k projections."""
     oss = cfg.family == "gpt_oss"
     qkv_bias = cfg.family == "qwen2" or bool(cfg.raw.get("attention_bias", oss))  # GptOssConfig: on by default
     if cfg.family == "qwen2_moe":  # Qwen2MoeConfig's own key, on by default
@@ -33,7 +33,7 @@ def llama_variant(cfg: ModelConfig) -> dict:
             "final_softcap": bool(cfg.raw.get("final_logit_softcapping", 30.0 if gemma2 else None)),
             "rotary_tables": len(set(cfg.layer_types)) if cfg.family in ("gemma3_text", "olmo3") else 1,
             "fused": cfg.family == "phi3", "oss": oss, "o_bias": oss and qkv_bias, "granite": cfg.family == "granite",
-            "olmo2": cfg.family in ("olmo2", "olmo3"),
+            "olmo": cfg.family in OLMO,
             "rotary_dim": rotary_dim(cfg, 1.0) if cfg.family == "phi3" else cfg.head_dim}
 
 
@@ -48,7 +48,7 @@ def second_rotary_table(cfg: ModelConfig, rows: int) -> list:
     fp32: one cast) (TorchDispatchMode, transformers 5.23-5.24; prefill and decode alike, over `rows` tokens)."""
     if llama_variant(cfg)["rotary_tables"] < 2:
         return []
-    casts = 1 if cfg.family in FP32_ROTARY else 3
+    casts = 1 if cfg.family in OLMO else 3
     return [*(misc(f"rotary_local_{i}", "mask", 2 * rows * cfg.head_dim * F32) for i in range(7)),
             *(cast(f"rotary_local_cast_{i}", rows * cfg.head_dim) for i in range(casts))]
 
@@ -75,7 +75,7 @@ def llama_qkv(cfg: ModelConfig, tok: int, train: bool = False) -> list:
     else:
         ks = [linear("q_proj", tok, h, q_w, bias=v["qkv_bias"]), linear("k_proj", tok, h, kv_w, bias=v["qkv_bias"]),
               linear("v_proj", tok, h, kv_w, bias=v["qkv_bias"])]
-    if v["olmo2"]:  # Olmo2RMSNorm over each token's whole q and k projections (weight in fp32)
+    if v["olmo"]:  # Olmo2RMSNorm over each token's whole q and k projections (weight in fp32)
         ks += [*rms_norm("q_norm", tok, q_w, train, fp32_weight=True),
                *rms_norm("k_norm", tok, kv_w, train, fp32_weight=True)]
     if v["qk_norm"]:  # Qwen3RMSNorm (Gemma3RMSNorm) over head_dim, one row per token and head
@@ -88,7 +88,7 @@ def llama_qkv(cfg: ModelConfig, tok: int, train: bool = False) -> list:
         return ks + [*halves_rope("q_rope", tok, q_w, train, strided=False),
                      *halves_rope("k_rope", tok, kv_w, train, strided=False)]
     # RoPE reads x three times: x * cos, and its two halves in rotate_half
-    fp32 = cfg.family in FP32_ROTARY
+    fp32 = cfg.family in OLMO
     return ks + [*_rope("q_rope", tok, q_w, fp32, train), *grad_sums("q_rope_x", tok, q_w, 3, train),
                  *slice_grads("q_rope_x", tok, q_w, 2, train),
                  *_rope("k_rope", tok, kv_w, fp32, train), *grad_sums("k_rope_x", tok, kv_w, 3, train),
@@ -119,11 +119,11 @@ def llama_layer_blocks(cfg: ModelConfig, attn: list, tok: int, train: bool = Fal
     h = cfg.hidden
     v = llama_variant(cfg)
     end = [*(rms_norm("post_ffw_norm", tok, h, train, True) if v["sandwich"] else []),
-           *(rms_norm("post_ffw_norm", tok, h, train, fp32_weight=True) if v["olmo2"] else []),
+           *(rms_norm("post_ffw_norm", tok, h, train, fp32_weight=True) if v["olmo"] else []),
            *granite_scale("resid_scale2", tok, h, v), vec("resid_add2", "add", tok, h, tag="residual")]
     # the normed x feeds gate and up (Phi-3: one fused GEMM; OLMo 2 feeds them the residual stream, whose
     # readers `attn` counts)
-    readers = 1 if v["fused"] or v["olmo2"] else 2
+    readers = 1 if v["fused"] or v["olmo"] else 2
     dense = [*grad_sums("post_norm_out", tok, h, readers, train), *llama_mlp(cfg, tok, train)]
     sparse = cfg.sparse_layers
     if sliding_attn is not None:  # Gemma 2 and 3 (dense) and GPT-OSS (every layer sparse)
