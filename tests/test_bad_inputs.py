@@ -475,6 +475,14 @@ def test_kernels_input_directory_is_refused_and_parquet_output_is_parquet(monkey
     assert len(pd.read_parquet(out)) == 3
 
 
+def test_serving_calibration_without_rows_is_refused(monkeypatch, capsys, tmp_path):
+    measured = tmp_path / "measured.csv"
+    measured.write_text("system\n")
+    refused(monkeypatch, capsys, ["predict-serving", "--config", REPO / "examples" / "configs" / "llama3_8b.json",
+                                  "--device", "h100_sxm", "--engine", "vllm", "--isl", 128, "--osl", 16,
+                                  "--concurrency", 4, "--calibration", measured], "--calibration works with --rows")
+
+
 def test_serving_ep_on_a_dense_model_and_zero_on_inference_are_refused(monkeypatch, capsys):
     refused(monkeypatch, capsys, ["predict-serving", "--config", REPO / "examples" / "configs" / "llama3_8b.json",
                                   "--device", "h100_sxm", "--engine", "vllm", "--isl", 128, "--osl", 16,

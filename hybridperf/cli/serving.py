@@ -50,9 +50,14 @@ def predict_serving_cmd(
     configs: Optional[Path] = typer.Option(None, "--configs",
                                            help="with --rows: directory of <org>--<name>_config.json"),
     output: Optional[Path] = typer.Option(None, "--output", help="with --rows: CSV to write"),
+    calibration: Optional[Path] = typer.Option(None, "--calibration",
+                                               help="with --rows: runs measured on your deployment (same columns "
+                                                    "plus silicon_ttft_ms, silicon_tpot_ms) to calibrate by"),
 ) -> None:
     """Predict a serving run (one engine instance on tp x pp x attention-dp GPUs of DEVICE), or with --rows
     a CSV of runs (aggregated and disaggregated), adding pred_ttft_ms / pred_tpot_ms and their intervals."""
+    if calibration is not None and rows is None:
+        raise InputError("--calibration works with --rows (the measured runs match the rows' configurations)")
     if rows is not None:
         if configs is None or output is None:
             raise InputError("--rows needs --configs CONFIG_DIR and --output OUT.csv")
@@ -60,7 +65,15 @@ def predict_serving_cmd(
         from hybridperf.csvio import read_csv
         from hybridperf.serving.rows import predict_rows
 
-        out = predict_rows(read_csv(rows, "rows CSV"), configs)
+        runs = read_csv(rows, "rows CSV")
+        measured = read_csv(calibration, "calibration CSV") if calibration is not None else None
+        out = predict_rows(runs, configs)
+        if measured is not None:
+            from hybridperf.serving.measured import calibrate, offsets
+
+            out = calibrate(out, offsets(predict_rows(measured, configs)))
+            typer.echo(f"calibrated {int((out['calibration_runs'] > 0).sum())} of {len(out)} rows by measured runs "
+                       "of their configuration", err=True)
         ok = (out["reason"] == "").to_numpy()
         for k in ("ttft", "tpot"):
             check_predictions(out[f"pred_{k}_ms"][ok], out[f"pred_{k}_lo_ms"][ok], out[f"pred_{k}_hi_ms"][ok],

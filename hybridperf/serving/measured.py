@@ -1,0 +1,61 @@
+"""Few-shot calibration of serving predictions from runs measured on the user's own deployment.
+
+A measured run says how far the prediction is off for its configuration: the same system, engine (and
+version), model and precision. Each predicted aggregated run of a configuration with measured runs is scaled,
+interval included, by the geometric mean of their measured / predicted ratios, shrunk towards 1 by
+n / (n + SHRINK_RUNS) for n runs: one run's ratio carries its own noise as well as the configuration's offset.
+Disaggregated runs are left as predicted: their error turns on the worker counts, not on the configuration
+(one run's ratio moved the other runs of a configuration further off: `experiments/serving/serving_silicon.py`).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from hybridperf.errors import InputError
+
+#: the columns naming a configuration: its measured runs calibrate its other runs
+KEYS = ("system", "backend", "backend_version", "model_path", "precision")
+#: measured columns a calibration run must carry (silicon_sample.csv's)
+MEASURED = {"ttft": "silicon_ttft_ms", "tpot": "silicon_tpot_ms"}
+#: pseudo-runs of "no offset" the measured runs are pooled with (the shrinkage n / (n + SHRINK_RUNS))
+SHRINK_RUNS = 1.0
+
+
+def _key(df: pd.DataFrame) -> pd.Series:
+    return df.reindex(columns=list(KEYS)).fillna("").astype(str).apply(lambda r: "|".join(r), axis=1)
+
+
+def offsets(measured: pd.DataFrame) -> pd.DataFrame:
+    """Per configuration of `measured` (runs predicted by `rows.predict_rows`, with MEASURED columns): the runs
+    used and the shrunk log offset of each metric. InputError when a measured column is missing."""
+    lacking = [c for c in MEASURED.values() if c not in measured.columns]
+    if lacking:
+        raise InputError(f"calibration runs lack measured column(s) {', '.join(lacking)}")
+    ok = measured[(measured["reason"] == "") & (measured["mode"].astype(str).str.strip().str.lower() == "agg")]
+    logs = {}
+    for m, col in MEASURED.items():
+        meas = pd.to_numeric(ok[col], errors="coerce")
+        if ((meas <= 0) | ~np.isfinite(meas)).any():
+            raise InputError(f"calibration runs: {col} must be a positive number in every aggregated run")
+        logs[m] = np.log(meas / ok[f"pred_{m}_ms"])
+    g = pd.DataFrame(logs).groupby(_key(ok).to_numpy())
+    n = g.size()
+    out = g.mean().mul(n / (n + SHRINK_RUNS), axis=0)
+    out["runs"] = n
+    return out
+
+
+def calibrate(pred: pd.DataFrame, offs: pd.DataFrame) -> pd.DataFrame:
+    """`pred` (from `rows.predict_rows`) with each aggregated run of a configuration in `offs` scaled by its
+    offsets, interval included; `calibration_runs` says how many measured runs moved each row (0: none)."""
+    out = pred.copy()
+    keys = _key(out)
+    agg = out["mode"].astype(str).str.strip().str.lower().eq("agg") & out["reason"].eq("")
+    runs = keys.map(offs["runs"]).where(agg, 0).fillna(0).astype(int)
+    for m in MEASURED:
+        factor = np.exp(keys.map(offs[m]).where(runs > 0, 0.0).astype(float))
+        for col in (f"pred_{m}_ms", f"pred_{m}_lo_ms", f"pred_{m}_hi_ms"):
+            out[col] = out[col] * factor
+    out["calibration_runs"] = runs
+    return out

@@ -1,0 +1,47 @@
+"""Few-shot calibration of serving predictions by runs measured on the user's deployment (`serving.measured`)."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from hybridperf.errors import InputError
+from hybridperf.serving.measured import calibrate, offsets
+
+
+def _runs(**over) -> pd.DataFrame:
+    """Two configurations (models a and b) of one engine, predicted 10 ms TTFT and 2 ms TPOT, 90% band x/2..x2."""
+    base = {"system": "h100_sxm", "backend": "vllm", "backend_version": "0.19.0", "precision": "fp8", "mode": "agg",
+            "reason": "", "pred_ttft_ms": 10.0, "pred_ttft_lo_ms": 5.0, "pred_ttft_hi_ms": 20.0,
+            "pred_tpot_ms": 2.0, "pred_tpot_lo_ms": 1.0, "pred_tpot_hi_ms": 4.0}
+    rows = [{**base, "model_path": m} for m in ("org/a", "org/a", "org/b")]
+    return pd.DataFrame([{**r, **over} for r in rows])
+
+
+def test_one_measured_run_moves_its_configuration_half_way():
+    measured = _runs().iloc[:1].assign(silicon_ttft_ms=40.0, silicon_tpot_ms=2.0)  # TTFT 4x slower than predicted
+    out = calibrate(_runs(), offsets(measured))
+    assert out["calibration_runs"].tolist() == [1, 1, 0]
+    assert out.loc[0, "pred_ttft_ms"] == pytest.approx(20.0)  # 10 x 4 ** (1 / 2): one run, shrunk n / (n + 1)
+    assert out.loc[0, ["pred_ttft_lo_ms", "pred_ttft_hi_ms"]].tolist() == pytest.approx([10.0, 40.0])
+    assert out.loc[0, "pred_tpot_ms"] == pytest.approx(2.0)
+    assert out.loc[2, "pred_ttft_ms"] == 10.0  # model b: no measured run, as predicted
+
+
+def test_more_runs_pull_harder_and_disaggregated_runs_are_left_alone():
+    measured = _runs().iloc[:2].assign(silicon_ttft_ms=[40.0, 40.0], silicon_tpot_ms=[1.0, 4.0])
+    offs = offsets(measured)
+    assert offs.loc["h100_sxm|vllm|0.19.0|org/a|fp8", "runs"] == 2
+    assert offs.loc["h100_sxm|vllm|0.19.0|org/a|fp8", "ttft"] == pytest.approx(2 / 3 * math.log(4))
+    assert offs.loc["h100_sxm|vllm|0.19.0|org/a|fp8", "tpot"] == pytest.approx(0.0)  # 0.5x and 2x cancel
+    out = calibrate(_runs(mode="disagg"), offs)
+    assert out["calibration_runs"].eq(0).all() and out["pred_ttft_ms"].eq(10.0).all()
+
+
+def test_measured_runs_must_carry_positive_measurements():
+    with pytest.raises(InputError, match="silicon_tpot_ms"):
+        offsets(_runs().assign(silicon_ttft_ms=1.0))
+    with pytest.raises(InputError, match="positive"):
+        offsets(_runs().assign(silicon_ttft_ms=0.0, silicon_tpot_ms=1.0))
+
