@@ -7,12 +7,13 @@ import pandas as pd
 import pytest
 
 from hybridperf.errors import InputError
-from hybridperf.serving.measured import calibrate, offsets
+from hybridperf.serving.measured import calibrate, check_measured, offsets
 
 
 def _runs(**over) -> pd.DataFrame:
     """Two configurations (models a and b) of one engine, predicted 10 ms TTFT and 2 ms TPOT, 90% band x/2..x2."""
     base = {"system": "h100_sxm", "backend": "vllm", "backend_version": "0.19.0", "precision": "fp8", "mode": "agg",
+            "isl": 1024, "osl": 128,
             "reason": "", "pred_ttft_ms": 10.0, "pred_ttft_lo_ms": 5.0, "pred_ttft_hi_ms": 20.0,
             "pred_tpot_ms": 2.0, "pred_tpot_lo_ms": 1.0, "pred_tpot_hi_ms": 4.0}
     rows = [{**base, "model_path": m} for m in ("org/a", "org/a", "org/b")]
@@ -42,6 +43,8 @@ def test_more_runs_pull_harder_and_disaggregated_runs_are_left_alone():
 def test_measured_runs_must_carry_positive_measurements():
     with pytest.raises(InputError, match="silicon_tpot_ms"):
         offsets(_runs().assign(silicon_ttft_ms=1.0))
+    with pytest.raises(InputError, match="isl, osl"):  # a run's own columns too, before any is predicted
+        check_measured(_runs().assign(silicon_ttft_ms=1.0, silicon_tpot_ms=1.0).drop(columns=["isl", "osl"]))
     with pytest.raises(InputError, match="positive"):
         offsets(_runs().assign(silicon_ttft_ms=0.0, silicon_tpot_ms=1.0))
 

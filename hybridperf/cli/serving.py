@@ -65,12 +65,14 @@ def predict_serving_cmd(
         from hybridperf.csvio import read_csv
         from hybridperf.serving.rows import predict_rows
 
+        from hybridperf.serving.measured import calibrate, check_measured, offsets
+
         runs = read_csv(rows, "rows CSV")
         measured = read_csv(calibration, "calibration CSV") if calibration is not None else None
+        if measured is not None:
+            check_measured(measured)
         out = predict_rows(runs, configs)
         if measured is not None:
-            from hybridperf.serving.measured import calibrate, offsets
-
             out = calibrate(out, offsets(predict_rows(measured, configs)))
             typer.echo(f"calibrated {int((out['calibration_runs'] > 0).sum())} of {len(out)} rows by measured runs "
                        "of their configuration", err=True)

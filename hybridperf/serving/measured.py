@@ -26,12 +26,19 @@ def _key(df: pd.DataFrame) -> pd.Series:
     return df.reindex(columns=list(KEYS)).fillna("").astype(str).apply(lambda r: "|".join(r), axis=1)
 
 
+def check_measured(measured: pd.DataFrame) -> None:
+    """InputError unless `measured` has a run's columns (`rows.REQUIRED`) and the MEASURED ones."""
+    from hybridperf.serving.rows import REQUIRED
+
+    lacking = [c for c in (*REQUIRED, *MEASURED.values()) if c not in measured.columns]
+    if lacking:
+        raise InputError(f"calibration runs lack column(s) {', '.join(lacking)}")
+
+
 def offsets(measured: pd.DataFrame) -> pd.DataFrame:
     """Per configuration of `measured` (runs predicted by `rows.predict_rows`, with MEASURED columns): the runs
-    used and the shrunk log offset of each metric. InputError when a measured column is missing."""
-    lacking = [c for c in MEASURED.values() if c not in measured.columns]
-    if lacking:
-        raise InputError(f"calibration runs lack measured column(s) {', '.join(lacking)}")
+    used and the shrunk log offset of each metric. InputError when a column is missing."""
+    check_measured(measured)
     ok = measured[(measured["reason"] == "") & (measured["mode"].astype(str).str.strip().str.lower() == "agg")]
     logs = {}
     for m, col in MEASURED.items():
