@@ -28,6 +28,7 @@ from hybridperf.datasets.aiconfigurator_comm import load_aiconfigurator_comm
 from hybridperf.datasets.vidur_network import data_digest, load_vidur_network
 from hybridperf.priors.collectives import DEFAULT_CONSTANTS, custom_all_reduce_ms
 from hybridperf.residual_models.collectives import interval_stratum
+from hybridperf.transfer.collectives import correction, log_ratios
 from hybridperf.training.collectives import (
     GROUP_KEYS,
     fit_constants,
@@ -120,6 +121,36 @@ def ceiling_table(pred: pd.DataFrame, fits: pd.DataFrame) -> pd.DataFrame:
         return both.groupby(CELL).apply(lambda g: np.mean(np.abs(g[col] / g["latency_ms"] - 1)) * 100)
     return pd.DataFrame({"held_out": err("prior_ms"), "fit_on_all_six": err("all_ms"),
                          "fit_on_own_system": err("own_ms")}).reset_index()
+
+
+#: measured sizes per cell the few-shot transfer is scored with
+FEW_SHOT_SIZES = (3, 4, 5)
+
+
+def few_shot(pred: pd.DataFrame, final: str) -> pd.DataFrame:
+    """`predict-collective --calibration` on the held-out systems: in each cell, k sizes spread evenly over its
+    sorted sizes are taken as measured (`transfer.collectives`), and the cell's other rows are scored corrected
+    (interval included) by the log ratio interpolated between them: cell mean MAPE, cells within 10%, coverage;
+    beside it, one offset per cell (the mean log ratio of the same sizes) for comparison."""
+    rows = []
+    for k in FEW_SHOT_SIZES:
+        cells, cover, flat = [], [], []
+        for _, g in pred.groupby(CELL):
+            sizes = np.sort(g["nbytes"].unique())
+            chosen = sizes[np.unique(np.round(np.linspace(0, len(sizes) - 1, k)).astype(int))]
+            cal, rest = g[g["nbytes"].isin(chosen)], g[~g["nbytes"].isin(chosen)]
+            if rest.empty:
+                continue
+            sizes_k, ratios = log_ratios(cal["nbytes"], cal["latency_ms"], cal[final])
+            f = correction(rest["nbytes"], sizes_k, ratios)
+            m = rest["latency_ms"].to_numpy()
+            cells.append(np.mean(np.abs(rest[final].to_numpy() * f / m - 1)) * 100)
+            flat.append(np.mean(np.abs(rest[final].to_numpy() * np.exp(ratios.mean()) / m - 1)) * 100)
+            cover.append(np.mean((rest["lo_ms"].to_numpy() * f <= m) & (m <= rest["hi_ms"].to_numpy() * f)))
+        rows.append({"measured sizes per cell": k, "cells": len(cells), "cell mean MAPE %": np.mean(cells),
+                     "cells within 10%": int(np.sum(np.array(cells) <= 10)), "coverage %": np.mean(cover) * 100,
+                     "one offset per cell: cell mean MAPE %": np.mean(flat)})
+    return pd.DataFrame(rows)
 
 
 def strata(df: pd.DataFrame) -> pd.Series:
@@ -225,6 +256,7 @@ def main() -> None:
     cells = cell_table(pred)
     cust = custom_loso(custom, DEFAULT_CONSTANTS)
     ceil = ceiling_table(pred, in_sample(pred[df.columns], a.maxiter))
+    shots = few_shot(pred, final)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     plot(pred, out / "collectives_nvswitch.png", final)
@@ -254,6 +286,11 @@ def main() -> None:
           "prior's form (NCCL's protocol and channel steps between 1 and 16 MB, a box without GPU "
           "peer-to-peer, per-call timing noise) rather than the transfer between systems.", "",
           ceil.round(1).to_markdown(index=False), "",
+          "## A few measured sizes of the held-out system (`predict-collective --calibration`)", "",
+          "Each held-out cell with k of its sizes taken as measured: the log of measured / predicted at those sizes, "
+          "interpolated in log size (held flat beyond them), corrects the prediction and its interval at the "
+          "cell's other sizes (`transfer.collectives`). Coverage: cell-pooled, of the corrected intervals.", "",
+          shots.round(1).to_markdown(index=False), "",
           "## Engines' custom all-reduce (graph rows; lat/eff fitted on the other aiconfigurator systems)", "",
           cust.round(1).to_markdown(index=False) if len(cust) else "(no tables)", ""]
     if a.export:

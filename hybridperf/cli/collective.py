@@ -48,6 +48,9 @@ def predict_collective(
                              "(one node, graph timing)."),
     model_bundle: Optional[Path] = typer.Option(None, "--model-bundle", help="Collectives bundle dir (default: shipped)."),
     prior_only: bool = typer.Option(False, "--prior-only", help="Analytical prior with default constants only."),
+    calibration: Optional[Path] = typer.Option(None, "--calibration", help="CSV of this system's measured runs "
+                                               "(collective, bytes, gpus, [gpus_per_node], latency_ms): the error at "
+                                               "their sizes, interpolated in log size, corrects the prediction."),
 ) -> None:
     """Predict the latency of one NCCL collective (or an engine's all-reduce) on a node or several."""
     from hybridperf.datasets.aiconfigurator_comm import is_system_id
@@ -84,7 +87,15 @@ def predict_collective(
     if note:
         typer.echo(note, err=True)
     model = CollectiveModel.prior_only() if prior_only else CollectiveModel.load(model_bundle)
+    measured = None
+    if calibration is not None:
+        from hybridperf.csvio import read_csv
+
+        measured = read_csv(calibration, "measured collectives CSV")
     out = predict_collective(coll, n, gpus, gpus_per_node, node, model, timing, impl)
+    if measured is not None:
+        out = _calibrated(out, n, measured, coll, gpus, gpus_per_node or min(gpus, node.gpus_per_node), node, model,
+                          timing, impl)
     check_predictions(out["ms"], out["lo_ms"], out["hi_ms"], f"{coll} on {device} ({node.name})")
     out = {k: (round(v, 6) if v >= 1e-3 else float(f"{v:.6g}")) for k, v in out.items()}
     if as_json:
@@ -94,6 +105,40 @@ def predict_collective(
         what = coll if impl == "nccl" else f"{impl} custom all_reduce"
         typer.echo(f"{what} of {n:,.0f} B on {gpus} GPU(s), {g}/node, {node.name}, {timing} timing: {out['ms']:.4g} ms "
                    f"(90% interval {out['lo_ms']:.4g} - {out['hi_ms']:.4g} ms)")
+
+
+def _calibrated(out: dict, n: float, measured, coll: str, gpus: int, per_node: int, node, model, timing: str,
+                impl: str) -> dict:
+    """`out` corrected by the measured runs of the same collective and shape (`transfer.collectives`)."""
+    import numpy as np
+
+    from hybridperf.transfer.collectives import correction, log_ratios, measured_rows
+
+    rows = measured_rows(measured, coll, gpus, per_node)
+    if rows.empty:
+        typer.echo(f"note: no measured {coll} on {gpus} GPU(s), {per_node}/node in the calibration CSV: "
+                   "uncalibrated", err=True)
+        return out
+    try:
+        sizes = np.array([parse_bytes(v) for v in rows["bytes"]])
+    except InputError as e:
+        raise InputError(f"measured collectives CSV, column bytes: {str(e).removeprefix('--bytes ')}") from None
+    pred = model.predict_custom_all_reduce(sizes, gpus, node, impl) if impl != "nccl" else \
+        model.predict(coll, sizes, gpus, per_node, node, timing)
+    k = float(correction(n, *log_ratios(sizes, _numbers(rows["latency_ms"]), pred["ms"])))
+    typer.echo(f"calibrated by {len(set(sizes))} measured size(s): x{k:.3g}", err=True)
+    return {key: v * k for key, v in out.items()}
+
+
+def _numbers(col) -> list:
+    """A CSV column as floats (InputError naming the first cell that is not a number)."""
+    out = []
+    for v in col:
+        try:
+            out.append(float(v))
+        except (TypeError, ValueError):
+            raise InputError(f"measured collectives CSV: latency_ms must be a number, got {v!r}") from None
+    return out
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,53 @@
+"""Few-shot transfer of the collective model to a system measured at a few sizes.
+
+A collective's error on a system it was not fitted on changes with the message size (latency-bound small
+messages, NCCL's protocol and channel steps in between, the links' rate at the top), so one offset does not
+carry: measured at a few sizes (nccl-tests, seconds of a run), the log of measured / predicted is interpolated
+in log size between them and held flat beyond, per (collective, GPUs, GPUs per node). Held out over six systems,
+four sizes per cell took the cell mean from 25.5% to 10.8% MAPE (`experiments/collectives/collectives_nvswitch.py`).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from hybridperf.errors import InputError
+
+#: columns of a measured-collectives CSV (`gpus_per_node` optional: nodes filled)
+COLUMNS = ("collective", "bytes", "gpus", "latency_ms")
+
+
+def log_ratios(nbytes, measured_ms, predicted_ms) -> tuple[np.ndarray, np.ndarray]:
+    """(log2 size, log(measured / predicted)) at each measured size, ascending; repeated sizes give their median."""
+    n, meas, pred = (np.asarray(v, dtype=np.float64).ravel() for v in (nbytes, measured_ms, predicted_ms))
+    if not (len(n) == len(meas) == len(pred)) or not len(n):
+        raise InputError("measured collectives: sizes, measured and predicted times must be as many, at least one")
+    if not (np.all(np.isfinite(meas)) and np.all(meas > 0) and np.all(n > 0)):
+        raise InputError("measured collectives: every size and latency must be a positive number")
+    r = pd.Series(np.log(meas / pred)).groupby(np.log2(n)).median()
+    return r.index.to_numpy(dtype=np.float64), r.to_numpy(dtype=np.float64)
+
+
+def correction(nbytes, sizes: np.ndarray, ratios: np.ndarray) -> np.ndarray:
+    """Factor on the prediction at `nbytes`: exp of the log ratio interpolated in log2 size between the measured
+    sizes (`log_ratios`), the nearest one's beyond them; 1 with no measured size."""
+    n = np.asarray(nbytes, dtype=np.float64)
+    if not len(sizes):
+        return np.ones_like(n)
+    return np.exp(np.interp(np.log2(n), sizes, ratios))
+
+
+def measured_rows(df: pd.DataFrame, collective: str, gpus: int, gpus_per_node: int) -> pd.DataFrame:
+    """The rows of a measured-collectives table for one collective on `gpus` ranks, `gpus_per_node` to a node
+    (rows without `gpus_per_node` fill nodes of the same width). InputError on missing columns."""
+    from hybridperf.priors.collectives import canonical_collective
+
+    lacking = [c for c in COLUMNS if c not in df.columns]
+    if lacking:
+        raise InputError(f"measured collectives CSV lacks column(s) {', '.join(lacking)}")
+    names = df["collective"].astype(str).map(canonical_collective)
+    per_node = pd.to_numeric(df["gpus_per_node"], errors="coerce") if "gpus_per_node" in df.columns \
+        else pd.Series(np.nan, index=df.index)
+    mine = (names == collective) & (pd.to_numeric(df["gpus"], errors="coerce") == gpus) \
+        & (per_node.isna() | (per_node == gpus_per_node))
+    return df[mine]

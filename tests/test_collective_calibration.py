@@ -1,0 +1,67 @@
+"""Few-shot transfer of the collective model: measured sizes correct the prediction by size
+(`transfer.collectives`, `predict-collective --calibration`)."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from test_bad_inputs import cli
+
+from hybridperf.errors import InputError
+from hybridperf.transfer.collectives import correction, log_ratios, measured_rows
+
+
+def test_the_error_is_interpolated_in_log_size_and_held_flat_beyond():
+    sizes, ratios = log_ratios([1024, 4096, 4096, 1 << 20], [2.0, 4.0, 8.0, 1.0], [1.0, 2.0, 2.0, 1.0])
+    assert sizes.tolist() == [10, 12, 20]
+    assert ratios == pytest.approx([math.log(2), math.log(np.sqrt(2 * 4)), 0.0])  # 4096: median of log 2 and log 4
+    f = correction([512, 2048, 1 << 30], sizes, ratios)
+    assert f[0] == pytest.approx(2.0) and f[2] == pytest.approx(1.0)  # flat beyond the measured sizes
+    assert f[1] == pytest.approx(np.exp((math.log(2) + math.log(np.sqrt(8))) / 2))  # half-way in log2 size
+    assert correction([1, 2], np.array([]), np.array([])).tolist() == [1.0, 1.0]
+    with pytest.raises(InputError, match="positive"):
+        log_ratios([1024], [0.0], [1.0])
+
+
+def test_measured_rows_match_collective_and_shape():
+    df = pd.DataFrame({"collective": ["allreduce", "all_reduce", "all_gather", "all_reduce"],
+                       "bytes": [1024, 2048, 1024, 1024], "gpus": [8, 8, 8, 4], "gpus_per_node": [8, None, 8, 4],
+                       "latency_ms": [0.01, 0.02, 0.01, 0.01]})
+    assert measured_rows(df, "all_reduce", 8, 8).index.tolist() == [0, 1]
+    with pytest.raises(InputError, match="latency_ms"):
+        measured_rows(df.drop(columns="latency_ms"), "all_reduce", 8, 8)
+
+
+def test_cli_calibrates_at_and_between_measured_sizes(tmp_path, monkeypatch, capsys):
+    def predict(*extra):
+        code, out, err = cli(monkeypatch, capsys, ["predict-collective", "--collective", "all_reduce", "--bytes", "4MiB",
+                                                   "--gpus", 8, "--device", "h100_sxm", "--json", *extra])
+        assert code in (0, None), err
+        return json.loads(out.strip().splitlines()[-1]), err
+
+    plain, _ = predict()
+    measured = tmp_path / "nccl.csv"
+    pd.DataFrame({"collective": ["all_reduce"], "bytes": [4 * 2**20], "gpus": [8],
+                  "latency_ms": [2 * plain["ms"]]}).to_csv(measured, index=False)
+    fixed, err = predict("--calibration", measured)
+    assert fixed["ms"] == pytest.approx(2 * plain["ms"], rel=1e-3)
+    assert fixed["hi_ms"] / fixed["ms"] == pytest.approx(plain["hi_ms"] / plain["ms"], rel=1e-3)
+    assert "calibrated by 1 measured size" in err
+
+
+def test_cli_refuses_a_measured_table_it_cannot_read(tmp_path, monkeypatch, capsys):
+    from test_bad_inputs import refused
+
+    bad = tmp_path / "bad.csv"
+    args = ["predict-collective", "--collective", "all_reduce", "--bytes", "4MiB", "--gpus", 8, "--device", "h100_sxm",
+            "--calibration", bad]
+    bad.write_text("collective,bytes,gpus,latency_ms\nall_reduce,lots,8,0.1\n")
+    refused(monkeypatch, capsys, args, "column bytes")
+    bad.write_text("collective,bytes,gpus,latency_ms\nall_reduce,1024,8,fast\n")
+    refused(monkeypatch, capsys, args, "latency_ms must be a number")
+    bad.write_text("collective,bytes,gpus\nall_reduce,1024,8\n")
+    refused(monkeypatch, capsys, args, "lacks column(s) latency_ms")
