@@ -45,6 +45,16 @@ def test_measured_runs_must_carry_positive_measurements():
         offsets(_runs().assign(silicon_ttft_ms=1.0))
     with pytest.raises(InputError, match="isl, osl"):  # a run's own columns too, before any is predicted
         check_measured(_runs().assign(silicon_ttft_ms=1.0, silicon_tpot_ms=1.0).drop(columns=["isl", "osl"]))
-    with pytest.raises(InputError, match="positive"):
+    with pytest.raises(InputError, match=r"silicon_ttft_ms must be a number of ms in \(0"):
         offsets(_runs().assign(silicon_ttft_ms=0.0, silicon_tpot_ms=1.0))
 
+
+
+def test_no_usable_measured_run_and_no_runs_at_all_leave_predictions_alone():
+    none = offsets(_runs(mode="disagg").assign(silicon_ttft_ms=1.0, silicon_tpot_ms=1.0))
+    assert none.empty
+    out = calibrate(_runs(), none)
+    assert out["calibration_runs"].eq(0).all() and out["pred_ttft_ms"].eq(10.0).all()
+    assert calibrate(_runs().iloc[:0], none).empty
+    with pytest.raises(InputError, match="silicon_ttft_ms"):
+        offsets(_runs().assign(silicon_ttft_ms=1e300, silicon_tpot_ms=1.0))

@@ -63,9 +63,8 @@ def predict_serving_cmd(
             raise InputError("--rows needs --configs CONFIG_DIR and --output OUT.csv")
         check_outputs(output)
         from hybridperf.csvio import read_csv
-        from hybridperf.serving.rows import predict_rows
-
         from hybridperf.serving.measured import calibrate, check_measured, offsets
+        from hybridperf.serving.rows import predict_rows
 
         runs = read_csv(rows, "rows CSV")
         measured = read_csv(calibration, "calibration CSV") if calibration is not None else None
@@ -73,9 +72,18 @@ def predict_serving_cmd(
             check_measured(measured)
         out = predict_rows(runs, configs)
         if measured is not None:
-            out = calibrate(out, offsets(predict_rows(measured, configs)))
-            typer.echo(f"calibrated {int((out['calibration_runs'] > 0).sum())} of {len(out)} rows by measured runs "
-                       "of their configuration", err=True)
+            mp = predict_rows(measured, configs)
+            refused = mp["reason"] != ""
+            disagg = ~refused & (mp["mode"].astype(str).str.strip().str.lower() != "agg")
+            used = int((~refused & ~disagg).sum())
+            if not used:
+                why = f"; first refusal: {mp.loc[refused, 'reason'].iloc[0]}" if refused.any() else ""
+                raise InputError(f"no aggregated run of {calibration} could be predicted to calibrate by "
+                                 f"({int(disagg.sum())} disaggregated, {int(refused.sum())} refused{why})")
+            out = calibrate(out, offsets(mp))
+            typer.echo(f"calibrated {int((out['calibration_runs'] > 0).sum())} of {len(out)} rows by {used} of "
+                       f"{len(mp)} measured runs ({int(disagg.sum())} disaggregated and {int(refused.sum())} "
+                       "unpredictable ones unused)", err=True)
         ok = (out["reason"] == "").to_numpy()
         for k in ("ttft", "tpot"):
             check_predictions(out[f"pred_{k}_ms"][ok], out[f"pred_{k}_lo_ms"][ok], out[f"pred_{k}_hi_ms"][ok],

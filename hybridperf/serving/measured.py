@@ -22,8 +22,14 @@ MEASURED = {"ttft": "silicon_ttft_ms", "tpot": "silicon_tpot_ms"}
 SHRINK_RUNS = 1.0
 
 
-def _key(df: pd.DataFrame) -> pd.Series:
-    return df.reindex(columns=list(KEYS)).fillna("").astype(str).apply(lambda r: "|".join(r), axis=1)
+#: what a measured time may be (ms), as `guard.check_predictions` bounds predictions
+MEASURED_RANGE = (0.0, 1e11)
+
+
+def config_key(df: pd.DataFrame) -> pd.Series:
+    """Each run's configuration (KEYS joined), as strings; an empty Series for no runs."""
+    cells = df.reindex(columns=list(KEYS)).fillna("").astype(str)
+    return pd.Series(["|".join(t) for t in cells.itertuples(index=False)], index=df.index, dtype=object)
 
 
 def check_measured(measured: pd.DataFrame) -> None:
@@ -41,12 +47,14 @@ def offsets(measured: pd.DataFrame) -> pd.DataFrame:
     check_measured(measured)
     ok = measured[(measured["reason"] == "") & (measured["mode"].astype(str).str.strip().str.lower() == "agg")]
     logs = {}
+    lo, hi = MEASURED_RANGE
     for m, col in MEASURED.items():
         meas = pd.to_numeric(ok[col], errors="coerce")
-        if ((meas <= 0) | ~np.isfinite(meas)).any():
-            raise InputError(f"calibration runs: {col} must be a positive number in every aggregated run")
+        if (~(meas > lo) | ~(meas <= hi)).any():
+            raise InputError(f"calibration runs: {col} must be a number of ms in ({lo:g}, {hi:g}] in every "
+                             "aggregated run")
         logs[m] = np.log(meas / ok[f"pred_{m}_ms"])
-    g = pd.DataFrame(logs).groupby(_key(ok).to_numpy())
+    g = pd.DataFrame(logs, index=ok.index).groupby(config_key(ok).to_numpy())
     n = g.size()
     out = g.mean().mul(n / (n + SHRINK_RUNS), axis=0)
     out["runs"] = n
@@ -57,7 +65,7 @@ def calibrate(pred: pd.DataFrame, offs: pd.DataFrame) -> pd.DataFrame:
     """`pred` (from `rows.predict_rows`) with each aggregated run of a configuration in `offs` scaled by its
     offsets, interval included; `calibration_runs` says how many measured runs moved each row (0: none)."""
     out = pred.copy()
-    keys = _key(out)
+    keys = config_key(out)
     agg = out["mode"].astype(str).str.strip().str.lower().eq("agg") & out["reason"].eq("")
     runs = keys.map(offs["runs"]).where(agg, 0).fillna(0).astype(int)
     for m in MEASURED:
