@@ -38,8 +38,9 @@ def test_measured_rows_match_collective_and_shape():
 
 def test_cli_calibrates_at_and_between_measured_sizes(tmp_path, monkeypatch, capsys):
     def predict(*extra):
-        code, out, err = cli(monkeypatch, capsys, ["predict-collective", "--collective", "all_reduce", "--bytes", "4MiB",
-                                                   "--gpus", 8, "--device", "h100_sxm", "--json", *extra])
+        args = ["predict-collective", "--collective", "all_reduce", "--bytes", "4MiB", "--gpus", 8, "--device",
+                "h100_sxm", "--json", *extra]
+        code, out, err = cli(monkeypatch, capsys, args)
         assert code in (0, None), err
         return json.loads(out.strip().splitlines()[-1]), err
 
@@ -65,3 +66,22 @@ def test_cli_refuses_a_measured_table_it_cannot_read(tmp_path, monkeypatch, caps
     refused(monkeypatch, capsys, args, "latency_ms must be a number")
     bad.write_text("collective,bytes,gpus\nall_reduce,1024,8\n")
     refused(monkeypatch, capsys, args, "lacks column(s) latency_ms")
+    bad.write_text("collective,bytes,gpus,gpus_per_node,latency_ms\nall_reduce,1024,8,eight,0.1\n")
+    refused(monkeypatch, capsys, args, "column gpus_per_node")
+    bad.write_text("collective,bytes,gpus,latency_ms\nbroadcast,1024,8,0.1\n")
+    refused(monkeypatch, capsys, args, "column collective")
+    bad.write_text("collective,bytes,gpus,latency_ms\nall_reduce,1024,8,1e300\n")
+    refused(monkeypatch, capsys, args, "latency_ms in (0")
+    bad.write_text("collective,bytes,gpus,latency_ms\nall_reduce,1024,8,0.1\n")
+    refused(monkeypatch, capsys, [*args, "--impl", "vllm", "--timing", "graph"], "NCCL measurements")
+
+
+def test_measured_rows_on_nvl72_match_the_ranks_per_host_as_written(tmp_path, monkeypatch, capsys):
+    measured = tmp_path / "nvl72.csv"
+    measured.write_text("collective,bytes,gpus,gpus_per_node,latency_ms\nall_reduce,4194304,16,4,0.2\n")
+    code, out, err = cli(monkeypatch, capsys, ["predict-collective", "--collective", "all_reduce", "--bytes", "4MiB",
+                                               "--gpus", 16, "--gpus-per-node", 4, "--device", "gb200_sxm",
+                                               "--calibration", measured, "--json"])
+    assert code in (0, None), err
+    assert "calibrated by 1 measured size" in err
+    assert json.loads(out.strip().splitlines()[-1])["ms"] == pytest.approx(0.2, rel=1e-3)

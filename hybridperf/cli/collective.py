@@ -48,9 +48,10 @@ def predict_collective(
                              "(one node, graph timing)."),
     model_bundle: Optional[Path] = typer.Option(None, "--model-bundle", help="Collectives bundle dir (default: shipped)."),
     prior_only: bool = typer.Option(False, "--prior-only", help="Analytical prior with default constants only."),
-    calibration: Optional[Path] = typer.Option(None, "--calibration", help="CSV of this system's measured runs "
-                                               "(collective, bytes, gpus, [gpus_per_node], latency_ms): the error at "
-                                               "their sizes, interpolated in log size, corrects the prediction."),
+    calibration: Optional[Path] = typer.Option(None, "--calibration", help="CSV of this system's NCCL runs, timed "
+                                               "as --timing says (collective, bytes, gpus, [gpus_per_node], "
+                                               "latency_ms): the error at their sizes, interpolated in log size, "
+                                               "corrects the prediction."),
 ) -> None:
     """Predict the latency of one NCCL collective (or an engine's all-reduce) on a node or several."""
     from hybridperf.datasets.aiconfigurator_comm import is_system_id
@@ -66,6 +67,7 @@ def predict_collective(
         raise InputError(f"--gpus must be >= 2: a collective on one rank moves nothing, got {gpus}")
     node, note = resolve_node(device)
     check_shape(coll, gpus, gpus_per_node, node)
+    asked_per_node = gpus_per_node or min(gpus, node.gpus_per_node)  # as a measured CSV writes it
     if gpus_per_node:
         per_domain = per_host_to_domain(gpus, gpus_per_node, node)
         if per_domain != gpus_per_node:
@@ -82,6 +84,9 @@ def predict_collective(
     if impl != "nccl" and (coll != "all_reduce" or (gpus_per_node or min(gpus, node.gpus_per_node)) != gpus):
         raise InputError(f"--impl {impl} is an all-reduce inside one node: use --collective all_reduce and --gpus <= "
                          f"{node.gpus_per_node} on one node")
+    if calibration is not None and impl != "nccl":
+        raise InputError("--calibration takes NCCL measurements (nccl-tests); it does not calibrate --impl "
+                         f"{impl}'s all-reduce")
     if impl != "nccl" and timing != "graph":
         raise InputError(f"--impl {impl} is modelled as the engines run it, inside a CUDA graph: use --timing graph")
     if note:
@@ -94,8 +99,8 @@ def predict_collective(
         measured = read_csv(calibration, "measured collectives CSV")
     out = predict_collective(coll, n, gpus, gpus_per_node, node, model, timing, impl)
     if measured is not None:
-        out = _calibrated(out, n, measured, coll, gpus, gpus_per_node or min(gpus, node.gpus_per_node), node, model,
-                          timing, impl)
+        out = _calibrated(out, n, measured, coll, gpus, asked_per_node, gpus_per_node or min(gpus, node.gpus_per_node),
+                          node, model, timing)
     check_predictions(out["ms"], out["lo_ms"], out["hi_ms"], f"{coll} on {device} ({node.name})")
     out = {k: (round(v, 6) if v >= 1e-3 else float(f"{v:.6g}")) for k, v in out.items()}
     if as_json:
@@ -107,24 +112,24 @@ def predict_collective(
                    f"(90% interval {out['lo_ms']:.4g} - {out['hi_ms']:.4g} ms)")
 
 
-def _calibrated(out: dict, n: float, measured, coll: str, gpus: int, per_node: int, node, model, timing: str,
-                impl: str) -> dict:
-    """`out` corrected by the measured runs of the same collective and shape (`transfer.collectives`)."""
+def _calibrated(out: dict, n: float, measured, coll: str, gpus: int, asked_per_node: int, per_node: int, node,
+                model, timing: str) -> dict:
+    """`out` corrected by the measured runs of the same collective and shape (`transfer.collectives`): rows of
+    `asked_per_node` GPUs a node as written, predicted at `per_node` (an NVL72 tray's ranks share one domain)."""
     import numpy as np
 
     from hybridperf.transfer.collectives import correction, log_ratios, measured_rows
 
-    rows = measured_rows(measured, coll, gpus, per_node)
+    rows = measured_rows(measured, coll, gpus, asked_per_node)
     if rows.empty:
-        typer.echo(f"note: no measured {coll} on {gpus} GPU(s), {per_node}/node in the calibration CSV: "
+        typer.echo(f"note: no measured {coll} on {gpus} GPU(s), {asked_per_node}/node in the calibration CSV: "
                    "uncalibrated", err=True)
         return out
     try:
         sizes = np.array([parse_bytes(v) for v in rows["bytes"]])
     except InputError as e:
         raise InputError(f"measured collectives CSV, column bytes: {str(e).removeprefix('--bytes ')}") from None
-    pred = model.predict_custom_all_reduce(sizes, gpus, node, impl) if impl != "nccl" else \
-        model.predict(coll, sizes, gpus, per_node, node, timing)
+    pred = model.predict(coll, sizes, gpus, per_node, node, timing)
     k = float(correction(n, *log_ratios(sizes, _numbers(rows["latency_ms"]), pred["ms"])))
     typer.echo(f"calibrated by {len(set(sizes))} measured size(s): x{k:.3g}", err=True)
     return {key: v * k for key, v in out.items()}

@@ -4,7 +4,9 @@ A collective's error on a system it was not fitted on changes with the message s
 messages, NCCL's protocol and channel steps in between, the links' rate at the top), so one offset does not
 carry: measured at a few sizes (nccl-tests, seconds of a run), the log of measured / predicted is interpolated
 in log size between them and held flat beyond, per (collective, GPUs, GPUs per node). Held out over six systems,
-four sizes per cell took the cell mean from 25.5% to 10.8% MAPE (`experiments/collectives/collectives_nvswitch.py`).
+four sizes spread over each cell's range (its smallest and largest included) took the cell mean from 25.5% to
+10.8% MAPE at the others (`experiments/collectives/collectives_nvswitch.py`); beyond the measured range it is
+untested. The measurements must be timed as the prediction is (`--timing`).
 """
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ from hybridperf.errors import InputError
 
 #: columns of a measured-collectives CSV (`gpus_per_node` optional: nodes filled)
 COLUMNS = ("collective", "bytes", "gpus", "latency_ms")
+#: the longest measured time taken (ms), as `guard.check_predictions` bounds predictions
+MAX_MS = 1e11
 
 
 def log_ratios(nbytes, measured_ms, predicted_ms) -> tuple[np.ndarray, np.ndarray]:
@@ -22,8 +26,8 @@ def log_ratios(nbytes, measured_ms, predicted_ms) -> tuple[np.ndarray, np.ndarra
     n, meas, pred = (np.asarray(v, dtype=np.float64).ravel() for v in (nbytes, measured_ms, predicted_ms))
     if not (len(n) == len(meas) == len(pred)) or not len(n):
         raise InputError("measured collectives: sizes, measured and predicted times must be as many, at least one")
-    if not (np.all(np.isfinite(meas)) and np.all(meas > 0) and np.all(n > 0)):
-        raise InputError("measured collectives: every size and latency must be a positive number")
+    if not (np.all(meas > 0) and np.all(meas <= MAX_MS) and np.all(n > 0)):
+        raise InputError(f"measured collectives: every size must be positive and every latency_ms in (0, {MAX_MS:g}]")
     r = pd.Series(np.log(meas / pred)).groupby(np.log2(n)).median()
     return r.index.to_numpy(dtype=np.float64), r.to_numpy(dtype=np.float64)
 
@@ -45,9 +49,22 @@ def measured_rows(df: pd.DataFrame, collective: str, gpus: int, gpus_per_node: i
     lacking = [c for c in COLUMNS if c not in df.columns]
     if lacking:
         raise InputError(f"measured collectives CSV lacks column(s) {', '.join(lacking)}")
-    names = df["collective"].astype(str).map(canonical_collective)
-    per_node = pd.to_numeric(df["gpus_per_node"], errors="coerce") if "gpus_per_node" in df.columns \
+    try:
+        names = df["collective"].astype(str).map(canonical_collective)
+    except InputError as e:
+        raise InputError(f"measured collectives CSV, column collective: {e}") from None
+    per_node = _counts(df["gpus_per_node"], "gpus_per_node", blank_ok=True) if "gpus_per_node" in df.columns \
         else pd.Series(np.nan, index=df.index)
-    mine = (names == collective) & (pd.to_numeric(df["gpus"], errors="coerce") == gpus) \
+    mine = (names == collective) & (_counts(df["gpus"], "gpus") == gpus) \
         & (per_node.isna() | (per_node == gpus_per_node))
     return df[mine]
+
+
+def _counts(col: pd.Series, name: str, blank_ok: bool = False) -> pd.Series:
+    """A column of GPU counts as floats (NaN where blank and `blank_ok`); InputError naming the first bad cell."""
+    v = pd.to_numeric(col, errors="coerce")
+    bad = (v.isna() & ~(col.isna() & blank_ok)) | (v.notna() & ((v < 1) | (v % 1 != 0)))
+    if bad.any():
+        raise InputError(f"measured collectives CSV, column {name}: expected a positive whole number, got "
+                         f"{col[bad].iloc[0]!r}")
+    return v
