@@ -269,18 +269,29 @@ def offset_free_mape(pred: pd.DataFrame) -> dict:
     return out
 
 
+#: columns that with the configuration and the concurrency make two runs the same run
+SAME_RUN = ("isl", "osl", "tp_size", "pp_size", "attention_dp_size", "moe_ep_size", "gemm_quant_mode",
+            "moe_quant_mode", "batch_size")
+
+
 def one_measured_run(pred: pd.DataFrame) -> dict:
     """Few-shot calibration (`serving.measured`) scored on held-out predictions: in each configuration with at
     least three aggregated runs, the run of lowest concurrency is taken as measured on the user's deployment and
     calibrates the others, which are scored before and after (MAPE and 90% coverage per metric)."""
     ok = pred[(pred["mode"] == "agg") & (pred["reason"].fillna("") == "")].assign(reason="")
-    keys = ok.reindex(columns=list(measured.KEYS)).fillna("").astype(str).apply(lambda r: "|".join(r), axis=1)
+    keys = measured.config_key(ok)
     conc = pd.Series([concurrency_of(r) for r in ok.to_dict("records")], index=ok.index)
     big = keys.map(keys.value_counts()) >= 3
     first = conc[big].groupby(keys[big]).idxmin()
-    rest = ok[big & ~ok.index.isin(first.to_numpy())]
+    # a scored run that repeats its configuration's measured run (same lengths, split, quantization, concurrency)
+    # would score the measurement itself: left out
+    run = keys + "|" + ok.reindex(columns=list(SAME_RUN)).fillna("").astype(str).agg("|".join, axis=1) \
+        + "|" + conc.astype(str)
+    repeat = run.isin(run.loc[first.to_numpy()].to_numpy())
+    rest = ok[big & ~repeat]
     after = measured.calibrate(rest, measured.offsets(ok.loc[first.to_numpy()]))
-    out = {"configurations": int(len(first)), "rows": int(len(rest))}
+    out = {"configurations": int(len(first)), "rows": int(len(rest)),
+           "repeats": int((big & repeat).sum() - len(first))}
     for m in ("ttft", "tpot"):
         meas = rest[f"silicon_{m}_ms"]
         for tag, df in (("before", rest), ("after", after)):
@@ -413,7 +424,8 @@ def main() -> None:
     lines += ["", "One measured run per configuration (`predict-serving --rows ... --calibration MEASURED.csv`, "
               "`serving.measured`): in each of the {configurations} configurations ({keys}) with at least three "
               "aggregated runs, its lowest-concurrency run is taken as measured and scales the predictions of the "
-              "other {rows} (its log ratio times n / (n + 1) = 0.5, which beat 0.75 and 1 on these runs). "
+              "other {rows} ({repeats} runs that repeat a measured one left out; its log ratio times n / (n + 1) "
+              "= 0.5, which beat 0.75 and 1 on these runs). "
               "TTFT {ttft_before:.1f} -> {ttft_after:.1f}% MAPE "
               "(coverage {ttft_cov_before:.1f} -> {ttft_cov_after:.1f}%), TPOT {tpot_before:.1f} -> {tpot_after:.1f}% "
               "(coverage {tpot_cov_before:.1f} -> {tpot_cov_after:.1f}%), every prediction held out as above."
