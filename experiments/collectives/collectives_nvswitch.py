@@ -129,9 +129,10 @@ FEW_SHOT_SIZES = (3, 4, 5)
 
 def few_shot(pred: pd.DataFrame, final: str) -> pd.DataFrame:
     """`predict-collective --calibration` on the held-out systems: in each cell, k sizes spread evenly over its
-    sorted sizes are taken as measured (`transfer.collectives`), and the cell's other rows are scored corrected
-    (interval included) by the log ratio interpolated between them: cell mean MAPE, cells within 10%, coverage;
-    beside it, one offset per cell (the mean log ratio of the same sizes) for comparison."""
+    sorted sizes, its smallest and largest included, are taken as measured (`transfer.collectives`), and the
+    cell's other rows, all between measured sizes, are scored corrected (interval included) by the log ratio
+    interpolated between them: cell mean MAPE, cells within 10%, the mean of the cells' coverages; beside it, one
+    offset per cell (the mean log ratio of the same sizes) for comparison."""
     rows = []
     for k in FEW_SHOT_SIZES:
         cells, cover, flat = [], [], []
@@ -287,9 +288,11 @@ def main() -> None:
           "peer-to-peer, per-call timing noise) rather than the transfer between systems.", "",
           ceil.round(1).to_markdown(index=False), "",
           "## A few measured sizes of the held-out system (`predict-collective --calibration`)", "",
-          "Each held-out cell with k of its sizes taken as measured: the log of measured / predicted at those sizes, "
-          "interpolated in log size (held flat beyond them), corrects the prediction and its interval at the "
-          "cell's other sizes (`transfer.collectives`). Coverage: cell-pooled, of the corrected intervals.", "",
+          "Each held-out cell with k of its sizes taken as measured, spread over its range with its smallest and "
+          "largest included: the log of measured / predicted at those sizes, interpolated in log size, corrects "
+          "the prediction and its interval at the cell's other sizes, all of them between measured ones "
+          "(`transfer.collectives`; beyond the measured range, where it is held flat, it is not scored here). "
+          "Coverage: the mean of the cells' coverages of the corrected intervals.", "",
           shots.round(1).to_markdown(index=False), "",
           "## Engines' custom all-reduce (graph rows; lat/eff fitted on the other aiconfigurator systems)", "",
           cust.round(1).to_markdown(index=False) if len(cust) else "(no tables)", ""]
