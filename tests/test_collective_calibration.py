@@ -54,26 +54,35 @@ def test_cli_calibrates_at_and_between_measured_sizes(tmp_path, monkeypatch, cap
     assert "calibrated by 1 measured size" in err
 
 
-def test_cli_refuses_a_measured_table_it_cannot_read(tmp_path, monkeypatch, capsys):
+#: (measured CSV, words of the one-line error)
+BAD_TABLES = [
+    ("collective,bytes,gpus,latency_ms\nall_reduce,lots,8,0.1\n", "column bytes"),
+    ("collective,bytes,gpus,latency_ms\nall_reduce,1024,8,fast\n", "latency_ms must be a number"),
+    ("collective,bytes,gpus\nall_reduce,1024,8\n", "lacks column(s) latency_ms"),
+    ("collective,bytes,gpus,gpus_per_node,latency_ms\nall_reduce,1024,8,eight,0.1\n", "column gpus_per_node"),
+    ("collective,bytes,gpus,latency_ms\nbroadcast,1024,8,0.1\n", "column collective"),
+    ("collective,bytes,gpus,latency_ms\nall_reduce,1024,8,1e300\n", "latency_ms in (0"),
+]
+
+
+@pytest.mark.parametrize("table,match", BAD_TABLES)
+def test_cli_refuses_a_measured_table_it_cannot_read(table, match, tmp_path, monkeypatch, capsys):
     from test_bad_inputs import refused
 
     bad = tmp_path / "bad.csv"
-    args = ["predict-collective", "--collective", "all_reduce", "--bytes", "4MiB", "--gpus", 8, "--device", "h100_sxm",
-            "--calibration", bad]
-    bad.write_text("collective,bytes,gpus,latency_ms\nall_reduce,lots,8,0.1\n")
-    refused(monkeypatch, capsys, args, "column bytes")
-    bad.write_text("collective,bytes,gpus,latency_ms\nall_reduce,1024,8,fast\n")
-    refused(monkeypatch, capsys, args, "latency_ms must be a number")
-    bad.write_text("collective,bytes,gpus\nall_reduce,1024,8\n")
-    refused(monkeypatch, capsys, args, "lacks column(s) latency_ms")
-    bad.write_text("collective,bytes,gpus,gpus_per_node,latency_ms\nall_reduce,1024,8,eight,0.1\n")
-    refused(monkeypatch, capsys, args, "column gpus_per_node")
-    bad.write_text("collective,bytes,gpus,latency_ms\nbroadcast,1024,8,0.1\n")
-    refused(monkeypatch, capsys, args, "column collective")
-    bad.write_text("collective,bytes,gpus,latency_ms\nall_reduce,1024,8,1e300\n")
-    refused(monkeypatch, capsys, args, "latency_ms in (0")
-    bad.write_text("collective,bytes,gpus,latency_ms\nall_reduce,1024,8,0.1\n")
-    refused(monkeypatch, capsys, [*args, "--impl", "vllm", "--timing", "graph"], "NCCL measurements")
+    bad.write_text(table)
+    refused(monkeypatch, capsys, ["predict-collective", "--collective", "all_reduce", "--bytes", "4MiB", "--gpus", 8,
+                                  "--device", "h100_sxm", "--calibration", bad], match)
+
+
+def test_cli_refuses_calibrating_an_engines_all_reduce(tmp_path, monkeypatch, capsys):
+    from test_bad_inputs import refused
+
+    good = tmp_path / "nccl.csv"
+    good.write_text("collective,bytes,gpus,latency_ms\nall_reduce,1024,8,0.1\n")
+    refused(monkeypatch, capsys, ["predict-collective", "--collective", "all_reduce", "--bytes", "4MiB", "--gpus", 8,
+                                  "--device", "h100_sxm", "--calibration", good, "--impl", "vllm", "--timing", "graph"],
+            "NCCL measurements")
 
 
 def test_measured_rows_on_nvl72_match_the_ranks_per_host_as_written(tmp_path, monkeypatch, capsys):
