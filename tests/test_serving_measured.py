@@ -58,3 +58,8 @@ def test_no_usable_measured_run_and_no_runs_at_all_leave_predictions_alone():
     assert calibrate(_runs().iloc[:0], none).empty
     with pytest.raises(InputError, match="silicon_ttft_ms"):
         offsets(_runs().assign(silicon_ttft_ms=1e300, silicon_tpot_ms=1.0))
+
+
+def test_an_empty_mode_cell_is_an_aggregated_run_as_predict_rows_reads_it():
+    measured = _runs(mode=float("nan")).iloc[:1].assign(silicon_ttft_ms=40.0, silicon_tpot_ms=2.0)
+    assert calibrate(_runs(mode=""), offsets(measured))["calibration_runs"].tolist() == [1, 1, 0]

@@ -278,7 +278,7 @@ def one_measured_run(pred: pd.DataFrame) -> dict:
     """Few-shot calibration (`serving.measured`) scored on held-out predictions: in each configuration with at
     least three aggregated runs, the run of lowest concurrency is taken as measured on the user's deployment and
     calibrates the others, which are scored before and after (MAPE and 90% coverage per metric)."""
-    ok = pred[(pred["mode"] == "agg") & (pred["reason"].fillna("") == "")].assign(reason="")
+    ok = pred[measured.aggregated(pred)].assign(reason="")
     keys = measured.config_key(ok)
     conc = pd.Series([concurrency_of(r) for r in ok.to_dict("records")], index=ok.index)
     big = keys.map(keys.value_counts()) >= 3

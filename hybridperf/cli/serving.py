@@ -63,7 +63,7 @@ def predict_serving_cmd(
             raise InputError("--rows needs --configs CONFIG_DIR and --output OUT.csv")
         check_outputs(output)
         from hybridperf.csvio import read_csv
-        from hybridperf.serving.measured import calibrate, check_measured, offsets
+        from hybridperf.serving.measured import aggregated, calibrate, check_measured, offsets
         from hybridperf.serving.rows import predict_rows
 
         runs = read_csv(rows, "rows CSV")
@@ -73,9 +73,9 @@ def predict_serving_cmd(
         out = predict_rows(runs, configs)
         if measured is not None:
             mp = predict_rows(measured, configs)
-            refused = mp["reason"] != ""
-            disagg = ~refused & (mp["mode"].astype(str).str.strip().str.lower() != "agg")
-            used = int((~refused & ~disagg).sum())
+            refused, usable = mp["reason"] != "", aggregated(mp)
+            disagg = ~refused & ~usable
+            used = int(usable.sum())
             if not used:
                 why = f"; first refusal: {mp.loc[refused, 'reason'].iloc[0]}" if refused.any() else ""
                 raise InputError(f"no aggregated run of {calibration} could be predicted to calibrate by "

@@ -32,6 +32,16 @@ def config_key(df: pd.DataFrame) -> pd.Series:
     return pd.Series(["|".join(t) for t in cells.itertuples(index=False)], index=df.index, dtype=object)
 
 
+def aggregated(pred: pd.DataFrame) -> pd.Series:
+    """Which runs of `pred` (from `rows.predict_rows`) were predicted and are aggregated, their mode read as
+    `rows.run_mode` reads it (an empty cell is agg)."""
+    from hybridperf.serving.rows import run_mode
+
+    ok = pred["reason"].fillna("").eq("")
+    return pd.Series([bool(k) and run_mode(r) == "agg" for k, r in zip(ok, pred.to_dict("records"))],
+                     index=pred.index, dtype=bool)
+
+
 def check_measured(measured: pd.DataFrame) -> None:
     """InputError unless `measured` has a run's columns (`rows.REQUIRED`) and the MEASURED ones."""
     from hybridperf.serving.rows import REQUIRED
@@ -45,7 +55,7 @@ def offsets(measured: pd.DataFrame) -> pd.DataFrame:
     """Per configuration of `measured` (runs predicted by `rows.predict_rows`, with MEASURED columns): the runs
     used and the shrunk log offset of each metric. InputError when a column is missing."""
     check_measured(measured)
-    ok = measured[(measured["reason"] == "") & (measured["mode"].astype(str).str.strip().str.lower() == "agg")]
+    ok = measured[aggregated(measured)]
     logs = {}
     lo, hi = MEASURED_RANGE
     for m, col in MEASURED.items():
@@ -66,8 +76,7 @@ def calibrate(pred: pd.DataFrame, offs: pd.DataFrame) -> pd.DataFrame:
     offsets, interval included; `calibration_runs` says how many measured runs moved each row (0: none)."""
     out = pred.copy()
     keys = config_key(out)
-    agg = out["mode"].astype(str).str.strip().str.lower().eq("agg") & out["reason"].eq("")
-    runs = keys.map(offs["runs"]).where(agg, 0).fillna(0).astype(int)
+    runs = keys.map(offs["runs"]).where(aggregated(out), 0).fillna(0).astype(int)
     for m in MEASURED:
         factor = np.exp(keys.map(offs[m]).where(runs > 0, 0.0).astype(float))
         for col in (f"pred_{m}_ms", f"pred_{m}_lo_ms", f"pred_{m}_hi_ms"):

@@ -63,7 +63,7 @@ def _int(row, key, default=1) -> int:
     return int(v)
 
 
-def _mode(row) -> str:
+def run_mode(row) -> str:
     """The row's mode, agg or disagg (case and spaces aside, as `backend`); an empty cell is agg, a run on one
     instance; anything else an InputError."""
     mode = row.get("mode")
@@ -140,7 +140,7 @@ def concurrency_of(row) -> int:
     served by that many instances side by side (each gets its share; queueing behind a full batch would have
     put seconds into TTFTs measured at well under one)."""
     m = re.search(r"silicon_concurrency=(\d+)", str(row.get("silicon_data_source", "")))
-    if _mode(row) == "disagg":
+    if run_mode(row) == "disagg":
         return int(m.group(1)) if m else \
             _int(row, "decode_batch_size") * _int(row, "decode_attention_dp_size") * _int(row, "decode_num_workers")
     per_instance = _int(row, "batch_size") * _int(row, "attention_dp_size")
@@ -164,7 +164,7 @@ def row_request(row: dict, config_dir) -> dict:
     req = dict(config=as_arch(path), device=str(row.get("system")), engine=engine, isl=isl, osl=osl,
                concurrency=concurrency_of(row), precision=prec, moe_precision=moe_prec, kv_dtype=kv)
     node_gpus = node_for(get_device(req["device"])).gpus_per_node
-    if _mode(row) == "disagg":
+    if run_mode(row) == "disagg":
         pw = _worker(row, "prefill_", prec, moe_prec, kv, node_gpus)
         dw = _worker(row, "decode_", prec, moe_prec, kv, node_gpus)
         req["disagg"] = (pw, _int(row, "prefill_num_workers", None), dw, _int(row, "decode_num_workers", None))
