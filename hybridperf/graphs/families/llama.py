@@ -7,7 +7,7 @@ from hybridperf.graphs.family import Family
 from hybridperf.graphs.layers.attention_core import attention_core, soft_cap
 from hybridperf.graphs.layers.grads import grad_cat, grad_sums
 from hybridperf.graphs.layers.llama import (granite_scale, llama_layer_blocks, llama_layout_copies, llama_qkv,
-                                            llama_variant, second_rotary_table)
+                                            llama_variant, output_norm, second_rotary_table)
 from hybridperf.graphs.layers.norms import rms_norm
 from hybridperf.graphs.layers.rope import causal_and_rotary_setup
 from hybridperf.graphs.memory import moe_layer_extra_bytes
@@ -49,8 +49,7 @@ def forward(cfg: ModelConfig, B, S, train) -> list:
         if cfg.num_kv_heads == cfg.heads:
             attn += grad_cat("k_layout", tok * cfg.heads * cfg.head_dim, train)
     attn += [linear("o_proj", tok, cfg.heads * cfg.head_dim, h, bias=v["o_bias"]),
-             *(rms_norm("post_attn_norm", tok, h, train, True) if v["sandwich"] else []),
-             *(rms_norm("post_attn_norm", tok, h, train, fp32_weight=True) if olmo else []),
+             *output_norm("post_attn_norm", tok, h, v, train),
              *granite_scale("resid_scale1", tok, h, v), vec("resid_add1", "add", tok, h, tag="residual"),
              *grad_sums("resid_mid", tok, h, 3 if olmo else 2, train),
              *([] if olmo else rms_norm("post_norm", tok, h, train, gemma, oss))]
@@ -79,8 +78,7 @@ def decode(cfg: ModelConfig, B: int, seq: int) -> list:
                                   strided_cache=slides and seq >= cfg.sliding_window > 0,
                                   strided_values=cfg.family == "phi3" and B > 1, sliding=slides),
                 linear("o_proj", B, cfg.heads * cfg.head_dim, h, bias=v["o_bias"]),
-                *(rms_norm("post_attn_norm", B, h, unit_offset=True) if v["sandwich"] else []),
-                *(rms_norm("post_attn_norm", B, h, fp32_weight=True) if olmo else []),
+                *output_norm("post_attn_norm", B, h, v),
                 *granite_scale("resid_scale1", B, h, v), vec("resid_add1", "add", B, h),
                 *([] if olmo else rms_norm("post_norm", B, h, unit_offset=gemma, fp32_weight=v["oss"]))]
 

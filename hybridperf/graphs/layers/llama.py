@@ -37,6 +37,14 @@ def llama_variant(cfg: ModelConfig) -> dict:
             "rotary_dim": rotary_dim(cfg, 1.0) if cfg.family == "phi3" else cfg.head_dim}
 
 
+def output_norm(name: str, rows: int, h: int, variant: dict, train: bool = False) -> list:
+    """The RMSNorm on a sublayer's output before its residual add: Gemma 2 and 3's sandwich norm ((1 + weight)),
+    OLMo's (weight in fp32); none elsewhere."""
+    if variant["sandwich"]:
+        return rms_norm(name, rows, h, train, unit_offset=True)
+    return rms_norm(name, rows, h, train, fp32_weight=True) if variant["olmo"] else []
+
+
 def granite_scale(name: str, rows: int, width: int, variant: dict, op: str = "mulu") -> list:
     """Granite's scaling of a [rows, width] tensor by one of its config's multipliers (none elsewhere)."""
     return [vec(name, op, rows, width)] if variant["granite"] else []
@@ -118,9 +126,8 @@ def llama_layer_blocks(cfg: ModelConfig, attn: list, tok: int, train: bool = Fal
     differs from the full layers' (a decode step's shorter cache; block `sliding_layer`)."""
     h = cfg.hidden
     v = llama_variant(cfg)
-    end = [*(rms_norm("post_ffw_norm", tok, h, train, True) if v["sandwich"] else []),
-           *(rms_norm("post_ffw_norm", tok, h, train, fp32_weight=True) if v["olmo"] else []),
-           *granite_scale("resid_scale2", tok, h, v), vec("resid_add2", "add", tok, h, tag="residual")]
+    end = [*output_norm("post_ffw_norm", tok, h, v, train), *granite_scale("resid_scale2", tok, h, v),
+           vec("resid_add2", "add", tok, h, tag="residual")]
     # the normed x feeds gate and up (Phi-3: one fused GEMM; OLMo 2 feeds them the residual stream, whose
     # readers `attn` counts)
     readers = 1 if v["fused"] or v["olmo"] else 2
