@@ -634,8 +634,8 @@ def write_report(out, results, per_dev, vtab, cal, main_kind, bundles, variant, 
             q = d[d["device"] == dev].iloc[0]
             L.append(f"| {kind} | {dev} | {p['scale']:.3f} | {p['gap_ms']:.4f} | {p['cpu_ms']:.4f} | {p['b_inf']:+.3f} | "
                      f"{p['b_train']:+.3f} | {q.q_lo:+.3f} | {q.q_hi:+.3f} |")
-    L += ["", "All-device fit (shipped with --write-calibration but its gap and host floor, which `host_floor` chooses on "
-          "today's hosts; only used for GPUs outside the label set):", ""]
+    L += ["", "All-device fit (shipped with --write-calibration but its gap and host floor, which `host_floor` "
+          "chooses on today's hosts; only used for GPUs outside the label set):", ""]
     for kind, c in cal.items():
         L.append(f"- {kind}: `{json.dumps(c)}`")
     L += ["", "## Composition variants (held-out MAPE / max % per device)", "",
