@@ -75,13 +75,14 @@ def predict_collective(
                        f"{node.gpus_per_host}; {gpus} ranks at {gpus_per_node} per host talk over NVLink "
                        f"{per_domain} at a time", err=True)
             gpus_per_node = per_domain
+    per_node = gpus_per_node or min(gpus, node.gpus_per_node)  # the ranks one NVLink domain or node holds
     impl = impl.strip().lower()
     if str(timing).strip().lower() == "auto":
         timing = "graph" if (is_system_id(device) or impl != "nccl") else "call"
     timing = check_timing(timing)
     if impl not in ENGINES:
         raise InputError(f"--impl must be one of {', '.join(ENGINES)}; got {impl!r}")
-    if impl != "nccl" and (coll != "all_reduce" or (gpus_per_node or min(gpus, node.gpus_per_node)) != gpus):
+    if impl != "nccl" and (coll != "all_reduce" or per_node != gpus):
         raise InputError(f"--impl {impl} is an all-reduce inside one node: use --collective all_reduce and --gpus <= "
                          f"{node.gpus_per_node} on one node")
     if calibration is not None and impl != "nccl":
@@ -99,16 +100,14 @@ def predict_collective(
         measured = read_csv(calibration, "measured collectives CSV")
     out = predict_collective(coll, n, gpus, gpus_per_node, node, model, timing, impl)
     if measured is not None:
-        out = _calibrated(out, n, measured, coll, gpus, asked_per_node, gpus_per_node or min(gpus, node.gpus_per_node),
-                          node, model, timing)
+        out = _calibrated(out, n, measured, coll, gpus, asked_per_node, per_node, node, model, timing)
     check_predictions(out["ms"], out["lo_ms"], out["hi_ms"], f"{coll} on {device} ({node.name})")
     out = {k: (round(v, 6) if v >= 1e-3 else float(f"{v:.6g}")) for k, v in out.items()}
     if as_json:
         typer.echo(json.dumps(out))
     else:
-        g = gpus_per_node or min(gpus, node.gpus_per_node)
         what = coll if impl == "nccl" else f"{impl} custom all_reduce"
-        typer.echo(f"{what} of {n:,.0f} B on {gpus} GPU(s), {g}/node, {node.name}, {timing} timing: {out['ms']:.4g} ms "
+        typer.echo(f"{what} of {n:,.0f} B on {gpus} GPU(s), {per_node}/node, {node.name}, {timing} timing: {out['ms']:.4g} ms "
                    f"(90% interval {out['lo_ms']:.4g} - {out['hi_ms']:.4g} ms)")
 
 
