@@ -113,14 +113,16 @@ def in_sample(df: pd.DataFrame, maxiter: int) -> pd.DataFrame:
     return out
 
 
+def cell_mape(df: pd.DataFrame, col: str) -> pd.Series:
+    """MAPE % of the predictions in `col` per cell (CELL) of `df`."""
+    return df.groupby(CELL).apply(lambda g: np.mean(np.abs(g[col] / g["latency_ms"] - 1)) * 100)
+
+
 def ceiling_table(pred: pd.DataFrame, fits: pd.DataFrame) -> pd.DataFrame:
     """Cell MAPE held out (`prior_ms`) beside the in-sample fits of `in_sample`."""
     both = pred[CELL + ["latency_ms", "prior_ms"]].join(fits[["all_ms", "own_ms"]], how="inner")
-
-    def err(col):
-        return both.groupby(CELL).apply(lambda g: np.mean(np.abs(g[col] / g["latency_ms"] - 1)) * 100)
-    return pd.DataFrame({"held_out": err("prior_ms"), "fit_on_all_six": err("all_ms"),
-                         "fit_on_own_system": err("own_ms")}).reset_index()
+    return pd.DataFrame({"held_out": cell_mape(both, "prior_ms"), "fit_on_all_six": cell_mape(both, "all_ms"),
+                         "fit_on_own_system": cell_mape(both, "own_ms")}).reset_index()
 
 
 #: measured sizes per cell the few-shot transfer is scored with
@@ -251,8 +253,7 @@ def main() -> None:
     a = ap.parse_args()
     df, custom = load(Path(a.data))
     pred = loso(df, a.maxiter, a.residual)
-    cell_mape = lambda col: pred.groupby(CELL).apply(lambda g: np.mean(np.abs(g[col] / g["latency_ms"] - 1))).mean()  # noqa: E731
-    final = "hybrid_ms" if cell_mape("hybrid_ms") < cell_mape("prior_ms") else "prior_ms"
+    final = "hybrid_ms" if cell_mape(pred, "hybrid_ms").mean() < cell_mape(pred, "prior_ms").mean() else "prior_ms"
     pred = add_intervals(pred, final)
     cells = cell_table(pred)
     cust = custom_loso(custom, DEFAULT_CONSTANTS)
