@@ -253,16 +253,13 @@ def in_sample(df: pd.DataFrame, comps: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(preds)
 
 
-#: a serving configuration short of its concurrency, lengths and parallelism
-CONFIG_KEYS = ["system", "backend", "backend_version", "model_path", "precision", "mode"]
-
-
 def offset_free_mape(pred: pd.DataFrame) -> dict:
-    """MAPE per metric once each configuration's (CONFIG_KEYS) median error is divided out: what no constant
-    per GPU, engine, version or model could remove (the error over concurrency, lengths and parallelism)."""
+    """MAPE per metric once each configuration's (`measured.KEYS`, as calibration groups runs) median error is
+    divided out: what no constant per GPU, engine, version or model could remove (the error over concurrency,
+    lengths and parallelism)."""
     ok = pred[pred.reason == ""]
-    groups = [ok[k].fillna("").astype(str) for k in CONFIG_KEYS]
-    out = {"configurations": int(ok.groupby(groups).ngroups)}
+    groups = measured.config_key(ok)
+    out = {"configurations": int(groups.nunique())}
     for m in ("ttft", "tpot"):
         r = ok[f"pred_{m}_ms"] / ok[f"silicon_{m}_ms"]
         out[m] = float(np.mean(np.abs(r / r.groupby(groups).transform("median") - 1))) * 100
@@ -417,7 +414,7 @@ def main() -> None:
               f"loss, not MAPE) give TTFT {mine['ttft_mape']:.1f}% and TPOT {mine['tpot_mape']:.1f}% MAPE, against "
               f"{held['ttft_mape']:.1f}% and {held['tpot_mape']:.1f}% held out: fitting them on the GPU itself does "
               f"not close the gap to the targets. Dividing out each of the {flat['configurations']} configurations' "
-              f"median error ({', '.join(CONFIG_KEYS)}) as well leaves TTFT {flat['ttft']:.1f}% and TPOT "
+              f"median error ({', '.join(measured.KEYS)}) as well leaves TTFT {flat['ttft']:.1f}% and TPOT "
               f"{flat['tpot']:.1f}%: most of the error moves with concurrency, lengths and parallelism inside a "
               "configuration.", "", side.to_markdown(index=False, floatfmt=".1f")]
     one = one_measured_run(pred)
