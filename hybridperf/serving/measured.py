@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from hybridperf.errors import InputError
+from hybridperf.guard import MAX_MS
 
 #: the columns naming a configuration: its measured runs calibrate its other runs
 KEYS = ("system", "backend", "backend_version", "model_path", "precision")
@@ -20,10 +21,6 @@ KEYS = ("system", "backend", "backend_version", "model_path", "precision")
 MEASURED = {"ttft": "silicon_ttft_ms", "tpot": "silicon_tpot_ms"}
 #: pseudo-runs of "no offset" the measured runs are pooled with (the shrinkage n / (n + SHRINK_RUNS))
 SHRINK_RUNS = 1.0
-
-
-#: what a measured time may be (ms), as `guard.check_predictions` bounds predictions
-MEASURED_RANGE = (0.0, 1e11)
 
 
 def config_key(df: pd.DataFrame) -> pd.Series:
@@ -57,11 +54,10 @@ def offsets(measured: pd.DataFrame) -> pd.DataFrame:
     check_measured(measured)
     ok = measured[aggregated(measured)]
     logs = {}
-    lo, hi = MEASURED_RANGE
     for m, col in MEASURED.items():
         meas = pd.to_numeric(ok[col], errors="coerce")
-        if (~(meas > lo) | ~(meas <= hi)).any():
-            raise InputError(f"calibration runs: {col} must be a number of ms in ({lo:g}, {hi:g}] in every "
+        if (~(meas > 0) | ~(meas <= MAX_MS)).any():  # bounded as predictions are (`guard.check_predictions`)
+            raise InputError(f"calibration runs: {col} must be a number of ms in (0, {MAX_MS:g}] in every "
                              "aggregated run")
         logs[m] = np.log(meas / ok[f"pred_{m}_ms"])
     g = pd.DataFrame(logs, index=ok.index).groupby(config_key(ok).to_numpy())

@@ -14,11 +14,10 @@ import numpy as np
 import pandas as pd
 
 from hybridperf.errors import InputError
+from hybridperf.guard import MAX_MS  # measured times are bounded as predictions are
 
 #: columns of a measured-collectives CSV (`gpus_per_node` optional: nodes filled)
 COLUMNS = ("collective", "bytes", "gpus", "latency_ms")
-#: the longest measured time taken (ms), as `guard.check_predictions` bounds predictions
-MAX_MS = 1e11
 
 
 def log_ratios(nbytes, measured_ms, predicted_ms) -> tuple[np.ndarray, np.ndarray]:
