@@ -107,8 +107,8 @@ def predict_collective(
         typer.echo(json.dumps(out))
     else:
         what = coll if impl == "nccl" else f"{impl} custom all_reduce"
-        typer.echo(f"{what} of {n:,.0f} B on {gpus} GPU(s), {per_node}/node, {node.name}, {timing} timing: {out['ms']:.4g} ms "
-                   f"(90% interval {out['lo_ms']:.4g} - {out['hi_ms']:.4g} ms)")
+        typer.echo(f"{what} of {n:,.0f} B on {gpus} GPU(s), {per_node}/node, {node.name}, {timing} timing: "
+                   f"{out['ms']:.4g} ms (90% interval {out['lo_ms']:.4g} - {out['hi_ms']:.4g} ms)")
 
 
 def _calibrated(out: dict, n: float, measured, coll: str, gpus: int, asked_per_node: int, per_node: int, node,
