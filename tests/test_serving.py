@@ -18,11 +18,13 @@ from hybridperf.cli.app import app
 from hybridperf.devices import get_device
 from hybridperf.errors import InputError, ModelBundleError
 from hybridperf.serving import Worker, predict_serving
-from hybridperf.serving.api import agg_components, node_for, setup_cost
+from hybridperf.priors.collectives import DEFAULT_CONSTANTS
+from hybridperf.residual_models.collectives import CollectiveModel
+from hybridperf.serving.api import agg_components, default_models, node_for, setup_cost
 from hybridperf.serving.adapters import IterationTimer, SGLangTimePredictor, TrtllmTimePredictor
 from hybridperf.serving.arch import arch_from_dict
 from hybridperf.serving.calibration import WORKERS_INFERRED, Calibration, EngineCalibration
-from hybridperf.serving.cost import Parallel, kv_bytes_per_token, weight_bytes_per_gpu
+from hybridperf.serving.cost import KernelModels, Parallel, kv_bytes_per_token, weight_bytes_per_gpu
 from hybridperf.serving.engines import ENGINES, get_engine
 from hybridperf.serving.rows import concurrency_of, predict_rows, row_request
 from hybridperf.serving.sweep import best, plot, sweep
@@ -165,6 +167,45 @@ def test_moe_parallel_and_disagg():
     assert more["ttft_ms"] < dis["ttft_ms"]  # a second prefill worker halves the wave's prefill queue
     with pytest.raises(InputError, match="expert-TP 1 x --ep 16"):
         predict_serving(engine="vllm", concurrency=1, tp=8, ep=16, moe_tp=1, **kw)
+
+
+def test_kernel_models_passed_in_price_attention_mla_and_collectives(config_dir):
+    """`models` reaches every part it prices (an evaluation that holds a system out passes ones fitted without it):
+    slower prefill or decode attention kernels lengthen a long prompt's TTFT or TPOT, slower MLA decode a Kimi
+    decode step, slower links a TP-8 prefill (aggregated, on disaggregated workers, through `--rows`) and the
+    attention-DP experts' all-to-all; None is the shipped set."""
+    shipped = default_models()
+
+    def slower(per_family: dict) -> dict:
+        return {k: dataclasses.replace(v, value=v.value / 4) for k, v in per_family.items()}
+
+    kw = dict(config=LLAMA, device="h100_sxm", engine="vllm", isl=8192, osl=64, concurrency=4, calibration=WAVES)
+    base = predict_serving(**kw)
+    assert predict_serving(**kw, models=shipped).ttft.ms == base.ttft.ms
+    prefill = KernelModels(shipped.collectives, attention=dataclasses.replace(
+        shipped.attention, efficiency=slower(shipped.attention.efficiency)))
+    assert predict_serving(**kw, models=prefill).ttft.ms > 1.05 * base.ttft.ms
+    decode = KernelModels(shipped.collectives, attention=dataclasses.replace(
+        shipped.attention, decode_bw=slower(shipped.attention.decode_bw)))
+    assert predict_serving(**kw, models=decode).tpot.ms > 1.05 * base.tpot.ms
+    slow_mla = dataclasses.replace(shipped.mla, bw_share=dataclasses.replace(shipped.mla.bw_share, value=0.1))
+    mla = dict(config=MLA, device="b200_sxm", engine="trtllm", isl=8192, osl=256, concurrency=32, tp=8,
+               precision="fp4", calibration=WAVES)
+    assert predict_serving(**mla, models=KernelModels(shipped.collectives, mla=slow_mla)).tpot.ms \
+        > 1.05 * predict_serving(**mla).tpot.ms
+    slow_links = KernelModels(CollectiveModel.prior_only(DEFAULT_CONSTANTS.updated(eff_nvlink=0.05)))
+    tp8 = dict(kw, tp=8, engine="sglang")
+    assert predict_serving(**tp8, models=slow_links).ttft.ms > 1.05 * predict_serving(**tp8).ttft.ms
+    w = Worker(Parallel(tp=8), "bf16", "", 2.0)
+    dis = dict(kw, disagg=(w, 1, w, 1))
+    assert predict_serving(**dis, models=slow_links).ttft.ms > 1.05 * predict_serving(**dis).ttft.ms
+    dep = dict(mla, tp=1, attention_dp=8, ep=8)
+    assert predict_serving(**dep, models=slow_links).tpot.ms > 1.05 * predict_serving(**dep).tpot.ms
+    row = pd.DataFrame([{"silicon_data_source": "x; silicon_concurrency=4", "system": "h100_sxm", "isl": 8192,
+                         "osl": 64, "backend": "vllm", "model_path": "meta-llama/Llama-3.1-8B-Instruct", "mode": "agg",
+                         "tp_size": 8, "precision": "bf16", "batch_size": 4}])
+    assert predict_rows(row, config_dir, WAVES, slow_links).pred_ttft_ms.iloc[0] \
+        > 1.05 * predict_rows(row, config_dir, WAVES).pred_ttft_ms.iloc[0]
 
 
 def test_per_head_products_run_as_one_batched_gemm(monkeypatch):

@@ -2,7 +2,8 @@
 
 Each system is scored with a calibration (a per-engine TTFT constant; prefill and decode GPU-time scales,
 eager/graph iteration overheads and wave weight shared by the engines; interval quantiles from
-its rows each predicted with its model left out) fitted on the other system's rows only. Reports the share of rows
+its rows each predicted with its model left out) fitted on the other system's rows only, and with attention, MLA
+decode and collective constants fitted without its kernel and NCCL tables (`fold_models`). Reports the share of rows
 predicted (refusals with reasons), TTFT/TPOT MAPE and 90%-interval coverage per (system, backend, mode),
 and the same rows with the constants fitted in-sample (the calibration's own limit),
 writes experiments/results/serving_silicon.{md,png}, and with --write-calibration stores the calibration
@@ -23,20 +24,21 @@ from scipy.optimize import least_squares
 from hybridperf.errors import HybridperfError
 from hybridperf.serving.api import Worker, agg_components
 from hybridperf.serving.calibration import Calibration, EngineCalibration
-from hybridperf.serving.cost import KV_DTYPE_BYTES, Parallel
+from hybridperf.serving.cost import KV_DTYPE_BYTES, KernelModels, Parallel
 from hybridperf.serving.engines import get_engine
 from hybridperf.serving import measured
 from hybridperf.serving.rows import concurrency_of, predict_rows, row_request
 
 from experiments.common import DATA as SHARED, RESULTS  # noqa: E402
+from experiments.serving.fold_models import FoldModels
 
 DATA = SHARED / "aiconfigurator"
 SYSTEMS = ("h100_sxm", "b200_sxm")
 
 
-def components(df: pd.DataFrame) -> pd.DataFrame:
+def components(df: pd.DataFrame, models: KernelModels | None = None) -> pd.DataFrame:
     """Uncalibrated (gpu_ms, eager, graph) components of TTFT and of the decode phase per agg row, in lock-step
-    waves (w) and in the staggered steady state (s)."""
+    waves (w) and in the staggered steady state (s), priced with `models` (the shipped ones when None)."""
     recs = []
     for i, row in zip(df.index, df.to_dict("records")):
         if row["mode"] != "agg":
@@ -46,7 +48,7 @@ def components(df: pd.DataFrame) -> pd.DataFrame:
             wk = Worker(Parallel(req["tp"], req["pp"], req["attention_dp"], req["moe_tp"], req["ep"]),
                         req["precision"], req["moe_precision"], KV_DTYPE_BYTES[req["kv_dtype"]])
             c = agg_components(req["config"], req["device"], req["engine"], wk, req["isl"], req["osl"],
-                               req["concurrency"], closed_loop=True)
+                               req["concurrency"], closed_loop=True, models=models)
         except HybridperfError:
             continue
         rec = {"idx": i, "engine": get_engine(req["engine"]).name, "osl": req["osl"],
@@ -127,27 +129,30 @@ def log_quantiles(pred: pd.DataFrame) -> tuple[dict, dict]:
     return q(ok[strata == ""]), {k: q(g) for k, g in ok[strata != ""].groupby(strata[strata != ""])}
 
 
-def out_of_model_predictions(df: pd.DataFrame, comps: pd.DataFrame, engines: dict) -> pd.DataFrame:
+def out_of_model_predictions(df: pd.DataFrame, comps: pd.DataFrame, engines: dict,
+                             models: KernelModels | None = None) -> pd.DataFrame:
     """Every row of `df` predicted by engine constants fitted without its model's rows (leave one model out;
     an engine whose only model is the one left out keeps `engines`' constants): a residual spread that
     holds what a system of new models and engine versions does to the prediction, which in-sample residuals
     do not."""
-    models = df["model_path"].fillna("")
+    paths = df["model_path"].fillna("")
     preds = []
-    for model in sorted(models.unique()):
-        out = models == model
+    for path in sorted(paths.unique()):
+        out = paths == path
         fold = fit_engines(comps[comps.index.isin(df.index[~out])])
         cal = Calibration(engines={**engines, **fold})
-        preds.append(predict_rows(df[out], DATA / "model_configs", cal))
+        preds.append(predict_rows(df[out], DATA / "model_configs", cal, models))
     return pd.concat(preds).loc[df.index]
 
 
-def fit(df: pd.DataFrame, comps: pd.DataFrame, provenance: str, quantiles: tuple | None = None) -> Calibration:
-    """Engine constants fitted on `df`'s agg rows; the intervals (`log_quantiles`) from `quantiles`, else
-    from `df`'s own rows each predicted with its model left out of the fit."""
+def fit(df: pd.DataFrame, comps: pd.DataFrame, provenance: str, quantiles: tuple | None = None,
+        models: KernelModels | None = None) -> Calibration:
+    """Engine constants fitted on `df`'s agg rows (`comps`, priced with `models`); the intervals
+    (`log_quantiles`) from `quantiles`, else from `df`'s own rows each predicted with its model left out of
+    the fit."""
     engines = fit_engines(comps)
     if quantiles is None:
-        quantiles = log_quantiles(out_of_model_predictions(df, comps, engines))
+        quantiles = log_quantiles(out_of_model_predictions(df, comps, engines, models))
     return Calibration(engines=engines, log_quantiles=quantiles[0], stratum_quantiles=quantiles[1],
                        provenance=provenance)
 
@@ -351,13 +356,15 @@ def main() -> None:
     df = df[df.system.isin(SYSTEMS)].reset_index(drop=True)
     t0 = time.time()
     comps = components(df)
-    preds, cals = [], {}
+    preds, cals, fold_models = [], {}, FoldModels()
     for held in SYSTEMS:
         train = df.system != held
-        cal = fit(df[train], comps[comps.index.isin(df.index[train])], f"silicon_sample.csv rows of "
-                  f"{', '.join(s for s in SYSTEMS if s != held)} (experiments/serving/serving_silicon.py)")
+        models = fold_models.for_held_out(held)
+        others = ", ".join(s for s in SYSTEMS if s != held)
+        cal = fit(df[train], components(df[train], models),
+                  f"silicon_sample.csv rows of {others} (experiments/serving/serving_silicon.py)", models=models)
         cals[held] = cal
-        preds.append(predict_rows(df[~train], DATA / "model_configs", cal))
+        preds.append(predict_rows(df[~train], DATA / "model_configs", cal, models))
     pred = pd.concat(preds)
     if args.predictions:
         pred.to_csv(args.predictions, index=False)
@@ -370,7 +377,8 @@ def main() -> None:
     agg = pred[pred["mode"] == "agg"]
     lines = ["# Serving: held-out accuracy on aiconfigurator's silicon runs", "",
              "Reproduce: `python -m experiments.serving.serving_silicon` (each system scored with a calibration "
-             "fitted on the other system only; physics from the project's kernel priors and collective model).", "",
+             "fitted on the other system only; physics from the project's kernel priors and collective model, their "
+             "attention, MLA decode and collective constants fitted without the scored system's tables).", "",
              f"Rows: {tot['rows']}; predicted {tot['predicted']:.1f}%. TTFT MAPE {tot['ttft_mape']:.1f}% (median APE "
              f"{tot['ttft_median_ape']:.1f}%), coverage {tot['ttft_cov']:.1f}%; TPOT MAPE {tot['tpot_mape']:.1f}% "
              f"(median APE {tot['tpot_median_ape']:.1f}%), coverage {tot['tpot_cov']:.1f}%. "

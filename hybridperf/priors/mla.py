@@ -23,7 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from hybridperf.devices import DTYPE_BYTES, DeviceSpec
-from hybridperf.priors.attention import Fitted, clock_scale, generation_attention_ms, kv_read_ms, matrix_rate
+from hybridperf.priors.attention import CONSTANTS as ATTENTION_CONSTANTS
+from hybridperf.priors.attention import (AttentionConstants, Fitted, clock_scale, generation_attention_ms, kv_read_ms,
+                                        matrix_rate)
 
 #: shared memory per SM the native MLA kernels are built for (their query and latent tiles); Hopper and
 #: B200/B300/GB200 have 228 KB, consumer Blackwell (sm_120) 100 KB
@@ -55,14 +57,16 @@ def native_mla(device: DeviceSpec) -> bool:
 
 
 def mla_decode_ms(batch, kv_len, heads, kv_lora: int, rope: int, device: DeviceSpec, kv_dtype: str = "bf16",
-                  kernel_source: str | None = None, constants: MlaConstants = CONSTANTS) -> np.ndarray:
+                  kernel_source: str | None = None, constants: MlaConstants = CONSTANTS,
+                  attention: AttentionConstants = ATTENTION_CONSTANTS) -> np.ndarray:
     """Kernel time (ms) of one MLA decode step: `batch` sequences of one query token, `heads` query heads on
-    this GPU, `kv_len` cached latents each. `kernel_source` picks the generic path's kernel family."""
+    this GPU, `kv_len` cached latents each. `kernel_source` picks the generic path's kernel family, priced with
+    `attention`'s constants."""
     batch, kv_len, heads = (np.asarray(x, dtype=np.float64) for x in (batch, kv_len, heads))
     width = float(kv_lora + rope)
     if not native_mla(device):
         return generation_attention_ms(batch, kv_len, heads, 1, width, device, kv_dtype=kv_dtype,
-                                       kernel_source=kernel_source, xqa_fallback=False)
+                                       kernel_source=kernel_source, xqa_fallback=False, constants=attention)
     nbytes = batch * kv_len * width * DTYPE_BYTES.get(kv_dtype, 2) + batch * heads * (width + kv_lora) * 2.0
     mem = kv_read_ms(nbytes, device) / constants.bw_share.value
     mma = kv_dtype if device.kernel_arch == "blackwell" else "bf16"

@@ -13,7 +13,7 @@ from hybridperf.errors import InputError
 from hybridperf.graphs.config import check_positions
 from hybridperf.serving.arch import Arch
 from hybridperf.serving.calibration import WORKERS_INFERRED, Calibration
-from hybridperf.serving.cost import (KV_DTYPE_BYTES, PRECISIONS, Parallel, Speculation, StepCost,
+from hybridperf.serving.cost import (KV_DTYPE_BYTES, PRECISIONS, KernelModels, Parallel, Speculation, StepCost,
                                      check_weights_fit, default_kv_dtype, kv_bytes_per_token)
 from hybridperf.serving.engines import EngineDefaults, get_engine
 from hybridperf.serving.scheduler import Workload, simulate
@@ -90,9 +90,16 @@ def _collectives():
         return CollectiveModel.prior_only()
 
 
-def setup_cost(arch: Arch, device: DeviceSpec, eng: EngineDefaults, wk: Worker, budget: int, inflight: int, isl, osl):
+def default_models() -> KernelModels:
+    """The shipped collective model and attention and MLA constants."""
+    return KernelModels(_collectives())
+
+
+def setup_cost(arch: Arch, device: DeviceSpec, eng: EngineDefaults, wk: Worker, budget: int, inflight: int, isl, osl,
+               models: KernelModels | None = None):
     """The iteration cost model of one worker and its KV capacity (tokens per rank); InputError when the
-    split is invalid, the weights do not fit or one request's KV cache does not."""
+    split is invalid, the weights do not fit or one request's KV cache does not. `models`: the shipped
+    ones (`default_models`) when None."""
     wk.par.check(arch)
     if eng.nvidia_only and device.vendor != "nvidia":
         raise InputError(f"{eng.name} runs on NVIDIA GPUs only, not on {device.name}")
@@ -104,8 +111,8 @@ def setup_cost(arch: Arch, device: DeviceSpec, eng: EngineDefaults, wk: Worker, 
     cap = int(free / kv_bytes_per_token(arch, wk.par, wk.cache_bytes) / max(eng.block_size, 1)) * max(eng.block_size, 1)
     max_tokens = budget + min(inflight, eng.limits(device)[2]) + 1
     wk.spec.check()
-    cost = StepCost(arch, device, node_for(device), eng, wk.par, wk.precision, moe_prec, wk.cache_bytes, _collectives(),
-                    max_tokens, wk.spec)
+    cost = StepCost(arch, device, node_for(device), eng, wk.par, wk.precision, moe_prec, wk.cache_bytes,
+                    models or default_models(), max_tokens, wk.spec)
     if cap < isl + osl + wk.spec.tokens + cost.state_tokens:
         raise InputError(f"the KV cache holds {cap} tokens per GPU, fewer than one request's {isl + osl}"
                          + (f" plus its recurrent state ({cost.state_tokens} tokens' worth)" if cost.state_tokens else ""))
@@ -117,7 +124,7 @@ def _mean(xs):
 
 
 def agg_components(arch: Arch, device, engine: str, wk: Worker, isl: int, osl: int, inflight: int,
-                   closed_loop: bool, budget: int | None = None) -> dict:
+                   closed_loop: bool, budget: int | None = None, models: KernelModels | None = None) -> dict:
     """Schedule one aggregated instance: per-request means of the (gpu_ms, eager layer launches, graph layer
     launches) of TTFT, of the decode phase and of e2e, for all requests starting at once ("wave", with
     "last_ttft"/"last_decode": the request that finishes last) and, in a closed loop, for its steady state
@@ -129,7 +136,7 @@ def agg_components(arch: Arch, device, engine: str, wk: Worker, isl: int, osl: i
     serving_tokens, offline_tokens, max_running = eng.limits(device)
     if budget is None:
         budget = serving_tokens if closed_loop else offline_tokens
-    cost, cap = setup_cost(arch, device, eng, wk, budget, per_rank, isl, osl)
+    cost, cap = setup_cost(arch, device, eng, wk, budget, per_rank, isl, osl, models)
     common = dict(isl=isl, osl=osl, inflight=per_rank, budget=budget, kv_capacity=cap, max_running=max_running,
                   graph_batch=eng.graph_batch(device, par.tp))
     # each iteration crosses every stage (GPU ms x pp) and launches every layer's kernels (x layers; a block
@@ -178,13 +185,15 @@ def predict_serving(config, device, engine: str, isl: int, osl: int, *, batch: i
                     concurrency: int | None = None, tp: int = 1, pp: int = 1, ep: int = 1, attention_dp: int = 1,
                     moe_tp: int | None = None, precision: str = "bf16", moe_precision: str = "",
                     kv_dtype: str = "", calibration: Calibration | None = None,
-                    disagg: tuple | None = None, spec_tokens: int = 0, acceptance: float = 0.7) -> ServingResult:
+                    disagg: tuple | None = None, spec_tokens: int = 0, acceptance: float = 0.7,
+                    models: KernelModels | None = None) -> ServingResult:
     """Predict one serving run. `config`: a HF config path/dict or an `Arch`; `batch` (offline
     generate, all requests at once) or `concurrency` (closed loop). MoE: experts split `ep` ways, the
     rest of the tensor-parallel group inside each expert (`moe_tp`). `disagg`: (prefill Worker, prefill
     workers, decode Worker, decode workers), overriding the single instance. `spec_tokens`: speculative
     decoding (MTP or a draft head) proposing that many tokens per step, each accepted with probability
-    `acceptance` (`cost.Speculation`)."""
+    `acceptance` (`cost.Speculation`). `models`: the kernel and collective models (`cost.KernelModels`), the
+    shipped ones when None."""
     from hybridperf.serving.load import as_arch  # noqa: PLC0415  (reads configs; kept out of import time)
 
     arch = as_arch(config)
@@ -205,7 +214,7 @@ def predict_serving(config, device, engine: str, isl: int, osl: int, *, batch: i
     if disagg is not None:
         if spec_tokens:
             raise InputError("speculative decoding is not modelled for disaggregated workers")
-        ttft, tpot, gpus = _disagg(arch, device, engine, disagg, isl, osl, n, ec)
+        ttft, tpot, gpus = _disagg(arch, device, engine, disagg, isl, osl, n, ec, models)
         e2e = ttft + tpot * (osl - 1)
         stratum = WORKERS_INFERRED if not disagg[3] else ""  # the decode batch per worker is a guess
     else:
@@ -214,7 +223,7 @@ def predict_serving(config, device, engine: str, isl: int, osl: int, *, batch: i
             moe_tp = max(tp * attention_dp // ep, 1)
         wk = Worker(Parallel(tp=tp, pp=pp, adp=attention_dp, moe_tp=moe_tp, moe_ep=ep), precision,
                     moe_precision, kvb, Speculation(spec_tokens, acceptance))
-        c = agg_components(arch, device, engine, wk, isl, osl, n, closed_loop=concurrency is not None)
+        c = agg_components(arch, device, engine, wk, isl, osl, n, closed_loop=concurrency is not None, models=models)
         ttft = ec.time_ms(blend(c, "ttft", ec.wave_weight), ttft=True)
         tpot = ec.time_ms(blend(c, "decode", ec.wave_weight)) / max(osl - 1, 1)
         if concurrency is not None:
@@ -235,7 +244,7 @@ def predict_serving(config, device, engine: str, isl: int, osl: int, *, batch: i
 DECODE_BATCH_PER_RANK = 64
 
 
-def _disagg(arch, device, engine, spec, isl, osl, concurrency, ec):
+def _disagg(arch, device, engine, spec, isl, osl, concurrency, ec, models=None):
     """Prefill and decode workers under a closed loop at fixed ISL/OSL: the requests stay in waves (a
     wave decodes together and finishes together), so each wave's prefills arrive at once and queue on
     the prefill ranks. TTFT is the wave's mean prefill completion plus the KV transfer; TPOT the decode
@@ -249,18 +258,18 @@ def _disagg(arch, device, engine, spec, isl, osl, concurrency, ec):
     if not n_d:
         n_d = max(1, math.ceil(concurrency / (dw.par.adp * DECODE_BATCH_PER_RANK)))
     per_rank = max(1, math.ceil(concurrency / n_d / dw.par.adp))
-    d = agg_components(arch, dev, engine, dw, 1, osl, per_rank * dw.par.adp, closed_loop=True)
+    d = agg_components(arch, dev, engine, dw, 1, osl, per_rank * dw.par.adp, closed_loop=True, models=models)
     tpot = (ec.time_ms(blend(d, "decode", ec.wave_weight)) / max(osl - 1, 1)) + ec.gpu_scale * _decode_keys_ms(
-        arch, dev, engine, dw, isl, osl, per_rank)
+        arch, dev, engine, dw, isl, osl, per_rank, models)
     serving_tokens = eng.limits(dev)[0]
     if not n_p:
         burst = max(1, serving_tokens // isl) * pw.par.adp
-        full = agg_components(arch, dev, engine, pw, isl, 1, burst, closed_loop=False)
+        full = agg_components(arch, dev, engine, pw, isl, 1, burst, closed_loop=False, models=models)
         rate = burst / ec.time_ms(full["wave"]["last_ttft"], ttft=True)  # requests per ms of one prefill worker
         n_p = max(1, math.ceil(concurrency / max(osl - 1, 1) / tpot / rate))
     per_worker = max(1, math.ceil(concurrency / n_p))
     pf = agg_components(arch, dev, engine, pw, isl, 1, per_worker, closed_loop=False,
-                        budget=serving_tokens)
+                        budget=serving_tokens, models=models)
     node = node_for(dev)
     kv_total = kv_bytes_per_token(arch, Parallel(), dw.cache_bytes) * isl
     xfer = KV_TRANSFER_LATENCY_MS + kv_total / (node.inter_bw_gbs * 1e9 * min(pw.par.gpus, dw.par.gpus)) * 1e3
@@ -268,9 +277,9 @@ def _disagg(arch, device, engine, spec, isl, osl, concurrency, ec):
     return ttft, tpot, n_p * pw.par.gpus + n_d * dw.par.gpus
 
 
-def _decode_keys_ms(arch, device, engine, wk, isl, osl, per_rank):
+def _decode_keys_ms(arch, device, engine, wk, isl, osl, per_rank, models=None):
     eng = get_engine(engine)
-    cost, _ = setup_cost(arch, device, eng, wk, 1, per_rank, isl, osl)
+    cost, _ = setup_cost(arch, device, eng, wk, 1, per_rank, isl, osl, models)
     # the isl keys only, over the keys the decode phase reads at its mean step (osl / 2 a sequence): its per-sequence
     # state reads and the attention kernels' floors are in the decode phase already
     own = per_rank * osl / 2.0

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hybridperf.priors.attention import context_attention_ms, generation_attention_ms
+from hybridperf.priors.attention import CONSTANTS, AttentionConstants, context_attention_ms, generation_attention_ms
 from hybridperf.priors.llm_gemm import GEMM_DTYPES, matrix_peak
 from hybridperf.priors.memory import achievable_bandwidth
 
@@ -95,18 +95,21 @@ class CompressedAttention:
     def _index_ms(self, pairs: float, keys: float, device) -> float:
         return indexer_ms(pairs, keys, self.index_heads, self.index_dim, device)
 
-    def decode_ms(self, keys: float, seqs: int, heads: float, device, kv_dtype: str, source) -> float:
+    def decode_ms(self, keys: float, seqs: int, heads: float, device, kv_dtype: str, source,
+                  constants: AttentionConstants = CONSTANTS) -> float:
         """One decode step of `seqs` sequences holding `keys` tokens in all, over every layer."""
         if seqs <= 0:
             return 0.0
         ctx = keys / seqs
         # MQA over shared keys and values: one tensor of head_dim per entry, the bytes of half a K/V head pair
         per_entry = float(generation_attention_ms(1, 1e6, heads, 1, self.head_dim, device, kv_dtype=kv_dtype,
-                                                  kernel_source=source, xqa_fallback=False)) / 1e6 / 2
+                                                  kernel_source=source, xqa_fallback=False,
+                                                  constants=constants)) / 1e6 / 2
         index = self._count(4) * self._index_ms(keys / 4.0, keys / 4.0, device)
         return per_entry * seqs * self.entries_read(ctx) + index
 
-    def prefill_ms(self, chunk: int, prefix: int, heads: float, device, kv_dtype: str, source) -> float:
+    def prefill_ms(self, chunk: int, prefix: int, heads: float, device, kv_dtype: str, source,
+                   constants: AttentionConstants = CONSTANTS) -> float:
         """A prefill chunk of `chunk` tokens after `prefix` cached ones, over every layer: each query attends
         its window plus its layer's compressed entries (the indexer's top-k on CSA layers)."""
         ctx = prefix + chunk / 2.0  # a query's mean context within the chunk
@@ -117,5 +120,5 @@ class CompressedAttention:
             w = int(max(1, round(attended.get(r, self.window))))
             t += self._count(r) * float(context_attention_ms(1, chunk, heads, 1, self.head_dim, device,
                                                              kv_dtype=kv_dtype, window=w, prefix=prefix,
-                                                             kernel_source=source))
+                                                             kernel_source=source, constants=constants))
         return t + self._count(4) * self._index_ms(chunk * ctx / 4.0, (prefix + chunk) / 4.0, device)

@@ -19,11 +19,13 @@ import numpy as np
 
 from hybridperf.devices import DeviceSpec, NodeSpec
 from hybridperf.errors import InputError
-from hybridperf.priors.attention import context_attention_ms, generation_attention_ms
+from hybridperf.priors.attention import CONSTANTS as ATTENTION_CONSTANTS
+from hybridperf.priors.attention import AttentionConstants, context_attention_ms, generation_attention_ms
 from hybridperf.priors.collectives import custom_all_reduce_ms
 from hybridperf.priors.llm_gemm import GEMM_DTYPES, ROOFLINE, device_dtype, gemm_ms
 from hybridperf.priors.memory import achievable_bandwidth, memory_time_ms
-from hybridperf.priors.mla import mla_decode_ms
+from hybridperf.priors.mla import CONSTANTS as MLA_CONSTANTS
+from hybridperf.priors.mla import MlaConstants, mla_decode_ms
 from hybridperf.priors.moe import ROUTING_KERNELS, moe_ms
 from hybridperf.serving.arch import Arch
 from hybridperf.serving.compressed import indexer_ms
@@ -156,18 +158,30 @@ class Parallel:
             raise InputError(f"{arch.experts} experts do not split {self.moe_ep} ways")
 
 
+@dataclass(frozen=True)
+class KernelModels:
+    """The fitted models an iteration is priced with besides the roofline GEMMs: the collective model
+    (`residual_models.collectives.CollectiveModel`) and the attention prior's and MLA decode's constants.
+    Predictions use the shipped ones; an evaluation that holds a system out passes ones fitted without
+    that system's tables (`experiments/serving/serving_silicon.py`)."""
+
+    collectives: object
+    attention: AttentionConstants = ATTENTION_CONSTANTS
+    mla: MlaConstants = MLA_CONSTANTS
+
+
 class StepCost:
     """Per-iteration GPU time (ms) of one GPU of one pipeline stage; see the module docstring."""
 
     def __init__(self, arch: Arch, device: DeviceSpec, node: NodeSpec, engine: EngineDefaults, par: Parallel,
-                 precision: str, moe_precision: str, kv_bytes: float, collectives, max_tokens: int,
+                 precision: str, moe_precision: str, kv_bytes: float, models: KernelModels, max_tokens: int,
                  spec: "Speculation | None" = None):
         self.arch, self.device, self.node, self.engine, self.par = arch, device, node, engine, par
         self.gemm = gemm_dtype(precision, self.device)
         self.moe = gemm_dtype(moe_precision, self.device)
         self.kv_bytes = kv_bytes
         self.kv_dtype = "fp8" if kv_bytes <= 1 else "bf16"
-        self.collectives = collectives
+        self.models = models
         self.stage_layers = arch.layers / par.pp
         self.spec = spec or Speculation()
         self.prefill_source, self.decode_source = (src or None for src in engine.attention_sources(device.kernel_arch))
@@ -254,9 +268,9 @@ class StepCost:
         """The engine's all-reduce: its own one-/two-shot kernel for small messages where every pair of GPUs
         is linked, NCCL otherwise (the collective model's `--impl` prediction, with its fitted constants)."""
         if gpus > self.node.gpus_per_node:
-            return self.collectives.predict("all_reduce", nbytes, gpus, self.node.gpus_per_node, self.node,
+            return self.models.collectives.predict("all_reduce", nbytes, gpus, self.node.gpus_per_node, self.node,
                                             timing="graph")["ms"]
-        c = self.collectives  # its prediction without the interval, which serving does not use
+        c = self.models.collectives  # its prediction without the interval, which serving does not use
         return custom_all_reduce_ms(nbytes, gpus, self.node, self.engine.name, c.constants, c.custom)
 
     def _tp_allreduce(self, n: np.ndarray) -> np.ndarray:
@@ -278,9 +292,9 @@ class StepCost:
         a = self.arch
         copies = p.moe_tp * expert_ranks(p.moe_ep, a.topk, a.expert_groups, a.topk_groups, a.experts) / p.tp
         width = a.moe_latent or a.hidden  # a latent MoE dispatches its latent activations
-        out = self.collectives.predict("all_to_all", n * width * copies * 1.0, g, gpn, self.node,
+        out = self.models.collectives.predict("all_to_all", n * width * copies * 1.0, g, gpn, self.node,
                                        timing="graph")["ms"]
-        back = self.collectives.predict("all_to_all", n * width * copies * 2.0, g, gpn, self.node,
+        back = self.models.collectives.predict("all_to_all", n * width * copies * 2.0, g, gpn, self.node,
                                         timing="graph")["ms"]
         return out + back
 
@@ -290,7 +304,7 @@ class StepCost:
         a, tp = self.arch, self.par.tp
         if a.mla:  # absorbed MLA: every head reads the one latent (kv_lora + rope wide)
             t = mla_decode_ms(1, 1e6, a.heads / tp, a.kv_lora_rank, a.rope_dim, self.device, self.kv_dtype,
-                              self.decode_source)
+                              self.decode_source, constants=self.models.mla, attention=self.models.attention)
             return float(t) / 1e6 * a.kv_layers / self.par.pp, 0.0
         if a.compressed:  # `decode_attn_ms` prices it (not linear in the keys)
             return 0.0, 0.0
@@ -300,7 +314,8 @@ class StepCost:
         seqs = self.device.num_sms
         for _, layers, (kvh, hd, _, tensors) in a.attention_kinds():
             t = generation_attention_ms(seqs, 1e6 / seqs, a.heads / tp, max(kvh / tp, 1), hd, self.device,
-                                        kv_dtype=self.kv_dtype, kernel_source=self.decode_source) if layers else 0.0
+                                        kv_dtype=self.kv_dtype, kernel_source=self.decode_source,
+                                        constants=self.models.attention) if layers else 0.0
             # per key, bytes of the cached widths over a key-and-value pair of key width (keys that are the values:
             # half); a fractional KV head would also cut the probe's parallelism, not only its bytes
             out.append(float(t) / 1e6 * tensors / 2 * layers / self.par.pp)
@@ -322,7 +337,8 @@ class StepCost:
         """Decode attention over `keys` cached keys in total (sliding and sparse layers capped)."""
         a = self.arch
         if a.compressed:
-            t = a.compressed.decode_ms(keys, seqs, a.heads / self.par.tp, self.device, self.kv_dtype, self.decode_source)
+            t = a.compressed.decode_ms(keys, seqs, a.heads / self.par.tp, self.device, self.kv_dtype,
+                                       self.decode_source, self.models.attention)
             return t / self.par.pp + self._state_ms * seqs
         full_keys = min(keys, seqs * a.max_keys) if a.max_keys else keys
         window_keys = min(keys, seqs * a.window) if a.window else keys
@@ -336,7 +352,7 @@ class StepCost:
             a, tp = self.arch, self.par.tp
             if a.compressed:
                 t = a.compressed.prefill_ms(chunk, prefix, a.heads / tp, self.device, self.kv_dtype,
-                                            self.prefill_source)
+                                            self.prefill_source, self.models.attention)
             else:
                 t = 0.0
                 for full, layers, (kvh, hd, vd, _) in a.attention_kinds():
@@ -345,7 +361,7 @@ class StepCost:
                         t += layers * float(context_attention_ms(1, chunk, a.heads / tp, max(kvh / tp, 1), hd,
                                                                  self.device, kv_dtype=self.kv_dtype, window=window,
                                                                  prefix=prefix, kernel_source=self.prefill_source,
-                                                                 v_dim=vd))
+                                                                 v_dim=vd, constants=self.models.attention))
             if a.index_heads:  # each query of the chunk scores every key before it
                 t += a.kv_layers * indexer_ms(chunk * (prefix + chunk / 2.0), prefix + chunk, a.index_heads,
                                               a.index_dim, self.device)
@@ -425,5 +441,5 @@ def check_weights_fit(arch, par, precision, moe_precision, device, engine) -> fl
     return free
 
 
-__all__ = ["GEMM_DTYPES", "KV_DTYPE_BYTES", "PRECISIONS", "QUANT_MODES", "Parallel", "Speculation", "StepCost",
-           "check_weights_fit", "default_kv_dtype", "kv_bytes_per_token", "weight_bytes_per_gpu"]
+__all__ = ["GEMM_DTYPES", "KV_DTYPE_BYTES", "PRECISIONS", "QUANT_MODES", "KernelModels", "Parallel", "Speculation",
+           "StepCost", "check_weights_fit", "default_kv_dtype", "kv_bytes_per_token", "weight_bytes_per_gpu"]

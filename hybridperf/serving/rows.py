@@ -20,7 +20,7 @@ from hybridperf.errors import HybridperfError, InputError
 from hybridperf.devices import get_device
 from hybridperf.serving.api import Worker, node_for, predict_serving
 from hybridperf.serving.calibration import Calibration
-from hybridperf.serving.cost import KV_DTYPE_BYTES, PRECISIONS, QUANT_MODES, Parallel, default_kv_dtype
+from hybridperf.serving.cost import KV_DTYPE_BYTES, PRECISIONS, QUANT_MODES, KernelModels, Parallel, default_kv_dtype
 from hybridperf.serving.load import as_arch, resolve_config
 
 REQUIRED = ("backend", "model_path", "system", "mode", "isl", "osl")
@@ -174,8 +174,10 @@ def row_request(row: dict, config_dir) -> dict:
     return req
 
 
-def predict_rows(df: pd.DataFrame, config_dir, calibration: Calibration | None = None) -> pd.DataFrame:
-    """`df` plus PRED_COLUMNS; a row that cannot be modelled keeps empty predictions and gets a reason."""
+def predict_rows(df: pd.DataFrame, config_dir, calibration: Calibration | None = None,
+                 models: KernelModels | None = None) -> pd.DataFrame:
+    """`df` plus PRED_COLUMNS; a row that cannot be modelled keeps empty predictions and gets a reason.
+    `models`: the kernel and collective models (the shipped ones when None)."""
     missing = [c for c in REQUIRED if c not in df.columns]
     if missing:
         raise InputError(f"rows CSV lacks column(s) {', '.join(missing)}")
@@ -185,7 +187,7 @@ def predict_rows(df: pd.DataFrame, config_dir, calibration: Calibration | None =
     out = {c: [] for c in PRED_COLUMNS}
     for row in df.to_dict("records"):
         try:
-            r = predict_serving(**row_request(row, config_dir), calibration=cal)
+            r = predict_serving(**row_request(row, config_dir), calibration=cal, models=models)
             vals = (r.ttft.ms, r.ttft.lo_ms, r.ttft.hi_ms, r.tpot.ms, r.tpot.lo_ms, r.tpot.hi_ms, "", r.stratum)
         except HybridperfError as e:
             vals = (float("nan"),) * 6 + (str(e).replace("\n", " "), "")

@@ -1,0 +1,76 @@
+"""The kernel and collective models a held-out serving system is scored with, fitted without its tables.
+
+Serving prices attention with the attention prior's constants, MLA decode with its own, and the TP
+all-reduce and MoE all-to-all with the collective model; the shipped constants of all three were fitted on
+aiconfigurator's tables of every system, the scored ones included. A fold refits each without the held-out
+system (`experiments/kernels/attention_prior.py`, `mla_decode.py`,
+`experiments/collectives/collectives_nvswitch.py` fit them so), so that nothing measured on that
+system enters its score. A system with no tables of a kind keeps the shipped fit of that kind, which never
+saw it. PyTorch SDPA's attention constants (read off our H100's kernels) are left out of a fold: no engine runs
+SDPA on these GPUs, and a family only the held-out GPU has (FA3 on the H100) takes the median of the families
+fitted, which SDPA's entries would join.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from functools import cached_property
+
+import pandas as pd
+
+from experiments.collectives import collectives_nvswitch as nccl_experiment
+from experiments.common import DATA
+from experiments.kernels import attention_prior, mla_decode
+from hybridperf.devices import get_device
+from hybridperf.priors.collectives import DEFAULT_CONSTANTS
+from hybridperf.priors.mla import native_mla
+from hybridperf.residual_models.collectives import CollectiveModel
+from hybridperf.serving.api import default_models
+from hybridperf.serving.cost import KernelModels
+from hybridperf.training.collectives import fit_constants, fit_custom_all_reduce
+
+COLLECTIVE_MAXITER = 800  # as collectives_nvswitch's folds
+
+
+class FoldModels:
+    """Loads the tables once; `for_held_out(system)` fits the models without that system."""
+
+    def __init__(self, data=DATA):
+        self.data = data
+
+    @cached_property
+    def attention(self) -> pd.DataFrame:
+        return attention_prior.load_tables(self.data)
+
+    @cached_property
+    def mla(self) -> pd.DataFrame:
+        return mla_decode.load_tables(self.data)
+
+    @cached_property
+    def nccl(self) -> tuple[pd.DataFrame, pd.DataFrame]:
+        return nccl_experiment.load(self.data)
+
+    def for_held_out(self, held: str) -> KernelModels:
+        t0 = time.time()
+        shipped = default_models()
+        source = f"aiconfigurator tables without {held}"
+        att = self.attention[self.attention["system"] != held]
+        attention = attention_prior.fit(attention_prior.sample(att, attention_prior.FIT_ROWS), source)
+        attention = dataclasses.replace(attention, efficiency=_without_sdpa(attention.efficiency),
+                                        decode_bw=_without_sdpa(attention.decode_bw))
+        native = [s for s in mla_decode.SYSTEMS if s != held and native_mla(get_device(s))]
+        mla = self.mla[self.mla["system"].isin(native)]
+        models = KernelModels(shipped.collectives, attention=attention,
+                              mla=mla_decode.fit(mla_decode.sample(mla, mla_decode.FIT_ROWS), source))
+        nccl, custom = self.nccl
+        if held in set(nccl["system"]):
+            c = fit_constants(nccl[nccl["system"] != held], DEFAULT_CONSTANTS, maxiter=COLLECTIVE_MAXITER).constants
+            k = fit_custom_all_reduce(custom[custom["system"] != held], c)  # the defaults where no rows are left
+            models = KernelModels(CollectiveModel(c, shipped.collectives.interval, custom=k), models.attention,
+                                  models.mla)
+        print(f"kernel and collective models without {held}: {time.time() - t0:.0f} s", flush=True)
+        return models
+
+
+def _without_sdpa(per_family: dict) -> dict:
+    return {k: v for k, v in per_family.items() if k != "sdpa"}
