@@ -475,12 +475,15 @@ def test_kernels_input_directory_is_refused_and_parquet_output_is_parquet(monkey
     assert len(pd.read_parquet(out)) == 3
 
 
-def test_serving_calibration_without_rows_is_refused(monkeypatch, capsys, tmp_path):
+def test_serving_calibration_of_one_run_needs_runs_of_its_deployment(monkeypatch, capsys, tmp_path):
     measured = tmp_path / "measured.csv"
     measured.write_text("system\n")
-    refused(monkeypatch, capsys, ["predict-serving", "--config", REPO / "examples" / "configs" / "llama3_8b.json",
-                                  "--device", "h100_sxm", "--engine", "vllm", "--isl", 128, "--osl", 16,
-                                  "--concurrency", 4, "--calibration", measured], "--calibration works with --rows")
+    one = ["predict-serving", "--config", REPO / "examples" / "configs" / "llama3_8b.json", "--device", "h100_sxm",
+           "--engine", "vllm", "--isl", 128, "--osl", 16, "--concurrency", 4, "--calibration", measured]
+    refused(monkeypatch, capsys, one, "calibration runs lack column(s) backend")
+    pd.DataFrame([{"system": "b200_sxm", "backend": "vllm", "model_path": "x/y", "mode": "agg", "isl": 128,
+                   "osl": 16, "silicon_ttft_ms": 5.0, "silicon_tpot_ms": 1.0}]).to_csv(measured, index=False)
+    refused(monkeypatch, capsys, one, "ran vllm on NVIDIA H100")
 
 
 def test_serving_ep_on_a_dense_model_and_zero_on_inference_are_refused(monkeypatch, capsys):

@@ -392,6 +392,18 @@ def test_cli_json_and_rows(config_dir, tmp_path, monkeypatch, capsys):
     r = runner.invoke(app, ["predict-serving", "--rows", str(rows), "--configs", str(config_dir), "--output", str(out)])
     assert r.exit_code == 0, r.output
     assert pd.read_csv(out).pred_tpot_ms.iloc[0] > 0
+    # one run calibrated by a run of its deployment measured at twice its predicted TTFT: TTFT x 2 ** (1/2)
+    one = ["predict-serving", "--config", str(cfg), "--device", "h100_sxm", "--engine", "vllm", "--isl", "256",
+           "--osl", "64", "--concurrency", "4", "--json"]
+    plain = json.loads(runner.invoke(app, one).output.strip().splitlines()[-1])
+    measured = tmp_path / "measured.csv"
+    m = pd.read_csv(out).assign(silicon_ttft_ms=lambda d: 2 * d.pred_ttft_ms, silicon_tpot_ms=lambda d: d.pred_tpot_ms)
+    m.to_csv(measured, index=False)
+    r = runner.invoke(app, [*one, "--calibration", str(measured)])
+    assert r.exit_code == 0, r.output
+    cal = json.loads(r.output.strip().splitlines()[-1])
+    assert cal["ttft_ms"] == pytest.approx(plain["ttft_ms"] * 2 ** 0.5, rel=1e-3)
+    assert cal["tpot_ms"] == pytest.approx(plain["tpot_ms"], rel=1e-3) and cal["e2e_ms"] > plain["e2e_ms"]
     for args in (["--config", str(cfg), "--device", "h100_sxm", "--engine", "tgi", "--isl", "8", "--osl", "8",
                   "--batch", "1"],
                  ["--config", str(cfg), "--device", "nosuchgpu", "--engine", "vllm", "--isl", "8", "--osl", "8",

@@ -3,6 +3,7 @@ SGLang or TensorRT-LLM, with 90% intervals (CONTRACT.md section 4)."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Optional
 
@@ -51,13 +52,13 @@ def predict_serving_cmd(
                                            help="with --rows: directory of <org>--<name>_config.json"),
     output: Optional[Path] = typer.Option(None, "--output", help="with --rows: CSV to write"),
     calibration: Optional[Path] = typer.Option(None, "--calibration",
-                                               help="with --rows: runs measured on your deployment (same columns "
-                                                    "plus silicon_ttft_ms, silicon_tpot_ms) to calibrate by"),
+                                               help="runs measured on your deployment (--rows' columns plus "
+                                                    "silicon_ttft_ms, silicon_tpot_ms) to calibrate by; for one "
+                                                    "run, those of its engine, GPU and precision, taken to run "
+                                                    "--config's model"),
 ) -> None:
     """Predict a serving run (one engine instance on tp x pp x attention-dp GPUs of DEVICE), or with --rows
     a CSV of runs (aggregated and disaggregated), adding pred_ttft_ms / pred_tpot_ms and their intervals."""
-    if calibration is not None and rows is None:
-        raise InputError("--calibration works with --rows (the measured runs match the rows' configurations)")
     if rows is not None:
         if configs is None or output is None:
             raise InputError("--rows needs --configs CONFIG_DIR and --output OUT.csv")
@@ -77,9 +78,7 @@ def predict_serving_cmd(
             disagg = ~refused & ~usable
             used = int(usable.sum())
             if not used:
-                why = f"; first refusal: {mp.loc[refused, 'reason'].iloc[0]}" if refused.any() else ""
-                raise InputError(f"no aggregated run of {calibration} could be predicted to calibrate by "
-                                 f"({int(disagg.sum())} disaggregated, {int(refused.sum())} refused{why})")
+                raise _no_usable_run(calibration, mp)
             out = calibrate(out, offsets(mp))
             typer.echo(f"calibrated {int((out['calibration_runs'] > 0).sum())} of {len(out)} rows by {used} of "
                        f"{len(mp)} measured runs ({int(disagg.sum())} disaggregated and {int(refused.sum())} "
@@ -108,6 +107,8 @@ def predict_serving_cmd(
     res = predict_serving(str(config), dev, engine, isl, osl, batch=batch, concurrency=concurrency,
                           tp=tp, pp=pp, ep=ep, attention_dp=attention_dp, precision=precision, kv_dtype=kv_dtype,
                           spec_tokens=spec_tokens, acceptance=acceptance)
+    if calibration is not None:
+        res = _calibrate_one(res, calibration, config, dev, engine, precision, osl)
     _note_weight_only(precision, dev)
     raw = res.to_json()
     what = f"{engine} serving {Path(config).name} on {device}"
@@ -123,6 +124,39 @@ def predict_serving_cmd(
             typer.echo(f"  {k.upper():5s} {out[f'{k}_ms']:.2f} ms  [{out[f'{k}_lo_ms']:.2f}, {out[f'{k}_hi_ms']:.2f}]")
         typer.echo(f"  {out['tokens_per_s']:.1f} tokens/s, {out['tokens_per_s_per_gpu']:.1f} per GPU")
     typer.echo(json.dumps(out))
+
+
+def _no_usable_run(calibration: Path, mp) -> InputError:
+    """The error for measured runs (`mp`, predicted) none of which can calibrate: how many were disaggregated and
+    how many refused, and why the first was."""
+    from hybridperf.serving.measured import aggregated
+
+    refused = mp["reason"] != ""
+    why = f"; first refusal: {mp.loc[refused, 'reason'].iloc[0]}" if refused.any() else ""
+    return InputError(f"no aggregated run of {calibration} could be predicted to calibrate by "
+                      f"({int((~refused & ~aggregated(mp)).sum())} disaggregated, {int(refused.sum())} refused{why})")
+
+
+def _calibrate_one(res, calibration: Path, config: Path, dev, engine: str, precision: str, osl: int):
+    """`res` scaled by the measured runs of `calibration` that ran this engine on this GPU at this precision
+    (each predicted with --config's model and its own lengths, concurrency and split); InputError if none can."""
+    from hybridperf.csvio import read_csv
+    from hybridperf.serving.measured import calibrate_result, check_measured, pooled_offset, same_deployment
+    from hybridperf.serving.rows import predict_rows
+
+    measured = read_csv(calibration, "calibration CSV")
+    check_measured(measured)
+    mine = same_deployment(measured, engine, dev, precision)
+    if not mine.any():
+        raise InputError(f"none of the {len(measured)} runs of {calibration} ran {engine} on {dev.name} with "
+                         f"{precision} weights (backend, system, gemm_quant_mode or precision columns)")
+    mp = predict_rows(measured[mine], None, config=str(config))
+    off = pooled_offset(mp)
+    if not off["runs"]:
+        raise _no_usable_run(calibration, mp)
+    typer.echo(f"calibrated by {off['runs']} of {len(measured)} measured runs (TTFT x {math.exp(off['ttft']):.3f}, "
+               f"TPOT x {math.exp(off['tpot']):.3f})", err=True)
+    return calibrate_result(res, off, osl)
 
 
 def _int_list(text: str, flag: str) -> tuple:

@@ -6,8 +6,12 @@ interval included, by the geometric mean of their measured / predicted ratios, s
 n / (n + SHRINK_RUNS) for n runs: one run's ratio carries its own noise as well as the configuration's offset.
 Disaggregated runs are left as predicted: their error turns on the worker counts, not on the configuration
 (one run's ratio moved the other runs of a configuration further off: `experiments/serving/serving_silicon.py`).
+One run predicted on its own is scaled by every measured run of its engine, GPU and precision, pooled
+(`same_deployment`, `pooled_offset`, `calibrate_result`).
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pandas as pd
@@ -48,9 +52,9 @@ def check_measured(measured: pd.DataFrame) -> None:
         raise InputError(f"calibration runs lack column(s) {', '.join(lacking)}")
 
 
-def offsets(measured: pd.DataFrame) -> pd.DataFrame:
-    """Per configuration of `measured` (runs predicted by `rows.predict_rows`, with MEASURED columns): the runs
-    used and the shrunk log offset of each metric. InputError when a column is missing."""
+def _log_ratios(measured: pd.DataFrame) -> pd.DataFrame:
+    """log(measured / predicted) per metric of each aggregated run of `measured` (predicted by
+    `rows.predict_rows`, with MEASURED columns); InputError when a column is missing or a time is not one."""
     check_measured(measured)
     ok = measured[aggregated(measured)]
     logs = {}
@@ -60,11 +64,61 @@ def offsets(measured: pd.DataFrame) -> pd.DataFrame:
             raise InputError(f"calibration runs: {col} must be a number of ms in (0, {MAX_MS:g}] in every "
                              "aggregated run")
         logs[m] = np.log(meas / ok[f"pred_{m}_ms"])
-    g = pd.DataFrame(logs, index=ok.index).groupby(config_key(ok).to_numpy())
+    return pd.DataFrame(logs, index=ok.index)
+
+
+def offsets(measured: pd.DataFrame) -> pd.DataFrame:
+    """Per configuration of `measured` (runs predicted by `rows.predict_rows`, with MEASURED columns): the runs
+    used and the shrunk log offset of each metric. InputError when a column is missing."""
+    logs = _log_ratios(measured)
+    g = logs.groupby(config_key(measured.loc[logs.index]).to_numpy())
     n = g.size()
     out = g.mean().mul(n / (n + SHRINK_RUNS), axis=0)
     out["runs"] = n
     return out
+
+
+def same_deployment(measured: pd.DataFrame, engine: str, device, precision: str) -> pd.Series:
+    """Which measured runs ran `engine` on `device`'s GPU (a DeviceSpec) with `precision` weights: those
+    calibrate one run of that deployment (`pooled_offset`)."""
+    from hybridperf.devices import get_device
+    from hybridperf.errors import HybridperfError
+    from hybridperf.serving.engines import get_engine
+    from hybridperf.serving.rows import row_precision
+
+    def same(row) -> bool:
+        try:
+            return (get_engine(str(row.get("backend", ""))).name == get_engine(engine).name
+                    and get_device(str(row.get("system", ""))).name == device.name
+                    and row_precision(row, "gemm_quant_mode") == precision)
+        except HybridperfError:
+            return False
+
+    return pd.Series([same(r) for r in measured.to_dict("records")], index=measured.index, dtype=bool)
+
+
+def pooled_offset(measured: pd.DataFrame) -> dict:
+    """One shrunk log offset per metric over every aggregated run of `measured` (predicted, with MEASURED
+    columns), and `runs`, how many: the calibration of a single run by runs of its own deployment."""
+    logs = _log_ratios(measured)
+    n = len(logs)
+    return {**{m: float(logs[m].mean()) * n / (n + SHRINK_RUNS) if n else 0.0 for m in MEASURED}, "runs": n}
+
+
+def calibrate_result(res, offset: dict, osl: int):
+    """`res` (a `ServingResult`) with TTFT and TPOT scaled by `offset` (`pooled_offset`), intervals included;
+    end-to-end latency and throughput follow from them (a request's TTFT plus osl - 1 TPOTs)."""
+    import dataclasses
+
+    ft, fd = math.exp(offset["ttft"]), math.exp(offset["tpot"])
+    before = res.ttft.ms + res.tpot.ms * (osl - 1)
+    f = (res.ttft.ms * ft + res.tpot.ms * fd * (osl - 1)) / before
+
+    def scaled(lat, k):
+        return dataclasses.replace(lat, ms=lat.ms * k, lo_ms=lat.lo_ms * k, hi_ms=lat.hi_ms * k)
+
+    return dataclasses.replace(res, ttft=scaled(res.ttft, ft), tpot=scaled(res.tpot, fd), e2e=scaled(res.e2e, f),
+                               tokens_per_s=res.tokens_per_s / f, tokens_per_s_per_gpu=res.tokens_per_s_per_gpu / f)
 
 
 def calibrate(pred: pd.DataFrame, offs: pd.DataFrame) -> pd.DataFrame:

@@ -75,7 +75,9 @@ def run_mode(row) -> str:
     return mode
 
 
-def _precision(row, key) -> str:
+def row_precision(row, key) -> str:
+    """The CLI precision of a row's `key` quantization column (`gemm_quant_mode`, `moe_quant_mode`), else of
+    its `precision` column, else bf16; InputError for a mode or precision not modelled."""
     mode = row.get(key)
     if isinstance(mode, str) and mode:
         if mode not in QUANT_MODES:
@@ -152,11 +154,12 @@ def concurrency_of(row) -> int:
     return total
 
 
-def row_request(row: dict, config_dir) -> dict:
-    """The `predict_serving` arguments of one row; InputError saying why a row cannot be modelled."""
+def row_request(row: dict, config_dir, config=None) -> dict:
+    """The `predict_serving` arguments of one row; InputError saying why a row cannot be modelled. `config` (a
+    config path): the model every row runs, in place of its `model_path` looked up in `config_dir`."""
     engine = str(row.get("backend", "")).strip().lower()
-    path = resolve_config(str(row.get("model_path", "")), config_dir)
-    prec, moe_prec = _precision(row, "gemm_quant_mode"), _precision(row, "moe_quant_mode")
+    path = config if config is not None else resolve_config(str(row.get("model_path", "")), config_dir)
+    prec, moe_prec = row_precision(row, "gemm_quant_mode"), row_precision(row, "moe_quant_mode")
     kv = default_kv_dtype(prec)
     isl, osl = _int(row, "isl", None), _int(row, "osl", None)
     if isl is None or osl is None:
@@ -175,19 +178,19 @@ def row_request(row: dict, config_dir) -> dict:
 
 
 def predict_rows(df: pd.DataFrame, config_dir, calibration: Calibration | None = None,
-                 models: KernelModels | None = None) -> pd.DataFrame:
+                 models: KernelModels | None = None, config=None) -> pd.DataFrame:
     """`df` plus PRED_COLUMNS; a row that cannot be modelled keeps empty predictions and gets a reason.
-    `models`: the kernel and collective models (the shipped ones when None)."""
+    `models`: the kernel and collective models (the shipped ones when None); `config`: see `row_request`."""
     missing = [c for c in REQUIRED if c not in df.columns]
     if missing:
         raise InputError(f"rows CSV lacks column(s) {', '.join(missing)}")
-    if not Path(config_dir).is_dir():
+    if config is None and not Path(config_dir).is_dir():
         raise InputError(f"config directory not found: {config_dir}")
     cal = calibration or Calibration.load()
     out = {c: [] for c in PRED_COLUMNS}
     for row in df.to_dict("records"):
         try:
-            r = predict_serving(**row_request(row, config_dir), calibration=cal, models=models)
+            r = predict_serving(**row_request(row, config_dir, config), calibration=cal, models=models)
             vals = (r.ttft.ms, r.ttft.lo_ms, r.ttft.hi_ms, r.tpot.ms, r.tpot.lo_ms, r.tpot.hi_ms, "", r.stratum)
         except HybridperfError as e:
             vals = (float("nan"),) * 6 + (str(e).replace("\n", " "), "")
