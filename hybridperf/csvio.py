@@ -70,6 +70,14 @@ def integers_restored(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def with_rows(df: pd.DataFrame, path: str | Path, what: str) -> pd.DataFrame:
+    """`df`, or InputError when it has no rows (a header alone): a calibration by no measurement is a mistake
+    to say (a table to predict may be empty: its output is the header)."""
+    if df.empty:
+        raise InputError(f"{path}: {what} has a header but no rows")
+    return df
+
+
 def read_table(path: str | Path, what: str = "input file") -> pd.DataFrame:
     """A CSV or, by its `.parquet`/`.pq` suffix, a parquet table; one-line InputError on failure."""
     if Path(path).suffix.lower() not in (".parquet", ".pq"):

@@ -459,10 +459,26 @@ def test_plot_without_matplotlib_is_one_line(monkeypatch, capsys, tmp_path):
     (["--bytes", "1.5", "--gpus", 8], "whole number of bytes"),
     (["--bytes", "64MiB", "--gpus", 1], "--gpus must be >= 2"),
     (["--bytes", "64MiB", "--gpus", 9], "whole nodes of 8"),
+    (["--bytes", "1e30", "--gpus", 8], "at most 2^50 bytes"),
 ])
 def test_collective_arguments_are_refused_in_one_line(monkeypatch, capsys, args, match):
     refused(monkeypatch, capsys, ["predict-collective", "--collective", "all_reduce", "--device", "DGX-H100", *args],
             match)
+
+
+def test_a_calibration_without_rows_is_refused(monkeypatch, capsys, tmp_path):
+    """Calibrating by no measurement is a mistake to say (an empty table to predict gives an empty output)."""
+    measured = tmp_path / "measured.csv"
+    measured.write_text("collective,bytes,gpus,latency_ms\n")
+    refused(monkeypatch, capsys, ["predict-collective", "--collective", "all_reduce", "--device", "DGX-H100",
+                                  "--bytes", 65536, "--gpus", 8, "--calibration", measured],
+            "calibration CSV has a header but no rows")
+    runs = tmp_path / "runs.csv"
+    runs.write_text("backend,model_path,system,mode,isl,osl,silicon_ttft_ms,silicon_tpot_ms\n")
+    refused(monkeypatch, capsys, ["predict-serving", "--rows", runs, "--configs", tmp_path, "--output",
+                                  tmp_path / "out.csv", "--calibration", runs],
+            "calibration CSV has a header but no rows")
+    assert not (tmp_path / "out.csv").exists()
 
 
 def test_kernels_input_directory_is_refused_and_parquet_output_is_parquet(monkeypatch, capsys, tmp_path, kernels_csv):
@@ -477,7 +493,7 @@ def test_kernels_input_directory_is_refused_and_parquet_output_is_parquet(monkey
 
 def test_serving_calibration_of_one_run_needs_runs_of_its_deployment(monkeypatch, capsys, tmp_path):
     measured = tmp_path / "measured.csv"
-    measured.write_text("system\n")
+    measured.write_text("system\nh100_sxm\n")
     one = ["predict-serving", "--config", REPO / "examples" / "configs" / "llama3_8b.json", "--device", "h100_sxm",
            "--engine", "vllm", "--isl", 128, "--osl", 16, "--concurrency", 4, "--calibration", measured]
     refused(monkeypatch, capsys, one, "calibration runs lack column(s) backend")

@@ -49,7 +49,7 @@ def predict_collective(
     model_bundle: Optional[Path] = typer.Option(None, "--model-bundle", help="Collectives bundle dir (default: shipped)."),
     prior_only: bool = typer.Option(False, "--prior-only", help="Analytical prior with default constants only."),
     calibration: Optional[Path] = typer.Option(None, "--calibration", help="CSV of this system's NCCL runs, timed "
-                                               "as --timing says (collective, bytes, gpus, [gpus_per_node], "
+                                               "as --timing says (collective, bytes, gpus, optional gpus_per_node, "
                                                "latency_ms): the error at their sizes, interpolated in log size, "
                                                "corrects the prediction."),
 ) -> None:
@@ -95,9 +95,9 @@ def predict_collective(
     model = CollectiveModel.prior_only() if prior_only else CollectiveModel.load(model_bundle)
     measured = None
     if calibration is not None:
-        from hybridperf.csvio import read_csv
+        from hybridperf.csvio import read_csv, with_rows
 
-        measured = read_csv(calibration, "measured collectives CSV")
+        measured = with_rows(read_csv(calibration, "measured collectives CSV"), calibration, "calibration CSV")
     out = predict_collective(coll, n, gpus, gpus_per_node, node, model, timing, impl)
     if measured is not None:
         out = _calibrated(out, n, measured, coll, gpus, asked_per_node, per_node, node, model, timing)

@@ -63,12 +63,13 @@ def predict_serving_cmd(
         if configs is None or output is None:
             raise InputError("--rows needs --configs CONFIG_DIR and --output OUT.csv")
         check_outputs(output)
-        from hybridperf.csvio import read_csv
+        from hybridperf.csvio import read_csv, with_rows
         from hybridperf.serving.measured import aggregated, calibrate, check_measured, offsets
         from hybridperf.serving.rows import predict_rows
 
         runs = read_csv(rows, "rows CSV")
-        measured = read_csv(calibration, "calibration CSV") if calibration is not None else None
+        measured = with_rows(read_csv(calibration, "calibration CSV"), calibration, "calibration CSV") \
+            if calibration is not None else None
         if measured is not None:
             check_measured(measured)
         out = predict_rows(runs, configs)
@@ -140,11 +141,11 @@ def _no_usable_run(calibration: Path, mp) -> InputError:
 def _calibrate_one(res, calibration: Path, config: Path, dev, engine: str, precision: str, osl: int):
     """`res` scaled by the measured runs of `calibration` that ran this engine on this GPU at this precision
     (each predicted with --config's model and its own lengths, concurrency and split); InputError if none can."""
-    from hybridperf.csvio import read_csv
+    from hybridperf.csvio import read_csv, with_rows
     from hybridperf.serving.measured import calibrate_result, check_measured, pooled_offset, same_deployment
     from hybridperf.serving.rows import predict_rows
 
-    measured = read_csv(calibration, "calibration CSV")
+    measured = with_rows(read_csv(calibration, "calibration CSV"), calibration, "calibration CSV")
     check_measured(measured)
     mine = same_deployment(measured, engine, dev, precision)
     if not mine.any():

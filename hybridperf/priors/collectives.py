@@ -176,10 +176,16 @@ def per_host_to_domain(gpus: int, gpus_per_host: int, node: NodeSpec) -> int:
     return domain
 
 
+#: the largest message accepted: a PiB is beyond any system's memory
+MAX_BYTES = float(2 ** 50)
+
+
 def as_bytes(nbytes) -> np.ndarray:
     n = np.atleast_1d(np.asarray(nbytes, dtype=np.float64)).ravel()
     if not np.all(np.isfinite(n)) or np.any(n <= 0):
         raise InputError("message size must be a positive, finite number of bytes")
+    if np.any(n > MAX_BYTES):
+        raise InputError(f"message size must be at most 2^50 bytes (1 PiB), got {float(n.max()):g}")
     return n
 
 
