@@ -500,6 +500,10 @@ def test_serving_calibration_of_one_run_needs_runs_of_its_deployment(monkeypatch
     pd.DataFrame([{"system": "b200_sxm", "backend": "vllm", "model_path": "x/y", "mode": "agg", "isl": 128,
                    "osl": 16, "silicon_ttft_ms": 5.0, "silicon_tpot_ms": 1.0}]).to_csv(measured, index=False)
     refused(monkeypatch, capsys, one, "ran vllm on NVIDIA H100")
+    pd.DataFrame([{"system": "h100_sxm", "backend": "vllm", "model_path": "x/y", "mode": "disagg", "isl": 128,
+                   "osl": 16, "silicon_ttft_ms": 5.0, "silicon_tpot_ms": 1.0, "prefill_tp_size": 1,
+                   "decode_tp_size": 1}]).to_csv(measured, index=False)
+    refused(monkeypatch, capsys, one, "no aggregated run")
 
 
 def test_serving_ep_on_a_dense_model_and_zero_on_inference_are_refused(monkeypatch, capsys):

@@ -208,6 +208,25 @@ def test_kernel_models_passed_in_price_attention_mla_and_collectives(config_dir)
         > 1.05 * predict_rows(row, config_dir, WAVES).pred_ttft_ms.iloc[0]
 
 
+@pytest.mark.parametrize("mode", [{"concurrency": 8}, {"batch": 8}])
+def test_scale_multiplies_prefills_and_decode_steps_before_composing(mode):
+    """`scale` (a calibration by measured runs) multiplies TTFT and TPOT with their intervals; end-to-end latency
+    is linear in the two (in --batch mode the last request's queued prefills and its decode), throughput follows."""
+    kw = dict(config=LLAMA, device="h100_sxm", engine="vllm", isl=2048, osl=128, calibration=WAVES, **mode)
+    base, both = predict_serving(**kw), predict_serving(**kw, scale=(2.0, 2.0))
+    first, decode = predict_serving(**kw, scale=(2.0, 1.0)), predict_serving(**kw, scale=(1.0, 2.0))
+    assert (first.ttft.ms, first.ttft.lo_ms, first.ttft.hi_ms) == pytest.approx(
+        (2 * base.ttft.ms, 2 * base.ttft.lo_ms, 2 * base.ttft.hi_ms))
+    assert first.tpot == base.tpot and decode.tpot.ms == pytest.approx(2 * base.tpot.ms)
+    assert both.e2e.ms == pytest.approx(2 * base.e2e.ms)
+    assert first.e2e.ms + decode.e2e.ms == pytest.approx(3 * base.e2e.ms)
+    assert first.e2e.ms > base.e2e.ms and decode.e2e.ms > base.e2e.ms
+    assert both.tokens_per_s == pytest.approx(base.tokens_per_s / 2)
+    assert both.tokens_per_s_per_gpu == pytest.approx(both.tokens_per_s / both.gpus)
+    with pytest.raises(InputError, match="scale factors"):
+        predict_serving(**kw, scale=(0.0, 1.0))
+
+
 def test_per_head_products_run_as_one_batched_gemm(monkeypatch):
     """MLA's absorbed per-head products are one batched launch: 128 heads of a 32-token (32 x 128) @ (128 x 512)
     product cost about what one GEMM 128x as wide does, far less than 128 separate few-tile GEMMs, and no less

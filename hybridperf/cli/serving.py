@@ -105,11 +105,10 @@ def predict_serving_cmd(
 
         if not as_arch(str(config)).experts:
             raise InputError(f"--ep {ep}: {Path(config).name} has no experts to split; leave --ep at 1")
+    scale = _measured_scale(calibration, config, dev, engine, precision) if calibration is not None else (1.0, 1.0)
     res = predict_serving(str(config), dev, engine, isl, osl, batch=batch, concurrency=concurrency,
                           tp=tp, pp=pp, ep=ep, attention_dp=attention_dp, precision=precision, kv_dtype=kv_dtype,
-                          spec_tokens=spec_tokens, acceptance=acceptance)
-    if calibration is not None:
-        res = _calibrate_one(res, calibration, config, dev, engine, precision, osl)
+                          spec_tokens=spec_tokens, acceptance=acceptance, scale=scale)
     _note_weight_only(precision, dev)
     raw = res.to_json()
     what = f"{engine} serving {Path(config).name} on {device}"
@@ -138,11 +137,12 @@ def _no_usable_run(calibration: Path, mp) -> InputError:
                       f"({int((~refused & ~aggregated(mp)).sum())} disaggregated, {int(refused.sum())} refused{why})")
 
 
-def _calibrate_one(res, calibration: Path, config: Path, dev, engine: str, precision: str, osl: int):
-    """`res` scaled by the measured runs of `calibration` that ran this engine on this GPU at this precision
-    (each predicted with --config's model and its own lengths, concurrency and split); InputError if none can."""
+def _measured_scale(calibration: Path, config: Path, dev, engine: str, precision: str) -> tuple[float, float]:
+    """(TTFT, TPOT) factors from the measured runs of `calibration` that ran this engine on this GPU at this
+    precision, each predicted with --config's model at its own lengths, concurrency and split (`pooled_offset`);
+    InputError if none can be."""
     from hybridperf.csvio import read_csv, with_rows
-    from hybridperf.serving.measured import calibrate_result, check_measured, pooled_offset, same_deployment
+    from hybridperf.serving.measured import check_measured, pooled_offset, same_deployment
     from hybridperf.serving.rows import predict_rows
 
     measured = with_rows(read_csv(calibration, "calibration CSV"), calibration, "calibration CSV")
@@ -155,9 +155,12 @@ def _calibrate_one(res, calibration: Path, config: Path, dev, engine: str, preci
     off = pooled_offset(mp)
     if not off["runs"]:
         raise _no_usable_run(calibration, mp)
-    typer.echo(f"calibrated by {off['runs']} of {len(measured)} measured runs (TTFT x {math.exp(off['ttft']):.3f}, "
-               f"TPOT x {math.exp(off['tpot']):.3f})", err=True)
-    return calibrate_result(res, off, osl)
+    scale = math.exp(off["ttft"]), math.exp(off["tpot"])
+    models = sorted(set(measured.loc[mine, "model_path"].fillna("").astype(str)))
+    typer.echo(f"calibrated by {off['runs']} of {len(measured)} measured runs (TTFT x {scale[0]:.3f}, TPOT x "
+               f"{scale[1]:.3f}), each taken to run {Path(config).name}; their model_path: {', '.join(models)}",
+               err=True)
+    return scale
 
 
 def _int_list(text: str, flag: str) -> tuple:

@@ -186,14 +186,15 @@ def predict_serving(config, device, engine: str, isl: int, osl: int, *, batch: i
                     moe_tp: int | None = None, precision: str = "bf16", moe_precision: str = "",
                     kv_dtype: str = "", calibration: Calibration | None = None,
                     disagg: tuple | None = None, spec_tokens: int = 0, acceptance: float = 0.7,
-                    models: KernelModels | None = None) -> ServingResult:
+                    models: KernelModels | None = None, scale: tuple = (1.0, 1.0)) -> ServingResult:
     """Predict one serving run. `config`: a HF config path/dict or an `Arch`; `batch` (offline
     generate, all requests at once) or `concurrency` (closed loop). MoE: experts split `ep` ways, the
     rest of the tensor-parallel group inside each expert (`moe_tp`). `disagg`: (prefill Worker, prefill
     workers, decode Worker, decode workers), overriding the single instance. `spec_tokens`: speculative
     decoding (MTP or a draft head) proposing that many tokens per step, each accepted with probability
     `acceptance` (`cost.Speculation`). `models`: the kernel and collective models (`cost.KernelModels`), the
-    shipped ones when None."""
+    shipped ones when None. `scale`: factors on every prefill's and every decode step's time (a calibration by
+    measured runs, `serving.measured.pooled_offset`), before end-to-end latency and throughput are composed."""
     from hybridperf.serving.load import as_arch  # noqa: PLC0415  (reads configs; kept out of import time)
 
     arch = as_arch(config)
@@ -206,6 +207,9 @@ def predict_serving(config, device, engine: str, isl: int, osl: int, *, batch: i
         raise InputError(f"batch/concurrency must be a positive integer, got {n!r}")
     if not spec_tokens and acceptance != Speculation.acceptance:  # a rate given for drafts that are never made
         raise InputError(f"--acceptance {acceptance} applies only with --spec-tokens > 0 (speculative decoding)")
+    if not all(isinstance(f, (int, float)) and 0 < f < math.inf for f in scale):
+        raise InputError(f"scale factors must be positive and finite, got {scale!r}")
+    f_ttft, f_tpot = scale
     cal = calibration or Calibration.load()
     ec = cal.engine(get_engine(engine).name)
     kvb = KV_DTYPE_BYTES.get(kv_dtype or default_kv_dtype(precision))
@@ -215,6 +219,7 @@ def predict_serving(config, device, engine: str, isl: int, osl: int, *, batch: i
         if spec_tokens:
             raise InputError("speculative decoding is not modelled for disaggregated workers")
         ttft, tpot, gpus = _disagg(arch, device, engine, disagg, isl, osl, n, ec, models)
+        ttft, tpot = ttft * f_ttft, tpot * f_tpot
         e2e = ttft + tpot * (osl - 1)
         stratum = WORKERS_INFERRED if not disagg[3] else ""  # the decode batch per worker is a guess
     else:
@@ -224,12 +229,12 @@ def predict_serving(config, device, engine: str, isl: int, osl: int, *, batch: i
         wk = Worker(Parallel(tp=tp, pp=pp, adp=attention_dp, moe_tp=moe_tp, moe_ep=ep), precision,
                     moe_precision, kvb, Speculation(spec_tokens, acceptance))
         c = agg_components(arch, device, engine, wk, isl, osl, n, closed_loop=concurrency is not None, models=models)
-        ttft = ec.time_ms(blend(c, "ttft", ec.wave_weight), ttft=True)
-        tpot = ec.time_ms(blend(c, "decode", ec.wave_weight)) / max(osl - 1, 1)
+        ttft = ec.time_ms(blend(c, "ttft", ec.wave_weight), ttft=True) * f_ttft
+        tpot = ec.time_ms(blend(c, "decode", ec.wave_weight)) / max(osl - 1, 1) * f_tpot
         if concurrency is not None:
             e2e = ttft + tpot * (osl - 1)
-        else:
-            e2e = ec.time_ms(c["wave"]["last_ttft"], ttft=True) + ec.time_ms(c["wave"]["last_decode"])
+        else:  # the last request to finish: its prefill, queued behind the others', then its decode
+            e2e = ec.time_ms(c["wave"]["last_ttft"], ttft=True) * f_ttft + ec.time_ms(c["wave"]["last_decode"]) * f_tpot
         gpus = c["gpus"]
     if concurrency is not None:
         tps = concurrency * osl / (ttft + tpot * (osl - 1)) * 1e3

@@ -7,11 +7,9 @@ n / (n + SHRINK_RUNS) for n runs: one run's ratio carries its own noise as well 
 Disaggregated runs are left as predicted: their error turns on the worker counts, not on the configuration
 (one run's ratio moved the other runs of a configuration further off: `experiments/serving/serving_silicon.py`).
 One run predicted on its own is scaled by every measured run of its engine, GPU and precision, pooled
-(`same_deployment`, `pooled_offset`, `calibrate_result`).
+(`same_deployment`, `pooled_offset`: `predict_serving`'s `scale`).
 """
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import pandas as pd
@@ -103,22 +101,6 @@ def pooled_offset(measured: pd.DataFrame) -> dict:
     logs = _log_ratios(measured)
     n = len(logs)
     return {**{m: float(logs[m].mean()) * n / (n + SHRINK_RUNS) if n else 0.0 for m in MEASURED}, "runs": n}
-
-
-def calibrate_result(res, offset: dict, osl: int):
-    """`res` (a `ServingResult`) with TTFT and TPOT scaled by `offset` (`pooled_offset`), intervals included;
-    end-to-end latency and throughput follow from them (a request's TTFT plus osl - 1 TPOTs)."""
-    import dataclasses
-
-    ft, fd = math.exp(offset["ttft"]), math.exp(offset["tpot"])
-    before = res.ttft.ms + res.tpot.ms * (osl - 1)
-    f = (res.ttft.ms * ft + res.tpot.ms * fd * (osl - 1)) / before
-
-    def scaled(lat, k):
-        return dataclasses.replace(lat, ms=lat.ms * k, lo_ms=lat.lo_ms * k, hi_ms=lat.hi_ms * k)
-
-    return dataclasses.replace(res, ttft=scaled(res.ttft, ft), tpot=scaled(res.tpot, fd), e2e=scaled(res.e2e, f),
-                               tokens_per_s=res.tokens_per_s / f, tokens_per_s_per_gpu=res.tokens_per_s_per_gpu / f)
 
 
 def calibrate(pred: pd.DataFrame, offs: pd.DataFrame) -> pd.DataFrame:
