@@ -66,11 +66,13 @@ def _attn_dtype(series) -> np.ndarray:
 
 
 def prior_terms(df: pd.DataFrame, device: DeviceSpec, gemm_c: KernelConstants | None = None,
-                moe_c: KernelConstants | None = None) -> pd.DataFrame:
+                moe_c: KernelConstants | None = None,
+                attn_c: attention.AttentionConstants | None = None) -> pd.DataFrame:
     """Per row: `prior_ms` and the physics terms the residual models read (`compute_ms`, `memory_ms`,
     `floor_ms` (the kernels' floors and `fixed_ms`, a split-K GEMM's reduction), `flops`, `bytes`, `waves`,
     ...). Rows are priced in groups of one (op, dtype, kernel source); constants default to the fitted
-    ones (`fitted_constants`)."""
+    ones (`fitted_constants`; the attention prior's shipped `attention.CONSTANTS`)."""
+    attn_c = attention.CONSTANTS if attn_c is None else attn_c
     gemm_c = fitted_constants()["gemm"] if gemm_c is None else gemm_c
     moe_c = fitted_constants()["moe"] if moe_c is None else moe_c
     n = len(df)
@@ -120,12 +122,13 @@ def prior_terms(df: pd.DataFrame, device: DeviceSpec, gemm_c: KernelConstants | 
                 if op == "context_attention":
                     t = attention.context_attention_ms(b, s["isl"], h, kvh, hd, device, dtype=key[0], kv_dtype=key[1],
                                                        causal=True, window=s["window_size"], prefix=s["step"],
-                                                       kernel_source=key[2])
+                                                       kernel_source=key[2], constants=attn_c)
                     q, kv = s["isl"].to_numpy(), (s["isl"] + s["step"]).to_numpy()
                 else:
                     kv = (s["step"] + s["isl"]).to_numpy()
                     t = attention.generation_attention_ms(b, kv, h, kvh, hd, device, dtype=key[0], kv_dtype=key[1],
-                                                          window=s["window_size"], kernel_source=key[2])
+                                                          window=s["window_size"], kernel_source=key[2],
+                                                          constants=attn_c)
                     q = s["isl"].to_numpy()
                 w = s["window_size"].to_numpy()
                 keys = np.where(w > 0, np.minimum(kv, w), kv)

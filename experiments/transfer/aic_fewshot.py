@@ -40,8 +40,10 @@ def held_out_predictor(data: pd.DataFrame, held: str, out: Path, reuse: bool = F
     if reuse and (out / "manifest.json").is_file():
         return AicPredictor.load(out)
     train = [s for s in AK.SYSTEMS if s != held]
-    inner = pd.concat([AK.held_out_errors(data, i, [s for s in train if s != i])[0] for i in train])
-    AK.write_bundle(AK.fit(data, train), inner, out, train, "python -m experiments.transfer.aic_fewshot")
+    inner = pd.concat([AK.held_out_errors(data, i, [s for s in train if s != i], fold_attention=False)[0]
+                       for i in train])
+    AK.write_bundle(AK.fit(data, train, fold_attention=False), inner, out, train,
+                    "python -m experiments.transfer.aic_fewshot")
     return AicPredictor.load(out)
 
 
@@ -228,8 +230,9 @@ def report(res: pd.DataFrame, args) -> str:
         f"only from the second (at most {args.test_rows} rows per op family). `suggested`: the k rows `hybridperf "
         "suggest --schema aiconfigurator` picks from the first half; `random`: k rows drawn at random "
         f"(mean over seeds {', '.join(map(str, SEEDS))}). Cells read `MAPE % / 90% interval coverage %`. "
-        "Attention rows' prior constants are the shipped ones, fitted on all four GPUs (as in "
-        "aiconfigurator_kernels.md), so attention rows are held out only in their residuals and intervals.",
+        "Attention rows' prior constants are the shipped ones, fitted on all four GPUs (the bundle a fold writes "
+        "and loads back prices attention with them; aiconfigurator_kernels.md refits them per fold), so here "
+        "attention rows are held out only in their residuals and intervals.",
         "",
         "Calibrations: `median shift (before)` is what `calibrate_to` did before: per op and per (op, dtype) the "
         "median log error, shrunk toward 0 by n/(n+5). `MAPE shift`: the shift minimising the calibration rows' "

@@ -163,11 +163,12 @@ def _fit_constants(priced: list, op: str, systems, source: str, reduce_kcycles: 
     return KernelConstants(*out, tuple(sorted(systems)), source, host, reduce_kcycles)
 
 
-def predict_terms(df: pd.DataFrame, gemm_c: KernelConstants, moe_c: KernelConstants) -> pd.DataFrame:
-    """`prior_terms` of canonical rows of any systems, each priced on its own system's device."""
+def predict_terms(df: pd.DataFrame, gemm_c: KernelConstants, moe_c: KernelConstants, attn_c=None) -> pd.DataFrame:
+    """`prior_terms` of canonical rows of any systems, each priced on its own system's device (attention with
+    `attn_c`, the shipped constants when None)."""
     parts = []
     for system, g in df.groupby("system", observed=True, sort=True):
-        parts.append(prior_terms(g, get_device(SYSTEM_DEVICES[system]), gemm_c, moe_c))
+        parts.append(prior_terms(g, get_device(SYSTEM_DEVICES[system]), gemm_c, moe_c, attn_c))
     return pd.concat(parts).loc[df.index]
 
 
