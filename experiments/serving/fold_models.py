@@ -6,13 +6,11 @@ aiconfigurator's tables of every system, the scored ones included. A fold refits
 system (`experiments/kernels/attention_prior.py`, `mla_decode.py`,
 `experiments/collectives/collectives_nvswitch.py` fit them so), so that nothing measured on that
 system enters its score. A system with no tables of a kind keeps the shipped fit of that kind, which never
-saw it. PyTorch SDPA's attention constants (read off our H100's kernels) are left out of a fold: no engine runs
-SDPA on these GPUs, and a family only the held-out GPU has (FA3 on the H100) takes the median of the families
-fitted, which SDPA's entries would join.
+saw it. A family only the held-out GPU has (FA3 on the H100) takes the median of the engines' families
+(`AttentionConstants.eff`), which PyTorch SDPA's entries, read off our H100's kernels, do not join.
 """
 from __future__ import annotations
 
-import dataclasses
 import time
 from functools import cached_property
 
@@ -56,8 +54,6 @@ class FoldModels:
         source = f"aiconfigurator tables without {held}"
         att = self.attention[self.attention["system"] != held]
         attention = attention_prior.fit(attention_prior.sample(att, attention_prior.FIT_ROWS), source)
-        attention = dataclasses.replace(attention, efficiency=_without_sdpa(attention.efficiency),
-                                        decode_bw=_without_sdpa(attention.decode_bw))
         native = [s for s in mla_decode.SYSTEMS if s != held and native_mla(get_device(s))]
         mla = self.mla[self.mla["system"].isin(native)]
         models = KernelModels(shipped.collectives, attention=attention,
@@ -70,7 +66,3 @@ class FoldModels:
                                   models.mla)
         print(f"kernel and collective models without {held}: {time.time() - t0:.0f} s", flush=True)
         return models
-
-
-def _without_sdpa(per_family: dict) -> dict:
-    return {k: v for k, v in per_family.items() if k != "sdpa"}

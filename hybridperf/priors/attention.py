@@ -149,12 +149,21 @@ class AttentionConstants:
     mem_efficient_efficiency: Fitted = Fitted(0.5, "share", "default")
 
     def eff(self, family: str) -> float:
+        """A family's fitted efficiency; a family never fitted takes the median of the engines' families."""
         f = self.efficiency.get(family)
-        return f.value if f else float(np.median([v.value for v in self.efficiency.values()] or [0.6]))
+        return f.value if f else _engine_median(self.efficiency, 0.6)
 
     def bw(self, family: str) -> float:
+        """A family's fitted decode bandwidth share; a family never fitted takes the engines' median."""
         f = self.decode_bw.get(family)
-        return f.value if f else float(np.median([v.value for v in self.decode_bw.values()] or [0.8]))
+        return f.value if f else _engine_median(self.decode_bw, 0.8)
+
+
+def _engine_median(per_family: dict, default: float) -> float:
+    """The median over the engines' kernel families: PyTorch SDPA's entries, read off one GPU's SDPA kernels
+    (ours), stand for no engine's kernel and would carry that GPU into every family a fold never saw."""
+    vals = [v.value for k, v in per_family.items() if k != "sdpa"]
+    return float(np.median(vals)) if vals else default
 
 
 _ALL = "a100_sxm, h100_sxm, l40s, b200_sxm aiconfigurator attention tables (all frameworks)"
