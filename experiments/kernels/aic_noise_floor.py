@@ -17,7 +17,7 @@ near a target cannot reach it by any model of the row's columns; far below it, t
 
     python -m experiments.kernels.aic_noise_floor [--data ../shared/datasets] [--out experiments/results]
 
-Writes aic_noise_floor.md. About two minutes (one leave-one-GPU-out run of `aiconfigurator_kernels`).
+Writes aic_noise_floor.md. About three minutes (one leave-one-GPU-out run of `aiconfigurator_kernels`).
 """
 from __future__ import annotations
 
