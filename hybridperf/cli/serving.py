@@ -63,27 +63,22 @@ def predict_serving_cmd(
         if configs is None or output is None:
             raise InputError("--rows needs --configs CONFIG_DIR and --output OUT.csv")
         check_outputs(output)
-        from hybridperf.csvio import read_csv, with_rows
-        from hybridperf.serving.measured import aggregated, calibrate, check_measured, offsets
+        from hybridperf.csvio import read_csv
+        from hybridperf.serving.measured import calibrate, offsets
         from hybridperf.serving.rows import predict_rows
 
         runs = read_csv(rows, "rows CSV")
-        measured = with_rows(read_csv(calibration, "calibration CSV"), calibration, "calibration CSV") \
-            if calibration is not None else None
-        if measured is not None:
-            check_measured(measured)
+        measured = _read_measured(calibration) if calibration is not None else None
         out = predict_rows(runs, configs)
         if measured is not None:
             mp = predict_rows(measured, configs)
-            refused, usable = mp["reason"] != "", aggregated(mp)
-            disagg = ~refused & ~usable
-            used = int(usable.sum())
+            used, disagg, refused = _usable_counts(mp)
             if not used:
                 raise _no_usable_run(calibration, mp)
             out = calibrate(out, offsets(mp))
             typer.echo(f"calibrated {int((out['calibration_runs'] > 0).sum())} of {len(out)} rows by {used} of "
-                       f"{len(mp)} measured runs ({int(disagg.sum())} disaggregated and {int(refused.sum())} "
-                       "unpredictable ones unused)", err=True)
+                       f"{len(mp)} measured runs ({disagg} disaggregated and {refused} unpredictable ones unused)",
+                       err=True)
         ok = (out["reason"] == "").to_numpy()
         for k in ("ttft", "tpot"):
             check_predictions(out[f"pred_{k}_ms"][ok], out[f"pred_{k}_lo_ms"][ok], out[f"pred_{k}_hi_ms"][ok],
@@ -126,27 +121,43 @@ def predict_serving_cmd(
     typer.echo(json.dumps(out))
 
 
+def _read_measured(calibration: Path):
+    """The measured runs of `calibration` (at least one, with a run's and the measured columns); InputError
+    otherwise."""
+    from hybridperf.csvio import read_csv, with_rows
+    from hybridperf.serving.measured import check_measured
+
+    measured = with_rows(read_csv(calibration, "calibration CSV"), calibration, "calibration CSV")
+    check_measured(measured)
+    return measured
+
+
+def _usable_counts(mp) -> tuple[int, int, int]:
+    """Of measured runs `mp` (predicted): how many can calibrate (aggregated, predicted), how many are
+    disaggregated and how many were refused."""
+    from hybridperf.serving.measured import aggregated
+
+    refused, usable = mp["reason"] != "", aggregated(mp)
+    return int(usable.sum()), int((~refused & ~usable).sum()), int(refused.sum())
+
+
 def _no_usable_run(calibration: Path, mp) -> InputError:
     """The error for measured runs (`mp`, predicted) none of which can calibrate: how many were disaggregated and
     how many refused, and why the first was."""
-    from hybridperf.serving.measured import aggregated
-
-    refused = mp["reason"] != ""
-    why = f"; first refusal: {mp.loc[refused, 'reason'].iloc[0]}" if refused.any() else ""
+    _, disagg, refused = _usable_counts(mp)
+    why = f"; first refusal: {mp.loc[mp['reason'] != '', 'reason'].iloc[0]}" if refused else ""
     return InputError(f"no aggregated run of {calibration} could be predicted to calibrate by "
-                      f"({int((~refused & ~aggregated(mp)).sum())} disaggregated, {int(refused.sum())} refused{why})")
+                      f"({disagg} disaggregated, {refused} refused{why})")
 
 
 def _measured_scale(calibration: Path, config: Path, dev, engine: str, precision: str) -> tuple[float, float]:
     """(TTFT, TPOT) factors from the measured runs of `calibration` that ran this engine on this GPU at this
     precision, each predicted with --config's model at its own lengths, concurrency and split (`pooled_offset`);
     InputError if none can be."""
-    from hybridperf.csvio import read_csv, with_rows
-    from hybridperf.serving.measured import check_measured, pooled_offset, same_deployment
+    from hybridperf.serving.measured import pooled_offset, same_deployment
     from hybridperf.serving.rows import predict_rows
 
-    measured = with_rows(read_csv(calibration, "calibration CSV"), calibration, "calibration CSV")
-    check_measured(measured)
+    measured = _read_measured(calibration)
     mine = same_deployment(measured, engine, dev, precision)
     if not mine.any():
         raise InputError(f"none of the {len(measured)} runs of {calibration} ran {engine} on {dev.name} with "
