@@ -83,4 +83,6 @@ def test_same_deployment_matches_engine_gpu_and_precision():
                          {"system": "h100_sxm", "backend": "vllm", "precision": "bf16"},
                          {"system": "nosuchgpu", "backend": "vllm", "precision": "fp8"}])
     assert same_deployment(runs, "vllm", get_device("h100_sxm"), "fp8").tolist() == [True, True] + [False] * 4
+    with pytest.raises(InputError, match="unknown engine"):
+        same_deployment(runs, "tgi", get_device("h100_sxm"), "fp8")
 

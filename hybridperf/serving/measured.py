@@ -78,15 +78,17 @@ def offsets(measured: pd.DataFrame) -> pd.DataFrame:
 
 def same_deployment(measured: pd.DataFrame, engine: str, device, precision: str) -> pd.Series:
     """Which measured runs ran `engine` on `device`'s GPU (a DeviceSpec) with `precision` weights: those
-    calibrate one run of that deployment (`pooled_offset`)."""
+    calibrate one run of that deployment (`pooled_offset`). InputError for an unknown `engine`."""
     from hybridperf.devices import get_device
     from hybridperf.errors import HybridperfError
     from hybridperf.serving.engines import get_engine
     from hybridperf.serving.rows import row_precision
 
+    name = get_engine(engine).name  # the run's own engine: unknown is its error, not "no run matched"
+
     def same(row) -> bool:
         try:
-            return (get_engine(str(row.get("backend", ""))).name == get_engine(engine).name
+            return (get_engine(str(row.get("backend", ""))).name == name
                     and get_device(str(row.get("system", ""))).name == device.name
                     and row_precision(row, "gemm_quant_mode") == precision)
         except HybridperfError:
