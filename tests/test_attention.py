@@ -513,3 +513,18 @@ def test_compare_and_measured_runs_know_the_cudnn_plans(tmp_path):
     bad.to_csv(runs, index=False)
     with pytest.raises(InputError, match="runs.csv:2: unknown cuDNN plan mode"):
         read_runs(runs)
+
+
+def test_unfitted_family_takes_its_kin_then_the_engines_median():
+    """A fold without the H100 never fits FA3: its prefill efficiency is FA2's (same algorithm, the ISA is
+    modelled apart); FA4 and every decode share fall back to the engines' median, SDPA's entries left out."""
+    fit = {"fa2": A.Fitted(0.7, "share", "t"), "trtllm": A.Fitted(0.5, "share", "t"),
+           "flashinfer": A.Fitted(0.4, "share", "t"), "sdpa": A.Fitted(0.95, "share", "t")}
+    c = dataclasses.replace(A.CONSTANTS, efficiency=fit, decode_bw=fit)
+    assert c.eff("fa3") == pytest.approx(0.7)
+    assert c.eff("fa4") == pytest.approx(0.5)
+    assert c.bw("fa3") == pytest.approx(0.5)
+    slow = dataclasses.replace(c, efficiency={**fit, "fa2": A.Fitted(0.35, "share", "t")})
+    args = (4, 4096, 32, 8, 128, H100)
+    assert A.context_attention_ms(*args, kernel_source="fa3", constants=slow) \
+        > 1.5 * A.context_attention_ms(*args, kernel_source="fa3", constants=c)

@@ -6,8 +6,9 @@ aiconfigurator's tables of every system, the scored ones included. A fold refits
 system (`experiments/kernels/attention_prior.py`, `mla_decode.py`,
 `experiments/collectives/collectives_nvswitch.py` fit them so), so that nothing measured on that
 system enters its score. A system with no tables of a kind keeps the shipped fit of that kind, which never
-saw it. A family only the held-out GPU has (FA3 on the H100) takes the median of the engines' families
-(`AttentionConstants.eff`), which PyTorch SDPA's entries, read off our H100's kernels, do not join.
+saw it. A family only the held-out GPU has (FA3 on the H100) takes its kin's prefill efficiency (FA3: FA2's)
+and the median of the engines' families elsewhere (`AttentionConstants.eff`, `.bw`), which PyTorch SDPA's
+entries, read off our H100's kernels, do not join.
 """
 from __future__ import annotations
 

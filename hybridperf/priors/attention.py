@@ -102,6 +102,10 @@ FA2_FAMILIES = ("fa2", "triton")
 #: GEMM time. PyTorch's SDPA is one: its head_dim-64 kernels ran at 0.5-0.8x the speed an overlapped
 #: softmax would give on the H100 (`h100_sdpa_fp8`)
 SERIAL_SOFTMAX_FAMILIES = ("fa2", "triton", "sdpa")
+#: a family's kin, whose fitted prefill efficiency it takes where it was never fitted itself: FA3 is FlashAttention-2's
+#: algorithm on Hopper's wgmma, which `GENERATIONS` models (FA2 reaches 73% of A100's matrix peak, FA3 75% of
+#: H100's: Dao 2023, Shah et al. 2024). FA4 has no published Hopper figure and keeps the engines' median
+KIN_FAMILIES = {"fa3": "fa2"}
 #: families whose short prefills never pack a kv head's query heads into one tile: PyTorch's flash kernels
 UNPACKED_FAMILIES = ("sdpa",)
 
@@ -149,8 +153,9 @@ class AttentionConstants:
     mem_efficient_efficiency: Fitted = Fitted(0.5, "share", "default")
 
     def eff(self, family: str) -> float:
-        """A family's fitted efficiency; a family never fitted takes the median of the engines' families."""
-        f = self.efficiency.get(family)
+        """A family's fitted efficiency; a family never fitted takes its kin's (`KIN_FAMILIES`), else the median
+        of the engines' families."""
+        f = self.efficiency.get(family) or self.efficiency.get(KIN_FAMILIES.get(family, ""))
         return f.value if f else _engine_median(self.efficiency, 0.6)
 
     def bw(self, family: str) -> float:
