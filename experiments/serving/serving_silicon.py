@@ -287,7 +287,7 @@ def one_measured_run(pred: pd.DataFrame) -> dict:
     first = conc[big].groupby(keys[big]).idxmin()
     # a scored run that repeats its configuration's measured run (same lengths, split, quantization, concurrency)
     # would score the measurement itself: left out
-    run = keys + "|" + ok.reindex(columns=list(SAME_RUN)).fillna("").astype(str).agg("|".join, axis=1) \
+    run = keys + "|" + ok.reindex(columns=list(SAME_RUN)).astype(object).fillna("").astype(str).agg("|".join, axis=1) \
         + "|" + conc.astype(str)
     repeat = run.isin(run.loc[first.to_numpy()].to_numpy())
     rest = ok[big & ~repeat]
