@@ -3,6 +3,7 @@ the shipped bundle. Tables are made here; tests that need ../shared/datasets ski
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -530,3 +531,24 @@ def test_split_k_reduction_latency_grows_with_each_doubling():
     hidden = (gemm_ms(*tiny, "fp8_block", H100, constants=c, **eager)
               - gemm_ms(*tiny, "fp8_block", H100, constants=none, **eager))
     assert abs(hidden[0]) < split_reduce_s(gemm_parts(*tiny, "fp8_block", H100), c)[0] * 1e3 / 10  # under the host's
+
+
+def test_eager_timed_rows_keep_their_host_dispatch_where_the_kernels_fall_back():
+    """A block-fp8 row on an Ampere GPU runs weight-only kernels, but its collector still timed it eagerly:
+    the host's dispatch bounds it there as on the H100, instead of vanishing with the dtype's fallback."""
+    a100 = get_device("NVIDIA A100-SXM4-80GB")
+    c = replace(fitted_constants()["gemm"], host_us=(("fp8_block|DeepGemmFp8BlockScaledMMKernel", 150.0),))
+    pred = gemm_ms(8, 4096, 4096, "fp8_block", a100, "DeepGemmFp8BlockScaledMMKernel", constants=c)
+    assert float(pred) >= 0.15
+    assert float(gemm_ms(8, 4096, 4096, "int8_wo", a100, "DeepGemmFp8BlockScaledMMKernel", constants=c)) < 0.05
+
+
+def test_decode_gemm_pads_few_rows_to_a_small_tile():
+    """A GEMM of a few rows pads them to 8-32 (the MMA's N slot, swapped), not a 64-row tile: on a GPU of low
+    matrix rate and fast memory (H20-3e: H200's memory, a seventh of its math) decode is memory-bound and takes
+    H200's time, while a large GEMM is several times slower."""
+    h20, h200 = get_device("h20_3e"), get_device("h200_sxm")
+    shapes = [(1, 28672, 4096), (8, 128256, 4096), (4, 14336, 4096)]
+    for m, n, k in shapes:
+        assert gemm_ms(m, n, k, "bfloat16", h20) == pytest.approx(float(gemm_ms(m, n, k, "bfloat16", h200)), rel=0.1)
+    assert gemm_ms(8192, 8192, 8192, "bfloat16", h20) > 4 * gemm_ms(8192, 8192, 8192, "bfloat16", h200)

@@ -128,6 +128,13 @@ TILES = {
     "hopper": ((128, 256, 1.0), (128, 128, 0.97), (64, 256, 0.9), (64, 128, 0.85)),
     "blackwell": ((256, 256, 1.0), (256, 128, 0.97), (128, 256, 0.97), (128, 128, 0.9), (64, 128, 0.8)),
 }
+#: a GEMM of few rows (decode) runs swapped, the weight's columns in the MMA's M slot and the tokens in its N
+#: slot, which takes 8, 16 or 32 (cuBLAS's and the engines' small-M kernels): its rows pad to that, not to a
+#: 64-row tile, at `SMALL_M_EFFICIENCY` of the per-SM rate (a design figure: such tiles re-read the weight tile
+#: for few FLOPs). Without them a 1-row GEMM on a GPU of low matrix rate and fast memory (H20: 148 TFLOP/s,
+#: 4.8 TB/s) was priced bound by 64 padded rows, slower than on an H100
+SMALL_M_TILES = (8, 16, 32)
+SMALL_M_EFFICIENCY = 0.5
 #: matrix peak of a dtype a catalog entry lacks, as a multiple of another peak: Blackwell's fp4 tensor
 #: rate is twice its fp8 rate (B200 sheet: 9 PF fp4 dense, 4.5 PF fp8), which only a part with FP4 units
 #: (`DeviceSpec.has_matrix_units`: a Blackwell spec without its fp4 figure) reaches; a GPU without fp8/fp4
@@ -358,7 +365,7 @@ def tile_compute_s(m, n, k, peak: float, device: DeviceSpec, fixed: dict | None 
         count = np.ceil(m / tm) * np.ceil(n / tn)
         waves = np.maximum(np.ceil(count / sms), 1.0)
         return waves * 2.0 * tm * tn * k / per_sm, waves, count, np.ones_like(count)
-    tiles = TILES.get(device.kernel_arch, TILES["hopper"])
+    tiles = TILES.get(device.kernel_arch, TILES["hopper"]) + tuple((tm, 128, SMALL_M_EFFICIENCY) for tm in SMALL_M_TILES)
     best = None
     for tm, tn, eff in tiles:
         count = np.ceil(m / tm) * np.ceil(n / tn)
@@ -390,11 +397,12 @@ def gemm_parts(m, n, k, gemm_dtype: str, device: DeviceSpec, replayed: bool = Tr
     inside a model's forward pass, where every layer's weight comes from DRAM; `framework` and `version`: whose
     collector timed it, for the copies it cycles (`replay_copies`). `kernel_source`: a path of `UNFUSED_PATHS`
     runs its own dtype's kernels after its unfused quantization pass. `dtype`: the one the kernels run on this
-    device (`kernel_dtype`), whose fitted constants price them."""
+    device (`kernel_dtype`), whose fitted constants price them; `timed_dtype`: the row's own, which says how its
+    collector timed it (`eager_timed`)."""
     m, n, k = (np.asarray(x, dtype=np.float64) for x in (m, n, k))
     copies = replay_copies(framework, gemm_dtype, version)
     unfused = UNFUSED_PATHS.get((gemm_dtype, str(kernel_source or "")))
-    gemm_dtype = kernel_dtype(gemm_dtype, kernel_source, device)
+    requested, gemm_dtype = gemm_dtype, kernel_dtype(gemm_dtype, kernel_source, device)
     a_bytes, b_bytes, peak_key = GEMM_DTYPES.get(gemm_dtype, GEMM_DTYPES["bfloat16"])
     peak = matrix_peak(device, peak_key)
     if gemm_dtype in WARP_MMA_ON_BLACKWELL and device.kernel_arch == "blackwell":
@@ -413,7 +421,7 @@ def gemm_parts(m, n, k, gemm_dtype: str, device: DeviceSpec, replayed: bool = Tr
             "quant": m * k * quant_bytes / bw, "clock_mhz": device.boost_clock_mhz, "kernels": 1.0 + quant_kernels,
             "split_levels": np.log2(split), "arch": device.kernel_arch,
             "waves": waves, "flops": 2.0 * m * n * k, "bytes": nbytes, "weight_bytes": w_bytes, "peak": peak,
-            "dtype": gemm_dtype}
+            "dtype": gemm_dtype, "timed_dtype": requested}
 
 
 def combine_ms(parts: dict, dtype: str, constants: KernelConstants, kernel_source: str | None = None) -> np.ndarray:
@@ -426,8 +434,9 @@ def combine_ms(parts: dict, dtype: str, constants: KernelConstants, kernel_sourc
         + parts["quant"] / me
     gpu = body + parts["kernels"] * floor_s(constants, dtype, kernel_source, parts["clock_mhz"], arch) \
         + split_reduce_s(parts, constants)
-    if eager_timed(dtype, kernel_source):
-        host = constants.host_s(dtype, kernel_source, arch)
+    timed = parts.get("timed_dtype", dtype)  # the collector's path, whatever kernels run it on this GPU
+    if eager_timed(timed, kernel_source):
+        host = constants.host_s(timed, kernel_source, arch)
         gpu = (gpu ** HOST_OVERLAP_P + host ** HOST_OVERLAP_P) ** (1.0 / HOST_OVERLAP_P)
     return gpu * 1e3
 
