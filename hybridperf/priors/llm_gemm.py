@@ -365,7 +365,8 @@ def tile_compute_s(m, n, k, peak: float, device: DeviceSpec, fixed: dict | None 
         count = np.ceil(m / tm) * np.ceil(n / tn)
         waves = np.maximum(np.ceil(count / sms), 1.0)
         return waves * 2.0 * tm * tn * k / per_sm, waves, count, np.ones_like(count)
-    tiles = TILES.get(device.kernel_arch, TILES["hopper"]) + tuple((tm, 128, SMALL_M_EFFICIENCY) for tm in SMALL_M_TILES)
+    small = tuple((tm, 128, SMALL_M_EFFICIENCY) for tm in SMALL_M_TILES)
+    tiles = TILES.get(device.kernel_arch, TILES["hopper"]) + small
     best = None
     for tm, tn, eff in tiles:
         count = np.ceil(m / tm) * np.ceil(n / tn)
