@@ -240,7 +240,7 @@ def write_report(out: Path, res: pd.DataFrame, fwres: pd.DataFrame, sd: pd.DataF
              "model and no interval: this is the prior alone (MAPE, %), beside a spec-sheet roofline (causal pairs at the",
              "peak matrix rate, or the KV cache at peak bandwidth). Up to 20,000 sampled rows per cell (seed 0).",
              "`median_ratio` is the median of predicted / measured. Kernel families seen on one system only (FA3,",
-             "FA4: H100) take, when that system is held out, their kin's prefill efficiency (FA3: FA2's, the same",
+             "FA4: H100) take, when that system is held out, their kin's matrix efficiency (FA3: FA2's, the same",
              "algorithm on Hopper's wgmma; `KIN_FAMILIES`) or else the median of the others; their decode bandwidth",
              "share the median of the others.", "",
              "## Per held-out system, table and dtype", "",

@@ -6,7 +6,7 @@ aiconfigurator's tables of every system, the scored ones included. A fold refits
 system (`experiments/kernels/attention_prior.py`, `mla_decode.py`,
 `experiments/collectives/collectives_nvswitch.py` fit them so), so that nothing measured on that
 system enters its score. A system with no tables of a kind keeps the shipped fit of that kind, which never
-saw it. A family only the held-out GPU has (FA3 on the H100) takes its kin's prefill efficiency (FA3: FA2's)
+saw it. A family only the held-out GPU has (FA3 on the H100) takes its kin's matrix efficiency (FA3: FA2's)
 and the median of the engines' families elsewhere (`AttentionConstants.eff`, `.bw`), which PyTorch SDPA's
 entries, read off our H100's kernels, do not join.
 """

@@ -102,7 +102,7 @@ FA2_FAMILIES = ("fa2", "triton")
 #: GEMM time. PyTorch's SDPA is one: its head_dim-64 kernels ran at 0.5-0.8x the speed an overlapped
 #: softmax would give on the H100 (`h100_sdpa_fp8`)
 SERIAL_SOFTMAX_FAMILIES = ("fa2", "triton", "sdpa")
-#: a family's kin, whose fitted prefill efficiency it takes where it was never fitted itself: FA3 is FlashAttention-2's
+#: a family's kin, whose fitted matrix efficiency it takes where it was never fitted itself: FA3 is FlashAttention-2's
 #: algorithm on Hopper's wgmma, which `GENERATIONS` models (FA2 reaches 73% of A100's matrix peak, FA3 75% of
 #: H100's: Dao 2023, Shah et al. 2024). FA4 has no published Hopper figure and keeps the engines' median
 KIN_FAMILIES = {"fa3": "fa2"}

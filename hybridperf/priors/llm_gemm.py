@@ -131,7 +131,7 @@ TILES = {
 #: a GEMM of few rows (decode) runs swapped, the weight's columns in the MMA's M slot and the tokens in its N
 #: slot, which takes 8, 16 or 32 (cuBLAS's and the engines' small-M kernels): its rows pad to that, not to a
 #: 64-row tile, at `SMALL_M_EFFICIENCY` of the per-SM rate (a design figure: such tiles re-read the weight tile
-#: for few FLOPs). Without them a 1-row GEMM on a GPU of low matrix rate and fast memory (H20: 148 TFLOP/s,
+#: for few FLOPs). Without them a 1-row GEMM on a GPU of low matrix rate and fast memory (H20-3e: 148 TFLOP/s,
 #: 4.8 TB/s) was priced bound by 64 padded rows, slower than on an H100
 SMALL_M_TILES = (8, 16, 32)
 SMALL_M_EFFICIENCY = 0.5

@@ -22,8 +22,9 @@ from hybridperf.priors.llm_gemm import ROOFLINE, KernelConstants, eager_timed
 #: (or the reverse) and its measured time this many times the floor
 BOUND_RATIO = 3.0
 #: a GEMM is memory-bound for its memory efficiency at this smaller ratio: a decode GEMM's compute term pays its
-#: m padded to a whole tile, so a 4k x 16k weight read by m <= 16 on B200 sits at 2.3x, and at 3x only tiny-k shapes,
-#: bound by writing their output, set the efficiency (B200 sgl-kernel fp8: 0.36, against 0.7 of bandwidth in decode)
+#: m padded to a tile (8-32 rows swapped, `llm_gemm.SMALL_M_TILES`; 64 and more beyond), so GEMMs of a few dozen
+#: rows sit between 2x and 3x; at 3x tiny-k shapes, bound by writing their output, weighed more in the efficiency
+#: (B200 sgl-kernel fp8 read 0.36 at 3x before the small tiles, against 0.7 of bandwidth in decode)
 GEMM_MEMORY_BOUND_RATIO = 2.0
 #: the floor: the lower quartile of measured minus ideal time over the rows whose ideal time is among
 #: this percentile's smallest (a median over "tiny" rows let a few pathological shapes set it)
