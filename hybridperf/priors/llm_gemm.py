@@ -135,6 +135,7 @@ TILES = {
 #: 4.8 TB/s) was priced bound by 64 padded rows, slower than on an H100
 SMALL_M_TILES = (8, 16, 32)
 SMALL_M_EFFICIENCY = 0.5
+_SMALL_M_TILE_SPECS = tuple((tm, 128, SMALL_M_EFFICIENCY) for tm in SMALL_M_TILES)
 #: matrix peak of a dtype a catalog entry lacks, as a multiple of another peak: Blackwell's fp4 tensor
 #: rate is twice its fp8 rate (B200 sheet: 9 PF fp4 dense, 4.5 PF fp8), which only a part with FP4 units
 #: (`DeviceSpec.has_matrix_units`: a Blackwell spec without its fp4 figure) reaches; a GPU without fp8/fp4
@@ -365,8 +366,7 @@ def tile_compute_s(m, n, k, peak: float, device: DeviceSpec, fixed: dict | None 
         count = np.ceil(m / tm) * np.ceil(n / tn)
         waves = np.maximum(np.ceil(count / sms), 1.0)
         return waves * 2.0 * tm * tn * k / per_sm, waves, count, np.ones_like(count)
-    small = tuple((tm, 128, SMALL_M_EFFICIENCY) for tm in SMALL_M_TILES)
-    tiles = TILES.get(device.kernel_arch, TILES["hopper"]) + small
+    tiles = TILES.get(device.kernel_arch, TILES["hopper"]) + _SMALL_M_TILE_SPECS
     best = None
     for tm, tn, eff in tiles:
         count = np.ceil(m / tm) * np.ceil(n / tn)
