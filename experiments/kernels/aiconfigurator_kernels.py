@@ -56,9 +56,7 @@ def attention_constants(systems: tuple) -> A.AttentionConstants:
     attention rows with constants that saw them."""
     if set(systems) == set(SYSTEMS):
         return A.CONSTANTS
-    tables = _attention_tables(Path(ATTENTION_TABLES["root"]))
-    mine = tables[tables["system"].isin(systems)]
-    return attention_prior.fit(attention_prior.sample(mine, attention_prior.FIT_ROWS), ", ".join(sorted(systems)))
+    return attention_prior.fit_on(_attention_tables(Path(ATTENTION_TABLES["root"])), sorted(systems))
 
 
 @lru_cache(maxsize=2)

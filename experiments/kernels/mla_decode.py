@@ -120,6 +120,12 @@ def sample(df: pd.DataFrame, n: int) -> pd.DataFrame:
     return df.iloc[np.sort(np.concatenate(keep))].reset_index(drop=True)
 
 
+def fit_on(tables: pd.DataFrame, systems) -> M.MlaConstants:
+    """`fit` on `systems`' rows of `tables` (FIT_ROWS sampled), the systems their provenance."""
+    systems = list(systems)
+    return fit(sample(tables[tables["system"].isin(systems)], FIT_ROWS), ", ".join(systems))
+
+
 def mape(pred, meas) -> float:
     return float(np.mean(ape(pred, meas)))
 
@@ -138,7 +144,7 @@ def evaluate(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
         consts = M.CONSTANTS
         if held in native:
             others = [s for s in native if s != held]
-            consts = fits[held] = fit(sample(df[df["system"].isin(others)], FIT_ROWS), ", ".join(others))
+            consts = fits[held] = fit_on(df, others)
         test = test.assign(mla=predict(test, consts), generic=generic(test), slow=slow_path(test))
         for (fw, kv), g in test.groupby(["fw", "kv"]):
             cells.append({"held_out": held, "framework": f"{fw} {g['version'].iloc[0]}", "kv": kv, "rows": len(g),
@@ -210,7 +216,7 @@ def main() -> None:
     df = load_tables(a.data)
     if a.write_constants:
         native = [s for s in SYSTEMS if M.native_mla(get_device(s))]
-        print(fit(sample(df[df["system"].isin(native)], FIT_ROWS), ", ".join(native)))
+        print(fit_on(df, native))
         return
     cells, bands, fits = evaluate(df)
     write_report(a.out, cells, bands, fits, prefill(load_tables(a.data, "context")))

@@ -52,13 +52,9 @@ class FoldModels:
     def for_held_out(self, held: str) -> KernelModels:
         t0 = time.time()
         shipped = default_models()
-        source = f"aiconfigurator tables without {held}"
-        att = self.attention[self.attention["system"] != held]
-        attention = attention_prior.fit(attention_prior.sample(att, attention_prior.FIT_ROWS), source)
+        attention = attention_prior.fit_on(self.attention, [s for s in attention_prior.SYSTEMS if s != held])
         native = [s for s in mla_decode.SYSTEMS if s != held and native_mla(get_device(s))]
-        mla = self.mla[self.mla["system"].isin(native)]
-        models = KernelModels(shipped.collectives, attention=attention,
-                              mla=mla_decode.fit(mla_decode.sample(mla, mla_decode.FIT_ROWS), source))
+        models = KernelModels(shipped.collectives, attention=attention, mla=mla_decode.fit_on(self.mla, native))
         nccl, custom = self.nccl
         if held in set(nccl["system"]):
             c = fit_constants(nccl[nccl["system"] != held], DEFAULT_CONSTANTS, maxiter=COLLECTIVE_MAXITER).constants
