@@ -170,6 +170,29 @@ FEATURES = ("log_prior_ms", "log_compute_ms", "log_memory_ms", "compute_over_mem
             "log_flops", "log_bytes", "log_intensity_over_ridge", "log_waves", "log_weight_over_l2", "log_aux",
             "a_bytes", "w_bytes", "log_dim1", "log_dim2", "log_dim3", "log_dim4", "log_dim5", "log_dim6",
             *(f"kf_{f}" for f in FAMILY_NAMES))
+#: the residual's direction in each feature a GPU with more DRAM bandwidth or L2 moves (+1: non-decreasing,
+#: -1: non-increasing), so that such a GPU, its FLOP/s the same, is not priced slower (H200 against H100).
+#: Unconstrained, trees split on the four training GPUs' values and priced an H200 up to 1.5x an H100 on
+#: 12% of decode-attention rows whose prior was equal or faster. `floor_share` (a GEMM's launch floor over
+#: its prior) is left free: constraining it too cost GEMMs 0.4-1.6 points held out
+BANDWIDTH_MONOTONE = {"log_prior_ms": 1, "log_memory_ms": 1, "compute_over_memory": -1,
+                      "log_intensity_over_ridge": -1, "log_weight_over_l2": 1}
+#: ... and a GEMM's or MoE's `log_aux`, the time of its activation's quantization pass (an attention row's
+#: is a shape ratio)
+QUANT_MONOTONE = {"log_aux": 1}
+#: families whose residual keeps BANDWIDTH_MONOTONE: context attention's lost 1-7 points of held-out MAPE
+#: under it (L40S 44 -> 51%; experiments/RESULTS.md section 10) and is left free
+MONOTONE_OPS = ("gemm", "moe", "generation_attention")
+
+
+def monotone_constraints(op: str) -> tuple[int, ...] | None:
+    """XGBoost's monotone constraint per FEATURES column of `op`'s residual (None: unconstrained)."""
+    if op not in MONOTONE_OPS:
+        return None
+    signs = {**BANDWIDTH_MONOTONE, **(QUANT_MONOTONE if op in ("gemm", "moe") else {})}
+    return tuple(signs.get(f, 0) for f in FEATURES)
+
+
 #: per op: the six shape columns `log_dim*` are (None: 1); a MoE's TP and EP split say how much of its
 #: token-expert work is rank 0's and how much every rank still passes over (routing, the combine)
 DIMS = {"gemm": ("m", "n", "k", "k", None, None),

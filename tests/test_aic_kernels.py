@@ -552,3 +552,19 @@ def test_decode_gemm_pads_few_rows_to_a_small_tile():
     for m, n, k in shapes:
         assert gemm_ms(m, n, k, "bfloat16", h20) == pytest.approx(float(gemm_ms(m, n, k, "bfloat16", h200)), rel=0.1)
     assert gemm_ms(8192, 8192, 8192, "bfloat16", h20) > 4 * gemm_ms(8192, 8192, 8192, "bfloat16", h200)
+
+
+def test_more_bandwidth_never_prices_decode_attention_slower():
+    """An H200 is an H100 with 1.4x the DRAM bandwidth: the shipped residual (`BANDWIDTH_MONOTONE`) must not
+    price any decode-attention row slower on it, whatever its shape or kernel source."""
+    grid = [{"op_name": "generation_attention", "kernel_source": src, "batch_size": b, "isl": 1, "num_heads": h,
+             "num_key_value_heads": kvh, "head_dim": 128, "attn_dtype": "bfloat16", "kv_cache_dtype": kv,
+             "step": step, "window_size": 0}
+            for src in ("torch_flow", "xqa", "flashinfer", "vllm_flash_attn", "trtllm_mha", "fa3")
+            for b in (1, 8, 64, 512) for step in (15, 511, 4095, 32767) for h, kvh in ((32, 8), (64, 2), (96, 4))
+            for kv in ("bfloat16", "fp8")]
+    rows = validate(pd.DataFrame(grid))
+    p = _predictor()
+    assert "generation_attention" in p.manifest.get("residuals", {})
+    h100, h200 = p.predict(rows, H100)["pred_ms"], p.predict(rows, get_device("NVIDIA H200"))["pred_ms"]
+    assert (h200 <= h100 * (1 + 1e-6)).all(), (h200 / h100).max()

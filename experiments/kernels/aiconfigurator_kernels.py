@@ -81,7 +81,7 @@ def fit(train: pd.DataFrame, systems, fold_attention: bool = True) -> dict:
             continue
         X = T.feature_matrix(rows[m], terms[m])
         y = np.log(rows["latency_ms"].to_numpy()[m]) - np.log(terms["prior_ms"].to_numpy()[m])
-        models[op] = T.fit_residual(X, y)
+        models[op] = T.fit_residual(X, y, op)
     fams = {op: sorted(set(terms["kernel_family"][(rows["op_name"] == op).to_numpy()])) for op in OPS}
     dts = {op: sorted(set(run_dtype_of(rows[(rows["op_name"] == op).to_numpy()]))) for op in OPS}
     memory = sorted({memory_family(get_device(SYSTEM_DEVICES[s])) for s in systems})

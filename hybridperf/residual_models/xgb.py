@@ -14,7 +14,7 @@ class XGBResidual:
 
     def __init__(self, n_estimators: int = 400, max_depth: int = 6, learning_rate: float = 0.05,
                  subsample: float = 0.8, colsample_bytree: float = 0.8, min_child_weight: float = 5.0,
-                 seed: int = 0, n_jobs: int = 2):
+                 seed: int = 0, n_jobs: int = 2, monotone_constraints: tuple[int, ...] | None = None):
         self.n_estimators = n_estimators
         self.max_depth = max_depth
         self.learning_rate = learning_rate
@@ -23,6 +23,7 @@ class XGBResidual:
         self.min_child_weight = min_child_weight
         self.seed = seed
         self.n_jobs = n_jobs
+        self.monotone_constraints = monotone_constraints  # per feature: +1 non-decreasing, -1 non-increasing, 0 free
 
     def fit(self, X: np.ndarray, y: np.ndarray, sample_weight=None) -> "XGBResidual":
         import xgboost as xgb
@@ -32,6 +33,7 @@ class XGBResidual:
             subsample=self.subsample, colsample_bytree=self.colsample_bytree,
             min_child_weight=self.min_child_weight, random_state=self.seed, n_jobs=self.n_jobs,
             tree_method="hist", base_score=0.0, objective="reg:pseudohubererror", huber_slope=0.1,
+            monotone_constraints=self.monotone_constraints,
         )
         self.model_.fit(np.asarray(X, np.float32), np.asarray(y, np.float32), sample_weight=sample_weight)
         return self

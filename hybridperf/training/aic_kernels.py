@@ -13,7 +13,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from hybridperf.aic_kernels import FEATURES, features, prior_terms, run_dtype_of
+from hybridperf.aic_kernels import FEATURES, features, monotone_constraints, prior_terms, run_dtype_of
 from hybridperf.devices import get_device
 from hybridperf.datasets.aiconfigurator import SYSTEM_DEVICES
 from hybridperf.priors.llm_gemm import ROOFLINE, KernelConstants, eager_timed
@@ -182,13 +182,14 @@ def feature_matrix(df: pd.DataFrame, terms: pd.DataFrame) -> np.ndarray:
     return X
 
 
-def fit_residual(X: np.ndarray, y: np.ndarray, seed: int = SEED):
-    """A small XGBoost model of log(measured / prior) on balanced samples (the same rows per system).
+def fit_residual(X: np.ndarray, y: np.ndarray, op: str, seed: int = SEED):
+    """A small XGBoost model of log(measured / prior) of `op`'s rows on balanced samples (the same rows per
+    system), non-decreasing in the device's time terms (`monotone_constraints`).
     One thread: on a shared 2-core machine two OpenMP threads ran 20x slower than one."""
     from hybridperf.residual_models.xgb import XGBResidual
 
     return XGBResidual(n_estimators=200, max_depth=6, learning_rate=0.08, min_child_weight=20.0, seed=seed,
-                       n_jobs=1).fit(X, y)
+                       n_jobs=1, monotone_constraints=monotone_constraints(op)).fit(X, y)
 
 
 def conformal(log_err: np.ndarray, groups: np.ndarray | None = None, min_rows: int = 200) -> dict:
