@@ -152,8 +152,11 @@ def test_kv_capacity_queues_and_weights_must_fit(engine):
     assert big.ttft.ms > 8 * small.ttft.ms
     big70 = {**LLAMA, "hidden_size": 8192, "num_hidden_layers": 80, "intermediate_size": 28672,
              "num_attention_heads": 64}
-    with pytest.raises(InputError, match="weights need"):
+    with pytest.raises(InputError, match="weights need") as err:
         predict_serving(big70, "h100_sxm", "vllm", 128, 128, concurrency=1, calibration=WAVES)
+    # the limit it names is the one it applies: 97% of memory less 1 GB, not the engine's default fraction
+    stated = float(str(err.value).split("more than the ")[1].split(" GB")[0])
+    assert stated == pytest.approx(get_device("h100_sxm").mem_bytes * 0.97 / 1e9 - 1.0, abs=0.06)
 
 
 def test_moe_parallel_and_disagg():

@@ -434,10 +434,12 @@ def check_weights_fit(arch, par, precision, moe_precision, device, engine) -> fl
     w = weight_bytes_per_gpu(arch, par, precision, moe_precision)
     budget = device.mem_bytes * engine.mem_utilization - engine.activation_reserve_gb * 1e9
     # engines started with a higher memory fraction than their default still serve what fits in 97%
-    free = max(budget - w, device.mem_bytes * 0.97 - 1e9 - w)
+    most = max(budget, device.mem_bytes * 0.97 - 1e9)
+    free = most - w
     if free <= 0:
-        raise InputError(f"weights need {w / 1e9:.1f} GB per GPU, more than the {budget / 1e9:.1f} GB "
-                         f"{engine.name} may use on {device.name}; add GPUs (tp/ep/pp) or lower the precision")
+        raise InputError(f"weights need {w / 1e9:.1f} GB per GPU, more than the {most / 1e9:.1f} GB {engine.name} "
+                         f"can use on {device.name} at most (97% of its memory, less 1 GB); add GPUs (tp/ep/pp) or "
+                         "lower the precision")
     return free
 
 
