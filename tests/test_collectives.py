@@ -606,6 +606,28 @@ def test_interval_strata_by_fabric(tmp_path):
     assert sr["hi_ms"][0] / sr["ms"][0] == pytest.approx(np.exp(0.4))
 
 
+def test_intervals_widen_once_outside_the_training_range(tmp_path):
+    """Below the smallest measured size, or on more GPUs than any fit saw, the band widens by `ood_widen` once
+    (both at once: still once); above the largest measured size it does not (a bandwidth-bound time)."""
+    pytest.importorskip("skl2onnx")
+    from hybridperf.training.collectives import write_bundle
+
+    interval = {"q_lo": -0.2, "q_hi": 0.4, "ood_widen": 1.5,
+                "training_range": {"topologies": ["nvswitch"], "max_gpus": 8, "min_bytes": 4096, "max_bytes": 2.0**29,
+                                   "max_arch": 3}}
+    model = CollectiveModel.load(write_bundle(tmp_path / "b", DEFAULT_CONSTANTS, interval))
+    node = get_node("DGX-H100")
+
+    def half_width(n, gpus, per_node):
+        r = model.predict("all_reduce", [n], gpus, per_node, node)
+        return np.log(r["hi_ms"][0] / r["ms"][0])
+
+    assert half_width(2.0**20, 8, 8) == pytest.approx(0.4)
+    assert half_width(2.0**32, 8, 8) == pytest.approx(0.4)
+    assert half_width(1024, 8, 8) == pytest.approx(0.6)
+    assert half_width(1024, 16, 8) == pytest.approx(0.6)
+
+
 def test_nvswitch_bus_bandwidth_grows_with_ranks_up_to_eight():
     """rank_loss: 2 ranks on an NVSwitch reach (1 - a/2) / (1 - a/8) of the 8-rank rate; 72 ranks no more than 8."""
     from dataclasses import replace
@@ -626,11 +648,13 @@ def test_nvswitch_bus_bandwidth_grows_with_ranks_up_to_eight():
 
 def test_trays_of_an_nvl72_rack_share_its_nvlink_domain():
     """On GB200-NVL72, 4 GPUs per host tray: `predict-collective` prices 8 or 72 ranks at 4 per host as one
-    NVLink domain, 144 as two racks, and refuses 76; the library's gpus_per_node keeps meaning ranks per
-    domain (a send/recv between two racks stays on InfiniBand); an 8-GPU DGX is untouched."""
+    NVLink domain, 144 as two racks, and refuses 76; 16 ranks named 8 per host (no tray has 8) are still one
+    rack, not two 8-GPU islands on InfiniBand; the library's gpus_per_node keeps meaning ranks per domain (a
+    send/recv between two racks stays on InfiniBand); an 8-GPU DGX is untouched."""
     rack, dgx = get_node("gb200"), get_node("DGX-H100")
     assert [per_host_to_domain(p, 4, rack) for p in (4, 8, 72, 144)] == [4, 8, 72, 72]
-    assert per_host_to_domain(16, 8, dgx) == 8 and per_host_to_domain(16, 8, rack) == 8
+    assert per_host_to_domain(16, 8, dgx) == 8 and per_host_to_domain(16, 8, rack) == 16
+    assert per_host_to_domain(144, 8, rack) == 72
     with pytest.raises(InputError, match="part of another"):
         per_host_to_domain(76, 4, rack)
     assert check_shape("all_reduce", 8, 4, rack) == (8, 4)
@@ -654,6 +678,18 @@ def test_pipeline_fill_slows_messages_below_fill_bytes_only():
     t1 = collective_time_ms("all_gather", sizes, 8, 8, node, slow, "graph")
     assert 1.3 < t1[0] / t0[0] < 1.5
     assert 1.0 < t1[1] / t0[1] < 1.01
+
+
+def test_send_recv_across_nodes_or_bridged_pairs_runs_at_the_slowest_link():
+    """nccl-tests' send/recv passes rank i to i + 1: with ranks on two nodes one pair crosses the network,
+    so 16 ranks at 8 per node take a 2-node pair's time, not an NVLink pair's; on bridged pairs 4 ranks pass
+    rank 1 -> 2 over PCIe."""
+    dgx, pairs = get_node("DGX-H100"), get_node("a100_pairwise_nvlink")
+    n = [1 << 30]
+    across = collective_time_ms("send_recv", n, 16, 8, dgx)[0]
+    assert across == pytest.approx(collective_time_ms("send_recv", n, 2, 1, dgx)[0])
+    assert across > 5 * collective_time_ms("send_recv", n, 8, 8, dgx)[0]
+    assert collective_time_ms("send_recv", n, 4, 4, pairs)[0] > 3 * collective_time_ms("send_recv", n, 2, 2, pairs)[0]
 
 
 def test_send_recv_has_its_own_latency_and_never_outruns_its_link():

@@ -161,12 +161,11 @@ def check_shape(collective: str, gpus: int, gpus_per_node: int | None, node: Nod
 def per_host_to_domain(gpus: int, gpus_per_host: int, node: NodeSpec) -> int:
     """Ranks per NVLink domain of `gpus` ranks placed `gpus_per_host` to a host (tray) of a domain that spans
     several hosts (an NVL72 rack: 4 GPUs per tray, 72 per domain): ranks on different trays of one rack
-    still talk over NVLink, so one domain holds them all, or a whole number of full domains do. Other
-    nodes, or more per host than a host has, keep `gpus_per_host`; InputError for ranks that fill some
-    racks and part of another."""
+    still talk over NVLink, so one domain holds them all, or a whole number of full domains do, however
+    many a rank count per host names (8 per host on a 4-GPU tray is still one rack). Other nodes keep
+    `gpus_per_host`; InputError for ranks that fill some racks and part of another."""
     host, domain = node.gpus_per_host, node.gpus_per_node
-    if node.intra_topology != "nvswitch" or not host or gpus_per_host > host or host >= domain \
-            or gpus <= gpus_per_host:
+    if node.intra_topology != "nvswitch" or not host or host >= domain or gpus <= min(gpus_per_host, host):
         return gpus_per_host
     if gpus <= domain:
         return gpus
@@ -231,7 +230,9 @@ def fabric(node: NodeSpec, p: int, g: int, c: CollectiveConstants = DEFAULT_CONS
     elif topo == "mesh":
         bw, p2p, kind = min(node.intra_bw_gbs, max(g - 1, 1) * pair) * c.eff_nvlink, pair * c.eff_nvlink_p2p, "nvlink"
     elif topo == "nvlink_pairs":
-        p2p = pair * c.eff_nvlink_p2p  # ranks 0 and 1 share a bridged pair
+        # ranks 0 and 1 share a bridged pair; more ranks pass rank 1 -> 2 over PCIe
+        p2p = pair * c.eff_nvlink_p2p
+        p2p = p2p if g <= 2 else min(p2p, node.intra_bw_gbs * c.eff_pcie_p2p * cross)
         bw, kind = (pair * c.eff_nvlink, "nvlink") if g <= 2 else (min(pair * c.eff_nvlink, node.intra_bw_gbs * c.eff_pcie * cross), "pcie")
     else:
         bw, p2p, kind = node.intra_bw_gbs * c.eff_pcie * cross, node.intra_bw_gbs * c.eff_pcie_p2p, "pcie"
@@ -310,7 +311,7 @@ def nccl_model_us(coll: str, alg: str, pr: str, n: np.ndarray, f: Fabric, c: Col
         net_lat = _HW_LAT["net"]["ring"][k] if N > 1 else 0.0
         if coll == "send_recv":
             lat = c.lat_p2p_us + c.lat_scale * net_lat
-            bw = f.intra_p2p_bw if g >= 2 else f.net_p2p_bw
+            bw = f.intra_p2p_bw if g >= 2 and N == 1 else f.net_p2p_bw  # ranks on several nodes: a pair crosses
             t = n / (1e3 * bw * eff)
         else:
             hw = _HW_LAT[f.intra_kind if f.intra_kind != "none" else "pcie"]["ring"][k]
