@@ -232,7 +232,7 @@ def fabric(node: NodeSpec, p: int, g: int, c: CollectiveConstants = DEFAULT_CONS
     elif topo == "nvlink_pairs":
         # ranks 0 and 1 share a bridged pair; more ranks pass rank 1 -> 2 over PCIe
         p2p = pair * c.eff_nvlink_p2p
-        p2p = p2p if g <= 2 else min(p2p, node.intra_bw_gbs * c.eff_pcie_p2p * cross)
+        p2p = p2p if g <= 2 else min(p2p, node.intra_bw_gbs * c.eff_pcie_p2p)  # as a PCIe box's p2p
         bw, kind = (pair * c.eff_nvlink, "nvlink") if g <= 2 else (min(pair * c.eff_nvlink, node.intra_bw_gbs * c.eff_pcie * cross), "pcie")
     else:
         bw, p2p, kind = node.intra_bw_gbs * c.eff_pcie * cross, node.intra_bw_gbs * c.eff_pcie_p2p, "pcie"

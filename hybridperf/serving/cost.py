@@ -430,7 +430,8 @@ def expert_ranks(ranks: int, topk: int, groups: int = 1, topk_groups: int = 1, e
 
 
 def check_weights_fit(arch, par, precision, moe_precision, device, engine) -> float:
-    """KV-cache bytes left per GPU after weights and the activation reserve; InputError when none is."""
+    """KV-cache bytes left per GPU after the weights, in the larger of the engine's memory fraction less its
+    activation reserve and 97% of memory less 1 GB; InputError when none is."""
     w = weight_bytes_per_gpu(arch, par, precision, moe_precision)
     budget = device.mem_bytes * engine.mem_utilization - engine.activation_reserve_gb * 1e9
     # engines started with a higher memory fraction than their default still serve what fits in 97%

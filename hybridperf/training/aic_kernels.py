@@ -184,7 +184,7 @@ def feature_matrix(df: pd.DataFrame, terms: pd.DataFrame) -> np.ndarray:
 
 def fit_residual(X: np.ndarray, y: np.ndarray, op: str, seed: int = SEED):
     """A small XGBoost model of log(measured / prior) of `op`'s rows on balanced samples (the same rows per
-    system), non-decreasing in the device's time terms (`monotone_constraints`).
+    system), monotone where more bandwidth or L2 moves a feature (`monotone_constraints`).
     One thread: on a shared 2-core machine two OpenMP threads ran 20x slower than one."""
     from hybridperf.residual_models.xgb import XGBResidual
 

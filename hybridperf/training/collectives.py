@@ -83,7 +83,6 @@ def fittable(df: pd.DataFrame, nodes: dict | None = None) -> list[str]:
     out = {"lat_scale", "fill_share", "fill_bytes"}
     for (system, coll, p, g, tm), grp in df.groupby(GROUP_KEYS, sort=False):
         node = node_for(system, nodes)
-        p2p = coll in ("send_recv", "all_to_all")
         if tm == "call":
             out.update(("floor_p2p_us", "floor_p2p_sharpness") if coll == "send_recv" else ("floor_us", "floor_sharpness"))
         else:
@@ -96,8 +95,8 @@ def fittable(df: pd.DataFrame, nodes: dict | None = None) -> list[str]:
             out.add("lat_p2p_us")
         if p > g:
             out.add("eff_net_p2p" if coll == "send_recv" else "eff_net")  # all-to-all crosses on node_bw
-        if g > 1:
-            pcie = node.intra_topology == "pcie" or (node.intra_topology == "nvlink_pairs" and g > 2 and not p2p)
+        if g > 1 and not (coll == "send_recv" and p > g):  # across nodes a send/recv runs at the NIC's rate
+            pcie = node.intra_topology == "pcie" or (node.intra_topology == "nvlink_pairs" and g > 2)
             out.add(("eff_pcie" if pcie else "eff_nvlink") + ("_p2p" if coll == "send_recv" else ""))
             if node.intra_topology == "nvswitch" and coll != "send_recv" and g < 8:
                 out.add("rank_loss")
