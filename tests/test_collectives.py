@@ -715,3 +715,11 @@ def test_send_recv_has_its_own_latency_and_never_outruns_its_link():
         link = get_node(name).intra_bw_gbs
         ms = model.predict("send_recv", [2.0**30], 2, 2, get_node(name))["ms"][0]
         assert 2.0**30 / (ms * 1e-3) / 1e9 <= link
+
+
+def test_tensorrt_llm_all_reduce_is_refused_off_nvidia():
+    """TensorRT-LLM runs on NVIDIA GPUs only: its all-reduce on an MI300X node is an error, vLLM's is priced."""
+    mi = get_node("MI300X-8")
+    with pytest.raises(InputError, match="NVIDIA GPUs only"):
+        custom_all_reduce_ms([1 << 20], 8, mi, "trtllm")
+    assert custom_all_reduce_ms([1 << 20], 8, mi, "vllm")[0] > 0

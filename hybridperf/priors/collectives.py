@@ -466,6 +466,11 @@ def custom_all_reduce_ms(nbytes, gpus: int, node: NodeSpec, engine: str = "vllm"
     eng = str(engine).strip().lower()
     if eng not in ENGINES:
         raise InputError(f"--impl must be one of {', '.join(ENGINES)}; got {engine!r}")
+    if eng == "trtllm":
+        from hybridperf.devices import get_device
+
+        if get_device(node.device).vendor != "nvidia":
+            raise InputError(f"TensorRT-LLM runs on NVIDIA GPUs only, not on {node.name}")
     n = as_bytes(nbytes)
     p, g = check_shape("all_reduce", gpus, None, node)
     nccl = prior_terms("all_reduce", n, p, g, node, constants, "graph")["ms"]
