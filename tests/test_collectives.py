@@ -723,3 +723,12 @@ def test_tensorrt_llm_all_reduce_is_refused_off_nvidia():
     with pytest.raises(InputError, match="NVIDIA GPUs only"):
         custom_all_reduce_ms([1 << 20], 8, mi, "trtllm")
     assert custom_all_reduce_ms([1 << 20], 8, mi, "vllm")[0] > 0
+
+
+def test_bytes_take_decimal_and_binary_units_up_to_pebibytes():
+    from hybridperf.cli.collective import parse_bytes
+
+    assert parse_bytes("1TB") == 1e12 and parse_bytes("2TiB") == 2 * 1024**4 and parse_bytes("1PiB") == 1024**5
+    assert parse_bytes("64MiB") == 64 * 1024**2 and parse_bytes("6.4e7") == 6.4e7
+    with pytest.raises(InputError, match="optional unit"):
+        parse_bytes("3XB")

@@ -12,8 +12,9 @@ from hybridperf.devices.node_lookup import resolve_node
 from hybridperf.errors import InputError
 from hybridperf.guard import check_predictions
 
-_UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9,
-          "ki": 1024, "kib": 1024, "mi": 1024**2, "mib": 1024**2, "gi": 1024**3, "gib": 1024**3}
+_UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9, "t": 1e12, "tb": 1e12,
+          "ki": 1024, "kib": 1024, "mi": 1024**2, "mib": 1024**2, "gi": 1024**3, "gib": 1024**3, "ti": 1024**4,
+          "tib": 1024**4, "p": 1e15, "pb": 1e15, "pi": 1024**5, "pib": 1024**5}
 
 
 def parse_bytes(text: str) -> float:
@@ -21,7 +22,8 @@ def parse_bytes(text: str) -> float:
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
     unit = m.group(2).lower() if m else None
     if not m or unit not in _UNITS:
-        raise InputError(f"--bytes must be a positive number of bytes (e.g. 65536, 6.4e7, 64MiB), got {text!r}")
+        raise InputError(f"--bytes must be a positive number of bytes with an optional unit (B, KB, KiB, MB, MiB, GB, "
+                         f"GiB, TB, TiB, PB, PiB; e.g. 65536, 6.4e7, 64MiB), got {text!r}")
     value = float(m.group(1)) * _UNITS[unit]
     if value != value or value == float("inf"):
         raise InputError(f"--bytes must be a finite number of bytes, got {text!r}")
