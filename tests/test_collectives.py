@@ -461,6 +461,7 @@ def test_cli_human_and_gpu_name_default_node():
     ("--collective", "all_reduce", "--bytes", 1024, "--gpus", 4, "--gpus-per-node", 8, "--device", "DGX-A100"),
     ("--collective", "all_reduce", "--bytes", 1024, "--gpus", 16, "--gpus-per-node", 16, "--device", "DGX-A100"),
     ("--collective", "all_reduce", "--bytes", 1024, "--gpus", 8, "--device", "No Such Node"),
+    ("--collective", "all_reduce", "--bytes", 1024, "--gpus", 100_000_000, "--device", "DGX-A100"),
 ])
 def test_cli_bad_input_exits_nonzero(args):
     r = _cli(*args)

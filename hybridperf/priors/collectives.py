@@ -140,9 +140,15 @@ def _positive_int(value, flag: str) -> int:
     return n
 
 
+#: the most ranks accepted: beyond any cluster built (the largest hold a few hundred thousand GPUs)
+MAX_RANKS = 2**20
+
+
 def check_shape(collective: str, gpus: int, gpus_per_node: int | None, node: NodeSpec) -> tuple[int, int]:
     """Validate (gpus, gpus_per_node) against the node; returns them (gpus_per_node filled in when None)."""
     p = _positive_int(gpus, "--gpus")
+    if p > MAX_RANKS:
+        raise InputError(f"--gpus {p} is more ranks than any cluster has (at most {MAX_RANKS})")
     g = min(p, node.gpus_per_node) if gpus_per_node is None else _positive_int(gpus_per_node, "--gpus-per-node")
     if g > p:
         raise InputError(f"--gpus-per-node ({g}) exceeds --gpus ({p})")
