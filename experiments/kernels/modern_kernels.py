@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.common import MEASURED, RESULTS, ape
+from experiments.common import MEASURED, RESULTS, ape, inside
 from hybridperf.devices import get_device
 from hybridperf.priors.attention import sdpa_ms
 from hybridperf.priors.llm_gemm import gemm_ms
@@ -92,21 +92,20 @@ def as_aic_rows(k: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def bundle_table(k: pd.DataFrame, device) -> pd.DataFrame:
-    """MAPE and 90% coverage of `predict-kernels`' shipped bundle (prior alone and hybrid) on `k`."""
-    from hybridperf.aic_kernels import AicPredictor
+def bundle_table(rows: pd.DataFrame, device) -> pd.DataFrame:
+    """MAPE and 90% coverage per (op, dtype) of `predict-kernels`' shipped bundle, prior alone and hybrid, on
+    aiconfigurator `rows` (`as_aic_rows`)."""
+    from hybridperf.aic_kernels import AicPredictor, dtype_of
     from hybridperf.aic_rows import validate
 
-    rows = validate(as_aic_rows(k))
+    rows = validate(rows)
     p = AicPredictor.load()
     hyb, prior = p.predict(rows, device), p.predict(rows, device, prior_only=True)
     meas = rows["latency"].to_numpy(dtype=float)
-    fam = rows["op_name"].astype(str) + np.where(rows["op_name"] == "gemm", " " + rows["gemm_dtype"].astype(str), "")
-    d = pd.DataFrame({"family": fam.to_numpy(), "prior": ape(prior["pred_ms"], meas),
-                      "hybrid": ape(hyb["pred_ms"], meas),
-                      "cov": 100.0 * ((hyb["lo_ms"] <= meas) & (meas <= hyb["hi_ms"])).to_numpy()})
-    return d.groupby("family").agg(rows=("prior", "size"), prior_mape=("prior", "mean"),
-                                   hybrid_mape=("hybrid", "mean"), hybrid_cov=("cov", "mean"))
+    d = pd.DataFrame({"op": rows["op_name"].to_numpy(), "dtype": dtype_of(rows), "prior": ape(prior["pred_ms"], meas),
+                      "hybrid": ape(hyb["pred_ms"], meas), "cov": 100.0 * inside(meas, hyb["lo_ms"], hyb["hi_ms"])})
+    return d.groupby(["op", "dtype"]).agg(rows=("prior", "size"), prior_mape=("prior", "mean"),
+                                          hybrid_mape=("hybrid", "mean"), hybrid_cov=("cov", "mean"))
 
 
 def main(argv=None) -> int:
@@ -135,11 +134,12 @@ def main(argv=None) -> int:
           tab.round(2).reset_index().to_markdown(index=False), "",
           "## GEMMs by rows (decode-like m <= 128 against prefill-like)", "",
           by_m.round(2).reset_index().to_markdown(index=False), ""]
-    if len(as_aic_rows(k)):
+    aic = as_aic_rows(k)
+    if len(aic):
         md += ["## Through `predict-kernels` (aiconfigurator rows, framework torch, the shipped bundle)", "",
                "The CUDA-graph rows as `predict-kernels` prices them: the prior alone and with the shipped residuals "
                "(`exported_models/aic_kernels`, trained on A100, H100, L40S and B200 tables).", "",
-               bundle_table(k, get_device(device)).round(2).reset_index().to_markdown(index=False), ""]
+               bundle_table(aic, get_device(device)).round(2).reset_index().to_markdown(index=False), ""]
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{a.gpu}_modern_kernels.md").write_text("\n".join(md))
