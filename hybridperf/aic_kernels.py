@@ -39,6 +39,9 @@ FAMILY_NAMES = tuple(sorted({f for _, f in KERNEL_FAMILIES} | {"other"}))
 DEFAULT_WIDEN = {"arch": 0.25, "kernel_family": 0.15, "dtype": 0.25, "memory": 0.25}
 #: the interval of a family/dtype the bundle has no quantiles for (log), a wide default
 FALLBACK_Q = (-0.6, 0.6)
+#: interval stratum of rows whose measured path (`source_key`) no training system ran: their constants come from
+#: other kernels of the dtype, so their interval covers at least the held-out errors of such rows (`op:kind:new_source`)
+NEW_SOURCE = "new_source"
 
 
 def memory_family(device: DeviceSpec) -> str:
@@ -256,6 +259,13 @@ def dtype_of(df: pd.DataFrame) -> np.ndarray:
     return np.where(ops == "gemm", col("gemm_dtype"), np.where(ops == "moe", col("moe_dtype"), attn)).astype(object)
 
 
+def source_key(df: pd.DataFrame) -> np.ndarray:
+    """Each row's measured path, `dtype|kernel_source`: what a fit keys its efficiencies, floors and host
+    dispatch by."""
+    src = df["kernel_source"].astype(str).to_numpy().astype(object) if "kernel_source" in df else ""
+    return (dtype_of(df).astype(object) + "|" + src).astype(object)
+
+
 def run_dtype_of(df: pd.DataFrame, device: DeviceSpec | None = None) -> np.ndarray:
     """`dtype_of`, with each GEMM row's dtype replaced by the one its kernels run (`llm_gemm.kernel_dtype`:
     SGLang's int8_wo rows are W8A8), and on `device` each GEMM and MoE row's by the one that GPU runs
@@ -274,11 +284,13 @@ def run_dtype_of(df: pd.DataFrame, device: DeviceSpec | None = None) -> np.ndarr
 
 
 def interval_quantiles(ivs: dict, trained: dict, ops, dts, families, arch: str, kinds: dict,
-                       widen: dict = DEFAULT_WIDEN, run_dts=None, memory: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+                       widen: dict = DEFAULT_WIDEN, run_dts=None, memory: str | None = None,
+                       sources=None) -> tuple[np.ndarray, np.ndarray]:
     """(q_lo, q_hi) per row, log: the conformal quantiles of the row's `op:kind:dtype` (else `op:kind`,
     else FALLBACK_Q), widened for an architecture without a tile model, and, where `trained` lists
     them, for a dtype (the one its kernels run, `run_dts`; `dts` when None) or kernel family no training
-    system ran, or a memory family (`memory`) no training GPU had."""
+    system ran, or a memory family (`memory`) no training GPU had; a row whose measured path (`sources`,
+    `source_key`) no training system ran covers at least its op's NEW_SOURCE quantiles."""
     ops, dts, families = (np.asarray(x, dtype=object) for x in (ops, dts, families))
     run_dts = dts if run_dts is None else np.asarray(run_dts, dtype=object)
     q_lo, q_hi = np.full(len(ops), FALLBACK_Q[0]), np.full(len(ops), FALLBACK_Q[1])
@@ -300,6 +312,11 @@ def interval_quantiles(ivs: dict, trained: dict, ops, dts, families, arch: str, 
                 new = m & ~np.isin(what, list(trained.get(key, {}).get(op, [])))
                 q_lo[new] -= by
                 q_hi[new] += by
+        iv = ivs.get(f"{op}:{kind}:{NEW_SOURCE}")
+        if iv is not None and sources is not None and op in trained.get("sources", {}):
+            new = m & ~np.isin(np.asarray(sources, dtype=object), list(trained["sources"][op]))
+            q_lo[new] = np.minimum(q_lo[new], iv["q_lo"])
+            q_hi[new] = np.maximum(q_hi[new], iv["q_hi"])
     return q_lo, q_hi
 
 
@@ -356,7 +373,7 @@ class AicPredictor:
         q_lo, q_hi = interval_quantiles(self.manifest.get("intervals", {}), self.manifest.get("trained", {}), ops, dts,
                                         terms["kernel_family"].to_numpy(), device.kernel_arch, kinds,
                                         {**DEFAULT_WIDEN, **self.manifest.get("widen", {})}, run_dtype_of(df, device),
-                                        memory_family(device))
+                                        memory_family(device), source_key(df))
         scaled = np.char.add(harness.astype(str), ops.astype(str))
         for key, f in self.scales.items():
             q_lo[scaled == key] *= f

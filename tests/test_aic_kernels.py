@@ -423,6 +423,27 @@ def test_dtype_widening_follows_the_kernels_a_row_runs():
     assert q_lo.tolist() == pytest.approx([-0.2, -0.2 - DEFAULT_WIDEN["dtype"]])
 
 
+def test_a_kernel_path_no_training_system_ran_gets_at_least_the_new_source_interval():
+    """A row whose dtype and kernel source no training system ran takes its constants from other kernels: its
+    interval covers at least its op's `new_source` quantiles; a row of a trained path keeps its dtype's."""
+    from hybridperf.aic_kernels import NEW_SOURCE, dtype_of, interval_quantiles, source_key
+
+    rows = pd.DataFrame({"op_name": ["gemm", "gemm"], "gemm_dtype": ["fp8_block", "fp8_block"],
+                         "kernel_source": ["DeepGemmFp8BlockScaledMMKernel", "FlashInferFp8BlockScaledMMKernel"]})
+    assert list(source_key(rows)) == ["fp8_block|" + s for s in rows["kernel_source"]]
+    trained = {"dtypes": {"gemm": ["fp8_block"]}, "kernel_families": {"gemm": ["deepgemm", "flashinfer"]},
+               "sources": {"gemm": ["fp8_block|DeepGemmFp8BlockScaledMMKernel"]}}
+    iv = {"gemm:hybrid:fp8_block": {"q_lo": -0.2, "q_hi": 0.3},
+          f"gemm:hybrid:{NEW_SOURCE}": {"q_lo": -0.9, "q_hi": 0.1}}
+    q_lo, q_hi = interval_quantiles(iv, trained, rows["op_name"], dtype_of(rows), ["deepgemm", "flashinfer"],
+                                    "hopper", {"gemm": "hybrid"}, sources=source_key(rows))
+    assert q_lo.tolist() == pytest.approx([-0.2, -0.9]) and q_hi.tolist() == pytest.approx([0.3, 0.3])
+    q_lo, _ = interval_quantiles(iv, {k: v for k, v in trained.items() if k != "sources"}, rows["op_name"],
+                                 dtype_of(rows), ["deepgemm", "flashinfer"], "hopper", {"gemm": "hybrid"},
+                                 sources=source_key(rows))
+    assert q_lo.tolist() == pytest.approx([-0.2, -0.2])  # a bundle that lists no sources widens nothing
+
+
 def test_prior_terms_read_the_framework_a_row_names_or_its_kernel_source():
     """The copies a row's collector cycled follow its `framework` (and version) column, else its kernel source
     (vLLM's kernel classes, SGLang's `sglang*`, TensorRT-LLM's `torch_flow`); a blank or categorical framework
@@ -489,10 +510,9 @@ def test_memory_widening_follows_the_memory_the_training_gpus_had():
     assert memory_family(l40s) == "gddr" and memory_family(H100) == "hbm"
     p = AicPredictor.load()
     rows = validate(pd.DataFrame(ROWS))
-    hbm_only = AicPredictor(p.gemm_c, p.moe_c, p.bundle, {**p.manifest, "trained": {**p.manifest["trained"],
-                                                                                     "memory": ["hbm"]}})
-    both = AicPredictor(p.gemm_c, p.moe_c, p.bundle, {**p.manifest, "trained": {**p.manifest["trained"],
-                                                                                 "memory": ["gddr", "hbm"]}})
+    trained = {k: v for k, v in p.manifest["trained"].items() if k != "sources"}  # no new-source floor in the way
+    hbm_only = AicPredictor(p.gemm_c, p.moe_c, p.bundle, {**p.manifest, "trained": {**trained, "memory": ["hbm"]}})
+    both = AicPredictor(p.gemm_c, p.moe_c, p.bundle, {**p.manifest, "trained": {**trained, "memory": ["gddr", "hbm"]}})
     width = lambda r: np.log(r["hi_ms"] / r["lo_ms"]).to_numpy()  # noqa: E731
     assert width(hbm_only.predict(rows, l40s)) == pytest.approx(width(both.predict(rows, l40s)) + 0.5)
     assert width(hbm_only.predict(rows, H100)) == pytest.approx(width(both.predict(rows, H100)))

@@ -28,7 +28,8 @@ import pandas as pd
 
 from experiments.common import DATA, REPO
 from experiments.kernels import attention_prior
-from hybridperf.aic_kernels import FEATURES, AicPredictor, dtype_of, interval_quantiles, memory_family, run_dtype_of
+from hybridperf.aic_kernels import (FEATURES, NEW_SOURCE, AicPredictor, dtype_of, interval_quantiles, memory_family,
+                                   run_dtype_of, source_key)
 from hybridperf.aic_rows import OPS
 from hybridperf.datasets.aiconfigurator import SYSTEM_DEVICES, load_kernels
 from hybridperf.devices import get_device
@@ -85,8 +86,9 @@ def fit(train: pd.DataFrame, systems, fold_attention: bool = True) -> dict:
     fams = {op: sorted(set(terms["kernel_family"][(rows["op_name"] == op).to_numpy()])) for op in OPS}
     dts = {op: sorted(set(run_dtype_of(rows[(rows["op_name"] == op).to_numpy()]))) for op in OPS}
     memory = sorted({memory_family(get_device(SYSTEM_DEVICES[s])) for s in systems})
+    sources = {op: sorted(set(source_key(rows[(rows["op_name"] == op).to_numpy()]))) for op in OPS}
     return {"gemm_c": gemm_c, "moe_c": moe_c, "attn_c": attn_c, "models": models, "families": fams, "dtypes": dts,
-            "memory": memory}
+            "memory": memory, "sources": sources}
 
 
 def spec_roofline_ms(rows: pd.DataFrame) -> np.ndarray:
@@ -159,13 +161,18 @@ def with_shrink(errs: pd.DataFrame, shrink: dict) -> pd.DataFrame:
 
 def calibrate(errs: pd.DataFrame) -> dict:
     """Interval quantiles per `op:kind:dtype` (>= 200 rows) and `op:kind` from held-out log errors
-    (`op`, `dtype`, `system`, and one column per kind)."""
+    (`op`, `dtype`, `system`, and one column per kind), and per `op:kind:new_source` from the rows whose
+    measured path the fit never saw (`new_source`)."""
     out = {}
     for kind in ("prior", "hybrid"):
         for op, g in errs.groupby("op", observed=True):
             iv = T.conformal(g[kind].to_numpy(), g["system"].to_numpy())
             if iv:
                 out[f"{op}:{kind}"] = iv
+            new = g["new_source"].to_numpy(dtype=bool)
+            iv = T.conformal(g[kind].to_numpy()[new], g["system"].to_numpy()[new])
+            if iv:
+                out[f"{op}:{kind}:{NEW_SOURCE}"] = iv
             for dt, gd in g.groupby("dtype", observed=True):
                 iv = T.conformal(gd[kind].to_numpy(), gd["system"].to_numpy())
                 if iv:
@@ -175,10 +182,11 @@ def calibrate(errs: pd.DataFrame) -> dict:
 
 def intervals(ivs: dict, model: dict, rows: pd.DataFrame, kind: str, device) -> tuple[np.ndarray, np.ndarray]:
     """(q_lo, q_hi) per row on `device` (a DeviceSpec), by the lookup and widening `AicPredictor.predict` applies."""
-    trained = {"dtypes": model["dtypes"], "kernel_families": model["families"], "memory": model["memory"]}
+    trained = {"dtypes": model["dtypes"], "kernel_families": model["families"], "memory": model["memory"],
+               "sources": model["sources"]}
     return interval_quantiles(ivs, trained, rows["op_name"].to_numpy(), dtype_of(rows), model["_family"].to_numpy(),
                               device.kernel_arch, {op: kind for op in OPS}, run_dts=run_dtype_of(rows),
-                              memory=memory_family(device))
+                              memory=memory_family(device), sources=source_key(rows))
 
 
 def held_out_errors(data: pd.DataFrame, held: str, train_systems, fold_attention: bool = True) -> pd.DataFrame:
@@ -187,7 +195,11 @@ def held_out_errors(data: pd.DataFrame, held: str, train_systems, fold_attention
     rows = data[data["system"] == held]
     p = predict(model, rows)
     y = np.log(rows["latency_ms"].to_numpy())
-    return pd.DataFrame({"system": held, "op": rows["op_name"].astype(str).to_numpy(), "dtype": dtype_of(rows),
+    ops, keys = rows["op_name"].astype(str).to_numpy(), source_key(rows)
+    new = np.zeros(len(rows), dtype=bool)
+    for op in set(ops.tolist()):
+        new[ops == op] = ~np.isin(keys[ops == op], model["sources"].get(op, []))
+    return pd.DataFrame({"system": held, "op": ops, "dtype": dtype_of(rows), "new_source": new,
                          "family": p["family"].to_numpy(), "roof": y - p["roof"].to_numpy(),
                          "prior": y - p["prior"].to_numpy(), "resid": p["resid"].to_numpy()}, index=rows.index), model
 
@@ -287,7 +299,7 @@ def write_bundle(model: dict, res: pd.DataFrame, out: Path, systems, command: st
         "ship_rule": {"lower_mean_mape": True, "max_points_worse_on_any_gpu": SHIP_TOLERANCE},
         "intervals": calibrate(res),
         "trained": {"systems": list(systems), "kernel_families": model["families"], "dtypes": model["dtypes"],
-                    "memory": model["memory"]},
+                    "memory": model["memory"], "sources": model["sources"]},
         "training_rows_per_system_op": T.TRAIN_ROWS, "seed": T.SEED, "command": command,
     }
     write_manifest(out, manifest)
@@ -349,6 +361,12 @@ def report(tab: pd.DataFrame, res: pd.DataFrame, speed: str, args, shipped: dict
             ship_line += (" The other families predict with the prior and its intervals; their `hybrid` "
                           "columns show what a residual would do.")
     ok = tab[(tab["hybrid %"] <= 10) & tab["cov hybrid %"].between(85, 95)]
+    band, below = tab["cov hybrid %"].between(85, 95).sum(), (tab["cov hybrid %"] < 85).sum()
+    new = res[res["new_source"]]
+    new_line = (f"Hybrid coverage within 85-95% in {band} of {len(tab)} cells ({below} below). "
+                f"{len(new)} held-out rows ({100 * len(new) / len(res):.1f}%) ran a (dtype, kernel source) no "
+                f"training GPU ran: {100 * new['cov_hybrid'].mean():.1f}% covered (their interval covers at least "
+                f"the inner folds' such rows' quantiles, `aic_kernels.NEW_SOURCE`), {ape(new['hybrid']).mean():.1f}% MAPE.")
     own = own.merge(tab[["system", "op", "dtype", "hybrid %"]].rename(columns={"hybrid %": "held-out hybrid %"}),
                     on=["system", "op", "dtype"], how="left")
     b200 = tab[tab["system"] == "b200_sxm"]
@@ -366,6 +384,8 @@ def report(tab: pd.DataFrame, res: pd.DataFrame, speed: str, args, shipped: dict
         "`hybrid`: prior x exp(residual). Targets: MAPE <= 10%, coverage 85-95%.",
         "",
         f"Cells meeting both targets: {len(ok)} of {len(tab)}. {ship_line}",
+        "",
+        new_line,
         "",
         "GEMM and MoE rows: the physics of `priors/llm_gemm.py` and `priors/moe.py` with constants fitted per "
         "fold. Attention rows: the fused-attention prior of `priors/attention.py` with its constants fitted per "
