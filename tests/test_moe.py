@@ -75,6 +75,7 @@ def test_expert_groups_under_balanced_routing():
 def test_grouped_gemm_is_one_kernel_only_for_bf16_on_hopper_class_devices():
     assert one_grouped_kernel(get_device(H100), "bf16")
     assert not one_grouped_kernel(get_device(H100), "fp16") and not one_grouped_kernel(get_device(A100), "bf16")
+    assert not any(one_grouped_kernel(get_device(f"AMD Instinct {g}"), "bf16") for g in ("MI300X", "MI355X"))
     tab = build_graph({**MOE["mixtral"], "hidden_size": 256, "intermediate_size": 512}, 4, 256, "train",
                       dtype="bf16").kernel_table()
     grouped = tab[tab["grouped"]]

@@ -6,9 +6,7 @@ experts that received tokens (`graphs.primitives.grouped_gemm`). What launches d
 
   * NVIDIA sm90 / sm100 (Hopper, Blackwell) with bf16 operands: one CUTLASS grouped-GEMM kernel
     (`_grouped_mm_cuda`'s fast path), priced as the bmm it is written as;
-  * AMD CDNA3 (gfx942, MI300) with bf16: one Composable Kernel grouped GEMM in ROCm builds with
-    `USE_ROCM_CK_GEMM` (the same source), priced the same way;
-  * everything else (fp32 or fp16 anywhere, Ampere, Ada, older AMD): PyTorch's fallback
+  * everything else (fp32 or fp16 anywhere, Ampere, Ada, sm_120, AMD): PyTorch's fallback
     (`_grouped_mm_fallback`, ATen) copies the offsets to the host and runs one mm per expert with tokens
     from its C++ loop; before sm80 transformers runs the same loop itself, in Python. Each group becomes
     its own `linear` launch of the group's shape.
@@ -26,8 +24,9 @@ import pandas as pd
 
 from hybridperf.devices import DeviceSpec
 
-#: (vendor, arch) pairs whose grouped_mm is one kernel for bf16 operands
-ONE_KERNEL_ARCHS = {("nvidia", "hopper"), ("nvidia", "blackwell"), ("amd", "cdna3")}
+#: (vendor, arch) pairs whose grouped_mm is one kernel for bf16 operands. Not AMD: ROCm builds keep their
+#: Composable Kernel grouped GEMM (gfx90a, gfx942, gfx950) behind `ROCM_ALLOW_GROUP_GEMM_CK=1`, off by default
+ONE_KERNEL_ARCHS = {("nvidia", "hopper"), ("nvidia", "blackwell")}
 #: (vendor, arch) pairs below sm80, where transformers loops over the experts in Python (`_can_use_grouped_mm`)
 PYTHON_LOOP_ARCHS = {("nvidia", "pascal"), ("nvidia", "volta"), ("nvidia", "turing")}
 
