@@ -27,6 +27,7 @@ VECTOR_PJ_PER_FLOP = {
     "cdna1": 12.0,  # 7 nm
     "cdna2": 10.0,  # 6 nm
     "cdna3": 7.0,  # 5 nm
+    "cdna4": 5.0,  # 3 nm (N3P), ~30% below 5 nm at equal speed: an estimate, no sustained MI350X/MI355X GEMM anchors it
     "ada": 6.0,  # 4 nm: a 450 W RTX 4090 sustains ~75 TFLOP/s fp32
     "hopper": 9.5,  # 4 nm (its matrix units: MATRIX_ENERGY_RATIO)
     "blackwell": 6.0,  # 4 nm, second generation
