@@ -391,18 +391,19 @@ def test_collectors_fp8_path_pays_its_four_quantization_kernels():
 
 def test_l2_hits_follow_the_copies_each_framework_cycles():
     """TensorRT-LLM's collector cycles min(5, ceil(L2 / weight)) weight copies, SGLang's and vLLM's six (vLLM's
-    fp8_block and nvfp4 one): a 16 MB weight on H100's 50 MB L2 mostly hits under TensorRT-LLM's timing, not
-    under six copies (96 MB), and stays in L2 under one."""
+    fp8_block and nvfp4 one): a 16.8 MB weight stays in one 25 MB half of H100's L2 under one copy, and comes
+    from DRAM under six (100 MB) or TensorRT-LLM's three (50 MB, the whole L2 but twice a half)."""
     from hybridperf.priors.llm_gemm import gemm_parts, replay_copies
 
     assert replay_copies("TRTLLM", "fp8", "1.3.0rc20") is None and replay_copies("TRTLLM", "fp8", "1.0.0") == 5
     assert replay_copies("SGLang", "fp8", "0.5.14") == 6 and replay_copies("SGLang", "fp8", "0.5.6.post2") == 1
     assert replay_copies("VLLM", "bfloat16") == 6 and replay_copies("VLLM", "fp8_block") == 1
+    assert replay_copies("torch", "fp8") == 1  # our collector's CUDA graph replays one set of operands
     def mem(fw, dtype="bfloat16", replayed=True):  # a 16.8 MB weight: 4096 x 2048 in bf16, 8192 x 2048 in fp8
         n = 4096 if dtype == "bfloat16" else 8192
         return gemm_parts(8, n, 2048, dtype, H100, replayed=replayed, framework=fw)["memory"][()]
 
-    assert mem("TRTLLM") < 0.6 * mem("VLLM") and mem("VLLM") == mem("SGLang")
+    assert mem("TRTLLM") > 0.95 * mem("VLLM") and mem("VLLM") == mem("SGLang")
     assert mem("VLLM", "fp8_block") < 0.6 * mem("SGLang", "fp8_block")
     assert mem("TRTLLM", replayed=False) == mem("VLLM", replayed=False)  # inside a model: DRAM either way
 
@@ -458,8 +459,8 @@ def test_prior_terms_read_the_framework_a_row_names_or_its_kernel_source():
     rows["framework"] = rows["framework"].astype("category")
     rows = validate(rows)
     assert list(framework_of(rows)) == ["TRTLLM", "VLLM", "TRTLLM", "VLLM"]
-    mem = prior_terms(rows, H100)["memory_ms"].to_numpy()
-    assert mem[0] == mem[2] and mem[1] == mem[3] and mem[0] < 0.6 * mem[1]  # 3 copies fit H100's L2, 6 do not
+    mem = prior_terms(rows, get_device("l40s"))["memory_ms"].to_numpy()
+    assert mem[0] == mem[2] and mem[1] == mem[3] and mem[0] < 0.7 * mem[1]  # 5 copies fit L40S's 96 MB L2, 6 do not
     assert list(framework_of(rows.drop(columns="framework"))) == ["TRTLLM", "VLLM", "TRTLLM", "VLLM"]
     assert list(framework_of(pd.DataFrame({"kernel_source": ["DeepGemmFp8BlockScaledMMKernel", "sglang_torch_linear",
                                                               "mystery"]}))) == ["VLLM", "SGLang", ""]

@@ -45,7 +45,7 @@ def predict(k: pd.DataFrame, device) -> pd.DataFrame:
         if r.op == "gemm":
             m, n, kk = np.array([r.m]), np.array([r.n]), np.array([r.k])
             dtype, source = GEMM_PATH[r.dtype]
-            p = float(gemm_ms(m, n, kk, dtype, device, kernel_source=source)[0])
+            p = float(gemm_ms(m, n, kk, dtype, device, kernel_source=source, framework="torch")[0])  # graph replay
             eb = 2.0 if r.dtype == "bf16" else 1.0
             roof = _roofline(2.0 * r.m * r.n * r.k, eb * (r.m * r.k + r.k * r.n) + 2.0 * r.m * r.n, device,
                              "bf16" if r.dtype == "bf16" else "fp8")

@@ -45,7 +45,7 @@ class DeviceSpec:
     cores_per_sm: int = 64  # fp32 lanes per SM/CU
     smem_per_sm_kb: float = 96.0  # shared memory / LDS per SM
     max_threads_per_sm: int = 2048
-    l2_partitions: int = 1  # L2 halves that each cache for their own SMs (2 on GA100 and GH100)
+    l2_partitions: int = 1  # L2 halves that each cache for their own SMs (2: GA100, GH100, dual-die B200-class)
     mem_type: str = "HBM2"
     ecc_reserved: float = 0.0  # share of memory ECC takes on cards that enable it on GDDR (1/16)
     sfu_exp_per_sm_clock: float = 16.0  # MUFU.EX2 exponentials per SM per clock (softmax); 32 on Blackwell Ultra

@@ -20,7 +20,7 @@ import numpy as np
 from hybridperf.devices import DeviceSpec
 from hybridperf.priors.llm_gemm import (GEMM_DTYPES, L2_BANDWIDTH_RATIO, QUANTIZED_ACTIVATION, SCALE_BYTES,
                                         KernelConstants, combine_ms, device_dtype, fitted_constants, matrix_peak,
-                                        version_tuple, warp_mma_peak)
+                                        replay_capacity, version_tuple, warp_mma_peak)
 from hybridperf.priors.moe_routing import MAX_EXPERTS, balanced_rank0_tokens, expert_tile, skewed_rank0
 
 #: rows of the grouped GEMM's tile each local expert's tokens are padded to: the kernels pick the
@@ -175,8 +175,8 @@ def moe_parts(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, 
     acts = pairs * (h + (mats - 1.0) * f_local) * a_bytes * 2.0 + t * h * 2.0 * 2.0
     acts = acts + np.where(combine, t * k * h * 2.0, 0.0)
     quant = (t * h * (2.0 + a_bytes) / bw) if moe_dtype in QUANTIZED_ACTIVATION else np.zeros_like(t)
-    # replayed back to back on the same weights (no copies cycled), experts that fit in L2 stay there
-    hit = np.minimum(device.l2_mb * 1e6 / np.maximum(weights, 1.0), 1.0) ** 4 if device.l2_mb > 0 and replayed else 0.0
+    # replayed back to back on the same weights (no copies cycled), experts that fit in one L2 partition stay there
+    hit = np.minimum(replay_capacity(device) / np.maximum(weights, 1.0), 1.0) ** 4 if replayed else 0.0
     dram = weights * (1.0 - hit * (1.0 - 1.0 / L2_BANDWIDTH_RATIO)) + acts
     # each tile pays its pipeline's fill and drain on top of k: short-k experts (the down projection of a
     # narrow or TP-split expert) run their tensor cores a smaller share of the time
