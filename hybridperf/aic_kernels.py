@@ -36,7 +36,11 @@ FAMILY_NAMES = tuple(sorted({f for _, f in KERNEL_FAMILIES} | {"other"}))
 #: so the conformal quantiles already hold a new NVIDIA one), a kernel family or dtype no training
 #: system ran, a memory technology (HBM, GDDR: `memory_family`) no training GPU had. Chosen, not
 #: fitted: the order of the per-GPU median bias in leave-one-GPU-out (0.1-0.4)
-DEFAULT_WIDEN = {"arch": 0.25, "kernel_family": 0.15, "dtype": 0.25, "memory": 0.25}
+DEFAULT_WIDEN = {"arch": 0.25, "kernel_family": 0.15, "dtype": 0.25, "memory": 0.25, "ridge": 0.25}
+#: a GPU whose ridge (`ridge_flop_per_byte`) lies beyond the training GPUs' range by more than this factor balances
+#: compute against memory where none of them did (H20: 37 FLOP/B, the four training GPUs 153-419): its intervals
+#: widen by DEFAULT_WIDEN["ridge"]. Held out, A100 (153 against 292-419) stays inside and is covered 91-99% already
+RIDGE_SPAN = 2.0
 #: the interval of a family/dtype the bundle has no quantiles for (log), a wide default
 FALLBACK_Q = (-0.6, 0.6)
 #: interval stratum of rows whose measured path (`source_key`) no training system ran: their constants come from
@@ -48,6 +52,22 @@ def memory_family(device: DeviceSpec) -> str:
     """`gddr` or `hbm`: the memory a GPU's kernels stream from, which sets their bandwidth, latency and the
     weight of its L2 (a GDDR card's large L2 serves what an HBM part streams from DRAM)."""
     return "gddr" if str(device.mem_type).strip().upper().startswith(("GDDR", "LPDDR")) else "hbm"
+
+
+def ridge_flop_per_byte(device: DeviceSpec) -> float:
+    """16-bit matrix FLOPs per DRAM byte at spec rates: where a kernel turns from memory- to compute-bound."""
+    half = max(device.peak("bf16", matrix=True), device.peak("fp16", matrix=True))
+    return half / (device.mem_bw_gbs * 1e9) if device.mem_bw_gbs > 0 else np.inf
+
+
+def ridge_outside(device: DeviceSpec, systems) -> bool:
+    """Whether `device`'s ridge lies beyond the training `systems`' (aiconfigurator ids) by more than RIDGE_SPAN."""
+    from hybridperf.datasets.aiconfigurator import SYSTEM_DEVICES
+    from hybridperf.devices import get_device
+
+    known = [ridge_flop_per_byte(get_device(SYSTEM_DEVICES[s])) for s in systems or () if s in SYSTEM_DEVICES]
+    r = ridge_flop_per_byte(device)
+    return bool(known) and (r < min(known) / RIDGE_SPAN or r > max(known) * RIDGE_SPAN)
 
 
 def kernel_family(source) -> np.ndarray:
@@ -285,12 +305,13 @@ def run_dtype_of(df: pd.DataFrame, device: DeviceSpec | None = None) -> np.ndarr
 
 def interval_quantiles(ivs: dict, trained: dict, ops, dts, families, arch: str, kinds: dict,
                        widen: dict = DEFAULT_WIDEN, run_dts=None, memory: str | None = None,
-                       sources=None) -> tuple[np.ndarray, np.ndarray]:
+                       sources=None, off_ridge: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(q_lo, q_hi) per row, log: the conformal quantiles of the row's `op:kind:dtype` (else `op:kind`,
     else FALLBACK_Q), widened for an architecture without a tile model, and, where `trained` lists
     them, for a dtype (the one its kernels run, `run_dts`; `dts` when None) or kernel family no training
-    system ran, or a memory family (`memory`) no training GPU had; a row whose measured path (`sources`,
-    `source_key`) no training system ran covers at least its op's NEW_SOURCE quantiles."""
+    system ran, a memory family (`memory`) no training GPU had, or a ridge outside theirs (`off_ridge`,
+    `ridge_outside`); a row whose measured path (`sources`, `source_key`) no training system ran covers at least
+    its op's NEW_SOURCE quantiles."""
     ops, dts, families = (np.asarray(x, dtype=object) for x in (ops, dts, families))
     run_dts = dts if run_dts is None else np.asarray(run_dts, dtype=object)
     q_lo, q_hi = np.full(len(ops), FALLBACK_Q[0]), np.full(len(ops), FALLBACK_Q[1])
@@ -304,6 +325,7 @@ def interval_quantiles(ivs: dict, trained: dict, ops, dts, families, arch: str, 
             extra = widen["arch"] if arch not in TILES else 0.0
             if memory is not None and trained.get("memory") and memory not in trained["memory"]:
                 extra += widen.get("memory", 0.0)
+            extra += widen.get("ridge", 0.0) if off_ridge else 0.0
             q_lo[mm] -= extra
             q_hi[mm] += extra
         if trained:
@@ -373,7 +395,8 @@ class AicPredictor:
         q_lo, q_hi = interval_quantiles(self.manifest.get("intervals", {}), self.manifest.get("trained", {}), ops, dts,
                                         terms["kernel_family"].to_numpy(), device.kernel_arch, kinds,
                                         {**DEFAULT_WIDEN, **self.manifest.get("widen", {})}, run_dtype_of(df, device),
-                                        memory_family(device), source_key(df))
+                                        memory_family(device), source_key(df),
+                                        ridge_outside(device, self.manifest.get("trained", {}).get("systems")))
         scaled = np.char.add(harness.astype(str), ops.astype(str))
         for key, f in self.scales.items():
             q_lo[scaled == key] *= f

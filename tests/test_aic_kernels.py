@@ -504,6 +504,24 @@ def test_sglang_wide_ep_fp8_block_attention_is_fp8_attention():
     assert t[0] == t[1] < t[2]
 
 
+def test_a_gpu_whose_ridge_no_training_gpu_had_gets_wider_intervals():
+    """H20 (148 TFLOP/s over 4 TB/s: 37 FLOP/B) balances compute and memory where none of the four training GPUs
+    (153-419 FLOP/B) did; an H200 (206) lies inside their range."""
+    from hybridperf.aic_kernels import DEFAULT_WIDEN, ridge_outside
+
+    systems = ["a100_sxm", "h100_sxm", "l40s", "b200_sxm"]
+    h20, h200 = get_device("NVIDIA H20"), get_device("NVIDIA H200")
+    assert ridge_outside(h20, systems) and not ridge_outside(h200, systems) and not ridge_outside(h20, [])
+    p = AicPredictor.load()
+    trained = {k: v for k, v in p.manifest["trained"].items() if k != "sources"}  # no new-source floor in the way
+    p = AicPredictor(p.gemm_c, p.moe_c, p.bundle, {**p.manifest, "trained": trained})
+    rows = validate(pd.DataFrame(ROWS))
+    width = lambda r: np.log(r["hi_ms"] / r["lo_ms"]).to_numpy()  # noqa: E731
+    without = AicPredictor(p.gemm_c, p.moe_c, p.bundle, {**p.manifest, "widen": {"ridge": 0.0}})
+    assert width(p.predict(rows, h20)) == pytest.approx(width(without.predict(rows, h20)) + 2 * DEFAULT_WIDEN["ridge"])
+    assert width(p.predict(rows, h200)) == pytest.approx(width(without.predict(rows, h200)))
+
+
 def test_memory_widening_follows_the_memory_the_training_gpus_had():
     from hybridperf.aic_kernels import memory_family
 

@@ -29,7 +29,7 @@ import pandas as pd
 from experiments.common import DATA, REPO
 from experiments.kernels import attention_prior
 from hybridperf.aic_kernels import (FEATURES, NEW_SOURCE, AicPredictor, dtype_of, interval_quantiles, memory_family,
-                                   run_dtype_of, source_key)
+                                   ridge_outside, run_dtype_of, source_key)
 from hybridperf.aic_rows import OPS
 from hybridperf.datasets.aiconfigurator import SYSTEM_DEVICES, load_kernels
 from hybridperf.devices import get_device
@@ -88,7 +88,7 @@ def fit(train: pd.DataFrame, systems, fold_attention: bool = True) -> dict:
     memory = sorted({memory_family(get_device(SYSTEM_DEVICES[s])) for s in systems})
     sources = {op: sorted(set(source_key(rows[(rows["op_name"] == op).to_numpy()]))) for op in OPS}
     return {"gemm_c": gemm_c, "moe_c": moe_c, "attn_c": attn_c, "models": models, "families": fams, "dtypes": dts,
-            "memory": memory, "sources": sources}
+            "memory": memory, "sources": sources, "systems": sorted(systems)}
 
 
 def spec_roofline_ms(rows: pd.DataFrame) -> np.ndarray:
@@ -186,7 +186,8 @@ def intervals(ivs: dict, model: dict, rows: pd.DataFrame, kind: str, device) -> 
                "sources": model["sources"]}
     return interval_quantiles(ivs, trained, rows["op_name"].to_numpy(), dtype_of(rows), model["_family"].to_numpy(),
                               device.kernel_arch, {op: kind for op in OPS}, run_dts=run_dtype_of(rows),
-                              memory=memory_family(device), sources=source_key(rows))
+                              memory=memory_family(device), sources=source_key(rows),
+                              off_ridge=ridge_outside(device, model["systems"]))
 
 
 def held_out_errors(data: pd.DataFrame, held: str, train_systems, fold_attention: bool = True) -> pd.DataFrame:
