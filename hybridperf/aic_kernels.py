@@ -311,10 +311,14 @@ def interval_quantiles(ivs: dict, trained: dict, ops, dts, families, arch: str, 
     them, for a dtype (the one its kernels run, `run_dts`; `dts` when None) or kernel family no training
     system ran, a memory family (`memory`) no training GPU had, or a ridge outside theirs (`off_ridge`,
     `ridge_outside`); a row whose measured path (`sources`, `source_key`) no training system ran covers at least
-    its op's NEW_SOURCE quantiles."""
+    its op's NEW_SOURCE quantiles, widened for the GPU alike."""
     ops, dts, families = (np.asarray(x, dtype=object) for x in (ops, dts, families))
     run_dts = dts if run_dts is None else np.asarray(run_dts, dtype=object)
     q_lo, q_hi = np.full(len(ops), FALLBACK_Q[0]), np.full(len(ops), FALLBACK_Q[1])
+    extra = widen["arch"] if arch not in TILES else 0.0  # what this GPU has that no training GPU had
+    if memory is not None and trained.get("memory") and memory not in trained["memory"]:
+        extra += widen.get("memory", 0.0)
+    extra += widen.get("ridge", 0.0) if off_ridge else 0.0
     for op, kind in kinds.items():
         m = ops == op
         for dt in set(dts[m].tolist()):
@@ -322,10 +326,6 @@ def interval_quantiles(ivs: dict, trained: dict, ops, dts, families, arch: str, 
             iv = ivs.get(f"{op}:{kind}:{dt}") or ivs.get(f"{op}:{kind}")
             if iv is not None:
                 q_lo[mm], q_hi[mm] = iv["q_lo"], iv["q_hi"]
-            extra = widen["arch"] if arch not in TILES else 0.0
-            if memory is not None and trained.get("memory") and memory not in trained["memory"]:
-                extra += widen.get("memory", 0.0)
-            extra += widen.get("ridge", 0.0) if off_ridge else 0.0
             q_lo[mm] -= extra
             q_hi[mm] += extra
         if trained:
@@ -337,8 +337,8 @@ def interval_quantiles(ivs: dict, trained: dict, ops, dts, families, arch: str, 
         iv = ivs.get(f"{op}:{kind}:{NEW_SOURCE}")
         if iv is not None and sources is not None and op in trained.get("sources", {}):
             new = m & ~np.isin(np.asarray(sources, dtype=object), list(trained["sources"][op]))
-            q_lo[new] = np.minimum(q_lo[new], iv["q_lo"])
-            q_hi[new] = np.maximum(q_hi[new], iv["q_hi"])
+            q_lo[new] = np.minimum(q_lo[new], iv["q_lo"] - extra)
+            q_hi[new] = np.maximum(q_hi[new], iv["q_hi"] + extra)
     return q_lo, q_hi
 
 

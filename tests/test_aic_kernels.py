@@ -427,7 +427,7 @@ def test_dtype_widening_follows_the_kernels_a_row_runs():
 def test_a_kernel_path_no_training_system_ran_gets_at_least_the_new_source_interval():
     """A row whose dtype and kernel source no training system ran takes its constants from other kernels: its
     interval covers at least its op's `new_source` quantiles; a row of a trained path keeps its dtype's."""
-    from hybridperf.aic_kernels import NEW_SOURCE, dtype_of, interval_quantiles, source_key
+    from hybridperf.aic_kernels import DEFAULT_WIDEN, NEW_SOURCE, dtype_of, interval_quantiles, source_key
 
     rows = pd.DataFrame({"op_name": ["gemm", "gemm"], "gemm_dtype": ["fp8_block", "fp8_block"],
                          "kernel_source": ["DeepGemmFp8BlockScaledMMKernel", "FlashInferFp8BlockScaledMMKernel"]})
@@ -439,6 +439,11 @@ def test_a_kernel_path_no_training_system_ran_gets_at_least_the_new_source_inter
     q_lo, q_hi = interval_quantiles(iv, trained, rows["op_name"], dtype_of(rows), ["deepgemm", "flashinfer"],
                                     "hopper", {"gemm": "hybrid"}, sources=source_key(rows))
     assert q_lo.tolist() == pytest.approx([-0.2, -0.9]) and q_hi.tolist() == pytest.approx([0.3, 0.3])
+    q_lo, q_hi = interval_quantiles(iv, trained, rows["op_name"], dtype_of(rows), ["deepgemm", "flashinfer"],
+                                    "hopper", {"gemm": "hybrid"}, sources=source_key(rows), off_ridge=True)
+    ridge = DEFAULT_WIDEN["ridge"]  # the GPU's own widening applies to the new-source floor too
+    assert q_lo.tolist() == pytest.approx([-0.2 - ridge, -0.9 - ridge])
+    assert q_hi.tolist() == pytest.approx([0.3 + ridge, 0.3 + ridge])
     q_lo, _ = interval_quantiles(iv, {k: v for k, v in trained.items() if k != "sources"}, rows["op_name"],
                                  dtype_of(rows), ["deepgemm", "flashinfer"], "hopper", {"gemm": "hybrid"},
                                  sources=source_key(rows))

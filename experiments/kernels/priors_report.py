@@ -382,7 +382,7 @@ def main() -> None:
           "exponent of its architecture's other GPUs (the held-out number; none has a second fitted GPU),",
           "and with its own fit (in-sample)."],
          split_rate_fits(data["test tables"])),
-        ("reread_share_fits", "The re-read share of a split L2 (GA100, GH100), fitted per GPU",
+        ("reread_share_fits", "The re-read share of a split L2 (GA100, GH100; unchecked on B200), fitted per GPU",
          ["Each GPU's softmax and LayerNorm test MAPE with re-reads against its whole L2 (share 1), with",
           "the share fitted on the other GPUs (the held-out number), and with its own fit (in-sample)."],
          reread_share_fits(data["test tables"])),

@@ -326,7 +326,7 @@ def replay_capacity(device: DeviceSpec) -> float:
 
 def l2_weight_hit(weight_bytes, device: DeviceSpec, copies: float | None = None) -> np.ndarray:
     """Share of a GEMM's weight reads served by L2 under aiconfigurator's timing (`_replay_hit`: L40S's 96 MB
-    L2 still serves a quarter of a cycled 128 MB weight)."""
+    L2 serves a tenth of a cycled 128 MB weight)."""
     return _replay_hit(weight_bytes, device, copies=copies)
 
 

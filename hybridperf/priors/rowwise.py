@@ -12,8 +12,9 @@ test tables):
 
 A re-read hits L2 when the rows in flight (SMs x resident blocks x row bytes) fit comfortably in it,
 and then overlaps the DRAM stream almost for free. Once they outgrow L2, the re-reads go to DRAM.
-GA100 and GH100 split their L2 in two halves, each caching for its own SMs (`DeviceSpec.l2_partitions`);
-there the re-reads see only part of the nominal capacity (`PriorConstants.reread_l2_mb`).
+GA100 and GH100 split their L2 in two halves, each caching for its own SMs (`DeviceSpec.l2_partitions`;
+B200-class parts one per die); there the re-reads see only part of the nominal capacity
+(`PriorConstants.reread_l2_mb`, fitted on A100 and H200 only: unchecked on Blackwell).
 The three constants below are global, chosen leave-one-GPU-out on NeuSight's five GPUs (each fold
 chose fits 0.3-0.4, spills 1.15-1.45, cost 0.1; `experiments/kernels/priors_report.py`). Without this, one
 DRAM pass was assumed up to 16 KiB rows (a shared-memory softmax PyTorch 2.1 does not run) and two
