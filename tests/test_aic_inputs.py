@@ -76,6 +76,17 @@ def test_predict_kernels_notes_weight_only_fp4_once(monkeypatch, capsys, tmp_pat
     assert code in (0, None) and "weight-only" not in err
 
 
+def test_predict_kernels_notes_a_dtype_whose_matrix_rate_is_far_below_the_16_bit_one(monkeypatch, capsys, tmp_path):
+    """Blackwell Ultra cut int8 to 125-167 TOPS (the catalog's B300 / GB300): SmoothQuant rows are priced at it,
+    ~15x slower than bf16, and the CLI says so; on B200 (int8 4.5 POPS) it does not."""
+    rows = [{**GEMM, "gemm_dtype": "sq"}, {**GEMM, "gemm_dtype": "bfloat16"}]
+    code, err, _ = _predict(monkeypatch, capsys, tmp_path, rows, "NVIDIA B300 SXM6 AC")
+    notes = [ln for ln in err.splitlines() if "under half its 16-bit rate" in ln]
+    assert code in (0, None) and len(notes) == 1 and "sq (int8" in notes[0]
+    code, err, _ = _predict(monkeypatch, capsys, tmp_path, rows, "b200_sxm")
+    assert code in (0, None) and "under half" not in err
+
+
 def test_fp8_without_fp8_units_runs_weight_only_as_serving_prices_it(monkeypatch, capsys, tmp_path):
     """fp8 GEMMs on a GPU without fp8 units are priced as W8A16 (int8_wo, Marlin's path), the mode predict-serving
     prices an fp8 checkpoint in there, and said once; fp8 attention there computes at the 16-bit rate."""

@@ -152,10 +152,11 @@ def dtype_notes(rows, dev) -> list[str]:
     """One `note:` line per way validated aiconfigurator rows are priced other than their dtype says, once
     per run: a GEMM/MoE dtype the prior does not model (a blank cell, `collect`'s float32) as bfloat16; on
     a GPU without FP4 or FP8 matrix units, such a dtype as the weight-only mode engines run it in
-    (`llm_gemm.device_dtype`, the rule `predict-serving` follows); fp8 attention without fp8 units at the
-    16-bit rate (`llm_gemm.PEAK_FALLBACK`)."""
+    (`llm_gemm.device_dtype`, the rule `predict-serving` follows); a dtype whose matrix rate is under half the
+    16-bit one (B300's int8) at that rate; fp8 attention without fp8 units at the 16-bit rate
+    (`llm_gemm.PEAK_FALLBACK`)."""
     from hybridperf.aic_rows import DTYPE_COLUMNS, attn_key
-    from hybridperf.priors.llm_gemm import GEMM_DTYPES, device_dtype
+    from hybridperf.priors.llm_gemm import GEMM_DTYPES, device_dtype, matrix_peak
 
     pairs = sorted({(op, str(d)) for op in set(rows["op_name"]) for d in
                     rows.loc[rows["op_name"] == op, DTYPE_COLUMNS[op][0]].unique()})
@@ -170,6 +171,13 @@ def dtype_notes(rows, dev) -> list[str]:
         notes.append(f"note: {dev.name} lacks the matrix units of some rows' dtypes; they are priced weight-only, as "
                      f"engines run such checkpoints there (weights dequantized into the 16-bit MMA): "
                      f"{', '.join(weight_only)}")
+    half = matrix_peak(dev, "bf16")
+    slow = sorted({f"{d} ({GEMM_DTYPES[d][2]}: {matrix_peak(dev, GEMM_DTYPES[d][2]) / 1e12:,.0f} TFLOP/s)"
+                   for _, d in gemm_like if d in GEMM_DTYPES and device_dtype(d, dev) == d
+                   and matrix_peak(dev, GEMM_DTYPES[d][2]) < 0.5 * half})
+    if slow:
+        notes.append(f"note: {dev.name}'s catalog matrix rate for some rows' dtypes is under half its 16-bit rate "
+                     f"({half / 1e12:,.0f} TFLOP/s); they are priced at it: {', '.join(slow)}")
     fp8 = sorted({f"{op} {d}" for op, d in pairs if op.endswith("attention") and attn_key(d) == "fp8"})
     if fp8 and not dev.has_matrix_units("fp8"):
         notes.append(f"note: {dev.name} has no fp8 matrix units; {', '.join(fp8)} rows are priced at its 16-bit "
