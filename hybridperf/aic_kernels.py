@@ -286,6 +286,17 @@ def source_key(df: pd.DataFrame) -> np.ndarray:
     return (dtype_of(df).astype(object) + "|" + src).astype(object)
 
 
+def new_sources(ops, sources, trained_sources: dict) -> np.ndarray:
+    """Per row, whether its measured path (`sources`, `source_key`) is one no training system ran, for the ops
+    `trained_sources` lists (`op -> fitted paths`); rows of other ops are not called new."""
+    ops, sources = np.asarray(ops, dtype=object), np.asarray(sources, dtype=object)
+    new = np.zeros(len(ops), dtype=bool)
+    for op, fitted in trained_sources.items():
+        m = ops == op
+        new[m] = ~np.isin(sources[m], list(fitted))
+    return new
+
+
 def run_dtype_of(df: pd.DataFrame, device: DeviceSpec | None = None) -> np.ndarray:
     """`dtype_of`, with each GEMM row's dtype replaced by the one its kernels run (`llm_gemm.kernel_dtype`:
     SGLang's int8_wo rows are W8A8), and on `device` each GEMM and MoE row's by the one that GPU runs
@@ -319,6 +330,8 @@ def interval_quantiles(ivs: dict, trained: dict, ops, dts, families, arch: str, 
     if memory is not None and trained.get("memory") and memory not in trained["memory"]:
         extra += widen.get("memory", 0.0)
     extra += widen.get("ridge", 0.0) if off_ridge else 0.0
+    fitted = trained.get("sources", {}) if sources is not None else {}
+    new_path = new_sources(ops, sources, fitted)
     for op, kind in kinds.items():
         m = ops == op
         for dt in set(dts[m].tolist()):
@@ -335,10 +348,10 @@ def interval_quantiles(ivs: dict, trained: dict, ops, dts, families, arch: str, 
                 q_lo[new] -= by
                 q_hi[new] += by
         iv = ivs.get(f"{op}:{kind}:{NEW_SOURCE}")
-        if iv is not None and sources is not None and op in trained.get("sources", {}):
-            new = m & ~np.isin(np.asarray(sources, dtype=object), list(trained["sources"][op]))
-            q_lo[new] = np.minimum(q_lo[new], iv["q_lo"] - extra)
-            q_hi[new] = np.maximum(q_hi[new], iv["q_hi"] + extra)
+        mm = m & new_path
+        if iv is not None and mm.any():
+            q_lo[mm] = np.minimum(q_lo[mm], iv["q_lo"] - extra)
+            q_hi[mm] = np.maximum(q_hi[mm], iv["q_hi"] + extra)
     return q_lo, q_hi
 
 

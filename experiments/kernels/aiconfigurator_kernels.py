@@ -29,7 +29,7 @@ import pandas as pd
 from experiments.common import DATA, REPO
 from experiments.kernels import attention_prior
 from hybridperf.aic_kernels import (FEATURES, NEW_SOURCE, AicPredictor, dtype_of, interval_quantiles, memory_family,
-                                   ridge_outside, run_dtype_of, source_key)
+                                   new_sources, ridge_outside, run_dtype_of, source_key)
 from hybridperf.aic_rows import OPS
 from hybridperf.datasets.aiconfigurator import SYSTEM_DEVICES, load_kernels
 from hybridperf.devices import get_device
@@ -196,10 +196,8 @@ def held_out_errors(data: pd.DataFrame, held: str, train_systems, fold_attention
     rows = data[data["system"] == held]
     p = predict(model, rows)
     y = np.log(rows["latency_ms"].to_numpy())
-    ops, keys = rows["op_name"].astype(str).to_numpy(), source_key(rows)
-    new = np.zeros(len(rows), dtype=bool)
-    for op in set(ops.tolist()):
-        new[ops == op] = ~np.isin(keys[ops == op], model["sources"].get(op, []))
+    ops = rows["op_name"].astype(str).to_numpy()
+    new = new_sources(ops, source_key(rows), model["sources"])
     return pd.DataFrame({"system": held, "op": ops, "dtype": dtype_of(rows), "new_source": new,
                          "family": p["family"].to_numpy(), "roof": y - p["roof"].to_numpy(),
                          "prior": y - p["prior"].to_numpy(), "resid": p["resid"].to_numpy()}, index=rows.index), model
