@@ -172,9 +172,9 @@ def dtype_notes(rows, dev) -> list[str]:
                      f"engines run such checkpoints there (weights dequantized into the 16-bit MMA): "
                      f"{', '.join(weight_only)}")
     half = matrix_peak(dev, "bf16")
-    slow = sorted({f"{d} ({GEMM_DTYPES[d][2]}: {matrix_peak(dev, GEMM_DTYPES[d][2]) / 1e12:,.0f} TFLOP/s)"
-                   for _, d in gemm_like if d in GEMM_DTYPES and device_dtype(d, dev) == d
-                   and matrix_peak(dev, GEMM_DTYPES[d][2]) < 0.5 * half})
+    rates = {d: (GEMM_DTYPES[d][2], matrix_peak(dev, GEMM_DTYPES[d][2]))
+             for _, d in gemm_like if d in GEMM_DTYPES and device_dtype(d, dev) == d}
+    slow = sorted(f"{d} ({key}: {rate / 1e12:,.0f} TFLOP/s)" for d, (key, rate) in rates.items() if rate < 0.5 * half)
     if slow:
         notes.append(f"note: {dev.name}'s catalog matrix rate for some rows' dtypes is under half its 16-bit rate "
                      f"({half / 1e12:,.0f} TFLOP/s); they are priced at it: {', '.join(slow)}")
