@@ -31,7 +31,8 @@ from hybridperf.priors.collectives import (
     per_host_to_domain,
     prior_terms,
 )
-from hybridperf.residual_models.collectives import FEATURE_NAMES, CollectiveModel, collective_features, default_bundle_dir
+from hybridperf.residual_models.collectives import (FEATURE_NAMES, CollectiveModel, collective_features,
+                                                    default_bundle_dir, predict_collective)
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 NETWORK = DATA / "vidur" / "data" / "profiling" / "network"
@@ -265,6 +266,25 @@ def test_topology_aware_bandwidth():
     # PCIe box: a ring over both sockets is slower than one within a socket
     l4 = get_node("8xL4-PCIe")
     assert collective_time_ms("all_reduce", big, 8, 8, l4)[0] > 1.5 * collective_time_ms("all_reduce", big, 4, 4, l4)[0]
+
+
+def test_pcie_gpu_reaches_another_node_no_faster_than_its_pcie_link():
+    """GPUDirect RDMA reads the GPU over its own PCIe link: a PCIe box's 400 Gb/s NIC per GPU (50 GB/s) cannot
+    carry more than the GPU's 32 GB/s Gen4 link, so a send/recv across nodes is not faster than a PCIe peer's."""
+    big = np.array([64 * 2**20])
+    l40s = get_node("8xL40S-PCIe")
+    assert l40s.inter_bw_gbs > l40s.intra_bw_gbs
+    across, inside = (collective_time_ms("send_recv", big, 2, g, l40s, timing="graph")[0] for g in (1, 2))
+    assert across >= 0.99 * inside
+
+
+def test_send_recv_interval_stops_at_the_links_spec_rate():
+    """The send/recv band, as wide as its call-timed training pairs, never claims more than the link's spec."""
+    n = 8 * 2.0**30
+    for node, g, spec in (("h100_sxm", 2, 450.0), ("DGX-B200", 2, 900.0), ("DGX-H100", 1, 50.0)):
+        out = predict_collective("send_recv", n, 2, g, get_node(node))
+        assert n / (out["lo_ms"] * 1e6) <= spec * 1.0001, node
+        assert out["lo_ms"] <= out["ms"] <= out["hi_ms"]
 
 
 def test_collective_semantics():
