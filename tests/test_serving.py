@@ -97,6 +97,22 @@ def test_batch_and_concurrency_agree_on_one_wave(engine):
     assert loop.tokens_per_s == pytest.approx(off.tokens_per_s, rel=0.05)
 
 
+@pytest.mark.parametrize("mode", ["concurrency", "batch"])
+def test_e2e_interval_sums_its_prefill_and_decode_bounds(mode):
+    """A closed loop's e2e is TTFT + TPOT x (osl - 1), so its bounds are those parts' bounds summed, not the
+    whole scaled by the wider of the two quantiles (a decode-bound e2e would take TTFT's wide upper one)."""
+    res = predict_serving(config=LLAMA, device="h100_sxm", engine="vllm", isl=1024, osl=512, calibration=WAVES,
+                          **{mode: 4})
+    _check(res)
+    if mode == "concurrency":
+        for f in ("ms", "lo_ms", "hi_ms"):
+            assert getattr(res.e2e, f) == pytest.approx(getattr(res.ttft, f) + 511 * getattr(res.tpot, f))
+    # decode-bound: the bounds sit between the parts' and near TPOT's, well inside TTFT's wide upper one
+    (lo_t, hi_t), (lo_d, hi_d) = WAVES.log_quantiles["ttft"], WAVES.log_quantiles["tpot"]
+    assert math.exp(lo_t) < res.e2e.lo_ms / res.e2e.ms <= math.exp(lo_d)
+    assert math.exp(hi_d) <= res.e2e.hi_ms / res.e2e.ms < math.exp(hi_d) * 1.05 < math.exp(hi_t)
+
+
 def test_staggered_clients_prefill_one_request_at_a_time():
     """A closed loop on an engine whose clients drift apart (vLLM) prefills each new request on its own, so
     its steady-state TTFT is close to one request's prefill at any concurrency that fits; an engine whose
