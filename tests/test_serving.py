@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import assert_one_line_error, run_cli
+from hybridperf.aic_kernels import unseen_arch_widen
 from hybridperf.cli.app import app
 from hybridperf.devices import get_device
 from hybridperf.errors import InputError, ModelBundleError
@@ -111,6 +112,18 @@ def test_e2e_interval_sums_its_prefill_and_decode_bounds(mode):
     (lo_t, hi_t), (lo_d, hi_d) = WAVES.log_quantiles["ttft"], WAVES.log_quantiles["tpot"]
     assert math.exp(lo_t) < res.e2e.lo_ms / res.e2e.ms <= math.exp(lo_d)
     assert math.exp(hi_d) <= res.e2e.hi_ms / res.e2e.ms < math.exp(hi_d) * 1.05 < math.exp(hi_t)
+
+
+def test_interval_widens_on_an_architecture_no_fit_saw():
+    """A ROCm GPU runs kernels and engine builds none of the fits saw: its bands are `unseen_arch_widen` wider
+    each side than an NVIDIA GPU's with the same quantiles."""
+    kw = dict(config=LLAMA, engine="vllm", isl=1024, osl=128, concurrency=1, calibration=WAVES)
+    nv, amd = (predict_serving(device=d, **kw) for d in ("h100_sxm", "AMD Instinct MI300X"))
+    w = unseen_arch_widen(get_device("AMD Instinct MI300X").kernel_arch)
+    assert w > 0 and unseen_arch_widen(get_device("h100_sxm").kernel_arch) == 0
+    for k in ("ttft", "tpot"):
+        a, b = getattr(nv, k), getattr(amd, k)
+        assert math.log(b.hi_ms / b.lo_ms) == pytest.approx(math.log(a.hi_ms / a.lo_ms) + 2 * w)
 
 
 def test_staggered_clients_prefill_one_request_at_a_time():

@@ -195,6 +195,7 @@ def predict_serving(config, device, engine: str, isl: int, osl: int, *, batch: i
     `acceptance` (`cost.Speculation`). `models`: the kernel and collective models (`cost.KernelModels`), the
     shipped ones when None. `scale`: factors on every prefill's and every decode step's time (a calibration by
     measured runs, `serving.measured.pooled_offset`), before end-to-end latency and throughput are composed."""
+    from hybridperf.aic_kernels import unseen_arch_widen  # noqa: PLC0415  (pandas; kept out of import time)
     from hybridperf.serving.load import as_arch  # noqa: PLC0415  (reads configs; kept out of import time)
 
     arch = as_arch(config)
@@ -241,7 +242,7 @@ def predict_serving(config, device, engine: str, isl: int, osl: int, *, batch: i
         tps = concurrency * osl / (ttft + tpot * (osl - 1)) * 1e3
     else:
         tps = batch * osl / sum(e2e) * 1e3
-    return _result(ttft, tpot, e2e, tps, gpus, cal, stratum)
+    return _result(ttft, tpot, e2e, tps, gpus, cal, stratum, unseen_arch_widen(get_device(device).kernel_arch))
 
 
 #: decode sequences one attention rank of a disaggregated decode worker holds when a run does not say how
@@ -292,16 +293,17 @@ def _decode_keys_ms(arch, device, engine, wk, isl, osl, per_rank, models=None):
     return (cost.decode_attn_ms(own + per_rank * isl, per_rank) - cost.decode_attn_ms(own, per_rank)) * wk.par.pp
 
 
-def _result(ttft, tpot, e2e: tuple, tps, gpus, cal: Calibration, stratum: str) -> ServingResult:
-    """The typed result, each latency with its 90% interval from the calibration's quantiles. `e2e`: its
-    (prefill, decode) parts, whose interval is the sum of the parts' bounds, TTFT's and TPOT's errors taken to
-    move together: on silicon_sample.csv's runs, held out, that covers e2e 87.7% (the widest of the two
-    quantiles on the whole had 97.1%, twice as wide)."""
+def _result(ttft, tpot, e2e: tuple, tps, gpus, cal: Calibration, stratum: str, widen: float = 0.0) -> ServingResult:
+    """The typed result, each latency with its 90% interval from the calibration's quantiles, `widen` (log) wider
+    each side on a GPU whose architecture no serving or kernel fit saw (`aic_kernels.unseen_arch_widen`: no ROCm
+    run is in silicon_sample.csv). `e2e`: its (prefill, decode) parts, whose interval is the sum of the parts'
+    bounds, TTFT's and TPOT's errors taken to move together: on silicon_sample.csv's runs, held out, that covers
+    e2e 87.7% (the widest of the two quantiles on the whole had 97.1%, twice as wide)."""
     q = cal.quantiles(stratum)
 
     def lat(v, metric):
         lo, hi = q[metric]
-        return Latency(v, v * math.exp(min(lo, 0.0)), v * math.exp(max(hi, 0.0)))
+        return Latency(v, v * math.exp(min(lo, 0.0) - widen), v * math.exp(max(hi, 0.0) + widen))
 
     parts = (lat(e2e[0], "ttft"), lat(e2e[1], "tpot"))
     return ServingResult(ttft=lat(ttft, "ttft"), tpot=lat(tpot, "tpot"),
