@@ -8,7 +8,7 @@ import pytest
 
 from hybridperf.devices import PEAK_KEYS, get_device, list_devices
 from hybridperf.devices.catalog import DEVICES
-from hybridperf.errors import UnknownDeviceError
+from hybridperf.errors import SpecError, UnknownDeviceError
 
 DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 NEUSIGHT_CONFIGS = DATASETS / "neusight" / "data" / "device_configs"
@@ -215,13 +215,27 @@ def test_neusight_json_is_enriched_from_the_board_its_numbers_describe(tmp_path)
     def neusight(name, sms, cores, bw, mem):
         p = tmp_path / f"{name}-{sms}-{bw}.json"
         p.write_text(json.dumps({"Device": name, "Dev_Mem": mem, "Mem_Bw": bw, "Num_Sm": sms, "Core_Per_SM": cores,
-                                 "Freq": 1755, "SingleFLOPs": 51200, "L2Cache": 50}))
+                                 "Freq": 1755, "SingleFLOPs": sms * cores * 2 * 1.755, "L2Cache": 50}))
         return get_device(str(p))
 
     assert neusight("NVIDIA H100", 114, 128, 2000, 80).tdp_w == get_device("NVIDIA H100 PCIe").tdp_w == 350
     assert neusight("NVIDIA H100", 132, 128, 3350, 80).tdp_w == get_device("NVIDIA H100 80GB HBM3").tdp_w
     assert neusight("NVIDIA A100", 108, 64, 1935, 80).tdp_w == get_device("NVIDIA A100 80GB PCIe").tdp_w
     assert neusight("Tesla P4", 40, 64, 192, 8).tdp_w == get_device("Tesla P4").tdp_w == 75
+
+
+def test_neusight_json_in_other_units_is_refused(tmp_path):
+    """NeuSight's files give SingleFLOPs in GFLOP/s and Freq in MHz; a file in TFLOP/s or GHz would price every
+    kernel ~1000x off, so a rate its lanes and clock do not give is refused, naming the units."""
+    base = {"Device": "My GPU", "Dev_Mem": 40, "Mem_Bw": 1555, "Num_Sm": 80, "Core_Per_SM": 128, "Freq": 1700,
+            "L2Cache": 40}
+    for bad in ({"SingleFLOPs": 35}, {"SingleFLOPs": 35000, "Freq": 1.7}):
+        p = tmp_path / "gpu.json"
+        p.write_text(json.dumps({**base, **bad}))
+        with pytest.raises(SpecError, match="GFLOP/s and Freq in MHz"):
+            get_device(str(p))
+    p.write_text(json.dumps({**base, "SingleFLOPs": 35000}))
+    assert get_device(str(p)).peak("fp32") == pytest.approx(35e12)
 
 
 def test_a_spec_printed_by_devices_loads_back_as_the_same_gpu(tmp_path):
@@ -272,7 +286,6 @@ def test_allocatable_memory_is_gib_less_ecc_on_gddr_data_center_cards():
 def test_ecc_reserved_is_validated():
     from hybridperf.devices import get_device
     from hybridperf.devices.spec import DeviceSpec
-    from hybridperf.errors import SpecError
 
     d = get_device("NVIDIA L40S").to_dict()
     with pytest.raises(SpecError, match="ecc_reserved"):

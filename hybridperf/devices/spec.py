@@ -298,6 +298,11 @@ def from_neusight_json(d: dict, source: str = "") -> DeviceSpec:
                for key, (kind, lo, hi, unit, lo_open, default) in _NEUSIGHT_RULES.items()
                if key in d or default is not None}
         num[flops_key] = check_number(d[flops_key], flops_key, float, 0.0, 1e9, "GFLOP/s", lo_open=True)
+        # GFLOP/s of one FMA per lane a clock (an AMD file's Core_Per_SM counts a CU's 16-lane SIMDs)
+        lanes = num["Num_Sm"] * num["Core_Per_SM"] * (AMD_SIMD_LANES if amd else 1) * 2.0 * num["Freq"] / 1e3
+        if not lanes / UNIT_SLACK <= num[flops_key] <= lanes * UNIT_SLACK:
+            raise SpecError(f"field {flops_key} is {num[flops_key]:g} GFLOP/s, but its SMs, lanes and Freq (MHz) give "
+                            f"{lanes:.0f}: give {flops_key} in GFLOP/s and Freq in MHz, as NeuSight's files do")
         peaks = {"fp32": num[flops_key] / 1e3}
         if amd:
             peaks["fp32_tc"] = check_number(d.get("SingleFLOPsMM", 0.0), "SingleFLOPsMM", float, 0.0, 1e9,
@@ -311,6 +316,11 @@ def from_neusight_json(d: dict, source: str = "") -> DeviceSpec:
         raise SpecError(f"{source or 'NeuSight device JSON'}: {e}") from None
 
 
+#: how far a NeuSight file's fp32 rate may lie from its lanes x 2 FLOP x clock before it is taken for a unit slip
+#: (TFLOP/s or GHz for GFLOP/s or MHz: 1000x); packed fp32 (MI210) and a defaulted Core_Per_SM stay within 2x
+UNIT_SLACK = 4.0
+#: lanes of one SIMD of an AMD compute unit, which NeuSight's AMD files count in Core_Per_SM (MI100: 4)
+AMD_SIMD_LANES = 16
 #: NeuSight's device-file fields: (type, lowest, highest, unit, lowest excluded, default when absent)
 _NEUSIGHT_RULES = {
     "Num_Sm": (int, 1, 100_000, "SMs", False, None),
