@@ -399,3 +399,16 @@ def test_rows_with_a_latency_are_scored(good_csv, tmp_path):
     note = accuracy_note([2.0, np.nan], res)
     assert "scored 1 rows" in note and "MAPE 50.0% (bmm 50.0)" in note and "covers 100.0%" in note
     assert accuracy_note([np.nan, 0.0], res) == ""
+
+
+def test_score_of_rows_measured_on_another_device_says_so(tmp_path):
+    """Rows that name the GPU they were measured on, predicted for another, get a score that says it compares
+    two devices (a T4's bmm rows against an H100's predictions are 88% off by construction)."""
+    csv = tmp_path / "t4.csv"
+    pd.DataFrame({"OPName": ["bmm", "bmm"], "B": [8, 8], "M": [512, 1024], "N": [512, 1024], "K": [64, 64],
+                  "Latency": [0.05, 0.2], "Device": ["Tesla T4", "Tesla T4"]}).to_csv(csv, index=False)
+    for device, other in (("Tesla T4", False), ("H100", True)):
+        r = runner.invoke(app, ["predict-kernels", str(csv), "--device", device, "--output", str(tmp_path / "o.csv"),
+                                "--prior-only"])
+        assert r.exit_code == 0, r.output
+        assert ("rows measured on Tesla T4, not the --device predicted" in r.output) == other

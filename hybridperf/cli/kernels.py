@@ -45,7 +45,7 @@ def predict_kernels(
     ),
 ) -> None:
     """Predict the latency of every kernel in INPUT.csv on DEVICE; adds pred_ms, pred_lo_ms, pred_hi_ms."""
-    from hybridperf.datasets.schema import canonicalize
+    from hybridperf.datasets.schema import canonicalize, measured_elsewhere
     from hybridperf.cli.devices import note_generic_spec
     from hybridperf.devices import get_device
     from hybridperf.predictor import Predictor
@@ -78,7 +78,7 @@ def predict_kernels(
     out["pred_hi_ms"] = res["hi_ms"].to_numpy()
     write_table(out, output)
     typer.echo(f"wrote {len(out)} predictions for {dev.name} to {output}", err=True)
-    note = accuracy_note(kernels["latency_ms"].to_numpy(), res)
+    note = accuracy_note(kernels["latency_ms"].to_numpy(), res, measured_elsewhere(kernels, dev))
     if note:
         typer.echo(note, err=True)
     far = res[res["ood"] >= OOD_NOTE]
@@ -135,7 +135,7 @@ def _predict_aiconfigurator(raw, dev, output: Path, calibration, model_bundle, p
         typer.echo(note, err=True)
     if "latency" in raw.columns:
         y = np.asarray(__import__("pandas").to_numeric(raw["latency"], errors="coerce"), dtype=np.float64)
-        note = accuracy_note(y, res.assign(op_class=rows["op_name"].to_numpy()))
+        note = accuracy_note(y, res.assign(op_class=rows["op_name"].to_numpy()), measured_elsewhere(raw, dev))
         if note:
             typer.echo(note, err=True)
 
@@ -185,9 +185,10 @@ def dtype_notes(rows, dev) -> list[str]:
     return notes
 
 
-def accuracy_note(measured, res) -> str:
+def accuracy_note(measured, res, elsewhere=()) -> str:
     """'scored N rows with a measured Latency: MAPE x% (per op class), 90% interval covers y%', or ''
-    when no row carries a Latency: a user checking the predictor on their own GPU reads it at once."""
+    when no row carries a Latency: a user checking the predictor on their own GPU reads it at once. `elsewhere`:
+    the devices the rows name that are not the one predicted (`measured_elsewhere`), said with the score."""
     import numpy as np
 
     y = np.asarray(measured, dtype=np.float64)
@@ -198,7 +199,9 @@ def accuracy_note(measured, res) -> str:
     covered = (y[m] >= res["lo_ms"].to_numpy()[m]) & (y[m] <= res["hi_ms"].to_numpy()[m])
     classes = res["op_class"].to_numpy()[m]
     per = ", ".join(f"{oc} {ape[classes == oc].mean():.1f}" for oc in sorted(set(classes)))
-    return (f"scored {int(m.sum())} rows with a measured Latency: MAPE {ape.mean():.1f}% ({per}); "
+    other = (f" (rows measured on {', '.join(elsewhere)}, not the --device predicted: this compares two devices)"
+             if len(elsewhere) else "")
+    return (f"scored {int(m.sum())} rows with a measured Latency{other}: MAPE {ape.mean():.1f}% ({per}); "
             f"the 90% interval covers {covered.mean() * 100:.1f}% of them")
 
 

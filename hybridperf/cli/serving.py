@@ -227,7 +227,7 @@ def sweep_serving_cmd(
                           [getattr(p, f"{k}_hi_ms") for p in ok], f"{k.upper()} of the sweep")
     if output is not None:
         write_csv(pd.DataFrame([asdict(p) for p in pts]), output)
-        typer.echo(f"wrote {output}: {len(pts)} points, {len(ok)} fit")
+        typer.echo(f"wrote {output}: {len(pts)} points, {len(ok)} fit in memory")
     if plot_path is not None:
         plot(pts, plot_path, f"{engine}, ISL {isl} OSL {osl}")
         typer.echo(f"wrote {plot_path}")

@@ -392,7 +392,7 @@ def _check_measured_on(measured: pd.DataFrame, dev: DeviceSpec) -> None:
     """InputError when calibration rows name another device than the target (e.g. a CPU collection)."""
     elsewhere = measured_elsewhere(measured, dev)
     if elsewhere:
-        raise InputError(f"calibration rows were measured on {elsewhere[0]!r}, not on {dev.name}: transfer needs "
+        raise InputError(f"calibration rows were measured on {elsewhere[0]!r}, not on {dev.name}: calibration needs "
                          "kernels measured on the target GPU (fix --device, or the rows' Device column)")
 
 
