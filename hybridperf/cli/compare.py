@@ -82,13 +82,14 @@ def compare_cmd(
     from rich.table import Table
 
     unit = "tokens/s" if mode != "decode" else "new tokens/s"
-    t = Table(title=f"{title}: {df['mem_gb'].iloc[0]:.1f} GB needed")
+    gib = 1e9 / 2**30  # the table speaks GiB, as spec sheets' "80 GB" (an H100's 80 GiB of HBM) do
+    t = Table(title=f"{title}: {df['mem_gb'].iloc[0] * gib:.1f} GiB needed")
     for col in ("device", "e2e ms", "90% interval", unit, "vs fastest", "memory", "fits"):
         t.add_column(col, justify="left" if col == "device" else "right", no_wrap=True)
     for r in df.to_dict("records"):
         t.add_row(r["device"] + ("" if r["validated"] else " *"), f"{r['e2e_ms']:.2f}",
                   f"{r['lo_ms']:.2f} .. {r['hi_ms']:.2f}", f"{r['tokens_per_s']:,.0f}", f"{r['vs_fastest']:.2f}x",
-                  f"{r['mem_fraction']:.0%} of {r['device_mem_gb']:.1f} GB", fit_note(r))
+                  f"{r['mem_fraction']:.0%} of {r['device_mem_gb'] * gib:.1f} GiB", fit_note(r))
     console = Console()
     console.width = max(console.width, 120)  # rich falls back to 80 columns when stdout is not a terminal
     console.print(t)
