@@ -56,7 +56,7 @@ from hybridperf.errors import InputError
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 TOPOLOGIES = ("nvswitch", "nvlink_pairs", "pcie", "mesh")
 #: topologies whose `intra_bw_gbs` is each GPU's PCIe link: a NIC's traffic crosses it too (GPUDirect RDMA), so a
-#: GPU sends no faster to another node than that link, and its all-to-all shares it between peers in and out of node
+#: GPU sends to other nodes no faster than a PCIe peer
 PCIE_TOPOLOGIES = ("pcie", "nvlink_pairs")
 TIMINGS = ("graph", "call")
 _ALIASES = {
@@ -109,9 +109,6 @@ class CollectiveConstants:
 
 
 DEFAULT_CONSTANTS = CollectiveConstants()
-#: every link at its spec rate (`spec_p2p_gbs`)
-SPEC_CONSTANTS = replace(DEFAULT_CONSTANTS, eff_nvlink=1.0, eff_nvlink_p2p=1.0, eff_pcie=1.0, eff_pcie_p2p=1.0,
-                         eff_net=1.0, eff_net_p2p=1.0)
 #: what NCCL's tuner believes: its graph search's link rates (SM80-SM100 NVLink ~0.8 of spec, PCI_BW
 #: 24 of 32 GB/s), the NIC at line rate, its own latency tables
 TUNER_CONSTANTS = replace(DEFAULT_CONSTANTS, lat_scale=1.0, launch_us=0.0, eff_nvlink=0.8, eff_nvlink_p2p=0.8,
@@ -267,13 +264,6 @@ def fabric(node: NodeSpec, p: int, g: int, c: CollectiveConstants = DEFAULT_CONS
                   node_bw=node_bw, net_p2p_bw=net_p2p)
 
 
-def spec_p2p_gbs(node: NodeSpec, p: int, g: int) -> float:
-    """The spec-sheet rate (GB/s) of one send/recv pair of `p` ranks, `g` to a node: its link at 100%, which no
-    measured send/recv reaches (the bound of an interval's fast end)."""
-    f = fabric(node, p, g, SPEC_CONSTANTS)
-    return f.intra_p2p_bw if g >= 2 and f.nodes == 1 else f.net_p2p_bw
-
-
 def _rank_factor(loss: float, g: int) -> float:
     """Bus bandwidth of g ranks on one NVSwitch over that of 8 (more, as in an NVL72 domain, are not faster)."""
     return max(1.0 - loss / min(max(g, 1), 8), 0.05) / max(1.0 - loss / 8, 0.05)
@@ -341,7 +331,7 @@ def nccl_model_us(coll: str, alg: str, pr: str, n: np.ndarray, f: Fabric, c: Col
             lat = c.lat_scale * (_BASE_LAT["ring"][k] + hw + net_lat)
             t_in = (g - 1) / p * n / (1e3 * f.intra_bw * eff) if g > 1 else 0 * n  # all links busy, as a ring
             t_net = g * (p - g) / p * n / (1e3 * f.node_bw * eff) if N > 1 else 0 * n
-            t = t_in + t_net if f.intra_kind == "pcie" else np.maximum(t_in, t_net)
+            t = np.maximum(t_in, t_net)
         return np.where(use, lat + t * _fill(n, c), np.inf)
     nsteps = 2 * (p - 1) if coll == "all_reduce" else p - 1
     hw_in = _HW_LAT["nvlink" if f.intra_kind == "nvlink" else "pcie"][alg][k]

@@ -22,7 +22,6 @@ from hybridperf.priors.collectives import (
     canonical_collective,
     custom_all_reduce_ms,
     prior_terms,
-    spec_p2p_gbs,
 )
 from hybridperf.residual_models.bundle import load_bundle, read_manifest, shipped_models_dir
 
@@ -115,11 +114,7 @@ class CollectiveModel:
         t = prior_terms(collective, nbytes, gpus, gpus_per_node, node, self.constants, timing)
         ms = t["ms"] * np.exp(self.residual(collective_features(node, t)))
         q_lo, q_hi = self.interval_quantiles(t, node)
-        lo = ms * np.exp(q_lo)
-        if t["collective"] == "send_recv":  # its wide band (fitted on call-timed pairs only) stops at the link's spec
-            spec_ms = t["nbytes"] / (spec_p2p_gbs(node, t["gpus"], t["gpus_per_node"]) * 1e6)
-            lo = np.minimum(np.maximum(lo, spec_ms), ms)
-        return {"ms": ms, "lo_ms": lo, "hi_ms": ms * np.exp(q_hi)}
+        return {"ms": ms, "lo_ms": ms * np.exp(q_lo), "hi_ms": ms * np.exp(q_hi)}
 
     def predict_custom_all_reduce(self, nbytes, gpus: int, node: NodeSpec, engine: str) -> dict:
         """The engine's all-reduce (graph timing) with the collective interval."""
