@@ -412,3 +412,11 @@ def test_score_of_rows_measured_on_another_device_says_so(tmp_path):
                                 "--prior-only"])
         assert r.exit_code == 0, r.output
         assert ("rows measured on Tesla T4, not the --device predicted" in r.output) == other
+    # a GPU the catalog lacks, given by a spec file, is the device its own rows name
+    spec = tmp_path / "my_gpu.json"
+    spec.write_text(json.dumps({"Device": "My GPU", "Dev_Mem": 40, "Mem_Bw": 1555, "Num_Sm": 80, "Core_Per_SM": 128,
+                                "Freq": 1700, "SingleFLOPs": 34816, "L2Cache": 40}))
+    pd.read_csv(csv).assign(Device="My GPU").to_csv(csv, index=False)
+    r = runner.invoke(app, ["predict-kernels", str(csv), "--device", str(spec), "--output", str(tmp_path / "o.csv"),
+                            "--prior-only"])
+    assert r.exit_code == 0 and "scored 2 rows" in r.output and "not the --device" not in r.output, r.output

@@ -184,10 +184,12 @@ def measured_elsewhere(measured: pd.DataFrame, dev: DeviceSpec) -> list[str]:
         else pd.Series([], dtype=str)
     out = []
     for name in sorted(set(names) - {""}):
-        try:
-            same = get_device(name).name == dev.name
-        except HybridperfError:  # a CPU, or a GPU the catalog lacks
-            same = False
+        same = name.lower() == dev.name.strip().lower()  # also a GPU given by a spec file the catalog lacks
+        if not same:
+            try:
+                same = get_device(name).name == dev.name
+            except HybridperfError:  # a CPU, or a GPU the catalog lacks
+                same = False
         if not same:
             out.append(name)
     return out
