@@ -229,10 +229,12 @@ def test_neusight_json_in_other_units_is_refused(tmp_path):
     kernel ~1000x off, so a rate its lanes and clock do not give is refused, naming the units."""
     base = {"Device": "My GPU", "Dev_Mem": 40, "Mem_Bw": 1555, "Num_Sm": 80, "Core_Per_SM": 128, "Freq": 1700,
             "L2Cache": 40}
-    for bad in ({"SingleFLOPs": 35}, {"SingleFLOPs": 35000, "Freq": 1.7}):
+    for bad, field in (({"SingleFLOPs": 35}, "GFLOP/s"), ({"SingleFLOPs": 35000, "Freq": 1.7}, "Freq"),
+                       ({"SingleFLOPs": 35, "Freq": 1.7}, "Freq"), ({"SingleFLOPs": 35000, "Mem_Bw": 1.555}, "Mem_Bw"),
+                       ({"SingleFLOPs": 35000, "Dev_Mem": 40960}, "Dev_Mem")):
         p = tmp_path / "gpu.json"
         p.write_text(json.dumps({**base, **bad}))
-        with pytest.raises(SpecError, match="GFLOP/s and Freq in MHz"):
+        with pytest.raises(SpecError, match=field):
             get_device(str(p))
     p.write_text(json.dumps({**base, "SingleFLOPs": 35000}))
     assert get_device(str(p)).peak("fp32") == pytest.approx(35e12)

@@ -298,11 +298,13 @@ def from_neusight_json(d: dict, source: str = "") -> DeviceSpec:
                for key, (kind, lo, hi, unit, lo_open, default) in _NEUSIGHT_RULES.items()
                if key in d or default is not None}
         num[flops_key] = check_number(d[flops_key], flops_key, float, 0.0, 1e9, "GFLOP/s", lo_open=True)
-        # GFLOP/s of one FMA per lane a clock (an AMD file's Core_Per_SM counts a CU's 16-lane SIMDs)
-        lanes = num["Num_Sm"] * num["Core_Per_SM"] * (AMD_SIMD_LANES if amd else 1) * 2.0 * num["Freq"] / 1e3
+        # GFLOP/s of one FMA per lane a clock (NeuSight's AMD files count a CU's 16-lane SIMDs in Core_Per_SM: 4)
+        per_sm = num["Core_Per_SM"] * (AMD_SIMD_LANES if amd and num["Core_Per_SM"] < AMD_SIMD_LANES else 1)
+        lanes = num["Num_Sm"] * per_sm * 2.0 * num["Freq"] / 1e3
         if not lanes / UNIT_SLACK <= num[flops_key] <= lanes * UNIT_SLACK:
-            raise SpecError(f"field {flops_key} is {num[flops_key]:g} GFLOP/s, but its SMs, lanes and Freq (MHz) give "
-                            f"{lanes:.0f}: give {flops_key} in GFLOP/s and Freq in MHz, as NeuSight's files do")
+            raise SpecError(f"field {flops_key} is {num[flops_key]:g} GFLOP/s, but Num_Sm x Core_Per_SM lanes x 2 x "
+                            f"Freq (MHz) give {lanes:.0f}: give {flops_key} in GFLOP/s, Freq in MHz and Core_Per_SM as "
+                            "NeuSight's files do")
         peaks = {"fp32": num[flops_key] / 1e3}
         if amd:
             peaks["fp32_tc"] = check_number(d.get("SingleFLOPsMM", 0.0), "SingleFLOPsMM", float, 0.0, 1e9,
@@ -322,13 +324,14 @@ UNIT_SLACK = 4.0
 #: lanes of one SIMD of an AMD compute unit, which NeuSight's AMD files count in Core_Per_SM (MI100: 4)
 AMD_SIMD_LANES = 16
 #: NeuSight's device-file fields: (type, lowest, highest, unit, lowest excluded, default when absent)
+#: (the ranges refuse a file in other units: GHz, TB/s, MiB or KB would fall outside them)
 _NEUSIGHT_RULES = {
     "Num_Sm": (int, 1, 100_000, "SMs", False, None),
     "Core_Per_SM": (int, 1, 4096, "lanes per SM", False, 64),
-    "Freq": (float, 0.0, 10_000.0, "MHz", True, None),
-    "Dev_Mem": (float, 0.0, 1e5, "GB", True, None),
-    "Mem_Bw": (float, 0.0, 1e6, "GB/s", True, None),
-    "L2Cache": (float, 0.0, 1e5, "MB", True, None),
+    "Freq": (float, 100.0, 10_000.0, "MHz", False, None),
+    "Dev_Mem": (float, 0.0, 4096.0, "GB", True, None),
+    "Mem_Bw": (float, 10.0, 1e6, "GB/s", False, None),
+    "L2Cache": (float, 0.0, 4096.0, "MB", True, None),
 }
 
 
