@@ -48,10 +48,11 @@ FALLBACK_Q = (-0.6, 0.6)
 NEW_SOURCE = "new_source"
 
 
-def unseen_arch_widen(arch: str) -> float:
-    """How much wider (log, each side) an interval is on an architecture without a GEMM tile model (`TILES`:
-    AMD CDNA, Intel Xe): its kernels, libraries and engine builds are none the fits saw."""
-    return DEFAULT_WIDEN["arch"] if arch not in TILES else 0.0
+def unseen_arch_widen(arch: str, widen: dict = DEFAULT_WIDEN) -> float:
+    """How much wider (log, each side) an interval is on an architecture without a GEMM tile model (any but the
+    `TILES` ones, Ampere to Blackwell: AMD CDNA, Intel Xe, NVIDIA before Ampere, a spec file's unknown one): its
+    kernels, libraries and engine builds are none the fits saw."""
+    return widen["arch"] if arch not in TILES else 0.0
 
 
 def memory_family(device: DeviceSpec) -> str:
@@ -332,7 +333,7 @@ def interval_quantiles(ivs: dict, trained: dict, ops, dts, families, arch: str, 
     ops, dts, families = (np.asarray(x, dtype=object) for x in (ops, dts, families))
     run_dts = dts if run_dts is None else np.asarray(run_dts, dtype=object)
     q_lo, q_hi = np.full(len(ops), FALLBACK_Q[0]), np.full(len(ops), FALLBACK_Q[1])
-    extra = widen["arch"] if unseen_arch_widen(arch) else 0.0  # what this GPU has that no training GPU had
+    extra = unseen_arch_widen(arch, widen)  # what this GPU has that no training GPU had
     if memory is not None and trained.get("memory") and memory not in trained["memory"]:
         extra += widen.get("memory", 0.0)
     extra += widen.get("ridge", 0.0) if off_ridge else 0.0

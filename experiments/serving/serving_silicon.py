@@ -249,6 +249,11 @@ def overall(pred: pd.DataFrame) -> dict:
     meas = ok["silicon_ttft_ms"] + ok["silicon_tpot_ms"] * decode
     lo, hi = (ok[f"pred_ttft_{b}_ms"] + ok[f"pred_tpot_{b}_ms"] * decode for b in ("lo", "hi"))
     out["e2e_cov"] = float(np.mean((lo <= meas) & (meas <= hi))) * 100
+    # the rule before: e2e scaled by the wider of TTFT's and TPOT's quantiles
+    e2e = ok["pred_ttft_ms"] + ok["pred_tpot_ms"] * decode
+    ratio = {b: [ok[f"pred_{m}_{b}_ms"] / ok[f"pred_{m}_ms"] for m in ("ttft", "tpot")] for b in ("lo", "hi")}
+    lo, hi = e2e * np.minimum(*ratio["lo"]), e2e * np.maximum(*ratio["hi"])
+    out["e2e_cov_widest"] = float(np.mean((lo <= meas) & (meas <= hi))) * 100
     return out
 
 
@@ -388,7 +393,8 @@ def main() -> None:
              f"Rows: {tot['rows']}; predicted {tot['predicted']:.1f}%. TTFT MAPE {tot['ttft_mape']:.1f}% (median APE "
              f"{tot['ttft_median_ape']:.1f}%), coverage {tot['ttft_cov']:.1f}%; TPOT MAPE {tot['tpot_mape']:.1f}% "
              f"(median APE {tot['tpot_median_ape']:.1f}%), coverage {tot['tpot_cov']:.1f}%; e2e (TTFT + TPOT x "
-             f"(osl - 1)) coverage {tot['e2e_cov']:.1f}%. "
+             f"(osl - 1)) coverage {tot['e2e_cov']:.1f}% (e2e scaled by the wider of their quantiles instead: "
+             f"{tot['e2e_cov_widest']:.1f}%). "
              f"Targets: >= 90% predicted, TPOT <= 12%, TTFT <= 20%, coverage 80-95%.", "",
              table.to_markdown(index=False, floatfmt=".1f"), "",
              "Per interval stratum (`interval_stratum`: a disaggregated run without its worker counts has "
