@@ -303,6 +303,20 @@ def test_data_summary_tiny_csv(tmp_path):
     assert counts.loc["total", "total"] == 4
 
 
+def test_data_summary_counts_aiconfigurator_tables(tmp_path):
+    """aiconfigurator's systems folder is summarised per system and op family, with its dtypes."""
+    folder = tmp_path / "aiconfigurator" / "systems" / "data" / "a100_sxm" / "gemm" / "trtllm" / "1.0"
+    folder.mkdir(parents=True)
+    pd.DataFrame({"framework": "TRTLLM", "version": "1.0", "device": "NVIDIA A100-SXM4-80GB", "op_name": "gemm",
+                  "kernel_source": "torch_flow", "gemm_dtype": ["float16", "float16", "int8_wo"], "m": [1, 8, 8],
+                  "n": 1024, "k": 1024, "latency": [0.01, 0.02, -1.0]}).to_parquet(folder / "gemm_perf.parquet")
+    res = CliRunner().invoke(_data_app(), ["data", "summary", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert "aiconfigurator kernel" in res.output and "a100_sxm" in res.output
+    counts = data_cli.count_table(data_cli.summarize(tmp_path)[0].table)
+    assert counts.loc["a100_sxm", "gemm"] == 2  # the row without a positive latency is not counted
+
+
 def test_data_summary_missing_path_is_one_line_error(tmp_path):
     res = CliRunner().invoke(_data_app(), ["data", "summary", str(tmp_path / "nope")])
     assert res.exit_code != 0

@@ -1,8 +1,8 @@
 """`hybridperf data summary PATH`: what a measurement data set holds, as device x op-class counts.
 
-PATH may be a NeuSight artifact root, a Vidur root, the shared `datasets` folder holding both, a
-Vidur `mlp.csv`, or a single canonical / NeuSight-style kernel CSV. Bad rows are dropped, counted and
-the first few are shown as file:line reasons.
+PATH may be a NeuSight artifact root, a Vidur root, aiconfigurator's systems folder, the shared `datasets`
+folder holding them, a Vidur `mlp.csv`, or a single canonical / NeuSight-style kernel CSV. Bad rows are
+dropped, counted and the first few are shown as file:line reasons.
 """
 from __future__ import annotations
 
@@ -89,6 +89,31 @@ def _vidur_part(root: Path) -> Part:
     return Part("Vidur compute profiles, fp16 (profiling/compute)", df, list(load_vidur_compute.last_report), notes)
 
 
+def _aiconfigurator_part(path: Path) -> Part:
+    """aiconfigurator's kernel tables (gemm, attention, MoE) of the shared systems, with their NCCL tables and
+    serving runs as notes. Only the systems of `SYSTEM_DEVICES` are read."""
+    from hybridperf.aic_kernels import dtype_of
+    from hybridperf.datasets.aiconfigurator import SYSTEM_DEVICES, aiconfigurator_root, load_kernels
+    from hybridperf.datasets.aiconfigurator_comm import load_aiconfigurator_comm
+
+    root = aiconfigurator_root(path)
+    df = load_kernels(root)
+    table = pd.DataFrame({"device": df["system"].astype(str), "op_class": df["op_name"].astype(str),
+                          "dtype": dtype_of(df)})
+    notes = []
+    comm = [s for s in sorted(SYSTEM_DEVICES) if (root / s / "comm").is_dir()]
+    if comm:
+        n = load_aiconfigurator_comm(root, comm).groupby("system").size()
+        notes.append("aiconfigurator NCCL tables (newest version): " + ", ".join(f"{k} {v} rows" for k, v in n.items()))
+    runs = root.parent / "silicon_sample.csv"
+    if runs.is_file():
+        r = read_csv(runs)
+        n = r.groupby(["system", "mode"]).size()
+        notes.append(f"aiconfigurator serving runs ({runs.name}): "
+                     + ", ".join(f"{s} {m} {v}" for (s, m), v in n.items()))
+    return Part("aiconfigurator kernel tables (systems/data)", table, [], notes)
+
+
 def _file_part(path: Path) -> Part:
     raw = read_csv(path)
     cols = [str(c) for c in raw.columns]
@@ -125,14 +150,20 @@ def summarize(path: str | Path) -> list[Part]:
         vroot = None
     if vroot is not None:
         parts.append(_vidur_part(vroot))
+    try:
+        parts.append(_aiconfigurator_part(p))
+    except InputError:
+        pass
     if not parts:
-        raise InputError(f"{path}: neither a NeuSight artifact, a Vidur profile folder, nor a kernel CSV")
+        raise InputError(f"{path}: neither a NeuSight artifact, a Vidur profile folder, aiconfigurator's systems "
+                         "folder, nor a kernel CSV")
     return parts
 
 
 def count_table(df: pd.DataFrame) -> pd.DataFrame:
     """device x op_class counts with a 'total' column and a 'total' row."""
-    classes = [c for c in OP_CLASSES if c in set(df["op_class"])] or list(OP_CLASSES)
+    present = set(df["op_class"])
+    classes = [c for c in OP_CLASSES if c in present] + sorted(present - set(OP_CLASSES)) or list(OP_CLASSES)
     dev = df["device"].fillna("").astype(str).replace("", "(no device)")
     counts = pd.crosstab(dev, df["op_class"]).reindex(columns=classes, fill_value=0)
     counts["total"] = counts.sum(axis=1)
@@ -163,7 +194,8 @@ def _render(console: Console, part: Part) -> None:
 
 
 @data_app.command("summary")
-def summary(path: Path = typer.Argument(..., help="NeuSight or Vidur root, the shared datasets folder, or a kernel CSV")) -> None:
+def summary(path: Path = typer.Argument(..., help="NeuSight, Vidur or aiconfigurator root, the shared datasets "
+                                                  "folder, or a kernel CSV")) -> None:
     """Count kernels per device and op class; report the bad rows dropped."""
     parts = summarize(path)
     console = Console()
