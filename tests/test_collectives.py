@@ -581,6 +581,10 @@ def test_cli_timing_and_impl():
     graph = last(_cli("--collective", "all_reduce", "--bytes", 65536, "--gpus", 8, "--device", "DGX-B200",
                       "--timing", "graph", "--json"))
     assert call["ms"] > n["ms"] and graph == n
+    # a --json caller is told on stderr which timing a node name chose (a system id's graph timing needs no note)
+    said = [_cli("--collective", "all_reduce", "--bytes", 65536, "--gpus", 8, "--device", d, "--json").stderr
+            for d in ("DGX-B200", "b200_sxm")]
+    assert "call timing" in said[0] and "--timing graph" in said[0] and "timing" not in said[1]
     for bad in (("--impl", "vllm", "--gpus", 16), ("--impl", "nope", "--gpus", 8), ("--timing", "wall", "--gpus", 8)):
         r = _cli("--collective", "all_reduce", "--bytes", 65536, "--device", "DGX-B200", *bad)
         assert r.exit_code != 0

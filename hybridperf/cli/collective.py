@@ -79,7 +79,8 @@ def predict_collective(
             gpus_per_node = per_domain
     per_node = gpus_per_node or min(gpus, node.gpus_per_node)  # the ranks one NVLink domain or node holds
     impl = impl.strip().lower()
-    if str(timing).strip().lower() == "auto":
+    auto = str(timing).strip().lower() == "auto"
+    if auto:
         timing = "graph" if (is_system_id(device) or impl != "nccl") else "call"
     timing = check_timing(timing)
     if impl not in ENGINES:
@@ -106,6 +107,9 @@ def predict_collective(
     check_predictions(out["ms"], out["lo_ms"], out["hi_ms"], f"{coll} on {device} ({node.name})")
     out = {k: (round(v, 6) if v >= 1e-3 else float(f"{v:.6g}")) for k, v in out.items()}
     if as_json:
+        if auto and timing == "call":  # the human line says it; a --json caller reads stderr for it
+            typer.echo("note: call timing, each call timed alone with its host's floor (Vidur's profiles); "
+                       "--timing graph for back-to-back calls (nccl-tests, aiconfigurator's system ids)", err=True)
         typer.echo(json.dumps(out))
     else:
         what = coll if impl == "nccl" else f"{impl} custom all_reduce"
