@@ -362,6 +362,15 @@ def interval_quantiles(ivs: dict, trained: dict, ops, dts, families, arch: str, 
     return q_lo, q_hi
 
 
+def row_intervals(df: pd.DataFrame, device: DeviceSpec, ivs: dict, trained: dict, families, kinds: dict,
+                  widen: dict = DEFAULT_WIDEN) -> tuple[np.ndarray, np.ndarray]:
+    """`interval_quantiles` of validated `df`'s rows on `device`: each row's dtype, the one its kernels run there,
+    its measured path, and what the GPU has that the `trained` systems had not."""
+    return interval_quantiles(ivs, trained, df["op_name"].to_numpy(), dtype_of(df), families, device.kernel_arch, kinds,
+                              widen, run_dtype_of(df, device), memory_family(device), source_key(df),
+                              ridge_outside(device, trained.get("systems")))
+
+
 @dataclass
 class AicPredictor:
     """The bundle's pieces: prior constants, residual sessions, interval quantiles, what was trained."""
@@ -412,11 +421,9 @@ class AicPredictor:
             for h, dt in set(zip(harness[m].tolist(), dts[m].tolist())):
                 mm = m & (dts == dt) & (harness == h)
                 log_pred[mm] += self.offsets.get(f"{h}{op}:{dt}", self.offsets.get(f"{h}{op}", 0.0))
-        q_lo, q_hi = interval_quantiles(self.manifest.get("intervals", {}), self.manifest.get("trained", {}), ops, dts,
-                                        terms["kernel_family"].to_numpy(), device.kernel_arch, kinds,
-                                        {**DEFAULT_WIDEN, **self.manifest.get("widen", {})}, run_dtype_of(df, device),
-                                        memory_family(device), source_key(df),
-                                        ridge_outside(device, self.manifest.get("trained", {}).get("systems")))
+        q_lo, q_hi = row_intervals(df, device, self.manifest.get("intervals", {}), self.manifest.get("trained", {}),
+                                   terms["kernel_family"].to_numpy(), kinds,
+                                   {**DEFAULT_WIDEN, **self.manifest.get("widen", {})})
         scaled = np.char.add(harness.astype(str), ops.astype(str))
         for key, f in self.scales.items():
             q_lo[scaled == key] *= f

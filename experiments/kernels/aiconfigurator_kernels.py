@@ -28,8 +28,8 @@ import pandas as pd
 
 from experiments.common import DATA, REPO
 from experiments.kernels import attention_prior
-from hybridperf.aic_kernels import (FEATURES, NEW_SOURCE, AicPredictor, dtype_of, interval_quantiles, memory_family,
-                                   new_sources, ridge_outside, run_dtype_of, source_key)
+from hybridperf.aic_kernels import (FEATURES, NEW_SOURCE, AicPredictor, dtype_of, memory_family, new_sources,
+                                   row_intervals, run_dtype_of, source_key)
 from hybridperf.aic_rows import OPS
 from hybridperf.datasets.aiconfigurator import SYSTEM_DEVICES, load_kernels
 from hybridperf.devices import get_device
@@ -182,12 +182,13 @@ def calibrate(errs: pd.DataFrame) -> dict:
 
 def intervals(ivs: dict, model: dict, rows: pd.DataFrame, kind: str, device) -> tuple[np.ndarray, np.ndarray]:
     """(q_lo, q_hi) per row on `device` (a DeviceSpec), by the lookup and widening `AicPredictor.predict` applies."""
-    trained = {"dtypes": model["dtypes"], "kernel_families": model["families"], "memory": model["memory"],
-               "sources": model["sources"]}
-    return interval_quantiles(ivs, trained, rows["op_name"].to_numpy(), dtype_of(rows), model["_family"].to_numpy(),
-                              device.kernel_arch, {op: kind for op in OPS}, run_dts=run_dtype_of(rows),
-                              memory=memory_family(device), sources=source_key(rows),
-                              off_ridge=ridge_outside(device, model["systems"]))
+    return row_intervals(rows, device, ivs, trained_of(model), model["_family"].to_numpy(), {op: kind for op in OPS})
+
+
+def trained_of(model: dict) -> dict:
+    """What a `fit` was trained on, as a bundle's manifest lists it (`AicPredictor`'s `trained`)."""
+    return {"systems": model["systems"], "kernel_families": model["families"], "dtypes": model["dtypes"],
+            "memory": model["memory"], "sources": model["sources"]}
 
 
 def held_out_errors(data: pd.DataFrame, held: str, train_systems, fold_attention: bool = True) -> pd.DataFrame:
@@ -267,8 +268,8 @@ def fixed_graph_name(path: Path, name: str) -> None:
     onnx.save(m, str(path))
 
 
-def write_bundle(model: dict, res: pd.DataFrame, out: Path, systems, command: str) -> dict:
-    """Write `model` (a `fit` on `systems`) as an aic-kernels bundle in `out`: a family's residual only
+def write_bundle(model: dict, res: pd.DataFrame, out: Path, command: str) -> dict:
+    """Write `model` (a `fit`) as an aic-kernels bundle in `out`: a family's residual only
     where it beat the prior on the held-out systems of `res` (log errors with `prior`, `resid`; `SHIP_TOLERANCE`), scaled
     as `choose_shrink` picks, and interval quantiles per (family, dtype) from `res`. Returns the manifest."""
     from hybridperf.residual_models.bundle import write_manifest
@@ -297,8 +298,7 @@ def write_bundle(model: dict, res: pd.DataFrame, out: Path, systems, command: st
         "residuals": residuals, "ship_decisions": decisions,
         "ship_rule": {"lower_mean_mape": True, "max_points_worse_on_any_gpu": SHIP_TOLERANCE},
         "intervals": calibrate(res),
-        "trained": {"systems": list(systems), "kernel_families": model["families"], "dtypes": model["dtypes"],
-                    "memory": model["memory"], "sources": model["sources"]},
+        "trained": trained_of(model),
         "training_rows_per_system_op": T.TRAIN_ROWS, "seed": T.SEED, "command": command,
     }
     write_manifest(out, manifest)
@@ -310,7 +310,7 @@ def ship(data: pd.DataFrame, res: pd.DataFrame, out: Path) -> dict:
     """Fit on all four systems, keep residuals that beat the prior held out (`SHIP_TOLERANCE`), write
     the bundle and the prior-constants data file."""
     model = fit(data, SYSTEMS)
-    manifest = write_bundle(model, res, out, SYSTEMS, f"python -m experiments.kernels.aiconfigurator_kernels --ship {out}")
+    manifest = write_bundle(model, res, out, f"python -m experiments.kernels.aiconfigurator_kernels --ship {out}")
     consts = {"gemm": model["gemm_c"].to_dict(), "moe": model["moe_c"].to_dict()}
     (ROOT / "hybridperf" / "priors" / "data" / "aic_constants.json").write_text(json.dumps(consts, indent=1, sort_keys=True))
     return manifest

@@ -42,7 +42,7 @@ def held_out_predictor(data: pd.DataFrame, held: str, out: Path, reuse: bool = F
     train = [s for s in AK.SYSTEMS if s != held]
     inner = pd.concat([AK.held_out_errors(data, i, [s for s in train if s != i], fold_attention=False)[0]
                        for i in train])
-    AK.write_bundle(AK.fit(data, train, fold_attention=False), inner, out, train,
+    AK.write_bundle(AK.fit(data, train, fold_attention=False), inner, out,
                     "python -m experiments.transfer.aic_fewshot")
     return AicPredictor.load(out)
 
