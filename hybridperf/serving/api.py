@@ -238,7 +238,7 @@ def predict_serving(config, device, engine: str, isl: int, osl: int, *, batch: i
             e2e = (ec.time_ms(c["wave"]["last_ttft"], ttft=True) * f_ttft,
                    ec.time_ms(c["wave"]["last_decode"]) * f_tpot)
         gpus = c["gpus"]
-    tps = n * osl / sum(e2e) * 1e3  # a closed loop's requests each take TTFT + TPOT x (osl - 1)
+    tps = n * osl / sum(e2e) * 1e3  # closed loop: each request's e2e; offline: until the last one finishes
     return _result(ttft, tpot, e2e, tps, gpus, cal, stratum, unseen_arch_widen(get_device(device).kernel_arch))
 
 
