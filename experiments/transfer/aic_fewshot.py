@@ -208,6 +208,7 @@ def report(res: pd.DataFrame, args) -> str:
                                      for v in VARIANTS]), ["calibration", "k", "method"]), ["calibration"])
     pooled = pooled.sort_values("calibration", key=lambda c: c.map(list(VARIANTS).index), kind="stable")
     final = pd.concat([zero, res[res["variant"] == FINAL]])
+    held = list(dict.fromkeys(res["system"]))
     per_op = wide(summary(final, ["system", "op", "k", "method"]), ["system", "op"])
     for name in ("oracle shift", "regime fit"):
         oracle = summary(res[res["method"] == name], ["system", "op"]).set_index(["system", "op"])["mape"]
@@ -223,7 +224,7 @@ def report(res: pd.DataFrame, args) -> str:
         return summary(final[m].assign(all=0), ["all"])[col].iloc[0]
 
     reading = (
-        f"Pooled over the four GPUs: zero-shot {cell():.1f}% MAPE; calibrated on 32 rows {cell(k=32, method='suggested'):.1f}% "
+        f"Pooled over {'the four GPUs' if len(held) == 4 else 'the held-out GPUs'}: zero-shot {cell():.1f}% MAPE; calibrated on 32 rows {cell(k=32, method='suggested'):.1f}% "
         f"(suggested) and {cell(k=32, method='random'):.1f}% (random); shifting every (op, dtype) cell by the best shift "
         f"of all its own test rows, an oracle, {res.loc[res['method'] == 'oracle shift', 'ape'].mean():.1f}%; fitting "
         "each op's errors on the prior's regime (compute and memory shares, size), then shifting per cell, on all "
@@ -232,12 +233,15 @@ def report(res: pd.DataFrame, args) -> str:
         "ways), not an offset per cell nor a trend in the prior's regime, so no such calibration buys more than "
         "the oracles' few points, and a handful "
         "of rows mostly adds noise: hence the stronger shrinkage (n/(n+10)) and the MAPE-optimal shift, which "
-        "does not overshoot upward as the median did. Where a cell is offset, a few rows help (B200 decode "
-        f"attention {cell('b200_sxm', 'generation_attention'):.1f} -> "
-        f"{cell('b200_sxm', 'generation_attention', 16, 'suggested'):.1f}% at k = 16 suggested). Where the intervals were "
-        "too narrow the widening lifts coverage (L40S GEMM "
-        f"{cell('l40s', 'gemm', col='cov'):.0f} -> {cell('l40s', 'gemm', 32, 'suggested', 'cov'):.0f}% at k = 32 "
-        "suggested). Suggested rows are no better than random ones here: the random rows come from the very "
+        "does not overshoot upward as the median did."
+        + (" Where a cell is offset, a few rows help (B200 decode attention "
+           f"{cell('b200_sxm', 'generation_attention'):.1f} -> "
+           f"{cell('b200_sxm', 'generation_attention', 16, 'suggested'):.1f}% at k = 16 suggested)."
+           if "b200_sxm" in held else "")
+        + (" Where the intervals were too narrow the widening lifts coverage (L40S GEMM "
+           f"{cell('l40s', 'gemm', col='cov'):.0f} -> {cell('l40s', 'gemm', 32, 'suggested', 'cov'):.0f}% at k = 32 "
+           "suggested)." if "l40s" in held else "")
+        + " Suggested rows are no better than random ones here: the random rows come from the very "
         "tables that are scored, while `suggest` has to work without them (the GPU's own workload is unknown).")
     cells.insert(3, "test rows", zero.groupby(["system", "op", "dtype"]).size().reindex(
         pd.MultiIndex.from_frame(cells[["system", "op", "dtype"]])).to_numpy())
@@ -247,7 +251,7 @@ def report(res: pd.DataFrame, args) -> str:
         f"Reproduce: `python -m experiments.transfer.aic_fewshot --rows {args.rows} --test-rows {args.test_rows}` "
         "(a few minutes on 2 cores; the four held-out predictors are refitted and kept in `--bundles`).",
         "",
-        f"Each of {', '.join(AK.SYSTEMS)} is held out in turn. The predictor is fitted without it exactly as "
+        f"Each of {', '.join(held)} is held out in turn. The predictor is fitted without it exactly as "
         "`experiments/kernels/aiconfigurator_kernels.py` fits a fold (GEMM/MoE prior constants and the four "
         "residuals on the other three GPUs, residuals kept and intervals set by an inner leave-one-out over those "
         f"three), on a deterministic sample of at most {args.rows} rows per (system, op family). The held-out "
@@ -302,10 +306,14 @@ def main() -> None:
     ap.add_argument("--reuse-bundles", action="store_true", help="load the held-out predictors already in "
                     "--bundles instead of refitting (stale once the priors change)")
     args = ap.parse_args()
+    systems = [s for s in args.systems.split(",") if s]
+    unknown = sorted(set(systems) - set(AK.SYSTEMS))
+    if unknown or not systems:
+        raise SystemExit(f"error: --systems takes some of {', '.join(AK.SYSTEMS)}, not {', '.join(unknown) or 'none'}")
     t0 = time.time()
     data = T.sample(load_kernels(args.data, systems=AK.SYSTEMS), args.rows)
     res = pd.concat([run_gpu(data, s, args.test_rows, Path(args.bundles), reuse=args.reuse_bundles)
-                     for s in args.systems.split(",")])
+                     for s in systems])
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     res.to_csv(Path(args.bundles) / "scores.csv.gz", index=False)
