@@ -28,6 +28,7 @@ def read_csv(path: str | Path, what: str = "input file", **kwargs) -> pd.DataFra
     a column twice (pandas would rename the second `X.1`, and one of them would be silently ignored)."""
     p = _existing_file(path, what)
     kwargs.setdefault("index_col", False)
+    kwargs.setdefault("low_memory", False)  # one dtype per column, not per chunk (a DtypeWarning on large files)
     try:
         _check_header(p)
         with warnings.catch_warnings():
