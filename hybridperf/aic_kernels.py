@@ -1,5 +1,5 @@
 """Kernel latency of rows in aiconfigurator's perf-table schema (`op_name` gemm, context_attention,
-generation_attention, moe; CONTRACT.md section 1): prior x exp(residual) with a 90% interval.
+generation_attention, moe; docs/aiconfigurator-kernels.md): prior x exp(residual) with a 90% interval.
 
 Runs on numpy, pandas and onnxruntime only. The bundle (`exported_models/aic_kernels`, built by
 `python -m experiments.kernels.aiconfigurator_kernels --ship exported_models/aic_kernels`) holds the fitted

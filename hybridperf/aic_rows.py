@@ -1,6 +1,6 @@
 """aiconfigurator's perf-table rows as the kernel priors read them: the columns each op carries, the values
 the priors can price, and `validate`, which refuses the rest with one line naming the row and column rather
-than pricing a guess (CONTRACT.md section 1)."""
+than pricing a guess (docs/aiconfigurator-kernels.md)."""
 from __future__ import annotations
 
 import numpy as np

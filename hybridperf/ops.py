@@ -7,7 +7,7 @@ All functions are vectorised over numpy arrays of shapes.
 A `linear` row also has a form (`LINEAR_FORMS`): `linear`, torch.nn.functional.linear with a bias
 (x @ W^T + b, what NeuSight's harness and hybridperf's collector time; the default), or `mm`, any other
 GEMM of that shape: a bias-free projection, GPT-2's Conv1D addmm (x @ W + b), the backward's dX and dW.
-cuBLAS picks different kernels for them (`hybridperf.priors.gemm.SPLIT_RATE_FITS`).
+cuBLAS picks different kernels for them (`hybridperf.priors.constants.SPLIT_RATE_FITS`).
 """
 from __future__ import annotations
 
@@ -27,10 +27,8 @@ OP_CLASS: dict[str, str] = {
     )},
 }
 OP_CLASSES: tuple[str, ...] = ("bmm", "linear", "elementwise", "softmax", "layernorm")
-#: fused op classes priced by their prior alone (no residual model is trained on them yet)
-FUSED_CLASSES: tuple[str, ...] = ("attention",)
 GEMM_OPS = ("bmm", "linear")
-#: fused attention (PyTorch SDPA) forward and backward: B=batch, M=queries, N=keys, K=head_dim, H=heads
+#: fused attention (PyTorch SDPA) forward and backward, op class `attention`: B=batch, M=queries, N=keys, K=head_dim, H=heads
 #: (key/value heads = H, no mask: `hybridperf.graphs.attention` prices model graphs' richer rows)
 FUSED_OPS = ("attention", "attention_bw")
 #: forms of a `linear` row (module docstring); the first is the default

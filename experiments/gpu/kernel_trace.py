@@ -1,7 +1,7 @@
 """Which GPU kernels torch.bmm and F.linear launch for each shape, read off a torch.profiler trace.
 
 The GEMM prior picks tiles by minimising time, except for fp32 torch.bmm, whose tiles cuBLAS's batched
-heuristic fixes per architecture (`hybridperf.priors.gemm.BATCHED_SGEMM_TRACES`, read off NeuSight's
+heuristic fixes per architecture (`hybridperf.priors.constants.BATCHED_SGEMM_TRACES`, read off NeuSight's
 kernel traces for Pascal and Ampere). This script gives the same facts for the GPU it runs on: one row
 per (shape, kernel) with the kernel's name, grid, block and profiler duration. The table is used
 leave-one-GPU-out: a GPU is never scored with tiles read off its own trace. `traced_tiles` reads the

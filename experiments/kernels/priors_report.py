@@ -128,7 +128,7 @@ TRANSLATION_GRID = [(b, r) for b in np.arange(0.5, 20.01, 0.5) for r in np.arang
 
 
 def translation_fits(test: pd.DataFrame) -> pd.DataFrame:
-    """Fit the translation limit (`gemm.TRANSLATION_FITS`) on each GPU's own Linear test table, the
+    """Fit the translation limit (`constants.TRANSLATION_FITS`) on each GPU's own Linear test table, the
     grid point with the lowest mean |log error|, and score every GPU of an architecture with the limit
     from its other GPUs (`constants.fitted_constants`). Stops if the library's fits are not what this finds."""
     rows, found = [], {}

@@ -1,4 +1,4 @@
-"""`hybridperf predict-collective`: NCCL collective latency with a 90% interval (CONTRACT.md section 3)."""
+"""`hybridperf predict-collective`: NCCL collective latency with a 90% interval (docs/predict-collective.md)."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""`hybridperf predict-kernels`: per-kernel latency with a 90% interval (CONTRACT.md section 1)."""
+"""`hybridperf predict-kernels`: per-kernel latency with a 90% interval (docs/predict-kernels.md)."""
 from __future__ import annotations
 
 from pathlib import Path

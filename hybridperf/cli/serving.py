@@ -1,5 +1,5 @@
 """`hybridperf predict-serving`: TTFT, TPOT, end-to-end latency and throughput of an LLM served by vLLM,
-SGLang or TensorRT-LLM, with 90% intervals (CONTRACT.md section 4)."""
+SGLang or TensorRT-LLM, with 90% intervals (docs/serving.md)."""
 from __future__ import annotations
 
 import json

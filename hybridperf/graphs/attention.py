@@ -39,11 +39,9 @@ import pandas as pd
 from hybridperf.devices import DeviceSpec
 from hybridperf.errors import InputError
 from hybridperf.graphs.config import ModelConfig
+from hybridperf.graphs.primitives import F32
 from hybridperf.priors.attention import sdpa_ms
 
-F32 = 4
-#: ops of the fused kernels (op class `attention`)
-FUSED_OPS = ("attention", "attention_bw")
 #: families transformers 5.x cannot run through SDPA (`attn_implementation="sdpa"` raises; the default picks eager)
 NO_SDPA = ("gemma2", "gpt_oss", "switch_transformers", "gpt_neo")
 #: families whose self-attention is bidirectional (no causal mask)

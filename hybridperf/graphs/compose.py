@@ -45,7 +45,7 @@ import pandas as pd
 
 from hybridperf.devices import DTYPE_BYTES, DeviceSpec, get_device
 from hybridperf.errors import InputError, ModelBundleError
-from hybridperf.graphs.attention import FUSED_LOG_HALF_WIDTH, FUSED_OPS, check_cudnn_plans, cudnn_plan_ms, \
+from hybridperf.graphs.attention import FUSED_LOG_HALF_WIDTH, check_cudnn_plans, cudnn_plan_ms, \
     fused_attention_ms
 from hybridperf.graphs.calibration import CALIBRATION
 from hybridperf.graphs.grouped import launch_grouped_gemms, native_loop
@@ -54,17 +54,17 @@ from hybridperf.graphs.misc import MISC_LOG_HALF_WIDTH, misc_latency_ms
 from hybridperf.graphs.model_graph import ModelGraph
 from hybridperf.graphs.optimizer import optimizer_table, param_numels
 from hybridperf.graphs.request import DEFAULT_ATTN, ModelRequest
-from hybridperf.ops import GEMM_OPS, OP_CLASS
+from hybridperf.ops import FUSED_OPS, GEMM_OPS, OP_CLASS
 from hybridperf.predictor import Predictor, shipped_models_dir
 from hybridperf.priors.launch import floors_ms, launch_floor_ms
 from hybridperf.priors.memory import memory_time_ms
+from hybridperf.stats import Z90
 
 GROUPS = ("linear", "bmm", "attention", "elementwise", "softmax", "layernorm", "embedding", "memory")
 #: kernel-table phases that make up bw_ms: the backward, gradient accumulation, and the forward of
 #: checkpointed layers re-run inside the backward
 BACKWARD_PHASES = ("bw", "acc", "rc")
 OOD_WIDEN = 0.25
-Z90 = 1.6449  # standard normal 95% quantile: half-width of a central 90% interval in sd
 #: per-kernel launch gap (ms) used when the calibration has no fitted constants for a predictor kind
 DEFAULT_GAP_MS = 0.01
 #: the least a GEMM of the grouped-GEMM fallback's C++ loop costs: ATen's dispatch and the kernel launch from

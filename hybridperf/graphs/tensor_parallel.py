@@ -6,12 +6,13 @@ from __future__ import annotations
 import numpy as np
 
 from hybridperf.errors import InputError
-from hybridperf.graphs.attention import FUSED_OPS, attn_spec, parse_spec
+from hybridperf.graphs.attention import attn_spec, parse_spec
 from hybridperf.graphs.config import ModelConfig, load_config
 from hybridperf.graphs.family import FAMILIES
 from hybridperf.graphs.kernels import build_graph
 from hybridperf.graphs.model_graph import MODES, ModelGraph
 from hybridperf.graphs.primitives import Block
+from hybridperf.ops import FUSED_OPS
 
 
 #: model_types with a tensor/pipeline-parallel model (`Family.tensor_parallel`; a top-k MoE's experts are not

@@ -50,11 +50,10 @@ from dataclasses import asdict, dataclass, fields, replace
 
 import numpy as np
 
-from hybridperf.devices.spec import NodeSpec
+from hybridperf.devices.spec import TOPOLOGIES, NodeSpec
 from hybridperf.errors import InputError
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
-TOPOLOGIES = ("nvswitch", "nvlink_pairs", "pcie", "mesh")
 #: topologies whose `intra_bw_gbs` is each GPU's PCIe link: a NIC's traffic crosses it too (GPUDirect RDMA), so a
 #: GPU sends to other nodes no faster than a PCIe peer
 PCIE_TOPOLOGIES = ("pcie", "nvlink_pairs")

@@ -64,12 +64,11 @@ def _diff(a: tuple, b: tuple) -> tuple:
 
 
 class _Req:
-    __slots__ = ("arrival", "prefill_left", "ctx", "dec_left", "first", "admitted")
+    __slots__ = ("arrival", "prefill_left", "ctx", "dec_left", "first")
 
     def __init__(self, isl: int, osl: int, arrival: tuple):
         self.arrival, self.prefill_left, self.ctx, self.dec_left = arrival, isl, 0, osl - 1
         self.first = None
-        self.admitted = False
 
 
 def simulate(cost: StepCost, eng: EngineDefaults, w: Workload, measured: int | None = None) -> list:
@@ -99,7 +98,6 @@ def simulate(cost: StepCost, eng: EngineDefaults, w: Workload, measured: int | N
             if used + need + free_floor > w.kv_capacity and running:
                 break
             r = waiting.pop(0)
-            r.admitted = True
             used += need
             running.append(r)
         decoders = [r for r in running if r.prefill_left == 0 and r.dec_left > 0]
@@ -204,7 +202,7 @@ def _staggered(w: Workload, preempts: bool, floor: int, state: int, now: tuple) 
         outs, need = needs(lo)
         for out in outs[::-1].tolist():
             r = _Req(w.isl, w.osl, now)
-            r.prefill_left, r.ctx, r.dec_left, r.first, r.admitted = 0, w.isl + out, w.osl - 1 - out, now, True
+            r.prefill_left, r.ctx, r.dec_left, r.first = 0, w.isl + out, w.osl - 1 - out, now
             running.append(r)
     return running, [_Req(w.isl, w.osl, now) for _ in range(w.inflight - lo)], int(need.sum()) if lo else 0
 
