@@ -54,11 +54,12 @@ from experiments.gpu.measure_modern import model_step as shared_model_step
 from hybridperf.datasets.collector import collect_kernels, fastest_mean, time_calls  # noqa: E402
 from hybridperf.datasets.schema import canonicalize  # noqa: E402
 from hybridperf.devices import get_device  # noqa: E402
+from hybridperf.ops import OP_CLASS  # noqa: E402
 from hybridperf.predictor import Predictor  # noqa: E402
 from hybridperf.priors.constants import fitted_constants  # noqa: E402
 from hybridperf.priors.kernel_prior import host_floor_note  # noqa: E402
 
-ELEMENTWISE = ("add", "mul", "div", "pow", "addu", "mulu", "divu", "relu", "gelu", "tanh")
+ELEMENTWISE = tuple(op for op, cls in OP_CLASS.items() if cls == "elementwise")
 MODELS = [  # (config, family, batch, seq, mode, dtype, recompute, layers: None = the config's)
     ("gpt2_large.json", "gpt2", 4, 1024, "inf", "fp32", False, None),
     ("gpt2_large.json", "gpt2", 1, 1024, "train", "fp32", False, None),
