@@ -349,7 +349,7 @@ def traced_group(tab: pd.DataFrame) -> np.ndarray:
     return np.where(operand_copy, "bmm", tab["group"].to_numpy())
 
 
-def group_table(recs, ls: LabelSet, consts: dict) -> pd.DataFrame:
+def group_table(recs, consts: dict) -> pd.DataFrame:
     """Per label and op group: traced per-node total vs our isolated-call sum and in-model composed time."""
     rows = []
     for i, r in enumerate(recs):
@@ -467,8 +467,8 @@ def main(argv=None) -> int:
         df["neusight_ms"] = [ns_key.get((r.device, r.model, r.mode, r.seq, r.batch, r.fusion), np.nan)
                              for r in df.itertuples()]
         df["neusight_ape"] = (df["neusight_ms"] / df["measured_ms"] - 1).abs()
-        grp = group_table(recs, ls, consts)
-        _check_against_compose(recs, consts, df, cfg_dir, runs, kind, labels, lib_eff)
+        grp = group_table(recs, consts)
+        _check_against_compose(recs, consts, df, cfg_dir, kind, lib_eff)
         results[kind] = (df, consts, grp)
         vtabs.append(vt)
         # all-device fit for the shipped constants; interval = quantiles of all held-out residuals
@@ -520,7 +520,7 @@ def main(argv=None) -> int:
     return 0
 
 
-def _check_against_compose(recs, consts, df, cfg_dir, runs, kind, labels, lib_eff, n=3):
+def _check_against_compose(recs, consts, df, cfg_dir, kind, lib_eff, n=3):
     """The fast LabelSet composition must equal compose() with the same constants (first few labels)."""
     if kind != "prior":
         return

@@ -54,7 +54,7 @@ SAVINGS = [("DP4", 0, False), ("DP4 + recompute", 0, True), ("DP4 ZeRO-1", 1, Fa
            ("DP4 ZeRO-3", 3, False), ("DP4 ZeRO-3 + recompute", 3, True)]
 
 
-def gemm_check(data: Path, model: str, B: int, S: int, dp: int, tp: int, pp: int, m: int, run: str) -> str:
+def gemm_check(data: Path, model: str, B: int, S: int, dp: int, tp: int, m: int, run: str) -> str:
     """'match' when every per-GPU GEMM of layer 0 equals the traced op graph's (linear (M,N,K) exactly,
     BMM by FLOPs), else a short description of the difference."""
     from hybridperf.datasets.labels import load_layer_graph
@@ -116,7 +116,7 @@ def main(argv=None) -> int:
                                  "compute_ms", "tp_comm_ms", "dp_comm_ms", "pp_comm_ms", "bubble_ms", "e2e_ms",
                                  "lo_ms", "hi_ms")}})
                 if run and (model, label) not in checks:
-                    checks[(model, label)] = gemm_check(args.data, model, B, S, dp, tp, pp, m, run)
+                    checks[(model, label)] = gemm_check(args.data, model, B, S, dp, tp, m, run)
     adam = []  # the same runs with an Adam step: its time and the fullest GPU's memory
     for model, B, S, variants in RUNS:
         cfg = cfg_dir / f"{model}.json"

@@ -43,7 +43,7 @@ def moe_block(cfg: ModelConfig, tok: int, train: bool = False) -> list:
                linear("shared.down_proj", tok, fs, h, bias=False)]
     oss = cfg.family == "gpt_oss"
     if deepseek:
-        ks += deepseek_router(cfg, tok, train)
+        ks += deepseek_router(cfg, tok)
     elif oss:  # GPT-OSS: logits with a bias, top-k of them, a softmax over the k (all in the model dtype)
         ks += [linear("moe.router", tok, h, E, bias=True),
                route("topk", tok * E * F32 + pairs * (F32 + 8), tag="gather"),
@@ -108,7 +108,7 @@ def oss_experts(cfg: ModelConfig, pairs: int, groups: int, rows: int, train: boo
             grouped_gemm("experts.down", groups, rows, f, h, E), *bias("down", h)]
 
 
-def deepseek_router(cfg: ModelConfig, tok: int, train: bool = False) -> list:
+def deepseek_router(cfg: ModelConfig, tok: int) -> list:
     """DeepSeek-V3's router over `tok` tokens (DeepseekV3TopkRouter, transformers 5.23): the logits in fp32
     (x and the weight cast up in a half-precision model), a sigmoid, the score-correction bias, the best
     two scores of each of `n_group` groups summed, the `topk_group` best groups kept (a mask: zeros,
