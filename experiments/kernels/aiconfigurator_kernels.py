@@ -36,7 +36,7 @@ from hybridperf.devices import get_device
 from hybridperf.priors import attention as A
 from hybridperf.training import aic_kernels as T
 
-SYSTEMS = ("a100_sxm", "h100_sxm", "l40s", "b200_sxm")
+SYSTEMS = tuple(SYSTEM_DEVICES)
 #: factors a family's residual may be scaled by, chosen on held-out systems (inner folds when evaluating)
 SHRINKS = (1.0, 0.5)
 #: a residual ships when it lowers the mean held-out MAPE over the GPUs and raises no GPU's by more than this

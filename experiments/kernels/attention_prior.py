@@ -23,10 +23,11 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from experiments.common import REPO, RESULTS, add_data_argument, aiconfigurator_data
+from hybridperf.datasets.aiconfigurator import SYSTEM_DEVICES
 from hybridperf.devices import get_device
 from hybridperf.priors import attention as A
 
-SYSTEMS = ("a100_sxm", "h100_sxm", "l40s", "b200_sxm")
+SYSTEMS = tuple(SYSTEM_DEVICES)  # aiconfigurator's systems in ../shared
 DT = {"bfloat16": "bf16", "float16": "fp16", "fp8": "fp8", "float8": "fp8"}
 SEED = 0
 FIT_ROWS = 1500  # rows per (system, framework, table) in a fit

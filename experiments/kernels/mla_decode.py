@@ -20,12 +20,13 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from experiments.common import RESULTS, add_data_argument, aiconfigurator_data, ape
+from hybridperf.datasets.aiconfigurator import SYSTEM_DEVICES
 from hybridperf.devices import get_device
 from hybridperf.priors import mla as M
 from hybridperf.priors.attention import Fitted, context_attention_ms, generation_attention_ms
 from hybridperf.serving.engines import get_engine
 
-SYSTEMS = ("a100_sxm", "h100_sxm", "l40s", "b200_sxm")
+SYSTEMS = tuple(SYSTEM_DEVICES)  # aiconfigurator's systems in ../shared
 KV_LORA, ROPE = 512, 64
 FIT_ROWS = 3000  # rows per (system, framework) in a fit
 SEED = 0
