@@ -17,7 +17,7 @@ import pandas as pd
 
 from hybridperf.aic_rows import OPS, attn_key
 from hybridperf.devices import DeviceSpec
-from hybridperf.errors import InputError, ModelBundleError
+from hybridperf.errors import ModelBundleError
 from hybridperf.priors import attention
 from hybridperf.priors.llm_gemm import (GEMM_DTYPES, TILES, KernelConstants, combine_ms, device_dtype, fitted_constants,
                                         floor_s, gemm_parts, kernel_dtype, split_reduce_s)
@@ -435,17 +435,6 @@ class AicPredictor:
                             index=df.index)
 
 
-#: a few-shot shift or widening of n measured rows is shrunk by n / (n + SHRINK_ROWS): a cell's rows on a
-#: GPU the bundle never saw spread about 0.3-0.4 in log error, its median bias mostly 0.05-0.2, so a
-#: handful of rows says little (experiments/results/aic_fewshot.md: 10 beats 5)
-SHRINK_ROWS = 10.0
-#: median |log error| over the interval's half-width on its side, where a 90% interval is right and
-#: errors are normal (0.6745 / 1.645); calibration rows spread wider than this widen the interval
-MEDIAN_Z = 0.41
-#: the most an op's intervals are widened (log half-widths times this), whatever the calibration rows
-MAX_WIDEN = 4.0
-
-
 #: the key prefix of calibration shifts learned from PyTorch's own kernels (`collect --schema aiconfigurator`
 #: rows, framework `torch`); they shift only such rows. A serving engine's attention and fp8 GEMMs are other
 #: kernels: on the H100, our torch rows' shift raised the engines' held-out MAPE from 18.9% to 19.1-20.9%
@@ -458,48 +447,3 @@ def harness_of(df: pd.DataFrame) -> np.ndarray:
     `torch`), "" for a serving engine's rows."""
     torch_rows = pd.Series(framework_of(df), dtype=object).astype(str).str.strip().str.lower() == "torch"
     return np.where(torch_rows.to_numpy(), TORCH_HARNESS, "").astype(object)
-
-
-def mape_shift(err) -> float:
-    """The log shift minimising the rows' mean |pred/measured - 1|: the median of the log errors
-    weighted by measured/predicted. A plain median overshoots upward, since an over-prediction's
-    percentage error is unbounded and an under-prediction's is at most 100%."""
-    e = np.asarray(err, dtype=np.float64)
-    order = np.argsort(e, kind="stable")
-    w = np.exp(-(e[order] - e.min()))
-    return float(e[order][np.searchsorted(np.cumsum(w) / w.sum(), 0.5)])
-
-
-def calibrate_to(predictor: AicPredictor, measured: pd.DataFrame, device: DeviceSpec, widen: bool = True,
-                 shrink_rows: float = SHRINK_ROWS) -> AicPredictor:
-    """The predictor shifted by rows measured on `device` (`latency`, ms): few-shot transfer to a GPU
-    the bundle never saw. Per op a shift (`mape_shift` of its rows' log errors), per (op, dtype) one
-    more from that dtype's rows, each shrunk toward the level above by n / (n + shrink_rows); with `widen`, each op's intervals
-    are widened where its rows, once shifted, spread wider than the intervals say (never narrowed).
-    Shifts and widening apply to the rows of the harness that timed the calibration rows (`harness_of`)."""
-    if "latency" not in measured:
-        raise InputError("calibration rows need a latency column (ms)")
-    y = pd.to_numeric(measured["latency"], errors="coerce").to_numpy(dtype=np.float64)
-    ok = np.isfinite(y) & (y > 0)
-    if not ok.any():
-        raise InputError("calibration rows have no positive finite latency")
-    rows = measured[ok]
-    zero = predictor.predict(rows, device)
-    pred = zero["pred_ms"].to_numpy()
-    err = np.log(y[ok]) - np.log(pred)
-    ops, dts, harness = rows["op_name"].to_numpy(), dtype_of(rows), harness_of(rows)
-    offsets, scales, applied = {}, {}, np.zeros(len(err))
-    for h, op in sorted(set(zip(harness.tolist(), ops.tolist()))):
-        m, key = (ops == op) & (harness == h), f"{h}{op}"
-        offsets[key] = mape_shift(err[m]) * m.sum() / (m.sum() + shrink_rows)
-        for dt in sorted(set(dts[m].tolist())):
-            mm = m & (dts == dt)
-            offsets[f"{key}:{dt}"] = offsets[key] + mape_shift(err[mm] - offsets[key]) * mm.sum() / (mm.sum() + shrink_rows)
-            applied[mm] = offsets[f"{key}:{dt}"]
-        if widen:
-            r = err[m] - applied[m]
-            half = np.where(r >= 0, np.log(zero["hi_ms"].to_numpy()[m] / pred[m]),
-                            np.log(pred[m] / zero["lo_ms"].to_numpy()[m]))
-            f = float(np.median(np.abs(r) / np.maximum(half, 0.05))) / MEDIAN_Z
-            scales[key] = 1.0 + min(max(f - 1.0, 0.0), MAX_WIDEN - 1.0) * m.sum() / (m.sum() + shrink_rows)
-    return AicPredictor(predictor.gemm_c, predictor.moe_c, predictor.bundle, predictor.manifest, offsets, scales)

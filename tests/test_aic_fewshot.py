@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hybridperf.aic_kernels import AicPredictor, calibrate_to, mape_shift
+from hybridperf.aic_kernels import AicPredictor
+from hybridperf.transfer.aic_calibrate import calibrate_to, mape_shift
 from hybridperf.aic_rows import validate
 from hybridperf.devices import get_device
 from hybridperf.transfer.aic_suggest import allocate, default_candidates, runs_dtype, suggest_rows

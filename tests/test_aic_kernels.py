@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 from conftest import assert_one_line_error, run_cli
-from hybridperf.aic_kernels import AicPredictor, calibrate_to, kernel_family
+from hybridperf.aic_kernels import AicPredictor, kernel_family
+from hybridperf.transfer.aic_calibrate import calibrate_to
 from hybridperf.aic_rows import validate
 from hybridperf.datasets.aiconfigurator import SYSTEM_DEVICES, canonical, load_kernels
 from hybridperf.devices import get_device

@@ -10,7 +10,7 @@ The order, lowest first (a module may import its own layer and every layer below
     residual_models features and the ONNX bundle runtime
     predictor       prior x residual with intervals: the kernel prediction path (and aic_kernels, the same
                     for aiconfigurator's perf-table schema, whose rows aic_rows checks)
-    transfer        few-shot adaptation of the predictor to a new GPU (suggest, adapt, export)
+    transfer        few-shot adaptation of the predictor to a new GPU (suggest, adapt, export, aic_calibrate)
     graphs          model families -> kernel graphs, composition, parallelism
     serving         engine schedulers over the graphs' step times
     training        fitting the residuals and the collectives model (offline; may read every layer above)

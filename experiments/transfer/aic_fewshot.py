@@ -21,7 +21,8 @@ import pandas as pd
 
 from experiments.common import DATA, OUT, RESULTS
 from experiments.kernels import aiconfigurator_kernels as AK
-from hybridperf.aic_kernels import AicPredictor, calibrate_to, dtype_of, mape_shift, prior_terms
+from hybridperf.aic_kernels import AicPredictor, dtype_of, prior_terms
+from hybridperf.transfer.aic_calibrate import calibrate_to, mape_shift
 from hybridperf.aic_rows import validate
 from hybridperf.datasets.aiconfigurator import SYSTEM_DEVICES, load_kernels
 from hybridperf.devices import get_device

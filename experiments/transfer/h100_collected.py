@@ -24,7 +24,8 @@ import pandas as pd
 from experiments.common import DATA, OUT, REPO, RESULTS
 from experiments.kernels import aiconfigurator_kernels as AK
 from experiments.transfer.aic_fewshot import as_measured, held_out_predictor, md, score, split, summary
-from hybridperf.aic_kernels import calibrate_to, dtype_of
+from hybridperf.aic_kernels import dtype_of
+from hybridperf.transfer.aic_calibrate import calibrate_to
 from hybridperf.aic_rows import validate
 from hybridperf.datasets.aiconfigurator import SYSTEM_DEVICES, load_kernels
 from hybridperf.devices import get_device

@@ -100,7 +100,8 @@ def _predict_aiconfigurator(raw, dev, output: Path, calibration, model_bundle, p
     """predict-kernels on rows in aiconfigurator's schema (hybridperf.aic_kernels)."""
     import numpy as np
 
-    from hybridperf.aic_kernels import AicPredictor, calibrate_to, harness_of
+    from hybridperf.aic_kernels import AicPredictor, harness_of
+    from hybridperf.transfer.aic_calibrate import calibrate_to
     from hybridperf.aic_rows import validate
     from hybridperf.datasets.schema import measured_elsewhere
 

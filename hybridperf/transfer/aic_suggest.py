@@ -1,5 +1,5 @@
 """Which aiconfigurator-schema kernels to measure on a new GPU, so that a few rows pin the shifts
-`aic_kernels.calibrate_to` fits: one per op and one per (op, dtype).
+`transfer.aic_calibrate.calibrate_to` fits: one per op and one per (op, dtype).
 
 The picks are spread first over the cells (op, dtype) the device can run (fp8 only with fp8 tensor
 cores, nvfp4 only with fp4 ones, `DeviceSpec.peak_tflops`): the first round gives each op one row (the
