@@ -206,7 +206,8 @@ FEATURES = ("log_prior_ms", "log_compute_ms", "log_memory_ms", "compute_over_mem
 #: 2% slower than an H100 on 12% of sampled decode-attention rows (up to 1.54x) whose prior was not slower.
 #: `floor_share` (a GEMM's or MoE's launch floor over its prior) also moves, and is left free: constraining
 #: it cost GEMMs 0.4-1.6 points held out. So the guarantee is decode attention's (no floor); a GEMM or MoE
-#: row can still come out a few % slower (MoE: 174 of 200k table rows, at most 1.08x)
+#: row can still come out a few % slower (MoE: 174 of 200k table rows, at most 1.08x). More FLOP/s is not covered:
+#: the ratios move the other way with it (experiments/RESULTS.md section 10)
 BANDWIDTH_MONOTONE = {"log_prior_ms": 1, "log_memory_ms": 1, "compute_over_memory": -1,
                       "log_intensity_over_ridge": -1, "log_weight_over_l2": 1}
 #: ... and a GEMM's or MoE's `log_aux`, the time of its activation's quantization pass (an attention row's
