@@ -1,4 +1,4 @@
-"""`hybridperf predict-kernels` (CONTRACT.md section 1): output shape and one-line errors on bad input.
+"""`hybridperf predict-kernels` (docs/predict-kernels.md): output shape and one-line errors on bad input.
 
 Successful runs go through typer's CliRunner; error runs go through `hybridperf.cli.app.main()` (what
 `python -m hybridperf` and the `hybridperf` script call) in-process, so that the exit code and stderr are

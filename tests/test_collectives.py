@@ -554,7 +554,7 @@ def test_aiconfigurator_loader_on_synthetic_table(tmp_path):
 @needs_aic
 def test_aiconfigurator_tables_count_the_gathered_output():
     """A 512 MiB all_gather on 8 A100s at NVLink's ~200-240 GB/s bus bandwidth is only possible if
-    message_size counts the whole gathered buffer (CONTRACT section 3)."""
+    message_size counts the whole gathered buffer (NCCL tests semantics: docs/predict-collective.md)."""
     from hybridperf.datasets.aiconfigurator_comm import load_aiconfigurator_comm
 
     df = load_aiconfigurator_comm(DATA, ["a100_sxm"])

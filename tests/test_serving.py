@@ -1,4 +1,4 @@
-"""`hybridperf predict-serving` (CONTRACT.md section 4) and the serving package: engines, scheduler, memory,
+"""`hybridperf predict-serving` (docs/serving.md) and the serving package: engines, scheduler, memory,
 parallel splits, disaggregation, intervals, the `--rows` table, the simulator adapters and the sweep.
 Small models made here; the silicon-sample check skips without ../shared/datasets."""
 from __future__ import annotations

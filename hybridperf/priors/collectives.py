@@ -1,6 +1,6 @@
 """Cost model of NCCL collectives (pure physics: no files, no learned parts).
 
-Sizes are what NCCL's tests report (CONTRACT section 3): `nbytes` is the all-reduce buffer, the
+Sizes are what NCCL's tests report (docs/predict-collective.md): `nbytes` is the all-reduce buffer, the
 all-gather's gathered output, the reduce-scatter's input before scattering, one rank's all-to-all send
 buffer, the send/recv message. `gpus` ranks are packed `gpus_per_node` to a node.
 
