@@ -130,6 +130,8 @@ STEPS: tuple[Step, ...] = (
                 ("aiconfigurator_kernels.png", "aiconfigurator_kernels.png"))),
     _k("aic_noise_floor", "aic_noise_floor", "--data", "{data}", "--out", "{out}", datasets=("aiconfigurator",),
        minutes=3, results=(("aic_noise_floor.md", "aic_noise_floor.md"),)),
+    _k("spec_monotone", "spec_monotone", "--data", "{data}", "--out", "{out}/spec_monotone.md",
+       datasets=("aiconfigurator",), minutes=0.5, results=(("spec_monotone.md", "spec_monotone.md"),)),
     _t("aic_fewshot", "aic_fewshot", "--data", "{data}", "--out", "{out}/aic_fewshot.md", "--bundles", "{out}/bundles",
        datasets=("aiconfigurator",), minutes=6,
        results=(("aic_fewshot.md", "aic_fewshot.md"), ("aic_fewshot.png", "aic_fewshot.png"))),

@@ -28,8 +28,8 @@ OP_CLASS: dict[str, str] = {
 }
 OP_CLASSES: tuple[str, ...] = ("bmm", "linear", "elementwise", "softmax", "layernorm")
 GEMM_OPS = ("bmm", "linear")
-#: fused attention (PyTorch SDPA) forward and backward, op class `attention`: B=batch, M=queries, N=keys, K=head_dim, H=heads
-#: (key/value heads = H, no mask: `hybridperf.graphs.attention` prices model graphs' richer rows)
+#: fused attention (PyTorch SDPA) forward and backward, op class `attention`: B=batch, M=queries, N=keys,
+#: K=head_dim, H=heads (key/value heads = H, no mask: `hybridperf.graphs.attention` prices model graphs' richer rows)
 FUSED_OPS = ("attention", "attention_bw")
 #: forms of a `linear` row (module docstring); the first is the default
 LINEAR_FORMS = ("linear", "mm")

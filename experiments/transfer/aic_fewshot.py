@@ -225,7 +225,8 @@ def report(res: pd.DataFrame, args) -> str:
         return summary(final[m].assign(all=0), ["all"])[col].iloc[0]
 
     reading = (
-        f"Pooled over {'the four GPUs' if len(held) == 4 else 'the held-out GPUs'}: zero-shot {cell():.1f}% MAPE; calibrated on 32 rows {cell(k=32, method='suggested'):.1f}% "
+        f"Pooled over {'the four GPUs' if len(held) == 4 else 'the held-out GPUs'}: zero-shot {cell():.1f}% MAPE; "
+        f"calibrated on 32 rows {cell(k=32, method='suggested'):.1f}% "
         f"(suggested) and {cell(k=32, method='random'):.1f}% (random); shifting every (op, dtype) cell by the best shift "
         f"of all its own test rows, an oracle, {res.loc[res['method'] == 'oracle shift', 'ape'].mean():.1f}%; fitting "
         "each op's errors on the prior's regime (compute and memory shares, size), then shifting per cell, on all "
@@ -239,18 +240,20 @@ def report(res: pd.DataFrame, args) -> str:
            f"{cell('b200_sxm', 'generation_attention'):.1f} -> "
            f"{cell('b200_sxm', 'generation_attention', 16, 'suggested'):.1f}% at k = 16 suggested)."
            if "b200_sxm" in held else "")
-        + (" Where the intervals were too narrow the widening lifts coverage (L40S GEMM "
+        + (" The widening lifts coverage where calibration rows spread wider than the intervals (L40S GEMM "
            f"{cell('l40s', 'gemm', col='cov'):.0f} -> {cell('l40s', 'gemm', 32, 'suggested', 'cov'):.0f}% at k = 32 "
            "suggested)." if "l40s" in held else "")
-        + " Suggested rows are no better than random ones here: the random rows come from the very "
-        "tables that are scored, while `suggest` has to work without them (the GPU's own workload is unknown).")
+        + (" Suggested rows are no better than random ones here: the random rows come from the very tables that are "
+           "scored, while `suggest` has to work without them (the GPU's own workload is unknown)."
+           if cell(k=32, method="suggested") >= cell(k=32, method="random") else ""))
     cells.insert(3, "test rows", zero.groupby(["system", "op", "dtype"]).size().reindex(
         pd.MultiIndex.from_frame(cells[["system", "op", "dtype"]])).to_numpy())
     return "\n".join([
         "# aiconfigurator kernels: few-shot calibration on a held-out GPU",
         "",
-        f"Reproduce: `python -m experiments.transfer.aic_fewshot --rows {args.rows} --test-rows {args.test_rows}` "
-        "(a few minutes on 2 cores; the four held-out predictors are refitted and kept in `--bundles`).",
+        f"Reproduce: `python -m experiments.transfer.aic_fewshot --rows {args.rows} --test-rows {args.test_rows}"
+        f"{'' if len(held) == len(AK.SYSTEMS) else ' --systems ' + ','.join(held)}` (a few minutes on 2 cores; the "
+        f"{len(held)} held-out predictor{'s are' if len(held) > 1 else ' is'} refitted and kept in `--bundles`).",
         "",
         f"Each of {', '.join(held)} is held out in turn. The predictor is fitted without it exactly as "
         "`experiments/kernels/aiconfigurator_kernels.py` fits a fold (GEMM/MoE prior constants and the four "
@@ -271,7 +274,7 @@ def report(res: pd.DataFrame, args) -> str:
         "each op's intervals also widened where the calibration rows, once shifted, spread wider than the "
         "intervals say (never narrowed); this is `calibrate_to` now.",
         "",
-        "## All four held-out GPUs (every test row)",
+        f"## {'All four held-out GPUs' if len(held) == 4 else 'The held-out GPUs'} (every test row)",
         "",
         md(pooled),
         "",
@@ -307,7 +310,7 @@ def main() -> None:
     ap.add_argument("--reuse-bundles", action="store_true", help="load the held-out predictors already in "
                     "--bundles instead of refitting (stale once the priors change)")
     args = ap.parse_args()
-    systems = [s for s in args.systems.split(",") if s]
+    systems = list(dict.fromkeys(s for s in args.systems.split(",") if s))
     unknown = sorted(set(systems) - set(AK.SYSTEMS))
     if unknown or not systems:
         raise SystemExit(f"error: --systems takes some of {', '.join(AK.SYSTEMS)}, not {', '.join(unknown) or 'none'}")
