@@ -35,8 +35,8 @@ def calibrate_to(predictor: AicPredictor, measured: pd.DataFrame, device: Device
                  shrink_rows: float = SHRINK_ROWS) -> AicPredictor:
     """The predictor shifted by rows measured on `device` (`latency`, ms): few-shot transfer to a GPU
     the bundle never saw. Per op a shift (`mape_shift` of its rows' log errors), per (op, dtype) one
-    more from that dtype's rows, each shrunk toward the level above by n / (n + shrink_rows); with `widen`, each op's intervals
-    are widened where its rows, once shifted, spread wider than the intervals say (never narrowed).
+    more from that dtype's rows, each shrunk toward the level above by n / (n + shrink_rows); with `widen`, each
+    op's intervals are widened where its rows, once shifted, spread wider than the intervals say (never narrowed).
     Shifts and widening apply to the rows of the harness that timed the calibration rows (`harness_of`)."""
     if "latency" not in measured:
         raise InputError("calibration rows need a latency column (ms)")
@@ -55,7 +55,8 @@ def calibrate_to(predictor: AicPredictor, measured: pd.DataFrame, device: Device
         offsets[key] = mape_shift(err[m]) * m.sum() / (m.sum() + shrink_rows)
         for dt in sorted(set(dts[m].tolist())):
             mm = m & (dts == dt)
-            offsets[f"{key}:{dt}"] = offsets[key] + mape_shift(err[mm] - offsets[key]) * mm.sum() / (mm.sum() + shrink_rows)
+            shift = mape_shift(err[mm] - offsets[key]) * mm.sum() / (mm.sum() + shrink_rows)
+            offsets[f"{key}:{dt}"] = offsets[key] + shift
             applied[mm] = offsets[f"{key}:{dt}"]
         if widen:
             r = err[m] - applied[m]
