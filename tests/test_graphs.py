@@ -805,3 +805,22 @@ def test_linear_forms_follow_the_module_that_launches_them():
     assert {f for (n, p), f in {**gpt2, **neo, **bert}.items() if p == "bw"} == {"mm"}
     _, req = kernel_requests(build_graph(dict(FAMILIES)["bert"], 2, 64, "inf").kernel_table())
     assert set(req.loc[req["OPName"] == "linear", "form"]) == {"linear"}
+
+
+def test_python_api_takes_the_configs_dtype_as_the_cli_does(tmp_path):
+    """Without a dtype, `ModelRequest`, `predict_model` and `build_graph(dtype=None)` build the model in the dtype
+    its config names (transformers 5's `from_config`), fp32 where it names none, as `predict-model` does."""
+    from hybridperf.graphs import ModelRequest
+
+    raw = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4,
+           "num_hidden_layers": 2, "num_key_value_heads": 2, "vocab_size": 1000, "max_position_embeddings": 512}
+    plain, bf16 = tmp_path / "plain.json", tmp_path / "bf16.json"
+    plain.write_text(json.dumps(raw))
+    bf16.write_text(json.dumps({**raw, "torch_dtype": "bfloat16"}))
+    assert ModelRequest(str(bf16), 1, 64).graph().dtype == "bf16"
+    assert ModelRequest(str(plain), 1, 64).graph().dtype == "fp32"
+    amp = ModelRequest(str(bf16), 1, 64, amp=True).graph()  # fp32 weights under autocast, as --amp alone
+    assert amp.memory().total == ModelRequest(str(bf16), 1, 64, dtype="fp32", amp=True).graph().memory().total
+    assert build_graph(load_config(str(bf16)), 1, 64, dtype=None).dtype == "bf16"
+    dev = "NVIDIA H100 80GB HBM3"
+    assert predict_model(str(bf16), 1, 64, device=dev).ms == predict_model(str(bf16), 1, 64, device=dev, dtype="bf16").ms

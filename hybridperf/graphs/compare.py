@@ -46,7 +46,7 @@ def resolve_devices(devices) -> list[DeviceSpec]:
 
 
 def compare_devices(config, batch: int, seq: int, devices, mode: str = "inf", predictor: Predictor | None = None,
-                    dtype: str = "fp32", fused: bool = False, optimizer: str | None = None,
+                    dtype: str | None = None, fused: bool = False, optimizer: str | None = None,
                     recompute: bool = False, attn: str = DEFAULT_ATTN, amp: bool = False, cudnn_plans: str = "build",
                     launch: str = "eager") -> pd.DataFrame:
     """One row per device, fastest first: the contract's latencies (ms, 90% interval), tokens per second

@@ -405,7 +405,7 @@ def predict_request(request: ModelRequest, device, predictor: Predictor | None =
 
 
 def predict_model(config, batch: int, seq: int, mode: str = "inf", device="NVIDIA H100 80GB HBM3",
-                  predictor: Predictor | None = None, correction: bool = True, dtype: str = "fp32",
+                  predictor: Predictor | None = None, correction: bool = True, dtype: str | None = None,
                   fused: bool = False, optimizer: str | None = None, recompute: bool = False,
                   calibration: dict | None = None, attn: str = DEFAULT_ATTN, amp: bool = False,
                   cudnn_plans: str = "build", launch: str = "eager") -> ModelPrediction:
@@ -435,7 +435,7 @@ def predict_model(config, batch: int, seq: int, mode: str = "inf", device="NVIDI
 
 
 def sweep(config, batches, seqs, mode: str = "inf", device="NVIDIA H100 80GB HBM3",
-          predictor: Predictor | None = None, dtype: str = "fp32", fused: bool = False,
+          predictor: Predictor | None = None, dtype: str | None = None, fused: bool = False,
           optimizer: str | None = None, recompute: bool = False, calibration: dict | None = None,
           attn: str = DEFAULT_ATTN, amp: bool = False, cudnn_plans: str = "build", launch: str = "eager"
           ) -> pd.DataFrame:

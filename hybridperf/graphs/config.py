@@ -461,7 +461,7 @@ def built_dtype(config) -> tuple[str, str]:
     from hybridperf.errors import HybridperfError
     from hybridperf.graphs.primitives import MODEL_DTYPES
 
-    raw = read_json_object(Path(config)) if isinstance(config, (str, Path)) else config
+    raw = read_json_object(Path(config)) if isinstance(config, (str, Path)) else getattr(config, "raw", config)
     for key in ("dtype", "torch_dtype"):
         name = raw.get(key)
         try:

@@ -39,7 +39,7 @@ from hybridperf.errors import InputError
 from hybridperf.graphs import families  # noqa: F401  registers every family module
 from hybridperf.graphs.attention import attention_impl
 from hybridperf.graphs.backward import tensor_numels  # noqa: F401  (re-exported: this module's former contents)
-from hybridperf.graphs.config import ModelConfig, check_positions, load_config  # noqa: F401
+from hybridperf.graphs.config import ModelConfig, check_positions, load_config, model_dtype  # noqa: F401
 from hybridperf.graphs.decode import static_cache
 from hybridperf.graphs.family import decode_families, family_of
 from hybridperf.graphs.fusion import fuse_pointwise
@@ -59,12 +59,13 @@ def loss_kernels(cfg: ModelConfig, B, S) -> list:
             _k("nll", "misc:mask", tok, H=V, nbytes=tok * 16, tag="nll", fp32=upcast)]
 
 
-def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str = "fp32", fused: bool = False,
+def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str | None = "fp32", fused: bool = False,
                 optimizer: str | None = None, recompute: bool = False, attn: str = "eager",
                 amp: bool = False, launch: str = "eager") -> ModelGraph:
     """The kernel graph of one forward (`inf`) or forward+backward (`train`) pass, or of one decode step
     (`decode`: `batch` sequences, one new token each, `seq` tokens in the cache), every float tensor
-    in `dtype` (fp32 as NeuSight measured; fp16/bf16 = the model cast to that dtype, GEMMs on tensor
+    in `dtype` (None: the one transformers builds the config in, `config.model_dtype`, as `predict-model`
+    defaults it; fp32 as NeuSight measured; fp16/bf16 = the model cast to that dtype, GEMMs on tensor
     cores, and fp32 where HF's eager code upcasts: RMSNorm, Llama's and OPT's softmax, GPT-Neo's QK^T and
     softmax, a causal LM's loss; not mixed-precision autocast). `fused`: pointwise chains fused as a
     compiler does (`fuse_pointwise`, NeuSight's `-fusion` runs); inference only. `optimizer` (train only): add the
@@ -74,6 +75,8 @@ def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str = "f
     `amp`: an fp32 model under bf16 autocast (`hybridperf.graphs.amp`). `launch`: eager or graph
     (`model_graph.LAUNCHES`; a graph-launched decode step writes a static cache, `decode.static_cache`)."""
     cfg = load_config(config)
+    if dtype is None:
+        dtype = model_dtype(cfg, None, amp)[0]
     key = str(launch).strip().lower()
     if key not in LAUNCHES:
         raise InputError(f"unknown launch {launch!r}; one of {', '.join(LAUNCHES)}")

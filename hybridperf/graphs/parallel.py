@@ -183,7 +183,7 @@ class ParallelPrediction:
 def predict_parallel(config, batch: int, seq: int, mode: str = "train", device="DGX-H100", dp: int = 1, tp: int = 1,
                      pp: int = 1, microbatches: int | None = None, overlap: bool = True, predictor=None,
                      collective_model=None, bucket_mb: float = DEFAULT_BUCKET_MB, correction: bool = True,
-                     dtype: str = "fp32", optimizer: str | None = None, recompute: bool = False, zero: int = 0,
+                     dtype: str | None = None, optimizer: str | None = None, recompute: bool = False, zero: int = 0,
                      calibration: dict | None = None, attn: str = "eager", amp: bool = False) -> ParallelPrediction:
     """Step time of `mode` (train: forward + backward + gradient sync; inf: forward) of a HF transformer
     on dp*tp*pp GPUs of `device` (a node such as DGX-H100, a node JSON, or a GPU placed in a default node).
