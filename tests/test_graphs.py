@@ -822,5 +822,10 @@ def test_python_api_takes_the_configs_dtype_as_the_cli_does(tmp_path):
     amp = ModelRequest(str(bf16), 1, 64, amp=True).graph()  # fp32 weights under autocast, as --amp alone
     assert amp.memory().total == ModelRequest(str(bf16), 1, 64, dtype="fp32", amp=True).graph().memory().total
     assert build_graph(load_config(str(bf16)), 1, 64, dtype=None).dtype == "bf16"
+    wrapped = tmp_path / "gemma3.json"  # a multimodal wrapper names the dtype at its top level only
+    wrapped.write_text(json.dumps({"model_type": "gemma3", "torch_dtype": "bfloat16", "text_config": {
+        "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4, "num_hidden_layers": 2,
+        "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 1000}}))
+    assert ModelRequest(str(wrapped), 1, 64).graph().dtype == "bf16"
     dev = "NVIDIA H100 80GB HBM3"
     assert predict_model(str(bf16), 1, 64, device=dev).ms == predict_model(str(bf16), 1, 64, device=dev, dtype="bf16").ms

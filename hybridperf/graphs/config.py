@@ -331,6 +331,7 @@ def config_from_dict(d: dict, source: str = "config") -> ModelConfig:
     mt = str(d.get("model_type", "")).strip().lower().replace("-", "_")
     if not mt:
         raise InputError(f"{source}: no 'model_type' in the config")
+    outer = {k: d[k] for k in ("dtype", "torch_dtype") if d.get(k) is not None}  # a wrapper's: its LM's too
     if mt in LANGUAGE_MODEL_OF:
         text = d.get("text_config")
         if not isinstance(text, dict):
@@ -339,13 +340,13 @@ def config_from_dict(d: dict, source: str = "config") -> ModelConfig:
         if mt == "mistral3" and inner not in (None, "mistral"):  # Ministral 3 wraps its own ministral3 layers
             raise InputError(f"{source}: a mistral3 config whose language model is {inner!r} is not supported")
         mt = LANGUAGE_MODEL_OF[mt]
-        d = {**text, "model_type": mt}
+        d = {**text, **outer, "model_type": mt}
     mt = SAME_ARCHITECTURE.get(mt, mt)
     if mt == "gemma3":  # the multimodal wrapper: its language model is a gemma3_text config
         text = d.get("text_config")
         if not isinstance(text, dict):
             raise InputError(f"{source}: a gemma3 config needs a 'text_config' object (its language model)")
-        d = {**GEMMA3_TEXT_DEFAULTS, **text, "model_type": "gemma3_text"}
+        d = {**GEMMA3_TEXT_DEFAULTS, **text, **outer, "model_type": "gemma3_text"}
         mt = "gemma3_text"
     if mt in PLUGIN_PARSERS:
         return PLUGIN_PARSERS[mt](d, source)
