@@ -828,4 +828,5 @@ def test_python_api_takes_the_configs_dtype_as_the_cli_does(tmp_path):
         "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 1000}}))
     assert ModelRequest(str(wrapped), 1, 64).graph().dtype == "bf16"
     dev = "NVIDIA H100 80GB HBM3"
-    assert predict_model(str(bf16), 1, 64, device=dev).ms == predict_model(str(bf16), 1, 64, device=dev, dtype="bf16").ms
+    given = predict_model(str(bf16), 1, 64, device=dev, dtype="bf16").ms
+    assert predict_model(str(bf16), 1, 64, device=dev).ms == given

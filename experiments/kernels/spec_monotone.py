@@ -40,10 +40,13 @@ def check(data: pd.DataFrame, predictor: AicPredictor) -> pd.DataFrame:
     for system, rows in data.groupby("system", sort=False):
         dev = get_device(SYSTEM_DEVICES[system])
         rows = rows.drop(columns=["latency_ms"], errors="ignore")
-        base = {k: predictor.predict(rows, dev, prior_only=k == "prior")["pred_ms"].to_numpy() for k in ("prior", "hybrid")}
+        def priced(device, kind):
+            return predictor.predict(rows, device, prior_only=kind == "prior")["pred_ms"].to_numpy()
+
+        base = {kind: priced(dev, kind) for kind in ("prior", "hybrid")}
         for what, more in variants(dev).items():
             for kind in ("prior", "hybrid"):
-                r = predictor.predict(rows, more, prior_only=kind == "prior")["pred_ms"].to_numpy() / base[kind]
+                r = priced(more, kind) / base[kind]
                 for op in sorted(set(rows["op_name"])):
                     m = (rows["op_name"] == op).to_numpy()
                     out.append({"system": system, "more": what, "op": op, "kind": kind, "rows": int(m.sum()),

@@ -210,6 +210,7 @@ def report(res: pd.DataFrame, args) -> str:
     pooled = pooled.sort_values("calibration", key=lambda c: c.map(list(VARIANTS).index), kind="stable")
     final = pd.concat([zero, res[res["variant"] == FINAL]])
     held = list(dict.fromkeys(res["system"]))
+    every = len(held) == len(AK.SYSTEMS)
     per_op = wide(summary(final, ["system", "op", "k", "method"]), ["system", "op"])
     for name in ("oracle shift", "regime fit"):
         oracle = summary(res[res["method"] == name], ["system", "op"]).set_index(["system", "op"])["mape"]
@@ -225,7 +226,7 @@ def report(res: pd.DataFrame, args) -> str:
         return summary(final[m].assign(all=0), ["all"])[col].iloc[0]
 
     reading = (
-        f"Pooled over {'the four GPUs' if len(held) == 4 else 'the held-out GPUs'}: zero-shot {cell():.1f}% MAPE; "
+        f"Pooled over {'the four GPUs' if every else 'the held-out GPUs'}: zero-shot {cell():.1f}% MAPE; "
         f"calibrated on 32 rows {cell(k=32, method='suggested'):.1f}% "
         f"(suggested) and {cell(k=32, method='random'):.1f}% (random); shifting every (op, dtype) cell by the best shift "
         f"of all its own test rows, an oracle, {res.loc[res['method'] == 'oracle shift', 'ape'].mean():.1f}%; fitting "
@@ -252,7 +253,7 @@ def report(res: pd.DataFrame, args) -> str:
         "# aiconfigurator kernels: few-shot calibration on a held-out GPU",
         "",
         f"Reproduce: `python -m experiments.transfer.aic_fewshot --rows {args.rows} --test-rows {args.test_rows}"
-        f"{'' if len(held) == len(AK.SYSTEMS) else ' --systems ' + ','.join(held)}` (a few minutes on 2 cores; the "
+        f"{'' if every else ' --systems ' + ','.join(held)}` (a few minutes on 2 cores; the "
         f"{len(held)} held-out predictor{'s are' if len(held) > 1 else ' is'} refitted and kept in `--bundles`).",
         "",
         f"Each of {', '.join(held)} is held out in turn. The predictor is fitted without it exactly as "
@@ -274,7 +275,7 @@ def report(res: pd.DataFrame, args) -> str:
         "each op's intervals also widened where the calibration rows, once shifted, spread wider than the "
         "intervals say (never narrowed); this is `calibrate_to` now.",
         "",
-        f"## {'All four held-out GPUs' if len(held) == 4 else 'The held-out GPUs'} (every test row)",
+        f"## {'All four held-out GPUs' if every else 'The held-out GPUs'} (every test row)",
         "",
         md(pooled),
         "",

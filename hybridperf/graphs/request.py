@@ -15,10 +15,10 @@ DEFAULT_ATTN = "sdpa"
 class ModelRequest:
     """A model run: `config` (HF config.json path, dict or ModelConfig), `batch` sequences of `seq` tokens,
     `mode` (inf, train, decode), the model `dtype` (fp32, fp16, bf16; with `amp`, fp32 weights under bf16
-    autocast; None, the default: the one transformers builds the config in, as `predict-model` takes it), the attention implementation `attn` (eager, sdpa), and the options `fused`, `optimizer`,
-    `recompute`, `launch` (eager, graph: one CUDA graph) of `hybridperf.graphs.build_graph`, and for a decode
-    step `cudnn_plans` (build, cached: `hybridperf.graphs.attention.CUDNN_PLAN_MODES`). NeuSight's labels are
-    dtype fp32, attn eager."""
+    autocast; None, the default: the one transformers builds the config in, as `predict-model` takes it), the
+    attention implementation `attn` (eager, sdpa), and the options `fused`, `optimizer`, `recompute`, `launch`
+    (eager, graph: one CUDA graph) of `hybridperf.graphs.build_graph`, and for a decode step `cudnn_plans` (build,
+    cached: `hybridperf.graphs.attention.CUDNN_PLAN_MODES`). NeuSight's labels are dtype fp32, attn eager."""
 
     config: Any
     batch: int
