@@ -5,9 +5,10 @@ Linear(N, K) with bias; every other op works on a (B, H) tensor (softmax and Lay
 All functions are vectorised over numpy arrays of shapes.
 
 A `linear` row also has a form (`LINEAR_FORMS`): `linear`, torch.nn.functional.linear with a bias
-(x @ W^T + b, what NeuSight's harness and hybridperf's collector time; the default), or `mm`, any other
-GEMM of that shape: a bias-free projection, GPT-2's Conv1D addmm (x @ W + b), the backward's dX and dW.
-cuBLAS picks different kernels for them (`hybridperf.priors.constants.SPLIT_RATE_FITS`).
+(x @ W^T + b, what NeuSight's harness and hybridperf's collector time; the default), `mm`, any other
+GEMM of that shape: a bias-free projection, GPT-2's Conv1D addmm (x @ W + b), the backward's dX, or
+`mm_t` (`TRANSPOSED_FORM`), a weight gradient. cuBLAS picks different kernels for `linear` and the others
+(`hybridperf.priors.constants.SPLIT_RATE_FITS`). A `bmm` row is torch.bmm (form empty) or `mm_t`.
 """
 from __future__ import annotations
 
@@ -31,8 +32,13 @@ GEMM_OPS = ("bmm", "linear")
 #: fused attention (PyTorch SDPA) forward and backward, op class `attention`: B=batch, M=queries, N=keys,
 #: K=head_dim, H=heads (key/value heads = H, no mask: `hybridperf.graphs.attention` prices model graphs' richer rows)
 FUSED_OPS = ("attention", "attention_bw")
+#: a GEMM that reduces along its operands' rows, torch.mm(a.t(), b) with a (N, M) and b (N, K): a weight
+#: gradient (dW = dY^T X reduces over the tokens). Its tensors' contiguous dimensions are M and K, not N
+TRANSPOSED_FORM = "mm_t"
 #: forms of a `linear` row (module docstring); the first is the default
-LINEAR_FORMS = ("linear", "mm")
+LINEAR_FORMS = ("linear", "mm", TRANSPOSED_FORM)
+#: forms of a `bmm` row: torch.bmm(x, y) (empty, the default) or torch.bmm(a.mT, b)
+BMM_FORMS = ("", TRANSPOSED_FORM)
 
 #: Aliases accepted on input (names torch / FX graphs use) -> canonical op name.
 OP_ALIASES = {"layernorm": "ln", "layer_norm": "ln", "matmul": "bmm", "addmm": "linear", "sub": "add",

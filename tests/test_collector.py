@@ -215,3 +215,7 @@ def test_collector_times_a_linear_in_the_form_its_row_asks_for(tmp_path):
     torch = pytest.importorskip("torch")
     fn, args = build_op(torch, "linear", 1, 16, 16, 4, 0, device="cpu", dtype=torch.float32, form="mm")
     assert fn is torch.mm and [tuple(a.shape) for a in args] == [(16, 16), (16, 4)]
+    # a weight gradient: a (N, M) transposed times b (N, K); a bmm likewise per batch
+    for op, B, shapes in (("linear", 1, [(16, 8), (16, 4)]), ("bmm", 3, [(3, 16, 8), (3, 16, 4)])):
+        fn, args = build_op(torch, op, B, 8, 16, 4, 0, device="cpu", dtype=torch.float32, form="mm_t")
+        assert [tuple(a.shape) for a in args] == shapes and fn(*args).shape[-2:] == (8, 4)

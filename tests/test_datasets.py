@@ -383,8 +383,10 @@ def test_a_measured_grid_tags_its_test_shapes_and_keeps_the_asked_dtypes(tmp_pat
 def test_linear_form_defaults_to_f_linear_and_rejects_unknown_forms():
     raw = pd.DataFrame({"OPName": ["linear", "linear", "bmm", "add"], "B": [1, 2, 4, 8], "M": [64, 64, 64, None],
                         "N": [32, 32, 32, None], "K": [16, 16, 16, None], "H": [None, None, None, 128],
-                        "form": [None, " MM ", "mm", "linear"]})
-    assert canonicalize(raw)["form"].tolist() == ["linear", "mm", "", ""]
+                        "form": [None, " MM ", "mm_t", "linear"]})
+    assert canonicalize(raw)["form"].tolist() == ["linear", "mm", "mm_t", ""]
     assert canonicalize(raw.drop(columns="form"))["form"].tolist() == ["linear", "linear", "", ""]
     with pytest.raises(InputError, match=r"in.csv:3: unknown linear form 'addmm'"):
         canonicalize(raw.assign(form=[None, "addmm", None, None]), source="in.csv")
+    with pytest.raises(InputError, match=r"in.csv:4: unknown bmm form 'mm' \(expected one of empty, mm_t\)"):
+        canonicalize(raw.assign(form=[None, None, "mm", None]), source="in.csv")

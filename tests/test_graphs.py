@@ -790,7 +790,7 @@ def test_training_memory_grows_with_batch_and_quadratically_with_seq():
 
 def test_linear_forms_follow_the_module_that_launches_them():
     """Only nn.Linear with a bias is F.linear's `linear` form: GPT-2's Conv1D addmm, bias-free
-    projections and every backward GEMM are `mm`; the kernel requests carry the form to the prior."""
+    projections and every dX are `mm`, every dW `mm_t`; the kernel requests carry the form to the prior."""
     def forms(cfg, mode="train"):
         t = build_graph(cfg, 2, 64, mode).kernel_table()
         lin = t[t["op"] == "linear"]
@@ -802,7 +802,10 @@ def test_linear_forms_follow_the_module_that_launches_them():
     assert neo[("q_proj", "fw")] == "mm" and neo[("attn_proj", "fw")] == neo[("c_fc", "fw")] == "linear"
     bert = forms(dict(FAMILIES)["bert"])
     assert {f for (n, p), f in bert.items() if p == "fw" and "query" in n} == {"linear"}
-    assert {f for (n, p), f in {**gpt2, **neo, **bert}.items() if p == "bw"} == {"mm"}
+    backward = {n: f for (n, p), f in {**gpt2, **neo, **bert}.items() if p == "bw"}
+    assert {f for n, f in backward.items() if n.endswith(".dX")} == {"mm"}
+    assert {f for n, f in backward.items() if n.endswith(".dW")} == {"mm_t"}
+    assert set(backward) == {n for n in backward if n.endswith((".dX", ".dW"))}
     _, req = kernel_requests(build_graph(dict(FAMILIES)["bert"], 2, 64, "inf").kernel_table())
     assert set(req.loc[req["OPName"] == "linear", "form"]) == {"linear"}
 

@@ -427,6 +427,26 @@ def test_a_half_precision_gemm_with_unaligned_leading_dimensions_runs_slower_on_
     assert compute(30522, 1280, "fp32") == pytest.approx(compute(30528, 1280, "fp32"), rel=0.01)
 
 
+def test_a_weight_gradient_is_aligned_by_its_hidden_sizes_not_its_tokens():
+    """dW = dY^T X reduces over the tokens, but its tensors' contiguous dimensions are the hidden sizes
+    (M and K): five tokens per expert leave its loads 16-byte wide, where a forward GEMM reducing over
+    five elements loads them one by one."""
+    dev = get_device("NVIDIA H100 80GB HBM3")
+
+    def compute(m, n, transposed):
+        return gemm_compute([8], [m], [2048], [n], dev, "bf16", matrix=True, batched=True,
+                            transposed=transposed).compute_ms[0]
+
+    assert compute(7168, 5, True) <= compute(7168, 8, True)  # fewer tokens never cost more
+    odd = gemm.UNALIGNED_MATRIX_SLOWDOWN[2]
+    assert compute(7168, 5, False) / compute(7168, 5, True) == pytest.approx(odd, rel=0.05)
+    assert compute(7167, 64, True) / compute(7167, 64, False) == pytest.approx(odd, rel=0.05)
+    rows = pd.DataFrame({"op": ["linear"] * 2, "dtype": "bf16", "B": 1.0, "M": 7168.0, "N": 5.0, "K": 2048.0,
+                         "form": ["mm", "mm_t"]})
+    prior = kernel_prior_terms(canonicalize(rows), dev)["compute_ms"]
+    assert prior[0] / prior[1] == pytest.approx(odd, rel=0.05)
+
+
 def test_a_matrix_unit_gemm_pays_more_reduction_steps_per_tile():
     """A tile's prologue and epilogue do not speed up with NVIDIA's matrix units, so a half-precision
     GEMM's fixed cost is K_OVERHEAD_MATRIX reduction steps, fp32 (vector math) K_OVERHEAD: a short

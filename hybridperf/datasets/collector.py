@@ -4,10 +4,11 @@ Methodology (NeuSight `neusight/Dataset/collect.py`, plus an explicit warm-up):
 
 * One (op, shape) at a time, under `torch.no_grad()`, inputs created once on the device before timing
   (seeded with torch.manual_seed(0); NeuSight uses randn for GEMM operands and zeros for the others):
-    - bmm      torch.bmm(x, y), x (B,M,N), y (B,N,K)
+    - bmm      torch.bmm(x, y), x (B,M,N), y (B,N,K); form `mm_t`: torch.bmm(a.transpose(1, 2), b), a (B,N,M)
     - linear   torch.nn.functional.linear(x, w, b), x (B,M,N), w (K,N), b (K); a row of `form` `mm`
                (hybridperf.ops.LINEAR_FORMS) runs torch.mm(x, w) instead, x (B*M,N), w (N,K), no bias:
-               a plain GEMM like the backward's, which cuBLAS may split where it does not split F.linear
+               a plain GEMM like the backward's, which cuBLAS may split where it does not split F.linear;
+               form `mm_t` (a weight gradient) runs torch.mm(a.t(), b), a (N,B*M), b (N,K)
     - add/mul/div/pow         torch.<op>(x, y), two (B,H) tensors
     - addu/mulu/divu/powu     torch.<op>(x, s), a (B,H) tensor and a python float s (0.5)
     - relu/gelu/tanh          the torch function on a (B,H) tensor
@@ -38,7 +39,7 @@ import pandas as pd
 from hybridperf.atomic import write_csv
 from hybridperf.datasets.schema import canonicalize
 from hybridperf.errors import HybridperfError, InputError
-from hybridperf.ops import GEMM_OPS, canonical_op
+from hybridperf.ops import GEMM_OPS, TRANSPOSED_FORM, canonical_op
 
 BINARY_OPS = ("add", "mul", "div", "pow")
 SCALAR_OPS = {"addu": "add", "mulu": "mul", "divu": "div", "powu": "pow"}
@@ -140,8 +141,12 @@ def build_op(torch, op: str, B: int, M: int, N: int, K: int, H: int, device: str
     measures it."""
     F = torch.nn.functional
     kw = {"device": device, "dtype": dtype}
+    if op == "bmm" and form == TRANSPOSED_FORM:
+        return (lambda a, b: torch.bmm(a.transpose(1, 2), b)), (torch.randn(B, N, M, **kw), torch.randn(B, N, K, **kw))
     if op == "bmm":
         return torch.bmm, (torch.randn(B, M, N, **kw), torch.randn(B, N, K, **kw))
+    if op == "linear" and form == TRANSPOSED_FORM:
+        return (lambda a, b: torch.mm(a.t(), b)), (torch.randn(N, B * M, **kw), torch.randn(N, K, **kw))
     if op == "linear" and form == "mm":
         return torch.mm, (torch.randn(B * M, N, **kw), torch.randn(N, K, **kw))
     if op == "linear":

@@ -2,8 +2,8 @@
 
 One row is one kernel measured (or to be predicted) on one device:
     op, op_class, dtype, B, M, N, K, H, flops, bytes, device, latency_ms, timing, host, form, source
-Shape fields a given op does not use are NaN. `form` is a linear row's GEMM form (hybridperf.ops.LINEAR_FORMS,
-`linear` where absent) and empty on the other ops. `latency_ms` may be NaN only for rows to predict.
+Shape fields a given op does not use are NaN. `form` is a GEMM row's form (hybridperf.ops.LINEAR_FORMS,
+`linear` where absent; BMM_FORMS) and empty on the other ops. `latency_ms` may be NaN only for rows to predict.
 `timing` says how the latency was (or is to be) measured: `call` (CUDA events around one eager call,
 NeuSight's harness) or `kernel` (a profiler's kernel duration); `host` whose call overhead a timed
 call carries: `neusight` (the artifact's hosts) or `current`; see hybridperf.timing.
@@ -15,7 +15,7 @@ import pandas as pd
 
 from hybridperf.devices import DTYPE_BYTES, DeviceSpec, dtype_key, get_device
 from hybridperf.errors import HybridperfError, InputError
-from hybridperf.ops import FUSED_OPS, GEMM_OPS, LINEAR_FORMS, OP_CLASS, canonical_op, op_work
+from hybridperf.ops import BMM_FORMS, FUSED_OPS, GEMM_OPS, LINEAR_FORMS, OP_CLASS, canonical_op, op_work
 from hybridperf.timing import DEFAULT_HOST, HOSTS, TIMINGS, check_host, check_timing
 
 SHAPE_COLUMNS = ("B", "M", "N", "K", "H")
@@ -105,11 +105,14 @@ def canonicalize(
     for i in df.index[~df["host"].isin(HOSTS)]:
         problems.append((i, f"unknown host {df.at[i, 'host']!r} (expected one of {', '.join(HOSTS)})"))
 
-    lin = df["op"] == "linear"
     form = df["form"].astype(object) if "form" in df.columns else pd.Series(None, index=df.index, dtype=object)
-    df["form"] = np.where(lin, form.where(form.notna(), LINEAR_FORMS[0]).astype(str).str.strip().str.lower(), "")
-    for i in df.index[lin & ~df["form"].isin(LINEAR_FORMS)]:
-        problems.append((i, f"unknown linear form {shown(form.loc[i])} (expected one of {', '.join(LINEAR_FORMS)})"))
+    df["form"] = ""
+    for op, forms in (("linear", LINEAR_FORMS), ("bmm", BMM_FORMS)):
+        rows = df["op"] == op
+        df.loc[rows, "form"] = form[rows].where(form[rows].notna(), forms[0]).astype(str).str.strip().str.lower()
+        for i in df.index[rows & ~df["form"].isin(forms)]:
+            expected = ", ".join(f or "empty" for f in forms)
+            problems.append((i, f"unknown {op} form {shown(form.loc[i])} (expected one of {expected})"))
 
     gemm = df["op"].isin(GEMM_OPS)
     fused = df["op"].isin(FUSED_OPS)

@@ -10,7 +10,8 @@ Mappings onto the vocabulary (each is a documented approximation):
     backward of x ** e (powu)                        -> pow, mul by e, mul by the gradient
     backward of softmax / LayerNorm over H           -> softmax / ln over 2H (~2x the bytes); where PyTorch's
                                                         backward is unvectorised (`row_softmax`), its 3 tensors
-    backward of a GEMM                               -> two GEMMs of the same FLOPs (dX and dW)
+    backward of a GEMM                               -> two GEMMs of the same FLOPs (dX, and dW in the transposed
+                                                        form: it reduces over the tokens, `TRANSPOSED_FORM`)
     backward of a broadcast product (tag broadcast)  -> both products, then the broadcast operand's
     (RMSNorm's x * rsqrt and weight * x, MoE weights)   gradient summed over the broadcast dimension
                                                         (reduce); a quotient's five kernels (div, div,
@@ -26,6 +27,7 @@ Mappings onto the vocabulary (each is a documented approximation):
 from __future__ import annotations
 
 from hybridperf.graphs.primitives import F32, _k, misc, vec
+from hybridperf.ops import TRANSPOSED_FORM
 
 
 def backward_kernels(k: dict) -> list:
@@ -74,13 +76,14 @@ def backward_kernels(k: dict) -> list:
         return [misc(n + ".bw", "copy", k["B"] * k["H"] * F32)]
     if op == "linear":  # plain mm calls (the `mm` form)
         M, N, K = k["M"], k["N"], k["K"]
-        out = [_k(n + ".dX", "linear", 1, M, K, N), _k(n + ".dW", "linear", 1, K, M, N)]
+        out = [_k(n + ".dX", "linear", 1, M, K, N), _k(n + ".dW", "linear", 1, K, M, N, form=TRANSPOSED_FORM)]
         if k["bias"]:
             out.append(misc(n + ".db", "reduce", M * K * F32))
         return out
     if op == "bmm":  # a grouped GEMM's two gradients are grouped GEMMs too (dX, and dW per expert)
         B, M, N, K, g = k["B"], k["M"], k["N"], k["K"], "grouped" if tag == "grouped" else ""
-        return [_k(n + ".dA", "bmm", B, M, K, N, tag=g), _k(n + ".dB", "bmm", B, N, M, K, tag=g)]
+        return [_k(n + ".dA", "bmm", B, M, K, N, tag=g),
+                _k(n + ".dB", "bmm", B, N, M, K, tag=g, form=TRANSPOSED_FORM)]
     if op in ("softmax", "ln"):
         return [_k(n + ".bw", op, k["B"], H=2 * k["H"])]
     if op in ("add", "addu"):

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from hybridperf.devices import DeviceSpec
+from hybridperf.ops import TRANSPOSED_FORM
 
 #: (vendor, arch) pairs whose grouped_mm is one kernel for bf16 operands. Not AMD: ROCm builds keep their
 #: Composable Kernel grouped GEMM (gfx90a, gfx942, gfx950) behind `ROCM_ALLOW_GROUP_GEMM_CK=1`, off by default
@@ -38,8 +39,8 @@ def one_grouped_kernel(device: DeviceSpec, dtype: str) -> bool:
 
 def launch_grouped_gemms(tab: pd.DataFrame, device: DeviceSpec) -> pd.DataFrame:
     """`tab` (kernel-table columns) with each grouped GEMM the device runs as a loop rewritten as one
-    `linear` GEMM (`mm` form) of the group's shape, launched once per group (count x groups), `native_loop`
-    where ATen's C++ loop launches them; the rest unchanged."""
+    `linear` GEMM (`mm` form, a weight gradient's `mm_t`) of the group's shape, launched once per group
+    (count x groups), `native_loop` where ATen's C++ loop launches them; the rest unchanged."""
     if "grouped" not in tab.columns or not tab["grouped"].any():
         return tab
     loop = tab["grouped"].to_numpy(bool) & ~np.array([one_grouped_kernel(device, d) for d in tab["dtype"]])
@@ -51,7 +52,8 @@ def launch_grouped_gemms(tab: pd.DataFrame, device: DeviceSpec) -> pd.DataFrame:
     tab.loc[loop, "B"] = 1
     tab.loc[loop, "op"] = "linear"
     tab.loc[loop, "group"] = "linear"
-    tab.loc[loop, "form"] = "mm"  # one bias-free mm per group
+    # one bias-free mm per group; a weight gradient keeps its transposed form
+    tab.loc[loop, "form"] = np.where(tab.loc[loop, "form"] == TRANSPOSED_FORM, TRANSPOSED_FORM, "mm")
     return tab
 
 

@@ -16,7 +16,7 @@ def _k(name, op, B=1, M=0, N=0, K=0, H=0, nbytes=0.0, params=0, bias=False, tag=
        form=""):
     # extra_nbytes: further full-size inputs of a fused kernel (`_fused_kernel`); fp32: the kernel runs in
     # fp32 whatever the model's dtype (HF upcasts); dtypes: the model dtypes it is launched in (None: all);
-    # form: a linear's GEMM form (hybridperf.ops.LINEAR_FORMS; `mm` unless `linear` says otherwise)
+    # form: a GEMM's form (hybridperf.ops.LINEAR_FORMS / BMM_FORMS; a linear's is `mm` unless given)
     return {"name": name, "op": op, "B": int(B), "M": int(M), "N": int(N), "K": int(K), "H": int(H),
             "nbytes": float(nbytes), "params": int(params), "bias": bool(bias), "tag": tag, "extra_nbytes": 0.0,
             "fp32": bool(fp32), "dtypes": tuple(dtypes) if dtypes else None,

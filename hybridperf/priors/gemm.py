@@ -146,11 +146,12 @@ def vector_bytes(dim, elem_bytes: float) -> np.ndarray:
     return out
 
 
-def unaligned_slowdown(k_out, n_red, dtype: str) -> np.ndarray:
+def unaligned_slowdown(k_out, inner, dtype: str) -> np.ndarray:
     """Per row (a column vector like `k_out`): the UNALIGNED_MATRIX_SLOWDOWN of the narrowest vector
-    load the output columns and the reduction length allow, 1 where both are 16-byte multiples."""
+    load the output columns and `inner` (the other contiguous dimension: the reduction length, or a
+    transposed GEMM's rows) allow, 1 where both are 16-byte multiples."""
     size = DTYPE_BYTES.get(dtype, 4)
-    vec = np.minimum(vector_bytes(k_out, size), vector_bytes(n_red, size))
+    vec = np.minimum(vector_bytes(k_out, size), vector_bytes(inner, size))
     narrowest = min(UNALIGNED_MATRIX_SLOWDOWN)
     out = np.ones(vec.shape)
     for b, factor in UNALIGNED_MATRIX_SLOWDOWN.items():
@@ -159,13 +160,15 @@ def unaligned_slowdown(k_out, n_red, dtype: str) -> np.ndarray:
 
 
 def gemm_compute(batch, m, k_out, n_red, device: DeviceSpec, dtype: str = "fp32", matrix: bool = False,
-                 batched: bool = False, linear_form=False, constants: PriorConstants = DEFAULT_CONSTANTS) -> GemmTerms:
+                 batched: bool = False, linear_form=False, transposed=False,
+                 constants: PriorConstants = DEFAULT_CONSTANTS) -> GemmTerms:
     """Compute time of a (batched) GEMM under the best tile, with wave quantization. `batched`
     (torch.bmm) restricts vector-math (non-tensor-core) tiles to those the architecture's batched
     SGEMM runs (`constants.batched_sgemm_tiles`), else to those at least as wide along the output
     columns as along the rows. `linear_form` (per row, or one bool): the GEMM is `F.linear` with a
     bias, whose vector-math splits run at split ** -exponent of the rate on the architectures that
-    have one (`constants.split_rate_exponent`)."""
+    have one (`constants.split_rate_exponent`). `transposed` (per row, or one bool): the GEMM reduces
+    along its operands' rows (`hybridperf.ops.TRANSPOSED_FORM`), so its loads run along M and K."""
     B = np.asarray(batch, dtype=np.float64)[:, None]
     M = np.asarray(m, dtype=np.float64)[:, None]
     K = np.asarray(k_out, dtype=np.float64)[:, None]
@@ -182,7 +185,8 @@ def gemm_compute(batch, m, k_out, n_red, device: DeviceSpec, dtype: str = "fp32"
     nvidia_matrix = uses_matrix_units(device, dtype, matrix) and device.vendor == "nvidia"
     overhead = K_OVERHEAD_MATRIX if nvidia_matrix else K_OVERHEAD
     if nvidia_matrix and DTYPE_BYTES.get(dtype, 4) <= 2:
-        sm_rate = sm_rate / unaligned_slowdown(K, N, dtype)
+        rows_t = np.broadcast_to(np.asarray(transposed, dtype=bool), B[:, 0].shape)[:, None]
+        sm_rate = sm_rate / unaligned_slowdown(K, np.where(rows_t, M, N), dtype)
     out_tiles = B * np.ceil(M / tm) * np.ceil(K / tn)
     tiles = out_tiles * split
     n_chunk = np.ceil(N / split)

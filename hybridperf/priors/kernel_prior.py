@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from hybridperf.devices import DTYPE_BYTES, DeviceSpec
-from hybridperf.ops import FUSED_OPS, GEMM_OPS, LINEAR_FORMS
+from hybridperf.ops import FUSED_OPS, GEMM_OPS, LINEAR_FORMS, TRANSPOSED_FORM
 from hybridperf.priors.attention import sdpa_ms
 from hybridperf.priors.constants import DEFAULT_CONSTANTS, PriorConstants, split_l2_share
 from hybridperf.priors.gemm import gemm_compute, library_efficiency
@@ -52,6 +52,13 @@ def linear_form(rows: pd.DataFrame) -> np.ndarray:
     if "form" not in rows.columns:
         return lin
     return lin & (rows["form"].to_numpy() == LINEAR_FORMS[0])
+
+
+def transposed_form(rows: pd.DataFrame) -> np.ndarray:
+    """Per row: a GEMM in the transposed form (`hybridperf.ops.TRANSPOSED_FORM`, a weight gradient)."""
+    if "form" not in rows.columns:
+        return np.zeros(len(rows), dtype=bool)
+    return rows["form"].to_numpy() == TRANSPOSED_FORM
 
 
 def kernel_prior_terms(kernels: pd.DataFrame, device: DeviceSpec, timing: str | None = None,
@@ -89,7 +96,7 @@ def kernel_prior_terms(kernels: pd.DataFrame, device: DeviceSpec, timing: str | 
         if op in GEMM_OPS:
             terms = gemm_compute(g["B"].to_numpy(), g["M"].to_numpy(), g["K"].to_numpy(), g["N"].to_numpy(),
                                  device, dt, matrix, batched=op == "bmm", linear_form=linear_form(g),
-                                 constants=constants)
+                                 transposed=transposed_form(g), constants=constants)
             mem = memory_time_ms(nbytes, device)
             compute = terms.compute_ms / library_efficiency(device.vendor, op, constants)
             out["tiles"][idx] = terms.tiles
