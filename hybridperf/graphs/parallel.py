@@ -120,8 +120,8 @@ from hybridperf.graphs.kernels import build_graph
 from hybridperf.graphs.memory import MemoryEstimate, layer_stack_bytes, outside_saved_bytes, score_saved_bytes
 from hybridperf.graphs.model_graph import ModelGraph
 from hybridperf.graphs.optimizer import optimizer_state_bytes, optimizer_table, tensor_numels
-from hybridperf.graphs.parallel_comm import (_buckets, _Comm, _exposed, _prefetched, rank_layout,  # noqa: F401
-                                             resolve_parallel_device)
+from hybridperf.graphs.parallel_comm import (_Comm, dp_sync, pp_transfers, rank_layout, resolve_parallel_device,
+                                             tp_collectives, tp_stage_cost)
 from hybridperf.graphs.tensor_parallel import (TP_FAMILIES, _pos_int, _tied, block_params,  # noqa: F401
                                                default_microbatches, parallel_graph, shard_graph, validate,
                                                validate_zero)
@@ -241,28 +241,7 @@ def predict_parallel(config, batch: int, seq: int, mode: str = "train", device="
 
     # ---- TP collectives (per micro-batch) -----------------------------------------------------------
     act = b_mb * seq * cfg.hidden * eb
-    p_tp, g_tp = layout["tp"]
-    if tp > 1:
-        names = ["act", "ce", "logits"]
-        sizes = [act, b_mb * seq * eb, b_mb * seq * -(-cfg.vocab // tp) * eb]
-        ar, ar_lo, ar_hi = comm("all_reduce", sizes[:2], p_tp, g_tp)
-        ag, ag_lo, ag_hi = comm("all_gather", [s * p_tp for s in sizes[2:]], p_tp, g_tp)  # the gathered logits
-        c = {n: (float(a), float(lo), float(hi)) for n, a, lo, hi in
-             zip(names, np.r_[ar, ag], np.r_[ar_lo, ag_lo], np.r_[ar_hi, ag_hi])}
-    else:
-        c = {n: (0.0, 0.0, 0.0) for n in ("act", "ce", "logits")}
-
-    def tp_cost(first: bool, last: bool, n_layers: int, i: int):
-        """(fw, bw) TP collective time of a stage for one micro-batch; i = 0 ms, 1 lo, 2 hi."""
-        fw = 2 * n_layers * c["act"][i] + (c["act"][i] if first else 0.0)
-        bw = 2 * n_layers * c["act"][i] if train else 0.0
-        if last:
-            if train:
-                fw += 3 * c["ce"][i]
-                bw += c["act"][i]
-            else:
-                fw += c["logits"][i]
-        return fw, bw
+    c = tp_collectives(comm, layout["tp"], act, b_mb * seq, -(-cfg.vocab // tp), eb)
 
     # ---- stages --------------------------------------------------------------------------------------
     if any(b.count % pp for b in layer_blocks):
@@ -281,7 +260,7 @@ def predict_parallel(config, batch: int, seq: int, mode: str = "train", device="
             f_c = sum(per_rep(b.name, blk_fw) * n for b, n in mine)
             b_c = sum(per_rep(b.name, blk_bw) * n for b, n in mine)
         n_layers = L // pp
-        tpf, tpb = tp_cost(first, last, n_layers, 0)
+        tpf, tpb = tp_stage_cost(c, first, last, n_layers, train)
         # backward order of gradient production: units (bw ms of one repetition incl. TP, grad bytes)
         units = []
         for b, n in reversed(mine):
@@ -313,79 +292,20 @@ def predict_parallel(config, batch: int, seq: int, mode: str = "train", device="
     bubble_fw = sum((r["fw_ms"] + r["tp_fw_ms"] for r in others), 0.0)
     bubble_bw = sum((r["bw_ms"] + r["tp_bw_ms"] for r in others), 0.0)
 
-    # ---- PP send/recv --------------------------------------------------------------------------------
-    pp_fw = pp_bw = 0.0
-    pp_lo = pp_hi = 0.0
-    p2p = np.zeros(max(pp - 1, 0))
-    if pp > 1:
-        cross = np.array(layout["pp_cross"])
-        vals = {}
-        for crossing in (False, True):
-            if (cross == crossing).any():
-                vals[crossing] = [float(v[0]) for v in comm("send_recv", [act], 2, 1 if crossing else 2)]
-        p2p = np.array([vals[x][0] for x in cross])
-        lo_b = np.array([vals[x][1] for x in cross])
-        hi_b = np.array([vals[x][2] for x in cross])
-        dirs = 2 if train else 1
-        per_dir = lambda v: float(v.sum() + (m - 1) * v.max())  # noqa: E731
-        pp_fw = per_dir(p2p)
-        pp_bw = per_dir(p2p) if train else 0.0
-        pp_lo, pp_hi = dirs * per_dir(lo_b), dirs * per_dir(hi_b)
-        if train and _tied(cfg):
-            nb = -(-cfg.vocab // tp) * cfg.hidden * eb
-            e, elo, ehi = (float(v[0]) for v in comm("all_reduce", [nb], 2, 1 if layout["emb_cross"] else 2))
-            pp_bw += e
-            pp_lo += elo
-            pp_hi += ehi
-
-    # ---- DP gradient sync (all-reduce, or ZeRO's reduce-scatter) and ZeRO's parameter all-gathers ----
+    # ---- PP send/recv, DP gradient sync (all-reduce, or ZeRO's reduce-scatter) and ZeRO's all-gathers ------
+    tied = -(-cfg.vocab // tp) * cfg.hidden * eb if train and pp > 1 and _tied(cfg) else 0.0
+    pp_fw, pp_bw, pp_lo, pp_hi, p2p = pp_transfers(comm, layout, act, m, train, tied)
     dp_ms = dp_lo = dp_hi = 0.0
     gather = [0.0, 0.0, 0.0]  # ZeRO: exposed parameter all-gathers outside the backward (ms, lo, hi)
-    p_dp, g_dp = layout["dp"]
     for r in rows:
         r["dp_allreduce_ms"] = 0.0
-    if train and dp > 1 and zero == 3:  # pp == 1: one stage
-        r = rows[0]
-        fw_units = [(per_rep(b.name, blk_fw), block_params(graph, b, pp) * eb) for b, n in r["_mine"]
-                    for _ in range(n)]
-        bw_units = r["_units"]
-        ag_fw = comm("all_gather", [u[1] for u in fw_units], p_dp, g_dp)  # NCCL sizes: the whole unit
-        ag_bw = comm("all_gather", [u[1] for u in bw_units], p_dp, g_dp)
-        rs_bw = comm("reduce_scatter", [u[1] for u in bw_units], p_dp, g_dp)
-        fw_t, bw_t = [u[0] for u in fw_units], [u[0] for u in bw_units]
-        ex_fw = [m * _prefetched(fw_t, ag_fw[i]) for i in range(3)]
-        # every micro-batch gathers the parameters again; gradients are reduce-scattered after the last
-        ex_bw = [(m - 1) * _prefetched(bw_t, ag_bw[i]) + _prefetched(bw_t, ag_bw[i], rs_bw[i]) for i in range(3)]
-        gather = ex_fw
-        dp_ms, dp_lo, dp_hi = ex_bw
-        r["dp_allreduce_ms"] = float(rs_bw[0].sum())
-    elif train and dp > 1:
-        bucket = bucket_mb * 2**20
-        sync = "reduce_scatter" if zero else "all_reduce"  # NCCL sizes: the whole bucket either way
-        slack = 0.0
-        ex = {0: [], 1: [], 2: []}
-        post = {0: [], 1: [], 2: []}
-        for s, r in enumerate(rows):
-            window = sum(u[0] for u in r["_units"])
-            if overlap:
-                ready, sizes = _buckets(r["_units"], bucket)
-                a = comm(sync, sizes, p_dp, g_dp)
-                for i in range(3):
-                    ex[i].append(_exposed(ready, a[i], window) - slack)
-                r["dp_allreduce_ms"] = float(a[0].sum())
-            else:
-                a = comm(sync, [r["params"] * eb], p_dp, g_dp)
-                for i in range(3):
-                    ex[i].append(float(a[i][0]) - slack)
-                r["dp_allreduce_ms"] = float(a[0][0])
-            if zero:  # after its step each rank gathers the others' updated slices
-                g = comm("all_gather", [r["params"] * eb], p_dp, g_dp)
-                for i in range(3):
-                    post[i].append(float(g[i][0]))
-            slack += r["bw_ms"] + r["tp_bw_ms"] + (p2p[s] if s < len(p2p) else 0.0)
-        dp_ms, dp_lo, dp_hi = (max(0.0, max(ex[i])) for i in range(3))
-        if zero:
-            gather = [max(post[i]) for i in range(3)]
+    if train and dp > 1:
+        fw_units = None
+        if zero == 3:  # pp == 1: one stage
+            fw_units = [(per_rep(b.name, blk_fw), block_params(graph, b, pp) * eb) for b, n in rows[0]["_mine"]
+                        for _ in range(n)]
+        (dp_ms, dp_lo, dp_hi), gather = dp_sync(comm, rows, layout["dp"], m, zero, overlap, bucket_mb * 2**20, eb,
+                                                p2p, fw_units)
 
     # ---- totals --------------------------------------------------------------------------------------
     fw_gather = gather[0] if zero == 3 else 0.0
@@ -409,8 +329,8 @@ def predict_parallel(config, batch: int, seq: int, mode: str = "train", device="
         rel_hi = res.hi_ms / res.ms if res.ms > 0 else 1.0
         cpart = compute + bubble + opt_ms - step_gather
         dc_lo, dc_hi = cpart * (1 - rel_lo), cpart * (rel_hi - 1)
-        tpf_lo, tpb_lo = tp_cost(bn["first"], bn["last"], bn["layers"], 1)
-        tpf_hi, tpb_hi = tp_cost(bn["first"], bn["last"], bn["layers"], 2)
+        tpf_lo, tpb_lo = tp_stage_cost(c, bn["first"], bn["last"], bn["layers"], train, 1)
+        tpf_hi, tpb_hi = tp_stage_cost(c, bn["first"], bn["last"], bn["layers"], train, 2)
         dm_lo = (max(0.0, tp_ms - m * (tpf_lo + tpb_lo)) + max(0.0, pp_ms - pp_lo) + max(0.0, dp_ms - dp_lo)
                  + max(0.0, gather[0] - gather[1]))
         dm_hi = (max(0.0, m * (tpf_hi + tpb_hi) - tp_ms) + max(0.0, pp_hi - pp_ms) + max(0.0, dp_hi - dp_ms)

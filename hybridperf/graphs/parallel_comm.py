@@ -1,5 +1,6 @@
 """Where a parallel job's ranks sit (Megatron's layout on the node's GPUs) and what its collectives cost: the
-collective model on the node's fabric, DDP's gradient buckets and how much of their time the backward hides."""
+collective model on the node's fabric, a step's TP collectives, pipeline transfers and data-parallel sync (DDP's
+gradient buckets and how much of their time the backward hides, ZeRO's gathers)."""
 from __future__ import annotations
 
 import math
@@ -113,3 +114,107 @@ def _prefetched(compute_ms, gather_ms, scatter_ms=None) -> float:
         if scatter_ms is not None:
             comm_free = max(comm_free, done) + scatter_ms[i]
     return max(0.0, max(done, comm_free) - float(np.sum(compute_ms)))
+
+
+TP_COLLECTIVES = ("act", "ce", "logits")
+
+
+def tp_collectives(comm: _Comm, group: tuple, act_bytes: float, tokens: int, vocab_shard: int, eb: float) -> dict:
+    """(ms, lo, hi) of one micro-batch's TP collectives in `group` (ranks, ranks per node): a layer's activation
+    all-reduce (`act`), the loss's all-reduce (`ce`) and the all-gather of the vocab-parallel logits (`logits`)."""
+    p_tp, g_tp = group
+    if p_tp < 2:
+        return {n: (0.0, 0.0, 0.0) for n in TP_COLLECTIVES}
+    ar, ar_lo, ar_hi = comm("all_reduce", [act_bytes, tokens * eb], p_tp, g_tp)
+    ag, ag_lo, ag_hi = comm("all_gather", [tokens * vocab_shard * eb * p_tp], p_tp, g_tp)  # the gathered logits
+    return {n: (float(a), float(lo), float(hi)) for n, a, lo, hi in
+            zip(TP_COLLECTIVES, np.r_[ar, ag], np.r_[ar_lo, ag_lo], np.r_[ar_hi, ag_hi])}
+
+
+def tp_stage_cost(c: dict, first: bool, last: bool, n_layers: int, train: bool, i: int = 0) -> tuple[float, float]:
+    """(fw, bw) TP collective time of a pipeline stage for one micro-batch (`tp_collectives` `c`); i = 0 ms,
+    1 lo, 2 hi. Megatron all-reduces twice a layer each way, once more after the embedding; the last stage's
+    loss takes three small all-reduces in training, the logits' gather in inference."""
+    fw = 2 * n_layers * c["act"][i] + (c["act"][i] if first else 0.0)
+    bw = 2 * n_layers * c["act"][i] if train else 0.0
+    if last:
+        if train:
+            fw += 3 * c["ce"][i]
+            bw += c["act"][i]
+        else:
+            fw += c["logits"][i]
+    return fw, bw
+
+
+def pp_transfers(comm: _Comm, layout: dict, act_bytes: float, m: int, train: bool, tied_bytes: float = 0.0):
+    """(fw ms, bw ms, lo, hi, per-boundary send/recv ms) of a pipeline's activation transfers over `m`
+    micro-batches (1F1B: every boundary once, the slowest m - 1 more times; the backward sends gradients
+    back), plus a tied embedding's gradient all-reduce between the first and last stage (`tied_bytes`)."""
+    cross = np.array(layout["pp_cross"], dtype=bool)
+    if not len(cross):
+        return 0.0, 0.0, 0.0, 0.0, np.zeros(0)
+    vals = {}
+    for crossing in (False, True):
+        if (cross == crossing).any():
+            vals[crossing] = [float(v[0]) for v in comm("send_recv", [act_bytes], 2, 1 if crossing else 2)]
+    p2p = np.array([vals[x][0] for x in cross])
+    lo_b = np.array([vals[x][1] for x in cross])
+    hi_b = np.array([vals[x][2] for x in cross])
+    dirs = 2 if train else 1
+    per_dir = lambda v: float(v.sum() + (m - 1) * v.max())  # noqa: E731
+    fw = per_dir(p2p)
+    bw = per_dir(p2p) if train else 0.0
+    lo, hi = dirs * per_dir(lo_b), dirs * per_dir(hi_b)
+    if tied_bytes:
+        e, elo, ehi = (float(v[0]) for v in comm("all_reduce", [tied_bytes], 2, 1 if layout["emb_cross"] else 2))
+        bw, lo, hi = bw + e, lo + elo, hi + ehi
+    return fw, bw, lo, hi, p2p
+
+
+def dp_sync(comm: _Comm, stages: list, group: tuple, m: int, zero: int, overlap: bool, bucket_bytes: float,
+            eb: float, p2p: np.ndarray, fw_units: list | None = None) -> tuple[list, list]:
+    """Exposed data-parallel communication of a training step, ([ms, lo, hi] of the gradient sync, [ms, lo, hi]
+    of ZeRO's parameter all-gathers outside the backward); sets each stage's `dp_allreduce_ms`.
+
+    `stages`: dicts with `_units` ([(bw ms, gradient bytes)] in backward order), `params`, `bw_ms`, `tp_bw_ms`.
+    DDP all-reduces buckets as their gradients are ready (`overlap`) or the whole stage after its backward;
+    ZeRO-1/2 reduce-scatter instead and all-gather the updated slices after the step; ZeRO-3 (one stage)
+    gathers each unit's parameters ahead of its forward and backward (`fw_units`: [(fw ms, bytes)])."""
+    p_dp, g_dp = group
+    if zero == 3:
+        r = stages[0]
+        bw_units = r["_units"]
+        ag_fw = comm("all_gather", [u[1] for u in fw_units], p_dp, g_dp)  # NCCL sizes: the whole unit
+        ag_bw = comm("all_gather", [u[1] for u in bw_units], p_dp, g_dp)
+        rs_bw = comm("reduce_scatter", [u[1] for u in bw_units], p_dp, g_dp)
+        fw_t, bw_t = [u[0] for u in fw_units], [u[0] for u in bw_units]
+        gather = [m * _prefetched(fw_t, ag_fw[i]) for i in range(3)]
+        # every micro-batch gathers the parameters again; gradients are reduce-scattered after the last
+        sync = [(m - 1) * _prefetched(bw_t, ag_bw[i]) + _prefetched(bw_t, ag_bw[i], rs_bw[i]) for i in range(3)]
+        r["dp_allreduce_ms"] = float(rs_bw[0].sum())
+        return sync, gather
+    collective = "reduce_scatter" if zero else "all_reduce"  # NCCL sizes: the whole bucket either way
+    slack = 0.0
+    ex = {0: [], 1: [], 2: []}
+    post = {0: [], 1: [], 2: []}
+    for s, r in enumerate(stages):
+        window = sum(u[0] for u in r["_units"])
+        if overlap:
+            ready, sizes = _buckets(r["_units"], bucket_bytes)
+            a = comm(collective, sizes, p_dp, g_dp)
+            for i in range(3):
+                ex[i].append(_exposed(ready, a[i], window) - slack)
+            r["dp_allreduce_ms"] = float(a[0].sum())
+        else:
+            a = comm(collective, [r["params"] * eb], p_dp, g_dp)
+            for i in range(3):
+                ex[i].append(float(a[i][0]) - slack)
+            r["dp_allreduce_ms"] = float(a[0][0])
+        if zero:  # after its step each rank gathers the others' updated slices
+            g = comm("all_gather", [r["params"] * eb], p_dp, g_dp)
+            for i in range(3):
+                post[i].append(float(g[i][0]))
+        slack += r["bw_ms"] + r["tp_bw_ms"] + (p2p[s] if s < len(p2p) else 0.0)
+    sync = [max(0.0, max(ex[i])) for i in range(3)]
+    gather = [max(post[i]) for i in range(3)] if zero else [0.0, 0.0, 0.0]
+    return sync, gather
