@@ -81,7 +81,7 @@ def test_parallel_recompute_matches_one_gpu_and_shrinks_stage_memory():
 # ---- ZeRO (`zero=1|2|3`, `--zero`) ------------------------------------------------------------------
 
 def test_prefetched_gathers_hide_behind_the_previous_unit():
-    from hybridperf.graphs.parallel import _prefetched
+    from hybridperf.graphs.parallel_comm import _prefetched
 
     assert _prefetched([10, 10, 10], [1, 1, 1]) == pytest.approx(1.0)  # only the first gather shows
     assert _prefetched([10, 10, 10], [1, 1, 1], [2, 2, 2]) == pytest.approx(3.0)  # and the last scatter
