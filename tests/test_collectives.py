@@ -576,15 +576,18 @@ def test_cli_timing_and_impl():
     last = lambda r: json.loads(r.stdout.strip().splitlines()[-1])  # noqa: E731
     n = last(_cli("--collective", "all_reduce", "--bytes", 65536, "--gpus", 8, "--device", "b200_sxm", "--json"))
     assert 0 < v["lo_ms"] <= v["ms"] <= v["hi_ms"] and v["ms"] < n["ms"]
-    # a node name means Vidur's per-call semantics, an aiconfigurator system id the graph/loop timing
-    call = last(_cli("--collective", "all_reduce", "--bytes", 65536, "--gpus", 8, "--device", "DGX-B200", "--json"))
-    graph = last(_cli("--collective", "all_reduce", "--bytes", 65536, "--gpus", 8, "--device", "DGX-B200",
-                      "--timing", "graph", "--json"))
+    # Vidur's profiled systems mean per-call timing, every other node back-to-back calls (nccl-tests, aiconfigurator)
+    call = last(_cli("--collective", "all_reduce", "--bytes", 65536, "--gpus", 8, "--device", "DGX-B200",
+                     "--timing", "call", "--json"))
+    graph = last(_cli("--collective", "all_reduce", "--bytes", 65536, "--gpus", 8, "--device", "DGX-B200", "--json"))
     assert call["ms"] > n["ms"] and graph == n
-    # a --json caller is told on stderr which timing a node name chose (a system id's graph timing needs no note)
+    vidur = [last(_cli("--collective", "all_reduce", "--bytes", 65536, "--gpus", 8, "--device", "a100_dgx", *t, "--json"))
+             for t in ((), ("--timing", "call"))]
+    assert vidur[0] == vidur[1]
+    # a --json caller is told on stderr when auto chose call timing (graph timing needs no note)
     said = [_cli("--collective", "all_reduce", "--bytes", 65536, "--gpus", 8, "--device", d, "--json").stderr
-            for d in ("DGX-B200", "b200_sxm")]
-    assert "call timing" in said[0] and "--timing graph" in said[0] and "timing" not in said[1]
+            for d in ("a100_dgx", "DGX-B200", "b200_sxm")]
+    assert "call timing" in said[0] and "--timing graph" in said[0] and "timing" not in said[1] + said[2]
     for bad in (("--impl", "vllm", "--gpus", 16), ("--impl", "nope", "--gpus", 8), ("--timing", "wall", "--gpus", 8)):
         r = _cli("--collective", "all_reduce", "--bytes", 65536, "--device", "DGX-B200", *bad)
         assert r.exit_code != 0

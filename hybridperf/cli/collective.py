@@ -44,8 +44,8 @@ def predict_collective(
     as_json: bool = typer.Option(False, "--json", help='Print {"ms", "lo_ms", "hi_ms"} as the last line.'),
     timing: str = typer.Option("auto", "--timing", help="graph: the kernel in back-to-back launches or a CUDA graph "
                                "(aiconfigurator, nccl-tests); call: one timed call with its launch floor (Vidur); "
-                               "auto: graph when --device is an aiconfigurator system id (h100_sxm, b200_sxm, ...) "
-                               "or with --impl, call otherwise."),
+                               "auto: call on Vidur's profiled systems (a100_dgx, a100_pairwise_nvlink, "
+                               "a40_pairwise_nvlink; a node's `collective_timing`), graph elsewhere."),
     impl: str = typer.Option("nccl", "--impl", help="nccl | vllm | sglang | trtllm: the engine's own all-reduce "
                              "(one node, graph timing)."),
     model_bundle: Optional[Path] = typer.Option(None, "--model-bundle", help="Collectives bundle dir (default: shipped)."),
@@ -56,7 +56,6 @@ def predict_collective(
                                                "corrects the prediction."),
 ) -> None:
     """Predict the latency of one NCCL collective (or an engine's all-reduce) on a node or several."""
-    from hybridperf.datasets.aiconfigurator_comm import is_system_id
     from hybridperf.priors.collectives import (ENGINES, canonical_collective, check_shape, check_timing,
                                                per_host_to_domain)
     from hybridperf.residual_models.collectives import CollectiveModel, predict_collective
@@ -81,7 +80,7 @@ def predict_collective(
     impl = impl.strip().lower()
     auto = str(timing).strip().lower() == "auto"
     if auto:
-        timing = "graph" if (is_system_id(device) or impl != "nccl") else "call"
+        timing = node.collective_timing if impl == "nccl" else "graph"
     timing = check_timing(timing)
     if impl not in ENGINES:
         raise InputError(f"--impl must be one of {', '.join(ENGINES)}; got {impl!r}")

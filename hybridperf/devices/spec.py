@@ -145,6 +145,9 @@ class NodeSpec:
     source: str = ""  # the public spec sheet the numbers come from
     notes: str = ""
     arch: str = ""  # the GPUs' architecture when `device` is not a catalog name (a JSON spec's); "": the catalog's
+    # how this node's collective measurements are timed, predict-collective's `--timing auto`: `graph`, back to back
+    # (nccl-tests, aiconfigurator's tables) or `call`, each call alone with its host's floor (Vidur's profiles)
+    collective_timing: str = "graph"
 
     def __post_init__(self):
         _validate(self, _NODE_RULES)
@@ -183,6 +186,8 @@ _DEVICE_RULES = {
     "compute_capability": (str, "", None),
 }
 TOPOLOGIES = ("nvswitch", "nvlink_pairs", "pcie", "mesh")
+#: how a collective is timed (`hybridperf.priors.collectives`)
+COLLECTIVE_TIMINGS = ("graph", "call")
 _NODE_RULES = {
     "name": (str, None, None), "device": (str, None, None),
     "gpus_per_node": (int, 1, 100_000, "GPUs", False),
@@ -195,6 +200,7 @@ _NODE_RULES = {
     "pair_bw_gbs": (float, 0.0, 1e6, "GB/s (0: none)", False),
     "inter_node_bw_gbs": (float, 0.0, 1e8, "GB/s (0: derived)", False),
     "nic_line_gbs": (float, 0.0, 1e6, "GB/s (0: inter_bw_gbs)", False),
+    "collective_timing": (str, None, COLLECTIVE_TIMINGS),
 }
 
 

@@ -50,14 +50,14 @@ from dataclasses import asdict, dataclass, fields, replace
 
 import numpy as np
 
-from hybridperf.devices.spec import TOPOLOGIES, NodeSpec
+from hybridperf.devices.spec import COLLECTIVE_TIMINGS, TOPOLOGIES, NodeSpec
 from hybridperf.errors import InputError
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 #: topologies whose `intra_bw_gbs` is each GPU's PCIe link: a NIC's traffic crosses it too (GPUDirect RDMA), so a
 #: GPU sends to other nodes no faster than a PCIe peer
 PCIE_TOPOLOGIES = ("pcie", "nvlink_pairs")
-TIMINGS = ("graph", "call")
+TIMINGS = COLLECTIVE_TIMINGS
 _ALIASES = {
     "allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
     "alltoall": "all_to_all", "sendrecv": "send_recv", "p2p": "send_recv", "send": "send_recv",

@@ -156,10 +156,11 @@ def predict_collective(collective: str, nbytes: float, gpus: int, gpus_per_node:
                        model: CollectiveModel | None = None, timing: str | None = None,
                        impl: str = "nccl") -> dict:
     """One prediction as plain floats: {"ms", "lo_ms", "hi_ms"}; `impl` other than nccl: the engine's
-    custom all-reduce (one node, graph timing)."""
+    custom all-reduce (one node, graph timing). `timing` None: the node's `collective_timing`, as
+    `predict-collective --timing auto`."""
     m = model or CollectiveModel.load()
     if impl != "nccl":
         out = m.predict_custom_all_reduce([nbytes], gpus, node, impl)
     else:
-        out = m.predict(collective, [nbytes], gpus, gpus_per_node, node, timing)
+        out = m.predict(collective, [nbytes], gpus, gpus_per_node, node, timing or node.collective_timing)
     return {k: float(v[0]) for k, v in out.items()}
