@@ -372,8 +372,10 @@ def test_cli_suggest_writes_shapes(tiny_bundle, candidates, tmp_path):
     r = runner.invoke(app, args)
     assert r.exit_code == 0, r.output
     shapes = pd.read_csv(out)
-    assert list(shapes.columns) == ["OPName", "B", "M", "N", "K", "H"]
+    assert list(shapes.columns) == ["OPName", "B", "M", "N", "K", "H", "form"]
     assert len(shapes) == 6
+    gemm = shapes["OPName"].isin(["linear", "bmm"])
+    assert shapes.loc[~gemm, "form"].isna().all() and shapes.loc[shapes["OPName"] == "linear", "form"].notna().all()
     # the shapes file is valid input for predict-kernels / collect
     assert len(canonicalize(shapes)) == 6
     first = out.read_bytes()
@@ -401,6 +403,10 @@ def test_cli_suggest_for_a_model_picks_its_own_kernels(tiny_bundle, tmp_path):
     own = model_kernel_requests(build_graph(TINY_GPT2, 2, 64, "train"), TARGET)
     key = ["OPName", "B", "M", "N", "K", "H"]
     assert len(shapes) == 4 and len(shapes.merge(own[key].drop_duplicates(), on=key)) == 4
+    # each shape keeps its GEMM form, so that `collect` times a weight gradient as one
+    shapes["form"] = shapes["form"].fillna("")
+    assert len(shapes.merge(own[key + ["form"]].drop_duplicates(), on=key + ["form"])) == 4
+    assert "mm_t" in set(own["form"])
     r = runner.invoke(app, ["suggest", "--device", TARGET, "--batch", "2", "--model-bundle", str(tiny_bundle)])
     assert r.exit_code != 0 and "--config" in f"{r.output}{r.exception}"
 

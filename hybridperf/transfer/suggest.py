@@ -208,6 +208,10 @@ def tile_family_covariance(predictor, rows: pd.DataFrame, device: DeviceSpec) ->
 
 
 def to_shapes_csv(rows: pd.DataFrame) -> pd.DataFrame:
-    """NeuSight-style shapes table (OPName, B, M, N, K, H) the collector accepts."""
-    out = rows[["op", "B", "M", "N", "K", "H"]].rename(columns={"op": "OPName"})
+    """NeuSight-style shapes table (OPName, B, M, N, K, H) the collector accepts, with each GEMM's `form`
+    where the rows carry one (a model's `mm` projections and `mm_t` weight gradients run as such)."""
+    cols = ["op", "B", "M", "N", "K", "H"] + (["form"] if "form" in rows.columns else [])
+    out = rows[cols].rename(columns={"op": "OPName"})
+    if "form" in out.columns:
+        out["form"] = out["form"].replace("", None)
     return out
