@@ -63,6 +63,11 @@ def test_sdpa_backends_and_backward():
     assert A.sdpa_ms(4, 2048, 32, 8, 128, H100, causal=False, backend="efficient") > fwd  # masked: every tile
     dec = A.sdpa_ms(8, 1, 32, 8, 128, H100, kv_seq=4096, backend="decode")
     assert dec == pytest.approx(float(A.generation_attention_ms(8, 4096, 32, 8, 128, H100, kernel_source="sdpa")))
+    # fp32 runs on a part's fp32 matrix cores where it has no TF32 (MI355X: CDNA4 dropped it), not its vector units
+    mi355, mi325 = get_device("MI355X"), get_device("MI325X")
+    assert A._fp32_rate(mi355) == mi355.peak("fp32", matrix=True) > mi355.peak("fp32")
+    fp32 = [A.sdpa_ms(4, 2048, 32, 32, 128, d, "fp32", backend="efficient") for d in (mi355, mi325)]
+    assert fp32[0] < 2.0 * fp32[1]  # 3.1x on its vector units
 
 
 def test_constants_carry_provenance():

@@ -400,5 +400,6 @@ def sdpa_ms(batch, seq, heads, kv_heads, head_dim, device: DeviceSpec, dtype: st
 
 
 def _fp32_rate(device: DeviceSpec) -> float:
-    """FLOP/s of fp32 GEMMs inside the memory-efficient kernel: 3xTF32 on tensor cores, else CUDA cores."""
-    return max(device.peak("tf32", matrix=True) / MEM_EFFICIENT_FP32_PASSES, device.peak("fp32"))
+    """FLOP/s of fp32 GEMMs inside the memory-efficient kernel: 3xTF32 on tensor cores, fp32 matrix cores
+    where the part has them (AMD's MFMA; CDNA4 dropped TF32), else the vector units."""
+    return max(device.peak("tf32", matrix=True) / MEM_EFFICIENT_FP32_PASSES, device.peak("fp32", matrix=True))
