@@ -53,7 +53,8 @@ DECODE_MASK_SETUP = 10
 #: log half-width of a fused kernel's interval: checked only on one GPU (H100 SDPA), on others a prior alone
 FUSED_LOG_HALF_WIDTH = float(np.log(1.4))
 #: compute capabilities on which PyTorch (2.11, cuDNN >= 9.15.1) tries cuDNN attention before FlashAttention
-#: (`check_prefer_cudnn_attention` in aten/src/ATen/native/transformers/cuda/sdp_utils.cpp)
+#: (`check_prefer_cudnn_attention` in aten/src/ATen/native/transformers/cuda/sdp_utils.cpp: major 9 or 10 with
+#: minor 0, so not B300's sm_103 nor sm_120)
 CUDNN_FIRST = ("9.0", "10.0")
 #: host time (ms) cuDNN takes to build one SDPA execution plan: the median over five decode shapes (batch 1-128,
 #: 8-32 heads, head dim 128-256; each the median of 7 calls over a growing key length: 36.6-39.6 ms) on our H100's host
