@@ -581,8 +581,8 @@ def test_cli_timing_and_impl():
                      "--timing", "call", "--json"))
     graph = last(_cli("--collective", "all_reduce", "--bytes", 65536, "--gpus", 8, "--device", "DGX-B200", "--json"))
     assert call["ms"] > n["ms"] and graph == n
-    vidur = [last(_cli("--collective", "all_reduce", "--bytes", 65536, "--gpus", 8, "--device", "a100_dgx", *t, "--json"))
-             for t in ((), ("--timing", "call"))]
+    vidur = [last(_cli("--collective", "all_reduce", "--bytes", 65536, "--gpus", 8, "--device", "a100_dgx", *t,
+                       "--json")) for t in ((), ("--timing", "call"))]
     assert vidur[0] == vidur[1]
     # a --json caller is told on stderr when auto chose call timing (graph timing needs no note)
     said = [_cli("--collective", "all_reduce", "--bytes", 65536, "--gpus", 8, "--device", d, "--json").stderr
