@@ -742,6 +742,12 @@ def test_tensorrt_llm_all_reduce_is_refused_off_nvidia():
     with pytest.raises(InputError, match="NVIDIA GPUs only"):
         custom_all_reduce_ms([1 << 20], 8, mi, "trtllm")
     assert custom_all_reduce_ms([1 << 20], 8, mi, "vllm")[0] > 0
+    # vLLM's and SGLang's kernels are CUDA and ROCm ones: on Intel's B60 box they all-reduce through the library
+    b60 = get_node("8xB60-PCIe")
+    for engine in ("vllm", "sglang"):
+        assert custom_all_reduce_ms([1 << 16], 2, b60, engine)[0] == custom_all_reduce_ms([1 << 16], 2, b60, "nccl")[0]
+    h100 = get_node("DGX-H100")
+    assert custom_all_reduce_ms([1 << 16], 2, h100, "vllm")[0] < custom_all_reduce_ms([1 << 16], 2, h100, "nccl")[0]
 
 
 def test_bytes_take_decimal_and_binary_units_up_to_pebibytes():

@@ -447,6 +447,8 @@ def collective_time_ms(collective: str, nbytes, gpus: int, gpus_per_node: int | 
 ENGINES = ("nccl", "vllm", "sglang", "trtllm")
 #: world sizes an engine's custom all-reduce runs on (vLLM's and SGLang's `_SUPPORTED_WORLD_SIZES`); NCCL otherwise
 CUSTOM_WORLD_SIZES = {"vllm": (2, 4, 6, 8), "sglang": (2, 4, 6, 8)}
+#: vendors the engines' custom all-reduce is built for (CUDA, ROCm); elsewhere (Intel) they call the library's
+CUSTOM_VENDORS = ("nvidia", "amd")
 
 
 @dataclass(frozen=True)
@@ -478,16 +480,15 @@ def custom_all_reduce_ms(nbytes, gpus: int, node: NodeSpec, engine: str = "vllm"
     eng = str(engine).strip().lower()
     if eng not in ENGINES:
         raise InputError(f"--impl must be one of {', '.join(ENGINES)}; got {engine!r}")
-    if eng == "trtllm":
-        from hybridperf.devices import get_device
-
-        if get_device(node.device).vendor != "nvidia":
-            raise InputError(f"TensorRT-LLM runs on NVIDIA GPUs only, not on {node.name}")
+    from hybridperf.devices import get_device
+    vendor = get_device(node.device).vendor
+    if eng == "trtllm" and vendor != "nvidia":
+        raise InputError(f"TensorRT-LLM runs on NVIDIA GPUs only, not on {node.name}")
     n = as_bytes(nbytes)
     p, g = check_shape("all_reduce", gpus, None, node)
     nccl = prior_terms("all_reduce", n, p, g, node, constants, "graph")["ms"]
     if eng == "nccl" or p == 1 or p != g or (node.intra_topology not in ("nvswitch", "mesh") and p > 2) \
-            or p not in CUSTOM_WORLD_SIZES.get(eng, (p,)):
+            or p not in CUSTOM_WORLD_SIZES.get(eng, (p,)) or vendor not in CUSTOM_VENDORS:
         return nccl  # the engines need every pair linked (NVSwitch, a mesh) or just two GPUs, and their world sizes
     k = custom or CustomAllReduceConstants()
     pair = node.pair_bw_gbs or node.intra_bw_gbs
