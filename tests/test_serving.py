@@ -161,6 +161,16 @@ def test_serving_node_holds_a_tp_group_of_eight():
     assert node_for(get_device("gb200")).gpus_per_node == 72
 
 
+def test_a_named_node_is_the_node_served_on():
+    """A node's name keeps its fabric (a GPU alone is placed as above): H100 PCIe cards bridged in pairs
+    all-reduce TP2 over NVLink, the 8-GPU PCIe box over PCIe; a DGX Spark is one GPU per node."""
+    assert node_for("h100_pair_nvlink").intra_topology == "nvlink_pairs"
+    assert node_for("H100 PCIe").intra_topology == "pcie" and node_for("gb10").gpus_per_node == 1
+    kw = dict(config=LLAMA, engine="vllm", isl=1024, osl=128, concurrency=8, tp=2, calibration=WAVES)
+    bridged, box = predict_serving(device="h100_pair_nvlink", **kw), predict_serving(device="H100 PCIe", **kw)
+    assert bridged.tpot.ms < box.tpot.ms
+
+
 def test_latency_grows_with_load_and_tp_helps():
     kw = dict(config=LLAMA, device="h100_sxm", engine="vllm", isl=1024, osl=256, calibration=WAVES)
     r1, r64 = predict_serving(concurrency=1, **kw), predict_serving(concurrency=64, **kw)

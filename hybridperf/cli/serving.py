@@ -101,7 +101,7 @@ def predict_serving_cmd(
         if not as_arch(str(config)).experts:
             raise InputError(f"--ep {ep}: {Path(config).name} has no experts to split; leave --ep at 1")
     scale = _measured_scale(calibration, config, dev, engine, precision) if calibration is not None else (1.0, 1.0)
-    res = predict_serving(str(config), dev, engine, isl, osl, batch=batch, concurrency=concurrency,
+    res = predict_serving(str(config), device, engine, isl, osl, batch=batch, concurrency=concurrency,
                           tp=tp, pp=pp, ep=ep, attention_dp=attention_dp, precision=precision, kv_dtype=kv_dtype,
                           spec_tokens=spec_tokens, acceptance=acceptance, scale=scale)
     _note_weight_only(precision, dev)

@@ -50,3 +50,11 @@ def resolve_node(name: str):
     node, kind = default_node_for_device(dev)
     return node, (f"note: {name!r} is a GPU, not a node; assuming {node.gpus_per_node} of them with {kind} "
                   f"(pass a node such as DGX-H100 or a100_pairwise_nvlink for a known fabric)")
+
+
+def node_vendor(node: NodeSpec) -> str:
+    """The vendor of a node's GPUs; "" where the catalog lacks them (a node around a JSON spec)."""
+    try:
+        return get_device(node.device).vendor
+    except UnknownDeviceError:
+        return ""

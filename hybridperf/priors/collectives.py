@@ -480,15 +480,15 @@ def custom_all_reduce_ms(nbytes, gpus: int, node: NodeSpec, engine: str = "vllm"
     eng = str(engine).strip().lower()
     if eng not in ENGINES:
         raise InputError(f"--impl must be one of {', '.join(ENGINES)}; got {engine!r}")
-    from hybridperf.devices import get_device
-    vendor = get_device(node.device).vendor
-    if eng == "trtllm" and vendor != "nvidia":
+    from hybridperf.devices.node_lookup import node_vendor
+    vendor = node_vendor(node)  # "": a JSON spec's GPU, whose engines are taken to run
+    if eng == "trtllm" and vendor not in ("nvidia", ""):
         raise InputError(f"TensorRT-LLM runs on NVIDIA GPUs only, not on {node.name}")
     n = as_bytes(nbytes)
     p, g = check_shape("all_reduce", gpus, None, node)
     nccl = prior_terms("all_reduce", n, p, g, node, constants, "graph")["ms"]
     if eng == "nccl" or p == 1 or p != g or (node.intra_topology not in ("nvswitch", "mesh") and p > 2) \
-            or p not in CUSTOM_WORLD_SIZES.get(eng, (p,)) or vendor not in CUSTOM_VENDORS:
+            or p not in CUSTOM_WORLD_SIZES.get(eng, (p,)) or vendor not in (*CUSTOM_VENDORS, ""):
         return nccl  # the engines need every pair linked (NVSwitch, a mesh) or just two GPUs, and their world sizes
     k = custom or CustomAllReduceConstants()
     pair = node.pair_bw_gbs or node.intra_bw_gbs

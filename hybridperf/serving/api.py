@@ -7,9 +7,9 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from hybridperf.devices import DeviceSpec, NodeSpec, get_device, list_nodes
+from hybridperf.devices import DeviceSpec, NodeSpec, get_device, get_node, list_nodes
 from hybridperf.devices.node_lookup import default_node_for_device
-from hybridperf.errors import InputError
+from hybridperf.errors import InputError, UnknownDeviceError
 from hybridperf.graphs.config import check_positions
 from hybridperf.serving.arch import Arch
 from hybridperf.serving.calibration import WORKERS_INFERRED, Calibration
@@ -67,12 +67,17 @@ class Worker:
         return KV_DTYPE_BYTES[default_kv_dtype(self.precision)]
 
 
-def node_for(device: DeviceSpec) -> NodeSpec:
-    """The node a serving instance of `device` runs on: an NVSwitch one first, then the one holding the most
-    GPUs (a TP group stays inside it), a catalog node before the default node of 8 its spec sheet implies
-    (`devices.node_lookup`, as `predict-collective` and the training step place a bare GPU). A profiled
-    4-GPU box (Vidur's A100 PCIe pairs, whose network between boxes was a profiling cluster's) does not
-    stand for a server of 8."""
+def node_for(device: DeviceSpec | str) -> NodeSpec:
+    """The node a serving instance of `device` runs on: the node a name names (`4xA40-PCIe`, `gb10`, a system
+    id), else, for a GPU, an NVSwitch node first, then the one holding the most GPUs (a TP group stays inside
+    it), a catalog node before the default node of 8 its spec sheet implies (`devices.node_lookup`, as
+    `predict-collective` and the training step place a bare GPU). A profiled 4-GPU box (Vidur's A100 PCIe pairs,
+    whose network between boxes was a profiling cluster's) does not stand for a server of 8 unless named."""
+    if isinstance(device, str):
+        try:
+            return get_node(device)
+        except UnknownDeviceError:
+            device = get_device(device)
     nodes = [n for n in list_nodes() if n.device == device.name] + [default_node_for_device(device)[0]]
     return min(nodes, key=lambda n: (n.intra_topology != "nvswitch", -n.gpus_per_node))
 
@@ -95,11 +100,13 @@ def default_models() -> KernelModels:
     return KernelModels(_collectives())
 
 
-def setup_cost(arch: Arch, device: DeviceSpec, eng: EngineDefaults, wk: Worker, budget: int, inflight: int, isl, osl,
-               models: KernelModels | None = None):
-    """The iteration cost model of one worker and its KV capacity (tokens per rank); InputError when the
-    split is invalid, the weights do not fit or one request's KV cache does not. `models`: the shipped
-    ones (`default_models`) when None."""
+def setup_cost(arch: Arch, device: DeviceSpec | str, eng: EngineDefaults, wk: Worker, budget: int, inflight: int, isl,
+               osl, models: KernelModels | None = None):
+    """The iteration cost model of one worker on `device` (a GPU or a node's name, `node_for`) and its KV
+    capacity (tokens per rank); InputError when the split is invalid, the weights do not fit or one request's
+    KV cache does not. `models`: the shipped ones (`default_models`) when None."""
+    node = node_for(device)
+    device = get_device(device)
     wk.par.check(arch)
     if eng.nvidia_only and device.vendor != "nvidia":
         raise InputError(f"{eng.name} runs on NVIDIA GPUs only, not on {device.name}")
@@ -111,7 +118,7 @@ def setup_cost(arch: Arch, device: DeviceSpec, eng: EngineDefaults, wk: Worker, 
     cap = int(free / kv_bytes_per_token(arch, wk.par, wk.cache_bytes) / max(eng.block_size, 1)) * max(eng.block_size, 1)
     max_tokens = budget + min(inflight, eng.limits(device)[2]) + 1
     wk.spec.check()
-    cost = StepCost(arch, device, node_for(device), eng, wk.par, wk.precision, moe_prec, wk.cache_bytes,
+    cost = StepCost(arch, device, node, eng, wk.par, wk.precision, moe_prec, wk.cache_bytes,
                     models or default_models(), max_tokens, wk.spec)
     if cap < isl + osl + wk.spec.tokens + cost.state_tokens:
         raise InputError(f"the KV cache holds {cap} tokens per GPU, fewer than one request's {isl + osl}"
@@ -130,15 +137,15 @@ def agg_components(arch: Arch, device, engine: str, wk: Worker, isl: int, osl: i
     "last_ttft"/"last_decode": the request that finishes last) and, in a closed loop, for its steady state
     ("steady"; `scheduler.simulate`)."""
     eng = get_engine(engine)
-    device = get_device(device)
+    gpu = get_device(device)
     par = wk.par
     per_rank = max(1, math.ceil(inflight / par.adp / par.pp))
-    serving_tokens, offline_tokens, max_running = eng.limits(device)
+    serving_tokens, offline_tokens, max_running = eng.limits(gpu)
     if budget is None:
         budget = serving_tokens if closed_loop else offline_tokens
     cost, cap = setup_cost(arch, device, eng, wk, budget, per_rank, isl, osl, models)
     common = dict(isl=isl, osl=osl, inflight=per_rank, budget=budget, kv_capacity=cap, max_running=max_running,
-                  graph_batch=eng.graph_batch(device, par.tp))
+                  graph_batch=eng.graph_batch(gpu, par.tp))
     # each iteration crosses every stage (GPU ms x pp) and launches every layer's kernels (x layers; a block
     # of one sublayer, as Nemotron-H's, counts half)
     layers = arch.layers * arch.sublayer_share
@@ -262,19 +269,19 @@ def _disagg(arch, device, engine, spec, isl, osl, concurrency, ec, models=None):
     if not n_d:
         n_d = max(1, math.ceil(concurrency / (dw.par.adp * DECODE_BATCH_PER_RANK)))
     per_rank = max(1, math.ceil(concurrency / n_d / dw.par.adp))
-    d = agg_components(arch, dev, engine, dw, 1, osl, per_rank * dw.par.adp, closed_loop=True, models=models)
+    d = agg_components(arch, device, engine, dw, 1, osl, per_rank * dw.par.adp, closed_loop=True, models=models)
     tpot = (ec.time_ms(blend(d, "decode", ec.wave_weight)) / max(osl - 1, 1)) + ec.gpu_scale * _decode_keys_ms(
-        arch, dev, engine, dw, isl, osl, per_rank, models)
+        arch, device, engine, dw, isl, osl, per_rank, models)
     serving_tokens = eng.limits(dev)[0]
     if not n_p:
         burst = max(1, serving_tokens // isl) * pw.par.adp
-        full = agg_components(arch, dev, engine, pw, isl, 1, burst, closed_loop=False, models=models)
+        full = agg_components(arch, device, engine, pw, isl, 1, burst, closed_loop=False, models=models)
         rate = burst / ec.time_ms(full["wave"]["last_ttft"], ttft=True)  # requests per ms of one prefill worker
         n_p = max(1, math.ceil(concurrency / max(osl - 1, 1) / tpot / rate))
     per_worker = max(1, math.ceil(concurrency / n_p))
-    pf = agg_components(arch, dev, engine, pw, isl, 1, per_worker, closed_loop=False,
+    pf = agg_components(arch, device, engine, pw, isl, 1, per_worker, closed_loop=False,
                         budget=serving_tokens, models=models)
-    node = node_for(dev)
+    node = node_for(device)
     kv_total = kv_bytes_per_token(arch, Parallel(), dw.cache_bytes) * isl
     xfer = KV_TRANSFER_LATENCY_MS + kv_total / (node.inter_bw_gbs * 1e9 * min(pw.par.gpus, dw.par.gpus)) * 1e3
     ttft = ec.time_ms(pf["wave"]["ttft"], ttft=True) + xfer

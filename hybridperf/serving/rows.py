@@ -17,7 +17,6 @@ from pathlib import Path
 import pandas as pd
 
 from hybridperf.errors import HybridperfError, InputError
-from hybridperf.devices import get_device
 from hybridperf.serving.api import Worker, node_for, predict_serving
 from hybridperf.serving.calibration import Calibration
 from hybridperf.serving.cost import KV_DTYPE_BYTES, PRECISIONS, QUANT_MODES, KernelModels, Parallel, default_kv_dtype
@@ -166,7 +165,7 @@ def row_request(row: dict, config_dir, config=None) -> dict:
         raise InputError("isl and osl must be given")
     req = dict(config=as_arch(path), device=str(row.get("system")), engine=engine, isl=isl, osl=osl,
                concurrency=concurrency_of(row), precision=prec, moe_precision=moe_prec, kv_dtype=kv)
-    node_gpus = node_for(get_device(req["device"])).gpus_per_node
+    node_gpus = node_for(req["device"]).gpus_per_node
     if run_mode(row) == "disagg":
         pw = _worker(row, "prefill_", prec, moe_prec, kv, node_gpus)
         dw = _worker(row, "decode_", prec, moe_prec, kv, node_gpus)

@@ -8,8 +8,8 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-from hybridperf.devices import get_device
-from hybridperf.errors import HybridperfError, InputError
+from hybridperf.devices import get_device, get_node
+from hybridperf.errors import HybridperfError, InputError, UnknownDeviceError
 from hybridperf.serving.api import check_run, predict_serving
 from hybridperf.serving.engines import get_engine
 from hybridperf.serving.load import as_arch
@@ -49,13 +49,24 @@ def sweep(config, devices, engine: str, isl: int, osl: int, tps=(1, 2, 4, 8), co
     for name, v in (("TTFT", ttft_sla_ms), ("TPOT", tpot_sla_ms)):
         if not (isinstance(v, (int, float)) and v > 0):  # NaN fails too
             raise InputError(f"the {name} limit (--{name.lower()}-sla-ms) must be a positive number of ms, got {v!r}")
-    specs = [(str(dev), get_device(dev)) for dev in devices]
+    specs = [(str(dev), _placed(dev)) for dev in devices]
     if not specs:
         raise InputError("no device to sweep")
     grid = [(name, spec, int(tp), int(c)) for name, spec in specs for tp in tps for c in concurrencies]
     args = dict(arch=arch, engine=engine, isl=isl, osl=osl, precision=precision, ttft_sla_ms=ttft_sla_ms,
                 tpot_sla_ms=tpot_sla_ms, conservative=conservative, kw=kw)
     return _on_ray(grid, args) if executor == "ray" else [_point(point, **args) for point in grid]
+
+
+def _placed(device):
+    """What a grid point runs on: a catalog node's name as given (its fabric: `api.node_for`), else the parsed GPU
+    (a JSON spec travels to Ray workers parsed)."""
+    get_device(device)  # one error for an unknown name, before the grid
+    try:
+        get_node(str(device))
+        return str(device)
+    except UnknownDeviceError:
+        return get_device(device)
 
 
 def _point(point: tuple, arch, engine, isl, osl, precision, ttft_sla_ms, tpot_sla_ms, conservative, kw) -> SweepPoint:
