@@ -469,8 +469,18 @@ def test_cli_json_and_rows(config_dir, tmp_path, monkeypatch, capsys):
                   "--batch", "1"],
                  ["--config", str(cfg), "--device", "nosuchgpu", "--engine", "vllm", "--isl", "8", "--osl", "8",
                   "--batch", "1"],
-                 ["--rows", str(rows)]):
+                 ["--rows", str(rows)],
+                 ["--config", str(cfg), "--device", "h100_sxm", "--engine", "vllm", "--isl", "8", "--osl", "8",
+                  "--batch", "1", "--moe-precision", "fp8"]):  # a dense model has no experts to quantize
         assert_one_line_error(*run_cli(monkeypatch, capsys, ["predict-serving", *args]))
+    # a MoE's experts in 4 bits under bf16 attention (gpt-oss' MXFP4): faster decode than all-bf16
+    moe = tmp_path / "moe.json"
+    moe.write_text(json.dumps(MOE))
+    moe_run = ["predict-serving", "--config", str(moe), "--device", "h100_sxm", "--engine", "vllm", "--isl", "256",
+               "--osl", "64", "--concurrency", "4", "--json"]
+    tpot = [json.loads(runner.invoke(app, [*moe_run, *extra]).output.strip().splitlines()[-1])["tpot_ms"]
+            for extra in ((), ("--moe-precision", "int4"))]
+    assert tpot[1] < tpot[0]
 
 
 def test_simulator_adapters():

@@ -42,6 +42,10 @@ def predict_serving_cmd(
     ep: int = typer.Option(1, "--ep", help="expert-parallel GPUs (MoE; the rest of --tp splits inside experts)"),
     attention_dp: int = typer.Option(1, "--attention-dp", help="attention data-parallel ranks (MoE)"),
     precision: str = typer.Option("bf16", "--precision", help=PRECISION_HELP),
+    moe_precision: str = typer.Option("", "--moe-precision",
+                                      help="MoE experts' weights where they differ from --precision (gpt-oss: bf16 "
+                                           "with MXFP4 experts is --precision bf16 --moe-precision int4 on Hopper, "
+                                           "fp4 where MXFP4 runs on tensor cores)"),
     kv_dtype: str = typer.Option("", "--kv-dtype", help="KV cache: bf16 or fp8 (default: fp8 for fp8/fp4 weights, else bf16)"),
     spec_tokens: int = typer.Option(0, "--spec-tokens",
                                     help="speculative decoding (MTP, EAGLE): tokens drafted per decode step"),
@@ -95,14 +99,16 @@ def predict_serving_cmd(
     from hybridperf.serving import predict_serving
 
     dev = get_device(device)
-    if ep > 1:
+    if ep > 1 or moe_precision:
         from hybridperf.serving.load import as_arch
 
         if not as_arch(str(config)).experts:
-            raise InputError(f"--ep {ep}: {Path(config).name} has no experts to split; leave --ep at 1")
+            what = f"--ep {ep}" if ep > 1 else f"--moe-precision {moe_precision}"
+            raise InputError(f"{what}: {Path(config).name} has no experts; leave it out")
     scale = _measured_scale(calibration, config, dev, engine, precision) if calibration is not None else (1.0, 1.0)
     res = predict_serving(str(config), device, engine, isl, osl, batch=batch, concurrency=concurrency,
-                          tp=tp, pp=pp, ep=ep, attention_dp=attention_dp, precision=precision, kv_dtype=kv_dtype,
+                          tp=tp, pp=pp, ep=ep, attention_dp=attention_dp, precision=precision,
+                          moe_precision=moe_precision, kv_dtype=kv_dtype,
                           spec_tokens=spec_tokens, acceptance=acceptance, scale=scale)
     _note_weight_only(precision, dev)
     raw = res.to_json()
