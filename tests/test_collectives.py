@@ -596,11 +596,6 @@ def test_cli_timing_and_impl():
 
 
 def test_system_ids():
-    from hybridperf.datasets.aiconfigurator_comm import is_system_id
-
-    assert all(is_system_id(x) for x in ("h100_sxm", "b200_sxm", "gb200", "l40s", "H200_SXM", "b300_sxm", "l4", "a30",
-                                         "a100_pcie", "rtx_pro_6000_server", "l40", "h20_3e", "rtx_5090"))
-    assert not any(is_system_id(x) for x in ("DGX-H100", "a100_dgx", "h100_pairwise_nvlink", "NVIDIA L40S"))
     # aiconfigurator names its GB200 system gb200_sxm (4-GPU trays of one NVL72 NVLink domain)
     assert get_device("gb200_sxm").name == "NVIDIA GB200" and get_node("gb200_sxm").gpus_per_node == 72
     # the H800's NVSwitch board: the H100's but for its NVLink (400 GB/s both ways)

@@ -15,7 +15,6 @@ gpus, gpus_per_node, nodes, latency_ms, source) plus `timing`, `dtype`, `version
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import numpy as np
@@ -27,22 +26,6 @@ from hybridperf.errors import InputError
 SYSTEM_NODES = {"a100_sxm": "DGX-A100", "b200_sxm": "DGX-B200", "l40s": "8xL40S-PCIe", "h100_sxm": "DGX-H100",
                 "h200_sxm": "HGX-H200", "gb200": "GB200-NVL72", "gb200_sxm": "GB200-NVL72", "gb300": "GB300-NVL72",
                 "gb300_sxm": "GB300-NVL72"}
-
-
-#: the system ids aiconfigurator ships tables for (its `systems/*.yaml` names in late 2026); others of the
-#: same shapes (`h20_3e`, `rtx_5090`, ...) match the pattern below
-SYSTEM_IDS = ("a100_pcie", "a100_sxm", "a30", "b200_sxm", "b300_sxm", "b60", "gb200", "gb200_sxm", "gb300", "gb300_sxm",
-              "h100_pcie", "h100_sxm", "h200_sxm", "l4", "l40s", "rtx_pro_6000_server")
-
-
-def is_system_id(name: str) -> bool:
-    """An aiconfigurator system id (`h100_sxm`, `b200_sxm`, `gb200`, `l40s`, `l4`, `a30`, ...): those tables
-    time collectives in a loop of launches or a CUDA graph ("graph" timing)."""
-    key = str(name).strip().lower()
-    return key in SYSTEM_NODES or key in SYSTEM_IDS or \
-        bool(re.fullmatch(r"[a-z]*\d+[a-z]*_(sxm|pcie|nvl|\d+e)\w*|gb\d+\w*|l40s?|rtx_?(pro)?_?\d*\w*", key))
-
-
 _DTYPE_BYTES = {"half": 2, "float16": 2, "bfloat16": 2, "int8": 1, "float": 4, "float32": 4, "fp8": 1}
 _OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
         "alltoall": "all_to_all", "all_to_all": "all_to_all"}
