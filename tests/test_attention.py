@@ -67,7 +67,7 @@ def test_sdpa_backends_and_backward():
     mi355, mi325 = get_device("MI355X"), get_device("MI325X")
     assert A._fp32_rate(mi355) == mi355.peak("fp32", matrix=True) > mi355.peak("fp32")
     fp32 = [A.sdpa_ms(4, 2048, 32, 32, 128, d, "fp32", backend="efficient") for d in (mi355, mi325)]
-    assert fp32[0] < 2.0 * fp32[1]  # 3.1x on its vector units
+    assert fp32[0] < 2.0 * fp32[1]  # 3.4x on its vector units
 
 
 def test_constants_carry_provenance():
