@@ -161,6 +161,18 @@ def test_serving_node_holds_a_tp_group_of_eight():
     assert node_for(get_device("gb200")).gpus_per_node == 72
 
 
+def test_the_prefill_scale_never_prices_a_gemm_beyond_the_best_share_of_peak_measured():
+    """The prefill scale was fitted where the GEMM prior runs at 73-85% of peak (B200, H100); on an H20 it runs at
+    97%, and the scale would have priced Llama-3.1-70B's prefill GEMMs faster than the GPU's peak."""
+    from hybridperf.serving.calibration import GEMM_PEAK_SHARE, Calibration
+    from hybridperf.serving.cost import gemm_peak_share
+
+    ec = Calibration.load().engine("vllm")
+    assert ec.on_device(gemm_peak_share(get_device("H100"))) == ec
+    share = gemm_peak_share(get_device("H20"))
+    assert share / ec.prefill_scale > 1.0 >= share / ec.on_device(share).prefill_scale >= GEMM_PEAK_SHARE - 1e-9
+
+
 def test_a_named_node_is_the_node_served_on():
     """A node's name keeps its fabric (a GPU alone is placed as above): H100 PCIe cards bridged in pairs
     all-reduce TP2 over NVLink, the 8-GPU PCIe box over PCIe; a DGX Spark is one GPU per node."""

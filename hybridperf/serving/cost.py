@@ -92,6 +92,12 @@ def _gemm(m, n, k, dtype: str, device: DeviceSpec):
     return _floored(gemm_ms(m, n, k, dtype, device, constants=KERNEL_CONSTANTS, replayed=False), 1, device)
 
 
+def gemm_peak_share(device: DeviceSpec) -> float:
+    """The share of its bf16 matrix peak `_gemm` gives a large (8192^3) GEMM on `device`."""
+    m = 8192
+    return float(np.max(2.0 * m ** 3 / (_gemm(m, m, m, "bfloat16", device) * 1e-3)) / device.peak("bf16", matrix=True))
+
+
 def _bmm(batch, m, n, k, dtype: str, device: DeviceSpec):
     """`batch` independent (m x k) @ (k x n) products in one batched launch (the engines' torch.bmm over heads):
     all their tiles share the SMs, as one GEMM `batch` times as wide does, plus the other products' own inputs.
@@ -445,4 +451,5 @@ def check_weights_fit(arch, par, precision, moe_precision, device, engine) -> fl
 
 
 __all__ = ["GEMM_DTYPES", "KV_DTYPE_BYTES", "PRECISIONS", "QUANT_MODES", "KernelModels", "Parallel", "Speculation",
-           "StepCost", "check_weights_fit", "default_kv_dtype", "kv_bytes_per_token", "weight_bytes_per_gpu"]
+           "StepCost", "check_weights_fit", "default_kv_dtype", "gemm_peak_share", "kv_bytes_per_token",
+           "weight_bytes_per_gpu"]
