@@ -21,7 +21,7 @@ from hybridperf.errors import UnknownDeviceError
 
 __all__ = [
     "DTYPE_BYTES", "PEAK_KEYS", "DeviceSpec", "NodeSpec", "dtype_key", "from_neusight_json",
-    "load_spec_file", "get_device", "get_node", "list_devices", "list_nodes", "generic_spec_note",
+    "load_spec_file", "get_device", "find_node", "get_node", "list_devices", "list_nodes", "generic_spec_note",
 ]
 
 
@@ -158,11 +158,16 @@ def generic_spec_note(spec: DeviceSpec) -> str | None:
             f"(`hybridperf devices --spec NAME` prints a catalog GPU's full spec to edit instead)")
 
 
+def find_node(name: str) -> NodeSpec | None:
+    """The catalog node `name` names (its name or an alias), None when it names none."""
+    return _node_index().get(_norm(str(name)))
+
+
 def get_node(name: str | NodeSpec) -> NodeSpec:
     """Resolve a node (e.g. `DGX-H100`) by name or alias."""
     if isinstance(name, NodeSpec):
         return name
-    hit = _node_index().get(_norm(str(name)))
+    hit = find_node(name)
     if hit is None:
         raise UnknownDeviceError(f"unknown node {name!r}; known: {', '.join(n.name for n in _catalog_nodes())}")
     return hit

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hybridperf.devices import get_device, get_node
+from hybridperf.devices import find_node, get_device
 from hybridperf.devices.spec import NodeSpec
 from hybridperf.errors import UnknownDeviceError
 from hybridperf.jsonio import read_json_object
@@ -35,10 +35,9 @@ def default_node_for_device(dev, gpus_per_node: int = 8):
 def resolve_node(name: str):
     """A catalog node, a node JSON (NodeSpec fields), or a GPU (catalog/JSON) in a default node.
     Returns (node, note) where note is "" for an exact node."""
-    try:
-        return get_node(name), ""
-    except UnknownDeviceError:
-        pass
+    node = find_node(name)
+    if node is not None:
+        return node, ""
     p = Path(name)
     if p.suffix.lower() == ".json" and p.is_file():
         d = read_json_object(p, error=UnknownDeviceError)

@@ -7,9 +7,9 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from hybridperf.devices import DeviceSpec, NodeSpec, get_device, get_node, list_nodes
+from hybridperf.devices import DeviceSpec, NodeSpec, find_node, get_device, list_nodes
 from hybridperf.devices.node_lookup import default_node_for_device
-from hybridperf.errors import InputError, UnknownDeviceError
+from hybridperf.errors import InputError
 from hybridperf.graphs.config import check_positions
 from hybridperf.serving.arch import Arch
 from hybridperf.serving.calibration import WORKERS_INFERRED, Calibration
@@ -74,10 +74,10 @@ def node_for(device: DeviceSpec | str) -> NodeSpec:
     `predict-collective` and the training step place a bare GPU). A profiled 4-GPU box (Vidur's A100 PCIe pairs,
     whose network between boxes was a profiling cluster's) does not stand for a server of 8 unless named."""
     if isinstance(device, str):
-        try:
-            return get_node(device)
-        except UnknownDeviceError:
-            device = get_device(device)
+        named = find_node(device)
+        if named is not None:
+            return named
+        device = get_device(device)
     nodes = [n for n in list_nodes() if n.device == device.name] + [default_node_for_device(device)[0]]
     return min(nodes, key=lambda n: (n.intra_topology != "nvswitch", -n.gpus_per_node))
 

@@ -8,8 +8,8 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-from hybridperf.devices import get_device, get_node
-from hybridperf.errors import HybridperfError, InputError, UnknownDeviceError
+from hybridperf.devices import find_node, get_device
+from hybridperf.errors import HybridperfError, InputError
 from hybridperf.serving.api import check_run, predict_serving
 from hybridperf.serving.engines import get_engine
 from hybridperf.serving.load import as_arch
@@ -61,12 +61,8 @@ def sweep(config, devices, engine: str, isl: int, osl: int, tps=(1, 2, 4, 8), co
 def _placed(device):
     """What a grid point runs on: a catalog node's name as given (its fabric: `api.node_for`), else the parsed GPU
     (a JSON spec travels to Ray workers parsed)."""
-    get_device(device)  # one error for an unknown name, before the grid
-    try:
-        get_node(str(device))
-        return str(device)
-    except UnknownDeviceError:
-        return get_device(device)
+    gpu = get_device(device)  # one error for an unknown name, before the grid
+    return str(device) if find_node(str(device)) is not None else gpu
 
 
 def _point(point: tuple, arch, engine, isl, osl, precision, ttft_sla_ms, tpot_sla_ms, conservative, kw) -> SweepPoint:
