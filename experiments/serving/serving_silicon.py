@@ -24,7 +24,7 @@ from scipy.optimize import least_squares
 from hybridperf.devices import get_device
 from hybridperf.errors import HybridperfError
 from hybridperf.serving.api import Worker, agg_components
-from hybridperf.serving.calibration import GEMM_PEAK_SHARE, Calibration, EngineCalibration
+from hybridperf.serving.calibration import Calibration, EngineCalibration, prefill_floor
 from hybridperf.serving.cost import KV_DTYPE_BYTES, KernelModels, Parallel, gemm_peak_share
 from hybridperf.serving.engines import get_engine
 from hybridperf.serving import measured
@@ -54,7 +54,7 @@ def components(df: pd.DataFrame, models: KernelModels | None = None) -> pd.DataF
             continue
         rec = {"idx": i, "engine": get_engine(req["engine"]).name, "osl": req["osl"],
                "ttft": row["silicon_ttft_ms"], "tpot": row["silicon_tpot_ms"],
-               "sp_floor": gemm_peak_share(get_device(req["device"])) / GEMM_PEAK_SHARE}
+               "sp_floor": prefill_floor(gemm_peak_share(get_device(req["device"])))}
         for mode, key in (("w", "wave"), ("s", "steady")):
             for ph, name in (("t", "ttft"), ("d", "decode")):
                 rec.update({f"{ph}{mode}{j}": v for j, v in enumerate(c[key][name])})

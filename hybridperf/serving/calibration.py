@@ -28,6 +28,11 @@ STRATA = (WORKERS_INFERRED,)
 GEMM_PEAK_SHARE = 0.97
 
 
+def prefill_floor(gemm_share: float) -> float:
+    """The lowest prefill scale on a GPU whose GEMM prior reaches `gemm_share` of its peak: GEMM_PEAK_SHARE at most."""
+    return gemm_share / GEMM_PEAK_SHARE
+
+
 @dataclass(frozen=True)
 class EngineCalibration:
     gpu_scale: float = 1.0  # decode phase (memory-bound kernels)
@@ -41,7 +46,7 @@ class EngineCalibration:
         """This calibration on a GPU whose GEMM prior reaches `gemm_share` of its peak (`cost.gemm_peak_share`): the
         prefill scale, fitted where the prior runs below GEMM_PEAK_SHARE, never prices a GEMM beyond it (on H20
         and RTX PRO 6000 the prior reaches 97-99% of peak, and 0.9 of that was faster than the GPU)."""
-        return replace(self, prefill_scale=max(self.prefill_scale, gemm_share / GEMM_PEAK_SHARE))
+        return replace(self, prefill_scale=max(self.prefill_scale, prefill_floor(gemm_share)))
 
     def time_ms(self, comps: tuple, ttft: bool = False) -> float:
         """Calibrated ms of (gpu_ms, eager layer launches, graph layer launches); `ttft`: a time to first
