@@ -219,7 +219,8 @@ def predict_serving(config, device, engine: str, isl: int, osl: int, *, batch: i
         raise InputError(f"scale factors must be positive and finite, got {scale!r}")
     f_ttft, f_tpot = scale
     cal = calibration or Calibration.load()
-    ec = cal.engine(get_engine(engine).name).on_device(gemm_peak_share(get_device(device)))
+    gpu = get_device(device)
+    ec = cal.engine(get_engine(engine).name).on_device(gemm_peak_share(gpu))
     kvb = KV_DTYPE_BYTES.get(kv_dtype or default_kv_dtype(precision))
     if kvb is None:
         raise InputError(f"kv dtype must be bf16, fp16 or fp8, got {kv_dtype!r}")
@@ -246,7 +247,7 @@ def predict_serving(config, device, engine: str, isl: int, osl: int, *, batch: i
                    ec.time_ms(c["wave"]["last_decode"]) * f_tpot)
         gpus = c["gpus"]
     tps = n * osl / sum(e2e) * 1e3  # closed loop: each request's e2e; offline: until the last one finishes
-    return _result(ttft, tpot, e2e, tps, gpus, cal, stratum, unseen_arch_widen(get_device(device).kernel_arch))
+    return _result(ttft, tpot, e2e, tps, gpus, cal, stratum, unseen_arch_widen(gpu.kernel_arch))
 
 
 #: decode sequences one attention rank of a disaggregated decode worker holds when a run does not say how
