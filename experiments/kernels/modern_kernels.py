@@ -56,8 +56,10 @@ def predict(k: pd.DataFrame, device) -> pd.DataFrame:
             p = float(np.ravel(sdpa_ms(b, q, h, kvh, d, device, "bf16", causal=False, kv_seq=kv, backend="decode"))[0])
             flops, nbytes = 4.0 * b * h * kv * d, 2.0 * b * kvh * kv * d * 2.0
         else:
-            backend = "efficient" if r.op == "sdpa_fwd_masked" else "flash"
-            p = float(np.ravel(sdpa_ms(b, q, h, kvh, d, device, "bf16", causal=True, backend=backend))[0])
+            # an explicit mask runs the memory-efficient kernel over every tile, as the model graphs price it
+            masked = r.op == "sdpa_fwd_masked"
+            p = float(np.ravel(sdpa_ms(b, q, h, kvh, d, device, "bf16", causal=not masked,
+                                       backend="efficient" if masked else "flash"))[0])
             if r.op == "sdpa_fwd_bwd":
                 p += float(np.ravel(sdpa_ms(b, q, h, kvh, d, device, "bf16", causal=True, backward=True))[0])
             flops = 4.0 * b * h * q * (kv + 1) / 2.0 * d * (3.5 if r.op == "sdpa_fwd_bwd" else 1.0)

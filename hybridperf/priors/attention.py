@@ -180,8 +180,9 @@ _H200 = "our H200's graph-timed SDPA decode kernels (experiments/data/measured/h
 #: contiguous KV cache, not pages: it is taken to stream at achievable DRAM bandwidth (share 1, not fitted);
 #: checked on our H200's SDPA decode kernels (`experiments/kernels/modern_kernels.py`): 86% MAPE with
 #: FA2's paged share (~0.6), 26% with 1. Its per-wave latency is read off those H200 kernels: the engines'
-#: (10 us a wave and 2 us a call) made a 3 us call on our H100 cost 12 us. No measurement has set the memory-efficient backend's efficiency
-#: (fp32, explicit masks): its default is a guess.
+#: (10 us a wave and 2 us a call) made a 3 us call on our H100 cost 12 us. No measurement has set the memory-efficient
+#: backend's efficiency (fp32, explicit masks): its default is a guess, never fitted; on our H200's masked calls, every
+#: tile computed, it prices them within 6% (`modern_kernels`).
 CONSTANTS = AttentionConstants(
     efficiency={"fa2": Fitted(0.723, "share", _ALL), "fa3": Fitted(0.702, "share", _ALL),
                 "fa4": Fitted(0.328, "share", _ALL), "trtllm": Fitted(0.483, "share", _ALL),
