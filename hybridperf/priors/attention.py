@@ -150,6 +150,7 @@ class AttentionConstants:
     mmha_l2_share: Fitted = Fitted(0.6, "share", "default")  # of L2 bandwidth, TensorRT-LLM's masked-MHA decode
     fp8_efficiency: Fitted = Fitted(1.0, "share", "default")  # fp8 prefill's share of the bf16 efficiency
     sdpa_bwd_efficiency: Fitted = Fitted(0.5, "share", "default")
+    sdpa_bwd_wide_head: Fitted = Fitted(1.0, "ratio", "default")  # backward slowdown per head-dim doubling past 128
     mem_efficient_efficiency: Fitted = Fitted(0.5, "share", "default")
 
     def eff(self, family: str) -> float:
@@ -187,7 +188,7 @@ CONSTANTS = AttentionConstants(
     efficiency={"fa2": Fitted(0.723, "share", _ALL), "fa3": Fitted(0.702, "share", _ALL),
                 "fa4": Fitted(0.328, "share", _ALL), "trtllm": Fitted(0.483, "share", _ALL),
                 "flashinfer": Fitted(0.553, "share", _ALL), "triton": Fitted(0.199, "share", _ALL),
-                "sdpa": Fitted(0.879, "share", _H100)},
+                "sdpa": Fitted(0.882, "share", _H100)},
     decode_bw={"fa2": Fitted(0.678, "share", _ALL), "fa3": Fitted(0.808, "share", _ALL),
                "fa4": Fitted(0.791, "share", _ALL), "trtllm": Fitted(1.052, "share", _ALL),
                "flashinfer": Fitted(1.117, "share", _ALL), "triton": Fitted(0.616, "share", _ALL),
@@ -196,11 +197,12 @@ CONSTANTS = AttentionConstants(
     decode_overhead_ms=Fitted(0.0020, "ms", _ALL),
     decode_wave_ms=Fitted(0.0103, "ms", _ALL),
     context_wave_ms=Fitted(0.0068, "ms", _ALL),
-    sdpa_wave_ms=Fitted(0.0020, "ms", _H100),
+    sdpa_wave_ms=Fitted(0.00186, "ms", _H100),
     sdpa_decode_wave_ms=Fitted(0.00386, "ms", _H200),
     fp8_efficiency=Fitted(0.602, "share", _ALL),
     mmha_l2_share=Fitted(0.401, "share", _ALL),
-    sdpa_bwd_efficiency=Fitted(0.634, "share", _H100),
+    sdpa_bwd_efficiency=Fitted(0.730, "share", _H100),
+    sdpa_bwd_wide_head=Fitted(1.486, "ratio", _H100),
     mem_efficient_efficiency=Fitted(0.5, "share", "default (not measured)"),
 )
 
@@ -395,8 +397,10 @@ def sdpa_ms(batch, seq, heads, kv_heads, head_dim, device: DeviceSpec, dtype: st
             tc = _fp32_rate(device)
             scale *= matrix_rate(device, "bf16") / tc
         body = body * scale
-    if backward:
-        body = body * 2.5 * constants.eff("sdpa") / constants.sdpa_bwd_efficiency.value
+    if backward:  # FA2's backward takes smaller tiles for a head wider than 128 (FlashAttention's kernel traits)
+        wide = np.maximum(np.log2(_f(head_dim) / 128.0), 0.0)
+        body = body * 2.5 * constants.eff("sdpa") / constants.sdpa_bwd_efficiency.value \
+            * constants.sdpa_bwd_wide_head.value ** wide
     return body + over
 
 
