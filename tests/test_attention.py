@@ -478,6 +478,28 @@ def test_static_cache_adds_its_position_kernels_and_masks_the_buffer():
     assert set(eager.loc[eager["op"] == "attention", "attn"]) == {"decode;kvh=2;vd=64;causal=1"}
 
 
+def test_a_cropped_cache_concatenates_through_the_strided_kernel():
+    """A DynamicCache cropped back between decode steps is a strided view: each layer's cache concatenation runs
+    PyTorch's unvectorised kernel (`misc:strided`), slower than the contiguous copy; a strided cache belongs to an
+    eager decode step only."""
+    from hybridperf.graphs.compose import graph_launch_ms, predict_kernels_of
+
+    kw = dict(mode="decode", dtype="bf16", attn="sdpa")
+    tabs = {c: build_graph(LLAMA, 32, 2048, cache=c, **kw).kernel_table().set_index("name")
+            for c in ("contiguous", "strided")}
+    assert tabs["contiguous"].loc["attn.cache_k", "op"] == "misc:copy"
+    assert tabs["strided"].loc[["attn.cache_k", "attn.cache_v"], "op"].tolist() == ["misc:strided"] * 2
+    dev = {c: float(np.sum(graph_launch_ms(t) * t["count"].to_numpy()))
+           for c, t in ((c, predict_kernels_of(build_graph(LLAMA, 32, 2048, cache=c, **kw), H100, PRIOR))
+                        for c in ("contiguous", "strided"))}
+    assert dev["strided"] > dev["contiguous"]
+    with pytest.raises(InputError, match="contiguous, strided"):
+        build_graph(LLAMA, 8, 1024, cache="paged", **kw)
+    for bad in (dict(kw, mode="inf"), dict(kw, launch="graph")):
+        with pytest.raises(InputError, match="eager decode step"):
+            build_graph(LLAMA, 8, 1024, cache="strided", **bad)
+
+
 def test_gemma3_sliding_layers_are_masked_from_window_keys_on():
     """transformers masks a sliding layer once its keys reach the window, also when the cache still holds them all
     (seq = window - 1): the sliding layers split off then, masked; the global ones stay unmasked."""

@@ -46,7 +46,9 @@ def predicted_device_ms(runs: pd.DataFrame, configs: Path, device: str, predicto
     out = []
     for r in runs.to_dict("records"):
         cfg = dataclasses.replace(load_config(configs / f"{r['model']}.json"), layers=int(r["layers"]))
-        req = ModelRequest(cfg, int(r["batch"]), int(r["seq"]), r["mode"], r["dtype"], r["attn"], False)
+        strided = r["mode"] == "decode" and r.get("cache") == "cropped"  # a cropped DynamicCache is a strided view
+        req = ModelRequest(cfg, int(r["batch"]), int(r["seq"]), r["mode"], r["dtype"], r["attn"], False,
+                           cache="strided" if strided else "contiguous")
         tab = predict_kernels_of(req.graph(), dev, predictor)
         out.append(float(np.sum(graph_launch_ms(tab) * tab["count"].to_numpy())))
     return np.array(out)

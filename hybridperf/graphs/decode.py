@@ -105,3 +105,19 @@ def static_cache(blocks: list) -> list:
             out.append({**k, "op": "misc:copy", "nbytes": k["nbytes"] / k["cache_len"]})
         blk.kernels = out
     return blocks
+
+
+#: how a dynamic cache's tensors lie when a decode step concatenates onto them: `contiguous` (a prefill's, and
+#: `generate()`'s growing cache), or `strided` (a DynamicCache cropped back between steps is a view)
+CACHE_LAYOUTS = ("contiguous", "strided")
+
+
+def strided_cache(blocks: list) -> list:
+    """A decode step over a cropped DynamicCache: each layer's `torch.cat` reads a strided view and takes
+    PyTorch's unvectorised kernel (`misc:strided`; `measured/h100/families/README.md`: 0.67-0.69 TB/s against
+    about 3 for a copy, 56-86% of big-batch decode steps' device time)."""
+    for blk in blocks:
+        blk.kernels = [{**k, "op": "misc:strided"} if k.get("cache_len") and k["op"] == "misc:copy" else k
+                       for k in blk.kernels]
+    return blocks
+

@@ -40,7 +40,7 @@ from hybridperf.graphs import families  # noqa: F401  registers every family mod
 from hybridperf.graphs.attention import attention_impl
 from hybridperf.graphs.backward import tensor_numels  # noqa: F401  (re-exported: this module's former contents)
 from hybridperf.graphs.config import ModelConfig, check_positions, load_config, model_dtype  # noqa: F401
-from hybridperf.graphs.decode import static_cache
+from hybridperf.graphs.decode import CACHE_LAYOUTS, static_cache, strided_cache
 from hybridperf.graphs.family import decode_families, family_of
 from hybridperf.graphs.fusion import fuse_pointwise
 from hybridperf.graphs.optimizer_specs import optimizer_spec
@@ -61,7 +61,7 @@ def loss_kernels(cfg: ModelConfig, B, S) -> list:
 
 def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str | None = "fp32", fused: bool = False,
                 optimizer: str | None = None, recompute: bool = False, attn: str = "eager",
-                amp: bool = False, launch: str = "eager") -> ModelGraph:
+                amp: bool = False, launch: str = "eager", cache: str = "contiguous") -> ModelGraph:
     """The kernel graph of one forward (`inf`) or forward+backward (`train`) pass, or of one decode step
     (`decode`: `batch` sequences, one new token each, `seq` tokens in the cache), every float tensor
     in `dtype` (None: the one transformers builds the config in, `config.model_dtype`, as `predict-model`
@@ -73,7 +73,8 @@ def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str | No
     adds them). `recompute` (train only): activation checkpointing of every transformer layer. `attn`: the
     attention implementation (`hybridperf.graphs.attention`; this graph's default is eager, a request's sdpa).
     `amp`: an fp32 model under bf16 autocast (`hybridperf.graphs.amp`). `launch`: eager or graph
-    (`model_graph.LAUNCHES`; a graph-launched decode step writes a static cache, `decode.static_cache`)."""
+    (`model_graph.LAUNCHES`; a graph-launched decode step writes a static cache, `decode.static_cache`). `cache`
+    (decode): the dynamic cache's layout, `decode.CACHE_LAYOUTS` (strided: cropped back between steps)."""
     cfg = load_config(config)
     if dtype is None:
         dtype = model_dtype(cfg, None, amp)[0]
@@ -81,6 +82,11 @@ def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str | No
     if key not in LAUNCHES:
         raise InputError(f"unknown launch {launch!r}; one of {', '.join(LAUNCHES)}")
     launch = key
+    if cache not in CACHE_LAYOUTS:
+        raise InputError(f"unknown cache layout {cache!r}; one of {', '.join(CACHE_LAYOUTS)}")
+    if cache != "contiguous" and (mode != "decode" or launch == "graph"):
+        raise InputError("a strided cache belongs to an eager decode step (--mode decode; a CUDA graph writes a "
+                         "static cache)")
     impl = attention_impl(attn)
     dtype = dtype_key(dtype)
     if dtype not in MODEL_DTYPES:
@@ -120,6 +126,8 @@ def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str | No
         blocks = family.decode(cfg, batch, seq)
         if launch == "graph":
             blocks = static_cache(blocks)
+        elif cache == "strided":
+            blocks = strided_cache(blocks)
     else:
         blocks = family.forward(cfg, batch, seq, train)
     # transformers turns the key/value cache off under gradient checkpointing, as a config's use_cache false does

@@ -17,8 +17,9 @@ class ModelRequest:
     `mode` (inf, train, decode), the model `dtype` (fp32, fp16, bf16; with `amp`, fp32 weights under bf16
     autocast; None, the default: the one transformers builds the config in, as `predict-model` takes it), the
     attention implementation `attn` (eager, sdpa), and the options `fused`, `optimizer`, `recompute`, `launch`
-    (eager, graph: one CUDA graph) of `hybridperf.graphs.build_graph`, and for a decode step `cudnn_plans` (build,
-    cached: `hybridperf.graphs.attention.CUDNN_PLAN_MODES`). NeuSight's labels are dtype fp32, attn eager."""
+    (eager, graph: one CUDA graph) and `cache` (contiguous, strided: a DynamicCache cropped back between decode
+    steps) of `hybridperf.graphs.build_graph`, and for a decode step `cudnn_plans` (build, cached:
+    `hybridperf.graphs.attention.CUDNN_PLAN_MODES`). NeuSight's labels are dtype fp32, attn eager."""
 
     config: Any
     batch: int
@@ -32,8 +33,9 @@ class ModelRequest:
     recompute: bool = False
     cudnn_plans: str = "build"
     launch: str = "eager"
+    cache: str = "contiguous"
 
     def graph(self) -> ModelGraph:
         return build_graph(self.config, self.batch, self.seq, self.mode, self.dtype, fused=self.fused,
                            optimizer=self.optimizer, recompute=self.recompute, attn=self.attn, amp=self.amp,
-                           launch=self.launch)
+                           launch=self.launch, cache=self.cache)
