@@ -120,4 +120,3 @@ def strided_cache(blocks: list) -> list:
         blk.kernels = [{**k, "op": "misc:strided"} if k.get("cache_len") and k["op"] == "misc:copy" else k
                        for k in blk.kernels]
     return blocks
-

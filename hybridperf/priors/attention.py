@@ -302,8 +302,8 @@ def _prefill_layout_ms(batch, units, isl, kv, group, causal, window, qk_v_dim, r
     ex = batch * units * pairs / exp_rate(device) * stretch
     compute = np.maximum(mm, ex) if g.overlap_exp and fam not in SERIAL_SOFTMAX_FAMILIES else mm + ex
     # every wave of CTAs pays a fixed latency (load the query tile, write the output): PyTorch SDPA's in
-    # proportion to its tile's rows (a prefill of a few tokens runs short tiles: our H100's collected SDPA calls
-    # of <= 16 tokens 90 -> 33% MAPE), the engines' whole (so scaled, held-out H100 prefill went 22 -> 26%)
+    # proportion to its tile's rows, as our H100's collected SDPA calls of a few tokens (short tiles) show; the
+    # engines' whole, which their tables fit better (experiments/RESULTS.md, section 10)
     waves = np.ceil(ctas / (device.num_sms * g.ctas_per_sm))
     if fam == "sdpa":
         return np.maximum(compute, mem) * 1e3 + waves * constants.sdpa_wave_ms.value * bq / g.block_q
