@@ -83,6 +83,12 @@ def test_arch_families():
     assert 0.9e12 < sum(k.params().values()) < 1.1e12  # Kimi-K2: ~1T parameters
     with pytest.raises(InputError):
         arch_from_dict({"model_type": "t5", "d_model": 8})
+    with pytest.raises(InputError, match="Llama-style decoder LLMs.*'gpt2' is not one"):
+        arch_from_dict({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 2, "vocab_size": 100})
+    # a gemma3 text config leans on Gemma3TextConfig's defaults, as transformers does (the shipped example has
+    # no vocab_size)
+    gemma3 = json.loads((REPO / "examples" / "configs" / "gemma3_4b.json").read_text())
+    assert arch_from_dict(gemma3).vocab == 262_208
 
 
 @pytest.mark.parametrize("engine", sorted(ENGINES))

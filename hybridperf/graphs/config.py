@@ -92,11 +92,11 @@ ROBERTA_LIKE = ("roberta", "xlm_roberta")
 SUPPORTED_MODEL_TYPES = ("gpt2", "gpt_neo", "gpt_neox", "bert", *ROBERTA_LIKE, "opt", *ENCODER_DECODER, *LLAMA_LIKE)
 #: llama-likes whose LM head reuses the embedding table unless the config says otherwise
 TIED_BY_DEFAULT = GEMMA
-#: HF's Gemma3TextConfig defaults (transformers 5.23), which a multimodal gemma3 config's `text_config` leans on
+#: HF's Gemma3TextConfig defaults (transformers 5.23), which a gemma3 text config (or a multimodal one's) leans on
 GEMMA3_TEXT_DEFAULTS = {"vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
-                        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "sliding_window": 4096,
                         "hidden_activation": "gelu_pytorch_tanh", "max_position_embeddings": 131_072,
-                        "sliding_window": 4096, "query_pre_attn_scalar": 256}
+                        "query_pre_attn_scalar": 256}
 #: HF's attention-layer types (`layer_types`)
 LAYER_TYPES = ("full_attention", "sliding_attention")
 #: model_type -> parse(dict, source) -> ModelConfig of the families that parse their own configs (filled by
@@ -346,8 +346,9 @@ def config_from_dict(d: dict, source: str = "config") -> ModelConfig:
         text = d.get("text_config")
         if not isinstance(text, dict):
             raise InputError(f"{source}: a gemma3 config needs a 'text_config' object (its language model)")
-        d = {**GEMMA3_TEXT_DEFAULTS, **text, **outer, "model_type": "gemma3_text"}
-        mt = "gemma3_text"
+        d, mt = {**text, **outer, "model_type": "gemma3_text"}, "gemma3_text"
+    if mt == "gemma3_text":
+        d = {**GEMMA3_TEXT_DEFAULTS, **d}
     if mt in PLUGIN_PARSERS:
         return PLUGIN_PARSERS[mt](d, source)
     if mt not in SUPPORTED_MODEL_TYPES:

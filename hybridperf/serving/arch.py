@@ -455,7 +455,8 @@ def _family_arch(d: dict, name: str) -> Arch:
              "intermediate_size": d.get("intermediate_size") or d.get("moe_intermediate_size")}
     cfg = config_from_dict({k: v for k, v in d.items() if v is not None}, source=name or "config")
     if cfg.decoder_layers or cfg.family not in LLAMA_LIKE:
-        raise InputError(f"{name or 'config'}: model_type {mt!r} is not a decoder-only LLM serving can model")
+        raise InputError(f"{name or 'config'}: serving models Llama-style decoder LLMs (dense, MoE, MLA and their "
+                         f"kin); model_type {mt!r} is not one")
     moe = cfg.family in MOE_LLAMA
     kw = dict(name=name, family=mt, hidden=cfg.hidden, layers=cfg.layers, vocab=cfg.vocab, heads=cfg.heads,
               kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, v_head_dim=cfg.head_dim, ffn=cfg.ffn,
