@@ -438,8 +438,8 @@ class AicPredictor:
 
 #: the key prefix of calibration shifts learned from PyTorch's own kernels (`collect --schema aiconfigurator`
 #: rows, framework `torch`); they shift only such rows. A serving engine's attention and fp8 GEMMs are other
-#: kernels: on the H100, our torch rows' shift raised the engines' held-out MAPE from 18.9% to 19.1-20.9%
-#: (experiments/results/h100_collected.md)
+#: kernels: on the H100, our torch rows' shift moved the engines' held-out MAPE from 18.9% to 18.2-19.1% (k = 16-64),
+#: no sure gain (experiments/results/h100_collected.md)
 TORCH_HARNESS = "torch|"
 
 
