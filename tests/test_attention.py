@@ -485,13 +485,12 @@ def test_a_cropped_cache_concatenates_through_the_strided_kernel():
     from hybridperf.graphs.compose import graph_launch_ms, predict_kernels_of
 
     kw = dict(mode="decode", dtype="bf16", attn="sdpa")
-    tabs = {c: build_graph(LLAMA, 32, 2048, cache=c, **kw).kernel_table().set_index("name")
-            for c in ("contiguous", "strided")}
+    graphs = {c: build_graph(LLAMA, 32, 2048, cache=c, **kw) for c in ("contiguous", "strided")}
+    tabs = {c: g.kernel_table().set_index("name") for c, g in graphs.items()}
     assert tabs["contiguous"].loc["attn.cache_k", "op"] == "misc:copy"
     assert tabs["strided"].loc[["attn.cache_k", "attn.cache_v"], "op"].tolist() == ["misc:strided"] * 2
     dev = {c: float(np.sum(graph_launch_ms(t) * t["count"].to_numpy()))
-           for c, t in ((c, predict_kernels_of(build_graph(LLAMA, 32, 2048, cache=c, **kw), H100, PRIOR))
-                        for c in ("contiguous", "strided"))}
+           for c, t in ((c, predict_kernels_of(g, H100, PRIOR)) for c, g in graphs.items())}
     assert dev["strided"] > dev["contiguous"]
     with pytest.raises(InputError, match="contiguous, strided"):
         build_graph(LLAMA, 8, 1024, cache="paged", **kw)
