@@ -174,3 +174,35 @@ def test_acceptance_without_speculation_is_refused(monkeypatch, capsys, llama3):
                                               "--acceptance", 0.8])
     assert_one_line_error(code, err)
     assert "--spec-tokens" in err
+
+
+def test_rows_state_their_speculation_or_leave_an_mtp_checkpoints_open(configs):
+    """`spec_tokens` and `acceptance` price a row's speculative decoding; a row of an MTP checkpoint that leaves
+    them empty may have drafted (silicon_sample.csv does not say), so its TPOT interval reaches down to an
+    MTP run's, its prediction and the other bounds those of a run without; a checkpoint without MTP layers,
+    or a row stating spec_tokens 0, keeps its interval."""
+    (configs / "acme--Llama-MTP_config.json").write_text(json.dumps({**LLAMA3, "num_nextn_predict_layers": 1}))
+    mtp = {**AGG, "model_path": "acme/Llama-MTP"}
+    out = predict_rows(pd.DataFrame([AGG, mtp, {**mtp, "spec_tokens": 0}, {**mtp, "spec_tokens": 3},
+                                     {**mtp, "spec_tokens": 2, "acceptance": 0.9}]), configs, CAL)
+    assert list(out.reason) == [""] * 5
+    plain, unstated, none, three, two = (out.iloc[i] for i in range(5))
+    for col in ("pred_ttft_ms", "pred_tpot_ms", "pred_tpot_hi_ms"):
+        assert unstated[col] == none[col] == plain[col]  # the MTP layers change nothing but that bound
+    assert plain.pred_tpot_lo_ms == none.pred_tpot_lo_ms
+    assert unstated.pred_tpot_lo_ms < 0.8 * none.pred_tpot_lo_ms
+    assert unstated.pred_tpot_lo_ms == pytest.approx(three.pred_tpot_lo_ms)  # UNSTATED_MTP: three drafts at 0.7
+    assert three.pred_tpot_ms < 0.8 * none.pred_tpot_ms and two.pred_tpot_ms < three.pred_tpot_ms
+    assert (out.pred_tpot_lo_ms <= out.pred_tpot_ms).all()
+
+
+@pytest.mark.parametrize("cells, reason", [
+    ({"spec_tokens": 1.5}, "spec_tokens must be a non-negative integer, got 1.5"),
+    ({"spec_tokens": -1}, "spec_tokens must be a non-negative integer, got -1"),
+    ({"spec_tokens": 40}, "speculative tokens must be an integer in [0, 16], got 40"),
+    ({"spec_tokens": 2, "acceptance": 1.2}, "acceptance must be in (0, 1), got 1.2"),
+    ({"acceptance": 0.8}, "acceptance is given without spec_tokens"),
+])
+def test_bad_speculation_columns_leave_the_row_unpredicted(configs, cells, reason):
+    out = predict_rows(pd.DataFrame([AGG, {**AGG, **cells}]), configs, CAL)
+    assert list(out.reason) == ["", reason]

@@ -303,7 +303,7 @@ def _result(ttft, tpot, e2e: tuple, tps, gpus, cal: Calibration, stratum: str, w
     each side on a GPU whose architecture no serving or kernel fit saw (`aic_kernels.unseen_arch_widen`: no ROCm
     run is in silicon_sample.csv). `e2e`: its (prefill, decode) parts, whose interval is the sum of the parts'
     bounds, TTFT's and TPOT's errors taken to move together: on silicon_sample.csv's runs, held out, that covers
-    e2e 87.7% (the widest of the two quantiles on the whole had 97.1%, twice as wide)."""
+    e2e 89.7% (the wider of the two quantiles on the whole: 98.0%, twice as wide)."""
     q = cal.quantiles(stratum)
 
     def lat(v, metric):

@@ -111,6 +111,7 @@ class Arch:
     #: the longest request (prompt plus output) the engines accept: the config's max_position_embeddings, already
     #: the extended length where it declares rope scaling (0: it states none)
     max_positions: int = 0
+    mtp: bool = False  # the checkpoint carries multi-token-prediction layers an engine may draft with (`MTP_KEYS`)
 
     @property
     def full_layers(self) -> int:
@@ -378,7 +379,12 @@ def arch_from_dict(raw: dict, name: str = "") -> Arch:
     vLLM's max_model_len defaults to, whatever the family (`engine_max_positions`)."""
     d = _text(raw)
     positions = config_positions(d, name or "config", "max_position_embeddings")
-    return replace(_family_arch(d, name), max_positions=engine_max_positions(d, positions))
+    mtp = any(isinstance(d.get(k), int) and not isinstance(d.get(k), bool) and d[k] > 0 for k in MTP_KEYS)
+    return replace(_family_arch(d, name), max_positions=engine_max_positions(d, positions), mtp=mtp)
+
+
+#: config fields counting a checkpoint's multi-token-prediction layers (DeepSeek-V3/GLM-5, Qwen3.5, MiniMax-M2)
+MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules")
 
 
 #: rope scalings whose config already states the extended length in max_position_embeddings

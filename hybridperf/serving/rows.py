@@ -6,7 +6,9 @@ A row names an engine (`backend`), an HF id (`model_path`), a system (`system`),
 rank) or prefill and decode workers (`prefill_*`, `decode_*`, `*_num_workers`). The concurrency of the
 closed-loop benchmark is `silicon_concurrency=` in `silicon_data_source` when given (spread over instances
 where it is a multiple of what one aggregated instance runs: `concurrency_of`), else the batch size times
-the attention-DP ranks (times the decode workers).
+the attention-DP ranks (times the decode workers). Optional `spec_tokens` and `acceptance` give the run's
+speculative decoding; a row that leaves `spec_tokens` empty may have drafted with its checkpoint's MTP layers
+(silicon_sample.csv's rows do not say), so its TPOT interval reaches down to that (`UNSTATED_MTP`).
 """
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ import pandas as pd
 from hybridperf.errors import HybridperfError, InputError
 from hybridperf.serving.api import Worker, node_for, predict_serving
 from hybridperf.serving.calibration import Calibration
-from hybridperf.serving.cost import KV_DTYPE_BYTES, PRECISIONS, QUANT_MODES, KernelModels, Parallel, default_kv_dtype
+from hybridperf.serving.cost import (KV_DTYPE_BYTES, PRECISIONS, QUANT_MODES, KernelModels, Parallel, Speculation,
+                                     default_kv_dtype)
 from hybridperf.serving.load import as_arch, resolve_config
 
 REQUIRED = ("backend", "model_path", "system", "mode", "isl", "osl")
@@ -153,6 +156,29 @@ def concurrency_of(row) -> int:
     return total
 
 
+#: the speculation a run of an MTP checkpoint (`Arch.mtp`) may have used where its row does not say: the engines'
+#: DeepSeek MTP recipes chain three drafts (SGLang's --speculative-num-steps 3, TensorRT-LLM's
+#: num_nextn_predict_layers 3), each accepted at the CLI's default rate. silicon_sample.csv's TensorRT-LLM
+#: DeepSeek-R1 runs on B200 under 1.2.0rc6.post3 take 0.4-0.8x the TPOT of the same runs under post2 (0.8x at
+#: concurrency 256, 0.5x at 4): speculation's shape, which no column records.
+UNSTATED_MTP = Speculation(3, 0.7)
+
+
+def row_speculation(row) -> Speculation | None:
+    """The row's speculative decoding from `spec_tokens` (drafts per step, 0: none) and `acceptance` (default
+    the CLI's); None where `spec_tokens` is empty (not stated)."""
+    k = _num(row, "spec_tokens")
+    if k is None:
+        if not _empty(row.get("acceptance")):
+            raise InputError("acceptance is given without spec_tokens")
+        return None
+    if not (k >= 0 and float(k).is_integer()):
+        raise InputError(f"spec_tokens must be a non-negative integer, got {k:g}")
+    spec = Speculation(int(k), _num(row, "acceptance", Speculation.acceptance))
+    spec.check()
+    return spec
+
+
 def row_request(row: dict, config_dir, config=None) -> dict:
     """The `predict_serving` arguments of one row; InputError saying why a row cannot be modelled. `config` (a
     config path): the model every row runs, in place of its `model_path` looked up in `config_dir`."""
@@ -165,6 +191,9 @@ def row_request(row: dict, config_dir, config=None) -> dict:
         raise InputError("isl and osl must be given")
     req = dict(config=as_arch(path), device=str(row.get("system")), engine=engine, isl=isl, osl=osl,
                concurrency=concurrency_of(row), precision=prec, moe_precision=moe_prec, kv_dtype=kv)
+    spec = row_speculation(row)
+    if spec is not None and spec.tokens:
+        req.update(spec_tokens=spec.tokens, acceptance=spec.acceptance)
     node_gpus = node_for(req["device"]).gpus_per_node
     if run_mode(row) == "disagg":
         pw = _worker(row, "prefill_", prec, moe_prec, kv, node_gpus)
@@ -189,8 +218,14 @@ def predict_rows(df: pd.DataFrame, config_dir, calibration: Calibration | None =
     out = {c: [] for c in PRED_COLUMNS}
     for row in df.to_dict("records"):
         try:
-            r = predict_serving(**row_request(row, config_dir, config), calibration=cal, models=models)
-            vals = (r.ttft.ms, r.ttft.lo_ms, r.ttft.hi_ms, r.tpot.ms, r.tpot.lo_ms, r.tpot.hi_ms, "", r.stratum)
+            req = row_request(row, config_dir, config)
+            r = predict_serving(**req, calibration=cal, models=models)
+            tpot_lo = r.tpot.lo_ms
+            if req["config"].mtp and "disagg" not in req and row_speculation(row) is None:
+                m = predict_serving(**req, spec_tokens=UNSTATED_MTP.tokens, acceptance=UNSTATED_MTP.acceptance,
+                                    calibration=cal, models=models)
+                tpot_lo = min(tpot_lo, m.tpot.lo_ms)
+            vals = (r.ttft.ms, r.ttft.lo_ms, r.ttft.hi_ms, r.tpot.ms, tpot_lo, r.tpot.hi_ms, "", r.stratum)
         except HybridperfError as e:
             vals = (float("nan"),) * 6 + (str(e).replace("\n", " "), "")
         for c, v in zip(PRED_COLUMNS, vals):
