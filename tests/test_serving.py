@@ -145,6 +145,23 @@ def test_staggered_clients_prefill_one_request_at_a_time():
     assert ttft[("sglang", 16)] > 4 * ttft[("sglang", 1)]
 
 
+def test_a_lock_step_engines_ttft_interval_reaches_its_drifted_loop():
+    """SGLang's and TensorRT-LLM's closed loops are priced in lock-step, yet some measured runs sit where drifted
+    clients would (silicon runs differing only in output length); their TTFT interval reaches down to that loop
+    (`agg_components`' "drift"), the prediction unchanged, e2e's low bound with it. vLLM, priced drifted, and an
+    offline batch keep the plain band."""
+    steady = Calibration(engines={e: dataclasses.replace(c, wave_weight=0.0) for e, c in WAVES.engines.items()},
+                         log_quantiles=WAVES.log_quantiles, provenance="test")
+    kw = dict(config=LLAMA, device="h100_sxm", isl=1024, osl=256, calibration=steady)
+    q = math.exp(WAVES.log_quantiles["ttft"][0])
+    sg = predict_serving(engine="sglang", concurrency=16, **kw)
+    _check(sg)
+    assert sg.ttft.lo_ms < 0.5 * q * sg.ttft.ms
+    assert sg.e2e.lo_ms == pytest.approx(sg.ttft.lo_ms + 255 * sg.tpot.lo_ms)
+    for res in (predict_serving(engine="vllm", concurrency=16, **kw), predict_serving(engine="sglang", batch=16, **kw)):
+        assert res.ttft.lo_ms == pytest.approx(q * res.ttft.ms)
+
+
 def test_staggered_start_fits_the_cache_and_spreads_what_fits():
     """When the KV cache holds fewer requests than the concurrency, the staggered start admits as many as fit
     under the preempting engine's watermark, spread over the whole output, the least advanced last (the
