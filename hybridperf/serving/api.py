@@ -230,6 +230,7 @@ def predict_serving(config, device, engine: str, isl: int, osl: int, *, batch: i
     kvb = KV_DTYPE_BYTES.get(kv_dtype or default_kv_dtype(precision))
     if kvb is None:
         raise InputError(f"kv dtype must be bf16, fp16 or fp8, got {kv_dtype!r}")
+    ttft_floor = None  # a TTFT the run may take instead (`_result`)
     if disagg is not None:
         if spec_tokens:
             raise InputError("speculative decoding is not modelled for disaggregated workers")
@@ -237,9 +238,8 @@ def predict_serving(config, device, engine: str, isl: int, osl: int, *, batch: i
         ttft, tpot = ttft * f_ttft, tpot * f_tpot
         e2e = (ttft, tpot * (osl - 1))
         stratum = WORKERS_INFERRED if not disagg[3] else ""  # the decode batch per worker is a guess
-        ttft_floor = None
     else:
-        stratum, ttft_floor = "", None
+        stratum = ""
         if moe_tp is None:
             moe_tp = max(tp * attention_dp // ep, 1)
         wk = Worker(Parallel(tp=tp, pp=pp, adp=attention_dp, moe_tp=moe_tp, moe_ep=ep), precision,

@@ -205,6 +205,16 @@ def row_request(row: dict, config_dir, config=None) -> dict:
     return req
 
 
+def _drafting_tpot_lo(req: dict, cal: Calibration, models) -> float:
+    """TPOT's low bound had the run drafted as UNSTATED_MTP; infinite where such a run cannot be modelled (its
+    drafts' KV does not fit), so that the row keeps the bound of the run it is predicted as."""
+    try:
+        return predict_serving(**req, spec_tokens=UNSTATED_MTP.tokens, acceptance=UNSTATED_MTP.acceptance,
+                               calibration=cal, models=models).tpot.lo_ms
+    except HybridperfError:
+        return math.inf
+
+
 def predict_rows(df: pd.DataFrame, config_dir, calibration: Calibration | None = None,
                  models: KernelModels | None = None, config=None) -> pd.DataFrame:
     """`df` plus PRED_COLUMNS; a row that cannot be modelled keeps empty predictions and gets a reason.
@@ -222,9 +232,7 @@ def predict_rows(df: pd.DataFrame, config_dir, calibration: Calibration | None =
             r = predict_serving(**req, calibration=cal, models=models)
             tpot_lo = r.tpot.lo_ms
             if req["config"].mtp and "disagg" not in req and row_speculation(row) is None:
-                m = predict_serving(**req, spec_tokens=UNSTATED_MTP.tokens, acceptance=UNSTATED_MTP.acceptance,
-                                    calibration=cal, models=models)
-                tpot_lo = min(tpot_lo, m.tpot.lo_ms)
+                tpot_lo = min(tpot_lo, _drafting_tpot_lo(req, cal, models))
             vals = (r.ttft.ms, r.ttft.lo_ms, r.ttft.hi_ms, r.tpot.ms, tpot_lo, r.tpot.hi_ms, "", r.stratum)
         except HybridperfError as e:
             vals = (float("nan"),) * 6 + (str(e).replace("\n", " "), "")
