@@ -151,19 +151,20 @@ def agg_components(arch: Arch, device, engine: str, wk: Worker, isl: int, osl: i
     # of one sublayer, as Nemotron-H's, counts half)
     layers = arch.layers * arch.sublayer_share
     scale = lambda c: (c[0] * par.pp, c[1] * layers, c[2] * layers)  # noqa: E731
+
+    def means(done: list) -> dict:
+        return {k: scale(_mean([d[i] for d in done])) for i, k in enumerate(("ttft", "decode", "e2e"))}
+
     wave = simulate(cost, eng, Workload(closed_loop=False, **common))
-    out = {"gpus": par.gpus,
-           "wave": {k: scale(_mean([d[i] for d in wave])) for i, k in enumerate(("ttft", "decode", "e2e"))}}
+    out = {"gpus": par.gpus, "wave": means(wave)}
     last = max(wave, key=lambda d: d[2][0])  # the request that finishes last (offline e2e)
     out["wave"]["last_ttft"], out["wave"]["last_decode"] = scale(last[0]), scale(last[1])
     if closed_loop:
         m = min(2 * per_rank, MEASURED_CAP)
-        steady = simulate(cost, eng, Workload(closed_loop=True, **common), measured=m)
-        out["steady"] = {k: scale(_mean([d[i] for d in steady])) for i, k in enumerate(("ttft", "decode", "e2e"))}
+        out["steady"] = means(simulate(cost, eng, Workload(closed_loop=True, **common), measured=m))
         if not eng.staggered_clients:
             drifted = replace(eng, staggered_clients=True)
-            drift = simulate(cost, drifted, Workload(closed_loop=True, **common), measured=m)
-            out["drift"] = {k: scale(_mean([d[i] for d in drift])) for i, k in enumerate(("ttft", "decode", "e2e"))}
+            out["drift"] = means(simulate(cost, drifted, Workload(closed_loop=True, **common), measured=m))
     return out
 
 

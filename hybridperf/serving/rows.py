@@ -231,7 +231,7 @@ def predict_rows(df: pd.DataFrame, config_dir, calibration: Calibration | None =
             req = row_request(row, config_dir, config)
             r = predict_serving(**req, calibration=cal, models=models)
             tpot_lo = r.tpot.lo_ms
-            if req["config"].mtp and "disagg" not in req and row_speculation(row) is None:
+            if req["config"].mtp and "disagg" not in req and _empty(row.get("spec_tokens")):  # not stated
                 tpot_lo = min(tpot_lo, _drafting_tpot_lo(req, cal, models))
             vals = (r.ttft.ms, r.ttft.lo_ms, r.ttft.hi_ms, r.tpot.ms, tpot_lo, r.tpot.hi_ms, "", r.stratum)
         except HybridperfError as e:
