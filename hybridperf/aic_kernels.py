@@ -205,25 +205,33 @@ FEATURES = ("log_prior_ms", "log_compute_ms", "log_memory_ms", "compute_over_mem
 #: against H100). Unconstrained, trees split on the four training GPUs' values and priced an H200 more than
 #: 2% slower than an H100 on 12% of sampled decode-attention rows (up to 1.54x) whose prior was not slower.
 #: `floor_share` (a GEMM's or MoE's launch floor over its prior) also moves, and is left free: constraining
-#: it cost GEMMs 0.4-1.6 points held out. So the guarantee is decode attention's (no floor); a GEMM or MoE
-#: row can still come out a few % slower (MoE: 174 of 200k table rows, at most 1.08x). More FLOP/s is not covered:
-#: the ratios move the other way with it (experiments/RESULTS.md section 10)
+#: it cost GEMMs 0.4-1.6 points held out. A GEMM or MoE row can still come out a few % slower (MoE: 174 of
+#: 200k table rows, at most 1.08x), and more FLOP/s is not covered: the ratios move the other way with it
 BANDWIDTH_MONOTONE = {"log_prior_ms": 1, "log_memory_ms": 1, "compute_over_memory": -1,
                       "log_intensity_over_ridge": -1, "log_weight_over_l2": 1}
 #: ... and a GEMM's or MoE's `log_aux`, the time of its activation's quantization pass (an attention row's
 #: is a shape ratio)
 QUANT_MONOTONE = {"log_aux": 1}
-#: families whose residual keeps BANDWIDTH_MONOTONE: context attention's lost 1-7 points of held-out MAPE
-#: under it (L40S 44 -> 51%; experiments/RESULTS.md section 10) and is left free
-MONOTONE_OPS = ("gemm", "moe", "generation_attention")
+#: per attention family, the rate that does not bind its kernel, which its residual's ratio features
+#: (`compute_over_memory`, `log_intensity_over_ridge`) read at a fixed reference (H100's) instead of the
+#: device's: that rate then moves only its own term, constrained below, and the prior. Decode is bound by its
+#: KV read: with the device's FLOP/s in the ratios, the bandwidth-monotone residual priced a GPU with more
+#: FLOP/s and no less bandwidth slower (GB200 against B200: 47 of 900 sampled rows more than 3% slower, up to
+#: 1.24x). Prefill is bound by its math: with the device's bandwidth in them, its free residual priced an H200
+#: slower than an H100 (90 of 921 rows, up to 1.13x), while constraining those ratios cost it 1-7 points held
+#: out (L40S 44 -> 51%; experiments/RESULTS.md section 10)
+REFERENCE_RATES = {"generation_attention": {"flops": 989.4e12}, "context_attention": {"bandwidth": 3350e9}}
+#: each family's monotone constraints (families absent: unconstrained)
+MONOTONE = {"gemm": {**BANDWIDTH_MONOTONE, **QUANT_MONOTONE}, "moe": {**BANDWIDTH_MONOTONE, **QUANT_MONOTONE},
+            "generation_attention": {**BANDWIDTH_MONOTONE, "log_compute_ms": 1},
+            "context_attention": {"log_memory_ms": 1, "log_weight_over_l2": 1}}
 
 
 def monotone_constraints(op: str) -> tuple[int, ...] | None:
     """XGBoost's monotone constraint per FEATURES column of `op`'s residual (None: unconstrained)."""
-    if op not in MONOTONE_OPS:
+    if op not in MONOTONE:
         return None
-    signs = {**BANDWIDTH_MONOTONE, **(QUANT_MONOTONE if op in ("gemm", "moe") else {})}
-    return tuple(signs.get(f, 0) for f in FEATURES)
+    return tuple(MONOTONE[op].get(f, 0) for f in FEATURES)
 
 
 #: per op: the six shape columns `log_dim*` are (None: 1); a MoE's TP and EP split say how much of its
@@ -237,7 +245,11 @@ DIMS = {"gemm": ("m", "n", "k", "k", None, None),
 def features(df: pd.DataFrame, terms: pd.DataFrame, device: DeviceSpec) -> np.ndarray:
     """(rows, len(FEATURES)) float32 residual features of rows of one op family."""
     op = str(df["op_name"].iloc[0]) if len(df) else "gemm"
-    ridge = device.peak("bf16", matrix=True) / (device.mem_bw_gbs * 1e9)
+    ref = REFERENCE_RATES.get(op, {})
+    peak, bw = ref.get("flops", device.peak("bf16", matrix=True)), ref.get("bandwidth", device.mem_bw_gbs * 1e9)
+    ridge = peak / bw  # the ratio features' compute and memory times, at the reference where `ref` has one
+    compute = terms["flops"] / peak * 1e3 if "flops" in ref else terms["compute_ms"]
+    memory = terms["bytes"] / bw * 1e3 if "bandwidth" in ref else terms["memory_ms"]
     dt = df[{"gemm": "gemm_dtype", "moe": "moe_dtype"}.get(op, "kv_cache_dtype")].astype(str).to_numpy()
     if op in ("gemm", "moe"):  # the operands its kernels read on this device (`llm_gemm.device_dtype`)
         dt = np.array([device_dtype(d, device) for d in dt], dtype=object)
@@ -246,7 +258,7 @@ def features(df: pd.DataFrame, terms: pd.DataFrame, device: DeviceSpec) -> np.nd
                    (1.0 if "8" in d else 2.0) for d in dt])
     cols = [
         _log(terms["prior_ms"]), _log(terms["compute_ms"]), _log(terms["memory_ms"]),
-        _log(terms["compute_ms"]) - _log(terms["memory_ms"]),
+        _log(compute) - _log(memory),
         terms["floor_ms"].to_numpy() / np.maximum(terms["prior_ms"].to_numpy(), 1e-12),
         _log(terms["flops"]), _log(terms["bytes"]), _log(terms["flops"]) - _log(terms["bytes"]) - np.log(ridge),
         _log(terms["waves"]), _log(terms["weight_bytes"]) - np.log(device.l2_mb * 1e6), _log(terms["aux"]),

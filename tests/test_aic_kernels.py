@@ -599,17 +599,35 @@ def test_decode_gemm_pads_few_rows_to_a_small_tile():
     assert gemm_ms(8192, 8192, 8192, "bfloat16", h20) > 4 * gemm_ms(8192, 8192, 8192, "bfloat16", h200)
 
 
-def test_more_bandwidth_never_prices_decode_attention_slower():
-    """An H200 is an H100 with 1.4x the DRAM bandwidth: the shipped residual (`BANDWIDTH_MONOTONE`) must not
-    price any decode-attention row slower on it, whatever its shape or kernel source."""
-    grid = [{"op_name": "generation_attention", "kernel_source": src, "batch_size": b, "isl": 1, "num_heads": h,
+def _attention_grid(op: str) -> pd.DataFrame:
+    steps = (15, 511, 4095, 32767) if op == "generation_attention" else (0, 1024)
+    isls = (1,) if op == "generation_attention" else (128, 1024, 8192)
+    grid = [{"op_name": op, "kernel_source": src, "batch_size": b, "isl": isl, "num_heads": h,
              "num_key_value_heads": kvh, "head_dim": 128, "attn_dtype": "bfloat16", "kv_cache_dtype": kv,
              "step": step, "window_size": 0}
             for src in ("torch_flow", "xqa", "flashinfer", "vllm_flash_attn", "trtllm_mha", "fa3")
-            for b in (1, 8, 64, 512) for step in (15, 511, 4095, 32767) for h, kvh in ((32, 8), (64, 2), (96, 4))
+            for b in (1, 8, 64, 512) for isl in isls for step in steps for h, kvh in ((32, 8), (64, 2), (96, 4))
             for kv in ("bfloat16", "fp8")]
-    rows = validate(pd.DataFrame(grid))
-    p = _predictor()
+    return validate(pd.DataFrame(grid))
+
+
+@pytest.mark.parametrize("slower, faster", [("NVIDIA H100 80GB HBM3", "NVIDIA H200"), ("b200_sxm", "gb200"),
+                                            ("b300_sxm", "gb300")])
+def test_a_stronger_gpu_never_prices_decode_attention_slower(slower, faster):
+    """H200 is an H100 with 1.4x the DRAM bandwidth, GB200 a B200 with more FLOP/s and bandwidth: the shipped
+    decode residual (bandwidth-monotone, FLOP/s only through its own term: `REFERENCE_RATES`) must not price
+    any decode-attention row slower on the stronger GPU, whatever its shape or kernel source."""
+    rows, p = _attention_grid("generation_attention"), _predictor()
     assert "generation_attention" in p.manifest.get("residuals", {})
+    ref, new = p.predict(rows, get_device(slower))["pred_ms"], p.predict(rows, get_device(faster))["pred_ms"]
+    assert (new <= ref * (1 + 1e-6)).all(), (new / ref).max()
+
+
+def test_more_bandwidth_prices_prefill_attention_within_a_few_percent():
+    """Prefill is bound by its math: an H200 runs our SDPA forwards in 0.97-1.06x an H100's time. The shipped
+    context residual reads bandwidth only through monotone terms and the prior (which it leaves free), so an H200
+    row is priced at most a few % above an H100's (the free residual reached 1.13x)."""
+    rows, p = _attention_grid("context_attention"), _predictor()
+    assert "context_attention" in p.manifest.get("residuals", {})
     h100, h200 = p.predict(rows, H100)["pred_ms"], p.predict(rows, get_device("NVIDIA H200"))["pred_ms"]
-    assert (h200 <= h100 * (1 + 1e-6)).all(), (h200 / h100).max()
+    assert (h200 <= h100 * 1.03).all(), (h200 / h100).max()
