@@ -631,3 +631,28 @@ def test_more_bandwidth_prices_prefill_attention_within_a_few_percent():
     assert "context_attention" in p.manifest.get("residuals", {})
     h100, h200 = p.predict(rows, H100)["pred_ms"], p.predict(rows, get_device("NVIDIA H200"))["pred_ms"]
     assert (h200 <= h100 * 1.03).all(), (h200 / h100).max()
+
+
+def _gemm_moe_grid() -> pd.DataFrame:
+    gemm = [{"op_name": "gemm", "kernel_source": src, "m": m, "n": n, "k": k, "gemm_dtype": dt}
+            for src in ("torch.nn.functional.linear", "cutlass_scaled_mm", "DeepGemmFp8BlockScaledMMKernel")
+            for m in (1, 16, 256, 4096) for n, k in ((4096, 4096), (28672, 8192), (1024, 7168))
+            for dt in ("bfloat16", "fp8", "fp8_block", "nvfp4")]
+    moe = [{"op_name": "moe", "kernel_source": src, "num_tokens": t, "hidden_size": h, "inter_size": i, "topk": topk,
+            "num_experts": e, "moe_tp_size": 1, "moe_ep_size": ep, "moe_dtype": dt, "distribution": dist}
+           for src in ("moe_torch_flow_cutlass", "sglang_fused_moe_triton", "vllm_fused_moe_triton")
+           for t in (1, 64, 2048) for h, i, topk, e in ((4096, 14336, 2, 8), (7168, 2048, 8, 256))
+           for ep in (1, 8) for dt in ("bfloat16", "fp8", "nvfp4") for dist in ("balanced", "power_law_1.2")]
+    return validate(pd.DataFrame(gemm + moe))
+
+
+def test_more_matrix_flops_never_prices_gemm_or_moe_slower():
+    """A GPU with a quarter more matrix FLOP/s, the rest the same: the GEMM and MoE residuals read FLOP/s only
+    through their own monotone terms (`REFERENCE_RATES`), so no row is priced more than 2% slower (reading it in
+    their compute-over-memory features, the MoE residual priced 8% of sampled table rows slower, up to 1.09x)."""
+    b200 = get_device("b200_sxm")
+    more = replace(b200, peak_tflops={k: v * 1.25 if k.endswith("_tc") else v for k, v in b200.peak_tflops.items()})
+    rows, p = _gemm_moe_grid(), _predictor()
+    assert {"gemm", "moe"} <= set(p.manifest.get("residuals", {}))
+    ref, new = p.predict(rows, b200)["pred_ms"], p.predict(rows, more)["pred_ms"]
+    assert (new <= ref * 1.02).all(), (new / ref).max()

@@ -1,8 +1,8 @@
 """Is a GPU with more of one spec, the rest the same, ever priced slower by the shipped aiconfigurator kernel
 predictor? Each of the four systems' table rows (a sample) is predicted on its GPU and on that GPU with a quarter
 more DRAM bandwidth and L2, or a quarter more matrix FLOP/s of every dtype. The residuals are constrained monotone in
-what more bandwidth or L2 moves, decode attention's in FLOP/s too (`aic_kernels.MONOTONE`, `REFERENCE_RATES`; RESULTS.md
-section 10).
+what more bandwidth or L2 moves, all but context attention's in FLOP/s too (`aic_kernels.MONOTONE`, `REFERENCE_RATES`;
+RESULTS.md section 10).
 
     python -m experiments.kernels.spec_monotone [--rows 5000]
 """
@@ -76,9 +76,9 @@ def main() -> None:
         "The prior never prices a faster GPU slower but where more L2 meets a collector's timing: TensorRT-LLM 1.3's "
         "GEMM collector cycles min(5, ceil(L2 / weight)) weight copies (`llm_gemm.replay_copies`), so on a larger L2 a "
         "decode GEMM whose weight the L2 held is timed reading it from DRAM. The rest is the residuals': monotone in "
-        "bandwidth and L2 (context attention's but for its prior's term, left free), decode attention's in matrix "
-        "FLOP/s too; GEMM's, MoE's and context attention's compute-over-memory features fall with more FLOP/s "
-        "(`aic_kernels.REFERENCE_RATES`, RESULTS.md section 10).", ""])
+        "bandwidth and L2 (context attention's but for its prior's term) and, but for context attention's, in matrix "
+        "FLOP/s, save a GEMM's or MoE's launch-floor share and waves, left free; context attention's compute-over-"
+        "memory features fall with more FLOP/s (`aic_kernels.REFERENCE_RATES`, RESULTS.md section 10).", ""])
     Path(args.out).write_text(text)
     print(text)
 
