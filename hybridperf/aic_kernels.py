@@ -245,9 +245,10 @@ DIMS = {"gemm": ("m", "n", "k", "k", None, None),
 def features(df: pd.DataFrame, terms: pd.DataFrame, device: DeviceSpec) -> np.ndarray:
     """(rows, len(FEATURES)) float32 residual features of rows of one op family."""
     op = str(df["op_name"].iloc[0]) if len(df) else "gemm"
+    # the ratio features' rates: the reference's where `REFERENCE_RATES` names one, else the device's
     ref = REFERENCE_RATES.get(op, {})
     peak, bw = ref.get("flops", device.peak("bf16", matrix=True)), ref.get("bandwidth", device.mem_bw_gbs * 1e9)
-    ridge = peak / bw  # the ratio features' compute and memory times, at the reference where `ref` has one
+    ridge = peak / bw
     compute = terms["flops"] / peak * 1e3 if "flops" in ref else terms["compute_ms"]
     memory = terms["bytes"] / bw * 1e3 if "bandwidth" in ref else terms["memory_ms"]
     dt = df[{"gemm": "gemm_dtype", "moe": "moe_dtype"}.get(op, "kv_cache_dtype")].astype(str).to_numpy()
