@@ -752,3 +752,14 @@ def test_bytes_take_decimal_and_binary_units_up_to_pebibytes():
     assert parse_bytes("64MiB") == 64 * 1024**2 and parse_bytes("6.4e7") == 6.4e7
     with pytest.raises(InputError, match="optional unit"):
         parse_bytes("3XB")
+
+
+@pytest.mark.parametrize("name", ["8xL40S-PCIe", "8xH100-PCIe", "8xRTX-PRO-6000-PCIe"])
+def test_pcie_all_to_all_is_not_faster_over_more_nodes(name):
+    """A rank of a PCIe box sends (p - 1) / p of its buffer through its own PCIe link, to a peer in the box or
+    to the NIC behind it: spreading the same all_to_all over more such boxes cannot make it faster (priced as
+    if the NIC traffic had a link of its own, 16 ranks on two L40S boxes took half the time of 8 on one)."""
+    node = get_node(name)
+    sizes = np.logspace(6, 10, 9)
+    t = {p: collective_time_ms("all_to_all", sizes, p, 8, node) for p in (8, 16, 32)}
+    assert (t[16] >= 0.99 * t[8]).all() and (t[32] >= 0.99 * t[16]).all()

@@ -30,7 +30,7 @@ Candidates, p ranks, g per node, N = p / g nodes:
     direct    send/recv (one message) and all_to_all (p-1 peers at once, n/p each): LL up to
               NCCL_P2P_LL_THRESHOLD bytes per peer, Simple above; intra-node bytes over the GPU's
               links (all of them busy for all_to_all, at the collective efficiency), inter-node bytes
-              over the node's NICs.
+              over the node's NICs (on a PCIe box through the GPU's own link, which carries both).
 Protocols: LL (half the bandwidth, capped by NCCL's llMaxBw), LL128 (0.92, NVLink only), Simple.
 
 Timing (`timing`):
@@ -328,7 +328,7 @@ def nccl_model_us(coll: str, alg: str, pr: str, n: np.ndarray, f: Fabric, c: Col
         else:
             hw = _HW_LAT[f.intra_kind if f.intra_kind != "none" else "pcie"]["ring"][k]
             lat = c.lat_scale * (_BASE_LAT["ring"][k] + hw + net_lat)
-            t_in = (g - 1) / p * n / (1e3 * f.intra_bw * eff) if g > 1 else 0 * n  # all links busy, as a ring
+            t_in = (p - 1 if f.intra_kind == "pcie" else g - 1) / p * n / (1e3 * f.intra_bw * eff) if g > 1 else 0 * n
             t_net = g * (p - g) / p * n / (1e3 * f.node_bw * eff) if N > 1 else 0 * n
             t = np.maximum(t_in, t_net)
         return np.where(use, lat + t * _fill(n, c), np.inf)
