@@ -231,7 +231,7 @@ def predict_serving(config, device, engine: str, isl: int, osl: int, *, batch: i
     kvb = KV_DTYPE_BYTES.get(kv_dtype or default_kv_dtype(precision))
     if kvb is None:
         raise InputError(f"kv dtype must be bf16, fp16 or fp8, got {kv_dtype!r}")
-    ttft_floor = None  # a TTFT the run may take instead (`_result`)
+    ttft_floor = math.inf  # a TTFT the run may take instead (`_result`)
     if disagg is not None:
         if spec_tokens:
             raise InputError("speculative decoding is not modelled for disaggregated workers")
@@ -309,7 +309,7 @@ def _decode_keys_ms(arch, device, engine, wk, isl, osl, per_rank, models=None):
 
 
 def _result(ttft, tpot, e2e: tuple, tps, gpus, cal: Calibration, stratum: str, widen: float = 0.0,
-            ttft_floor: float | None = None) -> ServingResult:
+            ttft_floor: float = math.inf) -> ServingResult:
     """The typed result, each latency with its 90% interval from the calibration's quantiles, `widen` (log) wider
     each side on a GPU whose architecture no serving or kernel fit saw (`aic_kernels.unseen_arch_widen`: no ROCm
     run is in silicon_sample.csv). `e2e`: its (prefill, decode) parts, whose interval is the sum of the parts'
@@ -319,9 +319,9 @@ def _result(ttft, tpot, e2e: tuple, tps, gpus, cal: Calibration, stratum: str, w
     coverage 84.6 -> 89.3%, SGLang and TensorRT-LLM on B200 82 / 72 -> 93 / 87%; the median band 6.9 -> 9.4x wide)."""
     q = cal.quantiles(stratum)
 
-    def lat(v, metric, floor=None):
+    def lat(v, metric, floor=math.inf):
         lo, hi = q[metric]
-        low = min(v, floor if floor is not None else v) * math.exp(min(lo, 0.0) - widen)
+        low = min(v, floor) * math.exp(min(lo, 0.0) - widen)
         return Latency(v, low, v * math.exp(max(hi, 0.0) + widen))
 
     parts = (lat(e2e[0], "ttft", ttft_floor), lat(e2e[1], "tpot"))
