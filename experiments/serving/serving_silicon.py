@@ -21,11 +21,10 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from hybridperf.devices import get_device
 from hybridperf.errors import HybridperfError
 from hybridperf.serving.api import Worker, agg_components
-from hybridperf.serving.calibration import Calibration, EngineCalibration, prefill_floor
-from hybridperf.serving.cost import KV_DTYPE_BYTES, KernelModels, Parallel, gemm_peak_share
+from hybridperf.serving.calibration import Calibration, EngineCalibration
+from hybridperf.serving.cost import KV_DTYPE_BYTES, KernelModels, Parallel
 from hybridperf.serving.engines import get_engine
 from hybridperf.serving import measured
 from hybridperf.serving.rows import concurrency_of, predict_rows, row_request
@@ -53,8 +52,7 @@ def components(df: pd.DataFrame, models: KernelModels | None = None) -> pd.DataF
         except HybridperfError:
             continue
         rec = {"idx": i, "engine": get_engine(req["engine"]).name, "osl": req["osl"],
-               "ttft": row["silicon_ttft_ms"], "tpot": row["silicon_tpot_ms"],
-               "sp_floor": prefill_floor(gemm_peak_share(get_device(req["device"])))}
+               "ttft": row["silicon_ttft_ms"], "tpot": row["silicon_tpot_ms"]}
         for mode, key in (("w", "wave"), ("s", "steady")):
             for ph, name in (("t", "ttft"), ("d", "decode")):
                 rec.update({f"{ph}{mode}{j}": v for j, v in enumerate(c[key][name])})
@@ -97,11 +95,9 @@ def fit_engines(c: pd.DataFrame) -> dict:
     def comp(ph, j, a):
         return a * c[f"{ph}w{j}"].to_numpy() + (1 - a) * c[f"{ph}s{j}"].to_numpy()
 
-    sp_floor = c["sp_floor"].to_numpy()  # the prefill scale a row's GPU takes at least (`on_device`)
-
     def resid(x):
         s, e, g, k, a, sp = (value(x, p) for p in PARAMS)
-        ttft = np.maximum(sp, sp_floor) * comp("t", 0, a) + e * comp("t", 1, a) + g * comp("t", 2, a) + k
+        ttft = sp * comp("t", 0, a) + e * comp("t", 1, a) + g * comp("t", 2, a) + k
         tpot = (s * comp("d", 0, a) + e * comp("d", 1, a) + g * comp("d", 2, a)) / d
         return np.concatenate([np.log(np.maximum(ttft, 1e-6) / c.ttft.to_numpy()),
                                np.log(np.maximum(tpot, 1e-6) / c.tpot.to_numpy())])

@@ -437,7 +437,7 @@ def gemm_parts(m, n, k, gemm_dtype: str, device: DeviceSpec, replayed: bool = Tr
             "quant": m * k * quant_bytes / bw, "clock_mhz": device.boost_clock_mhz, "kernels": 1.0 + quant_kernels,
             "split_levels": np.log2(split), "arch": device.kernel_arch,
             "waves": waves, "flops": 2.0 * m * n * k, "bytes": nbytes, "weight_bytes": w_bytes, "peak": peak,
-            "dtype": gemm_dtype, "timed_dtype": requested}
+            "spec_peak": spec_matrix_peak(device, peak_key), "dtype": gemm_dtype, "timed_dtype": requested}
 
 
 def combine_ms(parts: dict, dtype: str, constants: KernelConstants, kernel_source: str | None = None) -> np.ndarray:
@@ -457,6 +457,15 @@ def combine_ms(parts: dict, dtype: str, constants: KernelConstants, kernel_sourc
     return gpu * 1e3
 
 
+def rate_capped(parts: dict, max_share: float | None) -> dict:
+    """`parts` with their math at no more than `max_share` of the dtype's spec-sheet peak (None: as they are),
+    for a caller whose own scale on the result was fitted where the prior runs below that share."""
+    if max_share is None:
+        return parts
+    slower = np.maximum(1.0, np.asarray(parts["peak"]) / (max_share * np.asarray(parts["spec_peak"])))
+    return {**parts, "compute": parts["compute"] * slower}
+
+
 def split_reduce_s(parts: dict, constants: KernelConstants) -> np.ndarray:
     """Latency (s) of reducing a split-K GEMM's partial sums: `reduce_kcycles` per doubling of the split
     factor (dependent round trips through L2). The small-n, long-k GEMMs of every training GPU grow by
@@ -473,11 +482,12 @@ def floor_s(constants: KernelConstants, dtype: str, kernel_source: str | None, c
 
 def gemm_ms(m, n, k, gemm_dtype: str, device: DeviceSpec, kernel_source: str | None = None,
             constants: KernelConstants | None = None, replayed: bool = True, framework: str | None = None,
-            version: str | None = None) -> np.ndarray:
+            version: str | None = None, max_share: float | None = None) -> np.ndarray:
     """Kernel time (ms) of an (m x k) @ (k x n) GEMM in `gemm_dtype` (a key of `GEMM_DTYPES`), with
     `constants` (default: those fitted on aiconfigurator's four shared systems; `ROOFLINE` for the
     spec sheet alone). A `kernel_source` the constants were fitted on (aiconfigurator's names) takes
-    its own efficiencies and floor. `replayed`, `framework`, `version`: see `gemm_parts`."""
-    parts = gemm_parts(m, n, k, gemm_dtype, device, replayed, kernel_source, framework, version)
+    its own efficiencies and floor. `replayed`, `framework`, `version`: see `gemm_parts`; `max_share`:
+    `rate_capped`."""
+    parts = rate_capped(gemm_parts(m, n, k, gemm_dtype, device, replayed, kernel_source, framework, version), max_share)
     constants = fitted_constants()["gemm"] if constants is None else constants
     return combine_ms(parts, parts["dtype"], constants, kernel_source)

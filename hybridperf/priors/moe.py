@@ -20,7 +20,7 @@ import numpy as np
 from hybridperf.devices import DeviceSpec
 from hybridperf.priors.llm_gemm import (GEMM_DTYPES, L2_BANDWIDTH_RATIO, QUANTIZED_ACTIVATION, SCALE_BYTES,
                                         KernelConstants, combine_ms, device_dtype, fitted_constants, matrix_peak,
-                                        replay_capacity, version_tuple, warp_mma_peak)
+                                        rate_capped, replay_capacity, spec_matrix_peak, version_tuple, warp_mma_peak)
 from hybridperf.priors.moe_routing import MAX_EXPERTS, balanced_rank0_tokens, expert_tile, skewed_rank0
 
 #: rows of the grouped GEMM's tile each local expert's tokens are padded to: the kernels pick the
@@ -184,19 +184,21 @@ def moe_parts(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, 
     return {"compute": flops * fill / peak, "memory": dram / bw, "quant": quant, "clock_mhz": device.boost_clock_mhz,
             "arch": device.kernel_arch, "kernels": 2.0 + ROUTING_KERNELS, "routed": routed, "padded": padded,
             "active": active, "flops": flops, "bytes": weights + acts, "weight_bytes": weights, "peak": peak,
-            "dtype": moe_dtype}
+            "spec_peak": spec_matrix_peak(device, peak_key), "dtype": moe_dtype}
 
 
 def moe_ms(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, moe_dtype: str = "bfloat16",
            tp=1, ep=1, distribution: str = "balanced", kernel_source: str | None = None,
-           constants: KernelConstants | None = None, replayed: bool = True, gated: bool = True) -> np.ndarray:
+           constants: KernelConstants | None = None, replayed: bool = True, gated: bool = True,
+           max_share: float | None = None) -> np.ndarray:
     """Kernel time (ms) of one MoE layer's experts on EP rank 0 (gated MLP: up+gate, then down; `gated`
     False or a `kernel_source` naming a non-gated kernel drops the gate). `distribution` may be one name or one
     per row; `constants` default to those fitted on aiconfigurator's four shared systems; `replayed` as in
-    `llm_gemm.gemm_parts` (False: a model's forward pass, experts' weights from DRAM)."""
+    `llm_gemm.gemm_parts` (False: a model's forward pass, experts' weights from DRAM); `max_share`:
+    `llm_gemm.rate_capped`."""
     gated = gated and "nongated" not in str(kernel_source or "")
     parts = moe_parts(num_tokens, hidden, inter, topk, num_experts, device, moe_dtype, tp, ep,
                       np.broadcast_to(np.asarray(distribution, dtype=object), np.shape(np.asarray(num_tokens))),
                       gated, replayed)
-    return combine_ms(parts, parts["dtype"], fitted_constants()["moe"] if constants is None else constants,
-                      kernel_source)
+    constants = fitted_constants()["moe"] if constants is None else constants
+    return combine_ms(rate_capped(parts, max_share), parts["dtype"], constants, kernel_source)

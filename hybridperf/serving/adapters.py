@@ -20,7 +20,7 @@ from __future__ import annotations
 from hybridperf.devices import get_device
 from hybridperf.serving.api import Worker, setup_cost
 from hybridperf.serving.calibration import Calibration
-from hybridperf.serving.cost import Parallel, gemm_peak_share
+from hybridperf.serving.cost import Parallel
 from hybridperf.serving.engines import get_engine
 from hybridperf.serving.load import as_arch
 
@@ -43,7 +43,7 @@ class IterationTimer:
         self.engine = get_engine(engine)
         self.worker = worker or Worker(Parallel())
         self.cost, _ = setup_cost(self.arch, device, self.engine, self.worker, max_tokens, 1024, 1, 1)
-        self.cal = (calibration or Calibration.load()).engine(self.engine.name).on_device(gemm_peak_share(self.device))
+        self.cal = (calibration or Calibration.load()).engine(self.engine.name)
 
     def iteration_ms(self, prefills=(), decode_kv=()) -> float:
         """`prefills`: (new tokens, cached prefix) per prefilling request; `decode_kv`: cached tokens per

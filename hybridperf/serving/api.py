@@ -14,7 +14,7 @@ from hybridperf.graphs.config import check_positions
 from hybridperf.serving.arch import Arch
 from hybridperf.serving.calibration import WORKERS_INFERRED, Calibration
 from hybridperf.serving.cost import (KV_DTYPE_BYTES, PRECISIONS, KernelModels, Parallel, Speculation, StepCost,
-                                     check_weights_fit, default_kv_dtype, gemm_peak_share, kv_bytes_per_token)
+                                     check_weights_fit, default_kv_dtype, kv_bytes_per_token)
 from hybridperf.serving.engines import EngineDefaults, get_engine
 from hybridperf.serving.scheduler import Workload, simulate
 
@@ -227,7 +227,7 @@ def predict_serving(config, device, engine: str, isl: int, osl: int, *, batch: i
     f_ttft, f_tpot = scale
     cal = calibration or Calibration.load()
     gpu = get_device(device)
-    ec = cal.engine(get_engine(engine).name).on_device(gemm_peak_share(gpu))
+    ec = cal.engine(get_engine(engine).name)
     kvb = KV_DTYPE_BYTES.get(kv_dtype or default_kv_dtype(precision))
     if kvb is None:
         raise InputError(f"kv dtype must be bf16, fp16 or fp8, got {kv_dtype!r}")

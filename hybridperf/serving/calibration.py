@@ -13,7 +13,7 @@ scores fit on every system but the one scored and pass that `Calibration` explic
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from hybridperf.errors import ModelBundleError
@@ -24,13 +24,6 @@ DEFAULT_PATH = Path(__file__).with_name("calibration.json")
 #: in TPOT as the rest)
 WORKERS_INFERRED = "disagg_workers_inferred"
 STRATA = (WORKERS_INFERRED,)
-#: the largest share of its matrix peak a GEMM reached in aiconfigurator's tables (bf16 on A100, H100, B200: 0.93-0.97)
-GEMM_PEAK_SHARE = 0.97
-
-
-def prefill_floor(gemm_share: float) -> float:
-    """The lowest prefill scale on a GPU whose GEMM prior reaches `gemm_share` of its peak: GEMM_PEAK_SHARE at most."""
-    return gemm_share / GEMM_PEAK_SHARE
 
 
 @dataclass(frozen=True)
@@ -41,12 +34,6 @@ class EngineCalibration:
     ttft_ms: float = 0.0
     wave_weight: float = 0.5
     prefill_scale: float = 1.0  # up to the first token (compute-bound kernels)
-
-    def on_device(self, gemm_share: float) -> "EngineCalibration":
-        """This calibration on a GPU whose GEMM prior reaches `gemm_share` of its peak (`cost.gemm_peak_share`): the
-        prefill scale, fitted where the prior runs below GEMM_PEAK_SHARE, never prices a GEMM beyond it (on H20
-        and RTX PRO 6000 the prior reaches 97-99% of peak, and 0.9 of that was faster than the GPU)."""
-        return replace(self, prefill_scale=max(self.prefill_scale, prefill_floor(gemm_share)))
 
     def time_ms(self, comps: tuple, ttft: bool = False) -> float:
         """Calibrated ms of (gpu_ms, eager layer launches, graph layer launches); `ttft`: a time to first

@@ -64,6 +64,14 @@ ELEMENTWISE_PASSES = 12
 #: (`experiments/serving/serving_silicon.py`).
 #: The MoE prior's combine term (`priors.moe.MATERIALIZED_COMBINE`) is left out here for the same reason.
 KERNEL_CONSTANTS = ROOFLINE
+#: the largest share of its matrix peak a GEMM reached in aiconfigurator's tables (bf16 on A100, H100, B200: 0.93-0.97)
+GEMM_PEAK_SHARE = 0.97
+#: the highest share of its spec-sheet matrix peak a GEMM or MoE of the iteration runs at before calibration:
+#: GEMM_PEAK_SHARE x the calibration's prefill scale (0.895, `calibration.json`), so that no calibrated prefill
+#: GEMM beats GEMM_PEAK_SHARE. The priors of the GPUs the scale was fitted on (H100, B200) stay below it (0.85,
+#: 0.73 in bf16); on a GPU whose power budget does not bind (MI325X, MI355X, RTX PRO 6000, H20, GB300) they reach
+#: 0.92-1.0, which the scale took to 1.02-1.11x the peak.
+MATRIX_SHARE_CAP = 0.868
 #: a kernel's floor inside a CUDA graph, in thousands of GPU cycles at the boost clock (launch and drain are
 #: clocked work, `llm_gemm.KernelConstants`): aiconfigurator's A100 and L40S GEMM tables, systems serving is
 #: not scored on, fit 3.8 and 4.1. The iteration's kernels (module docstring) take at least this long.
@@ -87,15 +95,10 @@ def _floored(t, kernels, device: DeviceSpec):
 
 
 def _gemm(m, n, k, dtype: str, device: DeviceSpec):
-    """A GEMM of the iteration: KERNEL_CONSTANTS, its weight read from DRAM (each layer's weights once per
-    iteration; the kernel tables' replay keeps small ones in L2), at least the kernel floor."""
-    return _floored(gemm_ms(m, n, k, dtype, device, constants=KERNEL_CONSTANTS, replayed=False), 1, device)
-
-
-def gemm_peak_share(device: DeviceSpec) -> float:
-    """The share of its bf16 matrix peak `_gemm` gives a large (8192^3) GEMM on `device`."""
-    m = 8192
-    return float(np.max(2.0 * m ** 3 / (_gemm(m, m, m, "bfloat16", device) * 1e-3)) / device.peak("bf16", matrix=True))
+    """A GEMM of the iteration: KERNEL_CONSTANTS up to MATRIX_SHARE_CAP, its weight read from DRAM (each layer's
+    weights once per iteration; the kernel tables' replay keeps small ones in L2), at least the kernel floor."""
+    return _floored(gemm_ms(m, n, k, dtype, device, constants=KERNEL_CONSTANTS, replayed=False,
+                            max_share=MATRIX_SHARE_CAP), 1, device)
 
 
 def _bmm(batch, m, n, k, dtype: str, device: DeviceSpec):
@@ -255,7 +258,8 @@ class StepCost:
             tokens = n * p.adp  # attention-DP ranks gather their tokens for the experts
             eh = a.moe_latent or h
             experts = moe_ms(tokens, eh, a.expert_ffn, a.topk, a.experts, dev, self.moe, tp=p.moe_tp, ep=p.moe_ep,
-                             constants=KERNEL_CONSTANTS, replayed=False, gated=a.gated_mlp)
+                             constants=KERNEL_CONSTANTS, replayed=False, gated=a.gated_mlp,
+                             max_share=MATRIX_SHARE_CAP)
             shared = 0.0
             if a.shared_ffn:
                 shared = _gemm(n, (2 if a.gated_mlp else 1) * a.shared_ffn / tp, h, g, dev) \
@@ -451,5 +455,5 @@ def check_weights_fit(arch, par, precision, moe_precision, device, engine) -> fl
 
 
 __all__ = ["GEMM_DTYPES", "KV_DTYPE_BYTES", "PRECISIONS", "QUANT_MODES", "KernelModels", "Parallel", "Speculation",
-           "StepCost", "check_weights_fit", "default_kv_dtype", "gemm_peak_share", "kv_bytes_per_token",
+           "StepCost", "check_weights_fit", "default_kv_dtype", "kv_bytes_per_token",
            "weight_bytes_per_gpu"]
