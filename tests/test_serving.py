@@ -199,10 +199,9 @@ def test_no_calibrated_prefill_gemm_beats_the_best_share_of_peak_measured(gpu, d
     peak = spec_matrix_peak(dev, GEMM_DTYPES[dtype][2])
     share = 2.0 * m ** 3 / (float(_gemm(m, m, m, dtype, dev)) * 1e-3) / peak
     assert share / max(scales) <= GEMM_PEAK_SHARE + 0.01
-    for fitted in ("H100", "B200"):
+    for fitted in ("H100", "B200"):  # the cap leaves what the calibration was fitted on as it was
         uncapped = gemm_ms(m, m, m, dtype, get_device(fitted), constants=ROOFLINE, replayed=False)
-        assert 2.0 * m ** 3 / (float(uncapped) * 1e-3) / spec_matrix_peak(get_device(fitted), GEMM_DTYPES[dtype][2]) \
-            < MATRIX_SHARE_CAP
+        assert float(_gemm(m, m, m, dtype, get_device(fitted))) == pytest.approx(float(uncapped))
 
 
 def test_a_gpu_with_more_bandwidth_and_the_same_math_never_serves_a_slower_first_token():

@@ -21,10 +21,12 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
+from hybridperf.devices import get_device
 from hybridperf.errors import HybridperfError
+from hybridperf.priors.llm_gemm import gemm_ms, spec_matrix_peak
 from hybridperf.serving.api import Worker, agg_components
 from hybridperf.serving.calibration import Calibration, EngineCalibration
-from hybridperf.serving.cost import KV_DTYPE_BYTES, KernelModels, Parallel
+from hybridperf.serving.cost import GEMM_PEAK_SHARE, KERNEL_CONSTANTS, KV_DTYPE_BYTES, KernelModels, Parallel
 from hybridperf.serving.engines import get_engine
 from hybridperf.serving import measured
 from hybridperf.serving.rows import concurrency_of, predict_rows, row_request
@@ -52,7 +54,8 @@ def components(df: pd.DataFrame, models: KernelModels | None = None) -> pd.DataF
         except HybridperfError:
             continue
         rec = {"idx": i, "engine": get_engine(req["engine"]).name, "osl": req["osl"],
-               "ttft": row["silicon_ttft_ms"], "tpot": row["silicon_tpot_ms"]}
+               "ttft": row["silicon_ttft_ms"], "tpot": row["silicon_tpot_ms"],
+               "sp_floor": prefill_floor(get_device(req["device"]))}
         for mode, key in (("w", "wave"), ("s", "steady")):
             for ph, name in (("t", "ttft"), ("d", "decode")):
                 rec.update({f"{ph}{mode}{j}": v for j, v in enumerate(c[key][name])})
@@ -72,19 +75,30 @@ UPPER = dict(s=5, e=2, g=1, k=1000, a=1, sp=5)
 START = dict(s=1.5, e=0.05, g=0.02, k=20.0, a=0.5, sp=1.5)
 
 
+def prefill_floor(device) -> float:
+    """The lowest prefill scale a run on `device` may be fitted with: one at which the GEMM prior's largest bf16
+    GEMM (8192^3) stays within `cost.GEMM_PEAK_SHARE` of the peak. Fitted on H100 alone (0.85 of peak), an
+    unbounded scale took 0.82, a GEMM at 1.04x its peak, and held out on B200 TTFT coverage 87.3 -> 80.0%."""
+    m = 8192
+    ms = gemm_ms(m, m, m, "bfloat16", device, constants=KERNEL_CONSTANTS, replayed=False)
+    return float(2.0 * m ** 3 / (ms * 1e-3) / spec_matrix_peak(device, "bf16")) / GEMM_PEAK_SHARE
+
+
 def fit_engines(c: pd.DataFrame) -> dict:
     """Least squares on log(predicted / measured) of TTFT and TPOT over every engine's rows at once (soft-L1:
     the few runs an engine version or a benchmark hiccup put far off weigh less), the SHARED_PARAMS one
-    value for all engines, each bounded to a physical range. Engines with fewer than 5 rows are left out."""
+    value for all engines, each bounded to a physical range (the prefill scale at least the rows' GPUs'
+    `prefill_floor`). Engines with fewer than 5 rows are left out."""
     engines = sorted(e for e, g in c.groupby("engine") if len(g) >= 5)
     c = c[c.engine.isin(engines)]
     who = c.engine.map({e: i for i, e in enumerate(engines)}).to_numpy()
     slots, x0, lo, hi = {}, [], [], []
+    lower = {**LOWER, "sp": max(LOWER["sp"], float(c["sp_floor"].max()))}
     for p in PARAMS:
         n = 1 if p in SHARED_PARAMS else len(engines)
         slots[p] = (len(x0), n)
         x0 += [START[p]] * n
-        lo += [LOWER[p]] * n
+        lo += [lower[p]] * n
         hi += [UPPER[p]] * n
     d = np.maximum(c["osl"].to_numpy() - 1, 1)
 

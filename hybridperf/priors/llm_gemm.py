@@ -458,12 +458,11 @@ def combine_ms(parts: dict, dtype: str, constants: KernelConstants, kernel_sourc
 
 
 def rate_capped(parts: dict, max_share: float | None) -> dict:
-    """`parts` with their math at no more than `max_share` of the dtype's spec-sheet peak (None: as they are),
-    for a caller whose own scale on the result was fitted where the prior runs below that share."""
+    """`parts` whose math (tiles and waves included) achieves no more than `max_share` of the dtype's spec-sheet
+    peak (None: as they are), for a caller whose own scale on the result was fitted where the prior stays below."""
     if max_share is None:
         return parts
-    slower = np.maximum(1.0, np.asarray(parts["peak"]) / (max_share * np.asarray(parts["spec_peak"])))
-    return {**parts, "compute": parts["compute"] * slower}
+    return {**parts, "compute": np.maximum(parts["compute"], parts["flops"] / (max_share * parts["spec_peak"]))}
 
 
 def split_reduce_s(parts: dict, constants: KernelConstants) -> np.ndarray:
