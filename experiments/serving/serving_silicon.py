@@ -78,7 +78,7 @@ START = dict(s=1.5, e=0.05, g=0.02, k=20.0, a=0.5, sp=1.5)
 def prefill_floor(device) -> float:
     """The lowest prefill scale a run on `device` may be fitted with: one at which the GEMM prior's largest bf16
     GEMM (8192^3) stays within `cost.GEMM_PEAK_SHARE` of the peak. Fitted on H100 alone (0.85 of peak), an
-    unbounded scale took 0.82, a GEMM at 1.04x its peak, and held out on B200 TTFT coverage 87.3 -> 80.0%."""
+    unbounded scale took 0.82, a GEMM at 1.04x its peak (held out, B200 TensorRT-LLM's TTFT coverage 87 -> 80%)."""
     m = 8192
     ms = gemm_ms(m, m, m, "bfloat16", device, constants=KERNEL_CONSTANTS, replayed=False)
     return float(2.0 * m ** 3 / (ms * 1e-3) / spec_matrix_peak(device, "bf16")) / GEMM_PEAK_SHARE
