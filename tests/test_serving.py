@@ -403,6 +403,9 @@ def test_bad_arguments():
         predict_serving(LLAMA, "h100_sxm", "vllm", 128, 128, batch=1, precision="fp2")
     with pytest.raises(InputError):
         predict_serving(LLAMA, "h100_sxm", "vllm", 128, 128, batch=1, tp=3)
+    for mode in ({"batch": 10 ** 6}, {"concurrency": 10 ** 8}):
+        with pytest.raises(InputError, match="at most 16384"):
+            predict_serving(LLAMA, "h100_sxm", "vllm", 128, 128, **mode)
 
 
 @pytest.fixture
@@ -524,7 +527,9 @@ def test_cli_json_and_rows(config_dir, tmp_path, monkeypatch, capsys):
                   "--batch", "1"],
                  ["--rows", str(rows)],
                  ["--config", str(cfg), "--device", "h100_sxm", "--engine", "vllm", "--isl", "8", "--osl", "8",
-                  "--batch", "1", "--moe-precision", "fp8"]):  # a dense model has no experts to quantize
+                  "--batch", "1", "--moe-precision", "fp8"],  # a dense model has no experts to quantize
+                 ["--config", str(cfg), "--device", "h100_sxm", "--engine", "vllm", "--isl", "8", "--osl", "8",
+                  "--concurrency", "100000000"]):  # refused at once, not simulated for minutes
         assert_one_line_error(*run_cli(monkeypatch, capsys, ["predict-serving", *args]))
     # a MoE's experts in 4 bits under bf16 attention (gpt-oss' MXFP4): faster decode than all-bf16
     moe = tmp_path / "moe.json"

@@ -22,6 +22,9 @@ from hybridperf.serving.scheduler import Workload, simulate
 MEASURED_CAP = 256
 #: one-way latency of a KV transfer between disaggregated workers (NIXL/UCX over RDMA), ms
 KV_TRANSFER_LATENCY_MS = 1.0
+#: the largest batch or concurrency `predict_serving` simulates (silicon_sample.csv's largest run: 10,860): the
+#: schedule's cost grows with it (16,384 requests take ~2 s, 100,000 took 10 s and 10^8 never returned)
+MAX_REQUESTS = 16384
 
 
 @dataclass(frozen=True)
@@ -220,6 +223,8 @@ def predict_serving(config, device, engine: str, isl: int, osl: int, *, batch: i
     check_run(arch, isl, osl, precision)
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise InputError(f"batch/concurrency must be a positive integer, got {n!r}")
+    if n > MAX_REQUESTS:
+        raise InputError(f"batch/concurrency must be at most {MAX_REQUESTS}, got {n}")
     if not spec_tokens and acceptance != Speculation.acceptance:  # a rate given for drafts that are never made
         raise InputError(f"--acceptance {acceptance} applies only with --spec-tokens > 0 (speculative decoding)")
     if not all(isinstance(f, (int, float)) and 0 < f < math.inf for f in scale):
