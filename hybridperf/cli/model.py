@@ -226,8 +226,6 @@ def _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, 
     refuse_decode(mode)  # a refusal is one line, before any note
     validate_zero(zero, mode, dp or 1, pp or 1, optimizer)
     node, dev, note = resolve_parallel_device(device)  # fail on an unknown device before loading bundles
-    if note:
-        typer.echo(note, err=True)
     note_generic_spec(dev)
     predictor = resolve_predictor(model_bundle, prior_only)
     predictor.check_device(dev, allow_other_device)
@@ -238,6 +236,8 @@ def _predict_parallel_cmd(config, batch, seq, mode, device, as_json, breakdown, 
                            bucket_mb=DEFAULT_BUCKET_MB if bucket_mb is None else bucket_mb, dtype=dtype,
                            optimizer=optimizer, recompute=recompute, zero=zero, calibration=calibration, attn=attn,
                            amp=amp)
+    if note:  # after the split is checked: a refusal stays one line
+        typer.echo(note, err=True)
     r = res.result
     check_predictions(r["e2e_ms"], r["lo_ms"], r["hi_ms"], f"{config.name} on {r['gpus']} x {dev.name}")
     check_parts(r, f"{config.name} on {r['gpus']} x {dev.name}")
