@@ -392,6 +392,14 @@ def test_inferred_workers_take_their_stratum_interval(tmp_path):
     assert Calibration.load(bad).quantiles(WORKERS_INFERRED) == WAVES.log_quantiles
 
 
+def test_a_gpu_without_bf16_units_serves_bf16_weights_in_fp16():
+    """T4 and V100 have fp16 tensor cores only; the engines run a bf16 checkpoint there in fp16, not in fp32
+    (priced in fp32, a T4's TTFT came out 2.5x its fp16 one)."""
+    kw = dict(config=LLAMA, device="T4", engine="vllm", isl=512, osl=128, concurrency=8, tp=2, calibration=WAVES)
+    bf16, fp16 = (predict_serving(precision=p, **kw).to_json() for p in ("bf16", "fp16"))
+    assert bf16["ttft_ms"] == pytest.approx(fp16["ttft_ms"]) and bf16["tpot_ms"] == pytest.approx(fp16["tpot_ms"])
+
+
 def test_bad_arguments():
     with pytest.raises(InputError):
         predict_serving(LLAMA, "h100_sxm", "vllm", 128, 128, batch=1, concurrency=1)

@@ -24,7 +24,10 @@ def _note_weight_only(precision: str, dev) -> None:
     from hybridperf.serving.cost import PRECISIONS, gemm_dtype
 
     dt = gemm_dtype(precision, dev)
-    if dt != PRECISIONS[precision][0]:
+    if dt == "float16" and precision == "bf16":
+        typer.echo(f"note: {dev.name} has no bf16 tensor cores; bf16 weights are priced in fp16, as the engines' "
+                   "automatic dtype runs them there", err=True)
+    elif dt != PRECISIONS[precision][0]:
         typer.echo(f"note: {dev.name} has no {precision} tensor cores; {precision} weights are priced as weight-only "
                    f"GEMMs dequantized to bf16 ({dt}), as Marlin-style kernels run them", err=True)
 

@@ -110,10 +110,17 @@ def _bmm(batch, m, n, k, dtype: str, device: DeviceSpec):
     return _gemm(m, batch * n, k, dtype, device) + memory_time_ms((batch - 1.0) * m * k * a_bytes, device)
 
 
+def half_dtype(device: DeviceSpec) -> str:
+    """The 16-bit dtype the engines run bf16 weights and activations in on `device`: float16 where it has no bf16
+    matrix units (T4, V100: vLLM's auto dtype takes the first its platform supports), else bfloat16."""
+    return "bfloat16" if device.has_matrix_units("bf16") else "float16"
+
+
 def gemm_dtype(precision: str, device: DeviceSpec) -> str:
-    """GEMM dtype of a weight precision on `device`: FP4 or FP8 weights on a GPU without those tensor cores
-    run weight-only kernels (`llm_gemm.device_dtype`)."""
-    return device_dtype(PRECISIONS[precision][0], device)
+    """GEMM dtype of a weight precision on `device`: bf16 as `half_dtype`; FP4 or FP8 weights on a GPU without
+    those tensor cores run weight-only kernels (`llm_gemm.device_dtype`)."""
+    dtype = PRECISIONS[precision][0]
+    return device_dtype(half_dtype(device) if dtype == "bfloat16" else dtype, device)
 
 
 @dataclass(frozen=True)
@@ -187,6 +194,7 @@ class StepCost:
                  spec: "Speculation | None" = None):
         self.arch, self.device, self.node, self.engine, self.par = arch, device, node, engine, par
         self.gemm = gemm_dtype(precision, self.device)
+        self.half = half_dtype(self.device)  # the router's, MLA's absorbed products' and the LM head's
         self.moe = gemm_dtype(moe_precision, self.device)
         self.kv_bytes = kv_bytes
         self.kv_dtype = "fp8" if kv_bytes <= 1 else "bf16"
@@ -227,8 +235,8 @@ class StepCost:
                 if a.q_lora_rank else _gemm(n, heads * a.head_dim, h, g, dev)
             kv = _gemm(n, a.kv_lora_rank + a.rope_dim, h, g, dev)
             # absorbed decode: q_nope -> latent and latent -> v per head (batched GEMMs over the heads)
-            absorb = _bmm(heads, n, a.kv_lora_rank, a.head_dim - a.rope_dim, "bfloat16", dev) \
-                + _bmm(heads, n, a.v_head_dim, a.kv_lora_rank, "bfloat16", dev)
+            absorb = _bmm(heads, n, a.kv_lora_rank, a.head_dim - a.rope_dim, self.half, dev) \
+                + _bmm(heads, n, a.v_head_dim, a.kv_lora_rank, self.half, dev)
             attn = q + kv + absorb + _gemm(n, h, heads * a.v_head_dim, g, dev)
             if a.index_heads:  # DSA's indexer projections, on every TP rank
                 attn = attn + _gemm(n, a.index_heads * a.index_dim, a.q_lora_rank or h, g, dev) \
@@ -267,7 +275,7 @@ class StepCost:
                     + _floored(memory_time_ms(n * a.mlp_mats * a.shared_ffn / tp * act_bytes, dev), 1, dev)
             if a.moe_latent:  # into and out of the experts' latent space
                 shared += _gemm(n, eh, h, g, dev) + _gemm(n, h, eh, g, dev)
-            router = _gemm(n, a.experts, h, "bfloat16", dev)
+            router = _gemm(n, a.experts, h, self.half, dev)
             # the grouped GEMMs and the routing kernels (top-k, permute, finalize), each at least the floor
             experts = _floored(experts, 2, dev) + ROUTING_KERNELS * kernel_floor_ms(dev)
             moe_act = memory_time_ms(tokens * a.topk / p.moe_ep * a.mlp_mats * a.expert_ffn / p.moe_tp * act_bytes, dev)
@@ -398,7 +406,7 @@ class StepCost:
         """LM head (vocab split over TP) and sampler for `n` sampled tokens. They run on the last pipeline stage
         only, so this is divided by the stages a stage's iteration time is later multiplied by."""
         a = self.arch
-        head = float(_gemm(n, a.vocab / self.par.tp, a.hidden, "bfloat16", self.device))
+        head = float(_gemm(n, a.vocab / self.par.tp, a.hidden, self.half, self.device))
         sampler = float(_floored(memory_time_ms(n * a.vocab * 4.0 * 3, self.device), SAMPLER_KERNELS, self.device))
         return (head + sampler) / self.par.pp
 
