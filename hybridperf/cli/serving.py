@@ -19,8 +19,9 @@ from hybridperf.guard import check_predictions
 PRECISION_HELP = "weights: fp16, bf16, fp8, fp4, int8 (W8A8) or int4 (weight-only)"
 
 
-def _note_weight_only(precision: str, dev) -> None:
-    """Say so on stderr when the GPU lacks the precision's tensor cores and its weights run weight-only."""
+def _note_precision_fallback(precision: str, dev) -> None:
+    """Say so on stderr when the GPU lacks the precision's tensor cores: bf16 then runs in fp16, FP8/FP4
+    weights weight-only (`serving.cost.gemm_dtype`)."""
     from hybridperf.serving.cost import PRECISIONS, gemm_dtype
 
     dt = gemm_dtype(precision, dev)
@@ -113,7 +114,7 @@ def predict_serving_cmd(
                           tp=tp, pp=pp, ep=ep, attention_dp=attention_dp, precision=precision,
                           moe_precision=moe_precision, kv_dtype=kv_dtype,
                           spec_tokens=spec_tokens, acceptance=acceptance, scale=scale)
-    _note_weight_only(precision, dev)
+    _note_precision_fallback(precision, dev)
     raw = res.to_json()
     what = f"{engine} serving {Path(config).name} on {device}"
     for k in ("ttft", "tpot", "e2e"):
@@ -230,7 +231,7 @@ def sweep_serving_cmd(
     from hybridperf.devices import get_device
 
     for name in devs:
-        _note_weight_only(precision, get_device(name))
+        _note_precision_fallback(precision, get_device(name))
     for k in ("ttft", "tpot"):
         check_predictions([getattr(p, f"{k}_ms") for p in ok], [getattr(p, f"{k}_lo_ms") for p in ok],
                           [getattr(p, f"{k}_hi_ms") for p in ok], f"{k.upper()} of the sweep")
