@@ -55,6 +55,16 @@ def test_decode_is_bound_by_the_kv_cache_read():
     assert A.generation_attention_ms(64, 16384, 32, 8, 128, H100, window=1024) < 0.2 * long
 
 
+def test_decode_never_gets_faster_as_the_kv_cache_grows():
+    """A longer cache takes at least as long, across the split-KV kernel's chunk boundaries (a whole split count
+    priced 257 keys 1.2x faster than 254 on H100: two chunks of 128 against one of 254)."""
+    kv = np.arange(2, 4100)
+    for dev in (H100, A100, B200):
+        for batch, src in ((1, "vllm_flash_attn_fa3"), (4, "flashinfer"), (1, "torch_flow")):
+            t = A.generation_attention_ms(batch, kv, 32, 8, 128, dev, kernel_source=src)
+            assert np.all(np.diff(t) >= -1e-12 * t[1:]), (dev.name, batch, src)
+
+
 def test_sdpa_backends_and_backward():
     fwd = A.sdpa_ms(4, 2048, 32, 8, 128, H100)
     bwd = A.sdpa_ms(4, 2048, 32, 8, 128, H100, backward=True)
