@@ -85,6 +85,11 @@ def test_predict_kernels_notes_a_dtype_whose_matrix_rate_is_far_below_the_16_bit
     assert code in (0, None) and len(notes) == 1 and "sq (int8" in notes[0]
     code, err, _ = _predict(monkeypatch, capsys, tmp_path, rows, "b200_sxm")
     assert code in (0, None) and "under half" not in err
+    # SGLang's int8_wo runs W8A8 int8 kernels (`llm_gemm.UNFUSED_PATHS`): on B300 at the int8 rate, said as such
+    rows = [{**GEMM, "gemm_dtype": "int8_wo", "kernel_source": "sglang"}, {**GEMM, "gemm_dtype": "int8_wo"}]
+    code, err, _ = _predict(monkeypatch, capsys, tmp_path, rows, "NVIDIA B300 SXM6 AC")
+    notes = [ln for ln in err.splitlines() if "under half its 16-bit rate" in ln]
+    assert code in (0, None) and len(notes) == 1 and "int8_wo run as sq (int8" in notes[0], err
 
 
 def test_fp8_without_fp8_units_runs_weight_only_as_serving_prices_it(monkeypatch, capsys, tmp_path):

@@ -154,10 +154,10 @@ def dtype_notes(rows, dev) -> list[str]:
     per run: a GEMM/MoE dtype the prior does not model (a blank cell, `collect`'s float32) as bfloat16; on
     a GPU without FP4 or FP8 matrix units, such a dtype as the weight-only mode engines run it in
     (`llm_gemm.device_dtype`, the rule `predict-serving` follows); a dtype whose matrix rate is under half the
-    16-bit one (B300's int8) at that rate; fp8 attention without fp8 units at the 16-bit rate
+    16-bit one (B300's int8; a path's own kernels' dtype, SGLang's int8_wo W8A8) at that rate; fp8 attention without fp8 units at the 16-bit rate
     (`llm_gemm.PEAK_FALLBACK`)."""
     from hybridperf.aic_rows import DTYPE_COLUMNS, attn_key
-    from hybridperf.priors.llm_gemm import GEMM_DTYPES, device_dtype, matrix_peak
+    from hybridperf.priors.llm_gemm import GEMM_DTYPES, device_dtype, kernel_dtype, matrix_peak
 
     pairs = sorted({(op, str(d)) for op in set(rows["op_name"]) for d in
                     rows.loc[rows["op_name"] == op, DTYPE_COLUMNS[op][0]].unique()})
@@ -173,9 +173,16 @@ def dtype_notes(rows, dev) -> list[str]:
                      f"engines run such checkpoints there (weights dequantized into the 16-bit MMA): "
                      f"{', '.join(weight_only)}")
     half = matrix_peak(dev, "bf16")
-    rates = {d: (GEMM_DTYPES[d][2], matrix_peak(dev, GEMM_DTYPES[d][2]))
-             for _, d in gemm_like if d in GEMM_DTYPES and device_dtype(d, dev) == d}
-    slow = sorted(f"{d} ({key}: {rate / 1e12:,.0f} TFLOP/s)" for d, (key, rate) in rates.items() if rate < 0.5 * half)
+    # the kernels a row runs (`kernel_dtype`: SGLang's int8_wo path is W8A8 int8), at their dtype's rate; a dtype
+    # priced weight-only for want of units has the note above
+    gemm = rows[rows["op_name"] == "gemm"]
+    sources = gemm["kernel_source"] if "kernel_source" in gemm else [""] * len(gemm)
+    runs = {(str(d), kernel_dtype(str(d), str(src), dev)) for d, src in zip(gemm[DTYPE_COLUMNS["gemm"][0]], sources)}
+    runs |= {(d, d) for op, d in gemm_like if op == "moe"}
+    rates = {(d, kd): (GEMM_DTYPES[kd][2], matrix_peak(dev, GEMM_DTYPES[kd][2]))
+             for d, kd in runs if d in GEMM_DTYPES and kd in GEMM_DTYPES and device_dtype(d, dev) == d}
+    slow = sorted(f"{d if kd == d else f'{d} run as {kd}'} ({key}: {rate / 1e12:,.0f} TFLOP/s)"
+                  for (d, kd), (key, rate) in rates.items() if rate < 0.5 * half)
     if slow:
         notes.append(f"note: {dev.name}'s catalog matrix rate for some rows' dtypes is under half its 16-bit rate "
                      f"({half / 1e12:,.0f} TFLOP/s); they are priced at it: {', '.join(slow)}")
