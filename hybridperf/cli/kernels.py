@@ -154,8 +154,8 @@ def dtype_notes(rows, dev) -> list[str]:
     per run: a GEMM/MoE dtype the prior does not model (a blank cell, `collect`'s float32) as bfloat16; on
     a GPU without FP4 or FP8 matrix units, such a dtype as the weight-only mode engines run it in
     (`llm_gemm.device_dtype`, the rule `predict-serving` follows); a dtype whose matrix rate is under half the
-    16-bit one (B300's int8; a path's own kernels' dtype, SGLang's int8_wo W8A8) at that rate; fp8 attention without fp8 units at the 16-bit rate
-    (`llm_gemm.PEAK_FALLBACK`)."""
+    16-bit one (B300's int8; for a path that runs another dtype's kernels, theirs: SGLang's int8_wo is W8A8) at
+    that rate; fp8 attention without fp8 units at the 16-bit rate (`llm_gemm.PEAK_FALLBACK`)."""
     from hybridperf.aic_rows import DTYPE_COLUMNS, attn_key
     from hybridperf.priors.llm_gemm import GEMM_DTYPES, device_dtype, kernel_dtype, matrix_peak
 
