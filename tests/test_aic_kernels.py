@@ -17,7 +17,8 @@ from hybridperf.aic_rows import validate
 from hybridperf.datasets.aiconfigurator import SYSTEM_DEVICES, canonical, load_kernels
 from hybridperf.devices import get_device
 from hybridperf.priors.llm_gemm import (FIXED_TILE_SOURCES, ROOFLINE, KernelConstants, fitted_constants, gemm_ms,
-                                        l2_output_hit, l2_weight_hit, matrix_peak, tile_compute_s, warp_mma_peak)
+                                        gemm_parts, l2_output_hit, l2_weight_hit, matrix_peak, tile_compute_s,
+                                        warp_mma_peak)
 from hybridperf.priors.moe import distribution_alpha, moe_ms, moe_parts, rank0_share
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,6 +69,20 @@ def test_waves_and_fallback_peaks():
     b = replace(B200, peak_tflops=spec, tdp_w=0)
     assert matrix_peak(b, "fp4") == pytest.approx(2 * matrix_peak(b, "fp8"))
     assert 0 < l2_weight_hit(np.array([1e6]), H100)[0] <= 1 and l2_weight_hit(np.array([1e9]), H100)[0] < 0.01
+
+
+def test_tiles_as_fast_go_to_the_first_listed_so_a_faster_gpu_and_more_rows_are_not_priced_faster():
+    """Of tiles as fast in the model, the first listed is taken, widest first: 8, 16 and 32 rows of a bf16
+    4096 x 4096 GEMM on B200 split k alike (8 rows were priced 15% over 32, which ran unsplit in four 8-row
+    tiles), and an exact tie no longer goes to whichever rounding favoured (GB200 was priced 1.5x a B200)."""
+    B200, GB200 = get_device("B200"), get_device("GB200")
+    m = np.array([8.0, 16.0, 32.0])
+    parts = gemm_parts(m, 4096.0, 4096.0, "bfloat16", B200)
+    assert len(set(parts["split_levels"].tolist())) == 1
+    t = gemm_ms(m, 4096.0, 4096.0, "bfloat16", B200)
+    assert np.all(np.diff(t) >= 0)
+    tie = [gemm_ms(230.0, 512.0, 1152.0, "bfloat16", d)[()] for d in (GB200, B200)]
+    assert tie[0] <= tie[1]
 
 
 def test_vllm_cutlass_fp8_runs_its_own_tile_unsplit():

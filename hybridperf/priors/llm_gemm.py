@@ -135,7 +135,12 @@ TILES = {
 #: 4.8 TB/s) was priced bound by 64 padded rows, slower than on an H100
 SMALL_M_TILES = (8, 16, 32)
 SMALL_M_EFFICIENCY = 0.5
-_SMALL_M_TILE_SPECS = tuple((tm, 128, SMALL_M_EFFICIENCY) for tm in SMALL_M_TILES)
+#: widest first: of tiles as fast, the first listed is taken (`tile_compute_s`), so 16 or 32 rows run one tile of
+#: their own split as deep as 8 rows' (the same reduction), not 2-4 tiles of 8 rows that leave k unsplit
+_SMALL_M_TILE_SPECS = tuple((tm, 128, SMALL_M_EFFICIENCY) for tm in sorted(SMALL_M_TILES, reverse=True))
+#: relative margin by which a tile must beat the one before it: an exact tie in the model (8 x 128 unsplit and
+#: 64 x 128 split five ways at m = 230) went to whichever rounding favoured, so a GB200 was priced 1.5x a B200
+TILE_TIE = 1e-9
 #: matrix peak of a dtype a catalog entry lacks, as a multiple of another peak: Blackwell's fp4 tensor
 #: rate is twice its fp8 rate (B200 sheet: 9 PF fp4 dense, 4.5 PF fp8), which only a part with FP4 units
 #: (`DeviceSpec.has_matrix_units`: a Blackwell spec without its fp4 figure) reaches; a GPU without fp8/fp4
@@ -391,7 +396,7 @@ def tile_compute_s(m, n, k, peak: float, device: DeviceSpec, fixed: dict | None 
         if best is None:
             best = [t, waves, count * split, split]
         else:
-            better = t < best[0]
+            better = t < best[0] * (1.0 - TILE_TIE)
             best = [np.where(better, new, old) for new, old in zip((t, waves, count * split, split), best)]
     return best[0], best[1], best[2], best[3]
 
