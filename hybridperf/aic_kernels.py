@@ -21,7 +21,8 @@ from hybridperf.errors import ModelBundleError
 from hybridperf.priors import attention
 from hybridperf.priors.llm_gemm import (GEMM_DTYPES, TILES, KernelConstants, combine_ms, device_dtype, fitted_constants,
                                         floor_s, gemm_parts, kernel_dtype, split_reduce_s)
-from hybridperf.priors.moe import MATERIALIZED_COMBINE, WARP_MMA, ZERO_FILLED, computes_remote_pairs, moe_parts
+from hybridperf.priors.moe import (MATERIALIZED_COMBINE, PERMUTED, WARP_MMA, ZERO_FILLED, computes_remote_pairs,
+                                  moe_parts)
 from hybridperf.residual_models.bundle import Bundle, load_bundle, shipped_models_dir
 
 #: kernel family of a `kernel_source` string: the first keyword it contains
@@ -136,7 +137,8 @@ def prior_terms(df: pd.DataFrame, device: DeviceSpec, gemm_c: KernelConstants | 
                     p = moe_parts(s["num_tokens"], s["hidden_size"], s["inter_size"], s["topk"], s["num_experts"],
                                   device, dt, s["moe_tp_size"], s["moe_ep_size"], s["distribution"].astype(str),
                                   "nongated" not in ks, combine=kf in MATERIALIZED_COMBINE, zero_fill=kf in ZERO_FILLED,
-                                  warp_mma=kf in WARP_MMA, whole_tokens=computes_remote_pairs(framework, ver))
+                                  warp_mma=kf in WARP_MMA, whole_tokens=computes_remote_pairs(framework, ver),
+                                  permuted=kf in PERMUTED)
                     waves = p["padded"] / np.maximum(p["routed"], 1.0)
                 dt = p["dtype"]  # the one its kernels run on this device
                 _fill(cols, mm, p, combine_ms(p, dt, c, ks), floor_s(c, dt, ks, p["clock_mhz"], p["arch"]), waves, c)

@@ -85,6 +85,32 @@ def test_tiles_as_fast_go_to_the_first_listed_so_a_faster_gpu_and_more_rows_are_
     assert tie[0] <= tie[1]
 
 
+def test_cutlass_moe_pays_its_permute_and_finalize_passes_at_a_streaming_rate():
+    """TensorRT-LLM's CUTLASS MoE permutes every token-expert pair's row and finalizes the outputs in passes of their
+    own: 2 + 1 + 2 bytes per pair element in fp8, each byte at 1 + bandwidth / (SMs x 25 GB/s) times its DRAM time
+    (few bytes in flight per SM), so the passes weigh most where each SM has the most bandwidth to draw (B200)."""
+    from hybridperf.priors.moe import PERMUTED, SM_INFLIGHT_BW
+
+    args = (65536.0, 7168.0, 256.0, 8.0, 256.0)  # a permuted buffer of GBs: L2 holds none of it
+    added = {}
+    for name in ("l40s", "h100_sxm", "b200_sxm"):
+        dev = get_device(name)
+        plain, perm = (moe_parts(*args, dev, "fp8", ep=8, replayed=False, permuted=p) for p in (False, True))
+        bw = dev.mem_bw_gbs * 1e9
+        pair_bytes = plain["routed"] * 7168.0 * 5.0
+        stream = 1.0 + bw / (dev.num_sms * SM_INFLIGHT_BW)
+        assert (perm["memory"] - plain["memory"]) * bw == pytest.approx(pair_bytes * stream, rel=1e-3)
+        added[name] = (perm["memory"] - plain["memory"]) / plain["memory"]
+    assert added["l40s"] < added["h100_sxm"] < added["b200_sxm"]
+    # which table sources run such passes: TensorRT-LLM's CUTLASS (and nongated) and DeepGEMM MoE, FlashInfer's
+    # CUTLASS experts; not the kernels that gather rows inside the GEMM (Triton, Marlin) or fuse it (trtllm-gen)
+    fams = kernel_family(["moe_torch_flow_cutlass", "moe_torch_flow_nongated", "deepgemm",
+                          "vllm_compressedtensorsw4a4nvfp4moe_flashinfer_cutlass_flashinferexperts",
+                          "sglang_fused_moe_triton", "vllm_compressedtensorswna16marlinmoe_marlin_marlinexperts",
+                          "sglang_flashinfer_trtllm_moe"])
+    assert [f in PERMUTED for f in fams] == [True] * 4 + [False] * 3
+
+
 def test_vllm_cutlass_fp8_runs_its_own_tile_unsplit():
     """vLLM's CUTLASS fp8 at m = 8 on H100 runs one 16 x 64 (swapped) tile per 64 columns of n and never
     splits k, where the generic path splits a decode GEMM's k over idle SMs; on B200 its tile is 128 wide."""

@@ -8,8 +8,10 @@ collector's draw of expert loads, whose heaviest rank it swaps into rank 0, `moe
 expert's rows padded to the grouped GEMM's tile, the experts' weights read once per active expert
 (decode is bound by them; the collector replays the same layer, so experts that fit in L2 are served
 from it), the gated MLP (up and gate, then down; `nongated` kernels have no gate; each tile's pipeline
-fill and drain weighs on short-k experts, `TILE_FILL_K`), and a routing/permute pass over the
-activations. Efficiencies and floors are measured data (`KernelConstants`), passed explicitly.
+fill and drain weighs on short-k experts, `TILE_FILL_K`), a routing/permute pass over the activations,
+and, where the kernels permute and finalize in passes of their own (`PERMUTED`), those passes' bytes at the
+rate a streaming kernel draws (`SM_INFLIGHT_BW`). Efficiencies and floors are measured data (`KernelConstants`),
+passed explicitly.
 
 Kernel time only (no host floor, no all-to-all). Vectorised over numpy arrays.
 """
@@ -44,6 +46,17 @@ WARP_MMA = ("triton", "marlin")
 #: pairs: its 0.5.10 tables run 8192 tokens in the same time from EP 1 to EP 8 (balanced routing gives every
 #: token a pair on each rank of 32 experts or more) where 0.5.14's halve with each doubling
 WHOLE_TOKENS_BEFORE = {"sglang": (0, 5, 14)}
+
+
+#: kernel families that run an expand (permute) kernel before the grouped GEMMs and a finalize (unpermute and
+#: weighted top-k sum) after them: TensorRT-LLM's CUTLASS MoE (and FlashInfer's CUTLASS experts), its nongated
+#: kernels and DeepGEMM's. Triton's and Marlin's gather rows inside the GEMM, trtllm-gen fuses the gather.
+PERMUTED = ("cutlass", "deepgemm", "trtllm")
+#: DRAM bandwidth one SM's simple streaming passes (permute, finalize, activation quantization) draw: the bytes they
+#: keep in flight per SM (~16-20 KB) over DRAM latency (~0.7-0.8 us), an estimate. By Little's law such a pass takes
+#: 1 + bandwidth / (SMs x this) times its bytes' DRAM time: 1.2x on L40S, 2.0x on H100, 3.1x on B200, whose
+#: CUTLASS MoE held out was priced up to 2.6x fast at large token counts and narrow experts without it
+SM_INFLIGHT_BW = 25e9
 
 
 def computes_remote_pairs(framework: str | None, version: str | None) -> bool:
@@ -117,14 +130,16 @@ def distribution_alpha(distribution) -> np.ndarray:
 
 def moe_parts(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, moe_dtype: str = "bfloat16",
               tp=1, ep=1, distribution="balanced", gated=True, replayed=True, combine=False,
-              zero_fill=False, whole_tokens=False, warp_mma=False) -> dict:
+              zero_fill=False, whole_tokens=False, warp_mma=False, permuted=False) -> dict:
     """Ideal times (s) at spec rates of one MoE layer on rank 0 (`compute`, `memory`, `quant`, `kernels`)
     and the quantities the residual model reads (`routed`, `padded`, `active`, `flops`, `bytes`).
     `combine`: the kernels materialise every token's top-k outputs and sum them (`MATERIALIZED_COMBINE`),
     so the combine reads tokens x topk rows even of pairs whose experts live on other EP ranks;
     `zero_fill`: they also fill those pairs' rows of their intermediate buffers (`ZERO_FILLED`).
     `whole_tokens`: rank 0 computes all top-k pairs of every token with a pair on it, the other ranks'
-    pairs on one local expert (`computes_remote_pairs`). `dtype`: the one the kernels run on this device
+    pairs on one local expert (`computes_remote_pairs`). `permuted`: the kernels permute every pair's row into
+    expert order and finalize the outputs in passes of their own (`PERMUTED`), at the streaming rate of
+    `SM_INFLIGHT_BW`, as is the activations' quantization. `dtype`: the one the kernels run on this device
     (`llm_gemm.device_dtype`: NVFP4 experts run weight-only on a GPU without FP4 units)."""
     moe_dtype = device_dtype(moe_dtype, device)
     t, h, f, k, e, tp, ep = (np.asarray(x, dtype=np.float64)
@@ -174,7 +189,14 @@ def moe_parts(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, 
     pairs = np.where(zero_fill, np.maximum(t * k, routed), routed)
     acts = pairs * (h + (mats - 1.0) * f_local) * a_bytes * 2.0 + t * h * 2.0 * 2.0
     acts = acts + np.where(combine, t * k * h * 2.0, 0.0)
-    quant = (t * h * (2.0 + a_bytes) / bw) if moe_dtype in QUANTIZED_ACTIVATION else np.zeros_like(t)
+    # streaming passes keep few bytes in flight per SM: they draw DRAM at 1 / `stream` of its rate (Little's law)
+    stream = 1.0 + bw / (device.num_sms * SM_INFLIGHT_BW)
+    quant = (t * h * (2.0 + a_bytes) / bw * stream) if moe_dtype in QUANTIZED_ACTIVATION else np.zeros_like(t)
+    # permute reads each pair's source row (bf16) and writes it in expert order, finalize reads each pair's output
+    # row back; L2 holds the permuted buffer between them while it fits
+    permuted_bytes = np.where(permuted, routed * h * (2.0 + a_bytes + 2.0), 0.0)
+    buffer_hit = np.minimum(replay_capacity(device) / np.maximum(routed * h * 2.0, 1.0), 1.0) ** 4
+    acts = acts + permuted_bytes * (1.0 - buffer_hit * (1.0 - 1.0 / L2_BANDWIDTH_RATIO)) * stream
     # replayed back to back on the same weights (no copies cycled), experts that fit in one L2 partition stay there
     hit = np.minimum(replay_capacity(device) / np.maximum(weights, 1.0), 1.0) ** 4 if replayed else 0.0
     dram = weights * (1.0 - hit * (1.0 - 1.0 / L2_BANDWIDTH_RATIO)) + acts
