@@ -90,6 +90,8 @@ def test_predict_kernels_notes_a_dtype_whose_matrix_rate_is_far_below_the_16_bit
     code, err, _ = _predict(monkeypatch, capsys, tmp_path, rows, "NVIDIA B300 SXM6 AC")
     notes = [ln for ln in err.splitlines() if "under half its 16-bit rate" in ln]
     assert code in (0, None) and len(notes) == 1 and "int8_wo run as sq (int8" in notes[0], err
+    code, err, _ = _predict(monkeypatch, capsys, tmp_path, [MOE], "NVIDIA B300 SXM6 AC")  # no gemm row, no gemm column
+    assert code in (0, None), err
 
 
 def test_fp8_without_fp8_units_runs_weight_only_as_serving_prices_it(monkeypatch, capsys, tmp_path):
