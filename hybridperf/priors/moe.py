@@ -50,7 +50,8 @@ WHOLE_TOKENS_BEFORE = {"sglang": (0, 5, 14)}
 
 #: kernel families that run an expand (permute) kernel before the grouped GEMMs and a finalize (unpermute and
 #: weighted top-k sum) after them: TensorRT-LLM's CUTLASS MoE (and FlashInfer's CUTLASS experts), its nongated
-#: kernels and DeepGEMM's. Triton's and Marlin's gather rows inside the GEMM, trtllm-gen fuses the gather.
+#: kernels (`aic_kernels.kernel_family` "trtllm": no other MoE source falls in it, trtllm-gen's name FlashInfer first)
+#: and DeepGEMM's. Triton's and Marlin's gather rows inside the GEMM, trtllm-gen fuses the gather.
 PERMUTED = ("cutlass", "deepgemm", "trtllm")
 #: DRAM bandwidth one SM's simple streaming passes (permute, finalize, activation quantization) draw: the bytes they
 #: keep in flight per SM (~16-20 KB) over DRAM latency (~0.7-0.8 us), an estimate. By Little's law such a pass takes
@@ -138,8 +139,9 @@ def moe_parts(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, 
     `zero_fill`: they also fill those pairs' rows of their intermediate buffers (`ZERO_FILLED`).
     `whole_tokens`: rank 0 computes all top-k pairs of every token with a pair on it, the other ranks'
     pairs on one local expert (`computes_remote_pairs`). `permuted`: the kernels permute every pair's row into
-    expert order and finalize the outputs in passes of their own (`PERMUTED`), at the streaming rate of
-    `SM_INFLIGHT_BW`, as is the activations' quantization. `dtype`: the one the kernels run on this device
+    expert order and finalize the outputs in passes of their own (`PERMUTED`), whose bytes join the layer's memory
+    traffic (overlapping the math as it does) at the streaming rate of `SM_INFLIGHT_BW`. The activations'
+    quantization runs at that rate whatever `permuted` says. `dtype`: the one the kernels run on this device
     (`llm_gemm.device_dtype`: NVFP4 experts run weight-only on a GPU without FP4 units)."""
     moe_dtype = device_dtype(moe_dtype, device)
     t, h, f, k, e, tp, ep = (np.asarray(x, dtype=np.float64)
