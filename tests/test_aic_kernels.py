@@ -102,6 +102,11 @@ def test_cutlass_moe_pays_its_permute_and_finalize_passes_at_a_streaming_rate():
         assert (perm["memory"] - plain["memory"]) * bw == pytest.approx(pair_bytes * stream, rel=1e-3)
         added[name] = (perm["memory"] - plain["memory"]) / plain["memory"]
     assert added["l40s"] < added["h100_sxm"] < added["b200_sxm"]
+    # the bytes the residual reads are the passes' own, not their time: more bandwidth does not grow them
+    b200 = get_device("b200_sxm")
+    faster = replace(b200, mem_bw_gbs=2.0 * b200.mem_bw_gbs)
+    assert moe_parts(*args, faster, "fp8", ep=8, permuted=True)["bytes"] == pytest.approx(
+        moe_parts(*args, b200, "fp8", ep=8, permuted=True)["bytes"])
     # which table sources run such passes: TensorRT-LLM's CUTLASS (and nongated) and DeepGEMM MoE, FlashInfer's
     # CUTLASS experts; not the kernels that gather rows inside the GEMM (Triton, Marlin) or fuse it (trtllm-gen)
     fams = kernel_family(["moe_torch_flow_cutlass", "moe_torch_flow_nongated", "deepgemm",

@@ -198,17 +198,17 @@ def moe_parts(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, 
     # row back; L2 holds the permuted buffer between them while it fits
     permuted_bytes = np.where(permuted, routed * h * (2.0 + a_bytes + 2.0), 0.0)
     buffer_hit = np.minimum(replay_capacity(device) / np.maximum(routed * h * 2.0, 1.0), 1.0) ** 4
-    acts = acts + permuted_bytes * (1.0 - buffer_hit * (1.0 - 1.0 / L2_BANDWIDTH_RATIO)) * stream
     # replayed back to back on the same weights (no copies cycled), experts that fit in one L2 partition stay there
     hit = np.minimum(replay_capacity(device) / np.maximum(weights, 1.0), 1.0) ** 4 if replayed else 0.0
-    dram = weights * (1.0 - hit * (1.0 - 1.0 / L2_BANDWIDTH_RATIO)) + acts
+    dram = weights * (1.0 - hit * (1.0 - 1.0 / L2_BANDWIDTH_RATIO)) + acts \
+        + permuted_bytes * (1.0 - buffer_hit * (1.0 - 1.0 / L2_BANDWIDTH_RATIO)) * stream
     # each tile pays its pipeline's fill and drain on top of k: short-k experts (the down projection of a
     # narrow or TP-split expert) run their tensor cores a smaller share of the time
     fill = ((mats - 1.0) * (1.0 + TILE_FILL_K / h) + (1.0 + TILE_FILL_K / f_local)) / mats
     return {"compute": flops * fill / peak, "memory": dram / bw, "quant": quant, "clock_mhz": device.boost_clock_mhz,
             "arch": device.kernel_arch, "kernels": 2.0 + ROUTING_KERNELS, "routed": routed, "padded": padded,
-            "active": active, "flops": flops, "bytes": weights + acts, "weight_bytes": weights, "peak": peak,
-            "spec_peak": spec_matrix_peak(device, peak_key), "dtype": moe_dtype}
+            "active": active, "flops": flops, "bytes": weights + acts + permuted_bytes, "weight_bytes": weights,
+            "peak": peak, "spec_peak": spec_matrix_peak(device, peak_key), "dtype": moe_dtype}
 
 
 def moe_ms(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, moe_dtype: str = "bfloat16",
