@@ -129,6 +129,17 @@ def distribution_alpha(distribution) -> np.ndarray:
     return out.reshape(shape)
 
 
+def _l2_resident(footprint, device: DeviceSpec) -> np.ndarray:
+    """Share of a footprint read back from L2 while it is still there: all of it while it fits one partition
+    (`llm_gemm.replay_capacity`), falling as (capacity / footprint)^4 beyond."""
+    return np.minimum(replay_capacity(device) / np.maximum(footprint, 1.0), 1.0) ** 4
+
+
+def _l2_discount(hit) -> np.ndarray:
+    """DRAM-time share of bytes whose `hit` share L2 serves at `L2_BANDWIDTH_RATIO` times DRAM's rate."""
+    return 1.0 - hit * (1.0 - 1.0 / L2_BANDWIDTH_RATIO)
+
+
 def moe_parts(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, moe_dtype: str = "bfloat16",
               tp=1, ep=1, distribution="balanced", gated=True, replayed=True, combine=False,
               zero_fill=False, whole_tokens=False, warp_mma=False, permuted=False) -> dict:
@@ -197,11 +208,10 @@ def moe_parts(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, 
     # permute reads each pair's source row (bf16) and writes it in expert order, finalize reads each pair's output
     # row back; L2 holds the permuted buffer between them while it fits
     permuted_bytes = np.where(permuted, routed * h * (2.0 + a_bytes + 2.0), 0.0)
-    buffer_hit = np.minimum(replay_capacity(device) / np.maximum(routed * h * 2.0, 1.0), 1.0) ** 4
     # replayed back to back on the same weights (no copies cycled), experts that fit in one L2 partition stay there
-    hit = np.minimum(replay_capacity(device) / np.maximum(weights, 1.0), 1.0) ** 4 if replayed else 0.0
-    dram = weights * (1.0 - hit * (1.0 - 1.0 / L2_BANDWIDTH_RATIO)) + acts \
-        + permuted_bytes * (1.0 - buffer_hit * (1.0 - 1.0 / L2_BANDWIDTH_RATIO)) * stream
+    hit = _l2_resident(weights, device) if replayed else 0.0
+    dram = weights * _l2_discount(hit) + acts + permuted_bytes * _l2_discount(_l2_resident(routed * h * 2.0, device)) \
+        * stream
     # each tile pays its pipeline's fill and drain on top of k: short-k experts (the down projection of a
     # narrow or TP-split expert) run their tensor cores a smaller share of the time
     fill = ((mats - 1.0) * (1.0 + TILE_FILL_K / h) + (1.0 + TILE_FILL_K / f_local)) / mats
