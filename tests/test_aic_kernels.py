@@ -16,9 +16,9 @@ from hybridperf.transfer.aic_calibrate import calibrate_to
 from hybridperf.aic_rows import validate
 from hybridperf.datasets.aiconfigurator import SYSTEM_DEVICES, canonical, load_kernels
 from hybridperf.devices import get_device
-from hybridperf.priors.llm_gemm import (FIXED_TILE_SOURCES, ROOFLINE, KernelConstants, fitted_constants, gemm_ms,
-                                        gemm_parts, l2_output_hit, l2_weight_hit, matrix_peak, tile_compute_s,
-                                        warp_mma_peak)
+from hybridperf.priors.llm_gemm import (FIXED_TILE_SOURCES, ROOFLINE, KernelConstants, combine_ms, fitted_constants,
+                                        gemm_ms, gemm_parts, l2_output_hit, l2_weight_hit, matrix_peak,
+                                        tile_compute_s, warp_mma_peak)
 from hybridperf.priors.moe import distribution_alpha, moe_ms, moe_parts, rank0_share
 
 REPO = Path(__file__).resolve().parents[1]
@@ -86,9 +86,10 @@ def test_tiles_as_fast_go_to_the_first_listed_so_a_faster_gpu_and_more_rows_are_
 
 
 def test_cutlass_moe_pays_its_permute_and_finalize_passes_at_a_streaming_rate():
-    """TensorRT-LLM's CUTLASS MoE permutes every token-expert pair's row and finalizes the outputs in passes of their
-    own: 2 + 1 + 2 bytes per pair element in fp8, each byte at 1 + bandwidth / (SMs x 25 GB/s) times its DRAM time
-    (few bytes in flight per SM), so the passes weigh most where each SM has the most bandwidth to draw (B200)."""
+    """TensorRT-LLM's CUTLASS MoE permutes every token-expert pair's row and finalizes the outputs in kernels of their
+    own, before and after the grouped GEMMs (so their time adds to the math, not overlapping it): 2 + 1 + 2 bytes per
+    pair element in fp8, each byte at 1 + bandwidth / (SMs x 25 GB/s) times its DRAM time (few bytes in flight per
+    SM), so the passes weigh most where each SM has the most bandwidth to draw (B200)."""
     from hybridperf.priors.moe import PERMUTED, SM_INFLIGHT_BW
 
     args = (65536.0, 7168.0, 256.0, 8.0, 256.0)  # a permuted buffer of GBs: L2 holds none of it
@@ -99,9 +100,17 @@ def test_cutlass_moe_pays_its_permute_and_finalize_passes_at_a_streaming_rate():
         bw = dev.mem_bw_gbs * 1e9
         pair_bytes = plain["routed"] * 7168.0 * 5.0
         stream = 1.0 + bw / (dev.num_sms * SM_INFLIGHT_BW)
-        assert (perm["memory"] - plain["memory"]) * bw == pytest.approx(pair_bytes * stream, rel=1e-3)
-        added[name] = (perm["memory"] - plain["memory"]) / plain["memory"]
+        assert perm["memory"] == pytest.approx(plain["memory"])
+        assert (perm["quant"] - plain["quant"]) * bw == pytest.approx(pair_bytes * stream, rel=1e-3)
+        added[name] = (perm["quant"] - plain["quant"]) / plain["memory"]
     assert added["l40s"] < added["h100_sxm"] < added["b200_sxm"]
+    # a compute-bound layer (wide experts, many tokens) pays the passes on top of its math
+    wide = (65536.0, 7168.0, 2048.0, 8.0, 256.0)
+    h100 = get_device("h100_sxm")
+    plain, perm = (moe_parts(*wide, h100, "fp8", ep=8, replayed=False, permuted=p) for p in (False, True))
+    assert perm["compute"] > perm["memory"]
+    t_plain, t_perm = (combine_ms(parts, "fp8", ROOFLINE) for parts in (plain, perm))
+    assert t_perm - t_plain == pytest.approx((perm["quant"] - plain["quant"]) * 1e3, rel=1e-6)
     # the bytes the residual reads are the passes' own, not their time: more bandwidth does not grow them
     b200 = get_device("b200_sxm")
     faster = replace(b200, mem_bw_gbs=2.0 * b200.mem_bw_gbs)

@@ -9,8 +9,8 @@ expert's rows padded to the grouped GEMM's tile, the experts' weights read once 
 (decode is bound by them; the collector replays the same layer, so experts that fit in L2 are served
 from it), the gated MLP (up and gate, then down; `nongated` kernels have no gate; each tile's pipeline
 fill and drain weighs on short-k experts, `TILE_FILL_K`), a routing/permute pass over the activations,
-and, where the kernels permute and finalize in passes of their own (`PERMUTED`), those passes' bytes at the
-rate a streaming kernel draws (`SM_INFLIGHT_BW`). Efficiencies and floors are measured data (`KernelConstants`),
+and, where the kernels permute and finalize in kernels of their own (`PERMUTED`), those passes' bytes at the
+rate a streaming kernel draws (`SM_INFLIGHT_BW`), before and after the math. Efficiencies and floors are measured data (`KernelConstants`),
 passed explicitly.
 
 Kernel time only (no host floor, no all-to-all). Vectorised over numpy arrays.
@@ -150,9 +150,9 @@ def moe_parts(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, 
     `zero_fill`: they also fill those pairs' rows of their intermediate buffers (`ZERO_FILLED`).
     `whole_tokens`: rank 0 computes all top-k pairs of every token with a pair on it, the other ranks'
     pairs on one local expert (`computes_remote_pairs`). `permuted`: the kernels permute every pair's row into
-    expert order and finalize the outputs in passes of their own (`PERMUTED`), whose bytes join the layer's memory
-    traffic (overlapping the math as it does) at the streaming rate of `SM_INFLIGHT_BW`. The activations'
-    quantization runs at that rate whatever `permuted` says. `dtype`: the one the kernels run on this device
+    expert order and finalize the outputs in kernels of their own (`PERMUTED`), one before the grouped GEMMs and one
+    after: their bytes, at the streaming rate of `SM_INFLIGHT_BW`, join `quant`, the time added to the math's
+    rather than overlapping it. The activations' quantization runs at that rate whatever `permuted` says. `dtype`: the one the kernels run on this device
     (`llm_gemm.device_dtype`: NVFP4 experts run weight-only on a GPU without FP4 units)."""
     moe_dtype = device_dtype(moe_dtype, device)
     t, h, f, k, e, tp, ep = (np.asarray(x, dtype=np.float64)
@@ -210,8 +210,8 @@ def moe_parts(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, 
     permuted_bytes = np.where(permuted, routed * h * (2.0 + a_bytes + 2.0), 0.0)
     # replayed back to back on the same weights (no copies cycled), experts that fit in one L2 partition stay there
     hit = _l2_resident(weights, device) if replayed else 0.0
-    dram = weights * _l2_discount(hit) + acts + permuted_bytes * _l2_discount(_l2_resident(routed * h * 2.0, device)) \
-        * stream
+    dram = weights * _l2_discount(hit) + acts
+    quant = quant + permuted_bytes * _l2_discount(_l2_resident(routed * h * 2.0, device)) * stream / bw
     # each tile pays its pipeline's fill and drain on top of k: short-k experts (the down projection of a
     # narrow or TP-split expert) run their tensor cores a smaller share of the time
     fill = ((mats - 1.0) * (1.0 + TILE_FILL_K / h) + (1.0 + TILE_FILL_K / f_local)) / mats
