@@ -52,6 +52,21 @@ import numpy as np
 
 from hybridperf.devices.spec import COLLECTIVE_TIMINGS, TOPOLOGIES, NodeSpec
 from hybridperf.errors import InputError
+from hybridperf.priors.nccl_tuning import (
+    BASE_LAT as _BASE_LAT,
+    HW_LAT as _HW_LAT,
+    LL_MAX_BW as _LL_MAX_BW,
+    NCCL_P2P_LL_THRESHOLD,
+    NVLINK_CHANNEL_BW,
+    NVLS_CHANNEL_FACTOR,
+    NVLS_EFF as _NVLS_EFF,
+    NVLS_TREE_MAX as _NVLS_TREE_MAX,
+    PROTO_LINK_SHARE,
+    PROTOS as _PROTOS,
+    TUNER_NVLINK_EFF,
+    active_channels,
+    tree_correction as _tree_correction,
+)
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 #: topologies whose `intra_bw_gbs` is each GPU's PCIe link: a NIC's traffic crosses it too (GPUDirect RDMA), so a
@@ -214,6 +229,7 @@ class Fabric:
     nvlink_spec: float  # the GPU's NVLink spec rate (NCCL's tuner rates NVLS from it)
     node_bw: float  # the node's NICs as the g GPUs share them (collectives)
     net_p2p_bw: float  # one GPU's flow to another node
+    channel_bw: float = 0.0  # one NCCL channel's achieved NVLink rate on an NVSwitch (0: not modelled)
 
 
 _ARCH_INDEX = {"volta": 0, "turing": 0, "pascal": 0, "ampere": 1, "ada": 1, "hopper": 2, "blackwell": 3}
@@ -260,7 +276,8 @@ def fabric(node: NodeSpec, p: int, g: int, c: CollectiveConstants = DEFAULT_CONS
         net_p2p = min(net_p2p, node.intra_bw_gbs * c.eff_pcie_p2p)
     return Fabric(p=p, g=g, nodes=p // g, arch=arch, intra_bw=bw, allreduce_gain=gain, intra_p2p_bw=p2p,
                   intra_kind=kind, nvls=topo == "nvswitch" and arch >= 2 and g >= 2, nvlink_spec=node.intra_bw_gbs,
-                  node_bw=node_bw, net_p2p_bw=net_p2p)
+                  node_bw=node_bw, net_p2p_bw=net_p2p,
+                  channel_bw=NVLINK_CHANNEL_BW[arch] * c.eff_nvlink / TUNER_NVLINK_EFF if topo == "nvswitch" else 0.0)
 
 
 def _rank_factor(loss: float, g: int) -> float:
@@ -270,26 +287,6 @@ def _rank_factor(loss: float, g: int) -> float:
 
 # ---------------------------------------------------------------------------------------------------
 # NCCL's model (tuning.cc), evaluated on any fabric
-
-_BASE_LAT = {"tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4), "nvls": (0, 0, 0), "nvls_tree": (0, 0, 0),
-             "pat": (8.0, 8.0, 8.0)}
-_HW_LAT = {  # (LL, LL128, Simple) us
-    "nvlink": {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4), "nvls": (0, 0, 25), "nvls_tree": (0, 0, 25), "pat": (0, 0, 4.0)},
-    "pcie": {"tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7), "nvls": (0, 0, 0), "nvls_tree": (0, 0, 0), "pat": (0, 0, 4.0)},
-    "net": {"tree": (5.0, 8.5, 14), "ring": (2.7, 4.0, 14.0), "nvls": (0, 0, 18), "nvls_tree": (0, 0, 20.9), "pat": (0, 0, 14)},
-}
-_PROTOS = ("LL", "LL128", "Simple")
-_LL_MAX_BW = ((39.0, 39.0, 20.4), (87.7, 22.5, 19.0), (141.0, 45.0, 35.0), (282.0, 90.0, 70.0))
-_NVLS_EFF = (0.0, 0.0, 0.85, 0.74)
-_NVLS_TREE_MAX = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (0.0, 57.7, 45.5), (0.0, 96.0, 80.0))
-_TREE_CORR = (
-    (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0),
-    (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0),
-    (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9),
-)
-NVLS_CHANNEL_FACTOR = 15.0 / 16.0  # (nChannels - 1) / nChannels with NCCL's 16 NVLS channels
-NCCL_P2P_LL_THRESHOLD = 16384  # send/recv and all-to-all run LL up to this many bytes per peer
-
 
 def candidates(coll: str, f: Fabric) -> list[tuple[str, str]]:
     """(algorithm, protocol) pairs NCCL may run for `coll` on `f` (its enable rules)."""
@@ -344,12 +341,13 @@ def nccl_model_us(coll: str, alg: str, pr: str, n: np.ndarray, f: Fabric, c: Col
         intra = max(hw_in, (3.0 if pr == "Simple" else 1.0) if N > 1 else 0.0)
         lat += (nsteps - inter) * intra + inter * hw_net
         bus = {"LL": min(llmax, 0.5 * bus), "LL128": 0.92 * bus, "Simple": bus}[pr]
-        algbw = bus * p / nsteps
+        algbw = _channel_capped(bus, n, pr, f, c, ring=True) * p / nsteps
     elif alg == "tree":
         lat += 2 * ((g - 1) * hw_in + math.log2(N) * hw_net)
         bus = 0.92 * bus
         bus = {"LL": min(bus / 3.8, llmax), "LL128": bus * (7 / 9 if N == 1 else 120 / 128), "Simple": bus}[pr]
-        algbw = 0.5 * bus * (_tree_correction(n, k) if c is TUNER_CONSTANTS else 1.0)  # the pick only: keeps t monotone
+        algbw = 0.5 * (bus * _tree_correction(n, k) if c is TUNER_CONSTANTS  # the pick only: keeps t monotone
+                       else _channel_capped(bus, n, pr, f, c, ring=False))
     elif alg in ("nvls", "nvls_tree"):
         if c is TUNER_CONSTANTS:  # NCCL's own NVLS rate
             intra = f.nvlink_spec * c.eff_nvlink * _NVLS_EFF[f.arch] * NVLS_CHANNEL_FACTOR
@@ -375,6 +373,15 @@ def nccl_model_us(coll: str, alg: str, pr: str, n: np.ndarray, f: Fabric, c: Col
     return c.lat_scale * lat + t * _fill(n, c)
 
 
+def _channel_capped(bus: float, n: np.ndarray, pr: str, f: Fabric, c: CollectiveConstants, ring: bool):
+    """The bus bandwidth a ring or tree inside one NVSwitch node achieves at `n` bytes: NCCL runs a small
+    message on fewer channels than its tuner priced (`active_channels`), each at `channel_bw` x the protocol's
+    share of the link. The tuner's own model (TUNER_CONSTANTS) is left as NCCL has it."""
+    if c is TUNER_CONSTANTS or not f.channel_bw or f.nodes > 1:
+        return bus
+    return np.minimum(bus, active_channels(n, pr, f.p, ring) * f.channel_bw * PROTO_LINK_SHARE[pr])
+
+
 def _nvls_all_reduce_bus(f: Fabric, g: int, c: CollectiveConstants) -> float:
     """NVLS all-reduce's bus bandwidth on g ranks: each rank sends its buffer into the switch and takes the
     reduced buffer back through multicast, n (1 + 1/g) per direction, at the links' fitted rate x NCCL's
@@ -391,14 +398,6 @@ def _fill(n: np.ndarray, c: CollectiveConstants) -> np.ndarray:
     """Factor on a message's transfer time for the pipeline's fill: 1 + fill_share x min(n, fill_bytes) / n
     (1 for NCCL's own tuner model, whose fill_share is 0)."""
     return 1.0 + c.fill_share * np.minimum(n, c.fill_bytes) / np.maximum(n, 1.0)
-
-
-def _tree_correction(n: np.ndarray, k: int) -> np.ndarray:
-    log = np.floor(np.log2(np.maximum(n / 64.0, 1.0))).astype(int)
-    out = np.ones_like(n)
-    ok = log < 23
-    out[ok] = np.asarray(_TREE_CORR[k])[log[ok]]
-    return out
 
 
 def prior_terms(collective: str, nbytes, gpus: int, gpus_per_node: int | None, node: NodeSpec,
