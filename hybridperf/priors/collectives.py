@@ -32,6 +32,9 @@ Candidates, p ranks, g per node, N = p / g nodes:
               links (all of them busy for all_to_all, at the collective efficiency), inter-node bytes
               over the node's NICs (on a PCIe box through the GPU's own link, which carries both).
 Protocols: LL (half the bandwidth, capped by NCCL's llMaxBw), LL128 (0.92, NVLink only), Simple.
+Channels: the tuner prices every size at all of NCCL's channels, but NCCL runs a small ring/tree message on
+one channel per nThreads x threadThreshold bytes (LL: 512 x 8 x p); inside an NVSwitch node each moves at one
+NVLink channel's rate (NCCL's SMxx_NVLINK_BW x eff_nvlink / 0.8; `nccl_tuning.active_channels`).
 
 Timing (`timing`):
     graph  the collective as a kernel in a stream of back-to-back launches or a captured CUDA graph
@@ -52,21 +55,8 @@ import numpy as np
 
 from hybridperf.devices.spec import COLLECTIVE_TIMINGS, TOPOLOGIES, NodeSpec
 from hybridperf.errors import InputError
-from hybridperf.priors.nccl_tuning import (
-    BASE_LAT as _BASE_LAT,
-    HW_LAT as _HW_LAT,
-    LL_MAX_BW as _LL_MAX_BW,
-    NCCL_P2P_LL_THRESHOLD,
-    NVLINK_CHANNEL_BW,
-    NVLS_CHANNEL_FACTOR,
-    NVLS_EFF as _NVLS_EFF,
-    NVLS_TREE_MAX as _NVLS_TREE_MAX,
-    PROTO_LINK_SHARE,
-    PROTOS as _PROTOS,
-    TUNER_NVLINK_EFF,
-    active_channels,
-    tree_correction as _tree_correction,
-)
+from hybridperf.priors import nccl_tuning as nccl
+from hybridperf.priors.nccl_tuning import NCCL_P2P_LL_THRESHOLD, NVLS_CHANNEL_FACTOR
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 #: topologies whose `intra_bw_gbs` is each GPU's PCIe link: a NIC's traffic crosses it too (GPUDirect RDMA), so a
@@ -277,7 +267,7 @@ def fabric(node: NodeSpec, p: int, g: int, c: CollectiveConstants = DEFAULT_CONS
     return Fabric(p=p, g=g, nodes=p // g, arch=arch, intra_bw=bw, allreduce_gain=gain, intra_p2p_bw=p2p,
                   intra_kind=kind, nvls=topo == "nvswitch" and arch >= 2 and g >= 2, nvlink_spec=node.intra_bw_gbs,
                   node_bw=node_bw, net_p2p_bw=net_p2p,
-                  channel_bw=NVLINK_CHANNEL_BW[arch] * c.eff_nvlink / TUNER_NVLINK_EFF if topo == "nvswitch" else 0.0)
+                  channel_bw=nccl.NVLINK_CHANNEL_BW[arch] * c.eff_nvlink / nccl.TUNER_NVLINK_EFF if topo == "nvswitch" else 0.0)
 
 
 def _rank_factor(loss: float, g: int) -> float:
@@ -295,9 +285,9 @@ def candidates(coll: str, f: Fabric) -> list[tuple[str, str]]:
     if f.p == 1:
         return [("local", "Simple")]
     ll128 = f.intra_kind == "nvlink" or (f.g == 1 and f.arch >= 2)  # NVLink inside; Hopper+ across NICs
-    out = [("ring", pr) for pr in _PROTOS if pr != "LL128" or ll128]
+    out = [("ring", pr) for pr in nccl.PROTOS if pr != "LL128" or ll128]
     if coll == "all_reduce":
-        out += [("tree", pr) for pr in _PROTOS if pr != "LL128" or ll128]
+        out += [("tree", pr) for pr in nccl.PROTOS if pr != "LL128" or ll128]
         if f.nvls:
             out.append(("nvls" if f.nodes == 1 else "nvls_tree", "Simple"))
     elif f.nvls and f.nodes == 1:
@@ -310,32 +300,32 @@ def candidates(coll: str, f: Fabric) -> list[tuple[str, str]]:
 def nccl_model_us(coll: str, alg: str, pr: str, n: np.ndarray, f: Fabric, c: CollectiveConstants) -> np.ndarray:
     """NCCL's time model of one candidate (us) on the bandwidths of `f`, latencies x c.lat_scale."""
     p, g, N = f.p, f.g, f.nodes
-    k = _PROTOS.index(pr)
+    k = nccl.PROTOS.index(pr)
     if alg == "local":
         return np.zeros_like(n)
     if alg == "direct":
         per_peer = n if coll == "send_recv" else n / p
         use = per_peer <= NCCL_P2P_LL_THRESHOLD if pr == "LL" else per_peer > NCCL_P2P_LL_THRESHOLD
         eff = 0.5 if pr == "LL" else 1.0
-        net_lat = _HW_LAT["net"]["ring"][k] if N > 1 else 0.0
+        net_lat = nccl.HW_LAT["net"]["ring"][k] if N > 1 else 0.0
         if coll == "send_recv":
             lat = c.lat_p2p_us + c.lat_scale * net_lat
             bw = f.intra_p2p_bw if g >= 2 and N == 1 else f.net_p2p_bw  # ranks on several nodes: a pair crosses
             t = n / (1e3 * bw * eff)
         else:
-            hw = _HW_LAT[f.intra_kind if f.intra_kind != "none" else "pcie"]["ring"][k]
-            lat = c.lat_scale * (_BASE_LAT["ring"][k] + hw + net_lat)
+            hw = nccl.HW_LAT[f.intra_kind if f.intra_kind != "none" else "pcie"]["ring"][k]
+            lat = c.lat_scale * (nccl.BASE_LAT["ring"][k] + hw + net_lat)
             t_in = (p - 1 if f.intra_kind == "pcie" else g - 1) / p * n / (1e3 * f.intra_bw * eff) if g > 1 else 0 * n
             t_net = g * (p - g) / p * n / (1e3 * f.node_bw * eff) if N > 1 else 0 * n
             t = np.maximum(t_in, t_net)
         return np.where(use, lat + t * _fill(n, c), np.inf)
     nsteps = 2 * (p - 1) if coll == "all_reduce" else p - 1
-    hw_in = _HW_LAT["nvlink" if f.intra_kind == "nvlink" else "pcie"][alg][k]
-    hw_net = _HW_LAT["net"]["tree" if g == 1 else alg][k]
+    hw_in = nccl.HW_LAT["nvlink" if f.intra_kind == "nvlink" else "pcie"][alg][k]
+    hw_net = nccl.HW_LAT["net"]["tree" if g == 1 else alg][k]
     ring_bus = f.intra_bw * (f.allreduce_gain if coll == "all_reduce" else 1.0)
     bus = (min(ring_bus, f.node_bw) if g > 1 else f.node_bw) if N > 1 else ring_bus
-    llmax = _LL_MAX_BW[f.arch if N == 1 else 1][min(N, 3) - 1]
-    lat = _BASE_LAT[alg][k]
+    llmax = nccl.LL_MAX_BW[f.arch if N == 1 else 1][min(N, 3) - 1]
+    lat = nccl.BASE_LAT[alg][k]
     if alg == "ring":
         inter = 0 if N == 1 else (2 * (N - 1) if coll == "all_reduce" else N - 1)
         intra = max(hw_in, (3.0 if pr == "Simple" else 1.0) if N > 1 else 0.0)
@@ -346,11 +336,11 @@ def nccl_model_us(coll: str, alg: str, pr: str, n: np.ndarray, f: Fabric, c: Col
         lat += 2 * ((g - 1) * hw_in + math.log2(N) * hw_net)
         bus = 0.92 * bus
         bus = {"LL": min(bus / 3.8, llmax), "LL128": bus * (7 / 9 if N == 1 else 120 / 128), "Simple": bus}[pr]
-        algbw = 0.5 * (bus * _tree_correction(n, k) if c is TUNER_CONSTANTS  # the pick only: keeps t monotone
+        algbw = 0.5 * (bus * nccl.tree_correction(n, k) if c is TUNER_CONSTANTS  # the pick only: keeps t monotone
                        else _channel_capped(bus, n, pr, f, c, ring=False))
     elif alg in ("nvls", "nvls_tree"):
         if c is TUNER_CONSTANTS:  # NCCL's own NVLS rate
-            intra = f.nvlink_spec * c.eff_nvlink * _NVLS_EFF[f.arch] * NVLS_CHANNEL_FACTOR
+            intra = f.nvlink_spec * c.eff_nvlink * nccl.NVLS_EFF[f.arch] * NVLS_CHANNEL_FACTOR
             intra *= 2.0 if coll == "all_reduce" else (g - 1) / g
         elif coll == "all_reduce":  # achieved, in the units NCCL converts below: see _nvls_all_reduce_bus
             intra = _nvls_all_reduce_bus(f, g, c)
@@ -365,7 +355,7 @@ def nccl_model_us(coll: str, alg: str, pr: str, n: np.ndarray, f: Fabric, c: Col
         else:
             lat += hw_in + 2 * math.log2(N) * hw_net
             inter = f.node_bw * (2 if N <= 2 else 1)  # the node's NICs carry 1/g of the data each
-            algbw = min(intra, inter, _NVLS_TREE_MAX[f.arch][min(N, 3) - 1] * 16) * p / nsteps
+            algbw = min(intra, inter, nccl.NVLS_TREE_MAX[f.arch][min(N, 3) - 1] * 16) * p / nsteps
     else:  # pat
         lat += math.log2(N) * hw_net / 3.5 + p * 2.8
         algbw = 0.75 * bus
@@ -379,7 +369,7 @@ def _channel_capped(bus: float, n: np.ndarray, pr: str, f: Fabric, c: Collective
     share of the link. The tuner's own model (TUNER_CONSTANTS) is left as NCCL has it."""
     if c is TUNER_CONSTANTS or not f.channel_bw or f.nodes > 1:
         return bus
-    return np.minimum(bus, active_channels(n, pr, f.p, ring) * f.channel_bw * PROTO_LINK_SHARE[pr])
+    return np.minimum(bus, nccl.active_channels(n, pr, f.p, ring) * f.channel_bw * nccl.PROTO_LINK_SHARE[pr])
 
 
 def _nvls_all_reduce_bus(f: Fabric, g: int, c: CollectiveConstants) -> float:
@@ -390,7 +380,7 @@ def _nvls_all_reduce_bus(f: Fabric, g: int, c: CollectiveConstants) -> float:
     the ring's speed (H100: 365-370 GB/s bus bandwidth on 2-4 ranks, 420-480 on 5-8, NCCL issue 1455). Its
     fixed latency is its own (`nvls_lat_gain`): B200's 8-rank all-reduce takes ~97 us + n / 434 GB/s from
     32 MB to 512 MB, slower than its ring below ~100 MB."""
-    rate = f.nvlink_spec * c.eff_nvlink * _NVLS_EFF[f.arch] * c.nvls_gain
+    rate = f.nvlink_spec * c.eff_nvlink * nccl.NVLS_EFF[f.arch] * c.nvls_gain
     return rate * 2.0 * (g - 1) / (g + 1)
 
 
