@@ -660,6 +660,27 @@ def test_nvswitch_bus_bandwidth_grows_with_ranks_up_to_eight():
     assert fabric(node, 2, 2, replace(c, rank_loss=0.0)).intra_bw == pytest.approx(bw[8])
 
 
+def test_small_ring_messages_run_on_the_channels_nccl_gives_them():
+    """NCCL runs an LL ring on one channel per 512 threads x 8 B x nRanks (64 KB on 8 ranks: 2, 256 KB: 8), each
+    at one channel's rate: the bandwidth term of an 8-rank all-reduce is the same from 32 KB to 256 KB, a
+    plateau well above the tuner's LL rate, while the tuner itself still prices all channels."""
+    from hybridperf.priors.collectives import TUNER_CONSTANTS, fabric, nccl_model_us
+    from hybridperf.priors.nccl_tuning import active_channels
+
+    assert list(active_channels(np.array([4096.0, 65536, 262144, 2**26]), "LL", 8)) == [1, 2, 8, 2048]
+    node = get_node("DGX-A100")
+    n = np.array([4096.0, 65536, 262144])
+    t = prior_terms("all_reduce", n, 8, 8, node, DEFAULT_CONSTANTS, "graph")
+    assert set(t["algorithm"]) == {"ring"} and set(t["protocol"]) == {"LL"}
+    us = t["alg_us"]
+    assert us[2] == pytest.approx(us[1], rel=0.01)  # plateau
+    f = t["fabric"]
+    plateau = 2 * 7 / 8 * 65536 / (1e3 * 2 * f.channel_bw * 0.5)
+    assert us[1] - us[0] == pytest.approx(plateau - 2 * 7 / 8 * 4096 / (1e3 * f.channel_bw * 0.5), rel=0.05)
+    tuner = nccl_model_us("all_reduce", "ring", "LL", n, fabric(node, 8, 8, TUNER_CONSTANTS), TUNER_CONSTANTS)
+    assert tuner[2] - tuner[1] > 2.0  # NCCL's own model: all channels at every size
+
+
 def test_trays_of_an_nvl72_rack_share_its_nvlink_domain():
     """On GB200-NVL72, 4 GPUs per host tray: `predict-collective` prices 8 or 72 ranks at 4 per host as one
     NVLink domain, 144 as two racks, and refuses 76; 16 ranks named 8 per host (no tray has 8) are still one

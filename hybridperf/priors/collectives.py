@@ -32,6 +32,9 @@ Candidates, p ranks, g per node, N = p / g nodes:
               links (all of them busy for all_to_all, at the collective efficiency), inter-node bytes
               over the node's NICs (on a PCIe box through the GPU's own link, which carries both).
 Protocols: LL (half the bandwidth, capped by NCCL's llMaxBw), LL128 (0.92, NVLink only), Simple.
+Channels: the tuner prices every size at all of NCCL's channels, but NCCL runs a small ring/tree message on
+one channel per nThreads x threadThreshold bytes (LL: 512 x 8 x p); inside an NVSwitch node each moves at one
+NVLink channel's rate (NCCL's SMxx_NVLINK_BW x eff_nvlink / 0.8; `nccl_tuning.active_channels`).
 
 Timing (`timing`):
     graph  the collective as a kernel in a stream of back-to-back launches or a captured CUDA graph
@@ -52,6 +55,8 @@ import numpy as np
 
 from hybridperf.devices.spec import COLLECTIVE_TIMINGS, TOPOLOGIES, NodeSpec
 from hybridperf.errors import InputError
+from hybridperf.priors import nccl_tuning as nccl
+from hybridperf.priors.nccl_tuning import NCCL_P2P_LL_THRESHOLD, NVLS_CHANNEL_FACTOR
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 #: topologies whose `intra_bw_gbs` is each GPU's PCIe link: a NIC's traffic crosses it too (GPUDirect RDMA), so a
@@ -214,6 +219,7 @@ class Fabric:
     nvlink_spec: float  # the GPU's NVLink spec rate (NCCL's tuner rates NVLS from it)
     node_bw: float  # the node's NICs as the g GPUs share them (collectives)
     net_p2p_bw: float  # one GPU's flow to another node
+    channel_bw: float = 0.0  # one NCCL channel's achieved NVLink rate on an NVSwitch (0: not modelled)
 
 
 _ARCH_INDEX = {"volta": 0, "turing": 0, "pascal": 0, "ampere": 1, "ada": 1, "hopper": 2, "blackwell": 3}
@@ -260,7 +266,8 @@ def fabric(node: NodeSpec, p: int, g: int, c: CollectiveConstants = DEFAULT_CONS
         net_p2p = min(net_p2p, node.intra_bw_gbs * c.eff_pcie_p2p)
     return Fabric(p=p, g=g, nodes=p // g, arch=arch, intra_bw=bw, allreduce_gain=gain, intra_p2p_bw=p2p,
                   intra_kind=kind, nvls=topo == "nvswitch" and arch >= 2 and g >= 2, nvlink_spec=node.intra_bw_gbs,
-                  node_bw=node_bw, net_p2p_bw=net_p2p)
+                  node_bw=node_bw, net_p2p_bw=net_p2p,
+                  channel_bw=nccl.NVLINK_CHANNEL_BW[arch] * c.eff_nvlink / nccl.TUNER_NVLINK_EFF if topo == "nvswitch" else 0.0)
 
 
 def _rank_factor(loss: float, g: int) -> float:
@@ -271,26 +278,6 @@ def _rank_factor(loss: float, g: int) -> float:
 # ---------------------------------------------------------------------------------------------------
 # NCCL's model (tuning.cc), evaluated on any fabric
 
-_BASE_LAT = {"tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4), "nvls": (0, 0, 0), "nvls_tree": (0, 0, 0),
-             "pat": (8.0, 8.0, 8.0)}
-_HW_LAT = {  # (LL, LL128, Simple) us
-    "nvlink": {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4), "nvls": (0, 0, 25), "nvls_tree": (0, 0, 25), "pat": (0, 0, 4.0)},
-    "pcie": {"tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7), "nvls": (0, 0, 0), "nvls_tree": (0, 0, 0), "pat": (0, 0, 4.0)},
-    "net": {"tree": (5.0, 8.5, 14), "ring": (2.7, 4.0, 14.0), "nvls": (0, 0, 18), "nvls_tree": (0, 0, 20.9), "pat": (0, 0, 14)},
-}
-_PROTOS = ("LL", "LL128", "Simple")
-_LL_MAX_BW = ((39.0, 39.0, 20.4), (87.7, 22.5, 19.0), (141.0, 45.0, 35.0), (282.0, 90.0, 70.0))
-_NVLS_EFF = (0.0, 0.0, 0.85, 0.74)
-_NVLS_TREE_MAX = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (0.0, 57.7, 45.5), (0.0, 96.0, 80.0))
-_TREE_CORR = (
-    (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0),
-    (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0),
-    (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9),
-)
-NVLS_CHANNEL_FACTOR = 15.0 / 16.0  # (nChannels - 1) / nChannels with NCCL's 16 NVLS channels
-NCCL_P2P_LL_THRESHOLD = 16384  # send/recv and all-to-all run LL up to this many bytes per peer
-
-
 def candidates(coll: str, f: Fabric) -> list[tuple[str, str]]:
     """(algorithm, protocol) pairs NCCL may run for `coll` on `f` (its enable rules)."""
     if coll in ("send_recv", "all_to_all"):
@@ -298,9 +285,9 @@ def candidates(coll: str, f: Fabric) -> list[tuple[str, str]]:
     if f.p == 1:
         return [("local", "Simple")]
     ll128 = f.intra_kind == "nvlink" or (f.g == 1 and f.arch >= 2)  # NVLink inside; Hopper+ across NICs
-    out = [("ring", pr) for pr in _PROTOS if pr != "LL128" or ll128]
+    out = [("ring", pr) for pr in nccl.PROTOS if pr != "LL128" or ll128]
     if coll == "all_reduce":
-        out += [("tree", pr) for pr in _PROTOS if pr != "LL128" or ll128]
+        out += [("tree", pr) for pr in nccl.PROTOS if pr != "LL128" or ll128]
         if f.nvls:
             out.append(("nvls" if f.nodes == 1 else "nvls_tree", "Simple"))
     elif f.nvls and f.nodes == 1:
@@ -313,46 +300,47 @@ def candidates(coll: str, f: Fabric) -> list[tuple[str, str]]:
 def nccl_model_us(coll: str, alg: str, pr: str, n: np.ndarray, f: Fabric, c: CollectiveConstants) -> np.ndarray:
     """NCCL's time model of one candidate (us) on the bandwidths of `f`, latencies x c.lat_scale."""
     p, g, N = f.p, f.g, f.nodes
-    k = _PROTOS.index(pr)
+    k = nccl.PROTOS.index(pr)
     if alg == "local":
         return np.zeros_like(n)
     if alg == "direct":
         per_peer = n if coll == "send_recv" else n / p
         use = per_peer <= NCCL_P2P_LL_THRESHOLD if pr == "LL" else per_peer > NCCL_P2P_LL_THRESHOLD
         eff = 0.5 if pr == "LL" else 1.0
-        net_lat = _HW_LAT["net"]["ring"][k] if N > 1 else 0.0
+        net_lat = nccl.HW_LAT["net"]["ring"][k] if N > 1 else 0.0
         if coll == "send_recv":
             lat = c.lat_p2p_us + c.lat_scale * net_lat
             bw = f.intra_p2p_bw if g >= 2 and N == 1 else f.net_p2p_bw  # ranks on several nodes: a pair crosses
             t = n / (1e3 * bw * eff)
         else:
-            hw = _HW_LAT[f.intra_kind if f.intra_kind != "none" else "pcie"]["ring"][k]
-            lat = c.lat_scale * (_BASE_LAT["ring"][k] + hw + net_lat)
+            hw = nccl.HW_LAT[f.intra_kind if f.intra_kind != "none" else "pcie"]["ring"][k]
+            lat = c.lat_scale * (nccl.BASE_LAT["ring"][k] + hw + net_lat)
             t_in = (p - 1 if f.intra_kind == "pcie" else g - 1) / p * n / (1e3 * f.intra_bw * eff) if g > 1 else 0 * n
             t_net = g * (p - g) / p * n / (1e3 * f.node_bw * eff) if N > 1 else 0 * n
             t = np.maximum(t_in, t_net)
         return np.where(use, lat + t * _fill(n, c), np.inf)
     nsteps = 2 * (p - 1) if coll == "all_reduce" else p - 1
-    hw_in = _HW_LAT["nvlink" if f.intra_kind == "nvlink" else "pcie"][alg][k]
-    hw_net = _HW_LAT["net"]["tree" if g == 1 else alg][k]
+    hw_in = nccl.HW_LAT["nvlink" if f.intra_kind == "nvlink" else "pcie"][alg][k]
+    hw_net = nccl.HW_LAT["net"]["tree" if g == 1 else alg][k]
     ring_bus = f.intra_bw * (f.allreduce_gain if coll == "all_reduce" else 1.0)
     bus = (min(ring_bus, f.node_bw) if g > 1 else f.node_bw) if N > 1 else ring_bus
-    llmax = _LL_MAX_BW[f.arch if N == 1 else 1][min(N, 3) - 1]
-    lat = _BASE_LAT[alg][k]
+    llmax = nccl.LL_MAX_BW[f.arch if N == 1 else 1][min(N, 3) - 1]
+    lat = nccl.BASE_LAT[alg][k]
     if alg == "ring":
         inter = 0 if N == 1 else (2 * (N - 1) if coll == "all_reduce" else N - 1)
         intra = max(hw_in, (3.0 if pr == "Simple" else 1.0) if N > 1 else 0.0)
         lat += (nsteps - inter) * intra + inter * hw_net
         bus = {"LL": min(llmax, 0.5 * bus), "LL128": 0.92 * bus, "Simple": bus}[pr]
-        algbw = bus * p / nsteps
+        algbw = _channel_capped(bus, n, pr, f, c, ring=True) * p / nsteps
     elif alg == "tree":
         lat += 2 * ((g - 1) * hw_in + math.log2(N) * hw_net)
         bus = 0.92 * bus
         bus = {"LL": min(bus / 3.8, llmax), "LL128": bus * (7 / 9 if N == 1 else 120 / 128), "Simple": bus}[pr]
-        algbw = 0.5 * bus * (_tree_correction(n, k) if c is TUNER_CONSTANTS else 1.0)  # the pick only: keeps t monotone
+        algbw = 0.5 * (bus * nccl.tree_correction(n, k) if c is TUNER_CONSTANTS  # the pick only: keeps t monotone
+                       else _channel_capped(bus, n, pr, f, c, ring=False))
     elif alg in ("nvls", "nvls_tree"):
         if c is TUNER_CONSTANTS:  # NCCL's own NVLS rate
-            intra = f.nvlink_spec * c.eff_nvlink * _NVLS_EFF[f.arch] * NVLS_CHANNEL_FACTOR
+            intra = f.nvlink_spec * c.eff_nvlink * nccl.NVLS_EFF[f.arch] * NVLS_CHANNEL_FACTOR
             intra *= 2.0 if coll == "all_reduce" else (g - 1) / g
         elif coll == "all_reduce":  # achieved, in the units NCCL converts below: see _nvls_all_reduce_bus
             intra = _nvls_all_reduce_bus(f, g, c)
@@ -367,12 +355,21 @@ def nccl_model_us(coll: str, alg: str, pr: str, n: np.ndarray, f: Fabric, c: Col
         else:
             lat += hw_in + 2 * math.log2(N) * hw_net
             inter = f.node_bw * (2 if N <= 2 else 1)  # the node's NICs carry 1/g of the data each
-            algbw = min(intra, inter, _NVLS_TREE_MAX[f.arch][min(N, 3) - 1] * 16) * p / nsteps
+            algbw = min(intra, inter, nccl.NVLS_TREE_MAX[f.arch][min(N, 3) - 1] * 16) * p / nsteps
     else:  # pat
         lat += math.log2(N) * hw_net / 3.5 + p * 2.8
         algbw = 0.75 * bus
     t = n / (1e3 * algbw)
     return c.lat_scale * lat + t * _fill(n, c)
+
+
+def _channel_capped(bus: float, n: np.ndarray, pr: str, f: Fabric, c: CollectiveConstants, ring: bool):
+    """The bus bandwidth a ring or tree inside one NVSwitch node achieves at `n` bytes: NCCL runs a small
+    message on fewer channels than its tuner priced (`active_channels`), each at `channel_bw` x the protocol's
+    share of the link. The tuner's own model (TUNER_CONSTANTS) is left as NCCL has it."""
+    if c is TUNER_CONSTANTS or not f.channel_bw or f.nodes > 1:
+        return bus
+    return np.minimum(bus, nccl.active_channels(n, pr, f.p, ring) * f.channel_bw * nccl.PROTO_LINK_SHARE[pr])
 
 
 def _nvls_all_reduce_bus(f: Fabric, g: int, c: CollectiveConstants) -> float:
@@ -383,7 +380,7 @@ def _nvls_all_reduce_bus(f: Fabric, g: int, c: CollectiveConstants) -> float:
     the ring's speed (H100: 365-370 GB/s bus bandwidth on 2-4 ranks, 420-480 on 5-8, NCCL issue 1455). Its
     fixed latency is its own (`nvls_lat_gain`): B200's 8-rank all-reduce takes ~97 us + n / 434 GB/s from
     32 MB to 512 MB, slower than its ring below ~100 MB."""
-    rate = f.nvlink_spec * c.eff_nvlink * _NVLS_EFF[f.arch] * c.nvls_gain
+    rate = f.nvlink_spec * c.eff_nvlink * nccl.NVLS_EFF[f.arch] * c.nvls_gain
     return rate * 2.0 * (g - 1) / (g + 1)
 
 
@@ -391,14 +388,6 @@ def _fill(n: np.ndarray, c: CollectiveConstants) -> np.ndarray:
     """Factor on a message's transfer time for the pipeline's fill: 1 + fill_share x min(n, fill_bytes) / n
     (1 for NCCL's own tuner model, whose fill_share is 0)."""
     return 1.0 + c.fill_share * np.minimum(n, c.fill_bytes) / np.maximum(n, 1.0)
-
-
-def _tree_correction(n: np.ndarray, k: int) -> np.ndarray:
-    log = np.floor(np.log2(np.maximum(n / 64.0, 1.0))).astype(int)
-    out = np.ones_like(n)
-    ok = log < 23
-    out[ok] = np.asarray(_TREE_CORR[k])[log[ok]]
-    return out
 
 
 def prior_terms(collective: str, nbytes, gpus: int, gpus_per_node: int | None, node: NodeSpec,
