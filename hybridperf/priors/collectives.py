@@ -264,10 +264,10 @@ def fabric(node: NodeSpec, p: int, g: int, c: CollectiveConstants = DEFAULT_CONS
     if topo in PCIE_TOPOLOGIES:  # GPUDirect RDMA reads the GPU over its own PCIe link: no faster than a PCIe peer
         node_bw = min(node_bw, g * node.intra_bw_gbs * c.eff_pcie)
         net_p2p = min(net_p2p, node.intra_bw_gbs * c.eff_pcie_p2p)
+    channel = nccl.NVLINK_CHANNEL_BW[arch] * c.eff_nvlink / nccl.TUNER_NVLINK_EFF if topo == "nvswitch" else 0.0
     return Fabric(p=p, g=g, nodes=p // g, arch=arch, intra_bw=bw, allreduce_gain=gain, intra_p2p_bw=p2p,
                   intra_kind=kind, nvls=topo == "nvswitch" and arch >= 2 and g >= 2, nvlink_spec=node.intra_bw_gbs,
-                  node_bw=node_bw, net_p2p_bw=net_p2p,
-                  channel_bw=nccl.NVLINK_CHANNEL_BW[arch] * c.eff_nvlink / nccl.TUNER_NVLINK_EFF if topo == "nvswitch" else 0.0)
+                  node_bw=node_bw, net_p2p_bw=net_p2p, channel_bw=channel)
 
 
 def _rank_factor(loss: float, g: int) -> float:
