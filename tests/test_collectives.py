@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -92,6 +92,9 @@ def test_prior_positive_finite(cfg, sizes):
 
 @HYP
 @given(configs())
+@example(("all_reduce", 8, 8, get_node("DGX-A100")))  # on the steps of NCCL's channel count
+@example(("all_reduce", 8, 8, get_node("DGX-B200")))
+@example(("all_gather", 6, 6, get_node("DGX-H100")))
 def test_prior_monotone_in_bytes(cfg):
     """Monotone while NCCL's pick stays the same; where the tuner switches (it keeps a slow protocol
     too long, as NCCL does) the time may dip, but by less than half."""

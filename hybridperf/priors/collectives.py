@@ -115,7 +115,8 @@ class CollectiveConstants:
 DEFAULT_CONSTANTS = CollectiveConstants()
 #: what NCCL's tuner believes: its graph search's link rates (SM80-SM100 NVLink ~0.8 of spec, PCI_BW
 #: 24 of 32 GB/s), the NIC at line rate, its own latency tables
-TUNER_CONSTANTS = replace(DEFAULT_CONSTANTS, lat_scale=1.0, launch_us=0.0, eff_nvlink=0.8, eff_nvlink_p2p=0.8,
+TUNER_CONSTANTS = replace(DEFAULT_CONSTANTS, lat_scale=1.0, launch_us=0.0, eff_nvlink=nccl.TUNER_NVLINK_EFF,
+                          eff_nvlink_p2p=nccl.TUNER_NVLINK_EFF,
                           eff_pcie=0.75, eff_pcie_p2p=0.75, eff_net=1.0, eff_net_p2p=1.0, nvls_gain=1.0, rank_loss=0.0,
                           eff_allreduce=1.0, rank_loss_allreduce=0.0, fill_share=0.0)
 
@@ -330,11 +331,12 @@ def nccl_model_us(coll: str, alg: str, pr: str, n: np.ndarray, f: Fabric, c: Col
         inter = 0 if N == 1 else (2 * (N - 1) if coll == "all_reduce" else N - 1)
         intra = max(hw_in, (3.0 if pr == "Simple" else 1.0) if N > 1 else 0.0)
         lat += (nsteps - inter) * intra + inter * hw_net
-        bus = {"LL": min(llmax, 0.5 * bus), "LL128": 0.92 * bus, "Simple": bus}[pr]
+        share = nccl.PROTO_LINK_SHARE
+        bus = {"LL": min(llmax, share["LL"] * bus), "LL128": share["LL128"] * bus, "Simple": bus}[pr]
         algbw = _channel_capped(bus, n, pr, f, c, ring=True) * p / nsteps
     elif alg == "tree":
         lat += 2 * ((g - 1) * hw_in + math.log2(N) * hw_net)
-        bus = 0.92 * bus
+        bus = 0.92 * bus  # NCCL's tree rate over the ring's (tuning.cc), every protocol
         bus = {"LL": min(bus / 3.8, llmax), "LL128": bus * (7 / 9 if N == 1 else 120 / 128), "Simple": bus}[pr]
         algbw = 0.5 * (bus * nccl.tree_correction(n, k) if c is TUNER_CONSTANTS  # the pick only: keeps t monotone
                        else _channel_capped(bus, n, pr, f, c, ring=False))
@@ -475,10 +477,10 @@ def custom_all_reduce_ms(nbytes, gpus: int, node: NodeSpec, engine: str = "vllm"
         raise InputError(f"TensorRT-LLM runs on NVIDIA GPUs only, not on {node.name}")
     n = as_bytes(nbytes)
     p, g = check_shape("all_reduce", gpus, None, node)
-    nccl = prior_terms("all_reduce", n, p, g, node, constants, "graph")["ms"]
+    nccl_ms = prior_terms("all_reduce", n, p, g, node, constants, "graph")["ms"]
     if eng == "nccl" or p == 1 or p != g or (node.intra_topology not in ("nvswitch", "mesh") and p > 2) \
             or p not in CUSTOM_WORLD_SIZES.get(eng, (p,)) or vendor not in (*CUSTOM_VENDORS, ""):
-        return nccl  # the engines need every pair linked (NVSwitch, a mesh) or just two GPUs, and their world sizes
+        return nccl_ms  # the engines need every pair linked (NVSwitch, a mesh) or just two GPUs, and their world sizes
     k = custom or CustomAllReduceConstants()
     pair = node.pair_bw_gbs or node.intra_bw_gbs
     link = {"nvswitch": node.intra_bw_gbs, "mesh": min(node.intra_bw_gbs, (p - 1) * pair)}.get(node.intra_topology, pair)
@@ -486,4 +488,4 @@ def custom_all_reduce_ms(nbytes, gpus: int, node: NodeSpec, engine: str = "vllm"
     one = k.lat_us + (p - 1) * n / bw
     two = 2 * k.lat_us + 2 * (p - 1) / p * n / bw
     custom_ms = np.minimum(one, two) / 1e3
-    return np.where(n <= k.max_bytes, np.minimum(custom_ms, nccl), nccl)
+    return np.where(n <= k.max_bytes, np.minimum(custom_ms, nccl_ms), nccl_ms)
