@@ -220,8 +220,9 @@ BANDWIDTH_MONOTONE = {"log_prior_ms": 1, "log_memory_ms": 1, "compute_over_memor
 REFERENCE_RATES = {"generation_attention": {"flops": 989.4e12}, "context_attention": {"bandwidth": 3350e9},
                    "gemm": {"flops": 989.4e12, "bandwidth": 3350e9}, "moe": {"flops": 989.4e12, "bandwidth": 3350e9}}
 #: ... and a GEMM's or MoE's monotone terms: its own compute and memory times, the prior, the weight over L2 and
-#: `log_aux`, its serial passes' time (activation quantization; a MoE's permute and finalize); `floor_share` (the launch floor over the prior) and the waves
-#: stay free (constraining the floor's share cost GEMMs 0.4-1.6 points held out)
+#: `log_aux`, its serial passes' time (activation quantization; a MoE's permute and finalize); `floor_share` (the
+#: launch floor over the prior) and the waves stay free (constraining the floor's share cost GEMMs 0.4-1.6 points
+#: held out)
 GEMM_MONOTONE = {"log_prior_ms": 1, "log_compute_ms": 1, "log_memory_ms": 1, "log_weight_over_l2": 1, "log_aux": 1}
 #: each family's monotone constraints (families absent: unconstrained)
 MONOTONE = {"gemm": GEMM_MONOTONE, "moe": GEMM_MONOTONE,

@@ -5,13 +5,12 @@ ways across experts, weights in `moe_dtype`; the time is EP rank 0's.
 
 The physics: the token-expert pairs rank 0 computes (balanced: an even share; `power_law_<alpha>`: the
 collector's draw of expert loads, whose heaviest rank it swaps into rank 0, `moe_routing`), each local
-expert's rows padded to the grouped GEMM's tile, the experts' weights read once per active expert
-(decode is bound by them; the collector replays the same layer, so experts that fit in L2 are served
-from it), the gated MLP (up and gate, then down; `nongated` kernels have no gate; each tile's pipeline
-fill and drain weighs on short-k experts, `TILE_FILL_K`), a routing/permute pass over the activations,
-and, where the kernels permute and finalize in kernels of their own (`PERMUTED`), those passes' bytes at the
-rate a streaming kernel draws (`SM_INFLIGHT_BW`), before and after the math. Efficiencies and floors are measured data (`KernelConstants`),
-passed explicitly.
+expert's rows padded to the grouped GEMM's tile, the experts' weights read once per active expert (decode is bound
+by them; the collector replays the same layer, so experts that fit in L2 are served from it), the gated MLP (up and
+gate, then down; `nongated` kernels have no gate; each tile's pipeline fill and drain weighs on short-k experts,
+`TILE_FILL_K`), a routing/permute pass over the activations, and, where the kernels permute and finalize in kernels
+of their own (`PERMUTED`), those passes' bytes at the rate a streaming kernel draws (`SM_INFLIGHT_BW`), before and
+after the math. Efficiencies and floors are measured data (`KernelConstants`), passed explicitly.
 
 Kernel time only (no host floor, no all-to-all). Vectorised over numpy arrays.
 """
@@ -148,12 +147,13 @@ def moe_parts(num_tokens, hidden, inter, topk, num_experts, device: DeviceSpec, 
     `combine`: the kernels materialise every token's top-k outputs and sum them (`MATERIALIZED_COMBINE`),
     so the combine reads tokens x topk rows even of pairs whose experts live on other EP ranks;
     `zero_fill`: they also fill those pairs' rows of their intermediate buffers (`ZERO_FILLED`).
-    `whole_tokens`: rank 0 computes all top-k pairs of every token with a pair on it, the other ranks'
-    pairs on one local expert (`computes_remote_pairs`). `permuted`: the kernels permute every pair's row into
-    expert order and finalize the outputs in kernels of their own (`PERMUTED`), one before the grouped GEMMs and one
-    after: their bytes, at the streaming rate of `SM_INFLIGHT_BW`, join `quant`, the time added to the math's
-    rather than overlapping it. The activations' quantization runs at that rate whatever `permuted` says. `dtype`: the one the kernels run on this device
-    (`llm_gemm.device_dtype`: NVFP4 experts run weight-only on a GPU without FP4 units)."""
+    `whole_tokens`: rank 0 computes all top-k pairs of every token with a pair on it, the other ranks' pairs on one
+    local expert (`computes_remote_pairs`). `permuted`: the kernels permute every pair's row into expert order and
+    finalize the outputs in kernels of their own (`PERMUTED`), one before the grouped GEMMs and one after: their
+    bytes, at the streaming rate of `SM_INFLIGHT_BW`, join `quant`, the time added to the math's rather than
+    overlapping it. The activations' quantization runs at that rate whatever `permuted` says. `dtype`: the one the
+    kernels run on this device (`llm_gemm.device_dtype`: NVFP4 experts run weight-only on a GPU without FP4
+    units)."""
     moe_dtype = device_dtype(moe_dtype, device)
     t, h, f, k, e, tp, ep = (np.asarray(x, dtype=np.float64)
                              for x in (num_tokens, hidden, inter, topk, num_experts, tp, ep))
