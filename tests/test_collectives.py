@@ -22,7 +22,6 @@ from hybridperf.errors import InputError, ModelBundleError
 from hybridperf.priors.collectives import (
     COLLECTIVES,
     DEFAULT_CONSTANTS,
-    NCCL_P2P_LL_THRESHOLD,
     TOPOLOGIES,
     canonical_collective,
     check_shape,
@@ -31,6 +30,7 @@ from hybridperf.priors.collectives import (
     per_host_to_domain,
     prior_terms,
 )
+from hybridperf.priors.nccl_tuning import NCCL_P2P_LL_THRESHOLD
 from hybridperf.residual_models.collectives import FEATURE_NAMES, CollectiveModel, collective_features, default_bundle_dir
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"

@@ -28,7 +28,7 @@ Candidates, p ranks, g per node, N = p / g nodes:
     collnet   in-network reduction (InfiniBand SHARP): only with a SHARP plugin, which catalog nodes
               do not declare, so never a candidate here (NCCL disables it without one as well).
     direct    send/recv (one message) and all_to_all (p-1 peers at once, n/p each): LL up to
-              NCCL_P2P_LL_THRESHOLD bytes per peer, Simple above; intra-node bytes over the GPU's
+              nccl_tuning.NCCL_P2P_LL_THRESHOLD bytes per peer, Simple above; intra-node bytes over the GPU's
               links (all of them busy for all_to_all, at the collective efficiency), inter-node bytes
               over the node's NICs (on a PCIe box through the GPU's own link, which carries both).
 Protocols: LL (half the bandwidth, capped by NCCL's llMaxBw), LL128 (0.92, NVLink only), Simple.
@@ -56,7 +56,6 @@ import numpy as np
 from hybridperf.devices.spec import COLLECTIVE_TIMINGS, TOPOLOGIES, NodeSpec
 from hybridperf.errors import InputError
 from hybridperf.priors import nccl_tuning as nccl
-from hybridperf.priors.nccl_tuning import NCCL_P2P_LL_THRESHOLD, NVLS_CHANNEL_FACTOR
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 #: topologies whose `intra_bw_gbs` is each GPU's PCIe link: a NIC's traffic crosses it too (GPUDirect RDMA), so a
@@ -306,7 +305,7 @@ def nccl_model_us(coll: str, alg: str, pr: str, n: np.ndarray, f: Fabric, c: Col
         return np.zeros_like(n)
     if alg == "direct":
         per_peer = n if coll == "send_recv" else n / p
-        use = per_peer <= NCCL_P2P_LL_THRESHOLD if pr == "LL" else per_peer > NCCL_P2P_LL_THRESHOLD
+        use = per_peer <= nccl.NCCL_P2P_LL_THRESHOLD if pr == "LL" else per_peer > nccl.NCCL_P2P_LL_THRESHOLD
         eff = 0.5 if pr == "LL" else 1.0
         net_lat = nccl.HW_LAT["net"]["ring"][k] if N > 1 else 0.0
         if coll == "send_recv":
@@ -342,7 +341,7 @@ def nccl_model_us(coll: str, alg: str, pr: str, n: np.ndarray, f: Fabric, c: Col
                        else _channel_capped(bus, n, pr, f, c, ring=False))
     elif alg in ("nvls", "nvls_tree"):
         if c is TUNER_CONSTANTS:  # NCCL's own NVLS rate
-            intra = f.nvlink_spec * c.eff_nvlink * nccl.NVLS_EFF[f.arch] * NVLS_CHANNEL_FACTOR
+            intra = f.nvlink_spec * c.eff_nvlink * nccl.NVLS_EFF[f.arch] * nccl.NVLS_CHANNEL_FACTOR
             intra *= 2.0 if coll == "all_reduce" else (g - 1) / g
         elif coll == "all_reduce":  # achieved, in the units NCCL converts below: see _nvls_all_reduce_bus
             intra = _nvls_all_reduce_bus(f, g, c)
