@@ -175,10 +175,9 @@ def dtype_notes(rows, dev) -> list[str]:
     half = matrix_peak(dev, "bf16")
     # the kernels a row runs (`kernel_dtype`: SGLang's int8_wo path is W8A8 int8), at their dtype's rate; a dtype
     # priced weight-only for want of units has the note above
-    gemm = rows[rows["op_name"] == "gemm"]
-    dtypes = gemm[DTYPE_COLUMNS["gemm"][0]] if len(gemm) else []
-    sources = gemm["kernel_source"] if "kernel_source" in gemm else [""] * len(gemm)
-    runs = {(str(d), kernel_dtype(str(d), str(src), dev)) for d, src in zip(dtypes, sources)}
+    gemm = rows.loc[rows["op_name"] == "gemm"].reindex(columns=[DTYPE_COLUMNS["gemm"][0], "kernel_source"])
+    paths = gemm.fillna("").astype(str).drop_duplicates().itertuples(index=False)
+    runs = {(d, kernel_dtype(d, src, dev)) for d, src in paths}
     runs |= {(d, d) for op, d in gemm_like if op == "moe"}
     rates = {(d, kd): (GEMM_DTYPES[kd][2], matrix_peak(dev, GEMM_DTYPES[kd][2]))
              for d, kd in runs if d in GEMM_DTYPES and kd in GEMM_DTYPES and device_dtype(d, dev) == d}
