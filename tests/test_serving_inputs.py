@@ -102,6 +102,18 @@ def test_rows_beyond_the_positions_get_a_reason(tmp_path):
     assert math.isnan(out.pred_ttft_ms.iloc[1])
 
 
+def test_rows_with_a_config_folder_holding_no_configs_is_an_error(monkeypatch, capsys, tmp_path):
+    # the folder above model_configs, say: every row would be refused, so say so once instead of writing OUT.csv
+    (tmp_path / "README.md").write_text("not a config")
+    rows = tmp_path / "runs.csv"
+    pd.DataFrame([AGG]).to_csv(rows, index=False)
+    out = tmp_path / "out.csv"
+    code, err = run_cli(monkeypatch, capsys, ["predict-serving", "--rows", rows, "--configs", tmp_path,
+                                              "--output", out])
+    assert_one_line_error(code, err)
+    assert "no model configs" in err and not out.exists()
+
+
 @pytest.fixture
 def configs(tmp_path):
     d = tmp_path / "configs"

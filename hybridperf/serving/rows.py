@@ -224,6 +224,8 @@ def predict_rows(df: pd.DataFrame, config_dir, calibration: Calibration | None =
         raise InputError(f"rows CSV lacks column(s) {', '.join(missing)}")
     if config is None and not Path(config_dir).is_dir():
         raise InputError(f"config directory not found: {config_dir}")
+    if config is None and not any(Path(config_dir).glob("*_config.json")):  # the wrong folder: every row refused
+        raise InputError(f"no model configs (<org>--<name>_config.json) in {config_dir}")
     cal = calibration or Calibration.load()
     out = {c: [] for c in PRED_COLUMNS}
     for row in df.to_dict("records"):
