@@ -466,6 +466,20 @@ def test_collective_arguments_are_refused_in_one_line(monkeypatch, capsys, args,
             match)
 
 
+def test_a_node_size_given_for_fewer_ranks_places_them_in_one_node(monkeypatch, capsys):
+    """`--gpus 2 --gpus-per-node 8` on an 8-GPU node (its size, as a cluster's inventory states it) is the
+    2-rank collective inside one node, not an error."""
+    def last(per_node):
+        code, out, err = cli(monkeypatch, capsys, ["predict-collective", "--collective", "all_reduce", "--device",
+                                                   "DGX-H100", "--bytes", "64MiB", "--gpus", 2, "--gpus-per-node",
+                                                   per_node, "--json"])
+        assert code in (0, None), err
+        return json.loads(out.strip().splitlines()[-1])
+    assert last(8) == last(2)
+    refused(monkeypatch, capsys, ["predict-collective", "--collective", "all_reduce", "--device", "DGX-H100",
+                                  "--bytes", "64MiB", "--gpus", 2, "--gpus-per-node", 16], "has 8 GPUs")
+
+
 def test_a_calibration_without_rows_is_refused(monkeypatch, capsys, tmp_path):
     """Calibrating by no measurement is a mistake to say (an empty table to predict gives an empty output)."""
     measured = tmp_path / "measured.csv"

@@ -32,6 +32,8 @@ def test_measured_rows_match_collective_and_shape():
                        "bytes": [1024, 2048, 1024, 1024], "gpus": [8, 8, 8, 4], "gpus_per_node": [8, None, 8, 4],
                        "latency_ms": [0.01, 0.02, 0.01, 0.01]})
     assert measured_rows(df, "all_reduce", 8, 8).index.tolist() == [0, 1]
+    node_size = df.assign(gpus_per_node=[8, None, 8, 8])  # the 4-rank row written with its node's size
+    assert measured_rows(node_size, "all_reduce", 4, 4).index.tolist() == [3]
     with pytest.raises(InputError, match="latency_ms"):
         measured_rows(df.drop(columns="latency_ms"), "all_reduce", 8, 8)
 

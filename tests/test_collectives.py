@@ -304,9 +304,10 @@ def test_input_validation():
     assert canonical_collective("AllReduce") == "all_reduce" and canonical_collective("all-gather") == "all_gather"
     with pytest.raises(InputError):
         canonical_collective("broadcast_everything")
-    for p, g in [(4, 8), (0, 1), (6, 4), (16, 16)]:
+    for p, g in [(4, 16), (0, 1), (6, 4), (16, 16)]:
         with pytest.raises(InputError):
             check_shape("all_reduce", p, g, node)
+    assert check_shape("all_reduce", 4, 8, node) == (4, 4)  # the node's size given for fewer ranks: one node
     with pytest.raises(InputError):
         check_shape("send_recv", 1, 1, node)
     for bad in ([0], [-5], [np.nan], [np.inf]):
@@ -472,7 +473,7 @@ def test_cli_human_and_gpu_name_default_node():
     ("--collective", "all_reduce", "--bytes", "-3", "--gpus", 8, "--device", "DGX-A100"),
     ("--collective", "all_reduce", "--bytes", "lots", "--gpus", 8, "--device", "DGX-A100"),
     ("--collective", "all_reduce", "--bytes", 1024, "--gpus", 0, "--device", "DGX-A100"),
-    ("--collective", "all_reduce", "--bytes", 1024, "--gpus", 4, "--gpus-per-node", 8, "--device", "DGX-A100"),
+    ("--collective", "all_reduce", "--bytes", 1024, "--gpus", 4, "--gpus-per-node", 12, "--device", "DGX-A100"),
     ("--collective", "all_reduce", "--bytes", 1024, "--gpus", 16, "--gpus-per-node", 16, "--device", "DGX-A100"),
     ("--collective", "all_reduce", "--bytes", 1024, "--gpus", 8, "--device", "No Such Node"),
     ("--collective", "all_reduce", "--bytes", 1024, "--gpus", 100_000_000, "--device", "DGX-A100"),

@@ -67,7 +67,8 @@ def predict_collective(
     if gpus < 2:
         raise InputError(f"--gpus must be >= 2: a collective on one rank moves nothing, got {gpus}")
     node, note = resolve_node(device)
-    check_shape(coll, gpus, gpus_per_node, node)
+    _, placed = check_shape(coll, gpus, gpus_per_node, node)
+    gpus_per_node = placed if gpus_per_node else None
     asked_per_node = gpus_per_node or min(gpus, node.gpus_per_node)  # as a measured CSV writes it
     if gpus_per_node:
         per_domain = per_host_to_domain(gpus, gpus_per_node, node)

@@ -152,20 +152,20 @@ MAX_RANKS = 2**20
 
 
 def check_shape(collective: str, gpus: int, gpus_per_node: int | None, node: NodeSpec) -> tuple[int, int]:
-    """Validate (gpus, gpus_per_node) against the node; returns them (gpus_per_node filled in when None)."""
+    """Validate (gpus, gpus_per_node) against the node; returns them (gpus_per_node filled in when None, and no more
+    than gpus: a node's size given for fewer ranks places them all in one node)."""
     p = _positive_int(gpus, "--gpus")
     if p > MAX_RANKS:
         raise InputError(f"--gpus {p} is more ranks than any cluster has (at most {MAX_RANKS})")
     g = min(p, node.gpus_per_node) if gpus_per_node is None else _positive_int(gpus_per_node, "--gpus-per-node")
-    if g > p:
-        raise InputError(f"--gpus-per-node ({g}) exceeds --gpus ({p})")
+    if g > node.gpus_per_node:
+        raise InputError(f"node {node.name} has {node.gpus_per_node} GPUs; --gpus-per-node {g} is too many")
+    g = min(g, p)  # a node's size given for fewer ranks: they all sit in one node
     if p % g:
         if gpus_per_node is None:
             raise InputError(f"--gpus ({p}) beyond one {node.name} fills whole nodes of {g} GPUs: use a multiple of "
                              f"{g}, or --gpus-per-node to place fewer on each")
         raise InputError(f"--gpus ({p}) must be a multiple of --gpus-per-node ({g})")
-    if g > node.gpus_per_node:
-        raise InputError(f"node {node.name} has {node.gpus_per_node} GPUs; --gpus-per-node {g} is too many")
     if collective == "send_recv" and p < 2:
         raise InputError("send_recv needs --gpus >= 2")
     return p, g

@@ -42,7 +42,8 @@ def correction(nbytes, sizes: np.ndarray, ratios: np.ndarray) -> np.ndarray:
 
 def measured_rows(df: pd.DataFrame, collective: str, gpus: int, gpus_per_node: int) -> pd.DataFrame:
     """The rows of a measured-collectives table for one collective on `gpus` ranks, `gpus_per_node` to a node
-    (rows without `gpus_per_node` fill nodes of the same width). InputError on missing columns."""
+    (rows without `gpus_per_node` fill nodes of the same width; a node's size above their ranks places them in one
+    node). InputError on missing columns."""
     from hybridperf.priors.collectives import canonical_collective
 
     lacking = [c for c in COLUMNS if c not in df.columns]
@@ -54,8 +55,9 @@ def measured_rows(df: pd.DataFrame, collective: str, gpus: int, gpus_per_node: i
         raise InputError(f"measured collectives CSV, column collective: {e}") from None
     per_node = _counts(df["gpus_per_node"], "gpus_per_node", blank_ok=True) if "gpus_per_node" in df.columns \
         else pd.Series(np.nan, index=df.index)
-    mine = (names == collective) & (_counts(df["gpus"], "gpus") == gpus) \
-        & (per_node.isna() | (per_node == gpus_per_node))
+    ranks = _counts(df["gpus"], "gpus")
+    # a node's size written for fewer ranks places them all in one node, as `--gpus-per-node` reads it
+    mine = (names == collective) & (ranks == gpus) & (per_node.isna() | (per_node.clip(upper=ranks) == gpus_per_node))
     return df[mine]
 
 
