@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hybridperf.aic_rows import OPS, attn_key
+from hybridperf.aic_rows import OPS, attn_key, matmul_kin
 from hybridperf.devices import DeviceSpec
 from hybridperf.errors import ModelBundleError
 from hybridperf.priors import attention
@@ -90,6 +90,13 @@ def kernel_family(source) -> np.ndarray:
     return out
 
 
+def priced_dtype(name: str) -> str:
+    """The GEMM/MoE dtype the prior prices a row of dtype `name` as: its modelled kin (`aic_rows.matmul_kin`), else
+    the name itself (a blank or float name: bfloat16's rates)."""
+    kin = matmul_kin(name)
+    return kin if kin in GEMM_DTYPES else name
+
+
 def _attn_dtype(series) -> np.ndarray:
     """aiconfigurator dtype names -> the short keys the attention prior reads (a blank cell: bf16, its
     interval widened)."""
@@ -124,6 +131,7 @@ def prior_terms(df: pd.DataFrame, device: DeviceSpec, gemm_c: KernelConstants | 
                                                       framework_of(sub), version]).factorize()
             for i in range(len(groups)):
                 dt, ks, framework, ver = groups[i]
+                dt = priced_dtype(dt)
                 mm = np.zeros(n, dtype=bool)
                 mm[np.flatnonzero(m)[codes == i]] = True
                 s = df.loc[mm]
@@ -256,7 +264,7 @@ def features(df: pd.DataFrame, terms: pd.DataFrame, device: DeviceSpec) -> np.nd
     memory = terms["bytes"] / bw * 1e3 if "bandwidth" in ref else terms["memory_ms"]
     dt = df[{"gemm": "gemm_dtype", "moe": "moe_dtype"}.get(op, "kv_cache_dtype")].astype(str).to_numpy()
     if op in ("gemm", "moe"):  # the operands its kernels read on this device (`llm_gemm.device_dtype`)
-        dt = np.array([device_dtype(d, device) for d in dt], dtype=object)
+        dt = np.array([device_dtype(priced_dtype(d), device) for d in dt], dtype=object)
     ab = np.array([GEMM_DTYPES.get(d, (2.0, 2.0, ""))[0] for d in dt])
     wb = np.array([GEMM_DTYPES.get(d, (2.0, 2.0, ""))[1] if op in ("gemm", "moe") else
                    (1.0 if "8" in d else 2.0) for d in dt])
@@ -382,8 +390,12 @@ def interval_quantiles(ivs: dict, trained: dict, ops, dts, families, arch: str, 
 def row_intervals(df: pd.DataFrame, device: DeviceSpec, ivs: dict, trained: dict, families, kinds: dict,
                   widen: dict = DEFAULT_WIDEN) -> tuple[np.ndarray, np.ndarray]:
     """`interval_quantiles` of validated `df`'s rows on `device`: each row's dtype, the one its kernels run there,
-    its measured path, and what the GPU has that the `trained` systems had not."""
-    return interval_quantiles(ivs, trained, df["op_name"].to_numpy(), dtype_of(df), families, device.kernel_arch, kinds,
+    its measured path, and what the GPU has that the `trained` systems had not. A GEMM/MoE dtype no table holds
+    takes its priced kin's quantiles (`priced_dtype`), widened as a dtype no training system ran."""
+    ops, dts = df["op_name"].to_numpy(), dtype_of(df)
+    matmul = np.isin(ops, ("gemm", "moe"))
+    dts[matmul] = [priced_dtype(d) for d in dts[matmul]]
+    return interval_quantiles(ivs, trained, ops, dts, families, device.kernel_arch, kinds,
                               widen, run_dtype_of(df, device), memory_family(device), source_key(df),
                               ridge_outside(device, trained.get("systems")))
 

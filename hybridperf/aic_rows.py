@@ -48,6 +48,28 @@ DTYPE_NAMES = {"gemm": _MATMUL_NAMES, "moe": _MATMUL_NAMES, "context_attention":
                "generation_attention": _ATTN_NAMES}
 
 
+def matmul_kin(name) -> str:
+    """The GEMM/MoE dtype a row of `name` is priced as: itself where the prior models it (or a float name,
+    `collect`'s), else the modelled quant mode its name reads as (aiconfigurator adds modes: `mxfp8` as
+    `fp8_block`, a 4-bit float as `nvfp4` or its w4a16/w4a8 kin, `w8a8_int8` as `sq`), else "" (refused). The
+    row's interval widens for a dtype no training system ran, as it keeps its own name there."""
+    s = str(name).strip().lower()
+    if s in _MATMUL_NAMES:
+        return s
+    if "fp4" in s:
+        return ("w4a16_nvfp4" if "nv" in s else "w4a16_mxfp4") if s.startswith("w4a16") else \
+            "w4a8_mxfp4_mxfp8" if s.startswith("w4a8") else "nvfp4"
+    if "fp8" in s:
+        return "fp8_block" if "block" in s or "mx" in s else "fp8"
+    if "int4" in s or s.startswith("w4a16"):
+        return "int4_wo"
+    if s.startswith("w4a8"):
+        return "w4afp8"
+    if "int8" in s or s.startswith("w8"):
+        return "int8_wo" if "wo" in s or s.startswith("w8a16") else "sq"
+    return ""
+
+
 def _numbers(s: pd.Series) -> np.ndarray:
     """A column's cells as float64, NaN where a cell is blank, text or True/False (pandas would read True
     as 1, a size no one meant)."""
@@ -80,10 +102,11 @@ def attn_key(name) -> str | None:
 
 def validate(df: pd.DataFrame, source: str = "input") -> pd.DataFrame:
     """A copy of the rows with every column the priors read, numeric ones as float64. One-line InputError,
-    naming the row and column, on what they cannot price rather than a guess: an unknown op, dtype or
-    routing distribution, a missing column, a size that is not a positive whole number (`step`,
-    `window_size`: non-negative; True/False is no size), MoE experts that EP does not split evenly, a
-    `latency` neither blank nor positive and finite (it would leave the score silently)."""
+    naming the row and column, on what they cannot price rather than a guess: an unknown op or routing
+    distribution, a dtype whose name reads as none the priors model (`matmul_kin`), a missing column, a size
+    that is not a positive whole number (`step`, `window_size`: non-negative; True/False is no size), MoE
+    experts that EP does not split evenly, a `latency` neither blank nor positive and finite (it would leave
+    the score silently)."""
     if "op_name" not in df:
         raise InputError(f"{source}: no op_name column")
     out = df.copy()
@@ -117,9 +140,11 @@ def validate(df: pd.DataFrame, source: str = "input") -> pd.DataFrame:
             _refuse(df, source, m & (v != np.floor(v)), f"{op} rows need a whole number {c}", c)
         for c in DTYPE_COLUMNS[op]:  # a blank cell is priced as bf16, its interval widened
             names = out[c].to_numpy()
-            unknown = [d for d in set(names[m].tolist()) if d != "" and d not in DTYPE_NAMES[op]]
+            unknown = [d for d in set(names[m].tolist()) if d != "" and d not in DTYPE_NAMES[op]
+                       and not (op in ("gemm", "moe") and matmul_kin(d))]
             _refuse(df, source, m & np.isin(names, unknown),
-                    f"{op} rows' {c} is none the priors know ({', '.join(sorted(DTYPE_NAMES[op]))})", c)
+                    f"{op} rows' {c} is none the priors know ({', '.join(sorted(DTYPE_NAMES[op]))}"
+                    + (", or a quant mode naming fp8, fp4, int8 or int4" if op in ("gemm", "moe") else "") + ")", c)
     attn = ops.str.endswith("_attention").to_numpy()
     moe = (ops == "moe").to_numpy()
     h, kv, e, k, ep, tp, inter = (out[c].to_numpy() for c in ("num_heads", "num_key_value_heads", "num_experts",

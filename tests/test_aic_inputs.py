@@ -111,6 +111,30 @@ def test_fp8_without_fp8_units_runs_weight_only_as_serving_prices_it(monkeypatch
     assert code in (0, None) and "weight-only" not in err and "attention fp8" not in err
 
 
+def test_a_quant_mode_no_table_holds_is_priced_as_the_one_its_name_reads_as(monkeypatch, capsys, tmp_path):
+    """aiconfigurator adds quant modes (a newer system's tables may hold `mxfp8`): such a row is priced as its
+    modelled kin, its interval wider than the kin's own, and said once, not a refusal of the whole file; a name that
+    reads as no precision (fp7) is still refused."""
+    from hybridperf.aic_rows import matmul_kin
+    from hybridperf.serving.rows import row_precision
+
+    assert [matmul_kin(d) for d in ("mxfp8", "fp8_pc_pt", "w4a8_nvfp4_fp8", "w4a16_nvfp4", "mxfp4", "w8a8_int8",
+                                    "w8a16", "w4a16_awq", "fp7", "bfloat16")] == \
+        ["fp8_block", "fp8", "w4a8_mxfp4_mxfp8", "w4a16_nvfp4", "nvfp4", "sq", "int8_wo", "int4_wo", "", "bfloat16"]
+    rows = [{**GEMM, "m": 16, "gemm_dtype": "fp8_block"}, {**GEMM, "m": 16, "gemm_dtype": "mxfp8"},
+            {**MOE, "moe_dtype": "nvfp4"}, {**MOE, "moe_dtype": "mxfp4"}]
+    code, err, out = _predict(monkeypatch, capsys, tmp_path, rows, "b200_sxm")
+    assert code in (0, None), err
+    notes = [ln for ln in err.splitlines() if "their name reads as" in ln]
+    assert len(notes) == 1 and "'mxfp8' as fp8_block" in notes[0] and "'mxfp4' as nvfp4" in notes[0], err
+    res = pd.read_csv(out)
+    for kin, new in ((0, 1), (2, 3)):
+        assert res["pred_ms"].iloc[new] == pytest.approx(res["pred_ms"].iloc[kin], rel=1e-6)
+        assert res["pred_hi_ms"].iloc[new] / res["pred_lo_ms"].iloc[new] \
+            > res["pred_hi_ms"].iloc[kin] / res["pred_lo_ms"].iloc[kin]
+    assert row_precision({"gemm_quant_mode": "mxfp8"}, "gemm_quant_mode") == "fp8"
+
+
 @pytest.mark.parametrize("rows, name, where", [
     ([{**GEMM, "m": True}], "rows.csv", "m (row 1, got True)"),
     ([{**GEMM, "m": True}], "rows.parquet", "m (row 1, got True)"),

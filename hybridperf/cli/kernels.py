@@ -151,11 +151,13 @@ def harness_name(harness) -> str:
 
 def dtype_notes(rows, dev) -> list[str]:
     """One `note:` line per way validated aiconfigurator rows are priced other than their dtype says, once
-    per run: a GEMM/MoE dtype the prior does not model (a blank cell, `collect`'s float32) as bfloat16; on
+    per run: a GEMM/MoE dtype the prior does not model as its modelled kin (`aic_kernels.priced_dtype`), or (a
+    blank cell, `collect`'s float32) as bfloat16; on
     a GPU without FP4 or FP8 matrix units, such a dtype as the weight-only mode engines run it in
     (`llm_gemm.device_dtype`, the rule `predict-serving` follows); a dtype whose matrix rate is under half the
     16-bit one (B300's int8; for a path that runs another dtype's kernels, theirs: SGLang's int8_wo is W8A8) at
     that rate; fp8 attention without fp8 units at the 16-bit rate (`llm_gemm.PEAK_FALLBACK`)."""
+    from hybridperf.aic_kernels import priced_dtype
     from hybridperf.aic_rows import DTYPE_COLUMNS, attn_key
     from hybridperf.priors.llm_gemm import GEMM_DTYPES, device_dtype, kernel_dtype, matrix_peak
 
@@ -163,11 +165,17 @@ def dtype_notes(rows, dev) -> list[str]:
                     rows.loc[rows["op_name"] == op, DTYPE_COLUMNS[op][0]].unique()})
     gemm_like = [(op, d) for op, d in pairs if op in ("gemm", "moe")]
     notes = []
-    unknown = sorted({repr(d) for _, d in gemm_like if d not in GEMM_DTYPES})
+    kin = {d: priced_dtype(d) for _, d in gemm_like if d not in GEMM_DTYPES}
+    unknown = sorted(repr(d) for d, k in kin.items() if k not in GEMM_DTYPES)
     if unknown:
         notes.append(f"note: GEMM/MoE dtype(s) {', '.join(unknown)} are not modelled; those rows are priced as "
                      "bfloat16 with a widened interval (a --calibration with rows of the same dtype shifts them)")
-    weight_only = sorted({f"{d} as {device_dtype(d, dev)}" for _, d in gemm_like if device_dtype(d, dev) != d})
+    read_as = sorted(f"{d!r} as {k}" for d, k in kin.items() if k in GEMM_DTYPES)
+    if read_as:
+        notes.append(f"note: GEMM/MoE dtype(s) no table here holds are priced as the modelled mode their name reads "
+                     f"as, with a widened interval: {', '.join(read_as)}")
+    weight_only = sorted({f"{d} as {device_dtype(priced_dtype(d), dev)}" for _, d in gemm_like
+                          if device_dtype(priced_dtype(d), dev) != priced_dtype(d)})
     if weight_only:
         notes.append(f"note: {dev.name} lacks the matrix units of some rows' dtypes; they are priced weight-only, as "
                      f"engines run such checkpoints there (weights dequantized into the 16-bit MMA): "

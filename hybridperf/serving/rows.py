@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from hybridperf.aic_rows import matmul_kin
 from hybridperf.errors import HybridperfError, InputError
 from hybridperf.serving.api import Worker, node_for, predict_serving
 from hybridperf.serving.calibration import Calibration
@@ -79,12 +80,14 @@ def run_mode(row) -> str:
 
 def row_precision(row, key) -> str:
     """The CLI precision of a row's `key` quantization column (`gemm_quant_mode`, `moe_quant_mode`), else of
-    its `precision` column, else bf16; InputError for a mode or precision not modelled."""
+    its `precision` column, else bf16; a mode no run here used as the modelled one its name reads as
+    (`aic_rows.matmul_kin`: `mxfp8` as fp8); InputError for a mode or precision not modelled."""
     mode = row.get(key)
     if isinstance(mode, str) and mode:
-        if mode not in QUANT_MODES:
+        kin = mode if mode in QUANT_MODES else matmul_kin(mode)
+        if kin not in QUANT_MODES:
             raise InputError(f"unsupported {key} {mode!r}")
-        return QUANT_MODES[mode]
+        return QUANT_MODES[kin]
     p = row.get("precision")
     if isinstance(p, str) and p:
         if p not in PRECISIONS:
