@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hybridperf.aic_rows import OPS, attn_key, matmul_kin
+from hybridperf.aic_rows import OPS, attn_kin, matmul_kin
 from hybridperf.devices import DeviceSpec
 from hybridperf.errors import ModelBundleError
 from hybridperf.priors import attention
@@ -100,7 +100,7 @@ def priced_dtype(name: str) -> str:
 def _attn_dtype(series) -> np.ndarray:
     """aiconfigurator dtype names -> the short keys the attention prior reads (a blank cell: bf16, its
     interval widened)."""
-    return np.asarray([attn_key(s) or "bf16" for s in np.asarray(series, dtype=object)], dtype=object)
+    return np.asarray([attn_kin(s) or "bf16" for s in np.asarray(series, dtype=object)], dtype=object)
 
 
 def prior_terms(df: pd.DataFrame, device: DeviceSpec, gemm_c: KernelConstants | None = None,
@@ -267,7 +267,8 @@ def features(df: pd.DataFrame, terms: pd.DataFrame, device: DeviceSpec) -> np.nd
         dt = np.array([device_dtype(priced_dtype(d), device) for d in dt], dtype=object)
     ab = np.array([GEMM_DTYPES.get(d, (2.0, 2.0, ""))[0] for d in dt])
     wb = np.array([GEMM_DTYPES.get(d, (2.0, 2.0, ""))[1] if op in ("gemm", "moe") else
-                   (1.0 if "8" in d else 2.0) for d in dt])
+                   {"fp4": 0.5, "int4": 0.5}.get(d, 1.0 if "8" in d else 2.0)
+                   for d in (dt if op in ("gemm", "moe") else _attn_dtype(dt))])
     cols = [
         _log(terms["prior_ms"]), _log(terms["compute_ms"]), _log(terms["memory_ms"]),
         _log(compute) - _log(memory),

@@ -70,6 +70,22 @@ def matmul_kin(name) -> str:
     return ""
 
 
+#: attention prior keys an attention or KV-cache dtype may price as: the names of `_ATTN_NAMES`, and a 4-bit cache
+#: (TensorRT-LLM's NVFP4 KV cache on Blackwell), read at its bytes
+_ATTN_KEYS = frozenset({"bf16", "fp16", "fp32", "fp8", "int8", "fp4", "int4"})
+
+
+def attn_kin(name) -> str | None:
+    """The attention prior's key an attention or KV-cache dtype `name` is priced as: `attn_key`'s where it is one
+    of `_ATTN_KEYS`, else fp8 for a name of an 8-bit float no spelling table holds (`mxfp8`, `fp8_e4m3`), else
+    None (refused)."""
+    key = attn_key(name)
+    if key in _ATTN_KEYS:
+        return key
+    s = str(name).strip().lower()
+    return "fp8" if key is None and ("fp8" in s or "e4m3" in s or "e5m2" in s) else None
+
+
 def _numbers(s: pd.Series) -> np.ndarray:
     """A column's cells as float64, NaN where a cell is blank, text or True/False (pandas would read True
     as 1, a size no one meant)."""
@@ -140,11 +156,12 @@ def validate(df: pd.DataFrame, source: str = "input") -> pd.DataFrame:
             _refuse(df, source, m & (v != np.floor(v)), f"{op} rows need a whole number {c}", c)
         for c in DTYPE_COLUMNS[op]:  # a blank cell is priced as bf16, its interval widened
             names = out[c].to_numpy()
-            unknown = [d for d in set(names[m].tolist()) if d != "" and d not in DTYPE_NAMES[op]
-                       and not (op in ("gemm", "moe") and matmul_kin(d))]
+            kin = matmul_kin if op in ("gemm", "moe") else attn_kin
+            unknown = [d for d in set(names[m].tolist()) if d != "" and d not in DTYPE_NAMES[op] and not kin(d)]
             _refuse(df, source, m & np.isin(names, unknown),
                     f"{op} rows' {c} is none the priors know ({', '.join(sorted(DTYPE_NAMES[op]))}"
-                    + (", or a quant mode naming fp8, fp4, int8 or int4" if op in ("gemm", "moe") else "") + ")", c)
+                    + (", or a quant mode naming fp8, fp4, int8 or int4" if op in ("gemm", "moe") else
+                       ", fp4, int4, or a name of an fp8 format") + ")", c)
     attn = ops.str.endswith("_attention").to_numpy()
     moe = (ops == "moe").to_numpy()
     h, kv, e, k, ep, tp, inter = (out[c].to_numpy() for c in ("num_heads", "num_key_value_heads", "num_experts",

@@ -135,6 +135,22 @@ def test_a_quant_mode_no_table_holds_is_priced_as_the_one_its_name_reads_as(monk
     assert row_precision({"gemm_quant_mode": "mxfp8"}, "gemm_quant_mode") == "fp8"
 
 
+def test_a_kv_cache_format_no_table_holds_is_priced_by_its_name(monkeypatch, capsys, tmp_path):
+    """An NVFP4 KV cache (TensorRT-LLM on Blackwell) reads half an fp8 cache's bytes; an fp8 format no spelling
+    table holds (mxfp8) is priced as fp8, its interval wider; both said once."""
+    dec = {"op_name": "generation_attention", "batch_size": 64, "isl": 1, "step": 8192, "num_heads": 64,
+           "num_key_value_heads": 8, "head_dim": 128, "attn_dtype": "bfloat16", "kernel_source": "torch_flow"}
+    rows = [{**dec, "kv_cache_dtype": d} for d in ("fp8", "nvfp4", "mxfp8")]
+    code, err, out = _predict(monkeypatch, capsys, tmp_path, rows, "b200_sxm")
+    assert code in (0, None), err
+    notes = [ln for ln in err.splitlines() if "KV-cache dtype(s)" in ln]
+    assert len(notes) == 1 and "'nvfp4' as fp4" in notes[0] and "'mxfp8' as fp8" in notes[0], err
+    res = pd.read_csv(out)
+    assert res["pred_ms"].iloc[1] < 0.8 * res["pred_ms"].iloc[0]
+    width = res["pred_hi_ms"] / res["pred_lo_ms"]
+    assert width.iloc[2] > width.iloc[0]
+
+
 @pytest.mark.parametrize("rows, name, where", [
     ([{**GEMM, "m": True}], "rows.csv", "m (row 1, got True)"),
     ([{**GEMM, "m": True}], "rows.parquet", "m (row 1, got True)"),

@@ -156,9 +156,10 @@ def dtype_notes(rows, dev) -> list[str]:
     a GPU without FP4 or FP8 matrix units, such a dtype as the weight-only mode engines run it in
     (`llm_gemm.device_dtype`, the rule `predict-serving` follows); a dtype whose matrix rate is under half the
     16-bit one (B300's int8; for a path that runs another dtype's kernels, theirs: SGLang's int8_wo is W8A8) at
-    that rate; fp8 attention without fp8 units at the 16-bit rate (`llm_gemm.PEAK_FALLBACK`)."""
+    that rate; an attention or KV-cache dtype no table holds as the format its name reads as (`aic_rows.attn_kin`);
+    fp8 attention without fp8 units at the 16-bit rate (`llm_gemm.PEAK_FALLBACK`)."""
     from hybridperf.aic_kernels import priced_dtype
-    from hybridperf.aic_rows import DTYPE_COLUMNS, attn_key
+    from hybridperf.aic_rows import DTYPE_COLUMNS, DTYPE_NAMES, attn_key, attn_kin
     from hybridperf.priors.llm_gemm import GEMM_DTYPES, device_dtype, kernel_dtype, matrix_peak
 
     pairs = sorted({(op, str(d)) for op in set(rows["op_name"]) for d in
@@ -194,6 +195,12 @@ def dtype_notes(rows, dev) -> list[str]:
     if slow:
         notes.append(f"note: {dev.name}'s catalog matrix rate for some rows' dtypes is under half its 16-bit rate "
                      f"({half / 1e12:,.0f} TFLOP/s); they are priced at it: {', '.join(slow)}")
+    attn = rows.loc[rows["op_name"].astype(str).str.endswith("attention")]
+    names = {str(d) for c in DTYPE_COLUMNS["context_attention"] if c in attn for d in attn[c].unique()}
+    read_as = sorted(f"{d!r} as {attn_kin(d)}" for d in names if d and d not in DTYPE_NAMES["context_attention"])
+    if read_as:
+        notes.append("note: attention/KV-cache dtype(s) no table here holds are priced as the format their name reads "
+                     f"as, with a widened interval: {', '.join(read_as)}")
     fp8 = sorted({f"{op} {d}" for op, d in pairs if op.endswith("attention") and attn_key(d) == "fp8"})
     if fp8 and not dev.has_matrix_units("fp8"):
         notes.append(f"note: {dev.name} has no fp8 matrix units; {', '.join(fp8)} rows are priced at its 16-bit "
