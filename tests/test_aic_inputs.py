@@ -186,6 +186,11 @@ def test_blank_cells_and_collected_float_names_still_predict():
     terms = prior_terms(rows, H100)
     assert len(terms) == 4
     assert terms.iloc[2].to_dict() == terms.iloc[3].to_dict()
+    # a power law named without its alpha is aiconfigurator's default one, 1.2
+    skew = validate(pd.DataFrame([{**MOE, "moe_ep_size": 4, "distribution": d}
+                                  for d in ("power_law", "power_law_1.2")]))
+    terms = prior_terms(skew, H100)
+    assert terms.iloc[0].to_dict() == terms.iloc[1].to_dict()
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/datasets/aiconfigurator not found")

@@ -102,11 +102,13 @@ def rank0_share(tokens, topk, experts, ep, alpha) -> np.ndarray:
 
 #: alpha of the steepest power-law routing priced (the collector's tables use 1.01 and 1.2)
 MAX_ALPHA = 20.0
+#: alpha of a power law named without one (`power_law`, `power_law_eplb`), as aiconfigurator reads that name
+DEFAULT_ALPHA = 1.2
 
 
 def distribution_alpha(distribution) -> np.ndarray:
-    """`balanced` -> 0, `power_law_<alpha>` -> alpha, per row; an EPLB-balanced power law
-    (`power_law_<alpha>_eplb`: TensorRT-LLM's large-EP tables) spreads its load over the ranks -> 0.
+    """`balanced` -> 0, `power_law_<alpha>` -> alpha (`power_law` -> DEFAULT_ALPHA), per row; an EPLB-balanced
+    power law (`power_law_<alpha>_eplb`: TensorRT-LLM's large-EP tables) spreads its load over the ranks -> 0.
     ValueError on any other name, or a power law whose alpha is not a number in (0, MAX_ALPHA]: a routing the
     prior does not know would be priced as balanced without a word."""
     shape = np.shape(np.asarray(distribution, dtype=object))
@@ -116,7 +118,8 @@ def distribution_alpha(distribution) -> np.ndarray:
         s = str(name).strip()
         if s == "balanced":
             continue
-        law = s.removeprefix("power_law_").removesuffix("_eplb") if s.startswith("power_law_") else ""
+        law = s.removeprefix("power_law").removesuffix("_eplb").removeprefix("_") if s.startswith("power_law") else ""
+        law = law or (str(DEFAULT_ALPHA) if s.startswith("power_law") else "")
         try:
             alpha = float(law)
         except ValueError:
