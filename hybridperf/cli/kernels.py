@@ -152,12 +152,12 @@ def harness_name(harness) -> str:
 def dtype_notes(rows, dev) -> list[str]:
     """One `note:` line per way validated aiconfigurator rows are priced other than their dtype says, once
     per run: a GEMM/MoE dtype the prior does not model as its modelled kin (`aic_kernels.priced_dtype`), or (a
-    blank cell, `collect`'s float32) as bfloat16; on
-    a GPU without FP4 or FP8 matrix units, such a dtype as the weight-only mode engines run it in
-    (`llm_gemm.device_dtype`, the rule `predict-serving` follows); a dtype whose matrix rate is under half the
-    16-bit one (B300's int8; for a path that runs another dtype's kernels, theirs: SGLang's int8_wo is W8A8) at
-    that rate; an attention or KV-cache dtype no table holds as the format its name reads as (`aic_rows.attn_kin`);
-    fp8 attention without fp8 units at the 16-bit rate (`llm_gemm.PEAK_FALLBACK`)."""
+    blank cell, `collect`'s float32) as bfloat16; on a GPU without FP4 or FP8 matrix units, such a dtype as the
+    weight-only mode engines run it in (`llm_gemm.device_dtype`, the rule `predict-serving` follows); a dtype
+    whose matrix rate is under half the 16-bit one (B300's int8; for a path that runs another dtype's kernels,
+    theirs: SGLang's int8_wo is W8A8) at that rate; an attention or KV-cache dtype no table holds as the format its
+    name reads as (`aic_rows.attn_kin`); fp8 attention without fp8 units at the 16-bit rate
+    (`llm_gemm.PEAK_FALLBACK`)."""
     from hybridperf.aic_kernels import priced_dtype
     from hybridperf.aic_rows import DTYPE_COLUMNS, DTYPE_NAMES, attn_key, attn_kin
     from hybridperf.priors.llm_gemm import GEMM_DTYPES, device_dtype, kernel_dtype, matrix_peak
