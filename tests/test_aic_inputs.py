@@ -133,6 +133,7 @@ def test_a_quant_mode_no_table_holds_is_priced_as_the_one_its_name_reads_as(monk
         assert res["pred_hi_ms"].iloc[new] / res["pred_lo_ms"].iloc[new] \
             > res["pred_hi_ms"].iloc[kin] / res["pred_lo_ms"].iloc[kin]
     assert row_precision({"gemm_quant_mode": "mxfp8"}, "gemm_quant_mode") == "fp8"
+    assert row_precision({"precision": "nvfp4"}, "gemm_quant_mode") == "fp4"  # a quant mode in the precision column
 
 
 def test_a_kv_cache_format_no_table_holds_is_priced_by_its_name(monkeypatch, capsys, tmp_path):

@@ -90,9 +90,11 @@ def row_precision(row, key) -> str:
         return QUANT_MODES[kin]
     p = row.get("precision")
     if isinstance(p, str) and p:
-        if p not in PRECISIONS:
+        if p in PRECISIONS:
+            return p
+        if matmul_kin(p) not in QUANT_MODES:  # a quant mode's name in the precision column (nvfp4) reads as one
             raise InputError(f"unsupported precision {p!r}")
-        return p
+        return QUANT_MODES[matmul_kin(p)]
     return "bf16"
 
 
