@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hybridperf.aic_rows import OPS, attn_kin, matmul_kin
+from hybridperf.aic_rows import DTYPE_NAMES, OPS, attn_kin, matmul_kin
 from hybridperf.devices import DeviceSpec
 from hybridperf.errors import ModelBundleError
 from hybridperf.priors import attention
@@ -88,6 +88,11 @@ def kernel_family(source) -> np.ndarray:
         fam = next((f for key, f in KERNEL_FAMILIES if key in s), "other")
         out[cats.cat.codes.to_numpy() == i] = fam
     return out
+
+
+#: the table name of each attention prior key a cache format no table holds is priced as (`features`)
+KV_TABLE_NAMES = {"fp8": "fp8", "fp4": "nvfp4", "int4": "nvfp4", "int8": "int8", "bf16": "bfloat16", "fp16": "float16",
+                  "fp32": "float32"}
 
 
 def priced_dtype(name: str) -> str:
@@ -265,10 +270,11 @@ def features(df: pd.DataFrame, terms: pd.DataFrame, device: DeviceSpec) -> np.nd
     dt = df[{"gemm": "gemm_dtype", "moe": "moe_dtype"}.get(op, "kv_cache_dtype")].astype(str).to_numpy()
     if op in ("gemm", "moe"):  # the operands its kernels read on this device (`llm_gemm.device_dtype`)
         dt = np.array([device_dtype(priced_dtype(d), device) for d in dt], dtype=object)
+    else:  # a cache format no table holds reads as the table name of the format it is priced as
+        dt = np.array([d if d in DTYPE_NAMES[op] else KV_TABLE_NAMES.get(attn_kin(d), d) for d in dt], dtype=object)
     ab = np.array([GEMM_DTYPES.get(d, (2.0, 2.0, ""))[0] for d in dt])
     wb = np.array([GEMM_DTYPES.get(d, (2.0, 2.0, ""))[1] if op in ("gemm", "moe") else
-                   {"fp4": 0.5, "int4": 0.5}.get(d, 1.0 if "8" in d else 2.0)
-                   for d in (dt if op in ("gemm", "moe") else _attn_dtype(dt))])
+                   (0.5 if d == "nvfp4" else 1.0 if "8" in d else 2.0) for d in dt])
     cols = [
         _log(terms["prior_ms"]), _log(terms["compute_ms"]), _log(terms["memory_ms"]),
         _log(compute) - _log(memory),

@@ -50,23 +50,27 @@ DTYPE_NAMES = {"gemm": _MATMUL_NAMES, "moe": _MATMUL_NAMES, "context_attention":
 
 def matmul_kin(name) -> str:
     """The GEMM/MoE dtype a row of `name` is priced as: itself where the prior models it (or a float name,
-    `collect`'s), else the modelled quant mode its name reads as (aiconfigurator adds modes: `mxfp8` as
-    `fp8_block`, a 4-bit float as `nvfp4` or its w4a16/w4a8 kin, `w8a8_int8` as `sq`), else "" (refused). The
-    row's interval widens for a dtype no training system ran, as it keeps its own name there."""
+    `collect`'s), else the modelled quant mode its name reads as (aiconfigurator adds modes): 4-bit weights under
+    16-bit math (`mxfp4_wo`, `w4a16_*`, `int4_awq`) as a weight-only 4-bit mode, 8-bit ones (`fp8_wo`, `w8a16`) as
+    `int8_wo`, 4-bit weights under 8-bit math (`w4a8_*`, `w4afp8_*`) as `w4a8_mxfp4_mxfp8` or `w4afp8`, a 4-bit
+    float as `nvfp4`, `mxfp8` as `fp8_block`, another fp8 as `fp8`, int8 as `sq`; else "" (refused). The row's
+    interval widens for a dtype no training system ran, as it keeps its own name there."""
     s = str(name).strip().lower()
     if s in _MATMUL_NAMES:
         return s
+    four = "fp4" in s or "int4" in s or s.startswith("w4")
+    eight_bit_math = "a8" in s or "fp8" in s
+    weight_only = "wo" in s.split("_") or s.startswith(("w4a16", "w8a16")) or ("int4" in s and not eight_bit_math)
+    if weight_only:
+        return ("w4a16_mxfp4" if "mx" in s else "nvfp4_wo" if "nv" in s else "int4_wo") if four else "int8_wo"
+    if four and (eight_bit_math or s.startswith(("w4a8", "w4afp8"))):
+        return "w4a8_mxfp4_mxfp8" if "fp4" in s else "w4afp8"
     if "fp4" in s:
-        return ("w4a16_nvfp4" if "nv" in s else "w4a16_mxfp4") if s.startswith("w4a16") else \
-            "w4a8_mxfp4_mxfp8" if s.startswith("w4a8") else "nvfp4"
+        return "nvfp4"
     if "fp8" in s:
         return "fp8_block" if "block" in s or "mx" in s else "fp8"
-    if "int4" in s or s.startswith("w4a16"):
-        return "int4_wo"
-    if s.startswith("w4a8"):
-        return "w4afp8"
     if "int8" in s or s.startswith("w8"):
-        return "int8_wo" if "wo" in s or s.startswith("w8a16") else "sq"
+        return "sq"
     return ""
 
 

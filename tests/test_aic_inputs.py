@@ -118,9 +118,11 @@ def test_a_quant_mode_no_table_holds_is_priced_as_the_one_its_name_reads_as(monk
     from hybridperf.aic_rows import matmul_kin
     from hybridperf.serving.rows import row_precision
 
-    assert [matmul_kin(d) for d in ("mxfp8", "fp8_pc_pt", "w4a8_nvfp4_fp8", "w4a16_nvfp4", "mxfp4", "w8a8_int8",
-                                    "w8a16", "w4a16_awq", "fp7", "bfloat16")] == \
-        ["fp8_block", "fp8", "w4a8_mxfp4_mxfp8", "w4a16_nvfp4", "nvfp4", "sq", "int8_wo", "int4_wo", "", "bfloat16"]
+    names = {"mxfp8": "fp8_block", "fp8_pc_pt": "fp8", "w4a8_nvfp4_fp8": "w4a8_mxfp4_mxfp8",
+             "w4a16_nvfp4": "w4a16_nvfp4", "mxfp4": "nvfp4", "w4a4_nvfp4": "nvfp4", "w8a8_int8": "sq",
+             "w8a16": "int8_wo", "fp8_wo": "int8_wo", "w4a16_awq": "int4_wo", "mxfp4_wo": "w4a16_mxfp4",
+             "w4a8_fp8": "w4afp8", "int4_fp8": "w4afp8", "fp7": "", "bfloat16": "bfloat16"}
+    assert {d: matmul_kin(d) for d in names} == names
     rows = [{**GEMM, "m": 16, "gemm_dtype": "fp8_block"}, {**GEMM, "m": 16, "gemm_dtype": "mxfp8"},
             {**MOE, "moe_dtype": "nvfp4"}, {**MOE, "moe_dtype": "mxfp4"}]
     code, err, out = _predict(monkeypatch, capsys, tmp_path, rows, "b200_sxm")
@@ -134,6 +136,10 @@ def test_a_quant_mode_no_table_holds_is_priced_as_the_one_its_name_reads_as(monk
             > res["pred_hi_ms"].iloc[kin] / res["pred_lo_ms"].iloc[kin]
     assert row_precision({"gemm_quant_mode": "mxfp8"}, "gemm_quant_mode") == "fp8"
     assert row_precision({"precision": "nvfp4"}, "gemm_quant_mode") == "fp4"  # a quant mode in the precision column
+    assert row_precision({"precision": "BF16"}, "gemm_quant_mode") == "bf16"
+    # the slow-rate note names a mode priced at B300's int8 rate under its own name too
+    code, err, _ = _predict(monkeypatch, capsys, tmp_path, [{**GEMM, "gemm_dtype": "w8a8_int8"}], "NVIDIA B300 SXM6 AC")
+    assert code in (0, None) and "w8a8_int8" in next(ln for ln in err.splitlines() if "under half" in ln), err
 
 
 def test_a_kv_cache_format_no_table_holds_is_priced_by_its_name(monkeypatch, capsys, tmp_path):
@@ -148,6 +154,7 @@ def test_a_kv_cache_format_no_table_holds_is_priced_by_its_name(monkeypatch, cap
     assert len(notes) == 1 and "'nvfp4' as fp4" in notes[0] and "'mxfp8' as fp8" in notes[0], err
     res = pd.read_csv(out)
     assert res["pred_ms"].iloc[1] < 0.8 * res["pred_ms"].iloc[0]
+    assert res["pred_ms"].iloc[2] == pytest.approx(res["pred_ms"].iloc[0], rel=1e-9)  # priced as fp8, features too
     width = res["pred_hi_ms"] / res["pred_lo_ms"]
     assert width.iloc[2] > width.iloc[0]
 
@@ -158,6 +165,8 @@ def test_a_kv_cache_format_no_table_holds_is_priced_by_its_name(monkeypatch, cap
     ([GEMM, {**GEMM, "m": 8.5}], "rows.csv", "whole number m (row 2, got 8.5)"),
     ([{**GEMM, "gemm_dtype": "fp7"}], "rows.csv", "gemm_dtype is none the priors know (bf16, bfloat16"),
     ([{**MOE, "distribution": "zipf"}], "rows.csv", "distribution 'zipf'"),
+    ([{**MOE, "distribution": "power_law_1_2"}], "rows.csv", "distribution 'power_law_1_2'"),  # not alpha 12
+    ([{**MOE, "distribution": "power_law1.2"}], "rows.csv", "distribution 'power_law1.2'"),
     ([{**MOE, "moe_ep_size": 3}], "rows.csv", "moe_ep_size dividing num_experts (row 1, got 3)"),
     ([{**MOE, "moe_tp_size": 5000}], "rows.csv", "moe_tp_size dividing inter_size (row 1, got 5000)"),
     ([{**GEMM, "latency": 1.0}, {**GEMM, "latency": -1}], "rows.csv", "latency"),

@@ -159,7 +159,7 @@ def dtype_notes(rows, dev) -> list[str]:
     name reads as (`aic_rows.attn_kin`); fp8 attention without fp8 units at the 16-bit rate
     (`llm_gemm.PEAK_FALLBACK`)."""
     from hybridperf.aic_kernels import priced_dtype
-    from hybridperf.aic_rows import DTYPE_COLUMNS, DTYPE_NAMES, attn_key, attn_kin
+    from hybridperf.aic_rows import DTYPE_COLUMNS, DTYPE_NAMES, attn_kin
     from hybridperf.priors.llm_gemm import GEMM_DTYPES, device_dtype, kernel_dtype, matrix_peak
 
     pairs = sorted({(op, str(d)) for op in set(rows["op_name"]) for d in
@@ -186,10 +186,11 @@ def dtype_notes(rows, dev) -> list[str]:
     # priced weight-only for want of units has the note above
     gemm = rows.loc[rows["op_name"] == "gemm"].reindex(columns=[DTYPE_COLUMNS["gemm"][0], "kernel_source"])
     paths = gemm.fillna("").astype(str).drop_duplicates().itertuples(index=False)
-    runs = {(d, kernel_dtype(d, src, dev)) for d, src in paths}
-    runs |= {(d, d) for op, d in gemm_like if op == "moe"}
+    runs = {(d, kernel_dtype(priced_dtype(d), src, dev)) for d, src in paths}
+    runs |= {(d, priced_dtype(d)) for op, d in gemm_like if op == "moe"}
     rates = {(d, kd): (GEMM_DTYPES[kd][2], matrix_peak(dev, GEMM_DTYPES[kd][2]))
-             for d, kd in runs if d in GEMM_DTYPES and kd in GEMM_DTYPES and device_dtype(d, dev) == d}
+             for d, kd in runs if priced_dtype(d) in GEMM_DTYPES and kd in GEMM_DTYPES
+             and device_dtype(priced_dtype(d), dev) == priced_dtype(d)}
     slow = sorted(f"{d if kd == d else f'{d} run as {kd}'} ({key}: {rate / 1e12:,.0f} TFLOP/s)"
                   for (d, kd), (key, rate) in rates.items() if rate < 0.5 * half)
     if slow:
@@ -201,7 +202,7 @@ def dtype_notes(rows, dev) -> list[str]:
     if read_as:
         notes.append("note: attention/KV-cache dtype(s) no table here holds are priced as the format their name reads "
                      f"as, with a widened interval: {', '.join(read_as)}")
-    fp8 = sorted({f"{op} {d}" for op, d in pairs if op.endswith("attention") and attn_key(d) == "fp8"})
+    fp8 = sorted({f"{op} {d}" for op, d in pairs if op.endswith("attention") and attn_kin(d) == "fp8"})
     if fp8 and not dev.has_matrix_units("fp8"):
         notes.append(f"note: {dev.name} has no fp8 matrix units; {', '.join(fp8)} rows are priced at its 16-bit "
                      "matrix rate")

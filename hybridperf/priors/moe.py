@@ -16,6 +16,8 @@ Kernel time only (no host floor, no all-to-all). Vectorised over numpy arrays.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from hybridperf.devices import DeviceSpec
@@ -118,12 +120,8 @@ def distribution_alpha(distribution) -> np.ndarray:
         s = str(name).strip()
         if s == "balanced":
             continue
-        law = s.removeprefix("power_law").removesuffix("_eplb").removeprefix("_") if s.startswith("power_law") else ""
-        law = law or (str(DEFAULT_ALPHA) if s.startswith("power_law") else "")
-        try:
-            alpha = float(law)
-        except ValueError:
-            alpha = float("nan")
+        law = re.fullmatch(r"power_law(?:_(\d+(?:\.\d*)?|\.\d+))?(_eplb)?", s)
+        alpha = float(law.group(1) or DEFAULT_ALPHA) if law else float("nan")
         if not 0.0 < alpha <= MAX_ALPHA:
             raise ValueError(f"distribution {s!r}: expected balanced, power_law_<alpha> or power_law_<alpha>_eplb "
                              f"with alpha in (0, {MAX_ALPHA:g}]")

@@ -83,13 +83,15 @@ def row_precision(row, key) -> str:
     its `precision` column, else bf16; a mode no run here used as the modelled one its name reads as
     (`aic_rows.matmul_kin`: `mxfp8` as fp8); InputError for a mode or precision not modelled."""
     mode = row.get(key)
-    if isinstance(mode, str) and mode:
+    if isinstance(mode, str) and mode.strip():
+        mode = mode.strip().lower()
         kin = mode if mode in QUANT_MODES else matmul_kin(mode)
         if kin not in QUANT_MODES:
             raise InputError(f"unsupported {key} {mode!r}")
         return QUANT_MODES[kin]
     p = row.get("precision")
-    if isinstance(p, str) and p:
+    if isinstance(p, str) and p.strip():
+        p = p.strip().lower()
         if p in PRECISIONS:
             return p
         if matmul_kin(p) not in QUANT_MODES:  # a quant mode's name in the precision column (nvfp4) reads as one
