@@ -137,6 +137,7 @@ def test_a_quant_mode_no_table_holds_is_priced_as_the_one_its_name_reads_as(monk
     assert row_precision({"gemm_quant_mode": "mxfp8"}, "gemm_quant_mode") == "fp8"
     assert row_precision({"precision": "nvfp4"}, "gemm_quant_mode") == "fp4"  # a quant mode in the precision column
     assert row_precision({"precision": "BF16"}, "gemm_quant_mode") == "bf16"
+    assert row_precision({"gemm_quant_mode": "BF16"}, "gemm_quant_mode") == "bf16"
     # the slow-rate note names a mode priced at B300's int8 rate under its own name too
     code, err, _ = _predict(monkeypatch, capsys, tmp_path, [{**GEMM, "gemm_dtype": "w8a8_int8"}], "NVIDIA B300 SXM6 AC")
     assert code in (0, None) and "w8a8_int8" in next(ln for ln in err.splitlines() if "under half" in ln), err

@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from hybridperf.aic_rows import matmul_kin
+from hybridperf.datasets.aic_collector import FLOAT_DTYPES
 from hybridperf.errors import HybridperfError, InputError
 from hybridperf.serving.api import Worker, node_for, predict_serving
 from hybridperf.serving.calibration import Calibration
@@ -85,7 +86,7 @@ def row_precision(row, key) -> str:
     mode = row.get(key)
     if isinstance(mode, str) and mode.strip():
         mode = mode.strip().lower()
-        kin = mode if mode in QUANT_MODES else matmul_kin(mode)
+        kin = mode if mode in QUANT_MODES else FLOAT_DTYPES.get(matmul_kin(mode), matmul_kin(mode))
         if kin not in QUANT_MODES:
             raise InputError(f"unsupported {key} {mode!r}")
         return QUANT_MODES[kin]
