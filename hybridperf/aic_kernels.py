@@ -90,9 +90,9 @@ def kernel_family(source) -> np.ndarray:
     return out
 
 
-#: the table name of each attention prior key a cache format no table holds is priced as (`features`)
-KV_TABLE_NAMES = {"fp8": "fp8", "fp4": "nvfp4", "int4": "nvfp4", "int8": "int8", "bf16": "bfloat16", "fp16": "float16",
-                  "fp32": "float32"}
+#: the table name a cache format no table holds takes in `features`, by the attention prior key it is priced as (one
+#: not here keeps its own name: a 16-bit or int8 name reads the same bytes off either)
+KV_TABLE_NAMES = {"fp8": "fp8", "fp4": "nvfp4", "int4": "nvfp4"}
 
 
 def priced_dtype(name: str) -> str:

@@ -166,7 +166,8 @@ def dtype_notes(rows, dev) -> list[str]:
                     rows.loc[rows["op_name"] == op, DTYPE_COLUMNS[op][0]].unique()})
     gemm_like = [(op, d) for op, d in pairs if op in ("gemm", "moe")]
     notes = []
-    kin = {d: priced_dtype(d) for _, d in gemm_like if d not in GEMM_DTYPES}
+    priced = {d: priced_dtype(d) for _, d in gemm_like}
+    kin = {d: k for d, k in priced.items() if d not in GEMM_DTYPES}
     unknown = sorted(repr(d) for d, k in kin.items() if k not in GEMM_DTYPES)
     if unknown:
         notes.append(f"note: GEMM/MoE dtype(s) {', '.join(unknown)} are not modelled; those rows are priced as "
@@ -175,8 +176,7 @@ def dtype_notes(rows, dev) -> list[str]:
     if read_as:
         notes.append(f"note: GEMM/MoE dtype(s) no table here holds are priced as the modelled mode their name reads "
                      f"as, with a widened interval: {', '.join(read_as)}")
-    weight_only = sorted({f"{d} as {device_dtype(priced_dtype(d), dev)}" for _, d in gemm_like
-                          if device_dtype(priced_dtype(d), dev) != priced_dtype(d)})
+    weight_only = sorted({f"{d} as {device_dtype(k, dev)}" for d, k in priced.items() if device_dtype(k, dev) != k})
     if weight_only:
         notes.append(f"note: {dev.name} lacks the matrix units of some rows' dtypes; they are priced weight-only, as "
                      f"engines run such checkpoints there (weights dequantized into the 16-bit MMA): "
@@ -187,10 +187,9 @@ def dtype_notes(rows, dev) -> list[str]:
     gemm = rows.loc[rows["op_name"] == "gemm"].reindex(columns=[DTYPE_COLUMNS["gemm"][0], "kernel_source"])
     paths = gemm.fillna("").astype(str).drop_duplicates().itertuples(index=False)
     runs = {(d, kernel_dtype(priced_dtype(d), src, dev)) for d, src in paths}
-    runs |= {(d, priced_dtype(d)) for op, d in gemm_like if op == "moe"}
-    rates = {(d, kd): (GEMM_DTYPES[kd][2], matrix_peak(dev, GEMM_DTYPES[kd][2]))
-             for d, kd in runs if priced_dtype(d) in GEMM_DTYPES and kd in GEMM_DTYPES
-             and device_dtype(priced_dtype(d), dev) == priced_dtype(d)}
+    runs |= {(d, priced[d]) for op, d in gemm_like if op == "moe"}
+    rates = {(d, kd): (GEMM_DTYPES[kd][2], matrix_peak(dev, GEMM_DTYPES[kd][2])) for d, kd in runs
+             if (k := priced_dtype(d)) in GEMM_DTYPES and kd in GEMM_DTYPES and device_dtype(k, dev) == k}
     slow = sorted(f"{d if kd == d else f'{d} run as {kd}'} ({key}: {rate / 1e12:,.0f} TFLOP/s)"
                   for (d, kd), (key, rate) in rates.items() if rate < 0.5 * half)
     if slow:

@@ -79,25 +79,31 @@ def run_mode(row) -> str:
     return mode
 
 
+def _mode_precision(name: str) -> str | None:
+    """The CLI precision of a lower-case aiconfigurator quant-mode name (`QUANT_MODES`), or of the modelled mode a
+    name no run here used reads as (`aic_rows.matmul_kin`: `mxfp8` as fp8, `bf16` as bfloat16); None for neither."""
+    kin = name if name in QUANT_MODES else matmul_kin(name)
+    return QUANT_MODES.get(FLOAT_DTYPES.get(kin, kin))
+
+
 def row_precision(row, key) -> str:
     """The CLI precision of a row's `key` quantization column (`gemm_quant_mode`, `moe_quant_mode`), else of
-    its `precision` column, else bf16; a mode no run here used as the modelled one its name reads as
-    (`aic_rows.matmul_kin`: `mxfp8` as fp8); InputError for a mode or precision not modelled."""
+    its `precision` column (a precision, or a quant mode's name), else bf16 (`_mode_precision`); InputError for
+    a mode or precision not modelled."""
     mode = row.get(key)
     if isinstance(mode, str) and mode.strip():
         mode = mode.strip().lower()
-        kin = mode if mode in QUANT_MODES else FLOAT_DTYPES.get(matmul_kin(mode), matmul_kin(mode))
-        if kin not in QUANT_MODES:
+        prec = _mode_precision(mode)
+        if prec is None:
             raise InputError(f"unsupported {key} {mode!r}")
-        return QUANT_MODES[kin]
+        return prec
     p = row.get("precision")
     if isinstance(p, str) and p.strip():
         p = p.strip().lower()
-        if p in PRECISIONS:
-            return p
-        if matmul_kin(p) not in QUANT_MODES:  # a quant mode's name in the precision column (nvfp4) reads as one
+        prec = p if p in PRECISIONS else _mode_precision(p)
+        if prec is None:
             raise InputError(f"unsupported precision {p!r}")
-        return QUANT_MODES[matmul_kin(p)]
+        return prec
     return "bf16"
 
 
