@@ -68,11 +68,14 @@ print(json.dumps({"family": g.config.family, "blocks": [[b.name, b.count] for b 
 def test_every_registered_family_builds(name):
     fam = family_of(name)
     cfg = config_from_dict({**SMALL, "model_type": name})
-    for mode in ("inf", "train") + (("decode",) if fam.decode else ()):
+    for mode in ("inf",) + (("train",) if fam.trains else ()) + (("decode",) if fam.decode else ()):
         graph = build_graph(cfg, 2, 16, mode)
         table = graph.kernel_table()
         assert len(table) > 0 and (table["count"] > 0).all()
         assert graph.memory().activations > 0  # training: the family's declared (or borrowed) coefficients
+    if not fam.trains:
+        with pytest.raises(InputError, match="not modelled"):
+            build_graph(cfg, 2, 16, "train")
     if fam.decode is None:
         with pytest.raises(InputError, match="decode step needs a decoder-only causal LM"):
             build_graph(cfg, 2, 16, "decode")

@@ -552,6 +552,23 @@ def test_llama_like_layers_launch_what_hf_eager_launches(family, fp32, bf16, tra
     assert _per_layer_and_outside(cfg, "train")[0] == train
 
 
+@pytest.mark.parametrize("nope,inf,inf_bf16,decode,train,train_bf16", [(False, 42, 48, 42, 131, 143),
+                                                                       (True, 32, 38, 32, 103, 115)])
+def test_smollm3_runs_llamas_layer_and_drops_rope_in_its_nope_layers(nope, inf, inf_bf16, decode, train, train_bf16):
+    """SmolLM3 is Llama's layer; its NoPE layers (every fourth by default) skip RoPE on q and k: 10 kernels fewer
+    forward, 28 with their backward (TorchDispatchMode on transformers 5.24, eager; `graph_trace.py`)."""
+    cfg = {"model_type": "smollm3", **LLAMA_SMALL, "pad_token_id": 0, **({"no_rope_layer_interval": 1} if nope else {})}
+    assert (_per_layer_and_outside(cfg, "inf")[0], _per_layer_and_outside(cfg, "inf", "bf16")[0]) == (inf, inf_bf16)
+    assert _per_layer_and_outside(cfg, "decode")[0] == decode
+    assert (_per_layer_and_outside(cfg, "train")[0], _per_layer_and_outside(cfg, "train", "bf16")[0]) \
+        == (train, train_bf16)
+    released = build_graph({**cfg, "no_rope_layer_interval": 4, "num_hidden_layers": 36}, 1, 8, "inf")
+    assert [(b.name, b.count) for b in released.blocks if b.kind == "layer"] == [("layer", 27), ("nope_layer", 9)]
+    for bad in ({"no_rope_layers": [1, 2]}, {"no_rope_layers": [1]}, {"use_sliding_window": True}):
+        with pytest.raises(InputError, match="no_rope_layers|sliding"):
+            build_graph({**cfg, **bad}, 1, 8, "inf")
+
+
 def test_gemma2_and_gemma3_add_sandwich_norms_soft_caps_and_sliding_layers():
     """Gemma 2 soft-caps its scores and logits, Gemma 3 normalises q and k per head (with Gemma's (1 + w));
     both build a sliding-window mask (23 kernels in a forward, 15 more in a decode step), and Gemma 3 a

@@ -12,9 +12,9 @@ The graph is not meant to equal this trace everywhere, and the script says where
     validate (BERT, GPT-2, GPT-Neo, OPT, Switch) follow NeuSight's traced graphs, not transformers 5.23:
     5.23 launches more tiny kernels outside the layers (mask and position-id bookkeeping), and its
     attention differs in a kernel or two per layer (e.g. OPT's scale of 1.0).
-  * Families added after NeuSight's (GPT-NeoX, Qwen3, Gemma 1-3, Phi-3, Granite, OLMo 2 and 3, T5, RoBERTa,
-    OPT-350m's layout, and the MoE decoders Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3, GPT-OSS) were built from
-    this trace: their forward layers match it exactly, and `tests/test_graphs.py` / `tests/test_moe.py` pin the
+  * Families added after NeuSight's (GPT-NeoX, Qwen3, SmolLM3 and its NoPE layers, Gemma 1-3, Phi-3, Granite,
+    OLMo 2 and 3, T5, RoBERTa, OPT-350m's layout, the MoE decoders Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3, GPT-OSS,
+    and Qwen3.5's hybrid layers, `HYBRID`) were built from this trace: their forward layers match it exactly, and `tests/test_graphs.py` / `tests/test_moe.py` pin the
     counts. So do their training layers (GPT-NeoX, the llama-likes and the MoE decoders), in fp32 and bf16.
   * A view's backward that scatters into a zero-filled gradient (ATen's slice_backward, select_backward:
     RoPE's halves, Phi-3's fused q/k/v) is two kernels, a fill and a copy, and is counted as two.
@@ -67,6 +67,10 @@ MODELS = {
     "gemma2": ({"model_type": "gemma2", **_LLAMA}, ("num_hidden_layers",), "Gemma2ForCausalLM", "Gemma2ForCausalLM"),
     "gemma3": ({"model_type": "gemma3_text", **_LLAMA}, ("num_hidden_layers",), "Gemma3ForCausalLM",
                "Gemma3ForCausalLM"),
+    "smollm3": ({"model_type": "smollm3", **_LLAMA, "pad_token_id": 0}, ("num_hidden_layers",), "SmolLM3ForCausalLM",
+                "SmolLM3ForCausalLM"),
+    "smollm3_nope": ({"model_type": "smollm3", **_LLAMA, "pad_token_id": 0, "no_rope_layer_interval": 1},
+                     ("num_hidden_layers",), "SmolLM3ForCausalLM", "SmolLM3ForCausalLM"),
     "granite": ({"model_type": "granite", **_LLAMA, **_GRANITE}, ("num_hidden_layers",), "GraniteForCausalLM",
                 "GraniteForCausalLM"),
     "olmo2": ({"model_type": "olmo2", **_LLAMA}, ("num_hidden_layers",), "Olmo2ForCausalLM", "Olmo2ForCausalLM"),
@@ -97,6 +101,13 @@ MODELS = {
                  ("num_layers", "num_decoder_layers"), "T5ForConditionalGeneration", "T5ForConditionalGeneration"),
 }
 BATCH, SEQ = 2, 8
+_QWEN3_5 = {"model_type": "qwen3_5_text", **_LLAMA, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+            "linear_key_head_dim": 16, "linear_value_head_dim": 16}
+#: hybrid decoders, one row per layer type: each counted in models whose first layer is full attention (a linear
+#: layer's cache needs one), with the key/value cache an inference forward fills by default; inference at 8 and
+#: 130 tokens (one and three chunks of the gated delta rule) and a decode step after 8 tokens. Not trained.
+HYBRID = {"qwen3_5": _QWEN3_5,
+          "qwen3_5_moe": {**_QWEN3_5, **_MOE, "model_type": "qwen3_5_moe_text", "shared_expert_intermediate_size": 48}}
 
 
 def traced_kernels(torch, transformers, cfg: dict, cls: str, mode: str) -> int:
@@ -123,6 +134,40 @@ def traced_kernels(torch, transformers, cfg: dict, cls: str, mode: str) -> int:
         with kernel_recorder(ops):
             model(**kw).loss.backward()
     return len(ops)
+
+
+def hybrid_kernels(torch, transformers, cfg: dict, kind: str, layers: int, mode: str, dtype: str,
+                   seq: int) -> tuple[int, int]:
+    """(traced, graph) kernels of a hybrid model of `layers` layers, the first full attention, the rest `kind`."""
+    from experiments.gpu.decode_trace import traced_kernels as decode_kernels
+    from hybridperf.graphs import build_graph
+
+    cfg = {**cfg, "num_hidden_layers": layers, "layer_types": ["full_attention"] + [kind] * (layers - 1)}
+    graph = int(build_graph(cfg, BATCH, seq, mode, dtype=dtype).kernel_table()["count"].sum())
+    if mode == "decode":
+        return decode_kernels(torch, transformers, cfg, dtype, BATCH, seq), graph
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**cfg),
+                                                          attn_implementation="eager").eval()
+    model.to({"fp32": torch.float32, "bf16": torch.bfloat16}[dtype])
+    ops, ids = [], torch.randint(2, 100, (BATCH, seq))
+    with torch.no_grad(), kernel_recorder(ops):
+        model(input_ids=ids, use_cache=True)
+    return len(ops), graph
+
+
+def hybrid_rows(torch, transformers) -> list:
+    rows = []
+    for name, cfg in HYBRID.items():
+        for kind in ("linear_attention", "full_attention"):
+            for mode, seq in (("inf", SEQ), ("inf", 130), ("decode", SEQ)):
+                for dtype in ("fp32", "bf16"):
+                    (t2, g2), (t3, g3) = (hybrid_kernels(torch, transformers, cfg, kind, n, mode, dtype, seq)
+                                          for n in (2, 3))
+                    rows.append({"model": f"{name} {kind.split('_')[0]}", "mode": f"{mode} {seq}", "dtype": dtype,
+                                 "traced_per_layer": t3 - t2, "graph_per_layer": g3 - g2,
+                                 "traced_outside": t2 - 2 * (t3 - t2), "graph_outside": g2 - 2 * (g3 - g2)})
+    return rows
 
 
 def graph_kernels(cfg: dict, mode: str) -> int:
@@ -152,6 +197,10 @@ def main(argv=None) -> int:
     df = pd.DataFrame(rows)
     print(f"torch {torch.__version__}, transformers {transformers.__version__}; batch {BATCH}, seq {SEQ}")
     print(df.to_string(index=False))
+    hybrid = pd.DataFrame(hybrid_rows(torch, transformers))
+    print("\nhybrid decoders (`HYBRID`; outside includes the first, full-attention layer):")
+    print(hybrid.to_string(index=False))
+    df = pd.concat([df, hybrid], ignore_index=True)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         df.to_csv(args.out, index=False)

@@ -82,7 +82,8 @@ EVERY_LAYER_SLIDING = ("mistral", "phi3")
 SLIDING_LAYERS = (*SLIDING_GEMMA, "gpt_oss", "olmo3")
 #: HF's `sliding_window` default when a config omits the key (none for the families not listed)
 SLIDING_WINDOW_DEFAULT = {"gemma2": 4096, "gemma3_text": 4096, "gpt_oss": 128, "mistral": 4096, "olmo3": 4096}
-LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", *GEMMA, "phi3", "granite", "olmo2", "olmo3", *MOE_LLAMA)
+LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "smollm3", *GEMMA, "phi3", "granite", "olmo2", "olmo3",
+              *MOE_LLAMA)
 #: OLMo 2 and 3: norms on the sublayer outputs and over whole q/k projections; rotary tables kept fp32 in 16-bit models
 OLMO = ("olmo2", "olmo3")
 #: T5-style encoder-decoders (T5 is Switch without the expert layers)
@@ -209,10 +210,7 @@ class ModelConfig:
 
 
 def _get(d: dict, *keys, default=None):
-    for k in keys:
-        if k in d and d[k] is not None:
-            return d[k]
-    return default
+    return next((d[k] for k in keys if d.get(k) is not None), default)
 
 
 def _pos_int(value, key: str, source: str) -> int:
@@ -319,7 +317,7 @@ def _sliding_fields(d: dict, layers: int, source: str) -> None:
 #: vision-language wrappers whose text-only forward is their language model (`text_config`), read as that
 #: model_type (the vision tower runs no kernel for text input)
 LANGUAGE_MODEL_OF = {"qwen3_vl": "qwen3", "qwen3_vl_moe": "qwen3_moe", "qwen2_vl": "qwen2", "qwen2_5_vl": "qwen2",
-                     "mistral3": "mistral"}
+                     "mistral3": "mistral", "qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text"}
 #: model_types that name a supported architecture under another name (their `architectures` say so)
 SAME_ARCHITECTURE = {"kimi_k2": "deepseek_v3"}
 
@@ -352,7 +350,8 @@ def config_from_dict(d: dict, source: str = "config") -> ModelConfig:
     if mt in PLUGIN_PARSERS:
         return PLUGIN_PARSERS[mt](d, source)
     if mt not in SUPPORTED_MODEL_TYPES:
-        raise InputError(f"{source}: unsupported model_type {mt!r}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
+        raise InputError(f"{source}: unsupported model_type {mt!r}; supported: "
+                         f"{', '.join((*SUPPORTED_MODEL_TYPES, *PLUGIN_PARSERS))}")
     for key in _OPTIONAL_COUNTS:
         if d.get(key) is not None:
             _count(d[key], key, source)

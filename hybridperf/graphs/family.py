@@ -41,6 +41,7 @@ class Family:
     kv_cache_width: Callable | None = None
     position_limited: bool = False  # learned or rotary position tables cap the sequence at `max_positions`
     softmax_fp32: tuple = ()  # names whose eager attention takes its softmax in fp32 in a half-precision model
+    trains: bool = True  # False: training is refused (a backward not counted against HF's)
 
     @property
     def causal_lm(self) -> bool:

@@ -109,6 +109,8 @@ def build_graph(config, batch: int, seq: int, mode: str = "inf", dtype: str | No
     if mode == "decode" and family.decode is None:  # before the position limit: no length helps a non-causal LM
         raise InputError(f"a decode step needs a decoder-only causal LM ({', '.join(decode_families())}); "
                          f"{cfg.family} has none")
+    if mode == "train" and not family.trains:
+        raise InputError(f"training {cfg.family} is not modelled (its backward is not counted); inf and decode are")
     if family.position_limited:  # a decode step's new token takes position seq
         positions, what = (seq + 1, "seq + 1") if mode == "decode" else (seq, "seq")
         check_positions(positions, cfg.max_positions, what)

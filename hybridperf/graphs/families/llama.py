@@ -1,6 +1,8 @@
-"""Llama-like decoders (Llama, Mistral, Qwen, Gemma, Phi-3, Granite, OLMo 2 and 3, Mixtral, Qwen-MoE, GPT-OSS)."""
+"""Llama-like decoders (Llama, Mistral, Qwen, SmolLM3, Gemma, Phi-3, Granite, OLMo 2 and 3, Mixtral, Qwen-MoE,
+GPT-OSS)."""
 from __future__ import annotations
 
+from hybridperf.errors import InputError
 from hybridperf.graphs.config import LLAMA_LIKE, MOE_LLAMA, ModelConfig, kv_length
 from hybridperf.graphs.decode import cached_attention, decode_setup
 from hybridperf.graphs.family import Family
@@ -56,8 +58,28 @@ def forward(cfg: ModelConfig, B, S, train) -> list:
     post = [*rms_norm("final_norm", tok, h, train, gemma, oss or olmo), linear("lm_head", tok, h, V, bias=False),
             *(soft_cap("logit_softcap", tok, V) if v["final_softcap"] else []),
             *granite_scale("logits_scaling", tok, V, v, "divu")]
-    return [Block("embeddings", 1, pre, "pre"), *llama_layer_blocks(cfg, attn, tok, train),
+    return [Block("embeddings", 1, pre, "pre"), *without_rope(cfg, llama_layer_blocks(cfg, attn, tok, train)),
             Block("head", 1, post, "post")]
+
+
+def without_rope(cfg: ModelConfig, layers: list) -> list:
+    """SmolLM3's NoPE layers (`no_rope_layers` 0, by default every `no_rope_layer_interval`-th, 4): its layer without
+    RoPE on q and k (block `nope_layer`, TorchDispatchMode on transformers 5.24); other families' layers as they are."""
+    if cfg.family != "smollm3":
+        return layers
+    if cfg.raw.get("use_sliding_window"):
+        raise InputError("SmolLM3's sliding-window layers (use_sliding_window) are not modelled")
+    flags = cfg.raw.get("no_rope_layers")
+    if flags is None:
+        step = int(cfg.raw.get("no_rope_layer_interval") or 4)
+        flags = [int((i + 1) % step != 0) for i in range(cfg.layers)]
+    if not isinstance(flags, list) or len(flags) != cfg.layers or any(f not in (0, 1) for f in flags):
+        raise InputError(f"config field 'no_rope_layers' must list {cfg.layers} entries, each 0 or 1")
+    nope = flags.count(0)
+    (full,) = layers
+    rope = [k for k in full.kernels if not k["name"].startswith(("q_rope", "k_rope"))]
+    out = [Block(full.name, cfg.layers - nope, full.kernels, full.kind), Block("nope_layer", nope, rope, full.kind)]
+    return [b for b in out if b.count]
 
 
 def decode(cfg: ModelConfig, B: int, seq: int) -> list:
@@ -92,7 +114,8 @@ def decode(cfg: ModelConfig, B: int, seq: int) -> list:
     # from `window` keys on transformers masks the sliding layers, also while their cache still holds them all
     sliding = attn(kv_sliding, True) if kv_sliding != kv or (mixed and kv >= cfg.sliding_window > 0) else None
     full = attn(kv, cfg.every_layer_slides)
-    return [Block("embeddings", 1, pre, "pre"), *llama_layer_blocks(cfg, full, B, sliding_attn=sliding),
+    return [Block("embeddings", 1, pre, "pre"),
+            *without_rope(cfg, llama_layer_blocks(cfg, full, B, sliding_attn=sliding)),
             Block("head", 1, post, "post")]
 
 
@@ -112,6 +135,7 @@ ACTIVATION = {
                     {"c_h": 60.27, "c_f": 8.0, "c_a": 6.04, "d_h": 10.6, "d_v": 4.15}),
     "mistral": "llama",
     "qwen2": "llama",
+    "smollm3": "llama",
     "phi3": "llama",
     "granite": "llama",
     "olmo2": ({"c_h": 56.08, "c_f": 16.0, "c_a": 4.01, "d_h": 13.64, "d_v": 4.09},
