@@ -17,6 +17,30 @@ from hybridperf.guard import check_predictions
 
 #: what `--precision` takes (`serving.cost.PRECISIONS`), for both serving commands
 PRECISION_HELP = "weights: fp16, bf16, fp8, fp4, int8 (W8A8) or int4 (weight-only)"
+DEFAULT_HELP = "; default: what the checkpoint's quantization states, else bf16"
+
+
+def _precisions(config: Path, precision: str | None, moe_precision: str | None) -> tuple[str, str]:
+    """--precision and --moe-precision as given, else the checkpoint's (`serving.checkpoint`, said in a note), else
+    bf16: an FP8 or NVFP4 checkpoint is served in its own format, not cast up."""
+    if precision is not None:
+        return precision, moe_precision or ""
+    from hybridperf.jsonio import read_json_object
+    from hybridperf.serving.checkpoint import checkpoint_precision, quantization
+    from hybridperf.serving.load import as_arch
+
+    raw = read_json_object(config)
+    found = checkpoint_precision(config, raw, bool(as_arch(str(config)).experts))
+    if found is None:
+        where = quantization(Path(config), raw)[1]
+        if where:
+            typer.echo(f"note: the checkpoint's quantization ({where}) mixes formats or names one not read here; "
+                       "priced in bf16: pass --precision (and --moe-precision)", err=True)
+        return "bf16", moe_precision or ""
+    moe = found.moe_precision if moe_precision is None else moe_precision
+    chosen = f"--precision {found.precision}" + (f" --moe-precision {moe}" if moe else "")
+    typer.echo(f"note: {chosen}, the checkpoint's ({found.what}); pass --precision to choose another", err=True)
+    return found.precision, moe
 
 
 def _note_precision_fallback(precision: str, dev) -> None:
@@ -45,11 +69,12 @@ def predict_serving_cmd(
     pp: int = typer.Option(1, "--pp", help="pipeline stages"),
     ep: int = typer.Option(1, "--ep", help="expert-parallel GPUs (MoE; the rest of --tp splits inside experts)"),
     attention_dp: int = typer.Option(1, "--attention-dp", help="attention data-parallel ranks (MoE)"),
-    precision: str = typer.Option("bf16", "--precision", help=PRECISION_HELP),
-    moe_precision: str = typer.Option("", "--moe-precision",
-                                      help="MoE experts' weights where they differ from --precision (gpt-oss: bf16 "
-                                           "with MXFP4 experts is --precision bf16 --moe-precision int4 on Hopper, "
-                                           "fp4 where MXFP4 runs on tensor cores)"),
+    precision: Optional[str] = typer.Option(None, "--precision", help=PRECISION_HELP + DEFAULT_HELP),
+    moe_precision: Optional[str] = typer.Option(None, "--moe-precision",
+                                                help="MoE experts' weights where they differ from --precision "
+                                                     "(gpt-oss: bf16 with MXFP4 experts is --precision bf16 "
+                                                     "--moe-precision int4 on Hopper, fp4 where MXFP4 runs on tensor "
+                                                     "cores)"),
     kv_dtype: str = typer.Option("", "--kv-dtype", help="KV cache: bf16 or fp8 (default: fp8 for fp8/fp4 weights, else bf16)"),
     spec_tokens: int = typer.Option(0, "--spec-tokens",
                                     help="speculative decoding (MTP, EAGLE): tokens drafted per decode step"),
@@ -109,6 +134,7 @@ def predict_serving_cmd(
         if not as_arch(str(config)).experts:
             what = f"--ep {ep}" if ep > 1 else f"--moe-precision {moe_precision}"
             raise InputError(f"{what}: {Path(config).name} has no experts; leave it out")
+    precision, moe_precision = _precisions(config, precision, moe_precision)
     scale = _measured_scale(calibration, config, dev, engine, precision) if calibration is not None else (1.0, 1.0)
     res = predict_serving(str(config), device, engine, isl, osl, batch=batch, concurrency=concurrency,
                           tp=tp, pp=pp, ep=ep, attention_dp=attention_dp, precision=precision,
@@ -202,7 +228,7 @@ def sweep_serving_cmd(
     osl: int = typer.Option(..., "--osl", help="output tokens per request"),
     tps: str = typer.Option("1,2,4,8", "--tp", help="tensor-parallel sizes to try, comma-separated"),
     concurrencies: str = typer.Option("1,4,16,64,256", "--concurrency", help="closed-loop concurrencies to try"),
-    precision: str = typer.Option("bf16", "--precision", help=PRECISION_HELP),
+    precision: Optional[str] = typer.Option(None, "--precision", help=PRECISION_HELP + DEFAULT_HELP),
     ttft_sla_ms: float = typer.Option(float("inf"), "--ttft-sla-ms", help="TTFT limit (its 95% bound must meet it)"),
     tpot_sla_ms: float = typer.Option(float("inf"), "--tpot-sla-ms", help="TPOT limit (its 95% bound must meet it)"),
     executor: str = typer.Option("local", "--executor", help="local, or ray (the cluster RAY_ADDRESS names, else "
@@ -222,9 +248,10 @@ def sweep_serving_cmd(
     devs = [d.strip() for d in devices.split(",") if d.strip()]
     if not devs:
         raise InputError("--devices names no GPU")
+    precision, moe_precision = _precisions(config, precision, None)
     pts = sweep(str(config), devs, engine, isl, osl, tps=_int_list(tps, "--tp"),
                 concurrencies=_int_list(concurrencies, "--concurrency"), precision=precision,
-                ttft_sla_ms=ttft_sla_ms, tpot_sla_ms=tpot_sla_ms, executor=executor)
+                ttft_sla_ms=ttft_sla_ms, tpot_sla_ms=tpot_sla_ms, executor=executor, moe_precision=moe_precision)
     ok = [p for p in pts if not p.reason]
     if not ok:
         raise InputError(f"no configuration of the sweep fits ({why_none_fit(pts)})")
