@@ -33,8 +33,10 @@ def test_mistral3_is_its_mistral_language_model():
     m3 = {"model_type": "mistral3", "text_config": mistral, "vision_config": {"model_type": "pixtral"}}
     assert config_from_dict(m3) == config_from_dict(mistral)
     assert _rows(config_from_dict(m3)) == _rows(config_from_dict(mistral))
-    with pytest.raises(InputError, match="ministral3"):  # Ministral 3's layers scale q (49 kernels a layer, not 42)
-        config_from_dict({**m3, "text_config": {**mistral, "model_type": "ministral3"}})
+    # Ministral 3's language model is its own (its layers scale q: 49 kernels a layer, not 42)
+    assert config_from_dict({**m3, "text_config": {**mistral, "model_type": "ministral3"}}).family == "ministral3"
+    with pytest.raises(InputError, match="language model is 'llama'"):
+        config_from_dict({**m3, "text_config": {**mistral, "model_type": "llama"}})
 
 
 def test_kimi_k2_is_read_as_deepseek_v3():

@@ -569,6 +569,20 @@ def test_smollm3_runs_llamas_layer_and_drops_rope_in_its_nope_layers(nope, inf, 
             build_graph({**cfg, **bad}, 1, 8, "inf")
 
 
+def test_ministral3_scales_its_queries_by_position_in_every_layer():
+    """Ministral 3 is Mistral's layer and Llama 4's query scale, recomputed per layer from the position ids: 7
+    kernels more in fp32 (8 in bf16: a cast), one more in the backward (TorchDispatchMode, transformers 5.24)."""
+    cfg = {"model_type": "ministral3", **LLAMA_SMALL}
+    mistral = {"model_type": "mistral", **LLAMA_SMALL, "sliding_window": None}
+    for mode, extra in (("inf", 7), ("decode", 7), ("train", 8)):
+        assert _per_layer_and_outside(cfg, mode)[0] == _per_layer_and_outside(mistral, mode)[0] + extra
+        assert _per_layer_and_outside(cfg, mode, "bf16")[0] == _per_layer_and_outside(mistral, mode, "bf16")[0] \
+            + extra + 1
+    assert _per_layer_and_outside(cfg, "train", "bf16")[0] == 152
+    wrapped = load_config({"model_type": "mistral3", "text_config": {**cfg, "num_hidden_layers": 4}})
+    assert wrapped.family == "ministral3" and wrapped.layers == 4
+
+
 def test_gemma2_and_gemma3_add_sandwich_norms_soft_caps_and_sliding_layers():
     """Gemma 2 soft-caps its scores and logits, Gemma 3 normalises q and k per head (with Gemma's (1 + w));
     both build a sliding-window mask (23 kernels in a forward, 15 more in a decode step), and Gemma 3 a

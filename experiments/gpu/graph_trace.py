@@ -12,10 +12,11 @@ The graph is not meant to equal this trace everywhere, and the script says where
     validate (BERT, GPT-2, GPT-Neo, OPT, Switch) follow NeuSight's traced graphs, not transformers 5.23:
     5.23 launches more tiny kernels outside the layers (mask and position-id bookkeeping), and its
     attention differs in a kernel or two per layer (e.g. OPT's scale of 1.0).
-  * Families added after NeuSight's (GPT-NeoX, Qwen3, SmolLM3 and its NoPE layers, Gemma 1-3, Phi-3, Granite,
-    OLMo 2 and 3, T5, RoBERTa, OPT-350m's layout, the MoE decoders Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3, GPT-OSS,
-    and Qwen3.5's hybrid layers, `HYBRID`) were built from this trace: their forward layers match it exactly, and `tests/test_graphs.py` / `tests/test_moe.py` pin the
-    counts. So do their training layers (GPT-NeoX, the llama-likes and the MoE decoders), in fp32 and bf16.
+  * Families added after NeuSight's (GPT-NeoX, Qwen3, SmolLM3 and its NoPE layers, Ministral 3, Gemma 1-3, Phi-3,
+    Granite, OLMo 2 and 3, T5, RoBERTa, OPT-350m's layout, the MoE decoders Mixtral, Qwen2-MoE, Qwen3-MoE,
+    DeepSeek-V3, GPT-OSS, and Qwen3.5's hybrid layers, `HYBRID`) were built from this trace: their forward layers
+    match it exactly, and `tests/test_graphs.py`, `tests/test_moe.py`, `tests/test_qwen3_5.py` pin the counts. So
+    do their training layers (GPT-NeoX, the llama-likes and the MoE decoders; not Qwen3.5), in fp32 and bf16.
   * A view's backward that scatters into a zero-filled gradient (ATen's slice_backward, select_backward:
     RoPE's halves, Phi-3's fused q/k/v) is two kernels, a fill and a copy, and is counted as two.
   * Ops that only allocate (`aten.empty*`) launch no kernel and are not counted.
@@ -71,6 +72,9 @@ MODELS = {
                 "SmolLM3ForCausalLM"),
     "smollm3_nope": ({"model_type": "smollm3", **_LLAMA, "pad_token_id": 0, "no_rope_layer_interval": 1},
                      ("num_hidden_layers",), "SmolLM3ForCausalLM", "SmolLM3ForCausalLM"),
+    "ministral3": ({"model_type": "ministral3", **_LLAMA, "rope_parameters": {
+        "rope_type": "yarn", "rope_theta": 1e6, "factor": 16.0, "original_max_position_embeddings": 16384,
+        "llama_4_scaling_beta": 0.1}}, ("num_hidden_layers",), "Ministral3ForCausalLM", "Ministral3ForCausalLM"),
     "granite": ({"model_type": "granite", **_LLAMA, **_GRANITE}, ("num_hidden_layers",), "GraniteForCausalLM",
                 "GraniteForCausalLM"),
     "olmo2": ({"model_type": "olmo2", **_LLAMA}, ("num_hidden_layers",), "Olmo2ForCausalLM", "Olmo2ForCausalLM"),

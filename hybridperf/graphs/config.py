@@ -82,8 +82,8 @@ EVERY_LAYER_SLIDING = ("mistral", "phi3")
 SLIDING_LAYERS = (*SLIDING_GEMMA, "gpt_oss", "olmo3")
 #: HF's `sliding_window` default when a config omits the key (none for the families not listed)
 SLIDING_WINDOW_DEFAULT = {"gemma2": 4096, "gemma3_text": 4096, "gpt_oss": 128, "mistral": 4096, "olmo3": 4096}
-LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "smollm3", *GEMMA, "phi3", "granite", "olmo2", "olmo3",
-              *MOE_LLAMA)
+LLAMA_LIKE = ("llama", "mistral", "ministral3", "qwen2", "qwen3", "smollm3", *GEMMA, "phi3", "granite", "olmo2",
+              "olmo3", *MOE_LLAMA)
 #: OLMo 2 and 3: norms on the sublayer outputs and over whole q/k projections; rotary tables kept fp32 in 16-bit models
 OLMO = ("olmo2", "olmo3")
 #: T5-style encoder-decoders (T5 is Switch without the expert layers)
@@ -335,9 +335,9 @@ def config_from_dict(d: dict, source: str = "config") -> ModelConfig:
         if not isinstance(text, dict):
             raise InputError(f"{source}: a {mt} config needs a 'text_config' object (its language model)")
         inner = text.get("model_type")
-        if mt == "mistral3" and inner not in (None, "mistral"):  # Ministral 3 wraps its own ministral3 layers
+        if mt == "mistral3" and inner not in (None, "mistral", "ministral3"):  # Ministral 3: its own layers
             raise InputError(f"{source}: a mistral3 config whose language model is {inner!r} is not supported")
-        mt = LANGUAGE_MODEL_OF[mt]
+        mt = "ministral3" if mt == "mistral3" and inner == "ministral3" else LANGUAGE_MODEL_OF[mt]
         d = {**text, **outer, "model_type": mt}
     mt = SAME_ARCHITECTURE.get(mt, mt)
     if mt == "gemma3":  # the multimodal wrapper: its language model is a gemma3_text config

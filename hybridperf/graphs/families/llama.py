@@ -1,5 +1,5 @@
-"""Llama-like decoders (Llama, Mistral, Qwen, SmolLM3, Gemma, Phi-3, Granite, OLMo 2 and 3, Mixtral, Qwen-MoE,
-GPT-OSS)."""
+"""Llama-like decoders (Llama, Mistral, Ministral 3, Qwen, SmolLM3, Gemma, Phi-3, Granite, OLMo 2 and 3, Mixtral,
+Qwen-MoE, GPT-OSS)."""
 from __future__ import annotations
 
 from hybridperf.errors import InputError
@@ -134,6 +134,7 @@ ACTIVATION = {
     "gemma3_text": ({"c_h": 72.27, "c_f": 16.0, "c_a": 4.04, "d_h": 13.5, "d_v": 4.15},
                     {"c_h": 60.27, "c_f": 8.0, "c_a": 6.04, "d_h": 10.6, "d_v": 4.15}),
     "mistral": "llama",
+    "ministral3": "llama",
     "qwen2": "llama",
     "smollm3": "llama",
     "phi3": "llama",

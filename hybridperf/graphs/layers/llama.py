@@ -8,7 +8,7 @@ from hybridperf.graphs.layers.grads import grad_cat, grad_sums, slice_grads
 from hybridperf.graphs.layers.moe import moe_block
 from hybridperf.graphs.layers.norms import rms_norm
 from hybridperf.graphs.layers.rope import _rope, cat_rope, halves_rope, rotary_dim
-from hybridperf.graphs.primitives import F32, Block, cast, linear, misc, vec
+from hybridperf.graphs.primitives import F32, HALF_DTYPES, Block, _k, cast, linear, misc, vec
 
 
 def llama_variant(cfg: ModelConfig) -> dict:
@@ -100,7 +100,18 @@ def llama_qkv(cfg: ModelConfig, tok: int, train: bool = False) -> list:
     return ks + [*_rope("q_rope", tok, q_w, fp32, train), *grad_sums("q_rope_x", tok, q_w, 3, train),
                  *slice_grads("q_rope_x", tok, q_w, 2, train),
                  *_rope("k_rope", tok, kv_w, fp32, train), *grad_sums("k_rope_x", tok, kv_w, 3, train),
-                 *slice_grads("k_rope_x", tok, kv_w, 2, train)]
+                 *slice_grads("k_rope_x", tok, kv_w, 2, train), *query_position_scale(cfg, tok)]
+
+
+def query_position_scale(cfg: ModelConfig, tok: int) -> list:
+    """Ministral 3 scales each rotated query by 1 + beta log(1 + floor(position / original length)) (Llama 4's
+    attention scale), computed again in every layer from the position ids: five tiny fp32 kernels and a cast,
+    then the product over q (TorchDispatchMode, transformers 5.24). None elsewhere."""
+    if cfg.family != "ministral3":
+        return []
+    return [*(misc(f"q_pos_scale_{i}", "mask", 2 * tok * F32, fp32=True) for i in range(6)),
+            _k("q_pos_scale_cast", "misc:mask", nbytes=2 * tok * F32, dtypes=HALF_DTYPES),  # no gradient: no backward
+            vec("q_pos_scale", "mul", tok, cfg.heads * cfg.head_dim, tag="constant")]
 
 
 def llama_mlp(cfg: ModelConfig, tok: int, train: bool = False) -> list:
