@@ -15,16 +15,13 @@ def moe_block(cfg: ModelConfig, tok: int, train: bool = False) -> list:
     Router: a GEMM to one logit per expert, softmax in fp32, top-k, and (Mixtral always, Qwen with
     `norm_topk_prob`) the k weights divided by their sum. Mixtral keeps the weights in fp32, so in a
     half-precision model its weighted expert outputs and their sum over k are fp32 and cast back;
-    Qwen casts the k weights to the model dtype. Experts: sort the (token, expert) pairs by expert,
-    gather their tokens, count them per expert (histc, cumsum), the gate/up grouped GEMM, act(gate) * up,
-    the down grouped GEMM, times the routing weight, un-permute (arange, index_put, gather) and sum over
-    the k experts of each token. Qwen2-MoE adds a gated MLP every token passes through (the shared
+    Qwen casts the k weights to the model dtype. Experts: `expert_dispatch`. Qwen2-MoE adds a gated MLP every token passes through (the shared
     expert), scaled by sigmoid(x w) and added; DeepSeek-V3 routes with `deepseek_router` and adds its shared
     experts unscaled; GPT-OSS routes with a biased GEMM and a softmax over the k chosen logits, and its experts
     are `oss_experts`. Counted with TorchDispatchMode (`experiments/gpu/graph_trace.py`);
     the tiny integer bookkeeping kernels are `misc:route`. In the backward each gather (tag `gather`)
     zero-fills its gradient and scatters into it."""
-    h, E, k, f, tok = cfg.hidden, cfg.num_experts, cfg.experts_per_token, cfg.expert_ffn, int(tok)
+    h, E, k, tok = cfg.hidden, cfg.num_experts, cfg.experts_per_token, int(tok)
     mixtral = cfg.family == "mixtral"
     pairs = tok * k
     groups, rows = expert_groups(E, k, tok)
@@ -62,28 +59,43 @@ def moe_block(cfg: ModelConfig, tok: int, train: bool = False) -> list:
         ks.append(vec("moe.routed_scale", "mulu", tok, k, fp32=True))
     elif not (mixtral or oss):
         ks.append(cast("moe.weights_to_half", pairs))
-    ks += [route("sort", 3 * pairs * 8), route("token_of_pair", 2 * pairs * 8),
-           misc("moe.gather_tokens", "index", 2 * pairs * h * F32 + pairs * 8, tag="gather"),
-           route("weights_of_pair", pairs * (2 * F32 + 8), tag="gather"), route("ids_to_int", pairs * 12),
-           route("histc", pairs * 4 + E * 4), route("offsets", 2 * E * 4),
-           *(oss_experts(cfg, pairs, groups, rows, train) if oss else [
-               grouped_gemm("experts.gate_up", groups, rows, h, 2 * f, E),
-               *grad_cat("experts.gate_up_out", pairs * 2 * f, train),
-               *mlp_activation("experts", cfg.activation, pairs, f, train), vec("experts.gate_mul", "mul", pairs, f),
-               grouped_gemm("experts.down", groups, rows, f, h, E)]),
-           vec("moe.weight_mul", "mul", pairs, h, tag="broadcast", fp32=fp32_weights),
-           *(grad_cast("moe.weight_mul", pairs * h, train) if fp32_weights else []),
-           misc("moe.arange", "mask", pairs * 8), route("inverse_perm", 3 * pairs * 8),
-           misc("moe.unpermute", "index", 2 * pairs * h * F32 + pairs * 8, tag="gather", fp32=fp32_weights),
-           misc("moe.sum_k", "reduce", pairs * h * F32, fp32=fp32_weights)]
-    if fp32_weights:
-        ks.append(cast("moe.to_half", tok * h))
+    ks += expert_dispatch(cfg, tok, train, fp32_weights, oss_experts(cfg, pairs, groups, rows, train) if oss else None)
     if deepseek:
         ks.append(vec("moe.add_shared", "add", tok, h))
     elif fs:
         ks += [linear("shared.expert_gate", tok, h, 1, bias=False), vec("shared.sigmoid", "tanh", tok, 1),
                vec("shared.scale", "mul", tok, h, tag="broadcast"), vec("moe.add_shared", "add", tok, h)]
     return ks
+
+
+def expert_dispatch(cfg: ModelConfig, tok: int, train: bool = False, fp32_weights: bool = False,
+                    experts: list | None = None) -> list:
+    """The routed experts of `tok` tokens (transformers' grouped_mm path): sort the (token, expert) pairs by expert,
+    gather their tokens and weights, count them per expert (histc, cumsum), `experts` (default: the gate/up grouped
+    GEMM, act(gate) * up, the down grouped GEMM), times the routing weight, un-permute and sum over the k experts of
+    each token. `fp32_weights`: the weights are fp32, so are the weighted outputs and their sum, cast back."""
+    h, E, k, f = cfg.hidden, cfg.num_experts, cfg.experts_per_token, cfg.expert_ffn
+    pairs = tok * k
+    groups, rows = expert_groups(E, k, tok)
+
+    def route(name, nbytes, tag=""):
+        return misc(f"moe.{name}", "route", nbytes, tag=tag)
+
+    if experts is None:
+        experts = [grouped_gemm("experts.gate_up", groups, rows, h, 2 * f, E),
+                   *grad_cat("experts.gate_up_out", pairs * 2 * f, train),
+                   *mlp_activation("experts", cfg.activation, pairs, f, train),
+                   vec("experts.gate_mul", "mul", pairs, f), grouped_gemm("experts.down", groups, rows, f, h, E)]
+    return [route("sort", 3 * pairs * 8), route("token_of_pair", 2 * pairs * 8),
+            misc("moe.gather_tokens", "index", 2 * pairs * h * F32 + pairs * 8, tag="gather"),
+            route("weights_of_pair", pairs * (2 * F32 + 8), tag="gather"), route("ids_to_int", pairs * 12),
+            route("histc", pairs * 4 + E * 4), route("offsets", 2 * E * 4), *experts,
+            vec("moe.weight_mul", "mul", pairs, h, tag="broadcast", fp32=fp32_weights),
+            *(grad_cast("moe.weight_mul", pairs * h, train) if fp32_weights else []),
+            misc("moe.arange", "mask", pairs * 8), route("inverse_perm", 3 * pairs * 8),
+            misc("moe.unpermute", "index", 2 * pairs * h * F32 + pairs * 8, tag="gather", fp32=fp32_weights),
+            misc("moe.sum_k", "reduce", pairs * h * F32, fp32=fp32_weights),
+            *([cast("moe.to_half", tok * h)] if fp32_weights else [])]
 
 
 def oss_experts(cfg: ModelConfig, pairs: int, groups: int, rows: int, train: bool = False) -> list:
