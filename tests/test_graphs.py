@@ -564,9 +564,11 @@ def test_smollm3_runs_llamas_layer_and_drops_rope_in_its_nope_layers(nope, inf, 
         == (train, train_bf16)
     released = build_graph({**cfg, "no_rope_layer_interval": 4, "num_hidden_layers": 36}, 1, 8, "inf")
     assert [(b.name, b.count) for b in released.blocks if b.kind == "layer"] == [("layer", 27), ("nope_layer", 9)]
-    for bad in ({"no_rope_layers": [1, 2]}, {"no_rope_layers": [1]}, {"use_sliding_window": True}):
+    for bad in ({"no_rope_layers": [1, 2]}, {"no_rope_layers": [1]}, {"use_sliding_window": True, "sliding_window": 4}):
         with pytest.raises(InputError, match="no_rope_layers|sliding"):
             build_graph({**cfg, **bad}, 1, 8, "inf")
+    assert build_graph({**cfg, "use_sliding_window": True, "sliding_window": None}, 1, 8, "inf").blocks  # no window
+    assert load_config({**cfg}).tied_embeddings  # SmolLM3Config ties by default
 
 
 def test_ministral3_scales_its_queries_by_position_in_every_layer():

@@ -336,3 +336,16 @@ def test_per_gpu_gemm_shapes_match_neusight_opgraph(run, model, B, S, dp, tp, pp
     if tp > 1:  # two forward all-reduces per layer of the activation (elements)
         h = 1280 if model == "gpt2_large" else 3072
         assert t_ar == [B // (dp * m) * S * h] * 2
+
+
+def test_pipeline_stages_spread_each_layer_block_evenly():
+    """Layer blocks that pp does not divide (SmolLM3's 27 RoPE and 9 NoPE layers at pp 2, Gemma 3's sliding and
+    global ones) are spread so that every stage holds L / pp layers."""
+    from hybridperf.graphs.parallel import stage_layers
+    from hybridperf.graphs.primitives import Block
+
+    blocks = [Block("layer", 27), Block("nope_layer", 9)]
+    assert stage_layers(blocks, 2) == [[14, 4], [13, 5]]
+    shares = stage_layers([Block("a", 29), Block("b", 5), Block("c", 2)], 4)
+    assert [sum(s) for s in shares] == [9, 9, 9, 9] and [sum(col) for col in zip(*shares)] == [29, 5, 2]
+    assert stage_layers([Block("layer", 8)], 4) == [[2], [2], [2], [2]]

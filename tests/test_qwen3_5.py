@@ -43,6 +43,14 @@ def test_layers_launch_what_hf_eager_launches(cfg, kind, mode, seq, fp32, bf16):
     assert _per_layer(cfg, kind, mode, "bf16", seq) == bf16
 
 
+def test_short_prefill_pads_the_conv_state_and_moe_always_normalises():
+    """Fewer tokens than the conv's width: the cache pads them first (one kernel more, traced at 1 and 3 tokens);
+    Qwen3.5-MoE's router normalises its top-k weights whatever `norm_topk_prob` says."""
+    short = {s: _per_layer(SMALL, "linear_attention", "inf", "bf16", s) for s in (3, 4)}
+    assert short[3] == short[4] + 1
+    assert load_config({**MOE, "norm_topk_prob": False, "num_hidden_layers": 4}).raw["norm_topk_prob"] is True
+
+
 def test_prefill_walks_the_sequence_in_chunks_of_64():
     per = {s: _per_layer(SMALL, "linear_attention", "inf", "bf16", s) for s in (64, 65, 128, 129)}
     assert per[65] - per[64] == 10  # a second chunk: nine kernels, and the output laid out again
@@ -56,14 +64,15 @@ def test_wrapper_defaults_and_blocks():
     """A multimodal config is read as its `text_config`; every fourth layer is full attention by default; only those
     layers cache keys and values."""
     text = {k: v for k, v in SMALL.items() if k != "model_type"}
-    cfg = load_config({"model_type": "qwen3_5", "dtype": "bfloat16", "text_config": {
-        **text, "model_type": "qwen3_5_text", "num_hidden_layers": 8, "tie_word_embeddings": True}})
+    cfg = load_config({"model_type": "qwen3_5", "dtype": "bfloat16", "tie_word_embeddings": True, "text_config": {
+        **text, "model_type": "qwen3_5_text", "num_hidden_layers": 8, "tie_word_embeddings": False}})
     assert cfg.family == "qwen3_5_text" and cfg.tied_embeddings and cfg.raw["dtype"] == "bfloat16"
     assert cfg.raw["layer_types"].count("full_attention") == 2
     g = build_graph(cfg, 2, 16, "decode", dtype="bf16")
     assert [(b.name, b.count) for b in g.blocks if b.kind == "layer"] == [("layer", 2), ("linear_layer", 6)]
-    # batch x tokens x (k, v) x kv heads x head_dim x bytes x 2 full layers; the linear layers' states are not per token
-    assert g._kv_cache_bytes() == pytest.approx(2 * 17 * 2 * 2 * 16 * 2 * 2)
+    # batch x tokens x (k, v) x kv heads x head_dim x bytes x 2 full layers, and per sequence 6 linear layers' fp32
+    # state (4 value heads x 16 x 16) and conv state (4 inputs of 2 x 2 x 16 + 4 x 16 channels, bf16)
+    assert g._kv_cache_bytes() == pytest.approx(2 * 17 * 2 * 2 * 16 * 2 * 2 + 2 * 6 * (4 * 16 * 16 * 4 + 128 * 4 * 2))
     assert not load_config({**SMALL, "num_hidden_layers": 4}).tied_embeddings  # Qwen3_5TextConfig's default
     moe = load_config({"model_type": "qwen3_5_moe", "text_config": {**MOE, "num_hidden_layers": 4}})
     assert (moe.family, moe.num_experts, moe.experts_per_token, moe.shared_ffn) == ("qwen3_5_moe_text", 4, 2, 48)

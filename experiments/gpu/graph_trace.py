@@ -108,8 +108,9 @@ BATCH, SEQ = 2, 8
 _QWEN3_5 = {"model_type": "qwen3_5_text", **_LLAMA, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
             "linear_key_head_dim": 16, "linear_value_head_dim": 16}
 #: hybrid decoders, one row per layer type: each counted in models whose first layer is full attention (a linear
-#: layer's cache needs one), with the key/value cache an inference forward fills by default; inference at 8 and
-#: 130 tokens (one and three chunks of the gated delta rule) and a decode step after 8 tokens. Not trained.
+#: layer's cache needs one), with the key/value cache an inference forward fills by default; inference at 3 (fewer
+#: than the conv's width), 8 and 130 tokens (one and three chunks of the gated delta rule) and a decode step after 8
+#: tokens. Not trained.
 HYBRID = {"qwen3_5": _QWEN3_5,
           "qwen3_5_moe": {**_QWEN3_5, **_MOE, "model_type": "qwen3_5_moe_text", "shared_expert_intermediate_size": 48}}
 
@@ -164,7 +165,7 @@ def hybrid_rows(torch, transformers) -> list:
     rows = []
     for name, cfg in HYBRID.items():
         for kind in ("linear_attention", "full_attention"):
-            for mode, seq in (("inf", SEQ), ("inf", 130), ("decode", SEQ)):
+            for mode, seq in (("inf", 3), ("inf", SEQ), ("inf", 130), ("decode", SEQ)):
                 for dtype in ("fp32", "bf16"):
                     (t2, g2), (t3, g3) = (hybrid_kernels(torch, transformers, cfg, kind, n, mode, dtype, seq)
                                           for n in (2, 3))

@@ -92,7 +92,7 @@ ENCODER_DECODER = ("switch_transformers", "t5")
 ROBERTA_LIKE = ("roberta", "xlm_roberta")
 SUPPORTED_MODEL_TYPES = ("gpt2", "gpt_neo", "gpt_neox", "bert", *ROBERTA_LIKE, "opt", *ENCODER_DECODER, *LLAMA_LIKE)
 #: llama-likes whose LM head reuses the embedding table unless the config says otherwise
-TIED_BY_DEFAULT = GEMMA
+TIED_BY_DEFAULT = (*GEMMA, "smollm3")
 #: HF's Gemma3TextConfig defaults (transformers 5.23), which a gemma3 text config (or a multimodal one's) leans on
 GEMMA3_TEXT_DEFAULTS = {"vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
                         "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "sliding_window": 4096,
@@ -329,7 +329,7 @@ def config_from_dict(d: dict, source: str = "config") -> ModelConfig:
     mt = str(d.get("model_type", "")).strip().lower().replace("-", "_")
     if not mt:
         raise InputError(f"{source}: no 'model_type' in the config")
-    outer = {k: d[k] for k in ("dtype", "torch_dtype") if d.get(k) is not None}  # a wrapper's: its LM's too
+    outer = {k: d[k] for k in ("dtype", "torch_dtype", "tie_word_embeddings") if d.get(k) is not None}  # the LM's too
     if mt in LANGUAGE_MODEL_OF:
         text = d.get("text_config")
         if not isinstance(text, dict):

@@ -39,6 +39,8 @@ class Family:
     saved_extra: Callable | None = None
     #: cfg -> cached elements per token and layer (default: keys and values, 2 x kv heads x head_dim)
     kv_cache_width: Callable | None = None
+    #: (cfg, dtype bytes) -> bytes each sequence's cache holds whatever its length (linear-attention states)
+    state_bytes: Callable | None = None
     position_limited: bool = False  # learned or rotary position tables cap the sequence at `max_positions`
     softmax_fp32: tuple = ()  # names whose eager attention takes its softmax in fp32 in a half-precision model
     trains: bool = True  # False: training is refused (a backward not counted against HF's)

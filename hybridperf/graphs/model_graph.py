@@ -124,10 +124,11 @@ class ModelGraph:
             tokens = self.seq
             sliding_tokens = min(self.seq, cfg.sliding_window - 1) if sliding else self.seq
         layer_tokens = (cfg.total_layers - sliding) * tokens + sliding * sliding_tokens
-        width = family_of(cfg.family).kv_cache_width
-        if width is not None:  # a cache of its own layout (DeepSeek-V3: the latent and the shared rotary key)
-            return self.batch * layer_tokens * width(cfg) * self.dtype_bytes
-        return 2.0 * self.batch * layer_tokens * cfg.num_kv_heads * cfg.head_dim * self.dtype_bytes
+        family = family_of(cfg.family)
+        fixed = self.batch * family.state_bytes(cfg, self.dtype_bytes) if family.state_bytes else 0.0
+        if family.kv_cache_width is not None:  # a cache of its own layout (DeepSeek-V3: the latent and rotary key)
+            return fixed + self.batch * layer_tokens * family.kv_cache_width(cfg) * self.dtype_bytes
+        return fixed + 2.0 * self.batch * layer_tokens * cfg.num_kv_heads * cfg.head_dim * self.dtype_bytes
 
     def _largest_op_bytes(self) -> float:
         """Inputs plus output of the forward's largest op: what is live at once under no_grad. In a

@@ -180,6 +180,19 @@ class ParallelPrediction:
         return df
 
 
+def stage_layers(blocks: list, pp: int) -> list:
+    """Each pipeline stage's repetitions of each layer block: every block's layers spread as evenly as they go, and
+    each stage holding as many layers as the others when pp divides their total (SmolLM3's NoPE layers and Gemma's
+    sliding ones need not divide by pp themselves)."""
+    shares, offset = [[0] * len(blocks) for _ in range(pp)], 0
+    for j, b in enumerate(blocks):
+        base, extra = divmod(b.count, pp)
+        for s in range(pp):
+            shares[s][j] = base + int((s - offset) % pp < extra)
+        offset = (offset + extra) % pp
+    return shares
+
+
 def predict_parallel(config, batch: int, seq: int, mode: str = "train", device="DGX-H100", dp: int = 1, tp: int = 1,
                      pp: int = 1, microbatches: int | None = None, overlap: bool = True, predictor=None,
                      collective_model=None, bucket_mb: float = DEFAULT_BUCKET_MB, correction: bool = True,
@@ -244,12 +257,10 @@ def predict_parallel(config, batch: int, seq: int, mode: str = "train", device="
     c = tp_collectives(comm, layout["tp"], act, b_mb * seq, -(-cfg.vocab // tp), eb)
 
     # ---- stages --------------------------------------------------------------------------------------
-    if any(b.count % pp for b in layer_blocks):
-        raise InputError(f"pp={pp} does not divide the layers of every layer block")
-    rows = []
+    rows, shares = [], stage_layers(layer_blocks, pp)
     for s in range(pp):
         first, last = s == 0, s == pp - 1
-        mine = [(b, b.count // pp) for b in layer_blocks]
+        mine = [(b, n) for b, n in zip(layer_blocks, shares[s]) if n]
         if first:
             mine = [(b, b.count) for b in pre_blocks] + mine
         if last:

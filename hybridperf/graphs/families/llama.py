@@ -67,7 +67,7 @@ def without_rope(cfg: ModelConfig, layers: list) -> list:
     RoPE on q and k (block `nope_layer`, TorchDispatchMode on transformers 5.24); other families' layers as they are."""
     if cfg.family != "smollm3":
         return layers
-    if cfg.raw.get("use_sliding_window"):
+    if cfg.raw.get("use_sliding_window") and cfg.raw.get("sliding_window"):
         raise InputError("SmolLM3's sliding-window layers (use_sliding_window) are not modelled")
     flags = cfg.raw.get("no_rope_layers")
     if flags is None:
@@ -76,7 +76,7 @@ def without_rope(cfg: ModelConfig, layers: list) -> list:
     if not isinstance(flags, list) or len(flags) != cfg.layers or any(f not in (0, 1) for f in flags):
         raise InputError(f"config field 'no_rope_layers' must list {cfg.layers} entries, each 0 or 1")
     nope = flags.count(0)
-    (full,) = layers
+    (full,) = layers  # one layer block: SmolLM3 slides no window (refused above)
     rope = [k for k in full.kernels if not k["name"].startswith(("q_rope", "k_rope"))]
     out = [Block(full.name, cfg.layers - nope, full.kernels, full.kind), Block("nope_layer", nope, rope, full.kind)]
     return [b for b in out if b.count]

@@ -24,7 +24,7 @@ from hybridperf.graphs.family import Family
 from hybridperf.graphs.layers.attention_core import attention_core
 from hybridperf.graphs.layers.moe import moe_block
 from hybridperf.graphs.layers.norms import rms_norm
-from hybridperf.graphs.layers.rope import _rope, causal_and_rotary_setup, rotary_dim
+from hybridperf.graphs.layers.rope import cat_rope, causal_and_rotary_setup, rotary_dim
 from hybridperf.graphs.primitives import F32, HALF_DTYPES, MODEL_DTYPES, Block, bmm, cast, gather, linear, misc, vec
 
 #: Qwen3_5TextConfig's and Qwen3_5MoeTextConfig's defaults (transformers 5.24) for keys a config may omit
@@ -41,7 +41,8 @@ def parse(d: dict, source: str) -> ModelConfig:
     """The `ModelConfig` of a Qwen3.5 language-model config (`graphs.config` unwraps a multimodal one)."""
     mt = str(d.get("model_type"))
     moe = mt == "qwen3_5_moe_text"
-    d = {**DEFAULTS, **(MOE_DEFAULTS if moe else {}), "tie_word_embeddings": False, "norm_topk_prob": True, **d}
+    # Qwen3_5MoeTopKRouter normalises the top-k weights whatever the config says
+    d = {**DEFAULTS, **(MOE_DEFAULTS if moe else {}), "tie_word_embeddings": False, **d, "norm_topk_prob": True}
 
     def count(key):
         v = d.get(key)
@@ -155,7 +156,8 @@ def _delta_chunked(cfg: ModelConfig, B: int, S: int, fill: bool) -> list:
           fp("k_beta_decay", "mul", padded, dk, "broadcast"),
           {**bmm("solve_values", n, CHUNK, CHUNK, dv), "fp32": True},
           {**bmm("solve_keys", n, CHUNK, CHUNK, dk), "fp32": True},
-          misc("state_zeros", "mask", bh * dk * dv * F32, fp32=True), misc("out_zeros", "mask", padded * dv * F32),
+          misc("state_zeros", "mask", bh * dk * dv * F32, fp32=True),
+          misc("out_zeros", "mask", padded * dv * F32, fp32=True),
           misc("q_decay_exp", "mask", 2 * padded * F32, fp32=True), fp("q_decay", "mul", padded, dk, "broadcast"),
           misc("k_decay_sub", "mask", 2 * padded * F32, fp32=True),
           misc("k_decay_exp", "mask", 2 * padded * F32, fp32=True), fp("k_decay", "mul", padded, dk, "broadcast"),
@@ -213,19 +215,18 @@ def _gated_qkv(cfg: ModelConfig, tok: int) -> list:
     """Full attention's projections: q with its output gate (one GEMM twice as wide; the gate laid out), the
     per-head q and k norms, RoPE on the first quarter of each head and the torch.cat of the rest."""
     h, hd, H, kvh = cfg.hidden, cfg.head_dim, cfg.heads, cfg.num_kv_heads
-    rot = rotary_dim(cfg, 0.25)
-    return [linear("q_proj", tok, h, 2 * H * hd, bias=False), misc("gate_copy", "copy", 2 * tok * H * hd * F32),
-            *_norm("q_norm", tok * H, hd), linear("k_proj", tok, h, kvh * hd, bias=False),
-            *_norm("k_norm", tok * kvh, hd),
-            linear("v_proj", tok, h, kvh * hd, bias=False), *_rope("q_rope", tok, H * rot),
-            *_rope("k_rope", tok, kvh * rot), misc("q_rope_pass", "copy", 2 * tok * H * hd * F32),
-            misc("k_rope_pass", "copy", 2 * tok * kvh * hd * F32)]
+    rot, bias = rotary_dim(cfg, 0.25), bool(cfg.raw.get("attention_bias", False))
+    q, k = cat_rope("q", tok, H, hd, rot, train=False), cat_rope("k", tok, kvh, hd, rot, train=False)
+    return [linear("q_proj", tok, h, 2 * H * hd, bias=bias), misc("gate_copy", "copy", 2 * tok * H * hd * F32),
+            *_norm("q_norm", tok * H, hd), linear("k_proj", tok, h, kvh * hd, bias=bias),
+            *_norm("k_norm", tok * kvh, hd), linear("v_proj", tok, h, kvh * hd, bias=bias),
+            *q, *k]
 
 
 def _gate_out(cfg: ModelConfig, tok: int) -> list:
     width = cfg.heads * cfg.head_dim
     return [vec("attn_gate_sigmoid", "tanh", tok, width), vec("attn_gate", "mul", tok, width),
-            linear("o_proj", tok, width, cfg.hidden, bias=False)]
+            linear("o_proj", tok, width, cfg.hidden, bias=bool(cfg.raw.get("attention_bias", False)))]
 
 
 def _mlp(cfg: ModelConfig, tok: int) -> list:
@@ -269,7 +270,8 @@ def forward(cfg: ModelConfig, B, S, train) -> list:
     full = [*_norm("input_norm", tok, cfg.hidden), *_gated_qkv(cfg, tok), *attn, *_gate_out(cfg, tok), *_mlp(cfg, tok)]
     g = dims(cfg)
     state = B * g["conv"] * g["width"]
-    conv_fill = [misc("conv_state_zeros", "mask", state * F32), misc("conv_state_fill", "copy", 2 * state * F32)]
+    conv_fill = [misc("conv_state_zeros", "mask", state * F32), misc("conv_state_fill", "copy", 2 * state * F32),
+                 *([misc("conv_state_pad", "copy", 2 * state * F32)] if S < g["width"] else [])]  # F.pad first
     ins = _delta_inputs(cfg, B, S, decode=False)
     at = next(i for i, k in enumerate(ins) if k["name"] == "conv1d")  # the cache takes the conv input first
     lin = [*ins[:at], *(conv_fill if fill else []), *ins[at:], *_delta_chunked(cfg, B, S, fill),
@@ -296,12 +298,20 @@ def decode(cfg: ModelConfig, B: int, seq: int) -> list:
 
 
 def kv_cache_width(cfg: ModelConfig) -> float:
-    """Keys and values of the full-attention layers, spread over all layers (the linear layers' fixed-size states
-    are not per token and not counted)."""
+    """Keys and values of the full-attention layers, spread over all layers (`state_bytes`: the linear layers')."""
     full = cfg.raw["layer_types"].count("full_attention")
     return 2 * cfg.num_kv_heads * cfg.head_dim * full / cfg.layers
 
 
+def state_bytes(cfg: ModelConfig, dtype_bytes: float) -> float:
+    """Bytes a sequence's cache holds whatever its length: each linear layer's fp32 recurrent state (value heads x
+    dk x dv) and its conv state (the last `linear_conv_kernel_dim` inputs of the conv, in the model's dtype)."""
+    g = dims(cfg)
+    linear = cfg.layers - cfg.raw["layer_types"].count("full_attention")
+    return linear * (g["hv"] * g["dk"] * g["dv"] * F32 + g["conv"] * g["width"] * dtype_bytes)
+
+
 NAMES = ("qwen3_5_text", "qwen3_5_moe_text")
 FAMILY = Family(NAMES, forward, decode, setup_kernels={n: 19 for n in NAMES}, parse=parse,
-                kv_cache_width=kv_cache_width, position_limited=True, softmax_fp32=NAMES, trains=False)
+                kv_cache_width=kv_cache_width, state_bytes=state_bytes, position_limited=True, softmax_fp32=NAMES,
+                trains=False)
