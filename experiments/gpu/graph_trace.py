@@ -14,9 +14,10 @@ The graph is not meant to equal this trace everywhere, and the script says where
     attention differs in a kernel or two per layer (e.g. OPT's scale of 1.0).
   * Families added after NeuSight's (GPT-NeoX, Qwen3, SmolLM3 and its NoPE layers, Ministral 3, Gemma 1-3, Phi-3,
     Granite, OLMo 2 and 3, T5, RoBERTa, OPT-350m's layout, the MoE decoders Mixtral, Qwen2-MoE, Qwen3-MoE,
-    DeepSeek-V3, GPT-OSS, and Qwen3.5's hybrid layers, `HYBRID`) were built from this trace: their forward layers
-    match it exactly, and `tests/test_graphs.py`, `tests/test_moe.py`, `tests/test_qwen3_5.py` pin the counts. So
-    do their training layers (GPT-NeoX, the llama-likes and the MoE decoders; not Qwen3.5), in fp32 and bf16.
+    DeepSeek-V3, GPT-OSS, and Qwen3.5's and Gemma 4's layers, `HYBRID`) were built from this trace: their forward
+    layers match it exactly, and `tests/test_graphs.py`, `tests/test_moe.py`, `tests/test_qwen3_5.py` and
+    `tests/test_gemma4.py` pin the counts. So do their training layers (GPT-NeoX, the llama-likes and the MoE
+    decoders; Qwen3.5 and Gemma 4 do not train), in fp32 and bf16.
   * A view's backward that scatters into a zero-filled gradient (ATen's slice_backward, select_backward:
     RoPE's halves, Phi-3's fused q/k/v) is two kernels, a fill and a copy, and is counted as two.
   * Ops that only allocate (`aten.empty*`) launch no kernel and are not counted.
@@ -107,12 +108,20 @@ MODELS = {
 BATCH, SEQ = 2, 8
 _QWEN3_5 = {"model_type": "qwen3_5_text", **_LLAMA, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
             "linear_key_head_dim": 16, "linear_value_head_dim": 16}
-#: hybrid decoders, one row per layer type: each counted in models whose first layer is full attention (a linear
-#: layer's cache needs one), with the key/value cache an inference forward fills by default; inference at 3 (fewer
-#: than the conv's width), 8 and 130 tokens (one and three chunks of the gated delta rule) and a decode step after 8
-#: tokens. Not trained.
-HYBRID = {"qwen3_5": _QWEN3_5,
-          "qwen3_5_moe": {**_QWEN3_5, **_MOE, "model_type": "qwen3_5_moe_text", "shared_expert_intermediate_size": 48}}
+_GEMMA4 = {"model_type": "gemma4_text", **_LLAMA, "global_head_dim": 32, "num_global_key_value_heads": 1,
+           "attention_k_eq_v": True, "sliding_window": 4, "hidden_size_per_layer_input": 0,
+           "final_logit_softcapping": 30.0, "pad_token_id": 0}
+#: models of two layer types, one row per type: name -> (HF config, its layer types, the layer type the model needs
+#: once (a linear layer's cache needs a full one; Gemma 4's last layer is full), whether that one comes first).
+#: With the key/value cache an inference forward fills by default; inference at 3 (fewer than Qwen3.5's conv width),
+#: 8 and 130 tokens (one and three chunks of its gated delta rule) and a decode step after 8 tokens. Not trained.
+HYBRID = {"qwen3_5": (_QWEN3_5, ("linear_attention", "full_attention"), True),
+          "qwen3_5_moe": ({**_QWEN3_5, **_MOE, "model_type": "qwen3_5_moe_text", "shared_expert_intermediate_size": 48},
+                          ("linear_attention", "full_attention"), True),
+          "gemma4": (_GEMMA4, ("sliding_attention", "full_attention"), False),
+          "gemma4_kv": ({**_GEMMA4, "attention_k_eq_v": False}, ("full_attention",), False),
+          "gemma4_moe": ({**_GEMMA4, "enable_moe_block": True, "num_experts": 4, "top_k_experts": 2,
+                          "moe_intermediate_size": 32}, ("sliding_attention", "full_attention"), False)}
 
 
 def traced_kernels(torch, transformers, cfg: dict, cls: str, mode: str) -> int:
@@ -142,12 +151,15 @@ def traced_kernels(torch, transformers, cfg: dict, cls: str, mode: str) -> int:
 
 
 def hybrid_kernels(torch, transformers, cfg: dict, kind: str, layers: int, mode: str, dtype: str,
-                   seq: int) -> tuple[int, int]:
-    """(traced, graph) kernels of a hybrid model of `layers` layers, the first full attention, the rest `kind`."""
+                   seq: int, full_first: bool) -> tuple[int, int]:
+    """(traced, graph) kernels of a model of `layers` layers: one full-attention layer (first or last), the rest
+    `kind`."""
     from experiments.gpu.decode_trace import traced_kernels as decode_kernels
     from hybridperf.graphs import build_graph
 
-    cfg = {**cfg, "num_hidden_layers": layers, "layer_types": ["full_attention"] + [kind] * (layers - 1)}
+    rest = [kind] * (layers - 1)
+    cfg = {**cfg, "num_hidden_layers": layers,
+           "layer_types": ["full_attention", *rest] if full_first else [*rest, "full_attention"]}
     graph = int(build_graph(cfg, BATCH, seq, mode, dtype=dtype).kernel_table()["count"].sum())
     if mode == "decode":
         return decode_kernels(torch, transformers, cfg, dtype, BATCH, seq), graph
@@ -163,12 +175,12 @@ def hybrid_kernels(torch, transformers, cfg: dict, kind: str, layers: int, mode:
 
 def hybrid_rows(torch, transformers) -> list:
     rows = []
-    for name, cfg in HYBRID.items():
-        for kind in ("linear_attention", "full_attention"):
+    for name, (cfg, kinds, full_first) in HYBRID.items():
+        for kind in kinds:
             for mode, seq in (("inf", 3), ("inf", SEQ), ("inf", 130), ("decode", SEQ)):
                 for dtype in ("fp32", "bf16"):
-                    (t2, g2), (t3, g3) = (hybrid_kernels(torch, transformers, cfg, kind, n, mode, dtype, seq)
-                                          for n in (2, 3))
+                    (t2, g2), (t3, g3) = (hybrid_kernels(torch, transformers, cfg, kind, n, mode, dtype, seq,
+                                                         full_first) for n in (2, 3))
                     rows.append({"model": f"{name} {kind.split('_')[0]}", "mode": f"{mode} {seq}", "dtype": dtype,
                                  "traced_per_layer": t3 - t2, "graph_per_layer": g3 - g2,
                                  "traced_outside": t2 - 2 * (t3 - t2), "graph_outside": g2 - 2 * (g3 - g2)})
@@ -203,7 +215,7 @@ def main(argv=None) -> int:
     print(f"torch {torch.__version__}, transformers {transformers.__version__}; batch {BATCH}, seq {SEQ}")
     print(df.to_string(index=False))
     hybrid = pd.DataFrame(hybrid_rows(torch, transformers))
-    print("\nhybrid decoders (`HYBRID`; outside includes the first, full-attention layer):")
+    print("\nmodels of two layer types (`HYBRID`; outside includes their one full-attention layer):")
     print(hybrid.to_string(index=False))
     df = pd.concat([df, hybrid], ignore_index=True)
     if args.out:

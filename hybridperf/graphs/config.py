@@ -1,6 +1,5 @@
-"""Hugging Face `config.json` -> `ModelConfig`, the few numbers the kernel enumerator needs.
-
-Supported `model_type`s (the architectures of NeuSight's DLmodel_configs):
+"""Hugging Face `config.json` -> `ModelConfig`, the few numbers the kernel enumerator needs. The `model_type`s read
+here (plugin families, `graphs.families`, parse their own: Qwen3.5, Gemma 4):
 
     gpt2                 GPT2LMHeadModel (also the artifact's "GPT-3" xl/2.7B/6.7B/13B configs: GPT-2 style,
                          Conv1D projections = addmm, fused QKV, gelu_new as 8 eager kernels)
@@ -79,7 +78,7 @@ SLIDING_GEMMA = ("gemma2", "gemma3_text")
 #: families whose every layer slides its window when the config sets `sliding_window` (no `layer_types`)
 EVERY_LAYER_SLIDING = ("mistral", "phi3")
 #: families whose `layer_types` mix sliding-window and full attention
-SLIDING_LAYERS = (*SLIDING_GEMMA, "gpt_oss", "olmo3")
+SLIDING_LAYERS = (*SLIDING_GEMMA, "gpt_oss", "olmo3", "gemma4_text")
 #: HF's `sliding_window` default when a config omits the key (none for the families not listed)
 SLIDING_WINDOW_DEFAULT = {"gemma2": 4096, "gemma3_text": 4096, "gpt_oss": 128, "mistral": 4096, "olmo3": 4096}
 LLAMA_LIKE = ("llama", "mistral", "ministral3", "qwen2", "qwen3", "smollm3", *GEMMA, "phi3", "granite", "olmo2",
@@ -317,7 +316,8 @@ def _sliding_fields(d: dict, layers: int, source: str) -> None:
 #: vision-language wrappers whose text-only forward is their language model (`text_config`), read as that
 #: model_type (the vision tower runs no kernel for text input)
 LANGUAGE_MODEL_OF = {"qwen3_vl": "qwen3", "qwen3_vl_moe": "qwen3_moe", "qwen2_vl": "qwen2", "qwen2_5_vl": "qwen2",
-                     "mistral3": "mistral", "qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text"}
+                     "mistral3": "mistral", "qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text",
+                     "gemma4": "gemma4_text"}
 #: model_types that name a supported architecture under another name (their `architectures` say so)
 SAME_ARCHITECTURE = {"kimi_k2": "deepseek_v3"}
 

@@ -37,7 +37,8 @@ class Family:
     #: (cfg, tokens, dtype_bytes) -> [(bytes, layers)]: what its layers save beyond `activation`'s coefficients
     #: (a top-k MoE's routing state, latent attention), each per layer over `layers` layers
     saved_extra: Callable | None = None
-    #: cfg -> cached elements per token and layer (default: keys and values, 2 x kv heads x head_dim)
+    #: cfg -> cached elements per token and layer (default: keys and values, 2 x kv heads x head_dim), or a dict of
+    #: them by layer type ("full_attention", "sliding_attention")
     kv_cache_width: Callable | None = None
     #: (cfg, dtype bytes) -> bytes each sequence's cache holds whatever its length (linear-attention states)
     state_bytes: Callable | None = None

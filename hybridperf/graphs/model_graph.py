@@ -126,8 +126,12 @@ class ModelGraph:
         layer_tokens = (cfg.total_layers - sliding) * tokens + sliding * sliding_tokens
         family = family_of(cfg.family)
         fixed = self.batch * family.state_bytes(cfg, self.dtype_bytes) if family.state_bytes else 0.0
-        if family.kv_cache_width is not None:  # a cache of its own layout (DeepSeek-V3: the latent and rotary key)
-            return fixed + self.batch * layer_tokens * family.kv_cache_width(cfg) * self.dtype_bytes
+        width = family.kv_cache_width(cfg) if family.kv_cache_width else None
+        if isinstance(width, dict):  # per layer type (Gemma 4's full layers: heads and a head width of their own)
+            return fixed + self.batch * self.dtype_bytes * ((cfg.total_layers - sliding) * tokens * width[
+                "full_attention"] + sliding * sliding_tokens * width["sliding_attention"])
+        if width is not None:  # a cache of its own layout (DeepSeek-V3: the latent and rotary key)
+            return fixed + self.batch * layer_tokens * width * self.dtype_bytes
         return fixed + 2.0 * self.batch * layer_tokens * cfg.num_kv_heads * cfg.head_dim * self.dtype_bytes
 
     def _largest_op_bytes(self) -> float:

@@ -1,0 +1,220 @@
+"""Gemma 4 (`gemma4_text`, and a multimodal `gemma4` config's language model): Gemma 3's sandwich-normed layers,
+five sliding-window layers to one full-attention layer (the last one always full), with
+
+* norms that scale by the weight itself (pow(mean + eps, -0.5), in fp32), an unscaled RMSNorm over each head of v,
+  per-head norms of q and k, RoPE on the whole head in both layer types (the full layers' `proportional` RoPE
+  leaves three quarters of each head at frequency 0), attention scaled by 1, a per-layer scalar at the layer's end;
+* full-attention layers of their own head width (`global_head_dim`) and, with `attention_k_eq_v`, their own KV heads
+  (`num_global_key_value_heads`) and no v projection: the keys' projection is also the values';
+* in the MoE models (`enable_moe_block`), the dense MLP and a top-k MoE side by side on the same input, each normed
+  before and after: a router on the unnormed residual (an unscaled norm, a scale per channel, softmax, top-k,
+  normalised and scaled per expert, fp32 weights), transformers' grouped experts (`layers.moe.expert_dispatch`).
+
+Counted with TorchDispatchMode on transformers 5.24's eager code (`experiments/gpu/graph_trace.py`, `HYBRID`).
+Not modelled, refused: the small models' per-layer input embeddings (`hidden_size_per_layer_input`, E2B/E4B) and
+KV sharing across layers (`num_kv_shared_layers`), bidirectional attention, training.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from hybridperf.errors import InputError
+from hybridperf.graphs.config import LAYER_TYPES, ModelConfig, config_positions, kv_length
+from hybridperf.graphs.decode import LLAMA_SETUP_CASTS, cached_attention, decode_setup
+from hybridperf.graphs.family import Family
+from hybridperf.graphs.layers.attention_core import attention_core, soft_cap
+from hybridperf.graphs.layers.moe import expert_dispatch
+from hybridperf.graphs.layers.rope import _rope, causal_and_rotary_setup
+from hybridperf.graphs.primitives import F32, Block, _k, cast, gather, linear, misc, vec
+
+#: Gemma4TextConfig's defaults (transformers 5.24) for keys a config may omit
+DEFAULTS = {"head_dim": 256, "global_head_dim": 512, "sliding_window": 512, "hidden_activation": "gelu_pytorch_tanh",
+            "max_position_embeddings": 131_072, "tie_word_embeddings": True, "hidden_size_per_layer_input": 256,
+            "num_kv_shared_layers": 0, "attention_k_eq_v": False, "enable_moe_block": False}
+SLIDING_PATTERN = 6  # every sixth layer full by default
+#: the mask kernels of the sliding-window layers before the layers of a prefill (TorchDispatchMode, 5.24)
+SLIDING_MASK_KERNELS = 13
+
+
+def parse(d: dict, source: str) -> ModelConfig:
+    """The `ModelConfig` of a Gemma 4 language-model config (`graphs.config` unwraps a multimodal one)."""
+    d = {**DEFAULTS, **{k: v for k, v in d.items() if v is not None}}
+
+    def count(key, minimum=1):
+        v = d.get(key)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not float(v).is_integer() or v < minimum:
+            raise InputError(f"{source}: config field {key!r} must be an integer >= {minimum}, got {v!r}")
+        return int(v)
+
+    for key, what in (("hidden_size_per_layer_input", "per-layer input embeddings (Gemma 4 E2B/E4B)"),
+                      ("num_kv_shared_layers", "key/value sharing across layers")):
+        if count(key, 0):
+            raise InputError(f"{source}: Gemma 4's {what} are not modelled ({key} = {d[key]})")
+    if d.get("use_bidirectional_attention") == "all":
+        raise InputError(f"{source}: bidirectional Gemma 4 attention is not modelled")
+    heads, kv, layers = count("num_attention_heads"), count("num_key_value_heads"), count("num_hidden_layers")
+    types = d.get("layer_types")
+    if types is None:
+        types = ["sliding_attention" if (i + 1) % SLIDING_PATTERN else "full_attention" for i in range(layers)]
+    if not isinstance(types, list) or len(types) != layers or any(t not in LAYER_TYPES for t in types):
+        raise InputError(f"{source}: config field 'layer_types' must list {layers} entries, each one of "
+                         f"{', '.join(LAYER_TYPES)}")
+    types = [*types[:-1], "full_attention"]  # Gemma4TextConfig forces the last layer to full attention
+    global_kv = kv
+    if d["attention_k_eq_v"] and d.get("num_global_key_value_heads") is not None:
+        global_kv = count("num_global_key_value_heads")
+    for n in (kv, global_kv):
+        if heads % n:
+            raise InputError(f"{source}: {heads} attention heads are not a multiple of {n} key/value heads")
+    count("global_head_dim"), count("sliding_window")
+    experts = {}
+    if d["enable_moe_block"]:
+        e, k = count("num_experts"), count("top_k_experts")
+        if k > e:
+            raise InputError(f"{source}: top_k_experts = {k} exceeds the {e} experts")
+        experts = {"num_experts": e, "experts_per_token": k, "expert_ffn": count("moe_intermediate_size")}
+    return ModelConfig(family="gemma4_text", hidden=count("hidden_size"), heads=heads, layers=layers,
+                       ffn=count("intermediate_size"), vocab=count("vocab_size"), head_dim=count("head_dim"),
+                       activation=str(d["hidden_activation"]), kv_heads=kv,
+                       max_positions=config_positions(d, source, "max_position_embeddings"),
+                       name=Path(source).stem if source != "config" else "",
+                       raw={**d, "layer_types": types, "global_kv_heads": global_kv}, **experts)
+
+
+def layer_config(cfg: ModelConfig, full: bool) -> ModelConfig:
+    """The attention shapes of one layer type: a full layer's own head width and key/value heads."""
+    if not full:
+        return cfg
+    return replace(cfg, head_dim=int(cfg.raw["global_head_dim"]), kv_heads=int(cfg.raw["global_kv_heads"]))
+
+
+def _norm(p: str, rows: int, h: int, scale: bool = True) -> list:
+    """Gemma4RMSNorm in eager PyTorch: x in fp32, pow, mean, + eps, pow(-0.5), the product, (with a scale) the weight
+    cast up and multiplied, and the cast back."""
+    ks = [cast(f"{p}.to_fp32", rows * h), vec(f"{p}.pow", "powu", rows, h, fp32=True),
+          misc(f"{p}.mean", "reduce", rows * h * F32, fp32=True), misc(f"{p}.eps", "mask", 2 * rows * F32, fp32=True),
+          misc(f"{p}.rsqrt", "mask", 2 * rows * F32, "rsqrt", True), vec(f"{p}.mul", "mul", rows, h, tag="broadcast",
+                                                                         fp32=True)]
+    if scale:
+        ks += [cast(f"{p}.weight_to_fp32", h), _k(f"{p}.weight", "mul", rows, H=h, params=h, tag="broadcast", fp32=True)]
+    return ks + [cast(f"{p}.to_half", rows * h)]
+
+
+def _qkv(cfg: ModelConfig, tok: int, full: bool) -> list:
+    """q, k, (v) projections, their per-head norms and RoPE on q and k over `tok` tokens."""
+    lc = layer_config(cfg, full)
+    h, H, hd, kvh = cfg.hidden, cfg.heads, lc.head_dim, lc.num_kv_heads
+    bias = bool(cfg.raw.get("attention_bias", False))
+    k_is_v = full and bool(cfg.raw["attention_k_eq_v"])
+    return [*_norm("input_norm", tok, h), linear("q_proj", tok, h, H * hd, bias=bias), *_norm("q_norm", tok * H, hd),
+            *_rope("q_rope", tok, H * hd), linear("k_proj", tok, h, kvh * hd, bias=bias),
+            *([] if k_is_v else [linear("v_proj", tok, h, kvh * hd, bias=bias)]), *_norm("k_norm", tok * kvh, hd),
+            *_rope("k_rope", tok, kvh * hd), *_norm("v_norm", tok * kvh, hd, scale=False)]
+
+
+def _router(cfg: ModelConfig, tok: int) -> list:
+    h, E, k = cfg.hidden, cfg.num_experts, cfg.experts_per_token
+    return [*_norm("router.norm", tok, h, scale=False), _k("router.scale", "mul", tok, H=h, params=h, tag="broadcast"),
+            vec("router.root_scale", "mulu", tok, h), linear("moe.router", tok, h, E, bias=False),
+            cast("moe.router_to_fp32", tok * E, dtypes=("bf16",)), vec("moe.router_softmax", "softmax", tok, E, fp32=True),
+            misc("moe.topk", "route", tok * E * F32 + tok * k * (F32 + 8), tag="gather"),
+            misc("moe.topk_sum", "reduce", tok * k * F32, fp32=True),
+            _k("moe.topk_norm", "div", tok, H=k, tag="broadcast", fp32=True),
+            misc("moe.expert_scale", "route", tok * k * (F32 + 8)), vec("moe.expert_scale_mul", "mul", tok, k, fp32=True)]
+
+
+def _feed_forward(cfg: ModelConfig, tok: int) -> list:
+    """From the attention's output projection on: its norm and residual, the normed MLP (beside it the MoE), the
+    norm after, the residual, the layer's scalar."""
+    h, f = cfg.hidden, cfg.ffn
+    ks = [*_norm("post_attn_norm", tok, h), vec("resid_add1", "add", tok, h, tag="residual"),
+          *_norm("pre_ffw_norm", tok, h), linear("gate_proj", tok, h, f, bias=False), vec("mlp.act", "gelu", tok, f),
+          linear("up_proj", tok, h, f, bias=False), vec("mlp.gate_mul", "mul", tok, f),
+          linear("down_proj", tok, f, h, bias=False)]
+    if cfg.num_experts:
+        ks += [*_norm("post_ffw_norm_1", tok, h), *_router(cfg, tok), *_norm("pre_ffw_norm_2", tok, h),
+               *expert_dispatch(cfg, tok, fp32_weights=True), *_norm("post_ffw_norm_2", tok, h),
+               vec("moe.add_mlp", "add", tok, h)]
+    return ks + [*_norm("post_ffw_norm", tok, h), vec("resid_add2", "add", tok, h, tag="residual"),
+                 vec("layer_scalar", "mulu", tok, h)]
+
+
+def _attention_out(cfg: ModelConfig, tok: int, full: bool) -> list:
+    return [linear("o_proj", tok, cfg.heads * layer_config(cfg, full).head_dim, cfg.hidden,
+                   bias=bool(cfg.raw.get("attention_bias", False)))]
+
+
+def _marked(ks: list, sliding: bool) -> list:
+    for k in ks:
+        if "attn_call" in k:
+            k["attn_call"]["sliding"] = sliding  # one dict per call, shared by its kernels
+    return ks
+
+
+def _tables(cfg: ModelConfig, rows: int) -> list:
+    """The second layer type's rotary table (each type builds its own), its casts included."""
+    if len(set(cfg.raw["layer_types"])) < 2:
+        return []
+    return [*(misc(f"rotary_local_{i}", "mask", 2 * rows * cfg.head_dim * F32) for i in range(6)),
+            *(cast(f"rotary_local_cast_{i}", rows * cfg.head_dim) for i in range(4))]
+
+
+def _post(cfg: ModelConfig, tok: int) -> list:
+    cap = cfg.raw.get("final_logit_softcapping")
+    return [*_norm("final_norm", tok, cfg.hidden), linear("lm_head", tok, cfg.hidden, cfg.vocab, bias=False),
+            *(soft_cap("logit_softcap", tok, cfg.vocab) if cap else [])]
+
+
+def _blocks(cfg: ModelConfig, full: list, sliding: list) -> list:
+    n = cfg.raw["layer_types"].count("sliding_attention")
+    return [b for b in (Block("layer", cfg.layers - n, full, "layer"), Block("sliding_layer", n, sliding, "layer"))
+            if b.count]
+
+
+def forward(cfg: ModelConfig, B, S, train) -> list:
+    """Gemma4ForCausalLM's prefill (inference; the family does not train)."""
+    tok = B * S
+
+    def layer(full):
+        lc = layer_config(cfg, full)
+        attn = attention_core("attn", B, S, cfg.heads, lc.head_dim, False, scale_op="mulu", mask_op=("addu",),
+                              dropout=False, softmax_fp32=True, kv_groups=cfg.heads // lc.num_kv_heads)
+        return [*_qkv(cfg, tok, full), *_marked(attn, not full), *_attention_out(cfg, tok, full),
+                *_feed_forward(cfg, tok)]
+
+    pre = [gather("embed_tokens", tok, cfg.hidden, cfg.vocab), vec("embed_scale", "mulu", tok, cfg.hidden),
+           *causal_and_rotary_setup(B, S, cfg.head_dim),
+           *(misc(f"sliding_mask_{i}", "mask", 2 * S * S * F32) for i in range(SLIDING_MASK_KERNELS)),
+           *_tables(cfg, tok)]
+    return [Block("embeddings", 1, pre, "pre"), *_blocks(cfg, layer(True), layer(False)),
+            Block("head", 1, _post(cfg, tok), "post")]
+
+
+def decode(cfg: ModelConfig, B: int, seq: int) -> list:
+    """One decode step: the full layers attend to every cached token, the sliding ones to their window."""
+
+    def layer(full):
+        lc = layer_config(cfg, full)
+        keys = kv_length(cfg, seq, sliding=not full)
+        attn = cached_attention("attn", lc, B, keys, "mulu", ("addu",), softmax_fp32=True, sliding=not full,
+                                strided_cache=not full and seq >= cfg.sliding_window)
+        return [*_qkv(cfg, B, full), *attn, *_attention_out(cfg, B, full), *_feed_forward(cfg, B)]
+
+    kv = kv_length(cfg, seq)
+    pre = [gather("embed_tokens", B, cfg.hidden, cfg.vocab), vec("embed_scale", "mulu", B, cfg.hidden),
+           *decode_setup(cfg, B, kv, FAMILY.setup_kernels[cfg.family]),
+           *(cast(f"setup_cast_{i}", B * kv) for i in range(LLAMA_SETUP_CASTS)), *_tables(cfg, B)]
+    return [Block("embeddings", 1, pre, "pre"), *_blocks(cfg, layer(True), layer(False)),
+            Block("head", 1, _post(cfg, B), "post")]
+
+
+def kv_cache_width(cfg: ModelConfig) -> dict:
+    """Keys and values cached per token, by layer type (the full layers' own head width and KV heads)."""
+    full = layer_config(cfg, True)
+    return {"full_attention": 2 * full.num_kv_heads * full.head_dim,
+            "sliding_attention": 2 * cfg.num_kv_heads * cfg.head_dim}
+
+
+FAMILY = Family(("gemma4_text",), forward, decode, setup_kernels={"gemma4_text": 34}, parse=parse,
+                kv_cache_width=kv_cache_width, position_limited=True, softmax_fp32=("gemma4_text",), trains=False)
