@@ -46,3 +46,6 @@ def test_kimi_k2_is_read_as_deepseek_v3():
           "q_lora_rank": 32, "kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16,
           "max_position_embeddings": 4096}
     assert config_from_dict({**ds, "model_type": "kimi_k2"}) == config_from_dict(ds)
+    # Kimi-K2.5 wraps a Kimi-K2 language model (`text_config`) beside its vision tower
+    wrapped = config_from_dict({"model_type": "kimi_k25", "text_config": {**ds, "model_type": "kimi_k2"}})
+    assert (wrapped.family, wrapped.layers, wrapped.num_experts) == ("deepseek_v3", 2, 8)

@@ -13,7 +13,7 @@ The graph is not meant to equal this trace everywhere, and the script says where
     5.23 launches more tiny kernels outside the layers (mask and position-id bookkeeping), and its
     attention differs in a kernel or two per layer (e.g. OPT's scale of 1.0).
   * Families added after NeuSight's (GPT-NeoX, Qwen3, SmolLM3 and its NoPE layers, Ministral 3, Gemma 1-3, Phi-3,
-    Granite, OLMo 2 and 3, T5, RoBERTa, OPT-350m's layout, the MoE decoders Mixtral, Qwen2-MoE, Qwen3-MoE,
+    Granite, OLMo 2 and 3, T5, RoBERTa, OPT-350m's layout, the MoE decoders Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE,
     DeepSeek-V3, GPT-OSS, and Qwen3.5's and Gemma 4's layers, `HYBRID`) were built from this trace: their forward
     layers match it exactly, and `tests/test_graphs.py`, `tests/test_moe.py`, `tests/test_qwen3_5.py` and
     `tests/test_gemma4.py` pin the counts. So do their training layers (GPT-NeoX, the llama-likes and the MoE
@@ -88,6 +88,8 @@ MODELS = {
                   ("num_hidden_layers",), "Qwen2MoeForCausalLM", "Qwen2MoeForCausalLM"),
     "qwen3_moe": ({"model_type": "qwen3_moe", **_LLAMA, **_MOE, "norm_topk_prob": True}, ("num_hidden_layers",),
                   "Qwen3MoeForCausalLM", "Qwen3MoeForCausalLM"),
+    "olmoe": ({"model_type": "olmoe", **_LLAMA, "intermediate_size": 32, "num_experts": 4, "num_experts_per_tok": 2,
+               "pad_token_id": 0}, ("num_hidden_layers",), "OlmoeForCausalLM", "OlmoeForCausalLM"),
     "gpt_oss": ({"model_type": "gpt_oss", **_LLAMA, "intermediate_size": 32, "num_local_experts": 4,
                  "num_experts_per_tok": 2}, ("num_hidden_layers",), "GptOssForCausalLM", "GptOssForCausalLM"),
     # no head_dim: HF sets DeepSeek's to its rotary width

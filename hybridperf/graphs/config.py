@@ -70,7 +70,7 @@ from hybridperf.errors import InputError
 from hybridperf.jsonio import read_json_object
 
 #: llama-likes whose MLP is a top-k mixture of experts (HF's grouped experts, `graphs.layers.moe.moe_block`)
-MOE_LLAMA = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss")
+MOE_LLAMA = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss", "olmoe")
 #: Gemma's llama-likes: (1 + weight) RMSNorms in fp32, sqrt(hidden)-scaled embeddings, a tied LM head
 GEMMA = ("gemma", "gemma2", "gemma3_text")
 #: Gemma 2 and 3: sandwich norms and sliding-window layers (`ModelConfig.layer_types`)
@@ -159,7 +159,7 @@ class ModelConfig:
         every Mixtral layer is sparse (MixtralConfig has neither key)."""
         if self.family not in MOE_LLAMA:
             return 0
-        if self.family in ("mixtral", "gpt_oss"):
+        if self.family in ("mixtral", "gpt_oss", "olmoe"):
             return self.layers
         if self.family == "deepseek_v3":  # the first `first_k_dense_replace` layers are dense
             dense = self.raw.get("first_k_dense_replace", DEEPSEEK_DEFAULTS["first_k_dense_replace"])
@@ -248,7 +248,7 @@ def check_positions(positions: int, max_positions: int, what: str) -> None:
 
 #: HF's defaults of the MoE families (MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig in transformers 5.23)
 _MOE_DEFAULTS = {"mixtral": (8, 2), "qwen2_moe": (60, 4), "qwen3_moe": (128, 8), "deepseek_v3": (256, 8),
-                 "gpt_oss": (128, 4)}
+                 "gpt_oss": (128, 4), "olmoe": (64, 8)}
 #: DeepseekV3Config's attention (multi-head latent attention) and routing defaults (transformers 5.23)
 DEEPSEEK_DEFAULTS = {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
                      "v_head_dim": 128, "n_group": 8, "topk_group": 4, "n_shared_experts": 1,
@@ -263,7 +263,7 @@ def _moe_fields(d: dict, mt: str, ffn: int, source: str) -> dict:
     k = _pos_int(_get(d, "num_experts_per_tok", default=k_default), "num_experts_per_tok", source)
     if k > experts:
         raise InputError(f"{source}: num_experts_per_tok = {k} exceeds the {experts} experts")
-    if mt in ("mixtral", "gpt_oss"):
+    if mt in ("mixtral", "gpt_oss", "olmoe"):
         return {"num_experts": experts, "experts_per_token": k, "expert_ffn": ffn}
     if mt == "deepseek_v3":
         return _deepseek_fields(d, experts, k, source)
@@ -317,7 +317,7 @@ def _sliding_fields(d: dict, layers: int, source: str) -> None:
 #: model_type (the vision tower runs no kernel for text input)
 LANGUAGE_MODEL_OF = {"qwen3_vl": "qwen3", "qwen3_vl_moe": "qwen3_moe", "qwen2_vl": "qwen2", "qwen2_5_vl": "qwen2",
                      "mistral3": "mistral", "qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text",
-                     "gemma4": "gemma4_text"}
+                     "gemma4": "gemma4_text", "kimi_k25": "deepseek_v3"}
 #: model_types that name a supported architecture under another name (their `architectures` say so)
 SAME_ARCHITECTURE = {"kimi_k2": "deepseek_v3"}
 

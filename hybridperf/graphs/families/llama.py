@@ -1,5 +1,5 @@
 """Llama-like decoders (Llama, Mistral, Ministral 3, Qwen, SmolLM3, Gemma, Phi-3, Granite, OLMo 2 and 3, Mixtral,
-Qwen-MoE, GPT-OSS)."""
+Qwen-MoE, GPT-OSS, OLMoE)."""
 from __future__ import annotations
 
 from hybridperf.errors import InputError
@@ -146,6 +146,7 @@ ACTIVATION = {
     "qwen2_moe": "llama",
     "qwen3_moe": "qwen3",
     "gpt_oss": "llama",
+    "olmoe": "qwen3",
 }
 def saved_extra(cfg: ModelConfig, tok: int, eb: float) -> list:
     """A MoE layer's saved routing state and gathered tokens beyond Llama's layer (`graphs.memory`)."""

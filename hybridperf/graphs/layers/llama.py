@@ -33,7 +33,7 @@ def llama_variant(cfg: ModelConfig) -> dict:
             "final_softcap": bool(cfg.raw.get("final_logit_softcapping", 30.0 if gemma2 else None)),
             "rotary_tables": len(set(cfg.layer_types)) if cfg.family in ("gemma3_text", "olmo3") else 1,
             "fused": cfg.family == "phi3", "oss": oss, "o_bias": oss and qkv_bias, "granite": cfg.family == "granite",
-            "olmo": cfg.family in OLMO,
+            "olmo": cfg.family in OLMO, "whole_qk_norm": cfg.family == "olmoe",
             "rotary_dim": rotary_dim(cfg, 1.0) if cfg.family == "phi3" else cfg.head_dim}
 
 
@@ -86,6 +86,10 @@ def llama_qkv(cfg: ModelConfig, tok: int, train: bool = False) -> list:
     if v["olmo"]:  # Olmo2RMSNorm over each token's whole q and k projections (weight in fp32)
         ks += [*rms_norm("q_norm", tok, q_w, train, fp32_weight=True),
                *rms_norm("k_norm", tok, kv_w, train, fp32_weight=True)]
+    if v["whole_qk_norm"]:  # OLMoE: Llama's RMSNorm over the whole q and k projections, then (clip_qkv) clamps
+        ks += [*rms_norm("q_norm", tok, q_w, train), *rms_norm("k_norm", tok, kv_w, train),
+               *(vec(f"{x}_clip", "relu", tok, w, tag="clamp") for x, w in (("q", q_w), ("k", kv_w), ("v", kv_w))
+                 if cfg.raw.get("clip_qkv") is not None)]
     if v["qk_norm"]:  # Qwen3RMSNorm (Gemma3RMSNorm) over head_dim, one row per token and head
         ks += [*rms_norm("q_norm", tok * cfg.heads, hd, train, v["gemma"]),
                *rms_norm("k_norm", tok * cfg.num_kv_heads, hd, train, v["gemma"])]
