@@ -46,6 +46,13 @@ def test_kimi_k2_is_read_as_deepseek_v3():
           "q_lora_rank": 32, "kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16,
           "max_position_embeddings": 4096}
     assert config_from_dict({**ds, "model_type": "kimi_k2"}) == config_from_dict(ds)
+    # GLM-4.7-Flash: DeepSeek-V3's layers, its dense ones first by `mlp_layer_types` (traced: 95 kernels a MoE layer)
+    glm = {**ds, "model_type": "glm4_moe_lite", "num_hidden_layers": 4,
+           "mlp_layer_types": ["dense"] * 2 + ["sparse"] * 2}
+    assert config_from_dict(glm) == config_from_dict({**ds, "num_hidden_layers": 4, "first_k_dense_replace": 2})
+    assert config_from_dict({**glm, "mlp_layer_types": None}).sparse_layers == 3  # the first layer dense by default
+    with pytest.raises(InputError, match="mlp_layer_types"):
+        config_from_dict({**glm, "mlp_layer_types": ["sparse", "dense", "sparse", "sparse"]})
     # Kimi-K2.5 wraps a Kimi-K2 language model (`text_config`) beside its vision tower
     wrapped = config_from_dict({"model_type": "kimi_k25", "text_config": {**ds, "model_type": "kimi_k2"}})
     assert (wrapped.family, wrapped.layers, wrapped.num_experts) == ("deepseek_v3", 2, 8)

@@ -14,10 +14,10 @@ The graph is not meant to equal this trace everywhere, and the script says where
     attention differs in a kernel or two per layer (e.g. OPT's scale of 1.0).
   * Families added after NeuSight's (GPT-NeoX, Qwen3, SmolLM3 and its NoPE layers, Ministral 3, Gemma 1-3, Phi-3,
     Granite, OLMo 2 and 3, T5, RoBERTa, OPT-350m's layout, the MoE decoders Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE,
-    DeepSeek-V3, GPT-OSS, and Qwen3.5's and Gemma 4's layers, `HYBRID`) were built from this trace: their forward
-    layers match it exactly, and `tests/test_graphs.py`, `tests/test_moe.py`, `tests/test_qwen3_5.py` and
-    `tests/test_gemma4.py` pin the counts. So do their training layers (GPT-NeoX, the llama-likes and the MoE
-    decoders; Qwen3.5 and Gemma 4 do not train), in fp32 and bf16.
+    DeepSeek-V3 and GLM-4.7-Flash, GPT-OSS, and Qwen3.5's and Gemma 4's layers, `HYBRID`) were built from this
+    trace: their forward layers match it exactly, and `tests/test_graphs.py`, `tests/test_moe.py`,
+    `tests/test_qwen3_5.py` and `tests/test_gemma4.py` pin the counts. So do their training layers (GPT-NeoX, the
+    llama-likes and the MoE decoders; Qwen3.5 and Gemma 4 do not train), in fp32 and bf16.
   * A view's backward that scatters into a zero-filled gradient (ATen's slice_backward, select_backward:
     RoPE's halves, Phi-3's fused q/k/v) is two kernels, a fill and a copy, and is counted as two.
   * Ops that only allocate (`aten.empty*`) launch no kernel and are not counted.
@@ -46,6 +46,11 @@ _GRANITE = {"embedding_multiplier": 12.0, "residual_multiplier": 0.22, "logits_s
 #: 4 experts, 2 per token: with 16 tokens every expert receives some
 _MOE = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
 _BERT = {"hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100, "pad_token_id": 1}
+#: no head_dim: HF sets DeepSeek's to its rotary width
+_DEEPSEEK = {"model_type": "deepseek_v3", **{k: v for k, v in _LLAMA.items() if k != "head_dim"},
+             "num_key_value_heads": 4, "q_lora_rank": 32, "kv_lora_rank": 16, "qk_rope_head_dim": 8,
+             "qk_nope_head_dim": 16, "v_head_dim": 16, "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 2,
+             "topk_group": 1, "moe_intermediate_size": 32, "first_k_dense_replace": 1}
 #: name: (HF config, layer-count keys, HF class for inf, HF class for train)
 MODELS = {
     "bert": ({"model_type": "bert", **_BERT}, ("num_hidden_layers",), "BertForSequenceClassification",
@@ -92,13 +97,10 @@ MODELS = {
                "pad_token_id": 0}, ("num_hidden_layers",), "OlmoeForCausalLM", "OlmoeForCausalLM"),
     "gpt_oss": ({"model_type": "gpt_oss", **_LLAMA, "intermediate_size": 32, "num_local_experts": 4,
                  "num_experts_per_tok": 2}, ("num_hidden_layers",), "GptOssForCausalLM", "GptOssForCausalLM"),
-    # no head_dim: HF sets DeepSeek's to its rotary width
-    "deepseek_v3": ({"model_type": "deepseek_v3", **{k: v for k, v in _LLAMA.items() if k != "head_dim"},
-                     "num_key_value_heads": 4, "q_lora_rank": 32, "kv_lora_rank": 16,
-                     "qk_rope_head_dim": 8, "qk_nope_head_dim": 16, "v_head_dim": 16, "n_routed_experts": 8,
-                     "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1, "moe_intermediate_size": 32,
-                     "first_k_dense_replace": 1}, ("num_hidden_layers",), "DeepseekV3ForCausalLM",
-                    "DeepseekV3ForCausalLM"),
+    "deepseek_v3": (_DEEPSEEK, ("num_hidden_layers",), "DeepseekV3ForCausalLM", "DeepseekV3ForCausalLM"),
+    "glm4_moe_lite": ({**{k: v for k, v in _DEEPSEEK.items() if k != "first_k_dense_replace"},
+                       "model_type": "glm4_moe_lite", "pad_token_id": 0}, ("num_hidden_layers",),
+                      "Glm4MoeLiteForCausalLM", "Glm4MoeLiteForCausalLM"),
     "switch": ({"model_type": "switch_transformers", **_T5, "num_experts": 4, "encoder_sparse_step": 0,
                 "decoder_sparse_step": 0}, ("num_layers", "num_decoder_layers"),
                "SwitchTransformersForConditionalGeneration", "SwitchTransformersForConditionalGeneration"),
@@ -122,6 +124,8 @@ HYBRID = {"qwen3_5": (_QWEN3_5, ("linear_attention", "full_attention"), True),
                           ("linear_attention", "full_attention"), True),
           "gemma4": (_GEMMA4, ("sliding_attention", "full_attention"), False),
           "gemma4_kv": ({**_GEMMA4, "attention_k_eq_v": False}, ("full_attention",), False),
+          "gemma4_ple": ({**_GEMMA4, "hidden_size_per_layer_input": 16, "vocab_size_per_layer_input": 100},
+                         ("sliding_attention", "full_attention"), False),
           "gemma4_moe": ({**_GEMMA4, "enable_moe_block": True, "num_experts": 4, "top_k_experts": 2,
                           "moe_intermediate_size": 32}, ("sliding_attention", "full_attention"), False)}
 

@@ -114,7 +114,8 @@ def _eager(blocks, cfg, dtype, mode):
     follow; in multi-head attention the k and v layout copies are the cache's concatenations)."""
     if not fills_cache(cfg, mode):
         return blocks
-    return rewrite_calls(blocks, lambda call, span: (cache_fill(call) if call["kv_heads"] < call["heads"] else [])
+    return rewrite_calls(blocks, lambda call, span: (cache_fill(call) if call["kv_heads"] < call["heads"]
+                                                     and not call.get("shared_kv") else [])
                          + span)
 
 
@@ -158,7 +159,7 @@ def parse_spec(spec: str) -> dict:
 CACHE_FILL = "cache_fill"
 
 
-def cache_fill(call: dict) -> list:
+def cache_fill(call: dict) -> list:  # none for a call marked `shared_kv` (it reads another layer's keys)
     """transformers 5.x builds a DynamicCache in every causal LM forward (`use_cache` defaults to the config's,
     True), and its first update concatenates each layer's keys and values onto an empty tensor: two copies of
     the head-split views, on PyTorch's unvectorised `torch.cat` path (`misc:strided`; in eager multi-head attention
@@ -206,7 +207,7 @@ def _sdpa(blocks, cfg, dtype, mode):
         masked.append(mask)
         be = backend(cfg, dtype, call, mask)
         kernels = span if be == "math" else _fused(call, be, causal and not mask, mask)
-        return (cache_fill(call) if fills else []) + kernels
+        return (cache_fill(call) if fills and not call.get("shared_kv") else []) + kernels
 
     out = rewrite_calls(blocks, fused)
     if any(masked) or cfg.family in BIAS_MASK:

@@ -10,9 +10,13 @@ five sliding-window layers to one full-attention layer (the last one always full
   before and after: a router on the unnormed residual (an unscaled norm, a scale per channel, softmax, top-k,
   normalised and scaled per expert, fp32 weights), transformers' grouped experts (`layers.moe.expert_dispatch`).
 
-Counted with TorchDispatchMode on transformers 5.24's eager code (`experiments/gpu/graph_trace.py`, `HYBRID`).
-Not modelled, refused: the small models' per-layer input embeddings (`hidden_size_per_layer_input`, E2B/E4B) and
-KV sharing across layers (`num_kv_shared_layers`), bidirectional attention, training.
+* in the small models (E2B, E4B), per-layer inputs (`hidden_size_per_layer_input`): a second embedding table of
+  every layer's input, projected and normed before the layers, gated into each layer's output; and KV sharing: the
+  last `num_kv_shared_layers` layers compute no keys or values, they attend to those of the last earlier layer of
+  their type (no cache of their own), their MLP twice as wide with `use_double_wide_mlp`.
+
+Counted with TorchDispatchMode on transformers 5.24's eager code (`experiments/gpu/graph_trace.py`, `HYBRID`; the
+small models' whole forwards in `tests/test_gemma4.py`). Not modelled, refused: bidirectional attention, training.
 """
 from __future__ import annotations
 
@@ -47,10 +51,7 @@ def parse(d: dict, source: str) -> ModelConfig:
             raise InputError(f"{source}: config field {key!r} must be an integer >= {minimum}, got {v!r}")
         return int(v)
 
-    for key, what in (("hidden_size_per_layer_input", "per-layer input embeddings (Gemma 4 E2B/E4B)"),
-                      ("num_kv_shared_layers", "key/value sharing across layers")):
-        if count(key, 0):
-            raise InputError(f"{source}: Gemma 4's {what} are not modelled ({key} = {d[key]})")
+    count("hidden_size_per_layer_input", 0)
     if d.get("use_bidirectional_attention") == "all":
         raise InputError(f"{source}: bidirectional Gemma 4 attention is not modelled")
     heads, kv, layers = count("num_attention_heads"), count("num_key_value_heads"), count("num_hidden_layers")
@@ -61,6 +62,10 @@ def parse(d: dict, source: str) -> ModelConfig:
         raise InputError(f"{source}: config field 'layer_types' must list {layers} entries, each one of "
                          f"{', '.join(LAYER_TYPES)}")
     types = [*types[:-1], "full_attention"]  # Gemma4TextConfig forces the last layer to full attention
+    first_shared = layers - min(count("num_kv_shared_layers", 0), layers)
+    if set(types[:first_shared]) != set(types) and first_shared < layers:
+        raise InputError(f"{source}: the layers sharing keys and values (the last {layers - first_shared}) need an "
+                         "earlier layer of each of their types")
     global_kv = kv
     if d["attention_k_eq_v"] and d.get("num_global_key_value_heads") is not None:
         global_kv = count("num_global_key_value_heads")
@@ -79,7 +84,8 @@ def parse(d: dict, source: str) -> ModelConfig:
                        activation=str(d["hidden_activation"]), kv_heads=kv,
                        max_positions=config_positions(d, source, "max_position_embeddings"),
                        name=Path(source).stem if source != "config" else "",
-                       raw={**d, "layer_types": types, "global_kv_heads": global_kv}, **experts)
+                       raw={**d, "layer_types": types, "global_kv_heads": global_kv, "first_kv_shared": first_shared},
+                       **experts)
 
 
 def layer_config(cfg: ModelConfig, full: bool) -> ModelConfig:
@@ -101,14 +107,17 @@ def _norm(p: str, rows: int, h: int, scale: bool = True) -> list:
     return ks + [cast(f"{p}.to_half", rows * h)]
 
 
-def _qkv(cfg: ModelConfig, tok: int, full: bool) -> list:
-    """q, k, (v) projections, their per-head norms and RoPE on q and k over `tok` tokens."""
+def _qkv(cfg: ModelConfig, tok: int, full: bool, shared: bool) -> list:
+    """q, k, (v) projections, their per-head norms and RoPE on q and k over `tok` tokens (a KV-shared layer: q's)."""
     lc = layer_config(cfg, full)
     h, H, hd, kvh = cfg.hidden, cfg.heads, lc.head_dim, lc.num_kv_heads
     bias = bool(cfg.raw.get("attention_bias", False))
     k_is_v = full and bool(cfg.raw["attention_k_eq_v"])
-    return [*_norm("input_norm", tok, h), linear("q_proj", tok, h, H * hd, bias=bias), *_norm("q_norm", tok * H, hd),
-            *_rope("q_rope", tok, H * hd), linear("k_proj", tok, h, kvh * hd, bias=bias),
+    q = [*_norm("input_norm", tok, h), linear("q_proj", tok, h, H * hd, bias=bias), *_norm("q_norm", tok * H, hd),
+         *_rope("q_rope", tok, H * hd)]
+    if shared:
+        return q
+    return [*q, linear("k_proj", tok, h, kvh * hd, bias=bias),
             *([] if k_is_v else [linear("v_proj", tok, h, kvh * hd, bias=bias)]), *_norm("k_norm", tok * kvh, hd),
             *_rope("k_rope", tok, kvh * hd), *_norm("v_norm", tok * kvh, hd, scale=False)]
 
@@ -124,10 +133,10 @@ def _router(cfg: ModelConfig, tok: int) -> list:
             misc("moe.expert_scale", "route", tok * k * (F32 + 8)), vec("moe.expert_scale_mul", "mul", tok, k, fp32=True)]
 
 
-def _feed_forward(cfg: ModelConfig, tok: int) -> list:
+def _feed_forward(cfg: ModelConfig, tok: int, shared: bool) -> list:
     """From the attention's output projection on: its norm and residual, the normed MLP (beside it the MoE), the
-    norm after, the residual, the layer's scalar."""
-    h, f = cfg.hidden, cfg.ffn
+    norm after, the residual, (per-layer inputs) the gated per-layer input, the layer's scalar."""
+    h, f, ple = cfg.hidden, cfg.ffn * (2 if shared and cfg.raw.get("use_double_wide_mlp") else 1), _ple(cfg)
     ks = [*_norm("post_attn_norm", tok, h), vec("resid_add1", "add", tok, h, tag="residual"),
           *_norm("pre_ffw_norm", tok, h), linear("gate_proj", tok, h, f, bias=False), vec("mlp.act", "gelu", tok, f),
           linear("up_proj", tok, h, f, bias=False), vec("mlp.gate_mul", "mul", tok, f),
@@ -136,8 +145,30 @@ def _feed_forward(cfg: ModelConfig, tok: int) -> list:
         ks += [*_norm("post_ffw_norm_1", tok, h), *_router(cfg, tok), *_norm("pre_ffw_norm_2", tok, h),
                *expert_dispatch(cfg, tok, fp32_weights=True), *_norm("post_ffw_norm_2", tok, h),
                vec("moe.add_mlp", "add", tok, h)]
-    return ks + [*_norm("post_ffw_norm", tok, h), vec("resid_add2", "add", tok, h, tag="residual"),
-                 vec("layer_scalar", "mulu", tok, h)]
+    ks += [*_norm("post_ffw_norm", tok, h), vec("resid_add2", "add", tok, h, tag="residual")]
+    if ple:
+        ks += [linear("per_layer_gate", tok, h, ple, bias=False), vec("per_layer_act", "gelu", tok, ple),
+               vec("per_layer_mul", "mul", tok, ple), linear("per_layer_projection", tok, ple, h, bias=False),
+               *_norm("per_layer_norm", tok, h), vec("per_layer_add", "add", tok, h, tag="residual")]
+    return ks + [vec("layer_scalar", "mulu", tok, h)]
+
+
+def _ple(cfg: ModelConfig) -> int:
+    return int(cfg.raw.get("hidden_size_per_layer_input") or 0)
+
+
+def _per_layer_inputs(cfg: ModelConfig, tok: int) -> list:
+    """What the per-layer inputs cost before the layers: their scaled embedding (one row of every layer's input per
+    token), the projection of the embeddings to them, scaled, normed per layer, added and scaled."""
+    ple = _ple(cfg)
+    if not ple:
+        return []
+    width, table = cfg.layers * ple, int(cfg.raw.get("vocab_size_per_layer_input") or cfg.vocab)
+    return [gather("embed_per_layer", tok, width, table), vec("embed_per_layer_scale", "mulu", tok, width),
+            linear("per_layer_model_projection", tok, cfg.hidden, width, bias=False),
+            vec("per_layer_projection_scale", "mulu", tok, width), *_norm("per_layer_projection_norm", tok * cfg.layers,
+                                                                          ple),
+            vec("per_layer_inputs_add", "add", tok, width), vec("per_layer_inputs_scale", "mulu", tok, width)]
 
 
 def _attention_out(cfg: ModelConfig, tok: int, full: bool) -> list:
@@ -145,10 +176,11 @@ def _attention_out(cfg: ModelConfig, tok: int, full: bool) -> list:
                    bias=bool(cfg.raw.get("attention_bias", False)))]
 
 
-def _marked(ks: list, sliding: bool) -> list:
+def _marked(ks: list, sliding: bool, shared: bool) -> list:
+    """The attention call marked as a sliding layer's or not, and as reading another layer's keys (no cache fill)."""
     for k in ks:
         if "attn_call" in k:
-            k["attn_call"]["sliding"] = sliding  # one dict per call, shared by its kernels
+            k["attn_call"].update(sliding=sliding, shared_kv=shared)  # one dict per call, shared by its kernels
     return ks
 
 
@@ -166,54 +198,64 @@ def _post(cfg: ModelConfig, tok: int) -> list:
             *(soft_cap("logit_softcap", tok, cfg.vocab) if cap else [])]
 
 
-def _blocks(cfg: ModelConfig, full: list, sliding: list) -> list:
-    n = cfg.raw["layer_types"].count("sliding_attention")
-    return [b for b in (Block("layer", cfg.layers - n, full, "layer"), Block("sliding_layer", n, sliding, "layer"))
-            if b.count]
+#: block name of each (full attention, KV shared) layer kind
+BLOCKS = {(True, False): "layer", (False, False): "sliding_layer", (True, True): "shared_layer",
+          (False, True): "shared_sliding_layer"}
+
+
+def _blocks(cfg: ModelConfig, layer) -> list:
+    """One block per kind of layer the model has; `layer(full, shared)` is its kernels."""
+    first_shared = cfg.raw["first_kv_shared"]
+    counts = {kind: 0 for kind in BLOCKS}
+    for i, t in enumerate(cfg.raw["layer_types"]):
+        counts[(t == "full_attention", i >= first_shared)] += 1
+    return [Block(BLOCKS[kind], n, layer(*kind), "layer") for kind, n in counts.items() if n]
 
 
 def forward(cfg: ModelConfig, B, S, train) -> list:
     """Gemma4ForCausalLM's prefill (inference; the family does not train)."""
     tok = B * S
 
-    def layer(full):
+    def layer(full, shared):
         lc = layer_config(cfg, full)
         attn = attention_core("attn", B, S, cfg.heads, lc.head_dim, False, scale_op="mulu", mask_op=("addu",),
                               dropout=False, softmax_fp32=True, kv_groups=cfg.heads // lc.num_kv_heads)
-        return [*_qkv(cfg, tok, full), *_marked(attn, not full), *_attention_out(cfg, tok, full),
-                *_feed_forward(cfg, tok)]
+        return [*_qkv(cfg, tok, full, shared), *_marked(attn, not full, shared), *_attention_out(cfg, tok, full),
+                *_feed_forward(cfg, tok, shared)]
 
     pre = [gather("embed_tokens", tok, cfg.hidden, cfg.vocab), vec("embed_scale", "mulu", tok, cfg.hidden),
-           *causal_and_rotary_setup(B, S, cfg.head_dim),
+           *_per_layer_inputs(cfg, tok), *causal_and_rotary_setup(B, S, cfg.head_dim),
            *(misc(f"sliding_mask_{i}", "mask", 2 * S * S * F32) for i in range(SLIDING_MASK_KERNELS)),
            *_tables(cfg, tok)]
-    return [Block("embeddings", 1, pre, "pre"), *_blocks(cfg, layer(True), layer(False)),
-            Block("head", 1, _post(cfg, tok), "post")]
+    return [Block("embeddings", 1, pre, "pre"), *_blocks(cfg, layer), Block("head", 1, _post(cfg, tok), "post")]
 
 
 def decode(cfg: ModelConfig, B: int, seq: int) -> list:
     """One decode step: the full layers attend to every cached token, the sliding ones to their window."""
 
-    def layer(full):
+    def layer(full, shared):
         lc = layer_config(cfg, full)
         keys = kv_length(cfg, seq, sliding=not full)
         attn = cached_attention("attn", lc, B, keys, "mulu", ("addu",), softmax_fp32=True, sliding=not full,
                                 strided_cache=not full and seq >= cfg.sliding_window)
-        return [*_qkv(cfg, B, full), *attn, *_attention_out(cfg, B, full), *_feed_forward(cfg, B)]
+        if shared:  # it reads the keys and values another layer cached: no cache of its own to extend
+            attn = [k for k in attn if not k.get("cache_len")]
+        return [*_qkv(cfg, B, full, shared), *attn, *_attention_out(cfg, B, full), *_feed_forward(cfg, B, shared)]
 
     kv = kv_length(cfg, seq)
     pre = [gather("embed_tokens", B, cfg.hidden, cfg.vocab), vec("embed_scale", "mulu", B, cfg.hidden),
-           *decode_setup(cfg, B, kv, FAMILY.setup_kernels[cfg.family]),
+           *_per_layer_inputs(cfg, B), *decode_setup(cfg, B, kv, FAMILY.setup_kernels[cfg.family]),
            *(cast(f"setup_cast_{i}", B * kv) for i in range(LLAMA_SETUP_CASTS)), *_tables(cfg, B)]
-    return [Block("embeddings", 1, pre, "pre"), *_blocks(cfg, layer(True), layer(False)),
-            Block("head", 1, _post(cfg, B), "post")]
+    return [Block("embeddings", 1, pre, "pre"), *_blocks(cfg, layer), Block("head", 1, _post(cfg, B), "post")]
 
 
 def kv_cache_width(cfg: ModelConfig) -> dict:
-    """Keys and values cached per token, by layer type (the full layers' own head width and KV heads)."""
-    full = layer_config(cfg, True)
-    return {"full_attention": 2 * full.num_kv_heads * full.head_dim,
-            "sliding_attention": 2 * cfg.num_kv_heads * cfg.head_dim}
+    """Keys and values cached per token and layer, by layer type (the full layers' own head width and KV heads),
+    spread over the layers of that type: the KV-shared layers cache none."""
+    full, types = layer_config(cfg, True), cfg.raw["layer_types"]
+    own = types[:cfg.raw["first_kv_shared"]]
+    return {t: 2 * c.num_kv_heads * c.head_dim * own.count(t) / types.count(t)
+            for t, c in (("full_attention", full), ("sliding_attention", cfg)) if types.count(t)}
 
 
 FAMILY = Family(("gemma4_text",), forward, decode, setup_kernels={"gemma4_text": 34}, parse=parse,
