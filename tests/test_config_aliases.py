@@ -39,6 +39,12 @@ def test_mistral3_is_its_mistral_language_model():
         config_from_dict({**m3, "text_config": {**mistral, "model_type": "llama"}})
 
 
+def test_mimo_is_read_as_qwen2():
+    """MiMo-7B (remote code) is Qwen2's decoder plus multi-token-prediction layers a plain forward does not run."""
+    qwen2 = {**QWEN3, "model_type": "qwen2"}
+    assert config_from_dict({**qwen2, "model_type": "mimo", "num_nextn_predict_layers": 1}).family == "qwen2"
+
+
 def test_kimi_k2_is_read_as_deepseek_v3():
     ds = {"model_type": "deepseek_v3", "hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 32,
           "num_attention_heads": 4, "num_key_value_heads": 4, "num_hidden_layers": 2, "vocab_size": 1000,

@@ -319,7 +319,7 @@ LANGUAGE_MODEL_OF = {"qwen3_vl": "qwen3", "qwen3_vl_moe": "qwen3_moe", "qwen2_vl
                      "mistral3": "mistral", "qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text",
                      "gemma4": "gemma4_text", "kimi_k25": "deepseek_v3"}
 #: model_types that name a supported architecture under another name (their `architectures` say so)
-SAME_ARCHITECTURE = {"kimi_k2": "deepseek_v3"}
+SAME_ARCHITECTURE = {"kimi_k2": "deepseek_v3", "mimo": "qwen2"}  # MiMo: its MTP layers run only when drafting
 
 
 def config_from_dict(d: dict, source: str = "config") -> ModelConfig:
