@@ -98,6 +98,8 @@ def test_what_is_not_modelled_is_refused(bad, needle):
     with pytest.raises(InputError, match="not modelled"):
         build_graph({**SMALL, "num_hidden_layers": 4}, 2, 8, "train")
     assert load_config({"model_type": "gemma4", "text_config": {**SMALL, "num_hidden_layers": 6}}).layers == 6
+    assert load_config({**SMALL, "num_hidden_layers": 4, "hidden_size_per_layer_input": None}).raw[
+        "hidden_size_per_layer_input"] == 0  # null: no per-layer inputs, as transformers reads it
 
 
 @pytest.mark.parametrize("mode", ["inf", "decode"])

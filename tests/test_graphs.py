@@ -583,6 +583,7 @@ def test_ministral3_scales_its_queries_by_position_in_every_layer():
     assert _per_layer_and_outside(cfg, "train", "bf16")[0] == 152
     wrapped = load_config({"model_type": "mistral3", "text_config": {**cfg, "num_hidden_layers": 4}})
     assert wrapped.family == "ministral3" and wrapped.layers == 4
+    assert load_config({**cfg, "sliding_window": 4}).every_layer_slides  # as Mistral's, when a window is set
 
 
 def test_gemma2_and_gemma3_add_sandwich_norms_soft_caps_and_sliding_layers():

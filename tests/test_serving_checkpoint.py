@@ -39,7 +39,14 @@ def _read(tmp_path, cfg, beside=None, name="org--model"):
      None, ("fp8", "fp4")),
     (MOE, {"quant_algo": "MIXED_PRECISION", "quantized_layers": {"model.layers.0.mlp.experts.0.up_proj": {
         "quant_algo": "NVFP4"}, "model.layers.0.self_attn.q_proj": {"quant_algo": "MXFP8"}}}, ("fp8", "fp4")),
-    ({**LLAMA, "quantization_config": {"quant_method": "awq", "bits": 4}}, None, ("int4", ""))])
+    ({**LLAMA, "quantization_config": {"quant_method": "awq", "bits": 4}}, None, ("int4", "")),
+    # GLM-5-FP8: only norms, the router and the attention's indexer left out: attention is FP8 too
+    ({**MOE, "quantization_config": {"quant_method": "fp8", "modules_to_not_convert": [
+        "model.layers.0.self_attn.indexer.k_norm", "model.layers.0.self_attn.indexers_proj", "lm_head"]}},
+     None, ("fp8", "")),
+    # NVFP4 weights over 16-bit activations (compressed-tensors' NVFP4A16) are 4-bit weight-only
+    ({**LLAMA, "quantization_config": {"quant_method": "compressed-tensors", "config_groups": {"g": {
+        "weights": {"num_bits": 4, "type": "float"}, "input_activations": None}}}}, None, ("int4", ""))])
 def test_checkpoint_formats(tmp_path, cfg, beside, expected):
     got = _read(tmp_path, cfg, beside)
     assert (got.precision, got.moe_precision) == expected
@@ -50,7 +57,8 @@ def test_checkpoint_formats(tmp_path, cfg, beside, expected):
     (LLAMA, {"quant_algo": "MIXED_PRECISION", "quantized_layers": {  # a dense model in two formats
         "model.layers.0.self_attn.q_proj": {"quant_algo": "FP8"}, "model.layers.0.mlp.up_proj": {
             "quant_algo": "W4A16_NVFP4"}}}),
-    ({**LLAMA, "quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": True}}, None)])
+    ({**LLAMA, "quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": True}}, None),
+    (LLAMA, {"quant_algo": "NVFP4", "exclude_modules": ["lm_head", "model.layers.*.self_attn*"]})])  # 16-bit attention
 def test_unread_or_absent_quantization_gives_none(tmp_path, cfg, beside):
     assert _read(tmp_path, cfg, beside) is None
 

@@ -141,6 +141,8 @@ def predict_serving_cmd(
                           moe_precision=moe_precision, kv_dtype=kv_dtype,
                           spec_tokens=spec_tokens, acceptance=acceptance, scale=scale)
     _note_precision_fallback(precision, dev)
+    if moe_precision and moe_precision != precision:
+        _note_precision_fallback(moe_precision, dev)
     raw = res.to_json()
     what = f"{engine} serving {Path(config).name} on {device}"
     for k in ("ttft", "tpot", "e2e"):

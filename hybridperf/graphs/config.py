@@ -76,7 +76,7 @@ GEMMA = ("gemma", "gemma2", "gemma3_text")
 #: Gemma 2 and 3: sandwich norms and sliding-window layers (`ModelConfig.layer_types`)
 SLIDING_GEMMA = ("gemma2", "gemma3_text")
 #: families whose every layer slides its window when the config sets `sliding_window` (no `layer_types`)
-EVERY_LAYER_SLIDING = ("mistral", "phi3")
+EVERY_LAYER_SLIDING = ("mistral", "ministral3", "phi3")
 #: families whose `layer_types` mix sliding-window and full attention
 SLIDING_LAYERS = (*SLIDING_GEMMA, "gpt_oss", "olmo3", "gemma4_text")
 #: HF's `sliding_window` default when a config omits the key (none for the families not listed)

@@ -5,7 +5,8 @@ ModelOpt's `hf_quant_config.json` beside it (`<name>_hf_quant_config.json` besid
 NVIDIA's NVFP4 checkpoints of MoE models quantize the routed experts only (attention and shared experts stay
 16-bit: their `ignore` list names them, or `quantized_layers` lists only experts), and some mix formats per layer
 (FP8 attention with NVFP4 experts): such a checkpoint is read as `--precision` for the rest and
-`--moe-precision` for the experts. A dense model whose layers mix formats has no single precision to serve it in.
+`--moe-precision` for the experts. A dense model whose layers mix formats (16-bit attention beside NVFP4 MLPs
+included) has no single precision to serve it in.
 """
 from __future__ import annotations
 
@@ -19,8 +20,13 @@ FORMATS = {"FP8": "fp8", "FP8_BLOCK": "fp8", "FP8_PB_WO": "fp8", "MXFP8": "fp8",
            "NVFP4": "fp4", "MXFP4": "fp4", "W4A8_NVFP4_FP8": "fp4", "W4A8_MXFP4_MXFP8": "fp4",
            "W4A16_NVFP4": "int4", "W4A16_MXFP4": "int4", "W4A16_AWQ": "int4", "INT4_AWQ": "int4", "AWQ": "int4",
            "GPTQ": "int4", "W4A8_AWQ": "int4", "W8A8_SQ_PER_CHANNEL": "int8", "INT8_SQ": "int8", "W8A16": "int8"}
-#: compressed-tensors' weight (bits, type) -> precision
-TENSOR_FORMATS = {(8, "float"): "fp8", (4, "float"): "fp4", (4, "int"): "int4", (8, "int"): "int8"}
+#: compressed-tensors' weight (bits, type, whether activations are quantized too) -> precision (4-bit weights over
+#: 16-bit activations: int4, the weight-only format)
+TENSOR_FORMATS = {(8, "float", True): "fp8", (8, "float", False): "fp8", (4, "float", True): "fp4",
+                  (4, "float", False): "int4", (4, "int", False): "int4", (4, "int", True): "int4",
+                  (8, "int", True): "int8", (8, "int", False): "int8"}
+#: the ends of module names that are attention projections (an `ignore` entry ending so leaves attention 16-bit)
+ATTENTION = ("attn", "q_proj", "q_a_proj", "q_b_proj", "qkv_proj", "kv_a_proj_with_mqa", "kv_b_proj")
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,12 @@ def _expert(module: str) -> bool:
     return "expert" in module and "shared_expert" not in module
 
 
+def _attention_left_out(patterns: list) -> bool:
+    """Whether an ignore list names attention itself (`self_attn*`, `re:.*self_attn.*`, `*.attn.*`, MLA's
+    projections), not only modules inside it (GLM-5's indexer)."""
+    return any(str(p).rstrip("*.").endswith(ATTENTION) for p in patterns)
+
+
 def checkpoint_precision(config, raw: dict, has_experts: bool) -> CheckpointPrecision | None:
     """The precision the checkpoint of `config` (its path; `raw`: its parsed JSON) is served in, or None where it is
     not quantized or its format is one this does not read."""
@@ -71,16 +83,19 @@ def checkpoint_precision(config, raw: dict, has_experts: bool) -> CheckpointPrec
             rest.add("fp8")
     else:
         if method == "compressed-tensors":
-            groups = [g.get("weights") or {} for g in (q.get("config_groups") or {}).values() if isinstance(g, dict)]
-            found = {TENSOR_FORMATS.get((g.get("num_bits"), g.get("type"))) for g in groups}
+            groups = [g for g in (q.get("config_groups") or {}).values() if isinstance(g, dict)]
+            found = {TENSOR_FORMATS.get(((g.get("weights") or {}).get("num_bits"), (g.get("weights") or {}).get("type"),
+                                         bool(g.get("input_activations")))) for g in groups}
         elif method in ("awq", "gptq", "awq_marlin", "gptq_marlin"):
             found = {"int4" if q.get("bits", q.get("w_bit", 4)) == 4 else None}
         else:  # fp8, mxfp4, modelopt: one format for every quantized module
             found = {_format(q.get("quant_algo")) if method in ("modelopt", "") else _format(method)}
-        ignored = " ".join(str(p) for p in (q.get("ignore") or q.get("modules_to_not_convert")
-                                           or q.get("exclude_modules") or []))
-        experts_only = has_experts and "attn" in ignored  # NVIDIA's MoE checkpoints: experts quantized only
-        experts, rest = (found, set()) if experts_only else (found, found)
+        if _attention_left_out(q.get("ignore") or q.get("modules_to_not_convert") or q.get("exclude_modules") or []):
+            if not has_experts:  # a dense model: 16-bit attention beside quantized MLPs mixes formats
+                return None
+            experts, rest = found, set()  # NVIDIA's MoE checkpoints: the experts quantized only
+        else:
+            experts, rest = found, found
     if q.get("moe_quant_algo"):
         experts = {_format(q["moe_quant_algo"])}
     if None in experts | rest or len(experts) > 1 or len(rest) > 1:

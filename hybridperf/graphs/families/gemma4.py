@@ -43,7 +43,10 @@ SLIDING_MASK_KERNELS = 13
 
 def parse(d: dict, source: str) -> ModelConfig:
     """The `ModelConfig` of a Gemma 4 language-model config (`graphs.config` unwraps a multimodal one)."""
-    d = {**DEFAULTS, **{k: v for k, v in d.items() if v is not None}}
+    # a null per-layer input width is none, as transformers reads it
+    d = {**DEFAULTS, **{k: v for k, v in d.items() if v is not None},
+         **({"hidden_size_per_layer_input": 0} if "hidden_size_per_layer_input" in d
+            and d["hidden_size_per_layer_input"] is None else {})}
 
     def count(key, minimum=1):
         v = d.get(key)
@@ -188,8 +191,9 @@ def _tables(cfg: ModelConfig, rows: int) -> list:
     """The second layer type's rotary table (each type builds its own), its casts included."""
     if len(set(cfg.raw["layer_types"])) < 2:
         return []
-    return [*(misc(f"rotary_local_{i}", "mask", 2 * rows * cfg.head_dim * F32) for i in range(6)),
-            *(cast(f"rotary_local_cast_{i}", rows * cfg.head_dim) for i in range(4))]
+    width = int(cfg.raw["global_head_dim"])  # the full layers' table (the sliding layers' is `causal_and_rotary_setup`)
+    return [*(misc(f"rotary_local_{i}", "mask", 2 * rows * width * F32) for i in range(6)),
+            *(cast(f"rotary_local_cast_{i}", rows * width) for i in range(4))]
 
 
 def _post(cfg: ModelConfig, tok: int) -> list:

@@ -12,15 +12,14 @@ def moe_block(cfg: ModelConfig, tok: int, train: bool = False) -> list:
     """A top-k MoE in place of the MLP (MOE_LLAMA families; HF eager, `experts_implementation="grouped_mm"`,
     transformers 5.23's default), over `tok` normed tokens.
 
-    Router: a GEMM to one logit per expert, softmax in fp32, top-k, and (Mixtral always, Qwen with
-    `norm_topk_prob`) the k weights divided by their sum. Mixtral keeps the weights in fp32, so in a
-    half-precision model its weighted expert outputs and their sum over k are fp32 and cast back;
-    Qwen casts the k weights to the model dtype. Experts: `expert_dispatch`. Qwen2-MoE adds a gated MLP every token passes through (the shared
-    expert), scaled by sigmoid(x w) and added; DeepSeek-V3 routes with `deepseek_router` and adds its shared
-    experts unscaled; GPT-OSS routes with a biased GEMM and a softmax over the k chosen logits, and its experts
-    are `oss_experts`. Counted with TorchDispatchMode (`experiments/gpu/graph_trace.py`);
-    the tiny integer bookkeeping kernels are `misc:route`. In the backward each gather (tag `gather`)
-    zero-fills its gradient and scatters into it."""
+    Router: a GEMM to one logit per expert, softmax in fp32, top-k, and (Mixtral always, Qwen with `norm_topk_prob`)
+    the k weights divided by their sum. Mixtral keeps the weights in fp32, so in a half-precision model its weighted
+    expert outputs and their sum over k are fp32 and cast back; Qwen casts the k weights to the model dtype.
+    Experts: `expert_dispatch`. Qwen2-MoE adds a gated MLP every token passes through (the shared expert), scaled by
+    sigmoid(x w) and added; DeepSeek-V3 routes with `deepseek_router` and adds its shared experts unscaled; GPT-OSS
+    routes with a biased GEMM and a softmax over the k chosen logits, and its experts are `oss_experts`. Counted
+    with TorchDispatchMode (`experiments/gpu/graph_trace.py`); the tiny integer bookkeeping kernels are
+    `misc:route`. In the backward each gather (tag `gather`) zero-fills its gradient and scatters into it."""
     h, E, k, tok = cfg.hidden, cfg.num_experts, cfg.experts_per_token, int(tok)
     mixtral = cfg.family == "mixtral"
     pairs = tok * k
