@@ -31,8 +31,8 @@ ATTENTION = ("attn", "q_proj", "q_a_proj", "q_b_proj", "qkv_proj", "kv_a_proj_wi
 
 @dataclass(frozen=True)
 class CheckpointPrecision:
-    """What a checkpoint's quantization says: `precision` of the dense layers ("" where they mix formats),
-    `moe_precision` of the routed experts ("" = as `precision`), and `what` (for notes)."""
+    """What a checkpoint's quantization says: `precision` of the layers outside the routed experts, `moe_precision`
+    of the routed experts ("" = as `precision`), and `what` (for notes)."""
 
     precision: str
     moe_precision: str

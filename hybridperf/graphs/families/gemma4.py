@@ -8,8 +8,7 @@ five sliding-window layers to one full-attention layer (the last one always full
   (`num_global_key_value_heads`) and no v projection: the keys' projection is also the values';
 * in the MoE models (`enable_moe_block`), the dense MLP and a top-k MoE side by side on the same input, each normed
   before and after: a router on the unnormed residual (an unscaled norm, a scale per channel, softmax, top-k,
-  normalised and scaled per expert, fp32 weights), transformers' grouped experts (`layers.moe.expert_dispatch`).
-
+  normalised and scaled per expert, fp32 weights), transformers' grouped experts (`layers.moe.expert_dispatch`);
 * in the small models (E2B, E4B), per-layer inputs (`hidden_size_per_layer_input`): a second embedding table of
   every layer's input, projected and normed before the layers, gated into each layer's output; and KV sharing: the
   last `num_kv_shared_layers` layers compute no keys or values, they attend to those of the last earlier layer of
@@ -103,8 +102,8 @@ def _norm(p: str, rows: int, h: int, scale: bool = True) -> list:
     cast up and multiplied, and the cast back."""
     ks = [cast(f"{p}.to_fp32", rows * h), vec(f"{p}.pow", "powu", rows, h, fp32=True),
           misc(f"{p}.mean", "reduce", rows * h * F32, fp32=True), misc(f"{p}.eps", "mask", 2 * rows * F32, fp32=True),
-          misc(f"{p}.rsqrt", "mask", 2 * rows * F32, "rsqrt", True), vec(f"{p}.mul", "mul", rows, h, tag="broadcast",
-                                                                         fp32=True)]
+          misc(f"{p}.rsqrt", "mask", 2 * rows * F32, "rsqrt", True),
+          vec(f"{p}.mul", "mul", rows, h, tag="broadcast", fp32=True)]
     if scale:
         ks += [cast(f"{p}.weight_to_fp32", h), _k(f"{p}.weight", "mul", rows, H=h, params=h, tag="broadcast", fp32=True)]
     return ks + [cast(f"{p}.to_half", rows * h)]
@@ -169,8 +168,8 @@ def _per_layer_inputs(cfg: ModelConfig, tok: int) -> list:
     width, table = cfg.layers * ple, int(cfg.raw.get("vocab_size_per_layer_input") or cfg.vocab)
     return [gather("embed_per_layer", tok, width, table), vec("embed_per_layer_scale", "mulu", tok, width),
             linear("per_layer_model_projection", tok, cfg.hidden, width, bias=False),
-            vec("per_layer_projection_scale", "mulu", tok, width), *_norm("per_layer_projection_norm", tok * cfg.layers,
-                                                                          ple),
+            vec("per_layer_projection_scale", "mulu", tok, width),
+            *_norm("per_layer_projection_norm", tok * cfg.layers, ple),
             vec("per_layer_inputs_add", "add", tok, width), vec("per_layer_inputs_scale", "mulu", tok, width)]
 
 
