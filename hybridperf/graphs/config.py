@@ -1,5 +1,5 @@
 """Hugging Face `config.json` -> `ModelConfig`, the few numbers the kernel enumerator needs. The `model_type`s read
-here (plugin families, `graphs.families`, parse their own: Qwen3.5, Gemma 4):
+here (plugin families, `graphs.families`, parse their own: Qwen3.5, Gemma 4, GLM-4.7-Flash):
 
     gpt2                 GPT2LMHeadModel (also the artifact's "GPT-3" xl/2.7B/6.7B/13B configs: GPT-2 style,
                          Conv1D projections = addmm, fused QKV, gelu_new as 8 eager kernels)

@@ -109,7 +109,7 @@ def llama_qkv(cfg: ModelConfig, tok: int, train: bool = False) -> list:
 
 def query_position_scale(cfg: ModelConfig, tok: int) -> list:
     """Ministral 3 scales each rotated query by 1 + beta log(1 + floor(position / original length)) (Llama 4's
-    attention scale), computed again in every layer from the position ids: five tiny fp32 kernels and a cast,
+    attention scale), computed again in every layer from the position ids: six tiny fp32 kernels and a cast,
     then the product over q (TorchDispatchMode, transformers 5.24). None elsewhere."""
     if cfg.family != "ministral3":
         return []
