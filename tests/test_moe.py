@@ -202,6 +202,8 @@ def test_deepseek_v3_layers_launch_what_hf_eager_launches(extra, inf, train, dec
         assert _per_layer(cfg, "decode") == decode
         assert (_per_layer(cfg, "inf", "bf16"), _per_layer(cfg, "train", "bf16"), _per_layer(cfg, "decode", "bf16")) \
             == (108, 293, 109)
+    # one expert group (Kimi-K2, GLM-4.7-Flash): the group mask's expand is a view, one kernel fewer (traced: 94)
+    assert _per_layer({**cfg, "n_group": 1, "topk_group": 1}, "inf") == inf - 1
     # the first `first_k_dense_replace` layers keep a dense MLP (Llama's)
     g = build_graph({**cfg, "num_hidden_layers": 4}, 2, 8, "inf")
     assert [(b.name, b.count) for b in g.blocks if b.kind == "layer"] == [("layer", 3), ("dense_layer", 1)]

@@ -122,9 +122,10 @@ def oss_experts(cfg: ModelConfig, pairs: int, groups: int, rows: int, train: boo
 def deepseek_router(cfg: ModelConfig, tok: int) -> list:
     """DeepSeek-V3's router over `tok` tokens (DeepseekV3TopkRouter, transformers 5.23): the logits in fp32
     (x and the weight cast up in a half-precision model), a sigmoid, the score-correction bias, the best
-    two scores of each of `n_group` groups summed, the `topk_group` best groups kept (a mask: zeros,
-    scatter, expand, cast, not, masked_fill), top-k of the rest, and the chosen scores gathered, which is
-    where the gradient flows (tag `gather`). Counted with TorchDispatchMode (`experiments/gpu/graph_trace.py`)."""
+    two scores of each of `n_group` groups summed, the `topk_group` best groups kept (a mask: zeros, scatter,
+    expand (a copy unless there is one group), cast, not, masked_fill), top-k of the rest, and the chosen scores
+    gathered, which is where the gradient flows (tag `gather`). Counted with TorchDispatchMode
+    (`experiments/gpu/graph_trace.py`)."""
     h, E, k = cfg.hidden, cfg.num_experts, cfg.experts_per_token
     G = int(cfg.raw.get("n_group", 8))
 
@@ -136,7 +137,8 @@ def deepseek_router(cfg: ModelConfig, tok: int) -> list:
             vec("moe.router_sigmoid", "tanh", tok, E, fp32=True), route("score_bias", 3 * tok * E * F32),
             route("group_top2", tok * E * F32 + tok * G * 2 * 12), route("group_sum", tok * G * 3 * F32),
             route("group_topk", tok * G * (F32 + 8)), route("group_zeros", tok * G * F32),
-            route("group_scatter", tok * G * (F32 + 8)), route("group_expand", 2 * tok * E * F32),
+            route("group_scatter", tok * G * (F32 + 8)),
+            *([route("group_expand", 2 * tok * E * F32)] if G > 1 else []),  # one group: the mask is a view
             route("mask_to_bool", tok * E * 5), route("mask_not", 2 * tok * E),
             route("mask_fill", tok * E * (2 * F32 + 1)),
             route("topk", tok * E * F32 + tok * k * (F32 + 8)),
