@@ -28,6 +28,7 @@ from hybridperf.graphs.decode import LLAMA_SETUP_CASTS, cached_attention, decode
 from hybridperf.graphs.family import Family
 from hybridperf.graphs.layers.attention_core import attention_core, soft_cap
 from hybridperf.graphs.layers.moe import expert_dispatch
+from hybridperf.graphs.layers.norms import fp32_norm
 from hybridperf.graphs.layers.rope import _rope, causal_and_rotary_setup
 from hybridperf.graphs.primitives import F32, Block, _k, cast, gather, linear, misc, vec
 
@@ -97,61 +98,54 @@ def layer_config(cfg: ModelConfig, full: bool) -> ModelConfig:
     return replace(cfg, head_dim=int(cfg.raw["global_head_dim"]), kv_heads=int(cfg.raw["global_kv_heads"]))
 
 
-def _norm(p: str, rows: int, h: int, scale: bool = True) -> list:
-    """Gemma4RMSNorm in eager PyTorch: x in fp32, pow, mean, + eps, pow(-0.5), the product, (with a scale) the weight
-    cast up and multiplied, and the cast back."""
-    ks = [cast(f"{p}.to_fp32", rows * h), vec(f"{p}.pow", "powu", rows, h, fp32=True),
-          misc(f"{p}.mean", "reduce", rows * h * F32, fp32=True), misc(f"{p}.eps", "mask", 2 * rows * F32, fp32=True),
-          misc(f"{p}.rsqrt", "mask", 2 * rows * F32, "rsqrt", True),
-          vec(f"{p}.mul", "mul", rows, h, tag="broadcast", fp32=True)]
-    if scale:
-        ks += [cast(f"{p}.weight_to_fp32", h), _k(f"{p}.weight", "mul", rows, H=h, params=h, tag="broadcast", fp32=True)]
-    return ks + [cast(f"{p}.to_half", rows * h)]
-
-
 def _qkv(cfg: ModelConfig, tok: int, full: bool, shared: bool) -> list:
     """q, k, (v) projections, their per-head norms and RoPE on q and k over `tok` tokens (a KV-shared layer: q's)."""
     lc = layer_config(cfg, full)
     h, H, hd, kvh = cfg.hidden, cfg.heads, lc.head_dim, lc.num_kv_heads
     bias = bool(cfg.raw.get("attention_bias", False))
     k_is_v = full and bool(cfg.raw["attention_k_eq_v"])
-    q = [*_norm("input_norm", tok, h), linear("q_proj", tok, h, H * hd, bias=bias), *_norm("q_norm", tok * H, hd),
+    q = [*fp32_norm("input_norm", tok, h), linear("q_proj", tok, h, H * hd, bias=bias),
+         *fp32_norm("q_norm", tok * H, hd),
          *_rope("q_rope", tok, H * hd)]
     if shared:
         return q
     return [*q, linear("k_proj", tok, h, kvh * hd, bias=bias),
-            *([] if k_is_v else [linear("v_proj", tok, h, kvh * hd, bias=bias)]), *_norm("k_norm", tok * kvh, hd),
-            *_rope("k_rope", tok, kvh * hd), *_norm("v_norm", tok * kvh, hd, scale=False)]
+            *([] if k_is_v else [linear("v_proj", tok, h, kvh * hd, bias=bias)]), *fp32_norm("k_norm", tok * kvh, hd),
+            *_rope("k_rope", tok, kvh * hd), *fp32_norm("v_norm", tok * kvh, hd, scale=False)]
 
 
 def _router(cfg: ModelConfig, tok: int) -> list:
     h, E, k = cfg.hidden, cfg.num_experts, cfg.experts_per_token
-    return [*_norm("router.norm", tok, h, scale=False), _k("router.scale", "mul", tok, H=h, params=h, tag="broadcast"),
+    return [*fp32_norm("router.norm", tok, h, scale=False),
+            _k("router.scale", "mul", tok, H=h, params=h, tag="broadcast"),
             vec("router.root_scale", "mulu", tok, h), linear("moe.router", tok, h, E, bias=False),
-            cast("moe.router_to_fp32", tok * E, dtypes=("bf16",)), vec("moe.router_softmax", "softmax", tok, E, fp32=True),
+            cast("moe.router_to_fp32", tok * E, dtypes=("bf16",)),
+            vec("moe.router_softmax", "softmax", tok, E, fp32=True),
             misc("moe.topk", "route", tok * E * F32 + tok * k * (F32 + 8), tag="gather"),
             misc("moe.topk_sum", "reduce", tok * k * F32, fp32=True),
             _k("moe.topk_norm", "div", tok, H=k, tag="broadcast", fp32=True),
-            misc("moe.expert_scale", "route", tok * k * (F32 + 8)), vec("moe.expert_scale_mul", "mul", tok, k, fp32=True)]
+            misc("moe.expert_scale", "route", tok * k * (F32 + 8)),
+            vec("moe.expert_scale_mul", "mul", tok, k, fp32=True)]
 
 
 def _feed_forward(cfg: ModelConfig, tok: int, shared: bool) -> list:
     """From the attention's output projection on: its norm and residual, the normed MLP (beside it the MoE), the
     norm after, the residual, (per-layer inputs) the gated per-layer input, the layer's scalar."""
     h, f, ple = cfg.hidden, cfg.ffn * (2 if shared and cfg.raw.get("use_double_wide_mlp") else 1), _ple(cfg)
-    ks = [*_norm("post_attn_norm", tok, h), vec("resid_add1", "add", tok, h, tag="residual"),
-          *_norm("pre_ffw_norm", tok, h), linear("gate_proj", tok, h, f, bias=False), vec("mlp.act", "gelu", tok, f),
+    ks = [*fp32_norm("post_attn_norm", tok, h), vec("resid_add1", "add", tok, h, tag="residual"),
+          *fp32_norm("pre_ffw_norm", tok, h), linear("gate_proj", tok, h, f, bias=False),
+          vec("mlp.act", "gelu", tok, f),
           linear("up_proj", tok, h, f, bias=False), vec("mlp.gate_mul", "mul", tok, f),
           linear("down_proj", tok, f, h, bias=False)]
     if cfg.num_experts:
-        ks += [*_norm("post_ffw_norm_1", tok, h), *_router(cfg, tok), *_norm("pre_ffw_norm_2", tok, h),
-               *expert_dispatch(cfg, tok, fp32_weights=True), *_norm("post_ffw_norm_2", tok, h),
+        ks += [*fp32_norm("post_ffw_norm_1", tok, h), *_router(cfg, tok), *fp32_norm("pre_ffw_norm_2", tok, h),
+               *expert_dispatch(cfg, tok, fp32_weights=True), *fp32_norm("post_ffw_norm_2", tok, h),
                vec("moe.add_mlp", "add", tok, h)]
-    ks += [*_norm("post_ffw_norm", tok, h), vec("resid_add2", "add", tok, h, tag="residual")]
+    ks += [*fp32_norm("post_ffw_norm", tok, h), vec("resid_add2", "add", tok, h, tag="residual")]
     if ple:
         ks += [linear("per_layer_gate", tok, h, ple, bias=False), vec("per_layer_act", "gelu", tok, ple),
                vec("per_layer_mul", "mul", tok, ple), linear("per_layer_projection", tok, ple, h, bias=False),
-               *_norm("per_layer_norm", tok, h), vec("per_layer_add", "add", tok, h, tag="residual")]
+               *fp32_norm("per_layer_norm", tok, h), vec("per_layer_add", "add", tok, h, tag="residual")]
     return ks + [vec("layer_scalar", "mulu", tok, h)]
 
 
@@ -169,7 +163,7 @@ def _per_layer_inputs(cfg: ModelConfig, tok: int) -> list:
     return [gather("embed_per_layer", tok, width, table), vec("embed_per_layer_scale", "mulu", tok, width),
             linear("per_layer_model_projection", tok, cfg.hidden, width, bias=False),
             vec("per_layer_projection_scale", "mulu", tok, width),
-            *_norm("per_layer_projection_norm", tok * cfg.layers, ple),
+            *fp32_norm("per_layer_projection_norm", tok * cfg.layers, ple),
             vec("per_layer_inputs_add", "add", tok, width), vec("per_layer_inputs_scale", "mulu", tok, width)]
 
 
@@ -197,7 +191,7 @@ def _tables(cfg: ModelConfig, rows: int) -> list:
 
 def _post(cfg: ModelConfig, tok: int) -> list:
     cap = cfg.raw.get("final_logit_softcapping")
-    return [*_norm("final_norm", tok, cfg.hidden), linear("lm_head", tok, cfg.hidden, cfg.vocab, bias=False),
+    return [*fp32_norm("final_norm", tok, cfg.hidden), linear("lm_head", tok, cfg.hidden, cfg.vocab, bias=False),
             *(soft_cap("logit_softcap", tok, cfg.vocab) if cap else [])]
 
 

@@ -25,3 +25,16 @@ def rms_norm(p, tok, h, train=False, unit_offset=False, fp32_weight=False):
         return ks + [_k(f"{p}.weight", "mul", tok, H=h, params=h, tag="broadcast", fp32=True),
                      cast(f"{p}.to_half", tok * h), *grad_cast(f"{p}.weight", h, train)]
     return ks + [cast(f"{p}.to_half", tok * h), _k(f"{p}.weight", "mul", tok, H=h, params=h, tag="broadcast")]
+
+
+def fp32_norm(p, rows, h, scale=True):
+    """An RMSNorm computed and scaled in fp32 (Gemma 4's, Nemotron-H's): x cast up, pow, mean, + eps, rsqrt (or
+    pow(-0.5)), the product, (with a scale) the weight cast up and multiplied, and the cast back. Inference only."""
+    ks = [cast(f"{p}.to_fp32", rows * h), vec(f"{p}.pow", "powu", rows, h, fp32=True),
+          misc(f"{p}.mean", "reduce", rows * h * F32, fp32=True), misc(f"{p}.eps", "mask", 2 * rows * F32, fp32=True),
+          misc(f"{p}.rsqrt", "mask", 2 * rows * F32, "rsqrt", True),
+          vec(f"{p}.mul", "mul", rows, h, tag="broadcast", fp32=True)]
+    if scale:
+        ks += [cast(f"{p}.weight_to_fp32", h),
+               _k(f"{p}.weight", "mul", rows, H=h, params=h, tag="broadcast", fp32=True)]
+    return ks + [cast(f"{p}.to_half", rows * h)]
