@@ -26,7 +26,7 @@ SMALL = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "i
          "word_embed_proj_dim": 64, "encoder_sparse_step": 2, "decoder_sparse_step": 2, "expert_capacity": 8,
          "num_key_value_heads": 2, "head_dim": 16, "q_lora_rank": 32, "kv_lora_rank": 16, "qk_nope_head_dim": 16,
          "qk_rope_head_dim": 8, "v_head_dim": 16, "hidden_size_per_layer_input": 0, "global_head_dim": 32,
-         "enable_moe_block": True, "top_k_experts": 2}
+         "enable_moe_block": True, "top_k_experts": 2, "hybrid_override_pattern": "M*"}
 
 #: a family written from scratch: its config parser, forward and decode builders, in one module
 TOY_FAMILY = '''

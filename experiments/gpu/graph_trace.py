@@ -14,7 +14,7 @@ The graph is not meant to equal this trace everywhere, and the script says where
     attention differs in a kernel or two per layer (e.g. OPT's scale of 1.0).
   * Families added after NeuSight's (GPT-NeoX, Qwen3, SmolLM3 and its NoPE layers, Ministral 3, Gemma 1-3, Phi-3,
     Granite, OLMo 2 and 3, T5, RoBERTa, OPT-350m's layout, the MoE decoders Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE,
-    DeepSeek-V3 and GLM-4.7-Flash, GPT-OSS, and Qwen3.5's and Gemma 4's layers, `HYBRID`) were built from this
+    DeepSeek-V3 and GLM-4.7-Flash, GPT-OSS, and Qwen3.5's, Gemma 4's and Nemotron-H's layers, `HYBRID`, `NEMOTRON_H`) were built from this
     trace: their forward layers match it exactly, and `tests/test_graphs.py`, `tests/test_moe.py`,
     `tests/test_qwen3_5.py` and `tests/test_gemma4.py` pin the counts. So do their training layers (GPT-NeoX, the
     llama-likes and the MoE decoders; Qwen3.5 and Gemma 4 do not train), in fp32 and bf16.
@@ -193,6 +193,45 @@ def hybrid_rows(torch, transformers) -> list:
     return rows
 
 
+#: Nemotron-H's blocks, one row per kind (M Mamba-2, * attention, - MLP, E MoE), each added to a model holding one
+#: block of another kind (an attention one, so that the cache knows a length); inference at 8 and 20 tokens (one and
+#: three SSD chunks of 8) and a decode step after 8 tokens
+NEMOTRON_H = {"model_type": "nemotron_h", **_LLAMA, "mamba_num_heads": 4, "mamba_head_dim": 16, "ssm_state_size": 8,
+              "n_groups": 2, "conv_kernel": 4, "chunk_size": 8, "n_routed_experts": 4, "num_experts_per_tok": 2,
+              "moe_intermediate_size": 32, "moe_shared_expert_intermediate_size": 48, "pad_token_id": 0,
+              "use_mamba_kernels": False}
+
+
+def block_rows(torch, transformers) -> list:
+    from experiments.gpu.decode_trace import traced_kernels as decode_kernels
+    from hybridperf.graphs import build_graph
+
+    rows = []
+    for kind in "M*-E":
+        for mode, seq in (("inf", SEQ), ("inf", 20), ("decode", SEQ)):
+            for dtype in ("fp32", "bf16"):
+                counts = []
+                for pattern in ("*M"[kind == "*"] + kind, "*M"[kind == "*"] + 2 * kind):
+                    cfg = {**NEMOTRON_H, "num_hidden_layers": len(pattern), "hybrid_override_pattern": pattern}
+                    graph = int(build_graph(cfg, BATCH, seq, mode, dtype=dtype).kernel_table()["count"].sum())
+                    if mode == "decode":
+                        counts.append((decode_kernels(torch, transformers, cfg, dtype, BATCH, seq), graph))
+                        continue
+                    torch.manual_seed(0)
+                    model = transformers.AutoModelForCausalLM.from_config(
+                        transformers.AutoConfig.for_model(**cfg), attn_implementation="eager").eval()
+                    model.to({"fp32": torch.float32, "bf16": torch.bfloat16}[dtype])
+                    ops, ids = [], torch.randint(2, 100, (BATCH, seq))
+                    with torch.no_grad(), kernel_recorder(ops):
+                        model(input_ids=ids, use_cache=True)
+                    counts.append((len(ops), graph))
+                (t1, g1), (t2, g2) = counts
+                rows.append({"model": f"nemotron_h {kind}", "mode": f"{mode} {seq}", "dtype": dtype,
+                             "traced_per_layer": t2 - t1, "graph_per_layer": g2 - g1,
+                             "traced_outside": 2 * t1 - t2, "graph_outside": 2 * g1 - g2})
+    return rows
+
+
 def graph_kernels(cfg: dict, mode: str) -> int:
     from hybridperf.graphs import build_graph
 
@@ -220,7 +259,7 @@ def main(argv=None) -> int:
     df = pd.DataFrame(rows)
     print(f"torch {torch.__version__}, transformers {transformers.__version__}; batch {BATCH}, seq {SEQ}")
     print(df.to_string(index=False))
-    hybrid = pd.DataFrame(hybrid_rows(torch, transformers))
+    hybrid = pd.DataFrame(hybrid_rows(torch, transformers) + block_rows(torch, transformers))
     print("\nmodels of two layer types (`HYBRID`; outside includes their one full-attention layer):")
     print(hybrid.to_string(index=False))
     df = pd.concat([df, hybrid], ignore_index=True)
