@@ -14,10 +14,11 @@ The graph is not meant to equal this trace everywhere, and the script says where
     attention differs in a kernel or two per layer (e.g. OPT's scale of 1.0).
   * Families added after NeuSight's (GPT-NeoX, Qwen3, SmolLM3 and its NoPE layers, Ministral 3, Gemma 1-3, Phi-3,
     Granite, OLMo 2 and 3, T5, RoBERTa, OPT-350m's layout, the MoE decoders Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE,
-    DeepSeek-V3 and GLM-4.7-Flash, GPT-OSS, and Qwen3.5's, Gemma 4's and Nemotron-H's layers, `HYBRID`, `NEMOTRON_H`) were built from this
-    trace: their forward layers match it exactly, and `tests/test_graphs.py`, `tests/test_moe.py`,
-    `tests/test_qwen3_5.py` and `tests/test_gemma4.py` pin the counts. So do their training layers (GPT-NeoX, the
-    llama-likes and the MoE decoders; Qwen3.5 and Gemma 4 do not train), in fp32 and bf16.
+    DeepSeek-V3 and GLM-4.7-Flash, GPT-OSS, and Qwen3.5's, Gemma 4's and Nemotron-H's layers, `HYBRID`,
+    `NEMOTRON_H`) were built from this trace: their forward layers match it exactly, and `tests/test_graphs.py`,
+    `tests/test_moe.py`, `tests/test_qwen3_5.py`, `tests/test_gemma4.py` and `tests/test_nemotron_h.py` pin the
+    counts. So do their training layers (GPT-NeoX, the llama-likes and the MoE decoders; Qwen3.5, Gemma 4 and
+    Nemotron-H do not train), in fp32 and bf16.
   * A view's backward that scatters into a zero-filled gradient (ATen's slice_backward, select_backward:
     RoPE's halves, Phi-3's fused q/k/v) is two kernels, a fill and a copy, and is counted as two.
   * Ops that only allocate (`aten.empty*`) launch no kernel and are not counted.
