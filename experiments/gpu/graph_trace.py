@@ -14,11 +14,11 @@ The graph is not meant to equal this trace everywhere, and the script says where
     attention differs in a kernel or two per layer (e.g. OPT's scale of 1.0).
   * Families added after NeuSight's (GPT-NeoX, Qwen3, SmolLM3 and its NoPE layers, Ministral 3, Gemma 1-3, Phi-3,
     Granite, OLMo 2 and 3, T5, RoBERTa, OPT-350m's layout, the MoE decoders Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE,
-    DeepSeek-V3 and GLM-4.7-Flash, GPT-OSS, and Qwen3.5's, Gemma 4's and Nemotron-H's layers, `HYBRID`,
+    DeepSeek-V3 and GLM-4.7-Flash, GPT-OSS, and Qwen3.5's, Gemma 4's, Granite 4.0's and Nemotron-H's layers, `HYBRID`,
     `NEMOTRON_H`) were built from this trace: their forward layers match it exactly, and `tests/test_graphs.py`,
-    `tests/test_moe.py`, `tests/test_qwen3_5.py`, `tests/test_gemma4.py` and `tests/test_nemotron_h.py` pin the
-    counts. So do their training layers (GPT-NeoX, the llama-likes and the MoE decoders; Qwen3.5, Gemma 4 and
-    Nemotron-H do not train), in fp32 and bf16.
+    `tests/test_moe.py`, `tests/test_qwen3_5.py`, `tests/test_gemma4.py`, `tests/test_nemotron_h.py` and
+    `tests/test_granitemoehybrid.py` pin the counts. So do their training layers (GPT-NeoX, the llama-likes and the MoE
+    decoders; Qwen3.5, Gemma 4, Granite 4.0 and Nemotron-H do not train), in fp32 and bf16.
   * A view's backward that scatters into a zero-filled gradient (ATen's slice_backward, select_backward:
     RoPE's halves, Phi-3's fused q/k/v) is two kernels, a fill and a copy, and is counted as two.
   * Ops that only allocate (`aten.empty*`) launch no kernel and are not counted.
@@ -116,6 +116,10 @@ _QWEN3_5 = {"model_type": "qwen3_5_text", **_LLAMA, "linear_num_key_heads": 2, "
 _GEMMA4 = {"model_type": "gemma4_text", **_LLAMA, "global_head_dim": 32, "num_global_key_value_heads": 1,
            "attention_k_eq_v": True, "sliding_window": 4, "hidden_size_per_layer_input": 0,
            "final_logit_softcapping": 30.0, "pad_token_id": 0}
+_GRANITE4 = {"model_type": "granitemoehybrid", **{k: v for k, v in _LLAMA.items() if k != "head_dim"},
+             "intermediate_size": 32, "shared_intermediate_size": 48, "num_local_experts": 4, "num_experts_per_tok": 2,
+             "mamba_n_heads": 4, "mamba_d_head": 32, "mamba_n_groups": 2, "mamba_d_state": 8, "mamba_chunk_size": 8,
+             "pad_token_id": 0, **_GRANITE}
 #: models of two layer types, one row per type: name -> (HF config, its layer types, the layer type the model needs
 #: once (a linear layer's cache needs a full one; Gemma 4's last layer is full), whether that one comes first).
 #: With the key/value cache an inference forward fills by default; inference at 3 (fewer than Qwen3.5's conv width),
@@ -128,7 +132,10 @@ HYBRID = {"qwen3_5": (_QWEN3_5, ("linear_attention", "full_attention"), True),
           "gemma4_ple": ({**_GEMMA4, "hidden_size_per_layer_input": 16, "vocab_size_per_layer_input": 100},
                          ("sliding_attention", "full_attention"), False),
           "gemma4_moe": ({**_GEMMA4, "enable_moe_block": True, "num_experts": 4, "top_k_experts": 2,
-                          "moe_intermediate_size": 32}, ("sliding_attention", "full_attention"), False)}
+                          "moe_intermediate_size": 32}, ("sliding_attention", "full_attention"), False),
+          "granite4": (_GRANITE4, ("linear_attention", "full_attention"), True),
+          "granite4_dense_rope": ({**_GRANITE4, "num_local_experts": 0, "position_embedding_type": "rope"},
+                                  ("linear_attention", "full_attention"), True)}
 
 
 def traced_kernels(torch, transformers, cfg: dict, cls: str, mode: str) -> int:
