@@ -45,8 +45,9 @@ def mamba2_prefill(cfg: ModelConfig, B: int, S: int, fill: bool) -> list:
     state = B * conv * K
     return [linear("in_proj", tok, h, inner + conv + H, bias=False), cast("a_to_fp32", H),
             misc("a_exp", "mask", 2 * H * F32, fp32=True), misc("a_neg", "mask", 2 * H * F32, fp32=True),
-            *([misc("conv_state_zeros", "mask", state * F32), copy("conv_state_fill", state),
-               *([copy("conv_state_pad", state)] if S < K else [])] if fill else []),  # fewer tokens: F.pad first
+            *([misc("conv_state_zeros", "mask", state * F32), misc("conv_state_fill", "copy", 2 * state * F32),
+               *([misc("conv_state_pad", "copy", 2 * state * F32)] if S < K else [])] if fill else []),  # F.pad
+            # first when fewer tokens than the conv's width; the conv state is in the model's dtype
             vec("conv1d", "mulu", tok, conv), vec("conv_silu", "gelu", tok, conv),
             vec("dt_bias", "add", tok, H), vec("dt_softplus", "tanh", tok, H), vec("dt_clamp", "relu", tok, H),
             cast("x_to_fp32", tok * inner), cast("b_to_fp32", tok * g["G"] * N), copy("b_repeat", tok * H * N),
