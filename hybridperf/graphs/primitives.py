@@ -56,6 +56,11 @@ def vec(name, op, rows, h, tag="", fp32=False):
     return _k(name, op, rows, H=h, tag=tag, fp32=fp32)
 
 
+def fp32_vec(name, op, rows, h, tag=""):
+    """An element-wise kernel computed in fp32 whatever the model's dtype (the state of a recurrent layer)."""
+    return vec(name, op, rows, h, tag=tag, fp32=True)
+
+
 def ln(name, rows, h):
     return _k(name, "ln", rows, H=h, params=2 * h)
 

@@ -14,7 +14,7 @@ from hybridperf.graphs.config import ModelConfig, config_positions, kv_length
 from hybridperf.graphs.decode import LLAMA_SETUP_CASTS, cached_attention, decode_setup
 from hybridperf.graphs.family import Family
 from hybridperf.graphs.layers.attention_core import attention_core
-from hybridperf.graphs.layers.mamba import mamba2_prefill, mamba2_state_bytes, mamba2_step
+from hybridperf.graphs.layers.mamba import attention_kv_width, mamba2_prefill, mamba2_state_bytes, mamba2_step
 from hybridperf.graphs.layers.moe import expert_dispatch
 from hybridperf.graphs.layers.norms import rms_norm
 from hybridperf.graphs.layers.rope import _rope, causal_and_rotary_setup
@@ -144,15 +144,6 @@ def decode(cfg: ModelConfig, B: int, seq: int) -> list:
             Block("head", 1, _post(cfg, B), "post")]
 
 
-def kv_cache_width(cfg: ModelConfig) -> float:
-    """Keys and values of the attention layers, spread over all layers (`state_bytes`: the Mamba layers')."""
-    return 2 * cfg.num_kv_heads * cfg.head_dim * cfg.raw["blocks"].count("attention") / cfg.layers
-
-
-def state_bytes(cfg: ModelConfig, dtype_bytes: float) -> float:
-    return cfg.raw["blocks"].count("mamba") * mamba2_state_bytes(cfg, dtype_bytes)
-
-
 FAMILY = Family(("granitemoehybrid",), forward, decode, setup_kernels={"granitemoehybrid": 14}, parse=parse,
-                kv_cache_width=kv_cache_width, state_bytes=state_bytes, position_limited=True,
+                kv_cache_width=attention_kv_width, state_bytes=mamba2_state_bytes, position_limited=True,
                 softmax_fp32=("granitemoehybrid",), trains=False)

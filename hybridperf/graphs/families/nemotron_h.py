@@ -20,7 +20,7 @@ from hybridperf.graphs.config import ModelConfig, config_positions, kv_length
 from hybridperf.graphs.decode import cached_attention, decode_setup
 from hybridperf.graphs.family import Family
 from hybridperf.graphs.layers.attention_core import attention_core
-from hybridperf.graphs.layers.mamba import mamba2_prefill, mamba2_state_bytes, mamba2_step
+from hybridperf.graphs.layers.mamba import attention_kv_width, mamba2_prefill, mamba2_state_bytes, mamba2_step
 from hybridperf.graphs.layers.moe import deepseek_router, expert_dispatch
 from hybridperf.graphs.layers.norms import fp32_norm
 from hybridperf.graphs.primitives import F32, Block, expert_groups, gather, grouped_gemm, linear, misc, vec
@@ -158,16 +158,6 @@ def decode(cfg: ModelConfig, B: int, seq: int) -> list:
             Block("head", 1, _post(cfg, B), "post")]
 
 
-def kv_cache_width(cfg: ModelConfig) -> float:
-    """Keys and values of the attention blocks, spread over all blocks (`state_bytes`: the Mamba blocks')."""
-    return 2 * cfg.num_kv_heads * cfg.head_dim * cfg.raw["blocks"].count("attention") / cfg.layers
-
-
-def state_bytes(cfg: ModelConfig, dtype_bytes: float) -> float:
-    """Each Mamba block's fp32 SSM state (heads x head_dim x state) and conv state (its last inputs), per sequence."""
-    return cfg.raw["blocks"].count("mamba") * mamba2_state_bytes(cfg, dtype_bytes)
-
-
 FAMILY = Family(("nemotron_h",), forward, decode, setup_kernels={"nemotron_h": 14}, parse=parse,
-                kv_cache_width=kv_cache_width, state_bytes=state_bytes, position_limited=True,
+                kv_cache_width=attention_kv_width, state_bytes=mamba2_state_bytes, position_limited=True,
                 softmax_fp32=("nemotron_h",), trains=False)

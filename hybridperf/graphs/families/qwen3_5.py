@@ -25,7 +25,8 @@ from hybridperf.graphs.layers.attention_core import attention_core
 from hybridperf.graphs.layers.moe import moe_block
 from hybridperf.graphs.layers.norms import rms_norm
 from hybridperf.graphs.layers.rope import cat_rope, causal_and_rotary_setup, rotary_dim
-from hybridperf.graphs.primitives import F32, HALF_DTYPES, MODEL_DTYPES, Block, bmm, cast, gather, linear, misc, vec
+from hybridperf.graphs.primitives import (F32, HALF_DTYPES, MODEL_DTYPES, Block, bmm, cast, fp32_vec, gather,
+                                          linear, misc, vec)
 
 #: Qwen3_5TextConfig's and Qwen3_5MoeTextConfig's defaults (transformers 5.24) for keys a config may omit
 DEFAULTS = {"head_dim": 256, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
@@ -140,35 +141,35 @@ def _delta_chunked(cfg: ModelConfig, B: int, S: int, fill: bool) -> list:
     bh, padded = B * hv, B * hv * chunks * CHUNK  # padded rows of all heads
     n = bh * chunks  # chunks of all heads
 
-    def fp(name, op, rows, width, tag=""):
-        return vec(name, op, rows, width, tag=tag, fp32=True)
-
     ks = [*(misc(f"pad_{x}", "copy", 2 * padded * w * F32, fp32=True) for x, w in (("q", dk), ("k", dk), ("v", dv))),
           *(misc(f"pad_{x}", "copy", 2 * padded * F32, fp32=True) for x in ("beta", "decay")),
-          fp("v_beta", "mul", padded, dv, "broadcast"), fp("k_beta", "mul", padded, dk, "broadcast"),
+          fp32_vec("v_beta", "mul", padded, dv, "broadcast"), fp32_vec("k_beta", "mul", padded, dk, "broadcast"),
           misc("chunk_mask_ones", "mask", CHUNK * CHUNK), misc("chunk_mask_triu", "mask", 2 * CHUNK * CHUNK),
           misc("decay_cumsum", "reduce", 2 * padded * F32, fp32=True),
-          fp("pair_decay_sub", "add", padded, CHUNK, "sub_broadcast"), fp("pair_decay_mask", "addu", padded, CHUNK),
-          fp("pair_decay_exp", "tanh", padded, CHUNK),
-          {**bmm("ut_kk", n, CHUNK, dk, CHUNK), "fp32": True}, fp("ut_decay", "mul", padded, CHUNK),
-          {**bmm("intra_qk", n, CHUNK, dk, CHUNK), "fp32": True}, fp("intra_decay", "mul", padded, CHUNK),
+          fp32_vec("pair_decay_sub", "add", padded, CHUNK, "sub_broadcast"),
+          fp32_vec("pair_decay_mask", "addu", padded, CHUNK),
+          fp32_vec("pair_decay_exp", "tanh", padded, CHUNK),
+          {**bmm("ut_kk", n, CHUNK, dk, CHUNK), "fp32": True}, fp32_vec("ut_decay", "mul", padded, CHUNK),
+          {**bmm("intra_qk", n, CHUNK, dk, CHUNK), "fp32": True}, fp32_vec("intra_decay", "mul", padded, CHUNK),
           misc("cum_decay_exp", "mask", 2 * padded * F32, fp32=True),
-          fp("k_beta_decay", "mul", padded, dk, "broadcast"),
+          fp32_vec("k_beta_decay", "mul", padded, dk, "broadcast"),
           {**bmm("solve_values", n, CHUNK, CHUNK, dv), "fp32": True},
           {**bmm("solve_keys", n, CHUNK, CHUNK, dk), "fp32": True},
           misc("state_zeros", "mask", bh * dk * dv * F32, fp32=True),
           misc("out_zeros", "mask", padded * dv * F32, fp32=True),
-          misc("q_decay_exp", "mask", 2 * padded * F32, fp32=True), fp("q_decay", "mul", padded, dk, "broadcast"),
+          misc("q_decay_exp", "mask", 2 * padded * F32, fp32=True), fp32_vec("q_decay", "mul", padded, dk, "broadcast"),
           misc("k_decay_sub", "mask", 2 * padded * F32, fp32=True),
-          misc("k_decay_exp", "mask", 2 * padded * F32, fp32=True), fp("k_decay", "mul", padded, dk, "broadcast"),
+          misc("k_decay_exp", "mask", 2 * padded * F32, fp32=True), fp32_vec("k_decay", "mul", padded, dk, "broadcast"),
           misc("chunk_decay_exp", "mask", 2 * n * F32, fp32=True)]
     rows = bh * CHUNK  # one chunk of every head
-    step = [{**bmm("chunk_state_read", bh, CHUNK, dk, dv), "fp32": True}, fp("chunk_v_new", "add", rows, dv, "sub"),
+    step = [{**bmm("chunk_state_read", bh, CHUNK, dk, dv), "fp32": True},
+            fp32_vec("chunk_v_new", "add", rows, dv, "sub"),
             {**bmm("chunk_inter", bh, CHUNK, dk, dv), "fp32": True},
-            {**bmm("chunk_intra", bh, CHUNK, CHUNK, dv), "fp32": True}, fp("chunk_out_add", "add", rows, dv),
+            {**bmm("chunk_intra", bh, CHUNK, CHUNK, dv), "fp32": True}, fp32_vec("chunk_out_add", "add", rows, dv),
             misc("chunk_out_copy", "copy", 2 * rows * dv * F32, fp32=True),
-            fp("chunk_state_decay", "mul", bh * dk, dv, "broadcast"),
-            {**bmm("chunk_state_update", bh, dk, CHUNK, dv), "fp32": True}, fp("chunk_state_add", "add", bh * dk, dv)]
+            fp32_vec("chunk_state_decay", "mul", bh * dk, dv, "broadcast"),
+            {**bmm("chunk_state_update", bh, dk, CHUNK, dv), "fp32": True},
+            fp32_vec("chunk_state_add", "add", bh * dk, dv)]
     ks += [{**k, "name": f"{k['name']}_{i}"} for i in range(chunks) for k in step]
     if chunks > 1:  # the output of strided solves is laid out again before the head merge
         ks.append(misc("out_layout", "copy", 2 * padded * dv * F32, fp32=True))

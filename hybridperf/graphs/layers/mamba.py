@@ -5,7 +5,7 @@ Nemotron-H's names in `cfg.raw` (`mamba_num_heads`, `mamba_head_dim`, `ssm_state
 from __future__ import annotations
 
 from hybridperf.graphs.config import ModelConfig
-from hybridperf.graphs.primitives import F32, bmm, cast, linear, misc, vec
+from hybridperf.graphs.primitives import F32, bmm, cast, fp32_vec, linear, misc, vec
 
 
 def mamba_dims(cfg: ModelConfig) -> dict:
@@ -36,9 +36,6 @@ def mamba2_prefill(cfg: ModelConfig, B: int, S: int, fill: bool) -> list:
     rows = B * c * C  # padded tokens
     many = c > 1  # einsums over several chunks lay their operands out again (three more copies)
 
-    def fp(name, op, n, width, tag=""):
-        return vec(name, op, n, width, tag=tag, fp32=True)
-
     def copy(name, elems):
         return misc(name, "copy", 2 * elems * F32, fp32=True)
 
@@ -52,17 +49,18 @@ def mamba2_prefill(cfg: ModelConfig, B: int, S: int, fill: bool) -> list:
             vec("dt_bias", "add", tok, H), vec("dt_softplus", "tanh", tok, H), vec("dt_clamp", "relu", tok, H),
             cast("x_to_fp32", tok * inner), cast("b_to_fp32", tok * g["G"] * N), copy("b_repeat", tok * H * N),
             cast("c_to_fp32", tok * g["G"] * N), copy("c_repeat", tok * H * N),
-            copy("d_pad", rows * inner), fp("d_residual", "mul", rows, inner, "broadcast"),
-            cast("dt_to_fp32", tok * H), fp("x_dt", "mul", tok, inner, "broadcast"), cast("dt_to_fp32_2", tok * H),
-            fp("a_dt", "mul", tok, H), copy("x_pad", rows * inner), copy("a_pad", rows * H),
+            copy("d_pad", rows * inner), fp32_vec("d_residual", "mul", rows, inner, "broadcast"),
+            cast("dt_to_fp32", tok * H), fp32_vec("x_dt", "mul", tok, inner, "broadcast"),
+            cast("dt_to_fp32_2", tok * H),
+            fp32_vec("a_dt", "mul", tok, H), copy("x_pad", rows * inner), copy("a_pad", rows * H),
             copy("b_pad", rows * H * N), copy("c_pad", rows * H * N),
             misc("a_cumsum", "reduce", 2 * rows * H * F32, fp32=True), *_segsum("L", rows * H * C),
             copy("g_c_layout", rows * H * N), copy("g_b_layout", rows * H * N),
-            {**bmm("g_scores", B * c * H, C, N, C), "fp32": True}, fp("m_mask", "mul", rows * H, C),
+            {**bmm("g_scores", B * c * H, C, N, C), "fp32": True}, fp32_vec("m_mask", "mul", rows * H, C),
             *([copy("y_diag_layout", rows * H * C)] if many else []),
             {**bmm("y_diag", B * c * H, C, C, P), "fp32": True},
-            misc("decay_sub", "mask", 2 * rows * H * F32, fp32=True), fp("decay_exp", "tanh", rows, H),
-            fp("b_decay", "mul", rows * H, N, "broadcast"), copy("states_b_layout", rows * H * N),
+            misc("decay_sub", "mask", 2 * rows * H * F32, fp32=True), fp32_vec("decay_exp", "tanh", rows, H),
+            fp32_vec("b_decay", "mul", rows * H, N, "broadcast"), copy("states_b_layout", rows * H * N),
             *([copy("states_x_layout", rows * inner)] if many else []),
             {**bmm("chunk_states", B * c * H, P, C, N), "fp32": True},
             misc("states_zeros", "mask", B * H * P * N * F32, fp32=True), copy("states_cat", B * (c + 1) * H * P * N),
@@ -70,10 +68,12 @@ def mamba2_prefill(cfg: ModelConfig, B: int, S: int, fill: bool) -> list:
                                                                                             B * H * (c + 1) ** 2),
             copy("new_states_layout", B * (c + 1) * H * P * N),
             {**bmm("new_states", B * H, c + 1, c + 1, P * N), "fp32": True},
-            fp("state_decay_out", "tanh", rows, H), copy("c_states_layout", rows * H * N),
+            fp32_vec("state_decay_out", "tanh", rows, H), copy("c_states_layout", rows * H * N),
             *([copy("c_states_states_layout", B * c * H * P * N)] if many else []),
-            {**bmm("c_times_states", B * c * H, C, N, P), "fp32": True}, fp("y_off", "mul", rows * H, P, "broadcast"),
-            fp("y_sum", "add", rows, inner), copy("y_contiguous", rows * inner), fp("y_d", "add", rows, inner),
+            {**bmm("c_times_states", B * c * H, C, N, P), "fp32": True},
+            fp32_vec("y_off", "mul", rows * H, P, "broadcast"),
+            fp32_vec("y_sum", "add", rows, inner), copy("y_contiguous", rows * inner),
+            fp32_vec("y_d", "add", rows, inner),
             *([misc("state_cache_zeros", "mask", B * H * P * N * F32, fp32=True),
                copy("state_cache_copy", B * H * P * N)] if fill else []),
             *_gated_norm(tok, inner, decode=False), linear("out_proj", tok, inner, h, bias=False)]
@@ -101,25 +101,29 @@ def mamba2_step(cfg: ModelConfig, B: int) -> list:
     st = B * H * P  # state rows of N
     state = B * conv * K
 
-    def fp(name, op, n, width, tag=""):
-        return vec(name, op, n, width, tag=tag, fp32=True)
-
     return [linear("in_proj", B, h, inner + conv + H, bias=False), cast("a_to_fp32", H),
             misc("a_exp", "mask", 2 * H * F32, fp32=True), misc("a_neg", "mask", 2 * H * F32, fp32=True),
             misc("conv_state_cat", "copy", 2 * state * F32), misc("conv_state_copy", "copy", 2 * state * F32),
             vec("conv1d", "mulu", B * K, conv), vec("conv_silu", "gelu", B, conv),
             vec("dt_bias", "add", B, inner), vec("dt_softplus", "tanh", B, inner), cast("dt_to_fp32", B * inner),
-            fp("da", "mul", st, N, "broadcast"), fp("da_exp", "tanh", st, N),
-            misc("b_repeat", "copy", 2 * B * H * N * F32), fp("db", "mul", st, N, "broadcast"),
-            fp("dbx", "mul", st, N, "broadcast"), fp("state_decay", "mul", st, N), fp("state_add", "add", st, N),
+            fp32_vec("da", "mul", st, N, "broadcast"), fp32_vec("da_exp", "tanh", st, N),
+            misc("b_repeat", "copy", 2 * B * H * N * F32), fp32_vec("db", "mul", st, N, "broadcast"),
+            fp32_vec("dbx", "mul", st, N, "broadcast"), fp32_vec("state_decay", "mul", st, N),
+            fp32_vec("state_add", "add", st, N),
             misc("state_copy", "copy", 2 * st * N * F32, fp32=True), misc("c_repeat", "copy", 2 * B * H * N * F32),
             cast("c_to_fp32", B * H * N), {**bmm("state_read", B * H, P, N, 1), "fp32": True},
-            fp("d_skip", "mul", B, inner, "broadcast"), fp("y_d", "add", B, inner),
+            fp32_vec("d_skip", "mul", B, inner, "broadcast"), fp32_vec("y_d", "add", B, inner),
             *_gated_norm(B, inner, decode=True), linear("out_proj", B, inner, h, bias=False)]
 
 
 def mamba2_state_bytes(cfg: ModelConfig, dtype_bytes: float) -> float:
-    """One mixer's cache per sequence: the fp32 SSM state (heads x head_dim x state) and the conv state (its last
-    inputs, in the model's dtype)."""
+    """Every Mamba block's cache per sequence (`cfg.raw["blocks"]`): the fp32 SSM state (heads x head_dim x state)
+    and the conv state (its last inputs, in the model's dtype). A family's `Family.state_bytes`."""
     g = mamba_dims(cfg)
-    return g["H"] * g["P"] * g["N"] * F32 + g["conv"] * g["K"] * dtype_bytes
+    return cfg.raw["blocks"].count("mamba") * (g["H"] * g["P"] * g["N"] * F32 + g["conv"] * g["K"] * dtype_bytes)
+
+
+def attention_kv_width(cfg: ModelConfig) -> float:
+    """Keys and values of the attention blocks among `cfg.raw["blocks"]`, spread over all blocks (the Mamba ones
+    cache `mamba2_state_bytes` instead). A family's `Family.kv_cache_width`."""
+    return 2 * cfg.num_kv_heads * cfg.head_dim * cfg.raw["blocks"].count("attention") / cfg.layers
