@@ -124,3 +124,22 @@ def assert_one_line_error(code, err) -> None:
     assert len(lines) == 1, err
     assert lines[0].startswith("error:"), err
     assert "Traceback" not in err
+
+
+def predict_model_run(tmp_path: Path, config: dict, *args) -> dict:
+    """`hybridperf predict-model --config CONFIG ARGS --json` through typer's CliRunner: exit 0, and its last line's
+    numbers finite with 0 < lo <= e2e <= hi; returns that JSON object."""
+    import json
+    import math
+
+    from typer.testing import CliRunner
+
+    from hybridperf.cli.app import app
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    r = CliRunner().invoke(app, ["predict-model", "--config", str(path), *map(str, args), "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert all(math.isfinite(v) for v in out.values()) and 0 < out["lo_ms"] <= out["e2e_ms"] <= out["hi_ms"]
+    return out

@@ -1,14 +1,10 @@
 """Gemma 4's language model (sliding and full layers of their own shapes, the MoE beside the MLP): graph, config."""
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
-from hybridperf.cli.app import app
+from conftest import predict_model_run
 from hybridperf.errors import InputError
 from hybridperf.graphs import build_graph, load_config
 
@@ -104,13 +100,8 @@ def test_what_is_not_modelled_is_refused(bad, needle):
 
 @pytest.mark.parametrize("mode", ["inf", "decode"])
 def test_predict_model_cli(tmp_path, mode):
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps({**MOE, "num_hidden_layers": 6, "dtype": "bfloat16"}))
-    r = CliRunner().invoke(app, ["predict-model", "--config", str(path), "--batch", "2", "--seq", "64", "--mode", mode,
-                                 "--device", "B200", "--json"])
-    assert r.exit_code == 0, r.output
-    out = json.loads(r.stdout.strip().splitlines()[-1])
-    assert all(math.isfinite(v) for v in out.values()) and 0 < out["lo_ms"] <= out["e2e_ms"] <= out["hi_ms"]
+    predict_model_run(tmp_path, {**MOE, "num_hidden_layers": 6, "dtype": "bfloat16"},
+                      "--batch", 2, "--seq", 64, "--mode", mode, "--device", "B200")
 
 
 @pytest.mark.skipif(not SHARED_CONFIGS.is_dir(), reason="needs ../shared/datasets (aiconfigurator's model configs)")

@@ -1,13 +1,8 @@
 """Granite 4.0 (Mamba-2 and attention layers, each with a MoE beside a shared MLP): graph, config, CLI."""
 from __future__ import annotations
 
-import json
-import math
-
 import pytest
-from typer.testing import CliRunner
-
-from hybridperf.cli.app import app
+from conftest import predict_model_run
 from hybridperf.errors import InputError
 from hybridperf.graphs import build_graph, load_config
 
@@ -61,11 +56,6 @@ def test_config_names_memory_and_refusals():
 
 @pytest.mark.parametrize("mode", ["inf", "decode"])
 def test_predict_model_cli(tmp_path, mode):
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps({**SMALL, "num_hidden_layers": 4, "dtype": "bfloat16",
-                                "layer_types": ["mamba", "mamba", "mamba", "attention"]}))
-    r = CliRunner().invoke(app, ["predict-model", "--config", str(path), "--batch", "2", "--seq", "300", "--mode", mode,
-                                 "--device", "L40S", "--json"])
-    assert r.exit_code == 0, r.output
-    out = json.loads(r.stdout.strip().splitlines()[-1])
-    assert all(math.isfinite(v) for v in out.values()) and 0 < out["lo_ms"] <= out["e2e_ms"] <= out["hi_ms"]
+    predict_model_run(tmp_path, {**SMALL, "num_hidden_layers": 4, "dtype": "bfloat16",
+                                 "layer_types": ["mamba", "mamba", "mamba", "attention"]},
+                      "--batch", 2, "--seq", 300, "--mode", mode, "--device", "L40S")

@@ -1,14 +1,10 @@
 """Nemotron-H's blocks (Mamba-2, attention, ReLU^2 MLP, MoE): graph, config, CLI."""
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
-from hybridperf.cli.app import app
+from conftest import predict_model_run
 from hybridperf.errors import InputError
 from hybridperf.graphs import build_graph, load_config
 
@@ -72,13 +68,8 @@ def test_config_forms_memory_and_refusals():
 
 @pytest.mark.parametrize("mode", ["inf", "decode"])
 def test_predict_model_cli(tmp_path, mode):
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps({**SMALL, "hybrid_override_pattern": "ME*ME-", "dtype": "bfloat16"}))
-    r = CliRunner().invoke(app, ["predict-model", "--config", str(path), "--batch", "2", "--seq", "300", "--mode", mode,
-                                 "--device", "H100-SXM", "--json"])
-    assert r.exit_code == 0, r.output
-    out = json.loads(r.stdout.strip().splitlines()[-1])
-    assert all(math.isfinite(v) for v in out.values()) and 0 < out["lo_ms"] <= out["e2e_ms"] <= out["hi_ms"]
+    predict_model_run(tmp_path, {**SMALL, "hybrid_override_pattern": "ME*ME-", "dtype": "bfloat16"},
+                      "--batch", 2, "--seq", 300, "--mode", mode, "--device", "H100-SXM")
 
 
 @pytest.mark.skipif(not SHARED_CONFIGS.is_dir(), reason="needs ../shared/datasets (aiconfigurator's model configs)")

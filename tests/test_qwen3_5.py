@@ -1,14 +1,10 @@
 """Qwen3.5's hybrid decoder (Gated DeltaNet and gated full-attention layers): graph, config, CLI."""
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
-from hybridperf.cli.app import app
+from conftest import predict_model_run
 from hybridperf.errors import InputError
 from hybridperf.graphs import build_graph, load_config
 
@@ -95,14 +91,8 @@ def test_training_and_a_wrapper_without_language_model_are_refused():
 
 @pytest.mark.parametrize("mode", ["inf", "decode"])
 def test_predict_model_cli(tmp_path, mode):
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps({**SMALL, "num_hidden_layers": 8, "dtype": "bfloat16"}))
-    r = CliRunner().invoke(app, ["predict-model", "--config", str(path), "--batch", "2", "--seq", "300",
-                                 "--mode", mode, "--device", "H100-SXM", "--json"])
-    assert r.exit_code == 0, r.output
-    out = json.loads(r.stdout.strip().splitlines()[-1])
-    assert all(math.isfinite(v) for v in out.values())
-    assert 0 < out["lo_ms"] <= out["e2e_ms"] <= out["hi_ms"]
+    predict_model_run(tmp_path, {**SMALL, "num_hidden_layers": 8, "dtype": "bfloat16"},
+                      "--batch", 2, "--seq", 300, "--mode", mode, "--device", "H100-SXM")
 
 
 @pytest.mark.skipif(not SHARED_CONFIGS.is_dir(), reason="needs ../shared/datasets (aiconfigurator's model configs)")
