@@ -525,6 +525,33 @@ def test_gemma3_sliding_layers_are_masked_from_window_keys_on():
         assert s["layer"].endswith("causal=1") and s["sliding_layer"].endswith("causal=0")
 
 
+
+def test_a_boolean_window_mask_is_converted_on_every_sdpa_call():
+    """SDPA turns transformers' boolean window mask into an additive one each call: two fills and a `where` over
+    (batch, queries, keys) in Gemma 3's sliding layers (H100 op profile: one `where` and two fills a masked
+    layer), none in its global layers, in an unmasked call, for T5's additive bias or over a static cache."""
+    from hybridperf.graphs.compose import predict_kernels_of
+
+    gemma3 = json.loads((CONFIGS / "gemma3_4b.json").read_text())
+    window = gemma3.get("text_config", gemma3)["sliding_window"]
+    conversion = ["attn.mask_zero", "attn.mask_inf", "attn.mask_bias"]
+    for mode, seq in (("inf", window), ("decode", window)):
+        t = build_graph(gemma3, 2, seq, mode=mode, dtype="bf16", attn="sdpa").kernel_table()
+        sliding = t[t["block"] == "sliding_layer"]
+        assert sliding.loc[sliding["name"].str.startswith("attn.mask"), "name"].tolist() == conversion
+        assert not t.loc[t["block"] == "layer", "name"].str.startswith("attn.mask").any()
+    short = build_graph(gemma3, 2, window // 2, dtype="bf16", attn="sdpa").kernel_table()
+    assert not short["name"].str.startswith("attn.mask").any()
+    static = build_graph(gemma3, 2, window, mode="decode", dtype="bf16", attn="sdpa", launch="graph").kernel_table()
+    assert not static["name"].str.startswith("attn.mask").any()
+    t5 = build_graph({"model_type": "t5", "d_model": 64, "d_kv": 16, "d_ff": 128, "num_heads": 4, "num_layers": 2,
+                      "vocab_size": 100}, 2, 64, dtype="bf16", attn="sdpa")
+    assert not t5.kernel_table()["name"].str.startswith("attn.mask").any()
+    # the where reads the bools and writes the half-precision bias: 16.8M elements, about 40 us on an H100
+    four = predict_kernels_of(build_graph(gemma3, 4, 2048, dtype="bf16", attn="sdpa"), H100, PRIOR)
+    where = four[four["name"] == "attn.mask_bias"]
+    assert float(where["nbytes"].iloc[0]) == 4 * 2048 * 2048 * 3
+    assert 0.02 < float(where["pred_ms"].iloc[0]) < 0.08
 def test_compare_and_measured_runs_know_the_cudnn_plans(tmp_path):
     from hybridperf.graphs.compare import compare_devices
     from hybridperf.graphs.measured_runs import calibrate_from_runs, read_runs

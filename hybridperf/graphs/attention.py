@@ -74,6 +74,19 @@ def mark_call(kernels: list, **shape) -> list:
     return [{**k, "attn_call": call} for k in kernels]
 
 
+def mark_window(kernels: list, sliding: bool) -> list:
+    """Copies of `kernels` whose attention calls are marked as a sliding-window layer's or a full layer's
+    (`explicit_mask`): a prefill's layers share one build until a window splits them."""
+    calls = {}
+    out = []
+    for k in kernels:
+        call = k.get("attn_call")
+        if call is not None:
+            k = {**k, "attn_call": calls.setdefault(id(call), {**call, "sliding": sliding})}
+        out.append(dict(k))
+    return out
+
+
 @dataclass(frozen=True)
 class AttentionImpl:
     """One attention implementation: how it rewrites a family's blocks."""
@@ -173,13 +186,27 @@ def cache_fill(call: dict) -> list:  # none for a call marked `shared_kv` (it re
             misc("attn.cache_fill_v", "strided", 2 * elems * call["vd"] * F32, tag=CACHE_FILL)]
 
 
-def _fused(call: dict, be: str, causal: bool, mask: bool) -> list:
-    """The SDPA kernels of one call (forward row; backward-only rows for training)."""
+def mask_to_bias(call: dict) -> list:
+    """SDPA turns a boolean mask into an additive one on every call (`convert_boolean_attn_mask` in
+    aten/src/ATen/native/transformers/attention.cpp): two scalar tensors filled on the GPU, then a `where` over the
+    (batch, 1, queries, keys) mask, reading bools and writing the model's dtype. H100 op profiles
+    (`measured/h100/families/op_profile.csv`, Phi-3 and Gemma 3, prefill and grown-cache decode): one `where` and
+    two fills per call with a sliding-window mask."""
+    from hybridperf.graphs.primitives import misc
+
+    n = call["B"] * call["S"] * call["S_kv"]
+    return [misc("attn.mask_zero", "mask", F32), misc("attn.mask_inf", "mask", F32),
+            misc("attn.mask_bias", "where", n * (F32 + 2))]  # a bool read, a half-precision write
+
+
+def _fused(call: dict, be: str, causal: bool, mask: bool, bool_mask: bool = False) -> list:
+    """The SDPA kernels of one call (forward row; backward-only rows for training); `bool_mask`: transformers hands
+    it a boolean mask, which SDPA converts first (`mask_to_bias`)."""
     from hybridperf.graphs.primitives import _k, misc
 
     B, S, Skv, H, hd, vd = call["B"], call["S"], call["S_kv"], call["heads"], call["hd"], call["vd"]
     spec = attn_spec(be, call["kv_heads"], vd, causal)
-    out = []
+    out = mask_to_bias(call) if bool_mask else []
     if mask and call["kv_heads"] < H and S > 1:  # with a mask transformers repeats k and v itself (no enable_gqa;
         # a decode step packs the query heads of each key/value head instead)
         rep = B * (call["kv_heads"] + H) * hd * Skv * F32
@@ -206,7 +233,9 @@ def _sdpa(blocks, cfg, dtype, mode):
         mask = explicit_mask(cfg, call)
         masked.append(mask)
         be = backend(cfg, dtype, call, mask)
-        kernels = span if be == "math" else _fused(call, be, causal and not mask, mask)
+        # a window's mask is boolean (T5's bias is additive; a static cache's mask is counted with the cache)
+        converts = mask and cfg.family not in BIAS_MASK and not call.get("static")
+        kernels = span if be == "math" else _fused(call, be, causal and not mask, mask, converts)
         return (cache_fill(call) if fills and not call.get("shared_kv") else []) + kernels
 
     out = rewrite_calls(blocks, fused)

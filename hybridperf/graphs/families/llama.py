@@ -3,6 +3,7 @@ Qwen-MoE, GPT-OSS, OLMoE)."""
 from __future__ import annotations
 
 from hybridperf.errors import InputError
+from hybridperf.graphs.attention import mark_window
 from hybridperf.graphs.config import LLAMA_LIKE, MOE_LLAMA, ModelConfig, kv_length
 from hybridperf.graphs.decode import cached_attention, decode_setup
 from hybridperf.graphs.family import Family
@@ -58,7 +59,11 @@ def forward(cfg: ModelConfig, B, S, train) -> list:
     post = [*rms_norm("final_norm", tok, h, train, gemma, oss or olmo), linear("lm_head", tok, h, V, bias=False),
             *(soft_cap("logit_softcap", tok, V) if v["final_softcap"] else []),
             *granite_scale("logits_scaling", tok, V, v, "divu")]
-    return [Block("embeddings", 1, pre, "pre"), *without_rope(cfg, llama_layer_blocks(cfg, attn, tok, train)),
+    sliding = None  # from `window` tokens on, transformers masks Gemma 3's and OLMo 3's sliding layers only
+    if not cfg.every_layer_slides and "sliding_attention" in cfg.layer_types and S >= cfg.sliding_window > 0:
+        attn, sliding = mark_window(attn, False), mark_window(attn, True)
+    return [Block("embeddings", 1, pre, "pre"),
+            *without_rope(cfg, llama_layer_blocks(cfg, attn, tok, train, sliding_attn=sliding)),
             Block("head", 1, post, "post")]
 
 
