@@ -161,7 +161,9 @@ def check_shape(collective: str, gpus: int, gpus_per_node: int | None, node: Nod
     if g > node.gpus_per_node:
         raise InputError(f"node {node.name} has {node.gpus_per_node} GPUs; --gpus-per-node {g} is too many")
     g = min(g, p)  # a node's size given for fewer ranks: they all sit in one node
-    if p % g:
+    domain = node.gpus_per_node  # an NVLink domain over several hosts (NVL72) holds ranks placed unevenly on its hosts
+    spans_hosts = node.intra_topology == "nvswitch" and 0 < (node.gpus_per_host or 0) < domain
+    if p % g and not (spans_hosts and (p <= domain or p % domain == 0)):
         if gpus_per_node is None:
             raise InputError(f"--gpus ({p}) beyond one {node.name} fills whole nodes of {g} GPUs: use a multiple of "
                              f"{g}, or --gpus-per-node to place fewer on each")
@@ -184,7 +186,7 @@ def per_host_to_domain(gpus: int, gpus_per_host: int, node: NodeSpec) -> int:
         return gpus
     if gpus % domain:
         raise InputError(f"{gpus} ranks at {gpus_per_host} per host fill {gpus // domain} {node.name} domain(s) of "
-                         f"{domain} GPUs and part of another: use a multiple of {domain}, or --gpus-per-node {domain}")
+                         f"{domain} GPUs and part of another: use a multiple of {domain} ranks")
     return domain
 
 
