@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from hybridperf.cli.app import app
-from hybridperf.serving.checkpoint import checkpoint_precision
+from hybridperf.serving.checkpoint import checkpoint_kv_dtype, checkpoint_precision
 
 LLAMA = {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
          "num_hidden_layers": 32, "intermediate_size": 14336, "vocab_size": 128256}
@@ -84,3 +84,23 @@ def test_predict_serving_serves_an_fp8_checkpoint_in_fp8_by_default(tmp_path):
                                                               "a.mlp.up_proj": {"quant_algo": "W4A16_NVFP4"}}}}))
     plain, note = _serve(mixed)
     assert "priced in bf16" in note and plain == _serve(mixed, "--precision", "bf16")[0]
+
+
+def test_a_checkpoint_stating_an_fp8_kv_cache_is_served_with_one(tmp_path):
+    """ModelOpt's `kv_cache_quant_algo` FP8 (or compressed-tensors' 8-bit float `kv_cache_scheme`) is what the engines'
+    `--kv-cache-dtype auto` runs: an NVFP4-experts checkpoint whose attention stays 16-bit gets an FP8 cache, which a
+    long context's decode reads in half the time; --kv-dtype still wins."""
+    nvfp4 = {"quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8",
+             "exclude_modules": ["lm_head", "model.layers.0.self_attn*"]}
+    path = tmp_path / "org--moe-nvfp4_config.json"
+    path.write_text(json.dumps(MOE))
+    (tmp_path / "org--moe-nvfp4_hf_quant_config.json").write_text(json.dumps({"quantization": nvfp4}))
+    assert checkpoint_kv_dtype(path, MOE) == "fp8"
+    ct = {**LLAMA, "quantization_config": {**INT4, "kv_cache_scheme": {"num_bits": 8, "type": "float"}}}
+    assert checkpoint_kv_dtype(tmp_path / "x_config.json", ct) == "fp8"
+    assert checkpoint_kv_dtype(tmp_path / "x_config.json", {**LLAMA, "quantization_config": INT4}) is None
+    args = ("--isl", "8192", "--osl", "256")
+    auto, note = _serve(path, *args)
+    assert "--kv-dtype fp8, the checkpoint's" in note
+    assert auto == _serve(path, *args, "--kv-dtype", "fp8")[0]
+    assert _serve(path, *args, "--kv-dtype", "bf16")[0]["tpot_ms"] > auto["tpot_ms"]

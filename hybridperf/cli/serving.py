@@ -43,6 +43,23 @@ def _precisions(config: Path, precision: str | None, moe_precision: str | None) 
     return found.precision, moe
 
 
+def _kv_dtype(config: Path, kv_dtype: str, precision: str) -> str:
+    """--kv-dtype as given, else the checkpoint's stated KV-cache format where it is not the precision's default
+    (said in a note), else "" (the precision's default, `serving.cost.default_kv_dtype`)."""
+    if kv_dtype:
+        return kv_dtype
+    from hybridperf.jsonio import read_json_object
+    from hybridperf.serving.checkpoint import checkpoint_kv_dtype
+    from hybridperf.serving.cost import default_kv_dtype
+
+    found = checkpoint_kv_dtype(config, read_json_object(config))
+    if found is None or found == default_kv_dtype(precision):
+        return ""
+    typer.echo(f"note: --kv-dtype {found}, the checkpoint's KV-cache format; pass --kv-dtype to choose another",
+               err=True)
+    return found
+
+
 def _note_precision_fallback(precision: str, dev) -> None:
     """Say so on stderr when the GPU lacks the precision's tensor cores: bf16 then runs in fp16, FP8/FP4
     weights weight-only (`serving.cost.gemm_dtype`)."""
@@ -75,7 +92,8 @@ def predict_serving_cmd(
                                                      "(gpt-oss: bf16 with MXFP4 experts is --precision bf16 "
                                                      "--moe-precision int4 on Hopper, fp4 where MXFP4 runs on tensor "
                                                      "cores)"),
-    kv_dtype: str = typer.Option("", "--kv-dtype", help="KV cache: bf16 or fp8 (default: fp8 for fp8/fp4 weights, else bf16)"),
+    kv_dtype: str = typer.Option("", "--kv-dtype", help="KV cache: bf16 or fp8 (default: the checkpoint's stated "
+                                                    "format, else fp8 for fp8/fp4 weights, else bf16)"),
     spec_tokens: int = typer.Option(0, "--spec-tokens",
                                     help="speculative decoding (MTP, EAGLE): tokens drafted per decode step"),
     acceptance: float = typer.Option(0.7, "--acceptance", help="with --spec-tokens: each draft token's acceptance rate"),
@@ -135,6 +153,7 @@ def predict_serving_cmd(
             what = f"--ep {ep}" if ep > 1 else f"--moe-precision {moe_precision}"
             raise InputError(f"{what}: {Path(config).name} has no experts; leave it out")
     precision, moe_precision = _precisions(config, precision, moe_precision)
+    kv_dtype = _kv_dtype(config, kv_dtype, precision)
     scale = _measured_scale(calibration, config, dev, engine, precision) if calibration is not None else (1.0, 1.0)
     res = predict_serving(str(config), device, engine, isl, osl, batch=batch, concurrency=concurrency,
                           tp=tp, pp=pp, ep=ep, attention_dp=attention_dp, precision=precision,
@@ -251,9 +270,10 @@ def sweep_serving_cmd(
     if not devs:
         raise InputError("--devices names no GPU")
     precision, moe_precision = _precisions(config, precision, None)
+    kv = {"kv_dtype": kv} if (kv := _kv_dtype(config, "", precision)) else {}
     pts = sweep(str(config), devs, engine, isl, osl, tps=_int_list(tps, "--tp"),
                 concurrencies=_int_list(concurrencies, "--concurrency"), precision=precision,
-                ttft_sla_ms=ttft_sla_ms, tpot_sla_ms=tpot_sla_ms, executor=executor, moe_precision=moe_precision)
+                ttft_sla_ms=ttft_sla_ms, tpot_sla_ms=tpot_sla_ms, executor=executor, moe_precision=moe_precision, **kv)
     ok = [p for p in pts if not p.reason]
     if not ok:
         raise InputError(f"no configuration of the sweep fits ({why_none_fit(pts)})")

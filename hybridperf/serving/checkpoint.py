@@ -6,7 +6,8 @@ NVIDIA's NVFP4 checkpoints of MoE models quantize the routed experts only (atten
 16-bit: their `ignore` list names them, or `quantized_layers` lists only experts), and some mix formats per layer
 (FP8 attention with NVFP4 experts): such a checkpoint is read as `--precision` for the rest and
 `--moe-precision` for the experts. A dense model whose layers mix formats (16-bit attention beside NVFP4 MLPs
-included) has no single precision to serve it in.
+included) has no single precision to serve it in. A checkpoint that states an FP8 KV cache is served with one
+(`checkpoint_kv_dtype`), whatever its weights.
 """
 from __future__ import annotations
 
@@ -103,3 +104,18 @@ def checkpoint_precision(config, raw: dict, has_experts: bool) -> CheckpointPrec
     dense = next(iter(rest), "bf16")
     moe = next(iter(experts), dense) if has_experts else ""
     return CheckpointPrecision(dense, "" if moe == dense else moe, f"{where}, quant_method {method or 'modelopt'}")
+
+
+def checkpoint_kv_dtype(config, raw: dict) -> str | None:
+    """The KV-cache dtype the checkpoint of `config` states, which vLLM, SGLang and TensorRT-LLM take under their
+    default `--kv-cache-dtype auto` (SGLang's `configure_kv_cache_dtype`, vLLM since PR 29980): "fp8" for ModelOpt's
+    `kv_cache_quant_algo` FP8 or compressed-tensors' 8-bit float `kv_cache_scheme`; None where it states none or
+    another format."""
+    q, _ = quantization(Path(str(config)), raw)
+    algo = q.get("kv_cache_quant_algo")
+    scheme = q.get("kv_cache_scheme")
+    if isinstance(algo, str) and algo.upper() == "FP8":
+        return "fp8"
+    if isinstance(scheme, dict) and scheme.get("num_bits") == 8 and scheme.get("type") == "float":
+        return "fp8"
+    return None
