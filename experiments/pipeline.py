@@ -180,6 +180,7 @@ STEPS: tuple[Step, ...] = (
        results=(("gpu_pair.md", "gpu_pair.md"),)),
     _m("host_floor", "host_floor", "--out", "{out}/host_floor.md", minutes=14,
        results=(("host_floor.md", "host_floor.md"),)),
+    _m("moe_host", "moe_host", "--out", "{out}/moe_host.md", minutes=0.5, results=(("moe_host.md", "moe_host.md"),)),
     Step("serving_silicon", "experiments.serving.serving_silicon", ("--out", "{out}"), datasets=("aiconfigurator",),
          minutes=4, results=(("serving_silicon.md", "serving_silicon.md"), ("serving_silicon.png", "serving_silicon.png"))),
     Step("serving_sweep", "experiments.serving.serving_sweep", ("--out", "{out}"), datasets=("aiconfigurator",),
