@@ -22,7 +22,9 @@ MOE = {"mixtral": {"model_type": "mixtral", **SMALL, "num_local_experts": 4, "nu
        "qwen3_moe": {"model_type": "qwen3_moe", **SMALL, "num_experts": 4, "num_experts_per_tok": 2,
                      "moe_intermediate_size": 32, "norm_topk_prob": True},
        "gpt_oss": {"model_type": "gpt_oss", **SMALL, "num_local_experts": 4, "num_experts_per_tok": 2},
-       "olmoe": {"model_type": "olmoe", **SMALL, "intermediate_size": 32, "num_experts": 4, "num_experts_per_tok": 2}}
+       "olmoe": {"model_type": "olmoe", **SMALL, "intermediate_size": 32, "num_experts": 4, "num_experts_per_tok": 2},
+       "minimax_m2": {"model_type": "minimax_m2", **SMALL, "intermediate_size": 32, "num_local_experts": 4,
+                      "num_experts_per_tok": 2, "rotary_dim": 8}}
 H100, A100, V100 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "Tesla V100-PCIE-32GB"
 
 
@@ -35,7 +37,7 @@ def _per_layer(cfg, mode, dtype="fp32", batch=2, seq=8):
 
 @pytest.mark.parametrize("family,inf,decode_fp32,decode_bf16", [("mixtral", 58, 58, 66), ("qwen2_moe", 65, 65, 73),
                                                                 ("qwen3_moe", 70, 70, 82), ("gpt_oss", 71, 72, 76),
-                                                                ("olmoe", 68, 68, 80)])
+                                                                ("olmoe", 68, 68, 80), ("minimax_m2", 73, 74, 86)])
 def test_moe_layers_launch_what_hf_eager_launches(family, inf, decode_fp32, decode_bf16):
     """Kernels per layer as TorchDispatchMode counts them on HF eager models (transformers 5.23, grouped_mm
     experts; `experiments/gpu/graph_trace.py` and `experiments/gpu/decode_trace.py`): a forward of 2 x 8 tokens,
@@ -180,7 +182,7 @@ DEEPSEEK = {"model_type": "deepseek_v3", "hidden_size": 64, "intermediate_size":
 
 @pytest.mark.parametrize("family,train_fp32,train_bf16", [("mixtral", 169, 186), ("qwen2_moe", 196, 212),
                                                           ("qwen3_moe", 211, 235), ("gpt_oss", 213, 223),
-                                                          ("olmoe", 201, 225)])
+                                                          ("olmoe", 201, 225), ("minimax_m2", 224, 249)])
 def test_moe_training_layers_launch_what_hf_eager_launches(family, train_fp32, train_bf16):
     """A training step that accumulates into `.grad` (TorchDispatchMode, `experiments/gpu/graph_trace.py`): the
     broadcast division and product of the routing weights sum their gradients, and Mixtral's fp32 expert

@@ -14,8 +14,8 @@ The graph is not meant to equal this trace everywhere, and the script says where
     attention differs in a kernel or two per layer (e.g. OPT's scale of 1.0).
   * Families added after NeuSight's (GPT-NeoX, Qwen3, SmolLM3 and its NoPE layers, Ministral 3, Gemma 1-3, Phi-3,
     Granite, OLMo 2 and 3, T5, RoBERTa, OPT-350m's layout, the MoE decoders Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE,
-    DeepSeek-V3 and GLM-4.7-Flash, GPT-OSS, and Qwen3.5's, Gemma 4's, Granite 4.0's and Nemotron-H's layers, `HYBRID`,
-    `NEMOTRON_H`) were built from this trace: their forward layers match it exactly, and `tests/test_graphs.py`,
+    MiniMax-M2, DeepSeek-V3 and GLM-4.7-Flash, GPT-OSS, and Qwen3.5's, Gemma 4's, Granite 4.0's and Nemotron-H's
+    layers, `HYBRID`, `NEMOTRON_H`) were built from this trace: their forward layers match it exactly, and `tests/test_graphs.py`,
     `tests/test_moe.py`, `tests/test_qwen3_5.py`, `tests/test_gemma4.py`, `tests/test_nemotron_h.py` and
     `tests/test_granitemoehybrid.py` pin the counts. So do their training layers (GPT-NeoX, the llama-likes and the MoE
     decoders; Qwen3.5, Gemma 4, Granite 4.0 and Nemotron-H do not train), in fp32 and bf16.
@@ -96,6 +96,9 @@ MODELS = {
                   "Qwen3MoeForCausalLM", "Qwen3MoeForCausalLM"),
     "olmoe": ({"model_type": "olmoe", **_LLAMA, "intermediate_size": 32, "num_experts": 4, "num_experts_per_tok": 2,
                "pad_token_id": 0}, ("num_hidden_layers",), "OlmoeForCausalLM", "OlmoeForCausalLM"),
+    "minimax_m2": ({"model_type": "minimax_m2", **_LLAMA, "intermediate_size": 32, "num_local_experts": 4,
+                    "num_experts_per_tok": 2, "rotary_dim": 8}, ("num_hidden_layers",), "MiniMaxM2ForCausalLM",
+                   "MiniMaxM2ForCausalLM"),
     "gpt_oss": ({"model_type": "gpt_oss", **_LLAMA, "intermediate_size": 32, "num_local_experts": 4,
                  "num_experts_per_tok": 2}, ("num_hidden_layers",), "GptOssForCausalLM", "GptOssForCausalLM"),
     "deepseek_v3": (_DEEPSEEK, ("num_hidden_layers",), "DeepseekV3ForCausalLM", "DeepseekV3ForCausalLM"),

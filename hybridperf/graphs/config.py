@@ -54,6 +54,10 @@ here (plugin families, `graphs.families`, parse their own: Qwen3.5, Gemma 4, GLM
                          chosen logits, attention with biases and a learned sink logit per head, RoPE on
                          contiguous halves, and sliding-window (`sliding_window`, 128) and full layers
                          alternating.
+    minimax_m2           MiniMax-M2: Llama's attention with RMSNorms over the whole q and k projections and RoPE
+                         on the first `rotary_dim` of each head, every MLP a top-k MoE (`num_local_experts`,
+                         `intermediate_size` wide) routed by a sigmoid plus a score-correction bias, the k
+                         weights normalised and kept in fp32.
     deepseek_v3          DeepSeek-V3 (and Kimi-K2, Moonlight): multi-head latent attention (low-rank q through
                          `q_lora_rank`, keys and values expanded from a `kv_lora_rank` latent, RoPE on
                          `qk_rope_head_dim` of each head, interleaved by default) and a top-k MoE of
@@ -70,7 +74,9 @@ from hybridperf.errors import InputError
 from hybridperf.jsonio import read_json_object
 
 #: llama-likes whose MLP is a top-k mixture of experts (HF's grouped experts, `graphs.layers.moe.moe_block`)
-MOE_LLAMA = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss", "olmoe")
+MOE_LLAMA = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "gpt_oss", "olmoe", "minimax_m2")
+#: MoE families whose every layer is sparse, each expert `intermediate_size` wide
+ALL_SPARSE = ("mixtral", "gpt_oss", "olmoe", "minimax_m2")
 #: Gemma's llama-likes: (1 + weight) RMSNorms in fp32, sqrt(hidden)-scaled embeddings, a tied LM head
 GEMMA = ("gemma", "gemma2", "gemma3_text")
 #: Gemma 2 and 3: sandwich norms and sliding-window layers (`ModelConfig.layer_types`)
@@ -159,7 +165,7 @@ class ModelConfig:
         every Mixtral layer is sparse (MixtralConfig has neither key)."""
         if self.family not in MOE_LLAMA:
             return 0
-        if self.family in ("mixtral", "gpt_oss", "olmoe"):
+        if self.family in ALL_SPARSE:
             return self.layers
         if self.family == "deepseek_v3":  # the first `first_k_dense_replace` layers are dense
             dense = self.raw.get("first_k_dense_replace", DEEPSEEK_DEFAULTS["first_k_dense_replace"])
@@ -248,7 +254,7 @@ def check_positions(positions: int, max_positions: int, what: str) -> None:
 
 #: HF's defaults of the MoE families (MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig in transformers 5.23)
 _MOE_DEFAULTS = {"mixtral": (8, 2), "qwen2_moe": (60, 4), "qwen3_moe": (128, 8), "deepseek_v3": (256, 8),
-                 "gpt_oss": (128, 4), "olmoe": (64, 8)}
+                 "gpt_oss": (128, 4), "olmoe": (64, 8), "minimax_m2": (256, 8)}
 #: DeepseekV3Config's attention (multi-head latent attention) and routing defaults (transformers 5.23)
 DEEPSEEK_DEFAULTS = {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
                      "v_head_dim": 128, "n_group": 8, "topk_group": 4, "n_shared_experts": 1,
@@ -263,7 +269,7 @@ def _moe_fields(d: dict, mt: str, ffn: int, source: str) -> dict:
     k = _pos_int(_get(d, "num_experts_per_tok", default=k_default), "num_experts_per_tok", source)
     if k > experts:
         raise InputError(f"{source}: num_experts_per_tok = {k} exceeds the {experts} experts")
-    if mt in ("mixtral", "gpt_oss", "olmoe"):
+    if mt in ALL_SPARSE:
         return {"num_experts": experts, "experts_per_token": k, "expert_ffn": ffn}
     if mt == "deepseek_v3":
         return _deepseek_fields(d, experts, k, source)

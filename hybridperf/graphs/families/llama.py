@@ -152,6 +152,7 @@ ACTIVATION = {
     "qwen3_moe": "qwen3",
     "gpt_oss": "llama",
     "olmoe": "qwen3",
+    "minimax_m2": "qwen3",
 }
 def saved_extra(cfg: ModelConfig, tok: int, eb: float) -> list:
     """A MoE layer's saved routing state and gathered tokens beyond Llama's layer (`graphs.memory`)."""

@@ -18,8 +18,9 @@ def llama_variant(cfg: ModelConfig) -> dict:
     sqrt(hidden)-scaled embeddings, Gemma 2 and 3's sandwich norms (`sandwich`), Gemma 2's soft-capped scores
     and logits (`softcap`, `final_softcap`; HF's defaults when the keys are absent), a rotary table per layer
     type (gemma3), Phi-3's fused q/k/v and gate/up GEMMs with RoPE on the first `partial_rotary_factor`
-    of each head, Granite's multipliers on the embeddings, the sublayer outputs and the logits, and OLMo 2's
-    norms on the sublayer outputs (`olmo`: none on their inputs) and over the whole q and k projections."""
+    of each head, Granite's multipliers on the embeddings, the sublayer outputs and the logits, OLMo 2's
+    norms on the sublayer outputs (`olmo`: none on their inputs) and over the whole q and k projections, and
+    MiniMax-M2's RoPE on the first `rotary_dim` of each head (`partial_rope`, Phi-3's without its fused GEMMs)."""
     oss = cfg.family == "gpt_oss"
     qkv_bias = cfg.family == "qwen2" or bool(cfg.raw.get("attention_bias", oss))  # GptOssConfig: on by default
     if cfg.family == "qwen2_moe":  # Qwen2MoeConfig's own key, on by default
@@ -33,8 +34,9 @@ def llama_variant(cfg: ModelConfig) -> dict:
             "final_softcap": bool(cfg.raw.get("final_logit_softcapping", 30.0 if gemma2 else None)),
             "rotary_tables": len(set(cfg.layer_types)) if cfg.family in ("gemma3_text", "olmo3") else 1,
             "fused": cfg.family == "phi3", "oss": oss, "o_bias": oss and qkv_bias, "granite": cfg.family == "granite",
-            "olmo": cfg.family in OLMO, "whole_qk_norm": cfg.family == "olmoe",
-            "rotary_dim": rotary_dim(cfg, 1.0) if cfg.family == "phi3" else cfg.head_dim}
+            "olmo": cfg.family in OLMO, "whole_qk_norm": cfg.family in ("olmoe", "minimax_m2"),
+            "partial_rope": cfg.family == "minimax_m2",
+            "rotary_dim": rotary_dim(cfg, 1.0) if cfg.family in ("phi3", "minimax_m2") else cfg.head_dim}
 
 
 def output_norm(name: str, rows: int, h: int, variant: dict, train: bool = False) -> list:
@@ -66,7 +68,7 @@ def llama_layout_copies(cfg: ModelConfig) -> tuple:
     Phi-3's RoPE ends in a torch.cat, which leaves q and k contiguous: only repeat_kv's k (grouped-query)
     and the strided v slice of the fused output are copied (TorchDispatchMode, transformers 5.23)."""
     v = llama_variant(cfg)
-    if not (v["fused"] or v["oss"]):  # GPT-OSS's RoPE also ends in a torch.cat
+    if not (v["fused"] or v["oss"] or v["partial_rope"]):  # GPT-OSS's and MiniMax-M2's RoPE also end in a torch.cat
         return ("q", "k", "v")
     return ("k", "v") if cfg.num_kv_heads < cfg.heads else ("v",)
 
@@ -93,7 +95,7 @@ def llama_qkv(cfg: ModelConfig, tok: int, train: bool = False) -> list:
     if v["qk_norm"]:  # Qwen3RMSNorm (Gemma3RMSNorm) over head_dim, one row per token and head
         ks += [*rms_norm("q_norm", tok * cfg.heads, hd, train, v["gemma"]),
                *rms_norm("k_norm", tok * cfg.num_kv_heads, hd, train, v["gemma"])]
-    if v["fused"]:  # Phi-3 rotates the first rotary_dim of each head and concatenates the rest back
+    if v["fused"] or v["partial_rope"]:  # the first rotary_dim of each head rotated, the rest concatenated back
         return ks + cat_rope("q", tok, cfg.heads, hd, v["rotary_dim"], train) \
             + cat_rope("k", tok, cfg.num_kv_heads, hd, v["rotary_dim"], train)
     if v["oss"]:  # GPT-OSS: RoPE on the two chunks of each head

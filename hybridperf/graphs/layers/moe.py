@@ -17,7 +17,8 @@ def moe_block(cfg: ModelConfig, tok: int, train: bool = False) -> list:
     expert outputs and their sum over k are fp32 and cast back; Qwen casts the k weights to the model dtype.
     Experts: `expert_dispatch`. Qwen2-MoE adds a gated MLP every token passes through (the shared expert), scaled by
     sigmoid(x w) and added; DeepSeek-V3 routes with `deepseek_router` and adds its shared experts unscaled; GPT-OSS
-    routes with a biased GEMM and a softmax over the k chosen logits, and its experts are `oss_experts`. Counted
+    routes with a biased GEMM and a softmax over the k chosen logits, and its experts are `oss_experts`; MiniMax-M2
+    routes with a sigmoid and a score-correction bias and keeps the normalised weights in fp32. Counted
     with TorchDispatchMode (`experiments/gpu/graph_trace.py`); the tiny integer bookkeeping kernels are
     `misc:route`. In the backward each gather (tag `gather`) zero-fills its gradient and scatters into it."""
     h, E, k, tok = cfg.hidden, cfg.num_experts, cfg.experts_per_token, int(tok)
@@ -30,7 +31,8 @@ def moe_block(cfg: ModelConfig, tok: int, train: bool = False) -> list:
         return misc(f"moe.{name}", "route", nbytes, tag=tag)
 
     deepseek = cfg.family == "deepseek_v3"
-    fp32_weights = mixtral or deepseek  # the k routing weights stay fp32, and so do the weighted outputs
+    minimax = cfg.family == "minimax_m2"
+    fp32_weights = mixtral or deepseek or minimax  # the k routing weights stay fp32, and so do the weighted outputs
     # router and gather, and the shared expert's gate and up projections (Qwen2-MoE: and its sigmoid gate)
     ks = [*grad_sums("moe.x", tok, h, 2 + (2 if deepseek else 3 if fs else 0), train)]
     if fs:
@@ -40,6 +42,13 @@ def moe_block(cfg: ModelConfig, tok: int, train: bool = False) -> list:
     oss = cfg.family == "gpt_oss"
     if deepseek:
         ks += deepseek_router(cfg, tok)
+    elif minimax:  # MiniMax-M2: logits in the model dtype, a sigmoid in fp32, the score-correction bias, top-k of
+        # the biased scores, the unbiased ones gathered (HF's MiniMaxM2TopKRouter, transformers 5.24)
+        ks += [linear("moe.router", tok, h, E, bias=False),
+               cast("moe.router_to_fp32", tok * E, dtypes=HALF_DTYPES),
+               vec("moe.router_sigmoid", "tanh", tok, E, fp32=True), route("score_bias", 3 * tok * E * F32),
+               route("topk", tok * E * F32 + pairs * (F32 + 8)),
+               misc("moe.gather_weights", "index", tok * E * F32 + pairs * (F32 + 8), tag="gather", fp32=True)]
     elif oss:  # GPT-OSS: logits with a bias, top-k of them, a softmax over the k (all in the model dtype)
         ks += [linear("moe.router", tok, h, E, bias=True),
                route("topk", tok * E * F32 + pairs * (F32 + 8), tag="gather"),
@@ -49,14 +58,16 @@ def moe_block(cfg: ModelConfig, tok: int, train: bool = False) -> list:
                cast("moe.router_to_fp32", tok * E, dtypes=HALF_DTYPES if mixtral else ("bf16",)),
                vec("moe.router_softmax", "softmax", tok, E, fp32=True),
                route("topk", tok * E * F32 + pairs * (F32 + 8), tag="gather")]
-    if mixtral or cfg.raw.get("norm_topk_prob", deepseek):  # the k weights are read by their sum and the division
+    if mixtral or minimax or cfg.raw.get("norm_topk_prob", deepseek):  # the k weights: their sum, the division
         ks += [*grad_sums("moe.topk_w", tok, k, 2, train, fp32=True),
                misc("moe.topk_sum", "reduce", pairs * F32, fp32=True),
+               # autograd keeps the gathered weights an in-place division overwrites (MiniMax-M2's trace)
+               *([misc("moe.topk_w_saved", "copy", 2 * pairs * F32, fp32=True)] if train and minimax else []),
                *([misc("moe.topk_eps", "mask", 2 * tok * F32, fp32=True)] if deepseek else []),
                _k("moe.topk_norm", "div", tok, H=k, tag="broadcast", fp32=True)]
     if deepseek:  # DeepSeek scales the k weights by `routed_scaling_factor` and keeps them in fp32
         ks.append(vec("moe.routed_scale", "mulu", tok, k, fp32=True))
-    elif not (mixtral or oss):
+    elif not (mixtral or oss or minimax):
         ks.append(cast("moe.weights_to_half", pairs))
     ks += expert_dispatch(cfg, tok, train, fp32_weights, oss_experts(cfg, pairs, groups, rows, train) if oss else None)
     if deepseek:
