@@ -319,3 +319,11 @@ def test_forward_moe_kernels_take_more_host_time(monkeypatch):
     monkeypatch.setattr(compose, "MOE_HOST_EXTRA", 0.0)
     after = {n: predict_model(c, 1, 256, **kw).ms for n, c in (("moe", MOE["qwen3_moe"]), ("dense", dense))}
     assert before["moe"] > 1.02 * after["moe"] and before["dense"] == pytest.approx(after["dense"])
+
+
+def test_olmoe_clip_qkv_clamps_in_place_after_a_saved_copy():
+    """OLMoE's `clip_qkv` clamps q, k and v in place: three kernels a layer, and when training a copy of each that
+    autograd keeps, and each clamp's five-kernel backward (TorchDispatchMode, transformers 5.24: 71 / 222)."""
+    clipped = {**MOE["olmoe"], "clip_qkv": 8.0}
+    assert _per_layer(clipped, "inf") == _per_layer(MOE["olmoe"], "inf") + 3 == 71
+    assert _per_layer(clipped, "train") == _per_layer(MOE["olmoe"], "train") + 21 == 222

@@ -88,10 +88,12 @@ def llama_qkv(cfg: ModelConfig, tok: int, train: bool = False) -> list:
     if v["olmo"]:  # Olmo2RMSNorm over each token's whole q and k projections (weight in fp32)
         ks += [*rms_norm("q_norm", tok, q_w, train, fp32_weight=True),
                *rms_norm("k_norm", tok, kv_w, train, fp32_weight=True)]
-    if v["whole_qk_norm"]:  # OLMoE: Llama's RMSNorm over the whole q and k projections, then (clip_qkv) clamps
+    if v["whole_qk_norm"]:  # OLMoE: Llama's RMSNorm over the whole q and k projections, then (clip_qkv) clamps in
+        # place, each after a copy autograd keeps of what it overwrites when training
+        clips = (("q", q_w), ("k", kv_w), ("v", kv_w)) if cfg.raw.get("clip_qkv") is not None else ()
         ks += [*rms_norm("q_norm", tok, q_w, train), *rms_norm("k_norm", tok, kv_w, train),
-               *(vec(f"{x}_clip", "relu", tok, w, tag="clamp") for x, w in (("q", q_w), ("k", kv_w), ("v", kv_w))
-                 if cfg.raw.get("clip_qkv") is not None)]
+               *(k for x, w in clips for k in ([misc(f"{x}_clip_saved", "copy", 2 * tok * w * F32)] if train else [])
+                 + [vec(f"{x}_clip", "relu", tok, w, tag="clamp")])]
     if v["qk_norm"]:  # Qwen3RMSNorm (Gemma3RMSNorm) over head_dim, one row per token and head
         ks += [*rms_norm("q_norm", tok * cfg.heads, hd, train, v["gemma"]),
                *rms_norm("k_norm", tok * cfg.num_kv_heads, hd, train, v["gemma"])]
