@@ -1,5 +1,5 @@
 """Hugging Face `config.json` -> `ModelConfig`, the few numbers the kernel enumerator needs. The `model_type`s read
-here (plugin families, `graphs.families`, parse their own: Qwen3.5, Gemma 4, GLM-4.7-Flash):
+here (plugin families, `graphs.families`, parse their own: Qwen3.5, Gemma 4, GLM-4.7-Flash, Llama 4):
 
     gpt2                 GPT2LMHeadModel (also the artifact's "GPT-3" xl/2.7B/6.7B/13B configs: GPT-2 style,
                          Conv1D projections = addmm, fused QKV, gelu_new as 8 eager kernels)
@@ -33,10 +33,9 @@ here (plugin families, `graphs.families`, parse their own: Qwen3.5, Gemma 4, GLM
                          gemma3 normalises each head of q and k and builds a rotary table per layer type.
                          A multimodal `gemma3` config is read as its language model (`text_config`, with
                          Gemma3TextConfig's defaults); the vision tower is not modelled.
-    granite              Llama's layer with IBM Granite's scalings, each one more kernel: the embeddings times
-                         `embedding_multiplier`, each sublayer's output times `residual_multiplier` before its
-                         residual add, the logits divided by `logits_scaling` (`attention_multiplier` replaces
-                         the score scale: no kernel of its own).
+    granite              Llama's layer with IBM Granite's scalings, a kernel each: the embeddings times
+                         `embedding_multiplier`, each sublayer's output times `residual_multiplier`, the logits
+                         divided by `logits_scaling` (`attention_multiplier` replaces the score scale).
     olmo2, olmo3         OLMo 2: Llama's attention and MLP with the norms moved to their outputs (an RMSNorm on
                          each sublayer's output before its residual add, none on its input) and an RMSNorm over
                          the whole q and k projections; its norms multiply the weight in fp32, as GPT-OSS's.
@@ -46,18 +45,14 @@ here (plugin families, `graphs.families`, parse their own: Qwen3.5, Gemma 4, GLM
     qwen3_moe            with a top-k mixture of experts in place of the MLP: a softmax router over
                          `num_local_experts` / `num_experts` experts, `num_experts_per_tok` experts per
                          token, each a gated MLP of `intermediate_size` (mixtral) or `moe_intermediate_size`
-                         (qwen); qwen2_moe adds a sigmoid-gated shared expert of
-                         `shared_expert_intermediate_size`. Layers in `mlp_only_layers`, or off the
-                         `decoder_sparse_step`, keep a dense MLP of `intermediate_size`.
+                         (qwen); qwen2_moe adds a sigmoid-gated shared expert of `shared_expert_intermediate_size`.
+                         Layers in `mlp_only_layers`, or off `decoder_sparse_step`, keep a dense MLP.
     gpt_oss              GPT-OSS: Mixtral-style top-k experts (`num_local_experts`, `intermediate_size` wide)
-                         with biases and a clamped SwiGLU, a router with a bias and a softmax over the k
-                         chosen logits, attention with biases and a learned sink logit per head, RoPE on
-                         contiguous halves, and sliding-window (`sliding_window`, 128) and full layers
-                         alternating.
-    minimax_m2           MiniMax-M2: Llama's attention with RMSNorms over the whole q and k projections and RoPE
-                         on the first `rotary_dim` of each head, every MLP a top-k MoE (`num_local_experts`,
-                         `intermediate_size` wide) routed by a sigmoid plus a score-correction bias, the k
-                         weights normalised and kept in fp32.
+                         with biases and a clamped SwiGLU, a biased router and a softmax over the k chosen logits,
+                         biased attention with a sink logit per head, RoPE on contiguous halves, sliding-window
+                         (`sliding_window`, 128) and full layers alternating.
+    minimax_m2           MiniMax-M2: OLMoE's q/k norms, RoPE on `rotary_dim` of each head, Mixtral's expert fields,
+                         a sigmoid router with a score-correction bias (the weights normalised, in fp32).
     deepseek_v3          DeepSeek-V3 (and Kimi-K2, Moonlight): multi-head latent attention (low-rank q through
                          `q_lora_rank`, keys and values expanded from a `kv_lora_rank` latent, RoPE on
                          `qk_rope_head_dim` of each head, interleaved by default) and a top-k MoE of
@@ -323,7 +318,7 @@ def _sliding_fields(d: dict, layers: int, source: str) -> None:
 #: model_type (the vision tower runs no kernel for text input)
 LANGUAGE_MODEL_OF = {"qwen3_vl": "qwen3", "qwen3_vl_moe": "qwen3_moe", "qwen2_vl": "qwen2", "qwen2_5_vl": "qwen2",
                      "mistral3": "mistral", "qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text",
-                     "gemma4": "gemma4_text", "kimi_k25": "deepseek_v3"}
+                     "gemma4": "gemma4_text", "kimi_k25": "deepseek_v3", "llama4": "llama4_text"}
 #: model_types that name a supported architecture under another name (their `architectures` say so)
 SAME_ARCHITECTURE = {"kimi_k2": "deepseek_v3", "mimo": "qwen2"}  # MiMo: its MTP layers run only when drafting
 
