@@ -204,4 +204,6 @@ def decode(cfg: ModelConfig, B: int, seq: int) -> list:
     return [Block("embeddings", 1, _pre(cfg, B, B, True), "pre"), *blocks, Block("head", 1, _post(cfg, B), "post")]
 
 
-FAMILY = Family(("llama4_text",), forward, decode, parse=parse, position_limited=True, trains=False)
+#: a decode step's positions, masks (eager) and rotary table (its cast, position, frequencies, ones, polar, scaling)
+FAMILY = Family(("llama4_text",), forward, decode, parse=parse, position_limited=True, trains=False,
+                setup_kernels={"llama4_text": DECODE_POSITIONS + DECODE_FULL_MASK + DECODE_CHUNK_MASK + 6})
