@@ -525,7 +525,6 @@ def test_gemma3_sliding_layers_are_masked_from_window_keys_on():
         assert s["layer"].endswith("causal=1") and s["sliding_layer"].endswith("causal=0")
 
 
-
 def test_a_boolean_window_mask_is_converted_on_every_sdpa_call():
     """SDPA turns transformers' boolean window mask into an additive one each call: two fills and a `where` over
     (batch, queries, keys) in Gemma 3's sliding layers (H100 op profile: one `where` and two fills a masked
@@ -540,6 +539,11 @@ def test_a_boolean_window_mask_is_converted_on_every_sdpa_call():
         sliding = t[t["block"] == "sliding_layer"]
         assert sliding.loc[sliding["name"].str.startswith("attn.mask"), "name"].tolist() == conversion
         assert not t.loc[t["block"] == "layer", "name"].str.startswith("attn.mask").any()
+    olmo3 = {"model_type": "olmo3", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "vocab_size": 100, "num_hidden_layers": 4, "sliding_window": 16}
+    o = build_graph(olmo3, 2, 16, dtype="bf16", attn="sdpa").kernel_table()  # three sliding layers to one full
+    masked = o[o["name"] == "attn.mask_bias"]
+    assert set(masked["block"]) == {"sliding_layer"} and int(masked["count"].sum()) == 3
     short = build_graph(gemma3, 2, window // 2, dtype="bf16", attn="sdpa").kernel_table()
     assert not short["name"].str.startswith("attn.mask").any()
     static = build_graph(gemma3, 2, window, mode="decode", dtype="bf16", attn="sdpa", launch="graph").kernel_table()
@@ -552,6 +556,8 @@ def test_a_boolean_window_mask_is_converted_on_every_sdpa_call():
     where = four[four["name"] == "attn.mask_bias"]
     assert float(where["nbytes"].iloc[0]) == 4 * 2048 * 2048 * 3
     assert 0.02 < float(where["pred_ms"].iloc[0]) < 0.08
+
+
 def test_compare_and_measured_runs_know_the_cudnn_plans(tmp_path):
     from hybridperf.graphs.compare import compare_devices
     from hybridperf.graphs.measured_runs import calibrate_from_runs, read_runs

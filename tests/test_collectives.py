@@ -687,9 +687,9 @@ def test_small_ring_messages_run_on_the_channels_nccl_gives_them():
 
 def test_trays_of_an_nvl72_rack_share_its_nvlink_domain():
     """On GB200-NVL72, 4 GPUs per host tray: `predict-collective` prices 8 or 72 ranks at 4 per host as one
-    NVLink domain, 144 as two racks, 6 as one (a full tray and half of another), and refuses 76; 16 ranks named 8 per host (no tray has 8) are still one
-    rack, not two 8-GPU islands on InfiniBand; the library's gpus_per_node keeps meaning ranks per domain (a
-    send/recv between two racks stays on InfiniBand); an 8-GPU DGX is untouched."""
+    NVLink domain, 144 as two racks, 6 as one (a tray and a half), and refuses 76; 16 ranks named 8 per host (no
+    tray has 8) are still one rack, not two 8-GPU islands on InfiniBand; the library's gpus_per_node keeps meaning
+    ranks per domain (a send/recv between two racks stays on InfiniBand); an 8-GPU DGX is untouched."""
     rack, dgx = get_node("gb200"), get_node("DGX-H100")
     assert [per_host_to_domain(p, 4, rack) for p in (4, 8, 72, 144)] == [4, 8, 72, 72]
     assert per_host_to_domain(16, 8, dgx) == 8 and per_host_to_domain(16, 8, rack) == 16
@@ -702,8 +702,11 @@ def test_trays_of_an_nvl72_rack_share_its_nvlink_domain():
     ms = [json.loads(_cli("--collective", "all_reduce", "--bytes", "64MiB", "--gpus", 8, "--gpus-per-node", g,
                           "--device", "gb200", "--json").stdout.strip().splitlines()[-1])["ms"] for g in (4, 8)]
     assert ms[0] == ms[1]
-    # 6 ranks on two trays (4 + 2) are one domain as 6 named 8 per host are: neither is refused, both one price
-    assert check_shape("all_reduce", 6, 4, rack) == (6, 4) and per_host_to_domain(6, 4, rack) == 6
+    # 6 ranks on two trays (4 + 2) are one domain as 6 named 8 per host are: the CLI refuses neither, both one price
+    # (the library's gpus_per_node counts ranks per domain, and stays strict)
+    assert per_host_to_domain(6, 4, rack) == 6
+    with pytest.raises(InputError, match="multiple of --gpus-per-node"):
+        check_shape("all_reduce", 6, 4, rack)
     six = [json.loads(_cli("--collective", "all_reduce", "--bytes", "64MiB", "--gpus", 6, "--gpus-per-node", g,
                            "--device", "gb200", "--json").stdout.strip().splitlines()[-1])["ms"] for g in (4, 8)]
     assert six[0] == six[1]

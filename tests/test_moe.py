@@ -299,20 +299,25 @@ def test_full_sliding_window_cache_is_concatenated_strided():
 
 
 def test_forward_moe_kernels_take_more_host_time(monkeypatch):
-    """A forward MoE routing or dispatch kernel costs (1 + MOE_HOST_EXTRA) x the host floor where the host bounds it
-    (its ops launch more than one CUDA kernel): a small-batch MoE decode step slows down, a dense one does not, and
-    the backward's MoE kernels (autograd, no Python) keep the plain floor."""
+    """The forward kernels of a grouped-experts MoE block (a MOE_LLAMA family, eager) cost (1 + MOE_HOST_EXTRA) x
+    the host floor where the host bounds them (their ops launch more than one CUDA kernel): a small-batch MoE decode
+    step slows down; a dense one, the backward's MoE kernels (autograd, no Python), Switch's loop of experts and a
+    compiled graph do not."""
     import importlib
 
     compose = importlib.import_module("hybridperf.graphs.compose")
     g = build_graph(MOE["qwen3_moe"], 2, 64, "train", dtype="bf16")
     tab = g.kernel_table()
-    host = compose.host_ms(tab, 0.018)
+    extra = compose.moe_host_extra(g)
+    host = compose.host_ms(tab, 0.018, extra)
     moe = tab["name"].str.startswith(("moe.", "experts.")).to_numpy()
     fw = (tab["phase"] == "fw").to_numpy()
-    assert moe.any() and (moe & ~fw).any()
-    assert np.allclose(host[moe & fw], 0.018 * (1 + compose.MOE_HOST_EXTRA))
-    assert np.allclose(host[~(moe & fw)], 0.018)
+    assert extra == compose.MOE_HOST_EXTRA > 0 and moe.any() and (moe & ~fw).any()
+    assert np.allclose(host[moe & fw], 0.018 * (1 + extra)) and np.allclose(host[~(moe & fw)], 0.018)
+    switch = {"model_type": "switch_transformers", "d_model": 64, "d_kv": 16, "d_ff": 128, "num_heads": 4,
+              "num_layers": 2, "vocab_size": 100, "num_experts": 4}
+    assert compose.moe_host_extra(build_graph(switch, 2, 64, dtype="bf16")) == 0.0
+    assert compose.moe_host_extra(build_graph(MOE["qwen3_moe"], 2, 64, dtype="bf16", fused=True)) == 0.0
     kw = dict(mode="decode", device=H100, dtype="bf16", cudnn_plans="cached")
     dense = {"model_type": "llama", **SMALL}
     before = {n: predict_model(c, 1, 256, **kw).ms for n, c in (("moe", MOE["qwen3_moe"]), ("dense", dense))}

@@ -1,12 +1,11 @@
 """Count the kernels of one Hugging Face eager decode step and compare them with `--mode decode`'s graph.
 
 For small random-weight GPT-2, GPT-Neo, GPT-NeoX, OPT (and OPT-350m's layout), Llama (with grouped-query and with
-multi-head attention), Qwen3, Gemma, Phi-3, Granite and OLMo 2 and 3 models, in fp32 and bf16: prefill 8 tokens with
-`use_cache=True`, then run one decode step `model(next_ids, past_key_values=cache)` under
-TorchDispatchMode and record every ATen op that
-launches a kernel (views, transposes, expands and slices launch none). A 4-layer minus a 2-layer model
-gives the kernels per layer, the rest are outside the layers. `build_graph(..., mode="decode")` must
-launch exactly as many in both places.
+multi-head attention), Qwen3, Gemma, Phi-3, Granite, OLMo 2 and 3 and the MoE decoders' models, in fp32 and bf16:
+prefill 8 tokens with `use_cache=True`, then run one decode step `model(next_ids, past_key_values=cache)` under
+TorchDispatchMode and record every ATen op that launches a kernel (views, transposes, expands and slices launch
+none). A 4-layer minus a 2-layer model gives the kernels per layer, the rest are outside the layers.
+`build_graph(..., mode="decode")` must launch exactly as many in both places.
 
     python -m experiments.gpu.decode_trace      # needs torch and transformers; ~10 s on the CPU
 
@@ -71,6 +70,9 @@ CONFIGS = {
     "olmoe": {"model_type": "olmoe", "hidden_size": 64, "intermediate_size": 32, "num_attention_heads": 4,
               "num_key_value_heads": 2, "vocab_size": 100, "max_position_embeddings": 512, "num_experts": 4,
               "num_experts_per_tok": 2, "pad_token_id": 0},
+    "minimax_m2": {"model_type": "minimax_m2", "hidden_size": 64, "intermediate_size": 32, "num_attention_heads": 4,
+                   "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 100, "max_position_embeddings": 512,
+                   "num_local_experts": 4, "num_experts_per_tok": 2, "rotary_dim": 8},
     "gpt_oss": {"model_type": "gpt_oss", "hidden_size": 64, "intermediate_size": 32, "num_attention_heads": 4,
                 "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 100, "max_position_embeddings": 512,
                 "num_local_experts": 4, "num_experts_per_tok": 2},

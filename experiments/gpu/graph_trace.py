@@ -15,10 +15,11 @@ The graph is not meant to equal this trace everywhere, and the script says where
   * Families added after NeuSight's (GPT-NeoX, Qwen3, SmolLM3 and its NoPE layers, Ministral 3, Gemma 1-3, Phi-3,
     Granite, OLMo 2 and 3, T5, RoBERTa, OPT-350m's layout, the MoE decoders Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE,
     MiniMax-M2, DeepSeek-V3 and GLM-4.7-Flash, GPT-OSS, and Qwen3.5's, Gemma 4's, Granite 4.0's and Nemotron-H's
-    layers, `HYBRID`, `NEMOTRON_H`) were built from this trace: their forward layers match it exactly, and `tests/test_graphs.py`,
-    `tests/test_moe.py`, `tests/test_qwen3_5.py`, `tests/test_gemma4.py`, `tests/test_nemotron_h.py` and
-    `tests/test_granitemoehybrid.py` pin the counts. So do their training layers (GPT-NeoX, the llama-likes and the MoE
-    decoders; Qwen3.5, Gemma 4, Granite 4.0 and Nemotron-H do not train), in fp32 and bf16.
+    layers, `HYBRID`, `NEMOTRON_H`) were built from this trace: their forward layers match it exactly, and
+    `tests/test_graphs.py`, `tests/test_moe.py`, `tests/test_qwen3_5.py`, `tests/test_gemma4.py`,
+    `tests/test_nemotron_h.py` and `tests/test_granitemoehybrid.py` pin the counts (Llama 4's: `tests/test_llama4.py`).
+    So do their training layers (GPT-NeoX, the llama-likes and the MoE decoders; Qwen3.5, Gemma 4, Granite 4.0 and
+    Nemotron-H do not train), in fp32 and bf16.
   * A view's backward that scatters into a zero-filled gradient (ATen's slice_backward, select_backward:
     RoPE's halves, Phi-3's fused q/k/v) is two kernels, a fill and a copy, and is counted as two.
   * Ops that only allocate (`aten.empty*`) launch no kernel and are not counted.

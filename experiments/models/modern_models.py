@@ -76,25 +76,32 @@ def cudnn_plans(run: dict) -> str:
     return "build" if grown and str(run.get("cudnn_plans", "")).strip() != "cached" else "cached"
 
 
+def run_request(r: dict, csv_dir: Path, configs: Path, device: str | None, default_attn: str = "sdpa",
+                launch: str = "eager") -> tuple[ModelRequest, str | None]:
+    """The `ModelRequest` of one timed run (a `timed_runs` record) and the device it ran on (its `device` column,
+    else `device`)."""
+    cfg = load_config(_config_path(r, csv_dir, configs))
+    if pd.notna(r.get("layers")) and str(r.get("layers")).strip():
+        cfg = dataclasses.replace(cfg, layers=int(r["layers"]))
+    amp = str(r.get("amp", "false")).strip().lower() in _TRUE
+    attn = str(r["attn"]).strip().lower() if pd.notna(r.get("attn")) else default_attn
+    dtype = "fp32" if amp else str(r.get("dtype", "fp32")).strip()
+    recompute = str(r.get("recompute", "false")).strip().lower() in _TRUE
+    req = ModelRequest(cfg, int(r["batch"]), int(r["seq"]), str(r.get("mode", "inf")).strip(), dtype, attn, amp,
+                       recompute=recompute, cudnn_plans=cudnn_plans(r), launch=launch)
+    return req, r.get("device") if isinstance(r.get("device"), str) and r.get("device").strip() else device
+
+
 def score(runs: pd.DataFrame, csv_dir: Path, configs: Path, device: str | None, predictor: Predictor,
           default_attn: str = "sdpa", launch: str = "eager") -> pd.DataFrame:
     """Each timed run (`timed_runs`) with pred_ms, lo_ms, hi_ms, err_pct and covered (`default_attn` where a run
     names none; `launch`: how every run issued its kernels)."""
     out = []
     for r in timed_runs(runs).to_dict("records"):
-        cfg = load_config(_config_path(r, csv_dir, configs))
-        if pd.notna(r.get("layers")) and str(r.get("layers")).strip():
-            cfg = dataclasses.replace(cfg, layers=int(r["layers"]))
-        amp = str(r.get("amp", "false")).strip().lower() in _TRUE
-        attn = str(r["attn"]).strip().lower() if pd.notna(r.get("attn")) else default_attn
-        dtype = "fp32" if amp else str(r.get("dtype", "fp32")).strip()
-        recompute = str(r.get("recompute", "false")).strip().lower() in _TRUE
-        req = ModelRequest(cfg, int(r["batch"]), int(r["seq"]), str(r.get("mode", "inf")).strip(), dtype, attn, amp,
-                           recompute=recompute, cudnn_plans=cudnn_plans(r), launch=launch)
-        dev = r.get("device") if isinstance(r.get("device"), str) and r.get("device").strip() else device
+        req, dev = run_request(r, csv_dir, configs, device, default_attn, launch)
         p = predict_request(req, dev, predictor)
         m = float(r["measured_ms"])
-        out.append({**r, "attn": attn, "amp": amp, "dtype": dtype, "pred_ms": p.ms, "lo_ms": p.lo_ms,
+        out.append({**r, "attn": req.attn, "amp": req.amp, "dtype": req.dtype, "pred_ms": p.ms, "lo_ms": p.lo_ms,
                     "hi_ms": p.hi_ms, "err_pct": (p.ms / m - 1.0) * 100.0, "covered": p.lo_ms <= m <= p.hi_ms})
     return pd.DataFrame(out)
 

@@ -12,7 +12,6 @@ the lowest MAPE on the other sets is scored on it.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib
 from pathlib import Path
 
@@ -20,19 +19,17 @@ import numpy as np
 import pandas as pd
 
 from experiments.common import REPO, RESULTS
-from experiments.models.modern_models import _TRUE, _config_path, cudnn_plans, timed_runs
-from hybridperf.graphs.config import load_config
+from experiments.models.modern_models import run_request, timed_runs
+from hybridperf.graphs.config import MOE_LLAMA
 from hybridperf.graphs.grouped import native_loop
-from hybridperf.graphs.request import ModelRequest
 
 #: the module, not `hybridperf.graphs.compose` the function the package exports under that name
 compose = importlib.import_module("hybridperf.graphs.compose")
 MEASURED = REPO / "experiments" / "data" / "measured"
 H100, H200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
 #: the run sets with MoE runs, and their GPU
-SETS = {"h100/modern/models.csv": H100, "h100/modern/models_second_lease.csv": H100,
-        "h100/moe_transformers/models_tf524.csv": H100, "h100/families/models.csv": H100,
-        "h100/generate_decode/models.csv": H100, "h200/modern/models.csv": H200}
+SETS = {"h100/modern/models.csv": H100, "h100/moe_transformers/models_tf524.csv": H100,
+        "h100/families/models.csv": H100, "h100/generate_decode/models.csv": H100, "h200/modern/models.csv": H200}
 EXTRAS = np.round(np.arange(0.0, 1.51, 0.1), 2)
 
 
@@ -42,22 +39,15 @@ def moe_runs(predictor) -> list[dict]:
     saved = compose.MOE_HOST_EXTRA
     compose.MOE_HOST_EXTRA = 0.0
     try:
-        for csv, dev in SETS.items():
+        for csv, gpu in SETS.items():
             path = MEASURED / csv
             if not path.is_file():
                 continue
             for r in timed_runs(pd.read_csv(path)).to_dict("records"):
-                cfg = load_config(_config_path(r, path.parent, REPO / "examples" / "configs"))
-                if not (cfg.num_experts or cfg.family == "deepseek_v3"):
+                req, dev = run_request(r, path.parent, REPO / "examples" / "configs", gpu)
+                if req.config.family not in MOE_LLAMA:
                     continue
-                if pd.notna(r.get("layers")) and str(r.get("layers")).strip():
-                    cfg = dataclasses.replace(cfg, layers=int(r["layers"]))
-                amp = str(r.get("amp", "false")).strip().lower() in _TRUE
-                attn = str(r["attn"]).strip().lower() if pd.notna(r.get("attn")) else "sdpa"
-                recompute = str(r.get("recompute", "false")).strip().lower() in _TRUE
-                mode = str(r["mode"]).strip()
-                req = ModelRequest(cfg, int(r["batch"]), int(r["seq"]), mode, "fp32" if amp else str(r["dtype"]),
-                                   attn, amp, recompute=recompute, cudnn_plans=cudnn_plans(r))
+                mode = req.mode
                 p = compose.predict_request(req, dev, predictor)
                 par = compose.composition_params(compose.predictor_kind(predictor),
                                                  compose.COMPOSITION_MODE.get(mode, mode))
@@ -93,7 +83,9 @@ def report(runs: list[dict]) -> str:
         held = [r for r in runs if r["set"] == s]
         rest = [r for r in runs if r["set"] != s]
         best = min(EXTRAS, key=lambda e: mape(rest, e))
-        med = lambda e: float(np.median([with_extra(r, e) / r["measured_ms"] - 1 for r in held]) * 100)  # noqa: E731
+        def med(e, held=held):
+            return float(np.median([with_extra(r, e) / r["measured_ms"] - 1 for r in held]) * 100)
+
         rows.append({"held-out run set": s, "MoE runs": len(held), "extra chosen on the others": best,
                      "MAPE % at 0": round(mape(held, 0.0), 1), "held out": round(mape(held, best), 1),
                      f"at {compose.MOE_HOST_EXTRA} (shipped)": round(mape(held, compose.MOE_HOST_EXTRA), 1),
@@ -101,7 +93,8 @@ def report(runs: list[dict]) -> str:
     table = pd.DataFrame(rows)
     curve = pd.DataFrame({"extra": EXTRAS, "MAPE % over all MoE runs": [round(mape(runs, e), 1) for e in EXTRAS]})
     return (f"# Host time of MoE routing and dispatch kernels\n\n`python -m experiments.models.moe_host`: {len(runs)} "
-            f"timed MoE runs (inference, decode, training) of {len(sets)} run sets; a forward MoE kernel's host time is "
+            f"timed MoE runs (inference, decode, training) of {len(sets)} run sets; a forward MoE kernel's host "
+            "time is "
             "(1 + extra) x the floor. Each set left out, the extra is chosen on the others.\n\n"
             + table.to_markdown(index=False) + "\n\n" + curve.to_markdown(index=False) + "\n")
 

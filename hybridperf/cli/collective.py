@@ -67,16 +67,16 @@ def predict_collective(
     if gpus < 2:
         raise InputError(f"--gpus must be >= 2: a collective on one rank moves nothing, got {gpus}")
     node, note = resolve_node(device)
+    per_host = gpus_per_node
+    if gpus_per_node is not None and gpus_per_node > 0:  # ranks per host -> per NVLink domain (an NVL72's trays)
+        gpus_per_node = per_host_to_domain(gpus, gpus_per_node, node)
     _, placed = check_shape(coll, gpus, gpus_per_node, node)
     gpus_per_node = placed if gpus_per_node else None
-    asked_per_node = gpus_per_node or min(gpus, node.gpus_per_node)  # as a measured CSV writes it
-    if gpus_per_node:
-        per_domain = per_host_to_domain(gpus, gpus_per_node, node)
-        if per_domain != gpus_per_node:
-            typer.echo(f"note: {node.name} is an NVLink domain of {node.gpus_per_node} GPUs over hosts of "
-                       f"{node.gpus_per_host}; {gpus} ranks at {gpus_per_node} per host talk over NVLink "
-                       f"{per_domain} at a time", err=True)
-            gpus_per_node = per_domain
+    asked_per_node = min(per_host, placed) if gpus_per_node else min(gpus, node.gpus_per_node)  # as a CSV writes it
+    if gpus_per_node and gpus_per_node != min(per_host, gpus):
+        typer.echo(f"note: {node.name} is an NVLink domain of {node.gpus_per_node} GPUs over hosts of "
+                   f"{node.gpus_per_host}; {gpus} ranks at {per_host} per host talk over NVLink "
+                   f"{gpus_per_node} at a time", err=True)
     per_node = gpus_per_node or min(gpus, node.gpus_per_node)  # the ranks one NVLink domain or node holds
     impl = impl.strip().lower()
     auto = str(timing).strip().lower() == "auto"

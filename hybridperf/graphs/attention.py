@@ -147,8 +147,8 @@ def backend(cfg: ModelConfig, dtype: str, call: dict, explicit_mask: bool) -> st
 def explicit_mask(cfg: ModelConfig, call: dict) -> bool:
     """Whether transformers hands SDPA a mask: T5's bias, or a sliding window no longer than the keys
     (`masking_utils`: a window of `w` keys is masked from `w` keys on, a decode step's full window included).
-    A call marked `sliding=False` is a full-attention layer (a decode step of Gemma 3's global layers); one marked
-    `static` reads a static cache, whose unwritten slots a mask hides."""
+    A call marked `sliding=False` is a full-attention layer (Gemma 3's global layers in a decode step or a prefill
+    past the window); one marked `static` reads a static cache, whose unwritten slots a mask hides."""
     if cfg.family in BIAS_MASK or call.get("static"):
         return True
     layer_slides = call.get("sliding", True)
@@ -196,7 +196,7 @@ def mask_to_bias(call: dict) -> list:
 
     n = call["B"] * call["S"] * call["S_kv"]
     return [misc("attn.mask_zero", "mask", F32), misc("attn.mask_inf", "mask", F32),
-            misc("attn.mask_bias", "where", n * (F32 + 2))]  # a bool read, a half-precision write
+            misc("attn.mask_bias", "where", n * (F32 + 2))]  # a bool read, a half-precision write (fp32: 6 n for 5)
 
 
 def _fused(call: dict, be: str, causal: bool, mask: bool, bool_mask: bool = False) -> list:

@@ -48,6 +48,7 @@ from hybridperf.errors import InputError, ModelBundleError
 from hybridperf.graphs.attention import FUSED_LOG_HALF_WIDTH, check_cudnn_plans, cudnn_plan_ms, \
     fused_attention_ms
 from hybridperf.graphs.calibration import CALIBRATION
+from hybridperf.graphs.config import MOE_LLAMA
 from hybridperf.graphs.grouped import launch_grouped_gemms, native_loop
 from hybridperf.graphs.kernels import build_graph
 from hybridperf.graphs.misc import MISC_LOG_HALF_WIDTH, misc_latency_ms
@@ -80,13 +81,14 @@ HOST_SPREAD = 2.0
 #: lower bound lets its host-bound time run this fast: the narrowest of 0.66 / 0.72 / 0.78 / 1 under which each set of
 #: lent-machine runs is covered >= 85% (`python -m experiments.models.host_floor`, `results/host_floor.md`)
 HOST_FASTEST = 0.72
-#: how much more host time than `cpu_ms` a forward MoE routing or dispatch kernel (names `MOE_KERNELS`) takes
-#: where the host bounds it: those ops launch more than their one counted kernel on CUDA (an H100 op profile of
-#: Qwen1.5-MoE, `measured/h100/families/op_profile.csv`: topk, histc and cumsum two kernels each, grouped_mm a
-#: setup kernel more, sort a radix kernel and two copies) and go through Python's indexing. Chosen on MoE runs
-#: of five run sets (H100 leases, our H200; transformers 5.17 and 5.24), each set left out picking 0.4-0.5
-#: (`python -m experiments.models.moe_host`): held-out MAPE 15.6 / 12.3 / 11.2 / 13.4 -> 14.5 / 11.7 / 9.4 /
-#: 12.3%, and on the fast first H100 lease 12.6 -> 13.7%
+#: how much more host time than `cpu_ms` the forward kernels of a grouped-experts MoE block (router, dispatch and
+#: experts: names `MOE_KERNELS`, in the MOE_LLAMA families it was chosen on, eager) take where the host bounds them:
+#: their ops launch more than their one counted kernel on CUDA (an H100 op profile of Qwen1.5-MoE,
+#: `measured/h100/families/op_profile.csv`: topk, histc and cumsum two kernels each, grouped_mm a setup kernel more,
+#: sort a radix kernel and two copies) and go through Python's indexing. Chosen on the MoE runs of five run sets
+#: (H100 leases, our H200; transformers 5.17 and 5.24), each set left out picking 0.4-0.5
+#: (`python -m experiments.models.moe_host`): held-out MAPE 15.6 / 12.3 / 11.2 / 13.4 -> 14.5 / 11.7 / 9.4 / 12.3%,
+#: and on the fast first H100 lease 12.6 -> 13.7%
 MOE_HOST_EXTRA = 0.4
 MOE_KERNELS = ("moe.", "experts.")
 #: graph modes composed with another mode's constants: a decode step is an eager no_grad forward, as
@@ -147,11 +149,11 @@ def harness_floor_ms(ops) -> np.ndarray:
                     dtype=np.float64)
 
 
-def in_model_ms(pred_ms, floor_ms, scale: float = 1.0, gap_ms: float = DEFAULT_GAP_MS, cpu_ms: float = 0.0,
+def in_model_ms(pred_ms, floor_ms, scale: float = 1.0, gap_ms: float = DEFAULT_GAP_MS, cpu_ms=0.0,
                 raw: bool = False, looped=None) -> np.ndarray:
-    """Per-launch time of kernels inside a model: max(scale * max(pred - floor, 0) + gap, cpu), or
-    max(scale * max(pred - floor, 0), LOOP_LAUNCH_MS) where `looped` (a C++ loop launches them,
-    `grouped.native_loop`)."""
+    """Per-launch time of kernels inside a model: max(scale * max(pred - floor, 0) + gap, cpu) (`cpu_ms`: one host
+    time or one per kernel, `host_ms`), or max(scale * max(pred - floor, 0), LOOP_LAUNCH_MS) where `looped` (a C++
+    loop launches them, `grouped.native_loop`)."""
     pred_ms = np.asarray(pred_ms, dtype=np.float64)
     if raw:
         return pred_ms.copy()
@@ -169,10 +171,15 @@ def graph_launch_ms(tab: pd.DataFrame) -> np.ndarray:
     return np.maximum(dev, floors_ms(classes, ["kernel"] * len(classes))) + GRAPH_GAP_MS
 
 
-def host_ms(tab: pd.DataFrame, cpu_ms: float) -> np.ndarray:
-    """Each row's host time per launch: `cpu_ms`, (1 + MOE_HOST_EXTRA) x it for a forward MoE kernel."""
+def moe_host_extra(graph: ModelGraph) -> float:
+    """`MOE_HOST_EXTRA` for an eager graph of a MOE_LLAMA family, else 0."""
+    return MOE_HOST_EXTRA if graph.config.family in MOE_LLAMA and not graph.fused else 0.0
+
+
+def host_ms(tab: pd.DataFrame, cpu_ms: float, moe_extra: float = 0.0) -> np.ndarray:
+    """Each row's host time per launch: `cpu_ms`, (1 + `moe_extra`) x it for a forward MoE kernel."""
     moe = tab["name"].str.startswith(MOE_KERNELS).to_numpy(bool) & (tab["phase"].to_numpy() == "fw")
-    return cpu_ms * np.where(moe, 1.0 + MOE_HOST_EXTRA, 1.0)
+    return cpu_ms * np.where(moe, 1.0 + moe_extra, 1.0)
 
 
 def host_bound_share(tab: pd.DataFrame, par: dict) -> float:
@@ -181,7 +188,8 @@ def host_bound_share(tab: pd.DataFrame, par: dict) -> float:
     if par["raw"] or par["cpu_ms"] <= 0:
         return 0.0
     dev = par["scale"] * np.maximum(tab["pred_ms"].to_numpy() - tab["floor_ms"].to_numpy(), 0.0)
-    bound = (dev + par["gap_ms"] < host_ms(tab, par["cpu_ms"])) & ~np.asarray(native_loop(tab), dtype=bool)
+    bound = (dev + par["gap_ms"] < host_ms(tab, par["cpu_ms"], par.get("moe_extra", 0.0))) \
+        & ~np.asarray(native_loop(tab), dtype=bool)
     total = tab["total_ms"].to_numpy()
     return float(total[bound].sum() / max(total.sum(), 1e-300))
 
@@ -368,9 +376,10 @@ def compose(graph: ModelGraph, dev: DeviceSpec, predictor: Predictor, correction
         par = {"raw": False, "scale": 1.0, "gap_ms": 0.0, "cpu_ms": 0.0, "log_bias": 0.0}
         t = graph_launch_ms(tab)
     else:
-        par = composition_params(kind, COMPOSITION_MODE.get(graph.mode, graph.mode), calibration, correction)
+        par = {**composition_params(kind, COMPOSITION_MODE.get(graph.mode, graph.mode), calibration, correction),
+               "moe_extra": moe_host_extra(graph)}
         t = in_model_ms(tab["pred_ms"].to_numpy(), tab["floor_ms"].to_numpy(), par["scale"], par["gap_ms"],
-                        host_ms(tab, par["cpu_ms"]), par["raw"], native_loop(tab))
+                        host_ms(tab, par["cpu_ms"], par["moe_extra"]), par["raw"], native_loop(tab))
     tab["t_ms"] = t
     tab["total_ms"] = t * tab["count"].to_numpy()
     log_bias = par["log_bias"]

@@ -161,9 +161,7 @@ def check_shape(collective: str, gpus: int, gpus_per_node: int | None, node: Nod
     if g > node.gpus_per_node:
         raise InputError(f"node {node.name} has {node.gpus_per_node} GPUs; --gpus-per-node {g} is too many")
     g = min(g, p)  # a node's size given for fewer ranks: they all sit in one node
-    domain = node.gpus_per_node  # an NVLink domain over several hosts (NVL72) holds ranks placed unevenly on its hosts
-    spans_hosts = node.intra_topology == "nvswitch" and 0 < (node.gpus_per_host or 0) < domain
-    if p % g and not (spans_hosts and (p <= domain or p % domain == 0)):
+    if p % g:
         if gpus_per_node is None:
             raise InputError(f"--gpus ({p}) beyond one {node.name} fills whole nodes of {g} GPUs: use a multiple of "
                              f"{g}, or --gpus-per-node to place fewer on each")

@@ -25,6 +25,8 @@ from hybridperf.serving.api import Worker, node_for, predict_serving
 from hybridperf.serving.calibration import Calibration
 from hybridperf.serving.cost import (KV_DTYPE_BYTES, PRECISIONS, QUANT_MODES, KernelModels, Parallel, Speculation,
                                      default_kv_dtype)
+from hybridperf.jsonio import read_json_object
+from hybridperf.serving.checkpoint import checkpoint_kv_dtype
 from hybridperf.serving.load import as_arch, resolve_config
 
 REQUIRED = ("backend", "model_path", "system", "mode", "isl", "osl")
@@ -199,7 +201,7 @@ def row_request(row: dict, config_dir, config=None) -> dict:
     engine = str(row.get("backend", "")).strip().lower()
     path = config if config is not None else resolve_config(str(row.get("model_path", "")), config_dir)
     prec, moe_prec = row_precision(row, "gemm_quant_mode"), row_precision(row, "moe_quant_mode")
-    kv = default_kv_dtype(prec)
+    kv = checkpoint_kv_dtype(path, read_json_object(path)) or default_kv_dtype(prec)  # what `auto` runs
     isl, osl = _int(row, "isl", None), _int(row, "osl", None)
     if isl is None or osl is None:
         raise InputError("isl and osl must be given")

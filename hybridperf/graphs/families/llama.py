@@ -59,7 +59,7 @@ def forward(cfg: ModelConfig, B, S, train) -> list:
     post = [*rms_norm("final_norm", tok, h, train, gemma, oss or olmo), linear("lm_head", tok, h, V, bias=False),
             *(soft_cap("logit_softcap", tok, V) if v["final_softcap"] else []),
             *granite_scale("logits_scaling", tok, V, v, "divu")]
-    sliding = None  # from `window` tokens on, transformers masks Gemma 3's and OLMo 3's sliding layers only
+    sliding = None  # from `window` tokens on, transformers masks the sliding layers only (SDPA's cost differs)
     if not cfg.every_layer_slides and "sliding_attention" in cfg.layer_types and S >= cfg.sliding_window > 0:
         attn, sliding = mark_window(attn, False), mark_window(attn, True)
     return [Block("embeddings", 1, pre, "pre"),

@@ -142,7 +142,8 @@ def llama_layer_blocks(cfg: ModelConfig, attn: list, tok: int, train: bool = Fal
     `attn` (the layer up to its post-attention norm), then the MLP over `tok` tokens (Gemma 2 and 3: and its
     norm) and the residual add. A MOE_LLAMA family's sparse layers (block `layer`) run `moe_block`, its dense
     ones (`dense_layer`) the gated MLP. `sliding_attn`: the attention of the sliding-window layers where it
-    differs from the full layers' (a decode step's shorter cache; block `sliding_layer`)."""
+    differs from the full layers' (a decode step's shorter cache, or a prefill past the window, whose sliding layers
+    alone take a mask; block `sliding_layer`)."""
     h = cfg.hidden
     v = llama_variant(cfg)
     end = [*output_norm("post_ffw_norm", tok, h, v, train), *granite_scale("resid_scale2", tok, h, v),
@@ -152,7 +153,7 @@ def llama_layer_blocks(cfg: ModelConfig, attn: list, tok: int, train: bool = Fal
     readers = 1 if v["fused"] or v["olmo"] else 2
     dense = [*grad_sums("post_norm_out", tok, h, readers, train), *llama_mlp(cfg, tok, train)]
     sparse = cfg.sparse_layers
-    if sliding_attn is not None:  # Gemma 2 and 3 (dense) and GPT-OSS (every layer sparse)
+    if sliding_attn is not None:  # Gemma 2 and 3 and OLMo 3 (dense) and GPT-OSS (every layer sparse)
         n = cfg.layer_types.count("sliding_attention")
         mlp = moe_block(cfg, tok, train) if sparse else dense
         layers = [Block("layer", cfg.layers - n, attn + mlp + end, "layer"),

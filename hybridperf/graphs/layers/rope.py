@@ -8,13 +8,13 @@ from hybridperf.graphs.primitives import F32, cast, misc, vec
 
 
 def rotary_dim(cfg: ModelConfig, default_fraction: float) -> int:
-    """Width of each head that RoPE rotates: MiniMax-M2's `rotary_dim`, or head_dim times the config's `rotary_pct`
-    (GPT-NeoX) or `partial_rotary_factor` (top level, or in `rope_parameters` / `rope_scaling`), else
-    `default_fraction`."""
-    if cfg.raw.get("rotary_dim"):
-        return min(int(cfg.raw["rotary_dim"]), cfg.head_dim)
+    """Width of each head that RoPE rotates: head_dim times the config's `rotary_pct` (GPT-NeoX) or
+    `partial_rotary_factor` (top level, or in `rope_parameters` / `rope_scaling`), else MiniMax-M2's `rotary_dim`
+    (transformers reads it only where no factor is given), else head_dim times `default_fraction`."""
     rope = cfg.raw.get("rope_parameters") or cfg.raw.get("rope_scaling") or {}
     fraction = cfg.raw.get("rotary_pct") or cfg.raw.get("partial_rotary_factor") or rope.get("partial_rotary_factor")
+    if not fraction and cfg.raw.get("rotary_dim"):
+        return min(int(cfg.raw["rotary_dim"]), cfg.head_dim)
     return int(cfg.head_dim * float(fraction or default_fraction))
 
 
