@@ -166,17 +166,16 @@ def _pre(cfg: ModelConfig, B: int, tok: int, decode: bool) -> list:
     complex rotary table (position and frequencies as fp32, ones, polar, scaling)."""
     kinds = {r for r, _ in _kinds(cfg)}
     full, chunk = False in kinds, True in kinds
-    mask = misc  # tiny kernels of positions and masks
     if decode:
-        ks = [mask(f"pos_{i}", "mask", 2 * B * 8) for i in range(DECODE_POSITIONS)]
+        ks = [misc(f"pos_{i}", "mask", 2 * B * 8) for i in range(DECODE_POSITIONS)]
         n_full, n_chunk = DECODE_FULL_MASK * full, DECODE_CHUNK_MASK * chunk
     else:
-        ks = [*(mask(f"pos_{i}", "mask", 2 * tok * 8) for i in range(POSITIONS)),
-              *(mask(f"packed_{i}", "mask", 2 * tok * 8) for i in range(PACKED_CHECK * (full + chunk))),
-              *([mask("chunk_mask", "mask", 2 * tok * 8)] if chunk else [])]
+        ks = [*(misc(f"pos_{i}", "mask", 2 * tok * 8) for i in range(POSITIONS)),
+              *(misc(f"packed_{i}", "mask", 2 * tok * 8) for i in range(PACKED_CHECK * (full + chunk))),
+              *([misc("chunk_mask", "mask", 2 * tok * 8)] if chunk else [])]
         n_full, n_chunk = FULL_MASK * full, CHUNK_MASK * chunk
-    ks += [*(mask(f"causal_full_{i}", "mask", 2 * tok * 8) for i in range(n_full)),
-           *(mask(f"causal_chunk_{i}", "mask", 2 * tok * 8) for i in range(n_chunk))]
+    ks += [*(misc(f"causal_full_{i}", "mask", 2 * tok * 8) for i in range(n_full)),
+           *(misc(f"causal_chunk_{i}", "mask", 2 * tok * 8) for i in range(n_chunk))]
     width = tok * cfg.head_dim // 2
     ks += [_k("rotary_inv_freq", "misc:cast", nbytes=2 * cfg.head_dim * F32, dtypes=HALF_DTYPES),
            *(misc(f"rotary_{i}", "mask", 2 * width * 2 * F32, fp32=True) for i in range(5))]
