@@ -53,6 +53,15 @@ class Family:
         return self.decode is not None
 
 
+def config_int(d: dict, key: str, source: str, minimum: int = 1) -> int:
+    """Field `key` of a plugin family's HF config `d` as an integer >= `minimum` (a float like 4.0 passes);
+    InputError naming the field and the config otherwise."""
+    v = d.get(key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not float(v).is_integer() or v < minimum:
+        raise InputError(f"{source}: config field {key!r} must be an integer >= {minimum}, got {v!r}")
+    return int(v)
+
+
 def register(family: Family) -> Family:
     """Add `family` under each of its names; a name another family holds already is an error."""
     if isinstance(family.names, str) or not family.names or not all(isinstance(n, str) and n for n in family.names):

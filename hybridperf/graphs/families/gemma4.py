@@ -25,7 +25,7 @@ from pathlib import Path
 from hybridperf.errors import InputError
 from hybridperf.graphs.config import LAYER_TYPES, ModelConfig, config_positions, kv_length
 from hybridperf.graphs.decode import LLAMA_SETUP_CASTS, cached_attention, decode_setup
-from hybridperf.graphs.family import Family
+from hybridperf.graphs.family import Family, config_int
 from hybridperf.graphs.layers.attention_core import attention_core, soft_cap
 from hybridperf.graphs.layers.moe import expert_dispatch
 from hybridperf.graphs.layers.norms import fp32_norm
@@ -49,10 +49,7 @@ def parse(d: dict, source: str) -> ModelConfig:
             and d["hidden_size_per_layer_input"] is None else {})}
 
     def count(key, minimum=1):
-        v = d.get(key)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not float(v).is_integer() or v < minimum:
-            raise InputError(f"{source}: config field {key!r} must be an integer >= {minimum}, got {v!r}")
-        return int(v)
+        return config_int(d, key, source, minimum)
 
     count("hidden_size_per_layer_input", 0)
     if d.get("use_bidirectional_attention") == "all":

@@ -12,7 +12,7 @@ from hybridperf.errors import InputError
 from hybridperf.graphs.attention import fills_cache
 from hybridperf.graphs.config import ModelConfig, config_positions, kv_length
 from hybridperf.graphs.decode import LLAMA_SETUP_CASTS, cached_attention, decode_setup
-from hybridperf.graphs.family import Family
+from hybridperf.graphs.family import Family, config_int
 from hybridperf.graphs.layers.attention_core import attention_core
 from hybridperf.graphs.layers.mamba import attention_kv_width, mamba2_prefill, mamba2_state_bytes, mamba2_step
 from hybridperf.graphs.layers.moe import expert_dispatch
@@ -34,10 +34,7 @@ def parse(d: dict, source: str) -> ModelConfig:
     d = {**DEFAULTS, **{k: v for k, v in d.items() if v is not None}}
 
     def count(key, minimum=1):
-        v = d.get(key)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not float(v).is_integer() or v < minimum:
-            raise InputError(f"{source}: config field {key!r} must be an integer >= {minimum}, got {v!r}")
-        return int(v)
+        return config_int(d, key, source, minimum)
 
     hidden, heads, layers = count("hidden_size"), count("num_attention_heads"), count("num_hidden_layers")
     kv = count("num_key_value_heads") if d.get("num_key_value_heads") is not None else heads

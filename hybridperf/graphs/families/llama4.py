@@ -22,7 +22,7 @@ from pathlib import Path
 from hybridperf.errors import InputError
 from hybridperf.graphs.config import ModelConfig, config_positions, kv_length
 from hybridperf.graphs.decode import cached_attention
-from hybridperf.graphs.family import Family
+from hybridperf.graphs.family import Family, config_int
 from hybridperf.graphs.layers.activation import mlp_activation
 from hybridperf.graphs.layers.attention_core import attention_core
 from hybridperf.graphs.layers.norms import fp32_norm, rms_norm
@@ -49,10 +49,7 @@ def parse(d: dict, source: str) -> ModelConfig:
     d = {**DEFAULTS, **{k: v for k, v in d.items() if v is not None}}
 
     def count(key, minimum=1):
-        v = d.get(key)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not float(v).is_integer() or v < minimum:
-            raise InputError(f"{source}: config field {key!r} must be an integer >= {minimum}, got {v!r}")
-        return int(v)
+        return config_int(d, key, source, minimum)
 
     hidden, heads, layers = count("hidden_size"), count("num_attention_heads"), count("num_hidden_layers")
     kv = count("num_key_value_heads") if "num_key_value_heads" in d else heads

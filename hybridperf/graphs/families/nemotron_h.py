@@ -18,7 +18,7 @@ from hybridperf.errors import InputError
 from hybridperf.graphs.attention import fills_cache
 from hybridperf.graphs.config import ModelConfig, config_positions, kv_length
 from hybridperf.graphs.decode import cached_attention, decode_setup
-from hybridperf.graphs.family import Family
+from hybridperf.graphs.family import Family, config_int
 from hybridperf.graphs.layers.attention_core import attention_core
 from hybridperf.graphs.layers.mamba import attention_kv_width, mamba2_prefill, mamba2_state_bytes, mamba2_step
 from hybridperf.graphs.layers.moe import deepseek_router, expert_dispatch
@@ -39,10 +39,7 @@ def parse(d: dict, source: str) -> ModelConfig:
     d = {**DEFAULTS, **{k: v for k, v in d.items() if v is not None}}
 
     def count(key):
-        v = d.get(key)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not float(v).is_integer() or v < 1:
-            raise InputError(f"{source}: config field {key!r} must be a positive integer, got {v!r}")
-        return int(v)
+        return config_int(d, key, source)
 
     blocks, pattern = d.get("layers_block_type"), d.get("hybrid_override_pattern")
     if blocks is None:  # the older configs' letters

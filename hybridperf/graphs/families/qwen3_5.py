@@ -20,7 +20,7 @@ from hybridperf.errors import InputError
 from hybridperf.graphs.attention import fills_cache
 from hybridperf.graphs.config import ModelConfig, config_positions, kv_length
 from hybridperf.graphs.decode import LLAMA_SETUP_CASTS, cached_attention, decode_setup
-from hybridperf.graphs.family import Family
+from hybridperf.graphs.family import Family, config_int
 from hybridperf.graphs.layers.attention_core import attention_core
 from hybridperf.graphs.layers.moe import moe_block
 from hybridperf.graphs.layers.norms import rms_norm
@@ -46,10 +46,7 @@ def parse(d: dict, source: str) -> ModelConfig:
     d = {**DEFAULTS, **(MOE_DEFAULTS if moe else {}), "tie_word_embeddings": False, **d, "norm_topk_prob": True}
 
     def count(key):
-        v = d.get(key)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not float(v).is_integer() or v < 1:
-            raise InputError(f"{source}: config field {key!r} must be a positive integer, got {v!r}")
-        return int(v)
+        return config_int(d, key, source)
 
     for key in ("linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim", "linear_num_key_heads"):
         count(key)
