@@ -48,11 +48,10 @@ def _kv_dtype(config: Path, kv_dtype: str, precision: str) -> str:
     (said in a note), else "" (the precision's default, `serving.cost.default_kv_dtype`)."""
     if kv_dtype:
         return kv_dtype
-    from hybridperf.jsonio import read_json_object
-    from hybridperf.serving.checkpoint import checkpoint_kv_dtype
+    from hybridperf.serving.checkpoint import kv_dtype_of_file
     from hybridperf.serving.cost import default_kv_dtype
 
-    found = checkpoint_kv_dtype(config, read_json_object(config))
+    found = kv_dtype_of_file(str(Path(config).resolve()))
     if found is None or found == default_kv_dtype(precision):
         return ""
     typer.echo(f"note: --kv-dtype {found}, the checkpoint's KV-cache format; pass --kv-dtype to choose another",

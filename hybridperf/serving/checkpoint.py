@@ -12,6 +12,7 @@ included) has no single precision to serve it in. A checkpoint that states an FP
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from hybridperf.jsonio import read_json_object
@@ -119,3 +120,9 @@ def checkpoint_kv_dtype(config, raw: dict) -> str | None:
     if isinstance(scheme, dict) and scheme.get("num_bits") == 8 and scheme.get("type") == "float":
         return "fp8"
     return None
+
+
+@lru_cache(maxsize=64)
+def kv_dtype_of_file(path: str) -> str | None:
+    """`checkpoint_kv_dtype` of the config file at `path`, read once (a `--rows` CSV names one config many times)."""
+    return checkpoint_kv_dtype(path, read_json_object(path))

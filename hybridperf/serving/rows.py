@@ -25,8 +25,7 @@ from hybridperf.serving.api import Worker, node_for, predict_serving
 from hybridperf.serving.calibration import Calibration
 from hybridperf.serving.cost import (KV_DTYPE_BYTES, PRECISIONS, QUANT_MODES, KernelModels, Parallel, Speculation,
                                      default_kv_dtype)
-from hybridperf.jsonio import read_json_object
-from hybridperf.serving.checkpoint import checkpoint_kv_dtype
+from hybridperf.serving.checkpoint import kv_dtype_of_file
 from hybridperf.serving.load import as_arch, resolve_config
 
 REQUIRED = ("backend", "model_path", "system", "mode", "isl", "osl")
@@ -201,11 +200,12 @@ def row_request(row: dict, config_dir, config=None) -> dict:
     engine = str(row.get("backend", "")).strip().lower()
     path = config if config is not None else resolve_config(str(row.get("model_path", "")), config_dir)
     prec, moe_prec = row_precision(row, "gemm_quant_mode"), row_precision(row, "moe_quant_mode")
-    kv = checkpoint_kv_dtype(path, read_json_object(path)) or default_kv_dtype(prec)  # what `auto` runs
     isl, osl = _int(row, "isl", None), _int(row, "osl", None)
     if isl is None or osl is None:
         raise InputError("isl and osl must be given")
-    req = dict(config=as_arch(path), device=str(row.get("system")), engine=engine, isl=isl, osl=osl,
+    arch = as_arch(path)  # a missing config file is refused here
+    kv = kv_dtype_of_file(str(Path(str(path)).resolve())) or default_kv_dtype(prec)  # what `auto` runs
+    req = dict(config=arch, device=str(row.get("system")), engine=engine, isl=isl, osl=osl,
                concurrency=concurrency_of(row), precision=prec, moe_precision=moe_prec, kv_dtype=kv)
     spec = row_speculation(row)
     if spec is not None and spec.tokens:
