@@ -51,25 +51,25 @@ def moe_runs(predictor) -> list[dict]:
                 p = compose.predict_request(req, dev, predictor)
                 par = compose.composition_params(compose.predictor_kind(predictor),
                                                  compose.COMPOSITION_MODE.get(mode, mode))
-                t = p.kernels
-                dev_ms = par["scale"] * np.maximum(t["pred_ms"].to_numpy() - t["floor_ms"].to_numpy(), 0.0) \
-                    + par["gap_ms"]
-                moe = t["name"].str.startswith(compose.MOE_KERNELS).to_numpy(bool) \
-                    & (t["phase"].to_numpy() == "fw") & ~native_loop(t)
                 out.append({"set": csv, "model": r["model"], "mode": mode, "batch": int(r["batch"]),
                             "seq": int(r["seq"]), "measured_ms": float(r["measured_ms"]), "ms": p.ms,
-                            "dev": dev_ms[moe], "count": t["count"].to_numpy()[moe], "cpu": par["cpu_ms"],
-                            "bias": float(np.exp(par["log_bias"]))})
+                            "table": p.kernels, "par": par})
     finally:
         compose.MOE_HOST_EXTRA = saved
     return out
 
 
 def with_extra(run: dict, extra: float) -> float:
-    """The run's prediction with forward MoE kernels at (1 + extra) x the host floor."""
-    old = np.maximum(run["dev"], run["cpu"])
-    new = np.maximum(run["dev"], run["cpu"] * (1.0 + extra))
-    return run["ms"] + float(np.sum((new - old) * run["count"])) * run["bias"]
+    """The run's prediction with forward MoE kernels at (1 + extra) x the host floor: its kernels re-priced as
+    `compose` prices them (`in_model_ms`, `host_ms`), the difference added."""
+    t, par = run["table"], run["par"]
+
+    def launches(e):
+        return compose.in_model_ms(t["pred_ms"].to_numpy(), t["floor_ms"].to_numpy(), par["scale"], par["gap_ms"],
+                                   compose.host_ms(t, par["cpu_ms"], e), par["raw"], native_loop(t))
+
+    extra_ms = float(np.sum((launches(extra) - launches(0.0)) * t["count"].to_numpy()))
+    return run["ms"] + extra_ms * float(np.exp(par["log_bias"]))
 
 
 def mape(runs: list[dict], extra: float) -> float:
