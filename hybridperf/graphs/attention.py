@@ -77,14 +77,9 @@ def mark_call(kernels: list, **shape) -> list:
 def mark_window(kernels: list, sliding: bool) -> list:
     """Copies of `kernels` whose attention calls are marked as a sliding-window layer's or a full layer's
     (`explicit_mask`): a prefill's layers share one build until a window splits them."""
-    calls = {}
-    out = []
-    for k in kernels:
-        call = k.get("attn_call")
-        if call is not None:
-            k = {**k, "attn_call": calls.setdefault(id(call), {**call, "sliding": sliding})}
-        out.append(dict(k))
-    return out
+    calls: dict = {}  # one marked copy of each call, shared by its kernels as the original is
+    return [{**k, "attn_call": calls.setdefault(id(k["attn_call"]), {**k["attn_call"], "sliding": sliding})}
+            if k.get("attn_call") is not None else dict(k) for k in kernels]
 
 
 @dataclass(frozen=True)
