@@ -147,6 +147,8 @@ STEPS: tuple[Step, ...] = (
        results=(("attention_prior.md", "attention_prior.md"), ("attention_prior.png", "attention_prior.png"))),
     _k("mla_decode", "mla_decode", "--data", "{data}", "--out", "{out}/mla_decode.md", datasets=("aiconfigurator",),
        minutes=0.5, results=(("mla_decode.md", "mla_decode.md"), ("mla_decode.png", "mla_decode.png"))),
+    _k("dsa_attention", "dsa_attention", "--data", "{data}", "--out", "{out}/dsa_attention.md",
+       datasets=("aiconfigurator",), minutes=0.2, results=(("dsa_attention.md", "dsa_attention.md"),)),
     _m("modern_models", "modern_models", _H200 + "/modern/models.csv", "--device", "NVIDIA H200",
        "--out", "{out}/modern_models.md", minutes=1, results=(("modern_models.md", "modern_models.md"),)),
     _m("modern_models_h100", "modern_models", str(MEASURED / "h100") + "/modern/models.csv", "--device",

@@ -68,3 +68,24 @@ def test_serving_prices_mla_decode_with_the_mla_prior_and_prefill_values_at_thei
     wide = dataclasses.replace(arch, v_head_dim=arch.head_dim)
     wide_cost, _ = setup_cost(wide, B200, eng, wk, 1, 64, 1024, 256)
     assert cost.prefill_attn_ms(4096, 0) < wide_cost.prefill_attn_ms(4096, 0)
+
+
+def test_sparse_mla_pays_per_query_token_for_padded_heads():
+    """DSA's sparse MLA (GLM-5, DeepSeek-V3.2): every query attends exactly top-k latents in CTAs of 64 heads, its
+    heads padded to 64 on Hopper and 128 on Blackwell, in waves over the SMs; the context never enters."""
+    kw = dict(kv_lora=512, rope=64, topk=2048)
+    one = float(M.sparse_mla_ms(1, 64, device=B200, **kw))
+    # a TP rank's 8 heads run as 128 on a B200: the same as 64 or 128 heads, less than 129
+    assert [float(M.sparse_mla_ms(1, h, device=B200, **kw)) for h in (8, 64, 128)] == [one] * 3
+    assert float(M.sparse_mla_ms(B200.num_sms, 129, device=B200, **kw)) > float(M.sparse_mla_ms(B200.num_sms, 128,
+                                                                                              device=B200, **kw))
+    # on the H100 8 heads pad to 64: half the CTAs of 128 heads, which fill a wave at half the tokens
+    assert float(M.sparse_mla_ms(H100.num_sms, 8, device=H100, **kw)) < float(M.sparse_mla_ms(H100.num_sms, 128,
+                                                                                            device=H100, **kw))
+    # waves: up to one CTA per SM costs one wave; many tokens cost in proportion
+    assert float(M.sparse_mla_ms(B200.num_sms // 2, 64, device=B200, **kw)) == one
+    many = float(M.sparse_mla_ms(100 * B200.num_sms, 64, device=B200, **kw))
+    assert 150 < many / one < 210
+    # a GPU without the native kernels: the generic decode path over top-k latents per token
+    assert np.isclose(M.sparse_mla_ms(16, 8, device=A100, **kw),
+                      generation_attention_ms(16, 2048, 8, 1, 576, A100, xqa_fallback=False))
