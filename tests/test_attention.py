@@ -599,3 +599,12 @@ def test_unfitted_family_takes_its_kin_then_the_engines_median():
     args = (4, 4096, 32, 8, 128, H100)
     assert A.context_attention_ms(*args, kernel_source="fa3", constants=slow) \
         > 1.5 * A.context_attention_ms(*args, kernel_source="fa3", constants=c)
+
+
+def test_a_sliding_window_prefill_reads_only_its_band_of_a_long_prefix():
+    """A chunk after a long prefix through a sliding window reads the keys of its band, not the whole prefix:
+    a prefix of 1M keys costs what one of a few windows does."""
+    kw = dict(window=4096, kernel_source="fa3")
+    near, far = (float(A.context_attention_ms(1, 2048, 32, 8, 128, H100, prefix=p, **kw)) for p in (16384, 1 << 20))
+    assert far == pytest.approx(near, rel=0.01)
+    assert float(A.context_attention_ms(1, 2048, 32, 8, 128, H100, prefix=1 << 20, kernel_source="fa3")) > 10 * far

@@ -86,6 +86,10 @@ def test_sparse_mla_pays_per_query_token_for_padded_heads():
     assert float(M.sparse_mla_ms(B200.num_sms // 2, 64, device=B200, **kw)) == one
     many = float(M.sparse_mla_ms(100 * B200.num_sms, 64, device=B200, **kw))
     assert 150 < many / one < 210
+    # FlashMLA's FP8-cache kernel fills a 64-row tile with the heads there are: 8 heads a token, one CTA, not two
+    n = B200.num_sms
+    fp8_kernel = float(M.sparse_mla_ms(n, 8, device=B200, padded=False, **kw))
+    assert fp8_kernel < float(M.sparse_mla_ms(n, 8, device=B200, **kw))
     # a GPU without the native kernels: the generic decode path over top-k latents per token
     assert np.isclose(M.sparse_mla_ms(16, 8, device=A100, **kw),
                       generation_attention_ms(16, 2048, 8, 1, 576, A100, xqa_fallback=False))

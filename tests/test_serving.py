@@ -710,9 +710,22 @@ def test_dsa_indexer_scores_every_cached_key():
     b200 = get_device("b200_sxm")
     costs = [setup_cost(a, b200, get_engine("sglang"), Worker(par, "fp8", "fp8", 1.0), 4096, 8, 4096, 64)[0]
              for a in (dsa, plain)]
-    short, long = (costs[0].decode_attn_ms(8 * ctx, 8) for ctx in (4096, 65536))
-    assert 2.0 * short < long  # 16x the context: the top-k reads stay, the index scan grows
-    assert costs[0].prefill_attn_ms(4096, 65536) > costs[1].prefill_attn_ms(4096, 65536) > 0
+    dsa_cost = costs[0]
+    short, long = (dsa_cost.decode_attn_ms(8 * ctx, 8) for ctx in (4096, 65536))
+    # 16x the context: the sparse attention's top-k per query stays; the index scan of every cached key and the
+    # top-k selection over its scores grow
+    assert long - short > dsa_cost._index_ms * 8 * (65536 - 4096) > 0
+    # verifying a draft token: each query of a sequence picks and attends its own top-k, free while the CTAs fit
+    # in one wave over the SMs (8 sequences), not beyond (96)
+    one, two = (dsa_cost.decode_attn_ms(8 * 4096, 8, queries=q) for q in (1, 2))
+    assert one == two
+    one, two = (dsa_cost.decode_attn_ms(96 * 4096, 96, queries=q) for q in (1, 2))
+    assert one < two < 2 * one
+    assert dsa_cost.prefill_attn_ms(4096, 65536) > 0 and costs[1].prefill_attn_ms(4096, 65536) > 0
+    # a prefill's rows past top-k keys select theirs: the top-k selection grows with the prefix
+    plain_cost = costs[1]
+    grows = [dsa_cost.prefill_attn_ms(1024, p) - plain_cost.prefill_attn_ms(1024, p) for p in (0, 4096, 65536)]
+    assert 0 < grows[0] < grows[1] < grows[2]
 
 
 def test_speculative_decoding_speeds_memory_bound_decode():

@@ -1,9 +1,9 @@
 """The kernel and collective models a held-out serving system is scored with, fitted without its tables.
 
-Serving prices attention with the attention prior's constants, MLA decode with its own, and the TP
-all-reduce and MoE all-to-all with the collective model; the shipped constants of all three were fitted on
+Serving prices attention with the attention prior's constants, MLA decode and sparse (DSA) MLA with their own,
+and the TP all-reduce and MoE all-to-all with the collective model; the shipped constants of each were fitted on
 aiconfigurator's tables of every system, the scored ones included. A fold refits each without the held-out
-system (`experiments/kernels/attention_prior.py`, `mla_decode.py`,
+system (`experiments/kernels/attention_prior.py`, `mla_decode.py`, `dsa_attention.py`,
 `experiments/collectives/collectives_nvswitch.py` fit them so), so that nothing measured on that
 system enters its score. A system with no tables of a kind keeps the shipped fit of that kind, which never
 saw it. A family only the held-out GPU has (FA3 on the H100) takes its kin's matrix efficiency (FA3: FA2's)
@@ -13,13 +13,14 @@ entries, read off our H100's kernels, do not join.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from functools import cached_property
 
 import pandas as pd
 
 from experiments.collectives import collectives_nvswitch as nccl_experiment
 from experiments.common import DATA
-from experiments.kernels import attention_prior, mla_decode
+from experiments.kernels import attention_prior, dsa_attention, mla_decode
 from hybridperf.devices import get_device
 from hybridperf.priors.collectives import DEFAULT_CONSTANTS
 from hybridperf.priors.mla import native_mla
@@ -46,6 +47,10 @@ class FoldModels:
         return mla_decode.load_tables(self.data)
 
     @cached_property
+    def dsa(self) -> tuple[pd.DataFrame, pd.DataFrame]:
+        return dsa_attention.load_tables(self.data), dsa_attention.load_tables(self.data, dsa_attention.TOPK_TABLE)
+
+    @cached_property
     def nccl(self) -> tuple[pd.DataFrame, pd.DataFrame]:
         return nccl_experiment.load(self.data)
 
@@ -54,12 +59,13 @@ class FoldModels:
         shipped = default_models()
         attention = attention_prior.fit_on(self.attention, [s for s in attention_prior.SYSTEMS if s != held])
         native = [s for s in mla_decode.SYSTEMS if s != held and native_mla(get_device(s))]
-        models = KernelModels(shipped.collectives, attention=attention, mla=mla_decode.fit_on(self.mla, native))
+        sparse = dsa_attention.fit_on(*self.dsa, [s for s in dsa_attention.SYSTEMS if s != held])
+        models = KernelModels(shipped.collectives, attention=attention, mla=mla_decode.fit_on(self.mla, native),
+                              sparse_mla=sparse)
         nccl, custom = self.nccl
         if held in set(nccl["system"]):
             c = fit_constants(nccl[nccl["system"] != held], DEFAULT_CONSTANTS, maxiter=COLLECTIVE_MAXITER).constants
             k = fit_custom_all_reduce(custom[custom["system"] != held], c)  # the defaults where no rows are left
-            models = KernelModels(CollectiveModel(c, shipped.collectives.interval, custom=k), models.attention,
-                                  models.mla)
+            models = replace(models, collectives=CollectiveModel(c, shipped.collectives.interval, custom=k))
         print(f"kernel and collective models without {held}: {time.time() - t0:.0f} s", flush=True)
         return models

@@ -269,7 +269,8 @@ def context_attention_ms(batch, isl, heads, kv_heads, head_dim, device: DeviceSp
     rate = matrix_rate(device, dtype) * g.isa_fraction * constants.eff(fam) \
         * (constants.fp8_efficiency.value if dtype == "fp8" else 1.0)
     eb, kb = DTYPE_BYTES.get(dtype, 2), DTYPE_BYTES.get(kv_dtype, 2)
-    nbytes = batch * (isl * heads * (head_dim + vd) * eb + kv * kv_heads * (head_dim + vd) * kb)
+    read = np.where(_f(window) > 0, np.minimum(kv, isl + _f(window)), kv)  # a sliding window reads its band only
+    nbytes = batch * (isl * heads * (head_dim + vd) * eb + read * kv_heads * (head_dim + vd) * kb)
     mem = kv_read_ms(nbytes, device) / 1e3
     # one CTA per (sequence, query head, query tile), or GQA-packed: the query heads of a key/value head
     # share a tile's rows (FA3's pack_gqa, FlashInfer, TRT-LLM), fewer CTAs when the prefill is short;

@@ -78,9 +78,10 @@ def mla_decode_ms(batch, kv_len, heads, kv_lora: int, rope: int, device: DeviceS
 #: query heads per CTA of the sparse MLA kernels (FlashMLA's sparse kernels, and vLLM's and SGLang's wrappers of
 #: them): one 64-row tile of heads per query token
 SPARSE_HEADS_PER_CTA = 64
-#: a query token's heads are padded to a multiple of this per architecture: FlashMLA's sparse kernel requires 64
-#: heads on Hopper, 128 on Blackwell (SGLang's `_forward_flashmla_sparse`, vLLM's FlashMLA-sparse backend pad
-#: with zeros), so a TP rank holding 8 of GLM-5's 64 heads runs 128 on a B200
+#: a query token's heads are padded to a multiple of this per architecture in FlashMLA's sparse (prefill) kernel,
+#: which requires 64 heads on Hopper, 128 on Blackwell (SGLang's `_forward_flashmla_sparse`, vLLM's FlashMLA-sparse
+#: backend pad with zeros), so a TP rank holding 8 of GLM-5's 64 heads runs 128 on a B200. FlashMLA's decode kernel
+#: over an FP8 cache (SGLang's `flashmla_kv`, its default with one) fills a 64-row tile with the heads it has
 SPARSE_HEAD_MULTIPLE = {"hopper": 64, "blackwell": 128}
 
 
@@ -110,19 +111,19 @@ SPARSE_CONSTANTS = SparseMlaConstants(
 
 def sparse_mla_ms(tokens, heads, kv_lora: int, rope: int, topk: int, device: DeviceSpec, kv_dtype: str = "bf16",
                   kernel_source: str | None = None, constants: SparseMlaConstants = SPARSE_CONSTANTS,
-                  attention: AttentionConstants = ATTENTION_CONSTANTS) -> np.ndarray:
-    """Kernel time (ms) of sparse MLA (DeepSeek-V3.2's and GLM-5's DSA) over `tokens` query tokens, prefill or
-    decode alike, `heads` query heads on this GPU: every token attends exactly `topk` latents (the indexer's pick;
-    a shorter context pads the indices, which the kernel still walks), whatever the context. One CTA per token and
-    64 of its heads, padded (`SPARSE_HEAD_MULTIPLE`); CTAs run in waves over the SMs, each doing 64 x topk x
-    (latent + kv_lora) multiply-adds at a fitted share of one SM's bf16 matrix rate. Off Hopper and data-center
-    Blackwell: the generic decode path over `topk` latents per token."""
+                  attention: AttentionConstants = ATTENTION_CONSTANTS, padded: bool = True) -> np.ndarray:
+    """Kernel time (ms) of sparse MLA (DeepSeek-V3.2's and GLM-5's DSA) over `tokens` query tokens, prefill or decode
+    alike, `heads` query heads on this GPU: every token attends exactly `topk` latents (the indexer's pick; a
+    shorter context pads the indices, which the kernel still walks), whatever the context. One CTA per token and 64
+    of its heads, padded (`SPARSE_HEAD_MULTIPLE`) unless `padded` is False (the FP8-cache decode kernel); CTAs run
+    in waves over the SMs, each doing 64 x topk x (latent + kv_lora) multiply-adds at a fitted share of one SM's
+    bf16 matrix rate. Off Hopper and data-center Blackwell: the generic decode path over `topk` latents per token."""
     tokens, heads = np.asarray(tokens, dtype=np.float64), np.asarray(heads, dtype=np.float64)
     width = float(kv_lora + rope)
     if not native_mla(device):
         return generation_attention_ms(tokens, topk, heads, 1, width, device, kv_dtype=kv_dtype,
                                        kernel_source=kernel_source, xqa_fallback=False, constants=attention)
-    multiple = SPARSE_HEAD_MULTIPLE.get(device.kernel_arch, SPARSE_HEADS_PER_CTA)
+    multiple = SPARSE_HEAD_MULTIPLE.get(device.kernel_arch, SPARSE_HEADS_PER_CTA) if padded else SPARSE_HEADS_PER_CTA
     ctas = np.maximum(tokens, 1.0) * np.ceil(np.maximum(heads, 1.0) / multiple) * multiple / SPARSE_HEADS_PER_CTA
     waves = np.ceil(ctas / device.num_sms)
     per_sm = matrix_rate(device, "bf16") / device.num_sms

@@ -3,10 +3,11 @@
 An iteration runs `n` tokens (prefill chunks plus one token per decoding sequence) through one pipeline
 stage. Its time splits into parts that depend on `n` alone (GEMMs, fused MoE, norms/activations/RoPE/
 quantize, the TP all-reduces, the MoE all-gather/reduce-scatter under attention data-parallel), tabulated
-once on a grid of `n` and interpolated; decode attention, linear in the keys read; prefill attention per
-chunk; and the LM head plus sampler per sampled token. The GEMMs, norms, activations, fused MoE, decode attention
-and sampler kernels each take at least a launch-and-drain floor (`KERNEL_FLOOR_KCYCLES`), which much of a small
-decode batch's iteration is made of (compressed attention, DSA's indexer scan and prefill attention carry none).
+once on a grid of `n` and interpolated; decode attention, linear in the keys read (sparse MLA: per query token,
+`priors.mla.sparse_mla_ms`, and the indexer's top-k selection); prefill attention per chunk; and the LM head plus
+sampler per sampled token. The GEMMs, norms, activations, fused MoE, decode attention, DSA's index scan and the
+sampler kernels each take at least a launch-and-drain floor (`KERNEL_FLOOR_KCYCLES`), which much of a small decode
+batch's iteration is made of (compressed attention and prefill attention carry none).
 """
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from hybridperf.priors.collectives import custom_all_reduce_ms
 from hybridperf.priors.llm_gemm import GEMM_DTYPES, ROOFLINE, device_dtype, gemm_ms
 from hybridperf.priors.memory import achievable_bandwidth, memory_time_ms
 from hybridperf.priors.mla import CONSTANTS as MLA_CONSTANTS
-from hybridperf.priors.mla import MlaConstants, mla_decode_ms
+from hybridperf.priors.mla import (SPARSE_CONSTANTS, MlaConstants, SparseMlaConstants, index_topk_ms, mla_decode_ms,
+                                   sparse_mla_ms, topk_work)
 from hybridperf.priors.moe import ROUTING_KERNELS, moe_ms
 from hybridperf.serving.arch import Arch
 from hybridperf.serving.compressed import indexer_ms
@@ -67,11 +69,11 @@ KERNEL_CONSTANTS = ROOFLINE
 #: the largest share of its matrix peak a GEMM reached in aiconfigurator's tables (bf16 on A100, H100, B200: 0.93-0.97)
 GEMM_PEAK_SHARE = 0.97
 #: the highest share of its spec-sheet matrix peak a GEMM or MoE of the iteration runs at before calibration:
-#: GEMM_PEAK_SHARE x the calibration's prefill scale (0.898 when set; the refit's 0.901 leaves the most a calibrated
-#: GEMM reaches at 0.967 of peak, `calibration.json`), so that no calibrated prefill GEMM beats GEMM_PEAK_SHARE. The
-#: priors of the GPUs the scale was fitted on (H100, B200) stay about below it (a bf16 8192^3 GEMM at 0.85 and 0.73;
-#: H100's largest tiles reach 0.875); on a GPU whose power budget does not bind (MI325X, MI355X, RTX PRO 6000, H20,
-#: GB300, A100 SXM) they reach 0.91-1.0, which the scale took past 0.97.
+#: GEMM_PEAK_SHARE x the calibration's prefill scale (0.898 when set; the refit's 0.896 leaves the most a calibrated
+#: GEMM reaches at 0.972 of peak, `calibration.json`), so that a calibrated prefill GEMM stays about at
+#: GEMM_PEAK_SHARE. The priors of the GPUs the scale was fitted on (H100, B200) stay about below it (a bf16 8192^3 GEMM
+#: at 0.85 and 0.73; H100's largest tiles reach 0.875); on a GPU whose power budget does not bind (MI325X, MI355X, RTX
+#: PRO 6000, H20, GB300, A100 SXM) they reach 0.91-1.0, which the scale took past 0.97.
 MATRIX_SHARE_CAP = 0.871
 #: a kernel's floor inside a CUDA graph, in thousands of GPU cycles at the boost clock (launch and drain are
 #: clocked work, `llm_gemm.KernelConstants`): aiconfigurator's A100 and L40S GEMM tables, systems serving is
@@ -178,13 +180,15 @@ class Parallel:
 @dataclass(frozen=True)
 class KernelModels:
     """The fitted models an iteration is priced with besides the roofline GEMMs: the collective model
-    (`residual_models.collectives.CollectiveModel`) and the attention prior's and MLA decode's constants.
+    (`residual_models.collectives.CollectiveModel`) and the attention prior's, MLA decode's and sparse MLA's
+    constants.
     Predictions use the shipped ones; an evaluation that holds a system out passes ones fitted without
     that system's tables (`experiments/serving/serving_silicon.py`)."""
 
     collectives: object
     attention: AttentionConstants = ATTENTION_CONSTANTS
     mla: MlaConstants = MLA_CONSTANTS
+    sparse_mla: SparseMlaConstants = SPARSE_CONSTANTS
 
 
 class StepCost:
@@ -352,9 +356,37 @@ class StepCost:
         f = (n - g[i - 1]) / (g[i] - g[i - 1])
         return v[i - 1] + f * (v[i] - v[i - 1])
 
-    def decode_attn_ms(self, keys: float, seqs: int) -> float:
-        """Decode attention over `keys` cached keys in total (sliding and sparse layers capped)."""
+    def sparse_mla(self) -> bool:
+        """Whether the attention is DSA's sparse MLA (DeepSeek-V3.2, GLM-5): each query attends its indexer's top
+        `max_keys` latents in kernels priced per query token (`sparse_mla_ms`)."""
+        return bool(self.arch.mla and self.arch.index_heads and self.arch.max_keys)
+
+    def _sparse_attn_ms(self, tokens: float) -> float:
+        """Sparse MLA over `tokens` query tokens on every attention layer of the model (all stages): with an FP8
+        cache in FlashMLA's FP8 kernel (SGLang's default then), with a 16-bit one in its sparse kernel, heads padded."""
         a = self.arch
+        t = sparse_mla_ms(tokens, a.heads / self.par.tp, a.kv_lora_rank, a.rope_dim, a.max_keys, self.device,
+                          self.kv_dtype, self.decode_source, constants=self.models.sparse_mla,
+                          attention=self.models.attention, padded=self.kv_dtype != "fp8")
+        return float(t) * a.kv_layers
+
+    def _topk_ms(self, seqs: float, new: float, cached: float) -> float:
+        """The indexer's top-k selection for `seqs` sequences of `new` query tokens after `cached` keys, on every
+        indexed layer of the model (all stages)."""
+        a = self.arch
+        if not (a.index_heads and a.max_keys):
+            return 0.0
+        work = topk_work(seqs, new, cached, a.max_keys)
+        return float(index_topk_ms(*work, self.device, self.models.sparse_mla)) * a.kv_layers
+
+    def decode_attn_ms(self, keys: float, seqs: int, queries: int = 1) -> float:
+        """Decode attention over `keys` cached keys in total (sliding and sparse layers capped), `queries` query
+        tokens per sequence (a speculative step's verified drafts)."""
+        a = self.arch
+        if self.sparse_mla():
+            attn = max(self._sparse_attn_ms(seqs * queries) / self.par.pp, self._attn_floor_ms)
+            topk = self._topk_ms(seqs, queries, max(keys / max(seqs, 1) - queries, 0.0)) / self.par.pp
+            return attn + topk + max(self._index_ms * keys, self._attn_floor_ms)  # the index scan: a kernel a layer
         if a.compressed:
             t = a.compressed.decode_ms(keys, seqs, a.heads / self.par.tp, self.device, self.kv_dtype,
                                        self.decode_source, self.models.attention)
@@ -381,9 +413,9 @@ class StepCost:
                                                                  self.device, kv_dtype=self.kv_dtype, window=window,
                                                                  prefix=prefix, kernel_source=self.prefill_source,
                                                                  v_dim=vd, constants=self.models.attention))
-            if a.index_heads:  # each query of the chunk scores every key before it
+            if a.index_heads:  # each query of the chunk scores every key before it, and picks its top-k
                 t += a.kv_layers * indexer_ms(chunk * (prefix + chunk / 2.0), prefix + chunk, a.index_heads,
-                                              a.index_dim, self.device)
+                                              a.index_dim, self.device) + self._topk_ms(1, chunk, prefix)
             hit = self._prefill_cache[key] = t / self.par.pp + self._state_ms
         return hit
 
@@ -392,7 +424,7 @@ class StepCost:
         sequence's token (and, speculating, its draft tokens to verify; the keys are read once for all of
         them), the sampler, and the draft module's passes (one layer of the model and the LM head each)."""
         q = self.spec.tokens + 1
-        t = self.tokens_ms(n * q) + self.sample_ms(n * q) + self.decode_attn_ms(keys, n)
+        t = self.tokens_ms(n * q) + self.sample_ms(n * q) + self.decode_attn_ms(keys, n, q)
         return t + self.spec.tokens * self.draft_ms(n, keys) if self.spec.tokens else t
 
     def draft_ms(self, n: int, keys: float) -> float:

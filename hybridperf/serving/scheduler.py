@@ -148,7 +148,7 @@ def simulate(cost: StepCost, eng: EngineDefaults, w: Workload, measured: int | N
             q, adv = cost.spec.tokens + 1, cost.spec.tokens_per_step
             if n_dec:
                 keys = sum(r.ctx for r in decoders)
-                gpu += cost.decode_attn_ms(keys, n_dec) + cost.spec.tokens * cost.draft_ms(n_dec, keys)
+                gpu += cost.decode_attn_ms(keys, n_dec, q) + cost.spec.tokens * cost.draft_ms(n_dec, keys)
                 for r in decoders:
                     r.ctx += adv
                     r.dec_left -= adv
