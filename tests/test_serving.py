@@ -691,7 +691,7 @@ def test_deepseek_v4_compressed_attention():
     assert wide[1] < 2.5 * wide[0]
 
 
-def test_dsa_indexer_scores_every_cached_key():
+def test_dsa_indexer_scores_every_cached_key(monkeypatch):
     """GLM-5 / DeepSeek-V3.2: sparse attention reads at most `index_topk` keys per query, but the lightning
     indexer reads every cached key's FP8 index key on every layer, so decode keeps growing past the top-k
     and each token caches its index key beside the latent."""
@@ -722,10 +722,21 @@ def test_dsa_indexer_scores_every_cached_key():
     one, two = (dsa_cost.decode_attn_ms(96 * 4096, 96, queries=q) for q in (1, 2))
     assert one < two < 2 * one
     assert dsa_cost.prefill_attn_ms(4096, 65536) > 0 and costs[1].prefill_attn_ms(4096, 65536) > 0
-    # a prefill's rows past top-k keys select theirs: the top-k selection grows with the prefix
-    plain_cost = costs[1]
-    grows = [dsa_cost.prefill_attn_ms(1024, p) - plain_cost.prefill_attn_ms(1024, p) for p in (0, 4096, 65536)]
-    assert 0 < grows[0] < grows[1] < grows[2]
+    # a prefill's rows past top-k keys select theirs: none within top-k, more with a longer prefix
+    picks = [dsa_cost._topk_ms(1, 1024, p) for p in (1024, 2048, 4096, 65536)]
+    assert picks[0] == 0 and 0 < picks[1] < picks[2] < picks[3]
+    charged = dsa_cost.prefill_attn_ms(1024, 4096)
+    dsa_cost._prefill_cache.clear()
+    monkeypatch.setattr(dsa_cost, "_topk_ms", lambda *a: 0.0)
+    assert charged - dsa_cost.prefill_attn_ms(1024, 4096) == pytest.approx(picks[2] / par.pp)
+    # a decode step verifying a draft token attends and selects for two queries a sequence (`decode_step_ms`)
+    from hybridperf.serving.cost import Speculation
+    spec = setup_cost(dsa, b200, get_engine("sglang"), Worker(par, "fp8", "fp8", 1.0, Speculation(1, 0.5)), 4096, 96,
+                      4096, 64)[0]
+    n, keys = 96, 96 * 4096
+    parts = spec.tokens_ms(2 * n) + spec.sample_ms(2 * n) + spec.decode_attn_ms(keys, n, 2) + spec.draft_ms(n, keys)
+    assert spec.decode_step_ms(n, keys) == pytest.approx(parts)
+    assert spec.decode_attn_ms(keys, n, 2) > spec.decode_attn_ms(keys, n, 1)
 
 
 def test_speculative_decoding_speeds_memory_bound_decode():

@@ -106,7 +106,7 @@ _SPARSE_TABLES = ("h100_sxm, b200_sxm aiconfigurator glm5_dsa_attn_module and gl
 #: held-out errors are in experiments/results/dsa_attention.md)
 SPARSE_CONSTANTS = SparseMlaConstants(
     *(Fitted(v, unit, _SPARSE_TABLES, _SPARSE_SCRIPT) for v, unit in (
-        (0.584, "share"), (0.0065, "ms"), (20.1, "kcycles"), (0.867, "cycles"), (0.826, "cycles"), (12.6, "kcycles"))))
+        (0.584, "share"), (0.0065, "ms"), (18.6, "kcycles"), (0.576, "cycles"), (0.622, "cycles"), (8.0, "kcycles"))))
 
 
 def sparse_mla_ms(tokens, heads, kv_lora: int, rope: int, topk: int, device: DeviceSpec, kv_dtype: str = "bf16",

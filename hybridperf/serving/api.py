@@ -99,7 +99,7 @@ def _collectives():
 
 
 def default_models() -> KernelModels:
-    """The shipped collective model and attention and MLA constants."""
+    """The shipped collective model and attention, MLA decode and sparse (DSA) MLA constants."""
     return KernelModels(_collectives())
 
 

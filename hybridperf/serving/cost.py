@@ -69,11 +69,11 @@ KERNEL_CONSTANTS = ROOFLINE
 #: the largest share of its matrix peak a GEMM reached in aiconfigurator's tables (bf16 on A100, H100, B200: 0.93-0.97)
 GEMM_PEAK_SHARE = 0.97
 #: the highest share of its spec-sheet matrix peak a GEMM or MoE of the iteration runs at before calibration:
-#: GEMM_PEAK_SHARE x the calibration's prefill scale (0.898 when set; the refit's 0.896 leaves the most a calibrated
-#: GEMM reaches at 0.972 of peak, `calibration.json`), so that a calibrated prefill GEMM stays about at
-#: GEMM_PEAK_SHARE. The priors of the GPUs the scale was fitted on (H100, B200) stay about below it (a bf16 8192^3 GEMM
-#: at 0.85 and 0.73; H100's largest tiles reach 0.875); on a GPU whose power budget does not bind (MI325X, MI355X, RTX
-#: PRO 6000, H20, GB300, A100 SXM) they reach 0.91-1.0, which the scale took past 0.97.
+#: GEMM_PEAK_SHARE x the calibration's prefill scale (0.898 when set; with the refit's 0.896 a calibrated GEMM reaches
+#: 0.972 of peak, `calibration.json`, 0.2% past GEMM_PEAK_SHARE). The priors of the GPUs the scale was fitted on (H100,
+#: B200) stay about below it (a bf16 8192^3 GEMM at 0.85 and 0.73; H100's largest tiles reach 0.875); on a GPU whose
+#: power budget does not bind (MI325X, MI355X, RTX PRO 6000, H20, GB300, A100 SXM) they reach 0.91-1.0, which the scale
+#: took past 0.97.
 MATRIX_SHARE_CAP = 0.871
 #: a kernel's floor inside a CUDA graph, in thousands of GPU cycles at the boost clock (launch and drain are
 #: clocked work, `llm_gemm.KernelConstants`): aiconfigurator's A100 and L40S GEMM tables, systems serving is
@@ -325,12 +325,12 @@ class StepCost:
         """ms per cached key read by one decode step over this stage's (full-attention, sliding) KV layers
         (roofline: linear in the keys)."""
         a, tp = self.arch, self.par.tp
+        if self.uses_dsa() or a.compressed:  # `decode_attn_ms` prices them (not linear in the keys)
+            return 0.0, 0.0
         if a.mla:  # absorbed MLA: every head reads the one latent (kv_lora + rope wide)
             t = mla_decode_ms(1, 1e6, a.heads / tp, a.kv_lora_rank, a.rope_dim, self.device, self.kv_dtype,
                               self.decode_source, constants=self.models.mla, attention=self.models.attention)
             return float(t) / 1e6 * a.kv_layers / self.par.pp, 0.0
-        if a.compressed:  # `decode_attn_ms` prices it (not linear in the keys)
-            return 0.0, 0.0
         out = []
         # probed at a batch that fills the SMs: a kernel of one CTA per sequence and head (TensorRT-LLM's
         # masked-MHA fallback) is slower per key with few sequences than with the many a step decodes
@@ -356,7 +356,7 @@ class StepCost:
         f = (n - g[i - 1]) / (g[i] - g[i - 1])
         return v[i - 1] + f * (v[i] - v[i - 1])
 
-    def sparse_mla(self) -> bool:
+    def uses_dsa(self) -> bool:
         """Whether the attention is DSA's sparse MLA (DeepSeek-V3.2, GLM-5): each query attends its indexer's top
         `max_keys` latents in kernels priced per query token (`sparse_mla_ms`)."""
         return bool(self.arch.mla and self.arch.index_heads and self.arch.max_keys)
@@ -374,8 +374,6 @@ class StepCost:
         """The indexer's top-k selection for `seqs` sequences of `new` query tokens after `cached` keys, on every
         indexed layer of the model (all stages)."""
         a = self.arch
-        if not (a.index_heads and a.max_keys):
-            return 0.0
         work = topk_work(seqs, new, cached, a.max_keys)
         return float(index_topk_ms(*work, self.device, self.models.sparse_mla)) * a.kv_layers
 
@@ -383,7 +381,7 @@ class StepCost:
         """Decode attention over `keys` cached keys in total (sliding and sparse layers capped), `queries` query
         tokens per sequence (a speculative step's verified drafts)."""
         a = self.arch
-        if self.sparse_mla():
+        if self.uses_dsa():
             attn = max(self._sparse_attn_ms(seqs * queries) / self.par.pp, self._attn_floor_ms)
             topk = self._topk_ms(seqs, queries, max(keys / max(seqs, 1) - queries, 0.0)) / self.par.pp
             return attn + topk + max(self._index_ms * keys, self._attn_floor_ms)  # the index scan: a kernel a layer
@@ -394,7 +392,7 @@ class StepCost:
         full_keys = min(keys, seqs * a.max_keys) if a.max_keys else keys
         window_keys = min(keys, seqs * a.window) if a.window else keys
         attn = max(self._kv_ms[0] * full_keys + self._kv_ms[1] * window_keys, self._attn_floor_ms)
-        return attn + max(self._state_ms * seqs, self._state_floor_ms) + self._index_ms * keys
+        return attn + max(self._state_ms * seqs, self._state_floor_ms)
 
     def prefill_attn_ms(self, chunk: int, prefix: int) -> float:
         key = (int(chunk), int(prefix))
