@@ -69,11 +69,10 @@ KERNEL_CONSTANTS = ROOFLINE
 #: the largest share of its matrix peak a GEMM reached in aiconfigurator's tables (bf16 on A100, H100, B200: 0.93-0.97)
 GEMM_PEAK_SHARE = 0.97
 #: the highest share of its spec-sheet matrix peak a GEMM or MoE of the iteration runs at before calibration:
-#: GEMM_PEAK_SHARE x the calibration's prefill scale (0.898 when set; with the refit's 0.896 a calibrated GEMM reaches
-#: 0.972 of peak, `calibration.json`, 0.2% past GEMM_PEAK_SHARE). The priors of the GPUs the scale was fitted on (H100,
-#: B200) stay about below it (a bf16 8192^3 GEMM at 0.85 and 0.73; H100's largest tiles reach 0.875); on a GPU whose
-#: power budget does not bind (MI325X, MI355X, RTX PRO 6000, H20, GB300, A100 SXM) they reach 0.91-1.0, which the scale
-#: took past 0.97.
+#: GEMM_PEAK_SHARE x the calibration's prefill scale (0.898, `calibration.json`), so that no calibrated prefill GEMM
+#: beats GEMM_PEAK_SHARE. The priors of the GPUs the scale was fitted on (H100, B200) stay about below it (a bf16
+#: 8192^3 GEMM at 0.85 and 0.73; H100's largest tiles reach 0.875); on a GPU whose power budget does not bind (MI325X,
+#: MI355X, RTX PRO 6000, H20, GB300, A100 SXM) they reach 0.91-1.0, which the scale took past 0.97.
 MATRIX_SHARE_CAP = 0.871
 #: a kernel's floor inside a CUDA graph, in thousands of GPU cycles at the boost clock (launch and drain are
 #: clocked work, `llm_gemm.KernelConstants`): aiconfigurator's A100 and L40S GEMM tables, systems serving is
@@ -363,7 +362,9 @@ class StepCost:
 
     def _sparse_attn_ms(self, tokens: float) -> float:
         """Sparse MLA over `tokens` query tokens on every attention layer of the model (all stages): with an FP8
-        cache in FlashMLA's FP8 kernel (SGLang's default then), with a 16-bit one in its sparse kernel, heads padded."""
+        cache in 64-head tiles of the heads there are (FlashMLA's FP8 decode kernel, SGLang's `flashmla_kv` on
+        Hopper; on Blackwell SGLang decodes in TensorRT-LLM's kernel, taken as alike), with a 16-bit one in FlashMLA's
+        sparse kernel, heads padded."""
         a = self.arch
         t = sparse_mla_ms(tokens, a.heads / self.par.tp, a.kv_lora_rank, a.rope_dim, a.max_keys, self.device,
                           self.kv_dtype, self.decode_source, constants=self.models.sparse_mla,
