@@ -1,8 +1,8 @@
 """Sparse MLA (DSA) attention prior, leave-one-GPU-out (issues 57, 58): `hybridperf.priors.mla.sparse_mla_ms`
 against aiconfigurator's `glm5_dsa_attn_module` tables (GLM-5's attention after the indexer's top-k pick: FlashMLA's
 sparse kernel, SGLang 0.5.14) of the H100 and the B200, each scored with constants fitted on the other only, beside
-how serving priced it before: dense MLA decode over min(context, index_topk) latents, and a causal prefill with a
-window of index_topk keys over the unpadded heads. Likewise `index_topk_ms` against the `glm5_topk_module` tables
+dense pricing: MLA decode over min(context, index_topk) latents (serving's before), and a causal prefill with a
+window of index_topk keys over the unpadded heads (serving's still). Likewise `index_topk_ms` against the `glm5_topk_module` tables
 (the indexer's top-k selection, which serving did not price), fitted on both of the collector's score orders, uniform
 scores (`flat`, the slowest radix select) and the highest last (`top_last`, 0.45x the time), by least squares: a real
 indexer's scores lie between, so the fit prices their geometric middle.
@@ -75,8 +75,8 @@ def predict(df: pd.DataFrame, consts: M.SparseMlaConstants) -> np.ndarray:
 
 
 def dense(df: pd.DataFrame) -> np.ndarray:
-    """How serving priced it before: decode as dense MLA over min(context, topk) latents; a prefill as a causal
-    window of topk keys over the heads as they are (SGLang's prefill kernel family)."""
+    """Dense pricing: decode as dense MLA over min(context, topk) latents (serving's before); a prefill as a causal
+    window of topk keys over the heads as they are, SGLang's prefill kernel family (serving's still)."""
     out = np.zeros(len(df))
     for (sysname, kv, phase), idx in df.groupby(["system", "kv", "phase"]).indices.items():
         g, dev = df.iloc[idx], get_device(sysname)
