@@ -149,6 +149,8 @@ STEPS: tuple[Step, ...] = (
        minutes=0.5, results=(("mla_decode.md", "mla_decode.md"), ("mla_decode.png", "mla_decode.png"))),
     _k("dsa_attention", "dsa_attention", "--data", "{data}", "--out", "{out}/dsa_attention.md",
        datasets=("aiconfigurator",), minutes=0.2, results=(("dsa_attention.md", "dsa_attention.md"),)),
+    _k("dsv4_attention", "dsv4_attention", "--data", "{data}", "--out", "{out}/dsv4_attention.md",
+       datasets=("aiconfigurator",), minutes=0.5, results=(("dsv4_attention.md", "dsv4_attention.md"),)),
     _m("modern_models", "modern_models", _H200 + "/modern/models.csv", "--device", "NVIDIA H200",
        "--out", "{out}/modern_models.md", minutes=1, results=(("modern_models.md", "modern_models.md"),)),
     _m("modern_models_h100", "modern_models", str(MEASURED / "h100") + "/modern/models.csv", "--device",

@@ -14,12 +14,41 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hybridperf.priors.attention import CONSTANTS, AttentionConstants, context_attention_ms, generation_attention_ms
+from hybridperf.priors.attention import CONSTANTS, AttentionConstants, Fitted, context_attention_ms
 from hybridperf.priors.llm_gemm import GEMM_DTYPES, matrix_peak
 from hybridperf.priors.memory import achievable_bandwidth
+from hybridperf.priors.mla import SPARSE_CONSTANTS, SPARSE_HEADS_PER_CTA, SparseMlaConstants, index_topk_ms, \
+    sparse_mla_ms, topk_work
 
 #: the indexer's cached key per compressed entry: FP8 values plus one FP32 scale
 INDEX_SCALE_BYTES = 4.0
+#: the rope part of each cached entry's `head_dim` (FlashMLA's 512 = 448 latent + 64 rope)
+ROPE_DIM = 64
+
+
+@dataclass(frozen=True)
+class CompressedConstants:
+    """What a layer's attention module runs besides its GEMMs and its attention, indexer and top-k kernels, fitted on
+    aiconfigurator's `dsv4_{csa,hca}_generation_module` tables: kernels each at least the launch-and-drain floor
+    (norms, RoPE, cache stores, the compressor's pooling, the indexer's quantization; a window-only layer counts as
+    an HCA one, as aiconfigurator folds it) and per token, DRAM passes over the rank's query heads, over FlashMLA's
+    64-head query tile (its input and output) and over the hidden state."""
+
+    csa_kernels: Fitted = Fitted(32.0, "kernels", "default")
+    hca_kernels: Fitted = Fitted(21.0, "kernels", "default")
+    q_passes: Fitted = Fitted(9.0, "passes", "default")
+    tile_passes: Fitted = Fitted(1.5, "passes", "default")
+    hidden_passes: Fitted = Fitted(35.0, "passes", "default")
+
+
+_MODULE_TABLES = ("h100_sxm, b200_sxm aiconfigurator dsv4_csa/hca_generation_module tables (SGLang 0.5.14, vLLM 0.24, "
+                  "TensorRT-LLM 1.3)")
+_MODULE_SCRIPT = "experiments/kernels/dsv4_attention.py"
+#: shipped constants, `python -m experiments.kernels.dsv4_attention --write-constants` (fitted on both GPUs; the
+#: held-out errors are in experiments/results/dsv4_attention.md)
+MODULE_CONSTANTS = CompressedConstants(
+    *(Fitted(v, unit, _MODULE_TABLES, _MODULE_SCRIPT) for v, unit in (
+        (31.8, "kernels"), (20.0, "kernels"), (8.51, "passes"), (3.77, "passes"), (20.0, "passes"))))
 
 
 def indexer_ms(pairs: float, keys: float, heads: int, dim: int, device) -> float:
@@ -95,30 +124,60 @@ class CompressedAttention:
     def _index_ms(self, pairs: float, keys: float, device) -> float:
         return indexer_ms(pairs, keys, self.index_heads, self.index_dim, device)
 
-    def decode_ms(self, keys: float, seqs: int, heads: float, device, kv_dtype: str, source,
-                  constants: AttentionConstants = CONSTANTS) -> float:
-        """One decode step of `seqs` sequences holding `keys` tokens in all, over every layer."""
+    def layer_entries(self, ratio: int, ctx) -> np.ndarray:
+        """Entries one decode query attends on a layer of `ratio`, `ctx` tokens cached: its window, plus the
+        indexer's top-k of the compressed entries (CSA) or all of them (HCA)."""
+        ctx = np.asarray(ctx, dtype=np.float64)
+        extra = {4: np.minimum(ctx / 4.0, self.index_topk), 128: ctx / 128.0}.get(ratio, 0.0)
+        return np.minimum(ctx, self.window) + extra
+
+    def module_ms(self, n, hidden: int, heads: float, device, floor_ms: float,
+                  constants: CompressedConstants = MODULE_CONSTANTS) -> np.ndarray:
+        """Every layer's module work beyond its GEMMs and attention kernels for `n` tokens (`CompressedConstants`),
+        `heads` query heads on this GPU, `floor_ms` a kernel's floor."""
+        c = constants
+        kernels = self._count(4) * c.csa_kernels.value + (len(self.ratios) - self._count(4)) * c.hca_kernels.value
+        tile = max(heads, SPARSE_HEADS_PER_CTA)
+        per_token = 2.0 * (c.q_passes.value * heads * self.head_dim + c.tile_passes.value * tile * self.head_dim
+                           + c.hidden_passes.value * hidden) * len(self.ratios)
+        return kernels * floor_ms + np.asarray(n, dtype=np.float64) * per_token / achievable_bandwidth(device) * 1e3
+
+    def decode_ms(self, keys: float, seqs: int, heads: float, device, kv_dtype: str, source, queries: int = 1,
+                  sparse: SparseMlaConstants = SPARSE_CONSTANTS, constants: AttentionConstants = CONSTANTS) -> float:
+        """One decode step of `seqs` sequences holding `keys` tokens in all, `queries` query tokens each (drafts
+        verified), over every layer: FlashMLA's sparse kernel over each layer's attended entries (a 64-row tile of
+        heads per token; heads padded to the architecture's multiple over a 16-bit cache), each CSA layer's indexer
+        scan of the compressed index keys and its top-k selection."""
         if seqs <= 0:
             return 0.0
-        ctx = keys / seqs
-        # MQA over shared keys and values: one tensor of head_dim per entry, the bytes of half a K/V head pair
-        per_entry = float(generation_attention_ms(1, 1e6, heads, 1, self.head_dim, device, kv_dtype=kv_dtype,
-                                                  kernel_source=source, xqa_fallback=False,
-                                                  constants=constants)) / 1e6 / 2
-        index = self._count(4) * self._index_ms(keys / 4.0, keys / 4.0, device)
-        return per_entry * seqs * self.entries_read(ctx) + index
+        ctx, tokens = keys / seqs, seqs * queries
+        t = 0.0
+        for r in set(self.ratios):
+            t += self._count(r) * float(sparse_mla_ms(
+                tokens, heads, self.head_dim - ROPE_DIM, ROPE_DIM, float(self.layer_entries(r, ctx)), device, kv_dtype,
+                kernel_source=source, constants=sparse, attention=constants, padded=kv_dtype != "fp8"))
+        if self._count(4):
+            select = index_topk_ms(*topk_work(seqs, queries, ctx / 4.0, self.index_topk), device, sparse)
+            t += self._count(4) * (self._index_ms(tokens * ctx / 4.0, keys / 4.0, device) + float(select))
+        return t
 
-    def prefill_ms(self, chunk: int, prefix: int, heads: float, device, kv_dtype: str, source,
-                   constants: AttentionConstants = CONSTANTS) -> float:
-        """A prefill chunk of `chunk` tokens after `prefix` cached ones, over every layer: each query attends
-        its window plus its layer's compressed entries (the indexer's top-k on CSA layers)."""
+    def prefill_ms(self, chunk: int, prefix: int, heads: float, device, kv_dtype: str, source, seqs: int = 1,
+                   sparse: SparseMlaConstants = SPARSE_CONSTANTS, constants: AttentionConstants = CONSTANTS) -> float:
+        """`seqs` sequences' prefill chunks of `chunk` tokens after `prefix` cached ones in one launch per kernel,
+        over every layer: each query attends its window plus its layer's compressed entries (the indexer's top-k on
+        CSA layers)."""
         ctx = prefix + chunk / 2.0  # a query's mean context within the chunk
         attended = {0: self.window, 4: self.window + min(ctx / 4.0, self.index_topk),
                     128: self.window + ctx / 128.0}
         t = 0.0
         for r in set(self.ratios):
             w = int(max(1, round(attended.get(r, self.window))))
-            t += self._count(r) * float(context_attention_ms(1, chunk, heads, 1, self.head_dim, device,
+            t += self._count(r) * float(context_attention_ms(seqs, chunk, heads, 1, self.head_dim, device,
                                                              kv_dtype=kv_dtype, window=w, prefix=prefix,
                                                              kernel_source=source, constants=constants))
-        return t + self._count(4) * self._index_ms(chunk * ctx / 4.0, (prefix + chunk) / 4.0, device)
+        if self._count(4):  # the indexer scores each query's compressed entries and picks its top-k of them
+            rows, scores, longest = topk_work(seqs, chunk, prefix, 4 * self.index_topk)
+            select = index_topk_ms(rows, scores / 4.0, longest / 4.0, device, sparse)
+            scan = self._index_ms(seqs * chunk * ctx / 4.0, seqs * (prefix + chunk) / 4.0, device)
+            t += self._count(4) * (scan + float(select))
+        return t

@@ -7,7 +7,7 @@ once on a grid of `n` and interpolated; decode attention, linear in the keys rea
 `priors.mla.sparse_mla_ms`, and the indexer's top-k selection); prefill attention per chunk; and the LM head plus
 sampler per sampled token. The GEMMs, norms, activations, fused MoE, decode attention, DSA's index scan and the
 sampler kernels each take at least a launch-and-drain floor (`KERNEL_FLOOR_KCYCLES`), which much of a small decode
-batch's iteration is made of (compressed attention and prefill attention carry none).
+batch's iteration is made of (prefill attention carries none; DeepSeek-V4's attention: `compressed.module_ms`).
 """
 from __future__ import annotations
 
@@ -247,7 +247,8 @@ class StepCost:
                     + _gemm(n, a.index_dim + a.index_heads, h, g, dev)
             mix = attn * a.kv_layers
         elif a.compressed:
-            mix = a.compressed.projections_ms(n, h, a.heads, tp, g, dev, _gemm, _bmm)
+            mix = a.compressed.projections_ms(n, h, a.heads, tp, g, dev, _gemm, _bmm) \
+                + a.compressed.module_ms(n, h, a.heads / tp, dev, kernel_floor_ms(dev))
         else:
             mix = 0.0
             for _, layers, (kvh, hd, vd, tensors) in a.attention_kinds():
@@ -388,7 +389,7 @@ class StepCost:
             return attn + topk + max(self._index_ms * keys, self._attn_floor_ms)  # the index scan: a kernel a layer
         if a.compressed:
             t = a.compressed.decode_ms(keys, seqs, a.heads / self.par.tp, self.device, self.kv_dtype,
-                                       self.decode_source, self.models.attention)
+                                       self.decode_source, queries, self.models.sparse_mla, self.models.attention)
             return t / self.par.pp + self._state_ms * seqs
         full_keys = min(keys, seqs * a.max_keys) if a.max_keys else keys
         window_keys = min(keys, seqs * a.window) if a.window else keys
@@ -402,7 +403,7 @@ class StepCost:
             a, tp = self.arch, self.par.tp
             if a.compressed:
                 t = a.compressed.prefill_ms(chunk, prefix, a.heads / tp, self.device, self.kv_dtype,
-                                            self.prefill_source, self.models.attention)
+                                            self.prefill_source, 1, self.models.sparse_mla, self.models.attention)
             else:
                 t = 0.0
                 for full, layers, (kvh, hd, vd, _) in a.attention_kinds():
