@@ -79,3 +79,14 @@ def test_the_fit_recovers_constants_that_made_the_table():
         assert getattr(got, name).value == pytest.approx(getattr(truth, name).value, rel=0.02)
     assert got.csa_kernels.source == "synthetic" and got.csa_kernels.script == E.SCRIPT
     assert np.all(comp["old"] > 0) and np.all(comp["old"] < df["latency"])  # before: no kernels, no passes
+
+
+def test_hyper_connections_floors_are_read_off_the_other_systems():
+    """A layer's mHC at K floors on every system: each held-out system reads K off the others, and a few tokens are
+    priced at K floors where the plain layer's elementwise kernels would take ELEMENTWISE_KERNELS."""
+    rows = [(s, "sglang", 4096, 4, n) for s in ("h100_sxm", "b200_sxm", "l40s") for n in (1, 4, 16)]
+    d = pd.DataFrame(rows, columns=["system", "fw", "hidden_size", "hc_mult", "num_tokens"])
+    d["latency"] = [14.0 * kernel_floor_ms(get_device(s)) for s in d["system"]]
+    cells, fits = E.evaluate_mhc(d)
+    assert fits == pytest.approx({"b200_sxm": 14.0, "h100_sxm": 14.0, "l40s": 14.0})
+    assert np.allclose(cells["mape"], 0.0, atol=1e-6) and np.all(cells["before_mape"] > 70)

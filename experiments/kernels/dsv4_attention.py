@@ -5,7 +5,9 @@ projections, norms, RoPE, cache store, compressor, CSA's indexer and top-k, Flas
 GPU scored with constants fitted on the other only: `CompressedConstants` (the module's small kernels and activation
 passes) and the sparse kernels' (`dsa_attention.fit_on`). Beside it, serving's pricing before: projections plus a
 per-entry read of the attended entries and the index scan, no kernel floors. The `dsv4_*_context_module` tables
-(prefill chunks after a prefix) are scored the same way, with nothing fitted on them.
+(prefill chunks after a prefix) are scored the same way, with nothing fitted on them; the `mhc_module` tables (a
+layer's hyper-connections, B200, H100, L40S) against serving's elementwise pricing, its kernel floors read off the
+other systems.
 
     python -m experiments.kernels.dsv4_attention --data ../shared/datasets --out experiments/results/dsv4_attention.md
     python -m experiments.kernels.dsv4_attention --data ../shared/datasets --write-constants   # fit on both GPUs
@@ -31,7 +33,9 @@ from hybridperf.priors.attention import Fitted, generation_attention_ms
 from hybridperf.priors.mla import SparseMlaConstants
 from hybridperf.serving import compressed as C
 from hybridperf.serving.arch import arch_from_dict
-from hybridperf.serving.cost import _bmm, _gemm, kernel_floor_ms
+from hybridperf.priors.memory import memory_time_ms
+from hybridperf.serving.compressed import HC_KERNELS
+from hybridperf.serving.cost import ELEMENTWISE_KERNELS, ELEMENTWISE_PASSES, _bmm, _gemm, kernel_floor_ms
 
 SYSTEMS = dsa_attention.SYSTEMS
 MODELS = {"flash": "deepseek-ai--DeepSeek-V4-Flash_config.json", "pro": "deepseek-ai--DeepSeek-V4-Pro_config.json"}
@@ -147,7 +151,53 @@ def evaluate(gen: pd.DataFrame, ctx: pd.DataFrame, geo: dict, attn: pd.DataFrame
     return pd.DataFrame(cells), fits
 
 
-def write_report(out: Path, cells: pd.DataFrame, fits: dict) -> None:
+def load_mhc(data: Path) -> pd.DataFrame:
+    """Every system's `mhc_module` tables: one layer's hyper-connection pre and post (both sites), summed per shape."""
+    frames = []
+    for sysname in SYSTEMS:
+        root = data / "aiconfigurator" / "systems" / "data" / sysname / "mhc"
+        for f in sorted(root.glob("*/*/mhc_module_perf.parquet")):
+            frames.append(pd.read_parquet(f).assign(system=sysname, fw=f.parent.parent.name))
+    if not frames:
+        raise SystemExit(f"error: no mhc_module tables under {data}")
+    d = pd.concat(frames, ignore_index=True)
+    keys = ["system", "fw", "hidden_size", "hc_mult", "num_tokens"]
+    d = d.pivot_table(index=keys, columns="op_name", values="latency", aggfunc="median").reset_index()
+    return d.assign(latency=d["pre"] + d["post"]).dropna(subset=["latency"]).reset_index(drop=True)
+
+
+def serving_elementwise(d: pd.DataFrame, kernels: float) -> np.ndarray:
+    """Serving's elementwise work of a hyper-connected layer (`cost.ELEMENTWISE_PASSES` over every stream) at
+    least `kernels` kernel floors."""
+    out = np.zeros(len(d))
+    for sysname, idx in d.groupby("system").indices.items():
+        g, dev = d.iloc[idx], get_device(sysname)
+        nbytes = g["num_tokens"] * g["hidden_size"] * 2.0 * ELEMENTWISE_PASSES * g["hc_mult"]
+        out[idx] = np.maximum(memory_time_ms(nbytes.to_numpy(dtype=float), dev), kernels * kernel_floor_ms(dev))
+    return out
+
+
+def evaluate_mhc(d: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """Per held-out system: the kernel floors a layer's mHC takes up to 16 tokens, read off the other systems'
+    rows (their median), against serving's pricing with them and with the plain layer's ELEMENTWISE_KERNELS."""
+    floors = d["latency"] / [kernel_floor_ms(get_device(s)) for s in d["system"]]
+    cells, fits = [], {}
+    for held in sorted(set(d["system"])):
+        small = (d["system"] != held) & (d["num_tokens"] <= 16)
+        fits[held] = float(np.median(floors[small]))
+        test = d[d["system"] == held].reset_index(drop=True)
+        test = test.assign(now=serving_elementwise(test, fits[held]),
+                           before=serving_elementwise(test, ELEMENTWISE_KERNELS))
+        band = pd.cut(test["num_tokens"], [0, 64, 1024, 1 << 40], labels=["1-64", "80-1024", ">1024"])
+        for (fw, b), g in test.groupby(["fw", band.rename("tokens")], observed=True):
+            cells.append({"held_out": held, "framework": fw, "tokens": b, "rows": len(g),
+                          "before_mape": float(np.mean(ape(g["before"], g["latency"]))),
+                          "mape": float(np.mean(ape(g["now"], g["latency"]))),
+                          "median_ratio": float(np.median(g["now"] / g["latency"]))})
+    return pd.DataFrame(cells), fits
+
+
+def write_report(out: Path, cells: pd.DataFrame, fits: dict, mhc: pd.DataFrame, mhc_fits: dict) -> None:
     fit_lines = [f"- {h} held out: " + ", ".join(f"{p} {getattr(c, p).value:.1f}" for p in PARAMS)
                  + f" (fitted on {c.csa_kernels.source})" for h, c in fits.items()]
     summary = cells.groupby(["held_out", "phase"]).apply(
@@ -162,10 +212,18 @@ def write_report(out: Path, cells: pd.DataFrame, fits: dict) -> None:
              "(`hybridperf.serving.compressed`: GEMMs, FlashMLA's sparse kernel over the attended entries, CSA's "
              "indexer and top-k, `module_ms`'s kernels and passes), constants fitted on the other GPU's generation "
              "rows; `before_mape`: serving's pricing before it (a per-entry read, no floors, no top-k; prefill: "
-             "each sequence's chunk its own kernels, no module kernels or passes). MAPE = mean |pred/measured - 1| in %.", "",
+             "each sequence's chunk its own kernels, no module kernels or passes). MAPE = mean |pred/measured - 1| "
+             "in %.", "",
              "Constants per held-out GPU:", "", *fit_lines, "",
              summary.astype({"rows": int}).to_markdown(index=False, floatfmt=".1f"), "",
-             cells.to_markdown(index=False, floatfmt=".2f"), ""]
+             cells.to_markdown(index=False, floatfmt=".2f"), "",
+             "## Hyper-connections (`mhc_module`: a layer's mHC pre and post, both sites)", "",
+             "Serving prices a hyper-connected layer's elementwise work as `cost.ELEMENTWISE_PASSES` over every stream "
+             f"at least `compressed.HC_KERNELS` ({HC_KERNELS}) kernel floors (`before`: the plain layer's "
+             f"{ELEMENTWISE_KERNELS}). Floors read off the other systems' rows up to 16 tokens: "
+             + ", ".join(f"{h} held out {k:.1f}" for h, k in mhc_fits.items())
+             + ". Past ~1K tokens serving's passes (the layer's other elementwise work too) meet the module's.", "",
+             mhc.to_markdown(index=False, floatfmt=".2f"), ""]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines))
 
@@ -184,8 +242,10 @@ def main() -> None:
         print(fit(gen, components(gen, geo, sparse, True), ", ".join(sorted(set(gen["system"])))))
         return
     cells, fits = evaluate(gen, load_tables(data, "context"), geo, attn, topk)
-    write_report(a.out, cells, fits)
+    mhc, mhc_fits = evaluate_mhc(load_mhc(data))
+    write_report(a.out, cells, fits, mhc, mhc_fits)
     print(cells.to_string(index=False))
+    print(mhc.to_string(index=False))
 
 
 if __name__ == "__main__":

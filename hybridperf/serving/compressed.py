@@ -24,6 +24,10 @@ from hybridperf.priors.mla import SPARSE_CONSTANTS, SPARSE_HEADS_PER_CTA, Sparse
 INDEX_SCALE_BYTES = 4.0
 #: the rope part of each cached entry's `head_dim` (FlashMLA's 512 = 448 latent + 64 rope)
 ROPE_DIM = 64
+#: kernel floors a layer's hyper-connections take, in place of its residual norms': aiconfigurator's `mhc_module`
+#: tables time a layer's mHC pre and post (both sites, the norms fused in) at a median 14 floors up to 16 tokens on
+#: B200, H100 and L40S (per framework 12.7-20.2; `experiments/kernels/dsv4_attention.py` holds each system out)
+HC_KERNELS = 14
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from hybridperf.priors.mla import (SPARSE_CONSTANTS, MlaConstants, SparseMlaCons
                                    sparse_mla_ms, topk_work)
 from hybridperf.priors.moe import ROUTING_KERNELS, moe_ms
 from hybridperf.serving.arch import Arch
-from hybridperf.serving.compressed import indexer_ms
+from hybridperf.serving.compressed import HC_KERNELS, indexer_ms
 from hybridperf.serving.engines import EngineDefaults
 
 #: CLI precision -> (GEMM dtype of `llm_gemm.GEMM_DTYPES`, bytes per weight element)
@@ -261,8 +261,8 @@ class StepCost:
         up = (2 if a.gated_mlp else 1) * a.ffn / tp  # gate and up projections fused
         dense_mlp = _gemm(n, up, h, g, dev) + _gemm(n, h, a.ffn / tp, g, dev)
         act_bytes = 2.0
-        streams = a.compressed.hc_mult if a.compressed else 1  # hyper-connections widen the residual stream
-        elem = _floored(memory_time_ms(n * h * act_bytes * ELEMENTWISE_PASSES * streams, dev), ELEMENTWISE_KERNELS, dev)
+        streams, kernels = (a.compressed.hc_mult, HC_KERNELS) if a.compressed else (1, ELEMENTWISE_KERNELS)  # mHC
+        elem = _floored(memory_time_ms(n * h * act_bytes * ELEMENTWISE_PASSES * streams, dev), kernels, dev)
         mlp_act = _floored(memory_time_ms(n * (a.mlp_mats * a.ffn / tp) * act_bytes, dev), 1, dev)
         per_layer = mix / a.layers + (elem + self._tp_allreduce(n) * 2) * a.sublayer_share
         total = self.stage_layers * per_layer
