@@ -40,13 +40,29 @@ def test_decode_attention_reads_the_attended_entries_and_selects_past_top_k():
     assert float(c.layer_entries(4, 100)) == 100 + 25  # the window holds all 100, the compressed entries 25
     assert float(c.layer_entries(4, 1 << 20)) == 128 + 512  # CSA: window + the indexer's top-k
     assert float(c.layer_entries(128, 1 << 20)) == 128 + (1 << 20) / 128  # HCA: every compressed entry
-    step = {ctx: c.decode_ms(8 * ctx, 8, 8, B200, "fp8", None) for ctx in (1024, 2040, 2048, 65536)}
-    assert 0 < step[1024] < step[2040] < step[2048] < step[65536]
-    # once a query's row holds more than top-k compressed entries the indexer selects: a row's latency, not the
-    # few more keys' reads
-    assert step[2048] - step[2040] > 10 * (step[2040] - step[1024]) / 1016 * 8
-    # drafted tokens: more query tokens, same cache
-    assert c.decode_ms(8 * 4096, 8, 8, B200, "fp8", None, queries=3) > step[1024]
+    step = {ctx: c.decode_ms(8 * ctx, 8, 8, B200, "fp8", None) for ctx in (1024, 2048, 2052, 65536)}
+    assert 0 < step[1024] < step[2048] < step[2052] < step[65536]
+    # once a query's row holds more than top-k compressed entries (4 x 512 keys) the indexer selects: a row's
+    # latency, not the few more keys' reads
+    assert step[2052] - step[2048] > 10 * (step[2048] - step[1024]) / 1024 * 4
+    # three query tokens a sequence (two drafts verified) over the same cache: more attention and index work
+    assert c.decode_ms(8 * 4096, 8, 8, B200, "fp8", None, queries=3) > c.decode_ms(8 * 4096, 8, 8, B200, "fp8", None)
+    # ... but no row selects before it holds more than 4 x top-k keys: the drafts' rows hold fewer than the last's
+    edge = [c.decode_ms(8 * 2048, 8, 8, B200, "fp8", None, queries=q) for q in (1, 3)]
+    assert edge[1] - edge[0] < 0.2 * (step[2052] - step[2048])
+
+
+def test_serving_step_carries_the_module_and_the_drafts():
+    from hybridperf.serving.api import Worker, setup_cost
+    from hybridperf.serving.cost import Parallel
+    from hybridperf.serving.engines import get_engine
+
+    arch = arch_from_dict(V4)
+    cost = setup_cost(arch, B200, get_engine("sglang"), Worker(Parallel(), "fp8", "fp8", 1.0), 4096, 8, 4096, 64)[0]
+    floor = kernel_floor_ms(B200)
+    module = float(arch.compressed.module_ms(1, arch.hidden, arch.heads, B200, floor))
+    assert cost.tokens_ms(1) > module  # every layer's module kernels are in the token-count part
+    assert cost.decode_attn_ms(8 * 4096, 8, queries=3) > cost.decode_attn_ms(8 * 4096, 8)
 
 
 def test_one_launch_for_many_sequences_prefill_beats_one_each():

@@ -10,6 +10,7 @@ aiconfigurator's DeepSeek-V4 model counts it (`sdk/models/deepseek_v4.py`).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -141,7 +142,7 @@ class CompressedAttention:
         `heads` query heads on this GPU, `floor_ms` a kernel's floor."""
         c = constants
         kernels = self._count(4) * c.csa_kernels.value + (len(self.ratios) - self._count(4)) * c.hca_kernels.value
-        tile = max(heads, SPARSE_HEADS_PER_CTA)
+        tile = math.ceil(heads / SPARSE_HEADS_PER_CTA) * SPARSE_HEADS_PER_CTA
         per_token = 2.0 * (c.q_passes.value * heads * self.head_dim + c.tile_passes.value * tile * self.head_dim
                            + c.hidden_passes.value * hidden) * len(self.ratios)
         return kernels * floor_ms + np.asarray(n, dtype=np.float64) * per_token / achievable_bandwidth(device) * 1e3
@@ -160,8 +161,9 @@ class CompressedAttention:
             t += self._count(r) * float(sparse_mla_ms(
                 tokens, heads, self.head_dim - ROPE_DIM, ROPE_DIM, float(self.layer_entries(r, ctx)), device, kv_dtype,
                 kernel_source=source, constants=sparse, attention=constants, padded=kv_dtype != "fp8"))
-        if self._count(4):
-            select = index_topk_ms(*topk_work(seqs, queries, ctx / 4.0, self.index_topk), device, sparse)
+        if self._count(4):  # in tokens, as `prefill_ms`: a query's row holds a compressed entry per 4 of its keys
+            rows, scores, longest = topk_work(seqs, queries, max(ctx - queries, 0.0), 4 * self.index_topk)
+            select = index_topk_ms(rows, scores / 4.0, longest / 4.0, device, sparse)
             t += self._count(4) * (self._index_ms(tokens * ctx / 4.0, keys / 4.0, device) + float(select))
         return t
 
