@@ -12,7 +12,7 @@ from experiments.kernels import dsv4_attention as E
 from hybridperf.devices import get_device
 from hybridperf.priors.attention import Fitted
 from hybridperf.serving.arch import arch_from_dict
-from hybridperf.serving.compressed import MODULE_CONSTANTS, CompressedConstants
+from hybridperf.serving.compressed import MODULE_CONSTANTS, CompressedAttention, CompressedConstants
 from hybridperf.serving.cost import kernel_floor_ms
 
 V4 = {"model_type": "deepseek_v4", "hidden_size": 1024, "num_hidden_layers": 4, "vocab_size": 1000,
@@ -33,6 +33,9 @@ def test_a_small_decode_step_pays_the_modules_kernels():
     assert float(c.module_ms(4096, 1024, 8, B200, floor)) > 2 * one  # the passes grow with the tokens
     # a TP rank's 8 of 64 heads still fill FlashMLA's 64-head tile: fewer heads, fewer query passes only
     assert float(c.module_ms(4096, 1024, 8, B200, floor)) < float(c.module_ms(4096, 1024, 64, B200, floor))
+    tile = CompressedConstants(*(Fitted(float(f == "tile_passes"), "", "") for f in E.PARAMS))
+    assert [float(c.module_ms(4096, 1024, h, B200, 0.0, tile)) for h in (8, 65)] == pytest.approx(
+        [float(c.module_ms(4096, 1024, 64, B200, 0.0, tile)) * k for k in (1, 2)])  # 65 heads: two tiles
 
 
 def test_decode_attention_reads_the_attended_entries_and_selects_past_top_k():
@@ -52,16 +55,21 @@ def test_decode_attention_reads_the_attended_entries_and_selects_past_top_k():
     assert edge[1] - edge[0] < 0.2 * (step[2052] - step[2048])
 
 
-def test_serving_step_carries_the_module_and_the_drafts():
+def test_serving_step_carries_the_module_and_the_drafts(monkeypatch):
     from hybridperf.serving.api import Worker, setup_cost
     from hybridperf.serving.cost import Parallel
     from hybridperf.serving.engines import get_engine
 
     arch = arch_from_dict(V4)
-    cost = setup_cost(arch, B200, get_engine("sglang"), Worker(Parallel(), "fp8", "fp8", 1.0), 4096, 8, 4096, 64)[0]
-    floor = kernel_floor_ms(B200)
-    module = float(arch.compressed.module_ms(1, arch.hidden, arch.heads, B200, floor))
-    assert cost.tokens_ms(1) > module  # every layer's module kernels are in the token-count part
+
+    def step():
+        return setup_cost(arch, B200, get_engine("sglang"), Worker(Parallel(), "fp8", "fp8", 1.0), 4096, 8, 4096,
+                          64)[0]
+
+    cost = step()
+    module = float(arch.compressed.module_ms(1, arch.hidden, arch.heads, B200, kernel_floor_ms(B200)))
+    monkeypatch.setattr(CompressedAttention, "module_ms", lambda self, n, *a, **k: np.zeros_like(n, dtype=float))
+    assert cost.tokens_ms(1) - step().tokens_ms(1) == pytest.approx(module, rel=1e-3)  # in the token-count part
     assert cost.decode_attn_ms(8 * 4096, 8, queries=3) > cost.decode_attn_ms(8 * 4096, 8)
 
 

@@ -679,8 +679,9 @@ def test_deepseek_v4_compressed_attention():
     # per token: two CSA layers' entry and index key every 4 tokens, one HCA entry every 128 (fp8)
     assert c.kv_bytes_per_token(1.0) == pytest.approx(2 * (128 + 32 + 4) / 4 + 128 / 128)
     # a decode query reads each layer's window, the indexer's top-k on CSA layers and every HCA entry
-    assert c.entries_read(10_000) == pytest.approx(4 * 16 + 2 * 64 + 10_000 / 128)
-    assert c.entries_read(32768) < 0.1 * 4 * 32768  # what a full-attention MQA would read
+    read = sum(float(c.layer_entries(r, 10_000)) for r in c.ratios)
+    assert read == pytest.approx(4 * 16 + 2 * 64 + 10_000 / 128)
+    assert sum(float(c.layer_entries(r, 32768)) for r in c.ratios) < 0.1 * 4 * 32768  # a full-attention MQA's reads
     h100 = get_device("h100_sxm")
     step = [c.decode_ms(8 * ctx, 8, 8, h100, "fp8", None) for ctx in (2048, 32768)]
     assert 0 < step[0] < step[1] < 10 * step[0]  # 16x the context: the indexer's scan grows with it, the reads less

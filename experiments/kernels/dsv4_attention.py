@@ -31,10 +31,10 @@ from experiments.kernels import attention_prior, dsa_attention
 from hybridperf.devices import get_device
 from hybridperf.priors.attention import CONSTANTS as ATTENTION_CONSTANTS
 from hybridperf.priors.attention import AttentionConstants, Fitted, generation_attention_ms
+from hybridperf.priors.memory import memory_time_ms
 from hybridperf.priors.mla import SparseMlaConstants, index_topk_ms, topk_work
 from hybridperf.serving import compressed as C
 from hybridperf.serving.arch import arch_from_dict
-from hybridperf.priors.memory import memory_time_ms
 from hybridperf.serving.compressed import HC_KERNELS
 from hybridperf.serving.cost import ELEMENTWISE_KERNELS, ELEMENTWISE_PASSES, _bmm, _gemm, kernel_floor_ms
 
@@ -108,7 +108,7 @@ def components(df: pd.DataFrame, geo: dict, sparse: SparseMlaConstants, decode: 
                 select = float(index_topk_ms(rows, scores / 4.0, longest / 4.0, dev, sparse)) if r == 4 else 0.0
                 chunks[isl, step] = chunk, chunk - select
             kern.append(b * chunks[isl, step][0])
-            once.append(layer.prefill_ms(int(isl), int(step), heads, dev, "fp8", None, int(b), **kw))
+            once.append(layer.prefill_ms(int(isl), int(step), heads, dev, "fp8", None, seqs=int(b), **kw))
             old.append(b * chunks[isl, step][1])
         out.loc[g.index, "gemm"], out.loc[g.index, "floor"] = gemm, floor
         out.loc[g.index, "kernels"], out.loc[g.index, "one_launch"] = kern, once
@@ -233,7 +233,7 @@ def write_report(out: Path, cells: pd.DataFrame, fits: dict, mhc: pd.DataFrame, 
              "chunk as serving's scheduler prices it; CSA's indexer and top-k; `module_ms`'s kernels and passes), "
              "the module constants fitted on the other GPU's generation rows, the sparse kernels' and the attention "
              "prior's on the other GPUs' tables; `one_launch_mape`: a prefill batch's chunks in one launch, as the "
-             "engines run them (serving so priced, the held-out silicon runs' TTFT went 42.4 -> 42.9%: not shipped); "
+             "engines run them; "
              "`before_mape`: serving's pricing before it (decode: a per-entry read, no floors, no top-k; prefill: a "
              "launch per chunk, no top-k, no module kernels or passes). MAPE = mean "
              "|pred/measured - 1| in %; a median ratio above 1 is a prediction too slow.", "",

@@ -23,8 +23,6 @@ from hybridperf.priors.mla import SPARSE_CONSTANTS, SPARSE_HEADS_PER_CTA, Sparse
 
 #: the indexer's cached key per compressed entry: FP8 values plus one FP32 scale
 INDEX_SCALE_BYTES = 4.0
-#: the rope part of each cached entry's `head_dim` (FlashMLA's 512 = 448 latent + 64 rope)
-ROPE_DIM = 64
 #: kernel floors a layer's hyper-connections take, in place of its residual norms': aiconfigurator's `mhc_module`
 #: tables time a layer's mHC pre and post (both sites, the norms fused in) at a median 14 floors up to 16 tokens on
 #: B200, H100 and L40S (per framework 12.7-20.2; `experiments/kernels/dsv4_attention.py` holds each system out)
@@ -53,7 +51,7 @@ _MODULE_SCRIPT = "experiments/kernels/dsv4_attention.py"
 #: held-out errors are in experiments/results/dsv4_attention.md)
 MODULE_CONSTANTS = CompressedConstants(
     *(Fitted(v, unit, _MODULE_TABLES, _MODULE_SCRIPT) for v, unit in (
-        (31.8, "kernels"), (20.0, "kernels"), (8.51, "passes"), (3.77, "passes"), (20.0, "passes"))))
+        (31.8, "kernels"), (19.9, "kernels"), (8.50, "passes"), (3.78, "passes"), (19.8, "passes"))))
 
 
 def indexer_ms(pairs: float, keys: float, heads: int, dim: int, device) -> float:
@@ -94,12 +92,6 @@ class CompressedAttention:
         state = sum(2 * r * (2 if r == 4 else 1) * self.head_dim * 4.0 for r in self.ratios if r)
         return len(self.ratios) * self.window * self.head_dim * kv_bytes + state
 
-    def entries_read(self, ctx: float) -> float:
-        """KV entries one decode query reads over all layers, `ctx` tokens cached."""
-        out = len(self.ratios) * min(ctx, self.window)
-        out += self._count(4) * min(ctx / 4.0, self.index_topk) + self._count(128) * ctx / 128.0
-        return out
-
     def weights(self, hidden: int, heads: int) -> float:
         """Attention weight elements over all layers: q (low-rank), the shared KV, the grouped output
         projection, each compressed layer's compressor and each CSA layer's indexer."""
@@ -139,7 +131,8 @@ class CompressedAttention:
     def module_ms(self, n, hidden: int, heads: float, device, floor_ms: float,
                   constants: CompressedConstants = MODULE_CONSTANTS) -> np.ndarray:
         """Every layer's module work beyond its GEMMs and attention kernels for `n` tokens (`CompressedConstants`),
-        `heads` query heads on this GPU, `floor_ms` a kernel's floor."""
+        `heads` query heads on this GPU (FlashMLA's query tile: their 64-head multiple, as with an FP8 cache, which
+        the tables ran), `floor_ms` a kernel's floor."""
         c = constants
         kernels = self._count(4) * c.csa_kernels.value + (len(self.ratios) - self._count(4)) * c.hca_kernels.value
         tile = math.ceil(heads / SPARSE_HEADS_PER_CTA) * SPARSE_HEADS_PER_CTA
@@ -150,16 +143,17 @@ class CompressedAttention:
     def decode_ms(self, keys: float, seqs: int, heads: float, device, kv_dtype: str, source, queries: int = 1,
                   sparse: SparseMlaConstants = SPARSE_CONSTANTS, constants: AttentionConstants = CONSTANTS) -> float:
         """One decode step of `seqs` sequences holding `keys` tokens in all, `queries` query tokens each (drafts
-        verified), over every layer: FlashMLA's sparse kernel over each layer's attended entries (a 64-row tile of
-        heads per token; heads padded to the architecture's multiple over a 16-bit cache), each CSA layer's indexer
-        scan of the compressed index keys and its top-k selection."""
+        verified), over every layer: FlashMLA's sparse kernel over each layer's attended entries, `head_dim` wide as
+        keys and as values (a 64-row tile of heads per token; heads padded to the architecture's multiple over a
+        16-bit cache), each CSA layer's indexer scan of the compressed index keys and its top-k selection. Its kernels'
+        floors are among `module_ms`'s."""
         if seqs <= 0:
             return 0.0
         ctx, tokens = keys / seqs, seqs * queries
         t = 0.0
         for r in set(self.ratios):
             t += self._count(r) * float(sparse_mla_ms(
-                tokens, heads, self.head_dim - ROPE_DIM, ROPE_DIM, float(self.layer_entries(r, ctx)), device, kv_dtype,
+                tokens, heads, self.head_dim, 0, float(self.layer_entries(r, ctx)), device, kv_dtype,
                 kernel_source=source, constants=sparse, attention=constants, padded=kv_dtype != "fp8"))
         if self._count(4):  # in tokens, as `prefill_ms`: a query's row holds a compressed entry per 4 of its keys
             rows, scores, longest = topk_work(seqs, queries, max(ctx - queries, 0.0), 4 * self.index_topk)
@@ -167,11 +161,12 @@ class CompressedAttention:
             t += self._count(4) * (self._index_ms(tokens * ctx / 4.0, keys / 4.0, device) + float(select))
         return t
 
-    def prefill_ms(self, chunk: int, prefix: int, heads: float, device, kv_dtype: str, source, seqs: int = 1,
-                   sparse: SparseMlaConstants = SPARSE_CONSTANTS, constants: AttentionConstants = CONSTANTS) -> float:
-        """`seqs` sequences' prefill chunks of `chunk` tokens after `prefix` cached ones in one launch per kernel,
-        over every layer: each query attends its window plus its layer's compressed entries (the indexer's top-k on
-        CSA layers)."""
+    def prefill_ms(self, chunk: int, prefix: int, heads: float, device, kv_dtype: str, source,
+                   sparse: SparseMlaConstants = SPARSE_CONSTANTS, constants: AttentionConstants = CONSTANTS,
+                   seqs: int = 1) -> float:
+        """`seqs` sequences' prefill chunks of `chunk` tokens after `prefix` cached ones in one launch per kernel
+        (serving prices each request's chunk on its own), over every layer: each query attends its window plus its
+        layer's compressed entries (the indexer's top-k on CSA layers)."""
         ctx = prefix + chunk / 2.0  # a query's mean context within the chunk
         attended = {0: self.window, 4: self.window + min(ctx / 4.0, self.index_topk),
                     128: self.window + ctx / 128.0}

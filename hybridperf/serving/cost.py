@@ -7,7 +7,7 @@ once on a grid of `n` and interpolated; decode attention, linear in the keys rea
 `priors.mla.sparse_mla_ms`, and the indexer's top-k selection); prefill attention per chunk; and the LM head plus
 sampler per sampled token. The GEMMs, norms, activations, fused MoE, decode attention, DSA's index scan and the
 sampler kernels each take at least a launch-and-drain floor (`KERNEL_FLOOR_KCYCLES`), which much of a small decode
-batch's iteration is made of (prefill attention carries none; DeepSeek-V4's attention: `compressed.module_ms`).
+batch's iteration is made of (prefill attention carries none; DeepSeek-V4's are in `compressed.module_ms`).
 """
 from __future__ import annotations
 
@@ -403,7 +403,7 @@ class StepCost:
             a, tp = self.arch, self.par.tp
             if a.compressed:
                 t = a.compressed.prefill_ms(chunk, prefix, a.heads / tp, self.device, self.kv_dtype,
-                                            self.prefill_source, 1, self.models.sparse_mla, self.models.attention)
+                                            self.prefill_source, self.models.sparse_mla, self.models.attention)
             else:
                 t = 0.0
                 for full, layers, (kvh, hd, vd, _) in a.attention_kinds():
