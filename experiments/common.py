@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 #: the repository root (experiments/ is a package directly below it)
 REPO = Path(__file__).resolve().parents[1]
@@ -38,6 +39,22 @@ def aiconfigurator_data(data) -> Path:
     if not (data / "aiconfigurator").is_dir():
         raise SystemExit(f"error: no aiconfigurator data under {data}")
     return data
+
+
+def module_tables(data: Path, folder: str, pattern: str, systems) -> pd.DataFrame:
+    """Every table of `systems` matching `pattern` in aiconfigurator's `<system>/<folder>/<framework>/<version>/`
+    (all versions), its rows of positive latency, with `system`, `fw` and `version` columns; else exit with one
+    error line."""
+    frames = []
+    for sysname in systems:
+        root = Path(data) / "aiconfigurator" / "systems" / "data" / sysname / folder
+        for f in sorted(root.glob(f"*/*/{pattern}")) if root.is_dir() else []:
+            d = pd.read_parquet(f)
+            d = d[(d["latency"] > 0) & np.isfinite(d["latency"])]
+            frames.append(d.assign(system=sysname, fw=f.parent.parent.name, version=f.parent.name))
+    if not frames:
+        raise SystemExit(f"error: no {pattern} under {data}")
+    return pd.concat(frames, ignore_index=True)
 
 
 def ape(pred, meas) -> np.ndarray:

@@ -1,11 +1,11 @@
-"""Sparse MLA (DSA) attention prior, leave-one-GPU-out (issues 57, 58): `hybridperf.priors.mla.sparse_mla_ms`
-against aiconfigurator's `glm5_dsa_attn_module` tables (GLM-5's attention after the indexer's top-k pick: FlashMLA's
-sparse kernel, SGLang 0.5.14) of the H100 and the B200, each scored with constants fitted on the other only, beside
-dense pricing: MLA decode over min(context, index_topk) latents (serving's before), and a causal prefill with a
-window of index_topk keys over the unpadded heads (serving's still). Likewise `index_topk_ms` against the `glm5_topk_module` tables
-(the indexer's top-k selection, which serving did not price), fitted on both of the collector's score orders, uniform
-scores (`flat`, the slowest radix select) and the highest last (`top_last`, 0.45x the time), by least squares: a real
-indexer's scores lie between, so the fit prices their geometric middle.
+"""Sparse MLA (DSA) attention prior, leave-one-GPU-out (issues 57, 58): `hybridperf.priors.mla.sparse_mla_ms` against
+aiconfigurator's `glm5_dsa_attn_module` tables (GLM-5's attention after the indexer's top-k pick: FlashMLA's sparse
+kernel, SGLang 0.5.14) of the H100 and the B200, each scored with constants fitted on the other only, beside dense
+pricing: MLA decode over min(context, index_topk) latents (serving's before), and a causal prefill with a window of
+index_topk keys over the unpadded heads (serving's still). Likewise `index_topk_ms` against the `glm5_topk_module`
+tables (the indexer's top-k selection, which serving did not price), fitted on both of the collector's score orders,
+uniform scores (`flat`, the slowest radix select) and the highest last (`top_last`, 0.45x the time), by least squares: a
+real indexer's scores lie between, so the fit prices their geometric middle.
 
     python -m experiments.kernels.dsa_attention --data ../shared/datasets --out experiments/results/dsa_attention.md
     python -m experiments.kernels.dsa_attention --data ../shared/datasets --write-constants   # fit on both GPUs
@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from experiments.common import RESULTS, add_data_argument, aiconfigurator_data, ape
+from experiments.common import RESULTS, add_data_argument, aiconfigurator_data, ape, module_tables
 from hybridperf.datasets.aiconfigurator import SYSTEM_DEVICES
 from hybridperf.devices import get_device
 from hybridperf.priors import mla as M
@@ -41,16 +41,7 @@ SCRIPT = "experiments/kernels/dsa_attention.py"
 def load_tables(data: Path, table: str = TABLE) -> pd.DataFrame:
     """Every system's `table` of the sparse-attention modules (the attention kernel's, or the top-k selection's
     with its rows that select: more keys than top-k)."""
-    frames = []
-    for sysname in SYSTEMS:
-        root = data / "aiconfigurator" / "systems" / "data" / sysname / "sparse_attention"
-        for f in sorted(root.glob(f"*/*/{table}")) if root.is_dir() else []:
-            d = pd.read_parquet(f)
-            d = d[(d["latency"] > 0) & np.isfinite(d["latency"])]
-            frames.append(d.assign(system=sysname, fw=f.parent.parent.name, version=f.parent.name))
-    if not frames:
-        raise SystemExit(f"error: no {table} under {data}")
-    df = pd.concat(frames, ignore_index=True)
+    df = module_tables(data, "sparse_attention", table, SYSTEMS)
     if table == TOPK_TABLE:
         df["rows"], df["scores"], df["longest"] = M.topk_work(df["batch_size"], df["isl"], df["step"], TOPK)
         df = df[df["rows"] > 0].reset_index(drop=True)

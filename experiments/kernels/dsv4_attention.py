@@ -26,13 +26,13 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from experiments.common import RESULTS, add_data_argument, aiconfigurator_data, ape
+from experiments.common import RESULTS, add_data_argument, aiconfigurator_data, ape, module_tables
 from experiments.kernels import attention_prior, dsa_attention
 from hybridperf.devices import get_device
 from hybridperf.priors.attention import CONSTANTS as ATTENTION_CONSTANTS
 from hybridperf.priors.attention import AttentionConstants, Fitted, generation_attention_ms
 from hybridperf.priors.memory import memory_time_ms
-from hybridperf.priors.mla import SparseMlaConstants, index_topk_ms, topk_work
+from hybridperf.priors.mla import SparseMlaConstants
 from hybridperf.serving import compressed as C
 from hybridperf.serving.arch import arch_from_dict
 from hybridperf.serving.compressed import HC_KERNELS
@@ -46,16 +46,7 @@ SCRIPT = "experiments/kernels/dsv4_attention.py"
 
 def load_tables(data: Path, mode: str = "generation") -> pd.DataFrame:
     """Every system's CSA and HCA module tables of `mode` (generation or context), with the model's geometry key."""
-    frames = []
-    for sysname in SYSTEMS:
-        root = data / "aiconfigurator" / "systems" / "data" / sysname / "sparse_attention"
-        for f in sorted(root.glob(f"*/*/dsv4_*_{mode}_module_perf.parquet")) if root.is_dir() else []:
-            d = pd.read_parquet(f)
-            d = d[(d["latency"] > 0) & np.isfinite(d["latency"])]
-            frames.append(d.assign(system=sysname, fw=f.parent.parent.name))
-    if not frames:
-        raise SystemExit(f"error: no dsv4_*_{mode}_module tables under {data}")
-    df = pd.concat(frames, ignore_index=True)
+    df = module_tables(data, "sparse_attention", f"dsv4_*_{mode}_module_perf.parquet", SYSTEMS)
     df["model_key"] = np.where(df["model"].str.contains("Pro"), "pro", "flash")
     df["kind"] = df["compress_ratio"].map({4: "CSA", 128: "HCA"})
     return df
@@ -104,8 +95,7 @@ def components(df: pd.DataFrame, geo: dict, sparse: SparseMlaConstants, decode: 
                 continue
             if (isl, step) not in chunks:  # a chunk's own launch, and before: less the top-k selection
                 chunk = layer.prefill_ms(int(isl), int(step), heads, dev, "fp8", None, **kw)
-                rows, scores, longest = topk_work(1, isl, step, 4 * layer.index_topk)
-                select = float(index_topk_ms(rows, scores / 4.0, longest / 4.0, dev, sparse)) if r == 4 else 0.0
+                select = layer.select_ms(1, isl, step, dev, sparse) if r == 4 else 0.0
                 chunks[isl, step] = chunk, chunk - select
             kern.append(b * chunks[isl, step][0])
             once.append(layer.prefill_ms(int(isl), int(step), heads, dev, "fp8", None, seqs=int(b), **kw))
@@ -170,14 +160,7 @@ def evaluate(gen: pd.DataFrame, ctx: pd.DataFrame, geo: dict, attn: pd.DataFrame
 
 def load_mhc(data: Path) -> pd.DataFrame:
     """Every system's `mhc_module` tables: one layer's hyper-connection pre and post (both sites), summed per shape."""
-    frames = []
-    for sysname in SYSTEMS:
-        root = data / "aiconfigurator" / "systems" / "data" / sysname / "mhc"
-        for f in sorted(root.glob("*/*/mhc_module_perf.parquet")):
-            frames.append(pd.read_parquet(f).assign(system=sysname, fw=f.parent.parent.name))
-    if not frames:
-        raise SystemExit(f"error: no mhc_module tables under {data}")
-    d = pd.concat(frames, ignore_index=True)
+    d = module_tables(data, "mhc", "mhc_module_perf.parquet", SYSTEMS)
     keys = ["system", "fw", "hidden_size", "hc_mult", "num_tokens"]
     d = d.pivot_table(index=keys, columns="op_name", values="latency", aggfunc="median").reset_index()
     return d.assign(latency=d["pre"] + d["post"]).dropna(subset=["latency"]).reset_index(drop=True)
