@@ -121,6 +121,12 @@ class CompressedAttention:
     def _index_ms(self, pairs: float, keys: float, device) -> float:
         return indexer_ms(pairs, keys, self.index_heads, self.index_dim, device)
 
+    def select_ms(self, seqs, new, cached, device, sparse: SparseMlaConstants = SPARSE_CONSTANTS) -> float:
+        """One CSA layer's top-k selection for `seqs` sequences of `new` query tokens after `cached` ones: a query's
+        row holds a compressed entry per 4 of its keys and selects once it holds more than `index_topk`."""
+        rows, scores, longest = topk_work(seqs, new, cached, 4 * self.index_topk)
+        return float(index_topk_ms(rows, scores / 4.0, longest / 4.0, device, sparse))
+
     def layer_entries(self, ratio: int, ctx) -> np.ndarray:
         """Entries one decode query attends on a layer of `ratio`, `ctx` tokens cached: its window, plus the
         indexer's top-k of the compressed entries (CSA) or all of them (HCA)."""
@@ -155,10 +161,9 @@ class CompressedAttention:
             t += self._count(r) * float(sparse_mla_ms(
                 tokens, heads, self.head_dim, 0, float(self.layer_entries(r, ctx)), device, kv_dtype,
                 kernel_source=source, constants=sparse, attention=constants, padded=kv_dtype != "fp8"))
-        if self._count(4):  # in tokens, as `prefill_ms`: a query's row holds a compressed entry per 4 of its keys
-            rows, scores, longest = topk_work(seqs, queries, max(ctx - queries, 0.0), 4 * self.index_topk)
-            select = index_topk_ms(rows, scores / 4.0, longest / 4.0, device, sparse)
-            t += self._count(4) * (self._index_ms(tokens * ctx / 4.0, keys / 4.0, device) + float(select))
+        if self._count(4):
+            select = self.select_ms(seqs, queries, max(ctx - queries, 0.0), device, sparse)
+            t += self._count(4) * (self._index_ms(tokens * ctx / 4.0, keys / 4.0, device) + select)
         return t
 
     def prefill_ms(self, chunk: int, prefix: int, heads: float, device, kv_dtype: str, source,
@@ -177,8 +182,6 @@ class CompressedAttention:
                                                              kv_dtype=kv_dtype, window=w, prefix=prefix,
                                                              kernel_source=source, constants=constants))
         if self._count(4):  # the indexer scores each query's compressed entries and picks its top-k of them
-            rows, scores, longest = topk_work(seqs, chunk, prefix, 4 * self.index_topk)
-            select = index_topk_ms(rows, scores / 4.0, longest / 4.0, device, sparse)
             scan = self._index_ms(seqs * chunk * ctx / 4.0, seqs * (prefix + chunk) / 4.0, device)
-            t += self._count(4) * (scan + float(select))
+            t += self._count(4) * (scan + self.select_ms(seqs, chunk, prefix, device, sparse))
         return t
