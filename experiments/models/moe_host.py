@@ -94,8 +94,7 @@ def report(runs: list[dict]) -> str:
     curve = pd.DataFrame({"extra": EXTRAS, "MAPE % over all MoE runs": [round(mape(runs, e), 1) for e in EXTRAS]})
     return (f"# Host time of MoE routing and dispatch kernels\n\n`python -m experiments.models.moe_host`: {len(runs)} "
             f"timed MoE runs (inference, decode, training) of {len(sets)} run sets; a forward MoE kernel's host "
-            "time is "
-            "(1 + extra) x the floor. Each set left out, the extra is chosen on the others.\n\n"
+            "time is (1 + extra) x the floor. Each set left out, the extra is chosen on the others.\n\n"
             + table.to_markdown(index=False) + "\n\n" + curve.to_markdown(index=False) + "\n")
 
 
