@@ -349,7 +349,7 @@ def test_attention_dp_dispatch_counts_distinct_expert_ranks():
     half at TP 2; without attention-DP there is no dispatch."""
     import numpy as np
 
-    from hybridperf.serving.cost import expert_ranks
+    from hybridperf.priors.moe_routing import expert_ranks
 
     assert expert_ranks(8, 8) == pytest.approx(5.2511, abs=1e-3)
     assert expert_ranks(8, 8, groups=8, topk_groups=4) == pytest.approx(4.0)

@@ -12,6 +12,8 @@ deterministic. Balanced routing gives every rank an even share.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 #: draws the expectation averages over (the collector times five and reports their mean)
@@ -214,3 +216,21 @@ def skewed_rank0(tokens, topk, experts, ep, alpha, tile_bounds: tuple[float, flo
         if len(memo) > _MEMO_LIMIT:
             memo.clear()
     return {key: out[..., j] for j, key in enumerate(KEYS)}
+
+
+def expert_ranks(ranks: int, topk: int, groups: int = 1, topk_groups: int = 1, experts: int = 0) -> float:
+    """Expected distinct ranks, of `ranks` holding equal shares of the experts, that a token's `topk` experts
+    (drawn at random) live on: R (1 - C(E - E/R, k) / C(E, k)) of `experts` E (2 for Mixtral's top-2 of 8 over
+    8 ranks), R (1 - (1 - 1/R)^k) when E is not given or not split evenly (5.25 for top-8 over 8). Under
+    group-limited routing its experts come from `topk_groups` of `groups` groups: over at least one rank per
+    group, k / topk_groups experts in each chosen group's R / groups ranks (DeepSeek-V3, top-8 in 4 of 8 groups
+    over 8 ranks: 4); with fewer ranks than groups, the chosen groups' ranks."""
+    r = float(ranks)
+    if groups <= 1 or topk_groups >= groups:
+        if experts and experts % ranks == 0 and topk <= experts:
+            return r * (1.0 - math.comb(experts - experts // ranks, topk) / math.comb(experts, topk))
+        return r * (1.0 - (1.0 - 1.0 / r) ** topk)
+    if r >= groups:
+        per = r / groups
+        return topk_groups * per * (1.0 - (1.0 - 1.0 / per) ** (topk / topk_groups))
+    return r * (1.0 - (1.0 - 1.0 / r) ** topk_groups)

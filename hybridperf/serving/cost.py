@@ -12,7 +12,6 @@ batch's iteration is made of (prefill attention carries none; DeepSeek-V4's are 
 from __future__ import annotations
 
 import bisect
-import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -29,6 +28,7 @@ from hybridperf.priors.mla import CONSTANTS as MLA_CONSTANTS
 from hybridperf.priors.mla import (SPARSE_CONSTANTS, MlaConstants, SparseMlaConstants, index_topk_ms, mla_decode_ms,
                                    sparse_mla_ms, topk_work)
 from hybridperf.priors.moe import ROUTING_KERNELS, moe_ms
+from hybridperf.priors.moe_routing import expert_ranks
 from hybridperf.serving.arch import Arch
 from hybridperf.serving.compressed import HC_KERNELS, indexer_ms
 from hybridperf.serving.engines import EngineDefaults
@@ -460,24 +460,6 @@ def kv_bytes_per_token(arch: Arch, par: Parallel, kv_bytes: float) -> float:
     if arch.compressed:  # its indexer keys are FP8 whatever the cache dtype
         return arch.compressed.kv_bytes_per_token(kv_bytes) / par.pp
     return (arch.kv_elems_per_token(par.tp) * kv_bytes + arch.index_bytes_per_token()) / par.pp
-
-
-def expert_ranks(ranks: int, topk: int, groups: int = 1, topk_groups: int = 1, experts: int = 0) -> float:
-    """Expected distinct ranks, of `ranks` holding equal shares of the experts, that a token's `topk` experts
-    (drawn at random) live on: R (1 - C(E - E/R, k) / C(E, k)) of `experts` E (2 for Mixtral's top-2 of 8 over
-    8 ranks), R (1 - (1 - 1/R)^k) when E is not given or not split evenly (5.25 for top-8 over 8). Under
-    group-limited routing its experts come from `topk_groups` of `groups` groups: over at least one rank per
-    group, k / topk_groups experts in each chosen group's R / groups ranks (DeepSeek-V3, top-8 in 4 of 8 groups
-    over 8 ranks: 4); with fewer ranks than groups, the chosen groups' ranks."""
-    r = float(ranks)
-    if groups <= 1 or topk_groups >= groups:
-        if experts and experts % ranks == 0 and topk <= experts:
-            return r * (1.0 - math.comb(experts - experts // ranks, topk) / math.comb(experts, topk))
-        return r * (1.0 - (1.0 - 1.0 / r) ** topk)
-    if r >= groups:
-        per = r / groups
-        return topk_groups * per * (1.0 - (1.0 - 1.0 / per) ** (topk / topk_groups))
-    return r * (1.0 - (1.0 - 1.0 / r) ** topk_groups)
 
 
 def check_weights_fit(arch, par, precision, moe_precision, device, engine) -> float:
