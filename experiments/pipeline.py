@@ -151,6 +151,8 @@ STEPS: tuple[Step, ...] = (
        datasets=("aiconfigurator",), minutes=0.2, results=(("dsa_attention.md", "dsa_attention.md"),)),
     _k("dsv4_attention", "dsv4_attention", "--data", "{data}", "--out", "{out}/dsv4_attention.md",
        datasets=("aiconfigurator",), minutes=0.5, results=(("dsv4_attention.md", "dsv4_attention.md"),)),
+    _k("gdn_kernels", "gdn_kernels", "--data", "{data}", "--out", "{out}/gdn_kernels.md",
+       datasets=("aiconfigurator",), minutes=1, results=(("gdn_kernels.md", "gdn_kernels.md"),)),
     _m("modern_models", "modern_models", _H200 + "/modern/models.csv", "--device", "NVIDIA H200",
        "--out", "{out}/modern_models.md", minutes=1, results=(("modern_models.md", "modern_models.md"),)),
     _m("modern_models_h100", "modern_models", str(MEASURED / "h100") + "/modern/models.csv", "--device",

@@ -403,8 +403,8 @@ def main() -> None:
     lines = ["# Serving: held-out accuracy on aiconfigurator's silicon runs", "",
              "Reproduce: `python -m experiments.serving.serving_silicon` (each system scored with a calibration "
              "fitted on the other system only; physics from the project's kernel priors and collective model, their "
-             "attention, MLA decode, sparse MLA and collective constants fitted without the scored system's "
-             "tables).", "",
+             "attention, MLA decode, sparse MLA, linear-attention and collective constants fitted without the scored "
+             "system's tables).", "",
              f"Rows: {tot['rows']}; predicted {tot['predicted']:.1f}%. TTFT MAPE {tot['ttft_mape']:.1f}% (median APE "
              f"{tot['ttft_median_ape']:.1f}%), coverage {tot['ttft_cov']:.1f}%; TPOT MAPE {tot['tpot_mape']:.1f}% "
              f"(median APE {tot['tpot_median_ape']:.1f}%), coverage {tot['tpot_cov']:.1f}%; e2e (TTFT + TPOT x "

@@ -53,6 +53,7 @@ class IterationTimer:
         chunks = sum(int(n) for n, _ in prefills)
         gpu = c.tokens_ms(chunks + n_dec) + c.sample_ms(max(len(prefills) + n_dec, 1))
         gpu += sum(c.prefill_attn_ms(int(n), int(p)) for n, p in prefills if n > 0)
+        gpu += c.prefill_linear_ms([int(n) for n, _ in prefills if n > 0])
         if n_dec:
             gpu += c.decode_attn_ms(float(sum(decode_kv)), n_dec)
         graph = not prefills and n_dec <= self.engine.graph_batch(self.device, self.worker.par.tp)

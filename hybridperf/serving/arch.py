@@ -188,6 +188,11 @@ class Arch:
         kvh, hd, _, tensors = self.attn_dims(False)
         return tensors * hd * max(kvh / tp, 1.0) * self.sliding_layers * self.window
 
+    def linear_conv_channels(self) -> int:
+        """Channels of a linear-attention layer's short causal conv: q and k (key heads), v (value heads); Mamba-2's
+        x, B and C alike."""
+        return 2 * self.lin_k_heads * self.lin_k_dim + self.lin_v_heads * self.lin_v_dim
+
     def linear_in_width(self) -> int:
         """Outputs of a linear-attention layer's input projections: q, k (key heads), v, z (value heads) and
         the per-value-head decay and beta."""

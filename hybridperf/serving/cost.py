@@ -6,24 +6,26 @@ quantize, the TP all-reduces, the MoE all-gather/reduce-scatter under attention 
 once on a grid of `n` and interpolated; decode attention, linear in the keys read (sparse MLA: per query token,
 `priors.mla.sparse_mla_ms`, and the indexer's top-k selection); prefill attention per chunk; and the LM head plus
 sampler per sampled token. The GEMMs, norms, activations, fused MoE, decode attention, DSA's index scan and the
-sampler kernels each take at least a launch-and-drain floor (`KERNEL_FLOOR_KCYCLES`), which much of a small decode
-batch's iteration is made of (prefill attention carries none; DeepSeek-V4's are in `compressed.module_ms`).
+sampler kernels each take at least a launch-and-drain floor (`KERNEL_FLOOR_KCYCLES`), much of a small decode batch's
+iteration (prefill attention carries none; DeepSeek-V4's are in `compressed.module_ms`, linear attention's in
+`priors.linear_attention`, whose prefill runs an iteration's chunks in one launch).
 """
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
 
 from hybridperf.devices import DeviceSpec, NodeSpec
 from hybridperf.errors import InputError
+from hybridperf.priors import linear_attention
 from hybridperf.priors.attention import CONSTANTS as ATTENTION_CONSTANTS
 from hybridperf.priors.attention import AttentionConstants, context_attention_ms, generation_attention_ms
 from hybridperf.priors.collectives import custom_all_reduce_ms
 from hybridperf.priors.llm_gemm import GEMM_DTYPES, ROOFLINE, device_dtype, gemm_ms
-from hybridperf.priors.memory import achievable_bandwidth, memory_time_ms
+from hybridperf.priors.memory import memory_time_ms
 from hybridperf.priors.mla import CONSTANTS as MLA_CONSTANTS
 from hybridperf.priors.mla import (SPARSE_CONSTANTS, MlaConstants, SparseMlaConstants, index_topk_ms, mla_decode_ms,
                                    sparse_mla_ms, topk_work)
@@ -69,11 +71,11 @@ KERNEL_CONSTANTS = ROOFLINE
 #: the largest share of its matrix peak a GEMM reached in aiconfigurator's tables (bf16 on A100, H100, B200: 0.93-0.97)
 GEMM_PEAK_SHARE = 0.97
 #: the highest share of its spec-sheet matrix peak a GEMM or MoE of the iteration runs at before calibration:
-#: GEMM_PEAK_SHARE x the calibration's prefill scale (0.898, `calibration.json`), so that no calibrated prefill GEMM
+#: GEMM_PEAK_SHARE x the calibration's prefill scale (0.882, `calibration.json`), so that no calibrated prefill GEMM
 #: beats GEMM_PEAK_SHARE. The priors of the GPUs the scale was fitted on (H100, B200) stay about below it (a bf16
 #: 8192^3 GEMM at 0.85 and 0.73; H100's largest tiles reach 0.875); on a GPU whose power budget does not bind (MI325X,
 #: MI355X, RTX PRO 6000, H20, GB300, A100 SXM) they reach 0.91-1.0, which the scale took past 0.97.
-MATRIX_SHARE_CAP = 0.871
+MATRIX_SHARE_CAP = 0.857
 #: a kernel's floor inside a CUDA graph, in thousands of GPU cycles at the boost clock (launch and drain are
 #: clocked work, `llm_gemm.KernelConstants`): aiconfigurator's A100 and L40S GEMM tables, systems serving is
 #: not scored on, fit 3.8 and 4.1. The iteration's kernels (module docstring) take at least this long.
@@ -179,8 +181,8 @@ class Parallel:
 @dataclass(frozen=True)
 class KernelModels:
     """The fitted models an iteration is priced with besides the roofline GEMMs: the collective model
-    (`residual_models.collectives.CollectiveModel`) and the attention prior's, MLA decode's and sparse MLA's
-    constants.
+    (`residual_models.collectives.CollectiveModel`) and the attention prior's, MLA decode's, sparse MLA's and
+    linear attention's constants.
     Predictions use the shipped ones; an evaluation that holds a system out passes ones fitted without
     that system's tables (`experiments/serving/serving_silicon.py`)."""
 
@@ -188,6 +190,7 @@ class KernelModels:
     attention: AttentionConstants = ATTENTION_CONSTANTS
     mla: MlaConstants = MLA_CONSTANTS
     sparse_mla: SparseMlaConstants = SPARSE_CONSTANTS
+    linear: dict = field(default_factory=lambda: dict(linear_attention.SHIPPED))  # chunked-rule family -> constants
 
 
 class StepCost:
@@ -212,17 +215,14 @@ class StepCost:
         self._grid = grid.tolist()
         self._dense = self._token_ms(grid).tolist()
         self._kv_ms = self._decode_attn_per_key()
-        # a decode step's attention kernels and linear-attention recurrences on this stage, each at least the floor
-        floor = kernel_floor_ms(device) / par.pp
-        self._attn_floor_ms, self._state_floor_ms = arch.kv_layers * floor, arch.linear_layers * floor
+        # a decode step's attention kernels on this stage, each at least the floor
+        self._attn_floor_ms = arch.kv_layers * kernel_floor_ms(device) / par.pp
+        self.linear = models.linear[linear_attention.family(engine.name, device)]
         # DSA's indexer scores every cached key (one query per sequence in decode), whatever `max_keys` attends
         self._index_ms = indexer_ms(1e6, 1e6, arch.index_heads, arch.index_dim, device) / 1e6 \
             * arch.kv_layers / par.pp if arch.index_heads else 0.0
-        # a linear-attention layer reads and writes each sequence's recurrent state once per step (decode)
-        # or per chunk (prefill), from DRAM: every sequence's state together outgrows L2
-        dram = achievable_bandwidth(device)
-        self._state_ms = 2.0 * arch.linear_state_bytes(par.tp) / par.pp / dram * 1e3
-        # ... and holds it in the cache's memory while it runs: KV-cache tokens' worth per sequence
+        # a linear-attention model holds each sequence's recurrent state in the cache's memory while it runs:
+        # KV-cache tokens' worth per sequence
         per_token = kv_bytes_per_token(arch, par, kv_bytes)
         held = arch.linear_state_bytes(par.tp) + arch.window_elems(par.tp) * kv_bytes \
             + (arch.compressed.window_bytes(kv_bytes) if arch.compressed else 0.0)
@@ -390,11 +390,29 @@ class StepCost:
         if a.compressed:
             t = a.compressed.decode_ms(keys, seqs, a.heads / self.par.tp, self.device, self.kv_dtype,
                                        self.decode_source, queries, self.models.sparse_mla, self.models.attention)
-            return t / self.par.pp + self._state_ms * seqs
+            return t / self.par.pp + self._linear_decode_ms(seqs, queries)
         full_keys = min(keys, seqs * a.max_keys) if a.max_keys else keys
         window_keys = min(keys, seqs * a.window) if a.window else keys
         attn = max(self._kv_ms[0] * full_keys + self._kv_ms[1] * window_keys, self._attn_floor_ms)
-        return attn + max(self._state_ms * seqs, self._state_floor_ms)
+        return attn + self._linear_decode_ms(seqs, queries)
+
+    def _linear_decode_ms(self, seqs: int, queries: int) -> float:
+        """This stage's linear-attention layers in a decode step of `seqs` sequences of `queries` tokens each."""
+        a, tp, floor = self.arch, self.par.tp, kernel_floor_ms(self.device)
+        if not a.linear_layers:
+            return 0.0
+        t = linear_attention.decode_layer_ms(seqs, queries, a.linear_conv_channels() / tp, a.lin_v_heads / tp,
+                                             a.lin_k_dim, a.lin_v_dim, self.device, self.linear, floor)
+        return t * a.linear_layers / self.par.pp
+
+    def prefill_linear_ms(self, lengths) -> float:
+        """This stage's linear-attention layers over an iteration's prefill chunks (`lengths`), one launch a kernel."""
+        a, tp = self.arch, self.par.tp
+        if not a.linear_layers or not len(lengths):
+            return 0.0
+        t = linear_attention.prefill_layer_ms(lengths, a.linear_conv_channels() / tp, a.lin_v_heads / tp,
+                                              self.device, self.linear, kernel_floor_ms(self.device))
+        return t * a.linear_layers / self.par.pp
 
     def prefill_attn_ms(self, chunk: int, prefix: int) -> float:
         key = (int(chunk), int(prefix))
@@ -416,7 +434,7 @@ class StepCost:
             if a.index_heads:  # each query of the chunk scores every key before it, and picks its top-k
                 t += a.kv_layers * indexer_ms(chunk * (prefix + chunk / 2.0), prefix + chunk, a.index_heads,
                                               a.index_dim, self.device) + self._topk_ms(1, chunk, prefix)
-            hit = self._prefill_cache[key] = t / self.par.pp + self._state_ms
+            hit = self._prefill_cache[key] = t / self.par.pp
         return hit
 
     def decode_step_ms(self, n: int, keys: float) -> float:

@@ -133,18 +133,20 @@ def simulate(cost: StepCost, eng: EngineDefaults, w: Workload, measured: int | N
             budget = w.budget - (n_dec if eng.budget_counts_decodes else 0)
             budget = max(budget, 1)
             gpu, sampled = 0.0, n_dec
-            chunks = 0
+            chunks, lengths = 0, []
             for r in prefilling:
                 if budget <= 0:
                     break
                 c = min(r.prefill_left, budget)
                 gpu += cost.prefill_attn_ms(c, r.ctx)
+                lengths.append(c)
                 r.ctx += c
                 r.prefill_left -= c
                 budget -= c
                 chunks += c
                 if r.prefill_left == 0 and r.first is None:
                     sampled += 1
+            gpu += cost.prefill_linear_ms(lengths)
             q, adv = cost.spec.tokens + 1, cost.spec.tokens_per_step
             if n_dec:
                 keys = sum(r.ctx for r in decoders)
