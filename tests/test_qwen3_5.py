@@ -103,3 +103,24 @@ def test_released_configs_build():
     moe = load_config(SHARED_CONFIGS / "Qwen--Qwen3.5-35B-A3B_config.json")
     assert (moe.layers, moe.num_experts, moe.experts_per_token) == (40, 256, 8)
     assert build_graph(moe, 1, 64, "decode", dtype="bf16").kernel_table()["count"].sum() > 0
+
+
+def test_qwen3_next_reads_as_qwen3_5_moe():
+    """Qwen3-Next's config lists no layer types and no output gate: every fourth layer full, its attention gated,
+    in predict-model's graph and in serving (Qwen3-Next-80B-A3B's geometry: 80B weights, 36 linear layers)."""
+    from hybridperf.serving.arch import arch_from_dict
+
+    nxt = {"model_type": "qwen3_next", "hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 16,
+           "num_key_value_heads": 2, "head_dim": 256, "vocab_size": 151936, "intermediate_size": 5120,
+           "num_experts": 512, "num_experts_per_tok": 10, "moe_intermediate_size": 512,
+           "shared_expert_intermediate_size": 512, "full_attention_interval": 4, "linear_key_head_dim": 128,
+           "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_value_head_dim": 128,
+           "max_position_embeddings": 262144}
+    cfg = load_config(nxt)
+    assert cfg.family == "qwen3_5_moe_text" and cfg.num_experts == 512 and cfg.raw["attn_output_gate"]
+    assert cfg.raw["layer_types"][:4] == ["linear_attention"] * 3 + ["full_attention"]
+    a = arch_from_dict(nxt, "qwen3_next")
+    assert (a.linear_layers, a.kv_layers, a.q_gate, a.lin_v_heads) == (36, 12, True, 32)
+    assert 79e9 < sum(a.params().values()) < 81e9
+    assert build_graph({**nxt, "num_hidden_layers": 4}, 1, 64, "decode", dtype="bf16").kernel_table()["count"].sum() > 0
+

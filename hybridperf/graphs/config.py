@@ -321,6 +321,9 @@ LANGUAGE_MODEL_OF = {"qwen3_vl": "qwen3", "qwen3_vl_moe": "qwen3_moe", "qwen2_vl
                      "gemma4": "gemma4_text", "kimi_k25": "deepseek_v3", "llama4": "llama4_text"}
 #: model_types that name a supported architecture under another name (their `architectures` say so)
 SAME_ARCHITECTURE = {"kimi_k2": "deepseek_v3", "mimo": "qwen2"}  # MiMo: its MTP layers run only when drafting
+#: model_types read as another's, with the fields that type implies: Qwen3-Next, the hybrid Qwen3.5-MoE built on (its
+#: attention output-gated; its fused qkvz and ba input projections priced as Qwen3.5's four, not measured)
+READ_AS = {"qwen3_next": ("qwen3_5_moe_text", {"attn_output_gate": True})}
 
 
 def config_from_dict(d: dict, source: str = "config") -> ModelConfig:
@@ -341,6 +344,9 @@ def config_from_dict(d: dict, source: str = "config") -> ModelConfig:
         mt = "ministral3" if mt == "mistral3" and inner == "ministral3" else LANGUAGE_MODEL_OF[mt]
         d = {**text, **outer, "model_type": mt}
     mt = SAME_ARCHITECTURE.get(mt, mt)
+    if mt in READ_AS:
+        mt, implied = READ_AS[mt]
+        d = {**implied, **d, "model_type": mt}
     if mt == "gemma3":  # the multimodal wrapper: its language model is a gemma3_text config
         text = d.get("text_config")
         if not isinstance(text, dict):

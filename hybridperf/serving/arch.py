@@ -48,12 +48,13 @@ from dataclasses import dataclass, replace
 
 from hybridperf.errors import InputError
 from hybridperf.serving.compressed import INDEX_SCALE_BYTES, CompressedAttention
-from hybridperf.graphs.config import DEEPSEEK_DEFAULTS, LLAMA_LIKE, MOE_LLAMA, config_from_dict, config_positions
+from hybridperf.graphs.config import (DEEPSEEK_DEFAULTS, LLAMA_LIKE, MOE_LLAMA, READ_AS, config_from_dict,
+                                      config_positions)
 
 #: families read as DeepSeek-V3 (multi-head latent attention + MoE)
 MLA_ALIASES = ("kimi_k2", "kimi_k25", "glm_moe_dsa", "deepseek_v32")
 #: families read as a grouped-query-attention MoE
-GQA_MOE_ALIASES = ("minimax_m2", "minimax_m3", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_vl_moe_text")
+GQA_MOE_ALIASES = ("minimax_m2", "minimax_m3", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_vl_moe_text", "qwen3_next")
 #: families read as another's dense layers
 DENSE_ALIASES = {"qwen3_vl_text": "qwen3", "qwen3_5": "qwen3", "qwen3_5_text": "qwen3", "mimo": "qwen2"}
 #: families read as a GQA MoE with a shared expert interleaved with dense layers
@@ -415,6 +416,8 @@ def engine_max_positions(d: dict, positions: int) -> int:
 def _family_arch(d: dict, name: str) -> Arch:
     """The layers of the language-model config `d`, by its family."""
     mt = str(d.get("model_type", "")).lower().replace("-", "_")
+    if mt in READ_AS:  # the fields its type implies (Qwen3-Next: output-gated attention)
+        d = {**READ_AS[mt][1], **d}
     if mt == "nemotron_h":
         return _nemotron_h(d, name)
     if mt == "nemotron_nas":
@@ -489,6 +492,9 @@ def _family_arch(d: dict, name: str) -> Arch:
     if max_keys:
         kw["max_keys"] = max_keys
     types = list(d.get("layer_types") or [])
+    if not types and mt == "qwen3_next":  # its configs list no layer types: every `full_attention_interval`-th is full
+        step = _int(d, "full_attention_interval", 4)
+        types = ["full_attention" if (i + 1) % step == 0 else "linear_attention" for i in range(cfg.layers)]
     if types:
         kw["linear_layers"] = sum(t == "linear_attention" for t in types)
     if kda:
