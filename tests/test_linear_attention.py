@@ -105,3 +105,15 @@ def test_serving_prices_each_linear_layer_s_kernels():
                             "intermediate_size": 4096})
     dense_cost = setup_cost(dense, H100, get_engine("vllm"), Worker(Parallel()), 8192, 8, 1024, 128)[0]
     assert dense_cost.prefill_linear_ms([1000]) == 0.0 and dense_cost._linear_decode_ms(8, 1) == 0.0
+
+
+def test_mixed_chunks_share_the_longest_chain():
+    """Short chunks beside a long one ride its chain on other SMs (one wave), adding only their work."""
+    mixed = L.prefill_layer_ms([8192] + [64] * 40, 4096, 16, H100)
+    alone = L.prefill_layer_ms([8192], 4096, 16, H100)
+    assert alone < mixed < alone + L.prefill_layer_ms([64] * 40, 4096, 16, H100)
+    c = replace(L.TRITON, chunk_flops=Fitted(0.0, "FLOPs", "test"), conv_bytes=Fitted(0.0, "bytes", "test"))
+    assert L.prefill_layer_ms([8192] + [64] * 40, 4096, 16, H100, c) == pytest.approx(
+        L.prefill_layer_ms([8192], 4096, 16, H100, c))
+    assert float(L.chunk_ms(4, 1000, 16, H100)) == pytest.approx(L.prefill_layer_ms([1000] * 4, 0, 16, H100)
+                                                              - float(L.conv_ms(4000, 0, H100)))

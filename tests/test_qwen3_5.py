@@ -123,4 +123,6 @@ def test_qwen3_next_reads_as_qwen3_5_moe():
     assert (a.linear_layers, a.kv_layers, a.q_gate, a.lin_v_heads) == (36, 12, True, 32)
     assert 79e9 < sum(a.params().values()) < 81e9
     assert build_graph({**nxt, "num_hidden_layers": 4}, 1, 64, "decode", dtype="bf16").kernel_table()["count"].sum() > 0
+    with pytest.raises(InputError, match="decoder_sparse_step"):
+        load_config({**nxt, "mlp_only_layers": [0]})
 

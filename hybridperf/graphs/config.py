@@ -345,6 +345,9 @@ def config_from_dict(d: dict, source: str = "config") -> ModelConfig:
         d = {**text, **outer, "model_type": mt}
     mt = SAME_ARCHITECTURE.get(mt, mt)
     if mt in READ_AS:
+        if mt == "qwen3_next" and (d.get("decoder_sparse_step") not in (None, 1) or d.get("mlp_only_layers")):
+            raise InputError(f"{source}: Qwen3-Next with dense layers (decoder_sparse_step, mlp_only_layers) is not "
+                             "modelled: Qwen3.5-MoE's layers are all MoE")
         mt, implied = READ_AS[mt]
         d = {**implied, **d, "model_type": mt}
     if mt == "gemma3":  # the multimodal wrapper: its language model is a gemma3_text config

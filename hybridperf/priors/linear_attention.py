@@ -3,12 +3,13 @@ conv, then a recurrence over a fixed-size state per sequence and value head. Kim
 are priced alike, untested: no table times their recurrence, and on TensorRT-LLM's Mamba-2 conv tables (H100, B200,
 L40S) these conv constants give 0.26-0.56x of the measured time (its conv carries a cost per channel at few tokens).
 
-Decode runs `causal_conv1d_update` over the conv's channels (q, k and v) and a fused recurrent kernel that reads and
-writes each sequence's state (key width x value width, fp32) once. Prefill runs `causal_conv1d_fn` and the chunked
-rule over an iteration's chunks in one variable-length launch: each sequence is cut into 64-token chunks; a chunk's products within itself run in parallel, but the state
-passes from chunk to chunk one after another for each (sequence, value head), so a long sequence on few heads leaves
-most SMs idle. The chunked rule costs a fixed chain of kernels, a step per chunk (one more partial step while the
-first chunk fills), and matrix work on every padded chunk at the board's bf16 rate, one added to the other.
+Decode runs `causal_conv1d_update` over the conv's channels (q, k and v) and a fused recurrent kernel that reads each
+sequence's state (key width x value width, fp32) and writes it (once per query token). Prefill runs `causal_conv1d_fn`
+and the chunked rule over an iteration's chunks in one variable-length launch: each sequence is cut into 64-token
+chunks; a chunk's products within itself run in parallel, but the state passes from chunk to chunk one after another
+for each (sequence, value head), so a long sequence on few heads leaves most SMs idle. The chunked rule costs a fixed
+chain of kernels, a step per chunk of the longest sequence (one more partial step while its first chunk fills) in
+waves of (sequence, head) chains over the SMs, and matrix work on every padded chunk at the board's bf16 rate.
 
 Collectors replay one state, which L2 holds while it fits (`resident=True`); serving steps every layer's state and
 reads it from DRAM. Constants: `python -m experiments.kernels.gdn_kernels --write-constants` (aiconfigurator's
@@ -115,10 +116,12 @@ def chunk_ms(seqs, tokens, v_heads, device: DeviceSpec, c: LinearAttentionConsta
     seqs, tokens = np.asarray(seqs, dtype=float), np.asarray(tokens, dtype=float)
     heads = np.maximum(np.asarray(v_heads, dtype=float), 1.0)
     chunks = np.ceil(np.maximum(tokens, 1.0) / CHUNK)
-    waves = np.ceil(seqs * heads / max(device.num_sms, 1))
+    total = seqs * chunks if all_chunks is None else all_chunks
+    # a (sequence, head) pair steps through its chunks on one SM: waves of the longest chain's length
+    waves = np.ceil(total * heads / (chunks * max(device.num_sms, 1)))
     fill = np.minimum(tokens, CHUNK) / CHUNK
     chain = (chunks * c.step_kcycles.value + fill * c.fill_kcycles.value) * waves
-    flops = (seqs * chunks if all_chunks is None else all_chunks) * CHUNK * heads * c.chunk_flops.value
+    flops = total * CHUNK * heads * c.chunk_flops.value
     return _cycles_ms(c.chunk_kcycles.value + chain, device) + flops / matrix_peak(device, "bfloat16") * 1e3
 
 
