@@ -153,6 +153,8 @@ STEPS: tuple[Step, ...] = (
        datasets=("aiconfigurator",), minutes=0.5, results=(("dsv4_attention.md", "dsv4_attention.md"),)),
     _k("gdn_kernels", "gdn_kernels", "--data", "{data}", "--out", "{out}/gdn_kernels.md",
        datasets=("aiconfigurator",), minutes=1, results=(("gdn_kernels.md", "gdn_kernels.md"),)),
+    _k("msa_decode", "msa_decode", "--data", "{data}", "--out", "{out}/msa_decode.md",
+       datasets=("aiconfigurator",), minutes=0.2, results=(("msa_decode.md", "msa_decode.md"),)),
     _m("modern_models", "modern_models", _H200 + "/modern/models.csv", "--device", "NVIDIA H200",
        "--out", "{out}/modern_models.md", minutes=1, results=(("modern_models.md", "modern_models.md"),)),
     _m("modern_models_h100", "modern_models", str(MEASURED / "h100") + "/modern/models.csv", "--device",

@@ -14,6 +14,7 @@ enumerator does not trace; they map onto the nearest one by their published laye
     qwen3_5_moe(_text)     Qwen3-MoE's layers, three of every four with linear attention (a fixed-size
                            state instead of a KV cache: `linear_layers`)
     qwen3_5(_text)         Qwen3's dense layers, three of every four with linear attention
+    qwen3_next             Qwen3.5-MoE's layers (`graphs.config.READ_AS`)
     qwen3_vl(_moe)_text    the language model of Qwen3-VL: Qwen3's (Qwen3-MoE's) layers; the vision tower
                            and its image tokens are not modelled
     mimo                   Qwen2's layers (its multi-token-prediction layers do not run without
@@ -47,6 +48,7 @@ import math
 from dataclasses import dataclass, replace
 
 from hybridperf.errors import InputError
+from hybridperf.serving.block_sparse import BlockSparse
 from hybridperf.serving.compressed import INDEX_SCALE_BYTES, CompressedAttention
 from hybridperf.graphs.config import (DEEPSEEK_DEFAULTS, LLAMA_LIKE, MOE_LLAMA, READ_AS, config_from_dict,
                                       config_positions)
@@ -109,6 +111,7 @@ class Arch:
     full_head_dim: int = 0  # sliding layers' (Gemma-4's global layers); 0: the same
     full_k_eq_v: bool = False  # full-attention layers use their keys as values (one cached tensor)
     compressed: CompressedAttention | None = None  # DeepSeek-V4's attention (`serving.compressed`)
+    block_sparse: BlockSparse | None = None  # MiniMax-M3's (`serving.block_sparse`; `max_keys` caps its layers)
     #: the longest request (prompt plus output) the engines accept: the config's max_position_embeddings, already
     #: the extended length where it declares rope scaling (0: it states none)
     max_positions: int = 0
@@ -177,7 +180,9 @@ class Arch:
         return out
 
     def index_bytes_per_token(self) -> float:
-        """Bytes of DSA's FP8 index keys one token adds over all layers (not split by TP)."""
+        """Bytes of DSA's FP8 (MSA's 16-bit) index keys one token adds over all layers (not split by TP)."""
+        if self.block_sparse:
+            return self.block_sparse.index_key_bytes
         return (self.index_dim + INDEX_SCALE_BYTES) * self.kv_layers if self.index_heads else 0.0
 
     def window_elems(self, tp: int) -> float:
@@ -226,7 +231,8 @@ class Arch:
                 "experts": m * expert_h * self.expert_ffn * self.experts * self.moe_layers,
                 "shared": (m * h * self.shared_ffn + latent) * self.moe_layers, "embed": 2.0 * h * self.vocab,
                 "index": (self.index_heads * self.index_dim * (self.q_lora_rank or h)
-                          + h * (self.index_dim + self.index_heads)) * self.kv_layers}
+                          + h * (self.index_dim + self.index_heads)) * self.kv_layers
+                + (self.block_sparse.index_params(h) if self.block_sparse else 0)}
 
 
 def _text(d: dict) -> dict:
@@ -430,12 +436,17 @@ def _family_arch(d: dict, name: str) -> Arch:
         return _step3p7(d, name)
     if mt in ("deepseek_v4", "deepseek_ref") or "DeepseekV4ForCausalLM" in (d.get("architectures") or []):
         return _deepseek_v4(d, name)
-    max_keys = 0
+    max_keys, block_sparse = 0, None
     if mt == "minimax_m3":
         sparse = d.get("sparse_attention_config") or {}
         if isinstance(sparse, dict) and sparse.get("use_sparse_attention"):
             max_keys = (_int(sparse, "sparse_topk_blocks") + _int(sparse, "sparse_local_block", 1)) \
                 * _int(sparse, "sparse_block_size")
+            layers, freq = _int(d, "num_hidden_layers"), sparse.get("sparse_attention_freq")
+            n_sparse = sum(1 for f in freq if f) if isinstance(freq, list) else layers
+            block_sparse = BlockSparse(dense_layers=layers - n_sparse, sparse_layers=n_sparse,
+                                       index_heads=_int(sparse, "sparse_num_index_heads", 1),
+                                       index_dim=_int(sparse, "sparse_index_dim", 128), attended=max_keys)
         freq = d.get("moe_layer_freq")
         dense = [i for i, f in enumerate(freq) if not f] if isinstance(freq, list) \
             else list(range(_int(d, "first_k_dense_replace", 0)))
@@ -490,9 +501,9 @@ def _family_arch(d: dict, name: str) -> Arch:
             if bool(kw["index_heads"]) != bool(kw["index_dim"]):
                 raise InputError(f"{name or 'config'}: a DSA indexer needs both index_n_heads and index_head_dim")
     if max_keys:
-        kw["max_keys"] = max_keys
+        kw.update(max_keys=max_keys, block_sparse=block_sparse)
     types = list(d.get("layer_types") or [])
-    if not types and mt == "qwen3_next":  # its configs list no layer types: every `full_attention_interval`-th is full
+    if not types and mt.startswith(("qwen3_next", "qwen3_5")):  # no types listed: every `full_attention_interval`-th full
         step = _int(d, "full_attention_interval", 4)
         types = ["full_attention" if (i + 1) % step == 0 else "linear_attention" for i in range(cfg.layers)]
     if types:

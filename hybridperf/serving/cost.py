@@ -106,17 +106,16 @@ def _gemm(m, n, k, dtype: str, device: DeviceSpec):
 
 
 def _bmm(batch, m, n, k, dtype: str, device: DeviceSpec):
-    """`batch` independent (m x k) @ (k x n) products in one batched launch (the engines' torch.bmm over heads):
-    all their tiles share the SMs, as one GEMM `batch` times as wide does, plus the other products' own inputs.
-    Priced one by one, each few-tile product would draw a sliver of the bandwidth and a whole wave."""
+    """`batch` independent (m x k) @ (k x n) products in one batched launch (the engines' torch.bmm over heads): their
+    tiles share the SMs as one GEMM `batch` times as wide, plus the other products' own inputs."""
     batch = np.maximum(batch, 1.0)
     a_bytes = GEMM_DTYPES.get(dtype, GEMM_DTYPES["bfloat16"])[0]
     return _gemm(m, batch * n, k, dtype, device) + memory_time_ms((batch - 1.0) * m * k * a_bytes, device)
 
 
 def half_dtype(device: DeviceSpec) -> str:
-    """The 16-bit dtype the engines run bf16 weights and activations in on `device`: float16 where it has no bf16
-    matrix units (T4, V100: vLLM's auto dtype takes the first its platform supports), else bfloat16."""
+    """The 16-bit dtype the engines run bf16 weights and activations in: float16 where `device` has no bf16 matrix
+    units (T4, V100), else bfloat16."""
     return "bfloat16" if device.has_matrix_units("bf16") else "float16"
 
 
@@ -180,11 +179,9 @@ class Parallel:
 
 @dataclass(frozen=True)
 class KernelModels:
-    """The fitted models an iteration is priced with besides the roofline GEMMs: the collective model
-    (`residual_models.collectives.CollectiveModel`) and the attention prior's, MLA decode's, sparse MLA's and
-    linear attention's constants.
-    Predictions use the shipped ones; an evaluation that holds a system out passes ones fitted without
-    that system's tables (`experiments/serving/serving_silicon.py`)."""
+    """The fitted models an iteration is priced with besides the roofline GEMMs: the collective model and the
+    attention prior's, MLA decode's, sparse MLA's and linear attention's constants; the shipped ones, or in a
+    held-out evaluation ones fitted without the scored system's tables (`experiments/serving/fold_models.py`)."""
 
     collectives: object
     attention: AttentionConstants = ATTENTION_CONSTANTS
@@ -302,11 +299,10 @@ class StepCost:
         return self._allreduce_ms(n * self.arch.hidden * 2.0, self.par.tp)
 
     def _moe_comm(self, n: np.ndarray) -> np.ndarray:
-        """Expert dispatch and combine under attention data-parallel: an all-to-all each way over the MoE
-        group (DeepEP-style: FP8 tokens out, BF16 results back). A token goes once to every rank holding a slice
-        of one of its experts (`expert_ranks`), each split over `moe_tp` ranks; an attention TP group's ranks
-        hold the same tokens and scatter them before dispatching, each sending its 1/tp. Without attention-DP
-        the TP all-reduce already combines the experts."""
+        """Expert dispatch and combine under attention data-parallel: an all-to-all each way over the MoE group
+        (DeepEP-style: FP8 tokens out, BF16 back), a token to every rank holding a slice of one of its experts
+        (`expert_ranks`), each split over `moe_tp` ranks, an attention TP group's ranks each sending its 1/tp.
+        Without attention-DP the TP all-reduce already combines the experts."""
         p = self.par
         if p.adp == 1:
             return np.zeros_like(n, dtype=float)
@@ -357,8 +353,7 @@ class StepCost:
         return v[i - 1] + f * (v[i] - v[i - 1])
 
     def uses_dsa(self) -> bool:
-        """Whether the attention is DSA's sparse MLA (DeepSeek-V3.2, GLM-5): each query attends its indexer's top
-        `max_keys` latents in kernels priced per query token (`sparse_mla_ms`)."""
+        """Whether the attention is DSA's sparse MLA (DeepSeek-V3.2, GLM-5), priced per query token."""
         return bool(self.arch.mla and self.arch.index_heads and self.arch.max_keys)
 
     def _sparse_attn_ms(self, tokens: float) -> float:
@@ -394,6 +389,10 @@ class StepCost:
         full_keys = min(keys, seqs * a.max_keys) if a.max_keys else keys
         window_keys = min(keys, seqs * a.window) if a.window else keys
         attn = max(self._kv_ms[0] * full_keys + self._kv_ms[1] * window_keys, self._attn_floor_ms)
+        if a.block_sparse:  # MSA: its dense layers read the rest of the context, its sparse ones every index key
+            per_key = self._kv_ms[0] * self.par.pp / max(a.full_layers, 1)
+            attn += a.block_sparse.decode_ms(keys, full_keys, per_key, kernel_floor_ms(self.device), self.device,
+                                             queries) / self.par.pp
         return attn + self._linear_decode_ms(seqs, queries)
 
     def _linear_decode_ms(self, seqs: int, queries: int) -> float:
@@ -424,16 +423,18 @@ class StepCost:
                                             self.prefill_source, self.models.sparse_mla, self.models.attention)
             else:
                 t = 0.0
+                dense = a.block_sparse.dense_layers if a.block_sparse else 0  # MSA's layers of the whole context
                 for full, layers, (kvh, hd, vd, _) in a.attention_kinds():
-                    if layers:
-                        window = (a.max_keys or 0) if full else a.window
-                        t += layers * float(context_attention_ms(1, chunk, a.heads / tp, max(kvh / tp, 1), hd,
-                                                                 self.device, kv_dtype=self.kv_dtype, window=window,
-                                                                 prefix=prefix, kernel_source=self.prefill_source,
-                                                                 v_dim=vd, constants=self.models.attention))
+                    for n, window in ((layers - dense, a.max_keys), (dense, 0)) if full else ((layers, a.window),):
+                        t += n * float(context_attention_ms(1, chunk, a.heads / tp, max(kvh / tp, 1), hd, self.device,
+                                                            kv_dtype=self.kv_dtype, window=window or 0, prefix=prefix,
+                                                            kernel_source=self.prefill_source, v_dim=vd,
+                                                            constants=self.models.attention)) if n else 0.0
             if a.index_heads:  # each query of the chunk scores every key before it, and picks its top-k
                 t += a.kv_layers * indexer_ms(chunk * (prefix + chunk / 2.0), prefix + chunk, a.index_heads,
                                               a.index_dim, self.device) + self._topk_ms(1, chunk, prefix)
+            if a.block_sparse:
+                t += a.block_sparse.prefill_index_ms(chunk, prefix, self.device)
             hit = self._prefill_cache[key] = t / self.par.pp
         return hit
 
@@ -454,8 +455,7 @@ class StepCost:
 
     @lru_cache(maxsize=4096)
     def sample_ms(self, n: int) -> float:
-        """LM head (vocab split over TP) and sampler for `n` sampled tokens. They run on the last pipeline stage
-        only, so this is divided by the stages a stage's iteration time is later multiplied by."""
+        """LM head (vocab split over TP) and sampler for `n` sampled tokens, on the last stage only (so / pp)."""
         a = self.arch
         head = float(_gemm(n, a.vocab / self.par.tp, a.hidden, self.half, self.device))
         sampler = float(_floored(memory_time_ms(n * a.vocab * 4.0 * 3, self.device), SAMPLER_KERNELS, self.device))
