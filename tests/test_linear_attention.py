@@ -117,3 +117,21 @@ def test_mixed_chunks_share_the_longest_chain():
         L.prefill_layer_ms([8192], 4096, 16, H100, c))
     assert float(L.chunk_ms(4, 1000, 16, H100)) == pytest.approx(L.prefill_layer_ms([1000] * 4, 0, 16, H100)
                                                               - float(L.conv_ms(4000, 0, H100)))
+
+
+def test_tensor_parallel_must_split_the_delta_rule_s_key_heads():
+    """The engines shard a GatedDeltaNet layer's key heads over TP (`num_k_heads // tp_size`); Mamba-2's groups
+    they may replicate, so those are not checked."""
+    from hybridperf.errors import InputError
+    from hybridperf.serving.arch import arch_from_dict
+    from hybridperf.serving.cost import Parallel
+
+    a = arch_from_dict({"model_type": "qwen3_5_text", "hidden_size": 2048, "num_hidden_layers": 4,
+                        "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128, "vocab_size": 1000,
+                        "intermediate_size": 4096, "linear_num_key_heads": 8, "linear_num_value_heads": 32,
+                        "layer_types": ["linear_attention"] * 3 + ["full_attention"]})
+    assert a.sharded_linear_heads == 8
+    Parallel(tp=8).check(a)
+    with pytest.raises(InputError, match="8 linear-attention key heads do not split 16 ways"):
+        Parallel(tp=16).check(a)
+    assert replace(a, family="nemotron_h").sharded_linear_heads == 0

@@ -194,6 +194,13 @@ class Arch:
         kvh, hd, _, tensors = self.attn_dims(False)
         return tensors * hd * max(kvh / tp, 1.0) * self.sliding_layers * self.window
 
+    @property
+    def sharded_linear_heads(self) -> int:
+        """Key heads of a delta-rule layer (GatedDeltaNet, KDA), which the engines shard over TP (vLLM's
+        `num_k_heads // tp_size`): TP must divide them. 0 without such layers, and for Mamba-2, whose groups the
+        engines may replicate."""
+        return self.lin_k_heads if self.linear_layers and self.family != "nemotron_h" else 0
+
     def linear_conv_channels(self) -> int:
         """Channels of a linear-attention layer's short causal conv: q and k (key heads), v (value heads); Mamba-2's
         x, B and C alike."""
@@ -503,7 +510,7 @@ def _family_arch(d: dict, name: str) -> Arch:
     if max_keys:
         kw.update(max_keys=max_keys, block_sparse=block_sparse)
     types = list(d.get("layer_types") or [])
-    if not types and mt.startswith(("qwen3_next", "qwen3_5")):  # no types listed: every `full_attention_interval`-th full
+    if not types and mt.startswith(("qwen3_next", "qwen3_5")):  # none listed: every `full_attention_interval`-th full
         step = _int(d, "full_attention_interval", 4)
         types = ["full_attention" if (i + 1) % step == 0 else "linear_attention" for i in range(cfg.layers)]
     if types:

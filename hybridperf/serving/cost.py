@@ -169,8 +169,9 @@ class Parallel:
             raise InputError(f"the experts' GPUs (expert-TP {self.moe_tp} x --ep {self.moe_ep}) must be the "
                              f"attention's (--tp x --attention-dp = {self.tp * self.adp}): --ep must divide "
                              f"--tp x --attention-dp")
-        if arch.heads % self.tp:
-            raise InputError(f"{arch.heads} attention heads do not split {self.tp} ways")
+        for n, what in ((arch.heads, "attention heads"), (arch.sharded_linear_heads, "linear-attention key heads")):
+            if n % self.tp:
+                raise InputError(f"{n} {what} do not split {self.tp} ways")
         if self.pp > arch.layers:
             raise InputError(f"pp = {self.pp} exceeds the {arch.layers} layers")
         if arch.experts and arch.experts % self.moe_ep:
@@ -352,8 +353,7 @@ class StepCost:
         f = (n - g[i - 1]) / (g[i] - g[i - 1])
         return v[i - 1] + f * (v[i] - v[i - 1])
 
-    def uses_dsa(self) -> bool:
-        """Whether the attention is DSA's sparse MLA (DeepSeek-V3.2, GLM-5), priced per query token."""
+    def uses_dsa(self) -> bool:  # DSA's sparse MLA (DeepSeek-V3.2, GLM-5), priced per query token
         return bool(self.arch.mla and self.arch.index_heads and self.arch.max_keys)
 
     def _sparse_attn_ms(self, tokens: float) -> float:
