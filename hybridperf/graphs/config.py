@@ -66,6 +66,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hybridperf.errors import InputError
+from hybridperf.graphs.aliases import read_as
 from hybridperf.jsonio import read_json_object
 
 #: llama-likes whose MLP is a top-k mixture of experts (HF's grouped experts, `graphs.layers.moe.moe_block`)
@@ -314,18 +315,6 @@ def _sliding_fields(d: dict, layers: int, source: str) -> None:
             raise InputError(f"{source}: config field {key!r} must be a positive number or null, got {v!r}")
 
 
-#: vision-language wrappers whose text-only forward is their language model (`text_config`), read as that
-#: model_type (the vision tower runs no kernel for text input)
-LANGUAGE_MODEL_OF = {"qwen3_vl": "qwen3", "qwen3_vl_moe": "qwen3_moe", "qwen2_vl": "qwen2", "qwen2_5_vl": "qwen2",
-                     "mistral3": "mistral", "qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text",
-                     "gemma4": "gemma4_text", "kimi_k25": "deepseek_v3", "llama4": "llama4_text"}
-#: model_types that name a supported architecture under another name (their `architectures` say so)
-SAME_ARCHITECTURE = {"kimi_k2": "deepseek_v3", "mimo": "qwen2"}  # MiMo: its MTP layers run only when drafting
-#: model_types read as another's, with the fields that type implies: Qwen3-Next, the hybrid Qwen3.5-MoE built on (its
-#: attention output-gated; its fused qkvz and ba input projections priced as Qwen3.5's four, not measured)
-READ_AS = {"qwen3_next": ("qwen3_5_moe_text", {"attn_output_gate": True})}
-
-
 def config_from_dict(d: dict, source: str = "config") -> ModelConfig:
     """Build a `ModelConfig` from a parsed HF config dict; InputError on unsupported or incomplete ones."""
     if not isinstance(d, dict):
@@ -333,28 +322,7 @@ def config_from_dict(d: dict, source: str = "config") -> ModelConfig:
     mt = str(d.get("model_type", "")).strip().lower().replace("-", "_")
     if not mt:
         raise InputError(f"{source}: no 'model_type' in the config")
-    outer = {k: d[k] for k in ("dtype", "torch_dtype", "tie_word_embeddings") if d.get(k) is not None}  # the LM's too
-    if mt in LANGUAGE_MODEL_OF:
-        text = d.get("text_config")
-        if not isinstance(text, dict):
-            raise InputError(f"{source}: a {mt} config needs a 'text_config' object (its language model)")
-        inner = text.get("model_type")
-        if mt == "mistral3" and inner not in (None, "mistral", "ministral3"):  # Ministral 3: its own layers
-            raise InputError(f"{source}: a mistral3 config whose language model is {inner!r} is not supported")
-        mt = "ministral3" if mt == "mistral3" and inner == "ministral3" else LANGUAGE_MODEL_OF[mt]
-        d = {**text, **outer, "model_type": mt}
-    mt = SAME_ARCHITECTURE.get(mt, mt)
-    if mt in READ_AS:
-        if mt == "qwen3_next" and (d.get("decoder_sparse_step") not in (None, 1) or d.get("mlp_only_layers")):
-            raise InputError(f"{source}: Qwen3-Next with dense layers (decoder_sparse_step, mlp_only_layers) is not "
-                             "modelled: Qwen3.5-MoE's layers are all MoE")
-        mt, implied = READ_AS[mt]
-        d = {**implied, **d, "model_type": mt}
-    if mt == "gemma3":  # the multimodal wrapper: its language model is a gemma3_text config
-        text = d.get("text_config")
-        if not isinstance(text, dict):
-            raise InputError(f"{source}: a gemma3 config needs a 'text_config' object (its language model)")
-        d, mt = {**text, **outer, "model_type": "gemma3_text"}, "gemma3_text"
+    mt, d = read_as(mt, d, source)
     if mt == "gemma3_text":
         d = {**GEMMA3_TEXT_DEFAULTS, **d}
     if mt in PLUGIN_PARSERS:

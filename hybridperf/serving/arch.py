@@ -14,7 +14,7 @@ enumerator does not trace; they map onto the nearest one by their published laye
     qwen3_5_moe(_text)     Qwen3-MoE's layers, three of every four with linear attention (a fixed-size
                            state instead of a KV cache: `linear_layers`)
     qwen3_5(_text)         Qwen3's dense layers, three of every four with linear attention
-    qwen3_next             Qwen3.5-MoE's layers (`graphs.config.READ_AS`)
+    qwen3_next             Qwen3.5-MoE's layers (`graphs.aliases.READ_AS`)
     qwen3_vl(_moe)_text    the language model of Qwen3-VL: Qwen3's (Qwen3-MoE's) layers; the vision tower
                            and its image tokens are not modelled
     mimo                   Qwen2's layers (its multi-token-prediction layers do not run without
@@ -44,14 +44,16 @@ enumerator does not trace; they map onto the nearest one by their published laye
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 from hybridperf.errors import InputError
+from hybridperf.graphs.aliases import READ_AS
+from hybridperf.graphs.config import DEEPSEEK_DEFAULTS, LLAMA_LIKE, MOE_LLAMA, config_from_dict, config_positions
+from hybridperf.graphs.families.qwen3_5 import default_layer_types
+from hybridperf.serving import arch_families
+from hybridperf.serving.arch_families import field_int
 from hybridperf.serving.block_sparse import BlockSparse
 from hybridperf.serving.compressed import INDEX_SCALE_BYTES, CompressedAttention
-from hybridperf.graphs.config import (DEEPSEEK_DEFAULTS, LLAMA_LIKE, MOE_LLAMA, READ_AS, config_from_dict,
-                                      config_positions)
 
 #: families read as DeepSeek-V3 (multi-head latent attention + MoE)
 MLA_ALIASES = ("kimi_k2", "kimi_k25", "glm_moe_dsa", "deepseek_v32")
@@ -61,6 +63,11 @@ GQA_MOE_ALIASES = ("minimax_m2", "minimax_m3", "qwen3_5_moe", "qwen3_5_moe_text"
 DENSE_ALIASES = {"qwen3_vl_text": "qwen3", "qwen3_5": "qwen3", "qwen3_5_text": "qwen3", "mimo": "qwen2"}
 #: families read as a GQA MoE with a shared expert interleaved with dense layers
 LLAMA4 = ("llama4", "llama4_text")
+#: families read by their own fields (`serving.arch_families`)
+OWN_FIELDS = {"nemotron_h": arch_families.nemotron_h, "nemotron_nas": arch_families.nemotron_nas,
+              "gemma4": arch_families.gemma4, "gemma4_text": arch_families.gemma4,
+              "mimo_v2_flash": arch_families.mimo_v2, "step3p7": arch_families.step3p7,
+              "deepseek_v4": arch_families.deepseek_v4, "deepseek_ref": arch_families.deepseek_v4}
 
 
 @dataclass(frozen=True)
@@ -251,148 +258,6 @@ def _text(d: dict) -> dict:
     return {"model_type": outer, **text}
 
 
-def _int(d: dict, key: str, default=None) -> int:
-    v = d.get(key, default)
-    if v is None or isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-        raise InputError(f"config field {key!r} must be a non-negative integer, got {v!r}")
-    return int(v)
-
-
-def _nemotron_h(d: dict, name: str) -> Arch:
-    """Nemotron-H: one block per character of `hybrid_override_pattern`, or per entry of the newer configs'
-    `layers_block_type` (see the module docstring)."""
-    blocks = d.get("layers_block_type")
-    if isinstance(blocks, list):
-        kinds = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
-        pattern = "".join(kinds.get(str(b), "?") for b in blocks)
-    else:
-        pattern = str(d.get("hybrid_override_pattern") or "")
-    layers = _int(d, "num_hidden_layers", len(pattern))
-    if not pattern or len(pattern) != layers or set(pattern) - set("M*-E"):
-        raise InputError(f"{name or 'config'}: Nemotron-H needs one block kind (mamba/M, attention/*, mlp/-, "
-                         f"moe/E) per layer ({layers}), got {pattern!r}")
-    count = {c: pattern.count(c) for c in "M*-E"}
-    experts = _int(d, "n_routed_experts", 0) if count["E"] else 0
-    heads = _int(d, "num_attention_heads")
-    return Arch(name=name, family="nemotron_h", hidden=_int(d, "hidden_size"), layers=layers,
-                vocab=_int(d, "vocab_size"), heads=heads, kv_heads=_int(d, "num_key_value_heads", heads),
-                head_dim=_int(d, "head_dim", d.get("attention_head_dim")),
-                v_head_dim=_int(d, "head_dim", d.get("attention_head_dim")), ffn=_int(d, "intermediate_size"),
-                dense_layers=count["-"], experts=experts, topk=_int(d, "num_experts_per_tok", 0) if experts else 0,
-                expert_ffn=_int(d, "moe_intermediate_size", 0) if experts else 0,
-                shared_ffn=_int(d, "moe_shared_expert_intermediate_size", 0) * _int(d, "n_shared_experts", 1)
-                if experts else 0,
-                linear_layers=count["M"], lin_k_heads=_int(d, "n_groups"), lin_k_dim=_int(d, "ssm_state_size"),
-                lin_v_heads=_int(d, "mamba_num_heads"), lin_v_dim=_int(d, "mamba_head_dim"),
-                mixer_free_layers=count["-"] + count["E"], mlp_free_layers=count["M"] + count["*"],
-                gated_mlp=str(d.get("mlp_hidden_act", "relu2")) not in ("relu2", "relu", "gelu"),
-                moe_latent=int(d.get("moe_latent_size") or 0) if experts else 0)
-
-
-def _nemotron_nas(d: dict, name: str) -> Arch:
-    """Llama-Nemotron (DeciLM): Llama layers whose attention may be a no-op and whose MLP width is
-    `ffn_mult` x hidden (DeciLM's rounding: 2/3 of it, up to a multiple of 256)."""
-    blocks = d.get("block_configs")
-    if not isinstance(blocks, list) or not blocks:
-        raise InputError(f"{name or 'config'}: nemotron_nas needs `block_configs`, one per layer")
-    h, heads = _int(d, "hidden_size"), _int(d, "num_attention_heads")
-    attn = [b.get("attention") or {} for b in blocks]
-    ffn = [b.get("ffn") or {} for b in blocks]
-    groups = [int(a.get("n_heads_in_group") or 0) for a in attn if not a.get("no_op")]
-    widths = [math.ceil(2 * float(f.get("ffn_mult") or 0) * h / 3 / 256) * 256 for f in ffn if not f.get("no_op")]
-    if not groups or not widths or any(a.get("replace_with_linear") for a in attn + ffn) or len(set(groups)) > 1 \
-            or any(a.get("window_length") for a in attn):
-        raise InputError(f"{name or 'config'}: nemotron_nas blocks with linear replacements, windows or differing "
-                         "KV groups are not modelled")
-    return Arch(name=name, family="nemotron_nas", hidden=h, layers=len(blocks), vocab=_int(d, "vocab_size"),
-                heads=heads, kv_heads=heads // max(groups[0], 1), head_dim=h // heads, v_head_dim=h // heads,
-                ffn=round(sum(widths) / len(widths)), dense_layers=len(widths),
-                mixer_free_layers=len(blocks) - len(groups), mlp_free_layers=len(blocks) - len(widths))
-
-
-def _gemma4(d: dict, name: str) -> Arch:
-    """Gemma-4 (see the module docstring)."""
-    types = list(d.get("layer_types") or [])
-    layers = _int(d, "num_hidden_layers")
-    if len(types) != layers or set(types) - {"sliding_attention", "full_attention"}:
-        raise InputError(f"{name or 'config'}: gemma4 needs one sliding/full layer type per layer ({layers})")
-    if int(d.get("num_kv_shared_layers") or 0) or d.get("use_double_wide_mlp"):
-        raise InputError(f"{name or 'config'}: gemma4 layers sharing KV caches or double-wide MLPs are not modelled")
-    sliding = types.count("sliding_attention")
-    moe = bool(d.get("enable_moe_block"))
-    ffn = _int(d, "intermediate_size")
-    return Arch(name=name, family="gemma4", hidden=_int(d, "hidden_size"), layers=layers, vocab=_int(d, "vocab_size"),
-                heads=_int(d, "num_attention_heads"), kv_heads=_int(d, "num_key_value_heads"),
-                head_dim=_int(d, "head_dim"), v_head_dim=_int(d, "head_dim"), ffn=ffn,
-                dense_layers=0 if moe else layers, experts=_int(d, "num_experts") if moe else 0,
-                topk=_int(d, "top_k_experts") if moe else 0,
-                expert_ffn=int(d.get("moe_intermediate_size") or d.get("expert_intermediate_size") or 0) if moe else 0,
-                shared_ffn=ffn if moe else 0, sliding_layers=sliding,
-                window=_int(d, "sliding_window") if sliding else 0,
-                full_kv_heads=int(d.get("num_global_key_value_heads") or 0),
-                full_head_dim=int(d.get("global_head_dim") or 0), full_k_eq_v=bool(d.get("attention_k_eq_v")))
-
-
-def _deepseek_v4(d: dict, name: str) -> Arch:
-    """DeepSeek-V4: compressed MQA attention (`serving.compressed`), a top-k MoE with a shared expert on every
-    layer (the first `num_hash_layers` route by hash, at the same cost)."""
-    layers = _int(d, "num_hidden_layers")
-    ratios = tuple(int(r) for r in (d.get("compress_ratios") or [])[:layers])
-    if len(ratios) != layers or set(ratios) - {0, 4, 128}:
-        raise InputError(f"{name or 'config'}: DeepSeek-V4 needs a compress ratio of 0, 4 or 128 per layer ({layers})")
-    hd, heads = _int(d, "head_dim"), _int(d, "num_attention_heads")
-    comp = CompressedAttention(ratios=ratios, window=_int(d, "sliding_window"), head_dim=hd,
-                               q_lora=_int(d, "q_lora_rank"), o_groups=_int(d, "o_groups"),
-                               o_lora=_int(d, "o_lora_rank"), index_heads=_int(d, "index_n_heads"),
-                               index_dim=_int(d, "index_head_dim"), index_topk=_int(d, "index_topk"),
-                               hc_mult=_int(d, "hc_mult", 1))
-    return Arch(name=name, family="deepseek_v4", hidden=_int(d, "hidden_size"), layers=layers,
-                vocab=_int(d, "vocab_size"), heads=heads, kv_heads=1, head_dim=hd, v_head_dim=hd,
-                ffn=_int(d, "moe_intermediate_size"),
-                dense_layers=0, experts=_int(d, "n_routed_experts"), topk=_int(d, "num_experts_per_tok"),
-                expert_ffn=_int(d, "moe_intermediate_size"),
-                shared_ffn=_int(d, "moe_intermediate_size") * _int(d, "n_shared_experts", 1), compressed=comp)
-
-
-def _hybrid_window_moe(d: dict, name: str, family: str, full: list, **kw) -> Arch:
-    """A top-k MoE whose layers attend either all keys or a sliding window (`full`: a bool per layer)."""
-    layers = _int(d, "num_hidden_layers", len(full))
-    if len(full) != layers:
-        raise InputError(f"{name or 'config'}: {family} needs one attention kind per layer ({layers}), got {len(full)}")
-    sliding = layers - sum(full)
-    return Arch(name=name, family=family, hidden=_int(d, "hidden_size"), layers=layers, vocab=_int(d, "vocab_size"),
-                heads=_int(d, "num_attention_heads"), sliding_layers=sliding,
-                window=_int(d, "sliding_window") if sliding else 0, experts=_int(d, "n_routed_experts",
-                                                                                  d.get("num_experts")),
-                topk=_int(d, "num_experts_per_tok"), expert_ffn=_int(d, "moe_intermediate_size"), **kw)
-
-
-def _mimo_v2(d: dict, name: str) -> Arch:
-    """MiMo-V2-Flash: full-attention layers (`hybrid_layer_pattern` 0) among sliding-window ones (1), each
-    kind with its own KV heads; 192-wide keys, 128-wide values; dense first layers (`moe_layer_freq` 0)."""
-    pattern, freq = list(d.get("hybrid_layer_pattern") or []), list(d.get("moe_layer_freq") or [])
-    dense = sum(not f for f in freq)
-    return _hybrid_window_moe(d, name, "mimo_v2_flash", [not p for p in pattern],
-                              kv_heads=_int(d, "swa_num_key_value_heads", d.get("num_key_value_heads")),
-                              head_dim=_int(d, "swa_head_dim", d.get("head_dim")),
-                              v_head_dim=_int(d, "swa_v_head_dim", d.get("v_head_dim")),
-                              full_kv_heads=_int(d, "num_key_value_heads"), ffn=_int(d, "intermediate_size"),
-                              dense_layers=dense, shared_ffn=_int(d, "moe_intermediate_size") * int(
-                                  d.get("n_shared_experts") or 0))
-
-
-def _step3p7(d: dict, name: str) -> Arch:
-    """Step-3.7-Flash: full and sliding-window layers (`layer_types`), dense first layers, a shared expert."""
-    types = list(d.get("layer_types") or [])
-    if set(types) - {"full_attention", "sliding_attention"}:
-        raise InputError(f"{name or 'config'}: step3p7 layer types must be full_attention or sliding_attention")
-    hd = _int(d, "head_dim")
-    return _hybrid_window_moe(d, name, "step3p7", [t == "full_attention" for t in types],
-                              kv_heads=_int(d, "num_key_value_heads"), head_dim=hd, v_head_dim=hd,
-                              ffn=_int(d, "intermediate_size"), dense_layers=_int(d, "first_k_dense_replace", 0),
-                              shared_ffn=_int(d, "share_expert_dim", 0) * int(d.get("n_shared_experts") or 0))
-
-
 def arch_from_dict(raw: dict, name: str = "") -> Arch:
     """An `Arch` from a parsed HF config; InputError for families serving cannot model. Its max_positions is what
     vLLM's max_model_len defaults to, whatever the family (`engine_max_positions`)."""
@@ -431,36 +296,29 @@ def _family_arch(d: dict, name: str) -> Arch:
     mt = str(d.get("model_type", "")).lower().replace("-", "_")
     if mt in READ_AS:  # the fields its type implies (Qwen3-Next: output-gated attention)
         d = {**READ_AS[mt][1], **d}
-    if mt == "nemotron_h":
-        return _nemotron_h(d, name)
-    if mt == "nemotron_nas":
-        return _nemotron_nas(d, name)
-    if mt in ("gemma4", "gemma4_text"):
-        return _gemma4(d, name)
-    if mt == "mimo_v2_flash":
-        return _mimo_v2(d, name)
-    if mt == "step3p7":
-        return _step3p7(d, name)
-    if mt in ("deepseek_v4", "deepseek_ref") or "DeepseekV4ForCausalLM" in (d.get("architectures") or []):
-        return _deepseek_v4(d, name)
+    if mt in OWN_FIELDS:
+        return Arch(**OWN_FIELDS[mt](d, name))
+    if "DeepseekV4ForCausalLM" in (d.get("architectures") or []):
+        return Arch(**arch_families.deepseek_v4(d, name))
     max_keys, block_sparse = 0, None
     if mt == "minimax_m3":
         sparse = d.get("sparse_attention_config") or {}
         if isinstance(sparse, dict) and sparse.get("use_sparse_attention"):
-            max_keys = (_int(sparse, "sparse_topk_blocks") + _int(sparse, "sparse_local_block", 1)) \
-                * _int(sparse, "sparse_block_size")
-            layers, freq = _int(d, "num_hidden_layers"), sparse.get("sparse_attention_freq")
+            max_keys = (field_int(sparse, "sparse_topk_blocks") + field_int(sparse, "sparse_local_block", 1)) \
+                * field_int(sparse, "sparse_block_size")
+            layers, freq = field_int(d, "num_hidden_layers"), sparse.get("sparse_attention_freq")
             n_sparse = sum(1 for f in freq if f) if isinstance(freq, list) else layers
             block_sparse = BlockSparse(dense_layers=layers - n_sparse, sparse_layers=n_sparse,
-                                       index_heads=_int(sparse, "sparse_num_index_heads", 1),
-                                       index_dim=_int(sparse, "sparse_index_dim", 128), attended=max_keys)
+                                       index_heads=field_int(sparse, "sparse_num_index_heads", 1),
+                                       index_dim=field_int(sparse, "sparse_index_dim", 128), attended=max_keys)
         freq = d.get("moe_layer_freq")
         dense = [i for i, f in enumerate(freq) if not f] if isinstance(freq, list) \
-            else list(range(_int(d, "first_k_dense_replace", 0)))
+            else list(range(field_int(d, "first_k_dense_replace", 0)))
         d = {**d, "mlp_only_layers": dense,
              "moe_intermediate_size": d.get("moe_intermediate_size") or d.get("intermediate_size"),
              "intermediate_size": d.get("dense_intermediate_size") or d.get("intermediate_size"),
-             "shared_expert_intermediate_size": (d.get("shared_intermediate_size") or 0) * int(d.get("n_shared_experts") or 0)}
+             "shared_expert_intermediate_size": (d.get("shared_intermediate_size") or 0)
+             * int(d.get("n_shared_experts") or 0)}
     kda = []
     if mt == "kimi_linear":  # Kimi-K3: DeepSeek-V3's MLA and MoE under other field names, most layers KDA
         lin = d.get("linear_attn_config") or {}
@@ -500,28 +358,28 @@ def _family_arch(d: dict, name: str) -> Arch:
         if 1 <= picked < groups and cfg.num_experts % groups == 0:
             kw.update(expert_groups=groups, topk_groups=picked)
     if cfg.family == "deepseek_v3":
-        kw.update(mla=True, q_lora_rank=int(d.get("q_lora_rank") or 0), kv_lora_rank=_int(d, "kv_lora_rank"),
-                  rope_dim=_int(d, "qk_rope_head_dim"), v_head_dim=_int(d, "v_head_dim"), kv_heads=cfg.heads)
+        kw.update(mla=True, q_lora_rank=int(d.get("q_lora_rank") or 0), kv_lora_rank=field_int(d, "kv_lora_rank"),
+                  rope_dim=field_int(d, "qk_rope_head_dim"), v_head_dim=field_int(d, "v_head_dim"), kv_heads=cfg.heads)
         if d.get("index_topk"):
-            kw.update(max_keys=_int(d, "index_topk"), index_heads=_int(d, "index_n_heads", 0),
-                      index_dim=_int(d, "index_head_dim", 0))
+            kw.update(max_keys=field_int(d, "index_topk"), index_heads=field_int(d, "index_n_heads", 0),
+                      index_dim=field_int(d, "index_head_dim", 0))
             if bool(kw["index_heads"]) != bool(kw["index_dim"]):
                 raise InputError(f"{name or 'config'}: a DSA indexer needs both index_n_heads and index_head_dim")
     if max_keys:
         kw.update(max_keys=max_keys, block_sparse=block_sparse)
     types = list(d.get("layer_types") or [])
-    if not types and mt.startswith(("qwen3_next", "qwen3_5")):  # none listed: every `full_attention_interval`-th full
-        step = _int(d, "full_attention_interval", 4)
-        types = ["full_attention" if (i + 1) % step == 0 else "linear_attention" for i in range(cfg.layers)]
+    if not types and mt.startswith(("qwen3_next", "qwen3_5")):
+        types = default_layer_types(cfg.layers, field_int(d, "full_attention_interval", 4))
     if types:
         kw["linear_layers"] = sum(t == "linear_attention" for t in types)
     if kda:
         kw["linear_layers"] = len(kda)
         kw["moe_latent"] = int(d.get("routed_expert_hidden_size") or 0)
     if kw.get("linear_layers"):
-        kw.update(lin_k_heads=_int(d, "linear_num_key_heads", cfg.num_kv_heads),
-                  lin_v_heads=_int(d, "linear_num_value_heads", cfg.heads),
-                  lin_k_dim=_int(d, "linear_key_head_dim", 128), lin_v_dim=_int(d, "linear_value_head_dim", 128))
+        kw.update(lin_k_heads=field_int(d, "linear_num_key_heads", cfg.num_kv_heads),
+                  lin_v_heads=field_int(d, "linear_num_value_heads", cfg.heads),
+                  lin_k_dim=field_int(d, "linear_key_head_dim", 128),
+                  lin_v_dim=field_int(d, "linear_value_head_dim", 128))
     kw["q_gate"] = bool(d.get("attn_output_gate", False))
     if cfg.sliding_window:
         kw.update(sliding_layers=sum(t == "sliding_attention" for t in cfg.layer_types), window=cfg.sliding_window)

@@ -38,6 +38,11 @@ CHUNK = 64  # torch_chunk_gated_delta_rule's chunk of the sequence
 LAYER_TYPES = ("linear_attention", "full_attention")
 
 
+def default_layer_types(layers: int, interval: int) -> list:
+    """Every `interval`-th layer full attention, the others linear: what a config listing no `layer_types` means."""
+    return ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(layers)]
+
+
 def parse(d: dict, source: str) -> ModelConfig:
     """The `ModelConfig` of a Qwen3.5 language-model config (`graphs.config` unwraps a multimodal one)."""
     mt = str(d.get("model_type"))
@@ -57,8 +62,7 @@ def parse(d: dict, source: str) -> ModelConfig:
         raise InputError(f"{source}: linear_num_value_heads must be a multiple of linear_num_key_heads")
     types = d.get("layer_types")
     if types is None:
-        step = count("full_attention_interval")
-        types = ["full_attention" if (i + 1) % step == 0 else "linear_attention" for i in range(layers)]
+        types = default_layer_types(layers, count("full_attention_interval"))
     if not isinstance(types, list) or len(types) != layers or any(t not in LAYER_TYPES for t in types):
         raise InputError(f"{source}: config field 'layer_types' must list {layers} entries, each one of "
                          f"{', '.join(LAYER_TYPES)}")
