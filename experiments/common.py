@@ -41,6 +41,20 @@ def aiconfigurator_data(data) -> Path:
     return data
 
 
+def aic_table_args(doc: str, out: str, constants: str = "") -> argparse.Namespace:
+    """The command line of an experiment on aiconfigurator's tables: `--data` (checked to hold them; a Path once
+    parsed), `--out` (default results/`out`) and, where it ships constants (`constants`: what they are fitted on),
+    `--write-constants`."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    add_data_argument(ap)
+    ap.add_argument("--out", type=Path, default=RESULTS / out)
+    if constants:
+        ap.add_argument("--write-constants", action="store_true", help=f"print the fit on {constants} instead")
+    a = ap.parse_args()
+    a.data = aiconfigurator_data(a.data)
+    return a
+
+
 def module_tables(data: Path, folder: str, pattern: str, systems) -> pd.DataFrame:
     """Every table of `systems` matching `pattern` in aiconfigurator's `<system>/<folder>/<framework>/<version>/`
     (all versions), its rows of positive latency, with `system`, `fw` and `version` columns; else exit with one

@@ -14,7 +14,6 @@ prefill of `isl` tokens (step 0); generation rows one token per sequence against
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from experiments.common import REPO, RESULTS, add_data_argument, aiconfigurator_data
+from experiments.common import REPO, aic_table_args
 from hybridperf.datasets.aiconfigurator import SYSTEM_DEVICES
 from hybridperf.devices import get_device
 from hybridperf.priors import attention as A
@@ -200,12 +199,7 @@ def mape(pred, meas) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    add_data_argument(ap)
-    ap.add_argument("--out", type=Path, default=RESULTS / "attention_prior.md")
-    ap.add_argument("--write-constants", action="store_true", help="print the all-GPU fit instead of the report")
-    a = ap.parse_args()
-    a.data = aiconfigurator_data(a.data)
+    a = aic_table_args(__doc__, "attention_prior.md", "every GPU")
     df = load_tables(a.data)
     if a.write_constants:
         c = fit_sdpa_decode(fit_sdpa(a.data, fit_on(df, SYSTEMS)))

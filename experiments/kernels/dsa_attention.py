@@ -16,7 +16,6 @@ index_topk 2048.
 """
 from __future__ import annotations
 
-import argparse
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,7 +23,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from experiments.common import RESULTS, add_data_argument, aiconfigurator_data, ape, module_tables
+from experiments.common import aic_table_args, ape, module_tables
 from hybridperf.datasets.aiconfigurator import SYSTEM_DEVICES
 from hybridperf.devices import get_device
 from hybridperf.priors import mla as M
@@ -162,12 +161,8 @@ def write_report(out: Path, cells: pd.DataFrame, sel: pd.DataFrame, fits: dict) 
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    add_data_argument(ap)
-    ap.add_argument("--out", type=Path, default=RESULTS / "dsa_attention.md")
-    ap.add_argument("--write-constants", action="store_true", help="print the fit on every GPU with a table instead")
-    a = ap.parse_args()
-    data = aiconfigurator_data(a.data)
+    a = aic_table_args(__doc__, "dsa_attention.md", "every GPU with a table")
+    data = a.data
     df, topk = load_tables(data), load_tables(data, TOPK_TABLE)
     if a.write_constants:
         print(fit_on(df, topk, SYSTEMS))

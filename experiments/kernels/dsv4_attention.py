@@ -17,7 +17,6 @@ after `step` cached ones, `compress_ratio` 4 (CSA) or 128 (HCA), `gemm_type` the
 """
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import fields, replace
 from pathlib import Path
@@ -26,7 +25,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from experiments.common import RESULTS, add_data_argument, aiconfigurator_data, ape, module_tables
+from experiments.common import aic_table_args, ape, module_tables
 from experiments.kernels import attention_prior, dsa_attention
 from hybridperf.devices import get_device
 from hybridperf.priors.attention import CONSTANTS as ATTENTION_CONSTANTS
@@ -235,12 +234,8 @@ def write_report(out: Path, cells: pd.DataFrame, fits: dict, mhc: pd.DataFrame, 
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    add_data_argument(ap)
-    ap.add_argument("--out", type=Path, default=RESULTS / "dsv4_attention.md")
-    ap.add_argument("--write-constants", action="store_true", help="print the fit on every GPU with a table instead")
-    a = ap.parse_args()
-    data = aiconfigurator_data(a.data)
+    a = aic_table_args(__doc__, "dsv4_attention.md", "every GPU with a table")
+    data = a.data
     geo, gen = layers(data), load_tables(data)
     attn, topk = dsa_attention.load_tables(data), dsa_attention.load_tables(data, dsa_attention.TOPK_TABLE)
     if a.write_constants:

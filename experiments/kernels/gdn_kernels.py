@@ -15,7 +15,6 @@ fits in L2 is read from it (the prior's `resident`).
 """
 from __future__ import annotations
 
-import argparse
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from experiments.common import RESULTS, add_data_argument, aiconfigurator_data, ape, module_tables
+from experiments.common import aic_table_args, ape, module_tables
 from hybridperf.devices import get_device
 from hybridperf.priors import linear_attention as L
 from hybridperf.priors.attention import Fitted
@@ -180,12 +179,8 @@ Shipped constants (`--write-constants`, fitted on every GPU):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    add_data_argument(ap)
-    ap.add_argument("--out", type=Path, default=RESULTS / "gdn_kernels.md")
-    ap.add_argument("--write-constants", action="store_true", help="print the fit on every GPU instead")
-    a = ap.parse_args()
-    df = load_tables(aiconfigurator_data(a.data))
+    a = aic_table_args(__doc__, "gdn_kernels.md", "every GPU")
+    df = load_tables(a.data)
     shipped = fit_all(df)
     if a.write_constants:
         print(constants_text(shipped))

@@ -12,14 +12,13 @@ ms of the rope kernel plus the attention kernel, CUDA-graph timed. DeepSeek-V3's
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from experiments.common import RESULTS, add_data_argument, aiconfigurator_data, ape
+from experiments.common import aic_table_args, ape
 from hybridperf.datasets.aiconfigurator import SYSTEM_DEVICES
 from hybridperf.devices import get_device
 from hybridperf.priors import mla as M
@@ -208,12 +207,7 @@ def plot(path: Path, cells: pd.DataFrame) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    add_data_argument(ap)
-    ap.add_argument("--out", type=Path, default=RESULTS / "mla_decode.md")
-    ap.add_argument("--write-constants", action="store_true", help="print the fit on every native GPU instead")
-    a = ap.parse_args()
-    a.data = aiconfigurator_data(a.data)
+    a = aic_table_args(__doc__, "mla_decode.md", "every native GPU")
     df = load_tables(a.data)
     if a.write_constants:
         native = [s for s in SYSTEMS if M.native_mla(get_device(s))]

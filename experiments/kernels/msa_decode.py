@@ -10,7 +10,6 @@ fixed kernels (priced elsewhere) drop out.
 """
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.common import RESULTS, add_data_argument, aiconfigurator_data, ape
+from experiments.common import aic_table_args, ape
 from hybridperf.devices import get_device
 from hybridperf.serving.api import Worker, setup_cost
 from hybridperf.serving.arch import arch_from_dict
@@ -63,11 +62,8 @@ def growth(data: Path) -> pd.DataFrame:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    add_data_argument(ap)
-    ap.add_argument("--out", type=Path, default=RESULTS / "msa_decode.md")
-    a = ap.parse_args()
-    df = growth(aiconfigurator_data(a.data))
+    a = aic_table_args(__doc__, "msa_decode.md")
+    df = growth(a.data)
     df["now_ape"], df["before_ape"] = ape(df["now_us"], df["measured_us"]), ape(df["before_us"], df["measured_us"])
     big = df[df["measured_us"] >= BIG_US]
     cols = ["now_ape", "before_ape"]
