@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hybridperf.priors.llm_gemm import matrix_peak
-from hybridperf.priors.memory import achievable_bandwidth
+from hybridperf.serving.compressed import indexer_ms
 
 INDEX_ELEM_BYTES = 2.0  # 16-bit index keys
 
@@ -38,9 +37,8 @@ class BlockSparse:
 
     def scan_ms(self, pairs: float, keys: float, device) -> float:
         """One sparse layer's index scan: `pairs` (query, cached key) scores per index head, `keys` index keys read."""
-        flops = 2.0 * pairs * self.index_heads * self.index_dim
-        read = keys * self.index_dim * INDEX_ELEM_BYTES
-        return (flops / matrix_peak(device, "bfloat16") + read / achievable_bandwidth(device)) * 1e3
+        return indexer_ms(pairs, keys, self.index_heads, self.index_dim, device,
+                          key_bytes=self.index_dim * INDEX_ELEM_BYTES, dtype="bfloat16")
 
     def decode_ms(self, keys: float, capped: float, per_key_layer_ms: float, floor_ms: float, device,
                   queries: int = 1) -> float:

@@ -54,12 +54,14 @@ MODULE_CONSTANTS = CompressedConstants(
         (31.8, "kernels"), (19.9, "kernels"), (8.50, "passes"), (3.78, "passes"), (19.8, "passes"))))
 
 
-def indexer_ms(pairs: float, keys: float, heads: int, dim: int, device) -> float:
-    """A lightning indexer on one layer (DeepSeek-V3.2's and GLM-5's DSA, DeepSeek-V4's CSA): `pairs` (query,
-    index key) FP8 dot products per index head, `keys` cached FP8 index keys read once."""
+def indexer_ms(pairs: float, keys: float, heads: int, dim: int, device, key_bytes: float | None = None,
+               dtype: str = GEMM_DTYPES["fp8"][2]) -> float:
+    """A lightning indexer on one layer (DeepSeek-V3.2's and GLM-5's DSA, DeepSeek-V4's CSA; MiniMax-M3's MSA in
+    16-bit): `pairs` (query, index key) dot products per index head in `dtype`, `keys` cached index keys of
+    `key_bytes` each (default: FP8 values and a scale) read once."""
     flops = 2.0 * pairs * heads * dim
-    read = keys * (dim + INDEX_SCALE_BYTES)
-    return (flops / matrix_peak(device, GEMM_DTYPES["fp8"][2]) + read / achievable_bandwidth(device)) * 1e3
+    read = keys * (dim + INDEX_SCALE_BYTES if key_bytes is None else key_bytes)
+    return (flops / matrix_peak(device, dtype) + read / achievable_bandwidth(device)) * 1e3
 
 
 @dataclass(frozen=True)
