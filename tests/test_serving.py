@@ -360,7 +360,7 @@ def test_attention_dp_dispatch_counts_distinct_expert_ranks():
         arch = arch_from_dict({**MLA, "num_experts_per_tok": topk})
         wk = Worker(Parallel(tp=tp, adp=adp, moe_ep=8), "fp4", "fp4", 1.0)
         cost, _ = setup_cost(arch, get_device("b200_sxm"), get_engine("trtllm"), wk, 8192, 64, 1024, 256)
-        return float(cost._moe_comm(np.array([64.0]))[0])
+        return float(cost.comm.moe(np.array([64.0]))[0])
 
     assert comm(8) > comm(2) > 0
     assert comm(8, tp=2, adp=4) < comm(8)
@@ -838,9 +838,23 @@ def test_every_kernel_of_an_iteration_takes_at_least_the_floor(monkeypatch):
 
 def test_pipeline_stages_split_the_layers_and_run_the_lm_head_once():
     """An iteration's time is a stage's time x pp: the layers split over the stages, the LM head and sampler run
-    on the last stage only, so pp stages of one step add up to the one-stage step."""
+    on the last stage only, so pp stages of one step add up to the one-stage step and one hand-off of the hidden
+    states and residual between them; a hand-off between nodes costs more than one within."""
+    import numpy as np
+
     h100 = get_device("h100_sxm")
-    one, two = (setup_cost(arch_from_dict(LLAMA), h100, get_engine("vllm"), Worker(Parallel(pp=pp)), 8192, 8, 128,
-                           16)[0] for pp in (1, 2))
+
+    def cost(pp, tp=1):
+        return setup_cost(arch_from_dict(LLAMA), h100, get_engine("vllm"), Worker(Parallel(tp=tp, pp=pp)), 8192, 8,
+                          128, 16)[0]
+
+    one, two = cost(1), cost(2)
     assert 2 * two.sample_ms(8) == pytest.approx(one.sample_ms(8))
-    assert 2 * two.decode_step_ms(8, 8 * 1024) == pytest.approx(one.decode_step_ms(8, 8 * 1024), rel=1e-6)
+    hand_off = two.models.collectives.predict("send_recv", np.array([8 * LLAMA["hidden_size"] * 2.0 * 2]), 2, 2,
+                                              two.node, timing="graph")["ms"][0]
+    assert hand_off > 0
+    assert 2 * two.decode_step_ms(8, 8 * 1024) == pytest.approx(one.decode_step_ms(8, 8 * 1024) + hand_off, rel=1e-6)
+    n = np.array([512.0])
+    within, across = cost(2, tp=2).comm.stage_send(n)[0], cost(2, tp=8).comm.stage_send(n)[0]
+    assert across > within > 0
+    assert cost(1, tp=8).comm.stage_send(n)[0] == 0

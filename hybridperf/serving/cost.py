@@ -23,15 +23,14 @@ from hybridperf.errors import InputError
 from hybridperf.priors import linear_attention
 from hybridperf.priors.attention import CONSTANTS as ATTENTION_CONSTANTS
 from hybridperf.priors.attention import AttentionConstants, context_attention_ms, generation_attention_ms
-from hybridperf.priors.collectives import custom_all_reduce_ms
 from hybridperf.priors.llm_gemm import GEMM_DTYPES, ROOFLINE, device_dtype, gemm_ms
 from hybridperf.priors.memory import memory_time_ms
 from hybridperf.priors.mla import CONSTANTS as MLA_CONSTANTS
 from hybridperf.priors.mla import (SPARSE_CONSTANTS, MlaConstants, SparseMlaConstants, index_topk_ms, mla_decode_ms,
                                    sparse_mla_ms, topk_work)
 from hybridperf.priors.moe import ROUTING_KERNELS, moe_ms
-from hybridperf.priors.moe_routing import expert_ranks
 from hybridperf.serving.arch import Arch
+from hybridperf.serving.comm import StageComm
 from hybridperf.serving.compressed import HC_KERNELS, indexer_ms
 from hybridperf.serving.engines import EngineDefaults
 
@@ -204,6 +203,7 @@ class StepCost:
         self.kv_bytes = kv_bytes
         self.kv_dtype = "fp8" if kv_bytes <= 1 else "bf16"
         self.models = models
+        self.comm = StageComm(arch, node, engine.name, par, models.collectives)
         self.stage_layers = arch.layers / par.pp
         self.spec = spec or Speculation()
         self.prefill_source, self.decode_source = (src or None for src in engine.attention_sources(device.kernel_arch))
@@ -262,7 +262,7 @@ class StepCost:
         streams, kernels = (a.compressed.hc_mult, HC_KERNELS) if a.compressed else (1, ELEMENTWISE_KERNELS)  # mHC
         elem = _floored(memory_time_ms(n * h * act_bytes * ELEMENTWISE_PASSES * streams, dev), kernels, dev)
         mlp_act = _floored(memory_time_ms(n * (a.mlp_mats * a.ffn / tp) * act_bytes, dev), 1, dev)
-        per_layer = mix / a.layers + (elem + self._tp_allreduce(n) * 2) * a.sublayer_share
+        per_layer = mix / a.layers + (elem + self.comm.tp_allreduce(n) * 2) * a.sublayer_share
         total = self.stage_layers * per_layer
         total += (a.dense_layers / p.pp) * (dense_mlp + mlp_act)
         if a.experts:
@@ -282,41 +282,8 @@ class StepCost:
             # the grouped GEMMs and the routing kernels (top-k, permute, finalize), each at least the floor
             experts = _floored(experts, 2, dev) + ROUTING_KERNELS * kernel_floor_ms(dev)
             moe_act = memory_time_ms(tokens * a.topk / p.moe_ep * a.mlp_mats * a.expert_ffn / p.moe_tp * act_bytes, dev)
-            total += (a.moe_layers / p.pp) * (experts + shared + router + moe_act + self._moe_comm(n))
-        return total
-
-    def _allreduce_ms(self, nbytes: np.ndarray, gpus: int) -> np.ndarray:
-        """The engine's all-reduce: its own one-/two-shot kernel for small messages where every pair of GPUs
-        is linked, NCCL otherwise (the collective model's `--impl` prediction, with its fitted constants)."""
-        if gpus > self.node.gpus_per_node:
-            return self.models.collectives.predict("all_reduce", nbytes, gpus, self.node.gpus_per_node, self.node,
-                                            timing="graph")["ms"]
-        c = self.models.collectives  # its prediction without the interval, which serving does not use
-        return custom_all_reduce_ms(nbytes, gpus, self.node, self.engine.name, c.constants, c.custom)
-
-    def _tp_allreduce(self, n: np.ndarray) -> np.ndarray:
-        if self.par.tp == 1:
-            return np.zeros_like(n, dtype=float)
-        return self._allreduce_ms(n * self.arch.hidden * 2.0, self.par.tp)
-
-    def _moe_comm(self, n: np.ndarray) -> np.ndarray:
-        """Expert dispatch and combine under attention data-parallel: an all-to-all each way over the MoE group
-        (DeepEP-style: FP8 tokens out, BF16 back), a token to every rank holding a slice of one of its experts
-        (`expert_ranks`), each split over `moe_tp` ranks, an attention TP group's ranks each sending its 1/tp.
-        Without attention-DP the TP all-reduce already combines the experts."""
-        p = self.par
-        if p.adp == 1:
-            return np.zeros_like(n, dtype=float)
-        g = p.moe_tp * p.moe_ep
-        gpn = min(g, self.node.gpus_per_node)
-        a = self.arch
-        copies = p.moe_tp * expert_ranks(p.moe_ep, a.topk, a.expert_groups, a.topk_groups, a.experts) / p.tp
-        width = a.moe_latent or a.hidden  # a latent MoE dispatches its latent activations
-        out = self.models.collectives.predict("all_to_all", n * width * copies * 1.0, g, gpn, self.node,
-                                       timing="graph")["ms"]
-        back = self.models.collectives.predict("all_to_all", n * width * copies * 2.0, g, gpn, self.node,
-                                        timing="graph")["ms"]
-        return out + back
+            total += (a.moe_layers / p.pp) * (experts + shared + router + moe_act + self.comm.moe(n))
+        return total + self.comm.stage_send(n)
 
     def _decode_attn_per_key(self) -> tuple:
         """ms per cached key read by one decode step over this stage's (full-attention, sliding) KV layers
