@@ -439,9 +439,12 @@ def test_rows_agg_disagg_and_refusals(config_dir):
          "gemm_quant_mode": "nvfp4_wo", "batch_size": 8},  # aiconfigurator's Hopper NVFP4 weight-only mode
         {**base, "backend": "trtllm", "model_path": "meta-llama/Llama-3.1-8B-Instruct", "mode": "agg", "tp_size": 1,
          "gemm_quant_mode": "fp9", "batch_size": 8},
+        {**base, "backend": "trtllm", "model_path": "moonshotai/Kimi-K2", "mode": "disagg", "system": "b200_sxm",
+         "precision": "fp4", "prefill_tp_size": 8, "prefill_moe_ep_size": 8},  # no decode worker's sizes
     ])
     out = predict_rows(rows, config_dir, WAVES)
     assert out.reason.iloc[3] == "" and out.reason.iloc[4] == "unsupported gemm_quant_mode 'fp9'"
+    assert out.reason.iloc[5].startswith("a disaggregated row needs its decode worker's sizes: decode_tp_size")
     assert list(out.columns[: len(rows.columns)]) == list(rows.columns)
     assert out.reason.iloc[2].startswith("no config for acme/Unknown-7B")
     ok = out.iloc[[0, 1, 3]]

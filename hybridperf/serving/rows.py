@@ -108,7 +108,16 @@ def row_precision(row, key) -> str:
     return "bf16"
 
 
+#: a worker's parallelism columns (after the mode's prefix)
+SIZE_COLUMNS = ("tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")
+
+
 def _worker(row, prefix: str, prec: str, moe_prec: str, kv: str, node_gpus: int) -> Worker:
+    """The row's (prefix's) worker; each empty size 1, but a disaggregated worker with none given is refused:
+    its GPUs are not said, and one GPU is no guess for a worker of a disaggregated deployment."""
+    if prefix and all(_empty(row.get(prefix + c)) for c in SIZE_COLUMNS):
+        raise InputError(f"a disaggregated row needs its {prefix.rstrip('_')} worker's sizes: "
+                         f"{', '.join(prefix + c for c in SIZE_COLUMNS)} are all empty")
     tp, adp = _int(row, f"{prefix}tp_size"), _int(row, f"{prefix}attention_dp_size")
     ep = _int(row, f"{prefix}moe_ep_size")
     moe_tp = _int(row, f"{prefix}moe_tp_size", 0)  # 0: not given
