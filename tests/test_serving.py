@@ -25,6 +25,7 @@ from hybridperf.serving.api import agg_components, default_models, node_for, set
 from hybridperf.serving.adapters import IterationTimer, SGLangTimePredictor, TrtllmTimePredictor
 from hybridperf.serving.arch import arch_from_dict
 from hybridperf.serving.calibration import WORKERS_INFERRED, Calibration, EngineCalibration
+from hybridperf.serving.comm import StageComm
 from hybridperf.serving.cost import KernelModels, Parallel, kv_bytes_per_token, weight_bytes_per_gpu
 from hybridperf.serving.engines import ENGINES, get_engine
 from hybridperf.serving.rows import concurrency_of, predict_rows, row_request
@@ -441,10 +442,14 @@ def test_rows_agg_disagg_and_refusals(config_dir):
          "gemm_quant_mode": "fp9", "batch_size": 8},
         {**base, "backend": "trtllm", "model_path": "moonshotai/Kimi-K2", "mode": "disagg", "system": "b200_sxm",
          "precision": "fp4", "prefill_tp_size": 8, "prefill_moe_ep_size": 8},  # no decode worker's sizes
+        {**base, "backend": "trtllm", "model_path": "moonshotai/Kimi-K2", "mode": "disagg", "system": "b200_sxm",
+         "precision": "fp4", "prefill_tp_size": 8, "prefill_moe_ep_size": 8, "decode_moe_tp_size": 0,
+         "decode_moe_ep_size": 0},  # zeros there are "not given" too
     ])
     out = predict_rows(rows, config_dir, WAVES)
     assert out.reason.iloc[3] == "" and out.reason.iloc[4] == "unsupported gemm_quant_mode 'fp9'"
-    assert out.reason.iloc[5].startswith("a disaggregated row needs its decode worker's sizes: decode_tp_size")
+    for i in (5, 6):
+        assert out.reason.iloc[i].startswith("a disaggregated row needs its decode worker's sizes: decode_tp_size")
     assert list(out.columns[: len(rows.columns)]) == list(rows.columns)
     assert out.reason.iloc[2].startswith("no config for acme/Unknown-7B")
     ok = out.iloc[[0, 1, 3]]
@@ -858,6 +863,13 @@ def test_pipeline_stages_split_the_layers_and_run_the_lm_head_once():
     assert hand_off > 0
     assert 2 * two.decode_step_ms(8, 8 * 1024) == pytest.approx(one.decode_step_ms(8, 8 * 1024) + hand_off, rel=1e-6)
     n = np.array([512.0])
-    within, across = cost(2, tp=2).comm.stage_send(n)[0], cost(2, tp=8).comm.stage_send(n)[0]
-    assert across > within > 0
     assert cost(1, tp=8).comm.stage_send(n)[0] == 0
+    # 8-GPU nodes: stages of 2 cross at the 4th hand-off only; of 8, at each; of 4 GPUs over 3 stages, at one;
+    # a stage straddling a node boundary (3 GPUs: 0-2, 3-5, 6-8, 9-11) crosses where any GPU does
+    assert [cost(pp, tp).comm.crossing_hand_offs() for pp, tp in ((8, 2), (2, 8), (3, 4), (4, 1))] == [1, 1, 1, 0]
+    comm = cost(2, tp=4).comm
+    assert StageComm(comm.arch, comm.node, "vllm", Parallel(tp=3, pp=4), None).crossing_hand_offs() == 2
+    within = comm.stage_send(n)[0]
+    across = StageComm(comm.arch, dataclasses.replace(comm.node, gpus_per_node=4), "vllm", comm.par,
+                       comm.collectives).stage_send(n)[0]  # the same stages, one per 4-GPU node
+    assert across > within > 0

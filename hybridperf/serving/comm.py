@@ -3,11 +3,11 @@
 TP all-reduces after attention and the MLP; the experts' all-to-all under attention data-parallel; and, under
 pipeline parallelism, the activations a stage hands to the next (vLLM's and SGLang's `send_tensor_dict`: the hidden
 states and the residual, each TP rank sending its 1/tp slice to its peer, the receiving stage all-gathering them).
-All are timed as kernels (graph timing), as the engines' iterations run them.
+TensorRT-LLM's hand-off is priced alike. All are timed as kernels (graph timing); the engines send between stages
+outside their CUDA graphs, whose host time is not priced, and a send overlapping the next micro-batch's work is
+charged in full.
 """
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
@@ -58,17 +58,25 @@ class StageComm:
         return self._nccl("all_to_all", n * width * copies * 1.0, g, gpn) \
             + self._nccl("all_to_all", n * width * copies * 2.0, g, gpn)
 
+    def crossing_hand_offs(self) -> int:
+        """How many of the pp - 1 hand-offs cross nodes: stage s holds GPUs s x stage .. (s + 1) x stage - 1 (tp x
+        attention-DP each, filling nodes in order), and a GPU sends to its peer one stage on."""
+        p, gpn = self.par, self.node.gpus_per_node
+        stage = p.tp * p.adp
+        return sum(any((s * stage + i) // gpn != ((s + 1) * stage + i) // gpn for i in range(stage))
+                   for s in range(p.pp - 1))
+
     def stage_send(self, n: np.ndarray) -> np.ndarray:
-        """A stage's share of the pp - 1 hand-offs of one iteration's `n` tokens: (pp - 1) / pp of one, a
-        hand-off crossing nodes where the stages' GPUs (tp x attention-DP each, filling nodes in order) do; `n` is
-        one attention-DP rank's tokens, which its TP group sends."""
-        p = self.par
+        """A stage's share of the pp - 1 hand-offs of one iteration's `n` tokens: (pp - 1) / pp of one, those
+        between nodes over the network (`crossing_hand_offs`); `n` is one attention-DP rank's tokens, which its TP
+        group sends (DeepSeek-V4's residual stream is `hc_mult` hidden states wide)."""
+        p, a = self.par, self.arch
         if p.pp == 1:
             return np.zeros_like(n, dtype=float)
-        nbytes = n * self.arch.hidden * 2.0 * STAGE_TENSORS
-        stage, gpn = p.tp * p.adp, self.node.gpus_per_node
-        per_node = gpn // stage if stage < gpn else 0
-        crossing = p.pp - 1 if not per_node else math.ceil(p.pp / per_node) - 1
+        width = a.hidden * (a.compressed.hc_mult if a.compressed else 1)
+        nbytes = n * width * 2.0 * STAGE_TENSORS
+        gpn = self.node.gpus_per_node
+        crossing = self.crossing_hand_offs()
         t = (crossing * self._nccl("send_recv", nbytes / p.tp, 2, 1)
              + (p.pp - 1 - crossing) * self._nccl("send_recv", nbytes / p.tp, 2, 2))
         if p.tp > 1:  # the receiving TP group gathers the slices

@@ -2,7 +2,8 @@
 
 An iteration runs `n` tokens (prefill chunks plus one token per decoding sequence) through one pipeline
 stage. Its time splits into parts that depend on `n` alone (GEMMs, fused MoE, norms/activations/RoPE/
-quantize, the TP all-reduces, the MoE all-gather/reduce-scatter under attention data-parallel), tabulated
+quantize, the TP all-reduces, the experts' all-to-all under attention data-parallel and a pipeline stage's hand-off
+to the next: `serving/comm.py`), tabulated
 once on a grid of `n` and interpolated; decode attention, linear in the keys read (sparse MLA: per query token,
 `priors.mla.sparse_mla_ms`, and the indexer's top-k selection); prefill attention per chunk; and the LM head plus
 sampler per sampled token. The GEMMs, norms, activations, fused MoE, decode attention, DSA's index scan and the
@@ -417,7 +418,8 @@ class StepCost:
         """One draft pass for `n` sequences holding `keys` cached keys: an MTP/EAGLE head of one decoder layer
         (its attention over its own cache of the context) plus the LM head. It runs on the last pipeline
         stage only, so it is divided by the stages the iteration's time is later multiplied by."""
-        layer = (self.tokens_ms(n) + self.decode_attn_ms(keys, n)) / self.stage_layers
+        stage = self.tokens_ms(n) - float(self.comm.stage_send(np.array([float(n)]))[0])  # the head sends nothing
+        layer = (stage + self.decode_attn_ms(keys, n)) / self.stage_layers
         return layer / self.par.pp + self.sample_ms(n)
 
     @lru_cache(maxsize=4096)
