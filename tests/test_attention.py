@@ -55,6 +55,25 @@ def test_decode_is_bound_by_the_kv_cache_read():
     assert A.generation_attention_ms(64, 16384, 32, 8, 128, H100, window=1024) < 0.2 * long
 
 
+def test_an_fp8_cache_decodes_at_its_familys_share_and_pays_its_time_per_call():
+    """A family's fp8 cache streams at its fitted share of the family's bandwidth and adds a fixed time per call
+    (small caches decode slower in fp8 than in bf16); a family with no fp8 fit takes the engines' median."""
+    c = dataclasses.replace(A.CONSTANTS, decode_fp8_bw={"fa3": A.Fitted(0.5, "share", "t"),
+                                                         "trtllm": A.Fitted(1.0, "share", "t")},
+                            decode_fp8_ms={"fa3": A.Fitted(0.004, "ms", "t"), "trtllm": A.Fitted(0.0, "ms", "t")})
+
+    def t(kv_len, kv_dtype, src="fa3", consts=c):
+        return float(A.generation_attention_ms(128, kv_len, 32, 8, 128, H100, kv_dtype=kv_dtype, kernel_source=src,
+                                               constants=consts))
+
+    assert t(1 << 17, "fp8") / t(1 << 17, "bf16") == pytest.approx(1.0, rel=0.03)  # half the bytes at half the rate
+    assert t(16, "fp8") - t(16, "bf16") == pytest.approx(0.004, rel=0.05)
+    assert t(1 << 17, "fp8", "trtllm_mha") / t(1 << 17, "bf16", "trtllm_mha") == pytest.approx(0.5, rel=0.03)
+    assert t(1 << 17, "fp8", "flash_attention") / t(1 << 17, "bf16", "flash_attention") == pytest.approx(0.5 / 0.75, rel=0.03)  # median
+    bare = dataclasses.replace(c, decode_fp8_bw={}, decode_fp8_ms={})
+    assert t(16, "fp8", "flash_attention", bare) <= t(16, "bf16", "flash_attention", bare)
+
+
 def test_decode_never_gets_faster_as_the_kv_cache_grows():
     """A longer cache takes at least as long, across the split-KV kernel's chunk boundaries (a whole split count
     priced 257 keys 1.2x faster than 254 on H100: two chunks of 128 against one of 254)."""

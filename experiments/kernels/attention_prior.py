@@ -89,17 +89,23 @@ def _roofline(g, dev, table, adt, kdt) -> np.ndarray:
 
 
 def fit(train: pd.DataFrame, source: str) -> A.AttentionConstants:
-    """Kernel efficiency per family (context rows), decode bandwidth share per family (generation rows),
-    the overheads and per-wave latencies, the fp8 share and the masked-MHA fallback's L2 share, by least
-    squares on log(pred / measured)."""
+    """Kernel efficiency per family (context rows), decode bandwidth share per family (generation rows) and, per
+    family with fp8-cache generation rows, that cache's bandwidth share and added time per call, the overheads
+    and per-wave latencies, the fp8 share and the masked-MHA fallback's L2 share, by least squares on
+    log(pred / measured)."""
     fams = sorted({A.kernel_family(s) for s in train["kernel_source"].unique()})
+    fp8 = train[(train["table"] == "generation") & (train["kv_dt"] == "fp8")]
+    fp8_fams = sorted({A.kernel_family(s) for s in fp8["kernel_source"].unique()})
     y = np.log(train["latency"].to_numpy())
 
     def build(x) -> A.AttentionConstants:
-        n = len(fams)
+        n, k = len(fams), 2 * len(fams) + 6
         eff = {f: A.Fitted(float(np.exp(x[i])), "share", source) for i, f in enumerate(fams)}
         bw = {f: A.Fitted(float(np.exp(x[n + i])), "share", source) for i, f in enumerate(fams)}
+        fp8_bw = {f: A.Fitted(float(np.exp(x[k + i])), "share", source) for i, f in enumerate(fp8_fams)}
+        fp8_ms = {f: A.Fitted(float(np.exp(x[k + len(fp8_fams) + i])), "ms", source) for i, f in enumerate(fp8_fams)}
         return dataclasses.replace(A.CONSTANTS, efficiency={**eff, "sdpa": A.CONSTANTS.efficiency["sdpa"]},
+                                   decode_fp8_bw=fp8_bw, decode_fp8_ms=fp8_ms,
                                    decode_bw={**bw, "sdpa": A.CONSTANTS.decode_bw["sdpa"]},
                                    context_overhead_ms=A.Fitted(float(np.exp(x[2 * n])), "ms", source),
                                    decode_overhead_ms=A.Fitted(float(np.exp(x[2 * n + 1])), "ms", source),
@@ -111,13 +117,16 @@ def fit(train: pd.DataFrame, source: str) -> A.AttentionConstants:
     def resid(x):
         return np.log(predict(train, build(x))) - y
 
+    m = len(fp8_fams)
     x0 = np.concatenate([np.log(np.full(len(fams), 0.6)), np.log(np.full(len(fams), 0.8)),
-                         np.log([0.005, 0.005, 0.002, 0.8, 0.002, 0.6])])
+                         np.log([0.005, 0.005, 0.002, 0.8, 0.002, 0.6]), np.zeros(m), np.log(np.full(m, 0.002))])
     res = least_squares(resid, x0, loss="soft_l1", f_scale=0.2, max_nfev=60,
                         bounds=(np.concatenate([np.full(2 * len(fams), np.log(0.05)),
-                                                np.log([1e-4, 1e-4, 1e-5, 0.2, 1e-6, 0.05])]),
+                                                np.log([1e-4, 1e-4, 1e-5, 0.2, 1e-6, 0.05]),
+                                                np.full(m, np.log(0.3)), np.full(m, np.log(1e-5))]),
                                 np.concatenate([np.full(2 * len(fams), np.log(1.5)),
-                                                np.log([0.1, 0.1, 0.05, 1.5, 0.05, 1.5])])))
+                                                np.log([0.1, 0.1, 0.05, 1.5, 0.05, 1.5]),
+                                                np.full(m, np.log(1.5)), np.full(m, np.log(0.05))])))
     return build(res.x)
 
 

@@ -149,6 +149,8 @@ class AttentionConstants:
     sdpa_decode_wave_ms: Fitted = Fitted(0.004, "ms", "default")  # PyTorch SDPA's one-query kernel, per wave
     mmha_l2_share: Fitted = Fitted(0.6, "share", "default")  # of L2 bandwidth, TensorRT-LLM's masked-MHA decode
     fp8_efficiency: Fitted = Fitted(1.0, "share", "default")  # fp8 prefill's share of the bf16 efficiency
+    decode_fp8_bw: dict = field(default_factory=dict)  # family -> Fitted (an fp8 cache's share of decode_bw)
+    decode_fp8_ms: dict = field(default_factory=dict)  # family -> Fitted (an fp8 cache's added time per call)
     sdpa_bwd_efficiency: Fitted = Fitted(0.5, "share", "default")
     sdpa_bwd_wide_head: Fitted = Fitted(1.0, "ratio", "default")  # backward slowdown per head-dim doubling past 128
     mem_efficient_efficiency: Fitted = Fitted(0.5, "share", "default")
@@ -163,6 +165,19 @@ class AttentionConstants:
         """A family's fitted decode bandwidth share; a family never fitted takes the engines' median."""
         f = self.decode_bw.get(family)
         return f.value if f else _engine_median(self.decode_bw, 0.8)
+
+
+    def fp8_bw(self, family: str) -> float:
+        """A family's share of its decode bandwidth on an fp8 cache (dequantizing in the kernel, some kernels gain
+        little from the halved bytes); a family never fitted takes the engines' median."""
+        f = self.decode_fp8_bw.get(family)
+        return f.value if f else _engine_median(self.decode_fp8_bw, 1.0)
+
+    def fp8_ms(self, family: str) -> float:
+        """A family's added time per decode call on an fp8 cache (small caches decode slower in fp8 than in bf16:
+        1.2-1.8x in FlashInfer's and TensorRT-LLM's tables); a family never fitted takes the engines' median."""
+        f = self.decode_fp8_ms.get(family)
+        return f.value if f else _engine_median(self.decode_fp8_ms, 0.0)
 
 
 def _engine_median(per_family: dict, default: float) -> float:
@@ -181,26 +196,30 @@ _H200 = "our H200's graph-timed SDPA decode kernels (experiments/data/measured/h
 #: contiguous KV cache, not pages: it is taken to stream at achievable DRAM bandwidth (share 1, not fitted);
 #: checked on our H200's SDPA decode kernels (`experiments/kernels/modern_kernels.py`): 86% MAPE with
 #: FA2's paged share (~0.6), 26% with 1. Its per-wave latency is read off those H200 kernels: the engines'
-#: (10 us a wave and 2 us a call) made a 3 us call on our H100 cost 12 us. No measurement has set the memory-efficient
+#: (11 us a wave) made a 3 us call on our H100 cost 12 us. No measurement has set the memory-efficient
 #: backend's efficiency (fp32, explicit masks): its default is a guess, never fitted; on our H200's masked calls, every
 #: tile computed, it prices them within 6% (`modern_kernels`).
 CONSTANTS = AttentionConstants(
     efficiency={"fa2": Fitted(0.723, "share", _ALL), "fa3": Fitted(0.702, "share", _ALL),
                 "fa4": Fitted(0.328, "share", _ALL), "trtllm": Fitted(0.483, "share", _ALL),
-                "flashinfer": Fitted(0.553, "share", _ALL), "triton": Fitted(0.199, "share", _ALL),
+                "flashinfer": Fitted(0.556, "share", _ALL), "triton": Fitted(0.200, "share", _ALL),
                 "sdpa": Fitted(0.882, "share", _H100)},
-    decode_bw={"fa2": Fitted(0.678, "share", _ALL), "fa3": Fitted(0.808, "share", _ALL),
-               "fa4": Fitted(0.791, "share", _ALL), "trtllm": Fitted(1.052, "share", _ALL),
-               "flashinfer": Fitted(1.117, "share", _ALL), "triton": Fitted(0.616, "share", _ALL),
+    decode_bw={"fa2": Fitted(0.655, "share", _ALL), "fa3": Fitted(0.927, "share", _ALL),
+               "fa4": Fitted(0.775, "share", _ALL), "trtllm": Fitted(1.066, "share", _ALL),
+               "flashinfer": Fitted(1.190, "share", _ALL), "triton": Fitted(0.715, "share", _ALL),
                "sdpa": Fitted(1.0, "share", "achievable DRAM bandwidth (not fitted; checked on our H200)")},
     context_overhead_ms=Fitted(0.0072, "ms", _ALL),
-    decode_overhead_ms=Fitted(0.0020, "ms", _ALL),
-    decode_wave_ms=Fitted(0.0103, "ms", _ALL),
+    decode_overhead_ms=Fitted(0.0003, "ms", _ALL),
+    decode_wave_ms=Fitted(0.0108, "ms", _ALL),
     context_wave_ms=Fitted(0.0068, "ms", _ALL),
     sdpa_wave_ms=Fitted(0.00186, "ms", _H100),
     sdpa_decode_wave_ms=Fitted(0.00386, "ms", _H200),
     fp8_efficiency=Fitted(0.602, "share", _ALL),
-    mmha_l2_share=Fitted(0.401, "share", _ALL),
+    mmha_l2_share=Fitted(0.387, "share", _ALL),
+    decode_fp8_bw={"fa3": Fitted(0.753, "share", _ALL), "flashinfer": Fitted(0.919, "share", _ALL),
+                   "triton": Fitted(0.632, "share", _ALL), "trtllm": Fitted(0.893, "share", _ALL)},
+    decode_fp8_ms={"fa3": Fitted(0.0048, "ms", _ALL), "flashinfer": Fitted(0.0037, "ms", _ALL),
+                   "triton": Fitted(0.0021, "ms", _ALL), "trtllm": Fitted(0.0009, "ms", _ALL)},
     sdpa_bwd_efficiency=Fitted(0.730, "share", _H100),
     sdpa_bwd_wide_head=Fitted(1.486, "ratio", _H100),
     mem_efficient_efficiency=Fitted(0.5, "share", "default (not measured)"),
@@ -358,7 +377,8 @@ def generation_attention_ms(batch, kv_len, heads, kv_heads, head_dim, device: De
     nbytes = batch * 2.0 * keys * kv_heads * head_dim * DTYPE_BYTES.get(kv_dtype, 2)
     ctas = batch * kv_heads * decode_splits(batch, kv_heads, keys, device)
     par = np.minimum(ctas / (2.0 * device.num_sms), 1.0)
-    mem = kv_read_ms(nbytes, device, par) / constants.bw(fam)
+    fp8_cache = kv_dtype == "fp8"
+    mem = kv_read_ms(nbytes, device, par) / (constants.bw(fam) * (constants.fp8_bw(fam) if fp8_cache else 1.0))
     group = heads / np.maximum(kv_heads, 1.0)
     if xqa_fallback and kernel_source in XQA_SOURCES:
         # masked MHA: one CTA per (sequence, query head) streams that head's pass at bf16 width from L2
@@ -375,7 +395,7 @@ def generation_attention_ms(batch, kv_len, heads, kv_heads, head_dim, device: De
     if kernel_source in SDPA_SOURCES:  # a bare kernel: no engine's per-call work in its timed region
         return np.maximum(mem, compute) + waves * constants.sdpa_decode_wave_ms.value * clock_scale(device)
     return np.maximum(mem, compute) + waves * constants.decode_wave_ms.value * clock_scale(device) \
-        + constants.decode_overhead_ms.value
+        + constants.decode_overhead_ms.value + (constants.fp8_ms(fam) if fp8_cache else 0.0)
 
 
 def sdpa_ms(batch, seq, heads, kv_heads, head_dim, device: DeviceSpec, dtype: str = "bf16", causal: bool = True,

@@ -71,7 +71,7 @@ KERNEL_CONSTANTS = ROOFLINE
 #: the largest share of its matrix peak a GEMM reached in aiconfigurator's tables (bf16 on A100, H100, B200: 0.93-0.97)
 GEMM_PEAK_SHARE = 0.97
 #: the highest share of its spec-sheet matrix peak a GEMM or MoE of the iteration runs at before calibration:
-#: GEMM_PEAK_SHARE x the calibration's prefill scale (0.882, `calibration.json`), so that no calibrated prefill GEMM
+#: GEMM_PEAK_SHARE x the calibration's prefill scale (0.883, `calibration.json`), so that no calibrated prefill GEMM
 #: beats GEMM_PEAK_SHARE. The priors of the GPUs the scale was fitted on (H100, B200) stay about below it (a bf16
 #: 8192^3 GEMM at 0.85 and 0.73; H100's largest tiles reach 0.875); on a GPU whose power budget does not bind (MI325X,
 #: MI355X, RTX PRO 6000, H20, GB300, A100 SXM) they reach 0.91-1.0, which the scale took past 0.97.
