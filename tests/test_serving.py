@@ -844,6 +844,19 @@ def test_every_kernel_of_an_iteration_takes_at_least_the_floor(monkeypatch):
     assert big[0].tokens_ms(1) > 1.05 * big[1].tokens_ms(1)  # ... which a single token's kernels are not
 
 
+def test_a_waves_micro_batches_enter_the_pipeline_one_after_another():
+    """pp prompts arriving at once fill pp micro-batches, which enter the first stage one iteration apart: the
+    k-th prompt's first token waits k more stage times (a mean of (pp - 1) / 2), the last finishes pp - 1 later;
+    one prompt, or one stage, has nothing to wait for."""
+    kw = dict(config=LLAMA, device="h100_sxm", engine="vllm", isl=8192, osl=16, calibration=WAVES)
+    one, four = (predict_serving(batch=b, pp=4, **kw) for b in (1, 4))
+    stage = (one.ttft.ms - WAVES.engines["vllm"].ttft_ms) / 4  # a prompt's prefill on one stage (ms)
+    assert four.ttft.ms - one.ttft.ms == pytest.approx(1.5 * stage, rel=0.05)
+    assert four.e2e.ms - one.e2e.ms == pytest.approx(3 * stage, rel=0.05)
+    assert four.tpot.ms == pytest.approx(one.tpot.ms, rel=1e-6)
+    assert predict_serving(batch=4, pp=1, **kw).ttft.ms > four.ttft.ms  # one stage queues all four prefills
+
+
 def test_pipeline_stages_split_the_layers_and_run_the_lm_head_once():
     """An iteration's time is a stage's time x pp: the layers split over the stages, the LM head and sampler run
     on the last stage only, so pp stages of one step add up to the one-stage step and one hand-off of the hidden

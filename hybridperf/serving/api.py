@@ -162,6 +162,14 @@ def agg_components(arch: Arch, device, engine: str, wk: Worker, isl: int, osl: i
     out = {"gpus": par.gpus, "wave": means(wave)}
     last = max(wave, key=lambda d: d[2][0])  # the request that finishes last (offline e2e)
     out["wave"]["last_ttft"], out["wave"]["last_decode"] = scale(last[0]), scale(last[1])
+    micro = math.ceil(inflight / par.adp / per_rank)  # micro-batches in flight, at most pp
+    if micro > 1:  # a wave's micro-batches enter the first stage one iteration after another
+        first = min((d[0] for d in wave), key=lambda c: c[0])  # the first prefill, over its iterations
+        iters = math.ceil(isl / max(budget, 1))
+        step = (first[0] / iters, first[1] / iters * layers / par.pp, first[2] / iters * layers / par.pp)
+        w = out["wave"]
+        for key, k in (("ttft", (micro - 1) / 2), ("e2e", (micro - 1) / 2), ("last_ttft", micro - 1)):
+            w[key] = tuple(a + k * b for a, b in zip(w[key], step))
     if closed_loop:
         m = min(2 * per_rank, MEASURED_CAP)
         out["steady"] = means(simulate(cost, eng, Workload(closed_loop=True, **common), measured=m))
