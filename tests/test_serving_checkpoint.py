@@ -86,6 +86,17 @@ def test_predict_serving_serves_an_fp8_checkpoint_in_fp8_by_default(tmp_path):
     assert "priced in bf16" in note and plain == _serve(mixed, "--precision", "bf16")[0]
 
 
+def test_a_refused_run_of_a_quantized_checkpoint_is_one_error_line(tmp_path, monkeypatch, capsys):
+    """The checkpoint's notes are said once the run is predicted: a refused one prints its error alone."""
+    from conftest import assert_one_line_error, run_cli
+
+    path = tmp_path / "org--llama-fp8_config.json"
+    path.write_text(json.dumps({**LLAMA, "quantization_config": {"quant_method": "fp8"}}))
+    assert_one_line_error(*run_cli(monkeypatch, capsys, [
+        "predict-serving", "--config", path, "--device", "h100_sxm", "--engine", "vllm", "--isl", "128", "--osl", "16",
+        "--concurrency", "1", "--pp", str(LLAMA["num_hidden_layers"] + 1)]))
+
+
 def test_a_checkpoint_stating_an_fp8_kv_cache_is_served_with_one(tmp_path):
     """ModelOpt's `kv_cache_quant_algo` FP8 (or compressed-tensors' 8-bit float `kv_cache_scheme`) is what the engines'
     `--kv-cache-dtype auto` runs: an NVFP4-experts checkpoint whose attention stays 16-bit gets an FP8 cache, which a

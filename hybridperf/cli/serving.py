@@ -20,9 +20,9 @@ PRECISION_HELP = "weights: fp16, bf16, fp8, fp4, int8 (W8A8) or int4 (weight-onl
 DEFAULT_HELP = "; default: what the checkpoint's quantization states, else bf16"
 
 
-def _precisions(config: Path, precision: str | None, moe_precision: str | None) -> tuple[str, str]:
-    """--precision and --moe-precision as given, else the checkpoint's (`serving.checkpoint`, said in a note), else
-    bf16: an FP8 or NVFP4 checkpoint is served in its own format, not cast up."""
+def _precisions(config: Path, precision: str | None, moe_precision: str | None, notes: list) -> tuple[str, str]:
+    """--precision and --moe-precision as given, else the checkpoint's (`serving.checkpoint`, said in a note added
+    to `notes`), else bf16: an FP8 or NVFP4 checkpoint is served in its own format, not cast up."""
     if precision is not None:
         return precision, moe_precision or ""
     from hybridperf.jsonio import read_json_object
@@ -34,18 +34,18 @@ def _precisions(config: Path, precision: str | None, moe_precision: str | None) 
     if found is None:
         where = quantization(Path(config), raw)[1]
         if where:
-            typer.echo(f"note: the checkpoint's quantization ({where}) mixes formats or names one not read here; "
-                       "priced in bf16: pass --precision (and --moe-precision)", err=True)
+            notes.append(f"note: the checkpoint's quantization ({where}) mixes formats or names one not read here; "
+                         "priced in bf16: pass --precision (and --moe-precision)")
         return "bf16", moe_precision or ""
     moe = found.moe_precision if moe_precision is None else moe_precision
     chosen = f"--precision {found.precision}" + (f" --moe-precision {moe}" if moe else "")
-    typer.echo(f"note: {chosen}, the checkpoint's ({found.what}); pass --precision to choose another", err=True)
+    notes.append(f"note: {chosen}, the checkpoint's ({found.what}); pass --precision to choose another")
     return found.precision, moe
 
 
-def _kv_dtype(config: Path, kv_dtype: str, precision: str) -> str:
+def _kv_dtype(config: Path, kv_dtype: str, precision: str, notes: list) -> str:
     """--kv-dtype as given, else the checkpoint's stated KV-cache format where it is not the precision's default
-    (said in a note), else "" (the precision's default, `serving.cost.default_kv_dtype`)."""
+    (said in a note added to `notes`), else "" (the precision's default, `serving.cost.default_kv_dtype`)."""
     if kv_dtype:
         return kv_dtype
     from hybridperf.serving.checkpoint import kv_dtype_of_file
@@ -54,8 +54,7 @@ def _kv_dtype(config: Path, kv_dtype: str, precision: str) -> str:
     found = kv_dtype_of_file(str(Path(config).resolve()))
     if found is None or found == default_kv_dtype(precision):
         return ""
-    typer.echo(f"note: --kv-dtype {found}, the checkpoint's KV-cache format; pass --kv-dtype to choose another",
-               err=True)
+    notes.append(f"note: --kv-dtype {found}, the checkpoint's KV-cache format; pass --kv-dtype to choose another")
     return found
 
 
@@ -151,13 +150,16 @@ def predict_serving_cmd(
         if not as_arch(str(config)).experts:
             what = f"--ep {ep}" if ep > 1 else f"--moe-precision {moe_precision}"
             raise InputError(f"{what}: {Path(config).name} has no experts; leave it out")
-    precision, moe_precision = _precisions(config, precision, moe_precision)
-    kv_dtype = _kv_dtype(config, kv_dtype, precision)
+    notes: list[str] = []  # said once the run is predicted: bad input stays a one-line error
+    precision, moe_precision = _precisions(config, precision, moe_precision, notes)
+    kv_dtype = _kv_dtype(config, kv_dtype, precision, notes)
     scale = _measured_scale(calibration, config, dev, engine, precision) if calibration is not None else (1.0, 1.0)
     res = predict_serving(str(config), device, engine, isl, osl, batch=batch, concurrency=concurrency,
                           tp=tp, pp=pp, ep=ep, attention_dp=attention_dp, precision=precision,
                           moe_precision=moe_precision, kv_dtype=kv_dtype,
                           spec_tokens=spec_tokens, acceptance=acceptance, scale=scale)
+    for note in notes:
+        typer.echo(note, err=True)
     _note_precision_fallback(precision, dev)
     if moe_precision and moe_precision != precision:
         _note_precision_fallback(moe_precision, dev)
@@ -268,8 +270,9 @@ def sweep_serving_cmd(
     devs = [d.strip() for d in devices.split(",") if d.strip()]
     if not devs:
         raise InputError("--devices names no GPU")
-    precision, moe_precision = _precisions(config, precision, None)
-    kv = {"kv_dtype": kv} if (kv := _kv_dtype(config, "", precision)) else {}
+    notes: list[str] = []
+    precision, moe_precision = _precisions(config, precision, None, notes)
+    kv = {"kv_dtype": found} if (found := _kv_dtype(config, "", precision, notes)) else {}
     pts = sweep(str(config), devs, engine, isl, osl, tps=_int_list(tps, "--tp"),
                 concurrencies=_int_list(concurrencies, "--concurrency"), precision=precision,
                 ttft_sla_ms=ttft_sla_ms, tpot_sla_ms=tpot_sla_ms, executor=executor, moe_precision=moe_precision, **kv)
@@ -278,6 +281,8 @@ def sweep_serving_cmd(
         raise InputError(f"no configuration of the sweep fits ({why_none_fit(pts)})")
     from hybridperf.devices import get_device
 
+    for note in notes:
+        typer.echo(note, err=True)
     for name in devs:
         _note_precision_fallback(precision, get_device(name))
     for k in ("ttft", "tpot"):
