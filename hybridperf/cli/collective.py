@@ -73,10 +73,11 @@ def predict_collective(
     _, placed = check_shape(coll, gpus, gpus_per_node, node)
     gpus_per_node = placed if gpus_per_node else None
     asked_per_node = min(per_host, placed) if gpus_per_node else min(gpus, node.gpus_per_node)  # as a CSV writes it
+    notes = [note] if note else []  # said once the input is checked: bad input stays a one-line error
     if gpus_per_node and gpus_per_node != min(per_host, gpus):
-        typer.echo(f"note: {node.name} is an NVLink domain of {node.gpus_per_node} GPUs over hosts of "
-                   f"{node.gpus_per_host}; {gpus} ranks at {per_host} per host talk over NVLink "
-                   f"{gpus_per_node} at a time", err=True)
+        notes.append(f"note: {node.name} is an NVLink domain of {node.gpus_per_node} GPUs over hosts of "
+                     f"{node.gpus_per_host}; {gpus} ranks at {per_host} per host talk over NVLink "
+                     f"{gpus_per_node} at a time")
     per_node = gpus_per_node or min(gpus, node.gpus_per_node)  # the ranks one NVLink domain or node holds
     impl = impl.strip().lower()
     auto = str(timing).strip().lower() == "auto"
@@ -93,8 +94,8 @@ def predict_collective(
                          f"{impl}'s all-reduce")
     if impl != "nccl" and timing != "graph":
         raise InputError(f"--impl {impl} is modelled as the engines run it, inside a CUDA graph: use --timing graph")
-    if note:
-        typer.echo(note, err=True)
+    for line in notes:
+        typer.echo(line, err=True)
     model = CollectiveModel.prior_only() if prior_only else CollectiveModel.load(model_bundle)
     measured = None
     if calibration is not None:
