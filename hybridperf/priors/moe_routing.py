@@ -73,6 +73,7 @@ def _round_robin(c: np.ndarray, total: np.ndarray, cap: np.ndarray, up: bool) ->
     (capped at `cap`); whole rounds go at once, until a rank fills."""
     left = total.astype(np.float64)
     capr = np.broadcast_to(cap[..., None], c.shape[:-1])
+    c = c.copy()  # the caller's counts stay as they were
     for _ in range(c.shape[-2] + 1):
         if not np.any(left > 0):
             break
@@ -87,7 +88,6 @@ def _round_robin(c: np.ndarray, total: np.ndarray, cap: np.ndarray, up: bool) ->
         busy = share.sum(-1) > 0
         if not busy.any():
             break
-        c = c.copy()
         c[busy] = _level(c[busy], share[busy], capr[busy], up)
         left = left - share.sum(-1)
     return c
