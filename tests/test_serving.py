@@ -845,9 +845,10 @@ def test_every_kernel_of_an_iteration_takes_at_least_the_floor(monkeypatch):
 
 
 def test_a_waves_micro_batches_enter_the_pipeline_one_after_another():
-    """pp prompts arriving at once fill pp micro-batches, which enter the first stage one iteration apart: the
-    k-th prompt's first token waits k more stage times (a mean of (pp - 1) / 2), the last finishes pp - 1 later;
-    one prompt, or one stage, has nothing to wait for."""
+    """An offline batch of pp prompts fills pp micro-batches, which enter the first stage one stage time apart:
+    the k-th prompt's first token waits k more stage times (a mean of (pp - 1) / 2), the last finishes pp - 1
+    later; one prompt, or one stage, has nothing to wait for, nor a closed loop's requests (they return
+    staggered)."""
     kw = dict(config=LLAMA, device="h100_sxm", engine="vllm", isl=8192, osl=16, calibration=WAVES)
     one, four = (predict_serving(batch=b, pp=4, **kw) for b in (1, 4))
     stage = (one.ttft.ms - WAVES.engines["vllm"].ttft_ms) / 4  # a prompt's prefill on one stage (ms)
@@ -855,6 +856,7 @@ def test_a_waves_micro_batches_enter_the_pipeline_one_after_another():
     assert four.e2e.ms - one.e2e.ms == pytest.approx(3 * stage, rel=0.05)
     assert four.tpot.ms == pytest.approx(one.tpot.ms, rel=1e-6)
     assert predict_serving(batch=4, pp=1, **kw).ttft.ms > four.ttft.ms  # one stage queues all four prefills
+    assert predict_serving(concurrency=4, pp=4, **kw).ttft.ms < four.ttft.ms
 
 
 def test_pipeline_stages_split_the_layers_and_run_the_lm_head_once():

@@ -73,7 +73,7 @@ def predict_collective(
     _, placed = check_shape(coll, gpus, gpus_per_node, node)
     gpus_per_node = placed if gpus_per_node else None
     asked_per_node = min(per_host, placed) if gpus_per_node else min(gpus, node.gpus_per_node)  # as a CSV writes it
-    notes = [note] if note else []  # said once the input is checked: bad input stays a one-line error
+    notes = [note] if note else []  # said once the collective is predicted: bad input stays a one-line error
     if gpus_per_node and gpus_per_node != min(per_host, gpus):
         notes.append(f"note: {node.name} is an NVLink domain of {node.gpus_per_node} GPUs over hosts of "
                      f"{node.gpus_per_host}; {gpus} ranks at {per_host} per host talk over NVLink "
@@ -94,8 +94,6 @@ def predict_collective(
                          f"{impl}'s all-reduce")
     if impl != "nccl" and timing != "graph":
         raise InputError(f"--impl {impl} is modelled as the engines run it, inside a CUDA graph: use --timing graph")
-    for line in notes:
-        typer.echo(line, err=True)
     model = CollectiveModel.prior_only() if prior_only else CollectiveModel.load(model_bundle)
     measured = None
     if calibration is not None:
@@ -106,6 +104,8 @@ def predict_collective(
     if measured is not None:
         out = _calibrated(out, n, measured, coll, gpus, asked_per_node, per_node, node, model, timing)
     check_predictions(out["ms"], out["lo_ms"], out["hi_ms"], f"{coll} on {device} ({node.name})")
+    for line in notes:
+        typer.echo(line, err=True)
     out = {k: (round(v, 6) if v >= 1e-3 else float(f"{v:.6g}")) for k, v in out.items()}
     if as_json:
         if auto and timing == "call":  # the human line says it; a --json caller reads stderr for it

@@ -22,7 +22,8 @@ Prefill (`context_attention_ms`, `sdpa_ms`):
 Decode (`generation_attention_ms`): the KV-cache read at achievable bandwidth, drawn by the CTAs in flight
 (batch x kv heads x KV splits, split-KV when batch x kv heads leaves SMs idle), plus a fixed overhead and a
 fixed latency per wave of CTAs stated at a reference SM clock (`REFERENCE_CLOCK_MHZ`) and scaled by the
-GPU's clock. TensorRT-LLM's own decode falls back from XQA to one pass per query head beyond 32 query heads
+GPU's clock. An engine's kernel reads an fp8 cache at its family's fitted share of that bandwidth and adds a
+fitted time per call. TensorRT-LLM's own decode falls back from XQA to one pass per query head beyond 32 query heads
 per KV head (`XQA_MAX_GROUP`), its repeated passes read from L2 at a fitted share of L2 bandwidth.
 SDPA backward (`sdpa_ms(backward=True)`): 2.5x the forward's GEMM FLOPs (five GEMMs to two) plus the
 recomputed exponentials, at its own efficiency. fp32 SDPA runs PyTorch's memory-efficient kernel, whose fp32
@@ -136,8 +137,8 @@ class Fitted:
 class AttentionConstants:
     """Fitted constants of the attention prior (`experiments/kernels/attention_prior.py --write-constants` prints
     them): kernel efficiency per family for prefill and decode, fixed per-kernel overheads and per-wave
-    latencies (prefill, decode, PyTorch SDPA's), the fp8 share, the SDPA backward's efficiency and the
-    memory-efficient backend's (fp32, explicit masks)."""
+    latencies (prefill, decode, PyTorch SDPA's), the fp8 share, an fp8 cache's decode bandwidth share and time per
+    call per family, the SDPA backward's efficiency and the memory-efficient backend's (fp32, explicit masks)."""
 
     efficiency: dict = field(default_factory=dict)  # family -> Fitted (share of the ISA's matrix rate)
     decode_bw: dict = field(default_factory=dict)  # family -> Fitted (share of achievable bandwidth)
@@ -175,7 +176,7 @@ class AttentionConstants:
 
     def fp8_ms(self, family: str) -> float:
         """A family's added time per decode call on an fp8 cache (small caches decode slower in fp8 than in bf16:
-        1.2-1.8x in FlashInfer's and TensorRT-LLM's tables); a family never fitted takes the engines' median."""
+        1.2-1.8x in FlashInfer's, FA3's and TensorRT-LLM's tables); a family never fitted takes the engines' median."""
         f = self.decode_fp8_ms.get(family)
         return f.value if f else _engine_median(self.decode_fp8_ms, 0.0)
 
@@ -377,7 +378,7 @@ def generation_attention_ms(batch, kv_len, heads, kv_heads, head_dim, device: De
     nbytes = batch * 2.0 * keys * kv_heads * head_dim * DTYPE_BYTES.get(kv_dtype, 2)
     ctas = batch * kv_heads * decode_splits(batch, kv_heads, keys, device)
     par = np.minimum(ctas / (2.0 * device.num_sms), 1.0)
-    fp8_cache = kv_dtype == "fp8"
+    fp8_cache = kv_dtype == "fp8" and kernel_source not in SDPA_SOURCES  # the engines' kernels' fp8 rule
     mem = kv_read_ms(nbytes, device, par) / (constants.bw(fam) * (constants.fp8_bw(fam) if fp8_cache else 1.0))
     group = heads / np.maximum(kv_heads, 1.0)
     if xqa_fallback and kernel_source in XQA_SOURCES:

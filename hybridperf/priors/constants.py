@@ -267,6 +267,8 @@ def _attention_rows() -> list[dict]:
     c = attention.CONSTANTS
     items = [(f"attention.efficiency[{k}]", v) for k, v in c.efficiency.items()]
     items += [(f"attention.decode_bw[{k}]", v) for k, v in c.decode_bw.items()]
+    items += [(f"attention.decode_fp8_bw[{k}]", v) for k, v in c.decode_fp8_bw.items()]
+    items += [(f"attention.decode_fp8_ms[{k}]", v) for k, v in c.decode_fp8_ms.items()]
     items += [(f"attention.{f.name}", getattr(c, f.name)) for f in fields(c)
               if isinstance(getattr(c, f.name), attention.Fitted)]
     items += [(f"mla.{f.name}", getattr(mla.CONSTANTS, f.name)) for f in fields(mla.CONSTANTS)]

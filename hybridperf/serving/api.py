@@ -163,7 +163,9 @@ def agg_components(arch: Arch, device, engine: str, wk: Worker, isl: int, osl: i
     last = max(wave, key=lambda d: d[2][0])  # the request that finishes last (offline e2e)
     out["wave"]["last_ttft"], out["wave"]["last_decode"] = scale(last[0]), scale(last[1])
     micro = math.ceil(inflight / par.adp / per_rank)  # micro-batches in flight, at most pp
-    if micro > 1:  # a wave's micro-batches enter the first stage one iteration after another
+    if micro > 1 and not closed_loop:
+        # an offline batch's micro-batches enter the first stage one stage time apart (a closed loop's requests
+        # come back as staggered as they finished: they do not wait again)
         first = min((d[0] for d in wave), key=lambda c: c[0])  # the first prefill, over its iterations
         iters = math.ceil(isl / max(budget, 1))
         step = (first[0] / iters, first[1] / iters * layers / par.pp, first[2] / iters * layers / par.pp)

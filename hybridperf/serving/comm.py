@@ -16,7 +16,8 @@ from hybridperf.priors.collectives import custom_all_reduce_ms
 from hybridperf.priors.moe_routing import expert_ranks
 from hybridperf.serving.arch import Arch
 
-#: tensors a pipeline stage sends the next per token (hidden states and residual), 16-bit
+#: tensors a pipeline stage sends the next per token (hidden states and residual), 16-bit; DeepSeek-V4 sends its
+#: residual stream alone, `hc_mult` hidden states wide
 STAGE_TENSORS = 2
 
 
@@ -69,12 +70,12 @@ class StageComm:
     def stage_send(self, n: np.ndarray) -> np.ndarray:
         """A stage's share of the pp - 1 hand-offs of one iteration's `n` tokens: (pp - 1) / pp of one, those
         between nodes over the network (`crossing_hand_offs`); `n` is one attention-DP rank's tokens, which its TP
-        group sends (DeepSeek-V4's residual stream is `hc_mult` hidden states wide)."""
+        group sends."""
         p, a = self.par, self.arch
         if p.pp == 1:
             return np.zeros_like(n, dtype=float)
-        width = a.hidden * (a.compressed.hc_mult if a.compressed else 1)
-        nbytes = n * width * 2.0 * STAGE_TENSORS
+        width = a.hidden * (a.compressed.hc_mult if a.compressed else STAGE_TENSORS)
+        nbytes = n * width * 2.0
         gpn = self.node.gpus_per_node
         crossing = self.crossing_hand_offs()
         t = (crossing * self._nccl("send_recv", nbytes / p.tp, 2, 1)

@@ -118,7 +118,7 @@ def _worker(row, prefix: str, prec: str, moe_prec: str, kv: str, node_gpus: int)
     if prefix and all(_empty(row.get(prefix + c)) or (c in ZERO_IS_EMPTY and _num(row, prefix + c) == 0)
                       for c in SIZE_COLUMNS):
         raise InputError(f"a disaggregated row needs its {prefix.rstrip('_')} worker's sizes: "
-                         f"{', '.join(prefix + c for c in SIZE_COLUMNS)} are all empty")
+                         f"{', '.join(prefix + c for c in SIZE_COLUMNS)} are all empty or 0")
     tp, adp = _int(row, f"{prefix}tp_size"), _int(row, f"{prefix}attention_dp_size")
     ep = _int(row, f"{prefix}moe_ep_size")
     moe_tp = _int(row, f"{prefix}moe_tp_size", 0)  # 0: not given
