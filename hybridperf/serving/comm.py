@@ -26,6 +26,7 @@ class StageComm:
 
     def __init__(self, arch: Arch, node: NodeSpec, engine: str, par, collectives):
         self.arch, self.node, self.engine, self.par, self.collectives = arch, node, engine, par, collectives
+        self.crossing = self.crossing_hand_offs()
 
     def _nccl(self, collective: str, nbytes: np.ndarray, gpus: int, gpus_per_node: int) -> np.ndarray:
         return self.collectives.predict(collective, nbytes, gpus, gpus_per_node, self.node, timing="graph")["ms"]
@@ -69,7 +70,7 @@ class StageComm:
 
     def stage_send(self, n: np.ndarray) -> np.ndarray:
         """A stage's share of the pp - 1 hand-offs of one iteration's `n` tokens: (pp - 1) / pp of one, those
-        between nodes over the network (`crossing_hand_offs`); `n` is one attention-DP rank's tokens, which its TP
+        between nodes over the network (`crossing`); `n` is one attention-DP rank's tokens, which its TP
         group sends."""
         p, a = self.par, self.arch
         if p.pp == 1:
@@ -77,9 +78,8 @@ class StageComm:
         width = a.hidden * (a.compressed.hc_mult if a.compressed else STAGE_TENSORS)
         nbytes = n * width * 2.0
         gpn = self.node.gpus_per_node
-        crossing = self.crossing_hand_offs()
-        t = (crossing * self._nccl("send_recv", nbytes / p.tp, 2, 1)
-             + (p.pp - 1 - crossing) * self._nccl("send_recv", nbytes / p.tp, 2, 2))
+        t = (self.crossing * self._nccl("send_recv", nbytes / p.tp, 2, 1)
+             + (p.pp - 1 - self.crossing) * self._nccl("send_recv", nbytes / p.tp, 2, 2))
         if p.tp > 1:  # the receiving TP group gathers the slices
             t = t + (p.pp - 1) * self._nccl("all_gather", nbytes, p.tp, min(p.tp, gpn))
         return t / p.pp
