@@ -90,8 +90,8 @@ def predict_serving_cmd(
                                                      "(gpt-oss: bf16 with MXFP4 experts is --precision bf16 "
                                                      "--moe-precision int4 on Hopper, fp4 where MXFP4 runs on tensor "
                                                      "cores)"),
-    kv_dtype: str = typer.Option("", "--kv-dtype", help="KV cache: bf16, fp16 or fp8 (default: the checkpoint's stated "
-                                                    "format, else fp8 for fp8/fp4 weights, else bf16)"),
+    kv_dtype: str = typer.Option("", "--kv-dtype", help="KV cache: bf16, fp16 or fp8 (default: the checkpoint's "
+                                                    "stated format, else fp8 for fp8/fp4 weights, else bf16)"),
     spec_tokens: int = typer.Option(0, "--spec-tokens",
                                     help="speculative decoding (MTP, EAGLE): tokens drafted per decode step"),
     acceptance: float = typer.Option(0.7, "--acceptance", help="with --spec-tokens: each draft token's acceptance rate"),

@@ -167,7 +167,6 @@ class AttentionConstants:
         f = self.decode_bw.get(family)
         return f.value if f else _engine_median(self.decode_bw, 0.8)
 
-
     def fp8_bw(self, family: str) -> float:
         """A family's share of its decode bandwidth on an fp8 cache (dequantizing in the kernel, some kernels gain
         little from the halved bytes); a family never fitted takes the engines' median."""
