@@ -45,8 +45,9 @@ def test_constants_command_prints_the_table_and_json():
     assert res.exit_code == 0, res.output
     rows = json.loads(res.stdout)
     assert rows and all(r["one_gpu_default"] for r in rows)
-    res = runner.invoke(app, ["constants"])
+    res = runner.invoke(app, ["constants"], env={"COLUMNS": "250"})
     assert res.exit_code == 0 and "prior constants" in res.stdout
+    assert "attention.decode_fp8_bw[fa3]" in res.stdout  # a family key is printed, not read as markup
 
 
 def test_attention_constants_are_in_the_table_and_sdpas_are_flagged():
@@ -54,6 +55,7 @@ def test_attention_constants_are_in_the_table_and_sdpas_are_flagged():
 
     rows = {r["name"]: r for r in provenance_rows()}
     assert rows["attention.efficiency[fa3]"]["read_off"].count(",") == 3  # four aiconfigurator systems
+    assert rows["attention.decode_fp8_ms[flashinfer]"]["unit"] == "ms"
     assert not rows["attention.efficiency[fa3]"]["one_gpu_default"]
     assert rows["attention.sdpa_wave_ms"]["one_gpu_default"]  # read off our H100's SDPA rows, prices every GPU
     assert not rows["attention.mem_efficient_efficiency"]["read_off"]  # a guess, read off nothing

@@ -6,6 +6,7 @@ import json
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 
@@ -40,8 +41,8 @@ def constants(
     for col in ("", "constant", "value", "unit", "read off", "applies to", "checked on", "refit by"):
         t.add_column(col, overflow="fold")
     for r in rows:
-        t.add_row("!" if r["one_gpu_default"] else "", r["name"], _short(r["value"]), r["unit"], r["read_off"],
-                  r["applies_to"], r["checked_on"], r["refit"])
+        cells = (r["name"], _short(r["value"]), r["unit"], r["read_off"], r["applies_to"], r["checked_on"], r["refit"])
+        t.add_row("!" if r["one_gpu_default"] else "", *(escape(str(c)) for c in cells))  # `decode_bw[fa3]` is no tag
     Console().print(t)
     flagged = sum(r["one_gpu_default"] for r in rows)
     typer.echo(f"{len(rows)} constants, {flagged} read off one GPU and used for every GPU", err=True)
