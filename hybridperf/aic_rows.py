@@ -148,6 +148,8 @@ def validate(df: pd.DataFrame, source: str = "input") -> pd.DataFrame:
         if c in out:  # a blank cell is "" (a dtype priced as bf16, its interval widened), never NaN
             s = out[c].astype(object)
             out[c] = s.where(s.notna(), DEFAULTS.get(c, "")).astype(str)
+    for c in sorted({c for cols in DTYPE_COLUMNS.values() for c in cols} & set(out.columns)):
+        out[c] = out[c].map(lambda v: FLOAT_DTYPES.get(v, v))  # as the tables spell them (`bf16`: bfloat16)
     for c in NUMERIC:
         out[c] = _numbers(out[c]) if c in out else np.nan
     for op in sorted(set(ops)):

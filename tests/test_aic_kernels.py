@@ -293,6 +293,17 @@ def test_predict_intervals_and_calibration():
     assert (moved > 1.3 * res["pred_ms"]).all()
 
 
+def test_a_float_dtype_spelt_short_is_the_tables_dtype():
+    """`bf16` and `fp16` are spellings of the tables' bfloat16 and float16: the same prediction and interval (a
+    spelling the fits never saw had widened the interval as a new dtype)."""
+    row = {**ROWS[0], "kernel_source": "vllm_flash_attn_fa3"}
+    attn = {**ROWS[4], "kernel_source": "vllm_flash_attn_fa3", "kv_cache_dtype": "bfloat16"}
+    rows = [row, {**row, "gemm_dtype": "bf16"}, attn, {**attn, "attn_dtype": "bf16", "kv_cache_dtype": "bf16"}]
+    res = _predictor().predict(validate(pd.DataFrame(rows)), H100)
+    for c in ("pred_ms", "lo_ms", "hi_ms"):
+        assert res[c].iloc[1] == pytest.approx(res[c].iloc[0]) and res[c].iloc[3] == pytest.approx(res[c].iloc[2])
+
+
 def test_cli_aiconfigurator_schema(tmp_path, monkeypatch, capsys):
     """Every input row comes back in order with pred_ms/lo/hi; parquet reads like CSV."""
     inp = tmp_path / "rows.parquet"
