@@ -142,8 +142,9 @@ def validate(df: pd.DataFrame, source: str = "input") -> pd.DataFrame:
     for c, v in DEFAULTS.items():
         if c not in out:
             out[c] = v
-        else:
-            out[c] = out[c].where(out[c].notna(), v)
+        else:  # a blank cell takes the default, but in a column its op requires (a decode's `step`): refused below
+            required = ops.isin([op for op, cols in REQUIRED.items() if c in cols]).to_numpy()
+            out[c] = out[c].where(out[c].notna() | required, v)
     for c in TEXT:
         if c in out:  # a blank cell is "" (a dtype priced as bf16, its interval widened), never NaN
             s = out[c].astype(object)

@@ -176,10 +176,14 @@ def test_a_kv_cache_format_no_table_holds_is_priced_by_its_name(monkeypatch, cap
     ([{"op_name": "generation_attention", "batch_size": 1, "isl": 1, "step": 128, "num_heads": 8,
        "num_key_value_heads": 8, "head_dim": 128, "kv_cache_dtype": "fp64"}], "rows.csv",
      "kv_cache_dtype is none the priors know"),  # a spelling dtype_key reads, but no attention kernel's
+    ([{"op_name": "generation_attention", "batch_size": 1, "step": 128, "num_heads": 8, "num_key_value_heads": 8,
+       "head_dim": 128}, {"op_name": "generation_attention", "batch_size": 1, "step": None, "num_heads": 8,
+                         "num_key_value_heads": 8, "head_dim": 128}], "rows.csv",
+     "non-negative step (row 2"),  # a decode's blank step was priced as an empty cache
 ])
 def test_rows_the_priors_cannot_price_are_refused(monkeypatch, capsys, tmp_path, rows, name, where):
-    """Each was priced before (True as 1, 8.5, fp7 as bf16, zipf as balanced, EP 3 of 8 experts) or dropped from
-    the score (latency -1); now one line naming the row and column, and no output file."""
+    """Each was priced before (True as 1, 8.5, fp7 as bf16, zipf as balanced, EP 3 of 8 experts, a blank step as
+    0) or dropped from the score (latency -1); now one line naming the row and column, and no output file."""
     code, err, out = _predict(monkeypatch, capsys, tmp_path, rows, name=name)
     assert_one_line_error(code, err)
     assert where in err and "row" in err, err
