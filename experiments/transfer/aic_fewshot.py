@@ -243,7 +243,8 @@ def report(res: pd.DataFrame, args) -> str:
            if "b200_sxm" in held else "")
         + (" The widening lifts coverage where calibration rows spread wider than the intervals (L40S GEMM "
            f"{cell('l40s', 'gemm', col='cov'):.0f} -> {cell('l40s', 'gemm', 32, 'suggested', 'cov'):.0f}% at k = 32 "
-           "suggested)." if "l40s" in held else "")
+           "suggested)." if "l40s" in held
+           and cell("l40s", "gemm", 32, "suggested", "cov") >= cell("l40s", "gemm", col="cov") + 1 else "")
         + (" Suggested rows are no better than random ones here: the random rows come from the very tables that are "
            "scored, while `suggest` has to work without them (the GPU's own workload is unknown)."
            if cell(k=32, method="suggested") >= cell(k=32, method="random") else ""))
