@@ -179,7 +179,7 @@ def test_a_kv_cache_format_no_table_holds_is_priced_by_its_name(monkeypatch, cap
     ([{"op_name": "generation_attention", "batch_size": 1, "step": 128, "num_heads": 8, "num_key_value_heads": 8,
        "head_dim": 128}, {"op_name": "generation_attention", "batch_size": 1, "step": None, "num_heads": 8,
                          "num_key_value_heads": 8, "head_dim": 128}], "rows.csv",
-     "non-negative step (row 2"),  # a decode's blank step was priced as an empty cache
+     "non-negative step (row 2"),  # a blank step is no empty cache
 ])
 def test_rows_the_priors_cannot_price_are_refused(monkeypatch, capsys, tmp_path, rows, name, where):
     """Each was priced before (True as 1, 8.5, fp7 as bf16, zipf as balanced, EP 3 of 8 experts, a blank step as
