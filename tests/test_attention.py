@@ -71,6 +71,7 @@ def test_an_fp8_cache_decodes_at_its_familys_share_and_pays_its_time_per_call():
     assert t(1 << 17, "fp8", "trtllm_mha") / t(1 << 17, "bf16", "trtllm_mha") == pytest.approx(0.5, rel=0.03)
     fa2 = t(1 << 17, "fp8", "flash_attention") / t(1 << 17, "bf16", "flash_attention")
     assert fa2 == pytest.approx(0.5 / 0.75, rel=0.03)  # the median of the fitted shares
+    assert t(16, "int8") == pytest.approx(t(16, "fp8"))  # an int8 cache dequantizes as fp8's does
     bare = dataclasses.replace(c, decode_fp8_bw={}, decode_fp8_ms={})
     assert t(16, "fp8", "flash_attention", bare) <= t(16, "bf16", "flash_attention", bare)
 

@@ -19,12 +19,12 @@ Prefill (`context_attention_ms`, `sdpa_ms`):
               that ping-pong warpgroups (FA3/FA4, TRT-LLM), added to them by FA2
     memory    q, o once, k and v once per kv head, at achievable bandwidth
     time      overhead + max(compute (+ exp), memory) + a fixed latency per wave of CTAs (SDPA's its own)
-Decode (`generation_attention_ms`): the KV-cache read at achievable bandwidth, drawn by the CTAs in flight
-(batch x kv heads x KV splits, split-KV when batch x kv heads leaves SMs idle), plus a fixed overhead and a
-fixed latency per wave of CTAs stated at a reference SM clock (`REFERENCE_CLOCK_MHZ`) and scaled by the
-GPU's clock. An engine's kernel reads an fp8 cache at its family's fitted share of that bandwidth and adds a
-fitted time per call. TensorRT-LLM's own decode falls back from XQA to one pass per query head beyond 32 query heads
-per KV head (`XQA_MAX_GROUP`), its repeated passes read from L2 at a fitted share of L2 bandwidth.
+Decode (`generation_attention_ms`): the KV-cache read at achievable bandwidth, drawn by the CTAs in flight (batch x
+kv heads x KV splits, split-KV when batch x kv heads leaves SMs idle), plus a fixed overhead and a fixed latency per
+wave of CTAs stated at a reference SM clock (`REFERENCE_CLOCK_MHZ`) and scaled by the GPU's clock. An engine's
+kernel reads an fp8 (or int8, fp4) cache at its family's fitted share of that bandwidth and adds a fitted time per
+call. TensorRT-LLM's own decode falls back from XQA to one pass per query head beyond 32 query heads per KV head
+(`XQA_MAX_GROUP`), its repeated passes read from L2 at a fitted share of L2 bandwidth.
 SDPA backward (`sdpa_ms(backward=True)`): 2.5x the forward's GEMM FLOPs (five GEMMs to two) plus the
 recomputed exponentials, at its own efficiency. fp32 SDPA runs PyTorch's memory-efficient kernel, whose fp32
 GEMMs run on the tensor cores as three TF32 products (`MEM_EFFICIENT_FP32_PASSES`).
@@ -377,8 +377,9 @@ def generation_attention_ms(batch, kv_len, heads, kv_heads, head_dim, device: De
     nbytes = batch * 2.0 * keys * kv_heads * head_dim * DTYPE_BYTES.get(kv_dtype, 2)
     ctas = batch * kv_heads * decode_splits(batch, kv_heads, keys, device)
     par = np.minimum(ctas / (2.0 * device.num_sms), 1.0)
-    fp8_cache = kv_dtype == "fp8" and kernel_source not in SDPA_SOURCES  # the engines' kernels' fp8 rule
-    mem = kv_read_ms(nbytes, device, par) / (constants.bw(fam) * (constants.fp8_bw(fam) if fp8_cache else 1.0))
+    # an 8- or 4-bit cache is dequantized in the engines' kernels: fp8's fitted rule (no table holds int8 or fp4)
+    quantized = DTYPE_BYTES.get(kv_dtype, 2) < 2 and kernel_source not in SDPA_SOURCES
+    mem = kv_read_ms(nbytes, device, par) / (constants.bw(fam) * (constants.fp8_bw(fam) if quantized else 1.0))
     group = heads / np.maximum(kv_heads, 1.0)
     if xqa_fallback and kernel_source in XQA_SOURCES:
         # masked MHA: one CTA per (sequence, query head) streams that head's pass at bf16 width from L2
@@ -395,7 +396,7 @@ def generation_attention_ms(batch, kv_len, heads, kv_heads, head_dim, device: De
     if kernel_source in SDPA_SOURCES:  # a bare kernel: no engine's per-call work in its timed region
         return np.maximum(mem, compute) + waves * constants.sdpa_decode_wave_ms.value * clock_scale(device)
     return np.maximum(mem, compute) + waves * constants.decode_wave_ms.value * clock_scale(device) \
-        + constants.decode_overhead_ms.value + (constants.fp8_ms(fam) if fp8_cache else 0.0)
+        + constants.decode_overhead_ms.value + (constants.fp8_ms(fam) if quantized else 0.0)
 
 
 def sdpa_ms(batch, seq, heads, kv_heads, head_dim, device: DeviceSpec, dtype: str = "bf16", causal: bool = True,
