@@ -212,7 +212,9 @@ class StepCost:
         # (offline --batch and a lock-step --concurrency) interpolate the same values
         grid = np.unique(np.round(np.geomspace(1, max(max_tokens, GRID_MAX_TOKENS), GRID_POINTS)))
         self._grid = grid.tolist()
-        self._dense = self._token_ms(grid).tolist()
+        layers = self._token_ms(grid)
+        self._layers = layers.tolist()  # the stage's layers alone, as a draft pass runs one
+        self._dense = (layers + self.comm.stage_send(grid)).tolist()  # and the hand-off to the next stage
         self._kv_ms = self._decode_attn_per_key()
         # a decode step's attention kernels on this stage, each at least the floor
         self._attn_floor_ms = arch.kv_layers * kernel_floor_ms(device) / par.pp
@@ -284,7 +286,7 @@ class StepCost:
             experts = _floored(experts, 2, dev) + ROUTING_KERNELS * kernel_floor_ms(dev)
             moe_act = memory_time_ms(tokens * a.topk / p.moe_ep * a.mlp_mats * a.expert_ffn / p.moe_tp * act_bytes, dev)
             total += (a.moe_layers / p.pp) * (experts + shared + router + moe_act + self.comm.moe(n))
-        return total + self.comm.stage_send(n)
+        return total
 
     def _decode_attn_per_key(self) -> tuple:
         """ms per cached key read by one decode step over this stage's (full-attention, sliding) KV layers
@@ -312,7 +314,10 @@ class StepCost:
     # -- public ----------------------------------------------------------------------------------
     def tokens_ms(self, n: float) -> float:
         """Token-count-dependent part for `n` tokens (linear interpolation on the grid)."""
-        g, v = self._grid, self._dense
+        return self._interpolated(self._dense, n)
+
+    def _interpolated(self, v: list, n: float) -> float:
+        g = self._grid
         if n <= g[0]:
             return v[0]
         if n >= g[-1]:
@@ -418,8 +423,7 @@ class StepCost:
         """One draft pass for `n` sequences holding `keys` cached keys: an MTP/EAGLE head of one decoder layer
         (its attention over its own cache of the context) plus the LM head. It runs on the last pipeline
         stage only, so it is divided by the stages the iteration's time is later multiplied by."""
-        stage = self.tokens_ms(n) - float(self.comm.stage_send(np.array([float(n)]))[0])  # the head sends nothing
-        layer = (stage + self.decode_attn_ms(keys, n)) / self.stage_layers
+        layer = (self._interpolated(self._layers, n) + self.decode_attn_ms(keys, n)) / self.stage_layers
         return layer / self.par.pp + self.sample_ms(n)
 
     @lru_cache(maxsize=4096)
