@@ -133,7 +133,7 @@ def simulate(cost: StepCost, eng: EngineDefaults, w: Workload, measured: int | N
             budget = w.budget - (n_dec if eng.budget_counts_decodes else 0)
             budget = max(budget, 1)
             gpu, sampled = 0.0, n_dec
-            chunks, lengths = 0, []
+            lengths = []  # this iteration's prefill chunks
             for r in prefilling:
                 if budget <= 0:
                     break
@@ -143,7 +143,6 @@ def simulate(cost: StepCost, eng: EngineDefaults, w: Workload, measured: int | N
                 r.ctx += c
                 r.prefill_left -= c
                 budget -= c
-                chunks += c
                 if r.prefill_left == 0 and r.first is None:
                     sampled += 1
             gpu += cost.prefill_linear_ms(lengths)
@@ -156,7 +155,7 @@ def simulate(cost: StepCost, eng: EngineDefaults, w: Workload, measured: int | N
                     r.dec_left -= adv
                 if eng.preempts:
                     used += n_dec * adv
-            gpu += cost.tokens_ms(chunks + n_dec * q) + cost.sample_ms(max(sampled + n_dec * (q - 1), 1))
+            gpu += cost.tokens_ms(sum(lengths) + n_dec * q) + cost.sample_ms(max(sampled + n_dec * (q - 1), 1))
             clock.gpu += gpu
             clock.eager += 1
             now = clock.now()
