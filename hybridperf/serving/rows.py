@@ -115,8 +115,7 @@ SIZE_COLUMNS = ("tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_e
 def _worker(row, prefix: str, prec: str, moe_prec: str, kv: str, node_gpus: int) -> Worker:
     """The row's (prefix's) worker; each empty size 1, but a disaggregated worker with none given is refused:
     its GPUs are not said, and one GPU is no guess for a worker of a disaggregated deployment."""
-    if prefix and all(_empty(row.get(prefix + c)) or (c in ZERO_IS_EMPTY and _num(row, prefix + c) == 0)
-                      for c in SIZE_COLUMNS):
+    if prefix and all(_int(row, prefix + c, None) is None for c in SIZE_COLUMNS):  # none given (`_int`'s reading)
         raise InputError(f"a disaggregated row needs its {prefix.rstrip('_')} worker's sizes: "
                          f"{', '.join(prefix + c for c in SIZE_COLUMNS)} are all empty or 0")
     tp, adp = _int(row, f"{prefix}tp_size"), _int(row, f"{prefix}attention_dp_size")
