@@ -142,6 +142,8 @@ STEPS: tuple[Step, ...] = (
     _t("h100_collected", "h100_collected", "--data", "{data}", "--bundle", "{out}/bundle", "--out",
        "{out}/h100_collected.md", datasets=("aiconfigurator",), minutes=2,
        results=(("h100_collected.md", "h100_collected.md"),)),
+    _t("collected_pair", "collected_pair", "--out", "{out}/collected_pair.md", minutes=0.2,
+       results=(("collected_pair.md", "collected_pair.md"),)),
     _k("attention_prior", "attention_prior", "--data", "{data}", "--out", "{out}/attention_prior.md",
        datasets=("aiconfigurator",), minutes=5,
        results=(("attention_prior.md", "attention_prior.md"), ("attention_prior.png", "attention_prior.png"))),
