@@ -250,3 +250,16 @@ def test_integer_shapes_stay_integers(monkeypatch, capsys, tmp_path):
     picks = pd.read_csv(sug, dtype=str, keep_default_na=False)
     sizes = picks[["m", "n", "k", "batch_size", "isl", "num_heads", "head_dim"]].to_numpy().ravel()
     assert not any("." in v for v in sizes) and np.isin(["gemm", "context_attention"], picks["op_name"]).all()
+
+
+def test_predict_kernels_says_which_dtype_columns_it_filled_in(monkeypatch, capsys, tmp_path):
+    """A decode table without `kv_cache_dtype` is priced as bf16 caches (an fp8 cache runs 0.5-1.8x their time):
+    the CLI says so once per absent column, naming the ops that read it; a table naming it gets no such note."""
+    decode = {"op_name": "generation_attention", "batch_size": 8, "num_heads": 32, "num_key_value_heads": 8,
+              "head_dim": 128, "step": 1024, "attn_dtype": "bfloat16"}
+    code, err, _ = _predict(monkeypatch, capsys, tmp_path, [decode, GEMM])
+    notes = [ln for ln in err.splitlines() if "column;" in ln]
+    assert code in (0, None) and notes == ["note: no kv_cache_dtype column; the generation_attention rows are priced "
+                                           "with kv_cache_dtype = bfloat16"], err
+    code, err, _ = _predict(monkeypatch, capsys, tmp_path, [{**decode, "kv_cache_dtype": "fp8"}, GEMM])
+    assert code in (0, None) and "column;" not in err

@@ -125,7 +125,7 @@ def _predict_aiconfigurator(raw, dev, output: Path, calibration, model_bundle, p
                        "predictions are zero-shot", err=True)
     res = predictor.predict(rows, dev, prior_only=prior_only)
     check_predictions(res["pred_ms"], res["lo_ms"], res["hi_ms"], f"predictions for {source}")
-    notes = dtype_notes(rows, dev)
+    notes = absent_dtype_notes(raw, rows) + dtype_notes(rows, dev)
     out = integers_restored(raw)  # shapes stay integers where another op's blank cells made pandas read floats
     out["pred_ms"] = res["pred_ms"].to_numpy()
     out["pred_lo_ms"] = res["lo_ms"].to_numpy()
@@ -147,6 +147,20 @@ def harness_name(harness) -> str:
     from hybridperf.aic_kernels import TORCH_HARNESS
 
     return "PyTorch's own kernels" if (harness == TORCH_HARNESS).all() else "a serving engine's kernels"
+
+
+def absent_dtype_notes(raw, rows) -> list[str]:
+    """One `note:` line per dtype column an op of the rows reads but the input lacks (`aic_rows.DEFAULTS` fills it):
+    a table without `kv_cache_dtype` is priced as bf16 caches, which an fp8 cache runs at 0.5-1.8x the time of."""
+    from hybridperf.aic_rows import DEFAULTS, DTYPE_COLUMNS
+
+    absent = {}
+    for op in sorted(set(rows["op_name"])):
+        for c in DTYPE_COLUMNS[op]:
+            if c not in raw.columns and c in DEFAULTS:
+                absent.setdefault(c, []).append(op)
+    return [f"note: no {c} column; the {', '.join(ops)} rows are priced with {c} = {DEFAULTS[c]}"
+            for c, ops in absent.items()]
 
 
 def dtype_notes(rows, dev) -> list[str]:
