@@ -206,6 +206,21 @@ def test_a_torch_calibration_shifts_only_rows_torch_timed():
     assert (back.predict(engine, H100)["pred_ms"].to_numpy() > 1.3 * zero_engine["pred_ms"].to_numpy()).all()
 
 
+def test_pytorch_prefills_take_the_prior_and_its_interval():
+    """The prefill residual learned engines' per-call work (`ENGINE_RESIDUALS`): a torch-timed prefill is the
+    prior with the prior's interval, the same engine row keeps the residual; other ops keep it for torch rows."""
+    p = AicPredictor.load()
+    engine = validate(default_candidates().iloc[::7].reset_index(drop=True)).assign(framework="VLLM")
+    torch_rows = engine.assign(framework="torch")
+    hybrid, prior = p.predict(torch_rows, H100), p.predict(torch_rows, H100, prior_only=True)
+    ctx = (torch_rows["op_name"] == "context_attention").to_numpy()
+    assert ctx.any() and (~ctx).any()
+    for col in ("pred_ms", "lo_ms", "hi_ms"):
+        assert hybrid[col].to_numpy()[ctx] == pytest.approx(prior[col].to_numpy()[ctx])
+    assert not np.allclose(p.predict(engine, H100)["pred_ms"].to_numpy()[ctx], prior["pred_ms"].to_numpy()[ctx])
+    assert not np.allclose(hybrid["pred_ms"].to_numpy()[~ctx], prior["pred_ms"].to_numpy()[~ctx])
+
+
 def test_predict_kernels_says_when_a_calibration_cannot_shift_the_rows(monkeypatch, capsys, tmp_path):
     pytest.importorskip("torch")
     (code, _, err), measured = _collect(monkeypatch, capsys, tmp_path, EXAMPLE)
