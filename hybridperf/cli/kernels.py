@@ -150,17 +150,20 @@ def harness_name(harness) -> str:
 
 
 def absent_dtype_notes(raw, rows) -> list[str]:
-    """One `note:` line per dtype column an op of the rows reads but the input lacks (`aic_rows.DEFAULTS` fills it):
-    a table without `kv_cache_dtype` is priced as bf16 caches, which an fp8 cache runs at 0.5-1.8x the time of."""
+    """One `note:` line per dtype column an op of the rows reads but the input leaves out or blank for some of its rows
+    (`aic_rows.DEFAULTS` fills them): decode rows without `kv_cache_dtype` are priced as bf16 caches, whose time an fp8
+    cache's differs from by 0.5-2x in aiconfigurator's tables."""
     from hybridperf.aic_rows import DEFAULTS, DTYPE_COLUMNS
 
+    ops = raw["op_name"].astype(str).str.strip().str.lower().to_numpy()
     absent = {}
     for op in sorted(set(rows["op_name"])):
         for c in DTYPE_COLUMNS[op]:
-            if c not in raw.columns and c in DEFAULTS:
+            cells = raw.loc[ops == op, c].astype(object) if c in raw.columns else None
+            if c in DEFAULTS and (cells is None or (cells.isna() | (cells.astype(str).str.strip() == "")).any()):
                 absent.setdefault(c, []).append(op)
-    return [f"note: no {c} column; the {', '.join(ops)} rows are priced with {c} = {DEFAULTS[c]}"
-            for c, ops in absent.items()]
+    return [f"note: {c} not given for some {', '.join(names)} rows; they are priced with {c} = {DEFAULTS[c]}"
+            for c, names in absent.items()]
 
 
 def dtype_notes(rows, dev) -> list[str]:
