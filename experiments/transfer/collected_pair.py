@@ -6,7 +6,7 @@
 2. the pair: measured H200 / H100 time of each call, against the prior's and the hybrid's ratio, and the
    H100 measurement times the predicted ratio taken as the H200's time (one GPU measured, the other predicted);
 3. few-shot: k of our H200 rows calibrate the bundle (`calibrate_to`, as `predict-kernels --calibration`), the
-   other half is scored (seeded split per op, seeds 0-2 for the k rows).
+   other half is scored (the halves split once per op, seeded; the k rows drawn with seeds 0-2).
 
     python -m experiments.transfer.collected_pair [--out experiments/results/collected_pair.md]
 """
@@ -87,7 +87,8 @@ def main() -> None:
     base = AicPredictor.load(args.bundle)
     (a_name, a_gpu, a_tag), (b_name, b_gpu, b_tag) = PAIR
     a, b = load_rows(a_tag), load_rows(b_tag)
-    keys = ["op_name", "m", "n", "k", "batch_size", "isl", "step", "num_heads", "num_key_value_heads", "head_dim"]
+    keys = ["op_name", "m", "n", "k", "gemm_dtype", "batch_size", "isl", "step", "num_heads", "num_key_value_heads",
+            "head_dim", "attn_dtype", "kv_cache_dtype", "window_size"]
     if not a[keys].fillna(-1).reset_index(drop=True).equals(b[keys].fillna(-1).reset_index(drop=True)):
         raise SystemExit(f"error: the {a_name} and {b_name} rows are not the same shapes in the same order")
     dev_a, dev_b = get_device(a_gpu), get_device(b_gpu)
@@ -127,8 +128,10 @@ def main() -> None:
         "",
         f"## 3. Few-shot on the {b_name}",
         "",
-        f"k random rows of one seeded half of our {b_name} rows (per op) calibrate the bundle; the other "
-        f"{n_test} are scored. MAPE and coverage (%), seeds {', '.join(map(str, SEEDS))} averaged.",
+        f"Our {b_name} rows split in half once (seeded, per op); k random rows of the first half calibrate the "
+        "bundle, the other "
+        f"{n_test} are scored. MAPE and coverage (%), the k rows drawn with seeds {', '.join(map(str, SEEDS))} "
+        "(averaged).",
         "",
         md(per_k),
         "",
