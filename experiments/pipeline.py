@@ -195,6 +195,8 @@ STEPS: tuple[Step, ...] = (
     _m("gpu_pair", "gpu_pair", str(MEASURED / "h100") + "/modern/models.csv", "NVIDIA H100 80GB HBM3",
        _H200 + "/modern/models.csv", "NVIDIA H200", "--out", "{out}/gpu_pair.md", minutes=1,
        results=(("gpu_pair.md", "gpu_pair.md"),)),
+    _m("cudnn_plan_hosts", "cudnn_plan_hosts", "--out", "{out}/cudnn_plan_hosts.md", minutes=0.5,
+       results=(("cudnn_plan_hosts.md", "cudnn_plan_hosts.md"),)),
     _m("host_floor", "host_floor", "--out", "{out}/host_floor.md", minutes=14,
        results=(("host_floor.md", "host_floor.md"),)),
     _m("moe_host", "moe_host", "--out", "{out}/moe_host.md", minutes=0.5, results=(("moe_host.md", "moe_host.md"),)),
