@@ -21,8 +21,10 @@ from hybridperf.graphs.compose import predict_request, resolve_predictor
 
 H100, H200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
 #: host -> (runs CSV under experiments/data/measured, GPU): every run set with grown-cache SDPA decode steps
-HOSTS = {"H100 lease 5": ("h100/families/models.csv", H100), "H100 lease 6": ("h100/generate_decode/models.csv", H100),
-         "H100 lease 7": ("h100/families_2/models.csv", H100), "H200 lease 2": ("h200/generate_decode/models.csv", H200),
+HOSTS = {"H100 lease 5": ("h100/families/models.csv", H100),
+         "H100 lease 6": ("h100/generate_decode/models.csv", H100),
+         "H100 lease 7": ("h100/families_2/models.csv", H100),
+         "H200 lease 2": ("h200/generate_decode/models.csv", H200),
          "H200 lease 3": ("h200/families/models.csv", H200)}
 
 
