@@ -290,7 +290,7 @@ def features(df: pd.DataFrame, terms: pd.DataFrame, device: DeviceSpec) -> np.nd
 #: a framework read off a kernel source where a row does not name it: (prefix or suffix, framework)
 SOURCE_FRAMEWORKS = (("sglang", "SGLang"), ("vllm", "VLLM"), ("torch.nn.functional.linear", "VLLM"),
                      ("torch_flow", "TRTLLM"), ("trt_flow", "TRTLLM"), ("deepgemm", "TRTLLM"),
-                     ("moe_torch_flow", "TRTLLM"))
+                     ("moe_torch_flow", "TRTLLM"), ("torch_sdpa", "torch"), ("torch._scaled_mm", "torch"))
 
 
 def framework_of(df: pd.DataFrame) -> np.ndarray:
@@ -397,11 +397,13 @@ def interval_quantiles(ivs: dict, trained: dict, ops, dts, families, arch: str, 
 def row_intervals(df: pd.DataFrame, device: DeviceSpec, ivs: dict, trained: dict, families, kinds: dict,
                   widen: dict = DEFAULT_WIDEN) -> tuple[np.ndarray, np.ndarray]:
     """`interval_quantiles` of validated `df`'s rows on `device`: each row's dtype, the one its kernels run there,
-    its measured path, and what the GPU has that the `trained` systems had not. A GEMM/MoE dtype no table holds
-    takes its priced kin's quantiles (`priced_dtype`), widened as a dtype no training system ran."""
+    its measured path, and what the GPU has that the `trained` systems had not. A dtype no table holds takes the
+    quantiles of its priced kin (`priced_dtype`; attention's `attn_kin`), widened as a dtype no training system ran."""
     ops, dts = df["op_name"].to_numpy(), dtype_of(df)
     matmul = np.isin(ops, ("gemm", "moe"))
     dts[matmul] = [priced_dtype(d) for d in dts[matmul]]
+    dts[~matmul] = ["/".join(p if p in DTYPE_NAMES["context_attention"] else KV_TABLE_NAMES.get(attn_kin(p), p)
+                             for p in d.split("/")) for d in dts[~matmul]]
     return interval_quantiles(ivs, trained, ops, dts, families, device.kernel_arch, kinds,
                               widen, run_dtype_of(df, device), memory_family(device), source_key(df),
                               ridge_outside(device, trained.get("systems")))

@@ -146,11 +146,12 @@ def validate(df: pd.DataFrame, source: str = "input") -> pd.DataFrame:
             required = ops.isin([op for op, cols in REQUIRED.items() if c in cols]).to_numpy()
             out[c] = out[c].where(out[c].notna() | required, v)
     for c in TEXT:
-        if c in out:  # a blank cell is "" (a dtype priced as bf16, its interval widened), never NaN
+        if c in out:  # a blank or whitespace-only cell takes the default ("" for a dtype: bf16, its interval widened)
             s = out[c].astype(object)
-            out[c] = s.where(s.notna(), DEFAULTS.get(c, "")).astype(str)
-    for c in sorted({c for cols in DTYPE_COLUMNS.values() for c in cols} & set(out.columns)):
-        out[c] = out[c].map(lambda v: FLOAT_DTYPES.get(v, v))  # as the tables spell them (`bf16`: bfloat16)
+            s = s.where(s.notna(), "").astype(str).str.strip()
+            out[c] = s.where(s != "", DEFAULTS.get(c, ""))
+    for c in sorted({c for cols in DTYPE_COLUMNS.values() for c in cols} & set(out.columns)):  # `BF16 `: bfloat16
+        out[c] = out[c].str.lower().map(lambda v: FLOAT_DTYPES.get(v, v))  # as the tables spell them
     for c in NUMERIC:
         out[c] = _numbers(out[c]) if c in out else np.nan
     for op in sorted(set(ops)):

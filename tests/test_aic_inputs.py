@@ -266,3 +266,37 @@ def test_predict_kernels_says_which_dtype_columns_it_filled_in(monkeypatch, caps
     assert code in (0, None) and [ln for ln in err.splitlines() if "not given" in ln] == said, err
     code, err, _ = _predict(monkeypatch, capsys, tmp_path, [{**decode, "kv_cache_dtype": "fp8"}, GEMM])
     assert code in (0, None) and "not given" not in err
+
+
+def test_dtype_cells_are_read_as_written_by_hand_and_an_unknown_fp8_spelling_widens_fp8s_interval():
+    """`FP8`, ` fp8 ` and `fp8` are one dtype, a whitespace-only cell is blank (bf16); a spelling no table holds
+    (`fp8_e4m3`) takes fp8's interval, widened, never a narrower one."""
+    ctx = {"op_name": "context_attention", "batch_size": 16, "isl": 1536, "num_heads": 32, "num_key_value_heads": 8,
+           "head_dim": 128, "framework": "vllm"}
+    rows = validate(pd.DataFrame([{**ctx, "attn_dtype": d, "kv_cache_dtype": d}
+                                  for d in ("fp8", "FP8", " fp8 ", "fp8_e4m3", "   ", "bfloat16")]))
+    assert rows["attn_dtype"].tolist() == ["fp8", "fp8", "fp8", "fp8_e4m3", "bfloat16", "bfloat16"]
+    from hybridperf.aic_kernels import AicPredictor
+
+    p = AicPredictor.load().predict(rows, get_device("NVIDIA H200"))
+    lo, hi = np.log(p["pred_ms"] / p["lo_ms"]).to_numpy(), np.log(p["hi_ms"] / p["pred_ms"]).to_numpy()
+    assert p["pred_ms"].iloc[3] == pytest.approx(p["pred_ms"].iloc[0]) and lo[3] > lo[0] and hi[3] > hi[0]
+    assert p["pred_ms"].iloc[4] == pytest.approx(p["pred_ms"].iloc[5])
+
+
+def test_pytorch_kernel_sources_name_their_harness_without_a_framework_column():
+    from hybridperf.aic_kernels import TORCH_HARNESS, harness_of
+
+    rows = pd.DataFrame({"kernel_source": ["torch_sdpa", "torch._scaled_mm", "vllm_flash_attn_fa3",
+                                           "torch.nn.functional.linear"]})
+    assert harness_of(rows).tolist() == [TORCH_HARNESS, TORCH_HARNESS, "", ""]
+
+
+def test_no_harness_note_for_a_table_without_rows(monkeypatch, capsys, tmp_path):
+    cal = tmp_path / "cal.csv"
+    pd.DataFrame([{**GEMM, "framework": "torch", "latency": 1.0}]).to_csv(cal, index=False)
+    inp, out = tmp_path / "empty.csv", tmp_path / "out.csv"
+    inp.write_text("op_name,m,n,k,gemm_dtype,framework\n")
+    code, _, err = cli(monkeypatch, capsys, ["predict-kernels", inp, "--device", "h100_sxm", "--output", out,
+                                             "--calibration", cal])
+    assert code in (0, None) and "timed by" not in err, err

@@ -119,7 +119,7 @@ def _predict_aiconfigurator(raw, dev, output: Path, calibration, model_bundle, p
                        "its shift is applied to this device anyway (--allow-other-device)", err=True)
         predictor = calibrate_to(predictor, measured, dev)
         timed_by, predicted = harness_of(measured), harness_of(rows)
-        if not set(timed_by) & set(predicted):
+        if len(rows) and not set(timed_by) & set(predicted):
             typer.echo(f"note: {calibration} was timed by {harness_name(timed_by)} and these rows by "
                        f"{harness_name(predicted)}; a calibration shifts only rows of its own harness, so these "
                        "predictions are zero-shot", err=True)
