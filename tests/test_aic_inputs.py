@@ -300,3 +300,16 @@ def test_no_harness_note_for_a_table_without_rows(monkeypatch, capsys, tmp_path)
     code, _, err = cli(monkeypatch, capsys, ["predict-kernels", inp, "--device", "h100_sxm", "--output", out,
                                              "--calibration", cal])
     assert code in (0, None) and "timed by" not in err, err
+
+
+def test_a_calibration_of_other_ops_says_it_moves_nothing(monkeypatch, capsys, tmp_path):
+    cal = tmp_path / "cal.csv"
+    pd.DataFrame([{**GEMM, "framework": "torch", "latency": 1.0}]).to_csv(cal, index=False)
+    decode = {"op_name": "generation_attention", "batch_size": 8, "num_heads": 32, "num_key_value_heads": 8,
+              "head_dim": 128, "step": 1024, "attn_dtype": "bfloat16", "kv_cache_dtype": "bfloat16",
+              "framework": "torch"}
+    code, err, out = _predict(monkeypatch, capsys, tmp_path, [decode], "h100_sxm", "--calibration", cal)
+    assert code in (0, None) and "holds no rows of these rows' ops (generation_attention)" in err, err
+    code, err, out = _predict(monkeypatch, capsys, tmp_path, [decode, {**GEMM, "framework": "torch"}], "h100_sxm",
+                              "--calibration", cal)
+    assert code in (0, None) and "holds no rows" not in err, err

@@ -123,6 +123,10 @@ def _predict_aiconfigurator(raw, dev, output: Path, calibration, model_bundle, p
             typer.echo(f"note: {calibration} was timed by {harness_name(timed_by)} and these rows by "
                        f"{harness_name(predicted)}; a calibration shifts only rows of its own harness, so these "
                        "predictions are zero-shot", err=True)
+        elif len(rows) and not set(predictor.offsets) & {f"{h}{op}" for h, op in zip(predicted, rows["op_name"])}:
+            ops = ", ".join(sorted(set(rows["op_name"])))
+            typer.echo(f"note: {calibration} holds no rows of these rows' ops ({ops}); a calibration shifts only the "
+                       "ops it measured, so these predictions are zero-shot", err=True)
     res = predictor.predict(rows, dev, prior_only=prior_only)
     check_predictions(res["pred_ms"], res["lo_ms"], res["hi_ms"], f"predictions for {source}")
     notes = absent_dtype_notes(raw, rows) + dtype_notes(rows, dev)
