@@ -234,7 +234,8 @@ def main() -> None:
     res, fwres = pd.DataFrame(rows), pd.DataFrame(by_fw)
     sd = sdpa_check(a.data, A.CONSTANTS)  # the shipped constants, read off these rows
     write_report(a.out, res, fwres, sd, pd.DataFrame(xqa)[["held_out", "rows", "prior_mape", "median_ratio",
-                                                           "rule_off_mape", "rule_off_median_ratio"]])
+                                                           "rule_off_mape", "rule_off_median_ratio"]],
+                 xqa_short_caches(df))
     plot(a.out.with_suffix(".png"), res)
 
 
@@ -249,7 +250,30 @@ def fallback_rows(df: pd.DataFrame, consts: A.AttentionConstants) -> dict:
             "rule_off_mape": float(np.mean(np.abs(off_r - 1)) * 100), "rule_off_median_ratio": float(np.median(off_r))}
 
 
-def write_report(out: Path, res: pd.DataFrame, fwres: pd.DataFrame, sd: pd.DataFrame, xqa: pd.DataFrame) -> None:
+def xqa_short_caches(df: pd.DataFrame) -> pd.DataFrame:
+    """TensorRT-LLM's grouped-query decode (2-32 query heads per KV head) at short caches (<= 8 keys) with enough
+    CTAs (batch x KV heads x 4 >= SMs), per GPU, cache dtype and head dim: a least-squares fit of the time to a fixed
+    part plus a cost per (sequence, KV head) plus one per (sequence, query head); the first cost also in SM
+    kilocycles (x SMs x boost clock). What `docs/attention.md` says of XQA's kernels is read off this table."""
+    g = df[(df["table"] == "generation") & df["kernel_source"].isin(A.XQA_SOURCES) & (df["step"] <= 7)
+           & (df["num_heads"] > df["num_key_value_heads"])
+           & (df["num_heads"] <= A.XQA_MAX_GROUP * df["num_key_value_heads"])]
+    rows = []
+    for (sysname, kv, hd), x in g.groupby(["system", "kv_dt", "head_dim"]):
+        dev = get_device(sysname)
+        x = x[x["batch_size"] * x["num_key_value_heads"] * 4 >= dev.num_sms]
+        if len(x) < 20:
+            continue
+        a = np.c_[np.ones(len(x)), x["batch_size"] * x["num_key_value_heads"], x["batch_size"] * x["num_heads"]]
+        c = np.linalg.lstsq(a, x["latency"].to_numpy() * 1e3, rcond=None)[0]  # us
+        rows.append({"system": sysname, "kv cache": kv, "head_dim": int(hd), "rows": len(x), "fixed us": c[0],
+                     "ns per (seq, KV head)": c[1] * 1e3, "SM kcycles per (seq, KV head)":
+                     c[1] * dev.num_sms * dev.boost_clock_mhz / 1e3, "ns per (seq, query head)": c[2] * 1e3})
+    return pd.DataFrame(rows)
+
+
+def write_report(out: Path, res: pd.DataFrame, fwres: pd.DataFrame, sd: pd.DataFrame, xqa: pd.DataFrame,
+                 short: pd.DataFrame) -> None:
     fmt = {"prior_mape": "{:.1f}".format, "roofline_mape": "{:.1f}".format, "median_ratio": "{:.2f}".format}
     lines = ["# Attention prior, leave-one-GPU-out", "",
              "`python -m experiments.kernels.attention_prior --data ../shared/datasets --out experiments/results/attention_prior.md`",
@@ -270,6 +294,9 @@ def write_report(out: Path, res: pd.DataFrame, fwres: pd.DataFrame, sd: pd.DataF
              "XQA packs up to that many query heads of a KV head; beyond, the kernel falls back to masked MHA, one",
              "pass per query head (`priors/attention.py`). `rule_off`: the same fold's constants without that rule.", "",
              xqa.to_markdown(index=False, floatfmt=".2f") if _has_tabulate() else xqa.to_string(index=False),
+             "", "## TensorRT-LLM decode at short caches (not a fit of the prior: the tables themselves)", "",
+             xqa_short_caches.__doc__.split("\n\n")[0].replace("\n    ", " "), "",
+             short.to_markdown(index=False, floatfmt=".1f") if _has_tabulate() else short.to_string(index=False),
              "", f"## PyTorch SDPA on the H100 (in-sample: the sdpa constants are read off these {len(sd)} rows, the "
              f"forward+backward ones from {GPU_BOUND_MS:g} ms)", "",
              f"forward MAPE {mape(sd[sd.op == 'sdpa_fwd'].pred_ms, sd[sd.op == 'sdpa_fwd'].measured_ms):.1f}%, "
