@@ -480,7 +480,7 @@ class AicPredictor:
 
 #: the key prefix of calibration shifts learned from PyTorch's own kernels (`collect --schema aiconfigurator`
 #: rows, framework `torch`); they shift only such rows. A serving engine's attention and fp8 GEMMs are other
-#: kernels: on the H100, our torch rows' shift moved the engines' held-out MAPE from 18.9% to 18.2-19.1% (k = 16-64),
+#: kernels: on the H100, our torch rows' shift moved the engines' held-out MAPE from 18.2% to 17.8-18.8% (k = 16-64),
 #: no sure gain (experiments/results/h100_collected.md)
 TORCH_HARNESS = "torch|"
 #: ops whose residual learned a serving engine's own per-call work (vLLM's FA3 wrapper: 1.75-3.2x a bare SDPA call

@@ -146,7 +146,7 @@ def validate(df: pd.DataFrame, source: str = "input") -> pd.DataFrame:
             required = ops.isin([op for op, cols in REQUIRED.items() if c in cols]).to_numpy()
             out[c] = out[c].where(out[c].notna() | required, v)
     for c in TEXT:
-        if c in out:  # a blank or whitespace-only cell takes the default ("" for a dtype: bf16, its interval widened)
+        if c in out:  # a blank or whitespace-only cell takes DEFAULTS' value ("" for a GEMM/MoE dtype: bf16, widened)
             s = out[c].astype(object)
             s = s.where(s.notna(), "").astype(str).str.strip()
             out[c] = s.where(s != "", DEFAULTS.get(c, ""))

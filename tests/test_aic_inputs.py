@@ -254,7 +254,8 @@ def test_integer_shapes_stay_integers(monkeypatch, capsys, tmp_path):
 
 def test_predict_kernels_says_which_dtype_columns_it_filled_in(monkeypatch, capsys, tmp_path):
     """A decode table without `kv_cache_dtype`, or with blank cells of it, is priced as bf16 caches (an fp8 cache's
-    time differs by 0.5-2x): the CLI says so once per column, naming the ops that read it; a table naming it does not."""
+    time differs by 0.5-2x): the CLI says so once per column, naming the ops that read it; a table naming it does
+    not."""
     decode = {"op_name": "generation_attention", "batch_size": 8, "num_heads": 32, "num_key_value_heads": 8,
               "head_dim": 128, "step": 1024, "attn_dtype": "bfloat16"}
     code, err, _ = _predict(monkeypatch, capsys, tmp_path, [decode, GEMM])

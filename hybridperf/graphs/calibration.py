@@ -15,9 +15,9 @@ reports the leave-one-device-out accuracy these numbers do not see. A kind missi
 `gap_ms` (the launch gap, charged on every kernel) and `cpu_ms` (the least a host spends dispatching one kernel
 of a transformers 5.x model in eager PyTorch, binding where the GPU idles) are today's hosts', not NeuSight's
 (2022 hosts, fp32, transformers 4.x: a gap of 8.41 us there): the pair with the lowest mean MAPE over the
-whole-model runs of six lent H100/H200 machines, picked from a grid by
+whole-model runs of seven lent H100/H200 machines, picked from a grid by
 `python -m experiments.models.host_floor --write`, which also reports each machine scored with the pair chosen on
-the other five (the same pair on every fold). Those hosts dispatched a kernel in 14 to 42 us
+the other six (the same pair on every fold). Those hosts dispatched a kernel in 14 to 42 us
 (`compose.HOST_SPREAD`, `compose.HOST_FASTEST` bound the interval by them).
 """
 from __future__ import annotations
