@@ -29,7 +29,7 @@ from hybridperf.graphs.compose import resolve_predictor
 
 H100, H200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
 #: host -> (runs CSV under experiments/data/measured, GPU); transformers 5.17 except the last four (5.24)
-HOSTS = {"H200 lease": ("h200/modern/models.csv", H200), "H100 lease 1": ("h100/modern/models.csv", H100),
+HOSTS = {"H200 lease 1": ("h200/modern/models.csv", H200), "H100 lease 1": ("h100/modern/models.csv", H100),
          "H100 lease 2": ("h100/modern/models_second_lease.csv", H100),
          "H100 lease 4": ("h100/moe_transformers/models_tf524.csv", H100),
          "H100 lease 5": ("h100/families/models.csv", H100),
@@ -157,8 +157,9 @@ def main(argv=None) -> int:
     wide = tab.pivot_table(index=KEY, columns="host", values="mape").round(1)
     wide["mean over hosts"] = wide.mean(axis=1).round(1)
     lo = leave_one_host_out(tab)
-    others = lo["held-out host"] != "H200 lease"  # BASELINE_US's floor was read off that host
-    base = tab[(tab["floor_us"] == BASELINE_US[0]) & (tab["gap_us"] == BASELINE_US[1]) & (tab["host"] != "H200 lease")]
+    others = lo["held-out host"] != "H200 lease 1"  # BASELINE_US's floor was read off that host
+    base = tab[(tab["floor_us"] == BASELINE_US[0]) & (tab["gap_us"] == BASELINE_US[1])
+               & (tab["host"] != "H200 lease 1")]
     text = "\n".join([
         "# The per-kernel host floor and launch gap, leave one host out", "",
         "Reproduce: `python -m experiments.models.host_floor`. `predict-model` MAPE % of each lent machine's "
@@ -167,7 +168,7 @@ def main(argv=None) -> int:
         lo.to_markdown(index=False), "",
         f"Held out, the {len(lo)} hosts average {lo['MAPE %'].mean():.1f}% MAPE ({lo['coverage %'].mean():.1f}% "
         f"coverage with the interval's fastest host, which is chosen on these runs: below); the {int(others.sum())} "
-        f"hosts besides the first H200 lease's {lo.loc[others, 'MAPE %'].mean():.1f}% and "
+        f"hosts besides H200 lease 1 {lo.loc[others, 'MAPE %'].mean():.1f}% and "
         f"{lo.loc[others, 'coverage %'].mean():.1f}%, against {base['mape'].mean():.1f}% and "
         f"{base['coverage'].mean():.1f}% with {BASELINE_US[0]:g} us read off that host and the "
         f"{BASELINE_US[1]:g} us gap fitted on NeuSight's labels. `H100 lease 4` holds only "
