@@ -1,5 +1,5 @@
 """What the experiment scripts share: where the repository, the datasets and the results are, the
-argparse options every script spells the same way, and the error and coverage helpers."""
+argparse options every script spells the same way, the error and coverage helpers, and the markdown report writer."""
 from __future__ import annotations
 
 import argparse
@@ -74,6 +74,21 @@ def module_tables(data: Path, folder: str, pattern: str, systems) -> pd.DataFram
 def ape(pred, meas) -> np.ndarray:
     """Absolute percentage error of each prediction, in percent."""
     return np.abs(np.asarray(pred, dtype=float) / np.asarray(meas, dtype=float) - 1.0) * 100
+
+
+def md(df: pd.DataFrame) -> str:
+    """A markdown table of `df`'s rows as written (no tabulate needed)."""
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(map(str, cols)) + " |", "|" + "---|" * len(cols)]
+    return "\n".join(lines + ["| " + " | ".join(str(v) for v in r) + " |" for r in df.itertuples(index=False)])
+
+
+def write_report(path, text: str) -> None:
+    """Write a markdown report to `path` (its folder made) and print it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    print(text)
 
 
 def inside(meas, lo, hi) -> np.ndarray:

@@ -14,18 +14,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.common import MEASURED, REPO, RESULTS
+from experiments.common import MEASURED, REPO, RESULTS, md, write_report
+from experiments.models.host_floor import HOSTS, MORE_RUNS
 from experiments.models.modern_models import cudnn_plans, run_request, timed_runs
 from hybridperf.graphs.attention import CUDNN_PLAN_MS
 from hybridperf.graphs.compose import predict_request, resolve_predictor
-
-H100, H200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
-#: host -> (runs CSV under experiments/data/measured, GPU): every run set with grown-cache SDPA decode steps
-HOSTS = {"H100 lease 5": ("h100/families/models.csv", H100),
-         "H100 lease 6": ("h100/generate_decode/models.csv", H100),
-         "H100 lease 7": ("h100/families_2/models.csv", H100),
-         "H200 lease 2": ("h200/generate_decode/models.csv", H200),
-         "H200 lease 3": ("h200/families/models.csv", H200)}
 
 
 def plan_ms(csv: Path, gpu: str, predictor) -> np.ndarray:
@@ -49,13 +42,12 @@ def main(argv=None) -> None:
     a = ap.parse_args(argv)
     predictor = resolve_predictor(warn=False)
     rows = []
-    for host, (csv, gpu) in HOSTS.items():
+    for host, (csv, gpu) in {**HOSTS, **MORE_RUNS}.items():  # the lent machines' run sets; those with such steps
         v = plan_ms(MEASURED / csv, gpu, predictor)
+        if not len(v):
+            continue
         rows.append({"host": host, "runs": f"`{csv}`", "steps": len(v), "median ms": round(float(np.median(v)), 1),
                      "25-75%": f"{np.percentile(v, 25):.1f}-{np.percentile(v, 75):.1f}"})
-    table = pd.DataFrame(rows)
-    lines = ["| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns)]
-    lines += ["| " + " | ".join(str(x) for x in r) + " |" for r in table.itertuples(index=False)]
     text = "\n".join([
         "# cuDNN plan time per host",
         "",
@@ -63,10 +55,8 @@ def main(argv=None) -> None:
         "the measured step less `predict-model`'s step with its plans cached, over the plans the step builds; "
         f"`CUDNN_PLAN_MS` = {CUDNN_PLAN_MS} ms (lease 6's microbenchmark). The residual holds the step's own "
         "prediction error too, so read the medians, not single steps.",
-        "", *lines, ""])
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(text)
-    print(text)
+        "", md(pd.DataFrame(rows)), ""])
+    write_report(a.out, text)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.common import DATA, OUT, RESULTS
+from experiments.common import DATA, OUT, RESULTS, md
 from experiments.kernels import aiconfigurator_kernels as AK
 from hybridperf.aic_kernels import AicPredictor, dtype_of, prior_terms
 from hybridperf.transfer.aic_calibrate import calibrate_to, mape_shift
@@ -164,12 +164,6 @@ def wide(s: pd.DataFrame, index) -> pd.DataFrame:
     rest.columns = [f"k={k}" for k in rest.columns]
     rest = rest.reset_index().join(zero, on=index)
     return rest[[*index, "method", "k=0", *[f"k={k}" for k in KS[1:]]]]
-
-
-def md(df: pd.DataFrame) -> str:
-    cols = list(df.columns)
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    return "\n".join(lines + ["| " + " | ".join(str(v) for v in r) + " |" for r in df.itertuples(index=False)])
 
 
 def plot(res: pd.DataFrame, path: Path, variant: str) -> None:

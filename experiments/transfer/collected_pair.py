@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from experiments.common import REPO, RESULTS
-from experiments.transfer.aic_fewshot import md, score, split, summary
+from experiments.common import REPO, RESULTS, ape, inside, md, write_report
+from experiments.transfer.aic_fewshot import score, split, summary
 from hybridperf import aic_kernels
 from hybridperf.aic_kernels import AicPredictor, dtype_of
 from hybridperf.aic_rows import validate
@@ -42,10 +41,9 @@ def cells(rows: pd.DataFrame, pred: pd.DataFrame) -> pd.DataFrame:
     """Per (op, dtype): rows, MAPE, median signed error (%), 90% coverage."""
     y, p = rows["latency"].to_numpy(), pred["pred_ms"].to_numpy()
     d = pd.DataFrame({"op": rows["op_name"].to_numpy(), "dtype": dtype_of(rows), "err": (p / y - 1) * 100,
-                      "cov": (pred["lo_ms"].to_numpy() <= y) & (y <= pred["hi_ms"].to_numpy())})
-    out = [g.agg(rows=("err", "size"), mape=("err", lambda e: e.abs().mean()), median_err=("err", "median"),
-                 cov=("cov", "mean")) for g in (d.groupby(["op", "dtype"]), d.assign(op="all", dtype="all").groupby(
-                     ["op", "dtype"]))]
+                      "ape": ape(p, y), "cov": inside(y, pred["lo_ms"], pred["hi_ms"])})
+    out = [g.groupby(["op", "dtype"]).agg(rows=("err", "size"), mape=("ape", "mean"), median_err=("err", "median"),
+                                          cov=("cov", "mean")) for g in (d, d.assign(op="all", dtype="all"))]
     out = pd.concat(out).reset_index()
     out["cov"] *= 100
     return out.round(1)
@@ -86,7 +84,7 @@ def prefill_residual(base: AicPredictor, pairs) -> pd.DataFrame:
         for label, p in (("prior (shipped)", shipped), ("prior x the prefill residual", residual)):
             e = (p / y - 1) * 100
             out.append({"gpu": name, "priced by": label, "prefill rows": int(m.sum()),
-                        "MAPE %": round(np.abs(e).mean(), 1),
+                        "MAPE %": round(ape(p, y).mean(), 1),
                         "one-token prefills, >= 128 sequences": f"{e[one].min():+.0f} to {e[one].max():+.0f}% "
                                                                 f"({int(one.sum())} rows)"})
     return pd.DataFrame(out)
@@ -170,10 +168,7 @@ def main() -> None:
         md(per_cell),
         "",
     ])
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    print(text)
+    write_report(args.out, text)
 
 
 if __name__ == "__main__":
