@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.common import DATA, OUT, REPO, RESULTS
+from experiments.common import DATA, OUT, REPO, RESULTS, md, write_report
 from experiments.kernels import aiconfigurator_kernels as AK
-from experiments.transfer.aic_fewshot import as_measured, held_out_predictor, md, score, split, summary
+from experiments.transfer.aic_fewshot import as_measured, held_out_predictor, score, split, summary
 from hybridperf.aic_kernels import dtype_of
 from hybridperf.transfer.aic_calibrate import calibrate_to
 from hybridperf.aic_rows import validate
@@ -102,7 +102,7 @@ def main() -> None:
     zero = score(base, ours, device)
     zero_cells = summary(zero.assign(seed=0), ["op", "dtype"])
     pool, test = split(as_measured(data[data["system"] == HELD]), args.test_rows)
-    res = fewshot(base, {"our collected rows": ours, NO_RULE: ours.assign(framework=""),
+    res = fewshot(base, {"our collected rows": ours, NO_RULE: ours.assign(framework="VLLM"),
                          "aiconfigurator's H100 rows": pool[cells_of(pool)]}, test[cells_of(test)], device)
     per_k = summary(res, ["source", "k"])
     per_cell = summary(res[res["k"].isin([0, 32])], ["op", "dtype", "source", "k"])
@@ -173,10 +173,7 @@ def main() -> None:
         md(own_cell),
         "",
     ])
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    print(text)
+    write_report(args.out, text)
 
 
 if __name__ == "__main__":
