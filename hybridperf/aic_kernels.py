@@ -453,8 +453,8 @@ class AicPredictor:
                 continue
             res = self.manifest.get("residuals", {}).get(op)
             use_res = res is not None and self.bundle is not None and not prior_only
-            if use_res and (m & ~bare).any():
-                mr = m & ~bare
+            mr = m & ~bare
+            if use_res and mr.any():
                 X = features(df.loc[mr], terms.loc[mr], device)
                 log_pred[mr] += float(res.get("scale", 1.0)) * np.clip(self.bundle.run(res["file"], X)[:, 0], -2.0, 2.0)
             kinds[op] = "hybrid" if use_res else "prior"
