@@ -1,10 +1,12 @@
-"""Resolve what `--device` names where a node is wanted: a catalog node, a node JSON, or a GPU placed in a
-default node of 8 built from its spec sheet. Shared by `predict-collective` and the parallel training step."""
+"""Resolve what `--device` names where a node is wanted: a catalog node, a node JSON, or a GPU placed in the
+catalog's node of it (`gpu_node`: an NVSwitch domain first, the largest) or else a default node of 8 built from
+its spec sheet. Shared by `predict-collective`, the parallel training step and serving, so that one GPU name
+means one fabric everywhere (an "NVIDIA GB200" is its NVL72 rack in all three)."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from hybridperf.devices import find_node, get_device
+from hybridperf.devices import find_node, get_device, list_nodes
 from hybridperf.devices.spec import NodeSpec
 from hybridperf.errors import UnknownDeviceError
 from hybridperf.jsonio import read_json_object
@@ -46,9 +48,19 @@ def resolve_node(name: str):
             get_device(node.device)
             return node, ""
     dev = get_device(name)  # raises UnknownDeviceError with a one-line message
-    node, kind = default_node_for_device(dev)
+    node, kind = gpu_node(dev)
     return node, (f"note: {name!r} is a GPU, not a node; assuming {node.gpus_per_node} of them with {kind} "
                   f"(pass a node such as DGX-H100 or a100_pairwise_nvlink for a known fabric)")
+
+
+def gpu_node(dev) -> tuple[NodeSpec, str]:
+    """The node a bare GPU is placed in, and its fabric in words: the catalog's node of that GPU, an NVSwitch
+    domain before others and the largest first (a rack-scale GPU's NVL72 domain; a profiled 4-GPU box does not
+    stand for a server of 8), else the default node of 8 its spec sheet implies."""
+    default = default_node_for_device(dev)
+    nodes = [n for n in list_nodes() if n.device == dev.name] + [default[0]]
+    node = min(nodes, key=lambda n: (n.intra_topology != "nvswitch", -n.gpus_per_node))
+    return (node, f"the catalog's {node.name} fabric") if node is not default[0] else default
 
 
 def node_vendor(node: NodeSpec) -> str:

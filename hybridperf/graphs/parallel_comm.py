@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from hybridperf.devices import DeviceSpec, NodeSpec, get_device
-from hybridperf.devices.node_lookup import default_node_for_device, resolve_node
+from hybridperf.devices.node_lookup import gpu_node, resolve_node
 
 
 def _packing(groups: list, gpn: int) -> tuple[int, int]:
@@ -58,12 +58,12 @@ class _Comm:
 
 
 def resolve_parallel_device(device):
-    """(node, gpu spec, note): a catalog/JSON node, or a GPU placed in the default node the collective
-    CLI builds for it (`hybridperf.devices.node_lookup.resolve_node`)."""
+    """(node, gpu spec, note): a catalog/JSON node, or a GPU placed in the node the collective CLI places it in
+    (`hybridperf.devices.node_lookup.gpu_node`)."""
     if isinstance(device, NodeSpec):
         return device, get_device(device.device), ""
     if isinstance(device, DeviceSpec):
-        node, kind = default_node_for_device(device)
+        node, kind = gpu_node(device)
         return node, device, f"note: assuming {node.gpus_per_node} x {device.name} with {kind}"
     node, note = resolve_node(str(device))
     dev = get_device(node.device) if not note else get_device(str(device))

@@ -7,8 +7,8 @@ import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from hybridperf.devices import DeviceSpec, NodeSpec, find_node, get_device, list_nodes
-from hybridperf.devices.node_lookup import default_node_for_device
+from hybridperf.devices import DeviceSpec, NodeSpec, find_node, get_device
+from hybridperf.devices.node_lookup import gpu_node
 from hybridperf.errors import InputError
 from hybridperf.graphs.config import check_positions
 from hybridperf.serving.arch import Arch
@@ -72,17 +72,13 @@ class Worker:
 
 def node_for(device: DeviceSpec | str) -> NodeSpec:
     """The node a serving instance of `device` runs on: the node a name names (`4xA40-PCIe`, `gb10`, a system
-    id), else, for a GPU, an NVSwitch node first, then the one holding the most GPUs (a TP group stays inside
-    it), a catalog node before the default node of 8 its spec sheet implies (`devices.node_lookup`, as
-    `predict-collective` and the training step place a bare GPU). A profiled 4-GPU box (Vidur's A100 PCIe pairs,
-    whose network between boxes was a profiling cluster's) does not stand for a server of 8 unless named."""
+    id), else the node a bare GPU is placed in wherever the project needs one (`devices.node_lookup.gpu_node`)."""
     if isinstance(device, str):
         named = find_node(device)
         if named is not None:
             return named
         device = get_device(device)
-    nodes = [n for n in list_nodes() if n.device == device.name] + [default_node_for_device(device)[0]]
-    return min(nodes, key=lambda n: (n.intra_topology != "nvswitch", -n.gpus_per_node))
+    return gpu_node(device)[0]
 
 
 @lru_cache(maxsize=1)
