@@ -114,6 +114,17 @@ def test_rows_with_a_config_folder_holding_no_configs_is_an_error(monkeypatch, c
     assert "no model configs" in err and not out.exists()
 
 
+@pytest.mark.parametrize("extra", [["--device", "h200_sxm"], ["--json"], ["--tp", "8"], ["--concurrency", "4"]])
+def test_rows_with_a_one_run_option_is_an_error_not_ignored(monkeypatch, capsys, configs, tmp_path, extra):
+    rows = tmp_path / "runs.csv"
+    pd.DataFrame([AGG]).to_csv(rows, index=False)
+    out = tmp_path / "out.csv"
+    code, err = run_cli(monkeypatch, capsys, ["predict-serving", "--rows", rows, "--configs", configs,
+                                              "--output", out, *extra])
+    assert_one_line_error(code, err)
+    assert extra[0] in err and "each row states its own" in err and not out.exists()
+
+
 @pytest.fixture
 def configs(tmp_path):
     d = tmp_path / "configs"

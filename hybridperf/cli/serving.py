@@ -111,6 +111,14 @@ def predict_serving_cmd(
     if rows is not None:
         if configs is None or output is None:
             raise InputError("--rows needs --configs CONFIG_DIR and --output OUT.csv")
+        single = [f for f, v in (("--config", config), ("--device", device), ("--engine", engine), ("--isl", isl),
+                                 ("--osl", osl), ("--batch", batch), ("--concurrency", concurrency),
+                                 ("--precision", precision), ("--moe-precision", moe_precision), ("--json", as_json),
+                                 ("--kv-dtype", kv_dtype or None), ("--tp", tp != 1 or None), ("--pp", pp != 1 or None),
+                                 ("--ep", ep != 1 or None), ("--attention-dp", attention_dp != 1 or None),
+                                 ("--spec-tokens", spec_tokens or None)) if v not in (None, False)]
+        if single:  # each row states its own run: a one-run option would be ignored
+            raise InputError(f"{', '.join(single)} describe one run; with --rows each row states its own (drop them)")
         check_outputs(output)
         from hybridperf.csvio import read_csv
         from hybridperf.serving.measured import calibrate, offsets
