@@ -15,6 +15,7 @@ written in place: it cannot be replaced, and there is nothing to leave half-writ
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import stat
@@ -69,7 +70,9 @@ def check_writable(path: str | Path) -> None:
         raise IsADirectoryError(21, "Is a directory", str(target))
     folder = _existing_folder(target)
     if not os.access(folder, os.W_OK | os.X_OK):
-        raise PermissionError(13, "Permission denied", str(target))
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(target))
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(target))
 
 
 @contextlib.contextmanager
@@ -101,7 +104,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        if isinstance(e, OSError) and e.filename == tmp:
+        if isinstance(e, OSError) and e.filename in (tmp, None):  # a full disk's ENOSPC names no file
             e.filename, e.filename2 = str(target), None
         raise
 

@@ -367,6 +367,26 @@ def test_output_under_a_file_is_one_line(monkeypatch, capsys, tmp_path, kernels_
                                   tmp_path / "afile" / "pred.csv", "--prior-only"], "Not a directory")
 
 
+def test_a_full_disk_names_the_output_and_a_read_only_disk_says_so(monkeypatch, tmp_path):
+    from hybridperf.atomic import atomic_path, check_writable
+
+    target = tmp_path / "pred.csv"
+    with pytest.raises(OSError) as e:
+        with atomic_path(target) as tmp:
+            tmp.write_text("half")
+            raise OSError(28, "No space left on device")  # a write's ENOSPC names no file
+    assert e.value.filename == str(target) and _leftovers(tmp_path, set()) == []
+
+    class ReadOnly:
+        f_flag = os.ST_RDONLY
+
+    monkeypatch.setattr(os, "access", lambda *a, **k: False)
+    monkeypatch.setattr(os, "statvfs", lambda *a: ReadOnly())
+    with pytest.raises(OSError, match="Read-only file system") as e:
+        check_writable(target)
+    assert e.value.filename == str(target)
+
+
 def test_a_failed_bundle_export_leaves_no_folder(tmp_path):
     from hybridperf.atomic import atomic_dir
 
@@ -393,6 +413,7 @@ def test_a_failed_bundle_export_leaves_no_folder(tmp_path):
     ("OPName,B,H\nadd,1,2\nadd,3,4,5\n", "malformed CSV"),
     ("OPName,B,H\nadd,True,4\n", "got True"),
     ("OPName,B,H,H\nadd,8,1024,2048\n", "'H' appears more than once"),
+    ("OPName,B,M,N\nlinear,1,16,16\n", "the CSV has no K column, which linear rows need"),
 ])
 def test_malformed_table_is_refused(monkeypatch, capsys, tmp_path, text, match):
     bad = tmp_path / "bad.csv"

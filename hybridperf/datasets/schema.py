@@ -122,7 +122,9 @@ def canonicalize(
             x = df[c]
             bad = mask & ~(x > 0)
             for i in df.index[bad]:
-                problems.append((i, f"shape {c} must be a positive number, got {shown(raw.loc[i].get(c, 'missing'))}"))
+                why = (f"shape {c} must be a positive number, got {shown(raw.loc[i][c])}" if c in raw.columns
+                       else f"the CSV has no {c} column, which {df.at[i, 'op']} rows need")
+                problems.append((i, why))
             # a tensor dimension is a whole, finite number of elements
             for i in df.index[mask & (x > 0) & ~(np.isfinite(x) & (x == np.floor(x)))]:
                 problems.append((i, f"shape {c} must be a whole number of elements, got {shown(raw.loc[i].get(c))}"))
