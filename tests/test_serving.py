@@ -784,6 +784,21 @@ def test_speculative_decoding_speeds_memory_bound_decode():
     assert len(done) == 2
 
 
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
+def test_one_output_token_ends_at_its_prefill_in_every_loop(engine):
+    """A request of one output token decodes nothing: a closed loop, staggered or not, is its prefills alone
+    (a staggered start once found nothing to decode and called the cache too small)."""
+    from dataclasses import replace
+
+    from hybridperf.serving.api import Worker, setup_cost
+    from hybridperf.serving.scheduler import Workload, simulate
+    eng = get_engine(engine)
+    cost, cap = setup_cost(arch_from_dict(LLAMA), get_device("h100_sxm"), eng, Worker(Parallel()), 8192, 64, 1024, 1)
+    for e in (eng, replace(eng, staggered_clients=True)):
+        done = simulate(cost, e, Workload(1024, 1, 64, True, 8192, cap, 1024, 512), measured=32)
+        assert len(done) >= 32 and all(d[1] == (0.0, 0.0, 0.0) and d[0][0] > 0 for d in done)
+
+
 def test_engine_attention_kernels_per_gpu_generation():
     vllm, sglang, trt = get_engine("vllm"), get_engine("sglang"), get_engine("trtllm")
     assert trt.attention_sources("hopper") == trt.attention_sources("ampere") == ("torch_flow", "torch_flow")

@@ -17,7 +17,10 @@ schedule depends on token counts only, never on how long an iteration takes.
 """
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +32,8 @@ from hybridperf.serving.engines import EngineDefaults
 
 #: share of the KV cache an engine that preempts keeps free when it admits a request
 WATERMARK = 0.05
+#: output tokens below which a sequence counts as done: a speculative step's fractional tokens sum with rounding
+_EPS = 1e-9
 
 
 @dataclass(frozen=True)
@@ -64,11 +69,64 @@ def _diff(a: tuple, b: tuple) -> tuple:
 
 
 class _Req:
-    __slots__ = ("arrival", "prefill_left", "ctx", "dec_left", "first")
+    __slots__ = ("arrival", "prefill_left", "ctx", "dec_left", "first", "adm", "version")
 
     def __init__(self, isl: int, osl: int, arrival: tuple):
         self.arrival, self.prefill_left, self.ctx, self.dec_left = arrival, isl, 0, osl - 1
-        self.first = None
+        self.first, self.adm, self.version = None, -1, 0
+
+
+class _Decoders:
+    """The running requests that decode (prefilled, output left), kept so that a step costs O(log n), not O(n):
+    every member advances by the same tokens, so each keeps its context and output left relative to a common
+    offset `shift` (true ctx = ctx + shift, true dec_left = dec_left - shift) while it is a member, with the
+    sum of the contexts and a heap of the outputs left (stale entries skipped by version)."""
+
+    __slots__ = ("shift", "ctx_sum", "members", "heap")
+
+    def __init__(self):
+        self.shift, self.ctx_sum, self.members, self.heap = 0.0, 0.0, set(), []
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def add(self, r: _Req) -> None:
+        r.ctx -= self.shift
+        r.dec_left += self.shift
+        r.version += 1
+        self.ctx_sum += r.ctx
+        self.members.add(r)
+        heapq.heappush(self.heap, (r.dec_left, r.adm, r.version, r))
+
+    def remove(self, r: _Req) -> None:
+        self.members.discard(r)
+        self.ctx_sum -= r.ctx
+        r.ctx += self.shift
+        r.dec_left -= self.shift
+
+    def advance(self, tokens: float) -> None:
+        self.shift += tokens
+
+    def keys(self) -> float:
+        """The members' context tokens, summed."""
+        return self.ctx_sum + len(self.members) * self.shift
+
+    def _top(self):
+        while self.heap and (self.heap[0][3] not in self.members or self.heap[0][2] != self.heap[0][3].version):
+            heapq.heappop(self.heap)
+        return self.heap[0] if self.heap else None
+
+    def min_left(self) -> float:
+        return self._top()[0] - self.shift
+
+    def pop_done(self) -> list:
+        """Members with no output left, removed (true values restored)."""
+        out = []
+        while (top := self._top()) is not None and top[0] - self.shift <= _EPS:
+            heapq.heappop(self.heap)
+            self.remove(top[3])
+            out.append(top[3])
+        return out
 
 
 def simulate(cost: StepCost, eng: EngineDefaults, w: Workload, measured: int | None = None) -> list:
@@ -76,16 +134,24 @@ def simulate(cost: StepCost, eng: EngineDefaults, w: Workload, measured: int | N
     (gpu_ms, eager, graph) triple. Closed loop: the first `inflight` completions are warm-up and the next
     `measured` (default 2 x inflight) are returned; offline: all, with the last finish as e2e."""
     clock = _Clock()
-    waiting = [_Req(w.isl, w.osl, clock.now()) for _ in range(w.inflight)]
-    running: list = []  # admitted requests (prefilling or decoding), admission order
+    waiting = deque(_Req(w.isl, w.osl, clock.now()) for _ in range(w.inflight))
+    running: dict = {}  # admitted requests (prefilling or decoding) by admission number: admission order
+    prefilling: list = []  # admitted requests with prompt left, admission order
+    decoders = _Decoders()
+    admitted = itertools.count()
     used = 0  # KV tokens held (non-preempting engines: reserved in full at admission)
     state = cost.state_tokens  # a linear-attention model's per-sequence state, held while it runs
     # admitting by the blocks in use keeps a watermark free for the running decodes to grow into
     # (vLLM's `watermark`, SGLang's new-token reservation); without it a preempted request would come
     # straight back and be preempted again at the next step
     free_floor = int(WATERMARK * w.kv_capacity) if eng.preempts else 0
-    if w.closed_loop and eng.staggered_clients:
-        running, waiting, used = _staggered(w, eng.preempts, free_floor, state, clock.now())
+    if w.closed_loop and eng.staggered_clients and w.osl > 1:  # one output token: nothing to stagger over
+        started, rest, used = _staggered(w, eng.preempts, free_floor, state, clock.now())
+        waiting = deque(rest)
+        for r in started:
+            r.adm = next(admitted)
+            running[r.adm] = r
+            decoders.add(r)
     done: list = []
     warm = w.inflight if w.closed_loop else 0
     target = warm + (measured or 2 * w.inflight) if w.closed_loop else w.inflight
@@ -97,25 +163,26 @@ def simulate(cost: StepCost, eng: EngineDefaults, w: Workload, measured: int | N
             need = (waiting[0].prefill_left + waiting[0].ctx if eng.preempts else full) + state
             if used + need + free_floor > w.kv_capacity and running:
                 break
-            r = waiting.pop(0)
+            r = waiting.popleft()
             used += need
-            running.append(r)
-        decoders = [r for r in running if r.prefill_left == 0 and r.dec_left > 0]
-        prefilling = [r for r in running if r.prefill_left > 0]
+            r.adm = next(admitted)
+            running[r.adm] = r
+            prefilling.append(r)
         if not prefilling:
             if not decoders:  # nothing admitted: the cache cannot hold even one request
                 raise InputError(f"the KV cache ({w.kv_capacity} tokens) cannot hold one request")
             adv = cost.spec.tokens_per_step  # tokens each decode step emits per sequence
-            k = math.ceil(min(r.dec_left for r in decoders) / adv)  # steps
+            k = max(1, math.ceil((decoders.min_left() - _EPS) / adv))  # steps (63 / 2.1 is 30, not 31)
+            n = len(decoders)
             if eng.preempts:
-                room = (w.kv_capacity - used) // len(decoders)
+                room = (w.kv_capacity - used) // n
                 if room < 1:
-                    _preempt(running, waiting)
-                    used = sum(r.ctx + r.prefill_left + state for r in running)
+                    _preempt(running, prefilling, decoders, waiting)
+                    used = decoders.keys() + len(decoders) * state \
+                        + sum(r.ctx + r.prefill_left + state for r in prefilling)
                     continue
                 k = max(1, min(k, int(room // adv)))  # a last speculative step may overfill by under `adv`
-            n = len(decoders)
-            keys0 = sum(r.ctx for r in decoders)
+            keys0 = decoders.keys()
             per_step = cost.decode_step_ms(n, keys0)
             slope = cost.decode_step_ms(n, keys0 + n * adv) - per_step
             clock.gpu += k * per_step + slope * k * (k - 1) / 2.0
@@ -123,9 +190,7 @@ def simulate(cost: StepCost, eng: EngineDefaults, w: Workload, measured: int | N
                 clock.graph += k
             else:
                 clock.eager += k
-            for r in decoders:
-                r.ctx += k * adv
-                r.dec_left -= k * adv
+            decoders.advance(k * adv)
             if eng.preempts:
                 used += k * adv * n
         else:
@@ -148,35 +213,36 @@ def simulate(cost: StepCost, eng: EngineDefaults, w: Workload, measured: int | N
             gpu += cost.prefill_linear_ms(lengths)
             q, adv = cost.spec.tokens + 1, cost.spec.tokens_per_step
             if n_dec:
-                keys = sum(r.ctx for r in decoders)
-                gpu += cost.decode_attn_ms(keys, n_dec, q) + cost.spec.tokens * cost.draft_ms(n_dec, keys)
-                for r in decoders:
-                    r.ctx += adv
-                    r.dec_left -= adv
+                gpu += cost.decode_attn_ms(decoders.keys(), n_dec, q) \
+                    + cost.spec.tokens * cost.draft_ms(n_dec, decoders.keys())
+                decoders.advance(adv)
                 if eng.preempts:
                     used += n_dec * adv
             gpu += cost.tokens_ms(sum(lengths) + n_dec * q) + cost.sample_ms(max(sampled + n_dec * (q - 1), 1))
             clock.gpu += gpu
             clock.eager += 1
-            now = clock.now()
-            for r in prefilling:
-                if r.prefill_left == 0 and r.first is None:
-                    r.first = now
         now = clock.now()
+        ended = decoders.pop_done()
         still = []
-        for r in running:
-            if r.prefill_left == 0 and r.first is None:
-                r.first = now
-            if r.prefill_left == 0 and r.dec_left <= 0:
-                finished += 1
-                used -= (r.ctx if eng.preempts else full) + state
-                if finished > warm:
-                    done.append((_diff(r.first, r.arrival), _diff(now, r.first), _diff(now, r.arrival)))
-                if w.closed_loop:
-                    waiting.append(_Req(w.isl, w.osl, now))
-            else:
+        for r in prefilling:  # a prompt done this iteration: its first token is out; decode, or end at once
+            if r.prefill_left > 0:
                 still.append(r)
-        running = still
+                continue
+            if r.first is None:
+                r.first = now
+            if r.dec_left > 0:
+                decoders.add(r)
+            else:
+                ended.append(r)
+        prefilling = still
+        for r in sorted(ended, key=lambda r: r.adm):  # in admission order: which count as warm-up
+            del running[r.adm]
+            finished += 1
+            used -= (r.ctx if eng.preempts else full) + state
+            if finished > warm:
+                done.append((_diff(r.first, r.arrival), _diff(now, r.first), _diff(now, r.arrival)))
+            if w.closed_loop:
+                waiting.append(_Req(w.isl, w.osl, now))
     return done
 
 
@@ -208,9 +274,13 @@ def _staggered(w: Workload, preempts: bool, floor: int, state: int, now: tuple) 
     return running, [_Req(w.isl, w.osl, now) for _ in range(w.inflight - lo)], int(need.sum()) if lo else 0
 
 
-def _preempt(running: list, waiting: list) -> None:
+def _preempt(running: dict, prefilling: list, decoders: _Decoders, waiting: deque) -> None:
     """vLLM's recompute preemption: the newest running request gives back its blocks and waits at the
     head of the queue to prefill its whole context again (its first token is already out)."""
-    r = running.pop()
+    _, r = running.popitem()
+    if r in decoders.members:
+        decoders.remove(r)
+    else:
+        prefilling.remove(r)
     r.prefill_left, r.ctx = r.ctx + r.prefill_left, 0
-    waiting.insert(0, r)
+    waiting.appendleft(r)
