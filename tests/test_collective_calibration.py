@@ -64,6 +64,9 @@ BAD_TABLES = [
     ("collective,bytes,gpus,gpus_per_node,latency_ms\nall_reduce,1024,8,eight,0.1\n", "column gpus_per_node"),
     ("collective,bytes,gpus,latency_ms\nbroadcast,1024,8,0.1\n", "column collective"),
     ("collective,bytes,gpus,latency_ms\nall_reduce,1024,8,1e300\n", "latency_ms in (0"),
+    # a time in seconds or microseconds, not ms: no fabric makes an 8-GPU all-reduce take under a picosecond
+    ("collective,bytes,gpus,latency_ms\nall_reduce,1048576,8,1e-9\n", "are the times in ms"),
+    ("collective,bytes,gpus,latency_ms\nall_reduce,1048576,8,1e9\n", "over 100x from the model"),
 ]
 
 

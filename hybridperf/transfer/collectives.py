@@ -16,6 +16,9 @@ import pandas as pd
 from hybridperf.errors import InputError
 from hybridperf.guard import MAX_MS  # measured times are bounded as predictions are
 
+#: a measured time this many times off the model is a unit or column mistake, not a system (aiconfigurator's L40S
+#: box without GPU peer-to-peer, the farthest system measured, is ~10x slower than its fabric's spec)
+MAX_RATIO = 100.0
 #: columns of a measured-collectives CSV (`gpus_per_node` optional: nodes filled)
 COLUMNS = ("collective", "bytes", "gpus", "latency_ms")
 
@@ -27,6 +30,11 @@ def log_ratios(nbytes, measured_ms, predicted_ms) -> tuple[np.ndarray, np.ndarra
         raise InputError("measured collectives: sizes, measured and predicted times must be as many, at least one")
     if not (np.all(meas > 0) and np.all(meas <= MAX_MS) and np.all(n > 0)):
         raise InputError(f"measured collectives: every size must be positive and every latency_ms in (0, {MAX_MS:g}]")
+    far = np.abs(np.log(meas / pred)) > np.log(MAX_RATIO)
+    if far.any():
+        i = int(np.flatnonzero(far)[0])
+        raise InputError(f"measured collectives: {meas[i]:.4g} ms at {n[i]:.0f} B is over {MAX_RATIO:g}x from the "
+                         f"model's {pred[i]:.4g} ms; are the times in ms (latency_ms), the sizes in bytes?")
     r = pd.Series(np.log(meas / pred)).groupby(np.log2(n)).median()
     return r.index.to_numpy(dtype=np.float64), r.to_numpy(dtype=np.float64)
 
