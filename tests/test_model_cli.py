@@ -68,6 +68,11 @@ def test_bad_input_is_an_error(args):
     assert r.exit_code != 0
 
 
+def test_more_tokens_than_a_shape_holds_names_the_options():
+    r = _run("--config", TINY, "--batch", 10 ** 9, "--seq", 8192, "--device", "H100", "--prior-only")
+    assert r.exit_code != 0 and "--batch x --seq must be at most 2^40 tokens" in str(r.exception)
+
+
 def test_fused_inference_json():
     base = ("--config", TINY, "--batch", 4, "--seq", 128, "--device", "H100-SXM", "--json", "--prior-only")
     eager, fused = _run(*base), _run(*base, "--fused")

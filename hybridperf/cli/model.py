@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from hybridperf.datasets.schema import MAX_DIM as MAX_TOKENS
 from hybridperf.errors import InputError
 from hybridperf.guard import check_parts, check_predictions
 from hybridperf.graphs.model_graph import MODES
@@ -156,6 +157,8 @@ def check_model_args(config: Path, batch: int, seq: int, mode: str, model_bundle
         raise InputError(f"--batch must be >= 1, got {batch}")
     if seq < 1:
         raise InputError(f"--seq must be >= 1, got {seq}")
+    if batch * seq > MAX_TOKENS:  # the kernels' shapes count tokens: past 2^40 every one of them would be refused
+        raise InputError(f"--batch x --seq must be at most 2^40 tokens, got {batch} x {seq} = {batch * seq:.3g}")
     if mode not in MODES:
         raise InputError(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
     if model_bundle is not None and prior_only:
