@@ -193,6 +193,16 @@ def test_nvl72_domain_is_one_node():
     assert one["ms"][0] < 0.55 * collective_time_ms("all_reduce", [1e9], 64, 8, get_node("DGX-B200"))[0]
 
 
+def test_all_to_all_waits_on_each_peer():
+    """An all-to-all sets up p - 1 send/recv pairs: at a small message its latency grows by a fitted step per peer
+    (0.4-0.8 us in aiconfigurator's 2-8 GPU tables), so 72 ranks of an NVL72 domain wait longer than 8."""
+    nvl72 = get_node("GB200-NVL72")
+    t = {p: prior_terms("all_to_all", [4096], p, p, nvl72, timing="graph")["ms"][0] for p in (2, 8, 72)}
+    assert t[2] < t[8] < t[72]
+    step = (t[72] - t[8]) * 1e3 / 64  # us per peer
+    assert step == pytest.approx(DEFAULT_CONSTANTS.lat_a2a_peer_us, rel=0.05)
+
+
 def test_all_reduce_ring_has_its_own_rank_loss():
     """On an NVSwitch an all-reduce's ring loses less bandwidth at few ranks than an all-gather's
     (aiconfigurator's A100 and B200 tables: 2-GPU all-reduce 1.2-1.3x the all-gather's bus bandwidth);
@@ -529,6 +539,9 @@ def test_fittable_constants_follow_nccl_picks():
     assert not ring_ar & set(fittable(rows("l40s", 4, 4)))
     assert not ring_ar & set(fittable(rows("a100_sxm", 4, 4).assign(collective="all_gather")))
     assert "floor_us" not in fittable(rows("a100_sxm", 8, 8)) and "launch_us" in fittable(rows("a100_sxm", 8, 8))
+    # the all-to-all's latency per peer is fitted where the peers vary, not on a pair alone
+    assert "lat_a2a_peer_us" in fittable(rows("a100_sxm", 8, 8).assign(collective="all_to_all"))
+    assert "lat_a2a_peer_us" not in fittable(rows("a100_sxm", 2, 2).assign(collective="all_to_all"))
     assert "floor_us" in fittable(rows("a100_dgx", 16, 8, "call")) and "eff_net" in fittable(rows("a100_dgx", 16, 8, "call"))
 
 

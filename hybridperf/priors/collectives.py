@@ -27,7 +27,7 @@ Candidates, p ranks, g per node, N = p / g nodes:
     pat       all_gather / reduce_scatter with one GPU per node (N = p): log-latency, bus x 0.75.
     collnet   in-network reduction (InfiniBand SHARP): only with a SHARP plugin, which catalog nodes
               do not declare, so never a candidate here (NCCL disables it without one as well).
-    direct    send/recv (one message) and all_to_all (p-1 peers at once, n/p each): LL up to
+    direct    send/recv (one message) and all_to_all (p-1 peers at once, n/p each, a fitted latency per peer): LL up to
               nccl_tuning.NCCL_P2P_LL_THRESHOLD bytes per peer, Simple above; intra-node bytes over the GPU's
               links (all of them busy for all_to_all, at the collective efficiency), inter-node bytes
               over the node's NICs (on a PCIe box through the GPU's own link, which carries both).
@@ -82,6 +82,9 @@ class CollectiveConstants:
     # send/recv's own latency (NCCL's p2p path, no ring step), across nodes plus the network's; fitted only on
     # graph-timed rows (none in ../shared: a per-call floor hides it)
     lat_p2p_us: float = 6.0
+    # all-to-all's latency per peer: p - 1 send/recv pairs set up and synchronised (aiconfigurator's 4 KiB
+    # all-to-all: A100 11.1 / 12.4 / 15.6 us, B200 9.2 / 10.2 / 13.3 us on 2 / 4 / 8 GPUs)
+    lat_a2a_peer_us: float = 0.5
     eff_nvlink: float = 0.78  # collectives over NVLink/NVSwitch/mesh (ring bus bandwidth / spec)
     eff_nvlink_p2p: float = 0.85  # send/recv over NVLink (all-to-all runs on eff_nvlink's ring rate)
     eff_pcie: float = 0.70  # collectives whose ring crosses PCIe
@@ -314,7 +317,7 @@ def nccl_model_us(coll: str, alg: str, pr: str, n: np.ndarray, f: Fabric, c: Col
             t = n / (1e3 * bw * eff)
         else:
             hw = nccl.HW_LAT[f.intra_kind if f.intra_kind != "none" else "pcie"]["ring"][k]
-            lat = c.lat_scale * (nccl.BASE_LAT["ring"][k] + hw + net_lat)
+            lat = c.lat_scale * (nccl.BASE_LAT["ring"][k] + hw + net_lat) + c.lat_a2a_peer_us * (p - 1)
             t_in = (p - 1 if f.intra_kind == "pcie" else g - 1) / p * n / (1e3 * f.intra_bw * eff) if g > 1 else 0 * n
             t_net = g * (p - g) / p * n / (1e3 * f.node_bw * eff) if N > 1 else 0 * n
             t = np.maximum(t_in, t_net)

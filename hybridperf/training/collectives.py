@@ -31,6 +31,7 @@ BOUNDS = {
     "launch_us": (0.1, 20.0),
     "lat_scale": (0.3, 4.0),
     "lat_p2p_us": (0.5, 50.0),
+    "lat_a2a_peer_us": (0.01, 20.0),
     "eff_nvlink": (0.2, 1.1),
     "eff_nvlink_p2p": (0.2, 1.0),
     "eff_pcie": (0.2, 1.1),
@@ -93,6 +94,8 @@ def fittable(df: pd.DataFrame, nodes: dict | None = None) -> list[str]:
             out.update(("nvls_gain", "nvls_lat_gain") if "nvls" in algs else ("nvls_gain",))  # its latency: one node
         if coll == "send_recv" and tm == "graph":  # per call, the floor hides it: the fit traded the two off
             out.add("lat_p2p_us")
+        if coll == "all_to_all" and p > 2:  # seen apart from the fixed latency where the peers vary
+            out.add("lat_a2a_peer_us")
         if p > g:
             out.add("eff_net_p2p" if coll == "send_recv" else "eff_net")  # all-to-all crosses on node_bw
         if g > 1 and not (coll == "send_recv" and p > g):  # across nodes a send/recv runs at the NIC's rate

@@ -4,8 +4,8 @@ A collective's error on a system it was not fitted on changes with the message s
 messages, NCCL's protocol and channel steps in between, the links' rate at the top), so one offset does not
 carry: measured at a few sizes (nccl-tests, seconds of a run), the log of measured / predicted is interpolated
 in log size between them and held flat beyond, per (collective, GPUs, GPUs per node). Held out over six systems,
-four sizes spread over each cell's range (its smallest and largest included) took the cell mean from 25.2% to
-10.4% MAPE at the others (`experiments/collectives/collectives_nvswitch.py`); beyond the measured range it is
+four sizes spread over each cell's range (its smallest and largest included) took the cell mean from 25.1% to
+10.5% MAPE at the others (`experiments/collectives/collectives_nvswitch.py`); beyond the measured range it is
 untested. The measurements must be timed as the prediction is (`--timing`).
 """
 from __future__ import annotations
