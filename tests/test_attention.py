@@ -363,9 +363,17 @@ def test_tensorrt_llm_decode_of_a_large_query_group_falls_back_to_one_kv_pass_pe
         return float(A.generation_attention_ms(64, 8192, heads, 1, 128, H100, kernel_source=src))
     # XQA packs up to 32 query heads of a KV head: the KV cache is read once
     assert t(32, "torch_flow") < 2.0 * t(8, "torch_flow")
-    # beyond, masked MHA reads it once per query head, the repeats from L2: twice the heads, twice the time
+    # beyond, masked MHA runs one CTA per (sequence, query head), each streaming its head's keys and values:
+    # twice the heads, twice the waves of CTAs and twice the time
     assert t(64, "torch_flow") > 10.0 * t(32, "torch_flow")
     assert t(128, "torch_flow") == pytest.approx(2 * t(64, "torch_flow"), rel=0.05)
+    # each CTA is a dependent chain in SM cycles: a fixed start plus its keys at a rate per CTA, so a GPU of the
+    # same SMs at twice the clock takes half the time, whatever its memory bandwidth
+    fast = dataclasses.replace(H100, boost_clock_mhz=2 * H100.boost_clock_mhz, mem_bw_gbs=H100.mem_bw_gbs / 2)
+    assert float(A.mmha_ms(64 * 64, 8192, 128, fast)) == pytest.approx(float(A.mmha_ms(64 * 64, 8192, 128, H100)) / 2)
+    c = A.CONSTANTS
+    start = c.mmha_cta_kcycles.value * 1e3 / (H100.boost_clock_mhz * 1e3)  # ms per wave at no keys
+    assert float(A.mmha_ms(H100.num_sms * A.DECODE_CTAS_PER_SM, 0, 128, H100)) == pytest.approx(start)
     # one CTA per (sequence, query head): per sequence, slower with few sequences than once they fill the SMs
     def per_seq(batch):
         return float(A.generation_attention_ms(batch, 8192, 64, 1, 128, H100, kernel_source="torch_flow")) / batch

@@ -23,8 +23,9 @@ Decode (`generation_attention_ms`): the KV-cache read at achievable bandwidth, d
 kv heads x KV splits, split-KV when batch x kv heads leaves SMs idle), plus a fixed overhead and a fixed latency per
 wave of CTAs stated at a reference SM clock (`REFERENCE_CLOCK_MHZ`) and scaled by the GPU's clock. An engine's
 kernel reads an fp8 (or int8, fp4) cache at its family's fitted share of that bandwidth and adds a fitted time per
-call. TensorRT-LLM's own decode falls back from XQA to one pass per query head beyond 32 query heads per KV head
-(`XQA_MAX_GROUP`), its repeated passes read from L2 at a fitted share of L2 bandwidth.
+call. TensorRT-LLM's own decode falls back from XQA to masked MHA beyond 32 query heads per KV head
+(`XQA_MAX_GROUP`): one CTA per (sequence, query head), each a latency-bound chain (a fixed start, then its head's
+keys and values at a fitted rate per CTA, in SM cycles), `DECODE_CTAS_PER_SM` resident per SM.
 SDPA backward (`sdpa_ms(backward=True)`): 2.5x the forward's GEMM FLOPs (five GEMMs to two) plus the
 recomputed exponentials, at its own efficiency. fp32 SDPA runs PyTorch's memory-efficient kernel, whose fp32
 GEMMs run on the tensor cores as three TF32 products (`MEM_EFFICIENT_FP32_PASSES`).
@@ -148,7 +149,8 @@ class AttentionConstants:
     context_wave_ms: Fitted = Fitted(0.0, "ms", "default")  # a wave of prefill CTAs' fixed latency
     sdpa_wave_ms: Fitted = Fitted(0.0, "ms", "default")  # the same for PyTorch SDPA's kernels
     sdpa_decode_wave_ms: Fitted = Fitted(0.004, "ms", "default")  # PyTorch SDPA's one-query kernel, per wave
-    mmha_l2_share: Fitted = Fitted(0.6, "share", "default")  # of L2 bandwidth, TensorRT-LLM's masked-MHA decode
+    mmha_cta_kcycles: Fitted = Fitted(10.0, "kcycles", "default")  # TensorRT-LLM's masked-MHA decode: a CTA's start
+    mmha_bytes_per_cycle: Fitted = Fitted(8.0, "B/cycle", "default")  # ... and one CTA's K/V stream (bf16 width)
     fp8_efficiency: Fitted = Fitted(1.0, "share", "default")  # fp8 prefill's share of the bf16 efficiency
     decode_fp8_bw: dict = field(default_factory=dict)  # family -> Fitted (an fp8 cache's share of decode_bw)
     decode_fp8_ms: dict = field(default_factory=dict)  # family -> Fitted (an fp8 cache's added time per call)
@@ -204,21 +206,22 @@ CONSTANTS = AttentionConstants(
                 "fa4": Fitted(0.328, "share", _ALL), "trtllm": Fitted(0.483, "share", _ALL),
                 "flashinfer": Fitted(0.556, "share", _ALL), "triton": Fitted(0.200, "share", _ALL),
                 "sdpa": Fitted(0.882, "share", _H100)},
-    decode_bw={"fa2": Fitted(0.655, "share", _ALL), "fa3": Fitted(0.927, "share", _ALL),
-               "fa4": Fitted(0.775, "share", _ALL), "trtllm": Fitted(1.066, "share", _ALL),
-               "flashinfer": Fitted(1.190, "share", _ALL), "triton": Fitted(0.715, "share", _ALL),
+    decode_bw={"fa2": Fitted(0.650, "share", _ALL), "fa3": Fitted(0.926, "share", _ALL),
+               "fa4": Fitted(0.775, "share", _ALL), "trtllm": Fitted(1.065, "share", _ALL),
+               "flashinfer": Fitted(1.190, "share", _ALL), "triton": Fitted(0.716, "share", _ALL),
                "sdpa": Fitted(1.0, "share", "achievable DRAM bandwidth (not fitted; checked on our H200)")},
     context_overhead_ms=Fitted(0.0072, "ms", _ALL),
-    decode_overhead_ms=Fitted(0.0003, "ms", _ALL),
-    decode_wave_ms=Fitted(0.0108, "ms", _ALL),
+    decode_overhead_ms=Fitted(0.00085, "ms", _ALL),
+    decode_wave_ms=Fitted(0.0103, "ms", _ALL),
     context_wave_ms=Fitted(0.0068, "ms", _ALL),
     sdpa_wave_ms=Fitted(0.00186, "ms", _H100),
     sdpa_decode_wave_ms=Fitted(0.00386, "ms", _H200),
     fp8_efficiency=Fitted(0.602, "share", _ALL),
-    mmha_l2_share=Fitted(0.387, "share", _ALL),
-    decode_fp8_bw={"fa3": Fitted(0.753, "share", _ALL), "flashinfer": Fitted(0.919, "share", _ALL),
-                   "triton": Fitted(0.632, "share", _ALL), "trtllm": Fitted(0.893, "share", _ALL)},
-    decode_fp8_ms={"fa3": Fitted(0.0048, "ms", _ALL), "flashinfer": Fitted(0.0037, "ms", _ALL),
+    mmha_cta_kcycles=Fitted(12.25, "kcycles", _ALL),
+    mmha_bytes_per_cycle=Fitted(7.69, "B/cycle", _ALL),
+    decode_fp8_bw={"fa3": Fitted(0.751, "share", _ALL), "flashinfer": Fitted(0.917, "share", _ALL),
+                   "triton": Fitted(0.629, "share", _ALL), "trtllm": Fitted(0.895, "share", _ALL)},
+    decode_fp8_ms={"fa3": Fitted(0.0048, "ms", _ALL), "flashinfer": Fitted(0.0035, "ms", _ALL),
                    "triton": Fitted(0.0021, "ms", _ALL), "trtllm": Fitted(0.0009, "ms", _ALL)},
     sdpa_bwd_efficiency=Fitted(0.730, "share", _H100),
     sdpa_bwd_wide_head=Fitted(1.486, "ratio", _H100),
@@ -348,9 +351,11 @@ def kv_read_ms(nbytes, device: DeviceSpec, parallel_fraction=1.0) -> np.ndarray:
 #: decode CTAs resident per SM (small CTAs: one (sequence, kv head, split) each)
 DECODE_CTAS_PER_SM = 4
 #: TensorRT-LLM's own attention op (aiconfigurator's `torch_flow`) decodes with XQA, which packs up to this many
-#: query heads of a KV head into one CTA; a larger group falls back to masked MHA, one pass over the KV cache per
-#: query head at bf16 width (an fp8 cache takes as long), the group's passes re-reading it from L2. All four GPUs'
-#: tables show the cliff: 6-60x slower than XQA's one pass at 48-128 query heads per KV head, not at 32
+#: query heads of a KV head into one CTA; a larger group falls back to masked MHA, one CTA per (sequence, query head)
+#: streaming that head's keys and values at bf16 width (an fp8 cache takes as long on Hopper and Blackwell). All four
+#: GPUs' tables show the cliff: 6-60x slower than XQA's one pass at 48-128 query heads per KV head, not at 32. Each
+#: CTA is a dependent chain, not a bandwidth share: fitted per GPU, its start (9-13k cycles) and its stream (6-9
+#: bytes per cycle) agree across A100, H100, L40S and B200 in SM cycles (`mmha_ms`)
 XQA_MAX_GROUP = 32
 XQA_SOURCES = ("torch_flow",)
 
@@ -381,12 +386,6 @@ def generation_attention_ms(batch, kv_len, heads, kv_heads, head_dim, device: De
     quantized = DTYPE_BYTES.get(kv_dtype, 2) < 2 and kernel_source not in SDPA_SOURCES
     mem = kv_read_ms(nbytes, device, par) / (constants.bw(fam) * (constants.fp8_bw(fam) if quantized else 1.0))
     group = heads / np.maximum(kv_heads, 1.0)
-    if xqa_fallback and kernel_source in XQA_SOURCES:
-        # masked MHA: one CTA per (sequence, query head) streams that head's pass at bf16 width from L2
-        passes = batch * 2.0 * keys * heads * head_dim * 2.0
-        fill = np.minimum(batch * heads / device.num_sms, 1.0)
-        mmha = passes / (l2_bandwidth(device) * constants.mmha_l2_share.value * fill) * 1e3
-        mem = np.where(group > XQA_MAX_GROUP, np.maximum(mem, mmha), mem)
     # GQA packs a kv head's query heads into one MMA's rows; MHA wastes all but one of 16 rows
     rows = np.maximum(group * _f(q_len), 1.0)
     mma_rows = np.ceil(rows / 16.0) * 16.0
@@ -395,8 +394,19 @@ def generation_attention_ms(batch, kv_len, heads, kv_heads, head_dim, device: De
     waves = np.ceil(ctas / (device.num_sms * DECODE_CTAS_PER_SM))
     if kernel_source in SDPA_SOURCES:  # a bare kernel: no engine's per-call work in its timed region
         return np.maximum(mem, compute) + waves * constants.sdpa_decode_wave_ms.value * clock_scale(device)
-    return np.maximum(mem, compute) + waves * constants.decode_wave_ms.value * clock_scale(device) \
-        + constants.decode_overhead_ms.value + (constants.fp8_ms(fam) if quantized else 0.0)
+    body = np.maximum(mem, compute) + waves * constants.decode_wave_ms.value * clock_scale(device)
+    if xqa_fallback and kernel_source in XQA_SOURCES:
+        body = np.where(group > XQA_MAX_GROUP, mmha_ms(batch * heads, keys, head_dim, device, constants), body)
+    return body + constants.decode_overhead_ms.value + (constants.fp8_ms(fam) if quantized else 0.0)
+
+
+def mmha_ms(ctas, keys, head_dim, device: DeviceSpec, constants: AttentionConstants = CONSTANTS) -> np.ndarray:
+    """TensorRT-LLM's masked-MHA decode (ms): `ctas` (sequence x query head) CTAs in waves of
+    `DECODE_CTAS_PER_SM` per SM, each a fixed start plus its head's `keys` keys and values at bf16 width streamed
+    at one CTA's fitted rate, both in SM cycles at the boost clock."""
+    waves = np.ceil(_f(ctas) / (device.num_sms * DECODE_CTAS_PER_SM))
+    cycles = constants.mmha_cta_kcycles.value * 1e3 + _f(keys) * _f(head_dim) * 4.0 / constants.mmha_bytes_per_cycle.value
+    return waves * cycles / (device.boost_clock_mhz * 1e6) * 1e3
 
 
 def sdpa_ms(batch, seq, heads, kv_heads, head_dim, device: DeviceSpec, dtype: str = "bf16", causal: bool = True,
