@@ -32,7 +32,9 @@ from hybridperf.serving.engines import EngineDefaults
 
 #: share of the KV cache an engine that preempts keeps free when it admits a request
 WATERMARK = 0.05
-#: output tokens below which a sequence counts as done: a speculative step's fractional tokens sum with rounding
+#: tokens within which two counts are equal, relative to the larger: a speculative step's fractional tokens, summed
+#: over stretches and offsets, leave rounding residue (+1e-15 left of an output would cost one more step, +3e-14 held
+#: in a drained cache refuse an exact fit)
 _EPS = 1e-9
 
 
@@ -111,6 +113,9 @@ class _Decoders:
         """The members' context tokens, summed."""
         return self.ctx_sum + len(self.members) * self.shift
 
+    def tolerance(self) -> float:
+        return _EPS * max(1.0, self.shift)
+
     def _top(self):
         while self.heap and (self.heap[0][3] not in self.members or self.heap[0][2] != self.heap[0][3].version):
             heapq.heappop(self.heap)
@@ -122,7 +127,7 @@ class _Decoders:
     def pop_done(self) -> list:
         """Members with no output left, removed (true values restored)."""
         out = []
-        while (top := self._top()) is not None and top[0] - self.shift <= _EPS:
+        while (top := self._top()) is not None and top[0] - self.shift <= self.tolerance():
             heapq.heappop(self.heap)
             self.remove(top[3])
             out.append(top[3])
@@ -161,7 +166,7 @@ def simulate(cost: StepCost, eng: EngineDefaults, w: Workload, measured: int | N
         # admit waiting requests FCFS while KV and the running limit allow
         while waiting and len(running) < w.max_running:
             need = (waiting[0].prefill_left + waiting[0].ctx if eng.preempts else full) + state
-            if used + need + free_floor > w.kv_capacity and running:
+            if used + need + free_floor > w.kv_capacity * (1 + _EPS) and running:
                 break
             r = waiting.popleft()
             used += need
@@ -172,14 +177,13 @@ def simulate(cost: StepCost, eng: EngineDefaults, w: Workload, measured: int | N
             if not decoders:  # nothing admitted: the cache cannot hold even one request
                 raise InputError(f"the KV cache ({w.kv_capacity} tokens) cannot hold one request")
             adv = cost.spec.tokens_per_step  # tokens each decode step emits per sequence
-            k = max(1, math.ceil((decoders.min_left() - _EPS) / adv))  # steps (63 / 2.1 is 30, not 31)
+            k = max(1, math.ceil((decoders.min_left() - decoders.tolerance()) / adv))  # steps
             n = len(decoders)
             if eng.preempts:
                 room = (w.kv_capacity - used) // n
                 if room < 1:
-                    _preempt(running, prefilling, decoders, waiting)
-                    used = decoders.keys() + len(decoders) * state \
-                        + sum(r.ctx + r.prefill_left + state for r in prefilling)
+                    _preempt(running, decoders, waiting)  # no prompt is left here: the newest one decodes
+                    used = decoders.keys() + len(decoders) * state
                     continue
                 k = max(1, min(k, int(room // adv)))  # a last speculative step may overfill by under `adv`
             keys0 = decoders.keys()
@@ -243,6 +247,8 @@ def simulate(cost: StepCost, eng: EngineDefaults, w: Workload, measured: int | N
                 done.append((_diff(r.first, r.arrival), _diff(now, r.first), _diff(now, r.arrival)))
             if w.closed_loop:
                 waiting.append(_Req(w.isl, w.osl, now))
+        if not running:  # a drained cache holds nothing, whatever rounding the fractional tokens left
+            used = 0
     return done
 
 
@@ -274,13 +280,11 @@ def _staggered(w: Workload, preempts: bool, floor: int, state: int, now: tuple) 
     return running, [_Req(w.isl, w.osl, now) for _ in range(w.inflight - lo)], int(need.sum()) if lo else 0
 
 
-def _preempt(running: dict, prefilling: list, decoders: _Decoders, waiting: deque) -> None:
-    """vLLM's recompute preemption: the newest running request gives back its blocks and waits at the
-    head of the queue to prefill its whole context again (its first token is already out)."""
+def _preempt(running: dict, decoders: _Decoders, waiting: deque) -> None:
+    """vLLM's recompute preemption: the newest running request (a decoding one: preemption happens only in a stretch
+    with no prompt left) gives back its blocks and waits at the head of the queue to prefill its whole context again
+    (its first token is already out)."""
     _, r = running.popitem()
-    if r in decoders.members:
-        decoders.remove(r)
-    else:
-        prefilling.remove(r)
+    decoders.remove(r)
     r.prefill_left, r.ctx = r.ctx + r.prefill_left, 0
     waiting.appendleft(r)
