@@ -114,7 +114,8 @@ def test_rows_with_a_config_folder_holding_no_configs_is_an_error(monkeypatch, c
     assert "no model configs" in err and not out.exists()
 
 
-@pytest.mark.parametrize("extra", [["--device", "h200_sxm"], ["--json"], ["--tp", "8"], ["--concurrency", "4"]])
+@pytest.mark.parametrize("extra", [["--device", "h200_sxm"], ["--json"], ["--tp", "8"], ["--concurrency", "4"],
+                                   ["--acceptance", "0.9"]])
 def test_rows_with_a_one_run_option_is_an_error_not_ignored(monkeypatch, capsys, configs, tmp_path, extra):
     rows = tmp_path / "runs.csv"
     pd.DataFrame([AGG]).to_csv(rows, index=False)

@@ -116,7 +116,8 @@ def predict_serving_cmd(
                                  ("--precision", precision), ("--moe-precision", moe_precision), ("--json", as_json),
                                  ("--kv-dtype", kv_dtype or None), ("--tp", tp != 1 or None), ("--pp", pp != 1 or None),
                                  ("--ep", ep != 1 or None), ("--attention-dp", attention_dp != 1 or None),
-                                 ("--spec-tokens", spec_tokens or None)) if v not in (None, False)]
+                                 ("--spec-tokens", spec_tokens or None), ("--acceptance", acceptance != 0.7 or None))
+                  if v not in (None, False)]
         if single:  # each row states its own run: a one-run option would be ignored
             raise InputError(f"{', '.join(single)} describe one run; with --rows each row states its own (drop them)")
         check_outputs(output)
