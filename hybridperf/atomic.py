@@ -24,6 +24,10 @@ from pathlib import Path
 from typing import Iterator
 
 
+#: errors of a write that name no file (a full disk, a quota, a file too large, an I/O error): the output's, then
+_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
+
+
 def _is_special(path: Path) -> bool:
     """Whether `path` exists and is a device, FIFO or socket (written in place, never replaced)."""
     try:
@@ -104,7 +108,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        if isinstance(e, OSError) and e.filename in (tmp, None):  # a full disk's ENOSPC names no file
+        if isinstance(e, OSError) and (e.filename == tmp or (e.filename is None and e.errno in _WRITE_ERRNOS)):
             e.filename, e.filename2 = str(target), None
         raise
 
