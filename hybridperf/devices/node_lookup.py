@@ -49,8 +49,9 @@ def resolve_node(name: str):
             return node, ""
     dev = get_device(name)  # raises UnknownDeviceError with a one-line message
     node, kind = gpu_node(dev)
-    return node, (f"note: {name!r} is a GPU, not a node; assuming {node.gpus_per_node} of them with {kind} "
-                  f"(pass a node such as DGX-H100 or a100_pairwise_nvlink for a known fabric)")
+    advice = "" if node != default_node_for_device(dev)[0] else \
+        " (pass a node such as DGX-H100 or a100_pairwise_nvlink for a known fabric)"
+    return node, f"note: {name!r} is a GPU, not a node; assuming {node.gpus_per_node} of them with {kind}{advice}"
 
 
 def gpu_node(dev) -> tuple[NodeSpec, str]:
