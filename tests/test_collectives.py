@@ -195,7 +195,8 @@ def test_nvl72_domain_is_one_node():
 
 def test_all_to_all_waits_on_each_peer():
     """An all-to-all sets up p - 1 send/recv pairs: at a small message its latency grows by a fitted step per peer
-    (0.4-0.8 us in aiconfigurator's 2-8 GPU tables), so 72 ranks of an NVL72 domain wait longer than 8."""
+    (0.5-0.8 us in aiconfigurator's 2-8 GPU tables), so 72 ranks of an NVL72 domain wait longer than 8. The formula
+    with the default constant; the shipped value is fitted (`exported_models/collectives`)."""
     nvl72 = get_node("GB200-NVL72")
     t = {p: prior_terms("all_to_all", [4096], p, p, nvl72, timing="graph")["ms"][0] for p in (2, 8, 72)}
     assert t[2] < t[8] < t[72]

@@ -1,5 +1,6 @@
 """Attention prior, leave-one-GPU-out (issue 58): fit `hybridperf.priors.attention`'s constants (kernel
-efficiency and decode bandwidth share per kernel family, fixed overheads, TensorRT-LLM's masked-MHA L2 share)
+efficiency and decode bandwidth share per kernel family, fixed overheads, TensorRT-LLM's masked-MHA CTA start and
+stream rate)
 on three of aiconfigurator's four systems (A100, H100, L40S, B200) and report the held-out system's error per
 (table, dtype), beside the spec-sheet roofline, and on the rows of TensorRT-LLM's XQA fallback. The SDPA forward and backward constants are read off our H100 measurements
 (`../shared/datasets/measured/h100_sdpa_fp8`, one GPU: their errors there are in-sample and say so), its
@@ -281,8 +282,8 @@ def write_report(out: Path, res: pd.DataFrame, fwres: pd.DataFrame, sd: pd.DataF
     lines = ["# Attention prior, leave-one-GPU-out", "",
              "`python -m experiments.kernels.attention_prior --data ../shared/datasets --out experiments/results/attention_prior.md`",
              "", "Each system's rows are predicted by `hybridperf.priors.attention` with constants (kernel efficiency and",
-             "decode bandwidth share per kernel family, fixed overheads and per-wave latencies, the fp8 share, the L2 share",
-             "of TensorRT-LLM's masked-MHA fallback) fitted on the other three systems only. No residual",
+             "decode bandwidth share per kernel family, fixed overheads and per-wave latencies, the fp8 share, the CTA start",
+             "and stream rate of TensorRT-LLM's masked-MHA fallback) fitted on the other three systems only. No residual",
              "model and no interval: this is the prior alone (MAPE, %), beside a spec-sheet roofline (causal pairs at the",
              "peak matrix rate, or the KV cache at peak bandwidth). Up to 20,000 sampled rows per cell (seed 0).",
              "`median_ratio` is the median of predicted / measured. Kernel families seen on one system only (FA3,",
