@@ -185,7 +185,8 @@ def test_serving_node_holds_a_tp_group_of_eight():
     assert node_for(get_device("gb200")).gpus_per_node == 72
 
 
-@pytest.mark.parametrize("name", ["NVIDIA GB200", "NVIDIA GB300", "NVIDIA H100 80GB HBM3", "a100_pcie", "NVIDIA L40S"])
+@pytest.mark.parametrize("name", ["NVIDIA GB200", "NVIDIA GB300", "NVIDIA H100 80GB HBM3", "a100_pcie", "NVIDIA L40S",
+                                  "NVIDIA A40", "NVIDIA A100-SXM4-80GB"])
 def test_a_gpu_name_means_one_fabric_in_serving_collectives_and_training(name):
     """A bare GPU name is placed in the same node by serving, `predict-collective` and the training step: a
     GB200's NVL72 rack in all three, not a box of 8 over InfiniBand in two of them."""
@@ -196,6 +197,7 @@ def test_a_gpu_name_means_one_fabric_in_serving_collectives_and_training(name):
     assert node == node_for(name) == node_for(get_device(name)) == resolve_parallel_device(name)[0]
     assert resolve_parallel_device(get_device(name))[0] == node and note.startswith("note: ")
     assert (node.gpus_per_node == 72) == name.startswith("NVIDIA GB")
+    assert node.collective_timing == "graph"  # never one of Vidur's profiled clusters (a40_pairwise_nvlink, a100_dgx)
 
 
 @pytest.mark.parametrize("gpu", ["H20", "MI325X", "MI355X", "RTX PRO 6000", "GB300", "H100", "B200"])

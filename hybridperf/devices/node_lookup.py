@@ -49,19 +49,23 @@ def resolve_node(name: str):
             return node, ""
     dev = get_device(name)  # raises UnknownDeviceError with a one-line message
     node, kind = gpu_node(dev)
-    advice = "" if node != default_node_for_device(dev)[0] else \
-        " (pass a node such as DGX-H100 or a100_pairwise_nvlink for a known fabric)"
-    return node, f"note: {name!r} is a GPU, not a node; assuming {node.gpus_per_node} of them with {kind}{advice}"
+    if node != default_node_for_device(dev)[0]:
+        return node, f"note: {name!r} is a GPU, not a node; taking its catalog node {node.name} ({kind})"
+    return node, (f"note: {name!r} is a GPU, not a node; assuming a node of {node.gpus_per_node} of them with {kind} "
+                  f"(pass a node such as DGX-H100 or a100_pairwise_nvlink for a known fabric)")
 
 
 def gpu_node(dev) -> tuple[NodeSpec, str]:
     """The node a bare GPU is placed in, and its fabric in words: the catalog's node of that GPU, an NVSwitch
-    domain before others and the largest first (a rack-scale GPU's NVL72 domain; a profiled 4-GPU box does not
-    stand for a server of 8), else the default node of 8 its spec sheet implies."""
+    domain before others and the largest first (a rack-scale GPU's NVL72 domain), else the default node of 8 its
+    spec sheet implies. A profiled cluster (Vidur's, timed per call) stands for itself, not for the GPU: a 4-GPU
+    box or a pair whose NVLink bridge went unused is no server of 8."""
     default = default_node_for_device(dev)
-    nodes = [n for n in list_nodes() if n.device == dev.name] + [default[0]]
+    nodes = [n for n in list_nodes() if n.device == dev.name and n.collective_timing != "call"] + [default[0]]
     node = min(nodes, key=lambda n: (n.intra_topology != "nvswitch", -n.gpus_per_node))
-    return (node, f"the catalog's {node.name} fabric") if node is not default[0] else default
+    if node is default[0]:
+        return default
+    return node, f"{node.gpus_per_node} GPUs a node, {node.intra_topology.replace('_', ' ')}"
 
 
 def node_vendor(node: NodeSpec) -> str:
