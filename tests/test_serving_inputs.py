@@ -126,6 +126,15 @@ def test_rows_with_a_one_run_option_is_an_error_not_ignored(monkeypatch, capsys,
     assert extra[0] in err and "each row states its own" in err and not out.exists()
 
 
+@pytest.mark.parametrize("extra", [["--output", "out.csv"], ["--configs", "."]])
+def test_one_run_with_a_rows_only_option_is_an_error_not_ignored(monkeypatch, capsys, configs, tmp_path, extra):
+    cfg = configs / "meta-llama--Meta-Llama-3-8B_config.json"
+    code, err = run_cli(monkeypatch, capsys, ["predict-serving", "--config", cfg, "--device", "h100_sxm", "--engine",
+                                              "vllm", "--isl", "128", "--osl", "16", "--concurrency", "1", *extra])
+    assert_one_line_error(code, err)
+    assert extra[0] in err and "only work with --rows" in err and not (tmp_path / "out.csv").exists()
+
+
 @pytest.fixture
 def configs(tmp_path):
     d = tmp_path / "configs"

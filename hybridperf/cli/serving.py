@@ -119,7 +119,8 @@ def predict_serving_cmd(
                                  ("--spec-tokens", spec_tokens or None), ("--acceptance", acceptance != 0.7 or None))
                   if v not in (None, False)]
         if single:  # each row states its own run: a one-run option would be ignored
-            raise InputError(f"{', '.join(single)} describe one run; with --rows each row states its own (drop them)")
+            raise InputError(f"{', '.join(single)} {'describe' if len(single) > 1 else 'describes'} one run; with --rows "
+                             f"each row states its own (drop {'them' if len(single) > 1 else 'it'})")
         check_outputs(output)
         from hybridperf.csvio import read_csv
         from hybridperf.serving.measured import calibrate, offsets
@@ -149,6 +150,9 @@ def predict_serving_cmd(
                               ("--osl", osl)) if v is None]
     if missing:
         raise InputError(f"missing {', '.join(missing)} (or use --rows)")
+    rows_only = [f for f, v in (("--configs", configs), ("--output", output)) if v is not None]
+    if rows_only:  # one run prints its result: nothing would read them
+        raise InputError(f"{', '.join(rows_only)} only work with --rows")
     from hybridperf.devices import get_device
     from hybridperf.serving import predict_serving
 
