@@ -1,3 +1,3 @@
-from hybridperf.cli.app import main
+from hybridperf.cli.entry import main
 
 main()

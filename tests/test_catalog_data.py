@@ -297,3 +297,24 @@ def test_two_entries_answering_to_one_name_is_an_error():
     twin = replace(l4, name="NVIDIA L4 Twin", aliases=("L4",))
     with pytest.raises(UnknownDeviceError, match="'L4' of 'NVIDIA L4 Twin' also names 'NVIDIA L4'"):
         _index([l4, twin])
+
+
+def test_a_malformed_catalog_file_read_at_import_is_one_error_line(monkeypatch, capsys):
+    """The catalog is read while the CLI is imported: the console entry imports it inside the error handling, so a
+    bad data file is one `error:` line and exit 2, not a traceback."""
+    import sys
+    import types
+
+    from hybridperf.cli import entry
+    from hybridperf.errors import SpecError
+
+    class Broken(types.ModuleType):
+        def __getattr__(self, name):
+            raise SpecError("60_nvidia_hopper.json: entry 'NVIDIA H20': field 'mem_bw_gbs' must be a number")
+
+    monkeypatch.setitem(sys.modules, "hybridperf.cli.app", Broken("hybridperf.cli.app"))
+    with pytest.raises(SystemExit) as e:
+        entry.main()
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.startswith("error: ") and len(err.strip().splitlines()) == 1
+    assert "mem_bw_gbs" in err
