@@ -296,3 +296,18 @@ def test_ecc_reserved_is_validated():
         with pytest.raises(SpecError, match=field):
             DeviceSpec.from_dict({**d, field: bad})
     assert DeviceSpec.from_dict({**d, "tensor_isa": "mma"}).kernel_arch == "ada"
+
+
+@pytest.mark.parametrize("name,sms,bw,board", [
+    ("NVIDIA H100 80GB HBM3", 132, 3350, "NVIDIA H100 80GB HBM3"),  # Core_Per_SM left out: 64 by default
+    ("NVIDIA H100", 114, 2000, "NVIDIA H100 PCIe"),
+])
+def test_a_neusight_file_naming_a_gpu_takes_the_board_its_sms_describe(tmp_path, name, sms, bw, board):
+    """A file that leaves Core_Per_SM out is matched by its SM count at each board's own cores per SM: 132 SMs of an
+    H100 (its 700 W, not the H20's 78 SMs nearest 132 x 64 cores, which priced Llama-3-8B 4.3x slower)."""
+    f = tmp_path / "gpu.json"
+    f.write_text(json.dumps({"Device": name, "Dev_Mem": 80, "Mem_Bw": bw, "Num_Sm": sms, "Freq": 1755,
+                             "SingleFLOPs": 51000, "L2Cache": 50}))
+    spec = get_device(str(f))
+    assert spec.tdp_w == get_device(board).tdp_w and spec.num_sms == sms
+    assert spec.peak_tflops["bf16_tc"] == get_device(board).peak_tflops["bf16_tc"]

@@ -126,8 +126,11 @@ def _closest_variant(base: DeviceSpec, spec: DeviceSpec) -> DeviceSpec:
     (350 W, not 700) caps its arithmetic."""
     def distance(d: DeviceSpec):
         bw = abs(math.log(max(d.mem_bw_gbs, 1e-9) / max(spec.mem_bw_gbs, 1e-9)))
-        cores = d.num_sms * d.cores_per_sm - spec.num_sms * spec.cores_per_sm
-        return abs(cores), round(bw, 2), abs(d.mem_gb - spec.mem_gb)
+        # the file's SMs at the board's own cores per SM too: a file leaving Core_Per_SM out (64 by default) names
+        # 132 SMs of an H100, not the H20's 78 SMs of 128 cores nearest 132 x 64
+        cores = min(abs(d.num_sms * d.cores_per_sm - spec.num_sms * spec.cores_per_sm),
+                    abs(d.num_sms - spec.num_sms) * d.cores_per_sm)
+        return cores, round(bw, 2), abs(d.mem_gb - spec.mem_gb)
 
     siblings = [d for d in _catalog_devices() if d.vendor == base.vendor and d.arch == base.arch]
     best = min(siblings, key=distance)
