@@ -710,6 +710,8 @@ def test_trays_of_an_nvl72_rack_share_its_nvlink_domain():
     assert per_host_to_domain(144, 8, rack) == 72
     with pytest.raises(InputError, match="part of another"):
         per_host_to_domain(76, 4, rack)
+    with pytest.raises(InputError, match="more GPUs than a .* domain holds"):  # not silently 8 ranks of one domain
+        per_host_to_domain(8, 80, rack)
     assert check_shape("all_reduce", 8, 4, rack) == (8, 4)
     assert collective_time_ms("send_recv", [64 << 20], 2, 1, rack)[0] > \
         5 * collective_time_ms("send_recv", [64 << 20], 2, 2, rack)[0]

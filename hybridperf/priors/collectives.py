@@ -181,7 +181,11 @@ def per_host_to_domain(gpus: int, gpus_per_host: int, node: NodeSpec) -> int:
     many a rank count per host names (8 per host on a 4-GPU tray is still one rack). Other nodes keep
     `gpus_per_host`; InputError for ranks that fill some racks and part of another."""
     host, domain = node.gpus_per_host, node.gpus_per_node
-    if node.intra_topology != "nvswitch" or not host or host >= domain or gpus <= min(gpus_per_host, host):
+    if node.intra_topology != "nvswitch" or not host or host >= domain:
+        return gpus_per_host
+    if gpus_per_host > domain:
+        raise InputError(f"--gpus-per-node {gpus_per_host} is more GPUs than a {node.name} domain holds ({domain})")
+    if gpus <= min(gpus_per_host, host):
         return gpus_per_host
     if gpus <= domain:
         return gpus
