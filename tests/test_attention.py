@@ -370,11 +370,15 @@ def test_tensorrt_llm_decode_of_a_large_query_group_falls_back_to_one_kv_pass_pe
     # each CTA is a dependent chain in SM cycles: a fixed start plus its keys at a rate per CTA, so a GPU of the
     # same SMs at twice the clock takes half the time, whatever its memory bandwidth
     fast = dataclasses.replace(H100, boost_clock_mhz=2 * H100.boost_clock_mhz, mem_bw_gbs=H100.mem_bw_gbs / 2)
-    assert float(A.mmha_ms(64 * 64, 8192, 128, fast)) == pytest.approx(float(A.mmha_ms(64 * 64, 8192, 128, H100)) / 2)
+    assert float(A.mmha_ms(64, 64, 8192, 128, fast)) == pytest.approx(float(A.mmha_ms(64, 64, 8192, 128, H100)) / 2)
     c = A.CONSTANTS
     start = c.mmha_cta_kcycles.value * 1e3 / (H100.boost_clock_mhz * 1e3)  # ms per wave at no keys
-    assert float(A.mmha_ms(H100.num_sms * A.DECODE_CTAS_PER_SM, 0, 128, H100)) == pytest.approx(start)
-    # one CTA per (sequence, query head): per sequence, slower with few sequences than once they fill the SMs
+    assert float(A.mmha_ms(H100.num_sms * A.DECODE_CTAS_PER_SM, 1, 0, 128, H100)) == pytest.approx(start)
+    # few sequences leave SMs idle: multi-block mode splits each head's cache over more CTAs, so one sequence takes
+    # well under one CTA's whole chain; once the sequences fill the SMs, per sequence the time is flat
+    chain = start + 8192 * 128 * 4.0 / c.mmha_bytes_per_cycle.value / (H100.boost_clock_mhz * 1e3)
+    assert float(A.mmha_ms(1, 64, 8192, 128, H100)) < 0.5 * chain
+
     def per_seq(batch):
         return float(A.generation_attention_ms(batch, 8192, 64, 1, 128, H100, kernel_source="torch_flow")) / batch
     assert per_seq(1) > 1.5 * per_seq(64) and per_seq(64) == pytest.approx(per_seq(256), rel=0.05)

@@ -24,8 +24,8 @@ kv heads x KV splits, split-KV when batch x kv heads leaves SMs idle), plus a fi
 wave of CTAs stated at a reference SM clock (`REFERENCE_CLOCK_MHZ`) and scaled by the GPU's clock. An engine's
 kernel reads an fp8 (or int8, fp4) cache at its family's fitted share of that bandwidth and adds a fitted time per
 call. TensorRT-LLM's own decode falls back from XQA to masked MHA beyond 32 query heads per KV head
-(`XQA_MAX_GROUP`): one CTA per (sequence, query head), each a latency-bound chain (a fixed start, then its head's
-keys and values at a fitted rate per CTA, in SM cycles), `DECODE_CTAS_PER_SM` resident per SM.
+(`XQA_MAX_GROUP`): one CTA per (sequence, query head, KV block), each a latency-bound chain (a fixed start, then its
+block's keys and values at a fitted rate per CTA, in SM cycles), `DECODE_CTAS_PER_SM` resident per SM.
 SDPA backward (`sdpa_ms(backward=True)`): 2.5x the forward's GEMM FLOPs (five GEMMs to two) plus the
 recomputed exponentials, at its own efficiency. fp32 SDPA runs PyTorch's memory-efficient kernel, whose fp32
 GEMMs run on the tensor cores as three TF32 products (`MEM_EFFICIENT_FP32_PASSES`).
@@ -211,18 +211,18 @@ CONSTANTS = AttentionConstants(
                "flashinfer": Fitted(1.190, "share", _ALL), "triton": Fitted(0.716, "share", _ALL),
                "sdpa": Fitted(1.0, "share", "achievable DRAM bandwidth (not fitted; checked on our H200)")},
     context_overhead_ms=Fitted(0.0072, "ms", _ALL),
-    decode_overhead_ms=Fitted(0.00085, "ms", _ALL),
-    decode_wave_ms=Fitted(0.0103, "ms", _ALL),
+    decode_overhead_ms=Fitted(0.00088, "ms", _ALL),
+    decode_wave_ms=Fitted(0.0102, "ms", _ALL),
     context_wave_ms=Fitted(0.0068, "ms", _ALL),
     sdpa_wave_ms=Fitted(0.00186, "ms", _H100),
     sdpa_decode_wave_ms=Fitted(0.00386, "ms", _H200),
     fp8_efficiency=Fitted(0.602, "share", _ALL),
-    mmha_cta_kcycles=Fitted(12.25, "kcycles", _ALL),
-    mmha_bytes_per_cycle=Fitted(7.69, "B/cycle", _ALL),
-    decode_fp8_bw={"fa3": Fitted(0.751, "share", _ALL), "flashinfer": Fitted(0.917, "share", _ALL),
-                   "triton": Fitted(0.629, "share", _ALL), "trtllm": Fitted(0.895, "share", _ALL)},
+    mmha_cta_kcycles=Fitted(12.04, "kcycles", _ALL),
+    mmha_bytes_per_cycle=Fitted(6.72, "B/cycle", _ALL),
+    decode_fp8_bw={"fa3": Fitted(0.750, "share", _ALL), "flashinfer": Fitted(0.917, "share", _ALL),
+                   "triton": Fitted(0.628, "share", _ALL), "trtllm": Fitted(0.896, "share", _ALL)},
     decode_fp8_ms={"fa3": Fitted(0.0048, "ms", _ALL), "flashinfer": Fitted(0.0035, "ms", _ALL),
-                   "triton": Fitted(0.0021, "ms", _ALL), "trtllm": Fitted(0.0009, "ms", _ALL)},
+                   "triton": Fitted(0.0020, "ms", _ALL), "trtllm": Fitted(0.0009, "ms", _ALL)},
     sdpa_bwd_efficiency=Fitted(0.730, "share", _H100),
     sdpa_bwd_wide_head=Fitted(1.486, "ratio", _H100),
     mem_efficient_efficiency=Fitted(0.5, "share", "default (not measured)"),
@@ -355,7 +355,8 @@ DECODE_CTAS_PER_SM = 4
 #: streaming that head's keys and values at bf16 width (an fp8 cache takes as long on Hopper and Blackwell). All four
 #: GPUs' tables show the cliff: 6-60x slower than XQA's one pass at 48-128 query heads per KV head, not at 32. Each
 #: CTA is a dependent chain, not a bandwidth share: fitted per GPU, its start (9-13k cycles) and its stream (6-9
-#: bytes per cycle) agree across A100, H100, L40S and B200 in SM cycles (`mmha_ms`)
+#: bytes per cycle) agree across A100, H100, L40S and B200 in SM cycles (`mmha_ms`; a long cache on few CTAs is split
+#: over more, TensorRT-LLM's multi-block mode)
 XQA_MAX_GROUP = 32
 XQA_SOURCES = ("torch_flow",)
 
@@ -396,16 +397,19 @@ def generation_attention_ms(batch, kv_len, heads, kv_heads, head_dim, device: De
         return np.maximum(mem, compute) + waves * constants.sdpa_decode_wave_ms.value * clock_scale(device)
     body = np.maximum(mem, compute) + waves * constants.decode_wave_ms.value * clock_scale(device)
     if xqa_fallback and kernel_source in XQA_SOURCES:
-        body = np.where(group > XQA_MAX_GROUP, mmha_ms(batch * heads, keys, head_dim, device, constants), body)
+        body = np.where(group > XQA_MAX_GROUP, mmha_ms(batch, heads, keys, head_dim, device, constants), body)
     return body + constants.decode_overhead_ms.value + (constants.fp8_ms(fam) if quantized else 0.0)
 
 
-def mmha_ms(ctas, keys, head_dim, device: DeviceSpec, constants: AttentionConstants = CONSTANTS) -> np.ndarray:
-    """TensorRT-LLM's masked-MHA decode (ms): `ctas` (sequence x query head) CTAs in waves of
-    `DECODE_CTAS_PER_SM` per SM, each a fixed start plus its head's `keys` keys and values at bf16 width streamed
-    at one CTA's fitted rate, both in SM cycles at the boost clock."""
-    waves = np.ceil(_f(ctas) / (device.num_sms * DECODE_CTAS_PER_SM))
-    cycles = constants.mmha_cta_kcycles.value * 1e3 + _f(keys) * _f(head_dim) * 4.0 / constants.mmha_bytes_per_cycle.value
+def mmha_ms(batch, heads, keys, head_dim, device: DeviceSpec, constants: AttentionConstants = CONSTANTS) -> np.ndarray:
+    """TensorRT-LLM's masked-MHA decode (ms): a CTA per (sequence, query head, KV block) -- its multi-block mode
+    splits a long cache over CTAs when the sequences and heads leave SMs idle (`decode_splits`) -- in waves of
+    `DECODE_CTAS_PER_SM` per SM, each a fixed start plus its block's keys and values at bf16 width streamed at one
+    CTA's fitted rate, both in SM cycles at the boost clock."""
+    splits = decode_splits(batch, heads, keys, device)
+    waves = np.ceil(_f(batch) * _f(heads) * splits / (device.num_sms * DECODE_CTAS_PER_SM))
+    cycles = constants.mmha_cta_kcycles.value * 1e3 \
+        + _f(keys) / splits * _f(head_dim) * 4.0 / constants.mmha_bytes_per_cycle.value
     return waves * cycles / (device.boost_clock_mhz * 1e6) * 1e3
 
 
