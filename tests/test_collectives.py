@@ -712,6 +712,11 @@ def test_trays_of_an_nvl72_rack_share_its_nvlink_domain():
         per_host_to_domain(76, 4, rack)
     with pytest.raises(InputError, match="more GPUs than a .* domain holds"):  # not silently 8 ranks of one domain
         per_host_to_domain(8, 80, rack)
+    # ranks beyond one rack come in whole racks: fewer per host would not help, so the error does not suggest it
+    with pytest.raises(InputError, match=r"use a multiple of 72$"):
+        check_shape("all_reduce", 76, None, rack)
+    with pytest.raises(InputError, match="or --gpus-per-node to place fewer"):
+        check_shape("all_reduce", 12, None, dgx)
     assert check_shape("all_reduce", 8, 4, rack) == (8, 4)
     assert collective_time_ms("send_recv", [64 << 20], 2, 1, rack)[0] > \
         5 * collective_time_ms("send_recv", [64 << 20], 2, 2, rack)[0]

@@ -166,8 +166,9 @@ def check_shape(collective: str, gpus: int, gpus_per_node: int | None, node: Nod
     g = min(g, p)  # a node's size given for fewer ranks: they all sit in one node
     if p % g:
         if gpus_per_node is None:
+            racks = 0 < node.gpus_per_host < node.gpus_per_node  # a domain over hosts: whole domains or nothing
             raise InputError(f"--gpus ({p}) beyond one {node.name} fills whole nodes of {g} GPUs: use a multiple of "
-                             f"{g}, or --gpus-per-node to place fewer on each")
+                             f"{g}" + ("" if racks else ", or --gpus-per-node to place fewer on each"))
         raise InputError(f"--gpus ({p}) must be a multiple of --gpus-per-node ({g})")
     if collective == "send_recv" and p < 2:
         raise InputError("send_recv needs --gpus >= 2")
