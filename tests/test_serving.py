@@ -200,6 +200,13 @@ def test_a_gpu_name_means_one_fabric_in_serving_collectives_and_training(name):
     assert node.collective_timing == "graph"  # never one of Vidur's profiled clusters (a40_pairwise_nvlink, a100_dgx)
 
 
+@pytest.mark.parametrize("name", ["NVIDIA H100 NVL", "NVIDIA H200 NVL"])
+def test_an_nvl_card_sits_on_nvlink_bridges_not_a_switch(name):
+    """H100 NVL and H200 NVL are PCIe cards joined in pairs (or fours) by NVLink bridges: a GPU name of theirs is
+    placed in bridged pairs over PCIe, not in an NVSwitch node (a 1 GiB all-reduce on 8 was priced a switch's 7 ms)."""
+    assert node_for(name).intra_topology == "nvlink_pairs"
+
+
 @pytest.mark.parametrize("gpu", ["H20", "MI325X", "MI355X", "RTX PRO 6000", "GB300", "H100", "B200"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "fp8"])
 def test_no_calibrated_prefill_gemm_beats_the_best_share_of_peak_measured(gpu, dtype):

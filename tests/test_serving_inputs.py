@@ -132,7 +132,7 @@ def test_one_run_with_a_rows_only_option_is_an_error_not_ignored(monkeypatch, ca
     code, err = run_cli(monkeypatch, capsys, ["predict-serving", "--config", cfg, "--device", "h100_sxm", "--engine",
                                               "vllm", "--isl", "128", "--osl", "16", "--concurrency", "1", *extra])
     assert_one_line_error(code, err)
-    assert extra[0] in err and "only work with --rows" in err and not (tmp_path / "out.csv").exists()
+    assert extra[0] in err and "only works with --rows" in err and not (tmp_path / "out.csv").exists()
 
 
 @pytest.fixture

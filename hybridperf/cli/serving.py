@@ -152,7 +152,7 @@ def predict_serving_cmd(
         raise InputError(f"missing {', '.join(missing)} (or use --rows)")
     rows_only = [f for f, v in (("--configs", configs), ("--output", output)) if v is not None]
     if rows_only:  # one run prints its result: nothing would read them
-        raise InputError(f"{', '.join(rows_only)} only work with --rows")
+        raise InputError(f"{', '.join(rows_only)} only {'work' if len(rows_only) > 1 else 'works'} with --rows")
     from hybridperf.devices import get_device
     from hybridperf.serving import predict_serving
 

@@ -13,8 +13,8 @@ from hybridperf.jsonio import read_json_object
 
 
 def default_node_for_device(dev, gpus_per_node: int = 8):
-    """A plausible node of 8 identical GPUs built from a device's spec sheet: NVSwitch for SXM/NVL
-    NVIDIA parts, an Infinity Fabric mesh for AMD OAM parts, NVLink-bridged pairs for PCIe cards with a
+    """A plausible node of 8 identical GPUs built from a device's spec sheet: NVSwitch for SXM
+    NVIDIA parts, an Infinity Fabric mesh for AMD OAM parts, NVLink-bridged pairs for PCIe and NVL cards with a
     bridge, a plain PCIe box otherwise; InfiniBand/RoCE at 25 (PCIe gen <= 4) or 50 GB/s per GPU."""
     pcie = float(dev.pcie_bw_gbs or 16.0)
     inter = 50.0 if int(dev.pcie_gen or 3) >= 5 else 25.0
@@ -26,7 +26,7 @@ def default_node_for_device(dev, gpus_per_node: int = 8):
     if link > 0 and dev.vendor == "amd" and dev.form_factor == "OAM":
         return NodeSpec(intra_topology="mesh", intra_bw_gbs=link, pair_bw_gbs=link / (gpus_per_node - 1),
                         intra_latency_us=3.0, **common), "an Infinity Fabric mesh"
-    if link > 0 and dev.form_factor in ("SXM", "NVL", "OAM"):
+    if link > 0 and dev.form_factor in ("SXM", "OAM"):  # an NVL board is a PCIe card on NVLink bridges: pairs
         return NodeSpec(intra_topology="nvswitch", intra_bw_gbs=link, intra_latency_us=2.0, **common), "NVSwitch"
     if link > 0:
         return NodeSpec(intra_topology="nvlink_pairs", intra_bw_gbs=pcie, pair_bw_gbs=link, intra_latency_us=3.0,
@@ -56,10 +56,10 @@ def resolve_node(name: str):
 
 
 def gpu_node(dev) -> tuple[NodeSpec, str]:
-    """The node a bare GPU is placed in, and its fabric in words: the catalog's node of that GPU, an NVSwitch
-    domain before others and the largest first (a rack-scale GPU's NVL72 domain), else the default node of 8 its
-    spec sheet implies. A profiled cluster (Vidur's, timed per call) stands for itself, not for the GPU: a 4-GPU
-    box or a pair whose NVLink bridge went unused is no server of 8."""
+    """The node a bare GPU is placed in, and its fabric in words: of the catalog's nodes of that GPU and the default
+    node of 8 its spec sheet implies, an NVSwitch domain first, then the largest (a rack-scale GPU's NVL72 domain; a
+    serving TP group of 8 stays in one node), the catalog's on a tie. A profiled cluster (Vidur's, timed per call)
+    stands for itself, not for the GPU: a 4-GPU box or a pair whose NVLink bridge went unused is no server of 8."""
     default = default_node_for_device(dev)
     nodes = [n for n in list_nodes() if n.device == dev.name and n.collective_timing != "call"] + [default[0]]
     node = min(nodes, key=lambda n: (n.intra_topology != "nvswitch", -n.gpus_per_node))
