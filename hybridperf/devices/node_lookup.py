@@ -48,24 +48,24 @@ def resolve_node(name: str):
             get_device(node.device)
             return node, ""
     dev = get_device(name)  # raises UnknownDeviceError with a one-line message
-    node, kind = gpu_node(dev)
-    if node != default_node_for_device(dev)[0]:
-        return node, f"note: {name!r} is a GPU, not a node; taking its catalog node {node.name} ({kind})"
-    return node, (f"note: {name!r} is a GPU, not a node; assuming a node of {node.gpus_per_node} of them with {kind} "
-                  f"(pass a node such as DGX-H100 or a100_pairwise_nvlink for a known fabric)")
+    node, how = gpu_node(dev)
+    return node, f"note: {name!r} is a GPU, not a node; {how}"
 
 
 def gpu_node(dev) -> tuple[NodeSpec, str]:
-    """The node a bare GPU is placed in, and its fabric in words: of the catalog's nodes of that GPU and the default
-    node of 8 its spec sheet implies, an NVSwitch domain first, then the largest (a rack-scale GPU's NVL72 domain; a
-    serving TP group of 8 stays in one node), the catalog's on a tie. A profiled cluster (Vidur's, timed per call)
-    stands for itself, not for the GPU: a 4-GPU box or a pair whose NVLink bridge went unused is no server of 8."""
-    default = default_node_for_device(dev)
-    nodes = [n for n in list_nodes() if n.device == dev.name and n.collective_timing != "call"] + [default[0]]
+    """The node a bare GPU is placed in, and how, in words for a note: of the catalog's nodes of that GPU and the
+    default node of 8 its spec sheet implies, an NVSwitch domain first, then the largest (a rack-scale GPU's NVL72
+    domain; a serving TP group of 8 stays in one node), the catalog's on a tie. A profiled cluster (Vidur's, timed
+    per call) stands for itself, not for the GPU: a 4-GPU box or a pair whose NVLink bridge went unused is no server
+    of 8."""
+    default, kind = default_node_for_device(dev)
+    nodes = [n for n in list_nodes() if n.device == dev.name and n.collective_timing != "call"] + [default]
     node = min(nodes, key=lambda n: (n.intra_topology != "nvswitch", -n.gpus_per_node))
-    if node is default[0]:
-        return default
-    return node, f"{node.gpus_per_node} GPUs a node, {node.intra_topology.replace('_', ' ')}"
+    if node is default:
+        return node, (f"assuming a node of {node.gpus_per_node} of them with {kind} "
+                      f"(pass a node such as DGX-H100 or a100_pairwise_nvlink for a known fabric)")
+    return node, (f"taking its catalog node {node.name} ({node.gpus_per_node} GPUs a node, "
+                  f"{node.intra_topology.replace('_', ' ')})")
 
 
 def node_vendor(node: NodeSpec) -> str:

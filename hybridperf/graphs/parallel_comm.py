@@ -63,8 +63,8 @@ def resolve_parallel_device(device):
     if isinstance(device, NodeSpec):
         return device, get_device(device.device), ""
     if isinstance(device, DeviceSpec):
-        node, kind = gpu_node(device)
-        return node, device, f"note: assuming {node.gpus_per_node} x {device.name} with {kind}"
+        node, how = gpu_node(device)
+        return node, device, f"note: {device.name!r} is a GPU, not a node; {how}"
     node, note = resolve_node(str(device))
     dev = get_device(node.device) if not note else get_device(str(device))
     return node, dev, note
